@@ -1,0 +1,260 @@
+//! Types shared by bbrscope's kernel programs and its userspace.
+//!
+//! The kernel side never interprets socket fields by name: userspace resolves every offset from
+//! the running kernel's BTF and hands the programs a [`Config`] before they are loaded. The
+//! programs copy what the config asks for into ring-buffer records laid out below, and userspace
+//! decodes them with the same knowledge it used to build the config.
+#![no_std]
+
+/// Socket fields copied generically into every [`Sample`] (see [`FieldSpec`]).
+pub const MAX_FIELDS: usize = 32;
+/// `TCP_CA_NAME_MAX` in the kernel.
+pub const CC_NAME_LEN: usize = 16;
+/// Bytes copied from `icsk_ca_priv` (the congestion-control module's private state; 104 bytes on
+/// every kernel since 5.x). Userspace decodes BBR's and CUBIC's state from it using their BTF.
+pub const CA_PRIV_LEN: usize = 104;
+
+/// One socket field to copy: `len` bytes (1..=8) at byte offset `off` from the socket pointer,
+/// zero-extended into a `u64` slot. `len == 0` means the running kernel lacks the field.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct FieldSpec {
+    pub off: u32,
+    pub len: u32,
+}
+
+/// A bitfield (or plain integer) the programs need for their own logic.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct BitField {
+    /// Byte offset of the first byte holding the field.
+    pub off: u32,
+    pub shift: u8,
+    pub bits: u8,
+    pub _pad: [u8; 2],
+}
+
+/// Offsets the programs need to decide what to emit (all relative to `struct sock *`).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub struct SockLayout {
+    pub family: u32,
+    /// Local port, host byte order (`skc_num`).
+    pub num: u32,
+    /// Remote port, network byte order (`skc_dport`).
+    pub dport: u32,
+    pub daddr: u32,
+    pub rcv_saddr: u32,
+    pub v6_daddr: u32,
+    pub v6_rcv_saddr: u32,
+    /// `icsk_ca_ops` (pointer) and the `name` member of `struct tcp_congestion_ops`.
+    pub ca_ops: u32,
+    pub ca_ops_name: u32,
+    pub ca_priv: u32,
+    pub ca_state: BitField,
+    pub snd_cwnd: u32,
+    pub snd_ssthresh: u32,
+    pub bytes_acked: u32,
+    pub total_retrans: u32,
+    /// Socket -> cgroup chain for the cgroup filter; `cgroup == u32::MAX` when the kernel's
+    /// `sock_cgroup_data` has no cgroup pointer (before 5.15).
+    pub cgroup: u32,
+    pub cgroup_level: u32,
+    /// `cgroup.ancestors[]` (pointers, 6.2+) or `cgroup.ancestor_ids[]` (u64 ids, older).
+    pub cgroup_ancestors: u32,
+    pub cgroup_kn: u32,
+    pub kernfs_id: u32,
+    pub _pad: u32,
+}
+
+/// Optional in-kernel filters; each applies only when its bit is set in `flags`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Filter {
+    pub flags: u32,
+    /// Matches either end's port (host byte order).
+    pub port: u16,
+    pub _pad: u16,
+    /// Matches either end's address: `(addr & mask) == net`, IPv4 as IPv4-mapped IPv6.
+    pub net: [u8; 16],
+    pub mask: [u8; 16],
+    pub cgroup_id: u64,
+    pub cgroup_level: u32,
+    pub _pad2: u32,
+    pub cc: [u8; CC_NAME_LEN],
+}
+
+pub mod filter_flags {
+    pub const PORT: u32 = 1 << 0;
+    pub const ADDR: u32 = 1 << 1;
+    pub const CGROUP: u32 = 1 << 2;
+    pub const CC: u32 = 1 << 3;
+}
+
+pub mod config_flags {
+    /// Also sample flows that only receive data (tcp_probe fires on receivers too).
+    pub const RECEIVERS: u32 = 1 << 0;
+    /// No `tcp_cong_state_set` tracepoint: detect state changes on each tcp_probe instead.
+    pub const POLL_CA_STATE: u32 = 1 << 1;
+    /// `tcp_retransmit_skb` carries an `err` argument (kernels from 2025 on) and also fires for
+    /// failed attempts, which are not wire retransmits.
+    pub const RETRANS_HAS_ERR: u32 = 1 << 2;
+    /// `cgroup.ancestors[]` holds pointers (6.2+) rather than ids.
+    pub const CGROUP_ANCESTOR_PTRS: u32 = 1 << 3;
+}
+
+/// Everything userspace hands the programs at load time (a read-only global).
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct Config {
+    pub interval_ns: u64,
+    pub flags: u32,
+    /// Cap on retransmit records per flow and interval; beyond it they are only counted.
+    pub retrans_per_interval: u32,
+    pub filter: Filter,
+    pub sock: SockLayout,
+    pub fields: [FieldSpec; MAX_FIELDS],
+}
+
+impl Config {
+    pub const fn zeroed() -> Self {
+        Self {
+            interval_ns: 0,
+            flags: 0,
+            retrans_per_interval: 0,
+            filter: Filter {
+                flags: 0,
+                port: 0,
+                _pad: 0,
+                net: [0; 16],
+                mask: [0; 16],
+                cgroup_id: 0,
+                cgroup_level: 0,
+                _pad2: 0,
+                cc: [0; CC_NAME_LEN],
+            },
+            sock: SockLayout {
+                family: 0,
+                num: 0,
+                dport: 0,
+                daddr: 0,
+                rcv_saddr: 0,
+                v6_daddr: 0,
+                v6_rcv_saddr: 0,
+                ca_ops: 0,
+                ca_ops_name: 0,
+                ca_priv: 0,
+                ca_state: BitField { off: 0, shift: 0, bits: 0, _pad: [0; 2] },
+                snd_cwnd: 0,
+                snd_ssthresh: 0,
+                bytes_acked: 0,
+                total_retrans: 0,
+                cgroup: 0,
+                cgroup_level: 0,
+                cgroup_ancestors: 0,
+                cgroup_kn: 0,
+                kernfs_id: 0,
+                _pad: 0,
+            },
+            fields: [FieldSpec { off: 0, len: 0 }; MAX_FIELDS],
+        }
+    }
+}
+
+/// Record kinds in the ring buffer (first byte of every record).
+pub mod kind {
+    /// A periodic per-flow [`super::Sample`].
+    pub const SAMPLE: u8 = 1;
+    /// The flow's final [`super::Sample`], taken as the socket enters TCP_CLOSE.
+    pub const CLOSE: u8 = 2;
+    pub const RETRANSMIT: u8 = 3;
+    pub const CONG_STATE: u8 = 4;
+}
+
+/// `RecordHeader::flags`: this is the first record userspace gets for the flow.
+pub const FLAG_FIRST: u8 = 1;
+
+/// Common head of every record.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub struct RecordHeader {
+    pub kind: u8,
+    pub flags: u8,
+    /// `AF_INET` (2) or `AF_INET6` (10).
+    pub family: u8,
+    pub ca_state: u8,
+    /// Local and remote port, host byte order.
+    pub sport: u16,
+    pub dport: u16,
+    /// bbrscope's id for the flow, unique for the life of the loaded programs. Never a kernel
+    /// address.
+    pub flow_id: u64,
+    /// `bpf_ktime_get_ns()` (CLOCK_MONOTONIC).
+    pub ts_ns: u64,
+    /// Local and remote address; IPv4 in the first four bytes.
+    pub saddr: [u8; 16],
+    pub daddr: [u8; 16],
+}
+
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct Sample {
+    pub hdr: RecordHeader,
+    pub cc: [u8; CC_NAME_LEN],
+    /// tcp_probe events (incoming segments) since the previous sample of this flow.
+    pub acks: u32,
+    /// Retransmit records this interval suppressed by the per-interval cap.
+    pub retrans_coalesced: u32,
+    pub vals: [u64; MAX_FIELDS],
+    pub ca_priv: [u8; CA_PRIV_LEN],
+}
+
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct Retransmit {
+    pub hdr: RecordHeader,
+    /// Segments retransmitted since the previous record (growth of `total_retrans`).
+    pub segs: u32,
+    pub total_retrans: u32,
+    pub snd_cwnd: u32,
+    pub snd_ssthresh: u32,
+}
+
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct CongState {
+    pub hdr: RecordHeader,
+    pub old: u8,
+    pub new: u8,
+    pub _pad: [u8; 6],
+    pub snd_cwnd: u32,
+    pub snd_ssthresh: u32,
+}
+
+/// Indices into the per-CPU `COUNTERS` array.
+pub mod counter {
+    /// tcp_probe invocations (incoming segments on any TCP socket).
+    pub const PROBE_EVENTS: u32 = 0;
+    pub const SAMPLES: u32 = 1;
+    pub const RETRANSMITS: u32 = 2;
+    pub const CONG_STATES: u32 = 3;
+    pub const CLOSES: u32 = 4;
+    /// Records lost because the ring buffer was full.
+    pub const RING_FULL: u32 = 5;
+    /// Retransmit records folded into the next sample by the per-interval cap.
+    pub const RETRANS_COALESCED: u32 = 6;
+    /// Flows first seen by the programs (passing filters or not).
+    pub const FLOWS_SEEN: u32 = 7;
+    /// Flows rejected by an in-kernel filter.
+    pub const FLOWS_FILTERED: u32 = 8;
+    /// Per-flow state that could not be stored (map update failed).
+    pub const STATE_FULL: u32 = 9;
+    pub const COUNT: u32 = 10;
+}
+
+#[cfg(feature = "user")]
+mod pod {
+    use super::*;
+    unsafe impl aya::Pod for Config {}
+    unsafe impl aya::Pod for FieldSpec {}
+}

@@ -1,0 +1,32 @@
+//! The read-only configuration userspace writes before loading (offsets from BTF, filters).
+//!
+//! Every access goes through a volatile read of the one field needed: the compiler must not fold
+//! the zeroed initializer, and copying the whole struct would overflow the 512-byte BPF stack.
+
+use bbrscope_common::Config;
+
+#[unsafe(no_mangle)]
+pub(crate) static CONFIG: Config = Config::zeroed();
+
+/// Reads one field (path) of the global config.
+macro_rules! conf {
+    ($($field:tt)+) => {
+        $crate::config::load(&raw const $crate::config::CONFIG.$($field)+)
+    };
+}
+pub(crate) use conf;
+
+#[inline(always)]
+pub fn load<T>(field: *const T) -> T {
+    unsafe { core::ptr::read_volatile(field) }
+}
+
+#[inline(always)]
+pub fn has_flag(flag: u32) -> bool {
+    conf!(flags) & flag != 0
+}
+
+#[inline(always)]
+pub fn interval_ns() -> u64 {
+    conf!(interval_ns)
+}

@@ -1,0 +1,201 @@
+//! Per-flow state kept in the kernel, keyed by socket address (which never leaves the kernel),
+//! and the in-kernel filters, evaluated once when a flow is first seen.
+
+use aya_ebpf::{
+    bindings::BPF_NOEXIST,
+    helpers::bpf_get_smp_processor_id,
+    macros::map,
+    maps::{LruHashMap, PerCpuArray},
+};
+use bbrscope_common::{CC_NAME_LEN, config_flags, counter, filter_flags};
+
+use crate::{
+    config::{conf, has_flag},
+    sock::{self, Tuple, read},
+};
+
+#[repr(u8)]
+pub enum Status {
+    Passed = 1,
+    Rejected = 2,
+}
+
+#[repr(C)]
+pub struct FlowState {
+    pub id: u64,
+    pub next_sample_ns: u64,
+    /// `bytes_acked` at the previous sample: a flow whose peer acked nothing new since is not
+    /// sending, and gets no sample unless receivers were asked for.
+    pub last_bytes_acked: u64,
+    pub saddr: [u8; 16],
+    pub daddr: [u8; 16],
+    pub sport: u16,
+    pub dport: u16,
+    pub family: u8,
+    pub ca_state: u8,
+    pub status: u8,
+    /// Userspace has had a record for this flow (it knows the flow exists).
+    pub announced: u8,
+    pub acks: u32,
+    pub last_total_retrans: u32,
+    pub retrans_records: u32,
+    pub retrans_coalesced: u32,
+}
+
+/// Capacity is set by userspace (`--max-flows`); LRU so that a full table evicts the flows idle
+/// longest instead of refusing new ones.
+#[map]
+static FLOWS: LruHashMap<u64, FlowState> = LruHashMap::with_max_entries(16384, 0);
+
+#[map]
+static COUNTERS: PerCpuArray<u64> = PerCpuArray::with_max_entries(counter::COUNT, 0);
+
+/// Per-CPU sequence for flow ids: unique without atomics (the CPU number is in the low bits).
+#[map]
+static NEXT_ID: PerCpuArray<u64> = PerCpuArray::with_max_entries(1, 0);
+
+#[inline(always)]
+pub fn count(index: u32) {
+    if let Some(c) = COUNTERS.get_ptr_mut(index) {
+        unsafe { *c += 1 };
+    }
+}
+
+#[inline(always)]
+pub fn get(sk: u64) -> Option<&'static mut FlowState> {
+    FLOWS.get_ptr_mut(&sk).map(|p| unsafe { &mut *p })
+}
+
+#[inline(always)]
+pub fn forget(sk: u64) {
+    let _ = FLOWS.remove(&sk);
+}
+
+#[inline(always)]
+pub fn get_or_create(sk: u64, now: u64) -> Option<&'static mut FlowState> {
+    if let Some(st) = get(sk) {
+        return Some(st);
+    }
+    create(sk, now)
+}
+
+#[inline(never)]
+fn create(sk: u64, now: u64) -> Option<&'static mut FlowState> {
+    count(counter::FLOWS_SEEN);
+    let t = sock::tuple(sk);
+    let passed = passes(sk, &t);
+    if !passed {
+        count(counter::FLOWS_FILTERED);
+    }
+    let st = FlowState {
+        id: next_id(),
+        // Not this event (bytes_acked is the baseline just read) but the next one samples.
+        next_sample_ns: now + 1,
+        last_bytes_acked: read(sk, conf!(sock.bytes_acked)),
+        saddr: t.saddr,
+        daddr: t.daddr,
+        sport: t.sport,
+        dport: t.dport,
+        family: t.family,
+        ca_state: sock::ca_state(sk),
+        status: if passed { Status::Passed as u8 } else { Status::Rejected as u8 },
+        announced: 0,
+        acks: 0,
+        last_total_retrans: read(sk, conf!(sock.total_retrans)),
+        retrans_records: 0,
+        retrans_coalesced: 0,
+    };
+    if FLOWS.insert(&sk, &st, BPF_NOEXIST as u64).is_err() {
+        count(counter::STATE_FULL);
+        return None;
+    }
+    get(sk)
+}
+
+#[inline(always)]
+fn next_id() -> u64 {
+    let cpu = unsafe { bpf_get_smp_processor_id() } as u64;
+    match NEXT_ID.get_ptr_mut(0) {
+        Some(n) => unsafe {
+            *n += 1;
+            (*n << 12) | (cpu & 0xfff)
+        },
+        None => 0,
+    }
+}
+
+#[inline(always)]
+fn passes(sk: u64, t: &Tuple) -> bool {
+    let flags = conf!(filter.flags);
+    if flags & filter_flags::PORT != 0 {
+        let port = conf!(filter.port);
+        if t.sport != port && t.dport != port {
+            return false;
+        }
+    }
+    if flags & filter_flags::ADDR != 0 && !in_net(&t.saddr) && !in_net(&t.daddr) {
+        return false;
+    }
+    if flags & filter_flags::CGROUP != 0 && !in_cgroup(sk) {
+        return false;
+    }
+    true
+}
+
+#[inline(always)]
+fn in_net(addr: &[u8; 16]) -> bool {
+    let net = conf!(filter.net);
+    let mask = conf!(filter.mask);
+    let mut i = 0;
+    while i < 16 {
+        if addr[i] & mask[i] != net[i] {
+            return false;
+        }
+        i += 1;
+    }
+    true
+}
+
+/// Whether the socket's cgroup (v2, recorded at socket creation, so this holds in softirq
+/// context where `current` is unrelated) is the filter's cgroup or below it.
+#[inline(always)]
+fn in_cgroup(sk: u64) -> bool {
+    let cgrp: u64 = read(sk, conf!(sock.cgroup));
+    if cgrp == 0 {
+        return false;
+    }
+    let level: i32 = read(cgrp, conf!(sock.cgroup_level));
+    let want_level = conf!(filter.cgroup_level);
+    if level < want_level as i32 {
+        return false;
+    }
+    let slot = conf!(sock.cgroup_ancestors) + 8 * want_level;
+    let id: u64 = if has_flag(config_flags::CGROUP_ANCESTOR_PTRS) {
+        let ancestor: u64 = read(cgrp, slot);
+        let kn: u64 = read(ancestor, conf!(sock.cgroup_kn));
+        read(kn, conf!(sock.kernfs_id))
+    } else {
+        read(cgrp, slot)
+    };
+    id == conf!(filter.cgroup_id)
+}
+
+/// Whether the flow's current algorithm passes the `--cc` filter (it can change mid-flow).
+#[inline(always)]
+pub fn cc_passes(cc: &[u8; CC_NAME_LEN]) -> bool {
+    if conf!(filter.flags) & filter_flags::CC == 0 {
+        return true;
+    }
+    let want = conf!(filter.cc);
+    let mut i = 0;
+    while i < CC_NAME_LEN {
+        if cc[i] != want[i] {
+            return false;
+        }
+        if cc[i] == 0 {
+            break;
+        }
+        i += 1;
+    }
+    true
+}

@@ -1,0 +1,112 @@
+//! bbrscope's kernel programs: raw tracepoints on the TCP stack that keep per-flow state in a map
+//! and ship bounded samples and discrete events through one ring buffer.
+//!
+//! Raw tracepoints rather than the classic ones: they receive the tracepoint's C arguments (the
+//! socket pointer first) on every kernel since 4.17, and the kernel skips formatting a trace
+//! record, which matters on tcp_probe (it fires for every incoming segment).
+#![no_std]
+#![no_main]
+
+mod config;
+mod flow;
+mod records;
+mod sock;
+
+use aya_ebpf::{helpers::bpf_ktime_get_ns, macros::raw_tracepoint, programs::RawTracePointContext};
+use bbrscope_common::{config_flags, counter, kind};
+
+use crate::{
+    config::has_flag,
+    flow::{Status, count},
+};
+
+const TCP_ESTABLISHED: i32 = 1;
+const TCP_CLOSE: i32 = 7;
+
+/// Every incoming segment on an established socket. The hot path: one map lookup and a clock
+/// read unless this flow's sample is due.
+#[raw_tracepoint(tracepoint = "tcp_probe")]
+pub fn tcp_probe(ctx: RawTracePointContext) -> i32 {
+    count(counter::PROBE_EVENTS);
+    let sk: u64 = ctx.arg(0);
+    let now = unsafe { bpf_ktime_get_ns() };
+    let Some(st) = flow::get_or_create(sk, now) else {
+        return 0;
+    };
+    if st.status == Status::Rejected as u8 {
+        return 0;
+    }
+    st.acks = st.acks.wrapping_add(1);
+    if has_flag(config_flags::POLL_CA_STATE) {
+        let state = sock::ca_state(sk);
+        if state != st.ca_state {
+            records::cong_state(sk, st, state, now);
+        }
+    }
+    if now < st.next_sample_ns {
+        return 0;
+    }
+    st.next_sample_ns = now + config::interval_ns();
+    records::sample(kind::SAMPLE, sk, st, now);
+    0
+}
+
+/// `tcp_retransmit_skb(sk, skb[, err])`: one record per retransmission, capped per interval.
+#[raw_tracepoint(tracepoint = "tcp_retransmit_skb")]
+pub fn tcp_retransmit_skb(ctx: RawTracePointContext) -> i32 {
+    // Since 2025 the tracepoint also fires for failed attempts, which never reached the wire.
+    if has_flag(config_flags::RETRANS_HAS_ERR) && ctx.arg::<i32>(2) != 0 {
+        return 0;
+    }
+    let sk: u64 = ctx.arg(0);
+    let Some(st) = flow::get(sk) else {
+        return 0;
+    };
+    records::retransmit(sk, st, unsafe { bpf_ktime_get_ns() });
+    0
+}
+
+/// `tcp_cong_state_set(sk, ca_state)` (6.2+): fires before the socket's state is updated.
+#[raw_tracepoint(tracepoint = "tcp_cong_state_set")]
+pub fn tcp_cong_state_set(ctx: RawTracePointContext) -> i32 {
+    let sk: u64 = ctx.arg(0);
+    let state = ctx.arg::<u64>(1) as u8;
+    let Some(st) = flow::get(sk) else {
+        return 0;
+    };
+    if state != st.ca_state {
+        records::cong_state(sk, st, state, unsafe { bpf_ktime_get_ns() });
+    }
+    0
+}
+
+/// `inet_sock_set_state(sk, oldstate, newstate)`: final sample at close, and forgetting stale
+/// state when a socket address is reused for a new connection.
+#[raw_tracepoint(tracepoint = "inet_sock_set_state")]
+pub fn inet_sock_set_state(ctx: RawTracePointContext) -> i32 {
+    let sk: u64 = ctx.arg(0);
+    let new_state = ctx.arg::<u64>(2) as i32;
+    if new_state == TCP_ESTABLISHED {
+        flow::forget(sk);
+    } else if new_state == TCP_CLOSE {
+        if let Some(st) = flow::get(sk) {
+            if st.announced != 0 {
+                records::sample(kind::CLOSE, sk, st, unsafe { bpf_ktime_get_ns() });
+                count(counter::CLOSES);
+            }
+            flow::forget(sk);
+        }
+    }
+    0
+}
+
+#[cfg(not(test))]
+#[panic_handler]
+fn panic(_info: &core::panic::PanicInfo) -> ! {
+    loop {}
+}
+
+// GPL-compatible: bpf_probe_read_kernel and the ring buffer helpers are GPL-only.
+#[unsafe(link_section = "license")]
+#[unsafe(no_mangle)]
+static LICENSE: [u8; 13] = *b"Dual MIT/GPL\0";

@@ -1,0 +1,148 @@
+//! Building ring-buffer records. Records are reserved in the ring and filled in place, so a
+//! sample (about 500 bytes) never touches the 512-byte BPF stack.
+
+use core::ffi::c_void;
+
+use aya_ebpf::{
+    helpers::{bpf_probe_read_kernel_buf, generated::bpf_probe_read_kernel},
+    macros::map,
+    maps::RingBuf,
+};
+use bbrscope_common::{
+    CC_NAME_LEN, CongState, FLAG_FIRST, MAX_FIELDS, RecordHeader, Retransmit, Sample,
+    config_flags, counter, kind,
+};
+
+use crate::{
+    config::{conf, has_flag},
+    flow::{FlowState, Status, cc_passes, count},
+    sock::{self, read},
+};
+
+/// Size is set by userspace (`--ring-size`).
+#[map]
+static EVENTS: RingBuf = RingBuf::with_byte_size(1 << 20, 0);
+
+#[inline(always)]
+fn fill_header(h: &mut RecordHeader, kind: u8, st: &FlowState, ca_state: u8, now: u64) {
+    h.kind = kind;
+    h.flags = if st.announced == 0 { FLAG_FIRST } else { 0 };
+    h.family = st.family;
+    h.ca_state = ca_state;
+    h.sport = st.sport;
+    h.dport = st.dport;
+    h.flow_id = st.id;
+    h.ts_ns = now;
+    h.saddr = st.saddr;
+    h.daddr = st.daddr;
+}
+
+/// A periodic sample (`kind::SAMPLE`) or the final one (`kind::CLOSE`).
+#[inline(never)]
+pub fn sample(kind: u8, sk: u64, st: &mut FlowState, now: u64) {
+    let mut cc = [0u8; CC_NAME_LEN];
+    sock::cc_name(sk, &mut cc);
+    if !cc_passes(&cc) {
+        return;
+    }
+    let bytes_acked: u64 = read(sk, conf!(sock.bytes_acked));
+    let sending = bytes_acked != st.last_bytes_acked;
+    st.last_bytes_acked = bytes_acked;
+    if kind == kind::SAMPLE && !sending && !has_flag(config_flags::RECEIVERS) {
+        st.acks = 0;
+        return;
+    }
+    let Some(mut entry) = EVENTS.reserve::<Sample>(0) else {
+        count(counter::RING_FULL);
+        return;
+    };
+    let s = entry.as_mut_ptr();
+    unsafe {
+        fill_header(&mut (*s).hdr, kind, st, sock::ca_state(sk), now);
+        (*s).cc = cc;
+        (*s).acks = st.acks;
+        (*s).retrans_coalesced = st.retrans_coalesced;
+        let mut i = 0;
+        while i < MAX_FIELDS {
+            let f = conf!(fields[i]);
+            let dst = &raw mut (*s).vals[i];
+            *dst = 0;
+            if f.len > 0 && f.len <= 8 {
+                bpf_probe_read_kernel(dst as *mut c_void, f.len, (sk + f.off as u64) as *const c_void);
+            }
+            i += 1;
+        }
+        let priv_ptr = (sk + conf!(sock.ca_priv) as u64) as *const u8;
+        if bpf_probe_read_kernel_buf(priv_ptr, &mut (*s).ca_priv).is_err() {
+            (*s).ca_priv = [0; bbrscope_common::CA_PRIV_LEN];
+        }
+    }
+    entry.submit(0);
+    st.announced = 1;
+    st.acks = 0;
+    st.retrans_records = 0;
+    st.retrans_coalesced = 0;
+    count(counter::SAMPLES);
+}
+
+#[inline(always)]
+fn announced(st: &FlowState) -> bool {
+    st.status == Status::Passed as u8 && st.announced != 0
+}
+
+/// One record per retransmission with the segments it added to `total_retrans`; past
+/// `retrans_per_interval` records in one sample interval, only counted (and reported in the next
+/// sample) so that heavy loss cannot flood the ring.
+#[inline(always)]
+pub fn retransmit(sk: u64, st: &mut FlowState, now: u64) {
+    let total: u32 = read(sk, conf!(sock.total_retrans));
+    let segs = total.wrapping_sub(st.last_total_retrans);
+    st.last_total_retrans = total;
+    if !announced(st) {
+        return;
+    }
+    if st.retrans_records >= conf!(retrans_per_interval) {
+        st.retrans_coalesced += 1;
+        count(counter::RETRANS_COALESCED);
+        return;
+    }
+    st.retrans_records += 1;
+    let Some(mut entry) = EVENTS.reserve::<Retransmit>(0) else {
+        count(counter::RING_FULL);
+        return;
+    };
+    let r = entry.as_mut_ptr();
+    unsafe {
+        fill_header(&mut (*r).hdr, kind::RETRANSMIT, st, sock::ca_state(sk), now);
+        (*r).segs = segs;
+        (*r).total_retrans = total;
+        (*r).snd_cwnd = read(sk, conf!(sock.snd_cwnd));
+        (*r).snd_ssthresh = read(sk, conf!(sock.snd_ssthresh));
+    }
+    entry.submit(0);
+    count(counter::RETRANSMITS);
+}
+
+#[inline(always)]
+pub fn cong_state(sk: u64, st: &mut FlowState, new: u8, now: u64) {
+    let old = st.ca_state;
+    st.ca_state = new;
+    if !announced(st) {
+        return;
+    }
+    let Some(mut entry) = EVENTS.reserve::<CongState>(0) else {
+        count(counter::RING_FULL);
+        return;
+    };
+    let c = entry.as_mut_ptr();
+    unsafe {
+        fill_header(&mut (*c).hdr, kind::CONG_STATE, st, new, now);
+        (*c).old = old;
+        (*c).new = new;
+        (*c)._pad = [0; 6];
+        (*c).snd_cwnd = read(sk, conf!(sock.snd_cwnd));
+        (*c).snd_ssthresh = read(sk, conf!(sock.snd_ssthresh));
+    }
+    entry.submit(0);
+    count(counter::CONG_STATES);
+}

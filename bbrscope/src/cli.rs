@@ -1,0 +1,149 @@
+//! Command-line interface.
+
+use std::{path::PathBuf, time::Duration};
+
+use anyhow::Result;
+use clap::{Args, Parser, Subcommand};
+
+use crate::{
+    filter::{FilterSpec, Net},
+    kernel::loader::Options,
+};
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "bbrscope",
+    version,
+    about = "Live TCP congestion-control observer (eBPF): see what CUBIC and BBR are doing to your flows",
+    long_about = "Live TCP congestion-control observer (eBPF): see what CUBIC and BBR are doing to \
+                  your flows.\n\nbbrscope attaches to the kernel's TCP tracepoints and reports, per \
+                  flow, the congestion window, RTT, pacing and delivery rate, retransmits, the \
+                  congestion state and the algorithm's internals. Needs root (or CAP_BPF and \
+                  CAP_PERFMON) and a kernel with BTF.",
+    after_help = "Units follow `ss -tin`: windows in packets, rates in bits per second, RTTs in microseconds.\nSet NO_COLOR to disable colours."
+)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Option<Command>,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Stream per-flow events as newline-delimited JSON (see docs/stream.md)
+    Stream(StreamArgs),
+}
+
+/// Which flows to watch. All given filters must match; they run in the kernel.
+#[derive(Debug, Args, Clone)]
+pub struct FilterArgs {
+    /// Only flows with this local or remote port
+    #[arg(long, value_name = "PORT")]
+    pub port: Option<u16>,
+    /// Only flows with the local or remote address in this range (e.g. 10.0.0.0/8, 2001:db8::/32, 192.0.2.7)
+    #[arg(long, value_name = "CIDR")]
+    pub addr: Option<Net>,
+    /// Only sockets created in this cgroup v2 directory or below it
+    #[arg(long, value_name = "PATH")]
+    pub cgroup: Option<PathBuf>,
+    /// Only flows using this congestion-control algorithm (e.g. cubic, bbr)
+    #[arg(long, value_name = "NAME")]
+    pub cc: Option<String>,
+}
+
+#[derive(Debug, Args, Clone)]
+pub struct ObserveArgs {
+    #[command(flatten)]
+    pub filter: FilterArgs,
+    /// Sample period per flow, in milliseconds; losses and state changes are reported as they happen
+    #[arg(long, value_name = "MS", default_value_t = 100, value_parser = clap::value_parser!(u64).range(1..=60_000))]
+    pub interval: u64,
+    /// Also report flows that only receive data (by default only flows that send)
+    #[arg(long)]
+    pub receivers: bool,
+    /// Flows tracked in the kernel at once (least recently active are evicted beyond this)
+    #[arg(long, value_name = "N", default_value_t = 16384, value_parser = clap::value_parser!(u32).range(16..=4_194_304))]
+    pub max_flows: u32,
+    /// Ring buffer between kernel and bbrscope: a power of two from 4K (e.g. 512K, 4M, 64M)
+    #[arg(long, value_name = "BYTES", default_value = "4M", value_parser = parse_ring_size)]
+    pub ring_size: u32,
+}
+
+impl ObserveArgs {
+    /// Validates the filters against the running system and builds loader options.
+    pub fn options(&self) -> Result<Options> {
+        let f = &self.filter;
+        Ok(Options {
+            interval: Duration::from_millis(self.interval),
+            receivers: self.receivers,
+            filter: FilterSpec::new(f.port, f.addr, f.cgroup.as_deref(), f.cc.as_deref())?,
+            max_flows: self.max_flows,
+            ring_bytes: self.ring_size,
+            ..Options::default()
+        })
+    }
+}
+
+#[derive(Debug, Args)]
+pub struct StreamArgs {
+    #[command(flatten)]
+    pub observe: ObserveArgs,
+    /// Stop after this many seconds (default: run until interrupted)
+    #[arg(long, value_name = "SECS", value_parser = parse_positive_secs)]
+    pub duration: Option<Duration>,
+    /// Seconds between `stats` records; 0 turns them off
+    #[arg(long, value_name = "SECS", default_value_t = 1.0)]
+    pub stats_interval: f64,
+}
+
+fn parse_positive_secs(s: &str) -> Result<Duration, String> {
+    let v: f64 = s.parse().map_err(|_| format!("'{s}' is not a number of seconds (e.g. 10 or 0.5)"))?;
+    if !(v > 0.0 && v.is_finite()) {
+        return Err(format!("'{s}' must be a positive number of seconds"));
+    }
+    Ok(Duration::from_secs_f64(v))
+}
+
+/// A size with an optional K/M/G suffix (powers of 1024).
+pub fn parse_ring_size(s: &str) -> Result<u32, String> {
+    let bad = || format!("'{s}' is not a size: use a power of two from 4K to 1G, e.g. 512K or 4M");
+    let (digits, mult) = match s.trim().to_ascii_uppercase() {
+        t if t.ends_with('K') => (t[..t.len() - 1].to_string(), 1u64 << 10),
+        t if t.ends_with('M') => (t[..t.len() - 1].to_string(), 1 << 20),
+        t if t.ends_with('G') => (t[..t.len() - 1].to_string(), 1 << 30),
+        t => (t, 1),
+    };
+    let n = digits.parse::<u64>().map_err(|_| bad())? * mult;
+    if !(4096..=1 << 30).contains(&n) || !n.is_power_of_two() {
+        return Err(bad());
+    }
+    Ok(n as u32)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::CommandFactory;
+
+    #[test]
+    fn cli_is_well_formed() {
+        Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn ring_sizes() {
+        assert_eq!(parse_ring_size("4M"), Ok(4 << 20));
+        assert_eq!(parse_ring_size("512k"), Ok(512 << 10));
+        assert_eq!(parse_ring_size("4096"), Ok(4096));
+        assert!(parse_ring_size("3M").is_err());
+        assert!(parse_ring_size("1K").is_err());
+        assert!(parse_ring_size("lots").is_err());
+    }
+
+    #[test]
+    fn durations() {
+        assert_eq!(parse_positive_secs("1.5"), Ok(Duration::from_millis(1500)));
+        assert!(parse_positive_secs("0").is_err());
+        assert!(parse_positive_secs("-3").is_err());
+        assert!(parse_positive_secs("soon").is_err());
+    }
+}

@@ -1,0 +1,355 @@
+//! Decoding ring-buffer records into typed events, in the units `ss -tin` uses: packets for
+//! windows, bits per second for rates, microseconds for RTTs.
+
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
+
+use bbrscope_common::{
+    CA_PRIV_LEN, CC_NAME_LEN, CongState, FLAG_FIRST, MAX_FIELDS, RecordHeader, Retransmit, Sample, kind,
+};
+use serde::Serialize;
+
+use crate::kernel::layout::{Field, Layout};
+
+/// `TCP_INFINITE_SSTHRESH`: ssthresh before the first loss.
+const INFINITE_SSTHRESH: u64 = 0x7fff_ffff;
+/// BBR keeps bandwidth in packets per microsecond scaled by 2^24 (`BW_SCALE`).
+const BBR_BW_SCALE: u32 = 24;
+/// BBR gains are fixed point with 1.0 = 256 (`BBR_UNIT`).
+const BBR_UNIT: f64 = 256.0;
+
+/// The TCP congestion state machine (`enum tcp_ca_state`, uapi linux/tcp.h).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum CaState {
+    Open,
+    Disorder,
+    Cwr,
+    Recovery,
+    Loss,
+    Unknown,
+}
+
+impl CaState {
+    pub fn from_raw(v: u8) -> Self {
+        match v {
+            0 => CaState::Open,
+            1 => CaState::Disorder,
+            2 => CaState::Cwr,
+            3 => CaState::Recovery,
+            4 => CaState::Loss,
+            _ => CaState::Unknown,
+        }
+    }
+
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            CaState::Open => "open",
+            CaState::Disorder => "disorder",
+            CaState::Cwr => "cwr",
+            CaState::Recovery => "recovery",
+            CaState::Loss => "loss",
+            CaState::Unknown => "unknown",
+        }
+    }
+}
+
+/// What every flow record carries.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Head {
+    /// bbrscope's flow id (`cookie` in JSON).
+    pub flow: u64,
+    /// CLOCK_MONOTONIC nanoseconds.
+    pub ts_ns: u64,
+    pub src: SocketAddr,
+    pub dst: SocketAddr,
+    pub ca_state: CaState,
+    /// The first record of this flow bbrscope has received.
+    pub first: bool,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Bbr {
+    pub mode: Option<String>,
+    pub bw_bps: Option<u64>,
+    pub min_rtt_us: Option<u32>,
+    pub pacing_gain: Option<f64>,
+    pub cwnd_gain: Option<f64>,
+    pub full_bw_reached: Option<bool>,
+    pub cycle_idx: Option<u32>,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Cubic {
+    /// W_max: cwnd (packets) before the last reduction.
+    pub w_max: Option<u32>,
+}
+
+/// The flow's state read from its socket. `None` where this kernel lacks the field.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Metrics {
+    pub cwnd: Option<u32>,
+    /// `None` until the first loss ("infinite" in the kernel).
+    pub ssthresh: Option<u32>,
+    pub srtt_us: Option<u32>,
+    pub rttvar_us: Option<u32>,
+    pub min_rtt_us: Option<u32>,
+    pub pacing_rate_bps: Option<u64>,
+    pub delivery_rate_bps: Option<u64>,
+    pub delivery_app_limited: Option<bool>,
+    pub bytes_acked: Option<u64>,
+    pub bytes_sent: Option<u64>,
+    pub bytes_retrans: Option<u64>,
+    pub bytes_received: Option<u64>,
+    pub retrans_total: Option<u32>,
+    pub data_segs_out: Option<u32>,
+    /// Packets sent and not yet cumulatively acked (`unacked` in ss).
+    pub unacked: Option<u32>,
+    /// Packets believed in the network (`tcp_packets_in_flight`).
+    pub in_flight: Option<u32>,
+    pub lost: Option<u32>,
+    pub sacked: Option<u32>,
+    pub retrans_out: Option<u32>,
+    pub delivered: Option<u32>,
+    pub mss: Option<u32>,
+    /// The peer's advertised receive window, bytes.
+    pub snd_wnd: Option<u32>,
+    pub bbr: Option<Bbr>,
+    pub cubic: Option<Cubic>,
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub struct SampleEvent {
+    pub head: Head,
+    /// The final sample, as the socket closes.
+    pub closing: bool,
+    pub cc: String,
+    /// Incoming segments since the previous sample.
+    pub acks: u32,
+    /// Retransmit events folded into this sample by the per-interval cap.
+    pub retrans_coalesced: u32,
+    pub metrics: Metrics,
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub struct RetransmitEvent {
+    pub head: Head,
+    pub segs: u32,
+    pub retrans_total: u32,
+    pub cwnd: u32,
+    pub ssthresh: Option<u32>,
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub struct CongStateEvent {
+    pub head: Head,
+    pub from: CaState,
+    pub to: CaState,
+    pub cwnd: u32,
+    pub ssthresh: Option<u32>,
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub enum Event {
+    Sample(Box<SampleEvent>),
+    Retransmit(RetransmitEvent),
+    CongState(CongStateEvent),
+}
+
+impl Event {
+    pub fn head(&self) -> &Head {
+        match self {
+            Event::Sample(s) => &s.head,
+            Event::Retransmit(r) => &r.head,
+            Event::CongState(c) => &c.head,
+        }
+    }
+}
+
+fn ssthresh(raw: u64) -> Option<u32> {
+    (raw < INFINITE_SSTHRESH).then_some(raw as u32)
+}
+
+fn addr(family: u8, bytes: [u8; 16], port: u16) -> SocketAddr {
+    let v6 = Ipv6Addr::from(bytes);
+    // IPv4 sockets are stored IPv4-mapped; so are IPv4 peers of dual-stack IPv6 sockets. Both
+    // are shown as the IPv4 address people know them by.
+    let ip = match v6.to_ipv4_mapped() {
+        Some(v4) => IpAddr::V4(v4),
+        None if family == 2 => IpAddr::V4(Ipv4Addr::UNSPECIFIED),
+        None => IpAddr::V6(v6),
+    };
+    SocketAddr::new(ip, port)
+}
+
+fn head(h: &RecordHeader) -> Head {
+    Head {
+        flow: h.flow_id,
+        ts_ns: h.ts_ns,
+        src: addr(h.family, h.saddr, h.sport),
+        dst: addr(h.family, h.daddr, h.dport),
+        ca_state: CaState::from_raw(h.ca_state),
+        first: h.flags & FLAG_FIRST != 0,
+    }
+}
+
+fn read<T: Copy>(bytes: &[u8]) -> Option<T> {
+    (bytes.len() >= size_of::<T>()).then(|| unsafe { std::ptr::read_unaligned(bytes.as_ptr().cast::<T>()) })
+}
+
+fn cc_name(raw: &[u8; CC_NAME_LEN]) -> String {
+    let end = raw.iter().position(|&b| b == 0).unwrap_or(CC_NAME_LEN);
+    String::from_utf8_lossy(&raw[..end]).into_owned()
+}
+
+/// Decodes records using the layout the programs were loaded with.
+pub struct Decoder<'a> {
+    pub layout: &'a Layout,
+}
+
+impl Decoder<'_> {
+    /// `None` for records this version does not know (or truncated ones).
+    pub fn decode(&self, bytes: &[u8]) -> Option<Event> {
+        match *bytes.first()? {
+            kind::SAMPLE | kind::CLOSE => {
+                let s: Sample = read(bytes)?;
+                let cc = cc_name(&s.cc);
+                let metrics = self.metrics(&s.vals, &cc, &s.ca_priv);
+                Some(Event::Sample(Box::new(SampleEvent {
+                    head: head(&s.hdr),
+                    closing: s.hdr.kind == kind::CLOSE,
+                    cc,
+                    acks: s.acks,
+                    retrans_coalesced: s.retrans_coalesced,
+                    metrics,
+                })))
+            }
+            kind::RETRANSMIT => {
+                let r: Retransmit = read(bytes)?;
+                Some(Event::Retransmit(RetransmitEvent {
+                    head: head(&r.hdr),
+                    segs: r.segs,
+                    retrans_total: r.total_retrans,
+                    cwnd: r.snd_cwnd,
+                    ssthresh: ssthresh(r.snd_ssthresh as u64),
+                }))
+            }
+            kind::CONG_STATE => {
+                let c: CongState = read(bytes)?;
+                Some(Event::CongState(CongStateEvent {
+                    head: head(&c.hdr),
+                    from: CaState::from_raw(c.old),
+                    to: CaState::from_raw(c.new),
+                    cwnd: c.snd_cwnd,
+                    ssthresh: ssthresh(c.snd_ssthresh as u64),
+                }))
+            }
+            _ => None,
+        }
+    }
+
+    fn metrics(&self, vals: &[u64; MAX_FIELDS], cc: &str, ca_priv: &[u8; CA_PRIV_LEN]) -> Metrics {
+        let g = |f: Field| self.layout.get(vals, f);
+        let g32 = |f: Field| g(f).map(|v| v as u32);
+        let mss = g32(Field::MssCache);
+        let delivery_rate_bps = match (g(Field::RateDelivered), g(Field::RateIntervalUs), mss) {
+            (Some(d), Some(i), Some(mss)) if i > 0 => Some(d * mss as u64 * 8_000_000 / i),
+            (Some(_), Some(_), Some(_)) => Some(0),
+            _ => None,
+        };
+        let (unacked, sacked, lost, retrans_out) =
+            (g32(Field::PacketsOut), g32(Field::SackedOut), g32(Field::LostOut), g32(Field::RetransOut));
+        let in_flight = match (unacked, sacked, lost, retrans_out) {
+            (Some(p), Some(s), Some(l), Some(r)) => Some(p.saturating_sub(s + l) + r),
+            _ => None,
+        };
+        Metrics {
+            cwnd: g32(Field::SndCwnd),
+            ssthresh: g(Field::SndSsthresh).and_then(ssthresh),
+            srtt_us: g32(Field::SrttUs).map(|v| v >> 3),
+            rttvar_us: g32(Field::MdevUs).map(|v| v >> 2),
+            min_rtt_us: g32(Field::MinRttUs).filter(|&v| v != u32::MAX),
+            // ~0 means "no pacing limit".
+            pacing_rate_bps: g(Field::PacingRate).filter(|&v| v != u64::MAX && v != u32::MAX as u64).map(|v| v * 8),
+            delivery_rate_bps,
+            delivery_app_limited: g(Field::RateAppLimited).map(|v| v != 0),
+            bytes_acked: g(Field::BytesAcked),
+            bytes_sent: g(Field::BytesSent),
+            bytes_retrans: g(Field::BytesRetrans),
+            bytes_received: g(Field::BytesReceived),
+            retrans_total: g32(Field::TotalRetrans),
+            data_segs_out: g32(Field::DataSegsOut),
+            unacked,
+            in_flight,
+            lost,
+            sacked,
+            retrans_out,
+            delivered: g32(Field::Delivered),
+            mss,
+            snd_wnd: g32(Field::SndWnd),
+            bbr: (cc == "bbr").then(|| self.bbr(ca_priv, mss)).flatten(),
+            cubic: (cc == "cubic").then(|| self.cubic(ca_priv)).flatten(),
+        }
+    }
+
+    fn bbr(&self, ca_priv: &[u8; CA_PRIV_LEN], mss: Option<u32>) -> Option<Bbr> {
+        let l = self.layout.bbr.as_ref()?;
+        let r = |f: &Option<crate::kernel::layout::PrivField>| f.as_ref().and_then(|f| f.read(ca_priv));
+        let mode = r(&l.mode).map(|m| {
+            l.mode_names
+                .iter()
+                .find(|(v, _)| *v == m as i64)
+                .map(|(_, n)| n.clone())
+                .unwrap_or_else(|| format!("mode_{m}"))
+        });
+        let bw_bps = match (r(&l.bw), mss) {
+            (Some(bw), Some(mss)) => Some(((bw as u128 * mss as u128 * 8_000_000) >> BBR_BW_SCALE) as u64),
+            _ => None,
+        };
+        Some(Bbr {
+            mode,
+            bw_bps,
+            min_rtt_us: r(&l.min_rtt_us).map(|v| v as u32),
+            pacing_gain: r(&l.pacing_gain).map(|v| v as f64 / BBR_UNIT),
+            cwnd_gain: r(&l.cwnd_gain).map(|v| v as f64 / BBR_UNIT),
+            full_bw_reached: r(&l.full_bw_reached).map(|v| v != 0),
+            cycle_idx: r(&l.cycle_idx).map(|v| v as u32),
+        })
+    }
+
+    fn cubic(&self, ca_priv: &[u8; CA_PRIV_LEN]) -> Option<Cubic> {
+        let l = self.layout.cubic.as_ref()?;
+        Some(Cubic { w_max: l.last_max_cwnd.and_then(|f| f.read(ca_priv)).map(|v| v as u32) })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn addresses_show_ipv4_for_mapped() {
+        let mut b = [0u8; 16];
+        b[10] = 0xff;
+        b[11] = 0xff;
+        b[12..].copy_from_slice(&[127, 0, 0, 1]);
+        assert_eq!(addr(2, b, 80).to_string(), "127.0.0.1:80");
+        assert_eq!(addr(10, b, 80).to_string(), "127.0.0.1:80");
+        let v6: [u8; 16] = "2001:db8::1".parse::<Ipv6Addr>().unwrap().octets();
+        assert_eq!(addr(10, v6, 443).to_string(), "[2001:db8::1]:443");
+    }
+
+    #[test]
+    fn infinite_ssthresh_is_none() {
+        assert_eq!(ssthresh(0x7fff_ffff), None);
+        assert_eq!(ssthresh(42), Some(42));
+    }
+
+    #[test]
+    fn unknown_or_short_records_are_skipped() {
+        let layout = crate::kernel::layout::tests_support::layout();
+        let d = Decoder { layout: &layout };
+        assert_eq!(d.decode(&[]), None);
+        assert_eq!(d.decode(&[99, 0, 0]), None);
+        assert_eq!(d.decode(&[kind::SAMPLE, 0, 0]), None);
+    }
+}

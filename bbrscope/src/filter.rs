@@ -1,0 +1,94 @@
+//! What the user asked to see (`--port`, `--addr`, `--cgroup`, `--cc`), validated against the
+//! running system before anything is loaded.
+
+use std::{net::IpAddr, path::Path};
+
+use anyhow::Result;
+use ipnet::IpNet;
+
+use crate::{
+    error::usage,
+    sys::{cc, cgroup},
+};
+
+#[derive(Clone, Debug, Default)]
+pub struct FilterSpec {
+    pub port: Option<u16>,
+    pub net: Option<Net>,
+    pub cgroup: Option<cgroup::Cgroup>,
+    pub cc: Option<String>,
+}
+
+impl FilterSpec {
+    pub fn new(port: Option<u16>, net: Option<Net>, cgroup: Option<&Path>, cc: Option<&str>) -> Result<Self> {
+        let cgroup = cgroup.map(cgroup::resolve).transpose()?;
+        let cc = cc.map(validate_cc).transpose()?;
+        Ok(FilterSpec { port, net, cgroup, cc })
+    }
+}
+
+fn validate_cc(name: &str) -> Result<String> {
+    let available = cc::available()?;
+    if !available.iter().any(|a| a == name) {
+        usage!("--cc {name}: not an available algorithm (available: {})", available.join(", "));
+    }
+    Ok(name.to_string())
+}
+
+/// An address range matched against either end of a flow.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Net(pub IpNet);
+
+impl std::str::FromStr for Net {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        if let Ok(net) = s.parse::<IpNet>() {
+            return Ok(Net(net.trunc()));
+        }
+        if let Ok(ip) = s.parse::<IpAddr>() {
+            return Ok(Net(IpNet::from(ip)));
+        }
+        Err(format!("'{s}' is not an address or CIDR range (e.g. 10.0.0.0/8, 2001:db8::/32, 192.0.2.7)"))
+    }
+}
+
+impl Net {
+    /// The range as IPv6 (IPv4 as IPv4-mapped) network and mask bytes, the form the kernel
+    /// filter compares.
+    pub fn mapped_net_and_mask(&self) -> ([u8; 16], [u8; 16]) {
+        let (addr, prefix) = match self.0 {
+            IpNet::V4(n) => (n.network().to_ipv6_mapped().octets(), 96 + n.prefix_len() as u32),
+            IpNet::V6(n) => (n.network().octets(), n.prefix_len() as u32),
+        };
+        let mask_bits: u128 = if prefix == 0 { 0 } else { u128::MAX << (128 - prefix) };
+        let mask = mask_bits.to_be_bytes();
+        let mut net = [0u8; 16];
+        for i in 0..16 {
+            net[i] = addr[i] & mask[i];
+        }
+        (net, mask)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_cidr_and_bare_addresses() {
+        assert_eq!("10.1.2.3/8".parse::<Net>().unwrap().0.to_string(), "10.0.0.0/8");
+        assert_eq!("192.0.2.7".parse::<Net>().unwrap().0.to_string(), "192.0.2.7/32");
+        assert_eq!("2001:db8::1".parse::<Net>().unwrap().0.to_string(), "2001:db8::1/128");
+        assert!("10.0.0.0/33".parse::<Net>().is_err());
+        assert!("example.com".parse::<Net>().is_err());
+    }
+
+    #[test]
+    fn ipv4_ranges_become_mapped_ipv6() {
+        let (net, mask) = "127.0.0.0/8".parse::<Net>().unwrap().mapped_net_and_mask();
+        assert_eq!(net, [0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff, 127, 0, 0, 0]);
+        assert_eq!(mask, [0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0, 0, 0]);
+        let (_, mask) = "::/0".parse::<Net>().unwrap().mapped_net_and_mask();
+        assert_eq!(mask, [0; 16]);
+    }
+}

@@ -1,0 +1,218 @@
+//! The userspace flow table: what is known about each flow, derived rates, and (for the
+//! dashboard) a bounded history. Every sink reads flows through it.
+
+use std::{
+    collections::{HashMap, VecDeque},
+    net::SocketAddr,
+};
+
+use crate::event::{CaState, Event, Metrics};
+
+/// One point of a flow's history.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Point {
+    pub ts_ns: u64,
+    pub cwnd: Option<u32>,
+    pub ssthresh: Option<u32>,
+    pub srtt_us: Option<u32>,
+    pub min_rtt_us: Option<u32>,
+    pub pacing_rate_bps: Option<u64>,
+    pub delivery_rate_bps: Option<u64>,
+    pub throughput_bps: Option<u64>,
+    pub bbr_mode: Option<String>,
+}
+
+/// Discrete things that happened to a flow, for marking on a time axis.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Mark {
+    Retransmit { ts_ns: u64, segs: u32 },
+    State { ts_ns: u64, from: CaState, to: CaState },
+}
+
+impl Mark {
+    pub fn ts_ns(&self) -> u64 {
+        match self {
+            Mark::Retransmit { ts_ns, .. } | Mark::State { ts_ns, .. } => *ts_ns,
+        }
+    }
+}
+
+#[derive(Clone, Debug)]
+pub struct Flow {
+    pub id: u64,
+    pub src: SocketAddr,
+    pub dst: SocketAddr,
+    pub cc: String,
+    pub first_ns: u64,
+    pub last_ns: u64,
+    pub last_sample_ns: u64,
+    pub closed_ns: Option<u64>,
+    pub ca_state: CaState,
+    /// The latest sample's state.
+    pub metrics: Option<Metrics>,
+    /// bytes_acked at the first sample: goodput over the flow's life counts from here.
+    pub first_bytes_acked: Option<u64>,
+    /// Goodput between the last two samples (bits/s).
+    pub throughput_bps: Option<u64>,
+    pub retransmits: u64,
+    pub retrans_segs: u64,
+    pub state_changes: u64,
+    pub history: VecDeque<Point>,
+    pub marks: VecDeque<Mark>,
+}
+
+impl Flow {
+    /// Average goodput since bbrscope first saw the flow (bits/s).
+    pub fn mean_goodput_bps(&self) -> Option<u64> {
+        let acked = self.metrics.as_ref()?.bytes_acked? - self.first_bytes_acked?;
+        let dt = self.last_ns.checked_sub(self.first_ns).filter(|&d| d > 0)?;
+        Some((acked as u128 * 8 * 1_000_000_000 / dt as u128) as u64)
+    }
+
+    pub fn duration_ns(&self) -> u64 {
+        self.last_ns.saturating_sub(self.first_ns)
+    }
+}
+
+/// What applying an event changed, for sinks that print transitions.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Change {
+    /// First record of a flow: it is new to us.
+    Opened,
+    Updated,
+    Closed,
+    /// An event for a flow we never saw a first record for (its first record was dropped).
+    Unknown,
+}
+
+pub struct FlowTable {
+    flows: HashMap<u64, Flow>,
+    /// Points kept per flow (0: no history, as for `stream`).
+    history: usize,
+}
+
+impl FlowTable {
+    pub fn new(history: usize) -> Self {
+        FlowTable { flows: HashMap::new(), history }
+    }
+
+    pub fn get(&self, id: u64) -> Option<&Flow> {
+        self.flows.get(&id)
+    }
+
+    pub fn iter(&self) -> impl Iterator<Item = &Flow> {
+        self.flows.values()
+    }
+
+    pub fn len(&self) -> usize {
+        self.flows.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.flows.is_empty()
+    }
+
+    pub fn apply(&mut self, ev: &Event) -> Change {
+        let h = ev.head();
+        let mut change = Change::Updated;
+        if !self.flows.contains_key(&h.flow) {
+            let Event::Sample(s) = ev else { return Change::Unknown };
+            // A flow's first record is always a sample; if it was lost, the next sample still
+            // introduces the flow.
+            self.flows.insert(
+                h.flow,
+                Flow {
+                    id: h.flow,
+                    src: h.src,
+                    dst: h.dst,
+                    cc: s.cc.clone(),
+                    first_ns: h.ts_ns,
+                    last_ns: h.ts_ns,
+                    last_sample_ns: h.ts_ns,
+                    closed_ns: None,
+                    ca_state: h.ca_state,
+                    metrics: None,
+                    first_bytes_acked: s.metrics.bytes_acked,
+                    throughput_bps: None,
+                    retransmits: 0,
+                    retrans_segs: 0,
+                    state_changes: 0,
+                    history: VecDeque::new(),
+                    marks: VecDeque::new(),
+                },
+            );
+            change = Change::Opened;
+        }
+        let keep = self.history;
+        let flow = self.flows.get_mut(&h.flow).expect("inserted above");
+        flow.last_ns = flow.last_ns.max(h.ts_ns);
+        flow.ca_state = h.ca_state;
+        match ev {
+            Event::Sample(s) => {
+                if let (Some(prev), Some(now)) = (flow.metrics.as_ref(), s.metrics.bytes_acked) {
+                    flow.throughput_bps =
+                        rate(prev.bytes_acked, now, flow.last_sample_ns, h.ts_ns).or(flow.throughput_bps);
+                }
+                flow.last_sample_ns = h.ts_ns;
+                flow.cc.clone_from(&s.cc);
+                if keep > 0 {
+                    push_bounded(&mut flow.history, keep, point(h.ts_ns, &s.metrics, flow.throughput_bps));
+                }
+                flow.metrics = Some(s.metrics.clone());
+                if s.closing {
+                    flow.closed_ns = Some(h.ts_ns);
+                    change = Change::Closed;
+                }
+            }
+            Event::Retransmit(r) => {
+                flow.retransmits += 1;
+                flow.retrans_segs += r.segs as u64;
+                if keep > 0 {
+                    push_bounded(&mut flow.marks, keep, Mark::Retransmit { ts_ns: h.ts_ns, segs: r.segs });
+                }
+            }
+            Event::CongState(c) => {
+                flow.state_changes += 1;
+                if keep > 0 {
+                    push_bounded(&mut flow.marks, keep, Mark::State { ts_ns: h.ts_ns, from: c.from, to: c.to });
+                }
+            }
+        }
+        change
+    }
+
+    /// Forgets flows closed (or silent) before `cutoff_ns`.
+    pub fn prune(&mut self, closed_before_ns: u64, silent_before_ns: u64) {
+        self.flows.retain(|_, f| match f.closed_ns {
+            Some(c) => c >= closed_before_ns,
+            None => f.last_ns >= silent_before_ns,
+        });
+    }
+}
+
+fn rate(prev_bytes: Option<u64>, now_bytes: u64, prev_ns: u64, now_ns: u64) -> Option<u64> {
+    let dt = now_ns.checked_sub(prev_ns).filter(|&d| d > 0)?;
+    let db = now_bytes.checked_sub(prev_bytes?)?;
+    Some((db as u128 * 8 * 1_000_000_000 / dt as u128) as u64)
+}
+
+fn point(ts_ns: u64, m: &Metrics, throughput_bps: Option<u64>) -> Point {
+    Point {
+        ts_ns,
+        cwnd: m.cwnd,
+        ssthresh: m.ssthresh,
+        srtt_us: m.srtt_us,
+        min_rtt_us: m.min_rtt_us,
+        pacing_rate_bps: m.pacing_rate_bps,
+        delivery_rate_bps: m.delivery_rate_bps,
+        throughput_bps,
+        bbr_mode: m.bbr.as_ref().and_then(|b| b.mode.clone()),
+    }
+}
+
+fn push_bounded<T>(q: &mut VecDeque<T>, cap: usize, item: T) {
+    if q.len() == cap {
+        q.pop_front();
+    }
+    q.push_back(item);
+}

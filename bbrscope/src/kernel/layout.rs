@@ -1,0 +1,320 @@
+//! Turns the running kernel's BTF into the offsets the kernel programs read at, and remembers how
+//! to decode what they copy (bitfields, the congestion-control private area).
+
+use anyhow::{Result, bail};
+use bbrscope_common::{BitField, CA_PRIV_LEN, FieldSpec, MAX_FIELDS, SockLayout, config_flags};
+
+use super::btf::{Btf, Location};
+
+/// Socket fields copied into every sample. The discriminant is the slot in the sample's `vals`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Field {
+    SndCwnd,
+    SndSsthresh,
+    SrttUs,
+    MdevUs,
+    MinRttUs,
+    PacingRate,
+    BytesAcked,
+    BytesSent,
+    BytesRetrans,
+    BytesReceived,
+    TotalRetrans,
+    RetransOut,
+    LostOut,
+    PacketsOut,
+    SackedOut,
+    Delivered,
+    RateDelivered,
+    RateIntervalUs,
+    MssCache,
+    SndWnd,
+    RateAppLimited,
+    DataSegsOut,
+}
+
+/// Where each [`Field`] lives, as (struct, member path) in BTF. All of these structs start at the
+/// socket pointer (`tcp_sock` embeds `inet_connection_sock` embeds ... `sock`).
+const FIELDS: &[(Field, &str, &str)] = &[
+    (Field::SndCwnd, "tcp_sock", "snd_cwnd"),
+    (Field::SndSsthresh, "tcp_sock", "snd_ssthresh"),
+    (Field::SrttUs, "tcp_sock", "srtt_us"),
+    (Field::MdevUs, "tcp_sock", "mdev_us"),
+    (Field::MinRttUs, "tcp_sock", "rtt_min.s.v"),
+    (Field::PacingRate, "sock", "sk_pacing_rate"),
+    (Field::BytesAcked, "tcp_sock", "bytes_acked"),
+    (Field::BytesSent, "tcp_sock", "bytes_sent"),
+    (Field::BytesRetrans, "tcp_sock", "bytes_retrans"),
+    (Field::BytesReceived, "tcp_sock", "bytes_received"),
+    (Field::TotalRetrans, "tcp_sock", "total_retrans"),
+    (Field::RetransOut, "tcp_sock", "retrans_out"),
+    (Field::LostOut, "tcp_sock", "lost_out"),
+    (Field::PacketsOut, "tcp_sock", "packets_out"),
+    (Field::SackedOut, "tcp_sock", "sacked_out"),
+    (Field::Delivered, "tcp_sock", "delivered"),
+    (Field::RateDelivered, "tcp_sock", "rate_delivered"),
+    (Field::RateIntervalUs, "tcp_sock", "rate_interval_us"),
+    (Field::MssCache, "tcp_sock", "mss_cache"),
+    (Field::SndWnd, "tcp_sock", "snd_wnd"),
+    (Field::RateAppLimited, "tcp_sock", "rate_app_limited"),
+    (Field::DataSegsOut, "tcp_sock", "data_segs_out"),
+];
+
+/// How to get a value out of the bytes the kernel copied: shift and width in bits.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Extract {
+    pub shift: u32,
+    pub bits: u32,
+}
+
+impl Extract {
+    pub fn apply(&self, raw: u64) -> u64 {
+        let v = raw >> self.shift;
+        if self.bits >= 64 { v } else { v & ((1u64 << self.bits) - 1) }
+    }
+}
+
+/// Reads `bits` bits at `bit_offset` from `bytes`, little-endian as the kernel lays out
+/// bitfields on little-endian machines. Fields wider than 56 bits must be byte-aligned.
+pub fn bits_at(bytes: &[u8], bit_offset: u32, bits: u32) -> Option<u64> {
+    let start = (bit_offset / 8) as usize;
+    let shift = bit_offset % 8;
+    let len = (shift + bits).div_ceil(8) as usize;
+    if len > 8 {
+        return None;
+    }
+    let b = bytes.get(start..start + len)?;
+    let mut word = [0u8; 8];
+    word[..len].copy_from_slice(b);
+    Some(Extract { shift, bits }.apply(u64::from_le_bytes(word)))
+}
+
+/// A member of a congestion-control module's private state (inside `icsk_ca_priv`).
+#[derive(Clone, Copy, Debug)]
+pub struct PrivField {
+    pub bit_offset: u32,
+    pub bits: u32,
+}
+
+impl PrivField {
+    pub fn read(&self, ca_priv: &[u8; CA_PRIV_LEN]) -> Option<u64> {
+        bits_at(ca_priv, self.bit_offset, self.bits)
+    }
+}
+
+/// BBR's private state (`struct bbr` in net/ipv4/tcp_bbr.c), where the kernel has BTF for it.
+#[derive(Clone, Debug)]
+pub struct BbrLayout {
+    pub min_rtt_us: Option<PrivField>,
+    /// `bw` is a windowed max filter; its current value is `s[0].v`.
+    pub bw: Option<PrivField>,
+    pub mode: Option<PrivField>,
+    pub pacing_gain: Option<PrivField>,
+    pub cwnd_gain: Option<PrivField>,
+    pub full_bw_reached: Option<PrivField>,
+    pub cycle_idx: Option<PrivField>,
+    /// Enumerator names of `enum bbr_mode`, by value.
+    pub mode_names: Vec<(i64, String)>,
+}
+
+/// CUBIC's private state (`struct bictcp`): the window before the last reduction (W_max).
+#[derive(Clone, Debug)]
+pub struct CubicLayout {
+    pub last_max_cwnd: Option<PrivField>,
+}
+
+#[derive(Clone, Debug)]
+pub struct Layout {
+    pub sock: SockLayout,
+    pub fields: [FieldSpec; MAX_FIELDS],
+    extracts: [Option<Extract>; MAX_FIELDS],
+    /// `config_flags` bits the layout implies.
+    pub flags: u32,
+    /// The kernel can attribute sockets to cgroups (`sock_cgroup_data.cgroup`, 5.15+).
+    pub cgroup_filter: bool,
+    pub bbr: Option<BbrLayout>,
+    pub cubic: Option<CubicLayout>,
+    /// Sampled fields this kernel does not have (reported as null).
+    pub missing: Vec<String>,
+}
+
+fn byte_field(loc: Location) -> Option<(FieldSpec, Extract)> {
+    let shift = loc.bit_offset % 8;
+    let len = (shift + loc.bits).div_ceil(8);
+    (len <= 8).then_some((
+        FieldSpec { off: loc.bit_offset / 8, len },
+        Extract { shift, bits: loc.bits },
+    ))
+}
+
+impl Layout {
+    pub fn from_btf(btf: &Btf) -> Result<Self> {
+        let mut missing_required = Vec::new();
+        let mut req = |strukt: &str, path: &str| -> u32 {
+            match btf.member(strukt, path) {
+                Some(loc) => loc.byte_offset(),
+                None => {
+                    missing_required.push(format!("{strukt}.{path}"));
+                    0
+                }
+            }
+        };
+        let mut sock = SockLayout {
+            family: req("sock", "__sk_common.skc_family"),
+            num: req("sock", "__sk_common.skc_num"),
+            dport: req("sock", "__sk_common.skc_dport"),
+            daddr: req("sock", "__sk_common.skc_daddr"),
+            rcv_saddr: req("sock", "__sk_common.skc_rcv_saddr"),
+            v6_daddr: req("sock", "__sk_common.skc_v6_daddr"),
+            v6_rcv_saddr: req("sock", "__sk_common.skc_v6_rcv_saddr"),
+            ca_ops: req("inet_connection_sock", "icsk_ca_ops"),
+            ca_ops_name: req("tcp_congestion_ops", "name"),
+            ca_priv: req("inet_connection_sock", "icsk_ca_priv"),
+            snd_cwnd: req("tcp_sock", "snd_cwnd"),
+            snd_ssthresh: req("tcp_sock", "snd_ssthresh"),
+            bytes_acked: req("tcp_sock", "bytes_acked"),
+            total_retrans: req("tcp_sock", "total_retrans"),
+            ..Default::default()
+        };
+        match btf.member("inet_connection_sock", "icsk_ca_state") {
+            Some(loc) => {
+                sock.ca_state = BitField {
+                    off: loc.byte_offset(),
+                    shift: (loc.bit_offset % 8) as u8,
+                    bits: loc.bits as u8,
+                    _pad: [0; 2],
+                }
+            }
+            None => missing_required.push("inet_connection_sock.icsk_ca_state".into()),
+        }
+        if !missing_required.is_empty() {
+            bail!("kernel BTF lacks socket members bbrscope needs: {}", missing_required.join(", "));
+        }
+
+        let mut flags = 0;
+        let cgroup_filter = Self::cgroup_chain(btf, &mut sock, &mut flags);
+
+        let mut fields = [FieldSpec::default(); MAX_FIELDS];
+        let mut extracts = [None; MAX_FIELDS];
+        let mut missing = Vec::new();
+        for (i, &(field, strukt, path)) in FIELDS.iter().enumerate() {
+            debug_assert_eq!(field as usize, i);
+            match btf.member(strukt, path).and_then(byte_field) {
+                Some((spec, ex)) => {
+                    fields[i] = spec;
+                    extracts[i] = Some(ex);
+                }
+                None => missing.push(format!("{strukt}.{path}")),
+            }
+        }
+
+        Ok(Layout {
+            sock,
+            fields,
+            extracts,
+            flags,
+            cgroup_filter,
+            bbr: Self::bbr(btf),
+            cubic: Self::cubic(btf),
+            missing,
+        })
+    }
+
+    /// socket -> `sk_cgrp_data.cgroup` -> `ancestors[level]` -> `kn` -> `id`; ancestors became
+    /// pointers in 6.2 (ids before), and sockets only carry a cgroup pointer since 5.15.
+    fn cgroup_chain(btf: &Btf, sock: &mut SockLayout, flags: &mut u32) -> bool {
+        let off = |s: &str, p: &str| btf.member(s, p).map(|l| l.byte_offset());
+        let (Some(cgroup), Some(level), Some(kn), Some(id)) = (
+            off("sock", "sk_cgrp_data.cgroup"),
+            off("cgroup", "level"),
+            off("cgroup", "kn"),
+            off("kernfs_node", "id"),
+        ) else {
+            sock.cgroup = u32::MAX;
+            return false;
+        };
+        sock.cgroup = cgroup;
+        sock.cgroup_level = level;
+        sock.cgroup_kn = kn;
+        sock.kernfs_id = id;
+        if let Some(a) = off("cgroup", "ancestors") {
+            sock.cgroup_ancestors = a;
+            *flags |= config_flags::CGROUP_ANCESTOR_PTRS;
+        } else if let Some(a) = off("cgroup", "ancestor_ids") {
+            sock.cgroup_ancestors = a;
+        } else {
+            sock.cgroup = u32::MAX;
+            return false;
+        }
+        true
+    }
+
+    fn bbr(btf: &Btf) -> Option<BbrLayout> {
+        btf.struct_id("bbr")?;
+        let f = |path: &str| {
+            btf.member("bbr", path).map(|l| PrivField { bit_offset: l.bit_offset, bits: l.bits })
+        };
+        let mode_names = btf
+            .enum_values("bbr_mode")
+            .map(|vals| vals.iter().map(|(n, v)| (*v, n.trim_start_matches("BBR_").to_lowercase())).collect())
+            .unwrap_or_default();
+        Some(BbrLayout {
+            min_rtt_us: f("min_rtt_us"),
+            bw: f("bw.s.v"),
+            mode: f("mode"),
+            pacing_gain: f("pacing_gain"),
+            cwnd_gain: f("cwnd_gain"),
+            full_bw_reached: f("full_bw_reached"),
+            cycle_idx: f("cycle_idx"),
+            mode_names,
+        })
+    }
+
+    fn cubic(btf: &Btf) -> Option<CubicLayout> {
+        btf.struct_id("bictcp")?;
+        let last_max_cwnd =
+            btf.member("bictcp", "last_max_cwnd").map(|l| PrivField { bit_offset: l.bit_offset, bits: l.bits });
+        Some(CubicLayout { last_max_cwnd })
+    }
+
+    /// The value of `field` in a sample's copied slots; `None` when this kernel lacks it.
+    pub fn get(&self, vals: &[u64; MAX_FIELDS], field: Field) -> Option<u64> {
+        let i = field as usize;
+        self.extracts[i].map(|ex| ex.apply(vals[i]))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn fields_table_matches_enum_order() {
+        for (i, (f, _, _)) in FIELDS.iter().enumerate() {
+            assert_eq!(*f as usize, i, "{f:?} out of order");
+        }
+        assert!(FIELDS.len() <= MAX_FIELDS);
+    }
+
+    #[test]
+    fn extract_bitfields_little_endian() {
+        // 5-bit field at bit 3 of byte 1: bytes [.., 0b1010_1000, ..] -> 0b10101.
+        let bytes = [0xff, 0b1010_1000, 0xff, 0, 0, 0, 0, 0];
+        assert_eq!(bits_at(&bytes, 8 + 3, 5), Some(0b10101));
+        // A 10-bit field spanning two bytes.
+        let bytes = [0b1100_0000, 0b0000_1111];
+        assert_eq!(bits_at(&bytes, 6, 10), Some(0b11_1111));
+        assert_eq!(bits_at(&bytes, 16, 8), None);
+    }
+
+    #[test]
+    fn byte_field_for_plain_and_bitfield_members() {
+        let (spec, ex) = byte_field(Location { bit_offset: 1444 * 8, bits: 32 }).unwrap();
+        assert_eq!(spec, FieldSpec { off: 1444, len: 4 });
+        assert_eq!(ex.apply(0xdead_beef_0000_0007), 7);
+        let (spec, ex) = byte_field(Location { bit_offset: 100 * 8 + 6, bits: 1 }).unwrap();
+        assert_eq!(spec, FieldSpec { off: 100, len: 1 });
+        assert_eq!(ex.apply(0b0100_0000), 1);
+        assert_eq!(ex.apply(0b1011_1111), 0);
+    }
+}

@@ -1,0 +1,233 @@
+//! Loads bbrscope's kernel programs with this kernel's layout, attaches them, and hands out the
+//! ring buffer and counters. Dropping the [`Observer`] detaches everything (the links are plain
+//! file descriptors: the kernel also detaches them if the process dies).
+
+use std::time::Duration;
+
+use anyhow::{Context as _, Result};
+use aya::{
+    Ebpf, EbpfLoader,
+    maps::{MapData, PerCpuArray, RingBuf},
+    programs::RawTracePoint,
+};
+use bbrscope_common::{CC_NAME_LEN, Config, Filter, config_flags, counter, filter_flags};
+use tokio::io::unix::AsyncFd;
+
+use super::{
+    btf::Btf,
+    layout::Layout,
+};
+use crate::{error::UsageError, filter::FilterSpec};
+
+static OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/bbrscope"));
+
+#[derive(Clone, Debug)]
+pub struct Options {
+    pub interval: Duration,
+    pub receivers: bool,
+    pub filter: FilterSpec,
+    /// Capacity of the in-kernel flow table (LRU).
+    pub max_flows: u32,
+    /// Ring buffer size in bytes (a power of two, multiple of the page size).
+    pub ring_bytes: u32,
+    /// Retransmit records per flow and sample interval before they are only counted.
+    pub retrans_per_interval: u32,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Options {
+            interval: Duration::from_millis(100),
+            receivers: false,
+            filter: FilterSpec::default(),
+            max_flows: 16384,
+            ring_bytes: 4 << 20,
+            retrans_per_interval: 64,
+        }
+    }
+}
+
+/// The tracepoints bbrscope attaches to, and what is lost without each.
+struct Hook {
+    tracepoint: &'static str,
+    lost_without: Option<&'static str>,
+}
+
+const HOOKS: &[Hook] = &[
+    Hook { tracepoint: "tcp_probe", lost_without: None },
+    Hook { tracepoint: "tcp_retransmit_skb", lost_without: Some("retransmit events") },
+    Hook {
+        tracepoint: "tcp_cong_state_set",
+        lost_without: Some("exact congestion-state transitions (polled on each ACK instead)"),
+    },
+    Hook { tracepoint: "inet_sock_set_state", lost_without: Some("flow_close events") },
+];
+
+pub struct Observer {
+    ebpf: Ebpf,
+    ring: AsyncFd<RingBuf<MapData>>,
+    counters: PerCpuArray<MapData, u64>,
+    pub layout: Layout,
+    /// Things this kernel lacks, in words, for the user.
+    pub degraded: Vec<String>,
+}
+
+impl Observer {
+    pub fn start(opts: &Options) -> Result<Self> {
+        let btf = Btf::kernel().map_err(|e| {
+            UsageError::new(format!(
+                "kernel BTF is unavailable ({e:#}): bbrscope needs /sys/kernel/btf/vmlinux \
+                 (CONFIG_DEBUG_INFO_BTF=y, standard on Ubuntu 20.10+, Debian 11+, RHEL 8.2+) to \
+                 find socket fields on this kernel"
+            ))
+        })?;
+        let btf = with_cc_modules(btf)?;
+        let layout = Layout::from_btf(&btf)?;
+        let mut degraded = Vec::new();
+        if !layout.missing.is_empty() {
+            degraded.push(format!("kernel lacks {}: reported as null", layout.missing.join(", ")));
+        }
+
+        let mut flags = layout.flags;
+        if opts.receivers {
+            flags |= config_flags::RECEIVERS;
+        }
+        let mut attach = Vec::new();
+        for hook in HOOKS {
+            match btf.tracepoint_args(hook.tracepoint) {
+                Some(args) => {
+                    if hook.tracepoint == "tcp_retransmit_skb" && args >= 3 {
+                        flags |= config_flags::RETRANS_HAS_ERR;
+                    }
+                    attach.push(hook);
+                }
+                None => match hook.lost_without {
+                    None => {
+                        return Err(UsageError::new(format!(
+                            "this kernel has no {} tracepoint (added in Linux 4.16); bbrscope cannot observe flows",
+                            hook.tracepoint
+                        ))
+                        .into());
+                    }
+                    Some(lost) => {
+                        if hook.tracepoint == "tcp_cong_state_set" {
+                            flags |= config_flags::POLL_CA_STATE;
+                        }
+                        degraded.push(format!("kernel has no {} tracepoint: no {lost}", hook.tracepoint));
+                    }
+                },
+            }
+        }
+
+        let config = Config {
+            interval_ns: opts.interval.as_nanos() as u64,
+            flags,
+            retrans_per_interval: opts.retrans_per_interval,
+            filter: kernel_filter(&opts.filter, &layout)?,
+            sock: layout.sock,
+            fields: layout.fields,
+        };
+        let mut ebpf = EbpfLoader::new()
+            .override_global("CONFIG", &config, true)
+            .map_max_entries("FLOWS", opts.max_flows)
+            .map_max_entries("EVENTS", opts.ring_bytes)
+            .load(OBJECT)
+            .context("loading bbrscope's kernel programs")?;
+
+        for hook in attach {
+            let prog: &mut RawTracePoint = ebpf
+                .program_mut(hook.tracepoint)
+                .with_context(|| format!("program {} missing from the object", hook.tracepoint))?
+                .try_into()?;
+            prog.load().with_context(|| format!("loading the {} program", hook.tracepoint))?;
+            prog.attach(hook.tracepoint).with_context(|| format!("attaching to tracepoint {}", hook.tracepoint))?;
+        }
+
+        let ring = RingBuf::try_from(ebpf.take_map("EVENTS").context("EVENTS map missing")?)?;
+        let counters = PerCpuArray::try_from(ebpf.take_map("COUNTERS").context("COUNTERS map missing")?)?;
+        // SAFETY: the ring buffer owns its map fd and keeps it open, unchanged, for as long as
+        // the AsyncFd owns the ring buffer.
+        let ring = unsafe { AsyncFd::register_with_interest(ring, tokio::io::Interest::READABLE) }
+            .map_err(|e| e.into_parts().1)?;
+        Ok(Observer { ebpf, ring, counters, layout, degraded })
+    }
+
+    /// Waits until records are available, then passes each to `f` until the ring is empty.
+    pub async fn drain(&mut self, mut f: impl FnMut(&[u8])) -> Result<usize> {
+        let mut guard = self.ring.readable_mut().await?;
+        let ring = guard.get_inner_mut();
+        let mut n = 0;
+        while let Some(item) = ring.next() {
+            f(&item);
+            n += 1;
+        }
+        guard.clear_ready();
+        Ok(n)
+    }
+
+    /// The kernel-side counters (see `bbrscope_common::counter`), summed over CPUs.
+    pub fn counters(&self) -> Result<Counters> {
+        let mut c = [0u64; counter::COUNT as usize];
+        for (i, slot) in c.iter_mut().enumerate() {
+            *slot = self.counters.get(&(i as u32), 0)?.iter().sum();
+        }
+        Ok(Counters(c))
+    }
+
+    /// Cumulative run time and run count of the tcp_probe program, when the kernel's BPF
+    /// statistics are enabled (see `kernel::stats`).
+    pub fn probe_runtime(&self) -> Option<(Duration, u64)> {
+        let prog: &RawTracePoint = self.ebpf.program("tcp_probe")?.try_into().ok()?;
+        let info = prog.info().ok()?;
+        Some((info.run_time(), info.run_count()))
+    }
+}
+
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Counters(pub [u64; counter::COUNT as usize]);
+
+impl Counters {
+    pub fn get(&self, index: u32) -> u64 {
+        self.0[index as usize]
+    }
+}
+
+/// Layers the BTF of the BBR module over the kernel's when BBR is not built in, so its private
+/// state can be decoded.
+fn with_cc_modules(btf: Btf) -> Result<Btf> {
+    if btf.struct_id("bbr").is_some() || !std::path::Path::new("/sys/kernel/btf/tcp_bbr").exists() {
+        return Ok(btf);
+    }
+    btf.with_module("tcp_bbr")
+}
+
+fn kernel_filter(spec: &FilterSpec, layout: &Layout) -> Result<Filter> {
+    let mut f = Filter::default();
+    if let Some(port) = spec.port {
+        f.flags |= filter_flags::PORT;
+        f.port = port;
+    }
+    if let Some(net) = &spec.net {
+        f.flags |= filter_flags::ADDR;
+        let (addr, mask) = net.mapped_net_and_mask();
+        f.net = addr;
+        f.mask = mask;
+    }
+    if let Some(cg) = &spec.cgroup {
+        if !layout.cgroup_filter {
+            return Err(UsageError::new(
+                "--cgroup needs a kernel whose sockets record their cgroup (Linux 5.15+, sock_cgroup_data.cgroup)",
+            )
+            .into());
+        }
+        f.flags |= filter_flags::CGROUP;
+        f.cgroup_id = cg.id;
+        f.cgroup_level = cg.level;
+    }
+    if let Some(cc) = &spec.cc {
+        f.flags |= filter_flags::CC;
+        let n = cc.len().min(CC_NAME_LEN - 1);
+        f.cc[..n].copy_from_slice(&cc.as_bytes()[..n]);
+    }
+    Ok(f)
+}

@@ -1,0 +1,6 @@
+//! Everything that touches the kernel's BPF side: reading its layout (BTF), loading and attaching
+//! bbrscope's programs, reading their ring buffer and counters.
+
+pub mod btf;
+pub mod layout;
+pub mod loader;

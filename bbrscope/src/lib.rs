@@ -1,0 +1,16 @@
+//! bbrscope: a live TCP congestion-control observer and configurator.
+//!
+//! Data flows kernel programs (bbrscope-ebpf) -> [`kernel`] (layout from BTF, loader) ->
+//! [`event`] (decoding) -> [`flow`] (flow table) -> sinks ([`sink`]), driven by [`cmd`].
+
+pub mod cli;
+pub mod clock;
+pub mod cmd;
+pub mod error;
+pub mod event;
+pub mod filter;
+pub mod flow;
+pub mod kernel;
+pub mod sink;
+pub mod stats;
+pub mod sys;

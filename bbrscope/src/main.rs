@@ -1,0 +1,63 @@
+use std::process::ExitCode;
+
+use bbrscope::{
+    cli::{Cli, Command},
+    cmd,
+    error::UsageError,
+};
+use clap::Parser as _;
+
+fn main() -> ExitCode {
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) => return clap_error(e),
+    };
+    let runtime = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("bbrscope: error: starting the async runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let result = runtime.block_on(async {
+        match cli.command {
+            Some(Command::Stream(args)) => cmd::stream::run(args).await,
+            None => {
+                use clap::CommandFactory as _;
+                Cli::command().print_help()?;
+                Ok(())
+            }
+        }
+    });
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => match e.downcast_ref::<UsageError>() {
+            Some(u) => {
+                eprintln!("bbrscope: {u}");
+                ExitCode::from(2)
+            }
+            None => {
+                eprintln!("bbrscope: error: {e:#}");
+                ExitCode::FAILURE
+            }
+        },
+    }
+}
+
+/// Help and version go to stdout (exit 0); usage errors become one line on stderr (exit 2).
+fn clap_error(e: clap::Error) -> ExitCode {
+    use clap::error::ErrorKind;
+    match e.kind() {
+        ErrorKind::DisplayHelp | ErrorKind::DisplayVersion | ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand => {
+            let _ = e.print();
+            ExitCode::SUCCESS
+        }
+        _ => {
+            let rendered = e.render().to_string();
+            let first = rendered.lines().next().unwrap_or("invalid arguments");
+            let msg = first.strip_prefix("error: ").unwrap_or(first);
+            eprintln!("bbrscope: {msg} (see bbrscope --help)");
+            ExitCode::from(2)
+        }
+    }
+}

@@ -1,0 +1,3 @@
+//! Where decoded events go: newline-delimited JSON (`stream`), the dashboard (`top`).
+
+pub mod json;

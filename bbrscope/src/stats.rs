@@ -1,0 +1,97 @@
+//! bbrscope's own cost and health, from the kernel counters and this process's CPU time. The
+//! same numbers feed `stream`'s `stats` records, the dashboard footer and the benchmark.
+
+use std::time::{Duration, Instant};
+
+use bbrscope_common::counter;
+use serde::Serialize;
+
+use crate::kernel::loader::Counters;
+
+#[derive(Clone, Debug, Serialize, PartialEq)]
+pub struct StatsReport {
+    pub interval_s: f64,
+    /// tcp_probe invocations per second (incoming segments on all TCP sockets).
+    pub events_per_s: f64,
+    /// Records delivered to userspace per second.
+    pub records_per_s: f64,
+    /// Records lost to a full ring buffer, per second in this interval and in total.
+    pub drops_per_s: f64,
+    pub drops_total: u64,
+    /// Retransmit events folded into samples by the per-interval cap, in total.
+    pub retrans_coalesced_total: u64,
+    /// Flows the kernel could not track (flow table full), in total.
+    pub untracked_total: u64,
+    pub flows_seen_total: u64,
+    pub flows_filtered_total: u64,
+    /// Flows userspace currently knows.
+    pub flows_active: usize,
+    /// This process's CPU time per second of wall time (1.0 = one core).
+    pub cpu_cores: f64,
+    /// Mean tcp_probe program run time, when kernel BPF statistics are enabled.
+    pub ns_per_event: Option<f64>,
+}
+
+#[derive(Clone, Copy)]
+struct Snapshot {
+    at: Instant,
+    counters: Counters,
+    records: u64,
+    cpu: Duration,
+    probe_runtime: Option<(Duration, u64)>,
+}
+
+pub struct StatsTracker {
+    prev: Snapshot,
+}
+
+/// User + system CPU time of this process.
+pub fn process_cpu_time() -> Duration {
+    let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
+    unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut ru) };
+    let tv = |t: libc::timeval| Duration::new(t.tv_sec as u64, t.tv_usec as u32 * 1000);
+    tv(ru.ru_utime) + tv(ru.ru_stime)
+}
+
+impl StatsTracker {
+    pub fn new(counters: Counters, records: u64, probe_runtime: Option<(Duration, u64)>) -> Self {
+        StatsTracker {
+            prev: Snapshot { at: Instant::now(), counters, records, cpu: process_cpu_time(), probe_runtime },
+        }
+    }
+
+    /// The report for the time since the previous call.
+    pub fn report(
+        &mut self,
+        counters: Counters,
+        records: u64,
+        probe_runtime: Option<(Duration, u64)>,
+        flows_active: usize,
+    ) -> StatsReport {
+        let now = Snapshot { at: Instant::now(), counters, records, cpu: process_cpu_time(), probe_runtime };
+        let dt = now.at.duration_since(self.prev.at).as_secs_f64().max(1e-9);
+        let delta = |i: u32| now.counters.get(i).saturating_sub(self.prev.counters.get(i)) as f64;
+        let ns_per_event = match (now.probe_runtime, self.prev.probe_runtime) {
+            (Some((t1, n1)), Some((t0, n0))) if n1 > n0 => {
+                Some((t1.saturating_sub(t0)).as_nanos() as f64 / (n1 - n0) as f64)
+            }
+            _ => None,
+        };
+        let report = StatsReport {
+            interval_s: dt,
+            events_per_s: delta(counter::PROBE_EVENTS) / dt,
+            records_per_s: now.records.saturating_sub(self.prev.records) as f64 / dt,
+            drops_per_s: delta(counter::RING_FULL) / dt,
+            drops_total: now.counters.get(counter::RING_FULL),
+            retrans_coalesced_total: now.counters.get(counter::RETRANS_COALESCED),
+            untracked_total: now.counters.get(counter::STATE_FULL),
+            flows_seen_total: now.counters.get(counter::FLOWS_SEEN),
+            flows_filtered_total: now.counters.get(counter::FLOWS_FILTERED),
+            flows_active,
+            cpu_cores: now.cpu.saturating_sub(self.prev.cpu).as_secs_f64() / dt,
+            ns_per_event,
+        };
+        self.prev = now;
+        report
+    }
+}

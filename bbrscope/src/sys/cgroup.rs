@@ -1,0 +1,130 @@
+//! Finding cgroup v2 and naming cgroups the way the kernel does (id = inode, level = depth).
+//! cgroup2 is not always at /sys/fs/cgroup (hybrid systems mount it at /sys/fs/cgroup/unified),
+//! so it is looked up in /proc/self/mountinfo.
+
+use std::{
+    os::unix::fs::MetadataExt as _,
+    path::{Path, PathBuf},
+};
+
+use anyhow::Result;
+
+use crate::error::usage;
+
+const CGROUP2_SUPER_MAGIC: i64 = 0x6367_7270;
+const CGROUP_SUPER_MAGIC: i64 = 0x0027_e0eb;
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Cgroup2Mount {
+    pub mount_point: PathBuf,
+    /// The hierarchy path mounted there ("/" unless inside a cgroup namespace or bind mount).
+    pub root: PathBuf,
+}
+
+/// The first cgroup2 mount in `mountinfo` (see proc(5): field 4 is the root, 5 the mount point,
+/// and the filesystem type follows the " - " separator).
+pub fn cgroup2_mount_in(mountinfo: &str) -> Option<Cgroup2Mount> {
+    mountinfo.lines().find_map(|line| {
+        let (pre, post) = line.split_once(" - ")?;
+        if post.split_whitespace().next()? != "cgroup2" {
+            return None;
+        }
+        let f: Vec<&str> = pre.split_whitespace().collect();
+        Some(Cgroup2Mount { root: unescape(f.get(3)?).into(), mount_point: unescape(f.get(4)?).into() })
+    })
+}
+
+pub fn cgroup2_mount() -> Option<Cgroup2Mount> {
+    cgroup2_mount_in(&std::fs::read_to_string("/proc/self/mountinfo").ok()?)
+}
+
+/// mountinfo escapes space, tab, newline and backslash as octal.
+fn unescape(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    let b = s.as_bytes();
+    let mut i = 0;
+    while i < b.len() {
+        if b[i] == b'\\' && i + 3 < b.len() {
+            if let Ok(v) = u8::from_str_radix(&s[i + 1..i + 4], 8) {
+                out.push(v as char);
+                i += 4;
+                continue;
+            }
+        }
+        out.push(b[i] as char);
+        i += 1;
+    }
+    out
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Cgroup {
+    pub path: PathBuf,
+    /// The kernel's cgroup id (the directory's inode number on 64-bit kernels).
+    pub id: u64,
+    /// Depth below the hierarchy root (the root cgroup is level 0).
+    pub level: u32,
+}
+
+fn statfs_type(path: &Path) -> std::io::Result<i64> {
+    use std::os::unix::ffi::OsStrExt as _;
+    let c = std::ffi::CString::new(path.as_os_str().as_bytes())?;
+    let mut st: libc::statfs = unsafe { std::mem::zeroed() };
+    if unsafe { libc::statfs(c.as_ptr(), &mut st) } != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(st.f_type as i64)
+}
+
+/// Resolves a user-given cgroup v2 directory, with errors that say what would be right.
+pub fn resolve(path: &Path) -> Result<Cgroup> {
+    let mount = cgroup2_mount();
+    let hint = match &mount {
+        Some(m) => format!("cgroup v2 is mounted at {}", m.mount_point.display()),
+        None => "this system has no cgroup v2 mounted".to_string(),
+    };
+    let canon = match path.canonicalize() {
+        Ok(p) => p,
+        Err(_) => usage!("cgroup {} does not exist ({hint})", path.display()),
+    };
+    let meta = std::fs::metadata(&canon)?;
+    if !meta.is_dir() {
+        usage!("{} is not a cgroup directory ({hint})", path.display());
+    }
+    match statfs_type(&canon)? {
+        CGROUP2_SUPER_MAGIC => {}
+        CGROUP_SUPER_MAGIC => usage!("{} is a cgroup v1 directory; bbrscope needs cgroup v2 ({hint})", path.display()),
+        _ => usage!("{} is not a cgroup directory ({hint})", path.display()),
+    }
+    let Some(mount) = mount else { usage!("{} is on cgroup2 but no cgroup2 mount was found", path.display()) };
+    let below = canon.strip_prefix(&mount.mount_point).unwrap_or(Path::new(""));
+    let level = mount.root.components().skip(1).count() + below.components().count();
+    Ok(Cgroup { path: canon, id: meta.ino(), level: level as u32 })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn finds_cgroup2_in_hybrid_mountinfo() {
+        let mi = "\
+25 30 0:23 / /sys/fs/cgroup rw,relatime - tmpfs tmpfs rw,mode=755
+26 25 0:24 / /sys/fs/cgroup/cpu rw,relatime - cgroup cgroup rw,cpu
+35 25 0:33 / /sys/fs/cgroup/unified rw,relatime shared:9 - cgroup2 cgroup2 rw
+";
+        assert_eq!(
+            cgroup2_mount_in(mi),
+            Some(Cgroup2Mount { mount_point: "/sys/fs/cgroup/unified".into(), root: "/".into() })
+        );
+        assert_eq!(cgroup2_mount_in("26 25 0:24 / /sys/fs/cgroup/cpu rw - cgroup cgroup rw"), None);
+    }
+
+    #[test]
+    fn unescapes_mount_paths() {
+        let mi = "35 25 0:33 /ns\\040a /mnt/cg\\040two rw - cgroup2 cgroup2 rw";
+        let m = cgroup2_mount_in(mi).unwrap();
+        assert_eq!(m.mount_point, PathBuf::from("/mnt/cg two"));
+        assert_eq!(m.root, PathBuf::from("/ns a"));
+    }
+}

@@ -1,0 +1,5 @@
+//! Facts about the running system that several commands need.
+
+pub mod cc;
+pub mod cgroup;
+pub mod privileges;

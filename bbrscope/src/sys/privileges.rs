@@ -1,0 +1,50 @@
+//! Checking for the capabilities BPF needs before trying, so the error names them.
+
+use anyhow::Result;
+
+use crate::error::usage;
+
+const CAP_SYS_ADMIN: u32 = 21;
+const CAP_PERFMON: u32 = 38;
+const CAP_BPF: u32 = 39;
+
+/// Effective capability bits from `/proc/self/status` (`CapEff:` line).
+fn effective_caps_in(status: &str) -> Option<u64> {
+    let line = status.lines().find(|l| l.starts_with("CapEff:"))?;
+    u64::from_str_radix(line["CapEff:".len()..].trim(), 16).ok()
+}
+
+fn has(caps: u64, cap: u32) -> bool {
+    caps & (1 << cap) != 0
+}
+
+/// Tracing needs CAP_BPF and CAP_PERFMON (5.8+), or CAP_SYS_ADMIN (any kernel).
+pub fn can_trace(caps: u64) -> bool {
+    has(caps, CAP_SYS_ADMIN) || (has(caps, CAP_BPF) && has(caps, CAP_PERFMON))
+}
+
+pub fn require_tracing(what: &str) -> Result<()> {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    let caps = effective_caps_in(&status).unwrap_or(0);
+    if !can_trace(caps) {
+        usage!(
+            "{what} needs root, or the capabilities CAP_BPF and CAP_PERFMON (CAP_SYS_ADMIN on kernels before 5.8)"
+        );
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reads_capeff() {
+        let s = "Name:\tx\nCapInh:\t0000000000000000\nCapEff:\t000001ffffffffff\n";
+        let caps = effective_caps_in(s).unwrap();
+        assert!(can_trace(caps));
+        assert!(!can_trace(0));
+        assert!(can_trace((1 << CAP_BPF) | (1 << CAP_PERFMON)));
+        assert!(!can_trace(1 << CAP_BPF));
+    }
+}

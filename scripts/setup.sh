@@ -1,0 +1,40 @@
+#!/usr/bin/env bash
+# Installs everything bbrscope's build and tests need on a Debian 12 (bookworm) machine, as root.
+# Idempotent: each step checks first, so a second run installs nothing.
+# See ../shared/notes/toolchain.md for why these exact versions: bpf-linker's LLVM must match the
+# LLVM inside the nightly that compiles the eBPF crate (LLVM 22 here), or linking fails with
+# "Invalid record".
+set -euo pipefail
+
+NIGHTLY="$(sed -n 's/^channel *= *"\(.*\)"/\1/p' "$(dirname "$0")/../rust-toolchain.toml")"
+LLVM_MAJOR=22
+BPF_LINKER_VERSION=0.13.0
+APT_PACKAGES=(llvm-${LLVM_MAJOR}-dev libpolly-${LLVM_MAJOR}-dev libzstd-dev zlib1g-dev
+              iproute2 nftables tmux bpftrace procps)
+
+log() { printf 'setup: %s\n' "$*" >&2; }
+
+missing=()
+for p in "${APT_PACKAGES[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")
+done
+if ((${#missing[@]})); then
+  log "installing Debian packages: ${missing[*]}"
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -qq
+  apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+
+# Explicit install: rustup's auto-install from rust-toolchain.toml may be disabled (RUSTUP_AUTO_INSTALL=0).
+if ! rustup toolchain list | grep -q "^${NIGHTLY}"; then
+  log "installing Rust toolchain ${NIGHTLY}"
+  rustup toolchain install "$NIGHTLY" --profile minimal -c rust-src -c clippy -c rustfmt
+fi
+
+want="bpf-linker v${BPF_LINKER_VERSION}"
+if ! cargo +"$NIGHTLY" install --list 2>/dev/null | grep -q "^${want}:"; then
+  log "building ${want} against LLVM ${LLVM_MAJOR} (takes a few minutes)"
+  env LLVM_PREFIX=/usr/lib/llvm-${LLVM_MAJOR} "LLVM_SYS_${LLVM_MAJOR}1_PREFIX=/usr/lib/llvm-${LLVM_MAJOR}" \
+    cargo +"$NIGHTLY" install bpf-linker --version "$BPF_LINKER_VERSION" --locked \
+      --no-default-features --features llvm-${LLVM_MAJOR}
+fi
