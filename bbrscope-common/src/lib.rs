@@ -203,7 +203,8 @@ pub struct Sample {
     pub cc: [u8; CC_NAME_LEN],
     /// tcp_probe events (incoming segments) since the previous sample of this flow.
     pub acks: u32,
-    /// Retransmit records this interval suppressed by the per-interval cap.
+    /// Segments retransmitted since the previous sample whose retransmit records were suppressed
+    /// by the per-interval cap (they still count in `total_retrans`).
     pub retrans_coalesced: u32,
     pub vals: [u64; MAX_FIELDS],
     pub ca_priv: [u8; CA_PRIV_LEN],

@@ -102,7 +102,7 @@ pub fn retransmit(sk: u64, st: &mut FlowState, now: u64) {
         return;
     }
     if st.retrans_records >= conf!(retrans_per_interval) {
-        st.retrans_coalesced += 1;
+        st.retrans_coalesced += segs;
         count(counter::RETRANS_COALESCED);
         return;
     }

@@ -88,10 +88,10 @@ pub struct StreamArgs {
     #[command(flatten)]
     pub observe: ObserveArgs,
     /// Stop after this many seconds (default: run until interrupted)
-    #[arg(long, value_name = "SECS", value_parser = parse_positive_secs)]
+    #[arg(long, value_name = "SECS", value_parser = parse_positive_secs, allow_negative_numbers = true)]
     pub duration: Option<Duration>,
     /// Seconds between `stats` records; 0 turns them off
-    #[arg(long, value_name = "SECS", default_value_t = 1.0)]
+    #[arg(long, value_name = "SECS", default_value_t = 1.0, allow_negative_numbers = true)]
     pub stats_interval: f64,
 }
 

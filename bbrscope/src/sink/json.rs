@@ -54,6 +54,7 @@ enum Body<'a> {
         duration_s: f64,
         goodput_bps: Option<u64>,
         retransmit_events: u64,
+        retrans_coalesced: u32,
         #[serde(flatten)]
         metrics: &'a Metrics,
     },
@@ -114,6 +115,7 @@ impl<W: Write> JsonSink<W> {
                     duration_s: flow.duration_ns() as f64 / 1e9,
                     goodput_bps: flow.mean_goodput_bps(),
                     retransmit_events: flow.retransmits,
+                    retrans_coalesced: s.retrans_coalesced,
                     metrics: &s.metrics,
                 },
             ),

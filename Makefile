@@ -1,0 +1,19 @@
+# The two commands in README.md. Both install what they need first (scripts/setup.sh, idempotent).
+#   make run [ARGS="stream --duration 10"]   build and run bbrscope (as root)
+#   make test                                 the whole test suite (as root: it loads BPF programs)
+ARGS ?= top
+
+.PHONY: run test setup bench
+
+setup:
+	@scripts/setup.sh
+
+run: setup
+	cargo build --release -p bbrscope
+	./target/release/bbrscope $(ARGS)
+
+test: setup
+	cargo test --workspace --all-targets -- --test-threads=2
+
+bench: setup
+	cargo xtask bench

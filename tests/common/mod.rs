@@ -1,0 +1,370 @@
+//! Shared helpers for bbrscope's root integration tests: running the real binary, generating real
+//! TCP traffic on loopback or in network namespaces the tests create, and cleaning up.
+#![allow(dead_code)] // each test binary uses a different subset
+
+use std::{
+    io::{BufRead as _, BufReader, Read as _, Write as _},
+    net::{SocketAddr, TcpListener, TcpStream},
+    os::fd::AsRawFd as _,
+    process::{Child, Command, Stdio},
+    sync::{
+        Arc, Mutex,
+        atomic::{AtomicBool, AtomicU64, Ordering},
+    },
+    thread::{self, JoinHandle},
+    time::{Duration, Instant},
+};
+
+use serde_json::Value;
+
+/// Root tests must run (CI runs as root); failing loudly beats skipping silently.
+pub fn require_root() {
+    let euid = unsafe { libc::geteuid() };
+    assert_eq!(euid, 0, "this test loads BPF programs and creates network namespaces: run it as root");
+}
+
+pub fn bbrscope() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_bbrscope"))
+}
+
+/// A running `bbrscope stream`, its NDJSON collected in the background.
+pub struct Stream {
+    child: Child,
+    lines: Arc<Mutex<Vec<Value>>>,
+    reader: Option<JoinHandle<()>>,
+    stderr: Option<JoinHandle<String>>,
+}
+
+impl Stream {
+    /// Starts `bbrscope stream ARGS --stats-interval 0.1` and waits until it is attached (its
+    /// first `stats` record).
+    pub fn start(args: &[&str]) -> Stream {
+        let mut child = bbrscope()
+            .arg("stream")
+            .args(args)
+            .args(["--stats-interval", "0.1"])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("spawn bbrscope");
+        let lines = Arc::new(Mutex::new(Vec::new()));
+        let out = child.stdout.take().unwrap();
+        let sink = lines.clone();
+        let reader = thread::spawn(move || {
+            for line in BufReader::new(out).lines() {
+                let Ok(line) = line else { break };
+                let v: Value = serde_json::from_str(&line).unwrap_or_else(|e| panic!("not JSON ({e}): {line}"));
+                sink.lock().unwrap().push(v);
+            }
+        });
+        let mut err = child.stderr.take().unwrap();
+        let stderr = thread::spawn(move || {
+            let mut s = String::new();
+            let _ = err.read_to_string(&mut s);
+            s
+        });
+        let mut s = Stream { child, lines, reader: Some(reader), stderr: Some(stderr) };
+        s.wait_for(Duration::from_secs(20), |v| v["type"] == "stats");
+        s
+    }
+
+    pub fn records(&self) -> Vec<Value> {
+        self.lines.lock().unwrap().clone()
+    }
+
+    /// Waits until a record matches `pred` (panics with what was seen after `timeout`).
+    pub fn wait_for(&mut self, timeout: Duration, pred: impl Fn(&Value) -> bool) -> Value {
+        let start = Instant::now();
+        loop {
+            if let Some(v) = self.lines.lock().unwrap().iter().find(|v| pred(v)) {
+                return v.clone();
+            }
+            if let Ok(Some(status)) = self.child.try_wait() {
+                panic!("bbrscope exited ({status}) before the expected record; stderr: {}", self.take_stderr());
+            }
+            assert!(start.elapsed() < timeout, "no matching record within {timeout:?}; got {} records", self.records().len());
+            thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    fn take_stderr(&mut self) -> String {
+        let _ = self.child.kill();
+        self.stderr.take().map(|h| h.join().unwrap()).unwrap_or_default()
+    }
+
+    /// Sends SIGINT, waits for exit, and returns (exit code, records, stderr).
+    pub fn stop(mut self) -> (i32, Vec<Value>, String) {
+        unsafe { libc::kill(self.child.id() as i32, libc::SIGINT) };
+        let status = wait_timeout(&mut self.child, Duration::from_secs(10)).expect("bbrscope did not exit on SIGINT");
+        self.reader.take().unwrap().join().unwrap();
+        let stderr = self.stderr.take().unwrap().join().unwrap();
+        (status.code().unwrap_or(-1), self.records(), stderr)
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+}
+
+impl Drop for Stream {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+pub fn wait_timeout(child: &mut Child, timeout: Duration) -> Option<std::process::ExitStatus> {
+    let start = Instant::now();
+    while start.elapsed() < timeout {
+        if let Ok(Some(s)) = child.try_wait() {
+            return Some(s);
+        }
+        thread::sleep(Duration::from_millis(20));
+    }
+    None
+}
+
+/// Records of `ty` for flow `cookie`.
+pub fn of_flow<'a>(records: &'a [Value], ty: &'a str, cookie: &'a Value) -> impl Iterator<Item = &'a Value> + 'a {
+    records.iter().filter(move |r| r["type"] == ty && &r["cookie"] == cookie)
+}
+
+/// The flow_open record whose `src` or `dst` is `addr`.
+pub fn open_for(records: &[Value], local: SocketAddr) -> Option<Value> {
+    records.iter().find(|r| r["type"] == "flow_open" && r["src"] == local.to_string()).cloned()
+}
+
+pub fn set_cc(stream: &TcpStream, cc: &str) {
+    let r = unsafe {
+        libc::setsockopt(
+            stream.as_raw_fd(),
+            libc::IPPROTO_TCP,
+            libc::TCP_CONGESTION,
+            cc.as_ptr().cast(),
+            cc.len() as u32,
+        )
+    };
+    assert_eq!(r, 0, "setsockopt(TCP_CONGESTION, {cc}): {}", std::io::Error::last_os_error());
+}
+
+/// A listener that accepts connections and discards what it reads, counting bytes.
+pub struct Discard {
+    pub addr: SocketAddr,
+    pub received: Arc<AtomicU64>,
+    stop: Arc<AtomicBool>,
+}
+
+impl Discard {
+    pub fn bind(addr: &str) -> Discard {
+        let listener = TcpListener::bind(addr).expect("bind discard server");
+        let addr = listener.local_addr().unwrap();
+        let received = Arc::new(AtomicU64::new(0));
+        let stop = Arc::new(AtomicBool::new(false));
+        let (rx, st) = (received.clone(), stop.clone());
+        thread::spawn(move || {
+            for conn in listener.incoming() {
+                if st.load(Ordering::Relaxed) {
+                    break;
+                }
+                let Ok(mut conn) = conn else { continue };
+                let rx = rx.clone();
+                thread::spawn(move || {
+                    let mut buf = vec![0u8; 1 << 20];
+                    while let Ok(n) = conn.read(&mut buf) {
+                        if n == 0 {
+                            break;
+                        }
+                        rx.fetch_add(n as u64, Ordering::Relaxed);
+                    }
+                });
+            }
+        });
+        Discard { addr, received, stop }
+    }
+}
+
+impl Drop for Discard {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        // Wake the accept loop so its thread ends.
+        let _ = TcpStream::connect_timeout(&self.addr, Duration::from_millis(200));
+    }
+}
+
+/// Connects to `to` with algorithm `cc` and sends for `duration`, at most `rate_bytes_per_s`
+/// (None: as fast as possible). Returns the connected stream's local address via the handle's
+/// first message and bytes sent at the end.
+pub struct Sender {
+    pub local: SocketAddr,
+    handle: JoinHandle<u64>,
+}
+
+impl Sender {
+    pub fn start(to: SocketAddr, cc: &str, duration: Duration, rate_bytes_per_s: Option<u64>) -> Sender {
+        let stream = TcpStream::connect(to).expect("connect");
+        set_cc(&stream, cc);
+        Self::run(stream, duration, rate_bytes_per_s)
+    }
+
+    /// Sends on an already connected stream (e.g. one created inside a network namespace).
+    pub fn run(mut stream: TcpStream, duration: Duration, rate_bytes_per_s: Option<u64>) -> Sender {
+        let local = stream.local_addr().unwrap();
+        let handle = thread::spawn(move || {
+            let chunk = vec![0x5au8; 64 << 10];
+            let start = Instant::now();
+            let mut sent = 0u64;
+            while start.elapsed() < duration {
+                if stream.write_all(&chunk).is_err() {
+                    break;
+                }
+                sent += chunk.len() as u64;
+                if let Some(rate) = rate_bytes_per_s {
+                    let due = Duration::from_secs_f64(sent as f64 / rate as f64);
+                    if let Some(wait) = due.checked_sub(start.elapsed()) {
+                        thread::sleep(wait);
+                    }
+                }
+            }
+            let _ = stream.shutdown(std::net::Shutdown::Both);
+            sent
+        });
+        Sender { local, handle }
+    }
+
+    pub fn join(self) -> u64 {
+        self.handle.join().unwrap()
+    }
+}
+
+/// A network namespace made for one test (`ip netns add`), deleted on drop.
+pub struct Netns {
+    pub name: String,
+}
+
+static NETNS_SEQ: AtomicU64 = AtomicU64::new(0);
+
+pub fn run(cmd: &str, args: &[&str]) {
+    let out = Command::new(cmd).args(args).output().unwrap_or_else(|e| panic!("{cmd}: {e}"));
+    assert!(
+        out.status.success(),
+        "{cmd} {}: {}",
+        args.join(" "),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+impl Netns {
+    pub fn new(tag: &str) -> Netns {
+        let name = format!("bbrs-{tag}-{}-{}", std::process::id(), NETNS_SEQ.fetch_add(1, Ordering::Relaxed));
+        run("ip", &["netns", "add", &name]);
+        let ns = Netns { name };
+        ns.exec("ip", &["link", "set", "lo", "up"]);
+        ns
+    }
+
+    pub fn exec(&self, cmd: &str, args: &[&str]) {
+        let mut full = vec!["netns", "exec", &self.name, cmd];
+        full.extend_from_slice(args);
+        run("ip", &full);
+    }
+
+    /// Runs `f` on a thread inside this namespace (sockets it creates live there).
+    pub fn enter<T: Send + 'static>(&self, f: impl FnOnce() -> T + Send + 'static) -> T {
+        let path = format!("/run/netns/{}", self.name);
+        thread::spawn(move || {
+            let ns = std::fs::File::open(&path).expect("open netns");
+            let r = unsafe { libc::setns(ns.as_raw_fd(), libc::CLONE_NEWNET) };
+            assert_eq!(r, 0, "setns: {}", std::io::Error::last_os_error());
+            f()
+        })
+        .join()
+        .unwrap()
+    }
+}
+
+impl Drop for Netns {
+    fn drop(&mut self) {
+        let _ = Command::new("ip").args(["netns", "del", &self.name]).status();
+    }
+}
+
+/// Two namespaces joined by a veth pair: `a` at 10.199.N.1, `b` at 10.199.N.2 (IPv4) and
+/// fd00:199:N::1/2 (IPv6). Addresses exist only inside these namespaces.
+pub struct Link {
+    pub a: Netns,
+    pub b: Netns,
+    pub a_ip: String,
+    pub b_ip: String,
+}
+
+static LINK_SEQ: AtomicU64 = AtomicU64::new(1);
+
+impl Link {
+    pub fn new(tag: &str) -> Link {
+        let a = Netns::new(&format!("{tag}a"));
+        let b = Netns::new(&format!("{tag}b"));
+        let n = (std::process::id() as u64 * 7 + LINK_SEQ.fetch_add(1, Ordering::Relaxed)) % 250 + 1;
+        let (va, vb) = (format!("va{n}x{}", std::process::id() % 10000), format!("vb{n}x{}", std::process::id() % 10000));
+        run("ip", &["link", "add", &va, "netns", &a.name, "type", "veth", "peer", "name", &vb, "netns", &b.name]);
+        let (a_ip, b_ip) = (format!("10.199.{n}.1"), format!("10.199.{n}.2"));
+        a.exec("ip", &["addr", "add", &format!("{a_ip}/24"), "dev", &va]);
+        b.exec("ip", &["addr", "add", &format!("{b_ip}/24"), "dev", &vb]);
+        a.exec("ip", &["link", "set", &va, "up"]);
+        b.exec("ip", &["link", "set", &vb, "up"]);
+        Link { a, b, a_ip, b_ip }
+    }
+}
+
+/// Parses `ss -tinH` output for the socket with local address `local` into key -> value.
+pub fn ss_info(local: SocketAddr, netns: Option<&Netns>) -> Option<std::collections::HashMap<String, String>> {
+    let mut cmd = match netns {
+        Some(ns) => {
+            let mut c = Command::new("ip");
+            c.args(["netns", "exec", &ns.name, "ss"]);
+            c
+        }
+        None => Command::new("ss"),
+    };
+    let out = cmd.args(["-tinH", "state", "established"]).output().ok()?;
+    let text = String::from_utf8_lossy(&out.stdout);
+    let mut lines = text.lines();
+    while let Some(line) = lines.next() {
+        let cols: Vec<&str> = line.split_whitespace().collect();
+        if cols.len() >= 4 && cols[2] == local.to_string() {
+            let info = lines.next()?;
+            let mut map = std::collections::HashMap::new();
+            let mut toks = info.split_whitespace().peekable();
+            while let Some(t) = toks.next() {
+                match t.split_once(':') {
+                    Some((k, v)) => {
+                        map.insert(k.to_string(), v.to_string());
+                    }
+                    None => {
+                        // "pacing_rate 12.3Mbps", "delivery_rate 1Gbps", "send 1Mbps"
+                        if let Some(v) = toks.peek()
+                            && v.chars().next().is_some_and(|c| c.is_ascii_digit())
+                        {
+                            map.insert(t.to_string(), toks.next().unwrap().to_string());
+                        } else {
+                            map.insert(t.to_string(), String::new());
+                        }
+                    }
+                }
+            }
+            return Some(map);
+        }
+    }
+    None
+}
+
+/// "12.3Mbps" -> 12_300_000.0
+pub fn parse_bps(s: &str) -> f64 {
+    let s = s.trim_end_matches("bps");
+    let (num, mult) = match s.chars().last() {
+        Some('K') => (&s[..s.len() - 1], 1e3),
+        Some('M') => (&s[..s.len() - 1], 1e6),
+        Some('G') => (&s[..s.len() - 1], 1e9),
+        _ => (s, 1.0),
+    };
+    num.parse::<f64>().expect("bps number") * mult
+}

@@ -1,0 +1,414 @@
+//! `bbrscope stream` against real TCP flows on this machine's kernel (root required).
+
+mod common;
+
+use std::{
+    net::{SocketAddr, TcpListener, TcpStream},
+    time::{Duration, SystemTime, UNIX_EPOCH},
+};
+
+use common::*;
+use serde_json::Value;
+
+fn u(v: &Value) -> u64 {
+    v.as_u64().unwrap_or_else(|| panic!("expected a number, got {v}"))
+}
+
+fn samples_of<'a>(records: &'a [Value], cookie: &'a Value) -> Vec<&'a Value> {
+    of_flow(records, "sample", cookie).collect()
+}
+
+#[test]
+fn reports_cubic_and_bbr_flows_with_their_algorithm() {
+    require_root();
+    let server = Discard::bind("127.0.0.1:0");
+    let port = server.addr.port().to_string();
+    let stream = Stream::start(&["--port", &port, "--interval", "50"]);
+    let cubic = Sender::start(server.addr, "cubic", Duration::from_millis(1500), None);
+    let bbr = Sender::start(server.addr, "bbr", Duration::from_millis(1500), None);
+    let (cubic_local, bbr_local) = (cubic.local, bbr.local);
+    let (cubic_sent, bbr_sent) = (cubic.join(), bbr.join());
+    let mut stream = stream;
+    for local in [cubic_local, bbr_local] {
+        stream.wait_for(Duration::from_secs(10), |r| r["type"] == "flow_close" && r["src"] == local.to_string());
+    }
+    let (code, records, stderr) = stream.stop();
+    assert_eq!(code, 0, "stderr: {stderr}");
+
+    for (local, cc, sent) in [(cubic_local, "cubic", cubic_sent), (bbr_local, "bbr", bbr_sent)] {
+        let open = open_for(&records, local).unwrap_or_else(|| panic!("no flow_open for the {cc} flow {local}"));
+        assert_eq!(open["cc"], cc);
+        assert_eq!(open["dst"], server.addr.to_string());
+        let cookie = &open["cookie"];
+        let samples = samples_of(&records, cookie);
+        assert!(samples.len() >= 5, "{cc}: only {} samples in 1.5 s at 50 ms", samples.len());
+        let mut last_acked = 0;
+        for s in &samples {
+            assert_eq!(s["cc"], cc);
+            assert!(u(&s["cwnd"]) >= 2, "{s}");
+            assert!(u(&s["srtt_us"]) > 0, "{s}");
+            assert!(u(&s["min_rtt_us"]) <= u(&s["srtt_us"]) + u(&s["rttvar_us"]) * 4, "{s}");
+            assert!(u(&s["pacing_rate_bps"]) > 0, "{s}");
+            assert_eq!(u(&s["mss"]) > 0, true);
+            let acked = u(&s["bytes_acked"]);
+            assert!(acked >= last_acked, "bytes_acked went backwards");
+            last_acked = acked;
+            match cc {
+                "bbr" => {
+                    let b = &s["bbr"];
+                    let mode = b["mode"].as_str().expect("bbr.mode");
+                    assert!(["startup", "drain", "probe_bw", "probe_rtt"].contains(&mode), "mode {mode}");
+                    assert!(u(&b["bw_bps"]) > 0, "{b}");
+                    assert!(b["pacing_gain"].as_f64().unwrap() > 0.0, "{b}");
+                    assert!(b["cwnd_gain"].as_f64().unwrap() > 0.0, "{b}");
+                }
+                _ => assert!(s["bbr"].is_null()),
+            }
+        }
+        // Samples are bounded by the interval, not by the ACK rate.
+        let acks: u64 = samples.iter().map(|s| u(&s["acks"])).sum();
+        assert!(acks > 10 * samples.len() as u64, "{cc}: {acks} ACKs in {} samples", samples.len());
+        let close = of_flow(&records, "flow_close", cookie).next().expect("flow_close");
+        let acked = u(&close["bytes_acked"]);
+        // The SYN and the FIN take one sequence number each.
+        assert!((sent..=sent + 2).contains(&acked), "{cc}: sent {sent}, close says {acked} acked");
+    }
+
+    // Only the port asked for, and only senders: the server's receiving sockets are not flows here.
+    for r in records.iter().filter(|r| r["type"] != "stats") {
+        assert!(r["dst"] == server.addr.to_string(), "unexpected record {r}");
+    }
+    assert!(records.iter().any(|r| r["type"] == "stats" && r["drops_total"] == 0));
+}
+
+#[test]
+fn agrees_with_ss_for_the_same_socket() {
+    require_root();
+    let server = Discard::bind("127.0.0.1:0");
+    let port = server.addr.port().to_string();
+    let stream = Stream::start(&["--port", &port, "--interval", "10"]);
+    // Paced at 40 Mbit/s so the flow is steady while `ss` looks at it.
+    let sender = Sender::start(server.addr, "cubic", Duration::from_secs(3), Some(5_000_000));
+    let mut snapshots = Vec::new();
+    for _ in 0..5 {
+        std::thread::sleep(Duration::from_millis(400));
+        let before = SystemTime::now().duration_since(UNIX_EPOCH).unwrap().as_secs_f64();
+        let ss = ss_info(sender.local, None).expect("ss shows the socket");
+        let after = SystemTime::now().duration_since(UNIX_EPOCH).unwrap().as_secs_f64();
+        snapshots.push(((before + after) / 2.0, ss));
+    }
+    let local = sender.local;
+    sender.join();
+    let (_, records, _) = stream.stop();
+    let open = open_for(&records, local).expect("flow_open");
+    let samples = samples_of(&records, &open["cookie"]);
+
+    // ss and bbrscope read the same socket at slightly different instants: ss's value must lie
+    // within the range bbrscope reported in the 100 ms around the ss call, widened by 10%.
+    let mut checked = 0;
+    for (t, ss) in &snapshots {
+        let near: Vec<&&Value> = samples.iter().filter(|s| (s["ts"].as_f64().unwrap() - t).abs() <= 0.05).collect();
+        if near.is_empty() {
+            continue;
+        }
+        let range = |key: &str| {
+            let vals: Vec<f64> = near.iter().map(|s| s[key].as_f64().unwrap()).collect();
+            let lo = vals.iter().cloned().fold(f64::MAX, f64::min);
+            let hi = vals.iter().cloned().fold(f64::MIN, f64::max);
+            (lo * 0.9, hi * 1.1)
+        };
+        let within = |key: &str, ss_val: f64| {
+            let (lo, hi) = range(key);
+            assert!((lo..=hi).contains(&ss_val), "{key}: ss says {ss_val}, bbrscope {lo}..{hi} around t={t}");
+        };
+        within("cwnd", ss["cwnd"].parse().unwrap());
+        let srtt_ms: f64 = ss["rtt"].split('/').next().unwrap().parse().unwrap();
+        // ss prints RTTs in ms with microsecond resolution: allow 1 us of rounding either way.
+        let (lo, hi) = range("srtt_us");
+        assert!(lo - 1.0 <= srtt_ms * 1000.0 && srtt_ms * 1000.0 <= hi + 1.0, "srtt: ss {srtt_ms} ms, bbrscope {lo}..{hi} us");
+        within("pacing_rate_bps", parse_bps(&ss["pacing_rate"]));
+        assert_eq!(u(&near[0]["mss"]), ss["mss"].parse::<u64>().unwrap());
+        checked += 1;
+    }
+    assert!(checked >= 3, "only {checked} ss snapshots had bbrscope samples within 50 ms");
+}
+
+#[test]
+fn retransmit_events_add_up_to_the_sockets_total_under_loss() {
+    require_root();
+    let link = Link::new("rtx");
+    let port = 5201 + (std::process::id() % 1000) as u16;
+    // 2% of data segments arriving at the receiver are dropped, in the kernel, inside the
+    // receiver's own namespace.
+    link.b.exec("nft", &["add", "table", "inet", "bbrs"]);
+    link.b.exec("nft", &["add chain inet bbrs input { type filter hook input priority 0; }"]);
+    link.b.exec(
+        "nft",
+        &[&format!("add rule inet bbrs input tcp dport {port} meta length > 200 numgen random mod 100 < 2 drop")],
+    );
+    let b_addr: SocketAddr = format!("{}:{port}", link.b_ip).parse().unwrap();
+    let server = link.b.enter(move || Discard::bind(&b_addr.to_string()));
+    let stream = Stream::start(&["--port", &port.to_string(), "--interval", "100"]);
+    let conn = link.a.enter(move || {
+        let s = TcpStream::connect(b_addr).expect("connect across the link");
+        set_cc(&s, "cubic");
+        s
+    });
+    let sender = Sender::run(conn, Duration::from_secs(3), None);
+    let local = sender.local;
+    sender.join();
+    let mut stream = stream;
+    stream.wait_for(Duration::from_secs(20), |r| r["type"] == "flow_close" && r["src"] == local.to_string());
+    let (_, records, _) = stream.stop();
+    drop(server);
+
+    let open = open_for(&records, local).expect("flow_open");
+    let cookie = &open["cookie"];
+    let samples = samples_of(&records, cookie);
+    let close = of_flow(&records, "flow_close", cookie).next().expect("flow_close");
+    let first_total = u(&samples[0]["retrans_total"]);
+    let final_total = u(&close["retrans_total"]);
+    assert!(final_total > 10, "2% loss for 3 s should cause retransmits; socket total {final_total}");
+    let event_segs: u64 = of_flow(&records, "retransmit", cookie).map(|r| u(&r["segs"])).sum();
+    let folded: u64 = samples.iter().chain([&close]).map(|s| u(&s["retrans_coalesced"])).sum();
+    assert_eq!(
+        event_segs + folded,
+        final_total - first_total,
+        "retransmit events ({event_segs} segs, {folded} folded into samples) vs the socket's total_retrans ({first_total} -> {final_total})"
+    );
+    // Each event's running total matches the socket's at that moment, in order.
+    let mut prev = first_total;
+    for r in of_flow(&records, "retransmit", cookie) {
+        let total = u(&r["retrans_total"]);
+        assert!(total >= prev + u(&r["segs"]), "running total out of order: {r}");
+        prev = total;
+    }
+    assert!(
+        records.iter().any(|r| r["type"] == "cong_state" && &r["cookie"] == cookie && r["to"] == "recovery"),
+        "loss should move the flow into recovery"
+    );
+}
+
+#[test]
+fn ipv6_and_ipv4_mapped_flows() {
+    require_root();
+    // Plain IPv6 over ::1.
+    let server = Discard::bind("[::1]:0");
+    let port = server.addr.port().to_string();
+    let mut stream = Stream::start(&["--port", &port, "--interval", "50"]);
+    let sender = Sender::start(server.addr, "bbr", Duration::from_millis(600), None);
+    let local = sender.local;
+    sender.join();
+    stream.wait_for(Duration::from_secs(10), |r| r["type"] == "flow_close" && r["src"] == local.to_string());
+    let (_, records, _) = stream.stop();
+    let open = open_for(&records, local).expect("IPv6 flow_open");
+    assert!(open["src"].as_str().unwrap().starts_with("[::1]:"), "{open}");
+    assert_eq!(open["dst"], server.addr.to_string());
+
+    // An IPv4 peer of a dual-stack IPv6 server socket that sends: shown as IPv4.
+    let listener = TcpListener::bind("[::]:0").expect("dual-stack listener");
+    let port = listener.local_addr().unwrap().port();
+    let mut stream = Stream::start(&["--port", &port.to_string(), "--interval", "50"]);
+    let client = TcpStream::connect(("127.0.0.1", port)).unwrap();
+    let client_addr = client.local_addr().unwrap();
+    let reader = std::thread::spawn(move || {
+        let mut c = client;
+        let _ = std::io::copy(&mut c, &mut std::io::sink());
+    });
+    let (conn, _) = listener.accept().unwrap();
+    Sender::run(conn, Duration::from_millis(600), None).join();
+    reader.join().unwrap();
+    stream.wait_for(Duration::from_secs(10), |r| r["type"] == "flow_close");
+    let (_, records, _) = stream.stop();
+    let open = records.iter().find(|r| r["type"] == "flow_open").expect("flow_open for the server's send");
+    assert_eq!(open["src"], format!("127.0.0.1:{port}"));
+    assert_eq!(open["dst"], client_addr.to_string());
+}
+
+#[test]
+fn cc_and_addr_filters_run_in_the_kernel() {
+    require_root();
+    let server = Discard::bind("0.0.0.0:0");
+    let port = server.addr.port();
+    let to = |ip: &str| -> SocketAddr { format!("{ip}:{port}").parse().unwrap() };
+
+    let mut by_cc = Stream::start(&["--port", &port.to_string(), "--cc", "bbr", "--interval", "50"]);
+    let mut by_addr = Stream::start(&["--port", &port.to_string(), "--addr", "127.0.0.2/32", "--interval", "50"]);
+    let cubic = Sender::start(to("127.0.0.1"), "cubic", Duration::from_millis(800), None);
+    let bbr = Sender::start(to("127.0.0.1"), "bbr", Duration::from_millis(800), None);
+    let other = Sender::start(to("127.0.0.2"), "cubic", Duration::from_millis(800), None);
+    let (c, b, o) = (cubic.local, bbr.local, other.local);
+    cubic.join();
+    bbr.join();
+    other.join();
+    by_cc.wait_for(Duration::from_secs(10), |r| r["type"] == "flow_close" && r["src"] == b.to_string());
+    by_addr.wait_for(Duration::from_secs(10), |r| r["type"] == "flow_close" && r["src"] == o.to_string());
+    let (_, cc_records, _) = by_cc.stop();
+    let (_, addr_records, _) = by_addr.stop();
+
+    let flows = |records: &[Value]| -> Vec<String> {
+        records.iter().filter(|r| r["type"] == "flow_open").map(|r| r["src"].as_str().unwrap().to_string()).collect()
+    };
+    assert_eq!(flows(&cc_records), vec![b.to_string()], "--cc bbr must report only the bbr flow");
+    assert!(!flows(&addr_records).contains(&c.to_string()));
+    assert_eq!(flows(&addr_records), vec![o.to_string()], "--addr 127.0.0.2/32 must report only the flow to 127.0.0.2");
+    // The kernel saw the other flows and filtered them (they never reached userspace).
+    let last_stats = cc_records.iter().rev().find(|r| r["type"] == "stats").unwrap();
+    assert!(u(&last_stats["flows_filtered_total"]) == 0 || u(&last_stats["flows_seen_total"]) >= 2);
+}
+
+#[test]
+fn cgroup_filter_follows_the_socket_not_the_current_task() {
+    require_root();
+    let mount = bbrscope::sys::cgroup::cgroup2_mount().expect("cgroup2 mounted");
+    let dir = mount.mount_point.join(format!("bbrscope-test-{}", std::process::id()));
+    std::fs::create_dir(&dir).expect("create a throwaway cgroup");
+    struct Rmdir(std::path::PathBuf);
+    impl Drop for Rmdir {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_dir(&self.0);
+        }
+    }
+    let _cleanup = Rmdir(dir.clone());
+
+    let server = Discard::bind("127.0.0.1:0");
+    let port = server.addr.port();
+    let mut stream = Stream::start(&["--port", &port.to_string(), "--cgroup", dir.to_str().unwrap(), "--interval", "50"]);
+    // Inside: a shell that joins the cgroup, then opens its socket (bash's /dev/tcp).
+    let script = format!(
+        "echo $$ > {}/cgroup.procs && exec 3<>/dev/tcp/127.0.0.1/{port} && head -c 30000000 /dev/zero >&3",
+        dir.display()
+    );
+    let mut inside = std::process::Command::new("bash").args(["-c", &script]).spawn().unwrap();
+    // Outside: this test process.
+    let outside = Sender::start(server.addr, "cubic", Duration::from_millis(800), None);
+    let outside_local = outside.local;
+    outside.join();
+    assert!(inside.wait().unwrap().success());
+    stream.wait_for(Duration::from_secs(10), |r| r["type"] == "flow_close");
+    std::thread::sleep(Duration::from_millis(300));
+    let (_, records, _) = stream.stop();
+    let opens: Vec<&Value> = records.iter().filter(|r| r["type"] == "flow_open").collect();
+    assert_eq!(opens.len(), 1, "exactly the flow from inside the cgroup: {opens:?}");
+    assert_ne!(opens[0]["src"], outside_local.to_string());
+}
+
+/// bpf object ids (programs and links) held by a process, from its fdinfo.
+fn bpf_ids(pid: u32, key: &str) -> Vec<u32> {
+    let mut ids = Vec::new();
+    for fd in std::fs::read_dir(format!("/proc/{pid}/fdinfo")).unwrap().flatten() {
+        if let Ok(info) = std::fs::read_to_string(fd.path()) {
+            for line in info.lines() {
+                if let Some(id) = line.strip_prefix(key) {
+                    ids.push(id.trim().parse().unwrap());
+                }
+            }
+        }
+    }
+    ids
+}
+
+fn prog_exists(id: u32) -> bool {
+    std::process::Command::new("bpftool")
+        .args(["prog", "show", "id", &id.to_string()])
+        .output()
+        .unwrap()
+        .status
+        .success()
+}
+
+#[test]
+fn detaches_everything_on_sigterm_and_exits_zero() {
+    require_root();
+    let stream = Stream::start(&["--port", "9"]);
+    let pid = stream.pid();
+    let progs = bpf_ids(pid, "prog_id:");
+    assert!(progs.len() >= 4, "expected the four tracepoint programs, found {progs:?}");
+    assert!(progs.iter().all(|&id| prog_exists(id)));
+    unsafe { libc::kill(pid as i32, libc::SIGTERM) };
+    let mut child = stream;
+    let (code, _, stderr) = {
+        // stop() sends SIGINT too; the process is already exiting from SIGTERM.
+        std::thread::sleep(Duration::from_millis(500));
+        child.stop()
+    };
+    assert_eq!(code, 0, "{stderr}");
+    // Programs are freed once nothing holds them.
+    std::thread::sleep(Duration::from_millis(200));
+    let left: Vec<u32> = progs.into_iter().filter(|&id| prog_exists(id)).collect();
+    assert!(left.is_empty(), "programs still loaded after exit: {left:?}");
+}
+
+#[test]
+fn duration_and_broken_pipe_end_the_stream_quietly() {
+    require_root();
+    let start = std::time::Instant::now();
+    let out = bbrscope().args(["stream", "--duration", "1", "--port", "9"]).output().unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(start.elapsed() < Duration::from_secs(10));
+
+    // Reader goes away after the first line (like `| head -n 1`).
+    let mut child = bbrscope()
+        .args(["stream", "--stats-interval", "0.1", "--port", "9"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    {
+        use std::io::BufRead as _;
+        let mut first = String::new();
+        std::io::BufReader::new(child.stdout.take().unwrap()).read_line(&mut first).unwrap();
+        assert!(first.contains("\"type\":\"stats\""));
+    }
+    let status = wait_timeout(&mut child, Duration::from_secs(10)).expect("exits when its reader is gone");
+    assert_eq!(status.code(), Some(0));
+    let mut err = String::new();
+    use std::io::Read as _;
+    child.stderr.take().unwrap().read_to_string(&mut err).unwrap();
+    assert!(err.is_empty(), "quiet on broken pipe, got: {err}");
+}
+
+#[test]
+fn bad_input_is_one_line_on_stderr_and_exit_2() {
+    require_root();
+    let v1 = std::fs::read_to_string("/proc/self/mountinfo")
+        .unwrap()
+        .lines()
+        .find_map(|l| {
+            let (pre, post) = l.split_once(" - ")?;
+            (post.split_whitespace().next()? == "cgroup").then(|| pre.split_whitespace().nth(4).unwrap().to_string())
+        })
+        .unwrap_or_else(|| "/tmp".into());
+    let cases: Vec<(Vec<&str>, &str)> = vec![
+        (vec!["--addr", "10.0.0.0/33"], "CIDR"),
+        (vec!["--addr", "example.com"], "CIDR"),
+        (vec!["--cc", "nosuchcc"], "available"),
+        (vec!["--cgroup", "/nonexistent/cg"], "does not exist"),
+        (vec!["--cgroup", &v1], "cgroup"),
+        (vec!["--interval", "0"], "interval"),
+        (vec!["--ring-size", "3M"], "power of two"),
+        (vec!["--port", "70000"], "port"),
+        (vec!["--duration", "-1"], "duration"),
+        (vec!["--frobnicate"], "frobnicate"),
+    ];
+    for (args, needle) in cases {
+        let out = bbrscope().arg("stream").args(&args).output().unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {err}");
+        assert_eq!(err.trim_end().lines().count(), 1, "{args:?}: not one line: {err}");
+        assert!(err.starts_with("bbrscope: "), "{args:?}: {err}");
+        assert!(err.to_lowercase().contains(&needle.to_lowercase()), "{args:?}: expected '{needle}' in: {err}");
+        assert!(out.stdout.is_empty(), "{args:?}: wrote to stdout");
+    }
+
+    // Without privileges: names what is needed.
+    let out = std::process::Command::new("setpriv")
+        .args(["--reuid=65534", "--regid=65534", "--clear-groups", "--inh-caps=-all"])
+        .arg(env!("CARGO_BIN_EXE_bbrscope"))
+        .args(["stream", "--duration", "1"])
+        .output()
+        .expect("setpriv (util-linux)");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(err.contains("CAP_BPF") && err.contains("CAP_PERFMON"), "{err}");
+}
