@@ -327,3 +327,201 @@ impl Btf {
         self.names.get(id as usize).map(String::as_str).unwrap_or("")
     }
 }
+
+/// Writes BTF blobs for tests: the inverse of [`Btf::parse`], kind by kind.
+#[cfg(test)]
+pub mod build {
+    pub struct Builder {
+        types: Vec<u8>,
+        strings: Vec<u8>,
+        next_id: u32,
+    }
+
+    impl Builder {
+        pub fn new() -> Self {
+            Builder { types: Vec::new(), strings: vec![0], next_id: 1 }
+        }
+
+        /// Split BTF continuing `base`'s ids and strings.
+        pub fn split(base_types: u32, base_str_len: u32) -> Self {
+            Builder { types: Vec::new(), strings: vec![0; base_str_len as usize], next_id: base_types + 1 }
+        }
+
+        fn str(&mut self, s: &str) -> u32 {
+            if s.is_empty() {
+                return 0;
+            }
+            let off = self.strings.len() as u32;
+            self.strings.extend_from_slice(s.as_bytes());
+            self.strings.push(0);
+            off
+        }
+
+        fn push(&mut self, name: &str, kind: u32, vlen: u32, kind_flag: bool, size_or_type: u32, extra: &[u32]) -> u32 {
+            let name_off = self.str(name);
+            let info = (kind << 24) | vlen | if kind_flag { 1 << 31 } else { 0 };
+            for w in [name_off, info, size_or_type].iter().chain(extra) {
+                self.types.extend_from_slice(&w.to_le_bytes());
+            }
+            self.next_id += 1;
+            self.next_id - 1
+        }
+
+        pub fn int(&mut self, name: &str, size: u32) -> u32 {
+            self.push(name, 1, 0, false, size, &[size * 8])
+        }
+
+        pub fn ptr(&mut self, target: u32) -> u32 {
+            self.push("", 2, 0, false, target, &[])
+        }
+
+        pub fn array(&mut self, elem: u32, len: u32) -> u32 {
+            self.push("", 3, 0, false, 0, &[elem, elem, len])
+        }
+
+        /// Members as (name, type, bit offset, bitfield size or 0).
+        pub fn strukt(&mut self, name: &str, size: u32, members: &[(&str, u32, u32, u32)]) -> u32 {
+            self.composite(4, name, size, members)
+        }
+
+        pub fn union(&mut self, name: &str, size: u32, members: &[(&str, u32, u32, u32)]) -> u32 {
+            self.composite(5, name, size, members)
+        }
+
+        fn composite(&mut self, kind: u32, name: &str, size: u32, members: &[(&str, u32, u32, u32)]) -> u32 {
+            let bitfields = members.iter().any(|m| m.3 != 0);
+            let mut extra = Vec::new();
+            for &(n, ty, off, bits) in members {
+                extra.extend([self.str(n), ty, if bitfields { bits << 24 | off } else { off }]);
+            }
+            self.push(name, kind, members.len() as u32, bitfields, size, &extra)
+        }
+
+        pub fn enm(&mut self, name: &str, values: &[(&str, i32)]) -> u32 {
+            let mut extra = Vec::new();
+            for &(n, v) in values {
+                extra.extend([self.str(n), v as u32]);
+            }
+            self.push(name, 6, values.len() as u32, false, 4, &extra)
+        }
+
+        pub fn typedef(&mut self, name: &str, target: u32) -> u32 {
+            self.push(name, 8, 0, false, target, &[])
+        }
+
+        pub fn func_proto(&mut self, ret: u32, params: &[u32]) -> u32 {
+            let extra: Vec<u32> = params.iter().flat_map(|&p| [0, p]).collect();
+            self.push("", 13, params.len() as u32, false, ret, &extra)
+        }
+
+        pub fn type_count(&self) -> u32 {
+            self.next_id - 1
+        }
+
+        pub fn str_len(&self) -> u32 {
+            self.strings.len() as u32
+        }
+
+        /// The blob; for split BTF only the strings added after the base's are written.
+        pub fn build(&self, base_str_len: u32) -> Vec<u8> {
+            let strings = &self.strings[base_str_len as usize..];
+            let mut out = Vec::new();
+            out.extend_from_slice(&super::MAGIC.to_le_bytes());
+            out.extend_from_slice(&[1, 0]);
+            for w in [24u32, 0, self.types.len() as u32, self.types.len() as u32, strings.len() as u32] {
+                out.extend_from_slice(&w.to_le_bytes());
+            }
+            out.extend_from_slice(&self.types);
+            out.extend_from_slice(strings);
+            out
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{build::Builder, *};
+
+    /// A miniature of the kernel's socket types: anonymous unions, nested structs, bitfields,
+    /// arrays, typedefs and a tracepoint prototype.
+    fn mini_kernel() -> Btf {
+        let mut b = Builder::new();
+        let u8_ = b.int("u8", 1);
+        let u16_ = b.int("u16", 2);
+        let u32_ = b.int("u32", 4);
+        let be32 = b.typedef("__be32", u32_);
+        let addr_pair = b.strukt("", 8, &[("skc_daddr", be32, 0, 0), ("skc_rcv_saddr", be32, 32, 0)]);
+        let addrpair_union = b.union("", 8, &[("skc_addrpair", u32_, 0, 0), ("", addr_pair, 0, 0)]);
+        let sock_common = b.strukt("sock_common", 16, &[("", addrpair_union, 0, 0), ("skc_family", u16_, 64, 0)]);
+        let sock = b.strukt("sock", 64, &[("__sk_common", sock_common, 0, 0), ("sk_pacing_rate", u32_, 256, 0)]);
+        let sample = b.strukt("minmax_sample", 8, &[("t", u32_, 0, 0), ("v", u32_, 32, 0)]);
+        let samples = b.array(sample, 3);
+        let minmax = b.strukt("minmax", 24, &[("s", samples, 0, 0)]);
+        b.strukt(
+            "tcp_sock",
+            256,
+            &[
+                ("inet_conn", sock, 0, 0),
+                ("rtt_min", minmax, 64 * 8, 0),
+                ("icsk_ca_state", u8_, 100 * 8 + 3, 5),
+                ("is_cwnd_limited", u8_, 100 * 8 + 8, 1),
+            ],
+        );
+        b.enm("bbr_mode", &[("BBR_STARTUP", 0), ("BBR_DRAIN", 1)]);
+        let void_ptr = b.ptr(0);
+        let sock_ptr = b.ptr(sock);
+        let proto = b.func_proto(0, &[void_ptr, sock_ptr, u32_]);
+        let fn_ptr = b.ptr(proto);
+        b.typedef("btf_trace_tcp_cong_state_set", fn_ptr);
+        Btf::parse(&b.build(0), None).unwrap()
+    }
+
+    #[test]
+    fn finds_members_through_anonymous_unions_and_nesting() {
+        let btf = mini_kernel();
+        assert_eq!(btf.member("sock_common", "skc_rcv_saddr"), Some(Location { bit_offset: 32, bits: 32 }));
+        assert_eq!(btf.member("sock", "__sk_common.skc_family"), Some(Location { bit_offset: 64, bits: 16 }));
+        assert_eq!(btf.member("tcp_sock", "inet_conn.sk_pacing_rate").unwrap().byte_offset(), 32);
+        assert_eq!(btf.member("sock", "__sk_common.nope"), None);
+        assert_eq!(btf.member("nope", "x"), None);
+    }
+
+    #[test]
+    fn steps_into_arrays_and_reads_bitfields() {
+        let btf = mini_kernel();
+        // rtt_min.s[0].v
+        assert_eq!(btf.member("tcp_sock", "rtt_min.s.v"), Some(Location { bit_offset: 64 * 8 + 32, bits: 32 }));
+        let state = btf.member("tcp_sock", "icsk_ca_state").unwrap();
+        assert_eq!((state.bit_offset, state.bits, state.is_byte_aligned()), (803, 5, false));
+        assert_eq!(btf.size_of(btf.member_type("tcp_sock", "rtt_min").unwrap()), Some(24));
+    }
+
+    #[test]
+    fn enums_and_tracepoint_prototypes() {
+        let btf = mini_kernel();
+        assert_eq!(btf.enum_values("bbr_mode").unwrap()[1], ("BBR_DRAIN".to_string(), 1));
+        assert_eq!(btf.tracepoint_args("tcp_cong_state_set"), Some(2));
+        assert_eq!(btf.tracepoint_args("tcp_no_such_tracepoint"), None);
+    }
+
+    #[test]
+    fn split_btf_continues_the_base() {
+        let mut base = Builder::new();
+        let u32_ = base.int("u32", 4);
+        base.strukt("tcp_sock", 8, &[("snd_cwnd", u32_, 0, 0)]);
+        let (count, str_len) = (base.type_count(), base.str_len());
+        let base_btf = Btf::parse(&base.build(0), None).unwrap();
+
+        let mut module = Builder::split(count, str_len);
+        module.strukt("bbr", 8, &[("min_rtt_us", u32_, 0, 0), ("full_bw", u32_, 32, 0)]);
+        let btf = Btf::parse(&module.build(str_len), Some(base_btf)).unwrap();
+        assert_eq!(btf.member("bbr", "full_bw"), Some(Location { bit_offset: 32, bits: 32 }));
+        assert_eq!(btf.member("tcp_sock", "snd_cwnd"), Some(Location { bit_offset: 0, bits: 32 }));
+    }
+
+    #[test]
+    fn rejects_garbage() {
+        assert!(Btf::parse(b"not btf at all, clearly not", None).is_err());
+        assert!(Btf::parse(&[0x9f, 0xeb, 1, 0, 24, 0, 0, 0, 0, 0, 0, 0, 100, 0, 0, 0, 100, 0, 0, 0, 4, 0, 0, 0], None).is_err());
+    }
+}

@@ -35,7 +35,7 @@ pub enum Field {
 
 /// Where each [`Field`] lives, as (struct, member path) in BTF. All of these structs start at the
 /// socket pointer (`tcp_sock` embeds `inet_connection_sock` embeds ... `sock`).
-const FIELDS: &[(Field, &str, &str)] = &[
+pub const FIELDS: &[(Field, &str, &str)] = &[
     (Field::SndCwnd, "tcp_sock", "snd_cwnd"),
     (Field::SndSsthresh, "tcp_sock", "snd_ssthresh"),
     (Field::SrttUs, "tcp_sock", "srtt_us"),
