@@ -390,6 +390,7 @@ fn bad_input_is_one_line_on_stderr_and_exit_2() {
         (vec!["--port", "70000"], "port"),
         (vec!["--duration", "-1"], "duration"),
         (vec!["--frobnicate"], "frobnicate"),
+        (vec!["--btf", "/nonexistent.btf"], "--btf"),
     ];
     for (args, needle) in cases {
         let out = bbrscope().arg("stream").args(&args).output().unwrap();
@@ -411,4 +412,26 @@ fn bad_input_is_one_line_on_stderr_and_exit_2() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(2), "{err}");
     assert!(err.contains("CAP_BPF") && err.contains("CAP_PERFMON"), "{err}");
+}
+
+#[test]
+fn ring_overflow_is_counted_and_reported_not_silent() {
+    require_root();
+    let server = Discard::bind("127.0.0.1:0");
+    let port = server.addr.port().to_string();
+    // A 4 KiB ring holds about eight samples; 16 busy flows sampled every millisecond overflow it.
+    let stream = Stream::start(&["--port", &port, "--interval", "1", "--ring-size", "4K"]);
+    let senders: Vec<Sender> =
+        (0..16).map(|_| Sender::start(server.addr, "cubic", Duration::from_millis(1500), None)).collect();
+    for s in senders {
+        s.join();
+    }
+    std::thread::sleep(Duration::from_millis(300));
+    let (_, records, _) = stream.stop();
+    let stats = records.iter().rev().find(|r| r["type"] == "stats").expect("stats");
+    let drops = u(&stats["drops_total"]);
+    assert!(drops > 0, "expected drops with a 4 KiB ring: {stats}");
+    let delivered = records.iter().filter(|r| r["type"] == "sample").count() as u64;
+    assert!(delivered > 0);
+    assert!(records.iter().any(|r| r["type"] == "stats" && r["drops_per_s"].as_f64().unwrap() > 0.0));
 }

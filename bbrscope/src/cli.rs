@@ -66,6 +66,10 @@ pub struct ObserveArgs {
     /// Ring buffer between kernel and bbrscope: a power of two from 4K (e.g. 512K, 4M, 64M)
     #[arg(long, value_name = "BYTES", default_value = "4M", value_parser = parse_ring_size)]
     pub ring_size: u32,
+    /// Read kernel type information from this BTF file instead of /sys/kernel/btf/vmlinux (for
+    /// kernels built without CONFIG_DEBUG_INFO_BTF; the file must match the running kernel)
+    #[arg(long, value_name = "FILE")]
+    pub btf: Option<PathBuf>,
 }
 
 impl ObserveArgs {
@@ -78,6 +82,7 @@ impl ObserveArgs {
             filter: FilterSpec::new(f.port, f.addr, f.cgroup.as_deref(), f.cc.as_deref())?,
             max_flows: self.max_flows,
             ring_bytes: self.ring_size,
+            btf: self.btf.clone(),
             ..Options::default()
         })
     }

@@ -14,7 +14,8 @@ use bbrscope_common::{CC_NAME_LEN, Config, Filter, config_flags, counter, filter
 use tokio::io::unix::AsyncFd;
 
 use super::{
-    btf::Btf,
+    btf::{self, Btf},
+    hooks,
     layout::Layout,
 };
 use crate::{error::UsageError, filter::FilterSpec};
@@ -32,6 +33,8 @@ pub struct Options {
     pub ring_bytes: u32,
     /// Retransmit records per flow and sample interval before they are only counted.
     pub retrans_per_interval: u32,
+    /// BTF to use instead of the running kernel's (for kernels built without it).
+    pub btf: Option<std::path::PathBuf>,
 }
 
 impl Default for Options {
@@ -43,25 +46,10 @@ impl Default for Options {
             max_flows: 16384,
             ring_bytes: 4 << 20,
             retrans_per_interval: 64,
+            btf: None,
         }
     }
 }
-
-/// The tracepoints bbrscope attaches to, and what is lost without each.
-struct Hook {
-    tracepoint: &'static str,
-    lost_without: Option<&'static str>,
-}
-
-const HOOKS: &[Hook] = &[
-    Hook { tracepoint: "tcp_probe", lost_without: None },
-    Hook { tracepoint: "tcp_retransmit_skb", lost_without: Some("retransmit events") },
-    Hook {
-        tracepoint: "tcp_cong_state_set",
-        lost_without: Some("exact congestion-state transitions (polled on each ACK instead)"),
-    },
-    Hook { tracepoint: "inet_sock_set_state", lost_without: Some("flow_close events") },
-];
 
 pub struct Observer {
     ebpf: Ebpf,
@@ -74,49 +62,29 @@ pub struct Observer {
 
 impl Observer {
     pub fn start(opts: &Options) -> Result<Self> {
-        let btf = Btf::kernel().map_err(|e| {
-            UsageError::new(format!(
-                "kernel BTF is unavailable ({e:#}): bbrscope needs /sys/kernel/btf/vmlinux \
-                 (CONFIG_DEBUG_INFO_BTF=y, standard on Ubuntu 20.10+, Debian 11+, RHEL 8.2+) to \
-                 find socket fields on this kernel"
-            ))
-        })?;
-        let btf = with_cc_modules(btf)?;
+        let btf = match &opts.btf {
+            Some(path) => Btf::from_file(path, None)
+                .map_err(|e| UsageError::new(format!("--btf {}: {e:#}", path.display())))?,
+            None => with_cc_modules(Btf::kernel().map_err(|e| {
+                UsageError::new(format!(
+                    "kernel BTF is unavailable ({e:#}): bbrscope needs {} (CONFIG_DEBUG_INFO_BTF=y, \
+                     standard on Ubuntu 20.10+, Debian 11+, RHEL 8.2+) or a BTF file for this kernel \
+                     given with --btf",
+                    btf::VMLINUX
+                ))
+            })?)?,
+        };
         let layout = Layout::from_btf(&btf)?;
         let mut degraded = Vec::new();
         if !layout.missing.is_empty() {
             degraded.push(format!("kernel lacks {}: reported as null", layout.missing.join(", ")));
         }
 
-        let mut flags = layout.flags;
+        let hooks = hooks::plan(|tp| btf.tracepoint_args(tp))?;
+        degraded.extend(hooks.degraded);
+        let mut flags = layout.flags | hooks.flags;
         if opts.receivers {
             flags |= config_flags::RECEIVERS;
-        }
-        let mut attach = Vec::new();
-        for hook in HOOKS {
-            match btf.tracepoint_args(hook.tracepoint) {
-                Some(args) => {
-                    if hook.tracepoint == "tcp_retransmit_skb" && args >= 3 {
-                        flags |= config_flags::RETRANS_HAS_ERR;
-                    }
-                    attach.push(hook);
-                }
-                None => match hook.lost_without {
-                    None => {
-                        return Err(UsageError::new(format!(
-                            "this kernel has no {} tracepoint (added in Linux 4.16); bbrscope cannot observe flows",
-                            hook.tracepoint
-                        ))
-                        .into());
-                    }
-                    Some(lost) => {
-                        if hook.tracepoint == "tcp_cong_state_set" {
-                            flags |= config_flags::POLL_CA_STATE;
-                        }
-                        degraded.push(format!("kernel has no {} tracepoint: no {lost}", hook.tracepoint));
-                    }
-                },
-            }
         }
 
         let config = Config {
@@ -134,13 +102,11 @@ impl Observer {
             .load(OBJECT)
             .context("loading bbrscope's kernel programs")?;
 
-        for hook in attach {
-            let prog: &mut RawTracePoint = ebpf
-                .program_mut(hook.tracepoint)
-                .with_context(|| format!("program {} missing from the object", hook.tracepoint))?
-                .try_into()?;
-            prog.load().with_context(|| format!("loading the {} program", hook.tracepoint))?;
-            prog.attach(hook.tracepoint).with_context(|| format!("attaching to tracepoint {}", hook.tracepoint))?;
+        for tp in hooks.attach {
+            let prog: &mut RawTracePoint =
+                ebpf.program_mut(tp).with_context(|| format!("program {tp} missing from the object"))?.try_into()?;
+            prog.load().with_context(|| format!("loading the {tp} program"))?;
+            prog.attach(tp).with_context(|| format!("attaching to tracepoint {tp}"))?;
         }
 
         let ring = RingBuf::try_from(ebpf.take_map("EVENTS").context("EVENTS map missing")?)?;

@@ -2,5 +2,6 @@
 //! bbrscope's programs, reading their ring buffer and counters.
 
 pub mod btf;
+pub mod hooks;
 pub mod layout;
 pub mod loader;
