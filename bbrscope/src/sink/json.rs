@@ -158,3 +158,115 @@ impl<W: Write> JsonSink<W> {
         self.out.flush()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::event::{Bbr, Head, RetransmitEvent, SampleEvent};
+
+    fn metrics(acked: u64) -> Metrics {
+        Metrics {
+            cwnd: Some(10),
+            ssthresh: None,
+            srtt_us: Some(100_000),
+            rttvar_us: Some(5_000),
+            min_rtt_us: Some(99_000),
+            pacing_rate_bps: Some(12_000_000),
+            delivery_rate_bps: Some(10_000_000),
+            delivery_app_limited: Some(false),
+            bytes_acked: Some(acked),
+            bytes_sent: Some(acked + 1000),
+            bytes_retrans: Some(0),
+            bytes_received: Some(0),
+            retrans_total: Some(0),
+            data_segs_out: Some(1),
+            unacked: Some(3),
+            in_flight: Some(3),
+            lost: Some(0),
+            sacked: Some(0),
+            retrans_out: Some(0),
+            delivered: Some(5),
+            mss: Some(1448),
+            snd_wnd: Some(65535),
+            bbr: Some(Bbr {
+                mode: Some("probe_bw".into()),
+                bw_bps: Some(9_000_000),
+                min_rtt_us: Some(99_000),
+                pacing_gain: Some(1.25),
+                cwnd_gain: Some(2.0),
+                full_bw_reached: Some(true),
+                cycle_idx: Some(0),
+            }),
+            cubic: None,
+        }
+    }
+
+    fn head(ts_ns: u64, first: bool) -> Head {
+        Head {
+            flow: 4097,
+            ts_ns,
+            src: "10.0.0.1:5000".parse().unwrap(),
+            dst: "[2001:db8::2]:443".parse().unwrap(),
+            ca_state: crate::event::CaState::Open,
+            first,
+        }
+    }
+
+    fn sample(ts_ns: u64, acked: u64, closing: bool) -> Event {
+        Event::Sample(Box::new(SampleEvent {
+            head: head(ts_ns, ts_ns == 0),
+            closing,
+            cc: "bbr".into(),
+            acks: 7,
+            retrans_coalesced: 0,
+            metrics: metrics(acked),
+        }))
+    }
+
+    #[test]
+    fn records_have_the_documented_shape() {
+        let mut out = Vec::new();
+        let mut sink = JsonSink::new(&mut out, Clock::with_offset(1_700_000_000_000_000_000));
+        let mut table = FlowTable::new(0);
+        let events = [
+            sample(0, 1_000, false),
+            sample(1_000_000_000, 1_251_000, false),
+            Event::Retransmit(RetransmitEvent {
+                head: head(1_100_000_000, false),
+                segs: 1,
+                retrans_total: 1,
+                cwnd: 7,
+                ssthresh: Some(7),
+            }),
+            sample(2_000_000_000, 2_501_000, true),
+        ];
+        for ev in &events {
+            let change = table.apply(ev);
+            sink.event(ev, change, &table).unwrap();
+        }
+        drop(sink);
+        let lines: Vec<serde_json::Value> =
+            String::from_utf8(out).unwrap().lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+        let types: Vec<&str> = lines.iter().map(|l| l["type"].as_str().unwrap()).collect();
+        assert_eq!(types, ["flow_open", "sample", "sample", "retransmit", "flow_close"]);
+        for l in &lines {
+            assert_eq!(l["cookie"], 4097);
+            assert_eq!(l["src"], "10.0.0.1:5000");
+            assert_eq!(l["dst"], "[2001:db8::2]:443");
+            assert_eq!(l["cc"], "bbr");
+            assert!(l["ts"].as_f64().unwrap() >= 1_700_000_000.0);
+        }
+        let s = &lines[2];
+        assert_eq!(s["ssthresh"], serde_json::Value::Null);
+        assert_eq!(s["srtt_us"], 100_000);
+        assert_eq!(s["bbr"]["mode"], "probe_bw");
+        assert_eq!(s["bbr"]["pacing_gain"], 1.25);
+        // 1.25 MB in one second.
+        assert_eq!(s["throughput_bps"], 10_000_000);
+        assert_eq!(lines[3]["segs"], 1);
+        let close = &lines[4];
+        assert_eq!(close["duration_s"], 2.0);
+        assert_eq!(close["goodput_bps"], 10_000_000);
+        assert_eq!(close["retransmit_events"], 1);
+    }
+}
