@@ -6,7 +6,7 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use bbrscope_common::{
     CA_PRIV_LEN, CC_NAME_LEN, CongState, FLAG_FIRST, MAX_FIELDS, RecordHeader, Retransmit, Sample, kind,
 };
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use crate::kernel::layout::{Field, Layout};
 
@@ -18,7 +18,7 @@ const BBR_BW_SCALE: u32 = 24;
 const BBR_UNIT: f64 = 256.0;
 
 /// The TCP congestion state machine (`enum tcp_ca_state`, uapi linux/tcp.h).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum CaState {
     Open,
@@ -67,7 +67,7 @@ pub struct Head {
     pub first: bool,
 }
 
-#[derive(Clone, Debug, PartialEq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Bbr {
     pub mode: Option<String>,
     pub bw_bps: Option<u64>,
@@ -78,14 +78,14 @@ pub struct Bbr {
     pub cycle_idx: Option<u32>,
 }
 
-#[derive(Clone, Debug, PartialEq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Cubic {
     /// W_max: cwnd (packets) before the last reduction.
     pub w_max: Option<u32>,
 }
 
 /// The flow's state read from its socket. `None` where this kernel lacks the field.
-#[derive(Clone, Debug, PartialEq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Metrics {
     pub cwnd: Option<u32>,
     /// `None` until the first loss ("infinite" in the kernel).

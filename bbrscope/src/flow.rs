@@ -8,7 +8,29 @@ use std::{
 
 use crate::event::{CaState, Event, Metrics};
 
-/// One point of a flow's history.
+/// BBR's state machine, for colouring history without a string per point.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum BbrMode {
+    Startup,
+    Drain,
+    ProbeBw,
+    ProbeRtt,
+    Other,
+}
+
+impl BbrMode {
+    pub fn from_name(name: &str) -> Self {
+        match name {
+            "startup" => BbrMode::Startup,
+            "drain" => BbrMode::Drain,
+            "probe_bw" => BbrMode::ProbeBw,
+            "probe_rtt" => BbrMode::ProbeRtt,
+            _ => BbrMode::Other,
+        }
+    }
+}
+
+/// One point of a flow's history (kept compact: a flow can hold thousands).
 #[derive(Clone, Debug, PartialEq)]
 pub struct Point {
     pub ts_ns: u64,
@@ -19,14 +41,20 @@ pub struct Point {
     pub pacing_rate_bps: Option<u64>,
     pub delivery_rate_bps: Option<u64>,
     pub throughput_bps: Option<u64>,
-    pub bbr_mode: Option<String>,
+    pub retrans_total: Option<u32>,
+    pub data_segs_out: Option<u32>,
+    /// The latest rate sample was application-limited.
+    pub app_limited: bool,
+    /// The peer's receive window was full while the congestion window had room.
+    pub rwnd_limited: bool,
+    pub bbr_mode: Option<BbrMode>,
 }
 
 /// Discrete things that happened to a flow, for marking on a time axis.
 #[derive(Clone, Debug, PartialEq)]
 pub enum Mark {
-    Retransmit { ts_ns: u64, segs: u32 },
-    State { ts_ns: u64, from: CaState, to: CaState },
+    Retransmit { ts_ns: u64, segs: u32, cwnd: u32 },
+    State { ts_ns: u64, from: CaState, to: CaState, cwnd: u32 },
 }
 
 impl Mark {
@@ -168,13 +196,15 @@ impl FlowTable {
                 flow.retransmits += 1;
                 flow.retrans_segs += r.segs as u64;
                 if keep > 0 {
-                    push_bounded(&mut flow.marks, keep, Mark::Retransmit { ts_ns: h.ts_ns, segs: r.segs });
+                    let mark = Mark::Retransmit { ts_ns: h.ts_ns, segs: r.segs, cwnd: r.cwnd };
+                    push_bounded(&mut flow.marks, keep, mark);
                 }
             }
             Event::CongState(c) => {
                 flow.state_changes += 1;
                 if keep > 0 {
-                    push_bounded(&mut flow.marks, keep, Mark::State { ts_ns: h.ts_ns, from: c.from, to: c.to });
+                    let mark = Mark::State { ts_ns: h.ts_ns, from: c.from, to: c.to, cwnd: c.cwnd };
+                    push_bounded(&mut flow.marks, keep, mark);
                 }
             }
         }
@@ -197,6 +227,13 @@ fn rate(prev_bytes: Option<u64>, now_bytes: u64, prev_ns: u64, now_ns: u64) -> O
 }
 
 fn point(ts_ns: u64, m: &Metrics, throughput_bps: Option<u64>) -> Point {
+    let rwnd_limited = match (m.snd_wnd, m.in_flight, m.mss, m.cwnd) {
+        (Some(wnd), Some(inflight), Some(mss), Some(cwnd)) if mss > 0 => {
+            let window_full = (inflight as u64 + 1) * mss as u64 >= wnd as u64;
+            window_full && inflight + 1 < cwnd
+        }
+        _ => false,
+    };
     Point {
         ts_ns,
         cwnd: m.cwnd,
@@ -206,7 +243,11 @@ fn point(ts_ns: u64, m: &Metrics, throughput_bps: Option<u64>) -> Point {
         pacing_rate_bps: m.pacing_rate_bps,
         delivery_rate_bps: m.delivery_rate_bps,
         throughput_bps,
-        bbr_mode: m.bbr.as_ref().and_then(|b| b.mode.clone()),
+        retrans_total: m.retrans_total,
+        data_segs_out: m.data_segs_out,
+        app_limited: m.delivery_app_limited.unwrap_or(false),
+        rwnd_limited,
+        bbr_mode: m.bbr.as_ref().and_then(|b| b.mode.as_deref()).map(BbrMode::from_name),
     }
 }
 
@@ -215,4 +256,34 @@ fn push_bounded<T>(q: &mut VecDeque<T>, cap: usize, item: T) {
         q.pop_front();
     }
     q.push_back(item);
+}
+
+#[cfg(test)]
+pub mod tests {
+    use super::*;
+
+    /// A flow with the given history, for tests of what reads flows.
+    pub fn flow_with(cc: &str, history: Vec<Point>) -> Flow {
+        let first_ns = history.first().map(|p| p.ts_ns).unwrap_or(0);
+        let last_ns = history.last().map(|p| p.ts_ns).unwrap_or(0);
+        Flow {
+            id: 1,
+            src: "10.0.0.1:443".parse().unwrap(),
+            dst: "10.0.0.2:50000".parse().unwrap(),
+            cc: cc.into(),
+            first_ns,
+            last_ns,
+            last_sample_ns: last_ns,
+            closed_ns: None,
+            ca_state: CaState::Open,
+            metrics: None,
+            first_bytes_acked: None,
+            throughput_bps: None,
+            retransmits: 0,
+            retrans_segs: 0,
+            state_changes: 0,
+            history: history.into(),
+            marks: VecDeque::new(),
+        }
+    }
 }

@@ -6,11 +6,14 @@
 pub mod cli;
 pub mod clock;
 pub mod cmd;
+pub mod diagnose;
 pub mod error;
 pub mod event;
 pub mod filter;
 pub mod flow;
 pub mod kernel;
 pub mod sink;
+pub mod replay;
+pub mod session;
 pub mod stats;
 pub mod sys;

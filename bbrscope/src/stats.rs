@@ -4,11 +4,11 @@
 use std::time::{Duration, Instant};
 
 use bbrscope_common::counter;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use crate::kernel::loader::Counters;
 
-#[derive(Clone, Debug, Serialize, PartialEq)]
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
 pub struct StatsReport {
     pub interval_s: f64,
     /// tcp_probe invocations per second (incoming segments on all TCP sockets).

@@ -8,16 +8,7 @@ use std::{
 use anyhow::Result;
 use tokio::signal::unix::{SignalKind, signal};
 
-use crate::{
-    cli::StreamArgs,
-    clock::Clock,
-    event::Decoder,
-    flow::FlowTable,
-    kernel::loader::Observer,
-    sink::json::JsonSink,
-    stats::StatsTracker,
-    sys::privileges,
-};
+use crate::{cli::StreamArgs, clock::Clock, flow::FlowTable, session::Live, sink::json::JsonSink};
 
 /// Closed flows are kept this long so late events still find their flow's name.
 const CLOSED_LINGER: Duration = Duration::from_secs(5);
@@ -29,19 +20,14 @@ pub async fn run(args: StreamArgs) -> Result<()> {
     if !(args.stats_interval >= 0.0 && args.stats_interval.is_finite()) {
         crate::error::usage!("--stats-interval must be 0 (off) or a positive number of seconds");
     }
-    privileges::require_tracing("bbrscope stream")?;
     let mut sigint = signal(SignalKind::interrupt())?;
     let mut sigterm = signal(SignalKind::terminate())?;
-    let mut observer = Observer::start(&opts)?;
-    for note in &observer.degraded {
+    let mut live = Live::start("bbrscope stream", &opts)?;
+    for note in live.degraded() {
         eprintln!("bbrscope: warning: {note}");
     }
-    let layout = observer.layout.clone();
-    let decoder = Decoder { layout: &layout };
     let mut table = FlowTable::new(0);
     let mut sink = JsonSink::new(BufWriter::with_capacity(1 << 16, io::stdout()), Clock::new());
-    let mut records = 0u64;
-    let mut tracker = StatsTracker::new(observer.counters()?, 0, observer.probe_runtime());
     let stats_period = Duration::from_secs_f64(if args.stats_interval > 0.0 { args.stats_interval } else { 3600.0 });
     let mut stats_tick = tokio::time::interval_at(tokio::time::Instant::now() + stats_period, stats_period);
     let deadline = tokio::time::sleep(args.duration.unwrap_or(Duration::from_secs(u64::MAX / 4)));
@@ -50,14 +36,12 @@ pub async fn run(args: StreamArgs) -> Result<()> {
     let result: io::Result<()> = loop {
         let mut write_err = None;
         tokio::select! {
-            drained = observer.drain(|bytes| {
-                records += 1;
-                let Some(ev) = decoder.decode(bytes) else { return };
+            batch = live.next_batch(|ev| {
                 let change = table.apply(&ev);
                 if write_err.is_none() {
                     write_err = sink.event(&ev, change, &table).err();
                 }
-            }) => { drained?; }
+            }) => { batch?; }
             _ = stats_tick.tick() => {
                 let now = Clock::monotonic_ns();
                 table.prune(
@@ -65,8 +49,7 @@ pub async fn run(args: StreamArgs) -> Result<()> {
                     now.saturating_sub(SILENT_FORGET.as_nanos() as u64),
                 );
                 if args.stats_interval > 0.0 {
-                    let report = tracker.report(observer.counters()?, records, observer.probe_runtime(), table.len());
-                    write_err = sink.stats(now, &report).err();
+                    write_err = sink.stats(now, &live.stats(table.len())?).err();
                 }
             }
             _ = sigint.recv() => break Ok(()),

@@ -1,0 +1,225 @@
+//! "Why is this flow slow?" — a verdict per flow, in plain words, from its recent history.
+//!
+//! The rules follow what limits a TCP sender: the peer's receive window, the application, loss
+//! (and whether it is random loss, which CUBIC mistakes for congestion and BBR ignores, or loss
+//! at a full queue), or a standing queue that inflates RTT (bufferbloat).
+
+use crate::{
+    event::CaState,
+    flow::{Flow, Point},
+};
+
+/// How far back the verdict looks.
+pub const WINDOW_NS: u64 = 5_000_000_000;
+/// Loss rate (retransmitted / sent segments) above which a loss-based algorithm is limited by it
+/// on any path longer than a LAN (Mathis: at 0.1% and 50 ms, a 1448-byte MSS allows ~9 Mbit/s).
+const LOSS_LIMITED: f64 = 0.001;
+/// BBRv1 keeps probing while 1.25 x (1 - loss) >= 1; beyond ~20% it falls apart.
+const BBR_LOSS_CEILING: f64 = 0.15;
+
+#[derive(Clone, Debug, PartialEq)]
+pub enum Verdict {
+    /// Not enough samples yet.
+    Measuring,
+    Closed,
+    /// Retransmission timeout: nothing is being acknowledged.
+    Stalled,
+    LossLimited { loss: f64, random: bool, bbr_would_help: bool },
+    HeavyLoss { loss: f64 },
+    ReceiverWindow { rwnd_bytes: u32 },
+    ApplicationLimited,
+    Bufferbloat { srtt_us: u32, min_rtt_us: u32 },
+    Healthy,
+}
+
+impl Verdict {
+    /// A few words for a table column.
+    pub fn label(&self) -> String {
+        match self {
+            Verdict::Measuring => "measuring".into(),
+            Verdict::Closed => "closed".into(),
+            Verdict::Stalled => "stalled (RTO)".into(),
+            Verdict::LossLimited { loss, .. } => format!("loss-limited {:.1}%", loss * 100.0),
+            Verdict::HeavyLoss { loss } => format!("heavy loss {:.0}%", loss * 100.0),
+            Verdict::ReceiverWindow { .. } => "rwnd-limited".into(),
+            Verdict::ApplicationLimited => "app-limited".into(),
+            Verdict::Bufferbloat { .. } => "queueing".into(),
+            Verdict::Healthy => "healthy".into(),
+        }
+    }
+
+    /// One sentence for someone who has never read about congestion control.
+    pub fn explain(&self, cc: &str) -> String {
+        match self {
+            Verdict::Measuring => "Collecting samples…".into(),
+            Verdict::Closed => "The connection has closed.".into(),
+            Verdict::Stalled => {
+                "Stalled: nothing is being acknowledged, the sender is waiting for a retransmission timeout.".into()
+            }
+            Verdict::LossLimited { loss, random: true, bbr_would_help: true } => format!(
+                "Loss-limited: {:.2}% of segments are retransmitted while the RTT stays near its minimum, so the \
+                 loss is random, not congestion. {cc} backs off on every loss; BBR would likely be much faster \
+                 (bbrscope apply bbr).",
+                loss * 100.0
+            ),
+            Verdict::LossLimited { loss, random: true, .. } => format!(
+                "Loss-limited: {:.2}% of segments are retransmitted with no queue building up: random loss on the path.",
+                loss * 100.0
+            ),
+            Verdict::LossLimited { loss, .. } => format!(
+                "Loss-limited at a full queue: {:.2}% retransmitted while the RTT is inflated, so the bottleneck \
+                 buffer overflows (congestion). BBR would cut the queueing delay more than raise throughput.",
+                loss * 100.0
+            ),
+            Verdict::HeavyLoss { loss } => format!(
+                "Heavy loss: {:.1}% of segments are retransmitted; even BBR degrades above about 20%. The path itself needs fixing.",
+                loss * 100.0
+            ),
+            Verdict::ReceiverWindow { rwnd_bytes } => format!(
+                "Receiver-window limited: the peer advertises only {} KiB and the sender keeps it full. Raise the \
+                 receiver's buffers (net.ipv4.tcp_rmem) — the congestion control is not the limit.",
+                rwnd_bytes / 1024
+            ),
+            Verdict::ApplicationLimited => {
+                "Application-limited: the sender often has nothing queued to send. The network is not the bottleneck.".into()
+            }
+            Verdict::Bufferbloat { srtt_us, min_rtt_us } => format!(
+                "Queueing delay: RTT {:.0} ms against a {:.0} ms minimum — a standing queue (bufferbloat) in front of \
+                 the bottleneck. BBR keeps queues short; loss-based {cc} fills them.",
+                *srtt_us as f64 / 1000.0,
+                *min_rtt_us as f64 / 1000.0
+            ),
+            Verdict::Healthy => "Healthy: no loss to speak of, RTT near its minimum, the sender is using the path.".into(),
+        }
+    }
+}
+
+fn fraction(points: &[&Point], pred: impl Fn(&Point) -> bool) -> f64 {
+    points.iter().filter(|p| pred(p)).count() as f64 / points.len().max(1) as f64
+}
+
+fn median(mut v: Vec<u32>) -> Option<u32> {
+    if v.is_empty() {
+        return None;
+    }
+    v.sort_unstable();
+    Some(v[v.len() / 2])
+}
+
+/// The verdict for `flow` over the last [`WINDOW_NS`] before `now_ns`.
+pub fn diagnose(flow: &Flow, now_ns: u64) -> Verdict {
+    if flow.closed_ns.is_some() {
+        return Verdict::Closed;
+    }
+    if flow.ca_state == CaState::Loss {
+        return Verdict::Stalled;
+    }
+    let since = now_ns.saturating_sub(WINDOW_NS);
+    let recent: Vec<&Point> = flow.history.iter().filter(|p| p.ts_ns >= since).collect();
+    if recent.len() < 3 {
+        return Verdict::Measuring;
+    }
+    let (first, last) = (recent[0], recent[recent.len() - 1]);
+    let loss = match (first.retrans_total, last.retrans_total, first.data_segs_out, last.data_segs_out) {
+        (Some(r0), Some(r1), Some(s0), Some(s1)) if s1 > s0 => r1.saturating_sub(r0) as f64 / (s1 - s0) as f64,
+        _ => 0.0,
+    };
+    let srtt = median(recent.iter().filter_map(|p| p.srtt_us).collect());
+    let min_rtt = recent.iter().filter_map(|p| p.min_rtt_us).min();
+    // No standing queue: the smoothed RTT stays within 50% (and 5 ms) of the minimum.
+    let queue_free = match (srtt, min_rtt) {
+        (Some(s), Some(m)) => (s as f64) <= m as f64 * 1.5 || s.saturating_sub(m) < 5_000,
+        _ => true,
+    };
+    let is_bbr = flow.cc == "bbr";
+
+    if is_bbr && loss >= BBR_LOSS_CEILING {
+        return Verdict::HeavyLoss { loss };
+    }
+    if !is_bbr && loss >= LOSS_LIMITED {
+        return Verdict::LossLimited { loss, random: queue_free, bbr_would_help: queue_free && loss < BBR_LOSS_CEILING };
+    }
+    if fraction(&recent, |p| p.rwnd_limited) >= 0.5 {
+        let rwnd = flow.metrics.as_ref().and_then(|m| m.snd_wnd).unwrap_or(0);
+        return Verdict::ReceiverWindow { rwnd_bytes: rwnd };
+    }
+    if fraction(&recent, |p| p.app_limited) >= 0.5 {
+        return Verdict::ApplicationLimited;
+    }
+    if let (Some(s), Some(m)) = (srtt, min_rtt)
+        && s >= m.saturating_mul(2)
+        && s - m >= 10_000
+    {
+        return Verdict::Bufferbloat { srtt_us: s, min_rtt_us: m };
+    }
+    Verdict::Healthy
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::flow::tests::flow_with;
+
+    fn point(i: u64, f: impl Fn(&mut Point)) -> Point {
+        let mut p = Point {
+            ts_ns: i * 100_000_000,
+            cwnd: Some(50),
+            ssthresh: None,
+            srtt_us: Some(100_000),
+            min_rtt_us: Some(98_000),
+            pacing_rate_bps: Some(10_000_000),
+            delivery_rate_bps: Some(9_000_000),
+            throughput_bps: Some(9_000_000),
+            retrans_total: Some(0),
+            data_segs_out: Some(i as u32 * 100),
+            app_limited: false,
+            rwnd_limited: false,
+            bbr_mode: None,
+        };
+        f(&mut p);
+        p
+    }
+
+    fn verdict(cc: &str, f: impl Fn(u64, &mut Point)) -> Verdict {
+        let points: Vec<Point> = (1..=20).map(|i| point(i, |p| f(i, p))).collect();
+        diagnose(&flow_with(cc, points), 20 * 100_000_000)
+    }
+
+    #[test]
+    fn random_loss_on_cubic_says_bbr_would_help() {
+        let v = verdict("cubic", |i, p| p.retrans_total = Some(i as u32));
+        assert!(matches!(v, Verdict::LossLimited { random: true, bbr_would_help: true, .. }), "{v:?}");
+        assert!(v.explain("cubic").contains("BBR would likely"));
+    }
+
+    #[test]
+    fn loss_with_inflated_rtt_is_congestion() {
+        let v = verdict("cubic", |i, p| {
+            p.retrans_total = Some(i as u32);
+            p.srtt_us = Some(400_000);
+        });
+        assert!(matches!(v, Verdict::LossLimited { random: false, bbr_would_help: false, .. }), "{v:?}");
+    }
+
+    #[test]
+    fn bbr_shrugs_off_moderate_loss_but_not_heavy_loss() {
+        assert_eq!(verdict("bbr", |i, p| p.retrans_total = Some(i as u32 * 2)), Verdict::Healthy);
+        let v = verdict("bbr", |i, p| p.retrans_total = Some(i as u32 * 30));
+        assert!(matches!(v, Verdict::HeavyLoss { .. }), "{v:?}");
+    }
+
+    #[test]
+    fn window_application_and_queue_limits() {
+        assert!(matches!(verdict("cubic", |_, p| p.rwnd_limited = true), Verdict::ReceiverWindow { .. }));
+        assert_eq!(verdict("cubic", |_, p| p.app_limited = true), Verdict::ApplicationLimited);
+        let v = verdict("cubic", |_, p| p.srtt_us = Some(500_000));
+        assert_eq!(v, Verdict::Bufferbloat { srtt_us: 500_000, min_rtt_us: 98_000 });
+        assert_eq!(verdict("cubic", |_, _| ()), Verdict::Healthy);
+    }
+
+    #[test]
+    fn too_few_points_is_measuring() {
+        let f = flow_with("cubic", vec![point(1, |_| ())]);
+        assert_eq!(diagnose(&f, 100_000_000), Verdict::Measuring);
+    }
+}
