@@ -29,8 +29,20 @@ pub struct Cli {
 
 #[derive(Debug, Subcommand)]
 pub enum Command {
+    /// Live dashboard: flows, their history, CUBIC vs BBR, and why each is slow (default on a terminal)
+    Top(TopArgs),
     /// Stream per-flow events as newline-delimited JSON (see docs/stream.md)
     Stream(StreamArgs),
+    /// Play a recorded `bbrscope stream` capture back in the dashboard (no root needed)
+    Replay(ReplayArgs),
+    /// CUBIC vs BBR on an emulated long, lossy path, with the published numbers beside it (root)
+    Demo(crate::cmd::demo::DemoArgs),
+    /// Switch congestion control for the system, a network namespace, a cgroup or a route: checks, plan, change, proof on a real socket (root)
+    Apply(crate::cmd::apply::ApplyArgs),
+    /// Congestion control as it stands: defaults, allowed list, qdiscs, boot configuration, live flows per algorithm, and what bbrscope changed
+    Status(crate::cmd::status::StatusArgs),
+    /// Undo what `bbrscope apply` did for a scope, exactly as recorded (root)
+    Revert(crate::cmd::revert::RevertArgs),
 }
 
 /// Which flows to watch. All given filters must match; they run in the kernel.
@@ -98,6 +110,32 @@ pub struct StreamArgs {
     /// Seconds between `stats` records; 0 turns them off
     #[arg(long, value_name = "SECS", default_value_t = 1.0, allow_negative_numbers = true)]
     pub stats_interval: f64,
+}
+
+#[derive(Debug, Args)]
+pub struct TopArgs {
+    #[command(flatten)]
+    pub observe: ObserveArgs,
+}
+
+#[derive(Debug, Args)]
+pub struct ReplayArgs {
+    /// A file written by `bbrscope stream` (- for standard input)
+    #[arg(value_name = "FILE")]
+    pub file: PathBuf,
+    /// Playback speed (0.125 to 64; `[` and `]` change it while playing)
+    #[arg(long, default_value_t = 1.0, value_parser = parse_speed)]
+    pub speed: f64,
+    /// Start paused (`p` toggles)
+    #[arg(long)]
+    pub paused: bool,
+}
+
+fn parse_speed(s: &str) -> Result<f64, String> {
+    match s.parse::<f64>() {
+        Ok(v) if (0.125..=64.0).contains(&v) => Ok(v),
+        _ => Err(format!("'{s}' is not a speed from 0.125 to 64 (e.g. 1, 4, 0.5)")),
+    }
 }
 
 fn parse_positive_secs(s: &str) -> Result<Duration, String> {

@@ -100,6 +100,30 @@ impl Flow {
     pub fn duration_ns(&self) -> u64 {
         self.last_ns.saturating_sub(self.first_ns)
     }
+
+    /// History points at or after `since_ns`.
+    pub fn since(&self, since_ns: u64) -> impl Iterator<Item = &Point> {
+        // History is in time order: skip the old part without scanning it point by point.
+        let start = self.history.partition_point(|p| p.ts_ns < since_ns);
+        self.history.range(start..)
+    }
+
+    /// Segments retransmitted per second over the history since `since_ns`.
+    pub fn retrans_per_s(&self, since_ns: u64) -> Option<f64> {
+        let mut pts = self.since(since_ns).filter(|p| p.retrans_total.is_some());
+        let first = pts.next()?;
+        let last = pts.last()?;
+        let dt = (last.ts_ns - first.ts_ns) as f64 / 1e9;
+        let segs = last.retrans_total?.saturating_sub(first.retrans_total?);
+        (dt > 0.0).then(|| segs as f64 / dt)
+    }
+
+    /// srtt / min RTT now: how much queueing inflates the RTT (1.0 = none).
+    pub fn rtt_inflation(&self) -> Option<f64> {
+        let m = self.metrics.as_ref()?;
+        let (s, min) = (m.srtt_us?, m.min_rtt_us?);
+        (min > 0).then(|| s as f64 / min as f64)
+    }
 }
 
 /// What applying an event changed, for sinks that print transitions.

@@ -3,9 +3,11 @@
 //! Data flows kernel programs (bbrscope-ebpf) -> [`kernel`] (layout from BTF, loader) ->
 //! [`event`] (decoding) -> [`flow`] (flow table) -> sinks ([`sink`]), driven by [`cmd`].
 
+pub mod apply;
 pub mod cli;
 pub mod clock;
 pub mod cmd;
+pub mod demo;
 pub mod diagnose;
 pub mod error;
 pub mod event;
@@ -17,3 +19,4 @@ pub mod replay;
 pub mod session;
 pub mod stats;
 pub mod sys;
+pub mod tui;

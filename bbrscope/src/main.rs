@@ -1,4 +1,4 @@
-use std::process::ExitCode;
+use std::{io::IsTerminal as _, process::ExitCode};
 
 use bbrscope::{
     cli::{Cli, Command},
@@ -22,10 +22,20 @@ fn main() -> ExitCode {
     let result = runtime.block_on(async {
         match cli.command {
             Some(Command::Stream(args)) => cmd::stream::run(args).await,
+            Some(Command::Top(args)) => cmd::top::run(args).await,
+            Some(Command::Replay(args)) => cmd::replay::run(args).await,
+            Some(Command::Demo(args)) => cmd::demo::run(args).await,
+            Some(Command::Apply(args)) => cmd::apply::run(args),
+            Some(Command::Status(args)) => cmd::status::run(args),
+            Some(Command::Revert(args)) => cmd::revert::run(args),
+            // Plain `bbrscope`: the dashboard on a terminal, the JSON stream into a pipe.
             None => {
-                use clap::CommandFactory as _;
-                Cli::command().print_help()?;
-                Ok(())
+                let sub = if std::io::stdout().is_terminal() { "top" } else { "stream" };
+                match Cli::parse_from(["bbrscope", sub]).command {
+                    Some(Command::Top(args)) => cmd::top::run(args).await,
+                    Some(Command::Stream(args)) => cmd::stream::run(args).await,
+                    _ => unreachable!("parsed a fixed subcommand"),
+                }
             }
         }
     });

@@ -1,3 +1,9 @@
 //! One module per subcommand.
 
+pub mod apply;
+pub mod demo;
+pub mod replay;
+pub mod revert;
+pub mod status;
 pub mod stream;
+pub mod top;

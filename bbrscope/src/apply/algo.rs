@@ -1,0 +1,193 @@
+//! Which congestion-control algorithms this kernel has, and how: built in, a loaded module, or
+//! a module that can be loaded. Read from the kernel (its list, /sys/module, its config and
+//! module index), never from lsmod, where built-in algorithms never appear.
+
+use std::{io::Read as _, path::Path, process::Command};
+
+use anyhow::{Result, bail};
+use serde::Serialize;
+
+use crate::{error::usage, sys::cc};
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Provision {
+    BuiltIn,
+    /// A module, loaded now.
+    Loaded { module: String },
+    /// A module that is installed but not loaded.
+    Loadable { module: String },
+}
+
+impl Provision {
+    pub fn module(&self) -> Option<&str> {
+        match self {
+            Provision::BuiltIn => None,
+            Provision::Loaded { module } | Provision::Loadable { module } => Some(module),
+        }
+    }
+}
+
+/// The kernel module that provides algorithm `name` (the kernel asks for "tcp_<name>" itself
+/// when an unknown algorithm is requested).
+pub fn module_name(name: &str) -> String {
+    format!("tcp_{name}")
+}
+
+/// What the running kernel offers.
+#[derive(Clone, Debug, Default)]
+pub struct Kernel {
+    /// Registered now (`tcp_available_congestion_control`).
+    pub registered: Vec<String>,
+    /// `CONFIG_*=y|m` lines from the kernel's configuration, when it publishes it.
+    config: Option<String>,
+    /// modules.dep of the running kernel, when installed.
+    modules_dep: Option<String>,
+}
+
+impl Kernel {
+    pub fn discover() -> Result<Self> {
+        let release = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default();
+        let release = release.trim();
+        Ok(Kernel {
+            registered: cc::available()?,
+            config: kernel_config(release),
+            modules_dep: std::fs::read_to_string(format!("/lib/modules/{release}/modules.dep")).ok(),
+        })
+    }
+
+    #[cfg(test)]
+    pub fn from_parts(registered: &[&str], config: Option<&str>, modules_dep: Option<&str>) -> Self {
+        Kernel {
+            registered: registered.iter().map(|s| s.to_string()).collect(),
+            config: config.map(str::to_string),
+            modules_dep: modules_dep.map(str::to_string),
+        }
+    }
+
+    fn module_installed(&self, module: &str) -> bool {
+        self.modules_dep.as_deref().is_some_and(|dep| {
+            dep.lines().filter_map(|l| l.split(':').next()).any(|path| {
+                let file = path.rsplit('/').next().unwrap_or(path);
+                file.split(".ko").next() == Some(module)
+            })
+        })
+    }
+
+    /// `y`, `m` or None for a kernel config option.
+    pub fn config(&self, option: &str) -> Option<char> {
+        let prefix = format!("{option}=");
+        self.config.as_deref()?.lines().find_map(|l| l.strip_prefix(&prefix)?.chars().next())
+    }
+
+    /// How `name` is provided, or None when this kernel cannot run it at all.
+    pub fn provision(&self, name: &str) -> Option<Provision> {
+        let module = module_name(name);
+        if self.registered.iter().any(|a| a == name) {
+            // Loaded modules have an initstate; built-in code never does.
+            let loaded = Path::new("/sys/module").join(&module).join("initstate").exists();
+            return Some(if loaded { Provision::Loaded { module } } else { Provision::BuiltIn });
+        }
+        let config_says_module = self.config(&format!("CONFIG_TCP_CONG_{}", name.to_ascii_uppercase())) == Some('m');
+        (config_says_module || self.module_installed(&module)).then_some(Provision::Loadable { module })
+    }
+
+    /// Everything that could be used: registered now, or installed as a module.
+    pub fn usable(&self) -> Vec<String> {
+        let mut all = self.registered.clone();
+        if let Some(dep) = &self.modules_dep {
+            for path in dep.lines().filter_map(|l| l.split(':').next()) {
+                let file = path.rsplit('/').next().unwrap_or(path);
+                if path.contains("/net/ipv4/") {
+                    if let Some(name) = file.split(".ko").next().and_then(|m| m.strip_prefix("tcp_")) {
+                        if !all.iter().any(|a| a == name) && !NOT_ALGORITHMS.contains(&name) {
+                            all.push(name.to_string());
+                        }
+                    }
+                }
+            }
+        }
+        all
+    }
+
+    /// The algorithm, checked: an unknown name is a usage error listing what there is.
+    pub fn require(&self, name: &str) -> Result<Provision> {
+        match self.provision(name) {
+            Some(p) => Ok(p),
+            None => usage!(
+                "unknown congestion control '{name}': this kernel has {} (from the kernel's own list, not lsmod)",
+                self.usable().join(", ")
+            ),
+        }
+    }
+
+    /// Whether the fq qdisc exists (built in or as a module): None when the kernel does not say.
+    pub fn has_fq(&self) -> Option<bool> {
+        match self.config("CONFIG_NET_SCH_FQ") {
+            Some(_) => Some(true),
+            None if self.module_installed("sch_fq") => Some(true),
+            None if self.config.is_some() => Some(false),
+            None => None,
+        }
+    }
+}
+
+/// Modules under net/ipv4 named tcp_* that are not congestion control.
+const NOT_ALGORITHMS: &[&str] = &["diag", "probe"];
+
+/// The running kernel's configuration: /proc/config.gz, else /boot/config-<release>.
+fn kernel_config(release: &str) -> Option<String> {
+    if let Ok(gz) = std::fs::File::open("/proc/config.gz") {
+        let mut text = String::new();
+        if flate2::read::GzDecoder::new(gz).read_to_string(&mut text).is_ok() {
+            return Some(text);
+        }
+    }
+    std::fs::read_to_string(format!("/boot/config-{release}")).ok()
+}
+
+/// Loads a module with modprobe.
+pub fn load_module(module: &str) -> Result<()> {
+    let out = match Command::new("modprobe").arg(module).output() {
+        Ok(out) => out,
+        Err(e) => bail!("running modprobe {module}: {e} (is kmod installed?)"),
+    };
+    if !out.status.success() {
+        bail!("modprobe {module} failed: {}", String::from_utf8_lossy(&out.stderr).trim());
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const DEP: &str = "kernel/net/ipv4/tcp_bbr.ko.zst:\nkernel/net/ipv4/tcp_diag.ko.zst: kernel/net/ipv4/inet_diag.ko.zst\nkernel/net/sched/sch_fq.ko.zst:\n";
+
+    #[test]
+    fn registered_algorithms_are_usable_and_modules_are_loadable() {
+        let k = Kernel::from_parts(&["reno", "cubic"], None, Some(DEP));
+        assert_eq!(k.provision("bbr"), Some(Provision::Loadable { module: "tcp_bbr".into() }));
+        assert_eq!(k.provision("vegas"), None);
+        assert_eq!(k.usable(), ["reno", "cubic", "bbr"], "tcp_diag is not an algorithm");
+        assert_eq!(k.has_fq(), Some(true));
+    }
+
+    #[test]
+    fn kernel_config_decides_without_a_module_index() {
+        let cfg = "CONFIG_TCP_CONG_BBR=y\nCONFIG_TCP_CONG_HTCP=m\n# CONFIG_NET_SCH_FQ is not set\n";
+        let k = Kernel::from_parts(&["reno", "bbr"], Some(cfg), None);
+        assert_eq!(k.provision("htcp"), Some(Provision::Loadable { module: "tcp_htcp".into() }));
+        assert_eq!(k.provision("cubic"), None);
+        assert_eq!(k.has_fq(), Some(false));
+        assert_eq!(Kernel::from_parts(&[], None, None).has_fq(), None);
+    }
+
+    #[test]
+    fn unknown_algorithm_is_a_usage_error_naming_the_known_ones() {
+        let k = Kernel::from_parts(&["reno", "cubic", "bbr"], None, None);
+        let e = k.require("bbr9").unwrap_err();
+        assert!(e.downcast_ref::<crate::error::UsageError>().is_some());
+        assert!(e.to_string().contains("reno, cubic, bbr"), "{e}");
+    }
+}

@@ -1,0 +1,103 @@
+//! Files bbrscope owns, written atomically below a root directory (/ in production, a temporary
+//! directory in tests). bbrscope never edits a file it did not create.
+
+use std::{
+    io::Write as _,
+    path::{Path, PathBuf},
+};
+
+use anyhow::{Context as _, Result};
+
+/// The sysctl drop-in bbrscope owns. "99-zz-" sorts it after the usual late files (Debian's
+/// 99-sysctl.conf link to /etc/sysctl.conf among them), so it wins unless a file says otherwise.
+pub const SYSCTL_DROPIN: &str = "/etc/sysctl.d/99-zz-bbrscope.conf";
+/// Loads an algorithm's module at boot (systemd-modules-load and Debian's kmod both read it).
+pub const MODULES_LOAD: &str = "/etc/modules-load.d/bbrscope.conf";
+/// Where `revert` finds what to undo.
+pub const STATE: &str = "/var/lib/bbrscope/state.json";
+
+pub const HEADER: &str = "# Written by bbrscope (`bbrscope apply`). `bbrscope revert` removes it.\n\
+                          # bbrscope owns this file: edit it and bbrscope will leave it alone.\n";
+
+/// A system path (/etc/...) below `root`.
+pub fn below(root: &Path, path: &Path) -> PathBuf {
+    root.join(path.strip_prefix("/").unwrap_or(path))
+}
+
+pub fn read(root: &Path, path: &Path) -> Result<Option<String>> {
+    match std::fs::read_to_string(below(root, path)) {
+        Ok(s) => Ok(Some(s)),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(e).with_context(|| format!("reading {}", path.display())),
+    }
+}
+
+/// Replaces the file in one step (write a temporary file beside it, flush, rename), so a crash
+/// leaves the old or the new content, never half of one.
+pub fn write_atomic(root: &Path, path: &Path, contents: &str) -> Result<()> {
+    let target = below(root, path);
+    let dir = target.parent().context("a file path has a parent")?;
+    std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+    let tmp = dir.join(format!(
+        ".{}.bbrscope-{}",
+        target.file_name().unwrap_or_default().to_string_lossy(),
+        std::process::id()
+    ));
+    let result = (|| -> std::io::Result<()> {
+        let mut f = std::fs::File::create(&tmp)?;
+        f.write_all(contents.as_bytes())?;
+        f.sync_all()?;
+        std::fs::rename(&tmp, &target)?;
+        std::fs::File::open(dir)?.sync_all()
+    })();
+    if result.is_err() {
+        let _ = std::fs::remove_file(&tmp);
+    }
+    result.with_context(|| format!("writing {}", path.display()))
+}
+
+pub fn remove(root: &Path, path: &Path) -> Result<()> {
+    match std::fs::remove_file(below(root, path)) {
+        Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+            Err(e).with_context(|| format!("removing {}", path.display()))
+        }
+        _ => Ok(()),
+    }
+}
+
+/// Why `path` could not be written, found without writing (missing privileges, read-only /etc).
+pub fn unwritable(root: &Path, path: &Path) -> Option<String> {
+    use std::os::unix::ffi::OsStrExt as _;
+    // The nearest existing ancestor decides: missing directories are created.
+    let mut dir = below(root, path);
+    while !dir.exists() {
+        dir = dir.parent()?.to_path_buf();
+    }
+    let c = std::ffi::CString::new(dir.as_os_str().as_bytes()).ok()?;
+    if unsafe { libc::access(c.as_ptr(), libc::W_OK) } == 0 {
+        return None;
+    }
+    let e = std::io::Error::last_os_error();
+    Some(format!("cannot write {}: {e} (run as root; is the filesystem read-only?)", path.display()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::apply::testroot::TempRoot;
+
+    #[test]
+    fn atomic_write_creates_replaces_and_leaves_no_temporary() {
+        let root = TempRoot::new();
+        let p = Path::new(SYSCTL_DROPIN);
+        write_atomic(root.path(), p, "a\n").unwrap();
+        write_atomic(root.path(), p, "b\n").unwrap();
+        assert_eq!(read(root.path(), p).unwrap().as_deref(), Some("b\n"));
+        let entries: Vec<_> = std::fs::read_dir(root.path().join("etc/sysctl.d")).unwrap().flatten().collect();
+        assert_eq!(entries.len(), 1, "only the file itself");
+        remove(root.path(), p).unwrap();
+        remove(root.path(), p).unwrap();
+        assert_eq!(read(root.path(), p).unwrap(), None);
+        assert_eq!(unwritable(root.path(), p), None);
+    }
+}

@@ -1,0 +1,26 @@
+//! The configurator behind `bbrscope apply`, `status` and `revert`: switching congestion
+//! control for the system, a network namespace, a cgroup or a route, safely (pre-checks, a
+//! recorded way back, rollback on failure), with proof on real sockets.
+//!
+//! [`plan`] only reads; [`run`] changes ([`change`]) and records ([`state`]); the other modules
+//! each know one part of the system.
+
+pub mod algo;
+pub mod cgroup;
+pub mod change;
+pub mod diag;
+pub mod files;
+pub mod netlink;
+pub mod netns;
+pub mod plan;
+pub mod qdisc;
+pub mod route;
+pub mod run;
+pub mod scope;
+pub mod state;
+pub mod sysctl;
+pub mod sysctl_d;
+pub mod verify;
+
+#[cfg(test)]
+mod testroot;

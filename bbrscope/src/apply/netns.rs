@@ -1,0 +1,157 @@
+//! Network namespaces: naming them (`ip netns` names live in /run/netns), finding them all, and
+//! running code inside one.
+//!
+//! setns(CLONE_NEWNET) changes only the calling thread, and sysctls under /proc/sys/net, sockets
+//! and netlink all follow the thread's namespace, so work in another namespace runs on a
+//! dedicated thread and the rest of bbrscope never leaves its own.
+
+use std::{
+    collections::BTreeMap,
+    fs::File,
+    os::{fd::AsRawFd as _, unix::fs::MetadataExt as _},
+    path::{Path, PathBuf},
+};
+
+use anyhow::{Context as _, Result};
+use serde::{Deserialize, Serialize};
+
+use crate::error::usage;
+
+const NAMED_DIR: &str = "/run/netns";
+
+/// A network namespace as the user named it, with the identity (inode) it had when found, so a
+/// later `revert` can tell whether the name still refers to the same namespace.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Netns {
+    /// What the user sees: an `ip netns` name, "pid N (comm)", a path, or "this namespace".
+    pub label: String,
+    pub path: PathBuf,
+    pub ino: u64,
+}
+
+impl std::fmt::Display for Netns {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.label)
+    }
+}
+
+fn ino_of(path: &Path) -> std::io::Result<u64> {
+    Ok(std::fs::metadata(path)?.ino())
+}
+
+/// The namespace bbrscope itself runs in (its main thread's).
+pub fn current() -> Result<Netns> {
+    let path = PathBuf::from("/proc/self/ns/net");
+    let ino = ino_of(&path).context("reading /proc/self/ns/net")?;
+    Ok(Netns { label: "this namespace".into(), path, ino })
+}
+
+/// The initial network namespace's inode number: fixed by the kernel (PROC_NET_INIT_INO, 3.8+),
+/// so it is recognised even from inside a container whose PID 1 lives elsewhere.
+const INITIAL_NETNS_INO: u64 = 0xEFFF_FFF9;
+
+/// Whether `ns` is the host's initial namespace.
+pub fn is_initial(ns: &Netns) -> bool {
+    ns.ino == INITIAL_NETNS_INO
+}
+
+/// Signs of running inside a container (Docker, Podman, systemd-nspawn, LXC).
+pub fn is_container() -> bool {
+    Path::new("/.dockerenv").exists()
+        || Path::new("/run/.containerenv").exists()
+        || std::fs::read("/proc/1/environ")
+            .is_ok_and(|env| env.split(|&b| b == 0).any(|kv| kv.starts_with(b"container=")))
+}
+
+/// Resolves `--netns NAME|PATH`.
+pub fn resolve(spec: &str) -> Result<Netns> {
+    let named = Path::new(NAMED_DIR).join(spec);
+    let (path, label) = if !spec.contains('/') && named.exists() {
+        (named, spec.to_string())
+    } else if spec.contains('/') {
+        (PathBuf::from(spec), spec.to_string())
+    } else {
+        let known = named_namespaces().into_iter().map(|n| n.label).collect::<Vec<_>>();
+        let known = if known.is_empty() { "none".to_string() } else { known.join(", ") };
+        usage!("no network namespace named '{spec}' (ip netns names: {known}; or give a path such as /proc/PID/ns/net)");
+    };
+    let Ok(file) = File::open(&path) else {
+        usage!("network namespace {} does not exist", path.display())
+    };
+    if !is_netns_file(&file) {
+        usage!("{} is not a network namespace file", path.display());
+    }
+    let ino = file.metadata()?.ino();
+    Ok(Netns { label, path, ino })
+}
+
+/// NS_GET_NSTYPE (4.11+) tells a namespace file from any other file.
+fn is_netns_file(file: &File) -> bool {
+    const NS_GET_NSTYPE: libc::c_ulong = 0xb703;
+    let t = unsafe { libc::ioctl(file.as_raw_fd(), NS_GET_NSTYPE as _) };
+    t == libc::CLONE_NEWNET
+}
+
+fn named_namespaces() -> Vec<Netns> {
+    let Ok(dir) = std::fs::read_dir(NAMED_DIR) else { return Vec::new() };
+    let mut out: Vec<Netns> = dir
+        .flatten()
+        .filter_map(|e| {
+            let path = e.path();
+            let ino = ino_of(&path).ok()?;
+            Some(Netns { label: e.file_name().to_string_lossy().into_owned(), path, ino })
+        })
+        .collect();
+    out.sort_by(|a, b| a.label.cmp(&b.label));
+    out
+}
+
+/// `--netns all`: every namespace other than bbrscope's own that has a name in /run/netns or a
+/// process in it (containers rarely register a name), each once.
+pub fn all() -> Result<Vec<Netns>> {
+    let own = current()?.ino;
+    let mut found: BTreeMap<u64, Netns> = BTreeMap::new();
+    for ns in named_namespaces() {
+        found.entry(ns.ino).or_insert(ns);
+    }
+    for entry in std::fs::read_dir("/proc")?.flatten() {
+        let name = entry.file_name();
+        let Some(pid) = name.to_str().and_then(|s| s.parse::<u32>().ok()) else { continue };
+        let path = PathBuf::from(format!("/proc/{pid}/ns/net"));
+        let Ok(ino) = ino_of(&path) else { continue };
+        found.entry(ino).or_insert_with(|| {
+            let comm = std::fs::read_to_string(format!("/proc/{pid}/comm")).unwrap_or_default();
+            Netns { label: format!("pid {pid} ({})", comm.trim()), path, ino }
+        });
+    }
+    found.remove(&own);
+    Ok(found.into_values().collect())
+}
+
+/// Whether `ns` still names the namespace it named when recorded.
+pub fn still_there(ns: &Netns) -> bool {
+    ino_of(&ns.path).is_ok_and(|i| i == ns.ino)
+}
+
+/// Runs `f` inside `ns`: inline when it is the caller's namespace, otherwise on a thread that
+/// joins it first.
+pub fn run<T: Send>(ns: &Netns, f: impl FnOnce() -> Result<T> + Send) -> Result<T> {
+    if ino_of(Path::new("/proc/thread-self/ns/net")).is_ok_and(|i| i == ns.ino) {
+        return f();
+    }
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            let file = File::open(&ns.path).with_context(|| format!("opening {}", ns.path.display()))?;
+            if file.metadata()?.ino() != ns.ino {
+                anyhow::bail!("network namespace {ns} was replaced since it was looked up");
+            }
+            if unsafe { libc::setns(file.as_raw_fd(), libc::CLONE_NEWNET) } != 0 {
+                return Err(std::io::Error::last_os_error())
+                    .with_context(|| format!("entering network namespace {ns} (needs CAP_SYS_ADMIN)"));
+            }
+            f()
+        })
+        .join()
+        .map_err(|_| anyhow::anyhow!("the thread working in network namespace {ns} panicked"))?
+    })
+}

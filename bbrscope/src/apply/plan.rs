@@ -1,0 +1,416 @@
+//! The read-only half of `apply`: look at the system, say what is in the way, and list the
+//! changes that would be made. Nothing here changes anything, so `--dry-run` stops after it.
+
+use std::path::{Path, PathBuf};
+
+use anyhow::Result;
+use serde::Serialize;
+
+use super::{
+    algo::{Kernel, Provision},
+    cgroup,
+    change::Change,
+    files,
+    netns::{self, Netns},
+    qdisc, route,
+    scope::Scope,
+    state::State,
+    sysctl,
+    sysctl_d::{self, BootConfig},
+};
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Level {
+    Ok,
+    Info,
+    Warn,
+    /// Stops the apply: nothing is changed.
+    Block,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct Check {
+    pub level: Level,
+    pub topic: &'static str,
+    pub text: String,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct Plan {
+    pub scope: Scope,
+    pub algorithm: String,
+    pub checks: Vec<Check>,
+    pub changes: Vec<Change>,
+}
+
+impl Plan {
+    pub fn blocked(&self) -> bool {
+        self.checks.iter().any(|c| c.level == Level::Block)
+    }
+
+    fn check(&mut self, level: Level, topic: &'static str, text: impl Into<String>) {
+        self.checks.push(Check { level, topic, text: text.into() });
+    }
+}
+
+/// What the user asked for, beyond the scope.
+#[derive(Clone, Debug)]
+pub struct Options {
+    pub algorithm: String,
+    /// Write the boot-time configuration (system scope only).
+    pub persist: bool,
+    /// Add the algorithm to the host's allowed list when a namespace needs it.
+    pub allow: bool,
+    /// Make this the default qdisc and re-apply it where the kernel default is in place.
+    pub qdisc: Option<String>,
+    /// Where /etc, /run, /usr/lib and /var/lib are (/ except in tests).
+    pub root: PathBuf,
+}
+
+/// Facts shared by every scope of one run.
+pub struct Host {
+    pub kernel: Kernel,
+    pub state: State,
+    /// Effective capabilities of bbrscope.
+    pub caps: u64,
+    pub own_netns: Netns,
+}
+
+const CAP_NET_ADMIN: u32 = 12;
+const CAP_SYS_ADMIN: u32 = 21;
+const CAP_BPF: u32 = 39;
+
+impl Host {
+    pub fn discover(root: &Path) -> Result<Host> {
+        let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+        let caps = status
+            .lines()
+            .find_map(|l| l.strip_prefix("CapEff:"))
+            .and_then(|v| u64::from_str_radix(v.trim(), 16).ok())
+            .unwrap_or(0);
+        Ok(Host { kernel: Kernel::discover()?, state: State::load(root)?, caps, own_netns: netns::current()? })
+    }
+
+    fn has(&self, cap: u32) -> bool {
+        self.caps & (1 << cap) != 0
+    }
+}
+
+pub fn plan(scope: &Scope, opts: &Options, host: &Host) -> Result<Plan> {
+    let mut p = Plan { scope: scope.clone(), algorithm: opts.algorithm.clone(), checks: Vec::new(), changes: Vec::new() };
+    privileges(&mut p, host);
+    let provision = host.kernel.require(&opts.algorithm)?;
+    algorithm(&mut p, &provision);
+    match scope {
+        Scope::System { netns } => {
+            namespace(&mut p, netns, true);
+            default_cc(&mut p, netns, opts, host)?;
+            if netns::is_initial(netns) {
+                qdiscs(&mut p, opts, host)?;
+            } else if opts.qdisc.is_some() {
+                p.check(Level::Warn, "qdisc", "net.core.default_qdisc exists only in the initial network namespace: qdisc step skipped");
+            }
+            boot(&mut p, opts, &provision)?;
+            sock_ops_programs(&mut p);
+        }
+        Scope::Netns { netns } => {
+            namespace(&mut p, netns, false);
+            default_cc(&mut p, netns, opts, host)?;
+            p.check(Level::Info, "persistence", format!("{netns}'s setting lives as long as the namespace (set it from whatever creates the namespace to keep it)"));
+            sock_ops_programs(&mut p);
+        }
+        Scope::Cgroup { path, ino } => cgroup_scope(&mut p, path, *ino, &opts.algorithm, host)?,
+        Scope::Route { netns, prefix } => route_scope(&mut p, netns, prefix, &opts.algorithm)?,
+    }
+    // A module must be loaded before anything names its algorithm.
+    if let Provision::Loadable { module } = &provision {
+        if !p.changes.is_empty() {
+            p.changes.insert(0, Change::LoadModule { module: module.clone() });
+        }
+    }
+    Ok(p)
+}
+
+fn privileges(p: &mut Plan, host: &Host) {
+    let needs_bpf = matches!(p.scope, Scope::Cgroup { .. });
+    let netns_elsewhere = p.scope.netns().is_some_and(|n| n.ino != host.own_netns.ino);
+    let mut missing = Vec::new();
+    if !host.has(CAP_NET_ADMIN) {
+        missing.push("CAP_NET_ADMIN");
+    }
+    if (netns_elsewhere || needs_bpf) && !host.has(CAP_SYS_ADMIN) && !(needs_bpf && host.has(CAP_BPF)) {
+        missing.push(if needs_bpf { "CAP_BPF (or CAP_SYS_ADMIN)" } else { "CAP_SYS_ADMIN (to enter the namespace)" });
+    }
+    if missing.is_empty() {
+        p.check(Level::Ok, "privileges", "sufficient");
+    } else {
+        p.check(Level::Block, "privileges", format!("missing {}: run as root", missing.join(", ")));
+    }
+}
+
+fn algorithm(p: &mut Plan, provision: &Provision) {
+    let name = &p.algorithm;
+    let text = match provision {
+        Provision::BuiltIn => format!("{name} is built into the kernel (it never shows in lsmod)"),
+        Provision::Loaded { module } => format!("{name} is provided by module {module}, loaded"),
+        Provision::Loadable { module } => format!("{name} is provided by module {module}, which will be loaded"),
+    };
+    p.check(Level::Ok, "algorithm", text);
+}
+
+fn namespace(p: &mut Plan, netns: &Netns, system: bool) {
+    if netns::is_initial(netns) {
+        p.check(Level::Ok, "namespace", "the initial network namespace (the host's own settings)");
+    } else if system && netns::is_container() {
+        p.check(Level::Warn, "namespace", "inside a container: this changes the container's network namespace only, and the host's allowed list applies");
+    } else if system {
+        p.check(Level::Warn, "namespace", "bbrscope runs in a non-initial network namespace: this changes that namespace only, and the host's allowed list applies");
+    } else {
+        p.check(Level::Ok, "namespace", format!("{netns} ({})", netns.path.display()));
+    }
+}
+
+/// The live default of a namespace, and the allowed-list rule outside the initial one.
+fn default_cc(p: &mut Plan, netns: &Netns, opts: &Options, host: &Host) -> Result<()> {
+    let algo = opts.algorithm.clone();
+    let (current, allowed, unwritable, routes) = netns::run(netns, || {
+        Ok((
+            sysctl::read(sysctl::CC)?.unwrap_or_default(),
+            sysctl::read(sysctl::ALLOWED)?.map(|v| sysctl::words(&v)).unwrap_or_default(),
+            sysctl::unwritable(sysctl::CC),
+            route::with_congctl()?,
+        ))
+    })?;
+    for r in routes {
+        p.check(Level::Warn, "routes", format!(
+            "route {} has congctl {}: new connections to it get {} whatever the default",
+            r.key, r.cc.as_deref().unwrap_or(""), r.cc.as_deref().unwrap_or("")
+        ));
+    }
+    if current == algo {
+        p.check(Level::Ok, "default", format!("{} is already {algo} in {netns}", sysctl::CC));
+        return Ok(());
+    }
+    p.check(Level::Info, "default", format!("{} is {current} in {netns}", sysctl::CC));
+    if let Some(why) = unwritable {
+        p.check(Level::Block, "sysctl", why);
+        return Ok(());
+    }
+    if !netns::is_initial(netns) && !allowed.contains(&algo) {
+        let rule = format!(
+            "outside the initial network namespace the default can only be an algorithm on the host's \
+             {} ({}), and {algo} is not on it",
+            sysctl::ALLOWED,
+            allowed.join(" ")
+        );
+        if opts.allow {
+            let to = [allowed.clone(), vec![algo.clone()]].concat().join(" ");
+            p.check(Level::Warn, "allowed", format!("{rule}: --allow adds it (a host-wide setting)"));
+            p.changes.push(Change::Sysctl {
+                netns: host.own_netns.clone(),
+                key: sysctl::ALLOWED.into(),
+                from: allowed.join(" "),
+                to,
+            });
+        } else {
+            p.check(Level::Block, "allowed", format!("{rule}. Rerun with --allow to add it to the host's list"));
+            return Ok(());
+        }
+    } else {
+        p.check(Level::Ok, "allowed", format!("{} is {}", sysctl::ALLOWED, allowed.join(" ")));
+    }
+    p.changes.push(Change::Sysctl { netns: netns.clone(), key: sysctl::CC.into(), from: current, to: algo });
+    Ok(())
+}
+
+fn qdiscs(p: &mut Plan, opts: &Options, host: &Host) -> Result<()> {
+    let roots = qdisc::roots()?;
+    for q in &roots {
+        let what = if q.is_kernel_default() { "kernel default".to_string() } else { format!("custom, handle {:x}:, left alone", q.handle >> 16) };
+        p.check(Level::Info, "qdisc", format!("{}: {} ({what})", q.ifname, q.kind));
+    }
+    let fq = host.kernel.has_fq();
+    let bbr_note = "BBR paces by itself (TCP internal pacing, Linux 4.13+), so fq is recommended, not required";
+    match (&opts.qdisc, fq) {
+        (Some(q), Some(false)) if q == "fq" => {
+            p.check(Level::Warn, "fq", format!("this kernel has no fq qdisc: {bbr_note}; skipping the qdisc step"));
+        }
+        (Some(q), _) => {
+            let current = sysctl::read(sysctl::DEFAULT_QDISC)?.unwrap_or_default();
+            let interfaces: Vec<String> = roots.iter().filter(|r| r.needs_reapply(q)).map(|r| r.ifname.clone()).collect();
+            if let Some(why) = sysctl::unwritable(sysctl::DEFAULT_QDISC) {
+                p.check(Level::Block, "sysctl", why);
+            } else if current != *q || !interfaces.is_empty() {
+                p.changes.push(Change::DefaultQdisc { from: current, to: q.clone(), interfaces });
+            } else {
+                p.check(Level::Ok, "qdisc", format!("{} is already {q} on every interface with a kernel default", sysctl::DEFAULT_QDISC));
+            }
+        }
+        (None, fq) if p.algorithm == "bbr" => {
+            let has = match fq {
+                Some(true) => "this kernel has fq (--qdisc fq makes it the default)",
+                Some(false) => "this kernel has no fq qdisc",
+                None => "whether this kernel has fq is unknown",
+            };
+            p.check(Level::Info, "fq", format!("{has}; {bbr_note}"));
+        }
+        (None, _) => {}
+    }
+    Ok(())
+}
+
+/// The boot-time configuration: our drop-in (and modules-load entry), and who would win.
+fn boot(p: &mut Plan, opts: &Options, provision: &Provision) -> Result<()> {
+    let config = BootConfig::load(&opts.root);
+    let dropin = Path::new(files::SYSCTL_DROPIN);
+    let existing = files::read(&opts.root, dropin)?;
+    if !opts.persist {
+        let next = describe_effective(&config, sysctl::CC);
+        p.check(Level::Warn, "boot", format!("not persisted (--no-persist): the next boot gives {next}"));
+        return Ok(());
+    }
+    // Keep a qdisc line from an earlier apply unless this run sets one.
+    let qdisc = opts.qdisc.clone().or_else(|| {
+        existing.as_deref().and_then(|t| t.lines().find_map(|l| sysctl_d::assignment(l, sysctl::DEFAULT_QDISC)))
+    });
+    let mut text = format!("{}{} = {}\n", files::HEADER, sysctl::CC, p.algorithm);
+    if let Some(q) = qdisc {
+        text.push_str(&format!("{} = {q}\n", sysctl::DEFAULT_QDISC));
+    }
+    let with = config.with_dropin(dropin, Some(&text));
+    let mut keys = vec![sysctl::CC];
+    if text.contains(sysctl::DEFAULT_QDISC) {
+        keys.push(sysctl::DEFAULT_QDISC);
+    }
+    for key in keys {
+        match with.effective(key) {
+            Some(a) if a.file != dropin => p.check(Level::Warn, "boot", format!(
+                "{}:{} sets {key} = {} and is applied after {}: the next boot gives {}. bbrscope does not \
+                 edit files it does not own: change that line to make this persistent",
+                a.file.display(), a.line, a.value, dropin.display(), a.value
+            )),
+            _ => p.check(Level::Ok, "boot", format!(
+                "the next boot gives {key} = {} from {} (today's files give {})",
+                if key == sysctl::CC { p.algorithm.clone() } else { opts.qdisc.clone().unwrap_or_default() },
+                dropin.display(),
+                describe_effective(&config.with_dropin(dropin, None), key)
+            )),
+        }
+    }
+    match files::unwritable(&opts.root, dropin) {
+        Some(why) => p.check(Level::Block, "files", why),
+        None if existing.as_deref() != Some(text.as_str()) => {
+            p.changes.push(Change::File { path: dropin.into(), from: existing, to: text });
+        }
+        None => {}
+    }
+    if let Some(module) = provision.module() {
+        let path = Path::new(files::MODULES_LOAD);
+        let text = format!("{}{module}\n", files::HEADER);
+        let existing = files::read(&opts.root, path)?;
+        if existing.as_deref() != Some(text.as_str()) {
+            p.changes.push(Change::File { path: path.into(), from: existing, to: text });
+        }
+    }
+    Ok(())
+}
+
+fn describe_effective(config: &BootConfig, key: &str) -> String {
+    match config.effective(key) {
+        Some(a) => format!("{} ({}:{})", a.value, a.file.display(), a.line),
+        None => "the kernel's built-in default".into(),
+    }
+}
+
+/// Other sock_ops programs can set any connection's algorithm, overriding defaults.
+fn sock_ops_programs(p: &mut Plan) {
+    const BPF_PROG_TYPE_SOCK_OPS: u32 = 13;
+    let others: Vec<String> = aya::programs::loaded_programs()
+        .flatten()
+        .filter(|i| i.program_type() as u32 == BPF_PROG_TYPE_SOCK_OPS)
+        .map(|i| (i.id(), i.name_as_str().unwrap_or_default().to_string()))
+        .filter(|(_, n)| n != cgroup::PROGRAM_NAME)
+        .map(|(id, n)| format!("{n} (id {id})"))
+        .collect();
+    if !others.is_empty() {
+        p.check(Level::Warn, "sock_ops", format!(
+            "sock_ops programs are loaded ({}): they can set the algorithm per connection for the cgroups they are attached to",
+            others.join(", ")
+        ));
+    }
+}
+
+fn cgroup_scope(p: &mut Plan, path: &Path, ino: u64, algo: &str, host: &Host) -> Result<()> {
+    p.check(Level::Ok, "cgroup", format!("{} is a cgroup v2 directory (id {ino})", path.display()));
+    let pin = cgroup::pin_path(ino);
+    let (direct, multi) = cgroup::attached(path, false)?;
+    let (effective, _) = cgroup::attached(path, true)?;
+    let foreign: Vec<String> = direct.iter().filter(|a| !a.is_ours()).map(|a| format!("{} (id {})", a.name, a.id)).collect();
+    if !multi && !foreign.is_empty() {
+        p.check(Level::Block, "cgroup", format!(
+            "{} is attached to this cgroup exclusively (without BPF_F_ALLOW_MULTI): bbrscope will not replace it",
+            foreign.join(", ")
+        ));
+        return Ok(());
+    }
+    if !foreign.is_empty() {
+        p.check(Level::Info, "cgroup", format!("also attached here, left in place: {}", foreign.join(", ")));
+    }
+    let inherited: Vec<String> = effective
+        .iter()
+        .filter(|a| !a.is_ours() && !direct.iter().any(|d| d.id == a.id))
+        .map(|a| format!("{} (id {})", a.name, a.id))
+        .collect();
+    if !inherited.is_empty() {
+        p.check(Level::Warn, "cgroup", format!(
+            "sock_ops programs of parent cgroups also run for these sockets, after bbrscope's, and could set another algorithm: {}",
+            inherited.join(", ")
+        ));
+    }
+    let recorded = host.state.find(&p.scope).map(|e| e.algorithm.clone());
+    let replaced = if pin.exists() {
+        match &recorded {
+            Some(a) if a == algo => {
+                p.check(Level::Ok, "cgroup", format!("bbrscope's program for {algo} is already pinned at {}", pin.display()));
+                return Ok(());
+            }
+            Some(a) => Some(a.clone()),
+            None => {
+                p.check(Level::Warn, "cgroup", format!("{} exists but bbrscope has no record of it: it will be replaced", pin.display()));
+                None
+            }
+        }
+    } else {
+        None
+    };
+    if !cgroup::bpffs_mounted() {
+        p.check(Level::Info, "bpffs", format!("bpffs is not mounted at {}: bbrscope will mount it", cgroup::BPFFS));
+        p.changes.push(Change::MountBpffs);
+    }
+    p.check(Level::Info, "persistence", format!(
+        "the program stays attached after bbrscope exits (pinned at {}), until `bbrscope revert --cgroup` or a reboot",
+        pin.display()
+    ));
+    p.changes.push(Change::CgroupLink { cgroup: path.into(), cgroup_ino: ino, pin, algorithm: algo.into(), replaced });
+    Ok(())
+}
+
+fn route_scope(p: &mut Plan, netns: &Netns, prefix: &ipnet::IpNet, algo: &str) -> Result<()> {
+    let found = netns::run(netns, || route::find(prefix))?;
+    let Some(r) = found else {
+        p.check(Level::Block, "route", format!(
+            "{netns} has no route for {prefix}: bbrscope changes existing routes only (add one, e.g. \
+             `ip route add {prefix} via GATEWAY`, then rerun)"
+        ));
+        return Ok(());
+    };
+    let via = r.gateway.map(|g| format!(" via {g}")).unwrap_or_default();
+    p.check(Level::Ok, "route", format!("{}{via} in {netns}, congctl {}", r.key, r.cc.as_deref().unwrap_or("none")));
+    if r.cc.as_deref() == Some(algo) {
+        return Ok(());
+    }
+    p.check(Level::Info, "persistence", "the kernel forgets route settings at reboot: add `congctl ALGO` to the route in your network configuration to keep it");
+    p.changes.push(Change::RouteCc { netns: netns.clone(), route: r.key, from: r.cc, to: algo.into() });
+    Ok(())
+}

@@ -1,0 +1,122 @@
+//! Where a change applies: the system (bbrscope's own network namespace, normally the
+//! initial one), another network namespace, a cgroup, or a route. Scopes carry identities
+//! (namespace and cgroup inodes) so the recorded state always refers to the same object.
+
+use std::path::{Path, PathBuf};
+
+use anyhow::Result;
+use ipnet::IpNet;
+use serde::{Deserialize, Serialize};
+
+use super::netns::{self, Netns};
+use crate::{error::usage, sys::cgroup};
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum Scope {
+    System { netns: Netns },
+    Netns { netns: Netns },
+    Cgroup { path: PathBuf, ino: u64 },
+    Route { netns: Netns, prefix: IpNet },
+}
+
+impl std::fmt::Display for Scope {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Scope::System { .. } => f.write_str("system"),
+            Scope::Netns { netns } => write!(f, "netns {netns}"),
+            Scope::Cgroup { path, .. } => write!(f, "cgroup {}", path.display()),
+            Scope::Route { netns, prefix } if netns.label == "this namespace" => write!(f, "route {prefix}"),
+            Scope::Route { netns, prefix } => write!(f, "route {prefix} in netns {netns}"),
+        }
+    }
+}
+
+impl Scope {
+    /// Same object (by identity, not by name).
+    pub fn same(&self, other: &Scope) -> bool {
+        match (self, other) {
+            (Scope::System { netns: a }, Scope::System { netns: b }) | (Scope::Netns { netns: a }, Scope::Netns { netns: b }) => {
+                a.ino == b.ino
+            }
+            (Scope::Cgroup { ino: a, .. }, Scope::Cgroup { ino: b, .. }) => a == b,
+            (Scope::Route { netns: a, prefix: p }, Scope::Route { netns: b, prefix: q }) => a.ino == b.ino && p == q,
+            _ => false,
+        }
+    }
+
+    /// The network namespace the scope's sysctls, routes and sockets live in (none for a
+    /// cgroup, which spans namespaces).
+    pub fn netns(&self) -> Option<&Netns> {
+        match self {
+            Scope::System { netns } | Scope::Netns { netns } | Scope::Route { netns, .. } => Some(netns),
+            Scope::Cgroup { .. } => None,
+        }
+    }
+}
+
+/// The scope options as given on the command line.
+#[derive(Clone, Debug, Default)]
+pub struct Spec<'a> {
+    pub netns: Option<&'a str>,
+    pub cgroup: Option<&'a Path>,
+    pub route: Option<&'a str>,
+}
+
+/// Resolves and validates the options into scopes (several for `--netns all`). Every bad input
+/// is a usage error, found before anything is read or changed.
+pub fn resolve(spec: &Spec) -> Result<Vec<Scope>> {
+    if spec.cgroup.is_some() && (spec.netns.is_some() || spec.route.is_some()) {
+        usage!("--cgroup cannot be combined with --netns or --route: a cgroup's sockets get the algorithm in every namespace");
+    }
+    if let Some(path) = spec.cgroup {
+        let cg = cgroup::resolve(path)?;
+        return Ok(vec![Scope::Cgroup { path: cg.path, ino: cg.id }]);
+    }
+    let prefix = spec.route.map(parse_prefix).transpose()?;
+    let namespaces = match spec.netns {
+        None => None,
+        Some("all") => Some(netns::all()?),
+        Some(name) => Some(vec![netns::resolve(name)?]),
+    };
+    Ok(match (namespaces, prefix) {
+        (None, None) => vec![Scope::System { netns: netns::current()? }],
+        (None, Some(prefix)) => vec![Scope::Route { netns: netns::current()?, prefix }],
+        (Some(list), None) => list.into_iter().map(|netns| Scope::Netns { netns }).collect(),
+        (Some(list), Some(prefix)) => list.into_iter().map(|netns| Scope::Route { netns, prefix }).collect(),
+    })
+}
+
+/// A route prefix in CIDR form, with no host bits set (as `ip route` demands).
+pub fn parse_prefix(s: &str) -> Result<IpNet> {
+    let Ok(net) = s.parse::<IpNet>() else {
+        usage!("'{s}' is not a route prefix: use CIDR notation, e.g. 203.0.113.0/24 or 2001:db8::/32");
+    };
+    if net.trunc() != net {
+        usage!("'{s}' has host bits set: did you mean {}?", net.trunc());
+    }
+    Ok(net)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::error::UsageError;
+
+    #[test]
+    fn prefixes_must_be_clean_cidr() {
+        assert_eq!(parse_prefix("203.0.113.0/24").unwrap().to_string(), "203.0.113.0/24");
+        assert_eq!(parse_prefix("2001:db8::/32").unwrap().to_string(), "2001:db8::/32");
+        for bad in ["203.0.113.0", "203.0.113.7/24", "300.1.1.0/24", "10.0.0.0/33", "bbr"] {
+            let e = parse_prefix(bad).unwrap_err();
+            assert!(e.downcast_ref::<UsageError>().is_some(), "{bad}: {e}");
+        }
+        assert!(parse_prefix("203.0.113.7/24").unwrap_err().to_string().contains("203.0.113.0/24"));
+    }
+
+    #[test]
+    fn cgroup_excludes_other_scopes() {
+        let spec = Spec { cgroup: Some(Path::new("/sys/fs/cgroup")), netns: Some("x"), route: None };
+        assert!(resolve(&spec).unwrap_err().downcast_ref::<UsageError>().is_some());
+    }
+}

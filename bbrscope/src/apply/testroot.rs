@@ -1,0 +1,21 @@
+//! A temporary directory standing in for / in tests of the file logic.
+
+use std::path::Path;
+
+pub struct TempRoot(tempfile::TempDir);
+
+impl TempRoot {
+    pub fn new() -> Self {
+        TempRoot(tempfile::Builder::new().prefix("bbrscope-root-").tempdir().expect("temporary directory"))
+    }
+
+    pub fn path(&self) -> &Path {
+        self.0.path()
+    }
+
+    pub fn write(&self, rel: &str, text: &str) {
+        let p = self.0.path().join(rel);
+        std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+        std::fs::write(p, text).unwrap();
+    }
+}

@@ -1,0 +1,197 @@
+//! `bbrscope demo`: CUBIC vs BBR on an emulated long, lossy path (see `crate::demo`).
+
+use std::{path::PathBuf, time::Duration};
+
+use anyhow::Result;
+use clap::Args;
+
+use crate::{
+    demo::{
+        Conditions,
+        emulator::{LossSpec, MTU},
+        plot,
+        presets::PresetName,
+        progress::Progress,
+        run::{self, FlowRun, Interrupt, Watch},
+        summary::{RunConditions, Summary},
+        units::{self, Buffer, fmt_rate, fmt_us},
+    },
+    error::usage,
+    sys::{cc, privileges},
+};
+
+/// The fastest link the userspace emulator is trusted to emulate accurately on one core.
+const MAX_RATE_BPS: u64 = 1_000_000_000;
+const MAX_RTT: Duration = Duration::from_secs(10);
+/// Runs longer than this in total need `--yes`.
+const LONG_RUN: Duration = Duration::from_secs(3600);
+const MAX_ALGOS: usize = 8;
+
+#[derive(Debug, Args)]
+#[command(after_help = "Presets (the options override their values):\n  \
+    cross-border  10 Mbit/s (assumed), 167 ms, 10% loss, 1 BDP, 60 s  — the seed article's VPS path\n  \
+    google-lossy  50 Mbit/s, 100 ms, 1% loss, 1 BDP, 30 s          — Google's BBR announcement (default)\n  \
+    bufferbloat   10 Mbit/s, 40 ms, no loss, 1000 packets, 30 s     — compare RTT, not throughput\n  \
+    sawtooth      50 Mbit/s, 100 ms, no loss, 1 BDP, 60 s           — CUBIC's teeth vs BBR's flat line\n\n\
+    Needs root: builds two throwaway network namespaces per algorithm joined by a userspace link \
+    emulator (TUN), and observes the flows with eBPF. Nothing is left behind, however it ends.")]
+pub struct DemoArgs {
+    /// A published setup to reproduce (default: google-lossy)
+    #[arg(value_enum)]
+    pub preset: Option<PresetName>,
+    /// Bottleneck rate, e.g. 50mbit, 800kbit, 1gbit
+    #[arg(long, value_parser = units::rate_bps)]
+    pub rate: Option<u64>,
+    /// Round-trip propagation delay, e.g. 100ms
+    #[arg(long, value_parser = units::rtt)]
+    pub rtt: Option<Duration>,
+    /// Random loss on the data direction, e.g. 1% or 0.01
+    #[arg(long, value_parser = units::loss)]
+    pub loss: Option<f64>,
+    /// Make losses bursty (Gilbert–Elliott) with this mean burst length, in packets
+    #[arg(long, value_name = "PACKETS")]
+    pub loss_burst: Option<f64>,
+    /// Bottleneck drop-tail queue: bytes (150000, 64KB), packets (1000pkt) or BDPs (2bdp)
+    #[arg(long, value_parser = units::buffer)]
+    pub buffer: Option<Buffer>,
+    /// How long each flow runs: a bare number is seconds; 30s, 2m also
+    #[arg(long, value_parser = units::duration)]
+    pub duration: Option<Duration>,
+    /// Algorithms to compare, comma-separated (set per socket; the system default is untouched)
+    #[arg(long, value_delimiter = ',', default_value = "cubic,bbr")]
+    pub algos: Vec<String>,
+    /// Seed of the random loss: the same seed drops the same packets
+    #[arg(long, default_value_t = 1)]
+    pub seed: u64,
+    /// Run the comparison N times; medians are reported, with each run's goodput
+    #[arg(long, value_name = "N", default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=100))]
+    pub repeat: u32,
+    /// One algorithm after the other instead of all at once
+    #[arg(long)]
+    pub sequential: bool,
+    /// No live display
+    #[arg(long)]
+    pub headless: bool,
+    /// Print the summary as one JSON object (type "demo_summary") instead of a table
+    #[arg(long)]
+    pub json: bool,
+    /// Write cwnd over time (RTT below) for all flows to FILE.svg or FILE.png
+    #[arg(long, value_name = "FILE")]
+    pub plot: Option<PathBuf>,
+    /// Allow a demo that runs longer than an hour in total
+    #[arg(long)]
+    pub yes: bool,
+}
+
+pub async fn run(args: DemoArgs) -> Result<()> {
+    let preset = args.preset.unwrap_or(PresetName::GoogleLossy).preset();
+    let rate_bps = args.rate.unwrap_or(preset.rate_bps);
+    let rtt = args.rtt.unwrap_or(preset.rtt);
+    let loss = LossSpec { rate: args.loss.unwrap_or(preset.loss), burst: args.loss_burst };
+    let duration = args.duration.unwrap_or(preset.duration);
+    if rate_bps > MAX_RATE_BPS {
+        usage!("--rate {}: the built-in emulator moves packets in userspace; use at most {}", fmt_rate(rate_bps as f64), fmt_rate(MAX_RATE_BPS as f64));
+    }
+    if rtt > MAX_RTT {
+        usage!("--rtt {}: round trips above {} s are not a network path", fmt_us(rtt.as_micros() as f64), MAX_RTT.as_secs());
+    }
+    if let Err(e) = loss.check() {
+        usage!("{e}");
+    }
+    let mut cond = Conditions {
+        rate_bps,
+        rtt,
+        loss: loss.rate,
+        loss_burst: loss.burst,
+        buffer_bytes: 0,
+        duration,
+        seed: args.seed,
+    };
+    cond.buffer_bytes = args.buffer.unwrap_or(preset.buffer).bytes(cond.bdp_bytes());
+    if cond.buffer_bytes < MTU {
+        usage!("--buffer: {} bytes cannot hold one {MTU}-byte packet", cond.buffer_bytes);
+    }
+    let algos = check_algos(&args.algos)?;
+    let rounds = if args.sequential { algos.len() as u32 } else { 1 } * args.repeat;
+    let total = duration.saturating_mul(rounds);
+    if total > LONG_RUN && !args.yes {
+        usage!(
+            "this demo would run for {:.1} hours ({} round(s) of {} s); add --yes if you mean it",
+            total.as_secs_f64() / 3600.0,
+            rounds,
+            duration.as_secs_f64()
+        );
+    }
+    if let Some(p) = &args.plot
+        && let Err(e) = plot::check_path(p)
+    {
+        usage!("{e}");
+    }
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        usage!("bbrscope demo needs root: it creates network namespaces and TUN devices and loads eBPF programs");
+    }
+    privileges::require_tracing("bbrscope demo")?;
+
+    let mut watch = Watch::start(run::demo_port(), duration)?;
+    let mut interrupt = Interrupt::new()?;
+    let mut progress = (!args.headless).then(Progress::default);
+    let title = format!(
+        "{} bottleneck, {} RTT, {}% loss, buffer {:.2} BDP",
+        fmt_rate(rate_bps as f64),
+        fmt_us(rtt.as_micros() as f64),
+        (cond.loss * 1e4).round() / 1e2,
+        cond.buffer_bytes as f64 / cond.bdp_bytes()
+    );
+    let mut runs: Vec<FlowRun> = Vec::new();
+    for repeat in 0..args.repeat {
+        let groups: Vec<&[String]> =
+            if args.sequential { algos.chunks(1).collect() } else { vec![&algos[..]] };
+        for group in groups {
+            let label = format!("{} — {title} — run {}/{}", group.join(" vs "), repeat + 1, args.repeat);
+            runs.extend(run::round(&cond, group, repeat, &mut watch, &mut progress, &mut interrupt, &label).await?);
+        }
+    }
+
+    let conditions = RunConditions {
+        buffer_bdp: cond.buffer_bytes as f64 / cond.bdp_bytes(),
+        path: cond,
+        repeat: args.repeat,
+        sequential: args.sequential,
+    };
+    let modified = (rate_bps, rtt, conditions.path.loss, conditions.path.buffer_bytes)
+        != (preset.rate_bps, preset.rtt, preset.loss, preset.buffer.bytes(conditions.path.bdp_bytes()))
+        || loss.burst.is_some();
+    let summary = Summary::new(Some((&preset, modified)), conditions, &algos, &runs);
+    if args.json {
+        println!("{}", summary.to_json());
+    } else {
+        print!("{}", summary.to_table());
+    }
+    if let Some(path) = &args.plot {
+        let first: Vec<&FlowRun> = algos.iter().filter_map(|cc| runs.iter().find(|r| &r.cc == cc)).collect();
+        plot::write(path, &format!("{} — {title}", algos.join(" vs ")), duration.as_secs_f64(), &first)?;
+        if !args.json {
+            println!("\nplot: {}", path.display());
+        }
+    }
+    Ok(())
+}
+
+/// The requested algorithms, each available on this kernel and named once.
+fn check_algos(requested: &[String]) -> Result<Vec<String>> {
+    let algos: Vec<String> = requested.iter().map(|a| a.trim().to_string()).filter(|a| !a.is_empty()).collect();
+    if algos.is_empty() || algos.len() > MAX_ALGOS {
+        usage!("--algos: name 1 to {MAX_ALGOS} algorithms, e.g. cubic,bbr");
+    }
+    let available = cc::available()?;
+    for (i, a) in algos.iter().enumerate() {
+        if !available.contains(a) {
+            usage!("--algos: {a} is not available on this kernel (available: {})", available.join(", "));
+        }
+        if algos[..i].contains(a) {
+            usage!("--algos: {a} is named twice");
+        }
+    }
+    Ok(algos)
+}

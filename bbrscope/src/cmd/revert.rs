@@ -1,0 +1,120 @@
+//! `bbrscope revert [scope]`: restores what `apply` recorded for the scope and removes only
+//! what bbrscope added.
+
+use std::path::Path;
+
+use anyhow::Result;
+use clap::Args;
+use serde::Serialize;
+
+use super::apply::ScopeArgs;
+use crate::apply::{change::Undone, netns, run, scope, scope::Scope, state::State};
+
+#[derive(Debug, Args)]
+pub struct RevertArgs {
+    #[command(flatten)]
+    pub scope: ScopeArgs,
+    /// Revert every scope bbrscope has changed
+    #[arg(long, conflicts_with_all = ["netns", "cgroup", "route"])]
+    pub all: bool,
+    /// Restore recorded values even where someone changed them since bbrscope did
+    #[arg(long)]
+    pub force: bool,
+    /// Print the result as JSON
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Serialize)]
+struct Step {
+    change: String,
+    #[serde(flatten)]
+    result: StepResult,
+}
+
+#[derive(Serialize)]
+#[serde(rename_all = "snake_case")]
+enum StepResult {
+    Done(Undone),
+    Failed(String),
+}
+
+/// Whether a recorded scope is the one the options name. By name and path rather than by
+/// identity, so a scope whose namespace or cgroup is gone can still be reverted (and its record
+/// dropped).
+fn selected(recorded: &Scope, args: &RevertArgs, own_ino: u64) -> bool {
+    let a = &args.scope;
+    if args.all {
+        return true;
+    }
+    let netns_matches = |ns: &netns::Netns| match a.netns.as_deref() {
+        None => ns.ino == own_ino,
+        Some("all") => ns.ino != own_ino,
+        Some(name) => ns.label == name || ns.path == Path::new(name),
+    };
+    match recorded {
+        Scope::System { netns } => a.is_system() && netns.ino == own_ino,
+        Scope::Netns { netns } => a.route.is_none() && a.cgroup.is_none() && a.netns.is_some() && netns_matches(netns),
+        Scope::Cgroup { path, .. } => a.cgroup.as_ref().is_some_and(|c| c == path || c.canonicalize().is_ok_and(|c| c == *path)),
+        Scope::Route { netns, prefix } => {
+            a.route.as_deref().is_some_and(|r| scope::parse_prefix(r).is_ok_and(|p| p == *prefix)) && netns_matches(netns)
+        }
+    }
+}
+
+pub fn run(args: RevertArgs) -> Result<()> {
+    if let Some(r) = &args.scope.route {
+        scope::parse_prefix(r)?;
+    }
+    let root = args.scope.root.clone();
+    let mut state = State::load(&root)?;
+    let own = netns::current()?.ino;
+    let scopes: Vec<Scope> = state.entries.iter().map(|e| e.scope.clone()).filter(|s| selected(s, &args, own)).collect();
+    if scopes.is_empty() {
+        if args.json {
+            println!("{}", serde_json::json!({ "scopes": [] }));
+        } else {
+            println!("nothing recorded for that scope: bbrscope has not changed it (see `bbrscope status`)");
+        }
+        return Ok(());
+    }
+    let mut out = Vec::new();
+    let mut failures = 0;
+    for s in scopes {
+        let steps: Vec<Step> = run::revert(&mut state, &s, &root, args.force)?
+            .into_iter()
+            .map(|(change, r)| Step {
+                change,
+                result: match r {
+                    Ok(u) => StepResult::Done(u),
+                    Err(e) => {
+                        failures += 1;
+                        StepResult::Failed(e)
+                    }
+                },
+            })
+            .collect();
+        out.push((s, steps));
+    }
+    if args.json {
+        let doc: Vec<_> = out.iter().map(|(s, steps)| serde_json::json!({ "scope": s, "steps": steps })).collect();
+        println!("{}", serde_json::to_string_pretty(&serde_json::json!({ "scopes": doc }))?);
+    } else {
+        for (s, steps) in &out {
+            println!("{s}: reverted");
+            for st in steps {
+                let line = match &st.result {
+                    StepResult::Done(Undone::Restored(d)) => format!("restored  {d}"),
+                    StepResult::Done(Undone::Nothing(d)) => format!("unchanged {d}"),
+                    StepResult::Done(Undone::Kept(d)) => format!("KEPT      {d} (--force restores it)"),
+                    StepResult::Failed(e) => format!("FAILED    {}: {e}", st.change),
+                };
+                println!("  {line}");
+            }
+        }
+    }
+    if failures > 0 {
+        anyhow::bail!("{failures} change(s) could not be undone; they stay recorded for another `bbrscope revert`");
+    }
+    Ok(())
+}

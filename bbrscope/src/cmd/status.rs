@@ -1,0 +1,255 @@
+//! `bbrscope status`: congestion control as it stands, per scope, and what bbrscope changed.
+
+use std::{collections::BTreeMap, path::PathBuf};
+
+use anyhow::Result;
+use clap::Args;
+use serde::Serialize;
+
+use crate::apply::{
+    algo::Kernel,
+    cgroup, diag, files,
+    netns::{self, Netns},
+    qdisc::{self, RootQdisc},
+    route,
+    scope::Scope,
+    state::{Entry, State},
+    sysctl,
+    sysctl_d::BootConfig,
+};
+
+#[derive(Debug, Args)]
+pub struct StatusArgs {
+    /// Also show a network namespace: an `ip netns` name, a path such as /proc/PID/ns/net, or `all`
+    #[arg(long, value_name = "NAME|PATH|all")]
+    pub netns: Option<String>,
+    /// Print as JSON
+    #[arg(long)]
+    pub json: bool,
+    /// Stand-in for / when reading files (tests)
+    #[arg(long, hide = true, default_value = "/")]
+    pub root: PathBuf,
+}
+
+#[derive(Serialize)]
+struct RouteCc {
+    route: String,
+    congctl: String,
+    by_bbrscope: bool,
+}
+
+#[derive(Serialize)]
+struct Namespace {
+    namespace: String,
+    initial: bool,
+    default: String,
+    allowed: Vec<String>,
+    default_qdisc: Option<String>,
+    qdiscs: Vec<RootQdisc>,
+    routes_with_congctl: Vec<RouteCc>,
+    /// Live TCP connections per algorithm (a sock_diag snapshot, as `ss -ti` sees them).
+    flows: BTreeMap<String, u64>,
+}
+
+#[derive(Serialize)]
+struct Boot {
+    /// What the next boot sets net.ipv4.tcp_congestion_control to (None: the kernel's default).
+    value: Option<String>,
+    file: Option<String>,
+    bbrscope_dropin: bool,
+}
+
+#[derive(Serialize)]
+struct Recorded {
+    scope: Scope,
+    algorithm: String,
+    applied_at: u64,
+    /// What holds now, in words.
+    now: String,
+    changes: Vec<String>,
+}
+
+#[derive(Serialize)]
+struct Status {
+    available: Vec<String>,
+    system: Namespace,
+    boot: Boot,
+    namespaces: Vec<Namespace>,
+    bbrscope: Vec<Recorded>,
+    warnings: Vec<String>,
+}
+
+fn namespace(ns: &Netns, state: &State) -> Result<Namespace> {
+    let ours: Vec<_> = state
+        .entries
+        .iter()
+        .filter_map(|e| match &e.scope {
+            Scope::Route { netns, prefix } if netns.ino == ns.ino => Some(*prefix),
+            _ => None,
+        })
+        .collect();
+    netns::run(ns, || {
+        Ok(Namespace {
+            namespace: ns.label.clone(),
+            initial: netns::is_initial(ns),
+            default: sysctl::read(sysctl::CC)?.unwrap_or_default(),
+            allowed: sysctl::read(sysctl::ALLOWED)?.map(|v| sysctl::words(&v)).unwrap_or_default(),
+            default_qdisc: sysctl::read(sysctl::DEFAULT_QDISC)?,
+            qdiscs: qdisc::roots()?,
+            routes_with_congctl: route::with_congctl()?
+                .into_iter()
+                .map(|r| RouteCc {
+                    by_bbrscope: ours.contains(&r.key.prefix),
+                    route: r.key.to_string(),
+                    congctl: r.cc.unwrap_or_default(),
+                })
+                .collect(),
+            flows: diag::flows_by_algorithm()?,
+        })
+    })
+}
+
+/// What holds now for a recorded scope, and a warning when it is not what bbrscope set.
+fn now_of(e: &Entry, warnings: &mut Vec<String>) -> String {
+    let mut drifted = |now: String, holds: bool| {
+        if !holds {
+            warnings.push(format!("{}: bbrscope set {}, but {now}", e.scope, e.algorithm));
+        }
+        now
+    };
+    match &e.scope {
+        Scope::System { netns } | Scope::Netns { netns } => {
+            if !netns::still_there(netns) {
+                return drifted(format!("namespace {netns} no longer exists"), false);
+            }
+            match netns::run(netns, || sysctl::read(sysctl::CC)) {
+                Ok(v) => {
+                    let v = v.unwrap_or_default();
+                    drifted(format!("the default is {v}"), v == e.algorithm)
+                }
+                Err(err) => format!("unreadable: {err:#}"),
+            }
+        }
+        Scope::Cgroup { ino, .. } => {
+            let pin = cgroup::pin_path(*ino);
+            match cgroup::pinned_program(&pin) {
+                Some(id) => format!("program id {id} attached, link pinned at {}", pin.display()),
+                None => drifted(format!("nothing pinned at {} (reboot, or removed by hand)", pin.display()), false),
+            }
+        }
+        Scope::Route { netns, prefix } => {
+            if !netns::still_there(netns) {
+                return drifted(format!("namespace {netns} no longer exists"), false);
+            }
+            match netns::run(netns, || route::find(prefix)) {
+                Ok(Some(r)) => {
+                    let cc = r.cc.unwrap_or_else(|| "none".into());
+                    drifted(format!("route {} has congctl {cc}", r.key), cc == e.algorithm)
+                }
+                Ok(None) => drifted(format!("there is no route for {prefix} any more"), false),
+                Err(err) => format!("unreadable: {err:#}"),
+            }
+        }
+    }
+}
+
+pub fn run(args: StatusArgs) -> Result<()> {
+    let state = State::load(&args.root)?;
+    let own = netns::current()?;
+    let system = namespace(&own, &state)?;
+    let mut warnings = Vec::new();
+
+    let config = BootConfig::load(&args.root);
+    let eff = config.effective(sysctl::CC);
+    let dropin = files::read(&args.root, std::path::Path::new(files::SYSCTL_DROPIN))?.is_some();
+    let boot = Boot {
+        value: eff.as_ref().map(|a| a.value.clone()),
+        file: eff.as_ref().map(|a| format!("{}:{}", a.file.display(), a.line)),
+        bbrscope_dropin: dropin,
+    };
+    match &eff {
+        Some(a) if a.value != system.default => warnings.push(format!(
+            "the next boot sets {} = {} ({}:{}), not today's {}",
+            sysctl::CC, a.value, a.file.display(), a.line, system.default
+        )),
+        None if system.initial => {
+            warnings.push(format!("no sysctl file sets {}: the next boot gives the kernel's built-in default", sysctl::CC))
+        }
+        _ => {}
+    }
+    if dropin && eff.as_ref().is_some_and(|a| a.file != std::path::Path::new(files::SYSCTL_DROPIN)) {
+        warnings.push(format!("{} is overridden at boot by {}", files::SYSCTL_DROPIN, boot.file.as_deref().unwrap_or("")));
+    }
+
+    let mut namespaces = Vec::new();
+    let extra = match args.netns.as_deref() {
+        None => Vec::new(),
+        Some("all") => netns::all()?,
+        Some(name) => vec![netns::resolve(name)?],
+    };
+    for ns in &extra {
+        namespaces.push(namespace(ns, &state)?);
+    }
+    let bbrscope = state
+        .entries
+        .iter()
+        .map(|e| Recorded {
+            now: now_of(e, &mut warnings),
+            scope: e.scope.clone(),
+            algorithm: e.algorithm.clone(),
+            applied_at: e.applied_at,
+            changes: e.changes.iter().map(|c| c.describe()).collect(),
+        })
+        .collect();
+    let status = Status { available: Kernel::discover()?.usable(), system, boot, namespaces, bbrscope, warnings };
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&status)?);
+    } else {
+        print(&status);
+    }
+    Ok(())
+}
+
+fn print_namespace(n: &Namespace) {
+    let which = if n.initial { "initial network namespace" } else { "network namespace" };
+    println!("{} ({which})", n.namespace);
+    println!("  default          {}", n.default);
+    println!("  allowed          {}", n.allowed.join(" "));
+    if let Some(q) = &n.default_qdisc {
+        println!("  default_qdisc    {q}");
+    }
+    for q in &n.qdiscs {
+        let how = if q.is_kernel_default() { "kernel default" } else { "custom" };
+        println!("  qdisc            {} {} ({how})", q.ifname, q.kind);
+    }
+    for r in &n.routes_with_congctl {
+        let by = if r.by_bbrscope { " (set by bbrscope)" } else { "" };
+        println!("  route            {} congctl {}{by}", r.route, r.congctl);
+    }
+    let flows: Vec<String> = n.flows.iter().map(|(k, v)| format!("{k} {v}")).collect();
+    println!("  live flows       {}", if flows.is_empty() { "none".into() } else { flows.join(", ") });
+}
+
+fn print(s: &Status) {
+    println!("available        {}", s.available.join(" "));
+    print_namespace(&s.system);
+    let boot = match (&s.boot.value, &s.boot.file) {
+        (Some(v), Some(f)) => format!("{v} (from {f})"),
+        _ => "the kernel's built-in default (no sysctl file sets it)".into(),
+    };
+    println!("  next boot        {boot}");
+    for n in &s.namespaces {
+        print_namespace(n);
+    }
+    if s.bbrscope.is_empty() {
+        println!("changed by bbrscope: nothing");
+    } else {
+        println!("changed by bbrscope:");
+        for r in &s.bbrscope {
+            println!("  {} -> {}: {}", r.scope, r.algorithm, r.now);
+        }
+    }
+    for w in &s.warnings {
+        println!("warning: {w}");
+    }
+}

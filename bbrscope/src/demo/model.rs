@@ -1,0 +1,216 @@
+//! What theory predicts for a bulk flow on the emulated path, to print beside the measurement.
+//! Sources and limits are in /shared/notes/demo-theory.md:
+//! - loss-based algorithms (CUBIC, Reno) at random loss >= ~0.1% on long paths run in the
+//!   Reno-friendly region: PFTK (Padhye et al. 1998) with b = 1, T0 = RTT + 200 ms; Mathis et al.
+//!   1997 shown for reference. Their rate does not depend on the link's capacity.
+//! - without random loss, a loss-based sender fills the drop-tail queue and backs off by beta =
+//!   0.7 (CUBIC): utilisation from a linear sawtooth between 0.7 and 1 times (BDP + buffer).
+//! - BBRv1 ignores random loss below ~20% (its 1.25x probe still raises the max filter while
+//!   1.25 (1 - p) >= 1): 0.6–0.9 x C x (1 - p); with no loss it runs the link nearly full. Above
+//!   20% there is no usable model.
+
+use serde::Serialize;
+
+/// IPv4 + TCP + timestamp option: what a full segment adds to its MSS on the wire.
+pub const HEADER_BYTES: f64 = 52.0;
+/// CUBIC's multiplicative decrease (beta_cubic = 717/1024).
+pub const CUBIC_BETA: f64 = 0.7;
+/// Linux's minimum RTO, added to the RTT for PFTK's T0.
+const MIN_RTO_S: f64 = 0.2;
+/// Above this random loss BBRv1's bandwidth probing can no longer refresh its estimate.
+const BBR_LOSS_LIMIT: f64 = 0.2;
+/// BBRv1 goodput as a fraction of capacity x (1 - p), with random loss / without.
+const BBR_LOSSY: (f64, f64) = (0.6, 0.9);
+const BBR_CLEAN: (f64, f64) = (0.9, 1.0);
+
+/// The emulated path, in SI units.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Path {
+    pub rate_bps: f64,
+    pub rtt_s: f64,
+    pub loss: f64,
+    pub buffer_bytes: f64,
+    pub mss: f64,
+}
+
+impl Path {
+    pub fn bdp_bytes(&self) -> f64 {
+        self.rate_bps / 8.0 * self.rtt_s
+    }
+
+    /// The most goodput the link can carry: capacity less headers.
+    pub fn goodput_capacity_bps(&self) -> f64 {
+        self.rate_bps * self.mss / (self.mss + HEADER_BYTES)
+    }
+
+    /// RTT of an empty path for a full-sized segment (propagation + one serialisation).
+    fn base_rtt_s(&self) -> f64 {
+        self.rtt_s + (self.mss + HEADER_BYTES) * 8.0 / self.rate_bps
+    }
+
+    /// RTT with `window` bytes in flight: what exceeds the BDP waits in the (bounded) queue.
+    fn rtt_with_window_s(&self, window: f64) -> f64 {
+        self.base_rtt_s() + (window - self.bdp_bytes()).clamp(0.0, self.buffer_bytes) * 8.0 / self.rate_bps
+    }
+}
+
+/// Mathis et al.: rate = MSS / RTT x sqrt(3/2) / sqrt(p), bits per second.
+pub fn mathis_bps(mss: f64, rtt_s: f64, p: f64) -> f64 {
+    mss * 8.0 / rtt_s * (1.5f64).sqrt() / p.sqrt()
+}
+
+/// PFTK with timeouts (b = 1, T0 = RTT + 200 ms), bits per second.
+pub fn pftk_bps(mss: f64, rtt_s: f64, p: f64) -> f64 {
+    let b = 1.0;
+    let t0 = rtt_s + MIN_RTO_S;
+    let segs_per_s = 1.0
+        / (rtt_s * (2.0 * b * p / 3.0).sqrt()
+            + t0 * (3.0 * (3.0 * b * p / 8.0).sqrt()).min(1.0) * p * (1.0 + 32.0 * p * p));
+    segs_per_s * mss * 8.0
+}
+
+/// Mean utilisation of a link whose window saws linearly between `beta` and 1 times
+/// (BDP + buffer), the buffer given in BDPs.
+pub fn sawtooth_utilisation(buffer_bdp: f64, beta: f64) -> f64 {
+    let (hi, lo) = (1.0 + buffer_bdp, beta * (1.0 + buffer_bdp));
+    if lo >= 1.0 {
+        return 1.0;
+    }
+    ((1.0 - lo * lo) / 2.0 + (hi - 1.0)) / (hi - lo)
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Prediction {
+    /// Which model, in words.
+    pub model: &'static str,
+    pub goodput_bps: Option<f64>,
+    /// Low and high end of the model's goodput (a point model gives the same number twice).
+    pub goodput_range_bps: Option<(f64, f64)>,
+    /// Smoothed RTT the model expects, low to high, in microseconds.
+    pub srtt_range_us: (f64, f64),
+}
+
+/// The prediction for algorithm `cc` on `path`. BBR is modelled as BBRv1 (mainline Linux);
+/// everything else as a loss-based (Reno-friendly CUBIC) sender.
+pub fn predict(cc: &str, path: &Path) -> Prediction {
+    let cap = path.goodput_capacity_bps();
+    let us = |s: f64| s * 1e6;
+    if cc == "bbr" {
+        // cwnd_gain 2: at most one BDP beyond the pipe, and no more than the buffer holds.
+        let srtt = (us(path.base_rtt_s()), us(path.rtt_with_window_s(2.0 * path.bdp_bytes())));
+        if path.loss >= BBR_LOSS_LIMIT {
+            return Prediction {
+                model: "BBRv1: none above 20% loss",
+                goodput_bps: None,
+                goodput_range_bps: None,
+                srtt_range_us: srtt,
+            };
+        }
+        let (lo, hi) = if path.loss > 0.0 { BBR_LOSSY } else { BBR_CLEAN };
+        let scale = cap * (1.0 - path.loss);
+        return Prediction {
+            model: if path.loss > 0.0 { "BBRv1: 0.6-0.9 x C x (1-p)" } else { "BBRv1: 0.9-1.0 x C" },
+            goodput_bps: Some(scale * (lo + hi) / 2.0),
+            goodput_range_bps: Some((scale * lo, scale * hi)),
+            srtt_range_us: srtt,
+        };
+    }
+    let (model, goodput, peak_window) = if path.loss > 0.0 {
+        let rate = pftk_bps(path.mss, path.rtt_s, path.loss).min(cap);
+        // A loss-limited sawtooth peaks at ~4/3 of its mean window.
+        (if rate < cap { "PFTK (loss-limited)" } else { "PFTK, capped at C" }, rate, rate / 8.0 * path.rtt_s * 4.0 / 3.0)
+    } else {
+        let u = sawtooth_utilisation(path.buffer_bytes / path.bdp_bytes(), CUBIC_BETA);
+        ("drop-tail sawtooth (beta 0.7)", cap * u, path.bdp_bytes() + path.buffer_bytes)
+    };
+    let peak_window = peak_window.min(path.bdp_bytes() + path.buffer_bytes);
+    Prediction {
+        model,
+        goodput_bps: Some(goodput),
+        goodput_range_bps: Some((goodput, goodput)),
+        srtt_range_us: (
+            us(path.rtt_with_window_s(CUBIC_BETA * peak_window)),
+            us(path.rtt_with_window_s(peak_window)),
+        ),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn path(rate_mbit: f64, rtt_ms: f64, loss: f64, buffer_bdp: f64) -> Path {
+        let rate_bps = rate_mbit * 1e6;
+        let rtt_s = rtt_ms / 1e3;
+        Path { rate_bps, rtt_s, loss, buffer_bytes: buffer_bdp * rate_bps / 8.0 * rtt_s, mss: 1448.0 }
+    }
+
+    fn mbit(bps: f64) -> f64 {
+        bps / 1e6
+    }
+
+    /// The model column of the table in demo-theory.md (MSS 1448 B).
+    #[test]
+    fn pftk_matches_the_published_table() {
+        for (rtt, p, expect) in [(0.100, 0.01, 1.33), (0.100, 0.05, 0.47), (0.100, 0.10, 0.24), (0.167, 0.10, 0.16)] {
+            let got = mbit(pftk_bps(1448.0, rtt, p));
+            assert!((got - expect).abs() < 0.01 + expect * 0.02, "rtt {rtt} p {p}: {got} vs {expect}");
+        }
+    }
+
+    #[test]
+    fn mathis_is_above_pftk_and_scales_with_one_over_sqrt_p() {
+        let m1 = mathis_bps(1448.0, 0.1, 0.01);
+        assert!((mbit(m1) - 1.419).abs() < 0.01);
+        assert!((m1 / mathis_bps(1448.0, 0.1, 0.04) - 2.0).abs() < 1e-9);
+        assert!(m1 > pftk_bps(1448.0, 0.1, 0.01));
+    }
+
+    #[test]
+    fn sawtooth_utilisation_limits() {
+        assert!((sawtooth_utilisation(0.0, 0.5) - 0.75).abs() < 1e-9, "Reno without a buffer: 3/4");
+        assert!((sawtooth_utilisation(0.0, 0.7) - 0.85).abs() < 1e-9);
+        assert_eq!(sawtooth_utilisation(1.0, 0.7), 1.0);
+        assert!(sawtooth_utilisation(0.2, 0.7) > sawtooth_utilisation(0.1, 0.7));
+    }
+
+    #[test]
+    fn lossy_path_predicts_a_large_bbr_advantage() {
+        let p = path(50.0, 100.0, 0.01, 1.0);
+        let cubic = predict("cubic", &p);
+        let bbr = predict("bbr", &p);
+        assert_eq!(cubic.model, "PFTK (loss-limited)");
+        let (lo, hi) = bbr.goodput_range_bps.unwrap();
+        let c = cubic.goodput_bps.unwrap();
+        // demo-theory.md: 22–34x at 50 Mbit/s, 100 ms, 1%, less the 3.5% of headers it ignores.
+        let headers = 1448.0 / 1500.0;
+        assert!((lo / c - 22.3 * headers).abs() < 0.3 && (hi / c - 33.5 * headers).abs() < 0.3, "{} {}", lo / c, hi / c);
+        // A loss-limited window is far below the BDP: no queue, RTT ~ the base RTT.
+        assert!(cubic.srtt_range_us.1 < 101_000.0);
+    }
+
+    #[test]
+    fn bufferbloat_predicts_cubic_fills_the_queue_and_bbr_does_not() {
+        // 10 Mbit/s, 40 ms, 1000 x 1500 B: the queue alone is 1.2 s.
+        let p = Path { rate_bps: 10e6, rtt_s: 0.04, loss: 0.0, buffer_bytes: 1.5e6, mss: 1448.0 };
+        let cubic = predict("cubic", &p);
+        let bbr = predict("bbr", &p);
+        assert!(cubic.srtt_range_us.0 > 800_000.0 && cubic.srtt_range_us.1 > 1_200_000.0, "{:?}", cubic.srtt_range_us);
+        assert!(bbr.srtt_range_us.1 < 85_000.0, "{:?}", bbr.srtt_range_us);
+        assert!((cubic.goodput_bps.unwrap() - p.goodput_capacity_bps()).abs() < 1.0);
+    }
+
+    #[test]
+    fn bbr_has_no_model_past_twenty_percent() {
+        let bbr = predict("bbr", &path(50.0, 100.0, 0.25, 1.0));
+        assert_eq!(bbr.goodput_bps, None);
+    }
+
+    #[test]
+    fn cubic_never_exceeds_capacity() {
+        let p = path(1.0, 10.0, 0.0001, 1.0);
+        let cubic = predict("cubic", &p);
+        assert_eq!(cubic.model, "PFTK, capped at C");
+        assert!(cubic.goodput_bps.unwrap() <= p.goodput_capacity_bps());
+    }
+}

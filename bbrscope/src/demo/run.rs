@@ -1,0 +1,178 @@
+//! One round of the demo: build an emulated link per algorithm, run a bulk flow over each for the
+//! configured time while the eBPF observer samples them, and collect what happened.
+
+use std::time::{Duration, Instant};
+
+use anyhow::{Result, bail};
+use ipnet::IpNet;
+use tokio::signal::unix::{Signal, SignalKind, signal};
+
+use super::{
+    Conditions,
+    emulator::{self, Link, LinkCounters},
+    progress::{self, Progress, Row},
+    traffic::{BulkFlow, TcpStats},
+};
+use crate::{
+    clock::Clock,
+    event::Decoder,
+    filter::{FilterSpec, Net},
+    flow::{FlowTable, Point},
+    kernel::{layout::Layout, loader::{Observer, Options}},
+};
+
+/// Observer sample period per flow: fine enough to see every CUBIC tooth and BBR's PROBE_RTT.
+pub const SAMPLE_PERIOD: Duration = Duration::from_millis(50);
+
+/// What one flow did in one round.
+pub struct FlowRun {
+    pub cc: String,
+    /// Bytes the receiver read per second of the run, times 8.
+    pub goodput_bps: f64,
+    pub tcp: TcpStats,
+    /// The observer's samples of the sender (CLOCK_MONOTONIC timestamps).
+    pub series: Vec<Point>,
+    /// When the flows started sending (CLOCK_MONOTONIC ns).
+    pub start_ns: u64,
+    pub link: LinkCounters,
+}
+
+/// The demo's flows as the eBPF observer sees them: only this process's port, only the
+/// emulator's address range.
+pub struct Watch {
+    observer: Observer,
+    layout: Layout,
+    table: FlowTable,
+    history: usize,
+    port: u16,
+}
+
+impl Watch {
+    pub fn start(port: u16, longest_run: Duration) -> Result<Self> {
+        let range = Net(IpNet::V4(emulator::ADDRESSES));
+        let opts = Options {
+            interval: SAMPLE_PERIOD,
+            filter: FilterSpec { port: Some(port), net: Some(range), ..FilterSpec::default() },
+            ..Options::default()
+        };
+        let observer = Observer::start(&opts)?;
+        for note in &observer.degraded {
+            eprintln!("bbrscope: warning: {note}");
+        }
+        let history = (longest_run.as_millis() / SAMPLE_PERIOD.as_millis()) as usize + 1000;
+        Ok(Watch { layout: observer.layout.clone(), observer, table: FlowTable::new(history), history, port })
+    }
+
+    async fn pump(&mut self) -> Result<()> {
+        let decoder = Decoder { layout: &self.layout };
+        let table = &mut self.table;
+        self.observer
+            .drain(|bytes| {
+                if let Some(ev) = decoder.decode(bytes) {
+                    table.apply(&ev);
+                }
+            })
+            .await?;
+        Ok(())
+    }
+
+    fn flow(&self, flow: &BulkFlow) -> Option<&crate::flow::Flow> {
+        self.table.iter().find(|f| f.src == flow.local)
+    }
+}
+
+/// SIGINT and SIGTERM, caught so the round can stop its flows and links before exiting.
+pub struct Interrupt {
+    int: Signal,
+    term: Signal,
+}
+
+impl Interrupt {
+    pub fn new() -> Result<Self> {
+        Ok(Interrupt { int: signal(SignalKind::interrupt())?, term: signal(SignalKind::terminate())? })
+    }
+
+    async fn recv(&mut self) -> &'static str {
+        tokio::select! {
+            _ = self.int.recv() => "SIGINT",
+            _ = self.term.recv() => "SIGTERM",
+        }
+    }
+}
+
+/// Runs `algos` at the same time, each over its own identical link, for `cond.duration`.
+pub async fn round(
+    cond: &Conditions,
+    algos: &[String],
+    repeat: u32,
+    watch: &mut Watch,
+    progress: &mut Option<Progress>,
+    interrupt: &mut Interrupt,
+    label: &str,
+) -> Result<Vec<FlowRun>> {
+    let cfg = cond.link(repeat);
+    let links = (0..algos.len()).map(|i| Link::new(i as u8, &cfg)).collect::<Result<Vec<_>>>()?;
+    let mut flows =
+        links.iter().zip(algos).map(|(l, cc)| BulkFlow::connect(l, watch.port, cc)).collect::<Result<Vec<_>>>()?;
+    watch.table = FlowTable::new(watch.history);
+    let start_ns = Clock::monotonic_ns();
+    let start = Instant::now();
+    for f in &mut flows {
+        f.start()?;
+    }
+    let mut tick = tokio::time::interval(progress::PERIOD);
+    let deadline = tokio::time::sleep(cond.duration);
+    tokio::pin!(deadline);
+    loop {
+        tokio::select! {
+            r = watch.pump() => r?,
+            _ = tick.tick() => if let Some(p) = progress.as_mut() {
+                let rows: Vec<Row> = flows.iter().map(|f| {
+                    let m = watch.flow(f).and_then(|fl| fl.metrics.as_ref());
+                    Row {
+                        cc: &f.cc,
+                        received: f.received(),
+                        cwnd: m.and_then(|m| m.cwnd),
+                        srtt_us: m.and_then(|m| m.srtt_us),
+                        retransmits: m.and_then(|m| m.retrans_total),
+                    }
+                }).collect();
+                p.draw(label, start.elapsed(), cond.duration, &rows);
+            },
+            _ = &mut deadline => break,
+            sig = interrupt.recv() => bail!("interrupted by {sig}: stopped the flows and removed the emulated links"),
+        }
+    }
+    let elapsed = start.elapsed().as_secs_f64();
+    let measured = flows.iter().map(|f| Ok((f.received(), f.tcp_stats()?))).collect::<Result<Vec<_>>>()?;
+    if let Some(p) = progress.as_mut() {
+        p.clear();
+    }
+    let series: Vec<Vec<Point>> = flows
+        .iter()
+        .map(|f| watch.flow(f).map(|fl| fl.history.iter().filter(|p| p.ts_ns >= start_ns).cloned().collect()))
+        .map(Option::unwrap_or_default)
+        .collect();
+    drop(flows);
+    let counters = links.into_iter().map(Link::close).collect::<Result<Vec<_>>>()?;
+    Ok(algos
+        .iter()
+        .zip(measured)
+        .zip(series)
+        .zip(counters)
+        .map(|(((cc, (received, tcp)), series), link)| FlowRun {
+            cc: cc.clone(),
+            goodput_bps: received as f64 * 8.0 / elapsed,
+            tcp,
+            series,
+            start_ns,
+            link,
+        })
+        .collect())
+}
+
+/// The receiving port of this process's demo flows: distinct per process, so concurrent demos
+/// (each in its own namespaces) are told apart by the observer.
+pub fn demo_port() -> u16 {
+    20_000 + (std::process::id() % 40_000) as u16
+}

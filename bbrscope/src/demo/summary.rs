@@ -1,0 +1,421 @@
+//! The end of a demo: per-algorithm numbers beside the model's, the BBR/CUBIC ratio, and the
+//! emulator's counters as proof the impairment was applied — as a table or one JSON object.
+
+use std::{fmt::Write as _, time::Duration};
+
+use serde::Serialize;
+
+use super::{
+    Conditions,
+    emulator::LinkCounters,
+    model::{self, Prediction},
+    presets::{Headline, Preset},
+    run::FlowRun,
+    units::{fmt_bytes, fmt_rate, fmt_us},
+};
+
+/// Used when the socket did not report its MSS (an IPv4 path with a 1500-byte MTU and timestamps).
+const DEFAULT_MSS: u32 = 1448;
+
+/// One flow in one round.
+#[derive(Clone, Debug, Serialize)]
+pub struct RunStats {
+    pub goodput_bps: f64,
+    pub retransmits: u32,
+    pub srtt_p50_us: Option<f64>,
+    pub srtt_p95_us: Option<f64>,
+    pub cwnd_min: Option<u32>,
+    pub cwnd_max: Option<u32>,
+    /// 10th and 90th percentile of cwnd over the second half of the run (after start-up).
+    pub cwnd_band: Option<(u32, u32)>,
+    /// Each loss-triggered reduction: the new ssthresh over the highest cwnd sampled since the
+    /// previous one (CUBIC: ~0.7).
+    pub cwnd_reductions: Vec<f64>,
+    pub samples: usize,
+    pub mss: u32,
+    pub emulator: LinkCounters,
+}
+
+impl RunStats {
+    pub fn of(run: &FlowRun, duration: Duration) -> Self {
+        let srtt: Vec<f64> = run.series.iter().filter_map(|p| p.srtt_us).map(f64::from).collect();
+        let cwnd: Vec<u32> = run.series.iter().filter_map(|p| p.cwnd).collect();
+        let half = run.start_ns + duration.as_nanos() as u64 / 2;
+        let late: Vec<f64> = run.series.iter().filter(|p| p.ts_ns >= half).filter_map(|p| p.cwnd).map(f64::from).collect();
+        let band = percentile(&late, 0.10).zip(percentile(&late, 0.90)).map(|(lo, hi)| (lo as u32, hi as u32));
+        RunStats {
+            goodput_bps: run.goodput_bps,
+            retransmits: run.tcp.retransmits,
+            srtt_p50_us: percentile(&srtt, 0.50),
+            srtt_p95_us: percentile(&srtt, 0.95),
+            cwnd_min: cwnd.iter().copied().min(),
+            cwnd_max: cwnd.iter().copied().max(),
+            cwnd_band: band,
+            cwnd_reductions: reductions(run.series.iter().map(|p| (p.cwnd, p.ssthresh))),
+            samples: run.series.len(),
+            mss: if run.tcp.mss > 0 { run.tcp.mss } else { DEFAULT_MSS },
+            emulator: run.link,
+        }
+    }
+}
+
+/// Loss-triggered cwnd reductions in a series of (cwnd, ssthresh) samples: each new ssthresh
+/// below the highest cwnd seen since the previous reduction, as a fraction of it.
+pub fn reductions(samples: impl Iterator<Item = (Option<u32>, Option<u32>)>) -> Vec<f64> {
+    let mut out = Vec::new();
+    let (mut peak, mut prev_ssthresh) = (0u32, None);
+    for (cwnd, ssthresh) in samples {
+        if let Some(s) = ssthresh.filter(|&s| Some(s) != prev_ssthresh) {
+            // An undo restores a higher ssthresh: not a reduction.
+            if peak > 0 && s < peak {
+                out.push((s as f64 / peak as f64 * 1000.0).round() / 1000.0);
+            }
+            prev_ssthresh = Some(s);
+            peak = 0;
+        }
+        peak = peak.max(cwnd.unwrap_or(0));
+    }
+    out
+}
+
+/// Nearest-rank percentile (`q` in 0..=1) of unsorted values.
+pub fn percentile(values: &[f64], q: f64) -> Option<f64> {
+    if values.is_empty() {
+        return None;
+    }
+    let mut v = values.to_vec();
+    v.sort_by(f64::total_cmp);
+    let rank = ((q * v.len() as f64).ceil() as usize).clamp(1, v.len());
+    Some(v[rank - 1])
+}
+
+fn median(values: impl Iterator<Item = f64>) -> Option<f64> {
+    percentile(&values.collect::<Vec<_>>(), 0.5)
+}
+
+/// One algorithm over all repetitions (medians where there were several).
+#[derive(Clone, Debug, Serialize)]
+pub struct AlgoResult {
+    pub cc: String,
+    pub goodput_bps: f64,
+    pub retransmits: u32,
+    pub srtt_p50_us: Option<f64>,
+    pub srtt_p95_us: Option<f64>,
+    pub cwnd_min: Option<u32>,
+    pub cwnd_max: Option<u32>,
+    pub cwnd_band: Option<(u32, u32)>,
+    pub cwnd_reductions: Vec<f64>,
+    pub predicted_goodput_bps: Option<f64>,
+    pub predicted_goodput_range_bps: Option<(f64, f64)>,
+    pub predicted_srtt_range_us: (f64, f64),
+    pub model: &'static str,
+    /// The emulator's counters for this algorithm's link, summed over repetitions.
+    pub emulator: LinkCounters,
+    pub runs: Vec<RunStats>,
+}
+
+impl AlgoResult {
+    fn new(cc: &str, runs: Vec<RunStats>, cond: &Conditions) -> Self {
+        let med = |f: &dyn Fn(&RunStats) -> Option<f64>| median(runs.iter().filter_map(f));
+        let Prediction { model, goodput_bps, goodput_range_bps, srtt_range_us } =
+            model::predict(cc, &cond.path(runs[0].mss as f64));
+        let mut emulator = LinkCounters::default();
+        for r in &runs {
+            emulator.add(&r.emulator);
+        }
+        AlgoResult {
+            cc: cc.to_string(),
+            goodput_bps: med(&|r| Some(r.goodput_bps)).unwrap_or(0.0),
+            retransmits: med(&|r| Some(r.retransmits as f64)).unwrap_or(0.0) as u32,
+            srtt_p50_us: med(&|r| r.srtt_p50_us),
+            srtt_p95_us: med(&|r| r.srtt_p95_us),
+            cwnd_min: runs.iter().filter_map(|r| r.cwnd_min).min(),
+            cwnd_max: runs.iter().filter_map(|r| r.cwnd_max).max(),
+            cwnd_band: runs.iter().filter_map(|r| r.cwnd_band).reduce(|a, b| (a.0.min(b.0), a.1.max(b.1))),
+            cwnd_reductions: runs.iter().flat_map(|r| r.cwnd_reductions.iter().copied()).collect(),
+            predicted_goodput_bps: goodput_bps,
+            predicted_goodput_range_bps: goodput_range_bps,
+            predicted_srtt_range_us: srtt_range_us,
+            model,
+            emulator,
+            runs,
+        }
+    }
+}
+
+/// BBR against CUBIC, measured and modelled.
+#[derive(Clone, Debug, Serialize)]
+pub struct Ratios {
+    pub goodput_bbr_over_cubic: f64,
+    pub predicted_goodput_bbr_over_cubic: Option<(f64, f64)>,
+    pub srtt_p50_cubic_over_bbr: Option<f64>,
+    pub predicted_srtt_cubic_over_bbr: (f64, f64),
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct PresetInfo {
+    pub name: &'static str,
+    /// Some of the preset's path values were overridden on the command line.
+    pub modified: bool,
+    pub source: &'static str,
+    pub published: &'static str,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct RunConditions {
+    #[serde(flatten)]
+    pub path: Conditions,
+    pub buffer_bdp: f64,
+    pub repeat: u32,
+    /// Algorithms one after the other rather than at the same time.
+    pub sequential: bool,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct Summary {
+    #[serde(rename = "type")]
+    pub kind: &'static str,
+    pub preset: Option<PresetInfo>,
+    pub conditions: RunConditions,
+    pub results: Vec<AlgoResult>,
+    pub ratio: Option<Ratios>,
+    #[serde(skip)]
+    headline: Headline,
+}
+
+impl Summary {
+    /// `runs` holds every round's flows, in any order; results follow `algos`.
+    pub fn new(preset: Option<(&Preset, bool)>, conditions: RunConditions, algos: &[String], runs: &[FlowRun]) -> Self {
+        let results: Vec<AlgoResult> = algos
+            .iter()
+            .map(|cc| {
+                let stats = runs.iter().filter(|r| &r.cc == cc).map(|r| RunStats::of(r, conditions.path.duration));
+                AlgoResult::new(cc, stats.collect(), &conditions.path)
+            })
+            .collect();
+        let ratio = ratios(&results);
+        Summary {
+            kind: "demo_summary",
+            preset: preset.map(|(p, modified)| PresetInfo {
+                name: p.name,
+                modified,
+                source: p.source,
+                published: p.published,
+            }),
+            conditions,
+            results,
+            ratio,
+            headline: preset.map_or(Headline::Goodput, |(p, _)| p.headline),
+        }
+    }
+
+    pub fn to_json(&self) -> String {
+        serde_json::to_string(self).expect("the summary serialises")
+    }
+
+    /// The human-readable report.
+    pub fn to_table(&self) -> String {
+        let c = &self.conditions;
+        let p = &c.path;
+        let mut out = String::new();
+        let name = match &self.preset {
+            Some(p) if p.modified => format!("{}, modified", p.name),
+            Some(p) => p.name.to_string(),
+            None => "custom".to_string(),
+        };
+        let loss = match p.loss_burst {
+            Some(b) if p.loss > 0.0 => format!("{}% random loss in bursts of {b} packets", pct(p.loss)),
+            _ => format!("{}% random loss", pct(p.loss)),
+        };
+        let _ = writeln!(
+            out,
+            "bbrscope demo ({name}): {} bottleneck, {} RTT, {loss}, drop-tail buffer {} ({:.2} BDP), {} s{}, seed {}, {}",
+            fmt_rate(p.rate_bps as f64),
+            fmt_us(p.rtt.as_micros() as f64),
+            fmt_bytes(p.buffer_bytes as f64),
+            c.buffer_bdp,
+            p.duration.as_secs_f64(),
+            if c.repeat > 1 { format!(" x {} runs", c.repeat) } else { String::new() },
+            p.seed,
+            if c.sequential { "one algorithm after the other" } else { "all algorithms at once on identical links" },
+        );
+        if let Some(pre) = &self.preset {
+            let _ = writeln!(out, "source: {}\npublished: {}", pre.source, pre.published);
+        }
+        out.push('\n');
+        let mut rows = vec![
+            ["cc", "goodput", "model", "meas/model", "retrans", "srtt p50", "srtt p95", "model srtt", "cwnd min-max", "cwnd p10-p90", "cwnd cuts"]
+                .map(String::from)
+                .to_vec(),
+        ];
+        for r in &self.results {
+            let range = r.predicted_goodput_range_bps.map_or("-".into(), |(lo, hi)| {
+                if (hi - lo).abs() < 1.0 { fmt_rate(lo) } else { format!("{}-{}", fmt_num(lo), fmt_rate(hi)) }
+            });
+            let vs = r.predicted_goodput_range_bps.map_or("-".into(), |(lo, hi)| ratio_vs(r.goodput_bps, lo, hi));
+            let (slo, shi) = r.predicted_srtt_range_us;
+            let cuts = match r.cwnd_reductions.as_slice() {
+                [] => "0".to_string(),
+                v => format!("{} (x{:.2})", v.len(), median(v.iter().copied()).unwrap_or(0.0)),
+            };
+            rows.push(vec![
+                r.cc.clone(),
+                fmt_rate(r.goodput_bps),
+                range,
+                vs,
+                r.retransmits.to_string(),
+                r.srtt_p50_us.map_or("-".into(), fmt_us),
+                r.srtt_p95_us.map_or("-".into(), fmt_us),
+                format!("{}-{}", fmt_num_ms(slo), fmt_us(shi)),
+                r.cwnd_min.zip(r.cwnd_max).map_or("-".into(), |(a, b)| format!("{a}-{b}")),
+                r.cwnd_band.map_or("-".into(), |(a, b)| format!("{a}-{b}")),
+                cuts,
+            ]);
+        }
+        out += &table(&rows);
+        for r in &self.results {
+            let _ = writeln!(out, "  model for {}: {}", r.cc, r.model);
+            if r.runs.len() > 1 {
+                let g: Vec<String> = r.runs.iter().map(|x| fmt_rate(x.goodput_bps)).collect();
+                let _ = writeln!(out, "  {} goodput per run: {}", r.cc, g.join(", "));
+            }
+        }
+        if let Some(x) = &self.ratio {
+            out.push('\n');
+            let goodput = format!(
+                "BBR/CUBIC goodput: {:.1}x (model {})",
+                x.goodput_bbr_over_cubic,
+                x.predicted_goodput_bbr_over_cubic.map_or("-".into(), |(lo, hi)| format!("{lo:.1}-{hi:.1}x"))
+            );
+            let rtt = x.srtt_p50_cubic_over_bbr.map(|m| {
+                let (lo, hi) = x.predicted_srtt_cubic_over_bbr;
+                format!("CUBIC/BBR median srtt: {m:.1}x (model {lo:.1}-{hi:.1}x)")
+            });
+            let lines = match self.headline {
+                Headline::Goodput => [Some(goodput), rtt],
+                Headline::Rtt => [rtt, Some(goodput)],
+            };
+            for l in lines.into_iter().flatten() {
+                let _ = writeln!(out, "{l}");
+            }
+        }
+        out += "\nemulator counters (proof the impairment was applied):\n";
+        let mut rows = vec![
+            ["link", "data pkts", "random loss", "queue drops", "delivered", "queue delay mean/max", "timer late mean/max", "largest pkt"]
+                .map(String::from)
+                .to_vec(),
+        ];
+        for r in &self.results {
+            let e = &r.emulator;
+            rows.push(vec![
+                r.cc.clone(),
+                e.data_packets.to_string(),
+                format!("{} ({:.2}% vs {}%)", e.lost, e.loss_rate() * 100.0, pct(p.loss)),
+                e.queue_dropped.to_string(),
+                format!("{} pkts, {}", e.delivered, fmt_bytes(e.delivered_bytes as f64)),
+                format!("{} / {}", fmt_us(e.queue_delay_mean_us), fmt_us(e.queue_delay_max_us)),
+                format!("{:.0} / {:.0} us", e.release_late_mean_us, e.release_late_max_us),
+                format!("{} B", e.largest_packet),
+            ]);
+        }
+        out += &table(&rows);
+        out
+    }
+}
+
+fn ratios(results: &[AlgoResult]) -> Option<Ratios> {
+    let cubic = results.iter().find(|r| r.cc == "cubic")?;
+    let bbr = results.iter().find(|r| r.cc == "bbr")?;
+    let c = cubic.predicted_goodput_bps?;
+    let (clo, chi) = cubic.predicted_srtt_range_us;
+    let (blo, bhi) = bbr.predicted_srtt_range_us;
+    Some(Ratios {
+        goodput_bbr_over_cubic: bbr.goodput_bps / cubic.goodput_bps.max(1.0),
+        predicted_goodput_bbr_over_cubic: bbr.predicted_goodput_range_bps.map(|(lo, hi)| (lo / c, hi / c)),
+        srtt_p50_cubic_over_bbr: cubic.srtt_p50_us.zip(bbr.srtt_p50_us).map(|(c, b)| c / b),
+        predicted_srtt_cubic_over_bbr: (clo / bhi, chi / blo),
+    })
+}
+
+/// "1.09x", or "in range" style for a range model.
+fn ratio_vs(measured: f64, lo: f64, hi: f64) -> String {
+    if (hi - lo).abs() < 1.0 {
+        format!("{:.2}x", measured / lo)
+    } else if measured < lo {
+        format!("{:.2}x low", measured / lo)
+    } else if measured > hi {
+        format!("{:.2}x high", measured / hi)
+    } else {
+        "in range".into()
+    }
+}
+
+fn pct(p: f64) -> String {
+    format!("{}", (p * 1e4).round() / 1e2)
+}
+
+/// The number part of a rate, in the unit `fmt_rate` would pick, for "lo-hi unit".
+fn fmt_num(bps: f64) -> String {
+    fmt_rate(bps).split(' ').next().unwrap_or_default().to_string()
+}
+
+fn fmt_num_ms(us: f64) -> String {
+    fmt_us(us).split(' ').next().unwrap_or_default().to_string()
+}
+
+/// Left-aligned first column, right-aligned others, two spaces apart.
+fn table(rows: &[Vec<String>]) -> String {
+    let cols = rows.iter().map(Vec::len).max().unwrap_or(0);
+    let width: Vec<usize> =
+        (0..cols).map(|c| rows.iter().filter_map(|r| r.get(c)).map(|s| s.chars().count()).max().unwrap_or(0)).collect();
+    let mut out = String::new();
+    for row in rows {
+        for (c, cell) in row.iter().enumerate() {
+            let _ = if c == 0 { write!(out, "{cell:<w$}", w = width[c]) } else { write!(out, "  {cell:>w$}", w = width[c]) };
+        }
+        out.push('\n');
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn percentiles_by_nearest_rank() {
+        let v: Vec<f64> = (1..=100).map(f64::from).collect();
+        assert_eq!(percentile(&v, 0.5), Some(50.0));
+        assert_eq!(percentile(&v, 0.95), Some(95.0));
+        assert_eq!(percentile(&v, 0.0), Some(1.0));
+        assert_eq!(percentile(&[], 0.5), None);
+        assert_eq!(percentile(&[3.0, 1.0, 2.0], 0.5), Some(2.0));
+    }
+
+    #[test]
+    fn reductions_from_a_cubic_sawtooth() {
+        // Grows to 100, cut to ssthresh 70, grows to 90, cut to 63; an undo back up is ignored.
+        let s = [
+            (Some(10), None),
+            (Some(100), None),
+            (Some(80), Some(70)),
+            (Some(70), Some(70)),
+            (Some(90), Some(70)),
+            (Some(63), Some(63)),
+            (Some(66), Some(70)),
+        ];
+        assert_eq!(reductions(s.into_iter()), vec![0.7, 0.7]);
+    }
+
+    #[test]
+    fn no_reductions_without_ssthresh() {
+        let s = (0..100).map(|i| (Some(100 + i % 7), None));
+        assert!(reductions(s).is_empty());
+    }
+
+    #[test]
+    fn tables_align() {
+        let t = table(&[vec!["a".into(), "bb".into()], vec!["ccc".into(), "d".into()]]);
+        assert_eq!(t, "a    bb\nccc   d\n");
+    }
+}

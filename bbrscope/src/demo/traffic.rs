@@ -1,0 +1,177 @@
+//! bbrscope's own bulk transfer: a TCP sender in the link's sender namespace with its algorithm
+//! set per socket (TCP_CONGESTION; the namespace's and the machine's defaults are never touched),
+//! and a receiver counting what the application actually gets (goodput).
+
+use std::{
+    io::{ErrorKind, Read as _, Write as _},
+    net::{SocketAddr, SocketAddrV4, TcpListener, TcpStream},
+    os::fd::{AsRawFd, FromRawFd as _, OwnedFd},
+    sync::{
+        Arc,
+        atomic::{AtomicBool, AtomicU64, Ordering::Relaxed},
+    },
+    thread::JoinHandle,
+    time::Duration,
+};
+
+use anyhow::{Context as _, Result, anyhow};
+
+use super::emulator::Link;
+
+/// How long to wait for the handshake (SYNs cross the lossy direction).
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(15);
+/// How often blocked socket calls look at the stop flag.
+const POLL: Duration = Duration::from_millis(100);
+const CHUNK: usize = 256 << 10;
+
+/// The sender's view of the connection at one moment (`TCP_INFO`).
+#[derive(Clone, Copy, Debug)]
+pub struct TcpStats {
+    /// Segments retransmitted over the connection's life (`tcpi_total_retrans`).
+    pub retransmits: u32,
+    pub mss: u32,
+}
+
+/// One bulk flow over one emulated link.
+pub struct BulkFlow {
+    pub cc: String,
+    /// The sender's address, as the observer reports it.
+    pub local: SocketAddr,
+    stream: Arc<TcpStream>,
+    received: Arc<AtomicU64>,
+    stop: Arc<AtomicBool>,
+    threads: Vec<JoinHandle<()>>,
+}
+
+impl BulkFlow {
+    /// Connects a `cc` sender to a receiver on `port` across `link`; sends nothing yet.
+    pub fn connect(link: &Link, port: u16, cc: &str) -> Result<Self> {
+        let to = SocketAddrV4::new(link.receiver_addr, port);
+        let listener = link.receiver.run(|| TcpListener::bind(to).with_context(|| format!("listening on {to}")))?;
+        let stream = link.sender.run(|| connect_with_cc(to, cc))?;
+        let (conn, _) = listener.accept().context("accepting the demo connection")?;
+        let local = stream.local_addr()?;
+        stream.set_write_timeout(Some(POLL))?;
+        conn.set_read_timeout(Some(POLL))?;
+        let stop = Arc::new(AtomicBool::new(false));
+        let received = Arc::new(AtomicU64::new(0));
+        let (r, s) = (received.clone(), stop.clone());
+        let reader = std::thread::Builder::new().name("bbrscope-recv".into()).spawn(move || receive(conn, &r, &s))?;
+        Ok(BulkFlow { cc: cc.to_string(), local, stream: Arc::new(stream), received, stop, threads: vec![reader] })
+    }
+
+    /// Starts sending as fast as the algorithm lets it.
+    pub fn start(&mut self) -> Result<()> {
+        let (stream, stop) = (self.stream.clone(), self.stop.clone());
+        self.threads.push(std::thread::Builder::new().name("bbrscope-send".into()).spawn(move || {
+            let chunk = vec![0u8; CHUNK];
+            while !stop.load(Relaxed) {
+                match (&*stream).write(&chunk) {
+                    Ok(_) => {}
+                    Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut | ErrorKind::Interrupted) => {}
+                    Err(_) => break,
+                }
+            }
+        })?);
+        Ok(())
+    }
+
+    /// Bytes the receiving application has read so far.
+    pub fn received(&self) -> u64 {
+        self.received.load(Relaxed)
+    }
+
+    pub fn tcp_stats(&self) -> Result<TcpStats> {
+        // SAFETY: tcp_info is plain old data; the kernel fills at most `len` bytes of it.
+        let mut info: libc::tcp_info = unsafe { std::mem::zeroed() };
+        let mut len = size_of::<libc::tcp_info>() as libc::socklen_t;
+        let ret = unsafe {
+            libc::getsockopt(
+                self.stream.as_raw_fd(),
+                libc::IPPROTO_TCP,
+                libc::TCP_INFO,
+                (&mut info as *mut libc::tcp_info).cast(),
+                &mut len,
+            )
+        };
+        if ret != 0 {
+            return Err(std::io::Error::last_os_error()).context("reading TCP_INFO");
+        }
+        Ok(TcpStats { retransmits: info.tcpi_total_retrans, mss: info.tcpi_snd_mss })
+    }
+}
+
+/// Stops both ends. The sender resets the connection (SO_LINGER 0) when the last handle closes,
+/// rather than draining its buffer through the emulated path.
+impl Drop for BulkFlow {
+    fn drop(&mut self) {
+        self.stop.store(true, Relaxed);
+        let linger = libc::linger { l_onoff: 1, l_linger: 0 };
+        let _ = setsockopt_bytes(self.stream.as_raw_fd(), libc::SOL_SOCKET, libc::SO_LINGER, as_bytes(&linger));
+        for t in self.threads.drain(..) {
+            let _ = t.join();
+        }
+    }
+}
+
+fn receive(mut conn: TcpStream, received: &AtomicU64, stop: &AtomicBool) {
+    let mut buf = vec![0u8; CHUNK];
+    while !stop.load(Relaxed) {
+        match conn.read(&mut buf) {
+            Ok(0) => break,
+            Ok(n) => {
+                received.fetch_add(n as u64, Relaxed);
+            }
+            Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut | ErrorKind::Interrupted) => {}
+            Err(_) => break,
+        }
+    }
+}
+
+/// A TCP connection to `to` whose congestion control is `cc`, chosen before the handshake.
+fn connect_with_cc(to: SocketAddrV4, cc: &str) -> Result<TcpStream> {
+    // SAFETY: plain syscall; the descriptor is owned right away.
+    let fd = unsafe { libc::socket(libc::AF_INET, libc::SOCK_STREAM | libc::SOCK_CLOEXEC, 0) };
+    if fd < 0 {
+        return Err(std::io::Error::last_os_error()).context("creating a socket");
+    }
+    // SAFETY: `fd` is fresh and owned by nobody else.
+    let sock = unsafe { OwnedFd::from_raw_fd(fd) };
+    setsockopt_bytes(sock.as_raw_fd(), libc::IPPROTO_TCP, libc::TCP_CONGESTION, cc.as_bytes())
+        .with_context(|| format!("setting congestion control {cc} on the demo socket (TCP_CONGESTION)"))?;
+    // connect() honours the send timeout.
+    let timeout = libc::timeval { tv_sec: CONNECT_TIMEOUT.as_secs() as libc::time_t, tv_usec: 0 };
+    setsockopt_bytes(sock.as_raw_fd(), libc::SOL_SOCKET, libc::SO_SNDTIMEO, as_bytes(&timeout))?;
+    let addr = libc::sockaddr_in {
+        sin_family: libc::AF_INET as libc::sa_family_t,
+        sin_port: to.port().to_be(),
+        sin_addr: libc::in_addr { s_addr: u32::from(*to.ip()).to_be() },
+        sin_zero: [0; 8],
+    };
+    // SAFETY: a valid sockaddr_in of the length given.
+    let ret = unsafe {
+        libc::connect(
+            sock.as_raw_fd(),
+            (&addr as *const libc::sockaddr_in).cast(),
+            size_of::<libc::sockaddr_in>() as libc::socklen_t,
+        )
+    };
+    if ret != 0 {
+        let e = std::io::Error::last_os_error();
+        return Err(anyhow!("connecting across the emulated link to {to}: {e}"));
+    }
+    Ok(TcpStream::from(sock))
+}
+
+fn setsockopt_bytes(fd: libc::c_int, level: libc::c_int, name: libc::c_int, value: &[u8]) -> std::io::Result<()> {
+    // SAFETY: the kernel reads `value.len()` bytes from a valid slice.
+    let ret = unsafe {
+        libc::setsockopt(fd, level, name, value.as_ptr().cast(), value.len() as libc::socklen_t)
+    };
+    if ret == 0 { Ok(()) } else { Err(std::io::Error::last_os_error()) }
+}
+
+fn as_bytes<T>(v: &T) -> &[u8] {
+    // SAFETY: viewing a plain C struct as its bytes, for the kernel to copy.
+    unsafe { std::slice::from_raw_parts((v as *const T).cast(), size_of::<T>()) }
+}

@@ -1,0 +1,281 @@
+//! The dashboard's state and what keys do to it. No terminal here: rendering reads an `App`,
+//! tests drive one with events and keys.
+
+use ratatui::crossterm::event::{KeyCode, KeyEvent, KeyModifiers};
+
+use crate::{
+    event::Event,
+    flow::{Flow, FlowTable},
+    stats::StatsReport,
+};
+
+/// Points kept per flow: 20 minutes at the default 100 ms interval, bounding memory per flow.
+pub const HISTORY_POINTS: usize = 12_000;
+/// Closed flows stay listed (dimmed) this long.
+pub const CLOSED_LINGER_NS: u64 = 10_000_000_000;
+/// Chart windows `+`/`-` step through, in seconds.
+pub const WINDOWS: [u64; 6] = [10, 30, 60, 120, 300, 600];
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum View {
+    Flows,
+    Compare,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SortKey {
+    Throughput,
+    Cwnd,
+    Rtt,
+    Retransmits,
+    Age,
+    Algorithm,
+}
+
+impl SortKey {
+    const ALL: [SortKey; 6] =
+        [SortKey::Throughput, SortKey::Cwnd, SortKey::Rtt, SortKey::Retransmits, SortKey::Age, SortKey::Algorithm];
+
+    pub fn name(&self) -> &'static str {
+        match self {
+            SortKey::Throughput => "throughput",
+            SortKey::Cwnd => "cwnd",
+            SortKey::Rtt => "rtt",
+            SortKey::Retransmits => "retransmits",
+            SortKey::Age => "age",
+            SortKey::Algorithm => "algorithm",
+        }
+    }
+
+    fn next(self) -> Self {
+        let i = Self::ALL.iter().position(|k| *k == self).unwrap_or(0);
+        Self::ALL[(i + 1) % Self::ALL.len()]
+    }
+}
+
+/// Playback controls when the events come from a recording.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Playback {
+    pub speed: f64,
+    pub paused: bool,
+    pub finished: bool,
+    /// Position and length of the recording, in seconds.
+    pub position_s: f64,
+    pub length_s: f64,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Action {
+    Continue,
+    Quit,
+}
+
+pub struct App {
+    pub table: FlowTable,
+    /// The time the display shows as "now" (CLOCK_MONOTONIC ns live; recording time in replay).
+    pub now_ns: u64,
+    /// Live view frozen at this time (`p`); events keep being recorded.
+    pub frozen_at: Option<u64>,
+    pub stats: Option<StatsReport>,
+    pub selected: Option<u64>,
+    /// Up to two flows to compare directly.
+    pub marked: Vec<u64>,
+    pub sort: SortKey,
+    pub sort_ascending: bool,
+    pub filter: String,
+    pub editing_filter: bool,
+    pub view: View,
+    pub window: usize,
+    pub help: bool,
+    /// Where the events come from ("live" or a file name) and what the kernel lacks.
+    pub source: String,
+    pub notices: Vec<String>,
+    pub playback: Option<Playback>,
+}
+
+impl App {
+    pub fn new(source: impl Into<String>, notices: Vec<String>, playback: Option<Playback>) -> Self {
+        App {
+            table: FlowTable::new(HISTORY_POINTS),
+            now_ns: 0,
+            frozen_at: None,
+            stats: None,
+            selected: None,
+            marked: Vec::new(),
+            sort: SortKey::Throughput,
+            sort_ascending: false,
+            filter: String::new(),
+            editing_filter: false,
+            view: View::Flows,
+            window: 2,
+            help: false,
+            source: source.into(),
+            notices,
+            playback,
+        }
+    }
+
+    pub fn apply(&mut self, ev: &Event) {
+        self.table.apply(ev);
+    }
+
+    /// The time charts end at.
+    pub fn view_now(&self) -> u64 {
+        self.frozen_at.unwrap_or(self.now_ns)
+    }
+
+    pub fn window_ns(&self) -> u64 {
+        WINDOWS[self.window] * 1_000_000_000
+    }
+
+    /// Advances "now" and forgets flows long gone.
+    pub fn tick(&mut self, now_ns: u64) {
+        self.now_ns = now_ns;
+        let forget_before = now_ns.saturating_sub(CLOSED_LINGER_NS);
+        // Silent flows are kept for the longest chart window.
+        let silent_before = now_ns.saturating_sub(WINDOWS[WINDOWS.len() - 1] * 1_000_000_000);
+        self.table.prune(forget_before, silent_before);
+        if self.selected.is_none_or(|id| self.table.get(id).is_none()) {
+            self.selected = self.visible().first().map(|f| f.id);
+        }
+        self.marked.retain(|id| self.table.get(*id).is_some());
+    }
+
+    /// Flows shown in the list: filtered, sorted, closed ones only while they linger.
+    pub fn visible(&self) -> Vec<&Flow> {
+        let needle = self.filter.to_lowercase();
+        let mut flows: Vec<&Flow> = self
+            .table
+            .iter()
+            .filter(|f| {
+                needle.is_empty()
+                    || f.src.to_string().contains(&needle)
+                    || f.dst.to_string().contains(&needle)
+                    || f.cc.to_lowercase().contains(&needle)
+            })
+            .collect();
+        let key = |f: &Flow| -> i128 {
+            let m = f.metrics.as_ref();
+            match self.sort {
+                SortKey::Throughput => f.throughput_bps.unwrap_or(0) as i128,
+                SortKey::Cwnd => m.and_then(|m| m.cwnd).unwrap_or(0) as i128,
+                SortKey::Rtt => m.and_then(|m| m.srtt_us).unwrap_or(0) as i128,
+                SortKey::Retransmits => f.retrans_segs as i128,
+                SortKey::Age => -(f.first_ns as i128),
+                SortKey::Algorithm => 0,
+            }
+        };
+        flows.sort_by(|a, b| {
+            let ord = if self.sort == SortKey::Algorithm { a.cc.cmp(&b.cc) } else { key(a).cmp(&key(b)) };
+            let ord = if self.sort_ascending { ord } else { ord.reverse() };
+            // Closed flows sink to the bottom; ties keep a stable order by id.
+            a.closed_ns.is_some().cmp(&b.closed_ns.is_some()).then(ord).then(a.id.cmp(&b.id))
+        });
+        flows
+    }
+
+    pub fn selected_flow(&self) -> Option<&Flow> {
+        self.selected.and_then(|id| self.table.get(id))
+    }
+
+    fn move_selection(&mut self, delta: isize) {
+        let ids: Vec<u64> = self.visible().iter().map(|f| f.id).collect();
+        if ids.is_empty() {
+            self.selected = None;
+            return;
+        }
+        let cur = self.selected.and_then(|id| ids.iter().position(|&i| i == id)).unwrap_or(0) as isize;
+        let next = (cur + delta).clamp(0, ids.len() as isize - 1) as usize;
+        self.selected = Some(ids[next]);
+    }
+
+    pub fn on_key(&mut self, key: KeyEvent) -> Action {
+        let ctrl = key.modifiers.contains(KeyModifiers::CONTROL);
+        if ctrl && key.code == KeyCode::Char('c') {
+            return Action::Quit;
+        }
+        if self.editing_filter {
+            match key.code {
+                KeyCode::Enter => self.editing_filter = false,
+                KeyCode::Esc => {
+                    self.filter.clear();
+                    self.editing_filter = false;
+                }
+                KeyCode::Backspace => {
+                    self.filter.pop();
+                }
+                KeyCode::Char(c) => self.filter.push(c),
+                _ => {}
+            }
+            return Action::Continue;
+        }
+        if self.help {
+            // Any key closes help; q still quits.
+            self.help = false;
+            return if key.code == KeyCode::Char('q') { Action::Quit } else { Action::Continue };
+        }
+        match key.code {
+            KeyCode::Char('q') => return Action::Quit,
+            KeyCode::Esc if !self.filter.is_empty() => self.filter.clear(),
+            KeyCode::Esc if self.view == View::Compare => self.view = View::Flows,
+            KeyCode::Char('?') | KeyCode::Char('h') | KeyCode::F(1) => self.help = true,
+            KeyCode::Up | KeyCode::Char('k') => self.move_selection(-1),
+            KeyCode::Down | KeyCode::Char('j') => self.move_selection(1),
+            KeyCode::PageUp => self.move_selection(-10),
+            KeyCode::PageDown => self.move_selection(10),
+            KeyCode::Home | KeyCode::Char('g') => self.move_selection(isize::MIN / 2),
+            KeyCode::End | KeyCode::Char('G') => self.move_selection(isize::MAX / 2),
+            KeyCode::Char('s') => self.sort = self.sort.next(),
+            KeyCode::Char('S') => self.sort_ascending = !self.sort_ascending,
+            KeyCode::Char('/') => self.editing_filter = true,
+            KeyCode::Char('c') | KeyCode::Tab => {
+                self.view = if self.view == View::Flows { View::Compare } else { View::Flows }
+            }
+            KeyCode::Char(' ') | KeyCode::Char('m') => {
+                if let Some(id) = self.selected {
+                    if let Some(i) = self.marked.iter().position(|&m| m == id) {
+                        self.marked.remove(i);
+                    } else {
+                        if self.marked.len() == 2 {
+                            self.marked.remove(0);
+                        }
+                        self.marked.push(id);
+                    }
+                }
+            }
+            KeyCode::Char('+') | KeyCode::Char('=') => self.window = self.window.saturating_sub(1),
+            KeyCode::Char('-') | KeyCode::Char('_') => self.window = (self.window + 1).min(WINDOWS.len() - 1),
+            KeyCode::Char('p') => match &mut self.playback {
+                Some(p) => p.paused = !p.paused,
+                None => self.frozen_at = if self.frozen_at.is_some() { None } else { Some(self.now_ns) },
+            },
+            KeyCode::Char(']') => {
+                if let Some(p) = &mut self.playback {
+                    p.speed = (p.speed * 2.0).min(64.0);
+                }
+            }
+            KeyCode::Char('[') => {
+                if let Some(p) = &mut self.playback {
+                    p.speed = (p.speed / 2.0).max(0.125);
+                }
+            }
+            _ => {}
+        }
+        Action::Continue
+    }
+}
+
+/// Every key the dashboard knows, for the help overlay (kept next to `on_key`).
+pub const KEYS: &[(&str, &str)] = &[
+    ("↑ ↓  j k", "select a flow (PgUp/PgDn, g/G: jump)"),
+    ("s / S", "sort by the next column / reverse the order"),
+    ("/", "filter by address, port or algorithm (Enter keeps, Esc clears)"),
+    ("c  Tab", "compare view: CUBIC vs BBR, or the two marked flows"),
+    ("space  m", "mark / unmark the selected flow for comparison (two at most)"),
+    ("+ -", "zoom the time axis (10 s … 10 min)"),
+    ("p", "pause (live: freeze the charts; replay: pause playback)"),
+    ("[ ]", "replay: half / double speed"),
+    ("? h F1", "this help"),
+    ("Esc", "clear the filter / back to the flow list"),
+    ("q  Ctrl-C", "quit"),
+];

@@ -1,0 +1,97 @@
+//! The flow list: one row per flow, closed flows dimmed while they linger.
+
+use ratatui::{
+    Frame,
+    layout::{Constraint, Rect},
+    text::{Line, Span},
+    widgets::{Block, Cell, Row, Table, TableState},
+};
+
+use crate::{
+    diagnose::{self, Verdict},
+    tui::{app::App, fmt, theme::Theme},
+};
+
+pub fn draw(f: &mut Frame, area: Rect, app: &App, theme: &Theme) {
+    let now = app.view_now();
+    let wide = area.width >= 120;
+    let flows = app.visible();
+    let mut header = vec!["", "PEER", "LOCAL", "CC", "THRPUT", "CWND", "RTT/MIN", "RETR/s", "VERDICT"];
+    if wide {
+        header.splice(7..7, ["PACING", "STATE"]);
+    }
+    let rows: Vec<Row> = flows
+        .iter()
+        .map(|fl| {
+            let m = fl.metrics.as_ref();
+            let verdict = diagnose::diagnose(fl, now);
+            let verdict_style = match verdict {
+                Verdict::LossLimited { .. } | Verdict::HeavyLoss { .. } | Verdict::Stalled => theme.bad(),
+                Verdict::Bufferbloat { .. } | Verdict::ReceiverWindow { .. } => theme.warn(),
+                Verdict::Healthy => theme.good(),
+                _ => theme.dim(),
+            };
+            let mark = if app.marked.contains(&fl.id) { "◆" } else { " " };
+            let rtt = format!("{}/{}", fmt::opt_ms(m.and_then(|m| m.srtt_us)), fmt::opt_ms(m.and_then(|m| m.min_rtt_us)));
+            let retr = fl.retrans_per_s(now.saturating_sub(diagnose::WINDOW_NS)).map(|r| format!("{r:.1}")).unwrap_or("-".into());
+            let mut cells = vec![
+                Cell::from(mark),
+                Cell::from(fl.dst.to_string()),
+                Cell::from(format!(":{}", fl.src.port())),
+                Cell::from(Span::styled(fl.cc.clone(), theme.cc(&fl.cc))),
+                Cell::from(fmt::opt_bps(fl.throughput_bps)),
+                Cell::from(m.and_then(|m| m.cwnd).map(|c| c.to_string()).unwrap_or("-".into())),
+                Cell::from(rtt),
+                Cell::from(retr),
+                Cell::from(Span::styled(verdict.label(), verdict_style)),
+            ];
+            if wide {
+                cells.splice(
+                    7..7,
+                    [
+                        Cell::from(fmt::opt_bps(m.and_then(|m| m.pacing_rate_bps))),
+                        Cell::from(fl.ca_state.as_str()),
+                    ],
+                );
+            }
+            let row = Row::new(cells);
+            if fl.closed_ns.is_some() { row.style(theme.dim()) } else { row }
+        })
+        .collect();
+    let mut widths = vec![
+        Constraint::Length(1),
+        Constraint::Min(16),
+        Constraint::Length(6),
+        Constraint::Length(6),
+        Constraint::Length(9),
+        Constraint::Length(6),
+        Constraint::Length(15),
+        Constraint::Length(6),
+        Constraint::Min(13),
+    ];
+    if wide {
+        widths.splice(7..7, [Constraint::Length(9), Constraint::Length(9)]);
+    }
+    let title = Line::from(vec![
+        Span::styled(" flows ", theme.title()),
+        Span::styled(format!("({}) ", flows.len()), theme.dim()),
+    ]);
+    let table = Table::new(rows, widths)
+        .header(Row::new(header).style(theme.title()))
+        .block(Block::bordered().title(title).border_style(theme.dim()))
+        .row_highlight_style(theme.selected())
+        .column_spacing(1);
+    let mut state = TableState::default().with_selected(app.selected.and_then(|id| flows.iter().position(|f| f.id == id)));
+    f.render_stateful_widget(table, area, &mut state);
+    if flows.is_empty() {
+        let hint = if app.filter.is_empty() {
+            "  waiting for flows that send data…"
+        } else {
+            "  no flow matches the filter"
+        };
+        let inner = Rect { x: area.x + 1, y: area.y + 2, width: area.width.saturating_sub(2), height: 1 };
+        if area.height > 3 {
+            f.render_widget(Line::styled(hint, theme.dim()), inner);
+        }
+    }
+}

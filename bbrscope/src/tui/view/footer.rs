@@ -1,0 +1,45 @@
+//! bbrscope's own cost, playback position, and the keys that matter most.
+
+use ratatui::{
+    Frame,
+    layout::{Constraint, Layout, Rect},
+    text::{Line, Span},
+};
+
+use crate::tui::{app::App, fmt, theme::Theme};
+
+pub fn draw(f: &mut Frame, area: Rect, app: &App, theme: &Theme) {
+    let mut spans = Vec::new();
+    if let Some(p) = &app.playback {
+        let state = if p.finished { "end" } else if p.paused { "paused" } else { "playing" };
+        spans.push(Span::styled(
+            format!(" replay {state} x{} {:.0}/{:.0}s ", p.speed, p.position_s, p.length_s),
+            theme.title(),
+        ));
+    }
+    if let Some(s) = &app.stats {
+        spans.push(Span::raw(format!(
+            " events {}/s · records {}/s · cpu {:.1}% ",
+            fmt::count(s.events_per_s),
+            fmt::count(s.records_per_s),
+            s.cpu_cores * 100.0
+        )));
+        if s.drops_total > 0 {
+            spans.push(Span::styled(
+                format!("· drops {} (raise --ring-size or --interval) ", s.drops_total),
+                theme.bad(),
+            ));
+        } else {
+            spans.push(Span::styled("· no drops ", theme.good()));
+        }
+    }
+    if let Some(n) = app.notices.first() {
+        spans.push(Span::styled(format!("· {n} "), theme.warn()));
+    }
+    // The keys stay visible however narrow the terminal; the rest is cut from the right.
+    let keys = " ? help  q quit ";
+    let [left, right] =
+        Layout::horizontal([Constraint::Min(0), Constraint::Length(keys.len() as u16)]).areas(area);
+    f.render_widget(Line::from(spans), left);
+    f.render_widget(Line::styled(keys, theme.dim()), right);
+}
