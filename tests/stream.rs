@@ -49,7 +49,7 @@ fn reports_cubic_and_bbr_flows_with_their_algorithm() {
             assert!(u(&s["srtt_us"]) > 0, "{s}");
             assert!(u(&s["min_rtt_us"]) <= u(&s["srtt_us"]) + u(&s["rttvar_us"]) * 4, "{s}");
             assert!(u(&s["pacing_rate_bps"]) > 0, "{s}");
-            assert_eq!(u(&s["mss"]) > 0, true);
+            assert!(u(&s["mss"]) > 0);
             let acked = u(&s["bytes_acked"]);
             assert!(acked >= last_acked, "bytes_acked went backwards");
             last_acked = acked;
@@ -326,7 +326,7 @@ fn detaches_everything_on_sigterm_and_exits_zero() {
     assert!(progs.len() >= 4, "expected the four tracepoint programs, found {progs:?}");
     assert!(progs.iter().all(|&id| prog_exists(id)));
     unsafe { libc::kill(pid as i32, libc::SIGTERM) };
-    let mut child = stream;
+    let child = stream;
     let (code, _, stderr) = {
         // stop() sends SIGINT too; the process is already exiting from SIGTERM.
         std::thread::sleep(Duration::from_millis(500));

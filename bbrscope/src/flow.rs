@@ -167,13 +167,11 @@ impl FlowTable {
     pub fn apply(&mut self, ev: &Event) -> Change {
         let h = ev.head();
         let mut change = Change::Updated;
-        if !self.flows.contains_key(&h.flow) {
+        if let std::collections::hash_map::Entry::Vacant(slot) = self.flows.entry(h.flow) {
             let Event::Sample(s) = ev else { return Change::Unknown };
             // A flow's first record is always a sample; if it was lost, the next sample still
             // introduces the flow.
-            self.flows.insert(
-                h.flow,
-                Flow {
+            slot.insert(Flow {
                     id: h.flow,
                     src: h.src,
                     dst: h.dst,

@@ -61,7 +61,7 @@ impl Location {
         self.bit_offset / 8
     }
     pub fn is_byte_aligned(&self) -> bool {
-        self.bit_offset % 8 == 0 && self.bits % 8 == 0
+        self.bit_offset.is_multiple_of(8) && self.bits.is_multiple_of(8)
     }
 }
 
@@ -335,6 +335,12 @@ pub mod build {
         types: Vec<u8>,
         strings: Vec<u8>,
         next_id: u32,
+    }
+
+    impl Default for Builder {
+        fn default() -> Self {
+            Self::new()
+        }
     }
 
     impl Builder {

@@ -244,7 +244,6 @@ mod tests {
             let change = table.apply(ev);
             sink.event(ev, change, &table).unwrap();
         }
-        drop(sink);
         let lines: Vec<serde_json::Value> =
             String::from_utf8(out).unwrap().lines().map(|l| serde_json::from_str(l).unwrap()).collect();
         let types: Vec<&str> = lines.iter().map(|l| l["type"].as_str().unwrap()).collect();

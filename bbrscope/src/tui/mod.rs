@@ -143,11 +143,11 @@ pub async fn run(mut source: Source, mut app: App) -> Result<()> {
         tokio::select! {
             r = live_batch => { if let Err(e) = r { break Err(e); } }
             Some(ev) = keys.recv() => {
-                match ev {
-                    TermEvent::Key(k) if k.kind != KeyEventKind::Release => {
-                        if app.on_key(k) == Action::Quit { break Ok(()); }
-                    }
-                    _ => {}
+                if let TermEvent::Key(k) = ev
+                    && k.kind != KeyEventKind::Release
+                    && app.on_key(k) == Action::Quit
+                {
+                    break Ok(());
                 }
                 redraw = true;
             }
