@@ -435,3 +435,30 @@ fn ring_overflow_is_counted_and_reported_not_silent() {
     assert!(delivered > 0);
     assert!(records.iter().any(|r| r["type"] == "stats" && r["drops_per_s"].as_f64().unwrap() > 0.0));
 }
+
+#[test]
+fn receivers_are_reported_only_when_asked() {
+    require_root();
+    let server = Discard::bind("127.0.0.1:0");
+    let port = server.addr.port().to_string();
+    let mut with = Stream::start(&["--port", &port, "--receivers", "--interval", "50"]);
+    let mut without = Stream::start(&["--port", &port, "--interval", "50"]);
+    let sender = Sender::start(server.addr, "cubic", Duration::from_millis(800), None);
+    let local = sender.local;
+    sender.join();
+    for s in [&mut with, &mut without] {
+        s.wait_for(Duration::from_secs(10), |r| r["type"] == "flow_close" && r["src"] == local.to_string());
+    }
+    let receiving_side = |records: &[Value]| {
+        records.iter().any(|r| r["type"] == "flow_open" && r["src"] == server.addr.to_string() && r["dst"] == local.to_string())
+    };
+    let (_, with, _) = with.stop();
+    let (_, without, _) = without.stop();
+    assert!(receiving_side(&with), "--receivers should report the server's receiving socket");
+    assert!(!receiving_side(&without), "without --receivers only senders are reported");
+    let recv_sample = with
+        .iter()
+        .find(|r| r["type"] == "sample" && r["src"] == server.addr.to_string())
+        .expect("a receiver sample");
+    assert!(u(&recv_sample["bytes_received"]) > 0, "{recv_sample}");
+}
