@@ -462,3 +462,21 @@ fn receivers_are_reported_only_when_asked() {
         .expect("a receiver sample");
     assert!(u(&recv_sample["bytes_received"]) > 0, "{recv_sample}");
 }
+
+#[test]
+fn bpf_stats_report_the_programs_own_cost_and_are_switched_off_after() {
+    require_root();
+    let before = std::fs::read_to_string("/proc/sys/kernel/bpf_stats_enabled").unwrap();
+    let server = Discard::bind("127.0.0.1:0");
+    let port = server.addr.port().to_string();
+    let mut stream = Stream::start(&["--port", &port, "--bpf-stats"]);
+    let sender = Sender::start(server.addr, "cubic", Duration::from_millis(1500), None);
+    sender.join();
+    stream.wait_for(Duration::from_secs(10), |r| r["type"] == "stats" && r["ns_per_event"].as_f64().is_some_and(|v| v > 0.0));
+    let (code, records, _) = stream.stop();
+    assert_eq!(code, 0);
+    let ns = records.iter().filter_map(|r| r["ns_per_event"].as_f64()).next_back().unwrap();
+    assert!(ns > 1.0 && ns < 100_000.0, "implausible ns per event: {ns}");
+    let after = std::fs::read_to_string("/proc/sys/kernel/bpf_stats_enabled").unwrap();
+    assert_eq!(before, after, "kernel.bpf_stats_enabled must be back to its previous value");
+}

@@ -82,6 +82,10 @@ pub struct ObserveArgs {
     /// kernels built without CONFIG_DEBUG_INFO_BTF; the file must match the running kernel)
     #[arg(long, value_name = "FILE")]
     pub btf: Option<PathBuf>,
+    /// Measure the kernel programs' own cost (ns per tcp_probe event, in `stats` and the footer)
+    /// by turning on the kernel's BPF statistics while bbrscope runs (adds ~20 ns per event)
+    #[arg(long)]
+    pub bpf_stats: bool,
 }
 
 impl ObserveArgs {
@@ -95,6 +99,7 @@ impl ObserveArgs {
             max_flows: self.max_flows,
             ring_bytes: self.ring_size,
             btf: self.btf.clone(),
+            bpf_stats: self.bpf_stats,
             ..Options::default()
         })
     }

@@ -1,7 +1,7 @@
 //! A live observation session: the loaded programs, decoding, and cost accounting, shared by
 //! every command that watches live flows (`stream`, `top`, `demo`).
 
-use anyhow::Result;
+use anyhow::{Context as _, Result};
 
 use crate::{
     event::{Decoder, Event},
@@ -14,6 +14,9 @@ use crate::{
 };
 
 pub struct Live {
+    /// Holds the kernel's BPF run-time statistics on while bbrscope runs (`--bpf-stats`); the
+    /// kernel turns them off again when this closes, whatever way bbrscope exits.
+    _bpf_stats: Option<std::os::fd::OwnedFd>,
     observer: Observer,
     layout: Layout,
     records: u64,
@@ -24,10 +27,17 @@ impl Live {
     /// Checks privileges, loads and attaches the programs. `what` names the command in errors.
     pub fn start(what: &str, opts: &Options) -> Result<Self> {
         privileges::require_tracing(what)?;
+        let bpf_stats = match opts.bpf_stats {
+            true => Some(
+                aya::sys::enable_stats(aya::sys::Stats::RunTime)
+                    .context("enabling BPF run-time statistics (needs Linux 5.8+)")?,
+            ),
+            false => None,
+        };
         let observer = Observer::start(opts)?;
         let layout = observer.layout.clone();
         let tracker = StatsTracker::new(observer.counters()?, 0, observer.probe_runtime());
-        Ok(Live { observer, layout, records: 0, tracker })
+        Ok(Live { _bpf_stats: bpf_stats, observer, layout, records: 0, tracker })
     }
 
     /// What this kernel lacks, in words.

@@ -35,6 +35,8 @@ pub struct Options {
     pub retrans_per_interval: u32,
     /// BTF to use instead of the running kernel's (for kernels built without it).
     pub btf: Option<std::path::PathBuf>,
+    /// Measure the programs' own run time (kernel BPF statistics) while running.
+    pub bpf_stats: bool,
 }
 
 impl Default for Options {
@@ -47,6 +49,7 @@ impl Default for Options {
             ring_bytes: 4 << 20,
             retrans_per_interval: 64,
             btf: None,
+            bpf_stats: false,
         }
     }
 }

@@ -24,6 +24,9 @@ pub fn draw(f: &mut Frame, area: Rect, app: &App, theme: &Theme) {
             fmt::count(s.records_per_s),
             s.cpu_cores * 100.0
         )));
+        if let Some(ns) = s.ns_per_event {
+            spans.push(Span::raw(format!("· {ns:.0} ns/event ")));
+        }
         if s.drops_total > 0 {
             spans.push(Span::styled(
                 format!("· drops {} (raise --ring-size or --interval) ", s.drops_total),
