@@ -98,12 +98,12 @@ impl Kernel {
         if let Some(dep) = &self.modules_dep {
             for path in dep.lines().filter_map(|l| l.split(':').next()) {
                 let file = path.rsplit('/').next().unwrap_or(path);
-                if path.contains("/net/ipv4/") {
-                    if let Some(name) = file.split(".ko").next().and_then(|m| m.strip_prefix("tcp_")) {
-                        if !all.iter().any(|a| a == name) && !NOT_ALGORITHMS.contains(&name) {
-                            all.push(name.to_string());
-                        }
-                    }
+                if path.contains("/net/ipv4/")
+                    && let Some(name) = file.split(".ko").next().and_then(|m| m.strip_prefix("tcp_"))
+                    && !all.iter().any(|a| a == name)
+                    && !NOT_ALGORITHMS.contains(&name)
+                {
+                    all.push(name.to_string());
                 }
             }
         }
@@ -119,6 +119,13 @@ impl Kernel {
                 self.usable().join(", ")
             ),
         }
+    }
+
+    /// The default algorithm compiled into the kernel (what a boot with no sysctl file gives).
+    pub fn builtin_default(&self) -> Option<String> {
+        let prefix = "CONFIG_DEFAULT_TCP_CONG=";
+        let line = self.config.as_deref()?.lines().find_map(|l| l.strip_prefix(prefix))?;
+        Some(line.trim_matches('"').to_string())
     }
 
     /// Whether the fq qdisc exists (built in or as a module): None when the kernel does not say.
@@ -175,11 +182,12 @@ mod tests {
 
     #[test]
     fn kernel_config_decides_without_a_module_index() {
-        let cfg = "CONFIG_TCP_CONG_BBR=y\nCONFIG_TCP_CONG_HTCP=m\n# CONFIG_NET_SCH_FQ is not set\n";
+        let cfg = "CONFIG_TCP_CONG_BBR=y\nCONFIG_TCP_CONG_HTCP=m\n# CONFIG_NET_SCH_FQ is not set\nCONFIG_DEFAULT_TCP_CONG=\"bbr\"\n";
         let k = Kernel::from_parts(&["reno", "bbr"], Some(cfg), None);
         assert_eq!(k.provision("htcp"), Some(Provision::Loadable { module: "tcp_htcp".into() }));
         assert_eq!(k.provision("cubic"), None);
         assert_eq!(k.has_fq(), Some(false));
+        assert_eq!(k.builtin_default().as_deref(), Some("bbr"));
         assert_eq!(Kernel::from_parts(&[], None, None).has_fq(), None);
     }
 

@@ -24,10 +24,12 @@ pub fn below(root: &Path, path: &Path) -> PathBuf {
     root.join(path.strip_prefix("/").unwrap_or(path))
 }
 
+/// The file's content, None when there is no such file.
 pub fn read(root: &Path, path: &Path) -> Result<Option<String>> {
+    use std::io::ErrorKind::{NotADirectory, NotFound};
     match std::fs::read_to_string(below(root, path)) {
         Ok(s) => Ok(Some(s)),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+        Err(e) if matches!(e.kind(), NotFound | NotADirectory) => Ok(None),
         Err(e) => Err(e).with_context(|| format!("reading {}", path.display())),
     }
 }

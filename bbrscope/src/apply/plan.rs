@@ -106,12 +106,15 @@ pub fn plan(scope: &Scope, opts: &Options, host: &Host) -> Result<Plan> {
         Scope::System { netns } => {
             namespace(&mut p, netns, true);
             default_cc(&mut p, netns, opts, host)?;
-            if netns::is_initial(netns) {
-                qdiscs(&mut p, opts, host)?;
-            } else if opts.qdisc.is_some() {
-                p.check(Level::Warn, "qdisc", "net.core.default_qdisc exists only in the initial network namespace: qdisc step skipped");
-            }
-            boot(&mut p, opts, &provision)?;
+            let qdisc = if netns::is_initial(netns) {
+                qdiscs(&mut p, opts, host)?
+            } else {
+                if opts.qdisc.is_some() {
+                    p.check(Level::Warn, "qdisc", "net.core.default_qdisc exists only in the initial network namespace: qdisc step skipped");
+                }
+                None
+            };
+            boot(&mut p, opts, qdisc, &provision, &host.kernel)?;
             sock_ops_programs(&mut p);
         }
         Scope::Netns { netns } => {
@@ -124,10 +127,10 @@ pub fn plan(scope: &Scope, opts: &Options, host: &Host) -> Result<Plan> {
         Scope::Route { netns, prefix } => route_scope(&mut p, netns, prefix, &opts.algorithm)?,
     }
     // A module must be loaded before anything names its algorithm.
-    if let Provision::Loadable { module } = &provision {
-        if !p.changes.is_empty() {
-            p.changes.insert(0, Change::LoadModule { module: module.clone() });
-        }
+    if let Provision::Loadable { module } = &provision
+        && !p.changes.is_empty()
+    {
+        p.changes.insert(0, Change::LoadModule { module: module.clone() });
     }
     Ok(p)
 }
@@ -224,7 +227,8 @@ fn default_cc(p: &mut Plan, netns: &Netns, opts: &Options, host: &Host) -> Resul
     Ok(())
 }
 
-fn qdiscs(p: &mut Plan, opts: &Options, host: &Host) -> Result<()> {
+/// Returns the qdisc that will be the default, when `--qdisc` asked for one this kernel has.
+fn qdiscs(p: &mut Plan, opts: &Options, host: &Host) -> Result<Option<String>> {
     let roots = qdisc::roots()?;
     for q in &roots {
         let what = if q.is_kernel_default() { "kernel default".to_string() } else { format!("custom, handle {:x}:, left alone", q.handle >> 16) };
@@ -235,6 +239,7 @@ fn qdiscs(p: &mut Plan, opts: &Options, host: &Host) -> Result<()> {
     match (&opts.qdisc, fq) {
         (Some(q), Some(false)) if q == "fq" => {
             p.check(Level::Warn, "fq", format!("this kernel has no fq qdisc: {bbr_note}; skipping the qdisc step"));
+            return Ok(None);
         }
         (Some(q), _) => {
             let current = sysctl::read(sysctl::DEFAULT_QDISC)?.unwrap_or_default();
@@ -246,6 +251,7 @@ fn qdiscs(p: &mut Plan, opts: &Options, host: &Host) -> Result<()> {
             } else {
                 p.check(Level::Ok, "qdisc", format!("{} is already {q} on every interface with a kernel default", sysctl::DEFAULT_QDISC));
             }
+            return Ok(Some(q.clone()));
         }
         (None, fq) if p.algorithm == "bbr" => {
             let has = match fq {
@@ -257,25 +263,25 @@ fn qdiscs(p: &mut Plan, opts: &Options, host: &Host) -> Result<()> {
         }
         (None, _) => {}
     }
-    Ok(())
+    Ok(None)
 }
 
 /// The boot-time configuration: our drop-in (and modules-load entry), and who would win.
-fn boot(p: &mut Plan, opts: &Options, provision: &Provision) -> Result<()> {
+fn boot(p: &mut Plan, opts: &Options, qdisc: Option<String>, provision: &Provision, kernel: &Kernel) -> Result<()> {
     let config = BootConfig::load(&opts.root);
     let dropin = Path::new(files::SYSCTL_DROPIN);
     let existing = files::read(&opts.root, dropin)?;
     if !opts.persist {
-        let next = describe_effective(&config, sysctl::CC);
+        let next = describe_effective(&config, sysctl::CC, kernel);
         p.check(Level::Warn, "boot", format!("not persisted (--no-persist): the next boot gives {next}"));
         return Ok(());
     }
     // Keep a qdisc line from an earlier apply unless this run sets one.
-    let qdisc = opts.qdisc.clone().or_else(|| {
+    let qdisc = qdisc.or_else(|| {
         existing.as_deref().and_then(|t| t.lines().find_map(|l| sysctl_d::assignment(l, sysctl::DEFAULT_QDISC)))
     });
     let mut text = format!("{}{} = {}\n", files::HEADER, sysctl::CC, p.algorithm);
-    if let Some(q) = qdisc {
+    if let Some(q) = &qdisc {
         text.push_str(&format!("{} = {q}\n", sysctl::DEFAULT_QDISC));
     }
     let with = config.with_dropin(dropin, Some(&text));
@@ -284,6 +290,7 @@ fn boot(p: &mut Plan, opts: &Options, provision: &Provision) -> Result<()> {
         keys.push(sysctl::DEFAULT_QDISC);
     }
     for key in keys {
+        let ours = if key == sysctl::CC { p.algorithm.clone() } else { qdisc.clone().unwrap_or_default() };
         match with.effective(key) {
             Some(a) if a.file != dropin => p.check(Level::Warn, "boot", format!(
                 "{}:{} sets {key} = {} and is applied after {}: the next boot gives {}. bbrscope does not \
@@ -292,9 +299,9 @@ fn boot(p: &mut Plan, opts: &Options, provision: &Provision) -> Result<()> {
             )),
             _ => p.check(Level::Ok, "boot", format!(
                 "the next boot gives {key} = {} from {} (today's files give {})",
-                if key == sysctl::CC { p.algorithm.clone() } else { opts.qdisc.clone().unwrap_or_default() },
+                ours,
                 dropin.display(),
-                describe_effective(&config.with_dropin(dropin, None), key)
+                describe_effective(&config.with_dropin(dropin, None), key, kernel)
             )),
         }
     }
@@ -316,10 +323,11 @@ fn boot(p: &mut Plan, opts: &Options, provision: &Provision) -> Result<()> {
     Ok(())
 }
 
-fn describe_effective(config: &BootConfig, key: &str) -> String {
-    match config.effective(key) {
-        Some(a) => format!("{} ({}:{})", a.value, a.file.display(), a.line),
-        None => "the kernel's built-in default".into(),
+fn describe_effective(config: &BootConfig, key: &str, kernel: &Kernel) -> String {
+    match (config.effective(key), kernel.builtin_default()) {
+        (Some(a), _) => format!("{} ({}:{})", a.value, a.file.display(), a.line),
+        (None, Some(d)) if key == sysctl::CC => format!("the kernel's built-in default, {d}"),
+        (None, _) => "the kernel's built-in default".into(),
     }
 }
 

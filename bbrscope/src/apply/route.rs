@@ -25,6 +25,7 @@ const RTAX_CC_ALGO: u16 = 16;
 const RT_TABLE_MAIN: u32 = 254;
 const RT_TABLE_LOCAL: u32 = 255;
 const RTN_UNICAST: u8 = 1;
+const RTN_LOCAL: u8 = 2;
 const RTNH_F_ONLINK: u32 = 4;
 const RTMSG_LEN: usize = 12;
 
@@ -193,8 +194,9 @@ pub fn set_cc(route: &Route, cc: Option<&str>) -> Result<()> {
     Ok(())
 }
 
-/// The congctl the kernel's route lookup gives a new connection to `addr` (as `ip route get`).
-pub fn lookup_cc(addr: IpAddr) -> Result<Option<String>> {
+/// What the kernel's route lookup (as `ip route get`) gives a new connection to `addr`: whether
+/// the address is local (then the route does not apply) and the congctl.
+pub fn lookup(addr: IpAddr) -> Result<(bool, Option<String>)> {
     let mut nl = Netlink::open(NETLINK_ROUTE)?;
     let mut req = vec![0u8; RTMSG_LEN];
     let bytes = match addr {
@@ -213,12 +215,22 @@ pub fn lookup_cc(addr: IpAddr) -> Result<Option<String>> {
     a.put(RTA_DST, &bytes);
     req.extend_from_slice(&a.0);
     let msgs = nl.request(RTM_GETROUTE, 0, &req).with_context(|| format!("looking up the route to {addr}"))?;
-    Ok(msgs.iter().filter(|m| m.kind == RTM_NEWROUTE).find_map(|m| Route::parse(&m.data)).and_then(|r| r.cc))
+    let r = msgs.iter().filter(|m| m.kind == RTM_NEWROUTE).find_map(|m| Route::parse(&m.data));
+    Ok(r.map(|r| (r.header[7] == RTN_LOCAL, r.cc)).unwrap_or((false, None)))
 }
 
-/// An address inside `net` to look up: the first host, or the address itself for a host route.
-pub fn sample_address(net: &IpNet) -> IpAddr {
-    net.hosts().next().unwrap_or(net.addr())
+/// The congctl a new connection into `net` gets, and the address looked up: the first of its
+/// addresses that is not one of this host's own (those are reached over loopback).
+pub fn lookup_in(net: &IpNet) -> Result<(IpAddr, Option<String>)> {
+    let mut last = (net.addr(), None);
+    for addr in net.hosts().take(16) {
+        let (local, cc) = lookup(addr)?;
+        if !local {
+            return Ok((addr, cc));
+        }
+        last = (addr, cc);
+    }
+    Ok(last)
 }
 
 #[cfg(test)]
@@ -264,11 +276,5 @@ mod tests {
         assert_eq!(Route::parse(&r.with_cc(None)).unwrap().cc, None);
         let bare = Route::parse(&dumped(None)).unwrap();
         assert_eq!(Route::parse(&bare.with_cc(Some("reno"))).unwrap().cc.as_deref(), Some("reno"));
-    }
-
-    #[test]
-    fn sample_addresses() {
-        assert_eq!(sample_address(&"203.0.113.0/24".parse().unwrap()).to_string(), "203.0.113.1");
-        assert_eq!(sample_address(&"203.0.113.9/32".parse().unwrap()).to_string(), "203.0.113.9");
     }
 }

@@ -77,8 +77,7 @@ pub fn verify(scope: &Scope, algorithm: &str) -> Result<Verification> {
             vec![inside, outside]
         }
         Scope::Route { netns, prefix } => {
-            let addr = route::sample_address(prefix);
-            let cc = netns::run(netns, || route::lookup_cc(addr))?;
+            let (addr, cc) = netns::run(netns, || route::lookup_in(prefix))?;
             vec![Probe {
                 algorithm: cc.unwrap_or_else(|| "the namespace default".into()),
                 how: format!("kernel route lookup for a new connection to {addr} (no traffic sent)"),

@@ -9,6 +9,7 @@ use serde::Serialize;
 
 use crate::{
     apply::{
+        netns,
         plan::{self, Host, Level, Options, Plan},
         run::{self, Outcome, Verification},
         scope::{self, Scope, Spec},
@@ -101,7 +102,14 @@ pub fn run(args: ApplyArgs) -> Result<()> {
     };
     let mut reports = Vec::new();
     for s in &scopes {
-        reports.push(ScopeReport { plan: plan::plan(s, &opts, &host)?, outcome: None, verification: None });
+        match plan::plan(s, &opts, &host) {
+            Ok(plan) => reports.push(ScopeReport { plan, outcome: None, verification: None }),
+            // `--netns all` lists namespaces that may go away before they are looked at.
+            Err(_) if s.netns().is_some_and(|n| !netns::still_there(n)) => {
+                eprintln!("bbrscope: warning: {s} disappeared while being checked; skipped");
+            }
+            Err(e) => return Err(e),
+        }
     }
     let blocked = reports.iter().any(|r| r.plan.blocked());
     if blocked || args.dry_run {

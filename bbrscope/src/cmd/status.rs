@@ -53,8 +53,9 @@ struct Namespace {
 
 #[derive(Serialize)]
 struct Boot {
-    /// What the next boot sets net.ipv4.tcp_congestion_control to (None: the kernel's default).
+    /// What the next boot sets net.ipv4.tcp_congestion_control to.
     value: Option<String>,
+    /// Where that comes from (None: no file sets it, the kernel's built-in default applies).
     file: Option<String>,
     bbrscope_dropin: bool,
 }
@@ -159,11 +160,12 @@ pub fn run(args: StatusArgs) -> Result<()> {
     let system = namespace(&own, &state)?;
     let mut warnings = Vec::new();
 
+    let kernel = Kernel::discover()?;
     let config = BootConfig::load(&args.root);
     let eff = config.effective(sysctl::CC);
     let dropin = files::read(&args.root, std::path::Path::new(files::SYSCTL_DROPIN))?.is_some();
     let boot = Boot {
-        value: eff.as_ref().map(|a| a.value.clone()),
+        value: eff.as_ref().map(|a| a.value.clone()).or_else(|| kernel.builtin_default()),
         file: eff.as_ref().map(|a| format!("{}:{}", a.file.display(), a.line)),
         bbrscope_dropin: dropin,
     };
@@ -172,9 +174,10 @@ pub fn run(args: StatusArgs) -> Result<()> {
             "the next boot sets {} = {} ({}:{}), not today's {}",
             sysctl::CC, a.value, a.file.display(), a.line, system.default
         )),
-        None if system.initial => {
-            warnings.push(format!("no sysctl file sets {}: the next boot gives the kernel's built-in default", sysctl::CC))
-        }
+        None if kernel.builtin_default().is_some_and(|d| d != system.default) => warnings.push(format!(
+            "no sysctl file sets {}: the next boot gives the kernel's built-in default, {}, not today's {}",
+            sysctl::CC, kernel.builtin_default().unwrap_or_default(), system.default
+        )),
         _ => {}
     }
     if dropin && eff.as_ref().is_some_and(|a| a.file != std::path::Path::new(files::SYSCTL_DROPIN)) {
@@ -201,7 +204,7 @@ pub fn run(args: StatusArgs) -> Result<()> {
             changes: e.changes.iter().map(|c| c.describe()).collect(),
         })
         .collect();
-    let status = Status { available: Kernel::discover()?.usable(), system, boot, namespaces, bbrscope, warnings };
+    let status = Status { available: kernel.usable(), system, boot, namespaces, bbrscope, warnings };
     if args.json {
         println!("{}", serde_json::to_string_pretty(&status)?);
     } else {
@@ -235,6 +238,7 @@ fn print(s: &Status) {
     print_namespace(&s.system);
     let boot = match (&s.boot.value, &s.boot.file) {
         (Some(v), Some(f)) => format!("{v} (from {f})"),
+        (Some(v), None) => format!("{v}, the kernel's built-in default (no sysctl file sets it)"),
         _ => "the kernel's built-in default (no sysctl file sets it)".into(),
     };
     println!("  next boot        {boot}");
