@@ -50,8 +50,8 @@ fn dashboard_shows_live_flows_takes_keys_and_restores_the_terminal() {
     tmux(&["new-session", "-d", "-s", &name, "-x", "100", "-y", "30", &cmd]);
     wait_screen(&s, "the dashboard", |t| t.contains("bbrscope · live"));
 
-    let cubic = Sender::start(server.addr, "cubic", Duration::from_secs(4), Some(20_000_000));
-    let bbr = Sender::start(server.addr, "bbr", Duration::from_secs(4), Some(20_000_000));
+    let cubic = Sender::start(server.addr, "cubic", Duration::from_secs(8), Some(20_000_000));
+    let bbr = Sender::start(server.addr, "bbr", Duration::from_secs(8), Some(20_000_000));
     let text = wait_screen(&s, "both flows", |t| t.contains(" cubic ") && t.contains(" bbr "));
     assert!(text.contains(&server.addr.to_string()), "{text}");
     assert!(text.contains("cwnd (packets)") && text.contains("RTT (ms)"), "{text}");
@@ -62,7 +62,12 @@ fn dashboard_shows_live_flows_takes_keys_and_restores_the_terminal() {
     wait_screen(&s, "compare view", |t| t.contains("RTT inflation"));
     tmux(&["send-keys", "-t", &name, "?"]);
     wait_screen(&s, "help", |t| t.contains("zoom the time axis"));
+    // One Escape closes the help, the next leaves the compare view.
     tmux(&["send-keys", "-t", &name, "Escape"]);
+    tmux(&["send-keys", "-t", &name, "Escape"]);
+    // A bigger terminal gets the wide layout (extra columns in the flow list).
+    tmux(&["resize-window", "-t", &name, "-x", "160", "-y", "45"]);
+    wait_screen(&s, "the wide layout after resize", |t| t.contains("PACING") && t.lines().any(|l| l.chars().count() >= 150));
     cubic.join();
     bbr.join();
     tmux(&["send-keys", "-t", &name, "q"]);
