@@ -14,6 +14,8 @@ mod sock;
 
 use aya_ebpf::{helpers::bpf_ktime_get_ns, macros::raw_tracepoint, programs::RawTracePointContext};
 use bbrscope_common::{config_flags, counter, kind};
+// The panic handler and the license.
+use bbrscope_ebpf as _;
 
 use crate::{
     config::has_flag,
@@ -99,14 +101,3 @@ pub fn inet_sock_set_state(ctx: RawTracePointContext) -> i32 {
     }
     0
 }
-
-#[cfg(not(test))]
-#[panic_handler]
-fn panic(_info: &core::panic::PanicInfo) -> ! {
-    loop {}
-}
-
-// GPL-compatible: bpf_probe_read_kernel and the ring buffer helpers are GPL-only.
-#[unsafe(link_section = "license")]
-#[unsafe(no_mangle)]
-static LICENSE: [u8; 13] = *b"Dual MIT/GPL\0";

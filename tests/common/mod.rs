@@ -236,14 +236,14 @@ impl Sender {
     }
 }
 
-/// A network namespace made for one test (`ip netns add`), deleted on drop.
-pub struct Netns {
-    pub name: String,
+/// A name no other test (of this or a concurrent run) uses: `bbrs-TAG-PID-N`.
+pub fn unique_name(tag: &str) -> String {
+    static SEQ: AtomicU64 = AtomicU64::new(0);
+    format!("bbrs-{tag}-{}-{}", std::process::id(), SEQ.fetch_add(1, Ordering::Relaxed))
 }
 
-static NETNS_SEQ: AtomicU64 = AtomicU64::new(0);
-
-pub fn run(cmd: &str, args: &[&str]) {
+/// Runs `cmd ARGS`, asserts that it succeeded and returns its stdout.
+pub fn run(cmd: &str, args: &[&str]) -> String {
     let out = Command::new(cmd).args(args).output().unwrap_or_else(|e| panic!("{cmd}: {e}"));
     assert!(
         out.status.success(),
@@ -251,34 +251,67 @@ pub fn run(cmd: &str, args: &[&str]) {
         args.join(" "),
         String::from_utf8_lossy(&out.stderr)
     );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// `program`, to run inside `netns` (through `ip netns exec`) or, with None, here.
+pub fn command_in(netns: Option<&Netns>, program: &str) -> Command {
+    match netns {
+        Some(ns) => {
+            let mut c = Command::new("ip");
+            c.args(["netns", "exec", &ns.name, program]);
+            c
+        }
+        None => Command::new(program),
+    }
+}
+
+/// The default congestion-control algorithm of the calling thread's network namespace.
+pub fn tcp_congestion_control() -> String {
+    let path = "/proc/sys/net/ipv4/tcp_congestion_control";
+    std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{path}: {e}")).trim().to_string()
+}
+
+/// A network namespace made for one test (`ip netns add`, loopback up), deleted on drop.
+pub struct Netns {
+    pub name: String,
 }
 
 impl Netns {
     pub fn new(tag: &str) -> Netns {
-        let name = format!("bbrs-{tag}-{}-{}", std::process::id(), NETNS_SEQ.fetch_add(1, Ordering::Relaxed));
+        let name = unique_name(tag);
         run("ip", &["netns", "add", &name]);
         let ns = Netns { name };
         ns.exec("ip", &["link", "set", "lo", "up"]);
         ns
     }
 
-    pub fn exec(&self, cmd: &str, args: &[&str]) {
+    /// Runs `cmd ARGS` inside this namespace, asserts that it succeeded and returns its stdout.
+    pub fn exec(&self, cmd: &str, args: &[&str]) -> String {
         let mut full = vec!["netns", "exec", &self.name, cmd];
         full.extend_from_slice(args);
-        run("ip", &full);
+        run("ip", &full)
     }
 
-    /// Runs `f` on a thread inside this namespace (sockets it creates live there).
-    pub fn enter<T: Send + 'static>(&self, f: impl FnOnce() -> T + Send + 'static) -> T {
+    /// Runs `f` on a thread inside this namespace (sockets it creates live there; the calling
+    /// thread stays where it is).
+    pub fn enter<T: Send>(&self, f: impl FnOnce() -> T + Send) -> T {
         let path = format!("/run/netns/{}", self.name);
-        thread::spawn(move || {
-            let ns = std::fs::File::open(&path).expect("open netns");
-            let r = unsafe { libc::setns(ns.as_raw_fd(), libc::CLONE_NEWNET) };
-            assert_eq!(r, 0, "setns: {}", std::io::Error::last_os_error());
-            f()
+        thread::scope(|s| {
+            s.spawn(|| {
+                let ns = std::fs::File::open(&path).expect("open netns");
+                let r = unsafe { libc::setns(ns.as_raw_fd(), libc::CLONE_NEWNET) };
+                assert_eq!(r, 0, "setns: {}", std::io::Error::last_os_error());
+                f()
+            })
+            .join()
+            .unwrap()
         })
-        .join()
-        .unwrap()
+    }
+
+    /// This namespace's default congestion-control algorithm (its tcp_congestion_control).
+    pub fn cc(&self) -> String {
+        self.enter(tcp_congestion_control)
     }
 }
 
@@ -288,8 +321,9 @@ impl Drop for Netns {
     }
 }
 
-/// Two namespaces joined by a veth pair: `a` at 10.199.N.1, `b` at 10.199.N.2 (IPv4) and
-/// fd00:199:N::1/2 (IPv6). Addresses exist only inside these namespaces.
+/// Two namespaces joined by a veth pair: `a` at 10.199.N.1, `b` at 10.199.N.2, on the kernel's
+/// connected route for 10.199.N.0/24 ([`Link::prefix`]). Addresses exist only inside these
+/// namespaces.
 pub struct Link {
     pub a: Netns,
     pub b: Netns,
@@ -313,19 +347,17 @@ impl Link {
         b.exec("ip", &["link", "set", &vb, "up"]);
         Link { a, b, a_ip, b_ip }
     }
+
+    /// The /24 both ends are on: "10.199.N.0/24".
+    pub fn prefix(&self) -> String {
+        let (net, _) = self.a_ip.rsplit_once('.').unwrap();
+        format!("{net}.0/24")
+    }
 }
 
 /// Parses `ss -tinH` output for the socket with local address `local` into key -> value.
 pub fn ss_info(local: SocketAddr, netns: Option<&Netns>) -> Option<std::collections::HashMap<String, String>> {
-    let mut cmd = match netns {
-        Some(ns) => {
-            let mut c = Command::new("ip");
-            c.args(["netns", "exec", &ns.name, "ss"]);
-            c
-        }
-        None => Command::new("ss"),
-    };
-    let out = cmd.args(["-tinH", "state", "established"]).output().ok()?;
+    let out = command_in(netns, "ss").args(["-tinH", "state", "established"]).output().ok()?;
     let text = String::from_utf8_lossy(&out.stdout);
     let mut lines = text.lines();
     while let Some(line) = lines.next() {

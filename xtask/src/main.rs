@@ -1,1 +1,29 @@
-fn main() {}
+//! Project tasks, run with `cargo xtask <task>` (alias in .cargo/config.toml).
+
+mod bench;
+
+use clap::{Parser, Subcommand};
+
+#[derive(Parser)]
+#[command(name = "cargo xtask", about = "bbrscope's project tasks")]
+struct Cli {
+    #[command(subcommand)]
+    task: Task,
+}
+
+#[derive(Subcommand)]
+enum Task {
+    /// bbrscope's cost on the traffic it watches, against bpftrace and `ss` polling, and at
+    /// 10,000 flows; writes bench/results/latest.{md,json} (root; about 10 minutes, --quick 2)
+    Bench(bench::BenchArgs),
+    /// Holds the far ends of the benchmark's idle flows (started by `bench`)
+    #[command(hide = true)]
+    IdlePeer,
+}
+
+fn main() -> anyhow::Result<()> {
+    match Cli::parse().task {
+        Task::Bench(args) => bench::run(args),
+        Task::IdlePeer => bench::idle_peer(),
+    }
+}

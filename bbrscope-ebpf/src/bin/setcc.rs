@@ -14,6 +14,8 @@ use aya_ebpf::{
     programs::SockOpsContext,
 };
 use bbrscope_common::CC_NAME_LEN;
+// The panic handler and the license.
+use bbrscope_ebpf as _;
 
 const SOL_TCP: i32 = 6;
 const TCP_CONGESTION: i32 = 13;
@@ -44,13 +46,3 @@ pub fn bbrscope_setcc(ctx: SockOpsContext) -> u32 {
     // 1 lets the other sock_ops programs of the cgroup run and keeps their replies.
     1
 }
-
-#[cfg(not(test))]
-#[panic_handler]
-fn panic(_info: &core::panic::PanicInfo) -> ! {
-    loop {}
-}
-
-#[unsafe(link_section = "license")]
-#[unsafe(no_mangle)]
-static LICENSE: [u8; 13] = *b"Dual MIT/GPL\0";

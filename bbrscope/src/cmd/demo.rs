@@ -30,9 +30,9 @@ const MAX_ALGOS: usize = 8;
 #[derive(Debug, Args)]
 #[command(after_help = "Presets (the options override their values):\n  \
     cross-border  10 Mbit/s (assumed), 167 ms, 10% loss, 1 BDP, 60 s  — the seed article's VPS path\n  \
-    google-lossy  50 Mbit/s, 100 ms, 1% loss, 1 BDP, 30 s          — Google's BBR announcement (default)\n  \
+    google-lossy  50 Mbit/s, 100 ms, 1% loss, 1 BDP, 30 s          — Google's BBR announcement; default\n  \
     bufferbloat   10 Mbit/s, 40 ms, no loss, 1000 packets, 30 s     — compare RTT, not throughput\n  \
-    sawtooth      50 Mbit/s, 100 ms, no loss, 1 BDP, 60 s           — CUBIC's teeth vs BBR's flat line\n\n\
+    sawtooth      20 Mbit/s, 40 ms, no loss, 1 BDP, 30 s            — CUBIC's teeth vs BBR's flat line\n\n\
     Needs root: builds two throwaway network namespaces per algorithm joined by a userspace link \
     emulator (TUN), and observes the flows with eBPF. Nothing is left behind, however it ends.")]
 pub struct DemoArgs {
@@ -40,22 +40,22 @@ pub struct DemoArgs {
     #[arg(value_enum)]
     pub preset: Option<PresetName>,
     /// Bottleneck rate, e.g. 50mbit, 800kbit, 1gbit
-    #[arg(long, value_parser = units::rate_bps)]
+    #[arg(long, value_parser = units::rate_bps, allow_hyphen_values = true)]
     pub rate: Option<u64>,
     /// Round-trip propagation delay, e.g. 100ms
-    #[arg(long, value_parser = units::rtt)]
+    #[arg(long, value_parser = units::rtt, allow_hyphen_values = true)]
     pub rtt: Option<Duration>,
     /// Random loss on the data direction, e.g. 1% or 0.01
-    #[arg(long, value_parser = units::loss)]
+    #[arg(long, value_parser = units::loss, allow_hyphen_values = true)]
     pub loss: Option<f64>,
     /// Make losses bursty (Gilbert–Elliott) with this mean burst length, in packets
     #[arg(long, value_name = "PACKETS")]
     pub loss_burst: Option<f64>,
     /// Bottleneck drop-tail queue: bytes (150000, 64KB), packets (1000pkt) or BDPs (2bdp)
-    #[arg(long, value_parser = units::buffer)]
+    #[arg(long, value_parser = units::buffer, allow_hyphen_values = true)]
     pub buffer: Option<Buffer>,
     /// How long each flow runs: a bare number is seconds; 30s, 2m also
-    #[arg(long, value_parser = units::duration)]
+    #[arg(long, value_parser = units::duration, allow_hyphen_values = true)]
     pub duration: Option<Duration>,
     /// Algorithms to compare, comma-separated (set per socket; the system default is untouched)
     #[arg(long, value_delimiter = ',', default_value = "cubic,bbr")]
@@ -187,7 +187,10 @@ fn check_algos(requested: &[String]) -> Result<Vec<String>> {
     let available = cc::available()?;
     for (i, a) in algos.iter().enumerate() {
         if !available.contains(a) {
-            usage!("--algos: {a} is not available on this kernel (available: {})", available.join(", "));
+            usage!(
+                "--algos: {a} is not available on this kernel (available: {}; a module may need `modprobe tcp_{a}`)",
+                available.join(", ")
+            );
         }
         if algos[..i].contains(a) {
             usage!("--algos: {a} is named twice");

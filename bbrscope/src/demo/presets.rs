@@ -14,7 +14,7 @@ pub enum PresetName {
     GoogleLossy,
     /// Google's bufferbloat case: 10 Mbit/s, 40 ms, 1000-packet buffer — compare RTT
     Bufferbloat,
-    /// Drop-tail, no random loss: CUBIC's teeth vs BBR's flat line
+    /// 20 Mbit/s, 40 ms, 1 BDP drop-tail, no random loss: CUBIC's teeth vs BBR's flat line
     Sawtooth,
 }
 
@@ -85,11 +85,11 @@ impl PresetName {
             },
             PresetName::Sawtooth => Preset {
                 name: "sawtooth",
-                rate_bps: 50_000_000,
-                rtt: Duration::from_millis(100),
+                rate_bps: 20_000_000,
+                rtt: Duration::from_millis(40),
                 loss: 0.0,
                 buffer: Buffer::Bdp(1.0),
-                duration: secs(60),
+                duration: secs(30),
                 headline: Headline::Goodput,
                 source: "textbook drop-tail bottleneck, no random loss (CUBIC: Ha, Rhee & Xu 2008; \
                          BBR: Cardwell et al. 2016): CUBIC fills the queue and backs off by 30%, \

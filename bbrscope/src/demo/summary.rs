@@ -28,8 +28,8 @@ pub struct RunStats {
     pub cwnd_max: Option<u32>,
     /// 10th and 90th percentile of cwnd over the second half of the run (after start-up).
     pub cwnd_band: Option<(u32, u32)>,
-    /// Each loss-triggered reduction: the new ssthresh over the highest cwnd sampled since the
-    /// previous one (CUBIC: ~0.7).
+    /// Each multiplicative decrease: the new ssthresh over the highest cwnd sampled since the
+    /// previous one (CUBIC: ~0.7). See [`reductions`].
     pub cwnd_reductions: Vec<f64>,
     pub samples: usize,
     pub mss: u32,
@@ -59,21 +59,25 @@ impl RunStats {
     }
 }
 
-/// Loss-triggered cwnd reductions in a series of (cwnd, ssthresh) samples: each new ssthresh
-/// below the highest cwnd seen since the previous reduction, as a fraction of it.
-pub fn reductions(samples: impl Iterator<Item = (Option<u32>, Option<u32>)>) -> Vec<f64> {
+/// Multiplicative decreases in a flow's (cwnd, ssthresh) samples: each time cwnd comes down from
+/// above ssthresh to land on it (within 10%), at least 10% below the highest cwnd since the
+/// previous one, as ssthresh over that peak (CUBIC: ~0.7). HyStart leaving slow start at
+/// ssthresh = cwnd is no decrease. Landing on ssthresh is what fast recovery does; BBR's PROBE_RTT dips to 4
+/// packets and its ssthresh (set to the BDP estimate when leaving STARTUP) are not counted.
+pub fn reductions(samples: impl IntoIterator<Item = (Option<u32>, Option<u32>)>) -> Vec<f64> {
     let mut out = Vec::new();
-    let (mut peak, mut prev_ssthresh) = (0u32, None);
+    let (mut peak, mut armed) = (0u32, false);
     for (cwnd, ssthresh) in samples {
-        if let Some(s) = ssthresh.filter(|&s| Some(s) != prev_ssthresh) {
-            // An undo restores a higher ssthresh: not a reduction.
-            if peak > 0 && s < peak {
+        let Some(cwnd) = cwnd else { continue };
+        peak = peak.max(cwnd);
+        match ssthresh {
+            Some(s) if armed && s as f64 <= 0.9 * peak as f64 && (cwnd as f64 - s as f64).abs() <= 0.1 * s as f64 => {
                 out.push((s as f64 / peak as f64 * 1000.0).round() / 1000.0);
+                (armed, peak) = (false, cwnd);
             }
-            prev_ssthresh = Some(s);
-            peak = 0;
+            s if s.is_none_or(|s| cwnd as f64 > 1.1 * s as f64) => armed = true,
+            _ => {}
         }
-        peak = peak.max(cwnd.unwrap_or(0));
     }
     out
 }
@@ -301,7 +305,7 @@ impl Summary {
         }
         out += "\nemulator counters (proof the impairment was applied):\n";
         let mut rows = vec![
-            ["link", "data pkts", "random loss", "queue drops", "delivered", "queue delay mean/max", "timer late mean/max", "largest pkt"]
+            ["link", "data pkts", "random loss", "queue drops", "delivered", "queue delay mean/max", "released late mean/max, >1ms", "largest pkt"]
                 .map(String::from)
                 .to_vec(),
         ];
@@ -314,7 +318,12 @@ impl Summary {
                 e.queue_dropped.to_string(),
                 format!("{} pkts, {}", e.delivered, fmt_bytes(e.delivered_bytes as f64)),
                 format!("{} / {}", fmt_us(e.queue_delay_mean_us), fmt_us(e.queue_delay_max_us)),
-                format!("{:.0} / {:.0} us", e.release_late_mean_us, e.release_late_max_us),
+                format!(
+                    "{:.0} / {:.0} us, {:.3}%",
+                    e.release_late_mean_us,
+                    e.release_late_max_us,
+                    e.release_late_over_ms as f64 * 100.0 / (e.delivered + e.return_packets).max(1) as f64
+                ),
                 format!("{} B", e.largest_packet),
             ]);
         }
@@ -394,23 +403,28 @@ mod tests {
 
     #[test]
     fn reductions_from_a_cubic_sawtooth() {
-        // Grows to 100, cut to ssthresh 70, grows to 90, cut to 63; an undo back up is ignored.
-        let s = [
-            (Some(10), None),
-            (Some(100), None),
-            (Some(80), Some(70)),
-            (Some(70), Some(70)),
-            (Some(90), Some(70)),
-            (Some(63), Some(63)),
-            (Some(66), Some(70)),
-        ];
-        assert_eq!(reductions(s.into_iter()), vec![0.7, 0.7]);
+        // Slow start to 100, cut to 70; teeth back to 100 and 70 again (same ssthresh), then a
+        // loss at 90 (ssthresh 63).
+        let mut s = vec![(Some(10), None), (Some(100), None), (Some(100), Some(98)), (Some(80), Some(70))];
+        s.push((Some(70), Some(70)));
+        s.extend([(Some(85), Some(70)), (Some(100), Some(70)), (Some(71), Some(70)), (Some(90), Some(70))]);
+        s.extend([(Some(64), Some(63)), (Some(66), Some(63))]);
+        assert_eq!(reductions(s), vec![0.7, 0.7, 0.7]);
+    }
+
+    #[test]
+    fn bbr_startup_exit_and_probe_rtt_are_not_reductions() {
+        // ssthresh set to the BDP estimate while cwnd stays at twice that, then PROBE_RTT's dip
+        // to 4 packets and back.
+        let mut s = vec![(Some(10), None), (Some(1200), None)];
+        s.extend(std::iter::repeat_n((Some(890), Some(450)), 50));
+        s.extend([(Some(4), Some(450)), (Some(4), Some(450)), (Some(890), Some(450))]);
+        assert!(reductions(s).is_empty());
     }
 
     #[test]
     fn no_reductions_without_ssthresh() {
-        let s = (0..100).map(|i| (Some(100 + i % 7), None));
-        assert!(reductions(s).is_empty());
+        assert!(reductions((0..100).map(|i| (Some(100 + i % 7), None))).is_empty());
     }
 
     #[test]

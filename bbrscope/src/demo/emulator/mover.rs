@@ -25,6 +25,8 @@ use crate::clock::Clock;
 
 /// How often the thread looks at its stop flag when no packet or timer wakes it.
 const STOP_POLL_MS: i32 = 100;
+/// Above normal threads, well below the kernel's own real-time threads (50 and up).
+const REALTIME_PRIORITY: libc::c_int = 10;
 /// Larger than any packet a TUN device without offloads hands over.
 const READ_BUF: usize = 65_536;
 
@@ -43,6 +45,7 @@ struct Stats {
     released: AtomicU64,
     late_ns_sum: AtomicU64,
     late_ns_max: AtomicU64,
+    late_over_ms: AtomicU64,
     largest_packet: AtomicU64,
     write_errors: AtomicU64,
 }
@@ -69,6 +72,8 @@ pub struct LinkCounters {
     /// latency): the emulator's own timing error.
     pub release_late_mean_us: f64,
     pub release_late_max_us: f64,
+    /// Packets released more than a millisecond late.
+    pub release_late_over_ms: u64,
     /// Largest IP packet seen: at most the MTU when offloads are really off.
     pub largest_packet: u64,
     pub write_errors: u64,
@@ -98,6 +103,7 @@ impl LinkCounters {
         self.delivered += o.delivered;
         self.delivered_bytes += o.delivered_bytes;
         self.return_packets += o.return_packets;
+        self.release_late_over_ms += o.release_late_over_ms;
         self.write_errors += o.write_errors;
     }
 }
@@ -119,6 +125,7 @@ impl Stats {
             return_packets: get(&self.return_packets),
             release_late_mean_us: mean_us(get(&self.late_ns_sum), get(&self.released)),
             release_late_max_us: get(&self.late_ns_max) as f64 / 1e3,
+            release_late_over_ms: get(&self.late_over_ms),
             largest_packet: get(&self.largest_packet),
             write_errors: get(&self.write_errors),
         }
@@ -188,6 +195,7 @@ impl Pump {
         // Timer slack defaults to 50 us per thread; packet release times need ~1 us.
         // SAFETY: plain prctl on this thread.
         unsafe { libc::prctl(libc::PR_SET_TIMERSLACK, 1 as libc::c_ulong) };
+        realtime_priority();
         // SAFETY: plain syscalls; descriptors are owned immediately.
         let timer = owned(unsafe {
             libc::timerfd_create(libc::CLOCK_MONOTONIC, libc::TFD_NONBLOCK | libc::TFD_CLOEXEC)
@@ -280,6 +288,9 @@ impl Pump {
                 s.released.fetch_add(1, Relaxed);
                 s.late_ns_sum.fetch_add(late, Relaxed);
                 s.late_ns_max.fetch_max(late, Relaxed);
+                if late > 1_000_000 {
+                    s.late_over_ms.fetch_add(1, Relaxed);
+                }
                 // SAFETY: writing an initialised buffer to a descriptor we own.
                 let w = unsafe { libc::write(out.as_raw_fd(), pkt.as_ptr().cast(), pkt.len()) };
                 if w < 0 {
@@ -307,6 +318,15 @@ impl Pump {
         })
         .map(drop)
     }
+}
+
+/// Runs this thread under SCHED_FIFO (low real-time priority), so releasing packets on time wins
+/// over the traffic being emulated (senders, receivers, the observer) on a busy machine. Without
+/// the privilege it stays a normal thread: timing is then only as good as the scheduler's.
+fn realtime_priority() {
+    let param = libc::sched_param { sched_priority: REALTIME_PRIORITY };
+    // SAFETY: plain syscall on this thread (pid 0).
+    unsafe { libc::sched_setscheduler(0, libc::SCHED_FIFO, &param) };
 }
 
 /// One packet from a non-blocking TUN descriptor, or `None` when there are no more.

@@ -1,0 +1,193 @@
+//! What the benchmark reads about an observer while it runs: CPU time and memory from /proc, its
+//! BPF programs and maps through its file descriptors (/proc/PID/fdinfo has each program's
+//! run-time statistics and each map's locked memory), and bbrscope's own COUNTERS map, which its
+//! `stats` records and dashboard footer are computed from.
+
+use std::{collections::HashMap, fs, os::fd::OwnedFd, time::Duration};
+
+use anyhow::{Context as _, Result, bail};
+use aya::maps::{Map, MapData, PerCpuArray};
+use bbrscope_common::counter;
+
+/// Keeps the kernel's BPF run-time statistics (run_time_ns, run_cnt per program) on for as long
+/// as it lives. They cost every BPF program on the machine two clock reads per run, observers
+/// measured here included; without them there is no per-event cost to report.
+pub struct RunTimeStats {
+    _fd: OwnedFd,
+}
+
+impl RunTimeStats {
+    pub fn enable() -> Result<Self> {
+        let fd = aya::sys::enable_stats(aya::sys::Stats::RunTime).context("BPF_ENABLE_STATS (run time)")?;
+        Ok(RunTimeStats { _fd: fd })
+    }
+}
+
+/// User + system CPU time of a process, plus that of the children it has waited for.
+pub fn cpu_time(pid: u32) -> Result<Duration> {
+    let stat = fs::read_to_string(format!("/proc/{pid}/stat")).with_context(|| format!("process {pid}"))?;
+    // The command name (field 2) may hold spaces and parentheses: count from its closing one.
+    let rest = stat.rsplit_once(") ").context("malformed /proc/PID/stat")?.1;
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    // utime, stime, cutime, cstime: fields 14 to 17, i.e. 11 to 14 after the command name.
+    let ticks = fields.get(11..15).context("short /proc/PID/stat")?.iter().map(|f| f.parse::<u64>()).sum::<Result<u64, _>>()?;
+    Ok(Duration::from_nanos(ticks * 1_000_000_000 / clock_ticks_per_s()))
+}
+
+fn clock_ticks_per_s() -> u64 {
+    (unsafe { libc::sysconf(libc::_SC_CLK_TCK) }).max(1) as u64
+}
+
+/// Resident memory of a process now and at its peak, in bytes.
+#[derive(Clone, Copy, Debug)]
+pub struct Memory {
+    pub rss: u64,
+    pub peak: u64,
+}
+
+pub fn memory(pid: u32) -> Result<Memory> {
+    let status = fs::read_to_string(format!("/proc/{pid}/status")).with_context(|| format!("process {pid}"))?;
+    let kib = |key: &str| -> Result<u64> {
+        let line = status.lines().find(|l| l.starts_with(key)).with_context(|| format!("no {key} in status"))?;
+        Ok(line[key.len()..].trim().trim_end_matches(" kB").trim().parse::<u64>()? * 1024)
+    };
+    Ok(Memory { rss: kib("VmRSS:")?, peak: kib("VmHWM:")? })
+}
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Object {
+    Program,
+    Map,
+}
+
+/// A BPF program or map a process holds open.
+struct BpfFd {
+    fd: u32,
+    object: Object,
+    id: u32,
+}
+
+fn fdinfo(pid: u32, fd: u32) -> Result<HashMap<String, String>> {
+    let text = fs::read_to_string(format!("/proc/{pid}/fdinfo/{fd}"))?;
+    Ok(text
+        .lines()
+        .filter_map(|l| l.split_once(':'))
+        .map(|(k, v)| (k.trim().to_string(), v.trim().to_string()))
+        .collect())
+}
+
+fn field(info: &HashMap<String, String>, key: &str) -> Result<u64> {
+    info.get(key).with_context(|| format!("no {key} in fdinfo"))?.parse().with_context(|| format!("{key} in fdinfo"))
+}
+
+fn bpf_fds(pid: u32) -> Result<Vec<BpfFd>> {
+    let mut out = Vec::new();
+    for entry in fs::read_dir(format!("/proc/{pid}/fd")).with_context(|| format!("process {pid}"))? {
+        let entry = entry?;
+        let Ok(target) = fs::read_link(entry.path()) else { continue };
+        let (object, id_key) = match target.to_str() {
+            Some("anon_inode:bpf-prog") => (Object::Program, "prog_id"),
+            Some("anon_inode:bpf-map") => (Object::Map, "map_id"),
+            _ => continue,
+        };
+        let Some(fd) = entry.file_name().to_str().and_then(|s| s.parse().ok()) else { continue };
+        // The descriptor may close between listing and reading: skip it then.
+        let Ok(info) = fdinfo(pid, fd) else { continue };
+        out.push(BpfFd { fd, object, id: field(&info, id_key)? as u32 });
+    }
+    Ok(out)
+}
+
+/// Cumulative run time and run count of one program (kernel BPF statistics).
+#[derive(Clone, Copy, Debug, Default)]
+pub struct RunStats {
+    pub run_time_ns: u64,
+    pub runs: u64,
+}
+
+/// An observer's program on tcp_probe: bbrscope's raw tracepoint and bpftrace's tracepoint
+/// program are both named after the tracepoint.
+pub struct ProbeProgram {
+    pid: u32,
+    fd: u32,
+    pub id: u32,
+}
+
+impl ProbeProgram {
+    pub const NAME: &str = "tcp_probe";
+
+    pub fn find(pid: u32) -> Result<Option<ProbeProgram>> {
+        let progs: Vec<BpfFd> = bpf_fds(pid)?.into_iter().filter(|f| f.object == Object::Program).collect();
+        if progs.is_empty() {
+            return Ok(None);
+        }
+        let named = probe_program_ids()?;
+        Ok(progs.into_iter().find(|p| named.contains(&p.id)).map(|p| ProbeProgram { pid, fd: p.fd, id: p.id }))
+    }
+
+    pub fn stats(&self) -> Result<RunStats> {
+        let info = fdinfo(self.pid, self.fd)?;
+        Ok(RunStats { run_time_ns: field(&info, "run_time_ns")?, runs: field(&info, "run_cnt")? })
+    }
+}
+
+/// Ids of every loaded program named tcp_probe, whoever loaded it.
+pub fn probe_program_ids() -> Result<Vec<u32>> {
+    let mut ids = Vec::new();
+    for prog in aya::programs::loaded_programs() {
+        // Programs unloaded while listing are skipped.
+        let Ok(prog) = prog else { continue };
+        if prog.name_as_str() == Some(ProbeProgram::NAME) {
+            ids.push(prog.id());
+        }
+    }
+    Ok(ids)
+}
+
+/// Memory the kernel has locked for the maps a process holds (their `memlock` in fdinfo).
+pub fn map_memory(pid: u32) -> Result<u64> {
+    let mut total = 0;
+    for f in bpf_fds(pid)?.into_iter().filter(|f| f.object == Object::Map) {
+        total += field(&fdinfo(pid, f.fd)?, "memlock")?;
+    }
+    Ok(total)
+}
+
+/// bbrscope's per-CPU COUNTERS map, opened by id from the process that owns it.
+pub struct Counters(PerCpuArray<MapData, u64>);
+
+/// The counters summed over CPUs, indexed by `bbrscope_common::counter`.
+pub type CounterValues = [u64; counter::COUNT as usize];
+
+impl Counters {
+    pub fn find(pid: u32) -> Result<Counters> {
+        for f in bpf_fds(pid)?.into_iter().filter(|f| f.object == Object::Map) {
+            let map = MapData::from_id(f.id)?;
+            if map.info()?.name_as_str() == Some("COUNTERS") {
+                return Ok(Counters(PerCpuArray::try_from(Map::PerCpuArray(map))?));
+            }
+        }
+        bail!("process {pid} holds no COUNTERS map")
+    }
+
+    pub fn read(&self) -> Result<CounterValues> {
+        let mut values = [0; counter::COUNT as usize];
+        for (i, v) in values.iter_mut().enumerate() {
+            *v = self.0.get(&(i as u32), 0)?.iter().sum();
+        }
+        Ok(values)
+    }
+}
+
+/// Records bbrscope's programs wrote into the ring buffer, from the counters.
+pub fn records(c: &CounterValues) -> u64 {
+    [counter::SAMPLES, counter::RETRANSMITS, counter::CONG_STATES, counter::CLOSES].iter().map(|&i| c[i as usize]).sum()
+}
+
+/// The 1-minute load average, to show how busy the machine was.
+pub fn load_average() -> f64 {
+    fs::read_to_string("/proc/loadavg")
+        .ok()
+        .and_then(|s| s.split_whitespace().next().and_then(|v| v.parse().ok()))
+        .unwrap_or(f64::NAN)
+}

@@ -1,0 +1,134 @@
+//! A pseudo-terminal for running the dashboard as a user would: its output is read continuously
+//! (a terminal that is not read blocks the program writing to it), and keys can be sent.
+
+use std::{
+    fs::File,
+    io::{Read as _, Write as _},
+    os::{
+        fd::{AsRawFd as _, FromRawFd as _, OwnedFd},
+        unix::process::CommandExt as _,
+    },
+    process::{Child, Command, Stdio},
+    sync::{Arc, Mutex},
+    thread,
+    time::{Duration, Instant},
+};
+
+use anyhow::{Result, bail};
+
+/// Output kept for searching; older output is dropped.
+const KEEP: usize = 1 << 20;
+
+#[derive(Default)]
+struct Output {
+    /// Bytes written by the program since it started.
+    total: u64,
+    /// The latest bytes of it (at most `KEEP`).
+    tail: Vec<u8>,
+}
+
+impl Output {
+    /// What was written after position `since` (as much of it as is kept).
+    fn after(&self, since: u64) -> &[u8] {
+        let from = since.saturating_sub(self.total - self.tail.len() as u64) as usize;
+        &self.tail[from.min(self.tail.len())..]
+    }
+}
+
+pub struct Pty {
+    master: File,
+    output: Arc<Mutex<Output>>,
+}
+
+impl Pty {
+    /// Spawns `cmd` on a new `cols` x `rows` terminal, which becomes its controlling terminal
+    /// and its standard input, output and error.
+    pub fn spawn(cmd: &mut Command, cols: u16, rows: u16) -> Result<(Child, Pty)> {
+        let (mut master, mut slave) = (-1, -1);
+        let mut size = libc::winsize { ws_row: rows, ws_col: cols, ws_xpixel: 0, ws_ypixel: 0 };
+        let r = unsafe { libc::openpty(&mut master, &mut slave, std::ptr::null_mut(), std::ptr::null(), &mut size) };
+        if r != 0 {
+            bail!("openpty: {}", std::io::Error::last_os_error());
+        }
+        let (master, slave) = unsafe { (File::from_raw_fd(master), OwnedFd::from_raw_fd(slave)) };
+        cmd.stdin(Stdio::from(slave.try_clone()?)).stdout(Stdio::from(slave.try_clone()?)).stderr(Stdio::from(slave));
+        // A session of its own with the terminal as controlling terminal, as a shell would do.
+        unsafe {
+            cmd.pre_exec(|| {
+                if libc::setsid() < 0 || libc::ioctl(0, libc::TIOCSCTTY, 0) < 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                Ok(())
+            });
+        }
+        let child = cmd.spawn()?;
+        let output = Arc::new(Mutex::new(Output::default()));
+        let (mut reader, sink) = (master.try_clone()?, output.clone());
+        thread::spawn(move || {
+            let mut buf = vec![0u8; 64 << 10];
+            // Reading fails with EIO once the program has exited and closed the terminal.
+            while let Ok(n) = reader.read(&mut buf) {
+                if n == 0 {
+                    break;
+                }
+                let mut out = sink.lock().unwrap();
+                out.total += n as u64;
+                out.tail.extend_from_slice(&buf[..n]);
+                if out.tail.len() > KEEP {
+                    let excess = out.tail.len() - KEEP;
+                    out.tail.drain(..excess);
+                }
+            }
+        });
+        Ok((child, Pty { master, output }))
+    }
+
+    pub fn send(&self, keys: &[u8]) -> Result<()> {
+        (&self.master).write_all(keys)?;
+        Ok(())
+    }
+
+    /// Changes the terminal's size; the program gets SIGWINCH and (for the dashboard) redraws
+    /// the whole screen rather than what changed.
+    pub fn resize(&self, cols: u16, rows: u16) -> Result<()> {
+        let size = libc::winsize { ws_row: rows, ws_col: cols, ws_xpixel: 0, ws_ypixel: 0 };
+        if unsafe { libc::ioctl(self.master.as_raw_fd(), libc::TIOCSWINSZ, &size) } != 0 {
+            bail!("TIOCSWINSZ: {}", std::io::Error::last_os_error());
+        }
+        Ok(())
+    }
+
+    /// Output after `since`, as text (escape sequences included).
+    pub fn text_since(&self, since: u64) -> String {
+        String::from_utf8_lossy(self.output.lock().unwrap().after(since)).into_owned()
+    }
+
+    /// Bytes of output so far: a position to search from.
+    pub fn position(&self) -> u64 {
+        self.output.lock().unwrap().total
+    }
+
+    /// Waits until output after `since` contains `needle`; returns how long that took, or None
+    /// after `timeout`.
+    pub fn wait_for(&self, since: u64, needle: &str, timeout: Duration) -> Option<Duration> {
+        let start = Instant::now();
+        let mut from = since;
+        while start.elapsed() < timeout {
+            {
+                let out = self.output.lock().unwrap();
+                if out.after(from).windows(needle.len()).any(|w| w == needle.as_bytes()) {
+                    return Some(start.elapsed());
+                }
+                // Next time, only what is new (and a needle cut at the end of this read).
+                from = from.max(out.total.saturating_sub(needle.len() as u64));
+            }
+            thread::sleep(Duration::from_millis(2));
+        }
+        None
+    }
+
+    /// The latest output as text (escape sequences included), for error messages.
+    pub fn tail_text(&self, bytes: usize) -> String {
+        self.text_since(self.position().saturating_sub(bytes as u64))
+    }
+}

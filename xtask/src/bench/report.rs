@@ -1,0 +1,305 @@
+//! The benchmark's results as a markdown report (tables for people, pasted into the README) and
+//! JSON (everything, every run), plus the issue's targets checked against them.
+
+use std::{
+    fmt::Write as _,
+    fs,
+    path::{Path, PathBuf},
+};
+
+use anyhow::Result;
+use serde::Serialize;
+
+use super::{
+    Results, Spread, Summary, WorkloadResult,
+    scale::{RESPONSIVE, ScaleResult},
+    scenarios::Observer,
+    workload::PathKind,
+};
+
+/// One of the issue's targets and how this run did against it (`met: None`: not measured).
+#[derive(Debug, Serialize)]
+pub struct Target {
+    pub target: String,
+    pub result: String,
+    pub met: Option<bool>,
+}
+
+const RSS_LIMIT: u64 = 100 << 20;
+const MIN_RATIO: f64 = 0.97;
+
+pub fn targets(r: &Results) -> Vec<Target> {
+    let mut out = Vec::new();
+    let single_loopback = r.workloads.iter().filter(|w| w.workload.path == PathKind::Loopback && w.workload.flows == 1);
+    for w in single_loopback {
+        let ratio = |o| w.summary(o).and_then(|s| s.ratio).map(|s| s.median);
+        let stream = ratio(Observer::Stream);
+        out.push(Target {
+            target: format!("{}: `stream` keeps ≥ 97% of baseline throughput", w.label),
+            result: stream.map_or("not measured".into(), pct),
+            met: stream.map(|s| s >= MIN_RATIO),
+        });
+        out.push(Target {
+            target: format!("{}: `stream` costs less throughput than bpftrace", w.label),
+            result: match (stream, ratio(Observer::Bpftrace)) {
+                (Some(s), Some(b)) => format!("stream {}, bpftrace {}", pct(s), pct(b)),
+                _ => "bpftrace not measured".into(),
+            },
+            met: stream.zip(ratio(Observer::Bpftrace)).map(|(s, b)| s > b),
+        });
+    }
+    let busy: Vec<&WorkloadResult> = r.workloads.iter().filter(|w| w.workload.flows >= super::drops::FLOWS).collect();
+    if !busy.is_empty() {
+        let (mut drops, mut runs) = (0, 0);
+        for w in &busy {
+            for run in w.runs.iter().filter(|x| matches!(x.observer, Observer::Stream | Observer::Dashboard)) {
+                drops += run.drops.unwrap_or(0);
+                runs += 1;
+            }
+        }
+        out.push(Target {
+            target: format!("No drops at default settings with {} busy flows", super::drops::FLOWS),
+            result: format!("{drops} drops in {runs} runs of `stream` and `top`"),
+            met: Some(drops == 0),
+        });
+    }
+    for d in &r.forced_drops {
+        out.push(Target {
+            target: format!("Forced drops ({}) are counted and reported by {}", d.args, d.observer.label()),
+            result: format!(
+                "kernel counted {}, {} reported {}",
+                d.kernel_drops,
+                if d.observer == Observer::Stream { "`stats`" } else { "footer" },
+                d.reported_drops.map_or("nothing".into(), |n| n.to_string())
+            ),
+            met: Some(d.reported_exactly()),
+        });
+    }
+    if !r.scale.is_empty() {
+        let worst = r.scale.iter().map(|s| s.rss_peak_bytes).max().unwrap_or(0);
+        out.push(Target {
+            target: format!("{} flows: bbrscope userspace under 100 MB resident", r.plan.scale_flows),
+            result: format!(
+                "peak {} (largest of {} runs of {:.0} s)",
+                mb(worst),
+                r.scale.len(),
+                r.plan.scale_seconds
+            ),
+            met: Some(worst < RSS_LIMIT),
+        });
+        let fixed = r.scale.iter().all(|s| s.map_bytes_idle == s.map_bytes_loaded);
+        out.push(Target {
+            target: "Kernel memory bounded by configuration, not traffic".into(),
+            result: r
+                .scale
+                .iter()
+                .map(|s| format!("{}: {} → {}", max_flows(s), mb(s.map_bytes_idle), mb(s.map_bytes_loaded)))
+                .collect::<Vec<_>>()
+                .join("; "),
+            met: Some(fixed),
+        });
+        for s in r.scale.iter().filter(|s| s.case.observer == Observer::Dashboard) {
+            out.push(Target {
+                target: format!("{} flows: the dashboard stays responsive (keys answered < {} ms)", r.plan.scale_flows, RESPONSIVE.as_millis()),
+                result: latency(s),
+                met: Some(s.keys_unanswered == 0 && s.key_latency_ms.is_some_and(|l| l.max < RESPONSIVE.as_secs_f64() * 1e3)),
+            });
+        }
+    }
+    out
+}
+
+fn pct(ratio: f64) -> String {
+    format!("{:.1}%", ratio * 100.0)
+}
+
+fn mb(bytes: u64) -> String {
+    format!("{:.1} MB", bytes as f64 / (1 << 20) as f64)
+}
+
+fn bps(v: f64) -> String {
+    if v >= 1e9 { format!("{:.2} Gbit/s", v / 1e9) } else { format!("{:.0} Mbit/s", v / 1e6) }
+}
+
+fn count(v: f64) -> String {
+    match v {
+        v if v >= 1e6 => format!("{:.2}M", v / 1e6),
+        v if v >= 1e4 => format!("{:.0}k", v / 1e3),
+        v if v >= 1e3 => format!("{:.1}k", v / 1e3),
+        v => format!("{v:.0}"),
+    }
+}
+
+fn spread(s: Option<Spread>, f: impl Fn(f64) -> String) -> String {
+    match s {
+        Some(s) if s.min != s.max => format!("{} ({}–{})", f(s.median), f(s.min), f(s.max)),
+        Some(s) => f(s.median),
+        None => "–".into(),
+    }
+}
+
+fn median(s: Option<Spread>, f: impl Fn(f64) -> String) -> String {
+    s.map_or("–".into(), |s| f(s.median))
+}
+
+fn cores(v: f64) -> String {
+    format!("{:.1}%", v * 100.0)
+}
+
+fn max_flows(s: &ScaleResult) -> String {
+    s.case.max_flows.map_or("default".into(), |n| n.to_string())
+}
+
+fn latency(s: &ScaleResult) -> String {
+    let answered = spread(s.key_latency_ms, |v| format!("{v:.0} ms"));
+    if s.keys_unanswered > 0 { format!("{answered}, {} unanswered", s.keys_unanswered) } else { answered }
+}
+
+fn summary_row(label: &str, s: &Summary) -> String {
+    let ratio = if s.observer == Observer::Baseline { "100%".into() } else { spread(s.ratio, pct) };
+    format!(
+        "| {label} | {} | {} | {ratio} | {} | {} | {} | {} | {} | {} |\n",
+        s.observer.label(),
+        median(Some(s.throughput_bps), bps),
+        median(s.cpu_cores, cores),
+        median(s.bpf_cores, cores),
+        median(s.events_per_s, count),
+        median(s.records_per_s, count),
+        s.drops.map_or("–".into(), |d| d.to_string()),
+        spread(s.ns_per_event, |v| format!("{v:.0}")),
+    )
+}
+
+pub fn markdown(r: &Results) -> String {
+    let m = &r.machine;
+    let p = &r.plan;
+    let mut md = String::new();
+    let _ = writeln!(md, "## bbrscope cost benchmark\n");
+    let _ = writeln!(
+        md,
+        "{}{}, Linux {}, {} ({} cores{}), {:.0} GiB RAM; bbrscope {} ({}); {}. Load average {:.1} at the start, {:.1} at the end; the run took {:.1} min.\n",
+        m.date_utc,
+        if p.quick { " (`--quick`)" } else { "" },
+        m.kernel,
+        m.cpu_model,
+        m.cores,
+        if m.virtual_machine { ", virtual machine" } else { "" },
+        m.memory_gib,
+        m.commit,
+        m.bbrscope,
+        m.bpftrace.as_deref().unwrap_or("bpftrace not installed"),
+        m.load_average_start,
+        r.load_average_end,
+        r.duration_s / 60.0,
+    );
+    let _ = writeln!(
+        md,
+        "Each workload runs {} rounds; a round runs every observer once, {} s measured after a {} s warm-up, \
+         the observer attached before the flows start and a different observer first in each round. \
+         Medians over rounds, min–max in brackets (every run is in latest.json). Throughput is what the \
+         receivers read. *vs baseline* compares each run with the baseline run of the same round. \
+         *Observer CPU* is the observer process's user + system time (for `ss`, all its runs); \
+         *BPF time* is the time in the observer's tcp_probe program, paid by the CPUs moving the traffic \
+         (kernel BPF run-time statistics, on for the whole benchmark, which adds two clock reads per \
+         program run). Both are in % of one core. *events/s*: tcp_probe runs (incoming segments on all \
+         sockets); *records/s*: records bbrscope's programs wrote to its ring buffer; *drops*: records \
+         lost to a full ring, over all rounds; *ns/event*: BPF time per tcp_probe run (for bpftrace's \
+         classic tracepoint this leaves out the kernel filling in the trace record).\n",
+        p.repeats, p.seconds, p.warmup_s
+    );
+    md.push_str("| workload | observer | throughput | vs baseline | observer CPU | BPF time | events/s | records/s | drops | ns/event |\n");
+    md.push_str("|---|---|---|---|---|---|---|---|---|---|\n");
+    for w in &r.workloads {
+        for (i, s) in w.summaries.iter().enumerate() {
+            md.push_str(&summary_row(if i == 0 { &w.label } else { "" }, s));
+        }
+    }
+
+    md.push_str("\n### Targets\n\n| target | this run | met |\n|---|---|---|\n");
+    for t in &r.targets {
+        let met = match t.met {
+            Some(true) => "yes",
+            Some(false) => "**no**",
+            None => "not measured",
+        };
+        let _ = writeln!(md, "| {} | {} | {met} |", t.target, t.result);
+    }
+
+    if !r.scale.is_empty() {
+        let _ = writeln!(
+            md,
+            "\n### {} concurrent flows\n\n{} mostly idle loopback flows (each sends 64 bytes every 2 s) and 4 busy ones, \
+             held {:.0} s. Both ends of every flow are on this machine, so the kernel programs see twice as many \
+             sockets as flows. *Flows seen*: flows the kernel programs started tracking (a flow evicted from a full \
+             table and seen again counts again); *known*: flows `stream` reported in its last `stats` record. \
+             *Growth*: resident memory growth over the second half of the run.\n",
+            p.scale_flows, p.scale_flows, p.scale_seconds
+        );
+        md.push_str("| observer | --max-flows | flows seen | known | RSS idle → end (peak) | growth | kernel maps idle → loaded | CPU | events/s | records/s | drops | key latency |\n");
+        md.push_str("|---|---|---|---|---|---|---|---|---|---|---|---|\n");
+        for s in &r.scale {
+            let _ = writeln!(
+                md,
+                "| {} | {} | {} | {} | {} → {} ({}) | {:.1} MB/min | {} → {} | {} | {} | {} | {} | {} |",
+                s.case.observer.label(),
+                max_flows(s),
+                s.flows_seen,
+                s.flows_active.map_or("–".into(), |n| n.to_string()),
+                mb(s.rss_idle_bytes),
+                mb(s.rss_end_bytes),
+                mb(s.rss_peak_bytes),
+                s.rss_growth_bytes_per_min / (1 << 20) as f64,
+                mb(s.map_bytes_idle),
+                mb(s.map_bytes_loaded),
+                cores(s.cpu_cores),
+                count(s.events_per_s),
+                count(s.records_per_s),
+                s.drops,
+                if s.case.observer == Observer::Dashboard { latency(s) } else { "–".into() },
+            );
+        }
+    }
+
+    if !r.forced_drops.is_empty() {
+        let _ = writeln!(md, "\n### Forced drops\n\n| observer | settings | kernel counted | reported |\n|---|---|---|---|");
+        for d in &r.forced_drops {
+            let _ = writeln!(
+                md,
+                "| {} | `{}`, {} busy flows, {} s | {} | {} |",
+                d.observer.label(),
+                d.args,
+                d.flows,
+                d.seconds,
+                d.kernel_drops,
+                d.reported_drops.map_or("nothing".into(), |n| n.to_string())
+            );
+        }
+    }
+
+    let runs: Vec<_> = r.workloads.iter().flat_map(|w| &w.runs).collect();
+    let foreign = runs.iter().filter(|x| x.foreign_probes > 0).count();
+    let mut notes = r.notes.clone();
+    if foreign > 0 {
+        notes.push(format!(
+            "Other tcp_probe programs (other users of this machine) were loaded during {foreign} of {} runs; \
+             they slow every observer's runs in a round alike, but add noise.",
+            runs.len()
+        ));
+    }
+    if !notes.is_empty() {
+        md.push_str("\n### Notes\n\n");
+        for n in notes {
+            let _ = writeln!(md, "- {n}");
+        }
+    }
+    md
+}
+
+/// Writes latest.md and latest.json into `dir`.
+pub fn write(r: &Results, dir: &Path) -> Result<(PathBuf, PathBuf)> {
+    fs::create_dir_all(dir)?;
+    let (md, json) = (dir.join("latest.md"), dir.join("latest.json"));
+    fs::write(&md, markdown(r))?;
+    fs::write(&json, serde_json::to_string_pretty(r)? + "\n")?;
+    Ok((md, json))
+}

@@ -1,0 +1,323 @@
+//! The five ways of watching the traffic that the benchmark compares: nothing, `bbrscope stream`
+//! to /dev/null, the dashboard on a terminal, the bpftrace script a user would write by hand, and
+//! `ss -tin` polled every 100 ms.
+
+use std::{
+    io::Read as _,
+    os::unix::process::CommandExt as _,
+    path::{Path, PathBuf},
+    process::{Child, Command, Stdio},
+    sync::{
+        Arc,
+        atomic::{AtomicBool, AtomicU64, Ordering},
+    },
+    thread::{self, JoinHandle},
+    time::{Duration, Instant},
+};
+
+use anyhow::{Context as _, Result, bail};
+use serde::Serialize;
+
+use super::{
+    measure::{self, CounterValues, Counters, ProbeProgram, RunStats},
+    net,
+    pty::Pty,
+    workload::Pinger,
+};
+
+/// Per-flow state keyed by socket, from the same tcp_probe fields bbrscope samples, printed
+/// every 100 ms (bbrscope's default sample interval) and nothing per event.
+pub const BPFTRACE_SCRIPT: &str = include_str!("tcp_probe.bt");
+
+/// The dashboard's terminal.
+const COLS: u16 = 120;
+const ROWS: u16 = 40;
+/// Text of the dashboard's help overlay (its title). A single word: the dashboard redraws only
+/// the cells that change, so spaces may be skipped with a cursor move.
+const HELP_TEXT: &str = "keys";
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Observer {
+    Baseline,
+    Stream,
+    Dashboard,
+    Bpftrace,
+    SsPoll,
+}
+
+impl Observer {
+    pub const ALL: [Observer; 5] =
+        [Observer::Baseline, Observer::Stream, Observer::Dashboard, Observer::Bpftrace, Observer::SsPoll];
+
+    pub fn label(self) -> &'static str {
+        match self {
+            Observer::Baseline => "nothing (baseline)",
+            Observer::Stream => "bbrscope stream > /dev/null",
+            Observer::Dashboard => "bbrscope top (terminal)",
+            Observer::Bpftrace => "bpftrace, per-flow map",
+            Observer::SsPoll => "ss -tin every 100 ms",
+        }
+    }
+}
+
+/// What starting an observer needs.
+pub struct Setup<'a> {
+    pub bbrscope: &'a Path,
+    pub pinger: &'a Pinger,
+    /// Where the bpftrace script is written (None: bpftrace is not installed).
+    pub bpftrace_script: Option<PathBuf>,
+}
+
+/// Kills a child if the benchmark dies first, so no observer outlives it. (The signal follows
+/// the thread that spawned the child: observers are spawned from the benchmark's main thread.)
+pub(super) fn tie_to_parent(cmd: &mut Command) -> &mut Command {
+    unsafe {
+        cmd.pre_exec(|| {
+            libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
+            Ok(())
+        })
+    }
+}
+
+/// An observer in its own process, whose tcp_probe program is attached.
+pub struct Traced {
+    pub child: Child,
+    pub pty: Option<Pty>,
+    stderr: Option<JoinHandle<String>>,
+    pub probe: ProbeProgram,
+    /// bbrscope's counters (bpftrace has none).
+    pub counters: Option<Counters>,
+}
+
+impl Traced {
+    /// Spawns `cmd` (stdin and stdout already chosen) and waits until its tcp_probe program
+    /// runs: found among its file descriptors and seen to fire on a ping.
+    pub fn spawn(mut cmd: Command, pinger: &Pinger) -> Result<Traced> {
+        let child = tie_to_parent(cmd.stderr(Stdio::piped())).spawn().with_context(|| format!("starting {cmd:?}"))?;
+        Self::attach(child, None, pinger)
+    }
+
+    /// Spawns `cmd` on a terminal of its own.
+    pub fn spawn_on_terminal(mut cmd: Command, pinger: &Pinger) -> Result<Traced> {
+        let (child, pty) = Pty::spawn(tie_to_parent(&mut cmd), COLS, ROWS)?;
+        Self::attach(child, Some(pty), pinger)
+    }
+
+    fn attach(mut child: Child, pty: Option<Pty>, pinger: &Pinger) -> Result<Traced> {
+        let mut stderr = child.stderr.take().map(|mut e| {
+            thread::spawn(move || {
+                let mut s = String::new();
+                let _ = e.read_to_string(&mut s);
+                s
+            })
+        });
+        let start = Instant::now();
+        let probe = loop {
+            if let Some(status) = child.try_wait()? {
+                bail!("observer exited ({status}): {}", said(&mut stderr, pty.as_ref()));
+            }
+            if let Some(p) = ProbeProgram::find(child.id())? {
+                pinger.ping()?;
+                if p.stats()?.runs > 0 {
+                    break p;
+                }
+            }
+            if start.elapsed() > Duration::from_secs(30) {
+                bail!("observer {} did not attach to tcp_probe within 30 s", child.id());
+            }
+            thread::sleep(Duration::from_millis(20));
+        };
+        let counters = Counters::find(child.id()).ok();
+        Ok(Traced { child, pty, stderr, probe, counters })
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// Fails, with what the observer said, if it has exited.
+    pub fn check_alive(&mut self) -> Result<()> {
+        if let Some(status) = self.child.try_wait()? {
+            bail!("observer exited ({status}): {}", said(&mut self.stderr, self.pty.as_ref()));
+        }
+        Ok(())
+    }
+
+    /// Asks the observer to stop (SIGTERM, which bbrscope and bpftrace handle) and waits.
+    pub fn stop(mut self) -> Result<()> {
+        self.check_alive()?;
+        unsafe { libc::kill(self.pid() as i32, libc::SIGTERM) };
+        let start = Instant::now();
+        while self.child.try_wait()?.is_none() {
+            if start.elapsed() > Duration::from_secs(10) {
+                let _ = self.child.kill();
+                let _ = self.child.wait();
+                bail!("observer {} ignored SIGTERM for 10 s", self.pid());
+            }
+            thread::sleep(Duration::from_millis(10));
+        }
+        Ok(())
+    }
+
+    /// Times the dashboard's answer to a key: opens its help, waits for it on the screen, closes
+    /// it again. None if the help did not appear within `timeout`.
+    pub fn key_latency(&self, timeout: Duration) -> Result<Option<Duration>> {
+        let pty = self.pty.as_ref().context("key latency needs the dashboard's terminal")?;
+        let since = pty.position();
+        pty.send(b"?")?;
+        let latency = pty.wait_for(since, HELP_TEXT, timeout);
+        // Any key closes the help.
+        pty.send(b"\x1b")?;
+        Ok(latency)
+    }
+}
+
+/// What an exited observer wrote to its standard error (or its terminal).
+fn said(stderr: &mut Option<JoinHandle<String>>, pty: Option<&Pty>) -> String {
+    let text = match (stderr.take(), pty) {
+        (Some(h), _) => h.join().unwrap_or_default(),
+        (None, Some(pty)) => pty.tail_text(2000),
+        (None, None) => String::new(),
+    };
+    text.trim().to_string()
+}
+
+impl Drop for Traced {
+    fn drop(&mut self) {
+        if let Ok(None) = self.child.try_wait() {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
+}
+
+/// `bbrscope stream` with its records going to `stdout`.
+pub fn bbrscope_stream(setup: &Setup, args: &[&str], stdout: Stdio) -> Result<Traced> {
+    let mut cmd = Command::new(setup.bbrscope);
+    cmd.arg("stream").args(args).stdin(Stdio::null()).stdout(stdout);
+    Traced::spawn(cmd, setup.pinger)
+}
+
+/// `bbrscope top` on a terminal.
+pub fn bbrscope_top(setup: &Setup, args: &[&str]) -> Result<Traced> {
+    let mut cmd = Command::new(setup.bbrscope);
+    cmd.arg("top").args(args).env("TERM", "xterm-256color");
+    Traced::spawn_on_terminal(cmd, setup.pinger)
+}
+
+/// `ss -tin` run every 100 ms, its CPU time (collected from each run) and number of polls.
+pub struct SsPoller {
+    stop: Arc<AtomicBool>,
+    cpu_ns: Arc<AtomicU64>,
+    thread: JoinHandle<Result<()>>,
+}
+
+impl SsPoller {
+    pub const PERIOD: Duration = Duration::from_millis(100);
+
+    /// Polls the sockets of the namespace at `netns` (None: this one).
+    pub fn start(netns: Option<String>) -> SsPoller {
+        let (stop, cpu_ns) = (Arc::new(AtomicBool::new(false)), Arc::new(AtomicU64::new(0)));
+        let (stopped, cpu) = (stop.clone(), cpu_ns.clone());
+        let thread = thread::spawn(move || {
+            if let Some(path) = netns {
+                net::setns(&path)?;
+            }
+            let mut next = Instant::now();
+            while !stopped.load(Ordering::Relaxed) {
+                let child = Command::new("ss").arg("-tin").stdout(Stdio::null()).stderr(Stdio::null()).spawn()?;
+                cpu.fetch_add(reap(child)?.as_nanos() as u64, Ordering::Relaxed);
+                next += Self::PERIOD;
+                // A poll that overruns its period starts the next one at once, as exporters do.
+                next = next.max(Instant::now());
+                thread::sleep(next - Instant::now());
+            }
+            Ok(())
+        });
+        SsPoller { stop, cpu_ns, thread }
+    }
+
+    pub fn cpu_time(&self) -> Duration {
+        Duration::from_nanos(self.cpu_ns.load(Ordering::Relaxed))
+    }
+
+    pub fn stop(self) -> Result<()> {
+        self.stop.store(true, Ordering::Relaxed);
+        self.thread.join().map_err(|_| anyhow::anyhow!("ss poller panicked"))?
+    }
+}
+
+/// Waits for a child and returns the CPU time it used.
+fn reap(child: Child) -> Result<Duration> {
+    let mut status = 0;
+    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+    if unsafe { libc::wait4(child.id() as i32, &mut status, 0, &mut usage) } < 0 {
+        bail!("wait4: {}", std::io::Error::last_os_error());
+    }
+    let tv = |t: libc::timeval| Duration::new(t.tv_sec as u64, t.tv_usec as u32 * 1000);
+    Ok(tv(usage.ru_utime) + tv(usage.ru_stime))
+}
+
+/// An observer while it watches.
+pub enum Running {
+    Nothing,
+    Traced(Traced),
+    Ss(SsPoller),
+}
+
+/// What an observer has consumed so far (cumulative; the benchmark takes differences).
+#[derive(Clone, Copy, Default)]
+pub struct Consumed {
+    pub cpu: Option<Duration>,
+    pub probe: Option<RunStats>,
+    pub counters: Option<CounterValues>,
+}
+
+impl Running {
+    pub fn start(observer: Observer, setup: &Setup, netns: Option<String>) -> Result<Running> {
+        Ok(match observer {
+            Observer::Baseline => Running::Nothing,
+            Observer::Stream => Running::Traced(bbrscope_stream(setup, &[], Stdio::null())?),
+            Observer::Dashboard => Running::Traced(bbrscope_top(setup, &[])?),
+            Observer::Bpftrace => {
+                let script = setup.bpftrace_script.as_ref().context("bpftrace is not installed")?;
+                let mut cmd = Command::new("bpftrace");
+                cmd.arg(script).stdin(Stdio::null()).stdout(Stdio::null());
+                Running::Traced(Traced::spawn(cmd, setup.pinger)?)
+            }
+            Observer::SsPoll => Running::Ss(SsPoller::start(netns)),
+        })
+    }
+
+    pub fn consumed(&mut self) -> Result<Consumed> {
+        Ok(match self {
+            Running::Nothing => Consumed::default(),
+            Running::Ss(p) => Consumed { cpu: Some(p.cpu_time()), ..Consumed::default() },
+            Running::Traced(t) => {
+                t.check_alive()?;
+                Consumed {
+                    cpu: Some(measure::cpu_time(t.pid())?),
+                    probe: Some(t.probe.stats()?),
+                    counters: t.counters.as_ref().map(Counters::read).transpose()?,
+                }
+            }
+        })
+    }
+
+    /// The observer's own tcp_probe program, to tell it from others on the machine.
+    pub fn probe_id(&self) -> Option<u32> {
+        match self {
+            Running::Traced(t) => Some(t.probe.id),
+            _ => None,
+        }
+    }
+
+    pub fn stop(self) -> Result<()> {
+        match self {
+            Running::Nothing => Ok(()),
+            Running::Traced(t) => t.stop(),
+            Running::Ss(p) => p.stop(),
+        }
+    }
+}
