@@ -17,7 +17,10 @@ use std::{
 };
 
 use bbrscope::demo::emulator::{Link, LinkConfig, LossSpec};
+use common::{bbrscope, require_root, tcp_congestion_control, wait_timeout};
 use serde_json::Value;
+
+mod common;
 
 static SERIAL: Mutex<()> = Mutex::new(());
 
@@ -25,19 +28,6 @@ static SERIAL: Mutex<()> = Mutex::new(());
 fn heavy() -> MutexGuard<'static, ()> {
     require_root();
     SERIAL.lock().unwrap_or_else(|e| e.into_inner())
-}
-
-fn require_root() {
-    // SAFETY: geteuid has no preconditions.
-    assert_eq!(
-        unsafe { libc::geteuid() },
-        0,
-        "these tests must run as root: they create network namespaces and TUN devices and load eBPF programs"
-    );
-}
-
-fn bin() -> &'static str {
-    env!("CARGO_BIN_EXE_bbrscope")
 }
 
 /// A scratch file name; each test removes what it wrote.
@@ -104,7 +94,11 @@ fn emulator_bottleneck_rate_is_within_5_percent_at_50_mbit() {
     let (first, last) = (steady[0].0, steady.last().unwrap().0);
     let bytes: usize = steady[1..].iter().map(|g| g.2 + 28).sum();
     let measured = bytes as f64 * 8.0 / (last - first).as_secs_f64();
-    eprintln!("bottleneck: configured 50 Mbit/s, measured {:.3} Mbit/s over {} packets; {counters:?}", measured / 1e6, steady.len());
+    eprintln!(
+        "bottleneck: configured 50 Mbit/s, measured {:.3} Mbit/s over {} packets; {counters:?}",
+        measured / 1e6,
+        steady.len()
+    );
     assert!((measured / rate as f64 - 1.0).abs() < 0.05, "measured {measured} bit/s");
     assert!(counters.queue_dropped > 0, "the test must saturate the bottleneck");
     assert_eq!(counters.largest_packet, 1500, "offloads off: nothing larger than the MTU");
@@ -148,7 +142,8 @@ fn emulator_random_loss_matches_configured_and_seeds_reproduce() {
     let n = 20_000u32;
     let check = |loss: LossSpec| -> BTreeSet<u32> {
         // Two links with the same seed, fed the same packets: the same packets must be lost.
-        let links: Vec<Link> = (0..2).map(|i| Link::new(i, &link_config(50_000_000, 10, 10_000_000, loss)).unwrap()).collect();
+        let links: Vec<Link> =
+            (0..2).map(|i| Link::new(i, &link_config(50_000_000, 10, 10_000_000, loss)).unwrap()).collect();
         let mut lost_sets = Vec::new();
         for link in links {
             let (tx, rx) = udp_pair(&link);
@@ -187,10 +182,14 @@ fn emulator_random_loss_matches_configured_and_seeds_reproduce() {
 
 fn run_demo(args: &[&str]) -> Value {
     let t = Instant::now();
-    let out = Command::new(bin()).arg("demo").args(["--headless", "--json"]).args(args).output().unwrap();
+    let out = bbrscope().arg("demo").args(["--headless", "--json"]).args(args).output().unwrap();
     assert!(out.status.success(), "demo {args:?} failed: {}", String::from_utf8_lossy(&out.stderr));
     let v: Value = serde_json::from_slice(&out.stdout).expect("one JSON object on stdout");
-    eprintln!("demo {args:?} took {:.1} s:\n{}", t.elapsed().as_secs_f64(), serde_json::to_string_pretty(&strip_runs(&v)).unwrap());
+    eprintln!(
+        "demo {args:?} took {:.1} s:\n{}",
+        t.elapsed().as_secs_f64(),
+        serde_json::to_string_pretty(&strip_runs(&v)).unwrap()
+    );
     v
 }
 
@@ -211,19 +210,17 @@ fn f(v: &Value) -> f64 {
     v.as_f64().unwrap_or_else(|| panic!("not a number: {v}"))
 }
 
-fn default_cc() -> String {
-    std::fs::read_to_string("/proc/sys/net/ipv4/tcp_congestion_control").unwrap()
-}
-
 #[test]
 fn lossy_path_bbr_beats_cubic_tenfold_and_cubic_follows_pftk() {
     let _g = heavy();
-    let before = default_cc();
+    let before = tcp_congestion_control();
     let svg = tmp("lossy.svg");
     let v = run_demo(&["google-lossy", "--duration", "20", "--plot", svg.to_str().unwrap()]);
-    assert_eq!(default_cc(), before, "the demo must not change the system's default algorithm");
+    assert_eq!(tcp_congestion_control(), before, "the demo must not change the system's default algorithm");
 
     assert_eq!(v["type"], "demo_summary");
+    assert_eq!((&v["preset"]["name"], &v["preset"]["modified"]), (&Value::from("google-lossy"), &Value::from(false)));
+    assert!(v["preset"]["published"].as_str().unwrap().contains("3.27 Mbit/s"), "the published numbers beside it");
     let c = &v["conditions"];
     assert_eq!((f(&c["rate_bps"]), f(&c["rtt_us"]), f(&c["loss"]), f(&c["duration_s"])), (50e6, 100_000.0, 0.01, 20.0));
     for r in v["results"].as_array().unwrap() {
@@ -285,11 +282,25 @@ fn sequential_repeats_report_every_run_and_plot_png() {
     let _g = heavy();
     let png = tmp("seq.png");
     let v = run_demo(&[
-        "--sequential", "--repeat", "2", "--duration", "3", "--rate", "10mbit", "--rtt", "20ms", "--loss", "0",
-        "--algos", "reno,bbr", "--plot", png.to_str().unwrap(),
+        "--sequential",
+        "--repeat",
+        "2",
+        "--duration",
+        "3",
+        "--rate",
+        "10mbit",
+        "--rtt",
+        "20ms",
+        "--loss",
+        "0",
+        "--algos",
+        "reno,bbr",
+        "--plot",
+        png.to_str().unwrap(),
     ]);
     assert_eq!(v["conditions"]["sequential"], true);
     assert_eq!(v["conditions"]["repeat"], 2);
+    assert_eq!(v["preset"]["modified"], true);
     for cc in ["reno", "bbr"] {
         let r = result(&v, cc);
         assert_eq!(r["runs"].as_array().unwrap().len(), 2);
@@ -306,7 +317,7 @@ fn sequential_repeats_report_every_run_and_plot_png() {
 
 fn usage_error(args: &[&str]) -> String {
     let t = Instant::now();
-    let out = Command::new(bin()).arg("demo").args(args).output().unwrap();
+    let out = bbrscope().arg("demo").args(args).output().unwrap();
     let err = String::from_utf8_lossy(&out.stderr).to_string();
     assert_eq!(out.status.code(), Some(2), "demo {args:?}: {err}");
     assert_eq!(err.lines().count(), 1, "one line: {err}");
@@ -345,7 +356,8 @@ fn not_root_is_told_so() {
     require_root();
     // setpriv (util-linux) drops to nobody with no capabilities; the binary must be reachable.
     let out = Command::new("setpriv")
-        .args(["--reuid=65534", "--regid=65534", "--clear-groups", "--inh-caps=-all", bin(), "demo", "--duration", "1"])
+        .args(["--reuid=65534", "--regid=65534", "--clear-groups", "--inh-caps=-all"])
+        .args([env!("CARGO_BIN_EXE_bbrscope"), "demo", "--duration", "1"])
         .output()
         .expect("setpriv (util-linux) is needed for this test");
     let err = String::from_utf8_lossy(&out.stderr);
@@ -362,7 +374,8 @@ fn netns_in_use() -> BTreeSet<String> {
     let Ok(procs) = std::fs::read_dir("/proc") else { return found };
     for p in procs.flatten() {
         let pid = p.path();
-        let tasks = std::fs::read_dir(pid.join("task")).into_iter().flatten().flatten().map(|t| t.path().join("ns/net"));
+        let tasks =
+            std::fs::read_dir(pid.join("task")).into_iter().flatten().flatten().map(|t| t.path().join("ns/net"));
         let fds = std::fs::read_dir(pid.join("fd")).into_iter().flatten().flatten().map(|fd| fd.path());
         for link in tasks.chain(fds) {
             if let Ok(target) = std::fs::read_link(&link) {
@@ -396,8 +409,9 @@ fn dir_entries(p: &str) -> BTreeSet<String> {
 /// and checks that nothing it made survives.
 fn leaves_nothing_behind(duration: &str, end: impl FnOnce(&mut Child)) -> Output {
     let _g = heavy();
-    let (netns_dirs, interfaces, bpf_pins) = (dir_entries("/run/netns"), dir_entries("/sys/class/net"), dir_entries("/sys/fs/bpf"));
-    let mut child = Command::new(bin())
+    let (netns_dirs, interfaces, bpf_pins) =
+        (dir_entries("/run/netns"), dir_entries("/sys/class/net"), dir_entries("/sys/fs/bpf"));
+    let mut child = bbrscope()
         .args(["demo", "--headless", "--duration", duration, "--rate", "10mbit", "--rtt", "20ms"])
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
@@ -437,13 +451,9 @@ fn signal(child: &Child, sig: libc::c_int) {
     assert_eq!(unsafe { libc::kill(child.id() as libc::pid_t, sig) }, 0);
 }
 
-/// Waits for the child to exit by itself within `limit`.
+/// Waits for the demo to exit by itself within `limit`.
 fn exits_within(child: &mut Child, limit: Duration) {
-    let deadline = Instant::now() + limit;
-    while child.try_wait().unwrap().is_none() {
-        assert!(Instant::now() < deadline, "the demo did not stop within {limit:?}");
-        thread::sleep(Duration::from_millis(20));
-    }
+    assert!(wait_timeout(child, limit).is_some(), "the demo did not stop within {limit:?}");
 }
 
 #[test]

@@ -101,3 +101,31 @@ fn top_without_a_terminal_says_to_use_stream() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("bbrscope stream") && err.lines().count() == 1, "{err}");
 }
+
+#[test]
+fn demo_runs_in_the_dashboard_and_q_stops_it_cleanly() {
+    require_root();
+    let name = format!("bbrscope-demo-{}", std::process::id());
+    let s = Session(name.clone());
+    let cmd = format!(
+        "{} demo --rate 10mbit --rtt 40ms --duration 6; echo EXIT=$?; stty -a | grep -o -- ' -\\?icanon'; sleep 60",
+        env!("CARGO_BIN_EXE_bbrscope")
+    );
+    tmux(&["new-session", "-d", "-s", &name, "-x", "120", "-y", "36", &cmd]);
+    // The compare view, on the demo's two flows only.
+    let text = wait_screen(&s, "the demo's compare view", |t| t.contains("cubic (1 flow)") && t.contains("bbr (1 flow)"));
+    assert!(text.contains("throughput (Mbit/s)"), "{text}");
+    let text = wait_screen(&s, "the summary", |t| t.contains("EXIT=") && t.contains("icanon"));
+    assert!(text.contains("EXIT=0") && text.contains("BBR/CUBIC goodput"), "{text}");
+    assert!(!text.contains("-icanon"), "{text}");
+
+    // q mid-run stops the demo, removes its links and restores the terminal.
+    let name2 = format!("bbrscope-demo-q-{}", std::process::id());
+    let s2 = Session(name2.clone());
+    tmux(&["new-session", "-d", "-s", &name2, "-x", "120", "-y", "36", &cmd.replace("--duration 6", "--duration 60")]);
+    wait_screen(&s2, "the demo's compare view", |t| t.contains("bbr (1 flow)"));
+    tmux(&["send-keys", "-t", &name2, "q"]);
+    let text = wait_screen(&s2, "exit", |t| t.contains("EXIT=") && t.contains("icanon"));
+    assert!(text.contains("EXIT=1") && text.contains("stopped from the dashboard"), "{text}");
+    assert!(!text.contains("-icanon"), "{text}");
+}

@@ -82,7 +82,11 @@ impl Stream {
             if let Ok(Some(status)) = self.child.try_wait() {
                 panic!("bbrscope exited ({status}) before the expected record; stderr: {}", self.take_stderr());
             }
-            assert!(start.elapsed() < timeout, "no matching record within {timeout:?}; got {} records", self.records().len());
+            assert!(
+                start.elapsed() < timeout,
+                "no matching record within {timeout:?}; got {} records",
+                self.records().len()
+            );
             thread::sleep(Duration::from_millis(20));
         }
     }
@@ -245,12 +249,7 @@ pub fn unique_name(tag: &str) -> String {
 /// Runs `cmd ARGS`, asserts that it succeeded and returns its stdout.
 pub fn run(cmd: &str, args: &[&str]) -> String {
     let out = Command::new(cmd).args(args).output().unwrap_or_else(|e| panic!("{cmd}: {e}"));
-    assert!(
-        out.status.success(),
-        "{cmd} {}: {}",
-        args.join(" "),
-        String::from_utf8_lossy(&out.stderr)
-    );
+    assert!(out.status.success(), "{cmd} {}: {}", args.join(" "), String::from_utf8_lossy(&out.stderr));
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
@@ -338,7 +337,8 @@ impl Link {
         let a = Netns::new(&format!("{tag}a"));
         let b = Netns::new(&format!("{tag}b"));
         let n = (std::process::id() as u64 * 7 + LINK_SEQ.fetch_add(1, Ordering::Relaxed)) % 250 + 1;
-        let (va, vb) = (format!("va{n}x{}", std::process::id() % 10000), format!("vb{n}x{}", std::process::id() % 10000));
+        let (va, vb) =
+            (format!("va{n}x{}", std::process::id() % 10000), format!("vb{n}x{}", std::process::id() % 10000));
         run("ip", &["link", "add", &va, "netns", &a.name, "type", "veth", "peer", "name", &vb, "netns", &b.name]);
         let (a_ip, b_ip) = (format!("10.199.{n}.1"), format!("10.199.{n}.2"));
         a.exec("ip", &["addr", "add", &format!("{a_ip}/24"), "dev", &va]);

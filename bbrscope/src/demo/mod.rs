@@ -3,6 +3,7 @@
 //! [`run`] observes them with the eBPF observer, [`model`] says what theory expects, and
 //! [`summary`] / [`plot`] report.
 
+pub mod display;
 pub mod emulator;
 pub mod model;
 pub mod plot;

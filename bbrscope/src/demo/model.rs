@@ -1,8 +1,8 @@
 //! What theory predicts for a bulk flow on the emulated path, to print beside the measurement.
 //! Sources and limits are in /shared/notes/demo-theory.md:
 //! - loss-based algorithms (CUBIC, Reno) at random loss >= ~0.1% on long paths run in the
-//!   Reno-friendly region: PFTK (Padhye et al. 1998) with b = 1, T0 = RTT + 200 ms; Mathis et al.
-//!   1997 shown for reference. Their rate does not depend on the link's capacity.
+//!   Reno-friendly region: PFTK (Padhye et al. 1998; Mathis et al. 1997 plus timeouts) with b = 1,
+//!   T0 = RTT + 200 ms. Its rate does not depend on the link's capacity.
 //! - without random loss, a loss-based sender fills the drop-tail queue and backs off by beta =
 //!   0.7 (CUBIC): utilisation from a linear sawtooth between 0.7 and 1 times (BDP + buffer).
 //! - BBRv1 ignores random loss below ~20% (its 1.25x probe still raises the max filter while
@@ -55,11 +55,6 @@ impl Path {
     fn rtt_with_window_s(&self, window: f64) -> f64 {
         self.base_rtt_s() + (window - self.bdp_bytes()).clamp(0.0, self.buffer_bytes) * 8.0 / self.rate_bps
     }
-}
-
-/// Mathis et al.: rate = MSS / RTT x sqrt(3/2) / sqrt(p), bits per second.
-pub fn mathis_bps(mss: f64, rtt_s: f64, p: f64) -> f64 {
-    mss * 8.0 / rtt_s * (1.5f64).sqrt() / p.sqrt()
 }
 
 /// PFTK with timeouts (b = 1, T0 = RTT + 200 ms), bits per second.
@@ -124,7 +119,11 @@ pub fn predict(cc: &str, path: &Path) -> Prediction {
     let (model, goodput, peak_window) = if path.loss > 0.0 {
         let rate = pftk_bps(path.mss, path.rtt_s, path.loss).min(cap);
         // A loss-limited sawtooth peaks at ~4/3 of its mean window.
-        (if rate < cap { "PFTK (loss-limited)" } else { "PFTK, capped at C" }, rate, rate / 8.0 * path.rtt_s * 4.0 / 3.0)
+        (
+            if rate < cap { "PFTK (loss-limited)" } else { "PFTK, capped at C" },
+            rate,
+            rate / 8.0 * path.rtt_s * 4.0 / 3.0,
+        )
     } else {
         let u = sawtooth_utilisation(path.buffer_bytes / path.bdp_bytes(), CUBIC_BETA);
         ("drop-tail sawtooth (beta 0.7)", cap * u, path.bdp_bytes() + path.buffer_bytes)
@@ -134,10 +133,7 @@ pub fn predict(cc: &str, path: &Path) -> Prediction {
         model,
         goodput_bps: Some(goodput),
         goodput_range_bps: Some((goodput, goodput)),
-        srtt_range_us: (
-            us(path.rtt_with_window_s(CUBIC_BETA * peak_window)),
-            us(path.rtt_with_window_s(peak_window)),
-        ),
+        srtt_range_us: (us(path.rtt_with_window_s(CUBIC_BETA * peak_window)), us(path.rtt_with_window_s(peak_window))),
     }
 }
 
@@ -162,14 +158,6 @@ mod tests {
             let got = mbit(pftk_bps(1448.0, rtt, p));
             assert!((got - expect).abs() < 0.01 + expect * 0.02, "rtt {rtt} p {p}: {got} vs {expect}");
         }
-    }
-
-    #[test]
-    fn mathis_is_above_pftk_and_scales_with_one_over_sqrt_p() {
-        let m1 = mathis_bps(1448.0, 0.1, 0.01);
-        assert!((mbit(m1) - 1.419).abs() < 0.01);
-        assert!((m1 / mathis_bps(1448.0, 0.1, 0.04) - 2.0).abs() < 1e-9);
-        assert!(m1 > pftk_bps(1448.0, 0.1, 0.01));
     }
 
     #[test]

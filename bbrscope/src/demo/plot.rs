@@ -37,7 +37,8 @@ pub fn check_path(path: &Path) -> Result<(), String> {
 /// Writes the chart of `runs` (one round) to `path`, as SVG or PNG by its extension.
 pub fn write(path: &Path, title: &str, duration_s: f64, runs: &[&FlowRun]) -> Result<()> {
     let svg = svg(title, duration_s, runs);
-    let bytes = if path.extension().is_some_and(|e| e.eq_ignore_ascii_case("png")) { png(&svg)? } else { svg.into_bytes() };
+    let bytes =
+        if path.extension().is_some_and(|e| e.eq_ignore_ascii_case("png")) { png(&svg)? } else { svg.into_bytes() };
     std::fs::write(path, bytes).with_context(|| format!("writing {}", path.display()))
 }
 
@@ -72,7 +73,12 @@ pub fn svg(title: &str, duration_s: f64, runs: &[&FlowRun]) -> String {
     }
     let panels = [
         Panel { top: TOP, height: CWND_H, label: "cwnd (packets)", value: |p| p.cwnd.map(f64::from) },
-        Panel { top: TOP + CWND_H + GAP, height: RTT_H, label: "smoothed RTT (ms)", value: |p| p.srtt_us.map(|v| v as f64 / 1e3) },
+        Panel {
+            top: TOP + CWND_H + GAP,
+            height: RTT_H,
+            label: "smoothed RTT (ms)",
+            value: |p| p.srtt_us.map(|v| v as f64 / 1e3),
+        },
     ];
     for panel in &panels {
         draw_panel(&mut s, panel, duration_s, runs);
@@ -90,12 +96,7 @@ pub fn svg(title: &str, duration_s: f64, runs: &[&FlowRun]) -> String {
 fn draw_panel(s: &mut String, panel: &Panel, duration_s: f64, runs: &[&FlowRun]) {
     let w = WIDTH - LEFT - RIGHT;
     let (top, h) = (panel.top, panel.height);
-    let ymax = runs
-        .iter()
-        .flat_map(|r| r.series.iter().filter_map(panel.value))
-        .fold(0.0f64, f64::max)
-        .max(1.0)
-        * 1.05;
+    let ymax = runs.iter().flat_map(|r| r.series.iter().filter_map(panel.value)).fold(0.0f64, f64::max).max(1.0) * 1.05;
     let x_of = |t: f64| LEFT + t / duration_s * w;
     let y_of = |v: f64| top + h - v / ymax * h;
     for v in ticks(ymax) {
@@ -165,7 +166,9 @@ fn png(svg: &str) -> Result<Vec<u8>> {
     let mut opt = resvg::usvg::Options::default();
     opt.fontdb_mut().load_system_fonts();
     if opt.fontdb.is_empty() {
-        eprintln!("bbrscope: warning: no system fonts found; the PNG has no labels (install fonts-dejavu-core, or use .svg)");
+        eprintln!(
+            "bbrscope: warning: no system fonts found; the PNG has no labels (install fonts-dejavu-core, or use .svg)"
+        );
     }
     let tree = resvg::usvg::Tree::from_str(svg, &opt).context("parsing the chart")?;
     let size = tree.size().to_int_size();

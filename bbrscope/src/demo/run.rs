@@ -9,16 +9,18 @@ use tokio::signal::unix::{Signal, SignalKind, signal};
 
 use super::{
     Conditions,
+    display::Display,
     emulator::{self, Link, LinkCounters},
-    progress::{self, Progress, Row},
+    progress::Row,
     traffic::{BulkFlow, TcpStats},
 };
 use crate::{
     clock::Clock,
-    event::Decoder,
+    event::Event,
     filter::{FilterSpec, Net},
     flow::{FlowTable, Point},
-    kernel::{layout::Layout, loader::{Observer, Options}},
+    kernel::loader::Options,
+    session::Live,
 };
 
 /// Observer sample period per flow: fine enough to see every CUBIC tooth and BBR's PROBE_RTT.
@@ -40,11 +42,13 @@ pub struct FlowRun {
 /// The demo's flows as the eBPF observer sees them: only this process's port, only the
 /// emulator's address range.
 pub struct Watch {
-    observer: Observer,
-    layout: Layout,
+    live: Live,
     table: FlowTable,
     history: usize,
     port: u16,
+    /// Events kept for the display since it last took them (only when it wants them).
+    pending: Vec<Event>,
+    forward: bool,
 }
 
 impl Watch {
@@ -55,25 +59,31 @@ impl Watch {
             filter: FilterSpec { port: Some(port), net: Some(range), ..FilterSpec::default() },
             ..Options::default()
         };
-        let observer = Observer::start(&opts)?;
-        for note in &observer.degraded {
-            eprintln!("bbrscope: warning: {note}");
-        }
+        let live = Live::start("bbrscope demo", &opts)?;
         let history = (longest_run.as_millis() / SAMPLE_PERIOD.as_millis()) as usize + 1000;
-        Ok(Watch { layout: observer.layout.clone(), observer, table: FlowTable::new(history), history, port })
+        Ok(Watch { live, table: FlowTable::new(history), history, port, pending: Vec::new(), forward: false })
+    }
+
+    /// What this kernel lacks, in words.
+    pub fn degraded(&self) -> &[String] {
+        self.live.degraded()
+    }
+
+    /// Keep events for the display (see [`Watch::take_events`]).
+    pub fn forward_events(&mut self, on: bool) {
+        self.forward = on;
     }
 
     async fn pump(&mut self) -> Result<()> {
-        let decoder = Decoder { layout: &self.layout };
-        let table = &mut self.table;
-        self.observer
-            .drain(|bytes| {
-                if let Some(ev) = decoder.decode(bytes) {
-                    table.apply(&ev);
+        let (table, pending, forward) = (&mut self.table, &mut self.pending, self.forward);
+        self.live
+            .next_batch(|ev| {
+                table.apply(&ev);
+                if forward {
+                    pending.push(ev);
                 }
             })
-            .await?;
-        Ok(())
+            .await
     }
 
     fn flow(&self, flow: &BulkFlow) -> Option<&crate::flow::Flow> {
@@ -106,7 +116,7 @@ pub async fn round(
     algos: &[String],
     repeat: u32,
     watch: &mut Watch,
-    progress: &mut Option<Progress>,
+    display: &mut Display,
     interrupt: &mut Interrupt,
     label: &str,
 ) -> Result<Vec<FlowRun>> {
@@ -120,13 +130,18 @@ pub async fn round(
     for f in &mut flows {
         f.start()?;
     }
-    let mut tick = tokio::time::interval(progress::PERIOD);
+    let mut tick = tokio::time::interval(display.period());
     let deadline = tokio::time::sleep(cond.duration);
     tokio::pin!(deadline);
     loop {
         tokio::select! {
-            r = watch.pump() => r?,
-            _ = tick.tick() => if let Some(p) = progress.as_mut() {
+            r = watch.pump() => {
+                r?;
+                for ev in watch.pending.drain(..) {
+                    display.on_event(&ev);
+                }
+            }
+            _ = tick.tick() => {
                 let rows: Vec<Row> = flows.iter().map(|f| {
                     let m = watch.flow(f).and_then(|fl| fl.metrics.as_ref());
                     Row {
@@ -137,17 +152,19 @@ pub async fn round(
                         retransmits: m.and_then(|m| m.retrans_total),
                     }
                 }).collect();
-                p.draw(label, start.elapsed(), cond.duration, &rows);
-            },
+                display.draw(label, start.elapsed(), cond.duration, &rows)?;
+            }
             _ = &mut deadline => break,
             sig = interrupt.recv() => bail!("interrupted by {sig}: stopped the flows and removed the emulated links"),
+            r = display.stop_requested() => {
+                r?;
+                bail!("stopped from the dashboard: stopped the flows and removed the emulated links");
+            }
         }
     }
     let elapsed = start.elapsed().as_secs_f64();
     let measured = flows.iter().map(|f| Ok((f.received(), f.tcp_stats()?))).collect::<Result<Vec<_>>>()?;
-    if let Some(p) = progress.as_mut() {
-        p.clear();
-    }
+    display.clear();
     let series: Vec<Vec<Point>> = flows
         .iter()
         .map(|f| watch.flow(f).map(|fl| fl.history.iter().filter(|p| p.ts_ns >= start_ns).cloned().collect()))

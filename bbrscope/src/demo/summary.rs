@@ -41,7 +41,8 @@ impl RunStats {
         let srtt: Vec<f64> = run.series.iter().filter_map(|p| p.srtt_us).map(f64::from).collect();
         let cwnd: Vec<u32> = run.series.iter().filter_map(|p| p.cwnd).collect();
         let half = run.start_ns + duration.as_nanos() as u64 / 2;
-        let late: Vec<f64> = run.series.iter().filter(|p| p.ts_ns >= half).filter_map(|p| p.cwnd).map(f64::from).collect();
+        let late: Vec<f64> =
+            run.series.iter().filter(|p| p.ts_ns >= half).filter_map(|p| p.cwnd).map(f64::from).collect();
         let band = percentile(&late, 0.10).zip(percentile(&late, 0.90)).map(|(lo, hi)| (lo as u32, hi as u32));
         RunStats {
             goodput_bps: run.goodput_bps,
@@ -179,7 +180,7 @@ pub struct RunConditions {
 pub struct Summary {
     #[serde(rename = "type")]
     pub kind: &'static str,
-    pub preset: Option<PresetInfo>,
+    pub preset: PresetInfo,
     pub conditions: RunConditions,
     pub results: Vec<AlgoResult>,
     pub ratio: Option<Ratios>,
@@ -188,8 +189,9 @@ pub struct Summary {
 }
 
 impl Summary {
-    /// `runs` holds every round's flows, in any order; results follow `algos`.
-    pub fn new(preset: Option<(&Preset, bool)>, conditions: RunConditions, algos: &[String], runs: &[FlowRun]) -> Self {
+    /// `runs` holds every round's flows, in any order; results follow `algos`. `modified`: the
+    /// command line overrode some of the preset's path.
+    pub fn new(preset: &Preset, modified: bool, conditions: RunConditions, algos: &[String], runs: &[FlowRun]) -> Self {
         let results: Vec<AlgoResult> = algos
             .iter()
             .map(|cc| {
@@ -200,16 +202,11 @@ impl Summary {
         let ratio = ratios(&results);
         Summary {
             kind: "demo_summary",
-            preset: preset.map(|(p, modified)| PresetInfo {
-                name: p.name,
-                modified,
-                source: p.source,
-                published: p.published,
-            }),
+            preset: PresetInfo { name: preset.name, modified, source: preset.source, published: preset.published },
             conditions,
             results,
             ratio,
-            headline: preset.map_or(Headline::Goodput, |(p, _)| p.headline),
+            headline: preset.headline,
         }
     }
 
@@ -222,11 +219,8 @@ impl Summary {
         let c = &self.conditions;
         let p = &c.path;
         let mut out = String::new();
-        let name = match &self.preset {
-            Some(p) if p.modified => format!("{}, modified", p.name),
-            Some(p) => p.name.to_string(),
-            None => "custom".to_string(),
-        };
+        let pre = &self.preset;
+        let name = if pre.modified { format!("{}, modified", pre.name) } else { pre.name.to_string() };
         let loss = match p.loss_burst {
             Some(b) if p.loss > 0.0 => format!("{}% random loss in bursts of {b} packets", pct(p.loss)),
             _ => format!("{}% random loss", pct(p.loss)),
@@ -243,14 +237,24 @@ impl Summary {
             p.seed,
             if c.sequential { "one algorithm after the other" } else { "all algorithms at once on identical links" },
         );
-        if let Some(pre) = &self.preset {
-            let _ = writeln!(out, "source: {}\npublished: {}", pre.source, pre.published);
-        }
+        let _ = writeln!(out, "source: {}\npublished: {}", pre.source, pre.published);
         out.push('\n');
         let mut rows = vec![
-            ["cc", "goodput", "model", "meas/model", "retrans", "srtt p50", "srtt p95", "model srtt", "cwnd min-max", "cwnd p10-p90", "cwnd cuts"]
-                .map(String::from)
-                .to_vec(),
+            [
+                "cc",
+                "goodput",
+                "model",
+                "meas/model",
+                "retrans",
+                "srtt p50",
+                "srtt p95",
+                "model srtt",
+                "cwnd min-max",
+                "cwnd p10-p90",
+                "cwnd cuts",
+            ]
+            .map(String::from)
+            .to_vec(),
         ];
         for r in &self.results {
             let range = r.predicted_goodput_range_bps.map_or("-".into(), |(lo, hi)| {
@@ -305,9 +309,18 @@ impl Summary {
         }
         out += "\nemulator counters (proof the impairment was applied):\n";
         let mut rows = vec![
-            ["link", "data pkts", "random loss", "queue drops", "delivered", "queue delay mean/max", "released late mean/max, >1ms", "largest pkt"]
-                .map(String::from)
-                .to_vec(),
+            [
+                "link",
+                "data pkts",
+                "random loss",
+                "queue drops",
+                "delivered",
+                "queue delay mean/max",
+                "released late mean/max, >1ms",
+                "largest pkt",
+            ]
+            .map(String::from)
+            .to_vec(),
         ];
         for r in &self.results {
             let e = &r.emulator;
@@ -380,7 +393,11 @@ fn table(rows: &[Vec<String>]) -> String {
     let mut out = String::new();
     for row in rows {
         for (c, cell) in row.iter().enumerate() {
-            let _ = if c == 0 { write!(out, "{cell:<w$}", w = width[c]) } else { write!(out, "  {cell:>w$}", w = width[c]) };
+            let _ = if c == 0 {
+                write!(out, "{cell:<w$}", w = width[c])
+            } else {
+                write!(out, "  {cell:>w$}", w = width[c])
+            };
         }
         out.push('\n');
     }

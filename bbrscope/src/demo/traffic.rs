@@ -68,7 +68,9 @@ impl BulkFlow {
             while !stop.load(Relaxed) {
                 match (&*stream).write(&chunk) {
                     Ok(_) => {}
-                    Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut | ErrorKind::Interrupted) => {}
+                    Err(e)
+                        if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut | ErrorKind::Interrupted) => {
+                    }
                     Err(_) => break,
                 }
             }
@@ -165,9 +167,7 @@ fn connect_with_cc(to: SocketAddrV4, cc: &str) -> Result<TcpStream> {
 
 fn setsockopt_bytes(fd: libc::c_int, level: libc::c_int, name: libc::c_int, value: &[u8]) -> std::io::Result<()> {
     // SAFETY: the kernel reads `value.len()` bytes from a valid slice.
-    let ret = unsafe {
-        libc::setsockopt(fd, level, name, value.as_ptr().cast(), value.len() as libc::socklen_t)
-    };
+    let ret = unsafe { libc::setsockopt(fd, level, name, value.as_ptr().cast(), value.len() as libc::socklen_t) };
     if ret == 0 { Ok(()) } else { Err(std::io::Error::last_os_error()) }
 }
 

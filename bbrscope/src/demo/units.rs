@@ -41,7 +41,8 @@ pub fn rate_bps(s: &str) -> Result<u64, String> {
 fn duration_with(s: &str, bare_unit: Option<&str>) -> Result<Duration, String> {
     let bad = || format!("'{s}' is not a time: use e.g. 100ms, 30s, 2m");
     let (v, unit) = split(s).ok_or_else(bad)?;
-    let unit = if unit.is_empty() { bare_unit.ok_or_else(|| format!("'{s}' needs a unit, e.g. {s}ms"))? } else { &unit };
+    let unit =
+        if unit.is_empty() { bare_unit.ok_or_else(|| format!("'{s}' needs a unit, e.g. {s}ms"))? } else { &unit };
     let secs = match unit {
         "us" | "µs" => v / 1e6,
         "ms" => v / 1e3,

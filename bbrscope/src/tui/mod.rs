@@ -28,50 +28,72 @@ use self::{
     app::{Action, App, Playback},
     theme::Theme,
 };
+pub use ratatui::crossterm::event::Event as Input;
 use crate::{clock::Clock, error::usage, replay::Record, session::Live};
 
 /// Redraws per second, whatever the event rate.
-const FPS: u64 = 15;
+pub const FPS: u64 = 15;
 
-/// The terminal in raw mode on the alternate screen; restored on drop (normal exit, error,
-/// signal) and by ratatui's panic hook on panic.
-struct Terminal(DefaultTerminal);
+/// The dashboard on the terminal: raw mode on the alternate screen, input read on its own thread
+/// (crossterm's reader blocks). Restored on drop (normal exit, error, signal) and by ratatui's
+/// panic hook on panic.
+pub struct Dashboard {
+    term: DefaultTerminal,
+    theme: Theme,
+    keys: mpsc::UnboundedReceiver<TermEvent>,
+    stop_input: Arc<AtomicBool>,
+}
 
-impl Terminal {
-    fn new() -> Result<Self> {
+impl Dashboard {
+    pub fn new() -> Result<Self> {
         if !std::io::stdout().is_terminal() {
             usage!("the dashboard needs a terminal; for pipes and scripts use `bbrscope stream`");
         }
-        Ok(Terminal(ratatui::try_init()?))
-    }
-}
-
-impl Drop for Terminal {
-    fn drop(&mut self) {
-        ratatui::restore();
-    }
-}
-
-/// Reads terminal input on its own thread (crossterm's reader blocks) and forwards it.
-fn spawn_input() -> (mpsc::UnboundedReceiver<TermEvent>, Arc<AtomicBool>) {
-    let (tx, rx) = mpsc::unbounded_channel();
-    let stop = Arc::new(AtomicBool::new(false));
-    let stopped = stop.clone();
-    std::thread::spawn(move || {
-        while !stopped.load(Ordering::Relaxed) {
-            if event::poll(Duration::from_millis(100)).unwrap_or(false) {
-                match event::read() {
-                    Ok(ev) => {
-                        if tx.send(ev).is_err() {
-                            break;
-                        }
+        let term = ratatui::try_init()?;
+        let (tx, keys) = mpsc::unbounded_channel();
+        let stop_input = Arc::new(AtomicBool::new(false));
+        let stopped = stop_input.clone();
+        std::thread::spawn(move || {
+            while !stopped.load(Ordering::Relaxed) {
+                if event::poll(Duration::from_millis(100)).unwrap_or(false) {
+                    let Ok(ev) = event::read() else { break };
+                    if tx.send(ev).is_err() {
+                        break;
                     }
-                    Err(_) => break,
                 }
             }
+        });
+        Ok(Dashboard { term, theme: Theme::from_env(), keys, stop_input })
+    }
+
+    /// The next terminal input; pending forever once input has ended.
+    pub async fn input(&mut self) -> TermEvent {
+        match self.keys.recv().await {
+            Some(ev) => ev,
+            None => std::future::pending().await,
         }
-    });
-    (rx, stop)
+    }
+
+    pub fn draw(&mut self, app: &App) -> Result<()> {
+        let theme = &self.theme;
+        self.term.draw(|f| view::draw(f, app, theme))?;
+        Ok(())
+    }
+}
+
+/// Applies terminal input to the app (anything but a key only redraws).
+pub fn handle(app: &mut App, ev: TermEvent) -> Action {
+    match ev {
+        TermEvent::Key(k) if k.kind != KeyEventKind::Release => app.on_key(k),
+        _ => Action::Continue,
+    }
+}
+
+impl Drop for Dashboard {
+    fn drop(&mut self) {
+        self.stop_input.store(true, Ordering::Relaxed);
+        ratatui::restore();
+    }
 }
 
 /// A recording played back against a virtual clock.
@@ -125,29 +147,24 @@ pub enum Source {
 pub async fn run(mut source: Source, mut app: App) -> Result<()> {
     let mut sigterm = signal(SignalKind::terminate())?;
     let mut sigint = signal(SignalKind::interrupt())?;
-    let theme = Theme::from_env();
-    let mut term = Terminal::new()?;
-    let (mut keys, stop_input) = spawn_input();
+    let mut dash = Dashboard::new()?;
     let mut frame = tokio::time::interval(Duration::from_millis(1000 / FPS));
     let mut stats_tick = tokio::time::interval(Duration::from_secs(1));
     let mut last_frame = Instant::now();
 
-    let result = loop {
+    loop {
+        let mut redraw = false;
         let live_batch = async {
             match &mut source {
                 Source::Live(live) => live.next_batch(|ev| app.apply(&ev)).await,
                 Source::Replay(_) => std::future::pending().await,
             }
         };
-        let mut redraw = false;
         tokio::select! {
-            r = live_batch => { if let Err(e) = r { break Err(e); } }
-            Some(ev) = keys.recv() => {
-                if let TermEvent::Key(k) = ev
-                    && k.kind != KeyEventKind::Release
-                    && app.on_key(k) == Action::Quit
-                {
-                    break Ok(());
+            r = live_batch => r?,
+            ev = dash.input() => {
+                if handle(&mut app, ev) == Action::Quit {
+                    return Ok(());
                 }
                 redraw = true;
             }
@@ -162,22 +179,16 @@ pub async fn run(mut source: Source, mut app: App) -> Result<()> {
             }
             _ = stats_tick.tick() => {
                 if let Source::Live(live) = &mut source {
-                    match live.stats(app.table.len()) {
-                        Ok(s) => app.stats = Some(s),
-                        Err(e) => break Err(e),
-                    }
+                    app.stats = Some(live.stats(app.table.len())?);
                 }
             }
-            _ = sigterm.recv() => break Ok(()),
-            _ = sigint.recv() => break Ok(()),
+            _ = sigterm.recv() => return Ok(()),
+            _ = sigint.recv() => return Ok(()),
         }
-        if redraw && let Err(e) = term.0.draw(|f| view::draw(f, &app, &theme)) {
-            break Err(e.into());
+        if redraw {
+            dash.draw(&app)?;
         }
-    };
-    stop_input.store(true, Ordering::Relaxed);
-    drop(term);
-    result
+    }
 }
 
 /// The dashboard over live kernel events.

@@ -28,7 +28,10 @@ pub enum Verdict {
     Lost,
     QueueFull,
     /// Leaves the emulator at `release_ns` after waiting `queue_ns` behind earlier packets.
-    Deliver { release_ns: u64, queue_ns: u64 },
+    Deliver {
+        release_ns: u64,
+        queue_ns: u64,
+    },
 }
 
 /// Loss, then the bottleneck, then the delay line.
@@ -99,7 +102,10 @@ mod tests {
     fn idle_packet_pays_serialisation_and_delay_only() {
         let mut l = link(50_000_000, 100_000, 0.0);
         // 1500 B at 50 Mbit/s = 240 us, plus 50 ms one way.
-        assert_eq!(l.arrive(1_000 * MS, 1500), Verdict::Deliver { release_ns: 1_000 * MS + 240_000 + 50 * MS, queue_ns: 0 });
+        assert_eq!(
+            l.arrive(1_000 * MS, 1500),
+            Verdict::Deliver { release_ns: 1_000 * MS + 240_000 + 50 * MS, queue_ns: 0 }
+        );
     }
 
     #[test]

@@ -70,7 +70,11 @@ enum Kind {
     None,
     Bernoulli(f64),
     /// Simple Gilbert model: every packet in the Bad state is lost, none in Good.
-    Gilbert { enter_bad: f64, leave_bad: f64, bad: bool },
+    Gilbert {
+        enter_bad: f64,
+        leave_bad: f64,
+        bad: bool,
+    },
 }
 
 impl Loss {

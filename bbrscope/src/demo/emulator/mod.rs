@@ -66,10 +66,6 @@ impl Link {
         Ok(Link { sender, receiver, sender_addr, receiver_addr, mover })
     }
 
-    pub fn counters(&self) -> LinkCounters {
-        self.mover.counters()
-    }
-
     /// Stops the emulator and returns its final counters.
     pub fn close(mut self) -> Result<LinkCounters> {
         self.mover.stop()?;

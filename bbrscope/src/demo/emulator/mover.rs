@@ -18,8 +18,9 @@ use anyhow::{Result, anyhow};
 use serde::Serialize;
 
 use super::{
-    check, owned,
+    check,
     link_model::{DataPath, LinkConfig, Verdict},
+    owned,
 };
 use crate::clock::Clock;
 
@@ -197,9 +198,8 @@ impl Pump {
         unsafe { libc::prctl(libc::PR_SET_TIMERSLACK, 1 as libc::c_ulong) };
         realtime_priority();
         // SAFETY: plain syscalls; descriptors are owned immediately.
-        let timer = owned(unsafe {
-            libc::timerfd_create(libc::CLOCK_MONOTONIC, libc::TFD_NONBLOCK | libc::TFD_CLOEXEC)
-        })?;
+        let timer =
+            owned(unsafe { libc::timerfd_create(libc::CLOCK_MONOTONIC, libc::TFD_NONBLOCK | libc::TFD_CLOEXEC) })?;
         let epoll = owned(unsafe { libc::epoll_create1(libc::EPOLL_CLOEXEC) })?;
         for (fd, token) in [(&sender, SENDER), (&receiver, RECEIVER), (&timer, TIMER)] {
             let mut ev = libc::epoll_event { events: libc::EPOLLIN as u32, u64: token };
@@ -277,7 +277,8 @@ impl Pump {
     /// Hands over every packet whose time has come, each way.
     fn release(&mut self) {
         let s = &self.stats;
-        for (queue, out, forward) in [(&mut self.forward, &self.receiver, true), (&mut self.back, &self.sender, false)] {
+        for (queue, out, forward) in [(&mut self.forward, &self.receiver, true), (&mut self.back, &self.sender, false)]
+        {
             while let Some(&(due, _)) = queue.front() {
                 let now = Clock::monotonic_ns();
                 if due > now {

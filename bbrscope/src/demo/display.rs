@@ -1,0 +1,94 @@
+//! What the demo shows while it runs: the dashboard on a terminal (its compare view, on the
+//! demo's flows only), progress lines on stderr when output is not a terminal, nothing with
+//! `--headless`.
+
+use std::{io::IsTerminal as _, time::Duration};
+
+use anyhow::Result;
+
+use super::progress::{self, Progress, Row};
+use crate::{
+    clock::Clock,
+    event::Event,
+    tui::{
+        self, Dashboard,
+        app::{Action, App, View, WINDOWS},
+    },
+};
+
+pub enum Display {
+    Off,
+    Lines(Progress),
+    Dashboard(Box<Dashboard>, Box<App>),
+}
+
+impl Display {
+    /// `run` is how long each round lasts: the charts show a whole round.
+    pub fn new(headless: bool, notices: Vec<String>, run: Duration) -> Result<Self> {
+        if headless {
+            return Ok(Display::Off);
+        }
+        if !std::io::stdout().is_terminal() {
+            return Ok(Display::Lines(Progress::default()));
+        }
+        let mut app = App::new("demo", notices, None);
+        app.view = View::Compare;
+        app.window = WINDOWS.iter().position(|&w| w >= run.as_secs()).unwrap_or(WINDOWS.len() - 1);
+        Ok(Display::Dashboard(Box::new(Dashboard::new()?), Box::new(app)))
+    }
+
+    /// Whether [`Display::on_event`] wants the observer's events.
+    pub fn wants_events(&self) -> bool {
+        matches!(self, Display::Dashboard(..))
+    }
+
+    /// How often to call [`Display::draw`].
+    pub fn period(&self) -> Duration {
+        match self {
+            Display::Dashboard(..) => Duration::from_millis(1000 / tui::FPS),
+            _ => progress::PERIOD,
+        }
+    }
+
+    pub fn on_event(&mut self, ev: &Event) {
+        if let Display::Dashboard(_, app) = self {
+            app.apply(ev);
+        }
+    }
+
+    pub fn draw(&mut self, label: &str, elapsed: Duration, total: Duration, rows: &[Row]) -> Result<()> {
+        match self {
+            Display::Off => Ok(()),
+            Display::Lines(p) => {
+                p.draw(label, elapsed, total, rows);
+                Ok(())
+            }
+            Display::Dashboard(dash, app) => {
+                app.source = format!("{label} · {:.0}/{:.0} s", elapsed.as_secs_f64(), total.as_secs_f64());
+                app.tick(Clock::monotonic_ns());
+                dash.draw(app)
+            }
+        }
+    }
+
+    /// Completes when the user asks to stop (q or Ctrl-C in the dashboard); other keys work as in
+    /// `bbrscope top`. Never completes without a dashboard.
+    pub async fn stop_requested(&mut self) -> Result<()> {
+        let Display::Dashboard(dash, app) = self else { return std::future::pending().await };
+        loop {
+            let input = dash.input().await;
+            if tui::handle(app, input) == Action::Quit {
+                return Ok(());
+            }
+            dash.draw(app)?;
+        }
+    }
+
+    /// Removes live output before the summary is printed (the dashboard leaves the screen when
+    /// the display is dropped).
+    pub fn clear(&mut self) {
+        if let Display::Lines(p) = self {
+            p.clear();
+        }
+    }
+}
