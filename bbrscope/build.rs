@@ -4,18 +4,13 @@ use aya_build::Toolchain;
 /// Builds the kernel programs (bbrscope-ebpf) for the BPF target with the pinned nightly, whose
 /// LLVM must match bpf-linker's (see scripts/setup.sh). The object is embedded in the binary.
 fn main() -> anyhow::Result<()> {
-    let cargo_metadata::Metadata { packages, .. } = cargo_metadata::MetadataCommand::new()
-        .no_deps()
-        .exec()
-        .context("MetadataCommand::exec")?;
+    let cargo_metadata::Metadata { packages, .. } =
+        cargo_metadata::MetadataCommand::new().no_deps().exec().context("MetadataCommand::exec")?;
     let ebpf = packages
         .into_iter()
         .find(|p| p.name.as_str() == "bbrscope-ebpf")
         .ok_or_else(|| anyhow!("bbrscope-ebpf package not found"))?;
-    let root = ebpf
-        .manifest_path
-        .parent()
-        .ok_or_else(|| anyhow!("no parent for {}", ebpf.manifest_path))?;
+    let root = ebpf.manifest_path.parent().ok_or_else(|| anyhow!("no parent for {}", ebpf.manifest_path))?;
     let toolchain = pinned_toolchain()?;
     aya_build::build_ebpf(
         [aya_build::Package { name: ebpf.name.as_str(), root_dir: root.as_str(), ..Default::default() }],

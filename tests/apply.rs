@@ -262,10 +262,9 @@ fn netns_scope_and_the_allowed_list_rule() {
 #[test]
 fn bad_input_exits_2_and_changes_nothing() {
     let fx = Fixture::new();
-    let v1 = std::fs::read_to_string("/proc/self/mountinfo")
-        .unwrap()
-        .lines()
-        .find_map(|l| (l.split(" - ").nth(1)?.starts_with("cgroup ")).then(|| l.split_whitespace().nth(4).unwrap().to_string()));
+    let v1 = std::fs::read_to_string("/proc/self/mountinfo").unwrap().lines().find_map(|l| {
+        (l.split(" - ").nth(1)?.starts_with("cgroup ")).then(|| l.split_whitespace().nth(4).unwrap().to_string())
+    });
     let mut cases: Vec<(Vec<&str>, &str)> = vec![
         (vec!["apply", "warpdrive"], "unknown congestion control 'warpdrive'"),
         (vec!["apply", "reno", "--netns", "bbrscope-no-such-ns"], "no network namespace named"),

@@ -42,9 +42,7 @@ fn render(app: &App, w: u16, h: u16, theme: Theme) -> Buffer {
 }
 
 fn lines(buf: &Buffer) -> Vec<String> {
-    (0..buf.area.height)
-        .map(|y| (0..buf.area.width).map(|x| buf[(x, y)].symbol().to_string()).collect())
-        .collect()
+    (0..buf.area.height).map(|y| (0..buf.area.width).map(|x| buf[(x, y)].symbol().to_string()).collect()).collect()
 }
 
 fn key(app: &mut App, code: KeyCode) -> Action {
@@ -57,7 +55,10 @@ fn flow_list_shows_both_algorithms_with_verdicts() {
     let text = lines(&render(&app, 100, 30, Theme { color: true })).join("\n");
     assert!(text.contains("PEER") && text.contains("VERDICT"), "{text}");
     for cc in ["cubic", "bbr"] {
-        assert!(text.lines().any(|l| l.contains(&format!(" {cc} ")) && l.contains("10.198.0.2:")), "{cc} row missing:\n{text}");
+        assert!(
+            text.lines().any(|l| l.contains(&format!(" {cc} ")) && l.contains("10.198.0.2:")),
+            "{cc} row missing:\n{text}"
+        );
     }
     // The recording ends with both flows closed; the footer shows the replay state and cost.
     assert!(text.contains("closed"), "{text}");

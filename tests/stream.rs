@@ -125,7 +125,10 @@ fn agrees_with_ss_for_the_same_socket() {
         let srtt_ms: f64 = ss["rtt"].split('/').next().unwrap().parse().unwrap();
         // ss prints RTTs in ms with microsecond resolution: allow 1 us of rounding either way.
         let (lo, hi) = range("srtt_us");
-        assert!(lo - 1.0 <= srtt_ms * 1000.0 && srtt_ms * 1000.0 <= hi + 1.0, "srtt: ss {srtt_ms} ms, bbrscope {lo}..{hi} us");
+        assert!(
+            lo - 1.0 <= srtt_ms * 1000.0 && srtt_ms * 1000.0 <= hi + 1.0,
+            "srtt: ss {srtt_ms} ms, bbrscope {lo}..{hi} us"
+        );
         within("pacing_rate_bps", parse_bps(&ss["pacing_rate"]));
         assert_eq!(u(&near[0]["mss"]), ss["mss"].parse::<u64>().unwrap());
         checked += 1;
@@ -273,7 +276,8 @@ fn cgroup_filter_follows_the_socket_not_the_current_task() {
 
     let server = Discard::bind("127.0.0.1:0");
     let port = server.addr.port();
-    let mut stream = Stream::start(&["--port", &port.to_string(), "--cgroup", dir.to_str().unwrap(), "--interval", "50"]);
+    let mut stream =
+        Stream::start(&["--port", &port.to_string(), "--cgroup", dir.to_str().unwrap(), "--interval", "50"]);
     // Inside: a shell that joins the cgroup, then opens its socket (bash's /dev/tcp).
     let script = format!(
         "echo $$ > {}/cgroup.procs && exec 3<>/dev/tcp/127.0.0.1/{port} && head -c 30000000 /dev/zero >&3",
@@ -450,16 +454,16 @@ fn receivers_are_reported_only_when_asked() {
         s.wait_for(Duration::from_secs(10), |r| r["type"] == "flow_close" && r["src"] == local.to_string());
     }
     let receiving_side = |records: &[Value]| {
-        records.iter().any(|r| r["type"] == "flow_open" && r["src"] == server.addr.to_string() && r["dst"] == local.to_string())
+        records
+            .iter()
+            .any(|r| r["type"] == "flow_open" && r["src"] == server.addr.to_string() && r["dst"] == local.to_string())
     };
     let (_, with, _) = with.stop();
     let (_, without, _) = without.stop();
     assert!(receiving_side(&with), "--receivers should report the server's receiving socket");
     assert!(!receiving_side(&without), "without --receivers only senders are reported");
-    let recv_sample = with
-        .iter()
-        .find(|r| r["type"] == "sample" && r["src"] == server.addr.to_string())
-        .expect("a receiver sample");
+    let recv_sample =
+        with.iter().find(|r| r["type"] == "sample" && r["src"] == server.addr.to_string()).expect("a receiver sample");
     assert!(u(&recv_sample["bytes_received"]) > 0, "{recv_sample}");
 }
 
@@ -472,7 +476,9 @@ fn bpf_stats_report_the_programs_own_cost_and_are_switched_off_after() {
     let mut stream = Stream::start(&["--port", &port, "--bpf-stats"]);
     let sender = Sender::start(server.addr, "cubic", Duration::from_millis(1500), None);
     sender.join();
-    stream.wait_for(Duration::from_secs(10), |r| r["type"] == "stats" && r["ns_per_event"].as_f64().is_some_and(|v| v > 0.0));
+    stream.wait_for(Duration::from_secs(10), |r| {
+        r["type"] == "stats" && r["ns_per_event"].as_f64().is_some_and(|v| v > 0.0)
+    });
     let (code, records, _) = stream.stop();
     assert_eq!(code, 0);
     let ns = records.iter().filter_map(|r| r["ns_per_event"].as_f64()).next_back().unwrap();

@@ -67,7 +67,9 @@ fn dashboard_shows_live_flows_takes_keys_and_restores_the_terminal() {
     tmux(&["send-keys", "-t", &name, "Escape"]);
     // A bigger terminal gets the wide layout (extra columns in the flow list).
     tmux(&["resize-window", "-t", &name, "-x", "160", "-y", "45"]);
-    wait_screen(&s, "the wide layout after resize", |t| t.contains("PACING") && t.lines().any(|l| l.chars().count() >= 150));
+    wait_screen(&s, "the wide layout after resize", |t| {
+        t.contains("PACING") && t.lines().any(|l| l.chars().count() >= 150)
+    });
     cubic.join();
     bbr.join();
     tmux(&["send-keys", "-t", &name, "q"]);
@@ -82,7 +84,10 @@ fn dashboard_exits_cleanly_on_sigterm() {
     require_root();
     let name = format!("bbrscope-term-{}", std::process::id());
     let s = Session(name.clone());
-    let cmd = format!("{} top --port 9; echo EXIT=$?; stty -a | grep -o -- ' -\\?icanon'; sleep 30", env!("CARGO_BIN_EXE_bbrscope"));
+    let cmd = format!(
+        "{} top --port 9; echo EXIT=$?; stty -a | grep -o -- ' -\\?icanon'; sleep 30",
+        env!("CARGO_BIN_EXE_bbrscope")
+    );
     tmux(&["new-session", "-d", "-s", &name, "-x", "80", "-y", "24", &cmd]);
     wait_screen(&s, "the dashboard", |t| t.contains("bbrscope · live"));
     // Anchored so it matches bbrscope itself, not the shell running it.
@@ -113,7 +118,8 @@ fn demo_runs_in_the_dashboard_and_q_stops_it_cleanly() {
     );
     tmux(&["new-session", "-d", "-s", &name, "-x", "120", "-y", "36", &cmd]);
     // The compare view, on the demo's two flows only.
-    let text = wait_screen(&s, "the demo's compare view", |t| t.contains("cubic (1 flow)") && t.contains("bbr (1 flow)"));
+    let text =
+        wait_screen(&s, "the demo's compare view", |t| t.contains("cubic (1 flow)") && t.contains("bbr (1 flow)"));
     assert!(text.contains("throughput (Mbit/s)"), "{text}");
     let text = wait_screen(&s, "the summary", |t| t.contains("EXIT=") && t.contains("icanon"));
     assert!(text.contains("EXIT=0") && text.contains("BBR/CUBIC goodput"), "{text}");

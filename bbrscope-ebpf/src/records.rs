@@ -9,8 +9,7 @@ use aya_ebpf::{
     maps::RingBuf,
 };
 use bbrscope_common::{
-    CC_NAME_LEN, CongState, FLAG_FIRST, MAX_FIELDS, RecordHeader, Retransmit, Sample,
-    config_flags, counter, kind,
+    CC_NAME_LEN, CongState, FLAG_FIRST, MAX_FIELDS, RecordHeader, Retransmit, Sample, config_flags, counter, kind,
 };
 
 use crate::{

@@ -27,7 +27,9 @@ pub fn ca_state(sk: u64) -> u8 {
 #[inline(always)]
 pub fn cc_name(sk: u64, out: &mut [u8; CC_NAME_LEN]) {
     let ops: u64 = read(sk, conf!(sock.ca_ops));
-    if ops == 0 || unsafe { bpf_probe_read_kernel_buf((ops + conf!(sock.ca_ops_name) as u64) as *const u8, out) }.is_err() {
+    if ops == 0
+        || unsafe { bpf_probe_read_kernel_buf((ops + conf!(sock.ca_ops_name) as u64) as *const u8, out) }.is_err()
+    {
         *out = [0; CC_NAME_LEN];
     }
 }

@@ -24,11 +24,22 @@ pub enum Verdict {
     Closed,
     /// Retransmission timeout: nothing is being acknowledged.
     Stalled,
-    LossLimited { loss: f64, random: bool, bbr_would_help: bool },
-    HeavyLoss { loss: f64 },
-    ReceiverWindow { rwnd_bytes: u32 },
+    LossLimited {
+        loss: f64,
+        random: bool,
+        bbr_would_help: bool,
+    },
+    HeavyLoss {
+        loss: f64,
+    },
+    ReceiverWindow {
+        rwnd_bytes: u32,
+    },
     ApplicationLimited,
-    Bufferbloat { srtt_us: u32, min_rtt_us: u32 },
+    Bufferbloat {
+        srtt_us: u32,
+        min_rtt_us: u32,
+    },
     Healthy,
 }
 
@@ -81,7 +92,8 @@ impl Verdict {
                 rwnd_bytes / 1024
             ),
             Verdict::ApplicationLimited => {
-                "Application-limited: the sender often has nothing queued to send. The network is not the bottleneck.".into()
+                "Application-limited: the sender often has nothing queued to send. The network is not the bottleneck."
+                    .into()
             }
             Verdict::Bufferbloat { srtt_us, min_rtt_us } => format!(
                 "Queueing delay: RTT {:.0} ms against a {:.0} ms minimum — a standing queue (bufferbloat) in front of \
@@ -89,7 +101,9 @@ impl Verdict {
                 *srtt_us as f64 / 1000.0,
                 *min_rtt_us as f64 / 1000.0
             ),
-            Verdict::Healthy => "Healthy: no loss to speak of, RTT near its minimum, the sender is using the path.".into(),
+            Verdict::Healthy => {
+                "Healthy: no loss to speak of, RTT near its minimum, the sender is using the path.".into()
+            }
         }
     }
 }
@@ -137,7 +151,11 @@ pub fn diagnose(flow: &Flow, now_ns: u64) -> Verdict {
         return Verdict::HeavyLoss { loss };
     }
     if !is_bbr && loss >= LOSS_LIMITED {
-        return Verdict::LossLimited { loss, random: queue_free, bbr_would_help: queue_free && loss < BBR_LOSS_CEILING };
+        return Verdict::LossLimited {
+            loss,
+            random: queue_free,
+            bbr_would_help: queue_free && loss < BBR_LOSS_CEILING,
+        };
     }
     if fraction(&recent, |p| p.rwnd_limited) >= 0.5 {
         let rwnd = flow.metrics.as_ref().and_then(|m| m.snd_wnd).unwrap_or(0);

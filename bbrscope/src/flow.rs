@@ -172,25 +172,24 @@ impl FlowTable {
             // A flow's first record is always a sample; if it was lost, the next sample still
             // introduces the flow.
             slot.insert(Flow {
-                    id: h.flow,
-                    src: h.src,
-                    dst: h.dst,
-                    cc: s.cc.clone(),
-                    first_ns: h.ts_ns,
-                    last_ns: h.ts_ns,
-                    last_sample_ns: h.ts_ns,
-                    closed_ns: None,
-                    ca_state: h.ca_state,
-                    metrics: None,
-                    first_bytes_acked: s.metrics.bytes_acked,
-                    throughput_bps: None,
-                    retransmits: 0,
-                    retrans_segs: 0,
-                    state_changes: 0,
-                    history: VecDeque::new(),
-                    marks: VecDeque::new(),
-                },
-            );
+                id: h.flow,
+                src: h.src,
+                dst: h.dst,
+                cc: s.cc.clone(),
+                first_ns: h.ts_ns,
+                last_ns: h.ts_ns,
+                last_sample_ns: h.ts_ns,
+                closed_ns: None,
+                ca_state: h.ca_state,
+                metrics: None,
+                first_bytes_acked: s.metrics.bytes_acked,
+                throughput_bps: None,
+                retransmits: 0,
+                retrans_segs: 0,
+                state_changes: 0,
+                history: VecDeque::new(),
+                marks: VecDeque::new(),
+            });
             change = Change::Opened;
         }
         let keep = self.history;

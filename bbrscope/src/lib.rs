@@ -1,7 +1,9 @@
 //! bbrscope: a live TCP congestion-control observer and configurator.
 //!
 //! Data flows kernel programs (bbrscope-ebpf) -> [`kernel`] (layout from BTF, loader) ->
-//! [`event`] (decoding) -> [`flow`] (flow table) -> sinks ([`sink`]), driven by [`cmd`].
+//! [`event`] (decoding) -> [`flow`] (flow table) -> [`diagnose`] (verdicts) -> sinks: [`sink`]
+//! (NDJSON), [`tui`] (dashboard), [`demo`] (CUBIC vs BBR on an emulated path). [`apply`] changes
+//! the system's congestion control; [`cmd`] holds one module per subcommand.
 
 pub mod apply;
 pub mod cli;
@@ -14,9 +16,9 @@ pub mod event;
 pub mod filter;
 pub mod flow;
 pub mod kernel;
-pub mod sink;
 pub mod replay;
 pub mod session;
+pub mod sink;
 pub mod stats;
 pub mod sys;
 pub mod tui;

@@ -79,7 +79,8 @@ pub fn parse_line(line: &str) -> Result<Option<Record>> {
         return Ok(None);
     }
     let f = FlowFields::deserialize(&v).with_context(|| format!("{ty} record"))?;
-    let head = Head { flow: f.cookie, ts_ns: secs_to_ns(f.ts), src: f.src, dst: f.dst, ca_state: f.ca_state, first: false };
+    let head =
+        Head { flow: f.cookie, ts_ns: secs_to_ns(f.ts), src: f.src, dst: f.dst, ca_state: f.ca_state, first: false };
     let ev = match ty {
         "retransmit" => {
             let r = RetransmitFields::deserialize(&v)?;

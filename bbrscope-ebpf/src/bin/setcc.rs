@@ -34,13 +34,7 @@ pub fn bbrscope_setcc(ctx: SockOpsContext) -> u32 {
         // A failure (e.g. the algorithm's module was unloaded) leaves the socket on the default;
         // there is nobody to report it to here.
         unsafe {
-            bpf_setsockopt(
-                ctx.ops as *mut _,
-                SOL_TCP,
-                TCP_CONGESTION,
-                name.as_mut_ptr() as *mut _,
-                CC_NAME_LEN as i32,
-            )
+            bpf_setsockopt(ctx.ops as *mut _, SOL_TCP, TCP_CONGESTION, name.as_mut_ptr() as *mut _, CC_NAME_LEN as i32)
         };
     }
     // 1 lets the other sock_ops programs of the cgroup run and keeps their replies.

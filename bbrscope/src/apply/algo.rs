@@ -14,9 +14,13 @@ use crate::{error::usage, sys::cc};
 pub enum Provision {
     BuiltIn,
     /// A module, loaded now.
-    Loaded { module: String },
+    Loaded {
+        module: String,
+    },
     /// A module that is installed but not loaded.
-    Loadable { module: String },
+    Loadable {
+        module: String,
+    },
 }
 
 impl Provision {

@@ -70,7 +70,8 @@ pub fn unmount_bpffs_if_empty() -> Result<bool> {
     if !bpffs_mounted() {
         return Ok(false);
     }
-    let pinned = std::fs::read_dir(BPFFS)?.flatten().any(|e| !PRELOADED.contains(&e.file_name().to_str().unwrap_or("")));
+    let pinned =
+        std::fs::read_dir(BPFFS)?.flatten().any(|e| !PRELOADED.contains(&e.file_name().to_str().unwrap_or("")));
     if pinned {
         return Ok(false);
     }
@@ -114,10 +115,8 @@ pub fn attached(cgroup: &Path, effective: bool) -> Result<(Vec<Attached>, bool)>
     bpf(BPF_PROG_QUERY, &mut attr).context("querying the cgroup's sock_ops programs")?;
     let attach_flags = (attr[1] >> 32) as u32;
     let count = (attr[3] as u32) as usize;
-    let names: Vec<(u32, String)> = loaded_programs()
-        .flatten()
-        .map(|p| (p.id(), p.name_as_str().unwrap_or_default().to_string()))
-        .collect();
+    let names: Vec<(u32, String)> =
+        loaded_programs().flatten().map(|p| (p.id(), p.name_as_str().unwrap_or_default().to_string())).collect();
     let progs = ids[..count.min(ids.len())]
         .iter()
         .map(|id| Attached {

@@ -64,10 +64,16 @@ impl Change {
             Change::File { path, from: None, .. } => format!("write {}", path.display()),
             Change::File { path, from: Some(_), .. } => format!("update {}", path.display()),
             Change::LoadModule { module } => format!("load module {module}"),
-            Change::MountBpffs => format!("mount bpffs at {} (needed to keep the cgroup program after bbrscope exits)", cgroup::BPFFS),
+            Change::MountBpffs => {
+                format!("mount bpffs at {} (needed to keep the cgroup program after bbrscope exits)", cgroup::BPFFS)
+            }
             Change::CgroupLink { cgroup, pin, algorithm, replaced, .. } => {
                 let was = replaced.as_ref().map(|r| format!(" (replacing bbrscope's {r} program)")).unwrap_or_default();
-                format!("attach sock_ops program setting {algorithm} to {}{was}, pinned at {}", cgroup.display(), pin.display())
+                format!(
+                    "attach sock_ops program setting {algorithm} to {}{was}, pinned at {}",
+                    cgroup.display(),
+                    pin.display()
+                )
             }
             Change::RouteCc { netns, route, from, to } => {
                 format!("set congctl {to} on route {route} (was {}) in {netns}", or_none(from))
@@ -140,7 +146,9 @@ impl Change {
                     if now == *from {
                         Ok(Undone::Nothing(format!("{key} is already {from} in {netns}")))
                     } else if now != *to && !force {
-                        Ok(Undone::Kept(format!("{key} is now {now} in {netns}, not the {to} bbrscope set: left alone")))
+                        Ok(Undone::Kept(format!(
+                            "{key} is now {now} in {netns}, not the {to} bbrscope set: left alone"
+                        )))
                     } else {
                         sysctl::write(key, from).with_context(|| format!("restoring {key} in {netns}"))?;
                         Ok(Undone::Restored(format!("{key} = {from} in {netns}")))
@@ -192,7 +200,11 @@ impl Change {
                     return Ok(Undone::Restored(format!("{} gives {old} again", cgroup.display())));
                 }
                 Ok(if detached {
-                    Undone::Restored(format!("detached bbrscope's program from {} and removed {}", cgroup.display(), pin.display()))
+                    Undone::Restored(format!(
+                        "detached bbrscope's program from {} and removed {}",
+                        cgroup.display(),
+                        pin.display()
+                    ))
                 } else {
                     Undone::Nothing(format!("nothing pinned at {}", pin.display()))
                 })
@@ -262,7 +274,8 @@ mod tests {
 
     #[test]
     fn merge_keeps_the_original_value_and_takes_the_new_target() {
-        let mut rec = vec![Change::Sysctl { netns: ns(1), key: sysctl::CC.into(), from: "cubic".into(), to: "bbr".into() }];
+        let mut rec =
+            vec![Change::Sysctl { netns: ns(1), key: sysctl::CC.into(), from: "cubic".into(), to: "bbr".into() }];
         merge(
             &mut rec,
             vec![
@@ -271,7 +284,10 @@ mod tests {
             ],
         );
         assert_eq!(rec.len(), 2);
-        assert_eq!(rec[0], Change::Sysctl { netns: ns(1), key: sysctl::CC.into(), from: "cubic".into(), to: "reno".into() });
+        assert_eq!(
+            rec[0],
+            Change::Sysctl { netns: ns(1), key: sysctl::CC.into(), from: "cubic".into(), to: "reno".into() }
+        );
     }
 
     #[test]

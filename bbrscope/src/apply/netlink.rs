@@ -147,10 +147,7 @@ fn kernel_error(errno: i32, body: &[u8]) -> io::Error {
     let os = io::Error::from_raw_os_error(errno);
     // After the errno comes the offending request's header (16 bytes, the payload is capped
     // because we did not ask for it), then the ext-ack attributes.
-    let msg = body
-        .get(4 + HDR..)
-        .and_then(|a| attrs(a).find(|(t, _)| *t == NLMSGERR_ATTR_MSG))
-        .map(|(_, v)| cstr(v));
+    let msg = body.get(4 + HDR..).and_then(|a| attrs(a).find(|(t, _)| *t == NLMSGERR_ATTR_MSG)).map(|(_, v)| cstr(v));
     match msg {
         Some(m) if !m.is_empty() => io::Error::new(os.kind(), format!("{os}: {m}")),
         _ => os,

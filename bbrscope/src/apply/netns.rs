@@ -73,11 +73,11 @@ pub fn resolve(spec: &str) -> Result<Netns> {
     } else {
         let known = named_namespaces().into_iter().map(|n| n.label).collect::<Vec<_>>();
         let known = if known.is_empty() { "none".to_string() } else { known.join(", ") };
-        usage!("no network namespace named '{spec}' (ip netns names: {known}; or give a path such as /proc/PID/ns/net)");
+        usage!(
+            "no network namespace named '{spec}' (ip netns names: {known}; or give a path such as /proc/PID/ns/net)"
+        );
     };
-    let Ok(file) = File::open(&path) else {
-        usage!("network namespace {} does not exist", path.display())
-    };
+    let Ok(file) = File::open(&path) else { usage!("network namespace {} does not exist", path.display()) };
     if !is_netns_file(&file) {
         usage!("{} is not a network namespace file", path.display());
     }

@@ -98,7 +98,8 @@ impl Host {
 }
 
 pub fn plan(scope: &Scope, opts: &Options, host: &Host) -> Result<Plan> {
-    let mut p = Plan { scope: scope.clone(), algorithm: opts.algorithm.clone(), checks: Vec::new(), changes: Vec::new() };
+    let mut p =
+        Plan { scope: scope.clone(), algorithm: opts.algorithm.clone(), checks: Vec::new(), changes: Vec::new() };
     privileges(&mut p, host);
     let provision = host.kernel.require(&opts.algorithm)?;
     algorithm(&mut p, &provision);
@@ -110,7 +111,11 @@ pub fn plan(scope: &Scope, opts: &Options, host: &Host) -> Result<Plan> {
                 qdiscs(&mut p, opts, host)?
             } else {
                 if opts.qdisc.is_some() {
-                    p.check(Level::Warn, "qdisc", "net.core.default_qdisc exists only in the initial network namespace: qdisc step skipped");
+                    p.check(
+                        Level::Warn,
+                        "qdisc",
+                        "net.core.default_qdisc exists only in the initial network namespace: qdisc step skipped",
+                    );
                 }
                 None
             };
@@ -186,10 +191,16 @@ fn default_cc(p: &mut Plan, netns: &Netns, opts: &Options, host: &Host) -> Resul
         ))
     })?;
     for r in routes {
-        p.check(Level::Warn, "routes", format!(
-            "route {} has congctl {}: new connections to it get {} whatever the default",
-            r.key, r.cc.as_deref().unwrap_or(""), r.cc.as_deref().unwrap_or("")
-        ));
+        p.check(
+            Level::Warn,
+            "routes",
+            format!(
+                "route {} has congctl {}: new connections to it get {} whatever the default",
+                r.key,
+                r.cc.as_deref().unwrap_or(""),
+                r.cc.as_deref().unwrap_or("")
+            ),
+        );
     }
     if current == algo {
         p.check(Level::Ok, "default", format!("{} is already {algo} in {netns}", sysctl::CC));
@@ -231,7 +242,11 @@ fn default_cc(p: &mut Plan, netns: &Netns, opts: &Options, host: &Host) -> Resul
 fn qdiscs(p: &mut Plan, opts: &Options, host: &Host) -> Result<Option<String>> {
     let roots = qdisc::roots()?;
     for q in &roots {
-        let what = if q.is_kernel_default() { "kernel default".to_string() } else { format!("custom, handle {:x}:, left alone", q.handle >> 16) };
+        let what = if q.is_kernel_default() {
+            "kernel default".to_string()
+        } else {
+            format!("custom, handle {:x}:, left alone", q.handle >> 16)
+        };
         p.check(Level::Info, "qdisc", format!("{}: {} ({what})", q.ifname, q.kind));
     }
     let fq = host.kernel.has_fq();
@@ -243,13 +258,18 @@ fn qdiscs(p: &mut Plan, opts: &Options, host: &Host) -> Result<Option<String>> {
         }
         (Some(q), _) => {
             let current = sysctl::read(sysctl::DEFAULT_QDISC)?.unwrap_or_default();
-            let interfaces: Vec<String> = roots.iter().filter(|r| r.needs_reapply(q)).map(|r| r.ifname.clone()).collect();
+            let interfaces: Vec<String> =
+                roots.iter().filter(|r| r.needs_reapply(q)).map(|r| r.ifname.clone()).collect();
             if let Some(why) = sysctl::unwritable(sysctl::DEFAULT_QDISC) {
                 p.check(Level::Block, "sysctl", why);
             } else if current != *q || !interfaces.is_empty() {
                 p.changes.push(Change::DefaultQdisc { from: current, to: q.clone(), interfaces });
             } else {
-                p.check(Level::Ok, "qdisc", format!("{} is already {q} on every interface with a kernel default", sysctl::DEFAULT_QDISC));
+                p.check(
+                    Level::Ok,
+                    "qdisc",
+                    format!("{} is already {q} on every interface with a kernel default", sysctl::DEFAULT_QDISC),
+                );
             }
             return Ok(Some(q.clone()));
         }
@@ -292,17 +312,29 @@ fn boot(p: &mut Plan, opts: &Options, qdisc: Option<String>, provision: &Provisi
     for key in keys {
         let ours = if key == sysctl::CC { p.algorithm.clone() } else { qdisc.clone().unwrap_or_default() };
         match with.effective(key) {
-            Some(a) if a.file != dropin => p.check(Level::Warn, "boot", format!(
-                "{}:{} sets {key} = {} and is applied after {}: the next boot gives {}. bbrscope does not \
+            Some(a) if a.file != dropin => p.check(
+                Level::Warn,
+                "boot",
+                format!(
+                    "{}:{} sets {key} = {} and is applied after {}: the next boot gives {}. bbrscope does not \
                  edit files it does not own: change that line to make this persistent",
-                a.file.display(), a.line, a.value, dropin.display(), a.value
-            )),
-            _ => p.check(Level::Ok, "boot", format!(
-                "the next boot gives {key} = {} from {} (today's files give {})",
-                ours,
-                dropin.display(),
-                describe_effective(&config.with_dropin(dropin, None), key, kernel)
-            )),
+                    a.file.display(),
+                    a.line,
+                    a.value,
+                    dropin.display(),
+                    a.value
+                ),
+            ),
+            _ => p.check(
+                Level::Ok,
+                "boot",
+                format!(
+                    "the next boot gives {key} = {} from {} (today's files give {})",
+                    ours,
+                    dropin.display(),
+                    describe_effective(&config.with_dropin(dropin, None), key, kernel)
+                ),
+            ),
         }
     }
     match files::unwritable(&opts.root, dropin) {
@@ -354,12 +386,17 @@ fn cgroup_scope(p: &mut Plan, path: &Path, ino: u64, algo: &str, host: &Host) ->
     let pin = cgroup::pin_path(ino);
     let (direct, multi) = cgroup::attached(path, false)?;
     let (effective, _) = cgroup::attached(path, true)?;
-    let foreign: Vec<String> = direct.iter().filter(|a| !a.is_ours()).map(|a| format!("{} (id {})", a.name, a.id)).collect();
+    let foreign: Vec<String> =
+        direct.iter().filter(|a| !a.is_ours()).map(|a| format!("{} (id {})", a.name, a.id)).collect();
     if !multi && !foreign.is_empty() {
-        p.check(Level::Block, "cgroup", format!(
-            "{} is attached to this cgroup exclusively (without BPF_F_ALLOW_MULTI): bbrscope will not replace it",
-            foreign.join(", ")
-        ));
+        p.check(
+            Level::Block,
+            "cgroup",
+            format!(
+                "{} is attached to this cgroup exclusively (without BPF_F_ALLOW_MULTI): bbrscope will not replace it",
+                foreign.join(", ")
+            ),
+        );
         return Ok(());
     }
     if !foreign.is_empty() {
@@ -380,12 +417,20 @@ fn cgroup_scope(p: &mut Plan, path: &Path, ino: u64, algo: &str, host: &Host) ->
     let replaced = if pin.exists() {
         match &recorded {
             Some(a) if a == algo => {
-                p.check(Level::Ok, "cgroup", format!("bbrscope's program for {algo} is already pinned at {}", pin.display()));
+                p.check(
+                    Level::Ok,
+                    "cgroup",
+                    format!("bbrscope's program for {algo} is already pinned at {}", pin.display()),
+                );
                 return Ok(());
             }
             Some(a) => Some(a.clone()),
             None => {
-                p.check(Level::Warn, "cgroup", format!("{} exists but bbrscope has no record of it: it will be replaced", pin.display()));
+                p.check(
+                    Level::Warn,
+                    "cgroup",
+                    format!("{} exists but bbrscope has no record of it: it will be replaced", pin.display()),
+                );
                 None
             }
         }
@@ -407,10 +452,14 @@ fn cgroup_scope(p: &mut Plan, path: &Path, ino: u64, algo: &str, host: &Host) ->
 fn route_scope(p: &mut Plan, netns: &Netns, prefix: &ipnet::IpNet, algo: &str) -> Result<()> {
     let found = netns::run(netns, || route::find(prefix))?;
     let Some(r) = found else {
-        p.check(Level::Block, "route", format!(
-            "{netns} has no route for {prefix}: bbrscope changes existing routes only (add one, e.g. \
+        p.check(
+            Level::Block,
+            "route",
+            format!(
+                "{netns} has no route for {prefix}: bbrscope changes existing routes only (add one, e.g. \
              `ip route add {prefix} via GATEWAY`, then rerun)"
-        ));
+            ),
+        );
         return Ok(());
     };
     let via = r.gateway.map(|g| format!(" via {g}")).unwrap_or_default();

@@ -155,7 +155,12 @@ pub fn dump(family: u8) -> Result<Vec<Route>> {
     let mut req = vec![0u8; RTMSG_LEN];
     req[0] = family;
     let msgs = nl.request(RTM_GETROUTE, NLM_F_DUMP, &req).context("listing routes")?;
-    Ok(msgs.iter().filter(|m| m.kind == RTM_NEWROUTE).filter_map(|m| Route::parse(&m.data)).filter(Route::unicast).collect())
+    Ok(msgs
+        .iter()
+        .filter(|m| m.kind == RTM_NEWROUTE)
+        .filter_map(|m| Route::parse(&m.data))
+        .filter(Route::unicast)
+        .collect())
 }
 
 /// Routes of both families that set a congctl.

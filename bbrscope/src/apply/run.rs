@@ -91,7 +91,12 @@ pub fn verify(scope: &Scope, algorithm: &str) -> Result<Verification> {
 /// Undoes one recorded scope, newest change first. Changes that failed to undo, or that were
 /// left alone because someone changed them since, stay recorded (a later `revert --force` can
 /// still restore them); the scope's record goes once nothing is left.
-pub fn revert(state: &mut State, scope: &Scope, root: &Path, force: bool) -> Result<Vec<(String, Result<Undone, String>)>> {
+pub fn revert(
+    state: &mut State,
+    scope: &Scope,
+    root: &Path,
+    force: bool,
+) -> Result<Vec<(String, Result<Undone, String>)>> {
     let Some(entry) = state.remove(scope) else { return Ok(Vec::new()) };
     let mut report = Vec::new();
     let mut remaining = Vec::new();

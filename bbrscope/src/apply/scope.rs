@@ -36,9 +36,8 @@ impl Scope {
     /// Same object (by identity, not by name).
     pub fn same(&self, other: &Scope) -> bool {
         match (self, other) {
-            (Scope::System { netns: a }, Scope::System { netns: b }) | (Scope::Netns { netns: a }, Scope::Netns { netns: b }) => {
-                a.ino == b.ino
-            }
+            (Scope::System { netns: a }, Scope::System { netns: b })
+            | (Scope::Netns { netns: a }, Scope::Netns { netns: b }) => a.ino == b.ino,
             (Scope::Cgroup { ino: a, .. }, Scope::Cgroup { ino: b, .. }) => a == b,
             (Scope::Route { netns: a, prefix: p }, Scope::Route { netns: b, prefix: q }) => a.ino == b.ino && p == q,
             _ => false,
@@ -67,7 +66,9 @@ pub struct Spec<'a> {
 /// is a usage error, found before anything is read or changed.
 pub fn resolve(spec: &Spec) -> Result<Vec<Scope>> {
     if spec.cgroup.is_some() && (spec.netns.is_some() || spec.route.is_some()) {
-        usage!("--cgroup cannot be combined with --netns or --route: a cgroup's sockets get the algorithm in every namespace");
+        usage!(
+            "--cgroup cannot be combined with --netns or --route: a cgroup's sockets get the algorithm in every namespace"
+        );
     }
     if let Some(path) = spec.cgroup {
         let cg = cgroup::resolve(path)?;

@@ -56,10 +56,7 @@ impl State {
     /// Records changes about to be made to `scope`, merged with earlier ones there so the
     /// original values are kept.
     pub fn record(&mut self, scope: &Scope, algorithm: &str, changes: Vec<Change>) {
-        let now = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map(|d| d.as_secs())
-            .unwrap_or(0);
+        let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0);
         match self.entries.iter_mut().find(|e| e.scope.same(scope)) {
             Some(e) => {
                 change::merge(&mut e.changes, changes);

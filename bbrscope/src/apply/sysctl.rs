@@ -38,8 +38,12 @@ pub fn unwritable(key: &str) -> Option<String> {
     }
     let e = io::Error::last_os_error();
     Some(match e.raw_os_error() {
-        Some(libc::EROFS) => format!("/proc/sys is mounted read-only here (typical in containers), so {key} cannot be changed from inside"),
-        Some(libc::EACCES) | Some(libc::EPERM) => format!("no permission to change {key}: run as root (or with CAP_NET_ADMIN)"),
+        Some(libc::EROFS) => format!(
+            "/proc/sys is mounted read-only here (typical in containers), so {key} cannot be changed from inside"
+        ),
+        Some(libc::EACCES) | Some(libc::EPERM) => {
+            format!("no permission to change {key}: run as root (or with CAP_NET_ADMIN)")
+        }
         Some(libc::ENOENT) => format!("this namespace has no {key}"),
         _ => format!("{key} cannot be changed: {e}"),
     })

@@ -49,10 +49,8 @@ impl BootConfig {
             }
         }
         by_name.sort();
-        let mut files: Vec<ConfFile> = by_name
-            .into_iter()
-            .map(|(_, path)| ConfFile { text: read_below(root, &path), path })
-            .collect();
+        let mut files: Vec<ConfFile> =
+            by_name.into_iter().map(|(_, path)| ConfFile { text: read_below(root, &path), path }).collect();
         let conf = Path::new("/").join(SYSCTL_CONF);
         if root.join(SYSCTL_CONF).exists() {
             files.push(ConfFile { text: read_below(root, &conf), path: conf });
@@ -116,7 +114,11 @@ pub fn assignment(line: &str, key: &str) -> Option<String> {
     }
     let (k, v) = line.split_once('=')?;
     let k = k.trim().trim_start_matches('-');
-    let k = if k.find('/').is_some_and(|s| k.find('.').is_none_or(|d| s < d)) { k.replace('/', ".") } else { k.to_string() };
+    let k = if k.find('/').is_some_and(|s| k.find('.').is_none_or(|d| s < d)) {
+        k.replace('/', ".")
+    } else {
+        k.to_string()
+    };
     glob(k.as_bytes(), key.as_bytes()).then(|| v.trim().to_string())
 }
 
@@ -164,7 +166,10 @@ mod tests {
             ["/usr/lib/sysctl.d/50-default.conf", "/run/sysctl.d/55-run.conf", "/etc/sysctl.d/60-vendor.conf"]
         );
         let eff = cfg.effective(KEY).unwrap();
-        assert_eq!((eff.value.as_str(), eff.file.to_str().unwrap(), eff.line), ("htcp", "/run/sysctl.d/55-run.conf", 1));
+        assert_eq!(
+            (eff.value.as_str(), eff.file.to_str().unwrap(), eff.line),
+            ("htcp", "/run/sysctl.d/55-run.conf", 1)
+        );
     }
 
     #[test]

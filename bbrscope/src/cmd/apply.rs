@@ -147,7 +147,10 @@ pub fn run(args: ApplyArgs) -> Result<()> {
         match run::verify(&r.plan.scope, &r.plan.algorithm) {
             Ok(v) => {
                 if !v.ok {
-                    failed.push(format!("{}: a new connection got {}, not {}", r.plan.scope, v.probes[0].algorithm, r.plan.algorithm));
+                    failed.push(format!(
+                        "{}: a new connection got {}, not {}",
+                        r.plan.scope, v.probes[0].algorithm, r.plan.algorithm
+                    ));
                 }
                 r.verification = Some(v);
             }

@@ -8,10 +8,10 @@ use clap::Args;
 use crate::{
     demo::{
         Conditions,
+        display::Display,
         emulator::{LossSpec, MTU},
         plot,
         presets::PresetName,
-        display::Display,
         run::{self, FlowRun, Interrupt, Watch},
         summary::{RunConditions, Summary},
         units::{self, Buffer, fmt_rate, fmt_us},

@@ -55,9 +55,12 @@ fn selected(recorded: &Scope, args: &RevertArgs, own_ino: u64) -> bool {
     match recorded {
         Scope::System { netns } => a.is_system() && netns.ino == own_ino,
         Scope::Netns { netns } => a.route.is_none() && a.cgroup.is_none() && a.netns.is_some() && netns_matches(netns),
-        Scope::Cgroup { path, .. } => a.cgroup.as_ref().is_some_and(|c| c == path || c.canonicalize().is_ok_and(|c| c == *path)),
+        Scope::Cgroup { path, .. } => {
+            a.cgroup.as_ref().is_some_and(|c| c == path || c.canonicalize().is_ok_and(|c| c == *path))
+        }
         Scope::Route { netns, prefix } => {
-            a.route.as_deref().is_some_and(|r| scope::parse_prefix(r).is_ok_and(|p| p == *prefix)) && netns_matches(netns)
+            a.route.as_deref().is_some_and(|r| scope::parse_prefix(r).is_ok_and(|p| p == *prefix))
+                && netns_matches(netns)
         }
     }
 }
@@ -69,7 +72,8 @@ pub fn run(args: RevertArgs) -> Result<()> {
     let root = args.scope.root.clone();
     let mut state = State::load(&root)?;
     let own = netns::current()?.ino;
-    let scopes: Vec<Scope> = state.entries.iter().map(|e| e.scope.clone()).filter(|s| selected(s, &args, own)).collect();
+    let scopes: Vec<Scope> =
+        state.entries.iter().map(|e| e.scope.clone()).filter(|s| selected(s, &args, own)).collect();
     if scopes.is_empty() {
         if args.json {
             println!("{}", serde_json::json!({ "scopes": [] }));

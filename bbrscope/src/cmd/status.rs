@@ -172,16 +172,26 @@ pub fn run(args: StatusArgs) -> Result<()> {
     match &eff {
         Some(a) if a.value != system.default => warnings.push(format!(
             "the next boot sets {} = {} ({}:{}), not today's {}",
-            sysctl::CC, a.value, a.file.display(), a.line, system.default
+            sysctl::CC,
+            a.value,
+            a.file.display(),
+            a.line,
+            system.default
         )),
         None if kernel.builtin_default().is_some_and(|d| d != system.default) => warnings.push(format!(
             "no sysctl file sets {}: the next boot gives the kernel's built-in default, {}, not today's {}",
-            sysctl::CC, kernel.builtin_default().unwrap_or_default(), system.default
+            sysctl::CC,
+            kernel.builtin_default().unwrap_or_default(),
+            system.default
         )),
         _ => {}
     }
     if dropin && eff.as_ref().is_some_and(|a| a.file != std::path::Path::new(files::SYSCTL_DROPIN)) {
-        warnings.push(format!("{} is overridden at boot by {}", files::SYSCTL_DROPIN, boot.file.as_deref().unwrap_or("")));
+        warnings.push(format!(
+            "{} is overridden at boot by {}",
+            files::SYSCTL_DROPIN,
+            boot.file.as_deref().unwrap_or("")
+        ));
     }
 
     let mut namespaces = Vec::new();

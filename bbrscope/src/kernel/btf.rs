@@ -24,16 +24,38 @@ pub struct Member {
 #[derive(Debug, Clone)]
 pub enum Type {
     Void,
-    Int { size: u32 },
-    Ptr { target: u32 },
-    Array { elem: u32, len: u32 },
-    Struct { size: u32, members: Vec<Member> },
-    Union { size: u32, members: Vec<Member> },
-    Enum { size: u32, values: Vec<(String, i64)> },
+    Int {
+        size: u32,
+    },
+    Ptr {
+        target: u32,
+    },
+    Array {
+        elem: u32,
+        len: u32,
+    },
+    Struct {
+        size: u32,
+        members: Vec<Member>,
+    },
+    Union {
+        size: u32,
+        members: Vec<Member>,
+    },
+    Enum {
+        size: u32,
+        values: Vec<(String, i64)>,
+    },
     /// typedef, volatile, const, restrict, type_tag: all transparent for layout.
-    Alias { target: u32 },
-    FuncProto { params: Vec<u32> },
-    Float { size: u32 },
+    Alias {
+        target: u32,
+    },
+    FuncProto {
+        params: Vec<u32>,
+    },
+    Float {
+        size: u32,
+    },
     /// fwd, func, var, datasec, decl_tag: irrelevant to layout.
     Other,
 }
@@ -222,11 +244,7 @@ impl Btf {
 
     /// The struct (not a forward declaration) called `name`.
     pub fn struct_id(&self, name: &str) -> Option<u32> {
-        self.by_name
-            .get(name)?
-            .iter()
-            .copied()
-            .find(|&id| matches!(self.types[id as usize], Type::Struct { .. }))
+        self.by_name.get(name)?.iter().copied().find(|&id| matches!(self.types[id as usize], Type::Struct { .. }))
     }
 
     /// Follows typedefs and modifiers.
@@ -528,6 +546,9 @@ mod tests {
     #[test]
     fn rejects_garbage() {
         assert!(Btf::parse(b"not btf at all, clearly not", None).is_err());
-        assert!(Btf::parse(&[0x9f, 0xeb, 1, 0, 24, 0, 0, 0, 0, 0, 0, 0, 100, 0, 0, 0, 100, 0, 0, 0, 4, 0, 0, 0], None).is_err());
+        assert!(
+            Btf::parse(&[0x9f, 0xeb, 1, 0, 24, 0, 0, 0, 0, 0, 0, 0, 100, 0, 0, 0, 100, 0, 0, 0, 4, 0, 0, 0], None)
+                .is_err()
+        );
     }
 }

@@ -141,10 +141,7 @@ pub struct Layout {
 fn byte_field(loc: Location) -> Option<(FieldSpec, Extract)> {
     let shift = loc.bit_offset % 8;
     let len = (shift + loc.bits).div_ceil(8);
-    (len <= 8).then_some((
-        FieldSpec { off: loc.bit_offset / 8, len },
-        Extract { shift, bits: loc.bits },
-    ))
+    (len <= 8).then_some((FieldSpec { off: loc.bit_offset / 8, len }, Extract { shift, bits: loc.bits }))
 }
 
 impl Layout {
@@ -224,12 +221,9 @@ impl Layout {
     /// pointers in 6.2 (ids before), and sockets only carry a cgroup pointer since 5.15.
     fn cgroup_chain(btf: &Btf, sock: &mut SockLayout, flags: &mut u32) -> bool {
         let off = |s: &str, p: &str| btf.member(s, p).map(|l| l.byte_offset());
-        let (Some(cgroup), Some(level), Some(kn), Some(id)) = (
-            off("sock", "sk_cgrp_data.cgroup"),
-            off("cgroup", "level"),
-            off("cgroup", "kn"),
-            off("kernfs_node", "id"),
-        ) else {
+        let (Some(cgroup), Some(level), Some(kn), Some(id)) =
+            (off("sock", "sk_cgrp_data.cgroup"), off("cgroup", "level"), off("cgroup", "kn"), off("kernfs_node", "id"))
+        else {
             sock.cgroup = u32::MAX;
             return false;
         };
@@ -251,9 +245,7 @@ impl Layout {
 
     fn bbr(btf: &Btf) -> Option<BbrLayout> {
         btf.struct_id("bbr")?;
-        let f = |path: &str| {
-            btf.member("bbr", path).map(|l| PrivField { bit_offset: l.bit_offset, bits: l.bits })
-        };
+        let f = |path: &str| btf.member("bbr", path).map(|l| PrivField { bit_offset: l.bit_offset, bits: l.bits });
         let mode_names = btf
             .enum_values("bbr_mode")
             .map(|vals| vals.iter().map(|(n, v)| (*v, n.trim_start_matches("BBR_").to_lowercase())).collect())

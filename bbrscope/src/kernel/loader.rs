@@ -66,8 +66,9 @@ pub struct Observer {
 impl Observer {
     pub fn start(opts: &Options) -> Result<Self> {
         let btf = match &opts.btf {
-            Some(path) => Btf::from_file(path, None)
-                .map_err(|e| UsageError::new(format!("--btf {}: {e:#}", path.display())))?,
+            Some(path) => {
+                Btf::from_file(path, None).map_err(|e| UsageError::new(format!("--btf {}: {e:#}", path.display())))?
+            }
             None => with_cc_modules(Btf::kernel().map_err(|e| {
                 UsageError::new(format!(
                     "kernel BTF is unavailable ({e:#}): bbrscope needs {} (CONFIG_DEBUG_INFO_BTF=y, \

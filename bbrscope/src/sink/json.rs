@@ -84,7 +84,14 @@ impl<W: Write> JsonSink<W> {
         self.out.write_all(b"\n")
     }
 
-    fn flow_record<'a>(&self, ty: &'static str, ts_ns: u64, flow: &'a Flow, state: CaState, body: Body<'a>) -> FlowRecord<'a> {
+    fn flow_record<'a>(
+        &self,
+        ty: &'static str,
+        ts_ns: u64,
+        flow: &'a Flow,
+        state: CaState,
+        body: Body<'a>,
+    ) -> FlowRecord<'a> {
         FlowRecord {
             ty,
             ts: self.clock.unix_secs(ts_ns),

@@ -27,9 +27,7 @@ pub fn require_tracing(what: &str) -> Result<()> {
     let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
     let caps = effective_caps_in(&status).unwrap_or(0);
     if !can_trace(caps) {
-        usage!(
-            "{what} needs root, or the capabilities CAP_BPF and CAP_PERFMON (CAP_SYS_ADMIN on kernels before 5.8)"
-        );
+        usage!("{what} needs root, or the capabilities CAP_BPF and CAP_PERFMON (CAP_SYS_ADMIN on kernels before 5.8)");
     }
     Ok(())
 }

@@ -28,8 +28,8 @@ use self::{
     app::{Action, App, Playback},
     theme::Theme,
 };
-pub use ratatui::crossterm::event::Event as Input;
 use crate::{clock::Clock, error::usage, replay::Record, session::Live};
+pub use ratatui::crossterm::event::Event as Input;
 
 /// Redraws per second, whatever the event rate.
 pub const FPS: u64 = 15;

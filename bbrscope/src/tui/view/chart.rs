@@ -44,12 +44,7 @@ pub fn draw(
     y_fmt: &dyn Fn(f64) -> String,
     theme: &Theme,
 ) {
-    let y_max = series
-        .iter()
-        .flat_map(|s| s.points.iter().map(|p| p.1))
-        .fold(0.0f64, f64::max)
-        .max(1e-9)
-        * 1.1;
+    let y_max = series.iter().flat_map(|s| s.points.iter().map(|p| p.1)).fold(0.0f64, f64::max).max(1e-9) * 1.1;
     let datasets = series
         .iter()
         .map(|s| {
@@ -72,6 +67,9 @@ pub fn draw(
         .x_axis(Axis::default().bounds([-window_s, 0.0]).labels(x_labels).style(theme.dim()))
         .y_axis(Axis::default().bounds([0.0, y_max]).labels(y_labels).style(theme.dim()))
         .legend_position(Some(LegendPosition::TopLeft))
-        .hidden_legend_constraints((ratatui::layout::Constraint::Percentage(60), ratatui::layout::Constraint::Percentage(60)));
+        .hidden_legend_constraints((
+            ratatui::layout::Constraint::Percentage(60),
+            ratatui::layout::Constraint::Percentage(60),
+        ));
     f.render_widget(chart, area);
 }

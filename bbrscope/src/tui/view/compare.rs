@@ -116,7 +116,11 @@ pub fn draw(f: &mut Frame, area: Rect, app: &App, theme: &Theme) {
         let thr: u64 = g.flows.iter().filter_map(|f| f.throughput_bps).sum();
         let retr: f64 = g.flows.iter().filter_map(|f| f.retrans_per_s(recent)).sum();
         let infl: Vec<f64> = g.flows.iter().filter_map(|f| f.rtt_inflation()).collect();
-        let infl = if infl.is_empty() { "-".to_string() } else { format!("{:.2}x", infl.iter().sum::<f64>() / infl.len() as f64) };
+        let infl = if infl.is_empty() {
+            "-".to_string()
+        } else {
+            format!("{:.2}x", infl.iter().sum::<f64>() / infl.len() as f64)
+        };
         let verdicts: Vec<String> = g.flows.iter().take(2).map(|f| diagnose::diagnose(f, now).label()).collect();
         let lines = vec![
             Line::from(vec![Span::raw("throughput     "), Span::styled(fmt::bps(thr), g.style)]),

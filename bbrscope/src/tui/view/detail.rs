@@ -33,10 +33,7 @@ pub fn draw(f: &mut Frame, area: Rect, app: &App, theme: &Theme) {
     let text_rows = if inner.width >= 110 { 2 } else { 3 };
     let [words, state, charts] =
         Layout::vertical([Constraint::Length(text_rows), Constraint::Length(1), Constraint::Min(0)]).areas(inner);
-    f.render_widget(
-        Paragraph::new(verdict.explain(&flow.cc)).wrap(Wrap { trim: true }).style(theme.warn()),
-        words,
-    );
+    f.render_widget(Paragraph::new(verdict.explain(&flow.cc)).wrap(Wrap { trim: true }).style(theme.warn()), words);
     f.render_widget(state_line(flow, theme), state);
     if charts.height < 5 {
         return;
@@ -87,18 +84,16 @@ pub fn draw(f: &mut Frame, area: Rect, app: &App, theme: &Theme) {
 fn state_line<'a>(flow: &Flow, theme: &Theme) -> Line<'a> {
     let Some(m) = flow.metrics.as_ref() else { return Line::raw("") };
     let opt = |v: Option<u32>| v.map(|v| v.to_string()).unwrap_or("-".into());
-    let mut spans = vec![
-        Span::raw(format!(
-            "cwnd {} ssthresh {} · rtt {} min {} · pacing {} delivery {} · retrans {}",
-            opt(m.cwnd),
-            m.ssthresh.map(|v| v.to_string()).unwrap_or("∞".into()),
-            fmt::opt_ms(m.srtt_us),
-            fmt::opt_ms(m.min_rtt_us),
-            fmt::opt_bps(m.pacing_rate_bps),
-            fmt::opt_bps(m.delivery_rate_bps),
-            opt(m.retrans_total),
-        )),
-    ];
+    let mut spans = vec![Span::raw(format!(
+        "cwnd {} ssthresh {} · rtt {} min {} · pacing {} delivery {} · retrans {}",
+        opt(m.cwnd),
+        m.ssthresh.map(|v| v.to_string()).unwrap_or("∞".into()),
+        fmt::opt_ms(m.srtt_us),
+        fmt::opt_ms(m.min_rtt_us),
+        fmt::opt_bps(m.pacing_rate_bps),
+        fmt::opt_bps(m.delivery_rate_bps),
+        opt(m.retrans_total),
+    ))];
     if let Some(b) = &m.bbr {
         spans.push(Span::styled(
             format!(

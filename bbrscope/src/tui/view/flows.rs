@@ -32,8 +32,12 @@ pub fn draw(f: &mut Frame, area: Rect, app: &App, theme: &Theme) {
                 _ => theme.dim(),
             };
             let mark = if app.marked.contains(&fl.id) { "◆" } else { " " };
-            let rtt = format!("{}/{}", fmt::opt_ms(m.and_then(|m| m.srtt_us)), fmt::opt_ms(m.and_then(|m| m.min_rtt_us)));
-            let retr = fl.retrans_per_s(now.saturating_sub(diagnose::WINDOW_NS)).map(|r| format!("{r:.1}")).unwrap_or("-".into());
+            let rtt =
+                format!("{}/{}", fmt::opt_ms(m.and_then(|m| m.srtt_us)), fmt::opt_ms(m.and_then(|m| m.min_rtt_us)));
+            let retr = fl
+                .retrans_per_s(now.saturating_sub(diagnose::WINDOW_NS))
+                .map(|r| format!("{r:.1}"))
+                .unwrap_or("-".into());
             let mut cells = vec![
                 Cell::from(mark),
                 Cell::from(fl.dst.to_string()),
@@ -48,10 +52,7 @@ pub fn draw(f: &mut Frame, area: Rect, app: &App, theme: &Theme) {
             if wide {
                 cells.splice(
                     7..7,
-                    [
-                        Cell::from(fmt::opt_bps(m.and_then(|m| m.pacing_rate_bps))),
-                        Cell::from(fl.ca_state.as_str()),
-                    ],
+                    [Cell::from(fmt::opt_bps(m.and_then(|m| m.pacing_rate_bps))), Cell::from(fl.ca_state.as_str())],
                 );
             }
             let row = Row::new(cells);
@@ -81,7 +82,8 @@ pub fn draw(f: &mut Frame, area: Rect, app: &App, theme: &Theme) {
         .block(Block::bordered().title(title).border_style(theme.dim()))
         .row_highlight_style(theme.selected())
         .column_spacing(1);
-    let mut state = TableState::default().with_selected(app.selected.and_then(|id| flows.iter().position(|f| f.id == id)));
+    let mut state =
+        TableState::default().with_selected(app.selected.and_then(|id| flows.iter().position(|f| f.id == id)));
     f.render_stateful_widget(table, area, &mut state);
     if flows.is_empty() {
         let hint = if app.filter.is_empty() {

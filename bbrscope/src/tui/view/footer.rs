@@ -11,7 +11,13 @@ use crate::tui::{app::App, fmt, theme::Theme};
 pub fn draw(f: &mut Frame, area: Rect, app: &App, theme: &Theme) {
     let mut spans = Vec::new();
     if let Some(p) = &app.playback {
-        let state = if p.finished { "end" } else if p.paused { "paused" } else { "playing" };
+        let state = if p.finished {
+            "end"
+        } else if p.paused {
+            "paused"
+        } else {
+            "playing"
+        };
         spans.push(Span::styled(
             format!(" replay {state} x{} {:.0}/{:.0}s ", p.speed, p.position_s, p.length_s),
             theme.title(),
@@ -41,8 +47,7 @@ pub fn draw(f: &mut Frame, area: Rect, app: &App, theme: &Theme) {
     }
     // The keys stay visible however narrow the terminal; the rest is cut from the right.
     let keys = " ? help  q quit ";
-    let [left, right] =
-        Layout::horizontal([Constraint::Min(0), Constraint::Length(keys.len() as u16)]).areas(area);
+    let [left, right] = Layout::horizontal([Constraint::Min(0), Constraint::Length(keys.len() as u16)]).areas(area);
     f.render_widget(Line::from(spans), left);
     f.render_widget(Line::styled(keys, theme.dim()), right);
 }

@@ -47,7 +47,13 @@ fn draw_header(f: &mut Frame, area: ratatui::layout::Rect, app: &App, theme: &Th
     let live = app.table.iter().filter(|fl| fl.closed_ns.is_none()).count();
     let mut spans = vec![
         Span::styled(" bbrscope ", theme.title()),
-        Span::raw(format!("· {} · {live} flows · window {}s · sort {}{}", app.source, WINDOWS[app.window], app.sort.name(), if app.sort_ascending { " ↑" } else { " ↓" })),
+        Span::raw(format!(
+            "· {} · {live} flows · window {}s · sort {}{}",
+            app.source,
+            WINDOWS[app.window],
+            app.sort.name(),
+            if app.sort_ascending { " ↑" } else { " ↓" }
+        )),
     ];
     if app.editing_filter || !app.filter.is_empty() {
         spans.push(Span::styled(
