@@ -45,7 +45,7 @@ pub struct FlowState {
 /// Capacity is set by userspace (`--max-flows`); LRU so that a full table evicts the flows idle
 /// longest instead of refusing new ones.
 #[map]
-static FLOWS: LruHashMap<u64, FlowState> = LruHashMap::with_max_entries(16384, 0);
+static FLOWS: LruHashMap<u64, FlowState> = LruHashMap::with_max_entries(65536, 0);
 
 #[map]
 static COUNTERS: PerCpuArray<u64> = PerCpuArray::with_max_entries(counter::COUNT, 0);
@@ -81,6 +81,12 @@ pub fn get_or_create(sk: u64, now: u64) -> Option<&'static mut FlowState> {
 
 #[inline(never)]
 fn create(sk: u64, now: u64) -> Option<&'static mut FlowState> {
+    // Until the peer has acked data (beyond the SYN), a socket is only receiving: unless asked
+    // for receivers, it takes no slot in the table, so a server's receiving sockets cannot
+    // crowd out its senders.
+    if !has_flag(config_flags::RECEIVERS) && read::<u64>(sk, conf!(sock.bytes_acked)) <= 1 {
+        return None;
+    }
     count(counter::FLOWS_SEEN);
     let t = sock::tuple(sk);
     let passed = passes(sk, &t);

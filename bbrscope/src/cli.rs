@@ -73,7 +73,7 @@ pub struct ObserveArgs {
     #[arg(long)]
     pub receivers: bool,
     /// Flows tracked in the kernel at once (least recently active are evicted beyond this)
-    #[arg(long, value_name = "N", default_value_t = 16384, value_parser = clap::value_parser!(u32).range(16..=4_194_304))]
+    #[arg(long, value_name = "N", default_value_t = 65536, value_parser = clap::value_parser!(u32).range(16..=4_194_304))]
     pub max_flows: u32,
     /// Ring buffer between kernel and bbrscope: a power of two from 4K (e.g. 512K, 4M, 64M)
     #[arg(long, value_name = "BYTES", default_value = "4M", value_parser = parse_ring_size)]

@@ -137,15 +137,35 @@ pub enum Change {
     Unknown,
 }
 
+/// The least history a flow keeps however many flows share the budget.
+pub const MIN_HISTORY: usize = 16;
+
 pub struct FlowTable {
     flows: HashMap<u64, Flow>,
     /// Points kept per flow (0: no history, as for `stream`).
     history: usize,
+    /// Points kept over all flows: with many flows each keeps fewer, so memory is bounded by
+    /// this, not by the number of flows.
+    budget: usize,
 }
 
 impl FlowTable {
     pub fn new(history: usize) -> Self {
-        FlowTable { flows: HashMap::new(), history }
+        FlowTable { flows: HashMap::new(), history, budget: usize::MAX }
+    }
+
+    /// Caps the points kept over all flows (each flow still keeps at least [`MIN_HISTORY`]).
+    pub fn with_budget(mut self, points: usize) -> Self {
+        self.budget = points;
+        self
+    }
+
+    /// Points (and marks) each flow may keep now.
+    fn per_flow(&self) -> usize {
+        if self.history == 0 {
+            return 0;
+        }
+        (self.budget / self.flows.len().max(1)).clamp(MIN_HISTORY.min(self.history), self.history)
     }
 
     pub fn get(&self, id: u64) -> Option<&Flow> {
@@ -192,7 +212,7 @@ impl FlowTable {
             });
             change = Change::Opened;
         }
-        let keep = self.history;
+        let keep = self.per_flow();
         let flow = self.flows.get_mut(&h.flow).expect("inserted above");
         flow.last_ns = flow.last_ns.max(h.ts_ns);
         flow.ca_state = h.ca_state;
@@ -272,8 +292,9 @@ fn point(ts_ns: u64, m: &Metrics, throughput_bps: Option<u64>) -> Point {
     }
 }
 
+/// Appends, dropping the oldest entries beyond `cap` (which shrinks as flows are added).
 fn push_bounded<T>(q: &mut VecDeque<T>, cap: usize, item: T) {
-    if q.len() == cap {
+    while q.len() >= cap {
         q.pop_front();
     }
     q.push_back(item);
@@ -306,5 +327,42 @@ pub mod tests {
             history: history.into(),
             marks: VecDeque::new(),
         }
+    }
+}
+
+#[cfg(test)]
+mod budget_tests {
+    use super::*;
+    use crate::event::{Head, SampleEvent};
+
+    fn sample(flow: u64, ts_ns: u64) -> Event {
+        let mut m = crate::replay::parse_line(
+            r#"{"type":"sample","ts":0,"cookie":1,"src":"10.0.0.1:1","dst":"10.0.0.2:2","cc":"cubic","ca_state":"open","cwnd":10}"#,
+        )
+        .unwrap();
+        let Some(crate::replay::Record::Event(Event::Sample(s))) = m.take() else { unreachable!() };
+        Event::Sample(Box::new(SampleEvent { head: Head { flow, ts_ns, ..s.head }, ..*s }))
+    }
+
+    #[test]
+    fn history_is_bounded_by_the_budget_not_the_flow_count() {
+        let mut t = FlowTable::new(1000).with_budget(2000);
+        for i in 0..100 {
+            for f in 0..2 {
+                t.apply(&sample(f, i));
+            }
+        }
+        // Two flows: 1000 each at most (the per-flow cap).
+        assert!(t.iter().all(|f| f.history.len() == 100));
+        for f in 2..500 {
+            for i in 0..50 {
+                t.apply(&sample(f, i));
+            }
+        }
+        // 500 flows share 2000 points: the latest flows keep MIN_HISTORY; flows that stopped
+        // sending keep what they had: the total stays within twice the budget plus the floor.
+        let total: usize = t.iter().map(|f| f.history.len()).sum();
+        assert!(t.iter().filter(|f| f.id >= 200).all(|f| f.history.len() == MIN_HISTORY), "per-flow cap");
+        assert!(total <= 2 * 2000 + 500 * MIN_HISTORY, "total {total}");
     }
 }

@@ -45,7 +45,7 @@ impl Default for Options {
             interval: Duration::from_millis(100),
             receivers: false,
             filter: FilterSpec::default(),
-            max_flows: 16384,
+            max_flows: 65536,
             ring_bytes: 4 << 20,
             retrans_per_interval: 64,
             btf: None,

@@ -9,8 +9,11 @@ use crate::{
     stats::StatsReport,
 };
 
-/// Points kept per flow: 20 minutes at the default 100 ms interval, bounding memory per flow.
+/// Points kept per flow: 20 minutes at the default 100 ms interval.
 pub const HISTORY_POINTS: usize = 12_000;
+/// Points kept over all flows (about 25 MB): a few flows keep their full history; 10,000 flows
+/// keep about 20 points each.
+pub const HISTORY_BUDGET: usize = 200_000;
 /// Closed flows stay listed (dimmed) this long.
 pub const CLOSED_LINGER_NS: u64 = 10_000_000_000;
 /// Chart windows `+`/`-` step through, in seconds.
@@ -96,7 +99,7 @@ pub struct App {
 impl App {
     pub fn new(source: impl Into<String>, notices: Vec<String>, playback: Option<Playback>) -> Self {
         App {
-            table: FlowTable::new(HISTORY_POINTS),
+            table: FlowTable::new(HISTORY_POINTS).with_budget(HISTORY_BUDGET),
             now_ns: 0,
             frozen_at: None,
             stats: None,

@@ -9,18 +9,25 @@ use ratatui::{
 
 use crate::{
     diagnose::{self, Verdict},
+    flow::Flow,
     tui::{app::App, fmt, theme::Theme},
 };
 
-pub fn draw(f: &mut Frame, area: Rect, app: &App, theme: &Theme) {
+/// `flows`: `app.visible()`, computed once per frame by the caller.
+pub fn draw(f: &mut Frame, area: Rect, app: &App, flows: &[&Flow], theme: &Theme) {
     let now = app.view_now();
     let wide = area.width >= 120;
-    let flows = app.visible();
+    // Only the rows that fit are built (and diagnosed): with thousands of flows the rest would
+    // cost a frame's worth of CPU for nothing.
+    let fit = area.height.saturating_sub(3).max(1) as usize;
+    let selected = app.selected.and_then(|id| flows.iter().position(|f| f.id == id));
+    let offset = selected.map_or(0, |s| (s + 1).saturating_sub(fit));
+    let shown = &flows[offset.min(flows.len())..(offset + fit).min(flows.len())];
     let mut header = vec!["", "PEER", "LOCAL", "CC", "THRPUT", "CWND", "RTT/MIN", "RETR/s", "VERDICT"];
     if wide {
         header.splice(7..7, ["PACING", "STATE"]);
     }
-    let rows: Vec<Row> = flows
+    let rows: Vec<Row> = shown
         .iter()
         .map(|fl| {
             let m = fl.metrics.as_ref();
@@ -82,8 +89,7 @@ pub fn draw(f: &mut Frame, area: Rect, app: &App, theme: &Theme) {
         .block(Block::bordered().title(title).border_style(theme.dim()))
         .row_highlight_style(theme.selected())
         .column_spacing(1);
-    let mut state =
-        TableState::default().with_selected(app.selected.and_then(|id| flows.iter().position(|f| f.id == id)));
+    let mut state = TableState::default().with_selected(selected.map(|s| s - offset));
     f.render_stateful_widget(table, area, &mut state);
     if flows.is_empty() {
         let hint = if app.filter.is_empty() {

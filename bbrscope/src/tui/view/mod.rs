@@ -28,11 +28,12 @@ pub fn draw(f: &mut Frame, app: &App, theme: &Theme) {
     draw_header(f, header, app, theme);
     match app.view {
         View::Flows => {
-            let rows = app.visible().len() as u16 + 3;
+            let flows = app.visible();
+            let rows = (flows.len() as u16).saturating_add(3);
             let max_list = body.height.saturating_sub(DETAIL_MIN_ROWS).max(body.height * 2 / 5);
             let [list, detail] =
                 Layout::vertical([Constraint::Length(rows.clamp(4, max_list.max(4))), Constraint::Min(0)]).areas(body);
-            flows::draw(f, list, app, theme);
+            flows::draw(f, list, app, &flows, theme);
             detail::draw(f, detail, app, theme);
         }
         View::Compare => compare::draw(f, body, app, theme),
