@@ -49,7 +49,7 @@ pub fn run(setup: &Setup, observer: Observer, seconds: f64) -> Result<ForcedDrop
         }
         _ => (bbrscope_top(setup, &ARGS)?, None),
     };
-    let bulk = Bulk::start(FLOWS, "cubic", Ends::of(PathKind::Loopback, None)?)?;
+    let bulk = Bulk::start(FLOWS, "cubic", Ends::of(PathKind::Loopback, None)?, None)?;
     thread::sleep(Duration::from_secs_f64(seconds));
     bulk.stop();
     // Closing flows writes their last records; let those settle before reading the count.
@@ -59,7 +59,7 @@ pub fn run(setup: &Setup, observer: Observer, seconds: f64) -> Result<ForcedDrop
         Some(tap) => tap.next_after(Instant::now(), Duration::from_secs(3)).and_then(|v| v["drops_total"].as_u64()),
         None => footer_drops(&traced)?,
     };
-    traced.stop()?;
+    traced.stop_in_time()?;
     Ok(ForcedDrops { observer, args: ARGS.join(" "), flows: FLOWS, seconds, kernel_drops, reported_drops })
 }
 

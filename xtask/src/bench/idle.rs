@@ -19,7 +19,7 @@ use std::{
 
 use anyhow::{Context as _, Result, bail};
 
-use super::scenarios::tie_to_parent;
+use super::{scenarios::tie_to_parent, workload::setsockopt};
 
 /// `xtask idle-peer`: accepts connections on a loopback port (printed on stdout), reads and
 /// discards what arrives, and closes connections the other end closed. Runs until killed.
@@ -117,7 +117,8 @@ pub struct Peer {
 
 impl Peer {
     pub fn start() -> Result<Peer> {
-        let mut cmd = Command::new(std::env::current_exe()?);
+        // This very binary, even if a rebuild has replaced the file since it started.
+        let mut cmd = Command::new("/proc/self/exe");
         cmd.arg("idle-peer").stdin(Stdio::null()).stdout(Stdio::piped());
         let mut child = tie_to_parent(&mut cmd).spawn().context("starting xtask idle-peer")?;
         let mut line = String::new();
@@ -139,8 +140,7 @@ const TRICKLE: [u8; 64] = [0x2e; 64];
 /// Flows written back to back before pausing, so writes spread over each round.
 const BATCH: usize = 100;
 
-/// Idle flows to a [`Peer`], each sending [`TRICKLE`] once per `period`. Closing them (on
-/// drop) resets the connections, so no TIME_WAIT sockets hold on to the ports.
+/// Idle flows to a [`Peer`], each sending [`TRICKLE`] once per `period`; closed on drop.
 pub struct Flows {
     stop: Arc<AtomicBool>,
     trickle: Option<JoinHandle<()>>,
@@ -152,7 +152,9 @@ impl Flows {
         for i in 0..n {
             let s = TcpStream::connect(to).with_context(|| format!("idle flow {i} of {n} to {to}"))?;
             s.set_nonblocking(true)?;
-            reset_on_close(&s)?;
+            // Closing then resets the connection: no TIME_WAIT sockets hold on to the ports.
+            let linger = libc::linger { l_onoff: 1, l_linger: 0 };
+            setsockopt(&s, libc::SOL_SOCKET, libc::SO_LINGER, linger, "SO_LINGER")?;
             streams.push(s);
         }
         let stop = Arc::new(AtomicBool::new(false));
@@ -169,23 +171,6 @@ impl Drop for Flows {
             let _ = t.join();
         }
     }
-}
-
-fn reset_on_close(s: &TcpStream) -> Result<()> {
-    let linger = libc::linger { l_onoff: 1, l_linger: 0 };
-    let r = unsafe {
-        libc::setsockopt(
-            s.as_raw_fd(),
-            libc::SOL_SOCKET,
-            libc::SO_LINGER,
-            (&raw const linger).cast(),
-            std::mem::size_of::<libc::linger>() as libc::socklen_t,
-        )
-    };
-    if r != 0 {
-        bail!("SO_LINGER: {}", std::io::Error::last_os_error());
-    }
-    Ok(())
 }
 
 fn trickle(streams: &[TcpStream], period: Duration, stop: &AtomicBool) {

@@ -4,8 +4,6 @@ use std::{fs, path::Path, process::Command};
 
 use serde::Serialize;
 
-use super::measure;
-
 #[derive(Debug, Serialize)]
 pub struct Machine {
     pub date_utc: String,
@@ -19,7 +17,6 @@ pub struct Machine {
     pub commit: String,
     pub bbrscope: String,
     pub bpftrace: Option<String>,
-    pub load_average_start: f64,
 }
 
 fn output(cmd: &mut Command) -> Option<String> {
@@ -54,11 +51,12 @@ impl Machine {
                 .unwrap_or_default(),
             cores: std::thread::available_parallelism().map_or(0, |n| n.get()),
             memory_gib: mem_kib / (1 << 20) as f64,
-            virtual_machine: cpuinfo.lines().any(|l| l.starts_with("flags") && l.split_whitespace().any(|f| f == "hypervisor")),
+            virtual_machine: cpuinfo
+                .lines()
+                .any(|l| l.starts_with("flags") && l.split_whitespace().any(|f| f == "hypervisor")),
             commit: if clean { commit } else { format!("{commit}+changes") },
             bbrscope: output(Command::new(bbrscope).arg("--version")).unwrap_or_default(),
             bpftrace: output(Command::new("bpftrace").arg("--version")),
-            load_average_start: measure::load_average(),
         }
     }
 }

@@ -23,19 +23,78 @@ impl RunTimeStats {
     }
 }
 
-/// User + system CPU time of a process, plus that of the children it has waited for.
+/// CPU time of a process's threads, in nanoseconds (/proc/PID/task/TID/schedstat): clock
+/// ticks, in /proc/PID/stat, are too coarse for an observer that uses a few ms per second.
 pub fn cpu_time(pid: u32) -> Result<Duration> {
-    let stat = fs::read_to_string(format!("/proc/{pid}/stat")).with_context(|| format!("process {pid}"))?;
-    // The command name (field 2) may hold spaces and parentheses: count from its closing one.
-    let rest = stat.rsplit_once(") ").context("malformed /proc/PID/stat")?.1;
-    let fields: Vec<&str> = rest.split_whitespace().collect();
-    // utime, stime, cutime, cstime: fields 14 to 17, i.e. 11 to 14 after the command name.
-    let ticks = fields.get(11..15).context("short /proc/PID/stat")?.iter().map(|f| f.parse::<u64>()).sum::<Result<u64, _>>()?;
-    Ok(Duration::from_nanos(ticks * 1_000_000_000 / clock_ticks_per_s()))
+    let mut ns = 0;
+    for task in fs::read_dir(format!("/proc/{pid}/task")).with_context(|| format!("process {pid}"))? {
+        // A thread that exits while listing is skipped.
+        let Ok(text) = fs::read_to_string(task?.path().join("schedstat")) else { continue };
+        ns += text.split_whitespace().next().and_then(|v| v.parse::<u64>().ok()).context("malformed schedstat")?;
+    }
+    Ok(Duration::from_nanos(ns))
+}
+
+/// The fields of /proc/PID/stat the benchmark uses.
+struct ProcStat {
+    ppid: u32,
+    /// utime, stime, cutime, cstime in clock ticks.
+    ticks: u64,
+}
+
+impl ProcStat {
+    fn parse(stat: &str) -> Option<ProcStat> {
+        // The command name (field 2) may hold spaces and parentheses: count from its closing one.
+        let fields: Vec<&str> = stat.rsplit_once(") ")?.1.split_whitespace().collect();
+        // Fields 4 (ppid) and 14 to 17, i.e. 1 and 11 to 14 after the command name.
+        let ticks = fields.get(11..15)?.iter().map(|f| f.parse::<u64>().ok()).sum::<Option<u64>>()?;
+        Some(ProcStat { ppid: fields.get(1)?.parse().ok()?, ticks })
+    }
+
+    fn cpu(&self) -> Duration {
+        Duration::from_nanos(self.ticks * 1_000_000_000 / clock_ticks_per_s())
+    }
 }
 
 fn clock_ticks_per_s() -> u64 {
     (unsafe { libc::sysconf(libc::_SC_CLK_TCK) }).max(1) as u64
+}
+
+/// CPU time used so far by every user process outside the benchmark's own process tree: other
+/// people's work on the machine, which competes with the runs. (A process that ended counts in
+/// its parent's children's time, so the difference of two readings covers it too. Kernel
+/// threads are left out: they also carry the benchmark's own network processing.)
+pub fn others_cpu_time() -> Duration {
+    const KTHREADD: u32 = 2;
+    let mut procs: HashMap<u32, ProcStat> = HashMap::new();
+    for entry in fs::read_dir("/proc").into_iter().flatten().flatten() {
+        let Some(pid) = entry.file_name().to_str().and_then(|s| s.parse::<u32>().ok()) else { continue };
+        // Processes that exit while listing are skipped.
+        if let Some(stat) = fs::read_to_string(entry.path().join("stat")).ok().and_then(|s| ProcStat::parse(&s)) {
+            procs.insert(pid, stat);
+        }
+    }
+    let me = std::process::id();
+    let mine = |mut pid: u32| {
+        while pid > 1 {
+            if pid == me {
+                return true;
+            }
+            pid = procs.get(&pid).map_or(0, |p| p.ppid);
+        }
+        false
+    };
+    procs.iter().filter(|&(&pid, p)| pid != KTHREADD && p.ppid != KTHREADD && !mine(pid)).map(|(_, p)| p.cpu()).sum()
+}
+
+/// Time all CPUs together have spent busy (not idle or waiting for I/O) since boot.
+pub fn busy_cpu_time() -> Result<Duration> {
+    let stat = fs::read_to_string("/proc/stat")?;
+    let line = stat.lines().next().filter(|l| l.starts_with("cpu ")).context("no cpu line in /proc/stat")?;
+    // user nice system idle iowait irq softirq steal (guest time is already in user).
+    let ticks: Vec<u64> = line.split_whitespace().skip(1).take(8).map(|v| v.parse()).collect::<Result<_, _>>()?;
+    let busy: u64 = ticks.iter().enumerate().filter(|&(i, _)| i != 3 && i != 4).map(|(_, t)| t).sum();
+    Ok(Duration::from_nanos(busy * 1_000_000_000 / clock_ticks_per_s()))
 }
 
 /// Resident memory of a process now and at its peak, in bytes.
@@ -182,12 +241,4 @@ impl Counters {
 /// Records bbrscope's programs wrote into the ring buffer, from the counters.
 pub fn records(c: &CounterValues) -> u64 {
     [counter::SAMPLES, counter::RETRANSMITS, counter::CONG_STATES, counter::CLOSES].iter().map(|&i| c[i as usize]).sum()
-}
-
-/// The 1-minute load average, to show how busy the machine was.
-pub fn load_average() -> f64 {
-    fs::read_to_string("/proc/loadavg")
-        .ok()
-        .and_then(|s| s.split_whitespace().next().and_then(|v| v.parse().ok()))
-        .unwrap_or(f64::NAN)
 }

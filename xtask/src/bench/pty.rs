@@ -45,8 +45,8 @@ impl Pty {
     /// and its standard input, output and error.
     pub fn spawn(cmd: &mut Command, cols: u16, rows: u16) -> Result<(Child, Pty)> {
         let (mut master, mut slave) = (-1, -1);
-        let mut size = libc::winsize { ws_row: rows, ws_col: cols, ws_xpixel: 0, ws_ypixel: 0 };
-        let r = unsafe { libc::openpty(&mut master, &mut slave, std::ptr::null_mut(), std::ptr::null(), &mut size) };
+        let size = libc::winsize { ws_row: rows, ws_col: cols, ws_xpixel: 0, ws_ypixel: 0 };
+        let r = unsafe { libc::openpty(&mut master, &mut slave, std::ptr::null_mut(), std::ptr::null(), &size) };
         if r != 0 {
             bail!("openpty: {}", std::io::Error::last_os_error());
         }

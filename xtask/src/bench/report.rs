@@ -11,9 +11,10 @@ use anyhow::Result;
 use serde::Serialize;
 
 use super::{
-    Results, Spread, Summary, WorkloadResult,
+    Results, Spread,
     scale::{RESPONSIVE, ScaleResult},
     scenarios::Observer,
+    throughput::{DISTURBED_CORES, RETRIES, SETTLE, Summary, WorkloadResult},
     workload::PathKind,
 };
 
@@ -34,15 +35,37 @@ pub fn targets(r: &Results) -> Vec<Target> {
     for w in single_loopback {
         let ratio = |o| w.summary(o).and_then(|s| s.ratio).map(|s| s.median);
         let stream = ratio(Observer::Stream);
+        let share = w.summary(Observer::Stream).and_then(|s| s.busy_share).map(|s| s.median);
         out.push(Target {
             target: format!("{}: `stream` keeps ≥ 97% of baseline throughput", w.label),
-            result: stream.map_or("not measured".into(), pct),
+            result: match (w.summary(Observer::Stream).and_then(|s| s.ratio), share) {
+                (Some(r), Some(share)) => {
+                    let control = w.summary(Observer::Control).and_then(|s| s.ratio);
+                    format!(
+                        "{}; A/A control {}; CPU share {} (≈ {} when CPU-bound)",
+                        spread(Some(r), pct),
+                        spread(control, pct),
+                        pct(share),
+                        pct(1.0 - share)
+                    )
+                }
+                _ => "not measured".into(),
+            },
             met: stream.map(|s| s >= MIN_RATIO),
         });
         out.push(Target {
             target: format!("{}: `stream` costs less throughput than bpftrace", w.label),
             result: match (stream, ratio(Observer::Bpftrace)) {
-                (Some(s), Some(b)) => format!("stream {}, bpftrace {}", pct(s), pct(b)),
+                (Some(s), Some(b)) => {
+                    let share = |o| w.summary(o).and_then(|s| s.busy_share).map_or("–".into(), |s| pct(s.median));
+                    format!(
+                        "stream {}, bpftrace {}; CPU share {} vs {}",
+                        pct(s),
+                        pct(b),
+                        share(Observer::Stream),
+                        share(Observer::Bpftrace)
+                    )
+                }
                 _ => "bpftrace not measured".into(),
             },
             met: stream.zip(ratio(Observer::Bpftrace)).map(|(s, b)| s > b),
@@ -50,16 +73,16 @@ pub fn targets(r: &Results) -> Vec<Target> {
     }
     let busy: Vec<&WorkloadResult> = r.workloads.iter().filter(|w| w.workload.flows >= super::drops::FLOWS).collect();
     if !busy.is_empty() {
-        let (mut drops, mut runs) = (0, 0);
+        let (mut drops, mut slots) = (0, 0);
         for w in &busy {
-            for run in w.runs.iter().filter(|x| matches!(x.observer, Observer::Stream | Observer::Dashboard)) {
-                drops += run.drops.unwrap_or(0);
-                runs += 1;
+            for pair in w.pairs.iter().filter(|x| matches!(x.observer, Observer::Stream | Observer::Dashboard)) {
+                drops += pair.costs.drops.unwrap_or(0);
+                slots += 1;
             }
         }
         out.push(Target {
             target: format!("No drops at default settings with {} busy flows", super::drops::FLOWS),
-            result: format!("{drops} drops in {runs} runs of `stream` and `top`"),
+            result: format!("{drops} drops in {slots} slots of `stream` and `top`"),
             met: Some(drops == 0),
         });
     }
@@ -76,17 +99,19 @@ pub fn targets(r: &Results) -> Vec<Target> {
         });
     }
     if !r.scale.is_empty() {
-        let worst = r.scale.iter().map(|s| s.rss_peak_bytes).max().unwrap_or(0);
-        out.push(Target {
-            target: format!("{} flows: bbrscope userspace under 100 MB resident", r.plan.scale_flows),
-            result: format!(
-                "peak {} (largest of {} runs of {:.0} s)",
-                mb(worst),
-                r.scale.len(),
-                r.plan.scale_seconds
-            ),
-            met: Some(worst < RSS_LIMIT),
-        });
+        for sc in &r.scale {
+            let (met, result) = rss_verdict(sc);
+            out.push(Target {
+                target: format!(
+                    "{} flows, {} (--max-flows {}): userspace under 100 MB resident",
+                    r.plan.scale_flows,
+                    sc.case.observer.label(),
+                    max_flows(sc)
+                ),
+                result,
+                met: Some(met),
+            });
+        }
         let fixed = r.scale.iter().all(|s| s.map_bytes_idle == s.map_bytes_loaded);
         out.push(Target {
             target: "Kernel memory bounded by configuration, not traffic".into(),
@@ -100,13 +125,46 @@ pub fn targets(r: &Results) -> Vec<Target> {
         });
         for s in r.scale.iter().filter(|s| s.case.observer == Observer::Dashboard) {
             out.push(Target {
-                target: format!("{} flows: the dashboard stays responsive (keys answered < {} ms)", r.plan.scale_flows, RESPONSIVE.as_millis()),
+                target: format!(
+                    "{} flows: the dashboard stays responsive (keys answered < {} ms)",
+                    r.plan.scale_flows,
+                    RESPONSIVE.as_millis()
+                ),
                 result: latency(s),
-                met: Some(s.keys_unanswered == 0 && s.key_latency_ms.is_some_and(|l| l.max < RESPONSIVE.as_secs_f64() * 1e3)),
+                met: Some(
+                    s.keys_unanswered == 0 && s.key_latency_ms.is_some_and(|l| l.max < RESPONSIVE.as_secs_f64() * 1e3),
+                ),
             });
         }
     }
     out
+}
+
+/// Growth slower than this is allocator noise, not memory that follows traffic.
+const FLAT_BYTES_PER_MIN: f64 = (1 << 20) as f64;
+
+/// Under 100 MB at its peak, and still under it after an hour at the growth rate measured.
+fn rss_verdict(s: &ScaleResult) -> (bool, String) {
+    let growth = s.rss_growth_bytes_per_min;
+    let mut result = format!("peak {}", mb(s.rss_peak_bytes));
+    let mut met = s.rss_peak_bytes < RSS_LIMIT;
+    if growth > FLAT_BYTES_PER_MIN {
+        let _ = write!(result, ", growing {:.1} MB/min", growth / (1 << 20) as f64);
+        if s.rss_end_bytes < RSS_LIMIT {
+            let minutes = (RSS_LIMIT - s.rss_end_bytes) as f64 / growth;
+            let _ = write!(result, ": 100 MB after about {minutes:.0} more min");
+            met &= minutes > 60.0;
+        }
+    } else {
+        result.push_str(", flat");
+    }
+    (met, result)
+}
+
+/// CPU used by other people's processes while the benchmark measured.
+fn others(r: &Results) -> Option<Spread> {
+    let pairs = r.workloads.iter().flat_map(|w| &w.pairs).map(|x| x.others_cpu_cores);
+    Spread::of(&pairs.chain(r.scale.iter().map(|s| s.others_cpu_cores)).collect::<Vec<_>>())
 }
 
 fn pct(ratio: f64) -> String {
@@ -158,9 +216,10 @@ fn latency(s: &ScaleResult) -> String {
 fn summary_row(label: &str, s: &Summary) -> String {
     let ratio = if s.observer == Observer::Baseline { "100%".into() } else { spread(s.ratio, pct) };
     format!(
-        "| {label} | {} | {} | {ratio} | {} | {} | {} | {} | {} | {} |\n",
+        "| {label} | {} | {} | {ratio} | {} | {} | {} | {} | {} | {} | {} |\n",
         s.observer.label(),
         median(Some(s.throughput_bps), bps),
+        spread(s.busy_share, pct),
         median(s.cpu_cores, cores),
         median(s.bpf_cores, cores),
         median(s.events_per_s, count),
@@ -177,7 +236,8 @@ pub fn markdown(r: &Results) -> String {
     let _ = writeln!(md, "## bbrscope cost benchmark\n");
     let _ = writeln!(
         md,
-        "{}{}, Linux {}, {} ({} cores{}), {:.0} GiB RAM; bbrscope {} ({}); {}. Load average {:.1} at the start, {:.1} at the end; the run took {:.1} min.\n",
+        "{}{}, Linux {}, {} ({} cores{}), {:.0} GiB RAM; bbrscope {} ({}); {}. The run took {:.1} min; \
+         other people's processes used {} of a core meanwhile (median over measurements, min–max in brackets).\n",
         m.date_utc,
         if p.quick { " (`--quick`)" } else { "" },
         m.kernel,
@@ -188,27 +248,36 @@ pub fn markdown(r: &Results) -> String {
         m.commit,
         m.bbrscope,
         m.bpftrace.as_deref().unwrap_or("bpftrace not installed"),
-        m.load_average_start,
-        r.load_average_end,
         r.duration_s / 60.0,
+        spread(others(r), cores),
     );
     let _ = writeln!(
         md,
-        "Each workload runs {} rounds; a round runs every observer once, {} s measured after a {} s warm-up, \
-         the observer attached before the flows start and a different observer first in each round. \
-         Medians over rounds, min–max in brackets (every run is in latest.json). Throughput is what the \
-         receivers read. *vs baseline* compares each run with the baseline run of the same round. \
-         *Observer CPU* is the observer process's user + system time (for `ss`, all its runs); \
+        "Each workload's flows run throughout while each observer is attached and detached in turn \
+         ({} rounds, slots of {} s, the flows warmed up {} s first): a round measures a slot with nothing \
+         attached, then for each observer a slot with it (attached to the running flows, given {} ms to \
+         settle) and one without, a different observer first in each round. *vs baseline* is the \
+         throughput with the observer over the mean of the slots either side: medians over rounds, \
+         min–max in brackets (every slot is in latest.json). The *A/A control* is measured the same way \
+         with nothing attached: its spread is the noise of the method on this machine. Throughput is \
+         what the receivers read; each flow's sender and receiver are pinned to CPUs of their own. \
+         *Observer CPU* is the observer process's CPU time (for `ss`, all its runs); \
          *BPF time* is the time in the observer's tcp_probe program, paid by the CPUs moving the traffic \
          (kernel BPF run-time statistics, on for the whole benchmark, which adds two clock reads per \
-         program run). Both are in % of one core. *events/s*: tcp_probe runs (incoming segments on all \
+         program run). Both are in % of one core. *CPU share*: the two together as a share of all the \
+         CPU time the machine was busy in that slot; when the traffic is CPU-bound, as here, that is about \
+         the throughput the observer costs, and it is measured within one slot, so it is much steadier \
+         than *vs baseline*. *events/s*: tcp_probe runs (incoming segments on all \
          sockets); *records/s*: records bbrscope's programs wrote to its ring buffer; *drops*: records \
-         lost to a full ring, over all rounds; *ns/event*: BPF time per tcp_probe run (for bpftrace's \
+         lost to a full ring, over all slots; *ns/event*: BPF time per tcp_probe run (for bpftrace's \
          classic tracepoint this leaves out the kernel filling in the trace record).\n",
-        p.repeats, p.seconds, p.warmup_s
+        p.repeats,
+        p.seconds,
+        p.warmup_s,
+        SETTLE.as_millis()
     );
-    md.push_str("| workload | observer | throughput | vs baseline | observer CPU | BPF time | events/s | records/s | drops | ns/event |\n");
-    md.push_str("|---|---|---|---|---|---|---|---|---|---|\n");
+    md.push_str("| workload | observer | throughput | vs baseline | CPU share | observer CPU | BPF time | events/s | records/s | drops | ns/event |\n");
+    md.push_str("|---|---|---|---|---|---|---|---|---|---|---|\n");
     for w in &r.workloads {
         for (i, s) in w.summaries.iter().enumerate() {
             md.push_str(&summary_row(if i == 0 { &w.label } else { "" }, s));
@@ -228,19 +297,25 @@ pub fn markdown(r: &Results) -> String {
     if !r.scale.is_empty() {
         let _ = writeln!(
             md,
-            "\n### {} concurrent flows\n\n{} mostly idle loopback flows (each sends 64 bytes every 2 s) and 4 busy ones, \
-             held {:.0} s. Both ends of every flow are on this machine, so the kernel programs see twice as many \
+            "\n### {} concurrent flows\n\n{} mostly idle loopback flows (each sends 64 bytes every 2 s) and {} busy ones \
+             (paced at {} each), held {:.0} s. Both ends of every flow are on this machine, so the kernel programs see twice as many \
              sockets as flows. *Flows seen*: flows the kernel programs started tracking (a flow evicted from a full \
              table and seen again counts again); *known*: flows `stream` reported in its last `stats` record. \
-             *Growth*: resident memory growth over the second half of the run.\n",
-            p.scale_flows, p.scale_flows, p.scale_seconds
+             *Growth*: resident memory growth over the second half of the run. *Key latency*: from sending `?` \
+             to the dashboard's help on the terminal. *Exit on SIGTERM*: how long the observer took to exit when \
+             asked. *Others' CPU*: other people's processes meanwhile.\n",
+            p.scale_flows,
+            p.scale_flows,
+            r.scale[0].busy_flows,
+            bps(r.scale[0].busy_flow_bps as f64),
+            p.scale_seconds
         );
-        md.push_str("| observer | --max-flows | flows seen | known | RSS idle → end (peak) | growth | kernel maps idle → loaded | CPU | events/s | records/s | drops | key latency |\n");
-        md.push_str("|---|---|---|---|---|---|---|---|---|---|---|---|\n");
+        md.push_str("| observer | --max-flows | flows seen | known | RSS idle → end (peak) | growth | kernel maps idle → loaded | CPU | events/s | records/s | drops | key latency | exit on SIGTERM | others' CPU |\n");
+        md.push_str("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
         for s in &r.scale {
             let _ = writeln!(
                 md,
-                "| {} | {} | {} | {} | {} → {} ({}) | {:.1} MB/min | {} → {} | {} | {} | {} | {} | {} |",
+                "| {} | {} | {} | {} | {} → {} ({}) | {:.1} MB/min | {} → {} | {} | {} | {} | {} | {} | {} | {} |",
                 s.case.observer.label(),
                 max_flows(s),
                 s.flows_seen,
@@ -256,12 +331,17 @@ pub fn markdown(r: &Results) -> String {
                 count(s.records_per_s),
                 s.drops,
                 if s.case.observer == Observer::Dashboard { latency(s) } else { "–".into() },
+                s.exit_after_sigterm_s.map_or("**not within 10 s**".into(), |t| format!("{:.0} ms", t * 1e3)),
+                cores(s.others_cpu_cores),
             );
         }
     }
 
     if !r.forced_drops.is_empty() {
-        let _ = writeln!(md, "\n### Forced drops\n\n| observer | settings | kernel counted | reported |\n|---|---|---|---|");
+        let _ = writeln!(
+            md,
+            "\n### Forced drops\n\n| observer | settings | kernel counted | reported |\n|---|---|---|---|"
+        );
         for d in &r.forced_drops {
             let _ = writeln!(
                 md,
@@ -276,14 +356,31 @@ pub fn markdown(r: &Results) -> String {
         }
     }
 
-    let runs: Vec<_> = r.workloads.iter().flat_map(|w| &w.runs).collect();
-    let foreign = runs.iter().filter(|x| x.foreign_probes > 0).count();
+    let pairs: Vec<_> = r.workloads.iter().flat_map(|w| &w.pairs).collect();
+    let foreign = pairs.iter().filter(|x| x.foreign_probes > 0).count();
     let mut notes = r.notes.clone();
     if foreign > 0 {
         notes.push(format!(
-            "Other tcp_probe programs (other users of this machine) were loaded during {foreign} of {} runs; \
-             they slow every observer's runs in a round alike, but add noise.",
-            runs.len()
+            "Other tcp_probe programs (other users of this machine) were loaded during {foreign} of {} pairs; \
+             they slow both slots of a pair alike, but add noise.",
+            pairs.len()
+        ));
+    }
+    let repeated = pairs.iter().filter(|x| x.attempts > 1).count();
+    if repeated > 0 {
+        notes.push(format!(
+            "{repeated} of {} pairs were measured again because other processes used more than {} of a core \
+             meanwhile (at most {} times; the last attempt counts).",
+            pairs.len(),
+            cores(DISTURBED_CORES),
+            RETRIES
+        ));
+    }
+    if let Some(o) = others(r).filter(|o| o.max > DISTURBED_CORES) {
+        notes.push(format!(
+            "The machine was not quiet: other people's processes (builds, tests) used up to {} of a core \
+             while the benchmark measured. Expect noise; rerun `cargo xtask bench` on a quiet machine for stable numbers.",
+            cores(o.max)
         ));
     }
     if !notes.is_empty() {

@@ -25,6 +25,9 @@ use super::{
 /// How often each idle flow sends.
 const TRICKLE_PERIOD: Duration = Duration::from_secs(2);
 const BUSY_FLOWS: usize = 4;
+/// Busy flows are paced: on loopback an unpaced flow takes all the CPU it can get, which is the
+/// throughput test's job; here the question is what 10,000 flows cost.
+const BUSY_BPS: u64 = 200_000_000;
 /// A key answered later than this means the dashboard is not responsive.
 pub const RESPONSIVE: Duration = Duration::from_millis(250);
 const KEY_PROBES: usize = 6;
@@ -41,6 +44,7 @@ pub struct ScaleResult {
     pub case: Case,
     pub idle_flows: usize,
     pub busy_flows: usize,
+    pub busy_flow_bps: u64,
     pub seconds: f64,
     /// Resident memory with no benchmark flows, at the end, and the peak.
     pub rss_idle_bytes: u64,
@@ -64,6 +68,10 @@ pub struct ScaleResult {
     /// Dashboard only: time from a key to its effect on the screen.
     pub key_latency_ms: Option<Spread>,
     pub keys_unanswered: usize,
+    /// Time to exit after SIGTERM; None: still running after 10 s (then killed).
+    pub exit_after_sigterm_s: Option<f64>,
+    /// CPU used by other people's processes meanwhile (1.0 = one core).
+    pub others_cpu_cores: f64,
 }
 
 /// The latest `stats` record of a `bbrscope stream` whose output is piped here; other records
@@ -124,12 +132,13 @@ pub fn run(setup: &Setup, case: &Case, flows: usize, seconds: f64) -> Result<Sca
 
     let peer = idle::Peer::start()?;
     let idle_flows = idle::Flows::open(peer.addr, flows, TRICKLE_PERIOD)?;
-    let busy = Bulk::start(BUSY_FLOWS, "cubic", Ends::of(PathKind::Loopback, None)?)?;
+    let busy = Bulk::start(BUSY_FLOWS, "cubic", Ends::of(PathKind::Loopback, None)?, Some(BUSY_BPS))?;
     // Every idle flow has sent at least twice (a flow's first ACK only starts its state).
     thread::sleep(TRICKLE_PERIOD * 2);
 
     let counters = traced.counters.take().context("bbrscope's counters")?;
-    let (t0, cpu0, c0) = (Instant::now(), measure::cpu_time(pid)?, counters.read()?);
+    let (t0, cpu0, c0, others0) =
+        (Instant::now(), measure::cpu_time(pid)?, counters.read()?, measure::others_cpu_time());
     let total = Duration::from_secs_f64(seconds);
     let mut latencies = Vec::new();
     let mut unanswered = 0;
@@ -147,18 +156,18 @@ pub fn run(setup: &Setup, case: &Case, flows: usize, seconds: f64) -> Result<Sca
             }
         }
     }
-    let (dt, cpu1, c1) = (t0.elapsed().as_secs_f64(), measure::cpu_time(pid)?, counters.read()?);
+    let (dt, cpu1, c1, others1) =
+        (t0.elapsed().as_secs_f64(), measure::cpu_time(pid)?, counters.read()?, measure::others_cpu_time());
     let (end_at, end) = (Instant::now(), measure::memory(pid)?);
     let map_bytes_loaded = measure::map_memory(pid)?;
     let flows_active = tap
         .as_ref()
         .and_then(|t| t.next_after(Instant::now(), Duration::from_secs(3)))
         .and_then(|v| v["flows_active"].as_u64());
-    let growth = mid.map_or(0.0, |(at, m)| {
-        (end.rss as f64 - m.rss as f64) / (end_at - at).as_secs_f64().max(1e-3) * 60.0
-    });
+    let growth =
+        mid.map_or(0.0, |(at, m)| (end.rss as f64 - m.rss as f64) / (end_at - at).as_secs_f64().max(1e-3) * 60.0);
 
-    traced.stop()?;
+    let exit = traced.stop()?;
     busy.stop();
     drop(idle_flows);
     drop(peer);
@@ -168,6 +177,7 @@ pub fn run(setup: &Setup, case: &Case, flows: usize, seconds: f64) -> Result<Sca
         case: case.clone(),
         idle_flows: flows,
         busy_flows: BUSY_FLOWS,
+        busy_flow_bps: BUSY_BPS,
         seconds: dt,
         rss_idle_bytes: rss_idle,
         rss_end_bytes: end.rss,
@@ -184,5 +194,7 @@ pub fn run(setup: &Setup, case: &Case, flows: usize, seconds: f64) -> Result<Sca
         flows_active,
         key_latency_ms: Spread::of(&latencies),
         keys_unanswered: unanswered,
+        exit_after_sigterm_s: exit.map(|d| d.as_secs_f64()),
+        others_cpu_cores: others1.saturating_sub(others0).as_secs_f64() / dt,
     })
 }

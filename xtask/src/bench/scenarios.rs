@@ -39,7 +39,11 @@ const HELP_TEXT: &str = "keys";
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Observer {
+    /// Nothing attached: the slots every other one is compared with.
     Baseline,
+    /// Nothing attached either, but measured as an observer is: how far apart two slots with
+    /// nothing attached come out, i.e. the noise of the measurement.
+    Control,
     Stream,
     Dashboard,
     Bpftrace,
@@ -47,12 +51,14 @@ pub enum Observer {
 }
 
 impl Observer {
-    pub const ALL: [Observer; 5] =
-        [Observer::Baseline, Observer::Stream, Observer::Dashboard, Observer::Bpftrace, Observer::SsPoll];
+    /// Those measured against the baseline.
+    pub const MEASURED: [Observer; 5] =
+        [Observer::Control, Observer::Stream, Observer::Dashboard, Observer::Bpftrace, Observer::SsPoll];
 
     pub fn label(self) -> &'static str {
         match self {
             Observer::Baseline => "nothing (baseline)",
+            Observer::Control => "nothing (A/A control)",
             Observer::Stream => "bbrscope stream > /dev/null",
             Observer::Dashboard => "bbrscope top (terminal)",
             Observer::Bpftrace => "bpftrace, per-flow map",
@@ -91,6 +97,8 @@ pub struct Traced {
 }
 
 impl Traced {
+    pub const STOP_WAIT: Duration = Duration::from_secs(10);
+
     /// Spawns `cmd` (stdin and stdout already chosen) and waits until its tcp_probe program
     /// runs: found among its file descriptors and seen to fire on a ping.
     pub fn spawn(mut cmd: Command, pinger: &Pinger) -> Result<Traced> {
@@ -144,20 +152,29 @@ impl Traced {
         Ok(())
     }
 
-    /// Asks the observer to stop (SIGTERM, which bbrscope and bpftrace handle) and waits.
-    pub fn stop(mut self) -> Result<()> {
+    /// Asks the observer to stop (SIGTERM, which bbrscope and bpftrace handle) and returns how
+    /// long it took to exit, or None if it had not exited after [`Self::STOP_WAIT`] and was
+    /// killed.
+    pub fn stop(mut self) -> Result<Option<Duration>> {
         self.check_alive()?;
         unsafe { libc::kill(self.pid() as i32, libc::SIGTERM) };
         let start = Instant::now();
         while self.child.try_wait()?.is_none() {
-            if start.elapsed() > Duration::from_secs(10) {
-                let _ = self.child.kill();
-                let _ = self.child.wait();
-                bail!("observer {} ignored SIGTERM for 10 s", self.pid());
+            if start.elapsed() > Self::STOP_WAIT {
+                return Ok(None);
             }
-            thread::sleep(Duration::from_millis(10));
+            thread::sleep(Duration::from_millis(5));
         }
-        Ok(())
+        Ok(Some(start.elapsed()))
+    }
+
+    /// [`Self::stop`], failing if the observer did not exit in time.
+    pub fn stop_in_time(self) -> Result<()> {
+        let pid = self.pid();
+        match self.stop()? {
+            Some(_) => Ok(()),
+            None => bail!("observer {pid} did not exit within {:?} of SIGTERM", Self::STOP_WAIT),
+        }
     }
 
     /// Times the dashboard's answer to a key: opens its help, waits for it on the screen, closes
@@ -277,7 +294,7 @@ pub struct Consumed {
 impl Running {
     pub fn start(observer: Observer, setup: &Setup, netns: Option<String>) -> Result<Running> {
         Ok(match observer {
-            Observer::Baseline => Running::Nothing,
+            Observer::Baseline | Observer::Control => Running::Nothing,
             Observer::Stream => Running::Traced(bbrscope_stream(setup, &[], Stdio::null())?),
             Observer::Dashboard => Running::Traced(bbrscope_top(setup, &[])?),
             Observer::Bpftrace => {
@@ -316,7 +333,7 @@ impl Running {
     pub fn stop(self) -> Result<()> {
         match self {
             Running::Nothing => Ok(()),
-            Running::Traced(t) => t.stop(),
+            Running::Traced(t) => t.stop_in_time(),
             Running::Ss(p) => p.stop(),
         }
     }

@@ -71,22 +71,28 @@ fn within<T: Send + 'static>(ns: Option<&Netns>, f: impl FnOnce() -> Result<T> +
     }
 }
 
+/// `setsockopt` with `value`'s bytes; `what` names the option in errors.
+fn setsockopt_bytes(stream: &TcpStream, level: i32, name: i32, value: &[u8], what: &str) -> Result<()> {
+    let r = unsafe {
+        libc::setsockopt(stream.as_raw_fd(), level, name, value.as_ptr().cast(), value.len() as libc::socklen_t)
+    };
+    if r != 0 {
+        bail!("setsockopt({what}): {}", std::io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// `setsockopt` with a plain value (an integer or a C struct).
+pub fn setsockopt<T: Copy>(stream: &TcpStream, level: i32, name: i32, value: T, what: &str) -> Result<()> {
+    // SAFETY: any initialised `Copy` value can be viewed as its bytes.
+    let bytes = unsafe { std::slice::from_raw_parts((&raw const value).cast::<u8>(), std::mem::size_of::<T>()) };
+    setsockopt_bytes(stream, level, name, bytes, what)
+}
+
 pub fn set_cc(stream: &TcpStream, cc: &str) -> Result<()> {
     // Root may pick any available algorithm per socket, also one missing from
     // net.ipv4.tcp_allowed_congestion_control (cubic on these machines).
-    let r = unsafe {
-        libc::setsockopt(
-            stream.as_raw_fd(),
-            libc::IPPROTO_TCP,
-            libc::TCP_CONGESTION,
-            cc.as_ptr().cast(),
-            cc.len() as libc::socklen_t,
-        )
-    };
-    if r != 0 {
-        bail!("setsockopt(TCP_CONGESTION, {cc}): {}", std::io::Error::last_os_error());
-    }
-    Ok(())
+    setsockopt_bytes(stream, libc::IPPROTO_TCP, libc::TCP_CONGESTION, cc.as_bytes(), "TCP_CONGESTION")
 }
 
 const WRITE_CHUNK: usize = 128 << 10;
@@ -100,7 +106,9 @@ pub struct Bulk {
 }
 
 impl Bulk {
-    pub fn start(flows: usize, cc: &'static str, ends: Ends) -> Result<Bulk> {
+    /// `flows` connections sending as fast as they can, or paced by the kernel at `max_bps`
+    /// each (SO_MAX_PACING_RATE: TCP's internal pacing, no qdisc needed).
+    pub fn start(flows: usize, cc: &'static str, ends: Ends, max_bps: Option<u64>) -> Result<Bulk> {
         let ip = ends.receiver_ip;
         let listener = within(ends.receiver, move || Ok(TcpListener::bind((ip, 0))?))?;
         let addr = listener.local_addr()?;
@@ -109,20 +117,34 @@ impl Bulk {
                 .map(|_| {
                     let s = TcpStream::connect(addr).with_context(|| format!("connecting to {addr}"))?;
                     set_cc(&s, cc)?;
+                    if let Some(bps) = max_bps {
+                        setsockopt(&s, libc::SOL_SOCKET, libc::SO_MAX_PACING_RATE, bps / 8, "SO_MAX_PACING_RATE")?;
+                    }
                     Ok(s)
                 })
                 .collect::<Result<Vec<_>>>()
         })?;
         let (received, stop) = (Arc::new(AtomicU64::new(0)), Arc::new(AtomicBool::new(false)));
+        // Each flow's sender and receiver on CPUs of their own, the same in every run: left to
+        // the scheduler, a loopback flow runs at very different speeds depending on whether both
+        // ends share a CPU, which swamps what an observer costs.
+        let cpus = allowed_cpus()?;
+        let cpu = |i: usize| cpus[i % cpus.len()];
         let mut threads = Vec::with_capacity(2 * flows);
-        for _ in 0..flows {
+        for i in 0..flows {
             let (conn, _) = listener.accept()?;
-            let received = received.clone();
-            threads.push(thread::spawn(move || read_counting(conn, &received)));
+            let (received, cpu) = (received.clone(), cpu(2 * i + 1));
+            threads.push(thread::spawn(move || {
+                pin_current_thread(cpu);
+                read_counting(conn, &received)
+            }));
         }
-        for s in senders {
-            let stop = stop.clone();
-            threads.push(thread::spawn(move || write_until(s, &stop)));
+        for (i, s) in senders.into_iter().enumerate() {
+            let (stop, cpu) = (stop.clone(), cpu(2 * i));
+            threads.push(thread::spawn(move || {
+                pin_current_thread(cpu);
+                write_until(s, &stop)
+            }));
         }
         Ok(Bulk { received, stop, threads })
     }
@@ -138,6 +160,28 @@ impl Bulk {
         for t in self.threads {
             let _ = t.join();
         }
+    }
+}
+
+/// The CPUs this process may run on.
+fn allowed_cpus() -> Result<Vec<usize>> {
+    let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
+    if unsafe { libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &mut set) } != 0 {
+        bail!("sched_getaffinity: {}", std::io::Error::last_os_error());
+    }
+    let cpus: Vec<usize> = (0..libc::CPU_SETSIZE as usize).filter(|&c| unsafe { libc::CPU_ISSET(c, &set) }).collect();
+    if cpus.is_empty() {
+        bail!("no CPU in this process's affinity mask");
+    }
+    Ok(cpus)
+}
+
+/// Best effort: an unpinned thread still moves data, only less predictably.
+fn pin_current_thread(cpu: usize) {
+    let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
+    unsafe {
+        libc::CPU_SET(cpu, &mut set);
+        libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set);
     }
 }
 

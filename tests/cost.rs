@@ -1,0 +1,59 @@
+//! bbrscope's cost stays structural (root required): a bulk flow gets records at the sample
+//! interval, not at its ACK rate, so an accidental per-ACK ring buffer write fails here. Short,
+//! with generous bounds, and no timing thresholds, so CI can afford it; `cargo xtask bench`
+//! measures the actual cost.
+
+mod common;
+
+use std::time::Duration;
+
+use common::*;
+use serde_json::Value;
+
+const INTERVAL_MS: u64 = 100;
+const SEND: Duration = Duration::from_secs(2);
+
+fn num(v: &Value) -> f64 {
+    v.as_f64().unwrap_or_else(|| panic!("expected a number, got {v}"))
+}
+
+#[test]
+fn a_bulk_flow_gets_records_per_interval_not_per_ack() {
+    require_root();
+    let server = Discard::bind("127.0.0.1:0");
+    let port = server.addr.port().to_string();
+    let mut stream = Stream::start(&["--port", &port, "--interval", &INTERVAL_MS.to_string()]);
+    let sender = Sender::start(server.addr, "cubic", SEND, None);
+    let local = sender.local;
+    sender.join();
+    stream.wait_for(Duration::from_secs(10), |r| r["type"] == "flow_close" && r["src"] == local.to_string());
+    let (code, records, stderr) = stream.stop();
+    assert_eq!(code, 0, "stderr: {stderr}");
+
+    let open = open_for(&records, local).expect("a flow_open for the bulk flow");
+    let cookie = &open["cookie"];
+    let samples: Vec<&Value> = of_flow(&records, "sample", cookie).collect();
+    let close = of_flow(&records, "flow_close", cookie).next().expect("a flow_close for the bulk flow");
+
+    // About 1000 / interval samples per second of the flow's life: half to twice that.
+    let per_s = samples.len() as f64 / num(&close["duration_s"]);
+    let due = 1000.0 / INTERVAL_MS as f64;
+    assert!(
+        (due / 2.0..=due * 2.0).contains(&per_s),
+        "{} samples in {} s: {per_s:.1}/s, expected about {due}/s",
+        samples.len(),
+        close["duration_s"]
+    );
+    // Each sample stands for many incoming segments (ACKs); per-ACK records would make this 1.
+    let acks: f64 = samples.iter().map(|s| num(&s["acks"])).sum();
+    assert!(acks >= 20.0 * samples.len() as f64, "{acks} ACKs in {} samples", samples.len());
+
+    // The same from the kernel counters behind the `stats` records (what the benchmark reads):
+    // tcp_probe events (every socket's incoming segments) far outnumber the records delivered.
+    let stats: Vec<&Value> = records.iter().filter(|r| r["type"] == "stats").collect();
+    let total = |field: &str| -> f64 { stats.iter().map(|s| num(&s[field]) * num(&s["interval_s"])).sum() };
+    let (events, delivered) = (total("events_per_s"), total("records_per_s"));
+    assert!(delivered > 0.0, "no records counted in {} stats records", stats.len());
+    assert!(events >= 20.0 * delivered, "{events:.0} tcp_probe events but {delivered:.0} records delivered");
+    assert_eq!(stats.last().map(|s| num(&s["drops_total"])), Some(0.0), "drops with one flow");
+}
