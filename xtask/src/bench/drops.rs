@@ -13,6 +13,7 @@ use bbrscope_common::counter;
 use serde::Serialize;
 
 use super::{
+    pty,
     scale::StatsTap,
     scenarios::{Observer, Setup, Traced, bbrscope_stream, bbrscope_top},
     workload::{Bulk, Ends, PathKind},
@@ -64,17 +65,9 @@ pub fn run(setup: &Setup, observer: Observer, seconds: f64) -> Result<ForcedDrop
 }
 
 /// The drop count on the dashboard's footer ("drops N (raise ..."), once it has refreshed
-/// (every second). The dashboard only redraws what changed, so the terminal is resized first
-/// to make it draw the whole footer again.
+/// (every second).
 fn footer_drops(traced: &Traced) -> Result<Option<u64>> {
     let pty = traced.pty.as_ref().context("the dashboard's terminal")?;
     thread::sleep(Duration::from_millis(1500));
-    let since = pty.position();
-    pty.resize(121, 40)?;
-    thread::sleep(Duration::from_millis(500));
-    let text = pty.text_since(since);
-    Ok(text.rmatch_indices("drops ").find_map(|(i, m)| {
-        let digits: String = text[i + m.len()..].chars().take_while(char::is_ascii_digit).collect();
-        digits.parse().ok()
-    }))
+    Ok(pty::number_after(&pty::plain(&pty.redraw()?), "drops "))
 }

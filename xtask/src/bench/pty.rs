@@ -38,6 +38,7 @@ impl Output {
 pub struct Pty {
     master: File,
     output: Arc<Mutex<Output>>,
+    size: Mutex<(u16, u16)>,
 }
 
 impl Pty {
@@ -80,7 +81,7 @@ impl Pty {
                 }
             }
         });
-        Ok((child, Pty { master, output }))
+        Ok((child, Pty { master, output, size: Mutex::new((cols, rows)) }))
     }
 
     pub fn send(&self, keys: &[u8]) -> Result<()> {
@@ -88,14 +89,21 @@ impl Pty {
         Ok(())
     }
 
-    /// Changes the terminal's size; the program gets SIGWINCH and (for the dashboard) redraws
-    /// the whole screen rather than what changed.
-    pub fn resize(&self, cols: u16, rows: u16) -> Result<()> {
-        let size = libc::winsize { ws_row: rows, ws_col: cols, ws_xpixel: 0, ws_ypixel: 0 };
-        if unsafe { libc::ioctl(self.master.as_raw_fd(), libc::TIOCSWINSZ, &size) } != 0 {
+    /// The whole screen as the program draws it next. A program like the dashboard only redraws
+    /// what changed, so text that stays put is not in its recent output; a change of the
+    /// terminal's width (SIGWINCH) makes it draw everything again.
+    pub fn redraw(&self) -> Result<String> {
+        let since = self.position();
+        let mut size = self.size.lock().unwrap();
+        let cols = if size.0.is_multiple_of(2) { size.0 + 1 } else { size.0 - 1 };
+        let ws = libc::winsize { ws_row: size.1, ws_col: cols, ws_xpixel: 0, ws_ypixel: 0 };
+        if unsafe { libc::ioctl(self.master.as_raw_fd(), libc::TIOCSWINSZ, &ws) } != 0 {
             bail!("TIOCSWINSZ: {}", std::io::Error::last_os_error());
         }
-        Ok(())
+        size.0 = cols;
+        drop(size);
+        thread::sleep(Duration::from_millis(500));
+        Ok(self.text_since(since))
     }
 
     /// Output after `since`, as text (escape sequences included).
@@ -131,4 +139,36 @@ impl Pty {
     pub fn tail_text(&self, bytes: usize) -> String {
         self.text_since(self.position().saturating_sub(bytes as u64))
     }
+}
+
+/// Screen output without its control sequences (colours, cursor moves), so text drawn in one
+/// go reads as it does on the screen. Cells the program skipped with a cursor move are missing.
+pub fn plain(output: &str) -> String {
+    let mut out = String::with_capacity(output.len());
+    let mut chars = output.chars().peekable();
+    while let Some(c) = chars.next() {
+        if c != '\x1b' {
+            out.push(c);
+            continue;
+        }
+        // CSI: ESC [ parameters, then a final byte from '@' to '~'; other escapes are two bytes.
+        if chars.next_if_eq(&'[').is_some() {
+            for f in chars.by_ref() {
+                if ('@'..='~').contains(&f) {
+                    break;
+                }
+            }
+        } else {
+            chars.next();
+        }
+    }
+    out
+}
+
+/// The last number written right after `label` in `text` ("drops 12").
+pub fn number_after(text: &str, label: &str) -> Option<u64> {
+    text.rmatch_indices(label).find_map(|(i, _)| {
+        let digits: String = text[i + label.len()..].chars().take_while(char::is_ascii_digit).collect();
+        digits.parse().ok()
+    })
 }

@@ -213,12 +213,22 @@ fn latency(s: &ScaleResult) -> String {
     if s.keys_unanswered > 0 { format!("{answered}, {} unanswered", s.keys_unanswered) } else { answered }
 }
 
+/// A markdown table's heading and separator rows.
+fn table_head(columns: &[&str]) -> String {
+    format!("| {} |\n|{}\n", columns.join(" | "), "---|".repeat(columns.len()))
+}
+
+/// A markdown table row.
+fn table_row(cells: &[String]) -> String {
+    format!("| {} |\n", cells.join(" | "))
+}
+
 fn summary_row(label: &str, s: &Summary) -> String {
-    let ratio = if s.observer == Observer::Baseline { "100%".into() } else { spread(s.ratio, pct) };
-    format!(
-        "| {label} | {} | {} | {ratio} | {} | {} | {} | {} | {} | {} | {} |\n",
-        s.observer.label(),
+    table_row(&[
+        label.to_string(),
+        s.observer.label().to_string(),
         median(Some(s.throughput_bps), bps),
+        if s.observer == Observer::Baseline { "100%".into() } else { spread(s.ratio, pct) },
         spread(s.busy_share, pct),
         median(s.cpu_cores, cores),
         median(s.bpf_cores, cores),
@@ -226,7 +236,27 @@ fn summary_row(label: &str, s: &Summary) -> String {
         median(s.records_per_s, count),
         s.drops.map_or("–".into(), |d| d.to_string()),
         spread(s.ns_per_event, |v| format!("{v:.0}")),
-    )
+    ])
+}
+
+fn scale_row(s: &ScaleResult) -> String {
+    table_row(&[
+        s.case.observer.label().to_string(),
+        max_flows(s),
+        s.flows_seen.to_string(),
+        s.untracked.to_string(),
+        s.flows_active.map_or("–".into(), |n| n.to_string()),
+        format!("{} → {} ({})", mb(s.rss_idle_bytes), mb(s.rss_end_bytes), mb(s.rss_peak_bytes)),
+        format!("{:.1} MB/min", s.rss_growth_bytes_per_min / (1 << 20) as f64),
+        format!("{} → {}", mb(s.map_bytes_idle), mb(s.map_bytes_loaded)),
+        cores(s.cpu_cores),
+        count(s.events_per_s),
+        count(s.records_per_s),
+        s.drops.to_string(),
+        if s.case.observer == Observer::Dashboard { latency(s) } else { "–".into() },
+        s.exit_after_sigterm_s.map_or("**not within 10 s**".into(), |t| format!("{:.0} ms", t * 1e3)),
+        cores(s.others_cpu_cores),
+    ])
 }
 
 pub fn markdown(r: &Results) -> String {
@@ -276,83 +306,85 @@ pub fn markdown(r: &Results) -> String {
         p.warmup_s,
         SETTLE.as_millis()
     );
-    md.push_str("| workload | observer | throughput | vs baseline | CPU share | observer CPU | BPF time | events/s | records/s | drops | ns/event |\n");
-    md.push_str("|---|---|---|---|---|---|---|---|---|---|---|\n");
+    md.push_str(&table_head(&[
+        "workload",
+        "observer",
+        "throughput",
+        "vs baseline",
+        "CPU share",
+        "observer CPU",
+        "BPF time",
+        "events/s",
+        "records/s",
+        "drops",
+        "ns/event",
+    ]));
     for w in &r.workloads {
         for (i, s) in w.summaries.iter().enumerate() {
             md.push_str(&summary_row(if i == 0 { &w.label } else { "" }, s));
         }
     }
 
-    md.push_str("\n### Targets\n\n| target | this run | met |\n|---|---|---|\n");
+    md.push_str("\n### Targets\n\n");
+    md.push_str(&table_head(&["target", "this run", "met"]));
     for t in &r.targets {
         let met = match t.met {
             Some(true) => "yes",
             Some(false) => "**no**",
             None => "not measured",
         };
-        let _ = writeln!(md, "| {} | {} | {met} |", t.target, t.result);
+        md.push_str(&table_row(&[t.target.clone(), t.result.clone(), met.to_string()]));
     }
 
     if !r.scale.is_empty() {
         let _ = writeln!(
             md,
-            "\n### {} concurrent flows\n\n{} mostly idle loopback flows (each sends 64 bytes every 2 s) and {} busy ones \
-             (paced at {} each), held {:.0} s. Both ends of every flow are on this machine, so the kernel programs see twice as many \
-             sockets as flows. *Flows seen*: flows the kernel programs started tracking (a flow evicted from a full \
-             table and seen again counts again); *known*: flows `stream` reported in its last `stats` record. \
-             *Growth*: resident memory growth over the second half of the run. *Key latency*: from sending `?` \
-             to the dashboard's help on the terminal. *Exit on SIGTERM*: how long the observer took to exit when \
-             asked. *Others' CPU*: other people's processes meanwhile.\n",
+            "\n### {} concurrent flows\n\n{} mostly idle loopback flows (each sends 64 bytes every 2 s) and {} busy \
+             ones (paced at {} each), held {:.0} s; both ends of every flow are on this machine. *Flows seen*: \
+             flows the kernel programs started tracking (a flow evicted from a full table and seen again counts \
+             again); *untracked*: flows the kernel could not store (bbrscope's `untracked_total`); *known*: \
+             flows userspace knew at the end (`stream`'s last `stats` record, the title of the dashboard's flow \
+             list). *Growth*: resident memory growth over the second half of the run. \
+             *Key latency*: from sending `?` to the dashboard's help on the terminal. *Exit on SIGTERM*: how \
+             long the observer took to exit when asked. *Others' CPU*: other people's processes meanwhile.\n",
             p.scale_flows,
             p.scale_flows,
             r.scale[0].busy_flows,
             bps(r.scale[0].busy_flow_bps as f64),
             p.scale_seconds
         );
-        md.push_str("| observer | --max-flows | flows seen | known | RSS idle → end (peak) | growth | kernel maps idle → loaded | CPU | events/s | records/s | drops | key latency | exit on SIGTERM | others' CPU |\n");
-        md.push_str("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
+        md.push_str(&table_head(&[
+            "observer",
+            "--max-flows",
+            "flows seen",
+            "untracked",
+            "known",
+            "RSS idle → end (peak)",
+            "growth",
+            "kernel maps idle → loaded",
+            "CPU",
+            "events/s",
+            "records/s",
+            "drops",
+            "key latency",
+            "exit on SIGTERM",
+            "others' CPU",
+        ]));
         for s in &r.scale {
-            let _ = writeln!(
-                md,
-                "| {} | {} | {} | {} | {} → {} ({}) | {:.1} MB/min | {} → {} | {} | {} | {} | {} | {} | {} | {} |",
-                s.case.observer.label(),
-                max_flows(s),
-                s.flows_seen,
-                s.flows_active.map_or("–".into(), |n| n.to_string()),
-                mb(s.rss_idle_bytes),
-                mb(s.rss_end_bytes),
-                mb(s.rss_peak_bytes),
-                s.rss_growth_bytes_per_min / (1 << 20) as f64,
-                mb(s.map_bytes_idle),
-                mb(s.map_bytes_loaded),
-                cores(s.cpu_cores),
-                count(s.events_per_s),
-                count(s.records_per_s),
-                s.drops,
-                if s.case.observer == Observer::Dashboard { latency(s) } else { "–".into() },
-                s.exit_after_sigterm_s.map_or("**not within 10 s**".into(), |t| format!("{:.0} ms", t * 1e3)),
-                cores(s.others_cpu_cores),
-            );
+            md.push_str(&scale_row(s));
         }
     }
 
     if !r.forced_drops.is_empty() {
-        let _ = writeln!(
-            md,
-            "\n### Forced drops\n\n| observer | settings | kernel counted | reported |\n|---|---|---|---|"
-        );
+        md.push_str("\n### Forced drops\n\n");
+        md.push_str(&table_head(&["observer", "settings", "kernel counted", "reported"]));
         for d in &r.forced_drops {
-            let _ = writeln!(
-                md,
-                "| {} | `{}`, {} busy flows, {} s | {} | {} |",
-                d.observer.label(),
-                d.args,
-                d.flows,
-                d.seconds,
-                d.kernel_drops,
-                d.reported_drops.map_or("nothing".into(), |n| n.to_string())
-            );
+            md.push_str(&table_row(&[
+                d.observer.label().to_string(),
+                format!("`{}`, {} busy flows, {} s", d.args, d.flows, d.seconds),
+                d.kernel_drops.to_string(),
+                d.reported_drops.map_or("nothing".into(), |n| n.to_string()),
+            ]));
         }
     }
 
@@ -379,8 +411,21 @@ pub fn markdown(r: &Results) -> String {
     if let Some(o) = others(r).filter(|o| o.max > DISTURBED_CORES) {
         notes.push(format!(
             "The machine was not quiet: other people's processes (builds, tests) used up to {} of a core \
-             while the benchmark measured. Expect noise; rerun `cargo xtask bench` on a quiet machine for stable numbers.",
+             while the benchmark measured. Expect noise; rerun `cargo xtask bench` on a quiet machine for \
+             stable numbers.",
             cores(o.max)
+        ));
+    }
+    for s in r.scale.iter().filter(|s| s.flows_seen > 2 * (s.idle_flows + s.busy_flows) as u64) {
+        notes.push(format!(
+            "With --max-flows {} the flow table was too small for {} sending flows: the kernel programs started \
+             tracking flows {} times (evicting others), userspace knew {} flows at the end, and bbrscope's \
+             `untracked_total` was {}: nothing but a fast-growing `flows_seen_total` tells the user.",
+            max_flows(s),
+            s.idle_flows + s.busy_flows,
+            s.flows_seen,
+            s.flows_active.map_or("?".into(), |n| n.to_string()),
+            s.untracked
         ));
     }
     if !notes.is_empty() {

@@ -18,6 +18,7 @@ use serde_json::Value;
 use super::{
     Spread, idle,
     measure::{self, Memory},
+    pty,
     scenarios::{Observer, Setup, bbrscope_stream, bbrscope_top},
     workload::{Bulk, Ends, PathKind},
 };
@@ -63,7 +64,7 @@ pub struct ScaleResult {
     /// again counts again) and could not track.
     pub flows_seen: u64,
     pub untracked: u64,
-    /// Flows userspace knew at the end (`stream`'s stats; the dashboard does not print it).
+    /// Flows userspace knew at the end (`stream`'s stats, the dashboard's flow list).
     pub flows_active: Option<u64>,
     /// Dashboard only: time from a key to its effect on the screen.
     pub key_latency_ms: Option<Spread>,
@@ -160,10 +161,14 @@ pub fn run(setup: &Setup, case: &Case, flows: usize, seconds: f64) -> Result<Sca
         (t0.elapsed().as_secs_f64(), measure::cpu_time(pid)?, counters.read()?, measure::others_cpu_time());
     let (end_at, end) = (Instant::now(), measure::memory(pid)?);
     let map_bytes_loaded = measure::map_memory(pid)?;
-    let flows_active = tap
-        .as_ref()
-        .and_then(|t| t.next_after(Instant::now(), Duration::from_secs(3)))
-        .and_then(|v| v["flows_active"].as_u64());
+    let flows_active = match (&tap, &traced.pty) {
+        (Some(tap), _) => {
+            tap.next_after(Instant::now(), Duration::from_secs(3)).and_then(|v| v["flows_active"].as_u64())
+        }
+        // The title of the dashboard's flow list: "flows (N)".
+        (None, Some(pty)) => pty::number_after(&pty::plain(&pty.redraw()?), "flows ("),
+        (None, None) => None,
+    };
     let growth =
         mid.map_or(0.0, |(at, m)| (end.rss as f64 - m.rss as f64) / (end_at - at).as_secs_f64().max(1e-3) * 60.0);
 

@@ -89,7 +89,7 @@ pub fn setsockopt<T: Copy>(stream: &TcpStream, level: i32, name: i32, value: T, 
     setsockopt_bytes(stream, level, name, bytes, what)
 }
 
-pub fn set_cc(stream: &TcpStream, cc: &str) -> Result<()> {
+fn set_cc(stream: &TcpStream, cc: &str) -> Result<()> {
     // Root may pick any available algorithm per socket, also one missing from
     // net.ipv4.tcp_allowed_congestion_control (cubic on these machines).
     setsockopt_bytes(stream, libc::IPPROTO_TCP, libc::TCP_CONGESTION, cc.as_bytes(), "TCP_CONGESTION")
