@@ -3,7 +3,7 @@
 
 use aya_ebpf::{
     bindings::BPF_NOEXIST,
-    helpers::bpf_get_smp_processor_id,
+    helpers::{bpf_get_smp_processor_id, bpf_ktime_get_ns},
     macros::map,
     maps::{LruHashMap, PerCpuArray},
 };
@@ -71,21 +71,15 @@ pub fn forget(sk: u64) {
     let _ = FLOWS.remove(&sk);
 }
 
-#[inline(always)]
-pub fn get_or_create(sk: u64, now: u64) -> Option<&'static mut FlowState> {
-    if let Some(st) = get(sk) {
-        return Some(st);
-    }
-    create(sk, now)
-}
-
+/// Starts tracking `sk` (unless it only receives, or a filter rejects it: then it is tracked as
+/// rejected so later events cost one lookup).
 #[inline(never)]
-fn create(sk: u64, now: u64) -> Option<&'static mut FlowState> {
+pub fn create(sk: u64) {
     // Until the peer has acked data (beyond the SYN), a socket is only receiving: unless asked
     // for receivers, it takes no slot in the table, so a server's receiving sockets cannot
     // crowd out its senders.
     if !has_flag(config_flags::RECEIVERS) && read::<u64>(sk, conf!(sock.bytes_acked)) <= 1 {
-        return None;
+        return;
     }
     count(counter::FLOWS_SEEN);
     let t = sock::tuple(sk);
@@ -96,7 +90,7 @@ fn create(sk: u64, now: u64) -> Option<&'static mut FlowState> {
     let st = FlowState {
         id: next_id(),
         // Not this event (bytes_acked is the baseline just read) but the next one samples.
-        next_sample_ns: now + 1,
+        next_sample_ns: unsafe { bpf_ktime_get_ns() } + 1,
         last_bytes_acked: read(sk, conf!(sock.bytes_acked)),
         saddr: t.saddr,
         daddr: t.daddr,
@@ -113,9 +107,7 @@ fn create(sk: u64, now: u64) -> Option<&'static mut FlowState> {
     };
     if FLOWS.insert(&sk, &st, BPF_NOEXIST as u64).is_err() {
         count(counter::STATE_FULL);
-        return None;
     }
-    get(sk)
 }
 
 #[inline(always)]

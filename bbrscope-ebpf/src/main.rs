@@ -25,20 +25,22 @@ use crate::{
 const TCP_ESTABLISHED: i32 = 1;
 const TCP_CLOSE: i32 = 7;
 
-/// Every incoming segment on an established socket. The hot path: one map lookup and a clock
-/// read unless this flow's sample is due.
+/// Every incoming segment on an established socket. The hot path: one map lookup, and a clock
+/// read only for flows being watched; the socket is read only when the flow's sample is due.
 #[raw_tracepoint(tracepoint = "tcp_probe")]
 pub fn tcp_probe(ctx: RawTracePointContext) -> i32 {
     count(counter::PROBE_EVENTS);
     let sk: u64 = ctx.arg(0);
-    let now = unsafe { bpf_ktime_get_ns() };
-    let Some(st) = flow::get_or_create(sk, now) else {
+    let Some(st) = flow::get(sk) else {
+        // A new flow's first event only sets its baseline; the next one can sample.
+        flow::create(sk);
         return 0;
     };
     if st.status == Status::Rejected as u8 {
         return 0;
     }
     st.acks = st.acks.wrapping_add(1);
+    let now = unsafe { bpf_ktime_get_ns() };
     if has_flag(config_flags::POLL_CA_STATE) {
         let state = sock::ca_state(sk);
         if state != st.ca_state {
