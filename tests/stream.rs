@@ -78,7 +78,7 @@ fn reports_cubic_and_bbr_flows_with_their_algorithm() {
     for r in records.iter().filter(|r| r["type"] != "stats") {
         assert!(r["dst"] == server.addr.to_string(), "unexpected record {r}");
     }
-    assert!(records.iter().any(|r| r["type"] == "stats" && r["drops_total"] == 0));
+    assert!(records.iter().any(|r| r["type"] == "stats" && r["drops_total"] == 0 && r["evicted_total"] == 0));
 }
 
 #[test]
@@ -485,4 +485,23 @@ fn bpf_stats_report_the_programs_own_cost_and_are_switched_off_after() {
     assert!(ns > 1.0 && ns < 100_000.0, "implausible ns per event: {ns}");
     let after = std::fs::read_to_string("/proc/sys/kernel/bpf_stats_enabled").unwrap();
     assert_eq!(before, after, "kernel.bpf_stats_enabled must be back to its previous value");
+}
+
+#[test]
+fn a_full_flow_table_is_reported_not_silent() {
+    require_root();
+    let server = Discard::bind("127.0.0.1:0");
+    let port = server.addr.port().to_string();
+    // 16 slots, 40 sending flows: the kernel's LRU table must evict.
+    let mut stream = Stream::start(&["--port", &port, "--max-flows", "16", "--interval", "20"]);
+    let senders: Vec<Sender> =
+        (0..40).map(|_| Sender::start(server.addr, "cubic", Duration::from_millis(1500), Some(2_000_000))).collect();
+    for s in senders {
+        s.join();
+    }
+    stream.wait_for(Duration::from_secs(10), |r| r["type"] == "stats" && u(&r["evicted_total"]) > 0);
+    let (code, records, _) = stream.stop();
+    assert_eq!(code, 0);
+    let last = records.iter().rev().find(|r| r["type"] == "stats").unwrap();
+    assert!(u(&last["evicted_total"]) > 0, "{last}");
 }

@@ -109,8 +109,9 @@ pub mod config_flags {
 pub struct Config {
     pub interval_ns: u64,
     pub flags: u32,
-    /// Cap on retransmit records per flow and interval; beyond it they are only counted.
-    pub retrans_per_interval: u32,
+    /// Cap on retransmit and congestion-state records per flow and sample interval; beyond it
+    /// they are only counted.
+    pub events_per_interval: u32,
     pub filter: Filter,
     pub sock: SockLayout,
     pub fields: [FieldSpec; MAX_FIELDS],
@@ -121,7 +122,7 @@ impl Config {
         Self {
             interval_ns: 0,
             flags: 0,
-            retrans_per_interval: 0,
+            events_per_interval: 0,
             filter: Filter {
                 flags: 0,
                 port: 0,
@@ -250,7 +251,12 @@ pub mod counter {
     pub const FLOWS_FILTERED: u32 = 8;
     /// Per-flow state that could not be stored (map update failed).
     pub const STATE_FULL: u32 = 9;
-    pub const COUNT: u32 = 10;
+    /// Congestion-state records suppressed by the per-interval cap.
+    pub const CONG_COALESCED: u32 = 10;
+    /// Per-flow state removed because the socket closed (or was reused): with FLOWS_SEEN this
+    /// tells how full the table is, and so how many flows the LRU must have evicted.
+    pub const FLOWS_FORGOTTEN: u32 = 11;
+    pub const COUNT: u32 = 12;
 }
 
 #[cfg(feature = "user")]

@@ -38,7 +38,7 @@ pub struct FlowState {
     pub announced: u8,
     pub acks: u32,
     pub last_total_retrans: u32,
-    pub retrans_records: u32,
+    pub event_records: u32,
     pub retrans_coalesced: u32,
 }
 
@@ -68,7 +68,9 @@ pub fn get(sk: u64) -> Option<&'static mut FlowState> {
 
 #[inline(always)]
 pub fn forget(sk: u64) {
-    let _ = FLOWS.remove(&sk);
+    if FLOWS.remove(&sk).is_ok() {
+        count(counter::FLOWS_FORGOTTEN);
+    }
 }
 
 /// Starts tracking `sk` (unless it only receives, or a filter rejects it: then it is tracked as
@@ -102,7 +104,7 @@ pub fn create(sk: u64) {
         announced: 0,
         acks: 0,
         last_total_retrans: read(sk, conf!(sock.total_retrans)),
-        retrans_records: 0,
+        event_records: 0,
         retrans_coalesced: 0,
     };
     if FLOWS.insert(&sk, &st, BPF_NOEXIST as u64).is_err() {

@@ -79,7 +79,7 @@ pub fn sample(kind: u8, sk: u64, st: &mut FlowState, now: u64) {
     entry.submit(0);
     st.announced = 1;
     st.acks = 0;
-    st.retrans_records = 0;
+    st.event_records = 0;
     st.retrans_coalesced = 0;
     count(counter::SAMPLES);
 }
@@ -90,7 +90,7 @@ fn announced(st: &FlowState) -> bool {
 }
 
 /// One record per retransmission with the segments it added to `total_retrans`; past
-/// `retrans_per_interval` records in one sample interval, only counted (and reported in the next
+/// `events_per_interval` records in one sample interval, only counted (and reported in the next
 /// sample) so that heavy loss cannot flood the ring.
 #[inline(always)]
 pub fn retransmit(sk: u64, st: &mut FlowState, now: u64) {
@@ -100,12 +100,12 @@ pub fn retransmit(sk: u64, st: &mut FlowState, now: u64) {
     if !announced(st) {
         return;
     }
-    if st.retrans_records >= conf!(retrans_per_interval) {
+    if st.event_records >= conf!(events_per_interval) {
         st.retrans_coalesced += segs;
         count(counter::RETRANS_COALESCED);
         return;
     }
-    st.retrans_records += 1;
+    st.event_records += 1;
     let Some(mut entry) = EVENTS.reserve::<Retransmit>(0) else {
         count(counter::RING_FULL);
         return;
@@ -129,6 +129,13 @@ pub fn cong_state(sk: u64, st: &mut FlowState, new: u8, now: u64) {
     if !announced(st) {
         return;
     }
+    // Shares the retransmits' cap: a flow flapping between open and disorder under reordering
+    // must not flood the ring either; the next sample carries the current state.
+    if st.event_records >= conf!(events_per_interval) {
+        count(counter::CONG_COALESCED);
+        return;
+    }
+    st.event_records += 1;
     let Some(mut entry) = EVENTS.reserve::<CongState>(0) else {
         count(counter::RING_FULL);
         return;

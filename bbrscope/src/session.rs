@@ -36,7 +36,7 @@ impl Live {
         };
         let observer = Observer::start(opts)?;
         let layout = observer.layout.clone();
-        let tracker = StatsTracker::new(observer.counters()?, 0, observer.probe_runtime());
+        let tracker = StatsTracker::new(observer.counters()?, 0, observer.probe_runtime(), opts.max_flows);
         Ok(Live { _bpf_stats: bpf_stats, observer, layout, records: 0, tracker })
     }
 

@@ -20,8 +20,15 @@ pub struct StatsReport {
     pub drops_total: u64,
     /// Retransmit events folded into samples by the per-interval cap, in total.
     pub retrans_coalesced_total: u64,
+    /// Congestion-state events folded into samples by the same cap, in total.
+    #[serde(default)] // absent from recordings made before it existed
+    pub cong_coalesced_total: u64,
     /// Flows the kernel could not track (flow table full), in total.
     pub untracked_total: u64,
+    /// Flows the kernel's table (`--max-flows`) must have evicted to make room, in total: flows
+    /// started minus flows closed beyond the table's capacity. Non-zero means flows are missing.
+    #[serde(default)]
+    pub evicted_total: u64,
     pub flows_seen_total: u64,
     pub flows_filtered_total: u64,
     /// Flows userspace currently knows.
@@ -43,6 +50,7 @@ struct Snapshot {
 
 pub struct StatsTracker {
     prev: Snapshot,
+    max_flows: u64,
 }
 
 /// User + system CPU time of this process.
@@ -54,9 +62,10 @@ pub fn process_cpu_time() -> Duration {
 }
 
 impl StatsTracker {
-    pub fn new(counters: Counters, records: u64, probe_runtime: Option<(Duration, u64)>) -> Self {
+    pub fn new(counters: Counters, records: u64, probe_runtime: Option<(Duration, u64)>, max_flows: u32) -> Self {
         StatsTracker {
             prev: Snapshot { at: Instant::now(), counters, records, cpu: process_cpu_time(), probe_runtime },
+            max_flows: max_flows as u64,
         }
     }
 
@@ -84,7 +93,13 @@ impl StatsTracker {
             drops_per_s: delta(counter::RING_FULL) / dt,
             drops_total: now.counters.get(counter::RING_FULL),
             retrans_coalesced_total: now.counters.get(counter::RETRANS_COALESCED),
+            cong_coalesced_total: now.counters.get(counter::CONG_COALESCED),
             untracked_total: now.counters.get(counter::STATE_FULL),
+            evicted_total: {
+                let c = &now.counters;
+                let held = c.get(counter::FLOWS_SEEN).saturating_sub(c.get(counter::STATE_FULL) + c.get(counter::FLOWS_FORGOTTEN));
+                held.saturating_sub(self.max_flows)
+            },
             flows_seen_total: now.counters.get(counter::FLOWS_SEEN),
             flows_filtered_total: now.counters.get(counter::FLOWS_FILTERED),
             flows_active,

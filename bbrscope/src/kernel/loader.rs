@@ -31,8 +31,9 @@ pub struct Options {
     pub max_flows: u32,
     /// Ring buffer size in bytes (a power of two, multiple of the page size).
     pub ring_bytes: u32,
-    /// Retransmit records per flow and sample interval before they are only counted.
-    pub retrans_per_interval: u32,
+    /// Retransmit and congestion-state records per flow and sample interval before they are
+    /// only counted.
+    pub events_per_interval: u32,
     /// BTF to use instead of the running kernel's (for kernels built without it).
     pub btf: Option<std::path::PathBuf>,
     /// Measure the programs' own run time (kernel BPF statistics) while running.
@@ -47,7 +48,7 @@ impl Default for Options {
             filter: FilterSpec::default(),
             max_flows: 65536,
             ring_bytes: 4 << 20,
-            retrans_per_interval: 64,
+            events_per_interval: 64,
             btf: None,
             bpf_stats: false,
         }
@@ -94,7 +95,7 @@ impl Observer {
         let config = Config {
             interval_ns: opts.interval.as_nanos() as u64,
             flags,
-            retrans_per_interval: opts.retrans_per_interval,
+            events_per_interval: opts.events_per_interval,
             filter: kernel_filter(&opts.filter, &layout)?,
             sock: layout.sock,
             fields: layout.fields,
@@ -145,7 +146,7 @@ impl Observer {
     }
 
     /// Cumulative run time and run count of the tcp_probe program, when the kernel's BPF
-    /// statistics are enabled (see `kernel::stats`).
+    /// statistics are enabled (`--bpf-stats`).
     pub fn probe_runtime(&self) -> Option<(Duration, u64)> {
         let prog: &RawTracePoint = self.ebpf.program("tcp_probe")?.try_into().ok()?;
         let info = prog.info().ok()?;

@@ -419,8 +419,8 @@ pub fn markdown(r: &Results) -> String {
     for s in r.scale.iter().filter(|s| s.flows_seen > 2 * (s.idle_flows + s.busy_flows) as u64) {
         notes.push(format!(
             "With --max-flows {} the flow table was too small for {} sending flows: the kernel programs started \
-             tracking flows {} times (evicting others), userspace knew {} flows at the end, and bbrscope's \
-             `untracked_total` was {}: nothing but a fast-growing `flows_seen_total` tells the user.",
+             tracking flows {} times (evicting others) and userspace knew {} flows at the end (`untracked_total` \
+             {}); bbrscope reports such evictions as `evicted_total` in `stats` and in the dashboard footer.",
             max_flows(s),
             s.idle_flows + s.busy_flows,
             s.flows_seen,

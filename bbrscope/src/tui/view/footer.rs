@@ -33,6 +33,12 @@ pub fn draw(f: &mut Frame, area: Rect, app: &App, theme: &Theme) {
         if let Some(ns) = s.ns_per_event {
             spans.push(Span::raw(format!("· {ns:.0} ns/event ")));
         }
+        if s.evicted_total > 0 {
+            spans.push(Span::styled(
+                format!("· flow table full, {} evicted (raise --max-flows) ", s.evicted_total),
+                theme.bad(),
+            ));
+        }
         if s.drops_total > 0 {
             spans.push(Span::styled(
                 format!("· drops {} (raise --ring-size or --interval) ", s.drops_total),
