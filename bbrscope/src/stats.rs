@@ -97,7 +97,9 @@ impl StatsTracker {
             untracked_total: now.counters.get(counter::STATE_FULL),
             evicted_total: {
                 let c = &now.counters;
-                let held = c.get(counter::FLOWS_SEEN).saturating_sub(c.get(counter::STATE_FULL) + c.get(counter::FLOWS_FORGOTTEN));
+                let held = c
+                    .get(counter::FLOWS_SEEN)
+                    .saturating_sub(c.get(counter::STATE_FULL) + c.get(counter::FLOWS_FORGOTTEN));
                 held.saturating_sub(self.max_flows)
             },
             flows_seen_total: now.counters.get(counter::FLOWS_SEEN),
