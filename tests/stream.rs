@@ -255,9 +255,11 @@ fn cc_and_addr_filters_run_in_the_kernel() {
     assert_eq!(flows(&cc_records), vec![b.to_string()], "--cc bbr must report only the bbr flow");
     assert!(!flows(&addr_records).contains(&c.to_string()));
     assert_eq!(flows(&addr_records), vec![o.to_string()], "--addr 127.0.0.2/32 must report only the flow to 127.0.0.2");
-    // The kernel saw the other flows and filtered them (they never reached userspace).
-    let last_stats = cc_records.iter().rev().find(|r| r["type"] == "stats").unwrap();
-    assert!(u(&last_stats["flows_filtered_total"]) == 0 || u(&last_stats["flows_seen_total"]) >= 2);
+    // The address filter ran in the kernel: the two flows to 127.0.0.1 were rejected there, when
+    // first seen (the --cc filter is checked at each sample instead, since a flow's algorithm can
+    // change).
+    let last_stats = addr_records.iter().rev().find(|r| r["type"] == "stats").unwrap();
+    assert!(u(&last_stats["flows_filtered_total"]) >= 2, "{last_stats}");
 }
 
 #[test]

@@ -11,27 +11,46 @@ fn tmux(args: &[&str]) -> String {
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
+/// `bbrscope ARGS` in a detached tmux session of the given size; killed on drop. After bbrscope
+/// exits, the pane prints its exit status and whether the tty is back in cooked mode (icanon).
 struct Session(String);
+
+impl Session {
+    fn start(tag: &str, width: u16, height: u16, args: &str) -> Session {
+        let name = format!("bbrscope-{tag}-{}", std::process::id());
+        let cmd = format!(
+            "{} {args}; echo EXIT=$?; stty -a | grep -o -- ' -\\?icanon'; sleep 60",
+            env!("CARGO_BIN_EXE_bbrscope")
+        );
+        tmux(&["new-session", "-d", "-s", &name, "-x", &width.to_string(), "-y", &height.to_string(), &cmd]);
+        Session(name)
+    }
+
+    fn keys(&self, keys: &str) {
+        tmux(&["send-keys", "-t", &self.0, keys]);
+    }
+
+    fn wait_screen(&self, what: &str, pred: impl Fn(&str) -> bool) -> String {
+        let start = std::time::Instant::now();
+        loop {
+            let text = tmux(&["capture-pane", "-p", "-t", &self.0]);
+            if pred(&text) {
+                return text;
+            }
+            assert!(start.elapsed() < Duration::from_secs(20), "timed out waiting for {what}; screen:\n{text}");
+            std::thread::sleep(Duration::from_millis(200));
+        }
+    }
+
+    /// The screen once bbrscope has exited and the tty check has printed.
+    fn wait_exit(&self) -> String {
+        self.wait_screen("exit and the tty check", |t| t.contains("EXIT=") && t.contains("icanon"))
+    }
+}
 
 impl Drop for Session {
     fn drop(&mut self) {
         tmux(&["kill-session", "-t", &self.0]);
-    }
-}
-
-fn screen(s: &Session) -> String {
-    tmux(&["capture-pane", "-p", "-t", &s.0])
-}
-
-fn wait_screen(s: &Session, what: &str, pred: impl Fn(&str) -> bool) -> String {
-    let start = std::time::Instant::now();
-    loop {
-        let text = screen(s);
-        if pred(&text) {
-            return text;
-        }
-        assert!(start.elapsed() < Duration::from_secs(20), "timed out waiting for {what}; screen:\n{text}");
-        std::thread::sleep(Duration::from_millis(200));
     }
 }
 
@@ -40,40 +59,33 @@ fn dashboard_shows_live_flows_takes_keys_and_restores_the_terminal() {
     require_root();
     let server = Discard::bind("127.0.0.1:0");
     let port = server.addr.port();
-    let name = format!("bbrscope-top-{}", std::process::id());
-    let s = Session(name.clone());
-    // After bbrscope exits the pane prints its status and whether the tty is back in cooked mode.
-    let cmd = format!(
-        "{} top --port {port}; echo EXIT=$?; stty -a | grep -o -- ' -\\?icanon' ; sleep 30",
-        env!("CARGO_BIN_EXE_bbrscope")
-    );
-    tmux(&["new-session", "-d", "-s", &name, "-x", "100", "-y", "30", &cmd]);
-    wait_screen(&s, "the dashboard", |t| t.contains("bbrscope · live"));
+    let s = Session::start("top", 100, 30, &format!("top --port {port}"));
+    s.wait_screen("the dashboard", |t| t.contains("bbrscope · live"));
 
     let cubic = Sender::start(server.addr, "cubic", Duration::from_secs(8), Some(20_000_000));
     let bbr = Sender::start(server.addr, "bbr", Duration::from_secs(8), Some(20_000_000));
-    let text = wait_screen(&s, "both flows", |t| t.contains(" cubic ") && t.contains(" bbr "));
+    let text = s.wait_screen("both flows", |t| t.contains(" cubic ") && t.contains(" bbr "));
     assert!(text.contains(&server.addr.to_string()), "{text}");
     assert!(text.contains("cwnd (packets)") && text.contains("RTT (ms)"), "{text}");
 
-    tmux(&["send-keys", "-t", &name, "s"]);
-    wait_screen(&s, "sort by cwnd", |t| t.contains("sort cwnd"));
-    tmux(&["send-keys", "-t", &name, "c"]);
-    wait_screen(&s, "compare view", |t| t.contains("RTT inflation"));
-    tmux(&["send-keys", "-t", &name, "?"]);
-    wait_screen(&s, "help", |t| t.contains("zoom the time axis"));
+    s.keys("s");
+    s.wait_screen("sort by cwnd", |t| t.contains("sort cwnd"));
+    s.keys("c");
+    s.wait_screen("compare view", |t| t.contains("RTT inflation"));
+    s.keys("?");
+    s.wait_screen("help", |t| t.contains("zoom the time axis"));
     // One Escape closes the help, the next leaves the compare view.
-    tmux(&["send-keys", "-t", &name, "Escape"]);
-    tmux(&["send-keys", "-t", &name, "Escape"]);
+    s.keys("Escape");
+    s.keys("Escape");
     // A bigger terminal gets the wide layout (extra columns in the flow list).
-    tmux(&["resize-window", "-t", &name, "-x", "160", "-y", "45"]);
-    wait_screen(&s, "the wide layout after resize", |t| {
+    tmux(&["resize-window", "-t", &s.0, "-x", "160", "-y", "45"]);
+    s.wait_screen("the wide layout after resize", |t| {
         t.contains("PACING") && t.lines().any(|l| l.chars().count() >= 150)
     });
     cubic.join();
     bbr.join();
-    tmux(&["send-keys", "-t", &name, "q"]);
-    let text = wait_screen(&s, "exit and the tty check", |t| t.contains("EXIT=") && t.contains("icanon"));
+    s.keys("q");
+    let text = s.wait_exit();
     assert!(text.contains("EXIT=0"), "{text}");
     assert!(text.contains(" icanon") && !text.contains("-icanon"), "terminal left in raw mode:\n{text}");
     assert!(!text.contains("bbrscope · live"), "alternate screen not left:\n{text}");
@@ -82,18 +94,12 @@ fn dashboard_shows_live_flows_takes_keys_and_restores_the_terminal() {
 #[test]
 fn dashboard_exits_cleanly_on_sigterm() {
     require_root();
-    let name = format!("bbrscope-term-{}", std::process::id());
-    let s = Session(name.clone());
-    let cmd = format!(
-        "{} top --port 9; echo EXIT=$?; stty -a | grep -o -- ' -\\?icanon'; sleep 30",
-        env!("CARGO_BIN_EXE_bbrscope")
-    );
-    tmux(&["new-session", "-d", "-s", &name, "-x", "80", "-y", "24", &cmd]);
-    wait_screen(&s, "the dashboard", |t| t.contains("bbrscope · live"));
+    let s = Session::start("term", 80, 24, "top --port 9");
+    s.wait_screen("the dashboard", |t| t.contains("bbrscope · live"));
     // Anchored so it matches bbrscope itself, not the shell running it.
     let pattern = format!("^{} top --port 9$", env!("CARGO_BIN_EXE_bbrscope"));
     assert!(Command::new("pkill").args(["-TERM", "-f", &pattern]).status().unwrap().success());
-    let text = wait_screen(&s, "exit and the tty check", |t| t.contains("EXIT=") && t.contains("icanon"));
+    let text = s.wait_exit();
     assert!(text.contains("EXIT=0"), "{text}");
     assert!(text.contains(" icanon") && !text.contains("-icanon"), "{text}");
 }
@@ -110,28 +116,20 @@ fn top_without_a_terminal_says_to_use_stream() {
 #[test]
 fn demo_runs_in_the_dashboard_and_q_stops_it_cleanly() {
     require_root();
-    let name = format!("bbrscope-demo-{}", std::process::id());
-    let s = Session(name.clone());
-    let cmd = format!(
-        "{} demo --rate 10mbit --rtt 40ms --duration 6; echo EXIT=$?; stty -a | grep -o -- ' -\\?icanon'; sleep 60",
-        env!("CARGO_BIN_EXE_bbrscope")
-    );
-    tmux(&["new-session", "-d", "-s", &name, "-x", "120", "-y", "36", &cmd]);
+    let demo = "demo --rate 10mbit --rtt 40ms";
+    let s = Session::start("demo", 120, 36, &format!("{demo} --duration 6"));
     // The compare view, on the demo's two flows only.
-    let text =
-        wait_screen(&s, "the demo's compare view", |t| t.contains("cubic (1 flow)") && t.contains("bbr (1 flow)"));
+    let text = s.wait_screen("the demo's compare view", |t| t.contains("cubic (1 flow)") && t.contains("bbr (1 flow)"));
     assert!(text.contains("throughput (Mbit/s)"), "{text}");
-    let text = wait_screen(&s, "the summary", |t| t.contains("EXIT=") && t.contains("icanon"));
+    let text = s.wait_exit();
     assert!(text.contains("EXIT=0") && text.contains("BBR/CUBIC goodput"), "{text}");
     assert!(!text.contains("-icanon"), "{text}");
 
     // q mid-run stops the demo, removes its links and restores the terminal.
-    let name2 = format!("bbrscope-demo-q-{}", std::process::id());
-    let s2 = Session(name2.clone());
-    tmux(&["new-session", "-d", "-s", &name2, "-x", "120", "-y", "36", &cmd.replace("--duration 6", "--duration 60")]);
-    wait_screen(&s2, "the demo's compare view", |t| t.contains("bbr (1 flow)"));
-    tmux(&["send-keys", "-t", &name2, "q"]);
-    let text = wait_screen(&s2, "exit", |t| t.contains("EXIT=") && t.contains("icanon"));
+    let s2 = Session::start("demo-q", 120, 36, &format!("{demo} --duration 60"));
+    s2.wait_screen("the demo's compare view", |t| t.contains("bbr (1 flow)"));
+    s2.keys("q");
+    let text = s2.wait_exit();
     assert!(text.contains("EXIT=1") && text.contains("stopped from the dashboard"), "{text}");
     assert!(!text.contains("-icanon"), "{text}");
 }

@@ -13,8 +13,8 @@ use std::{
 use anyhow::{Context as _, Result, bail};
 use serde::Serialize;
 
-const TCP_CONGESTION: i32 = 13;
-const NAME_MAX: usize = 16;
+use bbrscope_common::CC_NAME_LEN as NAME_MAX;
+use libc::TCP_CONGESTION;
 
 /// What a verification connection got.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]

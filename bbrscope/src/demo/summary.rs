@@ -17,9 +17,9 @@ use super::{
 /// Used when the socket did not report its MSS (an IPv4 path with a 1500-byte MTU and timestamps).
 const DEFAULT_MSS: u32 = 1448;
 
-/// One flow in one round.
+/// What was measured of a flow: one run's values, or their combination over repetitions.
 #[derive(Clone, Debug, Serialize)]
-pub struct RunStats {
+pub struct Measured {
     pub goodput_bps: f64,
     pub retransmits: u32,
     pub srtt_p50_us: Option<f64>,
@@ -31,6 +31,31 @@ pub struct RunStats {
     /// Each multiplicative decrease: the new ssthresh over the highest cwnd sampled since the
     /// previous one (CUBIC: ~0.7). See [`reductions`].
     pub cwnd_reductions: Vec<f64>,
+}
+
+impl Measured {
+    /// Over repetitions: medians of goodput, retransmits and the RTT percentiles; the widest cwnd
+    /// range and band; every reduction.
+    fn combine(runs: &[&Measured]) -> Self {
+        let med = |f: &dyn Fn(&Measured) -> Option<f64>| median(runs.iter().filter_map(|r| f(r)));
+        Measured {
+            goodput_bps: med(&|r| Some(r.goodput_bps)).unwrap_or(0.0),
+            retransmits: med(&|r| Some(r.retransmits as f64)).unwrap_or(0.0) as u32,
+            srtt_p50_us: med(&|r| r.srtt_p50_us),
+            srtt_p95_us: med(&|r| r.srtt_p95_us),
+            cwnd_min: runs.iter().filter_map(|r| r.cwnd_min).min(),
+            cwnd_max: runs.iter().filter_map(|r| r.cwnd_max).max(),
+            cwnd_band: runs.iter().filter_map(|r| r.cwnd_band).reduce(|a, b| (a.0.min(b.0), a.1.max(b.1))),
+            cwnd_reductions: runs.iter().flat_map(|r| r.cwnd_reductions.iter().copied()).collect(),
+        }
+    }
+}
+
+/// One flow in one round.
+#[derive(Clone, Debug, Serialize)]
+pub struct RunStats {
+    #[serde(flatten)]
+    pub measured: Measured,
     pub samples: usize,
     pub mss: u32,
     pub emulator: LinkCounters,
@@ -45,14 +70,16 @@ impl RunStats {
             run.series.iter().filter(|p| p.ts_ns >= half).filter_map(|p| p.cwnd).map(f64::from).collect();
         let band = percentile(&late, 0.10).zip(percentile(&late, 0.90)).map(|(lo, hi)| (lo as u32, hi as u32));
         RunStats {
-            goodput_bps: run.goodput_bps,
-            retransmits: run.tcp.retransmits,
-            srtt_p50_us: percentile(&srtt, 0.50),
-            srtt_p95_us: percentile(&srtt, 0.95),
-            cwnd_min: cwnd.iter().copied().min(),
-            cwnd_max: cwnd.iter().copied().max(),
-            cwnd_band: band,
-            cwnd_reductions: reductions(run.series.iter().map(|p| (p.cwnd, p.ssthresh))),
+            measured: Measured {
+                goodput_bps: run.goodput_bps,
+                retransmits: run.tcp.retransmits,
+                srtt_p50_us: percentile(&srtt, 0.50),
+                srtt_p95_us: percentile(&srtt, 0.95),
+                cwnd_min: cwnd.iter().copied().min(),
+                cwnd_max: cwnd.iter().copied().max(),
+                cwnd_band: band,
+                cwnd_reductions: reductions(run.series.iter().map(|p| (p.cwnd, p.ssthresh))),
+            },
             samples: run.series.len(),
             mss: if run.tcp.mss > 0 { run.tcp.mss } else { DEFAULT_MSS },
             emulator: run.link,
@@ -102,14 +129,8 @@ fn median(values: impl Iterator<Item = f64>) -> Option<f64> {
 #[derive(Clone, Debug, Serialize)]
 pub struct AlgoResult {
     pub cc: String,
-    pub goodput_bps: f64,
-    pub retransmits: u32,
-    pub srtt_p50_us: Option<f64>,
-    pub srtt_p95_us: Option<f64>,
-    pub cwnd_min: Option<u32>,
-    pub cwnd_max: Option<u32>,
-    pub cwnd_band: Option<(u32, u32)>,
-    pub cwnd_reductions: Vec<f64>,
+    #[serde(flatten)]
+    pub measured: Measured,
     pub predicted_goodput_bps: Option<f64>,
     pub predicted_goodput_range_bps: Option<(f64, f64)>,
     pub predicted_srtt_range_us: (f64, f64),
@@ -121,7 +142,6 @@ pub struct AlgoResult {
 
 impl AlgoResult {
     fn new(cc: &str, runs: Vec<RunStats>, cond: &Conditions) -> Self {
-        let med = |f: &dyn Fn(&RunStats) -> Option<f64>| median(runs.iter().filter_map(f));
         let Prediction { model, goodput_bps, goodput_range_bps, srtt_range_us } =
             model::predict(cc, &cond.path(runs[0].mss as f64));
         let mut emulator = LinkCounters::default();
@@ -130,14 +150,7 @@ impl AlgoResult {
         }
         AlgoResult {
             cc: cc.to_string(),
-            goodput_bps: med(&|r| Some(r.goodput_bps)).unwrap_or(0.0),
-            retransmits: med(&|r| Some(r.retransmits as f64)).unwrap_or(0.0) as u32,
-            srtt_p50_us: med(&|r| r.srtt_p50_us),
-            srtt_p95_us: med(&|r| r.srtt_p95_us),
-            cwnd_min: runs.iter().filter_map(|r| r.cwnd_min).min(),
-            cwnd_max: runs.iter().filter_map(|r| r.cwnd_max).max(),
-            cwnd_band: runs.iter().filter_map(|r| r.cwnd_band).reduce(|a, b| (a.0.min(b.0), a.1.max(b.1))),
-            cwnd_reductions: runs.iter().flat_map(|r| r.cwnd_reductions.iter().copied()).collect(),
+            measured: Measured::combine(&runs.iter().map(|r| &r.measured).collect::<Vec<_>>()),
             predicted_goodput_bps: goodput_bps,
             predicted_goodput_range_bps: goodput_range_bps,
             predicted_srtt_range_us: srtt_range_us,
@@ -260,23 +273,24 @@ impl Summary {
             let range = r.predicted_goodput_range_bps.map_or("-".into(), |(lo, hi)| {
                 if (hi - lo).abs() < 1.0 { fmt_rate(lo) } else { format!("{}-{}", fmt_num(lo), fmt_rate(hi)) }
             });
-            let vs = r.predicted_goodput_range_bps.map_or("-".into(), |(lo, hi)| ratio_vs(r.goodput_bps, lo, hi));
+            let vs =
+                r.predicted_goodput_range_bps.map_or("-".into(), |(lo, hi)| ratio_vs(r.measured.goodput_bps, lo, hi));
             let (slo, shi) = r.predicted_srtt_range_us;
-            let cuts = match r.cwnd_reductions.as_slice() {
+            let cuts = match r.measured.cwnd_reductions.as_slice() {
                 [] => "0".to_string(),
                 v => format!("{} (x{:.2})", v.len(), median(v.iter().copied()).unwrap_or(0.0)),
             };
             rows.push(vec![
                 r.cc.clone(),
-                fmt_rate(r.goodput_bps),
+                fmt_rate(r.measured.goodput_bps),
                 range,
                 vs,
-                r.retransmits.to_string(),
-                r.srtt_p50_us.map_or("-".into(), fmt_us),
-                r.srtt_p95_us.map_or("-".into(), fmt_us),
+                r.measured.retransmits.to_string(),
+                r.measured.srtt_p50_us.map_or("-".into(), fmt_us),
+                r.measured.srtt_p95_us.map_or("-".into(), fmt_us),
                 format!("{}-{}", fmt_num_ms(slo), fmt_us(shi)),
-                r.cwnd_min.zip(r.cwnd_max).map_or("-".into(), |(a, b)| format!("{a}-{b}")),
-                r.cwnd_band.map_or("-".into(), |(a, b)| format!("{a}-{b}")),
+                r.measured.cwnd_min.zip(r.measured.cwnd_max).map_or("-".into(), |(a, b)| format!("{a}-{b}")),
+                r.measured.cwnd_band.map_or("-".into(), |(a, b)| format!("{a}-{b}")),
                 cuts,
             ]);
         }
@@ -284,7 +298,7 @@ impl Summary {
         for r in &self.results {
             let _ = writeln!(out, "  model for {}: {}", r.cc, r.model);
             if r.runs.len() > 1 {
-                let g: Vec<String> = r.runs.iter().map(|x| fmt_rate(x.goodput_bps)).collect();
+                let g: Vec<String> = r.runs.iter().map(|x| fmt_rate(x.measured.goodput_bps)).collect();
                 let _ = writeln!(out, "  {} goodput per run: {}", r.cc, g.join(", "));
             }
         }
@@ -352,9 +366,9 @@ fn ratios(results: &[AlgoResult]) -> Option<Ratios> {
     let (clo, chi) = cubic.predicted_srtt_range_us;
     let (blo, bhi) = bbr.predicted_srtt_range_us;
     Some(Ratios {
-        goodput_bbr_over_cubic: bbr.goodput_bps / cubic.goodput_bps.max(1.0),
+        goodput_bbr_over_cubic: bbr.measured.goodput_bps / cubic.measured.goodput_bps.max(1.0),
         predicted_goodput_bbr_over_cubic: bbr.predicted_goodput_range_bps.map(|(lo, hi)| (lo / c, hi / c)),
-        srtt_p50_cubic_over_bbr: cubic.srtt_p50_us.zip(bbr.srtt_p50_us).map(|(c, b)| c / b),
+        srtt_p50_cubic_over_bbr: cubic.measured.srtt_p50_us.zip(bbr.measured.srtt_p50_us).map(|(c, b)| c / b),
         predicted_srtt_cubic_over_bbr: (clo / bhi, chi / blo),
     })
 }
