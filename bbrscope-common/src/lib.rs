@@ -64,6 +64,14 @@ pub struct SockLayout {
     pub cgroup_ancestors: u32,
     pub cgroup_kn: u32,
     pub kernfs_id: u32,
+    /// `sk_cookie` (atomic64): the socket cookie, the flow id on the sock_ops path (`ss -e` shows
+    /// it as `sk:`).
+    pub cookie: u32,
+    /// `sk_err`: why an aborted connection ended (ECONNRESET, ETIMEDOUT, ...).
+    pub sk_err: u32,
+    /// `skc_net` (pointer to `struct net`) and `net.ns.inum`: the network namespace's inode.
+    pub net: u32,
+    pub net_inum: u32,
     pub _pad: u32,
 }
 
@@ -155,6 +163,10 @@ impl Config {
                 cgroup_ancestors: 0,
                 cgroup_kn: 0,
                 kernfs_id: 0,
+                cookie: 0,
+                sk_err: 0,
+                net: 0,
+                net_inum: 0,
                 _pad: 0,
             },
             fields: [FieldSpec { off: 0, len: 0 }; MAX_FIELDS],
@@ -170,6 +182,10 @@ pub mod kind {
     pub const CLOSE: u8 = 2;
     pub const RETRANSMIT: u8 = 3;
     pub const CONG_STATE: u8 = 4;
+    /// The flow's first record on the sock_ops path: who owns it ([`super::FlowOpen`]).
+    pub const OPEN: u8 = 5;
+    /// The flow's summary, right after its `CLOSE` sample ([`super::FlowEnd`]).
+    pub const END: u8 = 6;
 }
 
 /// `RecordHeader::flags`: this is the first record userspace gets for the flow.
@@ -192,6 +208,10 @@ pub struct RecordHeader {
     pub flow_id: u64,
     /// `bpf_ktime_get_ns()` (CLOCK_MONOTONIC).
     pub ts_ns: u64,
+    /// The TCP state (`TCP_ESTABLISHED` = 1 ... as in `enum tcp_state`), 0 where not known (the
+    /// tracepoint path's samples).
+    pub tcp_state: u8,
+    pub _pad: [u8; 7],
     /// Local and remote address; IPv4 in the first four bytes.
     pub saddr: [u8; 16],
     pub daddr: [u8; 16],
@@ -209,6 +229,56 @@ pub struct Sample {
     pub retrans_coalesced: u32,
     pub vals: [u64; MAX_FIELDS],
     pub ca_priv: [u8; CA_PRIV_LEN],
+}
+
+/// Who owns a flow, sent once as it is established (sock_ops path).
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct FlowOpen {
+    pub hdr: RecordHeader,
+    pub cc: [u8; CC_NAME_LEN],
+    /// The process that called connect() (exact) or listen() on the accepting socket (best effort:
+    /// only if it listened after bbrscope started); `comm[0] == 0` when unknown.
+    pub comm: [u8; 16],
+    pub tgid: u32,
+    pub pid: u32,
+    /// cgroup v2 id of the socket's cgroup (its kernfs inode), 0 if the kernel does not record it.
+    pub cgroup_id: u64,
+    /// Inode of the socket's network namespace.
+    pub netns: u32,
+    /// 1: connect() (active open), 0: accepted.
+    pub active: u8,
+    pub _pad: [u8; 3],
+    /// When connect() was called or the listener cloned the socket (CLOCK_MONOTONIC ns).
+    pub start_ns: u64,
+    /// `total_retrans` when the flow was established (SYN/SYN-ACK retransmits).
+    pub retrans_at_open: u32,
+    pub _pad2: u32,
+}
+
+/// What the kernel accumulated over a flow's life, sent right after its final sample.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct FlowEnd {
+    pub hdr: RecordHeader,
+    pub start_ns: u64,
+    /// RTT callbacks (ACKs carrying an RTT sample) over the flow's life.
+    pub rtt_events: u64,
+    /// The TCP state the socket left for TCP_CLOSE, and `sk_err` then: together they tell how it
+    /// ended (FIN, reset sent or received, timeout, refused).
+    pub old_state: u8,
+    pub _pad: [u8; 3],
+    pub sk_err: i32,
+    /// Smoothed RTT: first, lowest and highest seen (µs, from every RTT callback).
+    pub srtt_first_us: u32,
+    pub srtt_min_us: u32,
+    pub srtt_max_us: u32,
+    pub cwnd_max: u32,
+    /// Retransmit records sent, and retransmitted segments only counted (per-interval cap).
+    pub retrans_records: u32,
+    pub retrans_coalesced: u32,
+    pub samples: u32,
+    pub _pad2: u32,
 }
 
 #[repr(C)]
@@ -256,7 +326,14 @@ pub mod counter {
     /// Per-flow state removed because the socket closed (or was reused): with FLOWS_SEEN this
     /// tells how full the table is, and so how many flows the LRU must have evicted.
     pub const FLOWS_FORGOTTEN: u32 = 11;
-    pub const COUNT: u32 = 12;
+    /// sock_ops path: flows opened (OPEN records) and summaries sent (END records).
+    pub const OPENS: u32 = 12;
+    pub const ENDS: u32 = 13;
+    /// sock_ops path: socket storage could not be allocated (the flow is not observed).
+    pub const STORAGE_FAILED: u32 = 14;
+    /// sock_ops path: congestion-state changes of sockets bbrscope does not track (no cookie).
+    pub const CONG_UNTRACKED: u32 = 15;
+    pub const COUNT: u32 = 16;
 }
 
 #[cfg(feature = "user")]

@@ -18,6 +18,10 @@ use crate::{
 pub enum Status {
     Passed = 1,
     Rejected = 2,
+    /// sock_ops path: connect() or listen() seen, filters not yet applied.
+    Pending = 3,
+    /// sock_ops path: the summary was sent; nothing more for this socket.
+    Closed = 4,
 }
 
 #[repr(C)]
@@ -36,6 +40,9 @@ pub struct FlowState {
     pub status: u8,
     /// Userspace has had a record for this flow (it knows the flow exists).
     pub announced: u8,
+    /// The TCP state as last seen (sock_ops path; 0 on the tracepoint path).
+    pub tcp_state: u8,
+    pub _pad: [u8; 3],
     pub acks: u32,
     pub last_total_retrans: u32,
     pub event_records: u32,
@@ -102,6 +109,8 @@ pub fn create(sk: u64) {
         ca_state: sock::ca_state(sk),
         status: if passed { Status::Passed as u8 } else { Status::Rejected as u8 },
         announced: 0,
+        tcp_state: 0,
+        _pad: [0; 3],
         acks: 0,
         last_total_retrans: read(sk, conf!(sock.total_retrans)),
         event_records: 0,
@@ -125,7 +134,7 @@ fn next_id() -> u64 {
 }
 
 #[inline(always)]
-fn passes(sk: u64, t: &Tuple) -> bool {
+pub fn passes(sk: u64, t: &Tuple) -> bool {
     let flags = conf!(filter.flags);
     if flags & filter_flags::PORT != 0 {
         let port = conf!(filter.port);
@@ -178,6 +187,20 @@ fn in_cgroup(sk: u64) -> bool {
         read(cgrp, slot)
     };
     id == conf!(filter.cgroup_id)
+}
+
+/// The cgroup v2 id of the socket's cgroup (0 where the kernel does not record it, before 5.15).
+#[inline(always)]
+pub fn cgroup_id(sk: u64) -> u64 {
+    if conf!(sock.cgroup) == u32::MAX {
+        return 0;
+    }
+    let cgrp: u64 = read(sk, conf!(sock.cgroup));
+    if cgrp == 0 {
+        return 0;
+    }
+    let kn: u64 = read(cgrp, conf!(sock.cgroup_kn));
+    if kn == 0 { 0 } else { read(kn, conf!(sock.kernfs_id)) }
 }
 
 /// Whether the flow's current algorithm passes the `--cc` filter (it can change mid-flow).

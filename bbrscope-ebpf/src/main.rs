@@ -11,6 +11,7 @@ mod config;
 mod flow;
 mod records;
 mod sock;
+mod sockops;
 
 use aya_ebpf::{helpers::bpf_ktime_get_ns, macros::raw_tracepoint, programs::RawTracePointContext};
 use bbrscope_common::{config_flags, counter, kind};
@@ -18,7 +19,7 @@ use bbrscope_common::{config_flags, counter, kind};
 use bbrscope_ebpf as _;
 
 use crate::{
-    config::has_flag,
+    config::{conf, has_flag},
     flow::{Status, count},
 };
 
@@ -66,7 +67,8 @@ pub fn tcp_retransmit_skb(ctx: RawTracePointContext) -> i32 {
     let Some(st) = flow::get(sk) else {
         return 0;
     };
-    records::retransmit(sk, st, unsafe { bpf_ktime_get_ns() });
+    let total: u32 = sock::read(sk, conf!(sock.total_retrans));
+    records::retransmit(sk, st, total, unsafe { bpf_ktime_get_ns() });
     0
 }
 
@@ -80,6 +82,27 @@ pub fn tcp_cong_state_set(ctx: RawTracePointContext) -> i32 {
     };
     if state != st.ca_state {
         records::cong_state(sk, st, state, unsafe { bpf_ktime_get_ns() });
+    }
+    0
+}
+
+/// `tcp_cong_state_set(sk, ca_state)` on the sock_ops path: the flow's state lives in socket
+/// storage, which raw tracepoints cannot reach, so the change goes out keyed by the socket cookie
+/// (set when bbrscope's sock_ops program saw the socket open). State changes are rare (loss,
+/// recovery), so this costs nothing per ACK.
+#[raw_tracepoint(tracepoint = "tcp_cong_state_set")]
+pub fn cong_state_by_cookie(ctx: RawTracePointContext) -> i32 {
+    let sk: u64 = ctx.arg(0);
+    let new = ctx.arg::<u64>(1) as u8;
+    let off = conf!(sock.cookie);
+    let cookie: u64 = if off == u32::MAX { 0 } else { sock::read(sk, off) };
+    if cookie == 0 {
+        count(counter::CONG_UNTRACKED);
+        return 0;
+    }
+    let old = sock::ca_state(sk);
+    if old != new {
+        records::cong_state_by_cookie(sk, cookie, old, new, unsafe { bpf_ktime_get_ns() });
     }
     0
 }

@@ -20,10 +20,10 @@ use crate::{
 
 /// Size is set by userspace (`--ring-size`).
 #[map]
-static EVENTS: RingBuf = RingBuf::with_byte_size(1 << 20, 0);
+pub static EVENTS: RingBuf = RingBuf::with_byte_size(1 << 20, 0);
 
 #[inline(always)]
-fn fill_header(h: &mut RecordHeader, kind: u8, st: &FlowState, ca_state: u8, now: u64) {
+pub fn fill_header(h: &mut RecordHeader, kind: u8, st: &FlowState, ca_state: u8, now: u64) {
     h.kind = kind;
     h.flags = if st.announced == 0 { FLAG_FIRST } else { 0 };
     h.family = st.family;
@@ -34,26 +34,28 @@ fn fill_header(h: &mut RecordHeader, kind: u8, st: &FlowState, ca_state: u8, now
     h.ts_ns = now;
     h.saddr = st.saddr;
     h.daddr = st.daddr;
+    h.tcp_state = st.tcp_state;
+    h._pad = [0; 7];
 }
 
-/// A periodic sample (`kind::SAMPLE`) or the final one (`kind::CLOSE`).
+/// A periodic sample (`kind::SAMPLE`) or the final one (`kind::CLOSE`); whether one was sent.
 #[inline(never)]
-pub fn sample(kind: u8, sk: u64, st: &mut FlowState, now: u64) {
+pub fn sample(kind: u8, sk: u64, st: &mut FlowState, now: u64) -> bool {
     let mut cc = [0u8; CC_NAME_LEN];
     sock::cc_name(sk, &mut cc);
     if !cc_passes(&cc) {
-        return;
+        return false;
     }
     let bytes_acked: u64 = read(sk, conf!(sock.bytes_acked));
     let sending = bytes_acked != st.last_bytes_acked;
     st.last_bytes_acked = bytes_acked;
     if kind == kind::SAMPLE && !sending && !has_flag(config_flags::RECEIVERS) {
         st.acks = 0;
-        return;
+        return false;
     }
     let Some(mut entry) = EVENTS.reserve::<Sample>(0) else {
         count(counter::RING_FULL);
-        return;
+        return false;
     };
     let s = entry.as_mut_ptr();
     unsafe {
@@ -82,6 +84,7 @@ pub fn sample(kind: u8, sk: u64, st: &mut FlowState, now: u64) {
     st.event_records = 0;
     st.retrans_coalesced = 0;
     count(counter::SAMPLES);
+    true
 }
 
 #[inline(always)]
@@ -89,26 +92,26 @@ fn announced(st: &FlowState) -> bool {
     st.status == Status::Passed as u8 && st.announced != 0
 }
 
-/// One record per retransmission with the segments it added to `total_retrans`; past
-/// `events_per_interval` records in one sample interval, only counted (and reported in the next
-/// sample) so that heavy loss cannot flood the ring.
+/// One record per retransmission with the segments it added to `total_retrans` (the socket's
+/// counter, `total` now); past `events_per_interval` records in one sample interval, only counted
+/// (and reported in the next sample) so that heavy loss cannot flood the ring. Whether a record
+/// was sent.
 #[inline(always)]
-pub fn retransmit(sk: u64, st: &mut FlowState, now: u64) {
-    let total: u32 = read(sk, conf!(sock.total_retrans));
+pub fn retransmit(sk: u64, st: &mut FlowState, total: u32, now: u64) -> bool {
     let segs = total.wrapping_sub(st.last_total_retrans);
     st.last_total_retrans = total;
     if !announced(st) {
-        return;
+        return false;
     }
     if st.event_records >= conf!(events_per_interval) {
         st.retrans_coalesced += segs;
         count(counter::RETRANS_COALESCED);
-        return;
+        return false;
     }
     st.event_records += 1;
     let Some(mut entry) = EVENTS.reserve::<Retransmit>(0) else {
         count(counter::RING_FULL);
-        return;
+        return false;
     };
     let r = entry.as_mut_ptr();
     unsafe {
@@ -120,6 +123,7 @@ pub fn retransmit(sk: u64, st: &mut FlowState, now: u64) {
     }
     entry.submit(0);
     count(counter::RETRANSMITS);
+    true
 }
 
 #[inline(always)]
@@ -143,6 +147,41 @@ pub fn cong_state(sk: u64, st: &mut FlowState, new: u8, now: u64) {
     let c = entry.as_mut_ptr();
     unsafe {
         fill_header(&mut (*c).hdr, kind::CONG_STATE, st, new, now);
+        (*c).old = old;
+        (*c).new = new;
+        (*c)._pad = [0; 6];
+        (*c).snd_cwnd = read(sk, conf!(sock.snd_cwnd));
+        (*c).snd_ssthresh = read(sk, conf!(sock.snd_ssthresh));
+    }
+    entry.submit(0);
+    count(counter::CONG_STATES);
+}
+
+/// A congestion-state change of a sock_ops-path flow, identified by its socket cookie (userspace
+/// knows the flow from its OPEN record and ignores cookies it does not know).
+#[inline(always)]
+pub fn cong_state_by_cookie(sk: u64, cookie: u64, old: u8, new: u8, now: u64) {
+    let Some(mut entry) = EVENTS.reserve::<CongState>(0) else {
+        count(counter::RING_FULL);
+        return;
+    };
+    let t = sock::tuple(sk);
+    let c = entry.as_mut_ptr();
+    // SAFETY: `c` points to a reserved, writable record of this type; every field is written.
+    unsafe {
+        let h = &mut (*c).hdr;
+        h.kind = kind::CONG_STATE;
+        h.flags = 0;
+        h.family = t.family;
+        h.ca_state = new;
+        h.sport = t.sport;
+        h.dport = t.dport;
+        h.flow_id = cookie;
+        h.ts_ns = now;
+        h.tcp_state = 0;
+        h._pad = [0; 7];
+        h.saddr = t.saddr;
+        h.daddr = t.daddr;
         (*c).old = old;
         (*c).new = new;
         (*c)._pad = [0; 6];

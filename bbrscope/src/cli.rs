@@ -7,7 +7,8 @@ use clap::{Args, Parser, Subcommand};
 
 use crate::{
     filter::{FilterSpec, Net},
-    kernel::loader::Options,
+    kernel::loader::{Options, PathChoice},
+    session::OwnerFilter,
 };
 
 #[derive(Debug, Parser)]
@@ -60,6 +61,37 @@ pub struct FilterArgs {
     /// Only flows using this congestion-control algorithm (e.g. cubic, bbr)
     #[arg(long, value_name = "NAME")]
     pub cc: Option<String>,
+    /// Only flows of processes with this command name (as in `ps -o comm`: the process that
+    /// called connect(), or listen() for accepted flows; sock_ops observer only)
+    #[arg(long, value_name = "NAME", value_parser = parse_comm)]
+    pub comm: Option<String>,
+    /// Only flows of this process id (the thread group id, as `ps` shows it; sock_ops observer only)
+    #[arg(long, value_name = "PID", value_parser = clap::value_parser!(u32).range(1..))]
+    pub pid: Option<u32>,
+    /// Only flows in this network namespace: its inode number (`lsns -t net`) or a path such as
+    /// /proc/PID/ns/net or /run/netns/NAME (sock_ops observer only)
+    #[arg(long, value_name = "INODE|PATH", value_parser = parse_netns)]
+    pub netns: Option<u32>,
+}
+
+/// A command name as the kernel keeps it (`TASK_COMM_LEN` = 16, so at most 15 bytes).
+fn parse_comm(s: &str) -> Result<String, String> {
+    if s.is_empty() || s.len() > 15 {
+        return Err(format!("'{s}' is not a command name: 1 to 15 bytes, as `ps -o comm` shows it"));
+    }
+    Ok(s.to_string())
+}
+
+/// A network namespace by inode number or by a path to its nsfs file.
+fn parse_netns(s: &str) -> Result<u32, String> {
+    use std::os::unix::fs::MetadataExt as _;
+    if let Ok(n) = s.parse::<u32>() {
+        return Ok(n);
+    }
+    let meta = std::fs::metadata(s).map_err(|e| {
+        format!("'{s}' is neither a namespace inode number nor a readable path such as /proc/PID/ns/net ({e})")
+    })?;
+    u32::try_from(meta.ino()).map_err(|_| format!("'{s}' is not a network namespace file"))
 }
 
 #[derive(Debug, Args, Clone)]
@@ -82,10 +114,15 @@ pub struct ObserveArgs {
     /// kernels built without CONFIG_DEBUG_INFO_BTF; the file must match the running kernel)
     #[arg(long, value_name = "FILE")]
     pub btf: Option<PathBuf>,
-    /// Measure the kernel programs' own cost (ns per tcp_probe event, in `stats` and the footer)
+    /// Measure the kernel programs' own cost (ns per per-ACK event, in `stats` and the footer)
     /// by turning on the kernel's BPF statistics while bbrscope runs (adds ~20 ns per event)
     #[arg(long)]
     pub bpf_stats: bool,
+    /// How to hook into TCP: `sockops` (every flow from connect/accept to close, in every TCP
+    /// state, with a summary at close), `tracepoint` (established senders only, the fallback for
+    /// kernels or setups without it), or `auto` (sockops where it loads; `stats` names the one used)
+    #[arg(long, value_name = "PATH", default_value = "auto")]
+    pub observer: PathChoice,
 }
 
 impl ObserveArgs {
@@ -100,6 +137,8 @@ impl ObserveArgs {
             ring_bytes: self.ring_size,
             btf: self.btf.clone(),
             bpf_stats: self.bpf_stats,
+            path: self.observer,
+            owner: OwnerFilter { comm: f.comm.clone(), pid: f.pid, netns: f.netns },
             ..Options::default()
         })
     }

@@ -4,7 +4,8 @@
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 
 use bbrscope_common::{
-    CA_PRIV_LEN, CC_NAME_LEN, CongState, FLAG_FIRST, MAX_FIELDS, RecordHeader, Retransmit, Sample, kind,
+    CA_PRIV_LEN, CC_NAME_LEN, CongState, FLAG_FIRST, FlowEnd, FlowOpen, MAX_FIELDS, RecordHeader, Retransmit, Sample,
+    kind,
 };
 use serde::{Deserialize, Serialize};
 
@@ -102,6 +103,10 @@ pub struct Metrics {
     pub bytes_received: Option<u64>,
     pub retrans_total: Option<u32>,
     pub data_segs_out: Option<u32>,
+    /// Segments sent and received, all and with data (`segs_out`/`segs_in`/`data_segs_in` in ss).
+    pub segs_out: Option<u32>,
+    pub segs_in: Option<u32>,
+    pub data_segs_in: Option<u32>,
     /// Packets sent and not yet cumulatively acked (`unacked` in ss).
     pub unacked: Option<u32>,
     /// Packets believed in the network (`tcp_packets_in_flight`).
@@ -148,11 +153,99 @@ pub struct CongStateEvent {
     pub ssthresh: Option<u32>,
 }
 
+/// Who owns a flow (sock_ops path). See docs/stream.md for which parts are exact.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct Owner {
+    /// "connect" (active open) or "accept".
+    pub side: Option<String>,
+    /// The process that called connect(), or listen() on the accepting socket.
+    pub pid: Option<u32>,
+    pub comm: Option<String>,
+    /// cgroup v2 id (the cgroup directory's inode number).
+    pub cgroup_id: Option<u64>,
+    /// Inode of the network namespace (`ls -L -i /proc/PID/ns/net`, `lsns -t net`).
+    pub netns: Option<u32>,
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub struct OpenEvent {
+    pub head: Head,
+    pub cc: String,
+    pub owner: Owner,
+    /// When connect() was called or the socket was accepted (CLOCK_MONOTONIC ns).
+    pub start_ns: u64,
+    /// Retransmits before the flow was established (SYN or SYN-ACK).
+    pub retrans_at_open: u32,
+}
+
+/// How a flow ended, from the TCP state it closed from and the socket's error.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum EndReason {
+    /// An orderly close: FIN both ways.
+    Fin,
+    /// The peer reset the connection.
+    ResetReceived,
+    /// This side aborted it (close() with unread data, SO_LINGER 0): a reset was sent.
+    ResetSent,
+    /// Retransmission timeouts gave up (tcp_retries2, or a user timeout).
+    Timeout,
+    Refused,
+    Other,
+}
+
+const ECONNREFUSED: i32 = 111;
+const ECONNRESET: i32 = 104;
+const EPIPE: i32 = 32;
+const ETIMEDOUT: i32 = 110;
+/// `enum tcp_state` values a socket leaves for TCP_CLOSE after an orderly shutdown.
+const TCP_FIN_WAIT1: u8 = 4;
+const TCP_FIN_WAIT2: u8 = 5;
+const TCP_TIME_WAIT: u8 = 6;
+const TCP_LAST_ACK: u8 = 9;
+const TCP_CLOSING: u8 = 11;
+const TCP_ESTABLISHED: u8 = 1;
+const TCP_CLOSE_WAIT: u8 = 8;
+
+impl EndReason {
+    pub fn classify(old_state: u8, sk_err: i32) -> Self {
+        match sk_err {
+            ECONNRESET | EPIPE => EndReason::ResetReceived,
+            ETIMEDOUT => EndReason::Timeout,
+            ECONNREFUSED => EndReason::Refused,
+            0 => match old_state {
+                TCP_FIN_WAIT1 | TCP_FIN_WAIT2 | TCP_TIME_WAIT | TCP_LAST_ACK | TCP_CLOSING => EndReason::Fin,
+                TCP_ESTABLISHED | TCP_CLOSE_WAIT => EndReason::ResetSent,
+                _ => EndReason::Other,
+            },
+            _ => EndReason::Other,
+        }
+    }
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub struct EndEvent {
+    pub head: Head,
+    pub start_ns: u64,
+    pub end: EndReason,
+    /// ACKs that carried an RTT sample over the flow's life.
+    pub rtt_events: u64,
+    pub srtt_first_us: u32,
+    pub srtt_min_us: u32,
+    pub srtt_max_us: u32,
+    pub cwnd_max: u32,
+    pub retrans_records: u32,
+    pub retrans_coalesced: u32,
+    pub samples: u32,
+}
+
 #[derive(Clone, Debug, PartialEq)]
 pub enum Event {
     Sample(Box<SampleEvent>),
     Retransmit(RetransmitEvent),
     CongState(CongStateEvent),
+    Open(Box<OpenEvent>),
+    End(Box<EndEvent>),
 }
 
 impl Event {
@@ -161,6 +254,8 @@ impl Event {
             Event::Sample(s) => &s.head,
             Event::Retransmit(r) => &r.head,
             Event::CongState(c) => &c.head,
+            Event::Open(o) => &o.head,
+            Event::End(e) => &e.head,
         }
     }
 }
@@ -243,6 +338,39 @@ impl Decoder<'_> {
                     ssthresh: ssthresh(c.snd_ssthresh as u64),
                 }))
             }
+            kind::OPEN => {
+                let o: FlowOpen = read(bytes)?;
+                let comm = cc_name(&o.comm);
+                Some(Event::Open(Box::new(OpenEvent {
+                    head: head(&o.hdr),
+                    cc: cc_name(&o.cc),
+                    owner: Owner {
+                        side: Some(if o.active != 0 { "connect" } else { "accept" }.into()),
+                        pid: (o.tgid != 0).then_some(o.tgid),
+                        comm: (!comm.is_empty()).then_some(comm),
+                        cgroup_id: (o.cgroup_id != 0).then_some(o.cgroup_id),
+                        netns: (o.netns != 0).then_some(o.netns),
+                    },
+                    start_ns: o.start_ns,
+                    retrans_at_open: o.retrans_at_open,
+                })))
+            }
+            kind::END => {
+                let e: FlowEnd = read(bytes)?;
+                Some(Event::End(Box::new(EndEvent {
+                    head: head(&e.hdr),
+                    start_ns: e.start_ns,
+                    end: EndReason::classify(e.old_state, e.sk_err),
+                    rtt_events: e.rtt_events,
+                    srtt_first_us: e.srtt_first_us,
+                    srtt_min_us: e.srtt_min_us,
+                    srtt_max_us: e.srtt_max_us,
+                    cwnd_max: e.cwnd_max,
+                    retrans_records: e.retrans_records,
+                    retrans_coalesced: e.retrans_coalesced,
+                    samples: e.samples,
+                })))
+            }
             _ => None,
         }
     }
@@ -278,6 +406,9 @@ impl Decoder<'_> {
             bytes_received: g(Field::BytesReceived),
             retrans_total: g32(Field::TotalRetrans),
             data_segs_out: g32(Field::DataSegsOut),
+            segs_out: g32(Field::SegsOut),
+            segs_in: g32(Field::SegsIn),
+            data_segs_in: g32(Field::DataSegsIn),
             unacked,
             in_flight,
             lost,
@@ -336,6 +467,17 @@ mod tests {
         assert_eq!(addr(10, b, 80).to_string(), "127.0.0.1:80");
         let v6: [u8; 16] = "2001:db8::1".parse::<Ipv6Addr>().unwrap().octets();
         assert_eq!(addr(10, v6, 443).to_string(), "[2001:db8::1]:443");
+    }
+
+    #[test]
+    fn end_reasons() {
+        assert_eq!(EndReason::classify(TCP_LAST_ACK, 0), EndReason::Fin);
+        assert_eq!(EndReason::classify(TCP_FIN_WAIT2, 0), EndReason::Fin);
+        assert_eq!(EndReason::classify(TCP_ESTABLISHED, ECONNRESET), EndReason::ResetReceived);
+        assert_eq!(EndReason::classify(TCP_CLOSE_WAIT, EPIPE), EndReason::ResetReceived);
+        assert_eq!(EndReason::classify(TCP_ESTABLISHED, 0), EndReason::ResetSent);
+        assert_eq!(EndReason::classify(TCP_ESTABLISHED, ETIMEDOUT), EndReason::Timeout);
+        assert_eq!(EndReason::classify(2, ECONNREFUSED), EndReason::Refused);
     }
 
     #[test]

@@ -6,7 +6,7 @@ use std::{
     net::SocketAddr,
 };
 
-use crate::event::{CaState, Event, Metrics};
+use crate::event::{CaState, EndEvent, Event, Metrics, Owner};
 
 /// BBR's state machine, for colouring history without a string per point.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -87,6 +87,82 @@ pub struct Flow {
     pub state_changes: u64,
     pub history: VecDeque<Point>,
     pub marks: VecDeque<Mark>,
+    /// What the flow's life adds up to (see [`Life`]).
+    pub life: Life,
+}
+
+/// A flow's whole life, for its summary: who owned it, when it began, how long it spent in each
+/// congestion state, which algorithms and BBR modes it went through, and (once closed) what the
+/// kernel accumulated.
+#[derive(Clone, Debug, Default)]
+pub struct Life {
+    pub owner: Option<Owner>,
+    /// connect() or accept time (sock_ops path), CLOCK_MONOTONIC ns.
+    pub start_ns: Option<u64>,
+    pub retrans_at_open: u32,
+    /// Time in each `CaState` (open, disorder, cwr, recovery, loss), ns, up to `ca_since_ns`.
+    pub ca_ns: [u64; 5],
+    pub ca_since_ns: u64,
+    /// Algorithms seen, in order.
+    pub ccs: Vec<String>,
+    /// BBR modes seen in samples, in order of first appearance.
+    pub bbr_modes: Vec<String>,
+    /// srtt of each sample (µs), bounded: for the summary's median.
+    pub srtts: Vec<u32>,
+    pub end: Option<Box<EndEvent>>,
+}
+
+/// srtt values kept per flow for its median: beyond this, every other one is dropped.
+const SRTT_KEEP: usize = 256;
+
+impl Life {
+    fn note_cc(&mut self, cc: &str) {
+        if !cc.is_empty() && self.ccs.last().map(String::as_str) != Some(cc) && !self.ccs.iter().any(|c| c == cc) {
+            self.ccs.push(cc.to_string());
+        }
+    }
+
+    fn note_sample(&mut self, m: &Metrics) {
+        if let Some(mode) = m.bbr.as_ref().and_then(|b| b.mode.as_deref())
+            && !self.bbr_modes.iter().any(|x| x == mode)
+        {
+            self.bbr_modes.push(mode.to_string());
+        }
+        if let Some(srtt) = m.srtt_us {
+            if self.srtts.len() >= SRTT_KEEP {
+                // Halve the resolution rather than forget the start of the flow.
+                let kept: Vec<u32> = self.srtts.iter().copied().step_by(2).collect();
+                self.srtts = kept;
+            }
+            self.srtts.push(srtt);
+        }
+    }
+
+    /// Time spent in `state` until `ts_ns`, then in the next state from there.
+    fn switch_ca(&mut self, state: CaState, ts_ns: u64) {
+        if let Some(slot) = ca_index(state) {
+            self.ca_ns[slot] += ts_ns.saturating_sub(self.ca_since_ns);
+        }
+        self.ca_since_ns = ts_ns.max(self.ca_since_ns);
+    }
+
+    /// The median srtt of the flow's samples (µs).
+    pub fn srtt_median_us(&self) -> Option<u32> {
+        let mut v = self.srtts.clone();
+        v.sort_unstable();
+        v.get(v.len() / 2).copied()
+    }
+}
+
+fn ca_index(s: CaState) -> Option<usize> {
+    match s {
+        CaState::Open => Some(0),
+        CaState::Disorder => Some(1),
+        CaState::Cwr => Some(2),
+        CaState::Recovery => Some(3),
+        CaState::Loss => Some(4),
+        CaState::Unknown => None,
+    }
 }
 
 impl Flow {
@@ -133,6 +209,8 @@ pub enum Change {
     Opened,
     Updated,
     Closed,
+    /// The flow's summary arrived (after its final sample).
+    Ended,
     /// An event for a flow we never saw a first record for (its first record was dropped).
     Unknown,
 }
@@ -188,35 +266,60 @@ impl FlowTable {
         let h = ev.head();
         let mut change = Change::Updated;
         if let std::collections::hash_map::Entry::Vacant(slot) = self.flows.entry(h.flow) {
-            let Event::Sample(s) = ev else { return Change::Unknown };
-            // A flow's first record is always a sample; if it was lost, the next sample still
-            // introduces the flow.
+            // A flow's first record is its OPEN (sock_ops path) or a sample (tracepoint path; if
+            // it was lost, the next sample still introduces the flow).
+            let (cc, first_bytes_acked) = match ev {
+                Event::Sample(s) => (s.cc.clone(), s.metrics.bytes_acked),
+                Event::Open(o) => (o.cc.clone(), Some(0)),
+                _ => return Change::Unknown,
+            };
+            let mut life = Life { ca_since_ns: h.ts_ns, ..Life::default() };
+            life.note_cc(&cc);
+            if let Event::Open(o) = ev {
+                life.owner = Some(o.owner.clone());
+                life.start_ns = Some(o.start_ns);
+                life.retrans_at_open = o.retrans_at_open;
+            }
             slot.insert(Flow {
                 id: h.flow,
                 src: h.src,
                 dst: h.dst,
-                cc: s.cc.clone(),
+                cc,
                 first_ns: h.ts_ns,
                 last_ns: h.ts_ns,
                 last_sample_ns: h.ts_ns,
                 closed_ns: None,
                 ca_state: h.ca_state,
                 metrics: None,
-                first_bytes_acked: s.metrics.bytes_acked,
+                first_bytes_acked,
                 throughput_bps: None,
                 retransmits: 0,
                 retrans_segs: 0,
                 state_changes: 0,
                 history: VecDeque::new(),
                 marks: VecDeque::new(),
+                life,
             });
             change = Change::Opened;
         }
         let keep = self.per_flow();
         let flow = self.flows.get_mut(&h.flow).expect("inserted above");
         flow.last_ns = flow.last_ns.max(h.ts_ns);
+        if let Event::CongState(c) = ev {
+            flow.life.switch_ca(c.from, h.ts_ns);
+        } else if h.ca_state != flow.ca_state {
+            // A change seen only in a sample (its event was coalesced or lost).
+            flow.life.switch_ca(flow.ca_state, h.ts_ns);
+        }
         flow.ca_state = h.ca_state;
         match ev {
+            Event::Open(_) => {}
+            Event::End(e) => {
+                flow.life.switch_ca(flow.ca_state, h.ts_ns);
+                flow.life.end = Some(e.clone());
+                flow.closed_ns.get_or_insert(h.ts_ns);
+                change = Change::Ended;
+            }
             Event::Sample(s) => {
                 if let (Some(prev), Some(now)) = (flow.metrics.as_ref(), s.metrics.bytes_acked) {
                     flow.throughput_bps =
@@ -224,6 +327,8 @@ impl FlowTable {
                 }
                 flow.last_sample_ns = h.ts_ns;
                 flow.cc.clone_from(&s.cc);
+                flow.life.note_cc(&s.cc);
+                flow.life.note_sample(&s.metrics);
                 if keep > 0 {
                     push_bounded(&mut flow.history, keep, point(h.ts_ns, &s.metrics, flow.throughput_bps));
                 }
@@ -256,6 +361,8 @@ impl FlowTable {
     pub fn prune(&mut self, closed_before_ns: u64, silent_before_ns: u64) {
         self.flows.retain(|_, f| match f.closed_ns {
             Some(c) => c >= closed_before_ns,
+            // An idle keep-alive connection seen from its open: its close will come.
+            None if f.life.start_ns.is_some() => true,
             None => f.last_ns >= silent_before_ns,
         });
     }
@@ -326,6 +433,7 @@ pub mod tests {
             state_changes: 0,
             history: history.into(),
             marks: VecDeque::new(),
+            life: Life::default(),
         }
     }
 }

@@ -1,17 +1,40 @@
 //! A live observation session: the loaded programs, decoding, and cost accounting, shared by
 //! every command that watches live flows (`stream`, `top`, `demo`).
 
+use std::collections::HashSet;
+
 use anyhow::{Context as _, Result};
 
 use crate::{
     event::{Decoder, Event},
     kernel::{
         layout::Layout,
-        loader::{Observer, Options},
+        loader::{Observer, ObserverPath, Options},
     },
     stats::{StatsReport, StatsTracker},
     sys::privileges,
 };
+
+/// Filters on who owns a flow, checked in userspace when the flow opens (sock_ops path only:
+/// the tracepoint path does not know owners).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct OwnerFilter {
+    pub comm: Option<String>,
+    pub pid: Option<u32>,
+    pub netns: Option<u32>,
+}
+
+impl OwnerFilter {
+    pub fn is_empty(&self) -> bool {
+        self == &OwnerFilter::default()
+    }
+
+    pub fn passes(&self, o: &crate::event::Owner) -> bool {
+        self.comm.as_ref().is_none_or(|c| o.comm.as_ref() == Some(c))
+            && self.pid.is_none_or(|p| o.pid == Some(p))
+            && self.netns.is_none_or(|n| o.netns == Some(n))
+    }
+}
 
 pub struct Live {
     /// Holds the kernel's BPF run-time statistics on while bbrscope runs (`--bpf-stats`); the
@@ -21,6 +44,11 @@ pub struct Live {
     layout: Layout,
     records: u64,
     tracker: StatsTracker,
+    owner_filter: OwnerFilter,
+    /// sock_ops path: the flows opened and passed, so that records of other sockets (filtered
+    /// out, or the congestion-state tracepoint's view of untracked sockets) are dropped here.
+    open_flows: HashSet<u64>,
+    owner_filtered: u64,
 }
 
 impl Live {
@@ -36,8 +64,29 @@ impl Live {
         };
         let observer = Observer::start(opts)?;
         let layout = observer.layout.clone();
-        let tracker = StatsTracker::new(observer.counters()?, 0, observer.probe_runtime(), opts.max_flows);
-        Ok(Live { _bpf_stats: bpf_stats, observer, layout, records: 0, tracker })
+        if !opts.owner.is_empty() && observer.path != ObserverPath::Sockops {
+            crate::error::usage!(
+                "--comm, --pid and --netns need the sock_ops observer, which is not in use ({})",
+                observer.degraded.join("; ")
+            );
+        }
+        let tracker = StatsTracker::new(
+            observer.counters()?,
+            0,
+            observer.probe_runtime(),
+            opts.max_flows,
+            observer.path.as_str(),
+        );
+        Ok(Live {
+            _bpf_stats: bpf_stats,
+            observer,
+            layout,
+            records: 0,
+            tracker,
+            owner_filter: opts.owner.clone(),
+            open_flows: HashSet::new(),
+            owner_filtered: 0,
+        })
     }
 
     /// What this kernel lacks, in words.
@@ -49,20 +98,47 @@ impl Live {
     pub async fn next_batch(&mut self, mut f: impl FnMut(Event)) -> Result<()> {
         let decoder = Decoder { layout: &self.layout };
         let records = &mut self.records;
+        let sockops = self.observer.path == ObserverPath::Sockops;
+        let (open_flows, filter, filtered) = (&mut self.open_flows, &self.owner_filter, &mut self.owner_filtered);
         self.observer
             .drain(|bytes| {
                 *records += 1;
-                if let Some(ev) = decoder.decode(bytes) {
-                    f(ev);
+                let Some(ev) = decoder.decode(bytes) else { return };
+                if sockops {
+                    let id = ev.head().flow;
+                    match &ev {
+                        Event::Open(o) if !filter.passes(&o.owner) => {
+                            *filtered += 1;
+                            return;
+                        }
+                        Event::Open(_) => {
+                            open_flows.insert(id);
+                        }
+                        Event::End(_) => {
+                            if !open_flows.remove(&id) {
+                                return;
+                            }
+                        }
+                        _ if !open_flows.contains(&id) => return,
+                        _ => {}
+                    }
                 }
+                f(ev);
             })
             .await?;
         Ok(())
     }
 
+    /// Which kernel path observes flows.
+    pub fn path(&self) -> ObserverPath {
+        self.observer.path
+    }
+
     /// Cost and health since the previous call.
     pub fn stats(&mut self, flows_active: usize) -> Result<StatsReport> {
         let counters = self.observer.counters()?;
-        Ok(self.tracker.report(counters, self.records, self.observer.probe_runtime(), flows_active))
+        let mut r = self.tracker.report(counters, self.records, self.observer.probe_runtime(), flows_active);
+        r.flows_filtered_total += self.owner_filtered;
+        Ok(r)
     }
 }

@@ -10,8 +10,12 @@ use crate::kernel::loader::Counters;
 
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
 pub struct StatsReport {
+    /// The kernel path observing flows: "sockops" or "tracepoint".
+    #[serde(default)]
+    pub observer: String,
     pub interval_s: f64,
-    /// tcp_probe invocations per second (incoming segments on all TCP sockets).
+    /// Per-ACK program runs per second: tcp_probe (incoming segments on all TCP sockets) or the
+    /// sock_ops program (all its callbacks).
     pub events_per_s: f64,
     /// Records delivered to userspace per second.
     pub records_per_s: f64,
@@ -31,6 +35,11 @@ pub struct StatsReport {
     pub evicted_total: u64,
     pub flows_seen_total: u64,
     pub flows_filtered_total: u64,
+    /// sock_ops path: flows opened (flow_open) and summarised (flow_summary), in total.
+    #[serde(default)]
+    pub flows_opened_total: u64,
+    #[serde(default)]
+    pub flows_summarized_total: u64,
     /// Flows userspace currently knows.
     pub flows_active: usize,
     /// This process's CPU time per second of wall time (1.0 = one core).
@@ -51,6 +60,7 @@ struct Snapshot {
 pub struct StatsTracker {
     prev: Snapshot,
     max_flows: u64,
+    path: &'static str,
 }
 
 /// User + system CPU time of this process.
@@ -62,10 +72,17 @@ pub fn process_cpu_time() -> Duration {
 }
 
 impl StatsTracker {
-    pub fn new(counters: Counters, records: u64, probe_runtime: Option<(Duration, u64)>, max_flows: u32) -> Self {
+    pub fn new(
+        counters: Counters,
+        records: u64,
+        probe_runtime: Option<(Duration, u64)>,
+        max_flows: u32,
+        path: &'static str,
+    ) -> Self {
         StatsTracker {
             prev: Snapshot { at: Instant::now(), counters, records, cpu: process_cpu_time(), probe_runtime },
             max_flows: max_flows as u64,
+            path,
         }
     }
 
@@ -87,6 +104,7 @@ impl StatsTracker {
             _ => None,
         };
         let report = StatsReport {
+            observer: self.path.to_string(),
             interval_s: dt,
             events_per_s: delta(counter::PROBE_EVENTS) / dt,
             records_per_s: now.records.saturating_sub(self.prev.records) as f64 / dt,
@@ -94,8 +112,11 @@ impl StatsTracker {
             drops_total: now.counters.get(counter::RING_FULL),
             retrans_coalesced_total: now.counters.get(counter::RETRANS_COALESCED),
             cong_coalesced_total: now.counters.get(counter::CONG_COALESCED),
-            untracked_total: now.counters.get(counter::STATE_FULL),
-            evicted_total: {
+            untracked_total: now.counters.get(counter::STATE_FULL) + now.counters.get(counter::STORAGE_FAILED),
+            // The sock_ops path keeps flows in their sockets: nothing to evict.
+            evicted_total: if self.path == "sockops" {
+                0
+            } else {
                 let c = &now.counters;
                 let held = c
                     .get(counter::FLOWS_SEEN)
@@ -104,6 +125,8 @@ impl StatsTracker {
             },
             flows_seen_total: now.counters.get(counter::FLOWS_SEEN),
             flows_filtered_total: now.counters.get(counter::FLOWS_FILTERED),
+            flows_opened_total: now.counters.get(counter::OPENS),
+            flows_summarized_total: now.counters.get(counter::ENDS),
             flows_active,
             cpu_cores: now.cpu.saturating_sub(self.prev.cpu).as_secs_f64() / dt,
             ns_per_event,

@@ -31,6 +31,9 @@ pub enum Field {
     SndWnd,
     RateAppLimited,
     DataSegsOut,
+    SegsOut,
+    SegsIn,
+    DataSegsIn,
 }
 
 /// Where each [`Field`] lives, as (struct, member path) in BTF. All of these structs start at the
@@ -58,6 +61,9 @@ pub const FIELDS: &[(Field, &str, &str)] = &[
     (Field::SndWnd, "tcp_sock", "snd_wnd"),
     (Field::RateAppLimited, "tcp_sock", "rate_app_limited"),
     (Field::DataSegsOut, "tcp_sock", "data_segs_out"),
+    (Field::SegsOut, "tcp_sock", "segs_out"),
+    (Field::SegsIn, "tcp_sock", "segs_in"),
+    (Field::DataSegsIn, "tcp_sock", "data_segs_in"),
 ];
 
 /// How to get a value out of the bytes the kernel copied: shift and width in bits.
@@ -187,6 +193,14 @@ impl Layout {
         if !missing_required.is_empty() {
             bail!("kernel BTF lacks socket members bbrscope needs: {}", missing_required.join(", "));
         }
+
+        // Optional: what the sock_ops path reports about a flow's owner and end. `u32::MAX` tells
+        // the programs a kernel lacks one.
+        let opt = |strukt: &str, path: &str| btf.member(strukt, path).map_or(u32::MAX, |l| l.byte_offset());
+        sock.cookie = opt("sock", "__sk_common.skc_cookie");
+        sock.sk_err = opt("sock", "sk_err");
+        sock.net = opt("sock", "__sk_common.skc_net.net");
+        sock.net_inum = opt("net", "ns.inum");
 
         let mut flags = 0;
         let cgroup_filter = Self::cgroup_chain(btf, &mut sock, &mut flags);

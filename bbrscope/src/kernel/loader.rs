@@ -8,7 +8,7 @@ use anyhow::{Context as _, Result};
 use aya::{
     Ebpf, EbpfLoader,
     maps::{MapData, PerCpuArray, RingBuf},
-    programs::RawTracePoint,
+    programs::{CgroupAttachMode, RawTracePoint, SockOps},
 };
 use bbrscope_common::{CC_NAME_LEN, Config, Filter, config_flags, counter, filter_flags};
 use tokio::io::unix::AsyncFd;
@@ -38,6 +38,39 @@ pub struct Options {
     pub btf: Option<std::path::PathBuf>,
     /// Measure the programs' own run time (kernel BPF statistics) while running.
     pub bpf_stats: bool,
+    /// Which kernel path observes flows.
+    pub path: PathChoice,
+    /// Owner filters (userspace, sock_ops path).
+    pub owner: crate::session::OwnerFilter,
+}
+
+/// `--observer`: how bbrscope hooks into the TCP stack.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
+pub enum PathChoice {
+    /// sock_ops where the kernel allows it, else tracepoints.
+    #[default]
+    Auto,
+    /// A sock_ops program on the cgroup v2 root with socket-local storage: every flow from
+    /// connect/accept to close, in every TCP state.
+    Sockops,
+    /// Raw tracepoints (tcp_probe) with a flow table: established senders only.
+    Tracepoint,
+}
+
+/// The path in use, as `stats` and `status` name it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ObserverPath {
+    Sockops,
+    Tracepoint,
+}
+
+impl ObserverPath {
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            ObserverPath::Sockops => "sockops",
+            ObserverPath::Tracepoint => "tracepoint",
+        }
+    }
 }
 
 impl Default for Options {
@@ -51,6 +84,8 @@ impl Default for Options {
             events_per_interval: 64,
             btf: None,
             bpf_stats: false,
+            path: PathChoice::Auto,
+            owner: crate::session::OwnerFilter::default(),
         }
     }
 }
@@ -62,6 +97,9 @@ pub struct Observer {
     pub layout: Layout,
     /// Things this kernel lacks, in words, for the user.
     pub degraded: Vec<String>,
+    pub path: ObserverPath,
+    /// The program on the per-ACK path, for its run-time statistics.
+    per_ack_program: &'static str,
 }
 
 impl Observer {
@@ -107,12 +145,33 @@ impl Observer {
             .load(OBJECT)
             .context("loading bbrscope's kernel programs")?;
 
-        for tp in hooks.attach {
-            let prog: &mut RawTracePoint =
-                ebpf.program_mut(tp).with_context(|| format!("program {tp} missing from the object"))?.try_into()?;
-            prog.load().with_context(|| format!("loading the {tp} program"))?;
-            prog.attach(tp).with_context(|| format!("attaching to tracepoint {tp}"))?;
-        }
+        let path = match choose_path(opts) {
+            Err(why) => {
+                degraded.push(why);
+                attach_tracepoints(&mut ebpf, &hooks.attach)?;
+                ObserverPath::Tracepoint
+            }
+            Ok(ObserverPath::Tracepoint) => {
+                attach_tracepoints(&mut ebpf, &hooks.attach)?;
+                ObserverPath::Tracepoint
+            }
+            Ok(ObserverPath::Sockops) => match attach_sockops(&mut ebpf, &hooks.attach) {
+                Ok(()) => ObserverPath::Sockops,
+                Err(e) if opts.path == PathChoice::Auto => {
+                    degraded.push(format!(
+                        "the sock_ops path is unavailable ({e:#}): using tracepoints, which see only \
+                         established senders (no short flows, no CLOSE_WAIT senders, no flow summaries)"
+                    ));
+                    attach_tracepoints(&mut ebpf, &hooks.attach)?;
+                    ObserverPath::Tracepoint
+                }
+                Err(e) => return Err(e.context("--observer sockops")),
+            },
+        };
+        let per_ack_program = match path {
+            ObserverPath::Sockops => SOCKOPS_PROGRAM,
+            ObserverPath::Tracepoint => "tcp_probe",
+        };
 
         let ring = RingBuf::try_from(ebpf.take_map("EVENTS").context("EVENTS map missing")?)?;
         let counters = PerCpuArray::try_from(ebpf.take_map("COUNTERS").context("COUNTERS map missing")?)?;
@@ -120,7 +179,7 @@ impl Observer {
         // the AsyncFd owns the ring buffer.
         let ring = unsafe { AsyncFd::register_with_interest(ring, tokio::io::Interest::READABLE) }
             .map_err(|e| e.into_parts().1)?;
-        Ok(Observer { ebpf, ring, counters, layout, degraded })
+        Ok(Observer { ebpf, ring, counters, layout, degraded, path, per_ack_program })
     }
 
     /// Waits until records are available, then passes each to `f` until the ring is empty.
@@ -145,11 +204,19 @@ impl Observer {
         Ok(Counters(c))
     }
 
-    /// Cumulative run time and run count of the tcp_probe program, when the kernel's BPF
-    /// statistics are enabled (`--bpf-stats`).
+    /// Cumulative run time and run count of the per-ACK program (tcp_probe, or the sock_ops
+    /// program), when the kernel's BPF statistics are enabled (`--bpf-stats`).
     pub fn probe_runtime(&self) -> Option<(Duration, u64)> {
-        let prog: &RawTracePoint = self.ebpf.program("tcp_probe")?.try_into().ok()?;
-        let info = prog.info().ok()?;
+        let info = match self.path {
+            ObserverPath::Tracepoint => {
+                let prog: &RawTracePoint = self.ebpf.program(self.per_ack_program)?.try_into().ok()?;
+                prog.info().ok()?
+            }
+            ObserverPath::Sockops => {
+                let prog: &SockOps = self.ebpf.program(self.per_ack_program)?.try_into().ok()?;
+                prog.info().ok()?
+            }
+        };
         Some((info.run_time(), info.run_count()))
     }
 }
@@ -161,6 +228,55 @@ impl Counters {
     pub fn get(&self, index: u32) -> u64 {
         self.0[index as usize]
     }
+}
+
+const SOCKOPS_PROGRAM: &str = "bbrscope_sockops";
+/// The tracepoint program the sock_ops path uses for congestion-state changes.
+const CONG_BY_COOKIE: &str = "cong_state_by_cookie";
+
+/// The path `opts` asks for, or why the tracepoint path must be used instead.
+fn choose_path(opts: &Options) -> std::result::Result<ObserverPath, String> {
+    match opts.path {
+        PathChoice::Tracepoint => Ok(ObserverPath::Tracepoint),
+        // Receive-only flows get no RTT callbacks: periodic samples of them need tcp_probe.
+        _ if opts.receivers => Err("--receivers samples flows that only receive, which only the tracepoint \
+                                    path sees: using tracepoints (no short flows, no flow summaries)"
+            .into()),
+        _ => Ok(ObserverPath::Sockops),
+    }
+}
+
+fn attach_tracepoints(ebpf: &mut Ebpf, hooks: &[&'static str]) -> Result<()> {
+    for &tp in hooks {
+        let prog: &mut RawTracePoint =
+            ebpf.program_mut(tp).with_context(|| format!("program {tp} missing from the object"))?.try_into()?;
+        prog.load().with_context(|| format!("loading the {tp} program"))?;
+        prog.attach(tp).with_context(|| format!("attaching to tracepoint {tp}"))?;
+    }
+    Ok(())
+}
+
+/// The sock_ops program on the cgroup v2 root (every socket of the machine, or of this cgroup
+/// namespace), plus the congestion-state tracepoint where the kernel has it. The link is a file
+/// descriptor: it goes when bbrscope exits, however it exits.
+fn attach_sockops(ebpf: &mut Ebpf, hooks: &[&'static str]) -> Result<()> {
+    let mount = crate::sys::cgroup::cgroup2_mount().context("no cgroup v2 hierarchy is mounted")?;
+    let root = std::fs::File::open(&mount.mount_point)
+        .with_context(|| format!("opening {}", mount.mount_point.display()))?;
+    if hooks.contains(&"tcp_cong_state_set") {
+        let prog: &mut RawTracePoint =
+            ebpf.program_mut(CONG_BY_COOKIE).context("cong_state_by_cookie missing from the object")?.try_into()?;
+        prog.load().context("loading the tcp_cong_state_set program")?;
+        prog.attach("tcp_cong_state_set").context("attaching to tracepoint tcp_cong_state_set")?;
+    }
+    let prog: &mut SockOps =
+        ebpf.program_mut(SOCKOPS_PROGRAM).context("sock_ops program missing from the object")?.try_into()?;
+    prog.load().context("loading the sock_ops program")?;
+    // A bpf_link (5.7+) sits beside other programs on the cgroup; the kernel refuses attach
+    // flags on it, hence "Single".
+    prog.attach(&root, CgroupAttachMode::Single)
+        .with_context(|| format!("attaching the sock_ops program to {}", mount.mount_point.display()))?;
+    Ok(())
 }
 
 /// Layers the BTF of the BBR module over the kernel's when BBR is not built in, so its private

@@ -8,9 +8,10 @@ use serde::Serialize;
 
 use crate::{
     clock::Clock,
-    event::{CaState, Event, Metrics},
+    event::{CaState, EndReason, Event, Metrics},
     flow::{Change, Flow, FlowTable},
     stats::StatsReport,
+    sys::cgroup::CgroupNames,
 };
 
 #[derive(Serialize)]
@@ -27,10 +28,69 @@ struct FlowRecord<'a> {
     body: Body<'a>,
 }
 
+/// Who owns a flow, as `flow_open` and `flow_summary` show it (all null on the tracepoint path).
+#[derive(Serialize, Default)]
+struct OwnerJson {
+    side: Option<String>,
+    pid: Option<u32>,
+    comm: Option<String>,
+    cgroup: Option<String>,
+    cgroup_id: Option<u64>,
+    netns: Option<u32>,
+}
+
+/// Seconds in each congestion state over the flow's life.
+#[derive(Serialize)]
+struct CaSeconds {
+    open: f64,
+    disorder: f64,
+    cwr: f64,
+    recovery: f64,
+    loss: f64,
+}
+
+#[derive(Serialize)]
+struct Summary<'a> {
+    start_ts: Option<f64>,
+    duration_s: f64,
+    end: EndReason,
+    #[serde(flatten)]
+    owner: OwnerJson,
+    ccs: &'a [String],
+    bbr_modes: &'a [String],
+    bytes_sent: Option<u64>,
+    bytes_acked: Option<u64>,
+    bytes_received: Option<u64>,
+    bytes_retrans: Option<u64>,
+    segs_out: Option<u32>,
+    segs_in: Option<u32>,
+    data_segs_out: Option<u32>,
+    data_segs_in: Option<u32>,
+    retrans_total: Option<u32>,
+    retrans_at_open: u32,
+    retransmit_events: u64,
+    retrans_coalesced: u32,
+    srtt_first_us: u32,
+    srtt_min_us: u32,
+    srtt_median_us: Option<u32>,
+    srtt_max_us: u32,
+    srtt_last_us: Option<u32>,
+    min_rtt_us: Option<u32>,
+    cwnd_max: u32,
+    ca_state_s: CaSeconds,
+    goodput_bps: Option<u64>,
+    samples: u32,
+    rtt_events: u64,
+}
+
 #[derive(Serialize)]
 #[serde(untagged)]
 enum Body<'a> {
-    Open {},
+    Open {
+        #[serde(flatten)]
+        owner: OwnerJson,
+    },
+    Summary(Box<Summary<'a>>),
     Sample {
         acks: u32,
         throughput_bps: Option<u64>,
@@ -72,11 +132,70 @@ struct StatsRecord<'a> {
 pub struct JsonSink<W: Write> {
     out: W,
     clock: Clock,
+    cgroups: CgroupNames,
 }
 
 impl<W: Write> JsonSink<W> {
     pub fn new(out: W, clock: Clock) -> Self {
-        JsonSink { out, clock }
+        JsonSink { out, clock, cgroups: CgroupNames::new() }
+    }
+
+    fn owner(&mut self, flow: &Flow) -> OwnerJson {
+        let Some(o) = &flow.life.owner else { return OwnerJson::default() };
+        OwnerJson {
+            side: o.side.clone(),
+            pid: o.pid,
+            comm: o.comm.clone(),
+            cgroup: o.cgroup_id.and_then(|id| self.cgroups.name(id)),
+            cgroup_id: o.cgroup_id,
+            netns: o.netns,
+        }
+    }
+
+    fn summary<'a>(&mut self, flow: &'a Flow) -> Option<Summary<'a>> {
+        let e = flow.life.end.as_ref()?;
+        let m = flow.metrics.as_ref();
+        let get = |f: fn(&Metrics) -> Option<u64>| m.and_then(f);
+        let get32 = |f: fn(&Metrics) -> Option<u32>| m.and_then(f);
+        let start = flow.life.start_ns.unwrap_or(flow.first_ns);
+        let end_ns = e.head.ts_ns;
+        let secs = |i: usize| flow.life.ca_ns[i] as f64 / 1e9;
+        let duration_ns = end_ns.saturating_sub(start);
+        let goodput_bps = match get(|m| m.bytes_acked) {
+            Some(b) if duration_ns > 0 => Some((b as u128 * 8 * 1_000_000_000 / duration_ns as u128) as u64),
+            _ => None,
+        };
+        Some(Summary {
+            start_ts: flow.life.start_ns.map(|s| self.clock.unix_secs(s)),
+            duration_s: duration_ns as f64 / 1e9,
+            end: e.end,
+            owner: self.owner(flow),
+            ccs: &flow.life.ccs,
+            bbr_modes: &flow.life.bbr_modes,
+            bytes_sent: get(|m| m.bytes_sent),
+            bytes_acked: get(|m| m.bytes_acked),
+            bytes_received: get(|m| m.bytes_received),
+            bytes_retrans: get(|m| m.bytes_retrans),
+            segs_out: get32(|m| m.segs_out),
+            segs_in: get32(|m| m.segs_in),
+            data_segs_out: get32(|m| m.data_segs_out),
+            data_segs_in: get32(|m| m.data_segs_in),
+            retrans_total: get32(|m| m.retrans_total),
+            retrans_at_open: flow.life.retrans_at_open,
+            retransmit_events: flow.retransmits,
+            retrans_coalesced: e.retrans_coalesced,
+            srtt_first_us: e.srtt_first_us,
+            srtt_min_us: e.srtt_min_us,
+            srtt_median_us: flow.life.srtt_median_us(),
+            srtt_max_us: e.srtt_max_us,
+            srtt_last_us: get32(|m| m.srtt_us),
+            min_rtt_us: get32(|m| m.min_rtt_us),
+            cwnd_max: e.cwnd_max,
+            ca_state_s: CaSeconds { open: secs(0), disorder: secs(1), cwr: secs(2), recovery: secs(3), loss: secs(4) },
+            goodput_bps,
+            samples: e.samples,
+            rtt_events: e.rtt_events,
+        })
     }
 
     fn line(&mut self, value: &impl Serialize) -> io::Result<()> {
@@ -109,10 +228,16 @@ impl<W: Write> JsonSink<W> {
         let h = ev.head();
         let Some(flow) = table.get(h.flow) else { return Ok(()) };
         if change == Change::Opened {
-            let open = self.flow_record("flow_open", h.ts_ns, flow, h.ca_state, Body::Open {});
+            let owner = self.owner(flow);
+            let open = self.flow_record("flow_open", h.ts_ns, flow, h.ca_state, Body::Open { owner });
             self.line(&open)?;
         }
         let rec = match ev {
+            Event::Open(_) => return Ok(()),
+            Event::End(_) => {
+                let Some(summary) = self.summary(flow) else { return Ok(()) };
+                self.flow_record("flow_summary", h.ts_ns, flow, h.ca_state, Body::Summary(Box::new(summary)))
+            }
             Event::Sample(s) if s.closing => self.flow_record(
                 "flow_close",
                 h.ts_ns,
@@ -187,6 +312,9 @@ mod tests {
             bytes_received: Some(0),
             retrans_total: Some(0),
             data_segs_out: Some(1),
+            segs_out: Some(2),
+            segs_in: Some(2),
+            data_segs_in: Some(0),
             unacked: Some(3),
             in_flight: Some(3),
             lost: Some(0),

@@ -103,6 +103,44 @@ pub fn resolve(path: &Path) -> Result<Cgroup> {
     Ok(Cgroup { path: canon, id: meta.ino(), level: level as u32 })
 }
 
+/// Cgroup ids (as sockets record them) to paths below the cgroup v2 mount, for people to read.
+/// The directory tree is walked again on a miss, at most once a second: a new container's
+/// cgroup shows up, and a flood of unknown ids cannot make bbrscope walk the tree per flow.
+#[derive(Default)]
+pub struct CgroupNames {
+    mount: Option<PathBuf>,
+    names: std::collections::HashMap<u64, String>,
+    walked: Option<std::time::Instant>,
+}
+
+impl CgroupNames {
+    pub fn new() -> Self {
+        CgroupNames { mount: cgroup2_mount().map(|m| m.mount_point), ..Default::default() }
+    }
+
+    /// The cgroup's path as `/system.slice/nginx.service` (relative to the cgroup v2 mount).
+    pub fn name(&mut self, id: u64) -> Option<String> {
+        if let Some(n) = self.names.get(&id) {
+            return Some(n.clone());
+        }
+        if self.walked.is_some_and(|t| t.elapsed() < std::time::Duration::from_secs(1)) {
+            return None;
+        }
+        self.walked = Some(std::time::Instant::now());
+        let mount = self.mount.clone()?;
+        self.names.clear();
+        let mut stack = vec![mount.clone()];
+        while let Some(dir) = stack.pop() {
+            let Ok(meta) = std::fs::metadata(&dir) else { continue };
+            let rel = dir.strip_prefix(&mount).unwrap_or(Path::new(""));
+            self.names.insert(meta.ino(), format!("/{}", rel.display()));
+            let Ok(entries) = std::fs::read_dir(&dir) else { continue };
+            stack.extend(entries.flatten().filter(|e| e.file_type().is_ok_and(|t| t.is_dir())).map(|e| e.path()));
+        }
+        self.names.get(&id).cloned()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

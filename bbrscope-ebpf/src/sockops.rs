@@ -1,0 +1,390 @@
+//! The sock_ops path: one program on the cgroup v2 root sees every TCP socket of every cgroup and
+//! network namespace from connect()/accept to close, and keeps its per-flow state in the socket
+//! itself (socket-local storage: no table to fill, nothing to evict, freed with the socket).
+//!
+//! Callbacks used (each enabled per socket with `bpf_sock_ops_cb_flags_set`):
+//! - TCP_CONNECT_CB / TCP_LISTEN_CB: process context, so the owner (pid, comm) is known. A
+//!   listener's storage is cloned into the sockets it accepts (`BPF_F_CLONE`).
+//! - ACTIVE/PASSIVE_ESTABLISHED_CB: filters, then the flow's OPEN record.
+//! - RTT_CB: every ACK that carries an RTT sample, in every TCP state (ESTABLISHED, CLOSE_WAIT,
+//!   FIN_WAIT1/2, LAST_ACK, CLOSING) — the per-ACK path, kept to a storage lookup, a few context
+//!   loads and a coarse clock read until a sample is due.
+//! - RETRANS_CB: every retransmission with its error code (failed attempts are not counted).
+//! - STATE_CB: TCP state changes; TCP_CLOSE sends the final sample and the flow's summary.
+
+use core::ffi::c_void;
+
+use aya_ebpf::{
+    bindings::{
+        BPF_SOCK_OPS_ACTIVE_ESTABLISHED_CB, BPF_SOCK_OPS_PASSIVE_ESTABLISHED_CB, BPF_SOCK_OPS_RETRANS_CB,
+        BPF_SOCK_OPS_RETRANS_CB_FLAG, BPF_SOCK_OPS_RTT_CB, BPF_SOCK_OPS_RTT_CB_FLAG, BPF_SOCK_OPS_STATE_CB,
+        BPF_SOCK_OPS_STATE_CB_FLAG, BPF_SOCK_OPS_TCP_CONNECT_CB, BPF_SOCK_OPS_TCP_LISTEN_CB, bpf_sock,
+        bpf_sock_ops,
+    },
+    helpers::{
+        bpf_get_current_comm, bpf_get_current_pid_tgid, bpf_get_socket_cookie, bpf_ktime_get_ns,
+        generated::{bpf_ktime_get_coarse_ns, bpf_sk_storage_get},
+    },
+    macros::{btf_map, sock_ops},
+    programs::SockOpsContext,
+};
+use bbrscope_common::{CC_NAME_LEN, FlowEnd, FlowOpen, config_flags, counter, kind};
+
+use crate::{
+    config::{conf, has_flag, interval_ns},
+    flow::{self, FlowState, Status, cc_passes, count},
+    records::{self, EVENTS, fill_header},
+    sock::{self, read},
+};
+
+const TCP_CLOSE: u32 = 7;
+const BPF_SK_STORAGE_GET_F_CREATE: u64 = 1;
+const OUR_CB_FLAGS: u32 = BPF_SOCK_OPS_RTT_CB_FLAG | BPF_SOCK_OPS_STATE_CB_FLAG | BPF_SOCK_OPS_RETRANS_CB_FLAG;
+
+/// What bbrscope keeps in each socket.
+#[repr(C)]
+pub struct SockFlow {
+    pub flow: FlowState,
+    /// The socket's address, read once from the context: the other callbacks read socket fields
+    /// (at BTF offsets, with bpf_probe_read_kernel) from here. It never leaves the kernel.
+    pub sk: u64,
+    /// CLOCK_MONOTONIC_COARSE time of the next sample: a coarse clock read is a few loads, the
+    /// precise one a TSC read, and a tick's precision is plenty to pace samples 100 ms apart.
+    pub next_sample_coarse_ns: u64,
+    pub start_ns: u64,
+    pub rtt_events: u64,
+    pub comm: [u8; 16],
+    pub tgid: u32,
+    pub pid: u32,
+    pub srtt_first: u32,
+    pub srtt_min: u32,
+    pub srtt_max: u32,
+    pub cwnd_max: u32,
+    pub retrans_records: u32,
+    pub retrans_coalesced_total: u32,
+    pub samples: u32,
+    pub retrans_at_open: u32,
+    /// 1 once connect() was seen (an active open).
+    pub active: u8,
+    /// 1 on a listening socket (its storage is a template its accepted sockets inherit).
+    pub listener: u8,
+    pub _pad: [u8; 6],
+}
+
+/// A BTF map definition by hand: aya-ebpf's `SkStorage` fixes the flags to `BPF_F_NO_PREALLOC`,
+/// and this one also needs `BPF_F_CLONE` (1 << 9) so that accepted sockets inherit the owner
+/// recorded on their listener. The fields are BTF placeholders that the loader reads, never data.
+#[repr(C)]
+pub struct SkStorageDef {
+    r#type: *const [i32; 24], // BPF_MAP_TYPE_SK_STORAGE
+    key: *const i32,
+    value: *const SockFlow,
+    max_entries: *const [i32; 0],
+    map_flags: *const [i32; 1 | (1 << 9)], // BPF_F_NO_PREALLOC | BPF_F_CLONE
+}
+
+// SAFETY: the fields are null placeholders describing the map in BTF; nothing reads or writes
+// through them.
+unsafe impl Sync for SkStorageDef {}
+
+#[btf_map]
+static SOCKS: SkStorageDef = SkStorageDef {
+    r#type: core::ptr::null(),
+    key: core::ptr::null(),
+    value: core::ptr::null(),
+    max_entries: core::ptr::null(),
+    map_flags: core::ptr::null(),
+};
+
+#[inline(always)]
+fn storage(sk: *mut bpf_sock, create: bool) -> Option<&'static mut SockFlow> {
+    let flags = if create { BPF_SK_STORAGE_GET_F_CREATE } else { 0 };
+    // SAFETY: `sk` is the context's non-null socket; the helper returns null or a pointer to this
+    // socket's storage, valid while the socket lives (for the whole callback).
+    let p = unsafe {
+        bpf_sk_storage_get(&raw const SOCKS as *mut c_void, sk.cast(), core::ptr::null_mut(), flags)
+    } as *mut SockFlow;
+    // SAFETY: non-null storage of the right type (the map's value type).
+    (!p.is_null()).then(|| unsafe { &mut *p })
+}
+
+#[sock_ops]
+pub fn bbrscope_sockops(ctx: SockOpsContext) -> u32 {
+    // SAFETY: the context pointer is the kernel's, valid for the program's run; every field
+    // read is one the verifier rewrites to a load from the kernel's sock_ops state.
+    let ops = unsafe { &*ctx.ops };
+    let sk = unsafe { ops.__bindgen_anon_2.sk };
+    if !sk.is_null() {
+        match ops.op {
+            BPF_SOCK_OPS_RTT_CB => on_rtt(ops, sk),
+            BPF_SOCK_OPS_RETRANS_CB => on_retransmit(ops, sk),
+            BPF_SOCK_OPS_STATE_CB => on_state(ops, sk),
+            BPF_SOCK_OPS_TCP_CONNECT_CB => on_connect(&ctx, ops, sk),
+            BPF_SOCK_OPS_ACTIVE_ESTABLISHED_CB | BPF_SOCK_OPS_PASSIVE_ESTABLISHED_CB => {
+                on_established(&ctx, ops, sk)
+            }
+            BPF_SOCK_OPS_TCP_LISTEN_CB => on_listen(sk),
+            _ => {}
+        }
+    }
+    // 1 lets the other sock_ops programs run and keeps their replies.
+    1
+}
+
+/// The per-ACK path.
+#[inline(always)]
+fn on_rtt(ops: &bpf_sock_ops, sk: *mut bpf_sock) {
+    count(counter::PROBE_EVENTS);
+    let Some(s) = storage(sk, false) else {
+        return;
+    };
+    if s.flow.status != Status::Passed as u8 {
+        return;
+    }
+    s.rtt_events += 1;
+    s.flow.acks = s.flow.acks.wrapping_add(1);
+    let srtt = ops.srtt_us;
+    if srtt < s.srtt_min {
+        s.srtt_min = srtt;
+    }
+    if srtt > s.srtt_max {
+        s.srtt_max = srtt;
+    }
+    let cwnd = ops.snd_cwnd;
+    if cwnd > s.cwnd_max {
+        s.cwnd_max = cwnd;
+    }
+    if has_flag(config_flags::POLL_CA_STATE) {
+        // No tcp_cong_state_set tracepoint on this kernel: look for changes on each ACK.
+        let state = sock::ca_state(s.sk);
+        if state != s.flow.ca_state {
+            // SAFETY: no arguments; reads the monotonic clock.
+            records::cong_state(s.sk, &mut s.flow, state, unsafe { bpf_ktime_get_ns() });
+        }
+    }
+    // SAFETY: no arguments; reads the coarse monotonic clock.
+    let now = unsafe { bpf_ktime_get_coarse_ns() };
+    if now < s.next_sample_coarse_ns {
+        return;
+    }
+    s.next_sample_coarse_ns = now + interval_ns();
+    sample(kind::SAMPLE, s, ops.state as u8);
+}
+
+#[inline(always)]
+fn sample(kind: u8, s: &mut SockFlow, tcp_state: u8) {
+    s.flow.tcp_state = tcp_state;
+    // SAFETY: no arguments; reads the monotonic clock.
+    let now = unsafe { bpf_ktime_get_ns() };
+    if records::sample(kind, s.sk, &mut s.flow, now) {
+        s.samples += 1;
+    }
+}
+
+#[inline(always)]
+fn on_retransmit(ops: &bpf_sock_ops, sk: *mut bpf_sock) {
+    // args: seq, segments, error (non-zero: the attempt failed and nothing was sent).
+    // SAFETY: `args` is the union member the kernel fills for this callback.
+    if unsafe { ops.__bindgen_anon_1.args[2] } != 0 {
+        return;
+    }
+    let Some(s) = storage(sk, false) else {
+        return;
+    };
+    if s.flow.status != Status::Passed as u8 {
+        return;
+    }
+    let before = s.flow.retrans_coalesced;
+    let sent = records::retransmit(s.sk, &mut s.flow, ops.total_retrans, unsafe { bpf_ktime_get_ns() });
+    if sent {
+        s.retrans_records += 1;
+    } else {
+        s.retrans_coalesced_total += s.flow.retrans_coalesced.wrapping_sub(before);
+    }
+}
+
+#[inline(always)]
+fn on_state(ops: &bpf_sock_ops, sk: *mut bpf_sock) {
+    // SAFETY: `args` is the union member the kernel fills for this callback (old, new state).
+    let (old, new) = unsafe { (ops.__bindgen_anon_1.args[0], ops.__bindgen_anon_1.args[1]) };
+    let Some(s) = storage(sk, false) else {
+        return;
+    };
+    s.flow.tcp_state = new as u8;
+    if new != TCP_CLOSE || s.flow.status != Status::Passed as u8 || s.flow.announced == 0 {
+        return;
+    }
+    // The final sample first (every counter as the socket closes), then what only the kernel
+    // accumulated. Both are sent once: the status change stops any later callback.
+    sample(kind::CLOSE, s, TCP_CLOSE as u8);
+    s.flow.status = Status::Closed as u8;
+    let Some(mut entry) = EVENTS.reserve::<FlowEnd>(0) else {
+        count(counter::RING_FULL);
+        return;
+    };
+    let e = entry.as_mut_ptr();
+    // SAFETY: `e` points to a reserved, writable record of this type; every field is written.
+    unsafe {
+        let now = bpf_ktime_get_ns();
+        fill_header(&mut (*e).hdr, kind::END, &s.flow, s.flow.ca_state, now);
+        (*e).start_ns = s.start_ns;
+        (*e).rtt_events = s.rtt_events;
+        (*e).old_state = old as u8;
+        (*e)._pad = [0; 3];
+        (*e).sk_err = read_opt::<i32>(s.sk, conf!(sock.sk_err));
+        (*e).srtt_first_us = s.srtt_first >> 3;
+        (*e).srtt_min_us = if s.srtt_min == u32::MAX { 0 } else { s.srtt_min >> 3 };
+        (*e).srtt_max_us = s.srtt_max >> 3;
+        (*e).cwnd_max = s.cwnd_max;
+        (*e).retrans_records = s.retrans_records;
+        (*e).retrans_coalesced = s.retrans_coalesced_total;
+        (*e).samples = s.samples;
+        (*e)._pad2 = 0;
+    }
+    entry.submit(0);
+    count(counter::ENDS);
+}
+
+/// A field at an offset the running kernel may lack (`u32::MAX`): 0 then.
+#[inline(always)]
+fn read_opt<T: Copy + Default>(base: u64, off: u32) -> T {
+    if off == u32::MAX { T::default() } else { read(base, off) }
+}
+
+/// connect(): process context, so the owner is the current task.
+#[inline(always)]
+fn on_connect(ctx: &SockOpsContext, ops: &bpf_sock_ops, sk: *mut bpf_sock) {
+    let Some(s) = storage(sk, true) else {
+        count(counter::STORAGE_FAILED);
+        return;
+    };
+    reset(s, sk);
+    s.active = 1;
+    own(s);
+    // Callbacks from now on: SYN retransmits and a refused or timed-out connect are seen too.
+    let _ = ctx.set_cb_flags((ops.bpf_sock_ops_cb_flags | OUR_CB_FLAGS) as i32);
+}
+
+/// listen(): remember the owner; accepted sockets inherit this storage (`BPF_F_CLONE`).
+#[inline(always)]
+fn on_listen(sk: *mut bpf_sock) {
+    let Some(s) = storage(sk, true) else {
+        count(counter::STORAGE_FAILED);
+        return;
+    };
+    reset(s, sk);
+    s.listener = 1;
+    own(s);
+}
+
+#[inline(always)]
+fn on_established(ctx: &SockOpsContext, ops: &bpf_sock_ops, sk: *mut bpf_sock) {
+    let Some(s) = storage(sk, true) else {
+        count(counter::STORAGE_FAILED);
+        return;
+    };
+    if s.listener != 0 || s.sk == 0 {
+        // Accepted (storage cloned from the listener, or none): start the flow here, keeping
+        // the listener's owner if it had one.
+        let (comm, tgid, pid) = (s.comm, s.tgid, s.pid);
+        reset(s, sk);
+        (s.comm, s.tgid, s.pid) = (comm, tgid, pid);
+    }
+    s.flow.tcp_state = ops.state as u8;
+    s.retrans_at_open = ops.total_retrans;
+    s.flow.last_total_retrans = ops.total_retrans;
+    s.srtt_first = ops.srtt_us;
+    let _ = ctx.set_cb_flags((ops.bpf_sock_ops_cb_flags | OUR_CB_FLAGS) as i32);
+    open(ctx, s);
+}
+
+/// Starts the flow's state in fresh (or inherited) storage.
+#[inline(always)]
+fn reset(s: &mut SockFlow, sk: *mut bpf_sock) {
+    // The pointer's value is stored as a number (allowed for CAP_PERFMON programs): later
+    // callbacks read socket fields relative to it with bpf_probe_read_kernel.
+    s.sk = sk as u64;
+    // SAFETY: no arguments; reads the monotonic clock.
+    s.start_ns = unsafe { bpf_ktime_get_ns() };
+    s.flow.status = Status::Pending as u8;
+    s.flow.announced = 0;
+    s.flow.acks = 0;
+    s.flow.event_records = 0;
+    s.flow.retrans_coalesced = 0;
+    s.flow.last_bytes_acked = 0;
+    s.flow.next_sample_ns = 0;
+    s.next_sample_coarse_ns = 0;
+    s.rtt_events = 0;
+    s.srtt_first = 0;
+    s.srtt_min = u32::MAX;
+    s.srtt_max = 0;
+    s.cwnd_max = 0;
+    s.retrans_records = 0;
+    s.retrans_coalesced_total = 0;
+    s.samples = 0;
+    s.retrans_at_open = 0;
+    s.active = 0;
+    s.listener = 0;
+    s.comm = [0; 16];
+    s.tgid = 0;
+    s.pid = 0;
+}
+
+/// Records the current task as the owner (only called in process context).
+#[inline(always)]
+fn own(s: &mut SockFlow) {
+    let id = bpf_get_current_pid_tgid();
+    s.tgid = (id >> 32) as u32;
+    s.pid = id as u32;
+    s.comm = bpf_get_current_comm().unwrap_or_default();
+}
+
+/// Filters, then the flow's first record.
+#[inline(always)]
+fn open(ctx: &SockOpsContext, s: &mut SockFlow) {
+    let sk = s.sk;
+    count(counter::FLOWS_SEEN);
+    let t = sock::tuple(sk);
+    let mut cc = [0u8; CC_NAME_LEN];
+    sock::cc_name(sk, &mut cc);
+    // SAFETY: a sock_ops context; the cookie is created on first use and then stable.
+    let cookie = unsafe { bpf_get_socket_cookie(ctx.ops as *mut c_void) };
+    s.flow.id = cookie;
+    s.flow.saddr = t.saddr;
+    s.flow.daddr = t.daddr;
+    s.flow.sport = t.sport;
+    s.flow.dport = t.dport;
+    s.flow.family = t.family;
+    s.flow.ca_state = sock::ca_state(sk);
+    if !flow::passes(sk, &t) || !cc_passes(&cc) {
+        s.flow.status = Status::Rejected as u8;
+        count(counter::FLOWS_FILTERED);
+        return;
+    }
+    s.flow.status = Status::Passed as u8;
+    let Some(mut entry) = EVENTS.reserve::<FlowOpen>(0) else {
+        count(counter::RING_FULL);
+        return;
+    };
+    let o = entry.as_mut_ptr();
+    // SAFETY: `o` points to a reserved, writable record of this type; every field is written.
+    unsafe {
+        let now = bpf_ktime_get_ns();
+        fill_header(&mut (*o).hdr, kind::OPEN, &s.flow, s.flow.ca_state, now);
+        (*o).cc = cc;
+        (*o).comm = s.comm;
+        (*o).tgid = s.tgid;
+        (*o).pid = s.pid;
+        (*o).cgroup_id = flow::cgroup_id(sk);
+        let net: u64 = read_opt(sk, conf!(sock.net));
+        (*o).netns = if net == 0 { 0 } else { read_opt(net, conf!(sock.net_inum)) };
+        (*o).active = s.active;
+        (*o)._pad = [0; 3];
+        (*o).start_ns = s.start_ns;
+        (*o).retrans_at_open = s.retrans_at_open;
+        (*o)._pad2 = 0;
+    }
+    entry.submit(0);
+    s.flow.announced = 1;
+    count(counter::OPENS);
+}
