@@ -16,6 +16,7 @@ pub mod event;
 pub mod filter;
 pub mod flow;
 pub mod kernel;
+pub mod output;
 pub mod replay;
 pub mod session;
 pub mod sink;

@@ -143,6 +143,77 @@ impl Kernel {
     }
 }
 
+/// Qdiscs every kernel has, with no config option of their own (sch_generic.c, sch_fifo.c).
+const BUILTIN_QDISCS: &[&str] = &["pfifo_fast", "pfifo", "bfifo", "pfifo_head_drop", "noqueue"];
+
+/// Schedulers that exist but cannot be a device's default root qdisc: ingress hooks, and
+/// multi-queue roots that hold the default per queue themselves. `CONFIG_NET_SCH_*` options
+/// that are no qdisc at all come first.
+const NOT_DEFAULT_QDISCS: &[&str] =
+    &["default", "fifo", "mqprio_lib", "ingress", "clsact", "mq", "mqprio", "taprio", "teql", "bpf"];
+
+impl Kernel {
+    /// Whether the kernel can create qdisc `name` (built in or as a module): None when the kernel
+    /// publishes neither its configuration nor a module index.
+    pub fn has_qdisc(&self, name: &str) -> Option<bool> {
+        if BUILTIN_QDISCS.contains(&name) {
+            return Some(true);
+        }
+        match self.config(&format!("CONFIG_NET_SCH_{}", name.to_ascii_uppercase())) {
+            Some(_) => Some(true),
+            None if self.module_installed(&format!("sch_{name}")) => Some(true),
+            None if self.config.is_some() || self.modules_dep.is_some() => Some(false),
+            None => None,
+        }
+    }
+
+    /// The qdiscs this kernel can make a device's default, as far as it says.
+    pub fn default_qdiscs(&self) -> Vec<String> {
+        let mut all: Vec<String> = BUILTIN_QDISCS.iter().map(|s| s.to_string()).collect();
+        let from_config = self.config.as_deref().into_iter().flat_map(|c| c.lines()).filter_map(|l| {
+            let (opt, v) = l.strip_prefix("CONFIG_NET_SCH_")?.split_once('=')?;
+            matches!(v, "y" | "m").then(|| opt.to_ascii_lowercase())
+        });
+        let from_modules = self.modules_dep.as_deref().into_iter().flat_map(|d| d.lines()).filter_map(|l| {
+            let path = l.split(':').next()?;
+            let file = path.rsplit('/').next()?;
+            Some(file.split(".ko").next()?.strip_prefix("sch_")?.to_string())
+        });
+        for q in from_config.chain(from_modules) {
+            if !all.contains(&q) && !NOT_DEFAULT_QDISCS.contains(&q.as_str()) {
+                all.push(q);
+            }
+        }
+        all
+    }
+
+    /// `--qdisc NAME`, checked before anything is planned: a name the kernel cannot create would
+    /// otherwise be written live and into the boot configuration. A kernel without fq passes:
+    /// the plan then skips the qdisc step, as BBR paces by itself.
+    pub fn require_qdisc(&self, name: &str) -> Result<()> {
+        let valid = !name.is_empty()
+            && name.len() < 16
+            && name.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_');
+        if !valid {
+            usage!("'{name}' is not a qdisc name (e.g. fq, fq_codel, pfifo_fast)");
+        }
+        if NOT_DEFAULT_QDISCS.contains(&name) {
+            usage!(
+                "{name} cannot be a default qdisc (it is not a single-queue root qdisc): use one of {}",
+                self.default_qdiscs().join(", ")
+            );
+        }
+        if self.has_qdisc(name) == Some(false) && name != "fq" {
+            usage!(
+                "this kernel cannot create qdisc '{name}' (not built in, no module): it has {} (from its \
+                 configuration and module index)",
+                self.default_qdiscs().join(", ")
+            );
+        }
+        Ok(())
+    }
+}
+
 /// Modules under net/ipv4 named tcp_* that are not congestion control.
 const NOT_ALGORITHMS: &[&str] = &["diag", "probe"];
 
@@ -193,6 +264,32 @@ mod tests {
         assert_eq!(k.has_fq(), Some(false));
         assert_eq!(k.builtin_default().as_deref(), Some("bbr"));
         assert_eq!(Kernel::from_parts(&[], None, None).has_fq(), None);
+    }
+
+    #[test]
+    fn qdiscs_come_from_the_config_and_the_module_index() {
+        let cfg = "CONFIG_NET_SCH_HTB=y\nCONFIG_NET_SCH_FQ_CODEL=m\n# CONFIG_NET_SCH_FQ is not set\nCONFIG_NET_SCH_INGRESS=y\nCONFIG_NET_SCH_FIFO=y\n";
+        let k = Kernel::from_parts(&[], Some(cfg), Some(DEP));
+        assert_eq!(k.has_qdisc("fq_codel"), Some(true));
+        assert_eq!(k.has_qdisc("fq"), Some(true), "sch_fq.ko is installed");
+        assert_eq!(k.has_qdisc("cake"), Some(false));
+        assert_eq!(k.has_qdisc("pfifo_fast"), Some(true));
+        assert_eq!(Kernel::from_parts(&[], None, None).has_qdisc("cake"), None);
+        assert_eq!(
+            k.default_qdiscs(),
+            ["pfifo_fast", "pfifo", "bfifo", "pfifo_head_drop", "noqueue", "htb", "fq_codel", "fq"]
+        );
+
+        let usage = |k: &Kernel, q: &str| {
+            k.require_qdisc(q).unwrap_err().downcast_ref::<crate::error::UsageError>().map(|u| u.to_string())
+        };
+        assert!(usage(&k, "nosuchqdisc").unwrap().contains("fq_codel"), "names what would be right");
+        assert!(usage(&k, "ingress").unwrap().contains("cannot be a default"));
+        assert!(usage(&k, "fq\nnet.ipv4.ip_forward = 1").unwrap().contains("not a qdisc name"));
+        k.require_qdisc("fq_codel").unwrap();
+        let no_fq = Kernel::from_parts(&[], Some(cfg), None);
+        no_fq.require_qdisc("fq").expect("without fq the plan skips the qdisc step");
+        assert!(usage(&no_fq, "fq_pie").is_some());
     }
 
     #[test]

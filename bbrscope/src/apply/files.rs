@@ -40,11 +40,7 @@ pub fn write_atomic(root: &Path, path: &Path, contents: &str) -> Result<()> {
     let target = below(root, path);
     let dir = target.parent().context("a file path has a parent")?;
     std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
-    let tmp = dir.join(format!(
-        ".{}.bbrscope-{}",
-        target.file_name().unwrap_or_default().to_string_lossy(),
-        std::process::id()
-    ));
+    let tmp = temporary(&target, std::process::id());
     let result = (|| -> std::io::Result<()> {
         let mut f = std::fs::File::create(&tmp)?;
         f.write_all(contents.as_bytes())?;
@@ -56,6 +52,34 @@ pub fn write_atomic(root: &Path, path: &Path, contents: &str) -> Result<()> {
         let _ = std::fs::remove_file(&tmp);
     }
     result.with_context(|| format!("writing {}", path.display()))
+}
+
+/// The temporary file [`write_atomic`] uses for `target`: `.NAME.bbrscope-PID` beside it.
+fn temporary(target: &Path, pid: u32) -> PathBuf {
+    let name = target.file_name().unwrap_or_default().to_string_lossy();
+    target.with_file_name(format!(".{name}.bbrscope-{pid}"))
+}
+
+/// Removes temporary files of bbrscope's own files that a killed run left (`.NAME.bbrscope-PID`
+/// beside them). Only called under the apply lock, when no other run can be writing one. Best
+/// effort: a leftover that cannot be removed does no harm beyond taking space.
+pub fn remove_stale_temporaries(root: &Path) {
+    for own in [STATE, SYSCTL_DROPIN, MODULES_LOAD] {
+        let target = below(root, Path::new(own));
+        let (Some(dir), Some(name)) = (target.parent(), target.file_name()) else { continue };
+        let prefix = format!(".{}.bbrscope-", name.to_string_lossy());
+        let Ok(entries) = std::fs::read_dir(dir) else { continue };
+        for e in entries.flatten() {
+            let file = e.file_name();
+            let is_ours = file
+                .to_str()
+                .and_then(|f| f.strip_prefix(&prefix))
+                .is_some_and(|pid| !pid.is_empty() && pid.bytes().all(|b| b.is_ascii_digit()));
+            if is_ours {
+                let _ = std::fs::remove_file(e.path());
+            }
+        }
+    }
 }
 
 pub fn remove(root: &Path, path: &Path) -> Result<()> {
@@ -101,5 +125,26 @@ mod tests {
         remove(root.path(), p).unwrap();
         assert_eq!(read(root.path(), p).unwrap(), None);
         assert_eq!(unwritable(root.path(), p), None);
+    }
+
+    #[test]
+    fn stale_temporaries_of_our_files_are_removed_and_nothing_else() {
+        let root = TempRoot::new();
+        root.write("var/lib/bbrscope/.state.json.bbrscope-123", "");
+        root.write("var/lib/bbrscope/state.json", "{}");
+        root.write("etc/sysctl.d/.99-zz-bbrscope.conf.bbrscope-9", "x");
+        root.write("etc/sysctl.d/.other.conf.bbrscope-9", "x");
+        root.write("etc/sysctl.d/.99-zz-bbrscope.conf.bbrscope-x", "x");
+        remove_stale_temporaries(root.path());
+        let left = |dir: &str| {
+            let mut v: Vec<_> = std::fs::read_dir(root.path().join(dir))
+                .unwrap()
+                .map(|e| e.unwrap().file_name().into_string().unwrap())
+                .collect();
+            v.sort();
+            v
+        };
+        assert_eq!(left("var/lib/bbrscope"), ["state.json"]);
+        assert_eq!(left("etc/sysctl.d"), [".99-zz-bbrscope.conf.bbrscope-x", ".other.conf.bbrscope-9"]);
     }
 }

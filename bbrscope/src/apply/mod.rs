@@ -2,14 +2,17 @@
 //! control for the system, a network namespace, a cgroup or a route, safely (pre-checks, a
 //! recorded way back, rollback on failure), with proof on real sockets.
 //!
-//! [`plan`] only reads; [`run`] changes ([`change`]) and records ([`state`]); the other modules
-//! each know one part of the system.
+//! [`plan`] only reads; [`run`] changes ([`change`]) and records ([`state`]), one run at a time
+//! ([`lock`]) and not to be cut short by Ctrl-C ([`interrupt`]); the other modules each know one
+//! part of the system.
 
 pub mod algo;
 pub mod cgroup;
 pub mod change;
 pub mod diag;
 pub mod files;
+pub mod interrupt;
+pub mod lock;
 pub mod netlink;
 pub mod netns;
 pub mod plan;

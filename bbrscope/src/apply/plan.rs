@@ -257,6 +257,13 @@ fn qdiscs(p: &mut Plan, opts: &Options, host: &Host) -> Result<Option<String>> {
             return Ok(None);
         }
         (Some(q), _) => {
+            if host.kernel.has_qdisc(q).is_none() {
+                p.check(
+                    Level::Warn,
+                    "qdisc",
+                    format!("this kernel publishes neither its configuration nor a module index: whether it has {q} is unknown"),
+                );
+            }
             let current = sysctl::read(sysctl::DEFAULT_QDISC)?.unwrap_or_default();
             let interfaces: Vec<String> =
                 roots.iter().filter(|r| r.needs_reapply(q)).map(|r| r.ifname.clone()).collect();

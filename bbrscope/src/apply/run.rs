@@ -1,5 +1,6 @@
-//! The changing half of `apply`, and `revert`: record first, change, roll back on failure,
-//! then prove the result on a real socket.
+//! The changing half of `apply`, and `revert`: record the intent, change, record the result (or
+//! roll back on failure), then prove the result on a real socket. Callers hold the apply lock
+//! ([`super::lock`]) and keep termination signals off ([`super::interrupt`]) meanwhile.
 
 use std::path::Path;
 
@@ -24,34 +25,71 @@ pub enum Outcome {
     Applied,
 }
 
-/// Makes the plan's changes. The state file is written before the first change, so an
-/// interrupted run can still be reverted; if a change fails, the ones made before it are
-/// undone in reverse order and the state file is put back.
+/// Makes the plan's changes. The intent is written to the state file before the first change
+/// (so a run killed midway is rolled back by the next, see [`reconcile`]) and becomes a recorded
+/// entry once every change is made. If a change fails, the ones made before it are undone in
+/// reverse order and the state file is put back.
 pub fn execute(plan: &Plan, root: &Path) -> Result<Outcome> {
     if plan.changes.is_empty() {
         return Ok(Outcome::AlreadyInPlace);
     }
     let before = State::load(root)?;
-    let mut state = before.clone();
-    state.record(&plan.scope, &plan.algorithm, plan.changes.clone());
-    state.save(root).context("recording the previous state (nothing was changed)")?;
+    let mut intent = before.clone();
+    intent.intend(&plan.scope, &plan.algorithm, plan.changes.clone());
+    intent.save(root).context("recording the intended change (nothing was changed)")?;
+    let mut after = before.clone();
+    after.record(&plan.scope, &plan.algorithm, plan.changes.clone());
     for (i, change) in plan.changes.iter().enumerate() {
         if let Err(e) = change.apply(root) {
             // The failed change may have got halfway (a replaced link detached, say); undoing
             // it too is safe, as undoing something not done finds nothing to do.
-            let undo_errors = rollback(&plan.changes[..=i], root);
-            let restore = before.save(root).err();
-            let mut msg = format!("{}: {e:#}", change.describe());
-            if undo_errors.is_empty() && restore.is_none() {
-                msg.push_str("; everything this run changed was rolled back");
-            }
-            for u in undo_errors.iter().chain(restore.iter()) {
-                msg.push_str(&format!("; ROLLBACK FAILED: {u:#}"));
-            }
-            anyhow::bail!(msg);
+            anyhow::bail!(undo(&plan.changes[..=i], &before, root, format!("{}: {e:#}", change.describe())));
         }
     }
+    if let Err(e) = after.save(root) {
+        // Unrecorded, the change could not be reverted later: better not to keep it.
+        anyhow::bail!(undo(&plan.changes, &before, root, format!("recording the change: {e:#}")));
+    }
     Ok(Outcome::Applied)
+}
+
+/// Rolls back `done` and restores the state file; the message says how that went.
+fn undo(done: &[Change], before: &State, root: &Path, mut msg: String) -> String {
+    let undo_errors = rollback(done, root);
+    let restore = before.save(root).err();
+    if undo_errors.is_empty() && restore.is_none() {
+        msg.push_str("; everything this run changed was rolled back");
+    }
+    for u in undo_errors.iter().chain(restore.iter()) {
+        msg.push_str(&format!("; ROLLBACK FAILED: {u:#}"));
+    }
+    msg
+}
+
+/// Rolls back what a run killed midway (SIGKILL, a crash, power loss) had started, as found in
+/// the state file's `pending` intent, so the record and the machine agree again. Returns a line
+/// for the user when there was something to reconcile. Only under the apply lock, where no
+/// other run can be in progress.
+pub fn reconcile(root: &Path) -> Result<Option<String>> {
+    let mut state = State::load(root)?;
+    let Some(pending) = state.pending.take() else { return Ok(None) };
+    // Not forced: a setting someone changed since is theirs now.
+    let errors: Vec<anyhow::Error> = pending.changes.iter().rev().filter_map(|c| c.revert(root, false).err()).collect();
+    if !errors.is_empty() {
+        let all: Vec<String> = errors.iter().map(|e| format!("{e:#}")).collect();
+        anyhow::bail!(
+            "an earlier apply to {} was interrupted midway, and rolling back what it changed failed: {} \
+             (its intent stays in {} for another try)",
+            pending.scope,
+            all.join("; "),
+            super::files::STATE
+        );
+    }
+    state.save(root)?;
+    Ok(Some(format!(
+        "an earlier apply of {} to {} was interrupted midway: what it had changed was rolled back",
+        pending.algorithm, pending.scope
+    )))
 }
 
 pub fn rollback(done: &[Change], root: &Path) -> Vec<anyhow::Error> {

@@ -1,7 +1,11 @@
-//! What bbrscope changed, per scope, recorded before it changes anything, so `revert` restores
-//! exactly the earlier state and removes only what bbrscope added.
+//! What bbrscope changed, per scope, so `revert` restores exactly the earlier state and removes
+//! only what bbrscope added.
 //!
-//! One JSON file (/var/lib/bbrscope/state.json below the root), replaced atomically.
+//! One JSON file (/var/lib/bbrscope/state.json below the root), replaced atomically, written only
+//! under the apply lock. A run's changes are written as `pending` (an intent) before the first
+//! one is made and become an entry once all are made, in one write: the entries never claim a
+//! change the machine does not have. A `pending` found by the next run belongs to a run that was
+//! killed midway, and is rolled back ([`super::run::reconcile`]).
 
 use std::path::{Path, PathBuf};
 
@@ -27,6 +31,9 @@ pub struct Entry {
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct State {
     pub entries: Vec<Entry>,
+    /// The changes of a run in progress, or of one killed before it finished.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pending: Option<Entry>,
 }
 
 impl State {
@@ -43,7 +50,7 @@ impl State {
     }
 
     pub fn save(&self, root: &Path) -> Result<()> {
-        if self.entries.is_empty() {
+        if self.entries.is_empty() && self.pending.is_none() {
             return files::remove(root, &Self::path());
         }
         files::write_atomic(root, &Self::path(), &(serde_json::to_string_pretty(self)? + "\n"))
@@ -56,7 +63,7 @@ impl State {
     /// Records changes about to be made to `scope`, merged with earlier ones there so the
     /// original values are kept.
     pub fn record(&mut self, scope: &Scope, algorithm: &str, changes: Vec<Change>) {
-        let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0);
+        let now = now();
         match self.entries.iter_mut().find(|e| e.scope.same(scope)) {
             Some(e) => {
                 change::merge(&mut e.changes, changes);
@@ -72,10 +79,20 @@ impl State {
         }
     }
 
+    /// The changes a run is about to make, before it makes them.
+    pub fn intend(&mut self, scope: &Scope, algorithm: &str, changes: Vec<Change>) {
+        self.pending =
+            Some(Entry { scope: scope.clone(), algorithm: algorithm.to_string(), applied_at: now(), changes });
+    }
+
     pub fn remove(&mut self, scope: &Scope) -> Option<Entry> {
         let i = self.entries.iter().position(|e| e.scope.same(scope))?;
         Some(self.entries.remove(i))
     }
+}
+
+fn now() -> u64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0)
 }
 
 #[cfg(test)]

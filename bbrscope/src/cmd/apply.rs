@@ -9,6 +9,9 @@ use serde::Serialize;
 
 use crate::{
     apply::{
+        algo::Kernel,
+        files, interrupt,
+        lock::Lock,
         netns,
         plan::{self, Host, Level, Options, Plan},
         run::{self, Outcome, Verification},
@@ -16,6 +19,7 @@ use crate::{
         state::State,
     },
     error::{UsageError, usage},
+    output::{self, OutputError, outln},
 };
 
 /// Where a change applies (no option: the system, i.e. bbrscope's own network namespace).
@@ -55,7 +59,7 @@ pub struct ApplyArgs {
     #[arg(long)]
     pub dry_run: bool,
     /// Keep the setting across reboots with a sysctl.d drop-in bbrscope owns (the default for the system scope)
-    #[arg(long, overrides_with = "no_persist")]
+    #[arg(long, conflicts_with = "no_persist")]
     pub persist: bool,
     /// Change the live setting only
     #[arg(long)]
@@ -80,6 +84,10 @@ struct ScopeReport {
 }
 
 pub fn run(args: ApplyArgs) -> Result<()> {
+    output::guard(|| apply(args))
+}
+
+fn apply(args: ApplyArgs) -> Result<()> {
     if !args.scope.is_system() && args.persist {
         usage!("--persist is for the system scope: namespaces, cgroups and routes do not outlive a reboot as such");
     }
@@ -91,8 +99,11 @@ pub fn run(args: ApplyArgs) -> Result<()> {
         usage!("no network namespaces found besides bbrscope's own");
     }
     let root = args.scope.root.clone();
-    let host = Host::discover(&root)?;
-    host.kernel.require(&args.algorithm)?;
+    let kernel = Kernel::discover()?;
+    kernel.require(&args.algorithm)?;
+    if let Some(q) = &args.qdisc {
+        kernel.require_qdisc(q)?;
+    }
     let opts = Options {
         algorithm: args.algorithm.clone(),
         persist: args.scope.is_system() && !args.no_persist,
@@ -100,6 +111,15 @@ pub fn run(args: ApplyArgs) -> Result<()> {
         qdisc: args.qdisc.clone(),
         root: root.clone(),
     };
+    // A dry run only reads, so it neither waits for nor takes the lock. A real run plans under
+    // the lock: what another run changed meanwhile is what this one starts from.
+    let _lock = if args.dry_run { None } else { Some(Lock::acquire(&root)?) };
+    if !args.dry_run
+        && let Some(note) = run::reconcile(&root)?
+    {
+        eprintln!("bbrscope: {note}");
+    }
+    let host = Host::discover(&root)?;
     let mut reports = Vec::new();
     for s in &scopes {
         match plan::plan(s, &opts, &host) {
@@ -116,32 +136,43 @@ pub fn run(args: ApplyArgs) -> Result<()> {
         for r in &mut reports {
             r.outcome = (!blocked).then_some(Outcome::DryRun);
         }
-        print(&reports, args.json)?;
+        let printed = print(&reports, args.json);
         if blocked {
             return Err(UsageError::new("apply blocked by the checks above: nothing was changed").into());
         }
-        return Ok(());
+        return Ok(printed?);
     }
 
+    // From the first record to the last, Ctrl-C waits: it lands before anything changed or
+    // after the record matches the machine.
+    let deferred = interrupt::defer();
     let before = State::load(&root)?;
     for i in 0..reports.len() {
         match run::execute(&reports[i].plan, &root) {
             Ok(outcome) => reports[i].outcome = Some(outcome),
             Err(e) => {
                 // This scope rolled itself back; undo the scopes before it too.
+                let mut msg = format!("{:#}", e.context(format!("applying to {}", reports[i].plan.scope)));
                 for done in reports[..i].iter().rev() {
                     if matches!(done.outcome, Some(Outcome::Applied)) {
                         for err in run::rollback(&done.plan.changes, &root) {
-                            eprintln!("bbrscope: ROLLBACK FAILED in {}: {err:#}", done.plan.scope);
+                            msg.push_str(&format!("; ROLLBACK FAILED in {}: {err:#}", done.plan.scope));
                         }
                     }
                 }
-                before.save(&root)?;
-                print(&reports[..=i], args.json)?;
-                return Err(e.context(format!("applying to {}", reports[i].plan.scope)));
+                if let Err(err) = before.save(&root) {
+                    msg.push_str(&format!("; restoring {}: {err:#}", files::STATE));
+                }
+                deferred.end(&msg);
+                // The report of what was planned is secondary to the error.
+                let _ = print(&reports[..=i], args.json);
+                anyhow::bail!(msg);
             }
         }
     }
+    let made = made(&reports);
+    deferred.end(made.as_deref().unwrap_or("nothing was changed"));
+
     let mut failed = Vec::new();
     for r in &mut reports {
         match run::verify(&r.plan.scope, &r.plan.algorithm) {
@@ -157,21 +188,45 @@ pub fn run(args: ApplyArgs) -> Result<()> {
             Err(e) => failed.push(format!("{}: verification failed: {e:#}", r.plan.scope)),
         }
     }
-    print(&reports, args.json)?;
+    if let Err(e) = print(&reports, args.json) {
+        // The machine changed: a failed report must still say so, and how to undo it.
+        return Err(match &made {
+            Some(m) if !e.is_closed_pipe() => anyhow::Error::from(e).context(format!("{m}, but the report was lost")),
+            _ => e.into(),
+        });
+    }
     if !failed.is_empty() {
         anyhow::bail!("{} (the change stays in place; `bbrscope revert` undoes it)", failed.join("; "));
     }
     Ok(())
 }
 
-fn print(reports: &[ScopeReport], json: bool) -> Result<()> {
+/// What this run changed, and how to undo it, in words (None when it changed nothing).
+fn made(reports: &[ScopeReport]) -> Option<String> {
+    let applied: Vec<String> = reports
+        .iter()
+        .filter(|r| matches!(r.outcome, Some(Outcome::Applied)))
+        .map(|r| {
+            format!(
+                "{} now uses {} (`bbrscope revert{}` undoes it)",
+                r.plan.scope,
+                r.plan.algorithm,
+                revert_hint(&r.plan.scope)
+            )
+        })
+        .collect();
+    (!applied.is_empty()).then(|| format!("the change was made and recorded: {}", applied.join("; ")))
+}
+
+fn print(reports: &[ScopeReport], json: bool) -> Result<(), OutputError> {
     if json {
-        println!("{}", serde_json::to_string_pretty(&serde_json::json!({ "scopes": reports }))?);
-        return Ok(());
+        let doc = serde_json::to_string_pretty(&serde_json::json!({ "scopes": reports }))
+            .expect("the report serialises (plain data)");
+        return outln!("{doc}");
     }
     for r in reports {
         let p = &r.plan;
-        println!("{} -> {}", p.scope, p.algorithm);
+        outln!("{} -> {}", p.scope, p.algorithm)?;
         for c in &p.checks {
             let level = match c.level {
                 Level::Ok => "ok",
@@ -179,26 +234,26 @@ fn print(reports: &[ScopeReport], json: bool) -> Result<()> {
                 Level::Warn => "WARN",
                 Level::Block => "BLOCK",
             };
-            println!("  {level:<5} {:<11} {}", c.topic, c.text);
+            outln!("  {level:<5} {:<11} {}", c.topic, c.text)?;
         }
         if !p.changes.is_empty() {
-            println!("  changes:");
+            outln!("  changes:")?;
             for (i, c) in p.changes.iter().enumerate() {
-                println!("    {}. {}", i + 1, c.describe());
+                outln!("    {}. {}", i + 1, c.describe())?;
             }
         }
         match &r.outcome {
-            Some(Outcome::DryRun) => println!("  dry run: nothing changed"),
-            Some(Outcome::AlreadyInPlace) => println!("  already in place: nothing changed"),
-            Some(Outcome::Applied) => println!("  applied (recorded for `bbrscope revert{}`)", revert_hint(&p.scope)),
+            Some(Outcome::DryRun) => outln!("  dry run: nothing changed")?,
+            Some(Outcome::AlreadyInPlace) => outln!("  already in place: nothing changed")?,
+            Some(Outcome::Applied) => outln!("  applied (recorded for `bbrscope revert{}`)", revert_hint(&p.scope))?,
             None => {}
         }
         if let Some(v) = &r.verification {
             for probe in &v.probes {
-                println!("  verified: {} got {}", probe.how, probe.algorithm);
+                outln!("  verified: {} got {}", probe.how, probe.algorithm)?;
             }
             if !matches!(p.scope, Scope::Route { .. }) {
-                println!("  existing connections keep the algorithm they started with");
+                outln!("  existing connections keep the algorithm they started with")?;
             }
         }
     }

@@ -8,7 +8,11 @@ use clap::Args;
 use serde::Serialize;
 
 use super::apply::ScopeArgs;
-use crate::apply::{change::Undone, netns, run, scope, scope::Scope, state::State};
+use crate::{
+    apply::{change::Undone, interrupt, lock::Lock, netns, run, scope, scope::Scope, state::State},
+    error::usage,
+    output::{self, OutputError, outln},
+};
 
 #[derive(Debug, Args)]
 pub struct RevertArgs {
@@ -66,26 +70,70 @@ fn selected(recorded: &Scope, args: &RevertArgs, own_ino: u64) -> bool {
 }
 
 pub fn run(args: RevertArgs) -> Result<()> {
-    if let Some(r) = &args.scope.route {
+    output::guard(|| revert(args))
+}
+
+/// Checks the scope options as `apply` does, so a typo is an error rather than "nothing
+/// recorded". A namespace or cgroup that is gone can still be named when bbrscope recorded it:
+/// reverting its record is how the record goes.
+fn validate(args: &RevertArgs, state: &State) -> Result<()> {
+    let a = &args.scope;
+    if a.cgroup.is_some() && (a.netns.is_some() || a.route.is_some()) {
+        usage!(
+            "--cgroup cannot be combined with --netns or --route: a cgroup's sockets get the algorithm in every namespace"
+        );
+    }
+    if let Some(r) = &a.route {
         scope::parse_prefix(r)?;
     }
+    let recorded = |f: &dyn Fn(&Scope) -> bool| state.entries.iter().any(|e| f(&e.scope));
+    if let Some(name) = a.netns.as_deref().filter(|n| *n != "all") {
+        let named = |ns: &netns::Netns| ns.label == name || ns.path == Path::new(name);
+        if !recorded(&|s| s.netns().is_some_and(named)) {
+            netns::resolve(name)?;
+        }
+    }
+    if let Some(path) = &a.cgroup {
+        let named = |s: &Scope| matches!(s, Scope::Cgroup { path: p, .. } if p == path || path.canonicalize().is_ok_and(|c| c == *p));
+        if !recorded(&named) {
+            crate::sys::cgroup::resolve(path)?;
+        }
+    }
+    Ok(())
+}
+
+fn revert(args: RevertArgs) -> Result<()> {
     let root = args.scope.root.clone();
+    validate(&args, &State::load(&root)?)?;
+    let _lock = Lock::acquire(&root)?;
+    if let Some(note) = run::reconcile(&root)? {
+        eprintln!("bbrscope: {note}");
+    }
     let mut state = State::load(&root)?;
     let own = netns::current()?.ino;
     let scopes: Vec<Scope> =
         state.entries.iter().map(|e| e.scope.clone()).filter(|s| selected(s, &args, own)).collect();
     if scopes.is_empty() {
         if args.json {
-            println!("{}", serde_json::json!({ "scopes": [] }));
+            outln!("{}", serde_json::json!({ "scopes": [] }))?;
         } else {
-            println!("nothing recorded for that scope: bbrscope has not changed it (see `bbrscope status`)");
+            outln!("nothing recorded for that scope: bbrscope has not changed it (see `bbrscope status`)")?;
         }
         return Ok(());
     }
     let mut out = Vec::new();
     let mut failures = 0;
+    // Ctrl-C waits until every selected scope is reverted and the record says so.
+    let deferred = interrupt::defer();
     for s in scopes {
-        let steps: Vec<Step> = run::revert(&mut state, &s, &root, args.force)?
+        let steps = match run::revert(&mut state, &s, &root, args.force) {
+            Ok(steps) => steps,
+            Err(e) => {
+                deferred.end(&format!("{e:#}"));
+                return Err(e);
+            }
+        };
+        let steps: Vec<Step> = steps
             .into_iter()
             .map(|(change, r)| Step {
                 change,
@@ -100,25 +148,39 @@ pub fn run(args: RevertArgs) -> Result<()> {
             .collect();
         out.push((s, steps));
     }
-    if args.json {
-        let doc: Vec<_> = out.iter().map(|(s, steps)| serde_json::json!({ "scope": s, "steps": steps })).collect();
-        println!("{}", serde_json::to_string_pretty(&serde_json::json!({ "scopes": doc }))?);
-    } else {
-        for (s, steps) in &out {
-            println!("{s}: reverted");
-            for st in steps {
-                let line = match &st.result {
-                    StepResult::Done(Undone::Restored(d)) => format!("restored  {d}"),
-                    StepResult::Done(Undone::Nothing(d)) => format!("unchanged {d}"),
-                    StepResult::Done(Undone::Kept(d)) => format!("KEPT      {d} (--force restores it)"),
-                    StepResult::Failed(e) => format!("FAILED    {}: {e}", st.change),
-                };
-                println!("  {line}");
-            }
+    let done: Vec<String> = out.iter().map(|(s, _)| s.to_string()).collect();
+    deferred.end(&format!("reverted {} (see `bbrscope status`)", done.join(", ")));
+    print(&out, args.json).map_err(|e| {
+        if e.is_closed_pipe() {
+            return e.into();
         }
-    }
+        anyhow::Error::from(e)
+            .context(format!("reverted {}, but the report was lost (see `bbrscope status`)", done.join(", ")))
+    })?;
     if failures > 0 {
         anyhow::bail!("{failures} change(s) could not be undone; they stay recorded for another `bbrscope revert`");
+    }
+    Ok(())
+}
+
+fn print(out: &[(Scope, Vec<Step>)], json: bool) -> Result<(), OutputError> {
+    if json {
+        let doc: Vec<_> = out.iter().map(|(s, steps)| serde_json::json!({ "scope": s, "steps": steps })).collect();
+        let doc = serde_json::to_string_pretty(&serde_json::json!({ "scopes": doc }))
+            .expect("the report serialises (plain data)");
+        return outln!("{doc}");
+    }
+    for (s, steps) in out {
+        outln!("{s}: reverted")?;
+        for st in steps {
+            let line = match &st.result {
+                StepResult::Done(Undone::Restored(d)) => format!("restored  {d}"),
+                StepResult::Done(Undone::Nothing(d)) => format!("unchanged {d}"),
+                StepResult::Done(Undone::Kept(d)) => format!("KEPT      {d} (--force restores it)"),
+                StepResult::Failed(e) => format!("FAILED    {}: {e}", st.change),
+            };
+            outln!("  {line}")?;
+        }
     }
     Ok(())
 }

@@ -6,16 +6,19 @@ use anyhow::Result;
 use clap::Args;
 use serde::Serialize;
 
-use crate::apply::{
-    algo::Kernel,
-    cgroup, diag, files,
-    netns::{self, Netns},
-    qdisc::{self, RootQdisc},
-    route,
-    scope::Scope,
-    state::{Entry, State},
-    sysctl,
-    sysctl_d::BootConfig,
+use crate::{
+    apply::{
+        algo::Kernel,
+        cgroup, diag, files,
+        netns::{self, Netns},
+        qdisc::{self, RootQdisc},
+        route,
+        scope::Scope,
+        state::{Entry, State},
+        sysctl,
+        sysctl_d::BootConfig,
+    },
+    output::{self, OutputError, outln},
 };
 
 #[derive(Debug, Args)]
@@ -155,6 +158,10 @@ fn now_of(e: &Entry, warnings: &mut Vec<String>) -> String {
 }
 
 pub fn run(args: StatusArgs) -> Result<()> {
+    output::guard(|| status(args))
+}
+
+fn status(args: StatusArgs) -> Result<()> {
     let state = State::load(&args.root)?;
     let own = netns::current()?;
     let system = namespace(&own, &state)?;
@@ -214,56 +221,64 @@ pub fn run(args: StatusArgs) -> Result<()> {
             changes: e.changes.iter().map(|c| c.describe()).collect(),
         })
         .collect();
+    if let Some(p) = &state.pending {
+        warnings.push(format!(
+            "an apply of {} to {} is in progress or was interrupted midway: the next `bbrscope apply` or `revert` \
+             rolls back what an interrupted one changed",
+            p.algorithm, p.scope
+        ));
+    }
     let status = Status { available: kernel.usable(), system, boot, namespaces, bbrscope, warnings };
     if args.json {
-        println!("{}", serde_json::to_string_pretty(&status)?);
+        outln!("{}", serde_json::to_string_pretty(&status)?)?;
     } else {
-        print(&status);
+        print(&status)?;
     }
     Ok(())
 }
 
-fn print_namespace(n: &Namespace) {
+fn print_namespace(n: &Namespace) -> Result<(), OutputError> {
     let which = if n.initial { "initial network namespace" } else { "network namespace" };
-    println!("{} ({which})", n.namespace);
-    println!("  default          {}", n.default);
-    println!("  allowed          {}", n.allowed.join(" "));
+    outln!("{} ({which})", n.namespace)?;
+    outln!("  default          {}", n.default)?;
+    outln!("  allowed          {}", n.allowed.join(" "))?;
     if let Some(q) = &n.default_qdisc {
-        println!("  default_qdisc    {q}");
+        outln!("  default_qdisc    {q}")?;
     }
     for q in &n.qdiscs {
         let how = if q.is_kernel_default() { "kernel default" } else { "custom" };
-        println!("  qdisc            {} {} ({how})", q.ifname, q.kind);
+        outln!("  qdisc            {} {} ({how})", q.ifname, q.kind)?;
     }
     for r in &n.routes_with_congctl {
         let by = if r.by_bbrscope { " (set by bbrscope)" } else { "" };
-        println!("  route            {} congctl {}{by}", r.route, r.congctl);
+        outln!("  route            {} congctl {}{by}", r.route, r.congctl)?;
     }
     let flows: Vec<String> = n.flows.iter().map(|(k, v)| format!("{k} {v}")).collect();
-    println!("  live flows       {}", if flows.is_empty() { "none".into() } else { flows.join(", ") });
+    outln!("  live flows       {}", if flows.is_empty() { "none".into() } else { flows.join(", ") })
 }
 
-fn print(s: &Status) {
-    println!("available        {}", s.available.join(" "));
-    print_namespace(&s.system);
+fn print(s: &Status) -> Result<(), OutputError> {
+    outln!("available        {}", s.available.join(" "))?;
+    print_namespace(&s.system)?;
     let boot = match (&s.boot.value, &s.boot.file) {
         (Some(v), Some(f)) => format!("{v} (from {f})"),
         (Some(v), None) => format!("{v}, the kernel's built-in default (no sysctl file sets it)"),
         _ => "the kernel's built-in default (no sysctl file sets it)".into(),
     };
-    println!("  next boot        {boot}");
+    outln!("  next boot        {boot}")?;
     for n in &s.namespaces {
-        print_namespace(n);
+        print_namespace(n)?;
     }
     if s.bbrscope.is_empty() {
-        println!("changed by bbrscope: nothing");
+        outln!("changed by bbrscope: nothing")?;
     } else {
-        println!("changed by bbrscope:");
+        outln!("changed by bbrscope:")?;
         for r in &s.bbrscope {
-            println!("  {} -> {}: {}", r.scope, r.algorithm, r.now);
+            outln!("  {} -> {}: {}", r.scope, r.algorithm, r.now)?;
         }
     }
     for w in &s.warnings {
-        println!("warning: {w}");
+        outln!("warning: {w}")?;
     }
+    Ok(())
 }

@@ -1,0 +1,105 @@
+//! One `apply` or `revert` at a time: an exclusive flock(2) on a file in the state directory,
+//! held from before the plan reads the machine until the result is recorded and verified. Two
+//! runs on the same scope would otherwise both read the same "before", both report success, and
+//! leave the machine on one and the record on the other.
+//!
+//! The lock file stays (removing it would let a third run lock a new file while a second still
+//! waits on the old one). It is mode 0600, so only root can open it and nobody else can hold
+//! root's applies up.
+
+use std::{
+    fs::{File, OpenOptions},
+    io::{Read as _, Seek as _, Write as _},
+    os::{fd::AsRawFd as _, unix::fs::OpenOptionsExt as _},
+    path::Path,
+};
+
+use anyhow::{Context as _, Result};
+
+use super::files;
+use crate::error::UsageError;
+
+/// The lock file, beside the state file.
+pub const LOCK: &str = "/var/lib/bbrscope/lock";
+
+/// Held until dropped (the kernel releases a flock when its file is closed, also when the
+/// process dies however it dies).
+pub struct Lock {
+    _file: File,
+}
+
+fn flock(file: &File, op: libc::c_int) -> std::io::Result<()> {
+    loop {
+        // SAFETY: flock on a file descriptor this function borrows, open for the call's duration.
+        if unsafe { libc::flock(file.as_raw_fd(), op) } == 0 {
+            return Ok(());
+        }
+        let e = std::io::Error::last_os_error();
+        if e.kind() != std::io::ErrorKind::Interrupted {
+            return Err(e);
+        }
+    }
+}
+
+impl Lock {
+    /// Takes the lock below `root`, waiting while another run holds it (saying so on stderr).
+    /// Then removes temporary files a killed run may have left, as no other writer can be busy.
+    pub fn acquire(root: &Path) -> Result<Lock> {
+        let path = files::below(root, Path::new(LOCK));
+        let file = (|| {
+            std::fs::create_dir_all(path.parent().expect("the lock has a directory"))?;
+            OpenOptions::new().read(true).write(true).create(true).truncate(false).mode(0o600).open(&path)
+        })();
+        let mut file = match file {
+            Ok(f) => f,
+            // Not a runtime failure: the invocation lacks the privilege (README: exit 2).
+            Err(e) if matches!(e.raw_os_error(), Some(libc::EACCES | libc::EPERM | libc::EROFS)) => {
+                return Err(UsageError::new(format!(
+                    "cannot open {LOCK}: {e} (changing congestion control needs root; --dry-run shows the plan without it)"
+                ))
+                .into());
+            }
+            Err(e) => return Err(e).with_context(|| format!("opening {LOCK}")),
+        };
+        if let Err(e) = flock(&file, libc::LOCK_EX | libc::LOCK_NB) {
+            if e.kind() != std::io::ErrorKind::WouldBlock {
+                return Err(e).with_context(|| format!("locking {LOCK}"));
+            }
+            let mut holder = String::new();
+            let _ = file.read_to_string(&mut holder);
+            let holder = holder.trim();
+            let who = if holder.is_empty() { String::new() } else { format!(" (pid {holder})") };
+            eprintln!("bbrscope: waiting for another bbrscope apply or revert{who} to finish");
+            flock(&file, libc::LOCK_EX).with_context(|| format!("locking {LOCK}"))?;
+        }
+        // Who holds it, for the message above; best effort.
+        let _ = (|| -> std::io::Result<()> {
+            file.set_len(0)?;
+            file.rewind()?;
+            writeln!(file, "{}", std::process::id())
+        })();
+        files::remove_stale_temporaries(root);
+        Ok(Lock { _file: file })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::apply::testroot::TempRoot;
+
+    #[test]
+    fn a_second_holder_waits_for_the_first() {
+        let root = TempRoot::new();
+        let first = Lock::acquire(root.path()).unwrap();
+        let path = files::below(root.path(), Path::new(LOCK));
+        let other = File::open(&path).unwrap();
+        assert_eq!(
+            flock(&other, libc::LOCK_EX | libc::LOCK_NB).unwrap_err().kind(),
+            std::io::ErrorKind::WouldBlock,
+            "held"
+        );
+        drop(first);
+        flock(&other, libc::LOCK_EX | libc::LOCK_NB).unwrap();
+    }
+}

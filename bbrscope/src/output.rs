@@ -1,0 +1,118 @@
+//! The one path to standard output for commands that print a report (apply, status, revert, and
+//! any other that adopts it).
+//!
+//! `println!` panics when stdout cannot be written (a full disk, `> /dev/full`, a closed pipe),
+//! which after `apply` has changed the machine leaves the user with a backtrace instead of what
+//! was changed. Here a write error is a value: [`outln!`] returns `Result<(), OutputError>`, and
+//! [`guard`] turns the result of a whole command into the documented exit:
+//!
+//! - the reader went away (EPIPE, e.g. `| head -1`): a quiet exit 0, as for other Unix tools;
+//! - any other write error: one line on stderr and exit 1 (through `main`'s error path), saying
+//!   first what had already been done when the command wraps the error with
+//!   [`anyhow::Context`], e.g. "the change was made ...; `bbrscope revert` undoes it".
+//!
+//! Usage:
+//!
+//! ```ignore
+//! use crate::output::{self, outln};
+//!
+//! pub fn run(args: Args) -> anyhow::Result<()> {
+//!     output::guard(|| {
+//!         outln!("{} flows", n)?;
+//!         Ok(())
+//!     })
+//! }
+//! ```
+
+use std::{
+    fmt,
+    io::{self, Write as _},
+};
+
+/// Writing to standard output failed.
+#[derive(Debug)]
+pub struct OutputError(pub io::Error);
+
+impl OutputError {
+    /// The reader closed the pipe: nobody is left to tell, so the command ends quietly.
+    pub fn is_closed_pipe(&self) -> bool {
+        self.0.kind() == io::ErrorKind::BrokenPipe
+    }
+}
+
+impl fmt::Display for OutputError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "writing to standard output: {}", self.0)
+    }
+}
+
+/// No `source`: the message above already names the I/O error, which `{:#}` would repeat.
+impl std::error::Error for OutputError {}
+
+/// Writes formatted text to stdout. Used through [`out!`] and [`outln!`].
+pub fn write_fmt(args: fmt::Arguments<'_>) -> Result<(), OutputError> {
+    io::stdout().lock().write_fmt(args).map_err(OutputError)
+}
+
+/// Pushes out whatever stdout still buffers (a report that does not end in a newline), so its
+/// error is seen here rather than lost at exit.
+pub fn flush() -> Result<(), OutputError> {
+    io::stdout().lock().flush().map_err(OutputError)
+}
+
+/// Whether `e` (or anything it wraps) is a write to a closed pipe.
+pub fn is_closed_pipe(e: &anyhow::Error) -> bool {
+    e.chain().any(|c| c.downcast_ref::<OutputError>().is_some_and(OutputError::is_closed_pipe))
+}
+
+/// Runs a command's body and flushes stdout, mapping a closed pipe to success (exit 0, nothing
+/// printed). Every other error, an [`OutputError`] included, is returned for `main` to print on
+/// one line (exit 1, or 2 for a usage error).
+pub fn guard(body: impl FnOnce() -> anyhow::Result<()>) -> anyhow::Result<()> {
+    match body().and_then(|()| flush().map_err(anyhow::Error::from)) {
+        Err(e) if is_closed_pipe(&e) => Ok(()),
+        other => other,
+    }
+}
+
+/// `print!` that returns `Result<(), OutputError>` instead of panicking.
+#[allow(unused_macros)] // for commands that print partial lines
+macro_rules! out {
+    ($($arg:tt)*) => {
+        $crate::output::write_fmt(format_args!($($arg)*))
+    };
+}
+
+/// `println!` that returns `Result<(), OutputError>` instead of panicking.
+macro_rules! outln {
+    () => {
+        $crate::output::write_fmt(format_args!("\n"))
+    };
+    ($($arg:tt)*) => {
+        $crate::output::write_fmt(format_args!("{}\n", format_args!($($arg)*)))
+    };
+}
+
+#[allow(unused_imports)] // `out!` is for commands that print partial lines
+pub(crate) use {out, outln};
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn closed_pipe_is_found_through_context() {
+        let e =
+            anyhow::Error::from(OutputError(io::Error::from(io::ErrorKind::BrokenPipe))).context("the change was made");
+        assert!(is_closed_pipe(&e));
+        let full = anyhow::Error::from(OutputError(io::Error::from_raw_os_error(libc::ENOSPC)));
+        assert!(!is_closed_pipe(&full));
+        assert!(full.to_string().starts_with("writing to standard output: "), "{full}");
+    }
+
+    #[test]
+    fn guard_passes_other_errors_and_swallows_a_closed_pipe() {
+        assert!(guard(|| Err(OutputError(io::Error::from(io::ErrorKind::BrokenPipe)).into())).is_ok());
+        assert!(guard(|| anyhow::bail!("boom")).is_err());
+    }
+}
