@@ -43,7 +43,7 @@ fn reports_cubic_and_bbr_flows_with_their_algorithm() {
         let samples = samples_of(&records, cookie);
         assert!(samples.len() >= 5, "{cc}: only {} samples in 1.5 s at 50 ms", samples.len());
         let mut last_acked = 0;
-        for s in &samples {
+        for (i, s) in samples.iter().enumerate() {
             assert_eq!(s["cc"], cc);
             assert!(u(&s["cwnd"]) >= 2, "{s}");
             assert!(u(&s["srtt_us"]) > 0, "{s}");
@@ -58,7 +58,8 @@ fn reports_cubic_and_bbr_flows_with_their_algorithm() {
                     let b = &s["bbr"];
                     let mode = b["mode"].as_str().expect("bbr.mode");
                     assert!(["startup", "drain", "probe_bw", "probe_rtt"].contains(&mode), "mode {mode}");
-                    assert!(u(&b["bw_bps"]) > 0, "{b}");
+                    // The first sample can come with the first ACK, before BBR has a rate sample.
+                    assert!(i == 0 || u(&b["bw_bps"]) > 0, "{b}");
                     assert!(b["pacing_gain"].as_f64().unwrap() > 0.0, "{b}");
                     assert!(b["cwnd_gain"].as_f64().unwrap() > 0.0, "{b}");
                 }
@@ -114,7 +115,11 @@ fn agrees_with_ss_for_the_same_socket() {
         if near.is_empty() {
             continue;
         }
-        assert_eq!(u(&near[0]["mss"]), ss["mss"].parse::<u64>().unwrap(), "mss must agree exactly");
+        // mss_cache follows the peer's largest window (half of it bounds the MSS), which moves on
+        // loopback under load: ss's value must be one bbrscope reported around that instant.
+        let ss_mss = ss["mss"].parse::<u64>().unwrap();
+        let mss: Vec<u64> = near.iter().map(|s| u(&s["mss"])).collect();
+        assert!(mss.contains(&ss_mss), "mss must agree exactly: ss {ss_mss}, bbrscope {mss:?}");
         let srtt_us = ss["rtt"].split('/').next().unwrap().parse::<f64>().unwrap() * 1000.0;
         let checks = [
             ("cwnd", ss["cwnd"].parse::<f64>().unwrap(), 0.0),
@@ -494,8 +499,10 @@ fn a_full_flow_table_is_reported_not_silent() {
     require_root();
     let server = Discard::bind("127.0.0.1:0");
     let port = server.addr.port().to_string();
-    // 16 slots, 40 sending flows: the kernel's LRU table must evict.
-    let mut stream = Stream::start(&["--port", &port, "--max-flows", "16", "--interval", "20"]);
+    // 16 slots, 40 sending flows: the tracepoint path's LRU table must evict (the sock_ops path
+    // keeps flows in their sockets and has no table).
+    let mut stream =
+        Stream::start(&["--observer", "tracepoint", "--port", &port, "--max-flows", "16", "--interval", "20"]);
     let senders: Vec<Sender> =
         (0..40).map(|_| Sender::start(server.addr, "cubic", Duration::from_millis(1500), Some(2_000_000))).collect();
     for s in senders {

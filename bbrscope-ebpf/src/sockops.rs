@@ -28,11 +28,11 @@ use aya_ebpf::{
     macros::{btf_map, sock_ops},
     programs::SockOpsContext,
 };
-use bbrscope_common::{CC_NAME_LEN, FlowEnd, FlowOpen, config_flags, counter, kind};
+use bbrscope_common::{CC_NAME_LEN, FlowEnd, FlowOpen, config_flags, counter, filter_flags, kind};
 
 use crate::{
     config::{conf, has_flag, interval_ns},
-    flow::{self, FlowState, Status, cc_passes, count},
+    flow::{self, FlowState, Status, count},
     records::{self, EVENTS, fill_header},
     sock::{self, read},
 };
@@ -217,6 +217,10 @@ fn on_state(ops: &bpf_sock_ops, sk: *mut bpf_sock) {
     // The final sample first (every counter as the socket closes), then what only the kernel
     // accumulated. Both are sent once: the status change stops any later callback.
     sample(kind::CLOSE, s, TCP_CLOSE as u8);
+    if s.samples == 0 && conf!(filter.flags) & filter_flags::CC != 0 {
+        // Never sampled: its algorithm never passed `--cc`.
+        count(counter::FLOWS_FILTERED);
+    }
     s.flow.status = Status::Closed as u8;
     let Some(mut entry) = EVENTS.reserve::<FlowEnd>(0) else {
         count(counter::RING_FULL);
@@ -293,6 +297,8 @@ fn on_established(ctx: &SockOpsContext, ops: &bpf_sock_ops, sk: *mut bpf_sock) {
     s.flow.tcp_state = ops.state as u8;
     s.retrans_at_open = ops.total_retrans;
     s.flow.last_total_retrans = ops.total_retrans;
+    // The handshake's own sequence number: only data acked after this counts as sending.
+    s.flow.last_bytes_acked = ops.bytes_acked;
     s.srtt_first = ops.srtt_us;
     let _ = ctx.set_cb_flags((ops.bpf_sock_ops_cb_flags | OUR_CB_FLAGS) as i32);
     open(ctx, s);
@@ -356,7 +362,9 @@ fn open(ctx: &SockOpsContext, s: &mut SockFlow) {
     s.flow.dport = t.dport;
     s.flow.family = t.family;
     s.flow.ca_state = sock::ca_state(sk);
-    if !flow::passes(sk, &t) || !cc_passes(&cc) {
+    // `--cc` is checked at each sample instead: applications may set the algorithm after
+    // connect(), and userspace shows a flow from its first sample.
+    if !flow::passes(sk, &t) {
         s.flow.status = Status::Rejected as u8;
         count(counter::FLOWS_FILTERED);
         return;

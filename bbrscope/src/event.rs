@@ -66,6 +66,26 @@ pub struct Head {
     pub ca_state: CaState,
     /// The first record of this flow bbrscope has received.
     pub first: bool,
+    /// The TCP state (`enum tcp_state`), 0 where the record does not carry it.
+    pub tcp_state: u8,
+}
+
+/// `enum tcp_state` as `ss` names the states (None for 0: not known).
+pub fn tcp_state_name(v: u8) -> Option<&'static str> {
+    Some(match v {
+        1 => "established",
+        2 => "syn_sent",
+        3 => "syn_recv",
+        4 => "fin_wait1",
+        5 => "fin_wait2",
+        6 => "time_wait",
+        7 => "close",
+        8 => "close_wait",
+        9 => "last_ack",
+        10 => "listen",
+        11 => "closing",
+        _ => return None,
+    })
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -284,6 +304,7 @@ fn head(h: &RecordHeader) -> Head {
         dst: addr(h.family, h.daddr, h.dport),
         ca_state: CaState::from_raw(h.ca_state),
         first: h.flags & FLAG_FIRST != 0,
+        tcp_state: h.tcp_state,
     }
 }
 

@@ -80,7 +80,15 @@ pub fn parse_line(line: &str) -> Result<Option<Record>> {
     }
     let f = FlowFields::deserialize(&v).with_context(|| format!("{ty} record"))?;
     let head =
-        Head { flow: f.cookie, ts_ns: secs_to_ns(f.ts), src: f.src, dst: f.dst, ca_state: f.ca_state, first: false };
+        Head {
+        flow: f.cookie,
+        ts_ns: secs_to_ns(f.ts),
+        src: f.src,
+        dst: f.dst,
+        ca_state: f.ca_state,
+        first: false,
+        tcp_state: 0,
+    };
     let ev = match ty {
         "retransmit" => {
             let r = RetransmitFields::deserialize(&v)?;

@@ -1,12 +1,12 @@
 //! A live observation session: the loaded programs, decoding, and cost accounting, shared by
 //! every command that watches live flows (`stream`, `top`, `demo`).
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 
 use anyhow::{Context as _, Result};
 
 use crate::{
-    event::{Decoder, Event},
+    event::{Decoder, Event, Metrics, OpenEvent},
     kernel::{
         layout::Layout,
         loader::{Observer, ObserverPath, Options},
@@ -36,6 +36,15 @@ impl OwnerFilter {
     }
 }
 
+/// Whether a flow sent any data (beyond its SYN and FIN).
+fn sent_data(m: &Metrics) -> bool {
+    match (m.bytes_sent, m.bytes_acked) {
+        (Some(sent), _) => sent > 0,
+        (None, Some(acked)) => acked > 2,
+        (None, None) => true,
+    }
+}
+
 pub struct Live {
     /// Holds the kernel's BPF run-time statistics on while bbrscope runs (`--bpf-stats`); the
     /// kernel turns them off again when this closes, whatever way bbrscope exits.
@@ -48,6 +57,10 @@ pub struct Live {
     /// sock_ops path: the flows opened and passed, so that records of other sockets (filtered
     /// out, or the congestion-state tracepoint's view of untracked sockets) are dropped here.
     open_flows: HashSet<u64>,
+    /// sock_ops path: OPEN records held back until the flow's first sample. The kernel samples a
+    /// flow only once it sends (and only while its algorithm passes `--cc`), so a socket that
+    /// only ever receives, or never runs the asked-for algorithm, is never shown.
+    pending: HashMap<u64, Box<OpenEvent>>,
     owner_filtered: u64,
 }
 
@@ -85,6 +98,7 @@ impl Live {
             tracker,
             owner_filter: opts.owner.clone(),
             open_flows: HashSet::new(),
+            pending: HashMap::new(),
             owner_filtered: 0,
         })
     }
@@ -99,31 +113,50 @@ impl Live {
         let decoder = Decoder { layout: &self.layout };
         let records = &mut self.records;
         let sockops = self.observer.path == ObserverPath::Sockops;
-        let (open_flows, filter, filtered) = (&mut self.open_flows, &self.owner_filter, &mut self.owner_filtered);
+        let (open_flows, pending, filter, filtered) =
+            (&mut self.open_flows, &mut self.pending, &self.owner_filter, &mut self.owner_filtered);
         self.observer
             .drain(|bytes| {
                 *records += 1;
                 let Some(ev) = decoder.decode(bytes) else { return };
-                if sockops {
-                    let id = ev.head().flow;
-                    match &ev {
-                        Event::Open(o) if !filter.passes(&o.owner) => {
+                if !sockops {
+                    return f(ev);
+                }
+                let id = ev.head().flow;
+                match ev {
+                    Event::Open(o) => {
+                        if filter.passes(&o.owner) {
+                            pending.insert(id, o);
+                        } else {
                             *filtered += 1;
+                        }
+                    }
+                    Event::Sample(s) => {
+                        if !open_flows.contains(&id) && !sent_data(&s.metrics) {
+                            // Only received so far (the ACK of its FIN made this sample): not a
+                            // flow this host sends on, at least not yet.
                             return;
                         }
-                        Event::Open(_) => {
+                        if let Some(mut open) = pending.remove(&id) {
+                            // The algorithm the flow first sent with (an application may set it
+                            // after connect()).
+                            open.cc.clone_from(&s.cc);
                             open_flows.insert(id);
+                            f(Event::Open(open));
                         }
-                        Event::End(_) => {
-                            if !open_flows.remove(&id) {
-                                return;
-                            }
+                        if open_flows.contains(&id) {
+                            f(Event::Sample(s));
                         }
-                        _ if !open_flows.contains(&id) => return,
-                        _ => {}
                     }
+                    Event::End(e) => {
+                        pending.remove(&id);
+                        if open_flows.remove(&id) {
+                            f(Event::End(e));
+                        }
+                    }
+                    ev if open_flows.contains(&id) => f(ev),
+                    _ => {}
                 }
-                f(ev);
             })
             .await?;
         Ok(())

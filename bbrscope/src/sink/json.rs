@@ -8,7 +8,7 @@ use serde::Serialize;
 
 use crate::{
     clock::Clock,
-    event::{CaState, EndReason, Event, Metrics},
+    event::{CaState, EndReason, Event, Metrics, tcp_state_name},
     flow::{Change, Flow, FlowTable},
     stats::StatsReport,
     sys::cgroup::CgroupNames,
@@ -92,6 +92,8 @@ enum Body<'a> {
     },
     Summary(Box<Summary<'a>>),
     Sample {
+        /// The TCP state (sock_ops path), as `ss` names it.
+        state: Option<&'static str>,
         acks: u32,
         throughput_bps: Option<u64>,
         retrans_coalesced: u32,
@@ -257,6 +259,7 @@ impl<W: Write> JsonSink<W> {
                 flow,
                 h.ca_state,
                 Body::Sample {
+                    state: tcp_state_name(h.tcp_state),
                     acks: s.acks,
                     throughput_bps: flow.throughput_bps,
                     retrans_coalesced: s.retrans_coalesced,
@@ -344,6 +347,7 @@ mod tests {
             dst: "[2001:db8::2]:443".parse().unwrap(),
             ca_state: crate::event::CaState::Open,
             first,
+            tcp_state: 0,
         }
     }
 
