@@ -11,8 +11,13 @@ mod common;
 use std::{
     fmt,
     net::{Ipv4Addr, SocketAddr, TcpListener, TcpStream},
-    os::fd::AsRawFd as _,
+    os::{
+        fd::{AsRawFd as _, FromRawFd as _, OwnedFd},
+        unix::process::CommandExt as _,
+    },
     path::{Path, PathBuf},
+    process::{Command, Stdio},
+    time::Duration,
 };
 
 use bbrscope::{apply, sys::cgroup::cgroup2_mount};
@@ -61,13 +66,26 @@ impl Fixture {
 
     /// `bbrscope ARGS --root ROOT`, inside `netns` when given.
     fn bbrscope(&self, netns: Option<&Netns>, args: &[&str]) -> Run {
-        let root = self.root.path().to_str().unwrap();
-        let o = command_in(netns, env!("CARGO_BIN_EXE_bbrscope")).args(args).args(["--root", root]).output().unwrap();
+        let o = self.command(netns, args).output().unwrap();
         Run {
             code: o.status.code(),
             stdout: String::from_utf8_lossy(&o.stdout).into_owned(),
             stderr: String::from_utf8_lossy(&o.stderr).into_owned(),
         }
+    }
+
+    /// The command [`Fixture::bbrscope`] runs, to adjust before running it.
+    fn command(&self, netns: Option<&Netns>, args: &[&str]) -> Command {
+        let root = self.root.path().to_str().unwrap();
+        let mut c = command_in(netns, env!("CARGO_BIN_EXE_bbrscope"));
+        c.args(args).args(["--root", root]);
+        c
+    }
+
+    /// `bbrscope ARGS --root ROOT` with its standard output going to `stdout` (stderr captured).
+    fn bbrscope_to(&self, netns: Option<&Netns>, args: &[&str], stdout: impl Into<Stdio>) -> Run {
+        let o = self.command(netns, args).stdout(stdout).stderr(Stdio::piped()).output().unwrap();
+        Run { code: o.status.code(), stdout: String::new(), stderr: String::from_utf8_lossy(&o.stderr).into_owned() }
     }
 
     fn assert_host_unchanged(&self) {
@@ -273,7 +291,21 @@ fn bad_input_exits_2_and_changes_nothing() {
         (vec!["apply", "reno", "--route", "203.0.113.0"], "not a route prefix"),
         (vec!["apply", "reno", "--route", "203.0.113.9/24"], "host bits set"),
         (vec!["apply", "reno", "--cgroup", "/tmp", "--netns", "x"], "cannot be combined"),
+        (vec!["apply", "reno", "--persist", "--no-persist"], "cannot be used with"),
+        (vec!["apply", "reno", "--qdisc", "nosuchqdisc", "--dry-run"], "cannot create qdisc 'nosuchqdisc'"),
+        (vec!["apply", "reno", "--qdisc", "fq\nnet.ipv4.ip_forward = 1", "--dry-run"], "not a qdisc name"),
+        (vec!["apply", "reno", "--qdisc", "ingress", "--dry-run"], "cannot be a default qdisc"),
+        (vec!["revert", "--netns", "bbrscope-no-such-ns"], "no network namespace named"),
+        (vec!["revert", "--netns", "/etc/hostname"], "not a network namespace"),
+        (vec!["revert", "--cgroup", "/sys/fs/cgroup/no-such-cgroup-here"], "does not exist"),
+        (vec!["revert", "--cgroup", "/tmp", "--netns", "x"], "cannot be combined"),
+        (vec!["revert", "--route", "203.0.113.9/24"], "host bits set"),
     ];
+    // A qdisc this kernel cannot create is refused by name, like one that exists nowhere.
+    let kernel = apply::algo::Kernel::discover().unwrap();
+    if kernel.has_qdisc("fq_codel") == Some(false) {
+        cases.push((vec!["apply", "reno", "--qdisc", "fq_codel", "--dry-run"], "cannot create qdisc 'fq_codel'"));
+    }
     if let Some(v1) = &v1 {
         cases.push((vec!["apply", "reno", "--cgroup", v1], "cgroup v1"));
     }
@@ -283,6 +315,8 @@ fn bad_input_exits_2_and_changes_nothing() {
         assert!(o.stderr.contains(expect), "{args:?}: {}", o.stderr);
         assert_eq!(o.stderr.lines().count(), 1, "one line: {}", o.stderr);
     }
+    let o = fx.bbrscope(None, &["apply", "reno", "--qdisc", "nosuchqdisc", "--dry-run"]);
+    assert!(o.stderr.contains("pfifo_fast"), "names the qdiscs there are: {o}");
     let o = fx.bbrscope(None, &["apply", "warpdrive"]);
     for a in words(AVAILABLE) {
         assert!(o.stderr.contains(&a), "lists the available algorithms: {o}");
@@ -435,4 +469,189 @@ fn default_qdisc_is_reapplied_only_where_the_kernel_put_it() {
     ns.exec("tc", &["qdisc", "replace", "dev", ifb, "root", "handle", "1:", "htb"]);
     let custom = ns.enter(root_qdisc);
     assert!(!custom.is_kernel_default() && !custom.needs_reapply("fq"), "custom qdiscs are left alone: {custom:?}");
+}
+
+/// /dev/full: every write fails with ENOSPC.
+fn full() -> std::fs::File {
+    std::fs::OpenOptions::new().write(true).open("/dev/full").unwrap()
+}
+
+/// The write end of a pipe whose read end is already closed: every write fails with EPIPE.
+fn closed_pipe() -> OwnedFd {
+    let mut fds = [0; 2];
+    // SAFETY: pipe2 fills the two-element array it is given.
+    assert_eq!(unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) }, 0);
+    // SAFETY: both descriptors were just created and are owned here alone.
+    let (read, write) = unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
+    drop(read);
+    write
+}
+
+/// A failed write to stdout is one line on stderr and exit 1 — after a change, naming it and
+/// the way back — and a closed pipe a quiet exit 0; never a panic.
+#[test]
+fn a_failed_stdout_is_one_line_and_a_closed_pipe_is_quiet() {
+    let fx = Fixture::new();
+    let ns = Netns::new("out");
+    let name = ns.name.as_str();
+    let before = ns.cc();
+    let algo = other_algorithm(&before, true);
+
+    for args in [&["status"][..], &["status", "--json"], &["apply", &algo, "--dry-run"], &["revert"]] {
+        let o = fx.bbrscope_to(Some(&ns), args, full());
+        assert_eq!(o.code, Some(1), "{args:?}: {o}");
+        assert!(o.stderr.contains("writing to standard output: No space left on device"), "{args:?}: {o}");
+        assert_eq!(o.stderr.lines().count(), 1, "{args:?}: one line: {o}");
+
+        let o = fx.bbrscope_to(Some(&ns), args, closed_pipe());
+        assert_eq!(o.code, Some(0), "{args:?}: a closed pipe is a quiet exit: {o}");
+        assert_eq!(o.stderr, "", "{args:?}");
+    }
+
+    let o = fx.bbrscope_to(None, &["apply", &algo, "--netns", name], full());
+    assert_eq!(o.code, Some(1), "{o}");
+    assert_eq!(o.stderr.lines().count(), 1, "one line: {o}");
+    assert!(o.stderr.contains(&format!("netns {name} now uses {algo}")), "says what changed: {o}");
+    assert!(o.stderr.contains(&format!("bbrscope revert --netns {name}")), "says how to undo it: {o}");
+    assert_eq!(ns.cc(), algo, "the change stays, as the message says");
+
+    let o = fx.bbrscope_to(None, &["revert", "--netns", name], full());
+    assert_eq!(o.code, Some(1), "{o}");
+    assert!(o.stderr.contains(&format!("reverted netns {name}")), "{o}");
+    assert_eq!(ns.cc(), before);
+
+    fx.bbrscope_to(None, &["apply", &algo, "--netns", name], closed_pipe());
+    assert_eq!(ns.cc(), algo);
+    let o = fx.bbrscope_to(None, &["revert", "--netns", name], closed_pipe());
+    assert_eq!((o.code, o.stderr.as_str()), (Some(0), ""), "{o}");
+    assert_eq!(ns.cc(), before);
+    assert!(!fx.path(STATE).exists());
+    fx.assert_host_unchanged();
+}
+
+/// Without root, changing a namespace is a missing privilege: exit 2 and one line, nothing changed.
+#[test]
+fn not_root_is_a_missing_privilege() {
+    let fx = Fixture::new();
+    let ns = Netns::new("user");
+    let name = ns.name.as_str();
+    let before = ns.cc();
+    let algo = other_algorithm(&before, true);
+    // Readable by anyone, as /var/lib/bbrscope is; writable only by root.
+    std::fs::set_permissions(fx.root.path(), std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    const NOBODY: u32 = 65534;
+    for args in [
+        &["apply", &algo, "--netns", name][..],
+        &["apply", &algo, "--netns", name, "--dry-run"],
+        &["revert", "--netns", name],
+        &["status", "--netns", name],
+    ] {
+        let o = fx.command(None, args).uid(NOBODY).gid(NOBODY).output().unwrap();
+        let stderr = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(2), "{args:?}: {stderr}");
+        assert_eq!(stderr.lines().count(), 1, "{args:?}: one line: {stderr}");
+        assert!(stderr.contains("root"), "{args:?}: says what is missing: {stderr}");
+    }
+    assert_eq!(ns.cc(), before);
+    assert_eq!(std::fs::read_dir(fx.root.path()).unwrap().count(), 0, "nothing written");
+    fx.assert_host_unchanged();
+}
+
+/// Two applies on one scope at once: the second waits for the first, plans from its result,
+/// and the record ends as the machine does, so revert restores what was there before both. On a
+/// route, whose congctl is not bound by the allowed list, so the two and the value before them
+/// can all differ.
+#[test]
+fn concurrent_applies_serialise() {
+    let fx = Fixture::new();
+    let link = Link::new("lock");
+    let prefix = link.prefix();
+    let available = words(AVAILABLE);
+    let (a, b) = (available[0].as_str(), available[1].as_str());
+    let congctl = || {
+        let routes = link.a.exec("ip", &["route", "show", &prefix]);
+        routes.split_whitespace().skip_while(|w| *w != "congctl").nth(1).map(str::to_string)
+    };
+    let scope = ["--netns", &link.a.name, "--route", &prefix];
+    for round in 0..3 {
+        let spawn = |algo: &str| {
+            fx.command(None, &[&["apply", algo][..], &scope].concat())
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped())
+                .spawn()
+                .unwrap()
+        };
+        let (first, second) = (spawn(a), spawn(b));
+        let (first, second) = (first.wait_with_output().unwrap(), second.wait_with_output().unwrap());
+        let text = |o: &std::process::Output| {
+            format!("{}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr))
+        };
+        let (ta, tb) = (text(&first), text(&second));
+        assert!(first.status.success() && second.status.success(), "round {round}:\n{ta}\n{tb}");
+        assert!(
+            ta.contains(&format!("got {a}")) && tb.contains(&format!("got {b}")),
+            "each verified its own:\n{ta}\n{tb}"
+        );
+        // Whichever ran second started from the first one's result.
+        let saw = |t: &str, other: &str| t.contains(&format!(", congctl {other}"));
+        assert!(saw(&ta, b) != saw(&tb, a), "round {round}: exactly one planned after the other:\n{ta}\n{tb}");
+        let state: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(fx.path(STATE)).unwrap()).unwrap();
+        let now = congctl();
+        assert_eq!(state["entries"][0]["algorithm"].as_str(), now.as_deref(), "the record says what the machine has");
+        fx.bbrscope(None, &[&["revert"][..], &scope].concat()).ok();
+        assert_eq!(congctl(), None, "round {round}: revert restores the route as it was before both");
+        assert!(!fx.path(STATE).exists());
+    }
+    fx.assert_host_unchanged();
+}
+
+/// Every file below `dir`, recursively.
+fn files_below(dir: &Path) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    for e in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+        let p = e.path();
+        if p.is_dir() { out.extend(files_below(&p)) } else { out.push(p) }
+    }
+    out
+}
+
+/// Ctrl-C at any moment of an apply leaves either nothing or exactly what `status` reports,
+/// and no temporary files.
+#[test]
+fn sigint_at_any_moment_leaves_nothing_or_what_status_reports() {
+    let fx = Fixture::new();
+    let ns = Netns::new("sigint");
+    let before = ns.cc();
+    let algo = other_algorithm(&before, true);
+    let (mut applied, mut untouched) = (0, 0);
+    for delay_ms in (0..=40).step_by(2) {
+        let child =
+            fx.command(Some(&ns), &["apply", &algo]).stdout(Stdio::null()).stderr(Stdio::piped()).spawn().unwrap();
+        std::thread::sleep(Duration::from_millis(delay_ms));
+        // SAFETY: kill(2) on the pid of a child not yet waited for.
+        unsafe { libc::kill(child.id() as i32, libc::SIGINT) };
+        let out = child.wait_with_output().unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        let temporaries: Vec<_> =
+            files_below(fx.root.path()).into_iter().filter(|p| p.to_string_lossy().contains(".bbrscope-")).collect();
+        assert!(temporaries.is_empty(), "{delay_ms} ms: temporary files left: {temporaries:?}");
+        let status: serde_json::Value =
+            serde_json::from_str(&fx.bbrscope(Some(&ns), &["status", "--json"]).ok().stdout).unwrap();
+        let recorded = status["bbrscope"].as_array().unwrap();
+        assert!(status["warnings"].as_array().unwrap().is_empty(), "{delay_ms} ms: {status}");
+        if recorded.is_empty() {
+            untouched += 1;
+            assert_eq!(ns.cc(), before, "{delay_ms} ms: nothing recorded, so nothing changed: {stderr}");
+            assert!(!fx.path(DROPIN).exists(), "{delay_ms} ms: {stderr}");
+        } else {
+            applied += 1;
+            assert_eq!(recorded[0]["algorithm"], algo.as_str(), "{delay_ms} ms");
+            assert_eq!(status["system"]["default"], algo.as_str(), "{delay_ms} ms: status reports what is there");
+            assert!(std::fs::read_to_string(fx.path(DROPIN)).unwrap().contains(&algo), "{delay_ms} ms");
+            fx.bbrscope(Some(&ns), &["revert"]).ok();
+            assert_eq!(ns.cc(), before);
+        }
+    }
+    eprintln!("interrupted before any change: {untouched}, after the change was recorded: {applied}");
+    fx.assert_host_unchanged();
 }

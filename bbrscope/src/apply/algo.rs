@@ -195,7 +195,7 @@ impl Kernel {
             && name.len() < 16
             && name.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_');
         if !valid {
-            usage!("'{name}' is not a qdisc name (e.g. fq, fq_codel, pfifo_fast)");
+            usage!("{name:?} is not a qdisc name (e.g. fq, fq_codel, pfifo_fast)");
         }
         if NOT_DEFAULT_QDISCS.contains(&name) {
             usage!(

@@ -88,6 +88,8 @@ pub fn resolve(spec: &str) -> Result<Netns> {
 /// NS_GET_NSTYPE (4.11+) tells a namespace file from any other file.
 fn is_netns_file(file: &File) -> bool {
     const NS_GET_NSTYPE: libc::c_ulong = 0xb703;
+    // SAFETY: an argument-less ioctl on a descriptor `file` keeps open; an unknown request on
+    // another kind of file only fails.
     let t = unsafe { libc::ioctl(file.as_raw_fd(), NS_GET_NSTYPE as _) };
     t == libc::CLONE_NEWNET
 }
@@ -145,9 +147,15 @@ pub fn run<T: Send>(ns: &Netns, f: impl FnOnce() -> Result<T> + Send) -> Result<
             if file.metadata()?.ino() != ns.ino {
                 anyhow::bail!("network namespace {ns} was replaced since it was looked up");
             }
+            // SAFETY: setns on a descriptor `file` keeps open; it changes only this thread,
+            // which ends with the closure.
             if unsafe { libc::setns(file.as_raw_fd(), libc::CLONE_NEWNET) } != 0 {
-                return Err(std::io::Error::last_os_error())
-                    .with_context(|| format!("entering network namespace {ns} (needs CAP_SYS_ADMIN)"));
+                let e = std::io::Error::last_os_error();
+                if e.raw_os_error() == Some(libc::EPERM) {
+                    // A missing privilege, not a runtime failure (README: exit 2).
+                    usage!("entering network namespace {ns} needs CAP_SYS_ADMIN: run as root");
+                }
+                return Err(e).with_context(|| format!("entering network namespace {ns}"));
             }
             f()
         })
