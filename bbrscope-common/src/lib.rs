@@ -278,7 +278,9 @@ pub struct FlowEnd {
     pub retrans_records: u32,
     pub retrans_coalesced: u32,
     pub samples: u32,
-    pub _pad2: u32,
+    /// Retransmitted segments the kernel counted in `total_retrans` whose transmission failed
+    /// on this host (the device or qdisc refused them): never on the wire.
+    pub retrans_failed: u32,
 }
 
 #[repr(C)]

@@ -64,6 +64,8 @@ pub struct SockFlow {
     pub retrans_coalesced_total: u32,
     pub samples: u32,
     pub retrans_at_open: u32,
+    pub retrans_failed: u32,
+    pub _pad0: u32,
     /// 1 once connect() was seen (an active open).
     pub active: u8,
     /// 1 on a listening socket (its storage is a template its accepted sockets inherit).
@@ -183,15 +185,18 @@ fn sample(kind: u8, s: &mut SockFlow, tcp_state: u8) {
 
 #[inline(always)]
 fn on_retransmit(ops: &bpf_sock_ops, sk: *mut bpf_sock) {
-    // args: seq, segments, error (non-zero: the attempt failed and nothing was sent).
-    // SAFETY: `args` is the union member the kernel fills for this callback.
-    if unsafe { ops.__bindgen_anon_1.args[2] } != 0 {
-        return;
-    }
     let Some(s) = storage(sk, false) else {
         return;
     };
     if s.flow.status != Status::Passed as u8 {
+        return;
+    }
+    // args: seq, segments, error. An error means the device or qdisc refused the segments: the
+    // kernel has counted them in total_retrans already, but they never left this host.
+    // SAFETY: `args` is the union member the kernel fills for this callback.
+    if unsafe { ops.__bindgen_anon_1.args[2] } != 0 {
+        s.retrans_failed += ops.total_retrans.wrapping_sub(s.flow.last_total_retrans);
+        s.flow.last_total_retrans = ops.total_retrans;
         return;
     }
     let before = s.flow.retrans_coalesced;
@@ -243,7 +248,7 @@ fn on_state(ops: &bpf_sock_ops, sk: *mut bpf_sock) {
         (*e).retrans_records = s.retrans_records;
         (*e).retrans_coalesced = s.retrans_coalesced_total;
         (*e).samples = s.samples;
-        (*e)._pad2 = 0;
+        (*e).retrans_failed = s.retrans_failed;
     }
     entry.submit(0);
     count(counter::ENDS);
@@ -329,6 +334,7 @@ fn reset(s: &mut SockFlow, sk: *mut bpf_sock) {
     s.retrans_coalesced_total = 0;
     s.samples = 0;
     s.retrans_at_open = 0;
+    s.retrans_failed = 0;
     s.active = 0;
     s.listener = 0;
     s.comm = [0; 16];

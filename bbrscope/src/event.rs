@@ -257,6 +257,7 @@ pub struct EndEvent {
     pub retrans_records: u32,
     pub retrans_coalesced: u32,
     pub samples: u32,
+    pub retrans_failed: u32,
 }
 
 #[derive(Clone, Debug, PartialEq)]
@@ -390,6 +391,7 @@ impl Decoder<'_> {
                     retrans_records: e.retrans_records,
                     retrans_coalesced: e.retrans_coalesced,
                     samples: e.samples,
+                    retrans_failed: e.retrans_failed,
                 })))
             }
             _ => None,

@@ -62,6 +62,7 @@ pub struct Live {
     /// only ever receives, or never runs the asked-for algorithm, is never shown.
     pending: HashMap<u64, Box<OpenEvent>>,
     owner_filtered: u64,
+    cc_filter: Option<String>,
 }
 
 impl Live {
@@ -100,6 +101,7 @@ impl Live {
             open_flows: HashSet::new(),
             pending: HashMap::new(),
             owner_filtered: 0,
+            cc_filter: opts.filter.cc.clone(),
         })
     }
 
@@ -115,6 +117,7 @@ impl Live {
         let sockops = self.observer.path == ObserverPath::Sockops;
         let (open_flows, pending, filter, filtered) =
             (&mut self.open_flows, &mut self.pending, &self.owner_filter, &mut self.owner_filtered);
+        let cc_filter = self.cc_filter.as_ref();
         self.observer
             .drain(|bytes| {
                 *records += 1;
@@ -155,7 +158,16 @@ impl Live {
                         }
                     }
                     ev if open_flows.contains(&id) => f(ev),
-                    _ => {}
+                    // A retransmission or a congestion-state change means the flow sends: it is
+                    // shown from here if its algorithm passes `--cc` (its sample may come later).
+                    ev => {
+                        let passes = pending.get(&id).is_some_and(|o| cc_filter.is_none_or(|cc| &o.cc == cc));
+                        if let Some(open) = passes.then(|| pending.remove(&id)).flatten() {
+                            open_flows.insert(id);
+                            f(Event::Open(open));
+                            f(ev);
+                        }
+                    }
                 }
             })
             .await?;

@@ -139,9 +139,15 @@ pub fn open_for(records: &[Value], local: SocketAddr) -> Option<Value> {
 }
 
 pub fn set_cc(stream: &TcpStream, cc: &str) {
+    set_cc_fd(stream.as_raw_fd(), cc)
+}
+
+/// setsockopt(TCP_CONGESTION) on any TCP socket (a listener's algorithm is inherited by the
+/// connections it accepts).
+pub fn set_cc_fd(fd: std::os::fd::RawFd, cc: &str) {
     let r = unsafe {
         libc::setsockopt(
-            stream.as_raw_fd(),
+            fd,
             libc::IPPROTO_TCP,
             libc::TCP_CONGESTION,
             cc.as_ptr().cast(),
@@ -328,6 +334,9 @@ pub struct Link {
     pub b: Netns,
     pub a_ip: String,
     pub b_ip: String,
+    /// The veth ends in `a` and `b`.
+    pub a_dev: String,
+    pub b_dev: String,
 }
 
 static LINK_SEQ: AtomicU64 = AtomicU64::new(1);
@@ -345,7 +354,14 @@ impl Link {
         b.exec("ip", &["addr", "add", &format!("{b_ip}/24"), "dev", &vb]);
         a.exec("ip", &["link", "set", &va, "up"]);
         b.exec("ip", &["link", "set", &vb, "up"]);
-        Link { a, b, a_ip, b_ip }
+        Link { a, b, a_ip, b_ip, a_dev: va, b_dev: vb }
+    }
+
+    /// One TCP segment per packet both ways (no GSO super-packets), so that a loss rate applied
+    /// per packet is a loss rate per segment.
+    pub fn one_segment_per_packet(&self) {
+        self.a.exec("ip", &["link", "set", "dev", &self.a_dev, "gso_max_segs", "1"]);
+        self.b.exec("ip", &["link", "set", "dev", &self.b_dev, "gso_max_segs", "1"]);
     }
 
     /// The /24 both ends are on: "10.199.N.0/24".
@@ -399,4 +415,74 @@ pub fn parse_bps(s: &str) -> f64 {
         _ => (s, 1.0),
     };
     num.parse::<f64>().expect("bps number") * mult
+}
+
+/// The kernel's `struct tcp_info` (uapi linux/tcp.h) for one socket, read by the test itself with
+/// getsockopt(TCP_INFO): the reference bbrscope is checked against. Offsets are the uapi's, which
+/// only ever grows at the end.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct TcpInfo {
+    pub state: u8,
+    pub unacked: u32,
+    pub total_retrans: u32,
+    pub bytes_acked: u64,
+    pub bytes_received: u64,
+    pub segs_out: u32,
+    pub segs_in: u32,
+    pub data_segs_in: u32,
+    pub data_segs_out: u32,
+    pub bytes_sent: u64,
+    pub bytes_retrans: u64,
+}
+
+pub fn tcp_info(fd: std::os::fd::RawFd) -> TcpInfo {
+    let mut buf = [0u8; 256];
+    let mut len = buf.len() as libc::socklen_t;
+    // SAFETY: the kernel writes at most `len` bytes into `buf` and updates `len`.
+    let r = unsafe { libc::getsockopt(fd, libc::IPPROTO_TCP, libc::TCP_INFO, buf.as_mut_ptr().cast(), &mut len) };
+    assert_eq!(r, 0, "getsockopt(TCP_INFO): {}", std::io::Error::last_os_error());
+    assert!(len as usize >= 216, "this kernel's tcp_info is too short ({len} bytes)");
+    let u32_at = |o: usize| u32::from_ne_bytes(buf[o..o + 4].try_into().unwrap());
+    let u64_at = |o: usize| u64::from_ne_bytes(buf[o..o + 8].try_into().unwrap());
+    TcpInfo {
+        state: buf[0],
+        unacked: u32_at(24),
+        total_retrans: u32_at(100),
+        bytes_acked: u64_at(120),
+        bytes_received: u64_at(128),
+        segs_out: u32_at(136),
+        segs_in: u32_at(140),
+        data_segs_in: u32_at(152),
+        data_segs_out: u32_at(156),
+        bytes_sent: u64_at(200),
+        bytes_retrans: u64_at(208),
+    }
+}
+
+/// `TCP_CLOSE` in `enum tcp_state`.
+pub const TCP_CLOSE: u8 = 7;
+
+/// Waits until the socket reaches TCP_CLOSE (its counters are then final) and returns them.
+pub fn final_tcp_info(fd: std::os::fd::RawFd) -> TcpInfo {
+    let start = Instant::now();
+    loop {
+        let info = tcp_info(fd);
+        if info.state == TCP_CLOSE {
+            return info;
+        }
+        assert!(start.elapsed() < Duration::from_secs(10), "socket never closed: {info:?}");
+        thread::sleep(Duration::from_millis(5));
+    }
+}
+
+/// Drops `percent`% of packets longer than 200 bytes (data, not handshakes or bare ACKs) arriving
+/// on TCP port `port` in namespace `ns`, with nftables' in-kernel random numbers.
+pub fn drop_data_packets(ns: &Netns, port: u16, percent: u32, sport: bool) {
+    let dir = if sport { "sport" } else { "dport" };
+    ns.exec("nft", &["add", "table", "inet", "bbrs"]);
+    ns.exec("nft", &["add chain inet bbrs input { type filter hook input priority 0; }"]);
+    ns.exec(
+        "nft",
+        &[&format!("add rule inet bbrs input tcp {dir} {port} meta length > 200 numgen random mod 100 < {percent} drop")],
+    );
 }

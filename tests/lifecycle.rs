@@ -1,0 +1,361 @@
+//! The sock_ops observer against independent truth: every flow, whatever its size and the TCP
+//! state it sends in, gets a `flow_summary` whose counters equal the socket's final TCP_INFO as
+//! the application itself read it, and no retransmission goes unaccounted, even before a flow's
+//! first sample. Root: loads BPF programs and makes network namespaces.
+
+mod common;
+
+use std::{
+    io::{Read as _, Write as _},
+    net::{Shutdown, SocketAddr, TcpListener, TcpStream},
+    os::fd::AsRawFd as _,
+    thread,
+    time::{Duration, Instant},
+};
+
+use common::*;
+use serde_json::Value;
+
+fn u(v: &Value) -> u64 {
+    v.as_u64().unwrap_or_else(|| panic!("not a number: {v}"))
+}
+
+/// The summary of the flow from `local` to `peer`.
+fn summary_of(records: &[Value], local: SocketAddr, peer: SocketAddr) -> Option<Value> {
+    records
+        .iter()
+        .find(|r| r["type"] == "flow_summary" && r["src"] == local.to_string() && r["dst"] == peer.to_string())
+        .cloned()
+}
+
+/// Retransmitted segments bbrscope reported for `cookie`: events plus those folded into samples.
+fn reported_retrans(records: &[Value], cookie: &Value) -> u64 {
+    let events: u64 = of_flow(records, "retransmit", cookie).map(|r| u(&r["segs"])).sum();
+    let folded: u64 = records
+        .iter()
+        .filter(|r| (r["type"] == "sample" || r["type"] == "flow_close") && &r["cookie"] == cookie)
+        .map(|r| u(&r["retrans_coalesced"]))
+        .sum();
+    // Attempts the kernel counted but this host's device or qdisc refused (never on the wire).
+    let failed = of_flow(records, "flow_summary", cookie).map(|r| u(&r["retrans_failed"])).sum::<u64>();
+    events + folded + failed
+}
+
+/// Reads from `s` until `b'\n'` (a request line).
+fn read_request(s: &mut TcpStream) {
+    let mut b = [0u8; 1];
+    while s.read(&mut b).map(|n| n == 1 && b[0] != b'\n').unwrap_or(false) {}
+}
+
+fn drain(s: &mut TcpStream) -> u64 {
+    let mut buf = vec![0u8; 1 << 16];
+    let mut n = 0;
+    while let Ok(k) = s.read(&mut buf) {
+        if k == 0 {
+            break;
+        }
+        n += k as u64;
+    }
+    n
+}
+
+fn listener_in(ns: &Netns, ip: &str, cc: &str) -> TcpListener {
+    let ip = ip.to_string();
+    let l = ns.enter(move || TcpListener::bind((ip.as_str(), 0)).expect("bind"));
+    set_cc_fd(l.as_raw_fd(), cc);
+    l
+}
+
+fn connect_in(ns: &Netns, to: SocketAddr) -> TcpStream {
+    ns.enter(move || TcpStream::connect(to).expect("connect across the link"))
+}
+
+struct Served {
+    server: SocketAddr,
+    client: SocketAddr,
+    cc: &'static str,
+    size: usize,
+    /// What the server application read with getsockopt(TCP_INFO) once its socket was closed.
+    info: TcpInfo,
+}
+
+#[test]
+fn short_flows_of_every_size_get_a_summary_equal_to_their_final_tcp_info() {
+    require_root();
+    let link = Link::new("life");
+    let stream = Stream::start(&["--addr", &format!("{}/32", link.b_ip), "--interval", "100"]);
+    let mut served = Vec::new();
+    for cc in ["cubic", "bbr"] {
+        let listener = listener_in(&link.b, &link.b_ip, cc);
+        let to = listener.local_addr().unwrap();
+        for size in [1_000, 10_000, 30_000, 60_000, 200_000, 2_000_000] {
+            let mut client = connect_in(&link.a, to);
+            let client_addr = client.local_addr().unwrap();
+            let reader = thread::spawn(move || {
+                client.write_all(b"GET\n").unwrap();
+                drain(&mut client)
+            });
+            // A response, then an orderly close: write, FIN, wait for the client's FIN.
+            let (mut conn, peer) = listener.accept().unwrap();
+            assert_eq!(peer, client_addr);
+            read_request(&mut conn);
+            conn.write_all(&vec![0x5a; size]).unwrap();
+            conn.shutdown(Shutdown::Write).unwrap();
+            drain(&mut conn);
+            let info = final_tcp_info(conn.as_raw_fd());
+            assert_eq!(reader.join().unwrap(), size as u64, "the client got the whole response");
+            served.push(Served { server: conn.local_addr().unwrap(), client: client_addr, cc, size, info });
+        }
+    }
+    let mut stream = stream;
+    let last = served.last().unwrap();
+    let (s, c) = (last.server, last.client);
+    stream.wait_for(Duration::from_secs(20), |r| {
+        r["type"] == "flow_summary" && r["src"] == s.to_string() && r["dst"] == c.to_string()
+    });
+    let (code, records, stderr) = stream.stop();
+    assert_eq!(code, 0, "stderr: {stderr}");
+
+    for f in &served {
+        let what = format!("{} {} B response", f.cc, f.size);
+        let sum = summary_of(&records, f.server, f.client).unwrap_or_else(|| panic!("{what}: no flow_summary"));
+        let open = of_flow(&records, "flow_open", &sum["cookie"]).next().unwrap_or_else(|| panic!("{what}: no flow_open"));
+        assert_eq!(open["cc"], f.cc, "{what}");
+        assert_eq!(open["side"], "accept", "{what}");
+        assert_eq!(sum["ccs"], serde_json::json!([f.cc]), "{what}");
+        assert_eq!(sum["end"], "fin", "{what}: {sum}");
+        let i = &f.info;
+        for (key, want) in [
+            ("bytes_sent", i.bytes_sent),
+            ("bytes_acked", i.bytes_acked),
+            ("bytes_received", i.bytes_received),
+            ("bytes_retrans", i.bytes_retrans),
+            ("retrans_total", i.total_retrans as u64),
+            ("segs_out", i.segs_out as u64),
+            ("segs_in", i.segs_in as u64),
+            ("data_segs_out", i.data_segs_out as u64),
+            ("data_segs_in", i.data_segs_in as u64),
+        ] {
+            assert_eq!(u(&sum[key]), want, "{what}: {key} in {sum} vs the application's TCP_INFO {i:?}");
+        }
+        // The data and the FIN: what the summary calls acked is exactly what was sent.
+        assert_eq!(u(&sum["bytes_acked"]), f.size as u64 + 1, "{what}");
+        assert!(sum["duration_s"].as_f64().unwrap() > 0.0, "{what}");
+        assert!(u(&sum["srtt_max_us"]) >= u(&sum["srtt_min_us"]), "{what}: {sum}");
+        assert!(u(&sum["cwnd_max"]) >= 2, "{what}: {sum}");
+        assert!(u(&sum["samples"]) >= 1, "{what}: {sum}");
+        let state_s = &sum["ca_state_s"];
+        let total: f64 = ["open", "disorder", "cwr", "recovery", "loss"].iter().map(|k| state_s[k].as_f64().unwrap()).sum();
+        assert!(total > 0.0 && total <= sum["duration_s"].as_f64().unwrap() + 1e-3, "{what}: {sum}");
+        if f.cc == "bbr" {
+            assert!(sum["bbr_modes"].as_array().is_some_and(|m| !m.is_empty()), "{what}: {sum}");
+        }
+    }
+    let last_stats = records.iter().rev().find(|r| r["type"] == "stats").unwrap();
+    assert_eq!(last_stats["observer"], "sockops", "{last_stats}");
+    assert_eq!(u(&last_stats["drops_total"]), 0, "{last_stats}");
+}
+
+#[test]
+fn resets_are_told_apart_from_orderly_closes() {
+    require_root();
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let to = listener.local_addr().unwrap();
+    let mut stream = Stream::start(&["--port", &to.port().to_string()]);
+    let mut client = TcpStream::connect(to).unwrap();
+    let client_addr = client.local_addr().unwrap();
+    client.write_all(b"GET\n").unwrap();
+    let (mut conn, _) = listener.accept().unwrap();
+    read_request(&mut conn);
+    conn.write_all(&vec![0x5a; 100_000]).unwrap();
+    // SO_LINGER with a zero timeout: close() aborts with a reset.
+    let linger = libc::linger { l_onoff: 1, l_linger: 0 };
+    // SAFETY: a valid socket and a correctly sized option value.
+    let r = unsafe {
+        libc::setsockopt(
+            conn.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_LINGER,
+            (&raw const linger).cast(),
+            size_of::<libc::linger>() as libc::socklen_t,
+        )
+    };
+    assert_eq!(r, 0);
+    let server_addr = conn.local_addr().unwrap();
+    drop(conn);
+    let got = drain(&mut client);
+    assert!(got <= 100_000);
+    drop(client);
+    stream.wait_for(Duration::from_secs(10), |r| r["type"] == "flow_summary" && r["src"] == client_addr.to_string());
+    stream.wait_for(Duration::from_secs(10), |r| r["type"] == "flow_summary" && r["src"] == server_addr.to_string());
+    let (_, records, _) = stream.stop();
+    assert_eq!(summary_of(&records, server_addr, client_addr).unwrap()["end"], "reset_sent");
+    let client_sum = summary_of(&records, client_addr, server_addr).unwrap();
+    assert_eq!(client_sum["end"], "reset_received", "{client_sum}");
+    assert_eq!(client_sum["side"], "connect");
+    assert_eq!(client_sum["pid"], std::process::id(), "connect() runs in the test process");
+}
+
+#[test]
+fn a_sender_in_close_wait_is_sampled_until_its_last_byte_is_acked() {
+    require_root();
+    let link = Link::new("cw");
+    link.one_segment_per_packet();
+    let listener = listener_in(&link.b, &link.b_ip, "cubic");
+    let to = listener.local_addr().unwrap();
+    // 2% of the response's data packets are lost on their way to the client.
+    drop_data_packets(&link.a, to.port(), 2, true);
+    let mut stream = Stream::start(&["--port", &to.port().to_string(), "--interval", "20"]);
+    let mut client = connect_in(&link.a, to);
+    let client_addr = client.local_addr().unwrap();
+    let reader = thread::spawn(move || {
+        // The client half-closes right after its request, as some HTTP/1.0 clients and
+        // `nc -N` do: the server then sends its whole response in CLOSE_WAIT.
+        client.write_all(b"GET\n").unwrap();
+        client.shutdown(Shutdown::Write).unwrap();
+        drain(&mut client)
+    });
+    let (mut conn, _) = listener.accept().unwrap();
+    drain(&mut conn);
+    const SIZE: usize = 2_000_000;
+    let chunk = vec![0x5a; 64 << 10];
+    let start = Instant::now();
+    let mut sent = 0;
+    while sent < SIZE {
+        let n = chunk.len().min(SIZE - sent);
+        conn.write_all(&chunk[..n]).unwrap();
+        sent += n;
+        // About 4 MB/s, so the transfer spans many sample intervals.
+        let due = Duration::from_secs_f64(sent as f64 / 4e6);
+        if let Some(wait) = due.checked_sub(start.elapsed()) {
+            thread::sleep(wait);
+        }
+    }
+    let acked = loop {
+        let i = tcp_info(conn.as_raw_fd());
+        if i.unacked == 0 && i.bytes_acked >= SIZE as u64 {
+            break i;
+        }
+        assert!(start.elapsed() < Duration::from_secs(30), "response never acked: {i:?}");
+        thread::sleep(Duration::from_millis(5));
+    };
+    let server_addr = conn.local_addr().unwrap();
+    drop(conn);
+    assert_eq!(reader.join().unwrap(), SIZE as u64);
+    stream.wait_for(Duration::from_secs(10), |r| r["type"] == "flow_summary" && r["src"] == server_addr.to_string());
+    let (_, records, _) = stream.stop();
+
+    let sum = summary_of(&records, server_addr, client_addr).expect("flow_summary of the CLOSE_WAIT sender");
+    let cookie = &sum["cookie"];
+    let in_close_wait: Vec<&Value> =
+        of_flow(&records, "sample", cookie).filter(|s| s["state"] == "close_wait").collect();
+    assert!(in_close_wait.len() >= 5, "only {} samples in CLOSE_WAIT", in_close_wait.len());
+    let most = in_close_wait.iter().map(|s| u(&s["bytes_acked"])).max().unwrap();
+    assert!(most >= SIZE as u64 * 3 / 4, "samples in CLOSE_WAIT stopped at {most} bytes acked of {SIZE}");
+    // The final counters: the data the application saw acked, plus the FIN.
+    assert_eq!(u(&sum["bytes_acked"]), acked.bytes_acked + 1, "{sum}");
+    assert_eq!(u(&sum["retrans_total"]), acked.total_retrans as u64, "{sum} vs {acked:?}");
+    assert!(acked.total_retrans > 0, "2% loss should cause retransmits");
+    assert_eq!(
+        reported_retrans(&records, cookie),
+        u(&sum["retrans_total"]) - u(&sum["retrans_at_open"]),
+        "every retransmission is an event or counted"
+    );
+    assert_eq!(sum["end"], "fin");
+}
+
+#[test]
+fn fifty_parallel_flows_under_startup_loss_lose_no_retransmit() {
+    require_root();
+    const FLOWS: usize = 50;
+    const SIZE: usize = 200_000;
+    let link = Link::new("par");
+    link.one_segment_per_packet();
+    let port = 20000 + (std::process::id() % 20000) as u16;
+    let b_addr: SocketAddr = format!("{}:{port}", link.b_ip).parse().unwrap();
+    let server = link.b.enter(move || Discard::bind(&b_addr.to_string()));
+    drop_data_packets(&link.b, port, 5, false);
+    let mut stream = Stream::start(&["--port", &port.to_string()]);
+    let conns: Vec<TcpStream> = link.a.enter(|| (0..FLOWS).map(|_| TcpStream::connect(b_addr).unwrap()).collect());
+    let workers: Vec<_> = conns
+        .into_iter()
+        .map(|mut c| {
+            thread::spawn(move || {
+                let local = c.local_addr().unwrap();
+                c.write_all(&vec![0x5a; SIZE]).unwrap();
+                c.shutdown(Shutdown::Write).unwrap();
+                drain(&mut c);
+                (local, final_tcp_info(c.as_raw_fd()))
+            })
+        })
+        .collect();
+    // The application's own log: each connection and its final counters.
+    let log: Vec<(SocketAddr, TcpInfo)> = workers.into_iter().map(|w| w.join().unwrap()).collect();
+    for (local, _) in &log {
+        let l = local.to_string();
+        stream.wait_for(Duration::from_secs(20), |r| r["type"] == "flow_summary" && r["src"] == l);
+    }
+    let (_, records, _) = stream.stop();
+    drop(server);
+
+    let mut total = 0;
+    for (local, info) in &log {
+        let sum = summary_of(&records, *local, b_addr).unwrap_or_else(|| panic!("no flow_summary for {local}"));
+        assert_eq!(u(&sum["retrans_total"]), info.total_retrans as u64, "{sum} vs {info:?}");
+        assert_eq!(u(&sum["bytes_acked"]), info.bytes_acked, "{sum} vs {info:?}");
+        // The data, the SYN and the FIN (an active opener counts its SYN as acked).
+        assert_eq!(u(&sum["bytes_acked"]), SIZE as u64 + 2);
+        let reported = reported_retrans(&records, &sum["cookie"]);
+        let trail: Vec<String> = records
+            .iter()
+            .filter(|r| r["cookie"] == sum["cookie"] && r["type"] != "flow_summary")
+            .map(|r| format!("{} segs={} total={} state={}", r["type"], r["segs"], r["retrans_total"], r["state"]))
+            .collect();
+        assert_eq!(reported, u(&sum["retrans_total"]) - u(&sum["retrans_at_open"]), "{local}: {sum}\n{trail:#?}");
+        total += info.total_retrans;
+    }
+    assert!(total > FLOWS as u32, "5% loss should cause retransmits; {total} in all");
+    let summaries = records.iter().filter(|r| r["type"] == "flow_summary" && r["dst"] == b_addr.to_string()).count();
+    assert_eq!(summaries, FLOWS, "one summary per connection in the application's log");
+    let last = records.iter().rev().find(|r| r["type"] == "stats").unwrap();
+    assert_eq!(u(&last["drops_total"]), 0, "{last}");
+}
+
+#[test]
+fn owner_filters_select_by_process_and_namespace() {
+    require_root();
+    let link = Link::new("own");
+    let listener = listener_in(&link.b, &link.b_ip, "cubic");
+    let to = listener.local_addr().unwrap();
+    let netns_ino = {
+        use std::os::unix::fs::MetadataExt as _;
+        std::fs::metadata(format!("/run/netns/{}", link.a.name)).unwrap().ino()
+    };
+    let port = to.port().to_string();
+    let mut mine = Stream::start(&["--port", &port, "--pid", &std::process::id().to_string()]);
+    let mut other_pid = Stream::start(&["--port", &port, "--pid", "1"]);
+    let mut in_a = Stream::start(&["--port", &port, "--netns", &format!("/run/netns/{}", link.a.name)]);
+    let mut client = connect_in(&link.a, to);
+    let client_addr = client.local_addr().unwrap();
+    client.write_all(&vec![1u8; 50_000]).unwrap();
+    client.shutdown(Shutdown::Write).unwrap();
+    let (mut conn, _) = listener.accept().unwrap();
+    drain(&mut conn);
+    drop(conn);
+    drain(&mut client);
+    drop(client);
+    let done = |r: &Value| r["type"] == "flow_summary" && r["src"] == client_addr.to_string();
+    mine.wait_for(Duration::from_secs(10), done);
+    in_a.wait_for(Duration::from_secs(10), done);
+    thread::sleep(Duration::from_millis(300));
+    let (_, mine, _) = mine.stop();
+    let (_, other, _) = other_pid.stop();
+    let (_, in_a, _) = in_a.stop();
+    let sum = summary_of(&mine, client_addr, to).unwrap();
+    assert_eq!(sum["comm"].as_str().map(|c| c.len() <= 15), Some(true), "{sum}");
+    assert_eq!(u(&sum["netns"]), netns_ino, "{sum}");
+    assert!(summary_of(&other, client_addr, to).is_none(), "--pid 1 must not show the test's flow");
+    assert!(summary_of(&in_a, client_addr, to).is_some(), "--netns of the client's namespace shows it");
+    let last = other.iter().rev().find(|r| r["type"] == "stats").unwrap();
+    assert!(u(&last["flows_filtered_total"]) >= 1, "{last}");
+}
