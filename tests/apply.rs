@@ -638,7 +638,11 @@ fn sigint_at_any_moment_leaves_nothing_or_what_status_reports() {
         let status: serde_json::Value =
             serde_json::from_str(&fx.bbrscope(Some(&ns), &["status", "--json"]).ok().stdout).unwrap();
         let recorded = status["bbrscope"].as_array().unwrap();
-        assert!(status["warnings"].as_array().unwrap().is_empty(), "{delay_ms} ms: {status}");
+        let drift = status["warnings"].as_array().unwrap().iter().any(|w| {
+            let w = w.as_str().unwrap();
+            w.contains("bbrscope set") || w.contains("interrupted")
+        });
+        assert!(!drift, "{delay_ms} ms: the record and the machine disagree: {status}");
         if recorded.is_empty() {
             untouched += 1;
             assert_eq!(ns.cc(), before, "{delay_ms} ms: nothing recorded, so nothing changed: {stderr}");

@@ -51,13 +51,17 @@ pub fn pin_path(cgroup_ino: u64) -> PathBuf {
 
 pub fn bpffs_mounted() -> bool {
     let Ok(c) = CString::new(BPFFS) else { return false };
+    // SAFETY: statfs is plain C data, valid when zeroed, and statfs(2) fills it from a
+    // NUL-terminated path that outlives the call.
     let mut st: libc::statfs = unsafe { std::mem::zeroed() };
+    // SAFETY: as above.
     unsafe { libc::statfs(c.as_ptr(), &mut st) == 0 && st.f_type as i64 == BPF_FS_MAGIC }
 }
 
 pub fn mount_bpffs() -> Result<()> {
     std::fs::create_dir_all(BPFFS).with_context(|| format!("creating {BPFFS}"))?;
     let (src, dst, fs) = (c"bpf", CString::new(BPFFS)?, c"bpf");
+    // SAFETY: NUL-terminated strings that outlive the call; no mount data.
     if unsafe { libc::mount(src.as_ptr(), dst.as_ptr(), fs.as_ptr(), 0, std::ptr::null()) } != 0 {
         return Err(std::io::Error::last_os_error()).context("mounting bpffs at /sys/fs/bpf");
     }
@@ -76,13 +80,19 @@ pub fn unmount_bpffs_if_empty() -> Result<bool> {
         return Ok(false);
     }
     let dst = CString::new(BPFFS)?;
+    // SAFETY: a NUL-terminated path that outlives the call.
     if unsafe { libc::umount2(dst.as_ptr(), libc::MNT_DETACH) } != 0 {
         return Err(std::io::Error::last_os_error()).context("unmounting /sys/fs/bpf");
     }
     Ok(true)
 }
 
+/// bpf(2) with a hand-packed `union bpf_attr` of 64 bytes: each command's fields at the offsets
+/// of include/uapi/linux/bpf.h, the rest zero (the kernel refuses non-zero bytes it does not
+/// know). Pointers stored in `attr` are the caller's to keep valid during the call.
 fn bpf(cmd: i32, attr: &mut [u64; 8]) -> std::io::Result<i64> {
+    // SAFETY: `attr` is 64 writable bytes, the size passed; the kernel reads and writes only
+    // within them, and through pointers inside them that the callers keep alive (see below).
     let r = unsafe { libc::syscall(libc::SYS_bpf, cmd, attr.as_mut_ptr(), size_of_val(attr) as u32) };
     if r < 0 { Err(std::io::Error::last_os_error()) } else { Ok(r) }
 }
@@ -112,6 +122,7 @@ pub fn attached(cgroup: &Path, effective: bool) -> Result<(Vec<Attached>, bool)>
     attr[1] = if effective { BPF_F_QUERY_EFFECTIVE as u64 } else { 0 };
     attr[2] = ids.as_mut_ptr() as u64;
     attr[3] = ids.len() as u64;
+    // `ids` outlives the call and holds prog_cnt entries, as the kernel is told.
     bpf(BPF_PROG_QUERY, &mut attr).context("querying the cgroup's sock_ops programs")?;
     let attach_flags = (attr[1] >> 32) as u32;
     let count = (attr[3] as u32) as usize;
@@ -182,7 +193,9 @@ fn obj_get(pin: &Path) -> Result<OwnedFd> {
     let c = CString::new(pin.as_os_str().as_bytes())?;
     let mut attr = [0u64; 8];
     attr[0] = c.as_ptr() as u64;
+    // `c` (pathname) outlives the call.
     let fd = bpf(BPF_OBJ_GET, &mut attr).with_context(|| format!("opening {}", pin.display()))?;
+    // SAFETY: BPF_OBJ_GET returned a new descriptor that nothing else owns.
     Ok(unsafe { OwnedFd::from_raw_fd(fd as i32) })
 }
 
