@@ -624,7 +624,8 @@ fn sigint_at_any_moment_leaves_nothing_or_what_status_reports() {
     let before = ns.cc();
     let algo = other_algorithm(&before, true);
     let (mut applied, mut untouched) = (0, 0);
-    for delay_ms in (0..=40).step_by(2) {
+    // Every millisecond while the run is short of its change (about 10 ms here), then sparser.
+    for delay_ms in (0..=24).chain((26..=40).step_by(2)) {
         let child =
             fx.command(Some(&ns), &["apply", &algo]).stdout(Stdio::null()).stderr(Stdio::piped()).spawn().unwrap();
         std::thread::sleep(Duration::from_millis(delay_ms));
@@ -657,5 +658,48 @@ fn sigint_at_any_moment_leaves_nothing_or_what_status_reports() {
         }
     }
     eprintln!("interrupted before any change: {untouched}, after the change was recorded: {applied}");
+    fx.assert_host_unchanged();
+}
+
+/// A run killed outright (SIGKILL: nothing can be deferred) leaves its intent recorded; the
+/// next apply or revert rolls back what it had changed and removes its temporary files, so the
+/// record and the machine agree again.
+#[test]
+fn a_killed_run_is_reconciled_by_the_next() {
+    let fx = Fixture::new();
+    let ns = Netns::new("kill");
+    let before = ns.cc();
+    let algo = other_algorithm(&before, true);
+    for delay_ms in (0..=24).chain((26..=40).step_by(2)) {
+        let child =
+            fx.command(Some(&ns), &["apply", &algo]).stdout(Stdio::null()).stderr(Stdio::null()).spawn().unwrap();
+        std::thread::sleep(Duration::from_millis(delay_ms));
+        // SAFETY: kill(2) on the pid of a child not yet waited for.
+        unsafe { libc::kill(child.id() as i32, libc::SIGKILL) };
+        child.wait_with_output().unwrap();
+        // `revert` takes the lock, reconciles, then reverts whatever is recorded.
+        let o = fx.bbrscope(Some(&ns), &["revert"]).ok();
+        assert_eq!(ns.cc(), before, "{delay_ms} ms: {o}");
+        assert!(!fx.path(STATE).exists() && !fx.path(DROPIN).exists(), "{delay_ms} ms: {o}");
+        let temporaries: Vec<_> =
+            files_below(fx.root.path()).into_iter().filter(|p| p.to_string_lossy().contains(".bbrscope-")).collect();
+        assert!(temporaries.is_empty(), "{delay_ms} ms: temporary files left: {temporaries:?}");
+    }
+    // Killed after its changes and before its record: the intent is all the state file holds.
+    fx.bbrscope(Some(&ns), &["apply", &algo]).ok();
+    let mut state: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(fx.path(STATE)).unwrap()).unwrap();
+    state["pending"] = state["entries"][0].clone();
+    state["entries"] = serde_json::json!([]);
+    fx.write(STATE, &state.to_string());
+    let status: serde_json::Value =
+        serde_json::from_str(&fx.bbrscope(Some(&ns), &["status", "--json"]).ok().stdout).unwrap();
+    assert!(status["warnings"].to_string().contains("interrupted midway"), "status tells: {status}");
+    assert_eq!(status["bbrscope"], serde_json::json!([]), "an intent is not a recorded change");
+    let o = fx.bbrscope(Some(&ns), &["apply", &algo]).ok();
+    assert!(o.stderr.contains("was interrupted midway: what it had changed was rolled back"), "{o}");
+    assert!(o.stdout.contains(&format!("got {algo}")), "then applies from the rolled-back state: {o}");
+    fx.bbrscope(Some(&ns), &["revert"]).ok();
+    assert_eq!(ns.cc(), before, "the value before the killed run is what revert restores");
+    assert!(!fx.path(STATE).exists());
     fx.assert_host_unchanged();
 }
