@@ -126,3 +126,9 @@ pub fn inet_sock_set_state(ctx: RawTracePointContext) -> i32 {
     }
     0
 }
+
+/// The benchmark's floor for the tracepoint path: attached to tcp_probe, does nothing.
+#[raw_tracepoint(tracepoint = "tcp_probe")]
+pub fn floor_tcp_probe(_ctx: RawTracePointContext) -> i32 {
+    0
+}

@@ -402,3 +402,20 @@ fn open(ctx: &SockOpsContext, s: &mut SockFlow) {
     s.flow.announced = 1;
     count(counter::OPENS);
 }
+
+/// The benchmark's floor for this path: the same callbacks enabled on every socket, and nothing
+/// done in them. `cargo xtask bench` reports the real program's cost as a multiple of this one's,
+/// measured in the same run.
+#[sock_ops]
+pub fn floor_sockops(ctx: SockOpsContext) -> u32 {
+    // SAFETY: as in `bbrscope_sockops`.
+    let ops = unsafe { &*ctx.ops };
+    let op = ops.op;
+    if op == BPF_SOCK_OPS_TCP_CONNECT_CB
+        || op == BPF_SOCK_OPS_ACTIVE_ESTABLISHED_CB
+        || op == BPF_SOCK_OPS_PASSIVE_ESTABLISHED_CB
+    {
+        let _ = ctx.set_cb_flags((ops.bpf_sock_ops_cb_flags | OUR_CB_FLAGS) as i32);
+    }
+    1
+}

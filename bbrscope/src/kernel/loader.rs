@@ -55,6 +55,12 @@ pub enum PathChoice {
     Sockops,
     /// Raw tracepoints (tcp_probe) with a flow table: established senders only.
     Tracepoint,
+    /// For `cargo xtask bench`: the sock_ops path's callbacks with an empty program (the floor).
+    #[value(hide = true)]
+    FloorSockops,
+    /// For `cargo xtask bench`: an empty program on tcp_probe (the floor).
+    #[value(hide = true)]
+    FloorTracepoint,
 }
 
 /// The path in use, as `stats` and `status` name it.
@@ -62,6 +68,8 @@ pub enum PathChoice {
 pub enum ObserverPath {
     Sockops,
     Tracepoint,
+    FloorSockops,
+    FloorTracepoint,
 }
 
 impl ObserverPath {
@@ -69,6 +77,8 @@ impl ObserverPath {
         match self {
             ObserverPath::Sockops => "sockops",
             ObserverPath::Tracepoint => "tracepoint",
+            ObserverPath::FloorSockops => "floor-sockops",
+            ObserverPath::FloorTracepoint => "floor-tracepoint",
         }
     }
 }
@@ -155,6 +165,14 @@ impl Observer {
                 attach_tracepoints(&mut ebpf, &hooks.attach)?;
                 ObserverPath::Tracepoint
             }
+            Ok(ObserverPath::FloorTracepoint) => {
+                attach_floor(&mut ebpf, FLOOR_TCP_PROBE)?;
+                ObserverPath::FloorTracepoint
+            }
+            Ok(ObserverPath::FloorSockops) => {
+                attach_floor(&mut ebpf, FLOOR_SOCKOPS)?;
+                ObserverPath::FloorSockops
+            }
             Ok(ObserverPath::Sockops) => match attach_sockops(&mut ebpf, &hooks.attach) {
                 Ok(()) => ObserverPath::Sockops,
                 Err(e) if opts.path == PathChoice::Auto => {
@@ -171,6 +189,8 @@ impl Observer {
         let per_ack_program = match path {
             ObserverPath::Sockops => SOCKOPS_PROGRAM,
             ObserverPath::Tracepoint => "tcp_probe",
+            ObserverPath::FloorSockops => FLOOR_SOCKOPS,
+            ObserverPath::FloorTracepoint => FLOOR_TCP_PROBE,
         };
 
         let ring = RingBuf::try_from(ebpf.take_map("EVENTS").context("EVENTS map missing")?)?;
@@ -208,11 +228,11 @@ impl Observer {
     /// program), when the kernel's BPF statistics are enabled (`--bpf-stats`).
     pub fn probe_runtime(&self) -> Option<(Duration, u64)> {
         let info = match self.path {
-            ObserverPath::Tracepoint => {
+            ObserverPath::Tracepoint | ObserverPath::FloorTracepoint => {
                 let prog: &RawTracePoint = self.ebpf.program(self.per_ack_program)?.try_into().ok()?;
                 prog.info().ok()?
             }
-            ObserverPath::Sockops => {
+            ObserverPath::Sockops | ObserverPath::FloorSockops => {
                 let prog: &SockOps = self.ebpf.program(self.per_ack_program)?.try_into().ok()?;
                 prog.info().ok()?
             }
@@ -238,6 +258,8 @@ const CONG_BY_COOKIE: &str = "cong_state_by_cookie";
 fn choose_path(opts: &Options) -> std::result::Result<ObserverPath, String> {
     match opts.path {
         PathChoice::Tracepoint => Ok(ObserverPath::Tracepoint),
+        PathChoice::FloorSockops => Ok(ObserverPath::FloorSockops),
+        PathChoice::FloorTracepoint => Ok(ObserverPath::FloorTracepoint),
         // Receive-only flows get no RTT callbacks: periodic samples of them need tcp_probe.
         _ if opts.receivers => Err("--receivers samples flows that only receive, which only the tracepoint \
                                     path sees: using tracepoints (no short flows, no flow summaries)"
@@ -256,13 +278,33 @@ fn attach_tracepoints(ebpf: &mut Ebpf, hooks: &[&'static str]) -> Result<()> {
     Ok(())
 }
 
+const FLOOR_SOCKOPS: &str = "floor_sockops";
+const FLOOR_TCP_PROBE: &str = "floor_tcp_probe";
+
+/// An empty program where the real per-ACK program would go, for the benchmark's floor.
+fn attach_floor(ebpf: &mut Ebpf, name: &str) -> Result<()> {
+    if name == FLOOR_TCP_PROBE {
+        let prog: &mut RawTracePoint = ebpf.program_mut(name).context("floor program missing")?.try_into()?;
+        prog.load()?;
+        prog.attach("tcp_probe")?;
+        return Ok(());
+    }
+    let prog: &mut SockOps = ebpf.program_mut(name).context("floor program missing")?.try_into()?;
+    prog.load()?;
+    prog.attach(&cgroup2_root()?, CgroupAttachMode::Single)?;
+    Ok(())
+}
+
+fn cgroup2_root() -> Result<std::fs::File> {
+    let mount = crate::sys::cgroup::cgroup2_mount().context("no cgroup v2 hierarchy is mounted")?;
+    std::fs::File::open(&mount.mount_point).with_context(|| format!("opening {}", mount.mount_point.display()))
+}
+
 /// The sock_ops program on the cgroup v2 root (every socket of the machine, or of this cgroup
 /// namespace), plus the congestion-state tracepoint where the kernel has it. The link is a file
 /// descriptor: it goes when bbrscope exits, however it exits.
 fn attach_sockops(ebpf: &mut Ebpf, hooks: &[&'static str]) -> Result<()> {
-    let mount = crate::sys::cgroup::cgroup2_mount().context("no cgroup v2 hierarchy is mounted")?;
-    let root = std::fs::File::open(&mount.mount_point)
-        .with_context(|| format!("opening {}", mount.mount_point.display()))?;
+    let root = cgroup2_root()?;
     if hooks.contains(&"tcp_cong_state_set") {
         let prog: &mut RawTracePoint =
             ebpf.program_mut(CONG_BY_COOKIE).context("cong_state_by_cookie missing from the object")?.try_into()?;
@@ -274,8 +316,7 @@ fn attach_sockops(ebpf: &mut Ebpf, hooks: &[&'static str]) -> Result<()> {
     prog.load().context("loading the sock_ops program")?;
     // A bpf_link (5.7+) sits beside other programs on the cgroup; the kernel refuses attach
     // flags on it, hence "Single".
-    prog.attach(&root, CgroupAttachMode::Single)
-        .with_context(|| format!("attaching the sock_ops program to {}", mount.mount_point.display()))?;
+    prog.attach(&root, CgroupAttachMode::Single).context("attaching the sock_ops program to the cgroup v2 root")?;
     Ok(())
 }
 
