@@ -100,6 +100,7 @@ pub fn unwritable(root: &Path, path: &Path) -> Option<String> {
         dir = dir.parent()?.to_path_buf();
     }
     let c = std::ffi::CString::new(dir.as_os_str().as_bytes()).ok()?;
+    // SAFETY: a NUL-terminated path that outlives the call.
     if unsafe { libc::access(c.as_ptr(), libc::W_OK) } == 0 {
         return None;
     }

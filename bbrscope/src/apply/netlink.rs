@@ -42,13 +42,16 @@ pub struct Netlink {
 impl Netlink {
     /// A socket in the calling thread's network namespace.
     pub fn open(protocol: i32) -> io::Result<Self> {
+        // SAFETY: socket(2) takes no pointers.
         let fd = unsafe { libc::socket(libc::AF_NETLINK, libc::SOCK_RAW | libc::SOCK_CLOEXEC, protocol) };
         if fd < 0 {
             return Err(io::Error::last_os_error());
         }
+        // SAFETY: a descriptor socket(2) just returned, owned by nothing else.
         let fd = unsafe { OwnedFd::from_raw_fd(fd) };
         // Ask for the kernel's error text ("Nexthop device is not up", ...); best effort.
         let one: libc::c_int = 1;
+        // SAFETY: the option value is a c_int that outlives the call, with its size passed.
         unsafe {
             libc::setsockopt(
                 fd.as_raw_fd(),
@@ -75,8 +78,10 @@ impl Netlink {
         buf.extend_from_slice(&seq.to_ne_bytes());
         buf.extend_from_slice(&0u32.to_ne_bytes());
         buf.extend_from_slice(payload);
+        // SAFETY: sockaddr_nl is plain C data, valid when zeroed (pid 0: the kernel).
         let mut addr: libc::sockaddr_nl = unsafe { std::mem::zeroed() };
         addr.nl_family = libc::AF_NETLINK as u16;
+        // SAFETY: `buf` and `addr` outlive the call, with their lengths passed.
         let sent = unsafe {
             libc::sendto(
                 self.fd.as_raw_fd(),
@@ -94,6 +99,7 @@ impl Netlink {
         let mut out = Vec::new();
         let mut rbuf = vec![0u8; 1 << 16];
         loop {
+            // SAFETY: `rbuf` is writable for the length passed.
             let n = unsafe { libc::recv(self.fd.as_raw_fd(), rbuf.as_mut_ptr().cast(), rbuf.len(), 0) };
             if n < 0 {
                 let e = io::Error::last_os_error();

@@ -33,6 +33,7 @@ pub fn unwritable(key: &str) -> Option<String> {
     use std::os::unix::ffi::OsStrExt as _;
     let p = path(key);
     let c = std::ffi::CString::new(p.as_os_str().as_bytes()).ok()?;
+    // SAFETY: a NUL-terminated path that outlives the call.
     if unsafe { libc::access(c.as_ptr(), libc::W_OK) } == 0 {
         return None;
     }

@@ -28,6 +28,7 @@ pub struct Probe {
 pub fn congestion_of(fd: i32) -> std::io::Result<String> {
     let mut buf = [0u8; NAME_MAX];
     let mut len = NAME_MAX as libc::socklen_t;
+    // SAFETY: `buf` is writable for `len` bytes; the kernel stores the length it wrote in `len`.
     if unsafe { libc::getsockopt(fd, libc::IPPROTO_TCP, TCP_CONGESTION, buf.as_mut_ptr().cast(), &mut len) } != 0 {
         return Err(std::io::Error::last_os_error());
     }
@@ -51,10 +52,12 @@ pub fn loopback() -> Result<Probe> {
     match connected {
         Ok(p) => Ok(p),
         Err(e) => {
+            // SAFETY: socket(2) takes no pointers.
             let fd = unsafe { libc::socket(libc::AF_INET, libc::SOCK_STREAM | libc::SOCK_CLOEXEC, 0) };
             if fd < 0 {
                 return Err(std::io::Error::last_os_error()).context("creating a TCP socket");
             }
+            // SAFETY: a descriptor socket(2) just returned, owned by nothing else.
             let fd = unsafe { OwnedFd::from_raw_fd(fd) };
             Ok(Probe {
                 algorithm: congestion_of(fd.as_raw_fd())?,
@@ -82,16 +85,21 @@ pub fn in_cgroup(cgroup: &Path) -> Result<(Probe, Probe)> {
         sin_zero: [0; 8],
     };
     let mut pipe = [0i32; 2];
+    // SAFETY: pipe2 fills the two-element array it is given.
     if unsafe { libc::pipe2(pipe.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
         return Err(std::io::Error::last_os_error()).context("pipe");
     }
+    // SAFETY: both descriptors were just created and are owned here alone.
     let (rd, wr) = unsafe { (OwnedFd::from_raw_fd(pipe[0]), OwnedFd::from_raw_fd(pipe[1])) };
+    // SAFETY: the child runs only `child_probe` (system calls, no allocation or locks, which
+    // another thread of the parent could have held at the fork) and then _exit.
     let pid = unsafe { libc::fork() };
     if pid < 0 {
         return Err(std::io::Error::last_os_error()).context("fork");
     }
     if pid == 0 {
         // Child: join the cgroup, connect, report the algorithm (or a status byte), exit.
+        // SAFETY: see the fork above; _exit skips the parent's atexit handlers and destructors.
         unsafe { libc::_exit(child_probe(&procs, &sin, wr.as_raw_fd())) };
     }
     drop(wr);
@@ -100,6 +108,7 @@ pub fn in_cgroup(cgroup: &Path) -> Result<(Probe, Probe)> {
     let mut out = Vec::new();
     let read = std::fs::File::from(rd).read_to_end(&mut out);
     let mut status = 0;
+    // SAFETY: waits for the child forked above, writing its status to a local.
     unsafe { libc::waitpid(pid, &mut status, 0) };
     read.context("reading the child's result")?;
     let code = libc::WEXITSTATUS(status);
@@ -121,6 +130,8 @@ pub fn in_cgroup(cgroup: &Path) -> Result<(Probe, Probe)> {
 const CHILD_STEPS: &[&str] = &["run", "join the cgroup", "create a socket", "connect", "read TCP_CONGESTION"];
 
 fn child_probe(procs: &CString, sin: &libc::sockaddr_in, out: i32) -> i32 {
+    // SAFETY: system calls on pointers to the caller's live data and a local buffer, with their
+    // lengths; no allocation (this runs in a forked child).
     unsafe {
         let f = libc::open(procs.as_ptr(), libc::O_WRONLY);
         if f < 0 || libc::write(f, b"0".as_ptr().cast(), 1) != 1 {
