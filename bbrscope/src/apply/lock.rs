@@ -55,7 +55,7 @@ impl Lock {
             // Not a runtime failure: the invocation lacks the privilege (README: exit 2).
             Err(e) if matches!(e.raw_os_error(), Some(libc::EACCES | libc::EPERM | libc::EROFS)) => {
                 return Err(UsageError::new(format!(
-                    "cannot open {LOCK}: {e} (changing congestion control needs root; --dry-run shows the plan without it)"
+                    "cannot open {LOCK}: {e}: changing congestion control needs root"
                 ))
                 .into());
             }

@@ -188,15 +188,17 @@ fn apply(args: ApplyArgs) -> Result<()> {
             Err(e) => failed.push(format!("{}: verification failed: {e:#}", r.plan.scope)),
         }
     }
-    if let Err(e) = print(&reports, args.json) {
+    let printed = print(&reports, args.json);
+    // A failed verification outranks a lost report (its message says how to undo the change).
+    if !failed.is_empty() {
+        anyhow::bail!("{} (the change stays in place; `bbrscope revert` undoes it)", failed.join("; "));
+    }
+    if let Err(e) = printed {
         // The machine changed: a failed report must still say so, and how to undo it.
         return Err(match &made {
             Some(m) if !e.is_closed_pipe() => anyhow::Error::from(e).context(format!("{m}, but the report was lost")),
             _ => e.into(),
         });
-    }
-    if !failed.is_empty() {
-        anyhow::bail!("{} (the change stays in place; `bbrscope revert` undoes it)", failed.join("; "));
     }
     Ok(())
 }
