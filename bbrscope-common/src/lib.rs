@@ -307,7 +307,8 @@ pub struct CongState {
 
 /// Indices into the per-CPU `COUNTERS` array.
 pub mod counter {
-    /// tcp_probe invocations (incoming segments on any TCP socket).
+    /// Per-ACK events: tcp_probe runs (incoming segments on any TCP socket; tracepoint path) or
+    /// RTT callbacks of observed flows (sock_ops path, added up at each sample).
     pub const PROBE_EVENTS: u32 = 0;
     pub const SAMPLES: u32 = 1;
     pub const RETRANSMITS: u32 = 2;

@@ -69,6 +69,13 @@ pub fn count(index: u32) {
 }
 
 #[inline(always)]
+pub fn add(index: u32, n: u64) {
+    if let Some(c) = COUNTERS.get_ptr_mut(index) {
+        unsafe { *c += n };
+    }
+}
+
+#[inline(always)]
 pub fn get(sk: u64) -> Option<&'static mut FlowState> {
     FLOWS.get_ptr_mut(&sk).map(|p| unsafe { &mut *p })
 }

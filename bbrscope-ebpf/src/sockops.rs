@@ -32,7 +32,7 @@ use bbrscope_common::{CC_NAME_LEN, FlowEnd, FlowOpen, config_flags, counter, fil
 
 use crate::{
     config::{conf, has_flag, interval_ns},
-    flow::{self, FlowState, Status, count},
+    flow::{self, FlowState, Status, add, count},
     records::{self, EVENTS, fill_header},
     sock::{self, read},
 };
@@ -136,7 +136,8 @@ pub fn bbrscope_sockops(ctx: SockOpsContext) -> u32 {
 /// The per-ACK path.
 #[inline(always)]
 fn on_rtt(ops: &bpf_sock_ops, sk: *mut bpf_sock) {
-    count(counter::PROBE_EVENTS);
+    // No per-ACK counter here: each sample adds the ACKs it covers (`flow.acks`) instead, which
+    // saves a per-CPU map update on every ACK.
     let Some(s) = storage(sk, false) else {
         return;
     };
@@ -176,6 +177,7 @@ fn on_rtt(ops: &bpf_sock_ops, sk: *mut bpf_sock) {
 #[inline(always)]
 fn sample(kind: u8, s: &mut SockFlow, tcp_state: u8) {
     s.flow.tcp_state = tcp_state;
+    add(counter::PROBE_EVENTS, s.flow.acks as u64);
     // SAFETY: no arguments; reads the monotonic clock.
     let now = unsafe { bpf_ktime_get_ns() };
     if records::sample(kind, s.sk, &mut s.flow, now) {

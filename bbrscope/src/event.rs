@@ -463,8 +463,10 @@ impl Decoder<'_> {
             mode,
             bw_bps,
             min_rtt_us: r(&l.min_rtt_us).map(|v| v as u32),
-            pacing_gain: r(&l.pacing_gain).map(|v| v as f64 / BBR_UNIT),
-            cwnd_gain: r(&l.cwnd_gain).map(|v| v as f64 / BBR_UNIT),
+            // Zero is no gain BBR uses: it has not run on an ACK yet (the first RTT sample of a
+            // flow comes just before BBR's first update).
+            pacing_gain: r(&l.pacing_gain).filter(|&v| v != 0).map(|v| v as f64 / BBR_UNIT),
+            cwnd_gain: r(&l.cwnd_gain).filter(|&v| v != 0).map(|v| v as f64 / BBR_UNIT),
             full_bw_reached: r(&l.full_bw_reached).map(|v| v != 0),
             cycle_idx: r(&l.cycle_idx).map(|v| v as u32),
         })
