@@ -20,6 +20,8 @@ fn pahole(strukt: &str) -> HashMap<String, (u32, u32)> {
         // "\tu32   snd_cwnd;   /*  1444     4 */" or "\tu8 icsk_ca_state:5; /*  1248: 0  1 */"
         let Some((decl, comment)) = line.split_once("/*") else { continue };
         let Some(decl) = decl.trim().strip_suffix(';') else { continue };
+        // "u32 segs_out __attribute__((__aligned__(64)))": the name comes before the attribute.
+        let decl = decl.split(" __attribute__").next().unwrap();
         let Some(name) = decl.split_whitespace().last() else { continue };
         let name = name.split(':').next().unwrap().trim_start_matches('*');
         let name = name.split('[').next().unwrap();

@@ -119,7 +119,8 @@ fn short_flows_of_every_size_get_a_summary_equal_to_their_final_tcp_info() {
     for f in &served {
         let what = format!("{} {} B response", f.cc, f.size);
         let sum = summary_of(&records, f.server, f.client).unwrap_or_else(|| panic!("{what}: no flow_summary"));
-        let open = of_flow(&records, "flow_open", &sum["cookie"]).next().unwrap_or_else(|| panic!("{what}: no flow_open"));
+        let open =
+            of_flow(&records, "flow_open", &sum["cookie"]).next().unwrap_or_else(|| panic!("{what}: no flow_open"));
         assert_eq!(open["cc"], f.cc, "{what}");
         assert_eq!(open["side"], "accept", "{what}");
         assert_eq!(sum["ccs"], serde_json::json!([f.cc]), "{what}");
@@ -145,7 +146,8 @@ fn short_flows_of_every_size_get_a_summary_equal_to_their_final_tcp_info() {
         assert!(u(&sum["cwnd_max"]) >= 2, "{what}: {sum}");
         assert!(u(&sum["samples"]) >= 1, "{what}: {sum}");
         let state_s = &sum["ca_state_s"];
-        let total: f64 = ["open", "disorder", "cwr", "recovery", "loss"].iter().map(|k| state_s[k].as_f64().unwrap()).sum();
+        let total: f64 =
+            ["open", "disorder", "cwr", "recovery", "loss"].iter().map(|k| state_s[k].as_f64().unwrap()).sum();
         assert!(total > 0.0 && total <= sum["duration_s"].as_f64().unwrap() + 1e-3, "{what}: {sum}");
         if f.cc == "bbr" {
             assert!(sum["bbr_modes"].as_array().is_some_and(|m| !m.is_empty()), "{what}: {sum}");
@@ -358,4 +360,35 @@ fn owner_filters_select_by_process_and_namespace() {
     assert!(summary_of(&in_a, client_addr, to).is_some(), "--netns of the client's namespace shows it");
     let last = other.iter().rev().find(|r| r["type"] == "stats").unwrap();
     assert!(u(&last["flows_filtered_total"]) >= 1, "{last}");
+}
+
+#[test]
+fn connections_open_before_the_start_are_polled_until_they_close() {
+    require_root();
+    let server = Discard::bind("127.0.0.1:0");
+    // Paced at 5 MB/s for 3 s, started before bbrscope: no sock_ops callback fires for it.
+    let sender = Sender::start(server.addr, "cubic", Duration::from_secs(3), Some(5_000_000));
+    let local = sender.local;
+    thread::sleep(Duration::from_millis(300));
+    let mut stream = Stream::start(&["--port", &server.addr.port().to_string()]);
+    let sent = sender.join();
+    stream.wait_for(Duration::from_secs(10), |r| r["type"] == "flow_close" && r["src"] == local.to_string());
+    let (_, records, _) = stream.stop();
+    let open = open_for(&records, local).expect("flow_open of the connection open before the start");
+    assert_eq!(open["cc"], "cubic");
+    assert!(open["pid"].is_null() && open["side"].is_null(), "its opening was not seen: {open}");
+    let samples: Vec<&Value> = of_flow(&records, "sample", &open["cookie"]).collect();
+    assert!(samples.len() >= 4, "polled at 250 ms for ~2.5 s: only {} samples", samples.len());
+    let mut last = 0;
+    for s in &samples {
+        assert_eq!(s["state"], "established", "{s}");
+        assert!(u(&s["cwnd"]) >= 2 && u(&s["srtt_us"]) > 0, "{s}");
+        let acked = u(&s["bytes_acked"]);
+        assert!(acked > last && acked <= sent + 2, "{s}");
+        last = acked;
+    }
+    let close = of_flow(&records, "flow_close", &open["cookie"]).next().unwrap();
+    assert!(u(&close["bytes_acked"]) >= sent * 9 / 10, "{close} vs {sent} sent");
+    // The server's receiving side never sent: not a flow.
+    assert!(!records.iter().any(|r| r["type"] == "flow_open" && r["src"] == server.addr.to_string()));
 }

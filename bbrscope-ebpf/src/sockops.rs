@@ -18,8 +18,7 @@ use aya_ebpf::{
     bindings::{
         BPF_SOCK_OPS_ACTIVE_ESTABLISHED_CB, BPF_SOCK_OPS_PASSIVE_ESTABLISHED_CB, BPF_SOCK_OPS_RETRANS_CB,
         BPF_SOCK_OPS_RETRANS_CB_FLAG, BPF_SOCK_OPS_RTT_CB, BPF_SOCK_OPS_RTT_CB_FLAG, BPF_SOCK_OPS_STATE_CB,
-        BPF_SOCK_OPS_STATE_CB_FLAG, BPF_SOCK_OPS_TCP_CONNECT_CB, BPF_SOCK_OPS_TCP_LISTEN_CB, bpf_sock,
-        bpf_sock_ops,
+        BPF_SOCK_OPS_STATE_CB_FLAG, BPF_SOCK_OPS_TCP_CONNECT_CB, BPF_SOCK_OPS_TCP_LISTEN_CB, bpf_sock, bpf_sock_ops,
     },
     helpers::{
         bpf_get_current_comm, bpf_get_current_pid_tgid, bpf_get_socket_cookie, bpf_ktime_get_ns,
@@ -103,9 +102,8 @@ fn storage(sk: *mut bpf_sock, create: bool) -> Option<&'static mut SockFlow> {
     let flags = if create { BPF_SK_STORAGE_GET_F_CREATE } else { 0 };
     // SAFETY: `sk` is the context's non-null socket; the helper returns null or a pointer to this
     // socket's storage, valid while the socket lives (for the whole callback).
-    let p = unsafe {
-        bpf_sk_storage_get(&raw const SOCKS as *mut c_void, sk.cast(), core::ptr::null_mut(), flags)
-    } as *mut SockFlow;
+    let p = unsafe { bpf_sk_storage_get(&raw const SOCKS as *mut c_void, sk.cast(), core::ptr::null_mut(), flags) }
+        as *mut SockFlow;
     // SAFETY: non-null storage of the right type (the map's value type).
     (!p.is_null()).then(|| unsafe { &mut *p })
 }
@@ -122,9 +120,7 @@ pub fn bbrscope_sockops(ctx: SockOpsContext) -> u32 {
             BPF_SOCK_OPS_RETRANS_CB => on_retransmit(ops, sk),
             BPF_SOCK_OPS_STATE_CB => on_state(ops, sk),
             BPF_SOCK_OPS_TCP_CONNECT_CB => on_connect(&ctx, ops, sk),
-            BPF_SOCK_OPS_ACTIVE_ESTABLISHED_CB | BPF_SOCK_OPS_PASSIVE_ESTABLISHED_CB => {
-                on_established(&ctx, ops, sk)
-            }
+            BPF_SOCK_OPS_ACTIVE_ESTABLISHED_CB | BPF_SOCK_OPS_PASSIVE_ESTABLISHED_CB => on_established(&ctx, ops, sk),
             BPF_SOCK_OPS_TCP_LISTEN_CB => on_listen(sk),
             _ => {}
         }

@@ -25,6 +25,15 @@ impl FilterSpec {
         let cc = cc.map(validate_cc).transpose()?;
         Ok(FilterSpec { port, net, cgroup, cc })
     }
+
+    /// The same filters in userspace, for connections the kernel programs do not see (those
+    /// open before bbrscope started). Their cgroup is not known: `--cgroup` excludes them.
+    pub fn matches(&self, src: std::net::SocketAddr, dst: std::net::SocketAddr, cc: Option<&str>) -> bool {
+        self.port.is_none_or(|p| src.port() == p || dst.port() == p)
+            && self.net.as_ref().is_none_or(|n| n.contains(src.ip()) || n.contains(dst.ip()))
+            && self.cgroup.is_none()
+            && self.cc.as_deref().is_none_or(|want| cc == Some(want))
+    }
 }
 
 fn validate_cc(name: &str) -> Result<String> {
@@ -53,6 +62,15 @@ impl std::str::FromStr for Net {
 }
 
 impl Net {
+    /// Whether `ip` (IPv4-mapped IPv6 counts as IPv4) is in the range.
+    pub fn contains(&self, ip: IpAddr) -> bool {
+        let ip = match ip {
+            IpAddr::V6(v6) => v6.to_ipv4_mapped().map_or(ip, IpAddr::V4),
+            v4 => v4,
+        };
+        self.0.contains(&ip)
+    }
+
     /// The range as IPv6 (IPv4 as IPv4-mapped) network and mask bytes, the form the kernel
     /// filter compares.
     pub fn mapped_net_and_mask(&self) -> ([u8; 16], [u8; 16]) {

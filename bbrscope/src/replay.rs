@@ -79,8 +79,7 @@ pub fn parse_line(line: &str) -> Result<Option<Record>> {
         return Ok(None);
     }
     let f = FlowFields::deserialize(&v).with_context(|| format!("{ty} record"))?;
-    let head =
-        Head {
+    let head = Head {
         flow: f.cookie,
         ts_ns: secs_to_ns(f.ts),
         src: f.src,

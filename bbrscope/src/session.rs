@@ -7,6 +7,7 @@ use anyhow::{Context as _, Result};
 
 use crate::{
     event::{Decoder, Event, Metrics, OpenEvent},
+    kernel::existing::Existing,
     kernel::{
         layout::Layout,
         loader::{Observer, ObserverPath, Options},
@@ -63,6 +64,9 @@ pub struct Live {
     pending: HashMap<u64, Box<OpenEvent>>,
     owner_filtered: u64,
     cc_filter: Option<String>,
+    /// sock_ops path: connections open before bbrscope attached, polled through sock_diag.
+    existing: Option<Existing>,
+    poll: tokio::time::Interval,
 }
 
 impl Live {
@@ -84,6 +88,16 @@ impl Live {
                 observer.degraded.join("; ")
             );
         }
+        // After attaching: every connection is then either in this snapshot or seen opening.
+        // Owner filters cannot apply to connections whose opening was not seen.
+        let existing = match observer.path == ObserverPath::Sockops && opts.owner.is_empty() {
+            true => Some(Existing::snapshot(&opts.filter)?),
+            false => None,
+        };
+        // sock_diag dumps every socket of the namespace: not more often than 4 times a second.
+        let period = opts.interval.max(std::time::Duration::from_millis(250));
+        let mut poll = tokio::time::interval(period);
+        poll.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let tracker = StatsTracker::new(
             observer.counters()?,
             0,
@@ -102,6 +116,8 @@ impl Live {
             pending: HashMap::new(),
             owner_filtered: 0,
             cc_filter: opts.filter.cc.clone(),
+            existing,
+            poll,
         })
     }
 
@@ -110,15 +126,56 @@ impl Live {
         &self.observer.degraded
     }
 
-    /// Waits for records, then decodes each and passes it to `f`.
+    /// Connections open before bbrscope started that are still polled (sock_ops path).
+    pub fn existing_flows(&self) -> usize {
+        self.existing.as_ref().map_or(0, Existing::len)
+    }
+
+    /// Waits for records (or the next poll of connections open before the start), then decodes
+    /// each and passes it to `f`.
     pub async fn next_batch(&mut self, mut f: impl FnMut(Event)) -> Result<()> {
-        let decoder = Decoder { layout: &self.layout };
-        let records = &mut self.records;
-        let sockops = self.observer.path == ObserverPath::Sockops;
-        let (open_flows, pending, filter, filtered) =
-            (&mut self.open_flows, &mut self.pending, &self.owner_filter, &mut self.owner_filtered);
-        let cc_filter = self.cc_filter.as_ref();
-        self.observer
+        if let Some(existing) = self.existing.as_mut().filter(|e| !e.is_empty()) {
+            tokio::select! {
+                biased;
+                _ = self.poll.tick() => {
+                    for ev in existing.poll()? {
+                        f(ev);
+                    }
+                    return Ok(());
+                }
+                r = Self::drain_ring(&mut self.observer, &self.layout, &mut self.records, &mut self.open_flows,
+                    &mut self.pending, &self.owner_filter, &mut self.owner_filtered, self.cc_filter.as_ref(), &mut f) => return r,
+            }
+        }
+        Self::drain_ring(
+            &mut self.observer,
+            &self.layout,
+            &mut self.records,
+            &mut self.open_flows,
+            &mut self.pending,
+            &self.owner_filter,
+            &mut self.owner_filtered,
+            self.cc_filter.as_ref(),
+            &mut f,
+        )
+        .await
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    async fn drain_ring(
+        observer: &mut Observer,
+        layout: &Layout,
+        records: &mut u64,
+        open_flows: &mut HashSet<u64>,
+        pending: &mut HashMap<u64, Box<OpenEvent>>,
+        filter: &OwnerFilter,
+        filtered: &mut u64,
+        cc_filter: Option<&String>,
+        f: &mut impl FnMut(Event),
+    ) -> Result<()> {
+        let decoder = Decoder { layout };
+        let sockops = observer.path == ObserverPath::Sockops;
+        observer
             .drain(|bytes| {
                 *records += 1;
                 let Some(ev) = decoder.decode(bytes) else { return };

@@ -145,15 +145,8 @@ pub fn set_cc(stream: &TcpStream, cc: &str) {
 /// setsockopt(TCP_CONGESTION) on any TCP socket (a listener's algorithm is inherited by the
 /// connections it accepts).
 pub fn set_cc_fd(fd: std::os::fd::RawFd, cc: &str) {
-    let r = unsafe {
-        libc::setsockopt(
-            fd,
-            libc::IPPROTO_TCP,
-            libc::TCP_CONGESTION,
-            cc.as_ptr().cast(),
-            cc.len() as u32,
-        )
-    };
+    let r =
+        unsafe { libc::setsockopt(fd, libc::IPPROTO_TCP, libc::TCP_CONGESTION, cc.as_ptr().cast(), cc.len() as u32) };
     assert_eq!(r, 0, "setsockopt(TCP_CONGESTION, {cc}): {}", std::io::Error::last_os_error());
 }
 
@@ -483,6 +476,8 @@ pub fn drop_data_packets(ns: &Netns, port: u16, percent: u32, sport: bool) {
     ns.exec("nft", &["add chain inet bbrs input { type filter hook input priority 0; }"]);
     ns.exec(
         "nft",
-        &[&format!("add rule inet bbrs input tcp {dir} {port} meta length > 200 numgen random mod 100 < {percent} drop")],
+        &[&format!(
+            "add rule inet bbrs input tcp {dir} {port} meta length > 200 numgen random mod 100 < {percent} drop"
+        )],
     );
 }

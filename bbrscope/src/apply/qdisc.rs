@@ -10,7 +10,7 @@ use std::collections::BTreeMap;
 use anyhow::{Context as _, Result};
 use serde::Serialize;
 
-use super::netlink::{Attrs, NETLINK_ROUTE, NLM_F_CREATE, NLM_F_DUMP, NLM_F_REPLACE, Netlink, attrs, cstr};
+use crate::sys::netlink::{Attrs, NETLINK_ROUTE, NLM_F_CREATE, NLM_F_DUMP, NLM_F_REPLACE, Netlink, attrs, cstr};
 
 const RTM_NEWLINK: u16 = 16;
 const RTM_GETLINK: u16 = 18;

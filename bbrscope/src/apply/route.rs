@@ -10,7 +10,7 @@ use anyhow::{Context as _, Result, bail};
 use ipnet::IpNet;
 use serde::{Deserialize, Serialize};
 
-use super::netlink::{Attrs, NETLINK_ROUTE, NLM_F_DUMP, NLM_F_REPLACE, Netlink, attrs, cstr, u32_of};
+use crate::sys::netlink::{Attrs, NETLINK_ROUTE, NLM_F_DUMP, NLM_F_REPLACE, Netlink, attrs, cstr, u32_of};
 
 const RTM_NEWROUTE: u16 = 24;
 const RTM_GETROUTE: u16 = 26;
@@ -82,7 +82,7 @@ impl Route {
             None => IpAddr::from([0u8; 16]),
         };
         let cc = get(RTA_METRICS)
-            .and_then(|m| super::netlink::attrs(m).find(|(t, _)| *t == RTAX_CC_ALGO).map(|(_, v)| cstr(v)));
+            .and_then(|m| crate::sys::netlink::attrs(m).find(|(t, _)| *t == RTAX_CC_ALGO).map(|(_, v)| cstr(v)));
         Some(Route {
             key: RouteKey {
                 prefix: IpNet::new(dst, dst_len).ok()?,

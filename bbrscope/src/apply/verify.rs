@@ -32,7 +32,7 @@ pub fn congestion_of(fd: i32) -> std::io::Result<String> {
     if unsafe { libc::getsockopt(fd, libc::IPPROTO_TCP, TCP_CONGESTION, buf.as_mut_ptr().cast(), &mut len) } != 0 {
         return Err(std::io::Error::last_os_error());
     }
-    Ok(super::netlink::cstr(&buf[..len as usize]))
+    Ok(crate::sys::netlink::cstr(&buf[..len as usize]))
 }
 
 /// A loopback connection in the calling thread's namespace. A namespace whose loopback is down

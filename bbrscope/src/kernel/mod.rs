@@ -2,6 +2,7 @@
 //! bbrscope's programs, reading their ring buffer and counters.
 
 pub mod btf;
+pub mod existing;
 pub mod hooks;
 pub mod layout;
 pub mod loader;

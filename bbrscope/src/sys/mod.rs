@@ -2,4 +2,6 @@
 
 pub mod cc;
 pub mod cgroup;
+pub mod netlink;
 pub mod privileges;
+pub mod sockdiag;

@@ -1,0 +1,150 @@
+//! Connections that were already open when the sock_ops observer attached: no sock_ops callback
+//! ever fires for them (callbacks are switched on per socket as it connects or is accepted), so
+//! they are polled through sock_diag, as `ss -tin` reads them, until they close. They get
+//! samples and a `flow_close`, but no owner and no `flow_summary` (their start was not seen).
+
+use std::collections::{HashMap, HashSet};
+
+use anyhow::Result;
+
+use crate::{
+    clock::Clock,
+    event::{Bbr, CaState, Event, Head, Metrics, SampleEvent},
+    filter::FilterSpec,
+    sys::sockdiag::{self, CONNECTED, Socket},
+};
+
+/// BBR's gains are fixed point with 1.0 = 256 (`BBR_UNIT`).
+const BBR_UNIT: f64 = 256.0;
+const INFINITE_SSTHRESH: u32 = 0x7fff_ffff;
+
+pub struct Existing {
+    /// Cookies of the connections open at start that are still open, with what was last seen.
+    open: HashMap<u64, Polled>,
+    filter: FilterSpec,
+}
+
+#[derive(Default)]
+struct Polled {
+    last: Option<SampleEvent>,
+    /// A sample went out: the connection is a flow for the sinks, and gets a `flow_close`.
+    shown: bool,
+}
+
+impl Existing {
+    /// The connections of this network namespace open now (call once the observer is attached,
+    /// so that a connection is either here or seen opening by the observer).
+    pub fn snapshot(filter: &FilterSpec) -> Result<Self> {
+        let open = sockdiag::dump(CONNECTED, false)?.into_iter().map(|s| (s.cookie, Polled::default())).collect();
+        Ok(Existing { open, filter: filter.clone() })
+    }
+
+    /// How many connections are still being polled.
+    pub fn len(&self) -> usize {
+        self.open.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.open.is_empty()
+    }
+
+    /// One poll: a sample for each connection that sent since the last poll (its peer acked
+    /// more: the first poll only sets the baseline), and a final sample for each shown
+    /// connection that has gone.
+    pub fn poll(&mut self) -> Result<Vec<Event>> {
+        let now = Clock::monotonic_ns();
+        let mut seen = HashSet::new();
+        let mut out = Vec::new();
+        for s in sockdiag::dump(CONNECTED, true)? {
+            let Some(slot) = self.open.get_mut(&s.cookie) else { continue };
+            seen.insert(s.cookie);
+            if !self.filter.matches(s.src, s.dst, s.cc.as_deref()) {
+                continue;
+            }
+            let Some(mut ev) = sample(&s, now) else { continue };
+            let sent = match &slot.last {
+                Some(prev) => prev.metrics.bytes_acked != ev.metrics.bytes_acked,
+                None => false,
+            };
+            if sent {
+                ev.head.first = !slot.shown;
+                slot.shown = true;
+                out.push(Event::Sample(Box::new(ev.clone())));
+            }
+            slot.last = Some(ev);
+        }
+        let gone: Vec<u64> = self.open.keys().filter(|c| !seen.contains(c)).copied().collect();
+        for cookie in gone {
+            if let Some(Polled { last: Some(mut last), shown: true }) = self.open.remove(&cookie) {
+                last.closing = true;
+                last.head.ts_ns = now;
+                last.head.tcp_state = 7;
+                out.push(Event::Sample(Box::new(last)));
+            }
+        }
+        Ok(out)
+    }
+}
+
+fn sample(s: &Socket, now: u64) -> Option<SampleEvent> {
+    let i = s.info.as_ref()?;
+    let cc = s.cc.clone().unwrap_or_default();
+    let bbr = match (cc.as_str(), s.bbr) {
+        ("bbr", Some(b)) => Some(Bbr {
+            // sock_diag does not report BBR's mode.
+            mode: None,
+            bw_bps: Some(b.bw_bytes_per_s * 8),
+            min_rtt_us: Some(b.min_rtt_us),
+            pacing_gain: (b.pacing_gain != 0).then(|| b.pacing_gain as f64 / BBR_UNIT),
+            cwnd_gain: (b.cwnd_gain != 0).then(|| b.cwnd_gain as f64 / BBR_UNIT),
+            full_bw_reached: None,
+            cycle_idx: None,
+        }),
+        _ => None,
+    };
+    let metrics = Metrics {
+        cwnd: Some(i.snd_cwnd),
+        ssthresh: (i.snd_ssthresh < INFINITE_SSTHRESH).then_some(i.snd_ssthresh),
+        srtt_us: Some(i.rtt_us),
+        rttvar_us: Some(i.rttvar_us),
+        min_rtt_us: (i.min_rtt_us != u32::MAX).then_some(i.min_rtt_us),
+        pacing_rate_bps: (i.pacing_rate != u64::MAX).then(|| i.pacing_rate.saturating_mul(8)),
+        delivery_rate_bps: Some(i.delivery_rate.saturating_mul(8)),
+        delivery_app_limited: Some(i.app_limited),
+        bytes_acked: Some(i.bytes_acked),
+        bytes_sent: i.bytes_sent,
+        bytes_retrans: i.bytes_retrans,
+        bytes_received: Some(i.bytes_received),
+        retrans_total: Some(i.total_retrans),
+        data_segs_out: Some(i.data_segs_out),
+        segs_out: Some(i.segs_out),
+        segs_in: Some(i.segs_in),
+        data_segs_in: Some(i.data_segs_in),
+        unacked: Some(i.unacked),
+        in_flight: Some(i.unacked.saturating_sub(i.sacked + i.lost) + i.retrans),
+        lost: Some(i.lost),
+        sacked: Some(i.sacked),
+        retrans_out: Some(i.retrans),
+        delivered: Some(i.delivered),
+        mss: Some(i.snd_mss),
+        snd_wnd: i.snd_wnd,
+        bbr,
+        cubic: None,
+    };
+    Some(SampleEvent {
+        head: Head {
+            flow: s.cookie,
+            ts_ns: now,
+            src: s.src,
+            dst: s.dst,
+            ca_state: CaState::from_raw(i.ca_state),
+            first: false,
+            tcp_state: s.state,
+        },
+        closing: false,
+        cc,
+        acks: 0,
+        retrans_coalesced: 0,
+        metrics,
+    })
+}

@@ -1,0 +1,215 @@
+//! TCP sockets of the calling thread's network namespace from sock_diag (inet_diag): the same
+//! source `ss -tin` reads. `status` counts flows per algorithm with it, and the observer polls the
+//! connections that were already open when it started (no sock_ops callback ever fires for them).
+
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
+
+use anyhow::{Context as _, Result};
+
+use super::netlink::{NETLINK_SOCK_DIAG, NLM_F_DUMP, Netlink, attrs, cstr};
+
+const SOCK_DIAG_BY_FAMILY: u16 = 20;
+const INET_DIAG_INFO: u16 = 2;
+/// Asking for VEGASINFO makes the algorithm report its own info (BBR answers with BBRINFO):
+/// `idiag_ext` is 8 bits wide, too narrow for BBRINFO's own bit.
+const INET_DIAG_VEGASINFO: u16 = 3;
+const INET_DIAG_CONG: u16 = 4;
+const INET_DIAG_BBRINFO: u16 = 16;
+const INET_DIAG_MSG_LEN: usize = 72;
+/// Connection states that have a congestion controller: all but LISTEN, TIME_WAIT and CLOSE.
+pub const CONNECTED: u32 = (1 << 1) | (1 << 2) | (1 << 3) | (1 << 4) | (1 << 5) | (1 << 8) | (1 << 9) | (1 << 11);
+
+/// `struct tcp_info` fields (uapi linux/tcp.h offsets, which only ever grow at the end).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct TcpInfo {
+    pub ca_state: u8,
+    pub app_limited: bool,
+    pub snd_mss: u32,
+    pub unacked: u32,
+    pub sacked: u32,
+    pub lost: u32,
+    pub retrans: u32,
+    pub rtt_us: u32,
+    pub rttvar_us: u32,
+    pub snd_ssthresh: u32,
+    pub snd_cwnd: u32,
+    pub total_retrans: u32,
+    pub pacing_rate: u64,
+    pub bytes_acked: u64,
+    pub bytes_received: u64,
+    pub segs_out: u32,
+    pub segs_in: u32,
+    pub min_rtt_us: u32,
+    pub data_segs_in: u32,
+    pub data_segs_out: u32,
+    pub delivery_rate: u64,
+    pub delivered: u32,
+    /// Fields newer kernels add; `None` where the kernel's tcp_info is shorter.
+    pub bytes_sent: Option<u64>,
+    pub bytes_retrans: Option<u64>,
+    pub snd_wnd: Option<u32>,
+}
+
+impl TcpInfo {
+    pub fn parse(b: &[u8]) -> Option<Self> {
+        let u32_at = |o: usize| b.get(o..o + 4).map(|s| u32::from_ne_bytes(s.try_into().unwrap()));
+        let u64_at = |o: usize| b.get(o..o + 8).map(|s| u64::from_ne_bytes(s.try_into().unwrap()));
+        Some(TcpInfo {
+            ca_state: *b.get(1)?,
+            app_limited: b.get(7)? & 1 != 0,
+            snd_mss: u32_at(16)?,
+            unacked: u32_at(24)?,
+            sacked: u32_at(28)?,
+            lost: u32_at(32)?,
+            retrans: u32_at(36)?,
+            rtt_us: u32_at(68)?,
+            rttvar_us: u32_at(72)?,
+            snd_ssthresh: u32_at(76)?,
+            snd_cwnd: u32_at(80)?,
+            total_retrans: u32_at(100)?,
+            pacing_rate: u64_at(104)?,
+            bytes_acked: u64_at(120)?,
+            bytes_received: u64_at(128)?,
+            segs_out: u32_at(136)?,
+            segs_in: u32_at(140)?,
+            min_rtt_us: u32_at(148)?,
+            data_segs_in: u32_at(152)?,
+            data_segs_out: u32_at(156)?,
+            delivery_rate: u64_at(160)?,
+            delivered: u32_at(192)?,
+            bytes_sent: u64_at(200),
+            bytes_retrans: u64_at(208),
+            snd_wnd: u32_at(228),
+        })
+    }
+}
+
+/// BBR's own report (`struct tcp_bbr_info`): bandwidth in bytes/s, gains in 1/256.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct BbrInfo {
+    pub bw_bytes_per_s: u64,
+    pub min_rtt_us: u32,
+    pub pacing_gain: u32,
+    pub cwnd_gain: u32,
+}
+
+/// One socket of a dump.
+#[derive(Clone, Debug)]
+pub struct Socket {
+    pub family: u8,
+    /// `enum tcp_state`.
+    pub state: u8,
+    pub src: SocketAddr,
+    pub dst: SocketAddr,
+    /// The socket cookie (the same one BPF programs get from bpf_get_socket_cookie).
+    pub cookie: u64,
+    pub cc: Option<String>,
+    pub info: Option<TcpInfo>,
+    pub bbr: Option<BbrInfo>,
+}
+
+/// Every TCP socket in `states` (a bit mask of `1 << tcp_state`) of both address families; with
+/// `details`, each with its tcp_info, algorithm and the algorithm's own info.
+pub fn dump(states: u32, details: bool) -> Result<Vec<Socket>> {
+    let mut nl = Netlink::open(NETLINK_SOCK_DIAG).context("opening a sock_diag socket")?;
+    let mut out = Vec::new();
+    for family in [libc::AF_INET as u8, libc::AF_INET6 as u8] {
+        // struct inet_diag_req_v2: family, protocol, ext, pad, states, then a zeroed socket id.
+        let mut req = vec![0u8; 56];
+        req[0] = family;
+        req[1] = libc::IPPROTO_TCP as u8;
+        req[2] = 1 << (INET_DIAG_CONG - 1);
+        if details {
+            req[2] |= (1 << (INET_DIAG_INFO - 1)) | (1 << (INET_DIAG_VEGASINFO - 1));
+        }
+        req[4..8].copy_from_slice(&states.to_ne_bytes());
+        let msgs = nl.request(SOCK_DIAG_BY_FAMILY, NLM_F_DUMP, &req).context("listing TCP sockets (sock_diag)")?;
+        out.extend(msgs.iter().filter_map(|m| parse(&m.data)));
+    }
+    Ok(out)
+}
+
+fn parse(d: &[u8]) -> Option<Socket> {
+    if d.len() < INET_DIAG_MSG_LEN {
+        return None;
+    }
+    let family = d[0];
+    let port = |o: usize| u16::from_be_bytes([d[o], d[o + 1]]);
+    let addr = |o: usize| -> IpAddr {
+        if family == libc::AF_INET as u8 {
+            IpAddr::V4(Ipv4Addr::new(d[o], d[o + 1], d[o + 2], d[o + 3]))
+        } else {
+            let a = Ipv6Addr::from(<[u8; 16]>::try_from(&d[o..o + 16]).unwrap());
+            a.to_ipv4_mapped().map_or(IpAddr::V6(a), IpAddr::V4)
+        }
+    };
+    let cookie_lo = u32::from_ne_bytes(d[44..48].try_into().unwrap()) as u64;
+    let cookie_hi = u32::from_ne_bytes(d[48..52].try_into().unwrap()) as u64;
+    let mut s = Socket {
+        family,
+        state: d[1],
+        src: SocketAddr::new(addr(8), port(4)),
+        dst: SocketAddr::new(addr(24), port(6)),
+        cookie: cookie_lo | (cookie_hi << 32),
+        cc: None,
+        info: None,
+        bbr: None,
+    };
+    for (kind, v) in attrs(&d[INET_DIAG_MSG_LEN..]) {
+        match kind {
+            INET_DIAG_CONG => s.cc = Some(cstr(v)),
+            INET_DIAG_INFO => s.info = TcpInfo::parse(v),
+            INET_DIAG_BBRINFO if v.len() >= 20 => {
+                let w = |i: usize| u32::from_ne_bytes(v[i * 4..i * 4 + 4].try_into().unwrap());
+                s.bbr = Some(BbrInfo {
+                    bw_bytes_per_s: w(0) as u64 | ((w(1) as u64) << 32),
+                    min_rtt_us: w(2),
+                    pacing_gain: w(3),
+                    cwnd_gain: w(4),
+                });
+            }
+            _ => {}
+        }
+    }
+    Some(s)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_an_inet_diag_message_with_attributes() {
+        let mut m = vec![0u8; INET_DIAG_MSG_LEN];
+        m[0] = libc::AF_INET as u8;
+        m[1] = 8; // CLOSE_WAIT
+        m[4..6].copy_from_slice(&443u16.to_be_bytes());
+        m[6..8].copy_from_slice(&51000u16.to_be_bytes());
+        m[8..12].copy_from_slice(&[192, 0, 2, 1]);
+        m[24..28].copy_from_slice(&[198, 51, 100, 7]);
+        m[44..48].copy_from_slice(&7u32.to_ne_bytes());
+        m[48..52].copy_from_slice(&1u32.to_ne_bytes());
+        let mut info = vec![0u8; 232];
+        info[1] = 3; // recovery
+        info[80..84].copy_from_slice(&42u32.to_ne_bytes());
+        info[120..128].copy_from_slice(&123_456u64.to_ne_bytes());
+        let cc = b"cubic\0";
+        for (kind, v) in [(INET_DIAG_INFO, &info[..]), (INET_DIAG_CONG, &cc[..])] {
+            let len = 4 + v.len();
+            m.extend_from_slice(&(len as u16).to_ne_bytes());
+            m.extend_from_slice(&kind.to_ne_bytes());
+            m.extend_from_slice(v);
+            m.resize(m.len().next_multiple_of(4), 0);
+        }
+        let s = parse(&m).unwrap();
+        assert_eq!(s.state, 8);
+        assert_eq!(s.src.to_string(), "192.0.2.1:443");
+        assert_eq!(s.dst.to_string(), "198.51.100.7:51000");
+        assert_eq!(s.cookie, (1 << 32) | 7);
+        assert_eq!(s.cc.as_deref(), Some("cubic"));
+        let i = s.info.unwrap();
+        assert_eq!((i.ca_state, i.snd_cwnd, i.bytes_acked), (3, 42, 123_456));
+        assert_eq!(i.snd_wnd, Some(0));
+        assert!(parse(&m[..INET_DIAG_MSG_LEN - 1]).is_none());
+    }
+}
