@@ -481,6 +481,7 @@ impl Decoder<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::kernel::layout::Field;
 
     #[test]
     fn addresses_show_ipv4_for_mapped() {
@@ -492,6 +493,53 @@ mod tests {
         assert_eq!(addr(10, b, 80).to_string(), "127.0.0.1:80");
         let v6: [u8; 16] = "2001:db8::1".parse::<Ipv6Addr>().unwrap().octets();
         assert_eq!(addr(10, v6, 443).to_string(), "[2001:db8::1]:443");
+    }
+
+    /// A SAMPLE record as the kernel program lays it out, for a bbr flow, with the raw kernel
+    /// values given; decoded with this kernel's own layout (from its BTF).
+    fn bbr_record(layout: &Layout, srtt_raw: u64, bw_raw: u64, pacing_gain_raw: u64, mss: u64) -> Vec<u8> {
+        // SAFETY: Sample is plain old data (integers and byte arrays); all-zero is a valid value.
+        let mut s: Sample = unsafe { std::mem::zeroed() };
+        s.hdr.kind = kind::SAMPLE;
+        s.hdr.family = 2;
+        s.cc[..3].copy_from_slice(b"bbr");
+        s.vals[Field::SrttUs as usize] = srtt_raw;
+        s.vals[Field::MssCache as usize] = mss;
+        let bbr = layout.bbr.as_ref().expect("BBR's BTF");
+        let put = |priv_: &mut [u8; CA_PRIV_LEN], f: &crate::kernel::layout::PrivField, v: u64| {
+            for bit in 0..f.bits {
+                let at = f.bit_offset + bit;
+                if v >> bit & 1 == 1 {
+                    priv_[(at / 8) as usize] |= 1 << (at % 8);
+                }
+            }
+        };
+        put(&mut s.ca_priv, bbr.bw.as_ref().unwrap(), bw_raw);
+        put(&mut s.ca_priv, bbr.pacing_gain.as_ref().unwrap(), pacing_gain_raw);
+        put(&mut s.ca_priv, bbr.cwnd_gain.as_ref().unwrap(), 512);
+        // SAFETY: reading the bytes of a plain-old-data value.
+        unsafe { std::slice::from_raw_parts((&raw const s).cast::<u8>(), size_of::<Sample>()) }.to_vec()
+    }
+
+    #[test]
+    fn decodes_the_kernels_fixed_point_units() {
+        let btf = crate::kernel::btf::Btf::kernel().expect("kernel BTF (run on a kernel with BTF)");
+        let layout = Layout::from_btf(&btf).unwrap();
+        // srtt_us is kept << 3; BBR's bw is packets per µs << 24 (BW_SCALE); gains are << 8.
+        // 1 packet/µs of 1448 bytes = 11.584 Gbit/s; 0x140 = 1.25.
+        let rec = bbr_record(&layout, 8 * 1000, 1 << 24, 0x140, 1448);
+        let Some(Event::Sample(s)) = (Decoder { layout: &layout }).decode(&rec) else { panic!("not a sample") };
+        assert_eq!(s.metrics.srtt_us, Some(1000));
+        let b = s.metrics.bbr.unwrap();
+        assert_eq!(b.bw_bps, Some(11_584_000_000));
+        assert_eq!(b.pacing_gain, Some(1.25));
+        assert_eq!(b.cwnd_gain, Some(2.0));
+        // A quarter packet per µs at 1500-byte segments: 375 bytes/µs = 3 Gbit/s.
+        let rec = bbr_record(&layout, 8 * 37, 1 << 22, 0xc0, 1500);
+        let Some(Event::Sample(s)) = (Decoder { layout: &layout }).decode(&rec) else { panic!("not a sample") };
+        assert_eq!(s.metrics.srtt_us, Some(37));
+        assert_eq!(s.metrics.bbr.as_ref().unwrap().bw_bps, Some(3_000_000_000));
+        assert_eq!(s.metrics.bbr.unwrap().pacing_gain, Some(0.75));
     }
 
     #[test]
