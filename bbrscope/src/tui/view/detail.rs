@@ -16,17 +16,36 @@ use crate::{
     tui::{app::App, fmt, theme::Theme},
 };
 
+/// Who owns the flow, as "nginx[812] accept netns 4026531840", where known.
+fn owner(flow: &Flow) -> Option<String> {
+    let o = flow.life.owner.as_ref()?;
+    let mut parts = Vec::new();
+    match (&o.comm, o.pid) {
+        (Some(c), Some(p)) => parts.push(format!("{c}[{p}]")),
+        (Some(c), None) => parts.push(c.clone()),
+        (None, Some(p)) => parts.push(format!("pid {p}")),
+        (None, None) => {}
+    }
+    parts.extend(o.side.clone());
+    parts.extend(o.netns.map(|n| format!("netns {n}")));
+    (!parts.is_empty()).then(|| parts.join(" "))
+}
+
 pub fn draw(f: &mut Frame, area: Rect, app: &App, theme: &Theme) {
     let Some(flow) = app.selected_flow() else {
         return;
     };
     let now = app.view_now();
     let verdict = diagnose::diagnose(flow, now);
-    let title = Line::from(vec![
+    let mut title = vec![
         Span::styled(format!(" {} → {} ", flow.src, flow.dst), theme.title()),
         Span::styled(format!("{} ", flow.cc), theme.cc(&flow.cc)),
         Span::styled(format!("{} ", flow.ca_state.as_str()), theme.dim()),
-    ]);
+    ];
+    if let Some(owner) = owner(flow) {
+        title.push(Span::styled(format!("· {owner} "), theme.dim()));
+    }
+    let title = Line::from(title);
     let block = Block::bordered().title(title).border_style(theme.dim());
     let inner = block.inner(area);
     f.render_widget(block, area);

@@ -24,6 +24,9 @@ pub fn draw(f: &mut Frame, area: Rect, app: &App, theme: &Theme) {
         ));
     }
     if let Some(s) = &app.stats {
+        if !s.observer.is_empty() {
+            spans.push(Span::styled(format!(" {} ", s.observer), theme.dim()));
+        }
         spans.push(Span::raw(format!(
             " events {}/s · records {}/s · cpu {:.1}% ",
             fmt::count(s.events_per_s),
