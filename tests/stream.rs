@@ -405,6 +405,16 @@ fn bad_input_is_one_line_on_stderr_and_exit_2() {
         (vec!["--duration", "-1"], "duration"),
         (vec!["--frobnicate"], "frobnicate"),
         (vec!["--btf", "/nonexistent.btf"], "--btf"),
+        (vec!["--btf", "/dev/zero"], "BTF"),
+        (vec!["--duration", "1e300"], "a year"),
+        (vec!["--duration", "99999999999999999999"], "a year"),
+        (vec!["--stats-interval", "1e30"], "86400"),
+        (vec!["--port", "0"], "1 to 65535"),
+        (vec!["--interval", "100ms"], "without a unit"),
+        (vec!["--prot", "80"], "similar argument exists: '--port'"),
+        (vec!["--comm", "a-name-longer-than-15"], "15 bytes"),
+        (vec!["--netns", "/no/such/ns"], "namespace"),
+        (vec!["--observer", "kprobe"], "sockops"),
     ];
     for (args, needle) in cases {
         let out = bbrscope().arg("stream").args(&args).output().unwrap();

@@ -49,8 +49,8 @@ pub enum Command {
 /// Which flows to watch. All given filters must match; they run in the kernel.
 #[derive(Debug, Args, Clone)]
 pub struct FilterArgs {
-    /// Only flows with this local or remote port
-    #[arg(long, value_name = "PORT")]
+    /// Only flows with this local or remote port (1-65535)
+    #[arg(long, value_name = "PORT", value_parser = parse_port)]
     pub port: Option<u16>,
     /// Only flows with the local or remote address in this range (e.g. 10.0.0.0/8, 2001:db8::/32, 192.0.2.7)
     #[arg(long, value_name = "CIDR")]
@@ -98,8 +98,9 @@ fn parse_netns(s: &str) -> Result<u32, String> {
 pub struct ObserveArgs {
     #[command(flatten)]
     pub filter: FilterArgs,
-    /// Sample period per flow, in milliseconds; losses and state changes are reported as they happen
-    #[arg(long, value_name = "MS", default_value_t = 100, value_parser = clap::value_parser!(u64).range(1..=60_000))]
+    /// Sample period per flow, in milliseconds (1-60000, no unit); losses and state changes are
+    /// reported as they happen
+    #[arg(long, value_name = "MS", default_value_t = 100, value_parser = parse_interval_ms)]
     pub interval: u64,
     /// Also report flows that only receive data (by default only flows that send)
     #[arg(long)]
@@ -151,8 +152,8 @@ pub struct StreamArgs {
     /// Stop after this many seconds (default: run until interrupted)
     #[arg(long, value_name = "SECS", value_parser = parse_positive_secs, allow_negative_numbers = true)]
     pub duration: Option<Duration>,
-    /// Seconds between `stats` records; 0 turns them off
-    #[arg(long, value_name = "SECS", default_value_t = 1.0, allow_negative_numbers = true)]
+    /// Seconds between `stats` records (up to 86400); 0 turns them off
+    #[arg(long, value_name = "SECS", default_value_t = 1.0, allow_negative_numbers = true, value_parser = parse_stats_secs)]
     pub stats_interval: f64,
 }
 
@@ -182,12 +183,39 @@ fn parse_speed(s: &str) -> Result<f64, String> {
     }
 }
 
+/// The longest `--duration`: a year is more than any session; beyond it the number is a typo.
+const MAX_DURATION_S: f64 = 365.0 * 86400.0;
+
 fn parse_positive_secs(s: &str) -> Result<Duration, String> {
     let v: f64 = s.parse().map_err(|_| format!("'{s}' is not a number of seconds (e.g. 10 or 0.5)"))?;
-    if !(v > 0.0 && v.is_finite()) {
-        return Err(format!("'{s}' must be a positive number of seconds"));
+    if !(v > 0.0 && v <= MAX_DURATION_S) {
+        return Err(format!("'{s}' must be a number of seconds above 0 and at most {MAX_DURATION_S} (a year)"));
     }
     Ok(Duration::from_secs_f64(v))
+}
+
+fn parse_stats_secs(s: &str) -> Result<f64, String> {
+    let v: f64 = s.parse().map_err(|_| format!("'{s}' is not a number of seconds (e.g. 1 or 0.5; 0 for none)"))?;
+    if !(0.0..=86400.0).contains(&v) {
+        return Err(format!("'{s}' must be 0 (no stats) or a number of seconds up to 86400"));
+    }
+    Ok(v)
+}
+
+fn parse_port(s: &str) -> Result<u16, String> {
+    match s.parse::<u16>() {
+        Ok(p) if p > 0 => Ok(p),
+        Ok(_) => Err("port 0 matches no TCP flow: give a port from 1 to 65535".into()),
+        Err(_) => Err(format!("'{s}' is not a port (a number from 1 to 65535)")),
+    }
+}
+
+fn parse_interval_ms(s: &str) -> Result<u64, String> {
+    let bad = || format!("'{s}' is not an interval: give milliseconds from 1 to 60000, without a unit (e.g. 100)");
+    match s.parse::<u64>() {
+        Ok(v) if (1..=60_000).contains(&v) => Ok(v),
+        _ => Err(bad()),
+    }
 }
 
 /// A size with an optional K/M/G suffix (powers of 1024).
@@ -229,8 +257,21 @@ mod tests {
     #[test]
     fn durations() {
         assert_eq!(parse_positive_secs("1.5"), Ok(Duration::from_millis(1500)));
-        assert!(parse_positive_secs("0").is_err());
-        assert!(parse_positive_secs("-3").is_err());
-        assert!(parse_positive_secs("soon").is_err());
+        for bad in ["0", "-3", "soon", "1e300", "99999999999999999999", "inf", "NaN"] {
+            assert!(parse_positive_secs(bad).is_err(), "{bad}");
+        }
+        assert_eq!(parse_stats_secs("0"), Ok(0.0));
+        assert!(
+            parse_stats_secs("1e30").is_err() && parse_stats_secs("-1").is_err() && parse_stats_secs("NaN").is_err()
+        );
+    }
+
+    #[test]
+    fn ports_and_intervals_say_what_is_right() {
+        assert!(parse_port("0").unwrap_err().contains("1 to 65535"));
+        assert_eq!(parse_port("443"), Ok(443));
+        assert!(parse_interval_ms("100ms").unwrap_err().contains("without a unit"));
+        assert_eq!(parse_interval_ms("100"), Ok(100));
+        assert!(parse_interval_ms("0").is_err());
     }
 }

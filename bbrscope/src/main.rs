@@ -63,10 +63,7 @@ fn clap_error(e: clap::Error) -> ExitCode {
             ExitCode::SUCCESS
         }
         _ => {
-            let rendered = e.render().to_string();
-            let first = rendered.lines().next().unwrap_or("invalid arguments");
-            let msg = first.strip_prefix("error: ").unwrap_or(first);
-            eprintln!("bbrscope: {msg} (see bbrscope --help)");
+            eprintln!("bbrscope: {} (see bbrscope --help)", bbrscope::error::one_line(&e.render().to_string()));
             ExitCode::from(2)
         }
     }

@@ -17,9 +17,6 @@ const SILENT_FORGET: Duration = Duration::from_secs(300);
 
 pub async fn run(args: StreamArgs) -> Result<()> {
     let opts = args.observe.options()?;
-    if !(args.stats_interval >= 0.0 && args.stats_interval.is_finite()) {
-        crate::error::usage!("--stats-interval must be 0 (off) or a positive number of seconds");
-    }
     let mut sigint = signal(SignalKind::interrupt())?;
     let mut sigterm = signal(SignalKind::terminate())?;
     let mut live = Live::start("bbrscope stream", &opts)?;

@@ -118,7 +118,18 @@ impl Btf {
     }
 
     pub fn from_file(path: &Path, base: Option<Btf>) -> Result<Self> {
-        let data = std::fs::read(path).with_context(|| format!("reading {}", path.display()))?;
+        use std::io::Read as _;
+        // A kernel's BTF is a few MB; reading stops beyond this, so that a device or a wrong
+        // file (e.g. /dev/zero) cannot fill memory.
+        const MAX_BTF_BYTES: u64 = 256 << 20;
+        let file = std::fs::File::open(path).with_context(|| format!("reading {}", path.display()))?;
+        let mut data = Vec::new();
+        file.take(MAX_BTF_BYTES + 1).read_to_end(&mut data).with_context(|| format!("reading {}", path.display()))?;
+        ensure!(
+            data.len() as u64 <= MAX_BTF_BYTES,
+            "{} is larger than any kernel's BTF (over 256 MiB)",
+            path.display()
+        );
         Self::parse(&data, base).with_context(|| format!("parsing BTF in {}", path.display()))
     }
 
