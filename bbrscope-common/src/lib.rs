@@ -111,6 +111,34 @@ pub mod config_flags {
     pub const CGROUP_ANCESTOR_PTRS: u32 = 1 << 3;
 }
 
+/// `bbrscope experiment`: new connections in scope get one of two algorithms at random.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct Experiment {
+    /// `experiment_flags`.
+    pub flags: u32,
+    /// Percent of connections in scope given arm B (1-99).
+    pub split_pct: u32,
+    /// Percent of connections in scope that join the experiment at all (1-100); the others keep
+    /// the default algorithm: the limit on the share of traffic an experiment touches.
+    pub sample_pct: u32,
+    pub _pad2: u32,
+    /// The two arms' algorithms (NUL-padded); arm A is index 0.
+    pub cc: [[u8; CC_NAME_LEN]; 2],
+    /// Connections in scope: this port at either end (0: any), this cgroup (id 0: any); the
+    /// destination ranges are in the `EXP_DST` map when `experiment_flags::DST` is set.
+    pub port: u16,
+    pub _pad: u16,
+    pub cgroup_level: u32,
+    pub cgroup_id: u64,
+}
+
+pub mod experiment_flags {
+    pub const ON: u32 = 1 << 0;
+    /// Only destinations in the `EXP_DST` ranges.
+    pub const DST: u32 = 1 << 1;
+}
+
 /// Everything userspace hands the programs at load time (a read-only global).
 #[repr(C)]
 #[derive(Clone, Copy, Debug)]
@@ -123,6 +151,7 @@ pub struct Config {
     pub filter: Filter,
     pub sock: SockLayout,
     pub fields: [FieldSpec; MAX_FIELDS],
+    pub experiment: Experiment,
 }
 
 impl Config {
@@ -170,6 +199,17 @@ impl Config {
                 _pad: 0,
             },
             fields: [FieldSpec { off: 0, len: 0 }; MAX_FIELDS],
+            experiment: Experiment {
+                flags: 0,
+                split_pct: 0,
+                sample_pct: 0,
+                _pad2: 0,
+                cc: [[0; CC_NAME_LEN]; 2],
+                port: 0,
+                _pad: 0,
+                cgroup_level: 0,
+                cgroup_id: 0,
+            },
         }
     }
 }
@@ -248,7 +288,9 @@ pub struct FlowOpen {
     pub netns: u32,
     /// 1: connect() (active open), 0: accepted.
     pub active: u8,
-    pub _pad: [u8; 3],
+    /// `bbrscope experiment`: 1 or 2 for arm A or B, 0 when not in the experiment.
+    pub arm: u8,
+    pub _pad: [u8; 2],
     /// When connect() was called or the listener cloned the socket (CLOCK_MONOTONIC ns).
     pub start_ns: u64,
     /// `total_retrans` when the flow was established (SYN/SYN-ACK retransmits).
@@ -336,7 +378,10 @@ pub mod counter {
     pub const STORAGE_FAILED: u32 = 14;
     /// sock_ops path: congestion-state changes of sockets bbrscope does not track (no cookie).
     pub const CONG_UNTRACKED: u32 = 15;
-    pub const COUNT: u32 = 16;
+    /// `bbrscope experiment`: connections in scope whose algorithm could not be set (they stay
+    /// on the default and out of the experiment).
+    pub const ARM_FAILED: u32 = 16;
+    pub const COUNT: u32 = 17;
 }
 
 #[cfg(feature = "user")]

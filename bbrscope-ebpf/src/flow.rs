@@ -152,7 +152,7 @@ pub fn passes(sk: u64, t: &Tuple) -> bool {
     if flags & filter_flags::ADDR != 0 && !in_net(&t.saddr) && !in_net(&t.daddr) {
         return false;
     }
-    if flags & filter_flags::CGROUP != 0 && !in_cgroup(sk) {
+    if flags & filter_flags::CGROUP != 0 && !in_cgroup(sk, conf!(filter.cgroup_id), conf!(filter.cgroup_level)) {
         return false;
     }
     true
@@ -173,15 +173,14 @@ fn in_net(addr: &[u8; 16]) -> bool {
 }
 
 /// Whether the socket's cgroup (v2, recorded at socket creation, so this holds in softirq
-/// context where `current` is unrelated) is the filter's cgroup or below it.
+/// context where `current` is unrelated) is cgroup `want_id` (at `want_level`) or below it.
 #[inline(always)]
-fn in_cgroup(sk: u64) -> bool {
+pub fn in_cgroup(sk: u64, want_id: u64, want_level: u32) -> bool {
     let cgrp: u64 = read(sk, conf!(sock.cgroup));
     if cgrp == 0 {
         return false;
     }
     let level: i32 = read(cgrp, conf!(sock.cgroup_level));
-    let want_level = conf!(filter.cgroup_level);
     if level < want_level as i32 {
         return false;
     }
@@ -193,7 +192,7 @@ fn in_cgroup(sk: u64) -> bool {
     } else {
         read(cgrp, slot)
     };
-    id == conf!(filter.cgroup_id)
+    id == want_id
 }
 
 /// The cgroup v2 id of the socket's cgroup (0 where the kernel does not record it, before 5.15).

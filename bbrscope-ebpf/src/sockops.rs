@@ -22,12 +22,13 @@ use aya_ebpf::{
     },
     helpers::{
         bpf_get_current_comm, bpf_get_current_pid_tgid, bpf_get_socket_cookie, bpf_ktime_get_ns,
-        generated::{bpf_ktime_get_coarse_ns, bpf_sk_storage_get},
+        generated::{bpf_get_prandom_u32, bpf_ktime_get_coarse_ns, bpf_setsockopt, bpf_sk_storage_get},
     },
-    macros::{btf_map, sock_ops},
+    macros::{btf_map, map, sock_ops},
+    maps::lpm_trie::{Key, LpmTrie},
     programs::SockOpsContext,
 };
-use bbrscope_common::{CC_NAME_LEN, FlowEnd, FlowOpen, config_flags, counter, filter_flags, kind};
+use bbrscope_common::{CC_NAME_LEN, FlowEnd, FlowOpen, config_flags, counter, experiment_flags, filter_flags, kind};
 
 use crate::{
     config::{conf, has_flag, interval_ns},
@@ -37,6 +38,8 @@ use crate::{
 };
 
 const TCP_CLOSE: u32 = 7;
+const SOL_TCP: i32 = 6;
+const TCP_CONGESTION: i32 = 13;
 const BPF_SK_STORAGE_GET_F_CREATE: u64 = 1;
 const OUR_CB_FLAGS: u32 = BPF_SOCK_OPS_RTT_CB_FLAG | BPF_SOCK_OPS_STATE_CB_FLAG | BPF_SOCK_OPS_RETRANS_CB_FLAG;
 
@@ -69,7 +72,9 @@ pub struct SockFlow {
     pub active: u8,
     /// 1 on a listening socket (its storage is a template its accepted sockets inherit).
     pub listener: u8,
-    pub _pad: [u8; 6],
+    /// `bbrscope experiment` arm: 1 (A), 2 (B), 0 (not in the experiment).
+    pub arm: u8,
+    pub _pad: [u8; 5],
 }
 
 /// A BTF map definition by hand: aya-ebpf's `SkStorage` fixes the flags to `BPF_F_NO_PREALLOC`,
@@ -298,6 +303,9 @@ fn on_established(ctx: &SockOpsContext, ops: &bpf_sock_ops, sk: *mut bpf_sock) {
         (s.comm, s.tgid, s.pid) = (comm, tgid, pid);
     }
     s.flow.tcp_state = ops.state as u8;
+    if conf!(experiment.flags) & experiment_flags::ON != 0 {
+        assign_arm(ctx, s);
+    }
     s.retrans_at_open = ops.total_retrans;
     s.flow.last_total_retrans = ops.total_retrans;
     // The handshake's own sequence number: only data acked after this counts as sending.
@@ -305,6 +313,48 @@ fn on_established(ctx: &SockOpsContext, ops: &bpf_sock_ops, sk: *mut bpf_sock) {
     s.srtt_first = ops.srtt_us;
     let _ = ctx.set_cb_flags((ops.bpf_sock_ops_cb_flags | OUR_CB_FLAGS) as i32);
     open(ctx, s);
+}
+
+/// Destination ranges of the experiment's scope (`--dst`), IPv4 as IPv4-mapped IPv6.
+#[map]
+static EXP_DST: LpmTrie<[u8; 16], u8> = LpmTrie::with_max_entries(1024, 0);
+
+/// `bbrscope experiment`: a connection in scope gets arm B with probability `split_pct`%, else
+/// arm A, and that arm's algorithm, as it is established (the point where `apply --cgroup`'s
+/// program sets it too). Existing connections and the system default are untouched.
+#[inline(always)]
+fn assign_arm(ctx: &SockOpsContext, s: &mut SockFlow) {
+    let sk = s.sk;
+    let t = sock::tuple(sk);
+    let port = conf!(experiment.port);
+    if port != 0 && t.sport != port && t.dport != port {
+        return;
+    }
+    let cgroup_id = conf!(experiment.cgroup_id);
+    if cgroup_id != 0 && !flow::in_cgroup(sk, cgroup_id, conf!(experiment.cgroup_level)) {
+        return;
+    }
+    if conf!(experiment.flags) & experiment_flags::DST != 0 && EXP_DST.get(&Key::new(128, t.daddr)).is_none() {
+        return;
+    }
+    // SAFETY: no arguments.
+    let (join, pick) = unsafe { (bpf_get_prandom_u32(), bpf_get_prandom_u32()) };
+    if join % 100 >= conf!(experiment.sample_pct) {
+        return;
+    }
+    let b = pick % 100 < conf!(experiment.split_pct);
+    let arm = if b { 1 } else { 0 };
+    let mut name: [u8; CC_NAME_LEN] = conf!(experiment.cc[arm]);
+    // SAFETY: a sock_ops context at an established callback, where the kernel allows setting
+    // TCP_CONGESTION; `name` is a readable NUL-padded buffer of the length passed.
+    let err = unsafe {
+        bpf_setsockopt(ctx.ops as *mut c_void, SOL_TCP, TCP_CONGESTION, name.as_mut_ptr() as *mut c_void, CC_NAME_LEN as i32)
+    };
+    if err == 0 {
+        s.arm = arm as u8 + 1;
+    } else {
+        count(counter::ARM_FAILED);
+    }
 }
 
 /// Starts the flow's state in fresh (or inherited) storage.
@@ -335,6 +385,7 @@ fn reset(s: &mut SockFlow, sk: *mut bpf_sock) {
     s.retrans_failed = 0;
     s.active = 0;
     s.listener = 0;
+    s.arm = 0;
     s.comm = [0; 16];
     s.tgid = 0;
     s.pid = 0;
@@ -391,7 +442,8 @@ fn open(ctx: &SockOpsContext, s: &mut SockFlow) {
         let net: u64 = read_opt(sk, conf!(sock.net));
         (*o).netns = if net == 0 { 0 } else { read_opt(net, conf!(sock.net_inum)) };
         (*o).active = s.active;
-        (*o)._pad = [0; 3];
+        (*o).arm = s.arm;
+        (*o)._pad = [0; 2];
         (*o).start_ns = s.start_ns;
         (*o).retrans_at_open = s.retrans_at_open;
         (*o)._pad2 = 0;

@@ -185,6 +185,8 @@ pub struct Owner {
     pub cgroup_id: Option<u64>,
     /// Inode of the network namespace (`ls -L -i /proc/PID/ns/net`, `lsns -t net`).
     pub netns: Option<u32>,
+    /// `bbrscope experiment`: the arm (1 = A, 2 = B) the kernel assigned the flow to.
+    pub arm: Option<u8>,
 }
 
 #[derive(Clone, Debug, PartialEq)]
@@ -372,6 +374,7 @@ impl Decoder<'_> {
                         comm: (!comm.is_empty()).then_some(comm),
                         cgroup_id: (o.cgroup_id != 0).then_some(o.cgroup_id),
                         netns: (o.netns != 0).then_some(o.netns),
+                        arm: (o.arm != 0).then_some(o.arm),
                     },
                     start_ns: o.start_ns,
                     retrans_at_open: o.retrans_at_open,

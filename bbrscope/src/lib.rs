@@ -13,6 +13,7 @@ pub mod demo;
 pub mod diagnose;
 pub mod error;
 pub mod event;
+pub mod experiment;
 pub mod filter;
 pub mod flow;
 pub mod kernel;

@@ -7,10 +7,13 @@ use std::time::Duration;
 use anyhow::{Context as _, Result};
 use aya::{
     Ebpf, EbpfLoader,
-    maps::{MapData, PerCpuArray, RingBuf},
+    maps::{
+        MapData, PerCpuArray, RingBuf,
+        lpm_trie::{Key, LpmTrie},
+    },
     programs::{CgroupAttachMode, RawTracePoint, SockOps},
 };
-use bbrscope_common::{CC_NAME_LEN, Config, Filter, config_flags, counter, filter_flags};
+use bbrscope_common::{CC_NAME_LEN, Config, Filter, config_flags, counter, experiment_flags, filter_flags};
 use tokio::io::unix::AsyncFd;
 
 use super::{
@@ -42,6 +45,23 @@ pub struct Options {
     pub path: PathChoice,
     /// Owner filters (userspace, sock_ops path).
     pub owner: crate::session::OwnerFilter,
+    /// `bbrscope experiment`: assign new connections in scope to two algorithms at random.
+    pub experiment: Option<ExperimentSpec>,
+}
+
+/// What `bbrscope experiment` asks of the kernel program.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ExperimentSpec {
+    /// Arm A's and arm B's algorithm.
+    pub arms: [String; 2],
+    /// Percent of connections in scope given arm B.
+    pub split_pct: u32,
+    /// Percent of connections in scope that join the experiment (the rest are untouched).
+    pub sample_pct: u32,
+    pub port: Option<u16>,
+    pub cgroup: Option<crate::sys::cgroup::Cgroup>,
+    /// Destination ranges; empty: any destination.
+    pub dst: Vec<ipnet::IpNet>,
 }
 
 /// `--observer`: how bbrscope hooks into the TCP stack.
@@ -96,6 +116,7 @@ impl Default for Options {
             bpf_stats: false,
             path: PathChoice::Auto,
             owner: crate::session::OwnerFilter::default(),
+            experiment: None,
         }
     }
 }
@@ -147,6 +168,7 @@ impl Observer {
             filter: kernel_filter(&opts.filter, &layout)?,
             sock: layout.sock,
             fields: layout.fields,
+            experiment: experiment_config(opts.experiment.as_ref()),
         };
         let mut ebpf = EbpfLoader::new()
             .override_global("CONFIG", &config, true)
@@ -155,6 +177,9 @@ impl Observer {
             .load(OBJECT)
             .context("loading bbrscope's kernel programs")?;
 
+        if let Some(exp) = &opts.experiment {
+            fill_experiment_ranges(&mut ebpf, &exp.dst)?;
+        }
         let path = match choose_path(opts) {
             Err(why) => {
                 degraded.push(why);
@@ -175,7 +200,7 @@ impl Observer {
             }
             Ok(ObserverPath::Sockops) => match attach_sockops(&mut ebpf, &hooks.attach) {
                 Ok(()) => ObserverPath::Sockops,
-                Err(e) if opts.path == PathChoice::Auto => {
+                Err(e) if opts.path == PathChoice::Auto && opts.experiment.is_none() => {
                     degraded.push(format!(
                         "the sock_ops path is unavailable ({e:#}): using tracepoints, which see only \
                          established senders (no short flows, no CLOSE_WAIT senders, no flow summaries)"
@@ -254,9 +279,47 @@ const SOCKOPS_PROGRAM: &str = "bbrscope_sockops";
 /// The tracepoint program the sock_ops path uses for congestion-state changes.
 const CONG_BY_COOKIE: &str = "cong_state_by_cookie";
 
+fn experiment_config(spec: Option<&ExperimentSpec>) -> bbrscope_common::Experiment {
+    let mut e = Config::zeroed().experiment;
+    let Some(spec) = spec else { return e };
+    e.flags = experiment_flags::ON;
+    if !spec.dst.is_empty() {
+        e.flags |= experiment_flags::DST;
+    }
+    e.split_pct = spec.split_pct;
+    e.sample_pct = spec.sample_pct;
+    for (slot, name) in e.cc.iter_mut().zip(&spec.arms) {
+        let n = name.len().min(CC_NAME_LEN - 1);
+        slot[..n].copy_from_slice(&name.as_bytes()[..n]);
+    }
+    e.port = spec.port.unwrap_or(0);
+    if let Some(cg) = &spec.cgroup {
+        e.cgroup_id = cg.id;
+        e.cgroup_level = cg.level;
+    }
+    e
+}
+
+/// The experiment's destination ranges, as IPv6 (IPv4 mapped) prefixes the kernel looks up.
+fn fill_experiment_ranges(ebpf: &mut Ebpf, ranges: &[ipnet::IpNet]) -> Result<()> {
+    let mut map: LpmTrie<_, [u8; 16], u8> =
+        LpmTrie::try_from(ebpf.map_mut("EXP_DST").context("EXP_DST map missing")?)?;
+    for net in ranges {
+        let (addr, prefix) = match net {
+            ipnet::IpNet::V4(n) => (n.network().to_ipv6_mapped().octets(), 96 + n.prefix_len() as u32),
+            ipnet::IpNet::V6(n) => (n.network().octets(), n.prefix_len() as u32),
+        };
+        map.insert(&Key::new(prefix, addr), &1, 0).with_context(|| format!("adding {net} to the experiment's scope"))?;
+    }
+    Ok(())
+}
+
 /// The path `opts` asks for, or why the tracepoint path must be used instead.
 fn choose_path(opts: &Options) -> std::result::Result<ObserverPath, String> {
     match opts.path {
+        PathChoice::Tracepoint if opts.experiment.is_some() => {
+            Err("an experiment needs the sockops observer (it assigns algorithms as connections open)".into())
+        }
         PathChoice::Tracepoint => Ok(ObserverPath::Tracepoint),
         PathChoice::FloorSockops => Ok(ObserverPath::FloorSockops),
         PathChoice::FloorTracepoint => Ok(ObserverPath::FloorTracepoint),

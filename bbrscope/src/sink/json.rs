@@ -37,6 +37,9 @@ struct OwnerJson {
     cgroup: Option<String>,
     cgroup_id: Option<u64>,
     netns: Option<u32>,
+    /// `bbrscope experiment`'s arm: "a" or "b"; absent outside an experiment.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    arm: Option<&'static str>,
 }
 
 /// Seconds in each congestion state over the flow's life.
@@ -152,6 +155,7 @@ impl<W: Write> JsonSink<W> {
             cgroup: o.cgroup_id.and_then(|id| self.cgroups.name(id)),
             cgroup_id: o.cgroup_id,
             netns: o.netns,
+            arm: o.arm.map(|a| if a == 1 { "a" } else { "b" }),
         }
     }
 
