@@ -125,7 +125,7 @@ pub struct Experiment {
     pub _pad2: u32,
     /// The two arms' algorithms (NUL-padded); arm A is index 0.
     pub cc: [[u8; CC_NAME_LEN]; 2],
-    /// Connections in scope: this port at either end (0: any), this cgroup (id 0: any); the
+    /// Connections in scope: this local port (0: any), this cgroup (id 0: any); the
     /// destination ranges are in the `EXP_DST` map when `experiment_flags::DST` is set.
     pub port: u16,
     pub _pad: u16,

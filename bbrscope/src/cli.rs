@@ -38,6 +38,8 @@ pub enum Command {
     Replay(ReplayArgs),
     /// CUBIC vs BBR on an emulated long, lossy path, with the published numbers beside it (root)
     Demo(crate::cmd::demo::DemoArgs),
+    /// Will BBR help my traffic? A randomized A/B of two algorithms on this host's new connections, with the answer per client group (root; --analyze FILE re-analyses a recording)
+    Experiment(crate::cmd::experiment::ExperimentArgs),
     /// Switch congestion control for the system, a network namespace, a cgroup or a route: checks, plan, change, proof on a real socket (root)
     Apply(crate::cmd::apply::ApplyArgs),
     /// Congestion control as it stands: defaults, allowed list, qdiscs, boot configuration, live flows per algorithm, and what bbrscope changed

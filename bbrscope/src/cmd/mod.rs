@@ -2,6 +2,7 @@
 
 pub mod apply;
 pub mod demo;
+pub mod experiment;
 pub mod replay;
 pub mod revert;
 pub mod status;

@@ -9,6 +9,8 @@
 //! - [`Observation`]: one finished flow, from its `flow_summary` (live, or read back from an
 //!   NDJSON capture for offline analysis).
 
+pub mod glue;
+
 use std::net::{IpAddr, SocketAddr};
 
 use serde_json::Value;

@@ -1,0 +1,298 @@
+//! `bbrscope experiment`: run a randomized A/B of two congestion-control algorithms on this host's
+//! new connections (or re-analyse a recorded one), and report per arm and client group.
+
+use std::{
+    fs::File,
+    io::{BufRead as _, BufReader, BufWriter, Write as _},
+    os::fd::AsRawFd as _,
+    path::{Path, PathBuf},
+    time::Duration,
+};
+
+use anyhow::{Context as _, Result};
+use clap::Args;
+use tokio::signal::unix::{SignalKind, signal};
+
+use crate::{
+    clock::Clock,
+    error::usage,
+    event::Event,
+    experiment::Observation,
+    filter::{FilterSpec, Net},
+    flow::{Change, FlowTable},
+    kernel::loader::{ExperimentSpec, Options},
+    session::Live,
+    sink::json::JsonSink,
+    sys::{cc, cgroup},
+};
+
+#[derive(Debug, Args)]
+pub struct ExperimentArgs {
+    /// The two algorithms, arm A then arm B (e.g. cubic,bbr; the same twice for an A/A check)
+    #[arg(long, value_name = "A,B", value_delimiter = ',', num_args = 1, required_unless_present = "analyze")]
+    pub arms: Vec<String>,
+    /// Percent of the experiment's connections given arm B (1-99)
+    #[arg(long, value_name = "PCT", default_value_t = 50, value_parser = clap::value_parser!(u32).range(1..=99))]
+    pub split: u32,
+    /// Percent of connections in scope that join the experiment at all (1-100); the rest keep
+    /// the default algorithm: the limit on the share of traffic touched
+    #[arg(long, value_name = "PCT", default_value_t = 100, value_parser = clap::value_parser!(u32).range(1..=100))]
+    pub sample: u32,
+    /// Only connections of the service on this local port (e.g. 443)
+    #[arg(long, value_name = "PORT", value_parser = clap::value_parser!(u16).range(1..))]
+    pub port: Option<u16>,
+    /// Only connections of processes in this cgroup v2 directory or below it
+    #[arg(long, value_name = "PATH")]
+    pub cgroup: Option<PathBuf>,
+    /// Only connections to clients in these ranges (repeat, or comma-separated)
+    #[arg(long, value_name = "CIDR", value_delimiter = ',')]
+    pub dst: Vec<Net>,
+    /// Stop after this long (e.g. 90s, 10m, 2h; default 10m)
+    #[arg(long, value_name = "TIME", value_parser = parse_span, conflicts_with = "flows")]
+    pub duration: Option<Duration>,
+    /// Stop after this many finished flows in the experiment
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
+    pub flows: Option<u64>,
+    /// Do not stop early when an arm is clearly worse (the guardrail is on by default)
+    #[arg(long)]
+    pub no_guardrail: bool,
+    /// Stop early when an arm's median completion time is worse by more than this many percent
+    /// with 95% confidence (after at least 30 flows per arm)
+    #[arg(long, value_name = "PCT", default_value_t = 20.0)]
+    pub guardrail_pct: f64,
+    /// Also write every record of the experiment's flows as NDJSON (re-analyse with --analyze)
+    #[arg(long, value_name = "FILE")]
+    pub record: Option<PathBuf>,
+    /// Re-analyse a recorded experiment (a `--record` file or a `bbrscope stream` capture) instead
+    /// of running one; no root needed
+    #[arg(long, value_name = "FILE", conflicts_with_all = ["arms", "port", "cgroup", "dst", "duration", "flows", "record"])]
+    pub analyze: Option<PathBuf>,
+    /// The report as one JSON object on stdout
+    #[arg(long)]
+    pub json: bool,
+    /// Per-group completion-time CDFs of the two arms (.svg or .png)
+    #[arg(long, value_name = "FILE")]
+    pub plot: Option<PathBuf>,
+    /// Print the `bbrscope apply` commands the evidence supports
+    #[arg(long)]
+    pub recommend: bool,
+}
+
+/// "90", "90s", "10m", "2h".
+fn parse_span(s: &str) -> Result<Duration, String> {
+    let bad = || format!("'{s}' is not a duration: a number with s, m or h (e.g. 90s, 10m, 2h)");
+    let (num, mult) = match s.char_indices().last() {
+        Some((i, 's')) => (&s[..i], 1.0),
+        Some((i, 'm')) => (&s[..i], 60.0),
+        Some((i, 'h')) => (&s[..i], 3600.0),
+        _ => (s, 1.0),
+    };
+    let v: f64 = num.parse().map_err(|_| bad())?;
+    let secs = v * mult;
+    if !(secs > 0.0 && secs <= 30.0 * 86400.0) {
+        return Err(format!("'{s}' must be above 0 and at most 30 days"));
+    }
+    Ok(Duration::from_secs_f64(secs))
+}
+
+/// Where the lock that keeps two experiments apart lives (they would fight over new
+/// connections' algorithms).
+const LOCK: &str = "/run/bbrscope-experiment.lock";
+
+pub async fn run(args: ExperimentArgs) -> Result<()> {
+    if let Some(file) = &args.analyze {
+        let obs = read_capture(file)?;
+        return finish(&args, obs, None);
+    }
+    let spec = validate(&args)?;
+    let _lock = lock()?;
+    let opts = Options {
+        filter: FilterSpec { port: args.port, cgroup: spec.cgroup.clone(), ..FilterSpec::default() },
+        experiment: Some(spec.clone()),
+        ..Options::default()
+    };
+    let mut live = Live::start("bbrscope experiment", &opts)?;
+    for note in live.degraded() {
+        eprintln!("bbrscope: warning: {note}");
+    }
+    let mut recorder = match &args.record {
+        Some(p) => Some(JsonSink::new(
+            BufWriter::new(File::create(p).with_context(|| format!("creating {}", p.display()))?),
+            Clock::new(),
+        )),
+        None => None,
+    };
+    eprintln!(
+        "bbrscope: experiment running: {} (arm A) vs {} (arm B), {}% to B, {}% of connections in scope; Ctrl-C ends it",
+        spec.arms[0], spec.arms[1], spec.split_pct, spec.sample_pct
+    );
+    let mut sigint = signal(SignalKind::interrupt())?;
+    let mut sigterm = signal(SignalKind::terminate())?;
+    let deadline = tokio::time::sleep(args.duration.unwrap_or(Duration::from_secs(600)));
+    tokio::pin!(deadline);
+    let mut check = tokio::time::interval(Duration::from_secs(2));
+    let mut table = FlowTable::new(0);
+    let mut obs: Vec<Observation> = Vec::new();
+    let mut stopped_by = None;
+    loop {
+        let mut write_err = None;
+        tokio::select! {
+            batch = live.next_batch(|ev| {
+                let change = table.apply(&ev);
+                if let Some(rec) = recorder.as_mut()
+                    && in_arm(&ev, &table)
+                    && write_err.is_none()
+                {
+                    write_err = rec.event(&ev, change, &table).err();
+                }
+                if change == Change::Ended
+                    && let Some(o) = table.get(ev.head().flow).and_then(Observation::from_flow)
+                {
+                    obs.push(o);
+                }
+            }) => { batch?; }
+            _ = check.tick() => {
+                table.prune(Clock::monotonic_ns().saturating_sub(5_000_000_000), 0);
+                if !args.no_guardrail
+                    && let Some(why) = crate::experiment::glue::guardrail(&obs, args.guardrail_pct)
+                {
+                    stopped_by = Some(format!("stopped early by the guardrail: {why}"));
+                    break;
+                }
+            }
+            _ = sigint.recv() => { stopped_by = Some("stopped by Ctrl-C".into()); break; }
+            _ = sigterm.recv() => { stopped_by = Some("stopped by SIGTERM".into()); break; }
+            _ = &mut deadline => break,
+        }
+        if let Some(e) = write_err {
+            return Err(anyhow::Error::new(e).context("writing the --record file"));
+        }
+        if args.flows.is_some_and(|n| obs.len() as u64 >= n) {
+            break;
+        }
+    }
+    // Detach first: from here on new connections get the default algorithm again.
+    drop(live);
+    if let Some(mut rec) = recorder {
+        rec.flush().context("writing the --record file")?;
+    }
+    finish(&args, obs, stopped_by)
+}
+
+/// Whether `ev` belongs to a flow of the experiment (it has an arm).
+fn in_arm(ev: &Event, table: &FlowTable) -> bool {
+    table.get(ev.head().flow).and_then(|f| f.life.owner.as_ref()).is_some_and(|o| o.arm.is_some())
+}
+
+fn validate(args: &ExperimentArgs) -> Result<ExperimentSpec> {
+    let [a, b] = args.arms.as_slice() else {
+        usage!("--arms takes two algorithms, arm A then arm B (e.g. --arms cubic,bbr)");
+    };
+    let available = cc::available()?;
+    for arm in [a, b] {
+        if !available.iter().any(|x| x == arm) {
+            usage!("--arms: '{arm}' is not an available algorithm (available: {})", available.join(", "));
+        }
+    }
+    if !(args.guardrail_pct > 0.0 && args.guardrail_pct <= 1000.0) {
+        usage!("--guardrail-pct must be a percentage above 0 (e.g. 20)");
+    }
+    if let Some(p) = &args.plot {
+        crate::experiment::glue::check_plot_path(p)?;
+    }
+    let pins = pinned_cgroup_programs();
+    if !pins.is_empty() {
+        usage!(
+            "bbrscope apply --cgroup programs are in place ({}): they set the algorithm of new connections too, \
+             so the experiment's arms would not be what was assigned; revert them first (bbrscope revert --cgroup PATH)",
+            pins.join(", ")
+        );
+    }
+    let cgroup = args.cgroup.as_deref().map(cgroup::resolve).transpose()?;
+    Ok(ExperimentSpec {
+        arms: [a.clone(), b.clone()],
+        split_pct: args.split,
+        sample_pct: args.sample,
+        port: args.port,
+        cgroup,
+        dst: args.dst.iter().map(|n| n.0).collect(),
+    })
+}
+
+/// Links `bbrscope apply --cgroup` pinned (they set algorithms on new connections).
+fn pinned_cgroup_programs() -> Vec<String> {
+    let Ok(dir) = std::fs::read_dir(crate::apply::cgroup::PIN_DIR) else { return Vec::new() };
+    dir.flatten().map(|e| e.path().display().to_string()).collect()
+}
+
+/// An exclusive lock for the experiment's run; a second experiment is refused (exit 2).
+fn lock() -> Result<File> {
+    let f = File::options()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(LOCK)
+        .with_context(|| format!("opening {LOCK}"))?;
+    // SAFETY: flock on a descriptor this function owns.
+    if unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } != 0 {
+        let holder = std::fs::read_to_string(LOCK).unwrap_or_default();
+        usage!(
+            "an experiment is already running{}: two would fight over new connections' algorithms",
+            holder.trim().parse::<u32>().map(|p| format!(" (pid {p})")).unwrap_or_default()
+        );
+    }
+    let mut w = &f;
+    let _ = f.set_len(0);
+    let _ = writeln!(w, "{}", std::process::id());
+    Ok(f)
+}
+
+/// The flows of a recorded experiment.
+fn read_capture(path: &Path) -> Result<Vec<Observation>> {
+    let f = File::open(path).with_context(|| format!("opening {}", path.display()))?;
+    let mut obs = Vec::new();
+    let mut skipped = 0;
+    for line in BufReader::new(f).lines() {
+        let line = line.with_context(|| format!("reading {}", path.display()))?;
+        match serde_json::from_str::<serde_json::Value>(&line) {
+            Ok(v) => obs.extend(Observation::from_summary(&v)),
+            Err(_) => skipped += 1,
+        }
+    }
+    if skipped > 0 {
+        eprintln!("bbrscope: warning: skipped {skipped} lines of {} that are not JSON", path.display());
+    }
+    if obs.is_empty() {
+        usage!("{} has no flow_summary records with an experiment arm", path.display());
+    }
+    Ok(obs)
+}
+
+fn finish(args: &ExperimentArgs, obs: Vec<Observation>, stopped_by: Option<String>) -> Result<()> {
+    crate::experiment::glue::finish(
+        &obs,
+        &crate::experiment::glue::Output {
+            json: args.json,
+            plot: args.plot.clone(),
+            recommend: args.recommend,
+            requested_split_pct: args.split,
+            stopped_by,
+        },
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn spans() {
+        assert_eq!(parse_span("90s"), Ok(Duration::from_secs(90)));
+        assert_eq!(parse_span("10m"), Ok(Duration::from_secs(600)));
+        assert_eq!(parse_span("2h"), Ok(Duration::from_secs(7200)));
+        assert_eq!(parse_span("5"), Ok(Duration::from_secs(5)));
+        for bad in ["0", "-1m", "soon", "1e300", "10d"] {
+            assert!(parse_span(bad).is_err(), "{bad}");
+        }
+    }
+}

@@ -1,0 +1,136 @@
+//! `bbrscope experiment` on real connections: the kernel's random assignment against the
+//! clients' own log. Root: loads BPF programs.
+
+mod common;
+
+use std::{
+    io::{BufRead as _, BufReader, Read as _, Write as _},
+    net::{SocketAddr, TcpListener, TcpStream},
+    process::Stdio,
+    thread,
+    time::{Duration, Instant},
+};
+
+use common::*;
+use serde_json::Value;
+
+/// A server answering "SIZE\n" with SIZE bytes, then closing (an HTTP-like response).
+fn serve(listener: TcpListener) {
+    thread::spawn(move || {
+        for conn in listener.incoming() {
+            let Ok(mut c) = conn else { break };
+            thread::spawn(move || {
+                let mut line = String::new();
+                if BufReader::new(&mut c).read_line(&mut line).is_err() {
+                    return;
+                }
+                let size: usize = line.trim().parse().unwrap_or(0);
+                let _ = c.write_all(&vec![0x5a; size]);
+            });
+        }
+    });
+}
+
+/// One request; the client's local address and the bytes it got.
+fn fetch(to: SocketAddr, size: usize) -> (SocketAddr, usize) {
+    let mut c = TcpStream::connect(to).unwrap();
+    let local = c.local_addr().unwrap();
+    c.write_all(format!("{size}\n").as_bytes()).unwrap();
+    let mut buf = Vec::new();
+    c.read_to_end(&mut buf).unwrap();
+    (local, buf.len())
+}
+
+#[test]
+fn every_connection_gets_an_arm_and_the_arms_algorithm() {
+    require_root();
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let to = listener.local_addr().unwrap();
+    serve(listener);
+    let record = std::env::temp_dir().join(format!("bbrs-exp-{}.ndjson", std::process::id()));
+    let mut child = bbrscope()
+        .args(["experiment", "--arms", "cubic,bbr", "--port", &to.port().to_string(), "--duration", "60s"])
+        .args(["--no-guardrail", "--record", record.to_str().unwrap()])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Attached once it says so.
+    let mut err = BufReader::new(child.stderr.take().unwrap());
+    let mut line = String::new();
+    err.read_line(&mut line).unwrap();
+    assert!(line.contains("experiment running"), "{line}");
+    // The clients' own log.
+    const N: usize = 200;
+    let log: Vec<(SocketAddr, usize)> = (0..N).map(|i| fetch(to, [1_000, 15_000, 120_000][i % 3])).collect();
+    thread::sleep(Duration::from_millis(500));
+    unsafe { libc::kill(child.id() as i32, libc::SIGINT) };
+    let status = wait_timeout(&mut child, Duration::from_secs(20)).expect("experiment ends on Ctrl-C");
+    assert!(status.success(), "{status}");
+
+    let records: Vec<Value> =
+        std::fs::read_to_string(&record).unwrap().lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    let _ = std::fs::remove_file(&record);
+    let summaries: Vec<&Value> = records.iter().filter(|r| r["type"] == "flow_summary").collect();
+    // Every response the clients logged is one server-side flow with an arm, and nothing else.
+    assert_eq!(summaries.len(), N, "flow summaries vs the clients' log");
+    for (local, got) in &log {
+        let s = summaries
+            .iter()
+            .find(|s| s["dst"] == local.to_string())
+            .unwrap_or_else(|| panic!("no summary for the connection from {local}"));
+        assert_eq!(s["src"], to.to_string());
+        let want = match s["arm"].as_str() {
+            Some("a") => "cubic",
+            Some("b") => "bbr",
+            other => panic!("arm {other:?} in {s}"),
+        };
+        assert_eq!(s["cc"], want, "{s}");
+        assert_eq!(s["ccs"], serde_json::json!([want]), "the arm's algorithm from the first byte: {s}");
+        assert_eq!(s["bytes_acked"].as_u64().unwrap(), *got as u64 + 1, "{s}");
+    }
+    // 50/50 of 200: B's count within 4 standard deviations (sd = sqrt(200 * 0.25) ~ 7.1).
+    let b = summaries.iter().filter(|s| s["arm"] == "b").count() as f64;
+    assert!((b - 100.0).abs() < 4.0 * 7.1, "arm B got {b} of {N}");
+    // The clients' own sockets (local port ephemeral) are not in the experiment.
+    assert!(!summaries.iter().any(|s| s["dst"] == to.to_string()));
+}
+
+#[test]
+fn bad_input_is_refused_before_anything_is_attached() {
+    require_root();
+    let cases: &[(&[&str], &str)] = &[
+        (&["--arms", "cubic,nosuchcc"], "not an available algorithm"),
+        (&["--arms", "cubic"], "two algorithms"),
+        (&["--arms", "cubic,bbr", "--split", "0"], "split"),
+        (&["--arms", "cubic,bbr", "--split", "100"], "split"),
+        (&["--arms", "cubic,bbr", "--duration", "10d"], "duration"),
+        (&["--arms", "cubic,bbr", "--dst", "10.0.0.0/33"], "CIDR"),
+        (&["--arms", "cubic,bbr", "--plot", "/no/such/dir/x.svg"], "does not exist"),
+        (&["--arms", "cubic,bbr", "--duration", "1m", "--flows", "10"], "cannot be used with"),
+    ];
+    for (args, needle) in cases {
+        let start = Instant::now();
+        let out = bbrscope().arg("experiment").args(*args).output().unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {err}");
+        assert_eq!(err.trim_end().lines().count(), 1, "{args:?}: {err}");
+        assert!(err.contains(needle), "{args:?}: expected '{needle}' in {err}");
+        assert!(start.elapsed() < Duration::from_secs(5));
+    }
+    // A second experiment while one runs.
+    let mut first = bbrscope()
+        .args(["experiment", "--arms", "cubic,bbr", "--duration", "30s", "--port", "1"])
+        .stderr(Stdio::piped())
+        .stdout(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    BufReader::new(first.stderr.take().unwrap()).read_line(&mut line).unwrap();
+    let out = bbrscope().args(["experiment", "--arms", "bbr,cubic", "--duration", "5s"]).output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(err.contains("already running"), "{err}");
+    unsafe { libc::kill(first.id() as i32, libc::SIGTERM) };
+    assert!(wait_timeout(&mut first, Duration::from_secs(10)).unwrap().success());
+}
