@@ -1,6 +1,7 @@
 # The two commands in README.md. Both install what they need first (scripts/setup.sh, idempotent).
 #   make run [ARGS="stream --duration 10"]   build and run bbrscope (as root)
-#   make test                                 the whole test suite (as root: it loads BPF programs)
+#   make test                                 the whole test suite (as root: it loads BPF programs),
+#                                             then the kernel matrix (cargo xtask kernels, QEMU)
 ARGS ?= top
 
 .PHONY: run test setup bench
@@ -15,6 +16,8 @@ run: setup
 test: setup
 	# The default members: the eBPF crate only builds for the BPF target (via bbrscope's build script).
 	cargo test --all-targets -- --test-threads=2
+	# bbrscope on Debian's kernels 5.10 to 7.x under QEMU (docs/kernel-matrix.md; a few minutes).
+	cargo xtask kernels
 
 bench: setup
 	cargo xtask bench

@@ -1,6 +1,7 @@
 //! Project tasks, run with `cargo xtask <task>` (alias in .cargo/config.toml).
 
 mod bench;
+mod kernels;
 
 use clap::{Parser, Subcommand};
 
@@ -19,11 +20,19 @@ enum Task {
     /// Holds the far ends of the benchmark's idle flows (started by `bench`)
     #[command(hide = true)]
     IdlePeer,
+    /// bbrscope on Debian's kernels (5.10, 6.1, 6.12, newest 6.x and 7.x) under QEMU: observer
+    /// path, degradations and tests per kernel (root; a few minutes; --kernel VERSION for one)
+    Kernels(kernels::KernelsArgs),
+    /// The test driver inside a kernel-matrix guest (run by its /init)
+    #[command(hide = true)]
+    KernelGuest,
 }
 
 fn main() -> anyhow::Result<()> {
     match Cli::parse().task {
         Task::Bench(args) => bench::run(args),
         Task::IdlePeer => bench::idle_peer(),
+        Task::Kernels(args) => kernels::run(args),
+        Task::KernelGuest => kernels::guest::main(),
     }
 }

@@ -1,0 +1,423 @@
+//! Debian kernels through apt with a private configuration: the system's /etc/apt is never read
+//! for sources nor written, and every list, archive and extracted file lives under the cache.
+
+use std::{
+    collections::BTreeMap,
+    fs,
+    path::{Path, PathBuf},
+    process::{Command, Stdio},
+    time::{Duration, SystemTime},
+};
+
+use anyhow::{Context as _, Result, bail};
+
+/// Suites of the Debian archive that serve amd64 kernels worth booting. Buster is archived (404).
+const SOURCES: &[(&str, &str)] = &[
+    ("debian", "bullseye"),
+    ("debian-security", "bullseye-security"),
+    ("debian", "bookworm"),
+    ("debian-security", "bookworm-security"),
+    ("debian", "bookworm-backports"),
+    ("debian", "trixie"),
+    ("debian", "trixie-backports"),
+    ("debian", "sid"),
+    ("debian", "experimental"),
+];
+
+const KEYRING: &str = "/usr/share/keyrings/debian-archive-keyring.gpg";
+
+/// Lists older than this are fetched again; within it a rerun needs no network for lists.
+const LISTS_MAX_AGE: Duration = Duration::from_secs(12 * 3600);
+
+/// The modules the guest needs: netem and fq for the path, bbr to observe, htcp for `apply` to
+/// load (it must not be preloaded: the test is that bbrscope loads it).
+/// tcp_diag (with inet_diag) serves `ss -i` and bbrscope's socket listing; a full system
+/// autoloads it through modprobe aliases, which the guest does not ship.
+pub const PRELOAD: &[&str] = &["tcp_bbr", "sch_netem", "sch_fq", "tcp_diag"];
+pub const ON_DEMAND: &[&str] = &["tcp_htcp"];
+
+pub struct Apt {
+    root: PathBuf,
+}
+
+/// One installable kernel image package.
+#[derive(Debug, Clone)]
+pub struct Candidate {
+    pub package: String,
+    pub version: String,
+    /// Upstream version numbers (6.12.117 -> [6, 12, 117]), for choosing the newest.
+    pub upstream: Vec<u32>,
+    /// Packages the image needs for its kernel and modules (from 6.19 the image is a meta-package).
+    pub parts: Vec<String>,
+}
+
+impl Candidate {
+    pub fn upstream_str(&self) -> String {
+        self.upstream.iter().map(u32::to_string).collect::<Vec<_>>().join(".")
+    }
+}
+
+/// A kernel extracted into the cache, ready to boot.
+#[derive(Debug, Clone)]
+pub struct Kernel {
+    pub release: String,
+    pub version: String,
+    pub dir: PathBuf,
+}
+
+impl Kernel {
+    pub fn vmlinuz(&self) -> PathBuf {
+        self.dir.join("vmlinuz")
+    }
+    /// Everything under it goes to /lib/modules/<release>/ in the guest.
+    pub fn modules(&self) -> PathBuf {
+        self.dir.join("modules")
+    }
+    pub fn config(&self) -> PathBuf {
+        self.dir.join("config")
+    }
+}
+
+impl Apt {
+    pub fn new(cache: &Path) -> Result<Apt> {
+        let root = cache.join("apt");
+        for d in ["lists/partial", "archives/partial", "etc"] {
+            fs::create_dir_all(root.join(d))?;
+        }
+        let list: String = SOURCES
+            .iter()
+            .map(|(repo, suite)| format!("deb [signed-by={KEYRING}] http://deb.debian.org/{repo} {suite} main\n"))
+            .collect();
+        fs::write(root.join("etc/sources.list"), list)?;
+        Ok(Apt { root })
+    }
+
+    /// Options that point apt at the private tree only. `Dir::State::status=/dev/null` keeps the
+    /// host's installed packages out of dependency decisions; NoLocking because nothing here
+    /// touches the system's lock-protected state.
+    fn opts(&self) -> Vec<String> {
+        let r = self.root.display();
+        [
+            format!("Dir::Etc::SourceList={r}/etc/sources.list"),
+            "Dir::Etc::SourceParts=/nonexistent".into(),
+            format!("Dir::State::Lists={r}/lists"),
+            format!("Dir::Cache={r}"),
+            format!("Dir::Cache::Archives={r}/archives"),
+            "Dir::State::status=/dev/null".into(),
+            "Acquire::Languages=none".into(),
+            "APT::Architecture=amd64".into(),
+            "Debug::NoLocking=1".into(),
+        ]
+        .into_iter()
+        .flat_map(|o| ["-o".to_string(), o])
+        .collect()
+    }
+
+    fn cmd(&self, tool: &str) -> Command {
+        let mut c = Command::new(tool);
+        c.args(self.opts());
+        c
+    }
+
+    pub fn update(&self, force: bool) -> Result<()> {
+        let stamp = self.root.join("lists/.updated");
+        let fresh = fs::metadata(&stamp)
+            .and_then(|m| m.modified())
+            .ok()
+            .and_then(|t| SystemTime::now().duration_since(t).ok())
+            .is_some_and(|age| age < LISTS_MAX_AGE);
+        if fresh && !force {
+            return Ok(());
+        }
+        let out = self.cmd("apt-get").args(["-q", "update"]).stdin(Stdio::null()).output()?;
+        if !out.status.success() {
+            bail!("apt-get update (private configuration) failed:\n{}", String::from_utf8_lossy(&out.stderr));
+        }
+        fs::write(stamp, "")?;
+        Ok(())
+    }
+
+    /// Every generic amd64 kernel image apt can install from the private sources.
+    pub fn candidates(&self) -> Result<Vec<Candidate>> {
+        let out = self.cmd("apt-cache").args(["pkgnames", "linux-image-"]).output()?;
+        let names: Vec<String> =
+            String::from_utf8_lossy(&out.stdout).lines().filter(|n| is_generic_image(n)).map(str::to_string).collect();
+        if names.is_empty() {
+            bail!("apt knows no linux-image-*-amd64 package: did the private apt-get update fail?");
+        }
+        let out = self.cmd("apt-cache").args(["show", "--no-all-versions"]).args(&names).output()?;
+        let text = String::from_utf8_lossy(&out.stdout);
+        let mut found = Vec::new();
+        for rec in text.split("\n\n") {
+            let field = |name: &str| {
+                rec.lines().find_map(|l| l.strip_prefix(name).and_then(|v| v.strip_prefix(':')).map(|v| v.trim()))
+            };
+            let (Some(package), Some(version)) = (field("Package"), field("Version")) else { continue };
+            let upstream = upstream_numbers(version);
+            if upstream.len() < 2 {
+                continue;
+            }
+            let size: u64 = field("Installed-Size").and_then(|s| s.parse().ok()).unwrap_or(0);
+            let parts: Vec<String> = field("Depends")
+                .unwrap_or("")
+                .split(',')
+                .filter_map(|d| d.split_whitespace().next())
+                .filter(|d| d.starts_with("linux-binary-") || d.starts_with("linux-modules-"))
+                .map(str::to_string)
+                .collect();
+            // A versionless meta-package (linux-image-6.1-amd64) depends on another image: skip it.
+            if size < 1000 && parts.is_empty() {
+                continue;
+            }
+            found.push(Candidate { package: package.into(), version: version.into(), upstream, parts });
+        }
+        Ok(found)
+    }
+
+    /// Downloads the image (and its parts) and extracts vmlinuz, the kernel configuration and
+    /// the modules the guest needs, decompressed, with a modules.dep for just those.
+    pub fn prepare(&self, cache: &Path, c: &Candidate) -> Result<Kernel> {
+        let dir = cache.join("kernels").join(format!("{}_{}", c.package, c.version));
+        // The marker holds the release and the module set: a changed set re-extracts.
+        let ready = dir.join("release");
+        let modset = PRELOAD.iter().chain(ON_DEMAND).copied().collect::<Vec<_>>().join(" ");
+        if let Some((release, set)) = fs::read_to_string(&ready).ok().as_deref().and_then(|s| s.split_once('\n')) {
+            if set.trim() == modset {
+                return Ok(Kernel { release: release.trim().into(), version: c.upstream_str(), dir });
+            }
+        }
+        let mut debs = Vec::new();
+        for pkg in std::iter::once(&c.package).chain(&c.parts) {
+            debs.push(self.download(pkg, &c.version)?);
+        }
+        let _ = fs::remove_dir_all(&dir);
+        let raw = dir.join("raw");
+        fs::create_dir_all(&raw)?;
+        // Debian's packages carry no modules.dep (depmod runs at install), so dependencies come
+        // from each module's own `depends=` (modinfo), fetched name by name until closed.
+        let mut pats: Vec<String> =
+            ["*vmlinuz*", "*/boot/config-*", "*/modules.builtin"].iter().map(|s| s.to_string()).collect();
+        let mut want: Vec<String> = PRELOAD.iter().chain(ON_DEMAND).map(|s| s.to_string()).collect();
+        let mut found: BTreeMap<String, (PathBuf, Vec<String>)> = BTreeMap::new();
+        let mods = dir.join("modules");
+        let mut release = None;
+        for _round in 0..8 {
+            let missing: Vec<String> = want.iter().filter(|m| !found.contains_key(*m)).cloned().collect();
+            if missing.is_empty() {
+                break;
+            }
+            pats.extend(missing.iter().map(|m| format!("*/{m}.ko*")));
+            let refs: Vec<&str> = pats.iter().map(String::as_str).collect();
+            for deb in &debs {
+                untar(deb, &raw, &refs)?;
+            }
+            pats.clear();
+            for m in &missing {
+                let src = find_file(&raw, |p| {
+                    p.file_name()
+                        .and_then(|n| n.to_str())
+                        .is_some_and(|n| n.split(".ko").next() == Some(m.as_str()) && n.contains(".ko"))
+                })?
+                .with_context(|| format!("module {m} is not in {} (built in?)", c.package))?;
+                // .../lib/modules/<release>/<rel path>
+                let s = src.to_string_lossy().to_string();
+                let after = s.split("/lib/modules/").nth(1).context("module outside lib/modules")?;
+                let (rel_name, rel_path) = after.split_once('/').context("module path")?;
+                release.get_or_insert_with(|| rel_name.to_string());
+                let plain =
+                    rel_path.trim_end_matches(".xz").trim_end_matches(".zst").trim_end_matches(".gz").to_string();
+                let dst = mods.join(&plain);
+                fs::create_dir_all(dst.parent().context("module path")?)?;
+                decompress(&src, &dst).with_context(|| format!("decompressing {}", src.display()))?;
+                let deps = modinfo_depends(&dst)?;
+                want.extend(deps.iter().cloned());
+                found.insert(m.clone(), (PathBuf::from(plain), deps));
+            }
+        }
+        let release = release.context("no modules found")?;
+        let mut dep_out = String::new();
+        for (path, deps) in found.values() {
+            let d: Vec<String> =
+                deps.iter().filter_map(|n| found.get(n)).map(|(p, _)| p.display().to_string()).collect();
+            dep_out.push_str(&format!("{}: {}\n", path.display(), d.join(" ")));
+        }
+        fs::write(mods.join("modules.dep"), dep_out)?;
+        if let Some(b) = find_file(&raw, |p| p.file_name().is_some_and(|n| n == "modules.builtin"))? {
+            fs::copy(b, mods.join("modules.builtin"))?;
+        }
+        // insmod order: dependencies first.
+        let mut order = Vec::new();
+        for m in PRELOAD {
+            add_mod(m, &found, &mut order);
+        }
+        fs::write(mods.join("preload"), order.join("\n") + "\n")?;
+        let vmlinuz = find_file(&raw, |p| {
+            let n = p.file_name().map(|n| n.to_string_lossy().to_string()).unwrap_or_default();
+            n.starts_with("vmlinuz")
+        })?
+        .context("no vmlinuz in the packages")?;
+        fs::rename(vmlinuz, dir.join("vmlinuz"))?;
+        if let Some(cfg) = find_file(&raw, |p| p.to_string_lossy().contains("/boot/config-"))? {
+            fs::rename(cfg, dir.join("config"))?;
+        }
+        fs::remove_dir_all(&raw)?;
+        fs::write(&ready, format!("{release}\n{modset}\n"))?;
+        Ok(Kernel { release, version: c.upstream_str(), dir })
+    }
+
+    fn download(&self, pkg: &str, version: &str) -> Result<PathBuf> {
+        let archives = self.root.join("archives");
+        // apt names files with the version's ':' escaped; kernels have no epoch.
+        let file = archives.join(format!("{pkg}_{version}_amd64.deb"));
+        if file.exists() {
+            return Ok(file);
+        }
+        let out = self
+            .cmd("apt-get")
+            .args(["-q", "download", &format!("{pkg}={version}")])
+            .current_dir(&archives)
+            .stdin(Stdio::null())
+            .output()?;
+        if !out.status.success() {
+            bail!("apt-get download {pkg}={version}: {}", String::from_utf8_lossy(&out.stderr).trim());
+        }
+        let escaped = archives.join(format!("{pkg}_{}_amd64.deb", version.replace(':', "%3a")));
+        if escaped.exists() {
+            return Ok(escaped);
+        }
+        bail!("apt-get download {pkg}={version} left no {}", file.display())
+    }
+}
+
+/// `linux-image-<abi>-amd64`, not the cloud/rt flavours, unsigned twins or debug packages.
+fn is_generic_image(name: &str) -> bool {
+    let Some(abi) = name.strip_prefix("linux-image-").and_then(|n| n.strip_suffix("-amd64")) else { return false };
+    abi.starts_with(|c: char| c.is_ascii_digit()) && !abi.ends_with("-cloud") && !abi.ends_with("-rt")
+}
+
+/// "6.12.117-1~bpo12+1" -> [6, 12, 117]; "7.3~rc7-1~exp1" -> [7, 3] (a release candidate sorts
+/// below the release's point versions, which is what "newest" should mean).
+fn upstream_numbers(version: &str) -> Vec<u32> {
+    let up = version.split(['-', '~', '+']).next().unwrap_or("");
+    up.split('.').map_while(|p| p.parse().ok()).collect()
+}
+
+/// The newest candidate whose upstream version starts with `selector` ("5.10", "6", "7.2").
+pub fn choose<'a>(cands: &'a [Candidate], selector: &str) -> Option<&'a Candidate> {
+    let want: Vec<u32> = selector.split('.').filter_map(|p| p.parse().ok()).collect();
+    cands.iter().filter(|c| c.upstream.starts_with(&want)).max_by_key(|c| (c.upstream.clone(), natural(&c.package)))
+}
+
+/// The numbers in a package name, for ordering ABI bumps (6.1.0-55 < 6.1.0-56) of one version.
+fn natural(name: &str) -> Vec<u64> {
+    name.split(|c: char| !c.is_ascii_digit()).filter_map(|p| p.parse().ok()).collect()
+}
+
+fn untar(deb: &Path, into: &Path, patterns: &[&str]) -> Result<()> {
+    let mut dpkg = Command::new("dpkg-deb").arg("--fsys-tarfile").arg(deb).stdout(Stdio::piped()).spawn()?;
+    let status = Command::new("tar")
+        .args(["-x", "--wildcards", "-C"])
+        .arg(into)
+        .args(patterns)
+        .stdin(dpkg.stdout.take().context("dpkg-deb stdout")?)
+        .stderr(Stdio::null())
+        .status()?;
+    dpkg.wait()?;
+    // tar exits 2 when a pattern matches nothing in this package, which is expected for the
+    // parts of a split kernel; missing essentials are caught after extraction.
+    let _ = status;
+    Ok(())
+}
+
+fn find_file(dir: &Path, pred: impl Fn(&Path) -> bool + Copy) -> Result<Option<PathBuf>> {
+    for e in fs::read_dir(dir)? {
+        let e = e?;
+        let p = e.path();
+        let ft = e.file_type()?;
+        if ft.is_dir() {
+            if let Some(f) = find_file(&p, pred)? {
+                return Ok(Some(f));
+            }
+        } else if ft.is_file() && pred(&p) {
+            return Ok(Some(p));
+        }
+    }
+    Ok(None)
+}
+
+/// Appends the module file of `name` to `order`, its dependencies first.
+fn add_mod(name: &str, found: &BTreeMap<String, (PathBuf, Vec<String>)>, order: &mut Vec<String>) {
+    let Some((path, deps)) = found.get(name) else { return };
+    let p = path.display().to_string();
+    if order.contains(&p) {
+        return;
+    }
+    for d in deps {
+        add_mod(d, found, order);
+    }
+    order.push(p);
+}
+
+/// A module's `depends=` list from its .modinfo section (NUL-separated key=value strings; the
+/// key occurs once). Read from the bytes so the host needs no kmod.
+fn modinfo_depends(ko: &Path) -> Result<Vec<String>> {
+    let data = fs::read(ko)?;
+    let key = b"\0depends=";
+    let Some(at) = data.windows(key.len()).position(|w| w == key) else { return Ok(vec![]) };
+    let rest = &data[at + key.len()..];
+    let value = &rest[..rest.iter().position(|&b| b == 0).unwrap_or(rest.len())];
+    Ok(String::from_utf8_lossy(value).split(',').filter(|s| !s.is_empty()).map(str::to_string).collect())
+}
+
+fn decompress(src: &Path, dst: &Path) -> Result<()> {
+    let name = src.to_string_lossy();
+    let tool = if name.ends_with(".xz") {
+        Some("xz")
+    } else if name.ends_with(".zst") {
+        Some("zstd")
+    } else if name.ends_with(".gz") {
+        Some("gzip")
+    } else {
+        None
+    };
+    match tool {
+        None => {
+            fs::copy(src, dst)?;
+        }
+        Some(t) => {
+            let out = Command::new(t).arg("-dc").arg(src).output().with_context(|| format!("running {t}"))?;
+            if !out.status.success() {
+                bail!("{t} -dc {}: {}", src.display(), String::from_utf8_lossy(&out.stderr));
+            }
+            fs::write(dst, out.stdout)?;
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn versions_and_selection() {
+        assert_eq!(upstream_numbers("6.12.117-1~bpo12+1"), [6, 12, 117]);
+        assert_eq!(upstream_numbers("7.3~rc7-1~exp1"), [7, 3]);
+        assert_eq!(upstream_numbers("5.10.262-1"), [5, 10, 262]);
+        assert!(is_generic_image("linux-image-6.1.0-56-amd64"));
+        assert!(!is_generic_image("linux-image-6.1.0-56-cloud-amd64"));
+        assert!(!is_generic_image("linux-image-6.1.0-56-amd64-unsigned"));
+        assert!(!is_generic_image("linux-image-amd64"));
+        let c = |v: &str| Candidate {
+            package: format!("p{v}"),
+            version: v.into(),
+            upstream: upstream_numbers(v),
+            parts: vec![],
+        };
+        let all = [c("6.1.192-1"), c("6.12.117-1"), c("6.19.14-1"), c("7.3~rc7-1"), c("7.3.4-1")];
+        assert_eq!(choose(&all, "6.1").unwrap().version, "6.1.192-1");
+        assert_eq!(choose(&all, "6").unwrap().version, "6.19.14-1");
+        assert_eq!(choose(&all, "7").unwrap().version, "7.3.4-1");
+        assert!(choose(&all, "5.10").is_none());
+    }
+}

@@ -1,0 +1,677 @@
+//! The test driver inside each guest (`xtask kernel-guest`, started by tests/guest/init.sh):
+//! loopback traffic through netem with bbrscope watching, checked against the kernel's own view
+//! (`ss -tin` through inet_diag, TCP_INFO through getsockopt), never against bbrscope's code.
+//! Results go to /dev/ttyS1 as JSON lines; the host reads them after the VM powers off.
+
+use std::{
+    fs,
+    io::{Read, Write},
+    net::{Shutdown, SocketAddr, TcpListener, TcpStream},
+    os::fd::{AsRawFd, FromRawFd},
+    path::PathBuf,
+    process::{Child, Command, Stdio},
+    thread,
+    time::{Duration, Instant, SystemTime, UNIX_EPOCH},
+};
+
+use anyhow::{Context as _, Result, bail};
+use serde_json::{Value, json};
+
+const BBRSCOPE: &str = "/usr/bin/bbrscope";
+const TC: &str = "/usr/sbin/tc";
+const SS: &str = "/usr/sbin/ss";
+/// netem on lo: 5 ms each way (10 ms RTT), 1% loss, so flows retransmit and min_rtt is known.
+const NETEM: &[&str] = &["delay", "5ms", "loss", "1%"];
+const BULK_SECS: f64 = 4.0;
+const SHORT_BYTES: usize = 10 * 1024;
+/// The algorithm `apply` must load as a module (the host ships it but does not preload it).
+const MODULE_ALGO: &str = "htcp";
+
+struct Report {
+    out: fs::File,
+}
+
+impl Report {
+    fn send(&mut self, v: Value) {
+        println!("guest: {v}");
+        let _ = writeln!(self.out, "{v}");
+        let _ = self.out.flush();
+    }
+
+    fn test(&mut self, name: &str, pass: bool, detail: impl Into<String>) {
+        self.send(json!({"kind": "test", "name": name, "pass": pass, "detail": detail.into()}));
+    }
+
+    /// A test that could not run counts as failed, with the reason.
+    fn check(&mut self, name: &str, r: Result<(bool, String)>) {
+        match r {
+            Ok((pass, detail)) => self.test(name, pass, detail),
+            Err(e) => self.test(name, false, format!("error: {e:#}")),
+        }
+    }
+}
+
+pub fn main() -> Result<()> {
+    let out = fs::OpenOptions::new().write(true).open("/dev/ttyS1").context("opening /dev/ttyS1")?;
+    let mut rep = Report { out };
+    let release = fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default();
+    rep.send(json!({"kind": "info", "release": release.trim()}));
+    let netem = Command::new(TC).args(["qdisc", "replace", "dev", "lo", "root", "netem"]).args(NETEM).output()?;
+    rep.test("netem", netem.status.success(), String::from_utf8_lossy(&netem.stderr).trim().to_string());
+    for observer in ["auto", "tracepoint"] {
+        if let Err(e) = fidelity(&mut rep, observer) {
+            rep.test(&format!("{observer}/run"), false, format!("{e:#}"));
+        }
+    }
+    if let Err(e) = port_filter(&mut rep) {
+        rep.test("auto/port_filter", false, format!("{e:#}"));
+    }
+    if let Err(e) = apply(&mut rep) {
+        rep.test("apply/run", false, format!("{e:#}"));
+    }
+    rep.send(json!({"kind": "done"}));
+    Ok(())
+}
+
+fn now() -> f64 {
+    SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_secs_f64()).unwrap_or(0.0)
+}
+
+/// A running `bbrscope stream`, its output in files.
+struct Stream {
+    child: Child,
+    out: PathBuf,
+    err: PathBuf,
+}
+
+/// What a stream run produced.
+struct Output {
+    records: Vec<Value>,
+    stderr: Vec<String>,
+    status: Option<i32>,
+}
+
+impl Output {
+    fn flow(&self, ty: &str, src: &str) -> Vec<&Value> {
+        self.records.iter().filter(|r| r["type"] == ty && r["src"] == src).collect()
+    }
+    fn observer(&self) -> Option<String> {
+        self.records.iter().find(|r| r["type"] == "stats").and_then(|r| r["observer"].as_str()).map(str::to_string)
+    }
+}
+
+impl Stream {
+    fn start(tag: &str, args: &[&str]) -> Result<Stream> {
+        let out = PathBuf::from(format!("/tmp/{tag}.ndjson"));
+        let err = PathBuf::from(format!("/tmp/{tag}.stderr"));
+        let child = Command::new(BBRSCOPE)
+            .arg("stream")
+            .args(args)
+            .stdout(fs::File::create(&out)?)
+            .stderr(fs::File::create(&err)?)
+            .stdin(Stdio::null())
+            .spawn()?;
+        let mut s = Stream { child, out, err };
+        // Under TCG attaching takes seconds; traffic before the first `stats` record could be missed.
+        let deadline = Instant::now() + Duration::from_secs(120);
+        loop {
+            if fs::read_to_string(&s.out).unwrap_or_default().contains("\"type\":\"stats\"") {
+                return Ok(s);
+            }
+            if let Some(st) = s.child.try_wait()? {
+                bail!(
+                    "bbrscope stream {args:?} exited ({st}) before its first stats: {}",
+                    read_lines(&s.err).join(" | ")
+                );
+            }
+            if Instant::now() > deadline {
+                let _ = s.child.kill();
+                bail!("bbrscope stream {args:?} printed no stats in 120 s: {}", read_lines(&s.err).join(" | "));
+            }
+            thread::sleep(Duration::from_millis(100));
+        }
+    }
+
+    fn stop(mut self) -> Result<Output> {
+        // Closes and their summaries reach userspace within a poll period; give it time under TCG.
+        thread::sleep(Duration::from_millis(1500));
+        unsafe { libc::kill(self.child.id() as i32, libc::SIGINT) };
+        let deadline = Instant::now() + Duration::from_secs(20);
+        let status = loop {
+            if let Some(st) = self.child.try_wait()? {
+                break st.code();
+            }
+            if Instant::now() > deadline {
+                let _ = self.child.kill();
+                let _ = self.child.wait();
+                break None;
+            }
+            thread::sleep(Duration::from_millis(50));
+        };
+        let text = fs::read_to_string(&self.out)?;
+        let records = text.lines().filter_map(|l| serde_json::from_str(l).ok()).collect();
+        Ok(Output { records, stderr: read_lines(&self.err), status })
+    }
+}
+
+fn read_lines(p: &PathBuf) -> Vec<String> {
+    fs::read_to_string(p).unwrap_or_default().lines().map(str::to_string).collect()
+}
+
+/// A client socket with its algorithm set before connect, as applications do.
+fn connect_cc(port: u16, cc: &str) -> Result<TcpStream> {
+    unsafe {
+        let fd = libc::socket(libc::AF_INET, libc::SOCK_STREAM | libc::SOCK_CLOEXEC, 0);
+        if fd < 0 {
+            bail!("socket: {}", std::io::Error::last_os_error());
+        }
+        let stream = TcpStream::from_raw_fd(fd);
+        let r = libc::setsockopt(
+            fd,
+            libc::IPPROTO_TCP,
+            libc::TCP_CONGESTION,
+            cc.as_ptr().cast(),
+            cc.len() as libc::socklen_t,
+        );
+        if r != 0 {
+            bail!("setsockopt TCP_CONGESTION {cc}: {}", std::io::Error::last_os_error());
+        }
+        let addr = libc::sockaddr_in {
+            sin_family: libc::AF_INET as u16,
+            sin_port: port.to_be(),
+            sin_addr: libc::in_addr { s_addr: u32::from_ne_bytes([127, 0, 0, 1]) },
+            sin_zero: [0; 8],
+        };
+        let r = libc::connect(
+            fd,
+            (&addr as *const libc::sockaddr_in).cast(),
+            std::mem::size_of::<libc::sockaddr_in>() as libc::socklen_t,
+        );
+        if r != 0 {
+            bail!("connect 127.0.0.1:{port}: {}", std::io::Error::last_os_error());
+        }
+        Ok(stream)
+    }
+}
+
+fn socket_cc(s: &impl AsRawFd) -> String {
+    let mut buf = [0u8; 16];
+    let mut len = buf.len() as libc::socklen_t;
+    let r = unsafe {
+        libc::getsockopt(s.as_raw_fd(), libc::IPPROTO_TCP, libc::TCP_CONGESTION, buf.as_mut_ptr().cast(), &mut len)
+    };
+    if r != 0 {
+        return String::new();
+    }
+    String::from_utf8_lossy(&buf[..len as usize]).trim_end_matches('\0').to_string()
+}
+
+/// The fields of `struct tcp_info` the checks need. The layout is uapi (linux/tcp.h): fields
+/// are only ever appended, so these offsets hold on every kernel.
+#[derive(Debug, Clone, Copy)]
+struct TcpInfo {
+    unacked: u32,
+    total_retrans: u32,
+    bytes_acked: u64,
+}
+
+fn tcp_info(s: &impl AsRawFd) -> Result<TcpInfo> {
+    let mut buf = [0u8; 256];
+    let mut len = buf.len() as libc::socklen_t;
+    let r = unsafe {
+        libc::getsockopt(s.as_raw_fd(), libc::IPPROTO_TCP, libc::TCP_INFO, buf.as_mut_ptr().cast(), &mut len)
+    };
+    if r != 0 || len < 136 {
+        bail!("TCP_INFO: {} (len {len})", std::io::Error::last_os_error());
+    }
+    let u32_at = |o: usize| u32::from_ne_bytes(buf[o..o + 4].try_into().unwrap());
+    let u64_at = |o: usize| u64::from_ne_bytes(buf[o..o + 8].try_into().unwrap());
+    // 8 one-byte fields, then u32s: rto ato snd_mss rcv_mss unacked(@24) ... total_retrans(@100);
+    // then u64s: pacing_rate max_pacing_rate bytes_acked(@120).
+    Ok(TcpInfo { unacked: u32_at(24), total_retrans: u32_at(100), bytes_acked: u64_at(120) })
+}
+
+/// One `ss -tin` reading of a socket.
+#[derive(Debug, Clone)]
+struct Snap {
+    t: f64,
+    cc: Option<String>,
+    cwnd: Option<u32>,
+    rtt_us: Option<f64>,
+    minrtt_us: Option<f64>,
+}
+
+const CC_NAMES: &[&str] = &[
+    "cubic",
+    "bbr",
+    "reno",
+    "htcp",
+    "vegas",
+    "westwood",
+    "bic",
+    "dctcp",
+    "highspeed",
+    "hybla",
+    "illinois",
+    "lp",
+    "nv",
+    "scalable",
+    "veno",
+    "yeah",
+    "cdg",
+];
+
+fn ss(local: SocketAddr) -> Result<Option<Snap>> {
+    let t0 = now();
+    let out = Command::new(SS).args(["-tinH", "src", &local.to_string()]).output()?;
+    let t = (t0 + now()) / 2.0;
+    let text = String::from_utf8_lossy(&out.stdout);
+    if text.trim().is_empty() {
+        return Ok(None);
+    }
+    let mut snap = Snap { t, cc: None, cwnd: None, rtt_us: None, minrtt_us: None };
+    let ms = |v: &str| v.parse::<f64>().ok().map(|m| m * 1000.0);
+    for tok in text.split_whitespace() {
+        if snap.cc.is_none() && CC_NAMES.contains(&tok) {
+            snap.cc = Some(tok.to_string());
+        } else if let Some(v) = tok.strip_prefix("cwnd:") {
+            snap.cwnd = v.parse().ok();
+        } else if let Some(v) = tok.strip_prefix("rtt:") {
+            snap.rtt_us = v.split('/').next().and_then(ms);
+        } else if let Some(v) = tok.strip_prefix("minrtt:") {
+            snap.minrtt_us = ms(v);
+        }
+    }
+    Ok(Some(snap))
+}
+
+/// A bulk flow from a client with algorithm `cc` to a discard server on `port`.
+struct Bulk {
+    local: SocketAddr,
+    snaps: Vec<Snap>,
+    /// After everything (FIN included) was acked.
+    end: TcpInfo,
+    socket_cc: String,
+}
+
+fn bulk(port: u16, cc: &str, secs: f64) -> Result<Bulk> {
+    let listener = TcpListener::bind(("127.0.0.1", port))?;
+    let server = thread::spawn(move || -> std::io::Result<()> {
+        let (mut s, _) = listener.accept()?;
+        let mut buf = vec![0u8; 1 << 16];
+        while s.read(&mut buf)? > 0 {}
+        Ok(())
+    });
+    let client = connect_cc(port, cc)?;
+    let local = client.local_addr()?;
+    let socket_cc = socket_cc(&client);
+    let mut writer = client.try_clone()?;
+    let deadline = Instant::now() + Duration::from_secs_f64(secs);
+    let w = thread::spawn(move || -> std::io::Result<()> {
+        let buf = vec![0x5au8; 1 << 16];
+        while Instant::now() < deadline {
+            writer.write_all(&buf)?;
+        }
+        writer.shutdown(Shutdown::Write)
+    });
+    let mut snaps = Vec::new();
+    thread::sleep(Duration::from_millis(500));
+    while !w.is_finished() {
+        if let Some(s) = ss(local)? {
+            snaps.push(s);
+        }
+        thread::sleep(Duration::from_millis(300));
+    }
+    w.join().map_err(|_| anyhow::anyhow!("writer panicked"))??;
+    let wait = Instant::now() + Duration::from_secs(30);
+    let end = loop {
+        let i = tcp_info(&client)?;
+        if i.unacked == 0 || Instant::now() > wait {
+            break i;
+        }
+        thread::sleep(Duration::from_millis(20));
+    };
+    server.join().map_err(|_| anyhow::anyhow!("server panicked"))??;
+    drop(client);
+    Ok(Bulk { local, snaps, end, socket_cc })
+}
+
+/// A server that answers each connection with `SHORT_BYTES` and closes; returns the server
+/// socket's TCP_INFO once the client has everything (and the client's local address).
+fn short_flow(port: u16) -> Result<(SocketAddr, TcpInfo)> {
+    let listener = TcpListener::bind(("127.0.0.1", port))?;
+    let server = thread::spawn(move || -> Result<(SocketAddr, TcpInfo)> {
+        let (mut s, _) = listener.accept()?;
+        let local = s.local_addr()?;
+        s.write_all(&vec![7u8; SHORT_BYTES])?;
+        s.shutdown(Shutdown::Write)?;
+        let mut b = [0u8; 64];
+        while s.read(&mut b)? > 0 {}
+        let wait = Instant::now() + Duration::from_secs(20);
+        loop {
+            let i = tcp_info(&s)?;
+            if i.unacked == 0 || Instant::now() > wait {
+                return Ok((local, i));
+            }
+            thread::sleep(Duration::from_millis(20));
+        }
+    });
+    let mut c = TcpStream::connect(("127.0.0.1", port))?;
+    let mut got = Vec::new();
+    c.read_to_end(&mut got)?;
+    if got.len() != SHORT_BYTES {
+        bail!("short flow: client got {} bytes, not {SHORT_BYTES}", got.len());
+    }
+    drop(c);
+    server.join().map_err(|_| anyhow::anyhow!("server panicked"))?
+}
+
+fn fidelity(rep: &mut Report, observer: &str) -> Result<()> {
+    let stream = Stream::start(&format!("fidelity-{observer}"), &["--observer", observer, "--interval", "100"])?;
+    let cubic = bulk(5001, "cubic", BULK_SECS);
+    let bbr = bulk(5002, "bbr", BULK_SECS);
+    let short = short_flow(5003);
+    let out = stream.stop()?;
+    let path = out.observer();
+    rep.send(json!({"kind": "run", "observer_arg": observer, "observer": path, "stderr": out.stderr,
+                    "exit": out.status, "records": out.records.len()}));
+    let p = |t: &str| format!("{observer}/{t}");
+    rep.test(&p("exit"), out.status == Some(0), format!("exit status {:?}", out.status));
+    if observer == "tracepoint" {
+        rep.test(&p("observer"), path.as_deref() == Some("tracepoint"), format!("stats.observer {path:?}"));
+    }
+    for (name, flow) in [("cubic", cubic), ("bbr", bbr)] {
+        match flow {
+            Ok(b) => {
+                rep.check(&p(&format!("{name}_cc")), check_cc(&out, &b, name));
+                rep.check(&p(&format!("{name}_vs_ss")), check_vs_ss(&out, &b));
+                rep.check(&p(&format!("{name}_retrans")), check_retrans(&out, &b));
+                if name == "bbr" {
+                    rep.check(&p("bbr_internals"), check_bbr_internals(&out, &b));
+                }
+            }
+            Err(e) => rep.test(&p(&format!("{name}_flow")), false, format!("{e:#}")),
+        }
+    }
+    match short {
+        Ok((server, info)) => {
+            if path.as_deref() == Some("sockops") {
+                rep.check(&p("short_summary"), check_summary(&out, server, info));
+            }
+        }
+        Err(e) => rep.test(&p("short_flow"), false, format!("{e:#}")),
+    }
+    Ok(())
+}
+
+fn check_cc(out: &Output, b: &Bulk, expected: &str) -> Result<(bool, String)> {
+    let src = b.local.to_string();
+    let recs: Vec<&Value> = out.records.iter().filter(|r| r["src"] == src.as_str()).collect();
+    let ccs: std::collections::BTreeSet<String> = recs
+        .iter()
+        .filter(|r| r["type"] != "flow_summary")
+        .filter_map(|r| r["cc"].as_str())
+        .map(str::to_string)
+        .collect();
+    let ss_cc: Option<&String> = b.snaps.iter().find_map(|s| s.cc.as_ref());
+    let pass = !recs.is_empty()
+        && b.socket_cc == expected
+        && ccs.len() == 1
+        && ccs.contains(&b.socket_cc)
+        && ss_cc.is_some_and(|c| *c == b.socket_cc);
+    Ok((pass, format!("{} records; bbrscope cc {ccs:?}, socket {}, ss {ss_cc:?}", recs.len(), b.socket_cc)))
+}
+
+/// Each `ss` reading against bbrscope's samples of the same flow within 300 ms of it: cwnd and
+/// srtt move between the two readings, so each must lie in the samples' range widened by a
+/// tolerance; 75% of readings must agree (one transient of four is allowed), and min_rtt must
+/// match closely (it only moves down).
+fn check_vs_ss(out: &Output, b: &Bulk) -> Result<(bool, String)> {
+    let samples = out.flow("sample", &b.local.to_string());
+    if samples.is_empty() {
+        return Ok((false, "no samples for the flow".into()));
+    }
+    let mut agree = 0;
+    let mut notes = Vec::new();
+    for s in &b.snaps {
+        let near: Vec<&&Value> =
+            samples.iter().filter(|r| r["ts"].as_f64().is_some_and(|t| (t - s.t).abs() <= 0.3)).collect();
+        let range = |k: &str| {
+            let v: Vec<f64> = near.iter().filter_map(|r| r[k].as_f64()).collect();
+            (v.iter().cloned().fold(f64::MAX, f64::min), v.iter().cloned().fold(f64::MIN, f64::max), v.len())
+        };
+        let (cmin, cmax, n) = range("cwnd");
+        let (rmin, rmax, _) = range("srtt_us");
+        let cw = s.cwnd.map(f64::from).unwrap_or(-1.0);
+        let rt = s.rtt_us.unwrap_or(-1.0);
+        let ok = n > 0
+            && cw >= cmin * 0.75 - 2.0
+            && cw <= cmax * 1.25 + 2.0
+            && rt >= rmin * 0.7 - 1000.0
+            && rt <= rmax * 1.3 + 1000.0;
+        if ok {
+            agree += 1;
+        } else {
+            notes.push(format!("ss cwnd {cw} rtt {rt:.0}us vs {n} samples cwnd {cmin}-{cmax} srtt {rmin}-{rmax}"));
+        }
+    }
+    let last = samples.last().unwrap();
+    let last_ss_min = b.snaps.iter().rev().find_map(|s| s.minrtt_us);
+    let bs_min = last["min_rtt_us"].as_f64();
+    let min_ok = match (last_ss_min, bs_min) {
+        (Some(a), Some(b)) => (a - b).abs() <= (0.05 * a).max(500.0),
+        _ => false,
+    };
+    let n = b.snaps.len();
+    let pass = n >= 3 && agree * 4 >= n * 3 && min_ok;
+    notes.truncate(3);
+    Ok((
+        pass,
+        format!(
+            "{agree}/{n} ss readings agree, {} samples; min_rtt ss {last_ss_min:?} us vs bbrscope {bs_min:?}; {}",
+            samples.len(),
+            notes.join("; ")
+        ),
+    ))
+}
+
+/// sum(retransmit.segs) + sum(retrans_coalesced) over samples and the close must equal what the
+/// socket itself counted (TCP_INFO total_retrans after the last ACK), less what the first sample
+/// already showed.
+fn check_retrans(out: &Output, b: &Bulk) -> Result<(bool, String)> {
+    let src = b.local.to_string();
+    let segs: u64 = out.flow("retransmit", &src).iter().filter_map(|r| r["segs"].as_u64()).sum();
+    let coalesced: u64 = out
+        .records
+        .iter()
+        .filter(|r| r["src"] == src.as_str() && (r["type"] == "sample" || r["type"] == "flow_close"))
+        .filter_map(|r| r["retrans_coalesced"].as_u64())
+        .sum();
+    let first = out.flow("sample", &src).first().and_then(|r| r["retrans_total"].as_u64()).unwrap_or(0);
+    let last_total = out
+        .records
+        .iter()
+        .rev()
+        .find(|r| r["src"] == src.as_str() && r["retrans_total"].is_u64())
+        .and_then(|r| r["retrans_total"].as_u64());
+    let truth = u64::from(b.end.total_retrans);
+    let pass = segs + coalesced == truth - first.min(truth) && last_total == Some(truth) && truth > 0;
+    Ok((
+        pass,
+        format!(
+            "segs {segs} + coalesced {coalesced} vs TCP_INFO total_retrans {truth} - first sample {first}; \
+             last record retrans_total {last_total:?}"
+        ),
+    ))
+}
+
+/// BBR's internals need struct bbr from the tcp_bbr module's BTF; where they are null, bbrscope
+/// must have said so on stderr (docs/stream.md: every null field is named at start-up).
+fn check_bbr_internals(out: &Output, b: &Bulk) -> Result<(bool, String)> {
+    let samples = out.flow("sample", &b.local.to_string());
+    let with = samples.iter().filter(|r| r["bbr"].is_object() && !r["bbr"]["mode"].is_null()).count();
+    if with > 0 {
+        return Ok((true, format!("{with}/{} samples carry bbr internals", samples.len())));
+    }
+    let warned = out.stderr.iter().any(|l| l.to_lowercase().replace("bbrscope", "").contains("bbr"));
+    Ok((warned, format!("bbr internals null in all {} samples; warned on stderr: {warned}", samples.len())))
+}
+
+fn check_summary(out: &Output, server: SocketAddr, info: TcpInfo) -> Result<(bool, String)> {
+    let sums = out.flow("flow_summary", &server.to_string());
+    let Some(s) = sums.first() else {
+        let types: Vec<&str> = out
+            .records
+            .iter()
+            .filter(|r| r["src"] == server.to_string().as_str())
+            .filter_map(|r| r["type"].as_str())
+            .collect();
+        return Ok((false, format!("no flow_summary for the server side {server}; its records: {types:?}")));
+    };
+    let acked = s["bytes_acked"].as_u64();
+    let pass = acked == Some(info.bytes_acked) && info.bytes_acked >= SHORT_BYTES as u64;
+    Ok((pass, format!("flow_summary bytes_acked {acked:?} vs TCP_INFO {} (sent {SHORT_BYTES})", info.bytes_acked)))
+}
+
+/// `--port` runs in the kernel: two flows, only the one on the port may appear.
+fn port_filter(rep: &mut Report) -> Result<()> {
+    let stream = Stream::start("port", &["--port", "5004", "--interval", "100"])?;
+    let a = thread::spawn(|| bulk(5004, "cubic", 1.5));
+    let b = bulk(5005, "cubic", 1.5)?;
+    let a = a.join().map_err(|_| anyhow::anyhow!("flow panicked"))??;
+    let out = stream.stop()?;
+    let flows: Vec<&Value> = out.records.iter().filter(|r| r["cookie"].is_u64()).collect();
+    let on_port = |r: &Value, p: &str| {
+        r["src"].as_str().is_some_and(|s| s.ends_with(p)) || r["dst"].as_str().is_some_and(|s| s.ends_with(p))
+    };
+    let stray = flows.iter().filter(|r| !on_port(r, ":5004")).count();
+    let wanted = flows.iter().filter(|r| r["type"] == "sample" && r["src"] == a.local.to_string().as_str()).count();
+    let filtered = out.records.iter().rev().find(|r| r["type"] == "stats").map(|r| r["flows_filtered_total"].clone());
+    rep.test(
+        "auto/port_filter",
+        stray == 0 && wanted > 0 && out.status == Some(0),
+        format!(
+            "{wanted} samples of the :5004 flow, {stray} records of other flows (e.g. {}), flows_filtered_total {filtered:?}",
+            b.local
+        ),
+    );
+    Ok(())
+}
+
+fn sysctl(key: &str) -> String {
+    fs::read_to_string(format!("/proc/sys/{}", key.replace('.', "/"))).unwrap_or_default().trim().to_string()
+}
+
+/// The value the next boot gives `key`, read the way systemd-sysctl does: *.conf from these
+/// directories, a name in an earlier directory masking the same name later, applied in name order
+/// with later files winning.
+fn boot_value(key: &str) -> Option<String> {
+    let mut files: std::collections::BTreeMap<String, PathBuf> = Default::default();
+    for dir in ["/etc/sysctl.d", "/run/sysctl.d", "/usr/local/lib/sysctl.d", "/usr/lib/sysctl.d", "/lib/sysctl.d"] {
+        for e in fs::read_dir(dir).into_iter().flatten().flatten() {
+            let name = e.file_name().to_string_lossy().to_string();
+            if name.ends_with(".conf") {
+                files.entry(name).or_insert(e.path());
+            }
+        }
+    }
+    let mut value = None;
+    for path in files.values() {
+        for line in fs::read_to_string(path).unwrap_or_default().lines() {
+            let line = line.trim().trim_start_matches('-');
+            if let Some((k, v)) = line.split_once('=')
+                && k.trim().replace('/', ".") == key
+            {
+                value = Some(v.trim().to_string());
+            }
+        }
+    }
+    value
+}
+
+fn run_bbrscope(args: &[&str]) -> Result<(bool, String)> {
+    let out = Command::new(BBRSCOPE).args(args).stdin(Stdio::null()).output()?;
+    let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    Ok((out.status.success(), text))
+}
+
+fn status_json() -> Result<Value> {
+    let (ok, text) = run_bbrscope(&["status", "--json"])?;
+    if !ok {
+        bail!("bbrscope status --json failed: {text}");
+    }
+    let start = text.find('{').context("no JSON from status")?;
+    let mut de = serde_json::Deserializer::from_str(&text[start..]).into_iter::<Value>();
+    Ok(de.next().context("no JSON from status")??)
+}
+
+/// The parts of `status --json` that `revert` must bring back.
+fn restorable(s: &Value) -> Value {
+    json!({
+        "default": s["system"]["default"], "allowed": s["system"]["allowed"],
+        "default_qdisc": s["system"]["default_qdisc"], "qdiscs": s["system"]["qdiscs"],
+        "routes": s["system"]["routes_with_congctl"], "boot": s["boot"], "bbrscope": s["bbrscope"],
+    })
+}
+
+fn apply(rep: &mut Report) -> Result<()> {
+    // The fidelity tests are done; lo goes back to its default qdisc so apply's plan is the plain one.
+    let _ = Command::new(TC).args(["qdisc", "del", "dev", "lo", "root"]).output();
+    let before = status_json()?;
+    let keys = ["net.ipv4.tcp_congestion_control", "net.core.default_qdisc", "net.ipv4.tcp_allowed_congestion_control"];
+    let live_before: Vec<String> = keys.iter().map(|k| sysctl(k)).collect();
+    let module = format!("tcp_{MODULE_ALGO}");
+    let loaded = || {
+        fs::read_to_string("/proc/modules").unwrap_or_default().lines().any(|l| l.starts_with(&(module.clone() + " ")))
+    };
+    let was_loaded = loaded();
+    let (ok, text) = run_bbrscope(&["apply", MODULE_ALGO, "--qdisc", "fq"])?;
+    rep.send(json!({"kind": "apply_output", "text": text}));
+    rep.test("apply/exit", ok, last_lines(&text, 3));
+    let cc = sysctl(keys[0]);
+    let qdisc = sysctl(keys[1]);
+    rep.test(
+        "apply/live",
+        cc == MODULE_ALGO && qdisc == "fq",
+        format!("tcp_congestion_control {cc}, default_qdisc {qdisc}"),
+    );
+    rep.test(
+        "apply/module_loaded",
+        !was_loaded && loaded(),
+        format!("{module} loaded before: {was_loaded}, after: {}", loaded()),
+    );
+    let probe = TcpListener::bind("127.0.0.1:0")?;
+    let s = TcpStream::connect(probe.local_addr()?)?;
+    let got = socket_cc(&s);
+    rep.test("apply/new_socket", got == MODULE_ALGO, format!("a new socket got {got}"));
+    drop(s);
+    let boot_cc = boot_value(keys[0]);
+    let boot_q = boot_value(keys[1]);
+    rep.test(
+        "apply/persisted",
+        boot_cc.as_deref() == Some(MODULE_ALGO) && boot_q.as_deref() == Some("fq"),
+        format!("sysctl.d at next boot: {} = {boot_cc:?}, {} = {boot_q:?}", keys[0], keys[1]),
+    );
+    let (again_ok, again) = run_bbrscope(&["apply", MODULE_ALGO, "--qdisc", "fq"])?;
+    rep.test("apply/idempotent", again_ok && again.to_lowercase().contains("already"), last_lines(&again, 2));
+    let (ok, text) = run_bbrscope(&["revert"])?;
+    rep.send(json!({"kind": "revert_output", "text": text}));
+    rep.test("revert/exit", ok, last_lines(&text, 3));
+    let live_after: Vec<String> = keys.iter().map(|k| sysctl(k)).collect();
+    rep.test("revert/live", live_after == live_before, format!("before {live_before:?}, after {live_after:?}"));
+    let boot_cc = boot_value(keys[0]);
+    rep.test("revert/persisted", boot_cc.is_none(), format!("sysctl.d at next boot after revert: {boot_cc:?}"));
+    let after = status_json()?;
+    let (b, a) = (restorable(&before), restorable(&after));
+    rep.test(
+        "revert/status",
+        a == b,
+        if a == b { "status --json restored".into() } else { format!("before {b}, after {a}") },
+    );
+    Ok(())
+}
+
+fn last_lines(text: &str, n: usize) -> String {
+    let lines: Vec<&str> = text.lines().filter(|l| !l.trim().is_empty()).collect();
+    lines[lines.len().saturating_sub(n)..].join(" | ")
+}

@@ -1,0 +1,343 @@
+//! `cargo xtask kernels`: bbrscope on the kernels people run. Fetches Debian's kernel packages
+//! through apt (private configuration, cache outside the repository), builds a small guest with
+//! the freshly built bbrscope and this xtask as the test driver, boots each kernel under QEMU
+//! (TCG: KVM is unusable on the CI machines, see ../shared/notes/kernel-matrix.md), and prints
+//! which observer path each kernel got, what bbrscope reported on stderr, and the tests' results.
+
+mod apt;
+pub mod guest;
+mod initramfs;
+
+use std::{
+    fmt::Write as _,
+    fs,
+    path::{Path, PathBuf},
+    process::{Command, Stdio},
+    time::{Duration, Instant},
+};
+
+use anyhow::{Context as _, Result, bail};
+use clap::Args;
+use serde_json::Value;
+
+/// The default matrix: Debian 11's and 12's kernels, 6.12 (Debian 13), and the newest 6.x and
+/// 7.x the archive serves (backports, sid, experimental).
+const DEFAULT_KERNELS: &[&str] = &["5.10", "6.1", "6.12", "6", "7"];
+
+#[derive(Debug, Args)]
+pub struct KernelsArgs {
+    /// Run only this kernel: the newest Debian kernel whose version starts with VERSION
+    /// (e.g. 5.10, 6.1, 6.12, 6 for the newest 6.x, 7.2.13); repeat for several
+    #[arg(long = "kernel", value_name = "VERSION")]
+    kernels: Vec<String>,
+    /// Where apt lists, packages and extracted kernels are kept between runs
+    #[arg(long, value_name = "DIR", default_value = "/var/cache/bbrscope-kernels")]
+    cache: PathBuf,
+    /// The bbrscope binary to test [default: build it (release) next to this xtask]
+    #[arg(long, value_name = "PATH")]
+    bbrscope: Option<PathBuf>,
+    /// Seconds one guest may run before it counts as hung
+    #[arg(long, value_name = "S", default_value_t = 300)]
+    timeout: u64,
+    /// Fetch the package lists again even if the cached ones are recent
+    #[arg(long)]
+    refresh: bool,
+    /// Also write the results as markdown (for docs/kernel-matrix.md)
+    #[arg(long, value_name = "FILE")]
+    markdown: Option<PathBuf>,
+}
+
+/// One guest's results.
+#[derive(Debug, Default)]
+struct Outcome {
+    version: String,
+    release: String,
+    package: String,
+    /// The observer `--observer auto` selected (from `stats.observer`).
+    observer: Option<String>,
+    /// Every distinct stderr line bbrscope printed, per run.
+    stderr: Vec<(String, Vec<String>)>,
+    tests: Vec<(String, bool, String)>,
+    /// The guest did not finish (boot failure, hang, crash).
+    error: Option<String>,
+    seconds: f64,
+}
+
+impl Outcome {
+    fn passed(&self) -> usize {
+        self.tests.iter().filter(|t| t.1).count()
+    }
+    fn failed(&self) -> Vec<&str> {
+        self.tests.iter().filter(|t| !t.1).map(|t| t.0.as_str()).collect()
+    }
+    fn ok(&self) -> bool {
+        self.error.is_none() && self.failed().is_empty() && !self.tests.is_empty()
+    }
+}
+
+pub fn run(args: KernelsArgs) -> Result<()> {
+    let started = Instant::now();
+    for tool in ["qemu-system-x86_64", "busybox", "apt-get", "dpkg-deb", "xz", "ldd"] {
+        if Command::new("sh").args(["-c", &format!("command -v {tool}")]).stdout(Stdio::null()).status()?.code()
+            != Some(0)
+        {
+            bail!("{tool} is missing: run scripts/setup.sh (it installs qemu-system-x86 and busybox-static)");
+        }
+    }
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).parent().context("workspace root")?.to_path_buf();
+    let bbrscope = match &args.bbrscope {
+        Some(p) => p.clone(),
+        None => build_bbrscope(&root)?,
+    };
+    let driver = std::env::current_exe()?;
+    fs::create_dir_all(&args.cache)?;
+    let apt = apt::Apt::new(&args.cache)?;
+    let t = Instant::now();
+    apt.update(args.refresh)?;
+    let cands = apt.candidates()?;
+    eprintln!("kernels: {} kernel images known to apt ({:.0} s)", cands.len(), t.elapsed().as_secs_f64());
+    let selectors: Vec<String> = if args.kernels.is_empty() {
+        DEFAULT_KERNELS.iter().map(|s| s.to_string()).collect()
+    } else {
+        args.kernels.clone()
+    };
+    let mut chosen: Vec<&apt::Candidate> = Vec::new();
+    for s in &selectors {
+        let c = apt::choose(&cands, s).with_context(|| format!("Debian's archive serves no kernel {s}.x for amd64"))?;
+        if !chosen.iter().any(|k| k.package == c.package) {
+            chosen.push(c);
+        }
+    }
+    let payload = initramfs::Payload { bbrscope, driver };
+    let mut outcomes = Vec::new();
+    for c in chosen {
+        let t = Instant::now();
+        eprintln!("kernels: {} {} ...", c.package, c.version);
+        let mut o = match boot_one(&apt, &args, &payload, c) {
+            Ok(o) => o,
+            Err(e) => Outcome {
+                version: c.upstream_str(),
+                package: c.package.clone(),
+                error: Some(format!("{e:#}")),
+                ..Outcome::default()
+            },
+        };
+        o.seconds = t.elapsed().as_secs_f64();
+        eprintln!(
+            "kernels: {} {}: {} passed, failed {:?}{} ({:.0} s)",
+            o.version,
+            o.release,
+            o.passed(),
+            o.failed(),
+            o.error.as_deref().map(|e| format!(", error: {e}")).unwrap_or_default(),
+            o.seconds
+        );
+        outcomes.push(o);
+    }
+    let total = started.elapsed().as_secs_f64();
+    let md = report(&outcomes, total);
+    println!("{md}");
+    if let Some(path) = &args.markdown {
+        fs::write(path, &md)?;
+    }
+    let bad: Vec<&str> = outcomes.iter().filter(|o| !o.ok()).map(|o| o.version.as_str()).collect();
+    if !bad.is_empty() {
+        bail!("kernel matrix failed on {}", bad.join(", "));
+    }
+    Ok(())
+}
+
+fn boot_one(apt: &apt::Apt, args: &KernelsArgs, payload: &initramfs::Payload, c: &apt::Candidate) -> Result<Outcome> {
+    let kernel = apt.prepare(&args.cache, c)?;
+    let work = args.cache.join("runs").join(&kernel.release);
+    fs::create_dir_all(&work)?;
+    let initrd = work.join("initrd.cpio");
+    initramfs::build(&kernel, payload, &initrd)?;
+    let console = work.join("console.log");
+    let results = work.join("results.ndjson");
+    let _ = fs::remove_file(&results);
+    let mut qemu = Command::new("qemu-system-x86_64")
+        .args(["-accel", "tcg", "-cpu", "max", "-smp", "2", "-m", "1024", "-display", "none", "-no-reboot"])
+        .args(["-monitor", "none", "-nic", "none", "-kernel"])
+        .arg(kernel.vmlinuz())
+        .arg("-initrd")
+        .arg(&initrd)
+        .args(["-append", "console=ttyS0 panic=-1 loglevel=4"])
+        .arg("-serial")
+        .arg(format!("file:{}", console.display()))
+        .arg("-serial")
+        .arg(format!("file:{}", results.display()))
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .spawn()
+        .context("starting qemu-system-x86_64")?;
+    let deadline = Instant::now() + Duration::from_secs(args.timeout);
+    let mut error = None;
+    loop {
+        if qemu.try_wait()?.is_some() {
+            break;
+        }
+        if Instant::now() > deadline {
+            let _ = qemu.kill();
+            let _ = qemu.wait();
+            error = Some(format!("guest still running after {} s (console: {})", args.timeout, console.display()));
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let mut o = Outcome {
+        version: kernel.version.clone(),
+        release: kernel.release.clone(),
+        package: c.package.clone(),
+        ..Outcome::default()
+    };
+    let mut done = false;
+    for line in fs::read_to_string(&results).unwrap_or_default().lines() {
+        let Ok(v) = serde_json::from_str::<Value>(line.trim()) else { continue };
+        match v["kind"].as_str() {
+            Some("test") => o.tests.push((
+                v["name"].as_str().unwrap_or("?").into(),
+                v["pass"].as_bool().unwrap_or(false),
+                v["detail"].as_str().unwrap_or("").into(),
+            )),
+            Some("run") => {
+                let arg = v["observer_arg"].as_str().unwrap_or("?").to_string();
+                if arg == "auto" {
+                    o.observer = v["observer"].as_str().map(str::to_string);
+                }
+                let lines = v["stderr"].as_array().into_iter().flatten().filter_map(|l| l.as_str()).map(str::to_string);
+                o.stderr.push((arg, lines.collect()));
+            }
+            Some("done") => done = true,
+            _ => {}
+        }
+    }
+    if !done && error.is_none() {
+        let tail: Vec<String> = fs::read_to_string(&console)
+            .unwrap_or_default()
+            .lines()
+            .rev()
+            .take(8)
+            .map(|l| l.trim_end().to_string())
+            .collect::<Vec<_>>()
+            .into_iter()
+            .rev()
+            .collect();
+        error = Some(format!("the guest stopped before its driver finished; console tail: {}", tail.join(" / ")));
+    }
+    o.error = error;
+    Ok(o)
+}
+
+/// The matrix as markdown: one row per kernel, then every stderr line and every failure.
+fn report(outcomes: &[Outcome], total: f64) -> String {
+    let mut s = String::new();
+    let cpu = fs::read_to_string("/proc/cpuinfo")
+        .unwrap_or_default()
+        .lines()
+        .find_map(|l| l.strip_prefix("model name").map(|v| v.trim_start_matches([' ', '\t', ':']).to_string()))
+        .unwrap_or_default();
+    let host = fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default();
+    let date = Command::new("date").args(["-u", "+%Y-%m-%d %H:%M UTC"]).output().map(|o| o.stdout).unwrap_or_default();
+    let _ = writeln!(
+        s,
+        "Kernel matrix, {} on {} x {cpu} (host Linux {}), QEMU TCG, {total:.0} s in all.\n",
+        String::from_utf8_lossy(&date).trim(),
+        std::thread::available_parallelism().map(|n| n.get()).unwrap_or(0),
+        host.trim()
+    );
+    let _ = writeln!(
+        s,
+        "| kernel | Debian package | observer (auto) | bbrscope on stderr (auto run) | tests | failed | time |"
+    );
+    let _ = writeln!(s, "| --- | --- | --- | --- | --- | --- | --- |");
+    for o in outcomes {
+        let auto_err =
+            o.stderr.iter().find(|(a, _)| a == "auto").map(|(_, l)| summarize(l).join("<br>")).unwrap_or_default();
+        let failed = match &o.error {
+            Some(e) => format!("**guest error**: {e}"),
+            None => o.failed().join(", "),
+        };
+        let _ = writeln!(
+            s,
+            "| {} ({}) | {} | {} | {} | {}/{} | {} | {:.0} s |",
+            o.version,
+            o.release,
+            o.package,
+            o.observer.as_deref().unwrap_or("-"),
+            if auto_err.is_empty() { "(nothing)".into() } else { auto_err.replace('|', "\\|") },
+            o.passed(),
+            o.tests.len(),
+            if failed.is_empty() { "-".into() } else { failed.replace('|', "\\|") },
+            o.seconds
+        );
+    }
+    for o in outcomes {
+        let _ = writeln!(s, "\n### {} ({})\n", o.version, o.release);
+        for (arg, lines) in &o.stderr {
+            let _ = writeln!(
+                s,
+                "- stderr of `stream --observer {arg}`: {}",
+                if lines.is_empty() {
+                    "(nothing)".to_string()
+                } else {
+                    format!("`{}`", summarize(lines).join("` / `"))
+                }
+            );
+        }
+        for (name, pass, detail) in &o.tests {
+            let _ = writeln!(s, "- {} `{name}`: {detail}", if *pass { "pass" } else { "**FAIL**" });
+        }
+        if let Some(e) = &o.error {
+            let _ = writeln!(s, "- **guest error**: {e}");
+        }
+    }
+    s
+}
+
+/// bbrscope's stderr with each embedded verifier log cut down to its verdict (the lines before
+/// "verification time"); the full log stays in the run's results.ndjson.
+fn summarize(lines: &[String]) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut log: Option<(String, Vec<&str>)> = None;
+    for line in lines {
+        match &mut log {
+            None => match line.split_once("Verifier output:") {
+                Some((head, _)) => log = Some((head.to_string(), Vec::new())),
+                None => out.push(line.clone()),
+            },
+            Some((head, body)) => {
+                if let Some(at) = line.find("(os error") {
+                    let end = body.iter().position(|l| l.starts_with("verification time")).unwrap_or(body.len());
+                    let verdict: Vec<&str> = body[..end].iter().rev().take(2).rev().copied().collect();
+                    out.push(format!("{head}verifier: {} {}", verdict.join(" / "), &line[at..]));
+                    log = None;
+                } else {
+                    body.push(line.trim());
+                }
+            }
+        }
+    }
+    if let Some((head, body)) = log {
+        out.push(format!("{head}verifier: {}", body.last().unwrap_or(&"")));
+    }
+    out
+}
+
+/// Builds bbrscope (release) into the target directory this xtask runs from.
+fn build_bbrscope(root: &Path) -> Result<PathBuf> {
+    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+    let status = Command::new(cargo)
+        .args(["build", "--release", "--package", "bbrscope", "--bin", "bbrscope"])
+        .current_dir(root)
+        .status()
+        .context("running cargo")?;
+    if !status.success() {
+        bail!("building bbrscope failed");
+    }
+    let exe = std::env::current_exe()?.with_file_name("bbrscope");
+    if !exe.exists() {
+        bail!("{} is missing after the build; pass --bbrscope PATH", exe.display());
+    }
+    Ok(exe)
+}
