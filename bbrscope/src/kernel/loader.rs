@@ -302,14 +302,14 @@ fn experiment_config(spec: Option<&ExperimentSpec>) -> bbrscope_common::Experime
 
 /// The experiment's destination ranges, as IPv6 (IPv4 mapped) prefixes the kernel looks up.
 fn fill_experiment_ranges(ebpf: &mut Ebpf, ranges: &[ipnet::IpNet]) -> Result<()> {
-    let mut map: LpmTrie<_, [u8; 16], u8> =
-        LpmTrie::try_from(ebpf.map_mut("EXP_DST").context("EXP_DST map missing")?)?;
+    let mut map: LpmTrie<_, [u8; 16], u8> = LpmTrie::try_from(ebpf.map_mut("EXP_DST").context("EXP_DST map missing")?)?;
     for net in ranges {
         let (addr, prefix) = match net {
             ipnet::IpNet::V4(n) => (n.network().to_ipv6_mapped().octets(), 96 + n.prefix_len() as u32),
             ipnet::IpNet::V6(n) => (n.network().octets(), n.prefix_len() as u32),
         };
-        map.insert(&Key::new(prefix, addr), &1, 0).with_context(|| format!("adding {net} to the experiment's scope"))?;
+        map.insert(&Key::new(prefix, addr), &1, 0)
+            .with_context(|| format!("adding {net} to the experiment's scope"))?;
     }
     Ok(())
 }
