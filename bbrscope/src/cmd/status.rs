@@ -73,9 +73,19 @@ struct Recorded {
     changes: Vec<String>,
 }
 
+/// Which observer `stream`/`top` use on this machine, checked by loading the program.
+#[derive(Serialize)]
+struct ObserverStatus {
+    /// "sockops", "tracepoint", or null when it could not be checked.
+    path: Option<&'static str>,
+    /// Why not sockops, or why it could not be checked.
+    note: Option<String>,
+}
+
 #[derive(Serialize)]
 struct Status {
     available: Vec<String>,
+    observer: ObserverStatus,
     system: Namespace,
     boot: Boot,
     namespaces: Vec<Namespace>,
@@ -228,7 +238,11 @@ fn status(args: StatusArgs) -> Result<()> {
             p.algorithm, p.scope
         ));
     }
-    let status = Status { available: kernel.usable(), system, boot, namespaces, bbrscope, warnings };
+    let observer = match crate::kernel::loader::probe() {
+        Ok((path, note)) => ObserverStatus { path: Some(path.as_str()), note },
+        Err(note) => ObserverStatus { path: None, note: Some(note) },
+    };
+    let status = Status { available: kernel.usable(), observer, system, boot, namespaces, bbrscope, warnings };
     if args.json {
         outln!("{}", serde_json::to_string_pretty(&status)?)?;
     } else {
@@ -259,6 +273,8 @@ fn print_namespace(n: &Namespace) -> Result<(), OutputError> {
 
 fn print(s: &Status) -> Result<(), OutputError> {
     outln!("available        {}", s.available.join(" "))?;
+    let note = s.observer.note.as_deref().map(|n| format!(" ({n})")).unwrap_or_default();
+    outln!("observer         {}{note}", s.observer.path.unwrap_or("unknown"))?;
     print_namespace(&s.system)?;
     let boot = match (&s.boot.value, &s.boot.file) {
         (Some(v), Some(f)) => format!("{v} (from {f})"),

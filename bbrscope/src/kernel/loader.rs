@@ -275,6 +275,38 @@ impl Counters {
     }
 }
 
+/// Which observer `bbrscope stream`/`top` would use here, found by loading (not attaching) the
+/// sock_ops program, for `status`: `Ok(path)` or why it cannot be known.
+pub fn probe() -> std::result::Result<(ObserverPath, Option<String>), String> {
+    if !crate::sys::privileges::can_trace(crate::sys::privileges::effective_caps()) {
+        return Err("checking needs root (or CAP_BPF and CAP_PERFMON)".into());
+    }
+    let btf =
+        with_cc_modules(Btf::kernel().map_err(|e| format!("no kernel BTF: {e:#}"))?).map_err(|e| format!("{e:#}"))?;
+    let layout = Layout::from_btf(&btf).map_err(|e| format!("{e:#}"))?;
+    let hooks = hooks::plan(|tp| btf.tracepoint_args(tp)).map_err(|e| format!("{e:#}"))?;
+    let config = Config {
+        interval_ns: 100_000_000,
+        flags: layout.flags | hooks.flags,
+        events_per_interval: 64,
+        filter: Filter::default(),
+        sock: layout.sock,
+        fields: layout.fields,
+        experiment: Config::zeroed().experiment,
+    };
+    let why = (|| -> Result<()> {
+        crate::sys::cgroup::cgroup2_mount().context("no cgroup v2 hierarchy is mounted")?;
+        let mut ebpf = EbpfLoader::new().override_global("CONFIG", &config, true).load(OBJECT)?;
+        let prog: &mut SockOps = ebpf.program_mut(SOCKOPS_PROGRAM).context("program missing")?.try_into()?;
+        prog.load().context("loading the sock_ops program")?;
+        Ok(())
+    })();
+    Ok(match why {
+        Ok(()) => (ObserverPath::Sockops, None),
+        Err(e) => (ObserverPath::Tracepoint, Some(format!("{e:#}"))),
+    })
+}
+
 const SOCKOPS_PROGRAM: &str = "bbrscope_sockops";
 /// The tracepoint program the sock_ops path uses for congestion-state changes.
 const CONG_BY_COOKIE: &str = "cong_state_by_cookie";

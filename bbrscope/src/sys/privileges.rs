@@ -23,10 +23,14 @@ pub fn can_trace(caps: u64) -> bool {
     has(caps, CAP_SYS_ADMIN) || (has(caps, CAP_BPF) && has(caps, CAP_PERFMON))
 }
 
-pub fn require_tracing(what: &str) -> Result<()> {
+/// This process's effective capabilities (0 if they cannot be read).
+pub fn effective_caps() -> u64 {
     let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
-    let caps = effective_caps_in(&status).unwrap_or(0);
-    if !can_trace(caps) {
+    effective_caps_in(&status).unwrap_or(0)
+}
+
+pub fn require_tracing(what: &str) -> Result<()> {
+    if !can_trace(effective_caps()) {
         usage!("{what} needs root, or the capabilities CAP_BPF and CAP_PERFMON (CAP_SYS_ADMIN on kernels before 5.8)");
     }
     Ok(())
