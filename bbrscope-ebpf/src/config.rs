@@ -18,6 +18,7 @@ pub(crate) use conf;
 
 #[inline(always)]
 pub fn load<T>(field: *const T) -> T {
+    // SAFETY: `field` points into the CONFIG global, which lives for the program's lifetime.
     unsafe { core::ptr::read_volatile(field) }
 }
 

@@ -3,13 +3,14 @@
 
 use aya_ebpf::{
     bindings::BPF_NOEXIST,
-    helpers::{bpf_get_smp_processor_id, bpf_ktime_get_ns},
+    helpers::bpf_get_smp_processor_id,
     macros::map,
     maps::{LruHashMap, PerCpuArray},
 };
 use bbrscope_common::{CC_NAME_LEN, config_flags, counter, filter_flags};
 
 use crate::{
+    clock::now_ns,
     config::{conf, has_flag},
     sock::{self, Tuple, read},
 };
@@ -64,6 +65,8 @@ static NEXT_ID: PerCpuArray<u64> = PerCpuArray::with_max_entries(1, 0);
 #[inline(always)]
 pub fn count(index: u32) {
     if let Some(c) = COUNTERS.get_ptr_mut(index) {
+        // SAFETY: a valid slot of this CPU's counters; programs on one CPU do not run
+        // concurrently (they are not preempted mid-program), so the increment cannot race.
         unsafe { *c += 1 };
     }
 }
@@ -71,12 +74,15 @@ pub fn count(index: u32) {
 #[inline(always)]
 pub fn add(index: u32, n: u64) {
     if let Some(c) = COUNTERS.get_ptr_mut(index) {
+        // SAFETY: as in `count`.
         unsafe { *c += n };
     }
 }
 
 #[inline(always)]
 pub fn get(sk: u64) -> Option<&'static mut FlowState> {
+    // SAFETY: the map returned a valid pointer to this flow's value; it stays valid for the
+    // program's run (LRU eviction frees entries only after an RCU grace period).
     FLOWS.get_ptr_mut(&sk).map(|p| unsafe { &mut *p })
 }
 
@@ -106,7 +112,7 @@ pub fn create(sk: u64) {
     let st = FlowState {
         id: next_id(),
         // Not this event (bytes_acked is the baseline just read) but the next one samples.
-        next_sample_ns: unsafe { bpf_ktime_get_ns() } + 1,
+        next_sample_ns: now_ns() + 1,
         last_bytes_acked: read(sk, conf!(sock.bytes_acked)),
         saddr: t.saddr,
         daddr: t.daddr,
@@ -130,8 +136,10 @@ pub fn create(sk: u64) {
 
 #[inline(always)]
 fn next_id() -> u64 {
+    // SAFETY: a helper without arguments.
     let cpu = unsafe { bpf_get_smp_processor_id() } as u64;
     match NEXT_ID.get_ptr_mut(0) {
+        // SAFETY: this CPU's slot of a per-CPU array; nothing else runs on this CPU meanwhile.
         Some(n) => unsafe {
             *n += 1;
             (*n << 12) | (cpu & 0xfff)

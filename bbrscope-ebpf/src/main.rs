@@ -7,18 +7,20 @@
 #![no_std]
 #![no_main]
 
+mod clock;
 mod config;
 mod flow;
 mod records;
 mod sock;
 mod sockops;
 
-use aya_ebpf::{helpers::bpf_ktime_get_ns, macros::raw_tracepoint, programs::RawTracePointContext};
+use aya_ebpf::{macros::raw_tracepoint, programs::RawTracePointContext};
 use bbrscope_common::{config_flags, counter, kind};
 // The panic handler and the license.
 use bbrscope_ebpf as _;
 
 use crate::{
+    clock::now_ns,
     config::{conf, has_flag},
     flow::{Status, count},
 };
@@ -41,7 +43,7 @@ pub fn tcp_probe(ctx: RawTracePointContext) -> i32 {
         return 0;
     }
     st.acks = st.acks.wrapping_add(1);
-    let now = unsafe { bpf_ktime_get_ns() };
+    let now = now_ns();
     if has_flag(config_flags::POLL_CA_STATE) {
         let state = sock::ca_state(sk);
         if state != st.ca_state {
@@ -68,7 +70,7 @@ pub fn tcp_retransmit_skb(ctx: RawTracePointContext) -> i32 {
         return 0;
     };
     let total: u32 = sock::read(sk, conf!(sock.total_retrans));
-    records::retransmit(sk, st, total, unsafe { bpf_ktime_get_ns() });
+    records::retransmit(sk, st, total, now_ns());
     0
 }
 
@@ -81,7 +83,7 @@ pub fn tcp_cong_state_set(ctx: RawTracePointContext) -> i32 {
         return 0;
     };
     if state != st.ca_state {
-        records::cong_state(sk, st, state, unsafe { bpf_ktime_get_ns() });
+        records::cong_state(sk, st, state, now_ns());
     }
     0
 }
@@ -102,7 +104,7 @@ pub fn cong_state_by_cookie(ctx: RawTracePointContext) -> i32 {
     }
     let old = sock::ca_state(sk);
     if old != new {
-        records::cong_state_by_cookie(sk, cookie, old, new, unsafe { bpf_ktime_get_ns() });
+        records::cong_state_by_cookie(sk, cookie, old, new, now_ns());
     }
     0
 }
@@ -118,7 +120,7 @@ pub fn inet_sock_set_state(ctx: RawTracePointContext) -> i32 {
     } else if new_state == TCP_CLOSE {
         if let Some(st) = flow::get(sk) {
             if st.announced != 0 {
-                records::sample(kind::CLOSE, sk, st, unsafe { bpf_ktime_get_ns() });
+                records::sample(kind::CLOSE, sk, st, now_ns());
                 count(counter::CLOSES);
             }
             flow::forget(sk);

@@ -58,6 +58,8 @@ pub fn sample(kind: u8, sk: u64, st: &mut FlowState, now: u64) -> bool {
         return false;
     };
     let s = entry.as_mut_ptr();
+    // SAFETY: `s` points to a reserved, writable record of this type; the reads copy at most a
+    // field's length from kernel memory at offsets the running kernel's BTF gave.
     unsafe {
         fill_header(&mut (*s).hdr, kind, st, sock::ca_state(sk), now);
         (*s).cc = cc;
@@ -114,6 +116,7 @@ pub fn retransmit(sk: u64, st: &mut FlowState, total: u32, now: u64) -> bool {
         return false;
     };
     let r = entry.as_mut_ptr();
+    // SAFETY: `r` points to a reserved, writable record of this type; every field is written.
     unsafe {
         fill_header(&mut (*r).hdr, kind::RETRANSMIT, st, sock::ca_state(sk), now);
         (*r).segs = segs;
@@ -145,6 +148,7 @@ pub fn cong_state(sk: u64, st: &mut FlowState, new: u8, now: u64) {
         return;
     };
     let c = entry.as_mut_ptr();
+    // SAFETY: `c` points to a reserved, writable record of this type; every field is written.
     unsafe {
         fill_header(&mut (*c).hdr, kind::CONG_STATE, st, new, now);
         (*c).old = old;

@@ -9,6 +9,7 @@ const AF_INET: u16 = 2;
 
 #[inline(always)]
 pub fn read<T: Copy + Default>(base: u64, off: u32) -> T {
+    // SAFETY: bpf_probe_read_kernel checks the address itself and fails (0 here) on a bad one.
     unsafe { bpf_probe_read_kernel((base + off as u64) as *const T) }.unwrap_or_default()
 }
 
@@ -27,6 +28,7 @@ pub fn ca_state(sk: u64) -> u8 {
 #[inline(always)]
 pub fn cc_name(sk: u64, out: &mut [u8; CC_NAME_LEN]) {
     let ops: u64 = read(sk, conf!(sock.ca_ops));
+    // SAFETY: as in `read`: the helper checks the address and fails on a bad one.
     if ops == 0
         || unsafe { bpf_probe_read_kernel_buf((ops + conf!(sock.ca_ops_name) as u64) as *const u8, out) }.is_err()
     {

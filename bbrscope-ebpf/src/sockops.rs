@@ -21,8 +21,8 @@ use aya_ebpf::{
         BPF_SOCK_OPS_STATE_CB_FLAG, BPF_SOCK_OPS_TCP_CONNECT_CB, BPF_SOCK_OPS_TCP_LISTEN_CB, bpf_sock, bpf_sock_ops,
     },
     helpers::{
-        bpf_get_current_comm, bpf_get_current_pid_tgid, bpf_get_socket_cookie, bpf_ktime_get_ns,
-        generated::{bpf_get_prandom_u32, bpf_ktime_get_coarse_ns, bpf_setsockopt, bpf_sk_storage_get},
+        bpf_get_current_comm, bpf_get_current_pid_tgid, bpf_get_socket_cookie,
+        generated::{bpf_get_prandom_u32, bpf_setsockopt, bpf_sk_storage_get},
     },
     macros::{btf_map, map, sock_ops},
     maps::lpm_trie::{Key, LpmTrie},
@@ -31,6 +31,7 @@ use aya_ebpf::{
 use bbrscope_common::{CC_NAME_LEN, FlowEnd, FlowOpen, config_flags, counter, experiment_flags, filter_flags, kind};
 
 use crate::{
+    clock::{coarse_ns, now_ns},
     config::{conf, has_flag, interval_ns},
     flow::{self, FlowState, Status, add, count},
     records::{self, EVENTS, fill_header},
@@ -118,6 +119,8 @@ pub fn bbrscope_sockops(ctx: SockOpsContext) -> u32 {
     // SAFETY: the context pointer is the kernel's, valid for the program's run; every field
     // read is one the verifier rewrites to a load from the kernel's sock_ops state.
     let ops = unsafe { &*ctx.ops };
+    // SAFETY: `sk` is the member of this union the kernel's sock_ops context defines (a socket
+    // pointer, null when the callback has no full socket).
     let sk = unsafe { ops.__bindgen_anon_2.sk };
     if !sk.is_null() {
         match ops.op {
@@ -162,12 +165,10 @@ fn on_rtt(ops: &bpf_sock_ops, sk: *mut bpf_sock) {
         // No tcp_cong_state_set tracepoint on this kernel: look for changes on each ACK.
         let state = sock::ca_state(s.sk);
         if state != s.flow.ca_state {
-            // SAFETY: no arguments; reads the monotonic clock.
-            records::cong_state(s.sk, &mut s.flow, state, unsafe { bpf_ktime_get_ns() });
+            records::cong_state(s.sk, &mut s.flow, state, now_ns());
         }
     }
-    // SAFETY: no arguments; reads the coarse monotonic clock.
-    let now = unsafe { bpf_ktime_get_coarse_ns() };
+    let now = coarse_ns();
     if now < s.next_sample_coarse_ns {
         return;
     }
@@ -179,8 +180,7 @@ fn on_rtt(ops: &bpf_sock_ops, sk: *mut bpf_sock) {
 fn sample(kind: u8, s: &mut SockFlow, tcp_state: u8) {
     s.flow.tcp_state = tcp_state;
     add(counter::PROBE_EVENTS, s.flow.acks as u64);
-    // SAFETY: no arguments; reads the monotonic clock.
-    let now = unsafe { bpf_ktime_get_ns() };
+    let now = now_ns();
     if records::sample(kind, s.sk, &mut s.flow, now) {
         s.samples += 1;
     }
@@ -203,7 +203,7 @@ fn on_retransmit(ops: &bpf_sock_ops, sk: *mut bpf_sock) {
         return;
     }
     let before = s.flow.retrans_coalesced;
-    let sent = records::retransmit(s.sk, &mut s.flow, ops.total_retrans, unsafe { bpf_ktime_get_ns() });
+    let sent = records::retransmit(s.sk, &mut s.flow, ops.total_retrans, now_ns());
     if sent {
         s.retrans_records += 1;
     } else {
@@ -237,7 +237,7 @@ fn on_state(ops: &bpf_sock_ops, sk: *mut bpf_sock) {
     let e = entry.as_mut_ptr();
     // SAFETY: `e` points to a reserved, writable record of this type; every field is written.
     unsafe {
-        let now = bpf_ktime_get_ns();
+        let now = now_ns();
         fill_header(&mut (*e).hdr, kind::END, &s.flow, s.flow.ca_state, now);
         (*e).start_ns = s.start_ns;
         (*e).rtt_events = s.rtt_events;
@@ -339,7 +339,7 @@ fn assign_arm(ctx: &SockOpsContext, s: &mut SockFlow) {
     if conf!(experiment.flags) & experiment_flags::DST != 0 && EXP_DST.get(&Key::new(128, t.daddr)).is_none() {
         return;
     }
-    // SAFETY: no arguments.
+    // SAFETY: a helper without arguments.
     let (join, pick) = unsafe { (bpf_get_prandom_u32(), bpf_get_prandom_u32()) };
     if join % 100 >= conf!(experiment.sample_pct) {
         return;
@@ -365,8 +365,7 @@ fn reset(s: &mut SockFlow, sk: *mut bpf_sock) {
     // The pointer's value is stored as a number (allowed for CAP_PERFMON programs): later
     // callbacks read socket fields relative to it with bpf_probe_read_kernel.
     s.sk = sk as u64;
-    // SAFETY: no arguments; reads the monotonic clock.
-    s.start_ns = unsafe { bpf_ktime_get_ns() };
+    s.start_ns = now_ns();
     s.flow.status = Status::Pending as u8;
     s.flow.announced = 0;
     s.flow.acks = 0;
@@ -410,7 +409,8 @@ fn open(ctx: &SockOpsContext, s: &mut SockFlow) {
     let t = sock::tuple(sk);
     let mut cc = [0u8; CC_NAME_LEN];
     sock::cc_name(sk, &mut cc);
-    // SAFETY: a sock_ops context; the cookie is created on first use and then stable.
+    // SAFETY: a sock_ops context pointer, as the helper requires; the cookie is created on first
+    // use and stable after.
     let cookie = unsafe { bpf_get_socket_cookie(ctx.ops as *mut c_void) };
     s.flow.id = cookie;
     s.flow.saddr = t.saddr;
@@ -434,7 +434,7 @@ fn open(ctx: &SockOpsContext, s: &mut SockFlow) {
     let o = entry.as_mut_ptr();
     // SAFETY: `o` points to a reserved, writable record of this type; every field is written.
     unsafe {
-        let now = bpf_ktime_get_ns();
+        let now = now_ns();
         fill_header(&mut (*o).hdr, kind::OPEN, &s.flow, s.flow.ca_state, now);
         (*o).cc = cc;
         (*o).comm = s.comm;

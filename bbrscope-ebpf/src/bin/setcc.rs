@@ -30,9 +30,12 @@ pub fn bbrscope_setcc(ctx: SockOpsContext) -> u32 {
     if op == BPF_SOCK_OPS_ACTIVE_ESTABLISHED_CB || op == BPF_SOCK_OPS_PASSIVE_ESTABLISHED_CB {
         // A stack copy: the helper reads the name from memory the verifier knows to be readable,
         // and the volatile read keeps the compiler from folding the zeroed initializer.
+        // SAFETY: CC is a global of the program, alive and readable for its whole run.
         let mut name: [u8; CC_NAME_LEN] = unsafe { core::ptr::read_volatile(&raw const CC) };
         // A failure (e.g. the algorithm's module was unloaded) leaves the socket on the default;
         // there is nobody to report it to here.
+        // SAFETY: a sock_ops context at an established callback, where setting TCP_CONGESTION is
+        // allowed; `name` is readable for the length passed.
         unsafe {
             bpf_setsockopt(ctx.ops as *mut _, SOL_TCP, TCP_CONGESTION, name.as_mut_ptr() as *mut _, CC_NAME_LEN as i32)
         };
