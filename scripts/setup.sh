@@ -12,7 +12,9 @@ BPF_LINKER_VERSION=0.13.0
 APT_PACKAGES=(llvm-${LLVM_MAJOR}-dev libpolly-${LLVM_MAJOR}-dev libzstd-dev zlib1g-dev
               iproute2 nftables tmux bpftrace procps dwarves bpftool fonts-dejavu-core
               # cargo xtask kernels: boots Debian kernels under QEMU with a busybox guest.
-              qemu-system-x86 busybox-static xz-utils)
+              qemu-system-x86 busybox-static xz-utils
+              # tests/export.rs: a real Prometheus scrapes `bbrscope export`.
+              prometheus)
 
 log() { printf 'setup: %s\n' "$*" >&2; }
 
