@@ -134,3 +134,57 @@ fn bad_input_is_refused_before_anything_is_attached() {
     unsafe { libc::kill(first.id() as i32, libc::SIGTERM) };
     assert!(wait_timeout(&mut first, Duration::from_secs(10)).unwrap().success());
 }
+
+/// A client population behind its own emulated path: the server in the path's sender namespace
+/// answering on `port`, the clients in its receiver namespace.
+struct Population {
+    link: bbrscope::demo::emulator::Link,
+    server: SocketAddr,
+}
+
+fn population(index: u8, rtt_ms: u64, loss: f64, port: u16) -> Population {
+    use bbrscope::demo::emulator::{Link, LinkConfig, LossSpec};
+    let rate_bps = 20_000_000;
+    let rtt = Duration::from_millis(rtt_ms);
+    let bdp = (rate_bps as f64 / 8.0 * rtt.as_secs_f64()) as u64;
+    let cfg = LinkConfig { rate_bps, rtt, buffer_bytes: bdp.max(64 << 10), loss: LossSpec { rate: loss, burst: None }, seed: index as u64 };
+    let link = Link::new(index, &cfg).expect("emulated path");
+    let server = SocketAddr::new(link.sender_addr.into(), port);
+    let listener = link.sender.run(move || Ok(TcpListener::bind(server)?)).unwrap();
+    serve(listener);
+    Population { link, server }
+}
+
+/// `threads` clients of `p` requesting `sizes` in turn until `until`; their log: (client
+/// address, size asked, bytes got).
+fn load(p: &Population, threads: usize, sizes: &'static [usize], until: Instant) -> Vec<(SocketAddr, usize, usize)> {
+    thread::scope(|s| {
+        let workers: Vec<_> = (0..threads)
+            .map(|t| {
+                s.spawn(move || {
+                    let mut log = Vec::new();
+                    let mut i = t;
+                    while Instant::now() < until {
+                        let size = sizes[i % sizes.len()];
+                        i += 1;
+                        let server = p.server;
+                        let mut c = p.link.receiver.run(move || Ok(TcpStream::connect(server)?)).unwrap();
+                        let local = c.local_addr().unwrap();
+                        c.write_all(format!("{size}\n").as_bytes()).unwrap();
+                        let mut got = 0;
+                        let mut buf = vec![0u8; 1 << 16];
+                        while let Ok(n) = c.read(&mut buf) {
+                            if n == 0 {
+                                break;
+                            }
+                            got += n;
+                        }
+                        log.push((local, size, got));
+                    }
+                    log
+                })
+            })
+            .collect();
+        workers.into_iter().flat_map(|w| w.join().unwrap()).collect()
+    })
+}
