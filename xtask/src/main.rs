@@ -20,6 +20,9 @@ enum Task {
     /// Holds the far ends of the benchmark's idle flows (started by `bench`)
     #[command(hide = true)]
     IdlePeer,
+    /// Holds a share of the benchmark's 100,000 idle sockets (started by `bench`)
+    #[command(hide = true)]
+    HoldSockets { pairs: usize, ip: std::net::Ipv4Addr },
     /// bbrscope on Debian's kernels (5.10, 6.1, 6.12, newest 6.x and 7.x) under QEMU: observer
     /// path, degradations and tests per kernel (root; a few minutes; --kernel VERSION for one)
     Kernels(kernels::KernelsArgs),
@@ -32,6 +35,7 @@ fn main() -> anyhow::Result<()> {
     match Cli::parse().task {
         Task::Bench(args) => bench::run(args),
         Task::IdlePeer => bench::idle_peer(),
+        Task::HoldSockets { pairs, ip } => bench::hold_sockets(pairs, ip),
         Task::Kernels(args) => kernels::run(args),
         Task::KernelGuest => kernels::guest::main(),
     }

@@ -164,13 +164,17 @@ pub struct RunStats {
     pub runs: u64,
 }
 
-/// An observer's program on tcp_probe: bbrscope's raw tracepoint and bpftrace's tracepoint
-/// program are both named after the tracepoint.
+/// An observer's program on the per-ACK path: bbrscope's raw tracepoint and bpftrace's
+/// tracepoint program are both named after the tracepoint; bbrscope's sock_ops program and the
+/// benchmark's floor programs have names of their own.
 pub struct ProbeProgram {
     pid: u32,
     fd: u32,
     pub id: u32,
 }
+
+/// Names of per-ACK programs, as the kernel keeps them (at most 15 bytes: longer names are cut).
+const PER_ACK_NAMES: [&str; 4] = ["tcp_probe", "bbrscope_sockop", "floor_sockops", "floor_tcp_probe"];
 
 impl ProbeProgram {
     pub const NAME: &str = "tcp_probe";
@@ -180,7 +184,7 @@ impl ProbeProgram {
         if progs.is_empty() {
             return Ok(None);
         }
-        let named = probe_program_ids()?;
+        let named = program_ids(|name| PER_ACK_NAMES.iter().any(|n| name.starts_with(n)));
         Ok(progs.into_iter().find(|p| named.contains(&p.id)).map(|p| ProbeProgram { pid, fd: p.fd, id: p.id }))
     }
 
@@ -190,17 +194,22 @@ impl ProbeProgram {
     }
 }
 
-/// Ids of every loaded program named tcp_probe, whoever loaded it.
-pub fn probe_program_ids() -> Result<Vec<u32>> {
+/// Ids of loaded programs whose name passes `keep`, whoever loaded them.
+fn program_ids(keep: impl Fn(&str) -> bool) -> Vec<u32> {
     let mut ids = Vec::new();
     for prog in aya::programs::loaded_programs() {
         // Programs unloaded while listing are skipped.
         let Ok(prog) = prog else { continue };
-        if prog.name_as_str() == Some(ProbeProgram::NAME) {
+        if prog.name_as_str().is_some_and(&keep) {
             ids.push(prog.id());
         }
     }
-    Ok(ids)
+    ids
+}
+
+/// Ids of every loaded program named tcp_probe, whoever loaded it.
+pub fn probe_program_ids() -> Result<Vec<u32>> {
+    Ok(program_ids(|name| name == ProbeProgram::NAME))
 }
 
 /// Memory the kernel has locked for the maps a process holds (their `memlock` in fdinfo).
@@ -231,7 +240,9 @@ impl Counters {
 
     pub fn read(&self) -> Result<CounterValues> {
         let mut values = [0; counter::COUNT as usize];
-        for (i, v) in values.iter_mut().enumerate() {
+        // A bbrscope built before a counter was added has fewer: those read as 0.
+        let len = self.0.len() as usize;
+        for (i, v) in values.iter_mut().enumerate().take(len) {
             *v = self.0.get(&(i as u32), 0)?.iter().sum();
         }
         Ok(values)
@@ -240,5 +251,8 @@ impl Counters {
 
 /// Records bbrscope's programs wrote into the ring buffer, from the counters.
 pub fn records(c: &CounterValues) -> u64 {
-    [counter::SAMPLES, counter::RETRANSMITS, counter::CONG_STATES, counter::CLOSES].iter().map(|&i| c[i as usize]).sum()
+    [counter::SAMPLES, counter::RETRANSMITS, counter::CONG_STATES, counter::CLOSES, counter::OPENS, counter::ENDS]
+        .iter()
+        .map(|&i| c[i as usize])
+        .sum()
 }

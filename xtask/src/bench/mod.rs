@@ -1,15 +1,19 @@
 //! `cargo xtask bench`: bbrscope's cost on the traffic it watches, side by side with bpftrace
 //! and `ss` polling, and at 10,000 flows. Writes a markdown table and a JSON file.
 
+mod cost;
 mod drops;
 mod idle;
 mod machine;
 mod measure;
 mod net;
 mod pty;
+mod quiet;
 mod report;
 mod scale;
 mod scenarios;
+mod shortflows;
+mod sockets;
 mod throughput;
 mod workload;
 
@@ -49,6 +53,28 @@ pub struct BenchArgs {
     /// Seconds the scale test holds its flows, after they are all open [default: 12; --quick: 8]
     #[arg(long, value_name = "S")]
     scale_seconds: Option<f64>,
+    /// Rounds of the cost part: each runs the floor and the real program once per path and flow
+    /// count [default: 4; --quick: 2]
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=50))]
+    cost_rounds: Option<u32>,
+    /// Seconds each cost run measures [default: 2; --quick: 1]
+    #[arg(long, value_name = "S")]
+    cost_seconds: Option<f64>,
+    /// Flow counts of the cost part (comma-separated) [default: 1,100,10000; --quick: 1,1000]
+    #[arg(long, value_name = "N,N..", value_delimiter = ',')]
+    cost_flows: Vec<usize>,
+    /// Short flows started per second
+    #[arg(long, value_name = "N", default_value_t = 5000.0)]
+    short_rate: f64,
+    /// Seconds each short-flow run lasts [default: 4; --quick: 2]
+    #[arg(long, value_name = "S")]
+    short_seconds: Option<f64>,
+    /// Idle sockets in the sockets part (both ends of loopback connections)
+    #[arg(long, value_name = "N", default_value_t = 100_000)]
+    sockets: usize,
+    /// Rounds of the sockets part (each with and without bbrscope) [default: 2; --quick: 1]
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=10))]
+    sockets_rounds: Option<u32>,
     /// Directory for latest.md and latest.json [default: bench/results in the workspace]
     #[arg(long, value_name = "DIR")]
     out: Option<PathBuf>,
@@ -67,6 +93,14 @@ pub enum Part {
     Drops,
     /// 10,000 mostly idle flows: memory and dashboard responsiveness
     Scale,
+    /// ns per event of each path's per-ACK program against an empty one (the floor), at 1, 100
+    /// and 10,000 flows
+    Cost,
+    /// Short request/response flows per second, and whether bbrscope summarises every one
+    #[value(name = "short-flows")]
+    ShortFlows,
+    /// 100,000 idle sockets on the sock_ops path: tracked, and kernel memory per socket
+    Sockets,
 }
 
 /// What one invocation runs.
@@ -82,6 +116,14 @@ pub struct Plan {
     pub scale_cases: Vec<scale::Case>,
     pub forced_drops: bool,
     pub drops_seconds: f64,
+    pub cost_levels: Vec<usize>,
+    pub cost_rounds: u32,
+    pub cost_seconds: f64,
+    pub short_paths: Vec<PathKind>,
+    pub short_rate: f64,
+    pub short_seconds: f64,
+    pub sockets: usize,
+    pub sockets_rounds: u32,
 }
 
 impl Plan {
@@ -126,6 +168,19 @@ impl Plan {
             scale_cases,
             forced_drops: runs(Part::Drops),
             drops_seconds: 2.0,
+            cost_levels: match (runs(Part::Cost), args.cost_flows.is_empty()) {
+                (false, _) => Vec::new(),
+                (true, false) => args.cost_flows.clone(),
+                (true, true) if args.quick => vec![1, 1000],
+                (true, true) => vec![1, 100, 10_000],
+            },
+            cost_rounds: args.cost_rounds.unwrap_or(if args.quick { 2 } else { 4 }),
+            cost_seconds: args.cost_seconds.unwrap_or(if args.quick { 1.0 } else { 2.0 }),
+            short_paths: if runs(Part::ShortFlows) { paths.to_vec() } else { Vec::new() },
+            short_rate: args.short_rate,
+            short_seconds: args.short_seconds.unwrap_or(if args.quick { 2.0 } else { 4.0 }),
+            sockets: if runs(Part::Sockets) { args.sockets } else { 0 },
+            sockets_rounds: args.sockets_rounds.unwrap_or(if args.quick { 1 } else { 2 }),
         })
     }
 }
@@ -162,6 +217,11 @@ pub struct Results {
     pub workloads: Vec<throughput::WorkloadResult>,
     pub forced_drops: Vec<drops::ForcedDrops>,
     pub scale: Vec<scale::ScaleResult>,
+    pub cost: Option<cost::CostResult>,
+    pub short_flows: Vec<shortflows::ShortResult>,
+    pub sockets: Option<sockets::SocketsResult>,
+    /// Runs that waited for QEMU guests (other work on this machine) to finish, and how long.
+    pub waited_for_qemu_s: f64,
     pub duration_s: f64,
 }
 
@@ -196,10 +256,42 @@ pub fn run(args: BenchArgs) -> Result<()> {
     };
     let pinger = Pinger::new()?;
     let setup = Setup { bbrscope: &bbrscope, pinger: &pinger, bpftrace_script };
-    let veth = if plan.workloads.iter().any(|w| w.path == PathKind::Veth) { Some(net::Veth::create()?) } else { None };
+    let needs_veth =
+        plan.workloads.iter().any(|w| w.path == PathKind::Veth) || plan.short_paths.contains(&PathKind::Veth);
+    let veth = if needs_veth { Some(net::Veth::create()?) } else { None };
 
+    let mut waited = quiet::wait_for_quiet();
     let workloads = throughput::run(&plan, &observers, &setup, veth.as_ref())?;
+
+    let cost = if plan.cost_levels.is_empty() {
+        None
+    } else {
+        waited += quiet::wait_for_quiet();
+        Some(cost::run(&setup, &plan.cost_levels, plan.cost_rounds, plan.cost_seconds)?)
+    };
+    let mut short_flows = Vec::new();
+    for &path in &plan.short_paths {
+        for observer in [shortflows::ShortObserver::Nothing, shortflows::ShortObserver::Sockops] {
+            waited += quiet::wait_for_quiet();
+            eprintln!("bench: short flows | {path:?}, {}", observer.label());
+            short_flows.push(shortflows::run(
+                &setup,
+                path,
+                observer,
+                veth.as_ref(),
+                plan.short_rate,
+                plan.short_seconds,
+                &work_dir,
+            )?);
+        }
+    }
     drop(veth);
+    let sockets = if plan.sockets == 0 {
+        None
+    } else {
+        waited += quiet::wait_for_quiet();
+        Some(sockets::run(&setup, plan.sockets, plan.sockets_rounds)?)
+    };
 
     let mut forced_drops = Vec::new();
     for observer in [Observer::Stream, Observer::Dashboard].into_iter().filter(|_| plan.forced_drops) {
@@ -208,6 +300,7 @@ pub fn run(args: BenchArgs) -> Result<()> {
     }
     let mut scale = Vec::new();
     for case in &plan.scale_cases {
+        waited += quiet::wait_for_quiet();
         eprintln!("bench: {} flows | {} --max-flows {:?}", plan.scale_flows, case.observer.label(), case.max_flows);
         scale.push(scale::run(&setup, case, plan.scale_flows, plan.scale_seconds)?);
     }
@@ -222,6 +315,10 @@ pub fn run(args: BenchArgs) -> Result<()> {
         workloads,
         forced_drops,
         scale,
+        cost,
+        short_flows,
+        sockets,
+        waited_for_qemu_s: waited.as_secs_f64(),
         duration_s: started.elapsed().as_secs_f64(),
     };
     results.targets = report::targets(&results);
@@ -235,6 +332,11 @@ pub fn run(args: BenchArgs) -> Result<()> {
 /// `xtask idle-peer`: the far ends of the scale test's idle flows, in a process of their own.
 pub fn idle_peer() -> Result<()> {
     idle::peer_main()
+}
+
+/// `xtask hold-sockets PAIRS IP`: a share of the sockets part's idle connections.
+pub fn hold_sockets(pairs: usize, ip: std::net::Ipv4Addr) -> Result<()> {
+    sockets::hold_main(pairs, ip)
 }
 
 /// Builds bbrscope (release) into the target directory this xtask runs from.

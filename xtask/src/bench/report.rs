@@ -12,8 +12,11 @@ use serde::Serialize;
 
 use super::{
     Results, Spread,
+    cost::{BUSY_FLOWS, CostResult, IDLE_PERIOD, WARMUP},
     scale::{RESPONSIVE, ScaleResult},
     scenarios::Observer,
+    shortflows::{MAX_BYTES, MIN_BYTES, ShortObserver, ShortResult},
+    sockets::SocketsResult,
     throughput::{DISTURBED_CORES, RETRIES, SETTLE, Summary, WorkloadResult},
     workload::PathKind,
 };
@@ -28,6 +31,119 @@ pub struct Target {
 
 const RSS_LIMIT: u64 = 100 << 20;
 const MIN_RATIO: f64 = 0.97;
+/// The issue's cost target: the per-ACK program at most this multiple of the empty program.
+pub const MAX_FLOOR_RATIO: f64 = 1.5;
+/// "Flat" per-event cost: at the most flows, at most this multiple of the cost at one flow.
+pub const FLAT_RATIO: f64 = 1.25;
+/// Short flows: bbrscope's userspace under this share of one core at this rate.
+pub const SHORT_CPU: f64 = 0.05;
+pub const SHORT_RATE: f64 = 5000.0;
+
+fn cost_targets(c: &CostResult, out: &mut Vec<Target>) {
+    for path in super::cost::PATHS {
+        for l in c.levels.iter().filter(|l| l.path == path) {
+            out.push(Target {
+                target: format!("{path}: per-ACK program ≤ {MAX_FLOOR_RATIO}x the empty program, {} flows", l.flows),
+                result: format!(
+                    "{} ns vs floor {} ns: {}",
+                    spread(l.real_ns, |v| format!("{v:.0}")),
+                    spread(l.floor_ns, |v| format!("{v:.0}")),
+                    spread(l.ratio, |v| format!("{v:.2}x"))
+                ),
+                met: l.ratio.map(|r| r.median <= MAX_FLOOR_RATIO),
+            });
+        }
+        let mine: Vec<_> = c.levels.iter().filter(|l| l.path == path).collect();
+        if let (Some(first), Some(last)) = (mine.first(), mine.last())
+            && mine.len() > 1
+        {
+            let growth = first.real_ns.zip(last.real_ns).map(|(a, b)| b.median / a.median);
+            out.push(Target {
+                target: format!(
+                    "{path}: per-event cost flat from {} to {} flows (≤ {FLAT_RATIO}x)",
+                    first.flows, last.flows
+                ),
+                result: mine
+                    .iter()
+                    .map(|l| format!("{}: {} ns", l.flows, median(l.real_ns, |v| format!("{v:.0}"))))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+                    + &growth.map_or(String::new(), |g| format!(" ({g:.2}x)")),
+                met: growth.map(|g| g <= FLAT_RATIO),
+            });
+        }
+    }
+}
+
+fn short_targets(r: &[ShortResult], out: &mut Vec<Target>) {
+    for s in r.iter().filter(|s| s.observer == ShortObserver::Sockops) {
+        let label = format!("{:?}", s.path).to_lowercase();
+        out.push(Target {
+            target: format!("short flows, {label}: every flow gets a flow_summary (the clients' log as truth)"),
+            result: format!(
+                "{} of {} flows summarised ({} summaries unmatched)",
+                s.summarized.unwrap_or(0),
+                s.completed,
+                s.summaries_unmatched.unwrap_or(0)
+            ),
+            met: Some(s.summarized == Some(s.completed) && s.completed > 0),
+        });
+        out.push(Target {
+            target: format!("short flows, {label}: no drops"),
+            result: format!("{} drops", s.drops.map_or("?".into(), |d| d.to_string())),
+            met: Some(s.drops == Some(0)),
+        });
+        let cpu = s.cpu_cores.unwrap_or(f64::NAN);
+        out.push(Target {
+            target: format!(
+                "short flows, {label}: bbrscope's userspace < {} of a core at {} flows/s",
+                cores(SHORT_CPU),
+                SHORT_RATE
+            ),
+            result: format!("{} at {:.0} flows/s", cores(cpu), s.flows_per_s),
+            met: Some(cpu < SHORT_CPU && s.flows_per_s >= SHORT_RATE * 0.95),
+        });
+    }
+}
+
+fn sockets_targets(r: &SocketsResult, out: &mut Vec<Target>) {
+    let with: Vec<_> = r.runs.iter().filter(|x| x.with_bbrscope).collect();
+    out.push(Target {
+        target: format!("{} concurrent idle sockets tracked on the sock_ops path", r.sockets),
+        result: with
+            .iter()
+            .map(|x| {
+                format!(
+                    "{} flow_open of {} sockets, {} storage failures, {} drops",
+                    x.opened.unwrap_or(0),
+                    x.sockets,
+                    x.storage_failed.unwrap_or(0),
+                    x.drops.unwrap_or(0)
+                )
+            })
+            .collect::<Vec<_>>()
+            .join("; "),
+        met: Some(
+            !with.is_empty()
+                && with.iter().all(|x| x.opened.unwrap_or(0) >= x.sockets as u64 && x.storage_failed == Some(0)),
+        ),
+    });
+    out.push(Target {
+        target: "Kernel memory per socket reported".into(),
+        result: format!(
+            "socket storage {} per socket (`ss -m` optmem); slab with bbrscope minus without: {} per socket \
+             (the socket itself: {})",
+            bytes(r.optmem_per_socket),
+            bytes(r.bbrscope_slab_per_socket),
+            bytes(r.slab_per_socket)
+        ),
+        met: Some(r.optmem_per_socket.is_some()),
+    });
+}
+
+fn bytes(v: Option<f64>) -> String {
+    v.map_or("–".into(), |v| format!("{v:.0} B"))
+}
 
 pub fn targets(r: &Results) -> Vec<Target> {
     let mut out = Vec::new();
@@ -136,6 +252,13 @@ pub fn targets(r: &Results) -> Vec<Target> {
                 ),
             });
         }
+    }
+    if let Some(c) = &r.cost {
+        cost_targets(c, &mut out);
+    }
+    short_targets(&r.short_flows, &mut out);
+    if let Some(sk) = &r.sockets {
+        sockets_targets(sk, &mut out);
     }
     out
 }
@@ -281,47 +404,49 @@ pub fn markdown(r: &Results) -> String {
         r.duration_s / 60.0,
         spread(others(r), cores),
     );
-    let _ = writeln!(
-        md,
-        "Each workload's flows run throughout while each observer is attached and detached in turn \
-         ({} rounds, slots of {} s, the flows warmed up {} s first): a round measures a slot with nothing \
-         attached, then for each observer a slot with it (attached to the running flows, given {} ms to \
-         settle) and one without, a different observer first in each round. *vs baseline* is the \
-         throughput with the observer over the mean of the slots either side: medians over rounds, \
-         min–max in brackets (every slot is in latest.json). The *A/A control* is measured the same way \
-         with nothing attached: its spread is the noise of the method on this machine. Throughput is \
-         what the receivers read; each flow's sender and receiver are pinned to CPUs of their own. \
-         *Observer CPU* is the observer process's CPU time (for `ss`, all its runs); \
-         *BPF time* is the time in the observer's tcp_probe program, paid by the CPUs moving the traffic \
-         (kernel BPF run-time statistics, on for the whole benchmark, which adds two clock reads per \
-         program run). Both are in % of one core. *CPU share*: the two together as a share of all the \
-         CPU time the machine was busy in that slot; when the traffic is CPU-bound, as here, that is about \
-         the throughput the observer costs, and it is measured within one slot, so it is much steadier \
-         than *vs baseline*. *events/s*: tcp_probe runs (incoming segments on all \
-         sockets); *records/s*: records bbrscope's programs wrote to its ring buffer; *drops*: records \
-         lost to a full ring, over all slots; *ns/event*: BPF time per tcp_probe run (for bpftrace's \
-         classic tracepoint this leaves out the kernel filling in the trace record).\n",
-        p.repeats,
-        p.seconds,
-        p.warmup_s,
-        SETTLE.as_millis()
-    );
-    md.push_str(&table_head(&[
-        "workload",
-        "observer",
-        "throughput",
-        "vs baseline",
-        "CPU share",
-        "observer CPU",
-        "BPF time",
-        "events/s",
-        "records/s",
-        "drops",
-        "ns/event",
-    ]));
-    for w in &r.workloads {
-        for (i, s) in w.summaries.iter().enumerate() {
-            md.push_str(&summary_row(if i == 0 { &w.label } else { "" }, s));
+    if !r.workloads.is_empty() {
+        let _ = writeln!(
+            md,
+            "Each workload's flows run throughout while each observer is attached and detached in turn \
+             ({} rounds, slots of {} s, the flows warmed up {} s first): a round measures a slot with nothing \
+             attached, then for each observer a slot with it (attached to the running flows, given {} ms to \
+             settle) and one without, a different observer first in each round. *vs baseline* is the \
+             throughput with the observer over the mean of the slots either side: medians over rounds, \
+             min–max in brackets (every slot is in latest.json). The *A/A control* is measured the same way \
+             with nothing attached: its spread is the noise of the method on this machine. Throughput is \
+             what the receivers read; each flow's sender and receiver are pinned to CPUs of their own. \
+             *Observer CPU* is the observer process's CPU time (for `ss`, all its runs); \
+             *BPF time* is the time in the observer's tcp_probe program, paid by the CPUs moving the traffic \
+             (kernel BPF run-time statistics, on for the whole benchmark, which adds two clock reads per \
+             program run). Both are in % of one core. *CPU share*: the two together as a share of all the \
+             CPU time the machine was busy in that slot; when the traffic is CPU-bound, as here, that is about \
+             the throughput the observer costs, and it is measured within one slot, so it is much steadier \
+             than *vs baseline*. *events/s*: tcp_probe runs (incoming segments on all \
+             sockets); *records/s*: records bbrscope's programs wrote to its ring buffer; *drops*: records \
+             lost to a full ring, over all slots; *ns/event*: BPF time per tcp_probe run (for bpftrace's \
+             classic tracepoint this leaves out the kernel filling in the trace record).\n",
+            p.repeats,
+            p.seconds,
+            p.warmup_s,
+            SETTLE.as_millis()
+        );
+        md.push_str(&table_head(&[
+            "workload",
+            "observer",
+            "throughput",
+            "vs baseline",
+            "CPU share",
+            "observer CPU",
+            "BPF time",
+            "events/s",
+            "records/s",
+            "drops",
+            "ns/event",
+        ]));
+        for w in &r.workloads {
+            for (i, s) in w.summaries.iter().enumerate() {
+                md.push_str(&summary_row(if i == 0 { &w.label } else { "" }, s));
+            }
         }
     }
 
@@ -334,6 +459,16 @@ pub fn markdown(r: &Results) -> String {
             None => "not measured",
         };
         md.push_str(&table_row(&[t.target.clone(), t.result.clone(), met.to_string()]));
+    }
+
+    if let Some(c) = &r.cost {
+        md.push_str(&cost_section(c));
+    }
+    if !r.short_flows.is_empty() {
+        md.push_str(&short_section(r));
+    }
+    if let Some(sk) = &r.sockets {
+        md.push_str(&sockets_section(sk));
     }
 
     if !r.scale.is_empty() {
@@ -428,12 +563,189 @@ pub fn markdown(r: &Results) -> String {
             s.untracked
         ));
     }
+    if r.waited_for_qemu_s > 1.0 {
+        notes.push(format!(
+            "The benchmark waited {:.0} s in all for QEMU guests (another task on this machine) to finish before measuring.",
+            r.waited_for_qemu_s
+        ));
+    }
+    if let Some(c) = &r.cost {
+        let loaded = c.runs.iter().filter(|x| x.qemu_after).count();
+        if loaded > 0 {
+            notes.push(format!(
+                "QEMU was running at the end of {loaded} of {} cost runs (measured with that load present).",
+                c.runs.len()
+            ));
+        }
+    }
     if !notes.is_empty() {
         md.push_str("\n### Notes\n\n");
         for n in notes {
             let _ = writeln!(md, "- {n}");
         }
     }
+    md
+}
+
+fn cost_section(c: &CostResult) -> String {
+    let mut md = String::new();
+    let _ = writeln!(
+        md,
+        "\n### Per-event cost against the floor\n\n\
+         Each path's per-ACK program (`sockops`: the sock_ops program over all its callbacks; `tracepoint`: \
+         tcp_probe) against an empty program on the same attach points (`--observer floor-sockops`, \
+         `floor-tracepoint`: the same callbacks enabled on every socket, nothing done in them), alternating \
+         floor and real {} times per row, floor first in odd rounds and real first in even ones. Each run \
+         attaches the observer, then opens its flows (the sock_ops path sees only connections opened after it \
+         attached): {} unpaced loopback bulk flows (cubic; one at the 1-flow level) and the rest idle, each idle \
+         flow sending 64 bytes every {} s; it measures {} s after {} s of warm-up. *ns/event*: kernel BPF \
+         run-time statistics of the one program (median, min–max over rounds); *x floor*: real over floor of \
+         the same round; *runs/s*: program runs per second (ACKs with an RTT sample and other callbacks on \
+         `sockops`, incoming segments on every socket on `tracepoint`).\n",
+        c.rounds,
+        BUSY_FLOWS,
+        IDLE_PERIOD.as_secs(),
+        c.seconds,
+        WARMUP.as_secs_f64()
+    );
+    md.push_str(&table_head(&[
+        "path",
+        "flows",
+        "floor ns/event",
+        "real ns/event",
+        "x floor",
+        "runs/s floor",
+        "runs/s real",
+        "bbrscope CPU",
+        "records/s",
+        "drops",
+    ]));
+    for l in &c.levels {
+        md.push_str(&table_row(&[
+            l.path.to_string(),
+            format!("{} ({} busy)", l.flows, l.busy_flows),
+            spread(l.floor_ns, |v| format!("{v:.0}")),
+            spread(l.real_ns, |v| format!("{v:.0}")),
+            spread(l.ratio, |v| format!("{v:.2}x")),
+            median(l.floor_runs_per_s, count),
+            median(l.real_runs_per_s, count),
+            median(l.real_cpu_cores, cores),
+            median(l.real_records_per_s, count),
+            l.drops.to_string(),
+        ]));
+    }
+    md
+}
+
+fn short_section(r: &Results) -> String {
+    let mut md = String::new();
+    let _ = writeln!(
+        md,
+        "\n### Short flows\n\n\
+         Request/response flows as an HTTP/1.0 server sees them: a client connects and sends a size, the server \
+         writes that many bytes ({}–{} KB, spread by a fixed hash) and closes, the client reads to the end and \
+         closes. Clients start flows at a fixed rate (open loop, 32 clients, 16 server threads) for {} s; on veth \
+         the clients and server are in two namespaces the benchmark creates. *Summarised*: `flow_summary` \
+         records of the server's sockets matched to the clients' own log by client port; *bytes acked*: what \
+         those summaries say against the log (each summary also counts the FIN). *Kernel opened/summarised*: \
+         both ends of every connection. *CPU*: bbrscope's own, while the flows ran; *BPF*: time in the sock_ops \
+         program (all callbacks), per second and per run.\n",
+        MIN_BYTES / 1000,
+        MAX_BYTES / 1000,
+        r.plan.short_seconds
+    );
+    md.push_str(&table_head(&[
+        "path",
+        "observer",
+        "flows/s (target)",
+        "completed",
+        "failed",
+        "summarised",
+        "bytes acked / logged",
+        "kernel opened / summarised",
+        "drops",
+        "CPU",
+        "BPF",
+        "ns/run",
+        "others' CPU",
+    ]));
+    for s in &r.short_flows {
+        let na = || "–".to_string();
+        md.push_str(&table_row(&[
+            format!("{:?}", s.path).to_lowercase(),
+            s.observer.label().to_string(),
+            format!("{:.0} ({:.0})", s.flows_per_s, s.target_per_s),
+            s.completed.to_string(),
+            s.failed.to_string(),
+            s.summarized.map_or_else(na, |n| n.to_string()),
+            s.summarized_bytes_acked
+                .map_or_else(na, |b| format!("{:.1} / {:.1} MB", b as f64 / 1e6, s.bytes as f64 / 1e6)),
+            s.kernel_opened.zip(s.kernel_summarized).map_or_else(na, |(o, e)| format!("{o} / {e}")),
+            s.drops.map_or_else(na, |d| d.to_string()),
+            s.cpu_cores.map_or_else(na, cores),
+            s.bpf_cores.map_or_else(na, cores),
+            s.ns_per_event.map_or_else(na, |v| format!("{v:.0}")),
+            cores(s.others_cpu_cores),
+        ]));
+    }
+    md
+}
+
+fn sockets_section(r: &SocketsResult) -> String {
+    let mut md = String::new();
+    let _ = writeln!(
+        md,
+        "\n### {} idle sockets\n\n\
+         Idle loopback connections (both ends on this machine, no data) held by several processes (root's \
+         open-file limit here is 20,000 per process), each on its own 127.0.0.x listener, opened once without \
+         bbrscope and once with `bbrscope stream --observer sockops > /dev/null` attached, alternating. *Slab*: \
+         growth of /proc/meminfo `Slab` from before the first connect to 2 s after the last (machine-wide: \
+         others' allocations are noise here); *optmem*: option memory `ss -m` shows for the sockets (`o`), where \
+         the kernel charges socket-local storage; *tracked*: flows whose opening bbrscope's kernel program sent.\n",
+        r.sockets
+    );
+    md.push_str(&table_head(&[
+        "bbrscope",
+        "sockets (ss)",
+        "open time",
+        "slab growth",
+        "per socket",
+        "optmem per socket",
+        "tracked",
+        "storage failed",
+        "drops",
+        "RSS before → loaded",
+        "kernel maps",
+        "CPU",
+        "others' CPU",
+    ]));
+    for x in &r.runs {
+        let na = || "–".to_string();
+        let growth = x.slab_loaded as f64 - x.slab_before as f64;
+        md.push_str(&table_row(&[
+            if x.with_bbrscope { "attached".into() } else { "none".into() },
+            format!("{} ({})", x.sockets, x.ss_sockets),
+            format!("{:.1} s", x.open_s),
+            format!("{:.1} MB", growth / (1 << 20) as f64),
+            format!("{:.0} B", growth / x.sockets as f64),
+            if x.ss_sockets > 0 { format!("{:.0} B", x.optmem_bytes as f64 / x.ss_sockets as f64) } else { na() },
+            x.opened.map_or_else(na, |n| n.to_string()),
+            x.storage_failed.map_or_else(na, |n| n.to_string()),
+            x.drops.map_or_else(na, |n| n.to_string()),
+            x.rss_before.zip(x.rss_loaded).map_or_else(na, |(a, b)| format!("{} → {}", mb(a), mb(b))),
+            x.map_bytes.map_or_else(na, mb),
+            x.cpu_cores.map_or_else(na, cores),
+            cores(x.others_cpu_cores),
+        ]));
+    }
+    let _ = writeln!(
+        md,
+        "\nPer socket: the socket itself {} of slab; bbrscope adds {} of slab (with minus without, median over \
+         rounds) and {} of socket storage (optmem).",
+        bytes(r.slab_per_socket),
+        bytes(r.bbrscope_slab_per_socket),
+        bytes(r.optmem_per_socket)
+    );
     md
 }
 

@@ -59,8 +59,8 @@ impl Observer {
         match self {
             Observer::Baseline => "nothing (baseline)",
             Observer::Control => "nothing (A/A control)",
-            Observer::Stream => "bbrscope stream > /dev/null",
-            Observer::Dashboard => "bbrscope top (terminal)",
+            Observer::Stream => "bbrscope stream > /dev/null (tracepoint)",
+            Observer::Dashboard => "bbrscope top (tracepoint, terminal)",
             Observer::Bpftrace => "bpftrace, per-flow map",
             Observer::SsPoll => "ss -tin every 100 ms",
         }
@@ -126,7 +126,10 @@ impl Traced {
                 bail!("observer exited ({status}): {}", said(&mut stderr, pty.as_ref()));
             }
             if let Some(p) = ProbeProgram::find(child.id())? {
+                // A segment on an open connection runs tcp_probe; a new connection runs the
+                // sock_ops programs, which see only connections opened after they attached.
                 pinger.ping()?;
+                pinger.connect()?;
                 if p.stats()?.runs > 0 {
                     break p;
                 }
@@ -209,17 +212,27 @@ impl Drop for Traced {
     }
 }
 
+/// The observer path of the throughput, drops and scale parts, unless `args` choose another:
+/// they attach to flows already running, which only the tracepoint path samples from the kernel
+/// (the sock_ops path polls such flows through sock_diag). The sock_ops path is measured by the
+/// cost, short-flow and sockets parts, on flows opened after it attached.
+const OLD_PARTS_PATH: [&str; 2] = ["--observer", "tracepoint"];
+
+fn with_path<'a>(args: &[&'a str]) -> Vec<&'a str> {
+    if args.contains(&"--observer") { args.to_vec() } else { [&OLD_PARTS_PATH[..], args].concat() }
+}
+
 /// `bbrscope stream` with its records going to `stdout`.
 pub fn bbrscope_stream(setup: &Setup, args: &[&str], stdout: Stdio) -> Result<Traced> {
     let mut cmd = Command::new(setup.bbrscope);
-    cmd.arg("stream").args(args).stdin(Stdio::null()).stdout(stdout);
+    cmd.arg("stream").args(with_path(args)).stdin(Stdio::null()).stdout(stdout);
     Traced::spawn(cmd, setup.pinger)
 }
 
 /// `bbrscope top` on a terminal.
 pub fn bbrscope_top(setup: &Setup, args: &[&str]) -> Result<Traced> {
     let mut cmd = Command::new(setup.bbrscope);
-    cmd.arg("top").args(args).env("TERM", "xterm-256color");
+    cmd.arg("top").args(with_path(args)).env("TERM", "xterm-256color");
     Traced::spawn_on_terminal(cmd, setup.pinger)
 }
 

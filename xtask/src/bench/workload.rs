@@ -206,10 +206,11 @@ fn write_until(mut s: TcpStream, stop: &AtomicBool) {
 }
 
 /// A quiet loopback connection that sends one byte on demand: a way to make tcp_probe fire, to
-/// tell when an observer's program is attached.
+/// tell when an observer's program is attached; and new connections on demand, for sock_ops.
 pub struct Pinger {
     client: TcpStream,
     server: TcpStream,
+    listener: TcpListener,
 }
 
 impl Pinger {
@@ -217,7 +218,18 @@ impl Pinger {
         let listener = TcpListener::bind((Ipv4Addr::LOCALHOST, 0))?;
         let client = TcpStream::connect(listener.local_addr()?)?;
         let (server, _) = listener.accept()?;
-        Ok(Pinger { client, server })
+        Ok(Pinger { client, server, listener })
+    }
+
+    /// Opens a connection, sends a byte each way, and closes it.
+    pub fn connect(&self) -> Result<()> {
+        let mut client = TcpStream::connect(self.listener.local_addr()?)?;
+        let (mut server, _) = self.listener.accept()?;
+        client.write_all(b"p")?;
+        server.read_exact(&mut [0u8; 1])?;
+        server.write_all(b"p")?;
+        client.read_exact(&mut [0u8; 1])?;
+        Ok(())
     }
 
     pub fn ping(&self) -> Result<()> {

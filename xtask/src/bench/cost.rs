@@ -1,0 +1,246 @@
+//! The per-event cost of each observer path against its floor: the same attach points with an
+//! empty program (`bbrscope stream --observer floor-sockops|floor-tracepoint`), run alternately
+//! with the real program in the same benchmark, at 1, 100 and 10,000 flows.
+//!
+//! On the sock_ops path a program only gets callbacks for connections opened after it attached,
+//! so every run starts the observer first and opens its flows after: a few busy bulk flows and
+//! the rest idle, each idle flow sending a few bytes every second.
+
+use std::{
+    process::Stdio,
+    thread,
+    time::{Duration, Instant},
+};
+
+use anyhow::{Context as _, Result};
+use bbrscope_common::counter;
+use serde::Serialize;
+
+use super::{
+    Spread, idle, measure, quiet,
+    scenarios::{Setup, bbrscope_stream},
+    throughput::{DISTURBED_CORES, RETRIES, SETTLE},
+    workload::{Bulk, Ends, PathKind},
+};
+
+/// Busy flows at every level (one at the 1-flow level): unpaced loopback bulk flows, as in the
+/// throughput part, so most events come from the same traffic at every level and only the idle
+/// flows around them change.
+pub const BUSY_FLOWS: usize = 4;
+/// Each idle flow sends this often: often enough that the idle flows' events (and the cache
+/// misses a flow table would take on them) are a visible share of all events.
+pub const IDLE_PERIOD: Duration = Duration::from_secs(1);
+/// From opening the flows to measuring: connection set-up callbacks are over, every idle flow has
+/// sent at least once.
+pub const WARMUP: Duration = Duration::from_millis(1500);
+
+/// The two observer paths, as `--observer` names them.
+pub const PATHS: [&str; 2] = ["sockops", "tracepoint"];
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Program {
+    /// The empty program on the same attach points.
+    Floor,
+    /// bbrscope's program.
+    Real,
+}
+
+impl Program {
+    fn observer(self, path: &str) -> String {
+        match self {
+            Program::Floor => format!("floor-{path}"),
+            Program::Real => path.to_string(),
+        }
+    }
+}
+
+/// One observer run: attach, open the flows, measure, close.
+#[derive(Debug, Serialize)]
+pub struct CostRun {
+    pub path: &'static str,
+    pub program: Program,
+    pub flows: usize,
+    pub round: u32,
+    pub ns_per_event: Option<f64>,
+    /// Per-ACK program runs per second (tcp_probe runs, or sock_ops callbacks).
+    pub runs_per_s: f64,
+    /// Time in the per-ACK program per second (1.0 = one core).
+    pub bpf_cores: f64,
+    /// bbrscope's own CPU time per second.
+    pub cpu_cores: f64,
+    pub records_per_s: f64,
+    pub drops: u64,
+    pub others_cpu_cores: f64,
+    /// Seconds waited for QEMU guests to finish first; attempts (more when other processes
+    /// disturbed the earlier ones); whether QEMU ran when this run ended anyway.
+    pub waited_s: f64,
+    pub attempts: u32,
+    pub qemu_after: bool,
+}
+
+/// One path at one flow count: the floor and real runs of every round.
+#[derive(Debug, Serialize)]
+pub struct CostLevel {
+    pub path: &'static str,
+    pub flows: usize,
+    pub busy_flows: usize,
+    pub floor_ns: Option<Spread>,
+    pub real_ns: Option<Spread>,
+    /// Per round: real ns/event over the floor's in the same round.
+    pub ratio: Option<Spread>,
+    pub floor_runs_per_s: Option<Spread>,
+    pub real_runs_per_s: Option<Spread>,
+    pub real_cpu_cores: Option<Spread>,
+    pub real_records_per_s: Option<Spread>,
+    pub drops: u64,
+}
+
+#[derive(Debug, Serialize)]
+pub struct CostResult {
+    pub rounds: u32,
+    pub seconds: f64,
+    pub levels: Vec<CostLevel>,
+    pub runs: Vec<CostRun>,
+}
+
+pub fn run(setup: &Setup, levels: &[usize], rounds: u32, seconds: f64) -> Result<CostResult> {
+    let total = PATHS.len() * levels.len() * rounds as usize * 2;
+    let mut done = 0;
+    let mut runs = Vec::new();
+    let mut out = Vec::new();
+    for path in PATHS {
+        for &flows in levels {
+            let mut mine = Vec::new();
+            for round in 0..rounds {
+                // Floor first in even rounds, real first in odd ones: neither always follows the
+                // other, so a drift of the machine over a round does not favour one.
+                let order =
+                    if round % 2 == 0 { [Program::Floor, Program::Real] } else { [Program::Real, Program::Floor] };
+                for program in order {
+                    done += 1;
+                    eprintln!(
+                        "bench: [{done}/{total}] cost | {} at {flows} flows, round {}",
+                        program.observer(path),
+                        round + 1
+                    );
+                    let mut attempts = 1;
+                    let run = loop {
+                        let waited = quiet::wait_for_quiet();
+                        let mut run = run_one(setup, path, program, flows, round, seconds)
+                            .with_context(|| format!("{} at {flows} flows", program.observer(path)))?;
+                        run.waited_s = waited.as_secs_f64();
+                        run.attempts = attempts;
+                        run.qemu_after = quiet::qemu_running();
+                        if (run.others_cpu_cores <= DISTURBED_CORES && !run.qemu_after) || attempts > RETRIES {
+                            break run;
+                        }
+                        attempts += 1;
+                        eprintln!(
+                            "bench:   other processes used {:.0}% of a core: again",
+                            run.others_cpu_cores * 100.0
+                        );
+                    };
+                    mine.push(run);
+                }
+            }
+            out.push(level(path, flows, &mine));
+            runs.extend(mine);
+        }
+    }
+    Ok(CostResult { rounds, seconds, levels: out, runs })
+}
+
+fn level(path: &'static str, flows: usize, runs: &[CostRun]) -> CostLevel {
+    let of = |p: Program, f: fn(&CostRun) -> Option<f64>| {
+        Spread::of(&runs.iter().filter(|r| r.program == p).filter_map(f).collect::<Vec<_>>())
+    };
+    let rounds = runs.iter().map(|r| r.round).max().map_or(0, |r| r + 1);
+    let ratios: Vec<f64> = (0..rounds)
+        .filter_map(|round| {
+            let ns = |p| runs.iter().find(|r| r.round == round && r.program == p).and_then(|r| r.ns_per_event);
+            Some(ns(Program::Real)? / ns(Program::Floor)?)
+        })
+        .collect();
+    CostLevel {
+        path,
+        flows,
+        busy_flows: flows.min(BUSY_FLOWS),
+        floor_ns: of(Program::Floor, |r| r.ns_per_event),
+        real_ns: of(Program::Real, |r| r.ns_per_event),
+        ratio: Spread::of(&ratios),
+        floor_runs_per_s: of(Program::Floor, |r| Some(r.runs_per_s)),
+        real_runs_per_s: of(Program::Real, |r| Some(r.runs_per_s)),
+        real_cpu_cores: of(Program::Real, |r| Some(r.cpu_cores)),
+        real_records_per_s: of(Program::Real, |r| Some(r.records_per_s)),
+        drops: runs.iter().filter(|r| r.program == Program::Real).map(|r| r.drops).sum(),
+    }
+}
+
+fn run_one(
+    setup: &Setup,
+    path: &'static str,
+    program: Program,
+    flows: usize,
+    round: u32,
+    seconds: f64,
+) -> Result<CostRun> {
+    let observer = program.observer(path);
+    let mut traced = bbrscope_stream(setup, &["--observer", &observer, "--stats-interval", "0"], Stdio::null())?;
+    thread::sleep(SETTLE);
+    let busy = flows.min(BUSY_FLOWS);
+    let idle_flows = flows - busy;
+    // Idle flows first: once the bulk flows run, they take both CPUs.
+    let peer = if idle_flows > 0 { Some(idle::Peer::start()?) } else { None };
+    let idle = match &peer {
+        Some(p) => Some(idle::Flows::open(p.addr, idle_flows, IDLE_PERIOD)?),
+        None => None,
+    };
+    let bulk = Bulk::start(busy, "cubic", Ends::of(PathKind::Loopback, None)?, None)?;
+    thread::sleep(WARMUP);
+
+    let pid = traced.pid();
+    let read = |traced: &super::scenarios::Traced| -> Result<_> {
+        Ok((
+            Instant::now(),
+            traced.probe.stats()?,
+            measure::cpu_time(pid)?,
+            traced.counters.as_ref().map(measure::Counters::read).transpose()?,
+            measure::others_cpu_time(),
+        ))
+    };
+    let (t0, s0, cpu0, c0, others0) = read(&traced)?;
+    thread::sleep(Duration::from_secs_f64(seconds));
+    let (t1, s1, cpu1, c1, others1) = read(&traced)?;
+    traced.check_alive()?;
+    bulk.stop();
+    drop(idle);
+    drop(peer);
+    traced.stop_in_time()?;
+
+    let dt = (t1 - t0).as_secs_f64();
+    let runs = s1.runs.saturating_sub(s0.runs);
+    let (records_per_s, drops) = match (c0, c1) {
+        (Some(a), Some(b)) => (
+            (measure::records(&b) - measure::records(&a)) as f64 / dt,
+            b[counter::RING_FULL as usize] - a[counter::RING_FULL as usize],
+        ),
+        _ => (0.0, 0),
+    };
+    Ok(CostRun {
+        path,
+        program,
+        flows,
+        round,
+        ns_per_event: (runs > 0).then(|| s1.run_time_ns.saturating_sub(s0.run_time_ns) as f64 / runs as f64),
+        runs_per_s: runs as f64 / dt,
+        bpf_cores: s1.run_time_ns.saturating_sub(s0.run_time_ns) as f64 / 1e9 / dt,
+        cpu_cores: cpu1.saturating_sub(cpu0).as_secs_f64() / dt,
+        records_per_s,
+        drops,
+        others_cpu_cores: others1.saturating_sub(others0).as_secs_f64() / dt,
+        waited_s: 0.0,
+        attempts: 1,
+        qemu_after: false,
+    })
+}

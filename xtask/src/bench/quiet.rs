@@ -1,0 +1,41 @@
+//! Waiting for heavy neighbours: QEMU guests (`cargo xtask kernels` boots kernels under TCG, which
+//! takes whole CPUs) would make every number here a measurement of them. Other load is measured
+//! and reported instead (others' CPU).
+
+use std::{
+    process::Command,
+    thread,
+    time::{Duration, Instant},
+};
+
+/// Longer than this, and the benchmark measures anyway (the report says how long it waited and
+/// whether QEMU was still running).
+const MAX_WAIT: Duration = Duration::from_secs(20 * 60);
+
+/// Whether a QEMU system emulator runs on this machine.
+pub fn qemu_running() -> bool {
+    Command::new("pgrep").args(["-f", "qemu-system"]).output().is_ok_and(|o| o.status.success())
+}
+
+/// No QEMU for this long before measuring: a kernel matrix boots one guest after another.
+const QUIET_FOR: Duration = Duration::from_secs(10);
+
+/// Polls until no QEMU has run for [`QUIET_FOR`] (at most [`MAX_WAIT`]); returns the time waited.
+pub fn wait_for_quiet() -> Duration {
+    let start = Instant::now();
+    let mut quiet_since: Option<Instant> = None;
+    let mut said = false;
+    while start.elapsed() < MAX_WAIT {
+        if qemu_running() {
+            quiet_since = None;
+            if !said {
+                eprintln!("bench: QEMU is running on this machine: waiting for it to finish before measuring");
+                said = true;
+            }
+        } else if !said || quiet_since.get_or_insert_with(Instant::now).elapsed() >= QUIET_FOR {
+            break;
+        }
+        thread::sleep(Duration::from_secs(1));
+    }
+    start.elapsed()
+}
