@@ -103,6 +103,10 @@ impl Apt {
             format!("Dir::State::Lists={r}/lists"),
             format!("Dir::Cache={r}"),
             format!("Dir::Cache::Archives={r}/archives"),
+            // Named explicitly: images such as Debian's docker ones set them to "" (no cache),
+            // which makes every apt-cache call re-parse 60 MB of lists (~10 s).
+            format!("Dir::Cache::pkgcache={r}/pkgcache.bin"),
+            format!("Dir::Cache::srcpkgcache={r}/srcpkgcache.bin"),
             "Dir::State::status=/dev/null".into(),
             "Acquire::Languages=none".into(),
             "APT::Architecture=amd64".into(),
@@ -181,10 +185,10 @@ impl Apt {
         // The marker holds the release and the module set: a changed set re-extracts.
         let ready = dir.join("release");
         let modset = PRELOAD.iter().chain(ON_DEMAND).copied().collect::<Vec<_>>().join(" ");
-        if let Some((release, set)) = fs::read_to_string(&ready).ok().as_deref().and_then(|s| s.split_once('\n')) {
-            if set.trim() == modset {
-                return Ok(Kernel { release: release.trim().into(), version: c.upstream_str(), dir });
-            }
+        if let Some((release, set)) = fs::read_to_string(&ready).ok().as_deref().and_then(|s| s.split_once('\n'))
+            && set.trim() == modset
+        {
+            return Ok(Kernel { release: release.trim().into(), version: c.upstream_str(), dir });
         }
         let mut debs = Vec::new();
         for pkg in std::iter::once(&c.package).chain(&c.parts) {
@@ -272,21 +276,52 @@ impl Apt {
         if file.exists() {
             return Ok(file);
         }
-        let out = self
+        let before: Vec<PathBuf> = debs_of(&archives, pkg);
+        let mut out = self
             .cmd("apt-get")
             .args(["-q", "download", &format!("{pkg}={version}")])
             .current_dir(&archives)
             .stdin(Stdio::null())
             .output()?;
         if !out.status.success() {
-            bail!("apt-get download {pkg}={version}: {}", String::from_utf8_lossy(&out.stderr).trim());
+            // The parts of a split kernel need not share the signed image's version (seen on
+            // 6.19.14 in trixie-backports): then the part's own candidate is the match.
+            out = self
+                .cmd("apt-get")
+                .args(["-q", "download", pkg])
+                .current_dir(&archives)
+                .stdin(Stdio::null())
+                .output()?;
         }
-        let escaped = archives.join(format!("{pkg}_{}_amd64.deb", version.replace(':', "%3a")));
-        if escaped.exists() {
-            return Ok(escaped);
+        if !out.status.success() {
+            bail!("apt-get download {pkg}: {}", String::from_utf8_lossy(&out.stderr).trim());
         }
-        bail!("apt-get download {pkg}={version} left no {}", file.display())
+        let after = debs_of(&archives, pkg);
+        if file.exists() {
+            return Ok(file);
+        }
+        after
+            .into_iter()
+            .find(|p| !before.contains(p))
+            .or_else(|| debs_of(&archives, pkg).pop())
+            .with_context(|| format!("apt-get download {pkg} left no .deb in {}", archives.display()))
     }
+}
+
+/// The downloaded .deb files of package `pkg`.
+fn debs_of(dir: &Path, pkg: &str) -> Vec<PathBuf> {
+    let prefix = format!("{pkg}_");
+    let mut v: Vec<PathBuf> = fs::read_dir(dir)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| {
+            p.file_name().and_then(|n| n.to_str()).is_some_and(|n| n.starts_with(&prefix) && n.ends_with(".deb"))
+        })
+        .collect();
+    v.sort();
+    v
 }
 
 /// `linux-image-<abi>-amd64`, not the cloud/rt flavours, unsigned twins or debug packages.

@@ -29,10 +29,12 @@ const MODULE_ALGO: &str = "htcp";
 
 struct Report {
     out: fs::File,
+    start: Instant,
 }
 
 impl Report {
-    fn send(&mut self, v: Value) {
+    fn send(&mut self, mut v: Value) {
+        v["t"] = json!((self.start.elapsed().as_secs_f64() * 10.0).round() / 10.0);
         println!("guest: {v}");
         let _ = writeln!(self.out, "{v}");
         let _ = self.out.flush();
@@ -53,7 +55,7 @@ impl Report {
 
 pub fn main() -> Result<()> {
     let out = fs::OpenOptions::new().write(true).open("/dev/ttyS1").context("opening /dev/ttyS1")?;
-    let mut rep = Report { out };
+    let mut rep = Report { out, start: Instant::now() };
     let release = fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default();
     rep.send(json!({"kind": "info", "release": release.trim()}));
     let netem = Command::new(TC).args(["qdisc", "replace", "dev", "lo", "root", "netem"]).args(NETEM).output()?;
@@ -315,12 +317,13 @@ fn bulk(port: u16, cc: &str, secs: f64) -> Result<Bulk> {
         writer.shutdown(Shutdown::Write)
     });
     let mut snaps = Vec::new();
-    thread::sleep(Duration::from_millis(500));
+    // Past the handshake and first samples; then as often as `ss` runs under TCG allows.
+    thread::sleep(Duration::from_millis(300));
     while !w.is_finished() {
         if let Some(s) = ss(local)? {
             snaps.push(s);
         }
-        thread::sleep(Duration::from_millis(300));
+        thread::sleep(Duration::from_millis(100));
     }
     w.join().map_err(|_| anyhow::anyhow!("writer panicked"))??;
     let wait = Instant::now() + Duration::from_secs(30);
@@ -386,6 +389,7 @@ fn fidelity(rep: &mut Report, observer: &str) -> Result<()> {
                 rep.check(&p(&format!("{name}_cc")), check_cc(&out, &b, name));
                 rep.check(&p(&format!("{name}_vs_ss")), check_vs_ss(&out, &b));
                 rep.check(&p(&format!("{name}_retrans")), check_retrans(&out, &b));
+                rep.check(&p(&format!("{name}_close")), check_close(&out, &b));
                 if name == "bbr" {
                     rep.check(&p("bbr_internals"), check_bbr_internals(&out, &b));
                 }
@@ -422,10 +426,11 @@ fn check_cc(out: &Output, b: &Bulk, expected: &str) -> Result<(bool, String)> {
     Ok((pass, format!("{} records; bbrscope cc {ccs:?}, socket {}, ss {ss_cc:?}", recs.len(), b.socket_cc)))
 }
 
-/// Each `ss` reading against bbrscope's samples of the same flow within 300 ms of it: cwnd and
-/// srtt move between the two readings, so each must lie in the samples' range widened by a
-/// tolerance; 75% of readings must agree (one transient of four is allowed), and min_rtt must
-/// match closely (it only moves down).
+/// Each `ss` reading against bbrscope's samples of the same flow within 300 ms of it. Under TCG
+/// the queue (and so srtt) and cwnd swing by 3x within that time, so a reading must lie within
+/// [half the samples' minimum, twice their maximum]: loose for noise, but a wrong field or
+/// offset (a pointer, a byte count, zero) lands far outside. 75% of readings must agree (one
+/// transient of four is allowed), and min_rtt, which only moves down, must match closely.
 fn check_vs_ss(out: &Output, b: &Bulk) -> Result<(bool, String)> {
     let samples = out.flow("sample", &b.local.to_string());
     if samples.is_empty() {
@@ -445,10 +450,10 @@ fn check_vs_ss(out: &Output, b: &Bulk) -> Result<(bool, String)> {
         let cw = s.cwnd.map(f64::from).unwrap_or(-1.0);
         let rt = s.rtt_us.unwrap_or(-1.0);
         let ok = n > 0
-            && cw >= cmin * 0.75 - 2.0
-            && cw <= cmax * 1.25 + 2.0
-            && rt >= rmin * 0.7 - 1000.0
-            && rt <= rmax * 1.3 + 1000.0;
+            && cw >= cmin * 0.5 - 2.0
+            && cw <= cmax * 2.0 + 2.0
+            && rt >= rmin * 0.5 - 2000.0
+            && rt <= rmax * 2.0 + 2000.0;
         if ok {
             agree += 1;
         } else {
@@ -501,6 +506,23 @@ fn check_retrans(out: &Output, b: &Bulk) -> Result<(bool, String)> {
         format!(
             "segs {segs} + coalesced {coalesced} vs TCP_INFO total_retrans {truth} - first sample {first}; \
              last record retrans_total {last_total:?}"
+        ),
+    ))
+}
+
+/// The flow_close record carries the socket's final counters: bytes_acked and retrans_total
+/// must equal what TCP_INFO reported once everything was acked.
+fn check_close(out: &Output, b: &Bulk) -> Result<(bool, String)> {
+    let closes = out.flow("flow_close", &b.local.to_string());
+    let Some(c) = closes.last() else { return Ok((false, "no flow_close record".into())) };
+    let acked = c["bytes_acked"].as_u64();
+    let retrans = c["retrans_total"].as_u64();
+    let pass = acked == Some(b.end.bytes_acked) && retrans == Some(u64::from(b.end.total_retrans));
+    Ok((
+        pass,
+        format!(
+            "flow_close bytes_acked {acked:?} retrans_total {retrans:?}; TCP_INFO {} and {}",
+            b.end.bytes_acked, b.end.total_retrans
         ),
     ))
 }
