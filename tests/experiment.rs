@@ -14,6 +14,13 @@ use std::{
 use common::*;
 use serde_json::Value;
 
+/// One experiment at a time per host (bbrscope refuses a second one): the tests take turns.
+static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+fn turn() -> std::sync::MutexGuard<'static, ()> {
+    ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner())
+}
+
 /// A server answering "SIZE\n" with SIZE bytes, then closing (an HTTP-like response).
 fn serve(listener: TcpListener) {
     thread::spawn(move || {
@@ -44,6 +51,7 @@ fn fetch(to: SocketAddr, size: usize) -> (SocketAddr, usize) {
 #[test]
 fn every_connection_gets_an_arm_and_the_arms_algorithm() {
     require_root();
+    let _turn = turn();
     let listener = TcpListener::bind("127.0.0.1:0").unwrap();
     let to = listener.local_addr().unwrap();
     serve(listener);
@@ -64,6 +72,7 @@ fn every_connection_gets_an_arm_and_the_arms_algorithm() {
     const N: usize = 200;
     let log: Vec<(SocketAddr, usize)> = (0..N).map(|i| fetch(to, [1_000, 15_000, 120_000][i % 3])).collect();
     thread::sleep(Duration::from_millis(500));
+    // SAFETY: kill(2) on our own child's pid.
     unsafe { libc::kill(child.id() as i32, libc::SIGINT) };
     let status = wait_timeout(&mut child, Duration::from_secs(20)).expect("experiment ends on Ctrl-C");
     assert!(status.success(), "{status}");
@@ -99,6 +108,7 @@ fn every_connection_gets_an_arm_and_the_arms_algorithm() {
 #[test]
 fn bad_input_is_refused_before_anything_is_attached() {
     require_root();
+    let _turn = turn();
     let cases: &[(&[&str], &str)] = &[
         (&["--arms", "cubic,nosuchcc"], "not an available algorithm"),
         (&["--arms", "cubic"], "two algorithms"),
@@ -125,14 +135,20 @@ fn bad_input_is_refused_before_anything_is_attached() {
         .stdout(Stdio::null())
         .spawn()
         .unwrap();
+    let mut first_err = BufReader::new(first.stderr.take().unwrap());
     let mut line = String::new();
-    BufReader::new(first.stderr.take().unwrap()).read_line(&mut line).unwrap();
+    first_err.read_line(&mut line).unwrap();
+    assert!(line.contains("experiment running"), "{line}");
     let out = bbrscope().args(["experiment", "--arms", "bbr,cubic", "--duration", "5s"]).output().unwrap();
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(2), "{err}");
     assert!(err.contains("already running"), "{err}");
+    // SAFETY: kill(2) on our own child's pid.
     unsafe { libc::kill(first.id() as i32, libc::SIGTERM) };
-    assert!(wait_timeout(&mut first, Duration::from_secs(10)).unwrap().success());
+    let status = wait_timeout(&mut first, Duration::from_secs(10)).unwrap();
+    let mut rest = String::new();
+    let _ = first_err.read_to_string(&mut rest);
+    assert!(status.success(), "{status}: {rest}");
 }
 
 /// A client population behind its own emulated path: the server in the path's sender namespace

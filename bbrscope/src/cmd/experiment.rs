@@ -106,6 +106,9 @@ pub async fn run(args: ExperimentArgs) -> Result<()> {
     }
     let spec = validate(&args)?;
     let _lock = lock()?;
+    // Before anything is attached: a signal from here on ends the experiment cleanly.
+    let mut sigint = signal(SignalKind::interrupt())?;
+    let mut sigterm = signal(SignalKind::terminate())?;
     let opts = Options {
         filter: FilterSpec { port: args.port, cgroup: spec.cgroup.clone(), ..FilterSpec::default() },
         experiment: Some(spec.clone()),
@@ -126,8 +129,6 @@ pub async fn run(args: ExperimentArgs) -> Result<()> {
         "bbrscope: experiment running: {} (arm A) vs {} (arm B), {}% to B, {}% of connections in scope; Ctrl-C ends it",
         spec.arms[0], spec.arms[1], spec.split_pct, spec.sample_pct
     );
-    let mut sigint = signal(SignalKind::interrupt())?;
-    let mut sigterm = signal(SignalKind::terminate())?;
     let deadline = tokio::time::sleep(args.duration.unwrap_or(Duration::from_secs(600)));
     tokio::pin!(deadline);
     let mut check = tokio::time::interval(Duration::from_secs(2));
