@@ -11,6 +11,10 @@
 
 pub mod glue;
 
+pub mod analysis;
+pub mod plot;
+pub mod report;
+
 use std::net::{IpAddr, SocketAddr};
 
 use serde_json::Value;

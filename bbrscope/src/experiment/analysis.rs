@@ -1,0 +1,1287 @@
+//! The statistics of `bbrscope experiment`: per arm and per client group, flow completion time by
+//! response size, goodput, RTT and retransmissions, and the difference between the arms with a
+//! confidence interval and a verdict.
+//!
+//! Methods (standard ones, so that a reader can check them; every result is deterministic given
+//! the seed):
+//! - **Quantile metrics** (completion time p50/p95/p99 per size bucket, median goodput, srtt
+//!   p50/p95, median RTT inflation): percentile bootstrap of B's statistic relative to A's
+//!   (`B/A − 1`, in %), each arm resampled independently, `resamples` times (default 2000). A
+//!   resample's quantile is not found by drawing n flows and sorting them: the k-th smallest of n
+//!   draws with replacement from sorted x is `x[ceil(n·U)]` with `U ~ Beta(k, n−k+1)` (the k-th
+//!   order statistic of n uniforms), so it is drawn directly. The result has exactly the
+//!   bootstrap's distribution and costs O(1) per resample whatever the number of flows, which
+//!   keeps the live guardrail cheap on a busy server.
+//! - **Retransmit rate** (sum of retransmits / sum of data segments, a ratio of sums over flows):
+//!   the delta method (Deng, Knoblich, Lu 2018, "Applying the delta method in metric
+//!   analytics"), difference in percentage points (a relative change of a rate that is often 0
+//!   in arm A means nothing).
+//! - **Verdict per group**: from the completion-time metrics with enough flows only, with
+//!   Holm–Bonferroni across them (bootstrap p-values), so a group where the arms do not differ
+//!   is called different at most `1 − level` of the time however many buckets it has.
+//! - **Sample ratio**: Pearson's chi-square with one degree of freedom, flagged below p = 0.001
+//!   (the usual sample-ratio-mismatch threshold; strict because it is checked over and over while
+//!   the experiment runs).
+//! - **Small samples**: a cell (arm x group x metric) needs `min_flows` flows per arm, and a tail
+//!   quantile q needs `min_tail_flows / (1−q)` (p95: 100, p99: 500 by default): below that a
+//!   percentile bootstrap of a tail quantile is just the sample maximum and its interval lies.
+//!
+//! RTT bands group flows by their own `min_rtt`, measured after the arm was assigned; the
+//! minimum RTT is the path's propagation delay, which the sender's algorithm does not change, so
+//! the band is as good as a pre-assignment attribute. Destination prefixes are pre-assignment
+//! attributes proper.
+
+use std::{collections::BTreeMap, net::IpAddr};
+
+use ipnet::IpNet;
+use serde::Serialize;
+
+use super::{
+    Observation,
+    report::{fmt_interval, fmt_pct},
+};
+
+const KIB: u64 = 1024;
+
+/// Response-size bucket of a flow (by the bytes it delivered). Boundaries in KiB/MiB: a response
+/// of exactly 16 KiB is in `16–256 KB`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+pub enum Bucket {
+    #[serde(rename = "<16K")]
+    Under16K,
+    #[serde(rename = "16K-256K")]
+    To256K,
+    #[serde(rename = "256K-4M")]
+    To4M,
+    #[serde(rename = ">4M")]
+    Over4M,
+}
+
+impl Bucket {
+    pub const ALL: [Bucket; 4] = [Bucket::Under16K, Bucket::To256K, Bucket::To4M, Bucket::Over4M];
+
+    pub fn of(bytes: u64) -> Bucket {
+        match bytes {
+            b if b < 16 * KIB => Bucket::Under16K,
+            b if b < 256 * KIB => Bucket::To256K,
+            b if b < 4096 * KIB => Bucket::To4M,
+            _ => Bucket::Over4M,
+        }
+    }
+
+    pub fn label(self) -> &'static str {
+        match self {
+            Bucket::Under16K => "<16 KB",
+            Bucket::To256K => "16–256 KB",
+            Bucket::To4M => "256 KB–4 MB",
+            Bucket::Over4M => ">4 MB",
+        }
+    }
+
+    fn key(self) -> &'static str {
+        match self {
+            Bucket::Under16K => "lt16k",
+            Bucket::To256K => "16k_256k",
+            Bucket::To4M => "256k_4m",
+            Bucket::Over4M => "gt4m",
+        }
+    }
+}
+
+/// A user-given group of client prefixes (e.g. a country's ranges).
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct PrefixList {
+    pub label: String,
+    pub nets: Vec<IpNet>,
+}
+
+impl PrefixList {
+    /// Reads a prefix-list file: one `LABEL CIDR [CIDR...]` per line (CIDRs separated by spaces or
+    /// commas); lines with the same label add to it; `#` starts a comment; a line of CIDRs only is
+    /// a group of its own named by its first CIDR. Errors name the line.
+    pub fn parse(text: &str) -> Result<Vec<PrefixList>, String> {
+        let mut out: Vec<PrefixList> = Vec::new();
+        for (i, line) in text.lines().enumerate() {
+            let line = line.split('#').next().unwrap_or("").trim();
+            if line.is_empty() {
+                continue;
+            }
+            let mut tokens = line.split(|c: char| c.is_whitespace() || c == ',').filter(|t| !t.is_empty()).peekable();
+            let first = *tokens.peek().expect("non-empty line");
+            let label = if parse_net(first).is_some() {
+                first.to_string()
+            } else {
+                tokens.next();
+                first.to_string()
+            };
+            let mut nets = Vec::new();
+            for t in tokens {
+                nets.push(parse_net(t).ok_or_else(|| format!("line {}: '{t}' is not a CIDR prefix", i + 1))?);
+            }
+            if nets.is_empty() {
+                return Err(format!("line {}: '{label}' has no prefixes (LABEL CIDR [CIDR...])", i + 1));
+            }
+            match out.iter_mut().find(|l| l.label == label) {
+                Some(l) => l.nets.extend(nets),
+                None => out.push(PrefixList { label, nets }),
+            }
+        }
+        Ok(out)
+    }
+}
+
+/// A CIDR prefix, or a bare address as a host prefix; host bits are cleared.
+fn parse_net(s: &str) -> Option<IpNet> {
+    s.parse::<IpNet>().ok().or_else(|| s.parse::<IpAddr>().ok().map(IpNet::from)).map(|n| n.trunc())
+}
+
+/// How to analyse.
+#[derive(Clone, Debug)]
+pub struct Options {
+    /// The arms' algorithms; `None`: the `cc` of each arm's first observation.
+    pub arms: Option<[String; 2]>,
+    /// The share of new connections asked to go to arm B (`--split 50` is 0.5).
+    pub split_b: f64,
+    /// Confidence level of the intervals (0.95).
+    pub level: f64,
+    pub resamples: usize,
+    pub seed: u64,
+    /// Flows per arm a cell needs before anything is claimed about it.
+    pub min_flows: usize,
+    /// Flows per arm beyond a tail quantile (p95, p99) a cell needs.
+    pub min_tail_flows: usize,
+    pub by_rtt: bool,
+    /// RTT band edges in ms (`[10, 50, 150]`: <10, 10–50, 50–150, ≥150).
+    pub rtt_bands_ms: Vec<f64>,
+    pub by_prefix: bool,
+    pub v4_prefix: u8,
+    pub v6_prefix: u8,
+    pub prefix_lists: Vec<PrefixList>,
+    /// Significance level of the sample-ratio check.
+    pub srm_alpha: f64,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Options {
+            arms: None,
+            split_b: 0.5,
+            level: 0.95,
+            resamples: 2000,
+            seed: 1,
+            min_flows: 30,
+            min_tail_flows: 5,
+            by_rtt: true,
+            rtt_bands_ms: vec![10.0, 50.0, 150.0],
+            by_prefix: true,
+            v4_prefix: 24,
+            v6_prefix: 48,
+            prefix_lists: Vec::new(),
+            srm_alpha: 0.001,
+        }
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum GroupKind {
+    /// Every flow.
+    All,
+    /// A band of minimum RTT.
+    Rtt,
+    /// A destination prefix (/24, /48 by default).
+    Prefix,
+    /// A user-given prefix list.
+    List,
+}
+
+/// A set of flows to compare the arms on.
+#[derive(Clone, Debug)]
+pub struct Group {
+    pub kind: GroupKind,
+    pub label: String,
+    /// The prefixes that make the group (prefix and list groups): what `apply --route` takes.
+    pub nets: Vec<IpNet>,
+    /// Indices into the observations.
+    pub members: Vec<usize>,
+}
+
+/// The groups of `obs`: all flows, then the RTT bands, the destination prefixes (most flows
+/// first) and the user's lists. Empty RTT bands and prefixes are left out; lists are kept even
+/// empty (the user asked about them).
+pub fn groups(obs: &[Observation], opts: &Options) -> Vec<Group> {
+    let mut out = vec![Group {
+        kind: GroupKind::All,
+        label: "all flows".into(),
+        nets: vec![],
+        members: (0..obs.len()).collect(),
+    }];
+    if opts.by_rtt {
+        let edges = &opts.rtt_bands_ms;
+        let mut bands: Vec<Vec<usize>> = vec![Vec::new(); edges.len() + 1];
+        for (i, o) in obs.iter().enumerate() {
+            if let Some(rtt) = o.min_rtt_us {
+                let ms = rtt as f64 / 1e3;
+                bands[edges.iter().filter(|&&e| ms >= e).count()].push(i);
+            }
+        }
+        for (b, members) in bands.into_iter().enumerate() {
+            if members.is_empty() {
+                continue;
+            }
+            let label = match (b.checked_sub(1).map(|j| edges[j]), edges.get(b)) {
+                (None, Some(hi)) => format!("RTT <{hi} ms"),
+                (Some(lo), Some(hi)) => format!("RTT {lo}–{hi} ms"),
+                (Some(lo), None) => format!("RTT ≥{lo} ms"),
+                (None, None) => "RTT any".into(),
+            };
+            out.push(Group { kind: GroupKind::Rtt, label, nets: vec![], members });
+        }
+    }
+    if opts.by_prefix {
+        let mut by_net: BTreeMap<IpNet, Vec<usize>> = BTreeMap::new();
+        for (i, o) in obs.iter().enumerate() {
+            let ip = o.peer.to_canonical();
+            let len = if ip.is_ipv4() { opts.v4_prefix.min(32) } else { opts.v6_prefix.min(128) };
+            let net = IpNet::new(ip, len).expect("length clamped").trunc();
+            by_net.entry(net).or_default().push(i);
+        }
+        let mut nets: Vec<_> = by_net.into_iter().collect();
+        nets.sort_by_key(|(net, m)| (std::cmp::Reverse(m.len()), *net));
+        for (net, members) in nets {
+            out.push(Group { kind: GroupKind::Prefix, label: net.to_string(), nets: vec![net], members });
+        }
+    }
+    for list in &opts.prefix_lists {
+        let members = (0..obs.len())
+            .filter(|&i| {
+                let ip = obs[i].peer.to_canonical();
+                list.nets.iter().any(|n| n.contains(&ip))
+            })
+            .collect();
+        out.push(Group { kind: GroupKind::List, label: list.label.clone(), nets: list.nets.clone(), members });
+    }
+    out
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum MetricKind {
+    Completion,
+    Goodput,
+    Srtt,
+    RttInflation,
+    RetransRate,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum DiffUnit {
+    /// B relative to A, %: `(B/A − 1)·100`.
+    RelativePct,
+    /// B minus A in percentage points (rates).
+    Points,
+}
+
+/// The difference between the arms in one metric.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Diff {
+    pub unit: DiffUnit,
+    pub estimate: f64,
+    /// The `level` confidence interval.
+    pub low: f64,
+    pub high: f64,
+    /// Two-sided p-value of "no difference" (from the bootstrap distribution, or the normal one).
+    pub p_value: f64,
+    /// The interval excludes zero.
+    pub significant: bool,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Status {
+    Ok,
+    /// Fewer flows in an arm than the cell needs: nothing is claimed.
+    TooFewFlows,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Metric {
+    /// Stable name, e.g. `completion_p95_256k_4m`, `goodput_p50`, `retrans_rate`.
+    pub key: String,
+    pub kind: MetricKind,
+    pub bucket: Option<Bucket>,
+    pub quantile: Option<f64>,
+    /// For people, e.g. `p95 completion 256 KB–4 MB`.
+    pub label: String,
+    /// Unit of `a` and `b`: `s`, `bit/s`, `us`, `ratio`, `share` (0..1).
+    pub unit: &'static str,
+    pub higher_is_better: bool,
+    /// Flows per arm with a value for this metric.
+    pub n: [usize; 2],
+    /// The arms' values (`null` without flows).
+    pub a: Option<f64>,
+    pub b: Option<f64>,
+    /// `null` when `status` is `too_few_flows` (or A's value is 0, so no relative change exists).
+    pub diff: Option<Diff>,
+    pub status: Status,
+    /// Counts in the group's verdict (completion times).
+    pub primary: bool,
+    /// Significant after Holm's correction across the group's primary metrics.
+    pub decisive: bool,
+}
+
+impl Metric {
+    /// The arm this metric's significant difference favours (0 = A, 1 = B).
+    pub fn better_arm(&self) -> Option<usize> {
+        let d = self.diff.as_ref().filter(|d| d.significant)?;
+        Some(if (d.estimate > 0.0) == self.higher_is_better { 1 } else { 0 })
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Verdict {
+    /// Arm A's completion times significantly better (and in no metric worse).
+    ABetter,
+    BBetter,
+    /// Better in some completion-time metrics, worse in others.
+    Mixed,
+    NoDifference,
+    /// No completion-time metric has enough flows in both arms.
+    TooFewFlows,
+}
+
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct ArmStats {
+    pub flows: usize,
+    pub bytes: u64,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct GroupResult {
+    pub kind: GroupKind,
+    pub label: String,
+    pub prefixes: Vec<IpNet>,
+    /// Per arm (A, B).
+    pub arms: [ArmStats; 2],
+    pub verdict: Verdict,
+    /// Index in `metrics` of the metric that sums the verdict up (the largest decisive change, or
+    /// for no difference the best-measured completion time, to show how small a change the data
+    /// rules out).
+    pub headline: Option<usize>,
+    pub metrics: Vec<Metric>,
+    /// Indices into the observations (for the figure).
+    #[serde(skip)]
+    pub members: Vec<usize>,
+}
+
+impl GroupResult {
+    pub fn flows(&self) -> usize {
+        self.arms[0].flows + self.arms[1].flows
+    }
+}
+
+/// Destination prefixes left out of the report for want of flows.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct Sparse {
+    pub groups: usize,
+    pub flows: usize,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct SampleRatio {
+    /// Flows per arm.
+    pub flows: [usize; 2],
+    pub expected_b: f64,
+    pub observed_b: f64,
+    pub chi2: f64,
+    pub p_value: f64,
+    /// The split is off: flows went missing or were added unevenly (an arm that makes clients
+    /// retry, a summary lost, a bug in assignment); other results are suspect.
+    pub mismatch: bool,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct ArmInfo {
+    /// The algorithm.
+    pub cc: String,
+    pub flows: usize,
+    pub bytes: u64,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct Analysis {
+    pub arms: [ArmInfo; 2],
+    pub level: f64,
+    pub resamples: usize,
+    pub seed: u64,
+    pub min_flows: usize,
+    pub sample_ratio: SampleRatio,
+    /// "all flows" first, then RTT bands, prefixes with enough flows, lists.
+    pub groups: Vec<GroupResult>,
+    pub sparse_prefixes: Sparse,
+}
+
+/// The arms' algorithms as the observations say (the first flow of each arm), `?` without one.
+pub fn arm_names(obs: &[Observation]) -> [String; 2] {
+    [0, 1].map(|arm| obs.iter().find(|o| o.arm == arm).map_or_else(|| "?".to_string(), |o| o.cc.clone()))
+}
+
+/// The whole analysis of a finished (or running) experiment.
+pub fn analyze(obs: &[Observation], opts: &Options) -> Analysis {
+    let names = opts.arms.clone().unwrap_or_else(|| arm_names(obs));
+    let all = arm_stats(obs, &(0..obs.len()).collect::<Vec<_>>());
+    let mut results = Vec::new();
+    let mut sparse = Sparse::default();
+    for g in groups(obs, opts) {
+        if g.kind == GroupKind::Prefix {
+            let s = arm_stats(obs, &g.members);
+            // A server sees thousands of /24s with a handful of flows each: listing them only to
+            // say "too few flows" would bury the ones that can be judged.
+            if s[0].flows < opts.min_flows || s[1].flows < opts.min_flows {
+                sparse.groups += 1;
+                sparse.flows += g.members.len();
+                continue;
+            }
+        }
+        results.push(analyze_group(obs, g, opts));
+    }
+    let [na, nb] = names;
+    Analysis {
+        arms: [
+            ArmInfo { cc: na, flows: all[0].flows, bytes: all[0].bytes },
+            ArmInfo { cc: nb, flows: all[1].flows, bytes: all[1].bytes },
+        ],
+        level: opts.level,
+        resamples: opts.resamples,
+        seed: opts.seed,
+        min_flows: opts.min_flows,
+        sample_ratio: sample_ratio([all[0].flows, all[1].flows], opts.split_b, opts.srm_alpha),
+        groups: results,
+        sparse_prefixes: sparse,
+    }
+}
+
+fn arm_stats(obs: &[Observation], members: &[usize]) -> [ArmStats; 2] {
+    let mut s = [ArmStats::default(); 2];
+    for &i in members {
+        let o = &obs[i];
+        if let Some(a) = s.get_mut(o.arm) {
+            a.flows += 1;
+            a.bytes += o.bytes;
+        }
+    }
+    s
+}
+
+/// The values of `f` for each arm's members, sorted, without NaNs.
+fn values(obs: &[Observation], members: &[usize], f: impl Fn(&Observation) -> Option<f64>) -> [Vec<f64>; 2] {
+    let mut v = [Vec::new(), Vec::new()];
+    for &i in members {
+        let o = &obs[i];
+        if let (Some(arm), Some(x)) = (v.get_mut(o.arm), f(o).filter(|x| x.is_finite())) {
+            arm.push(x);
+        }
+    }
+    for arm in &mut v {
+        arm.sort_by(f64::total_cmp);
+    }
+    v
+}
+
+/// Flows per arm a quantile needs: `min_flows`, and `min_tail` flows beyond the quantile.
+fn needed(q: f64, opts: &Options) -> usize {
+    let tail = q.min(1.0 - q).max(1e-9);
+    opts.min_flows.max((opts.min_tail_flows as f64 / tail).ceil() as usize)
+}
+
+/// A seed per metric, so that a result does not depend on what else was computed before it, and
+/// the same flows get the same interval whichever group they are looked at in (an RTT band and
+/// a prefix holding the same flows must not disagree by Monte Carlo noise).
+fn seed_for(seed: u64, key: &str) -> u64 {
+    // FNV-1a over the name, then mixed with the user's seed.
+    let mut h: u64 = 0xcbf29ce484222325;
+    for b in key.bytes() {
+        h = (h ^ b as u64).wrapping_mul(0x100000001b3);
+    }
+    Rng::new(seed ^ h).next_u64()
+}
+
+struct QuantileSpec<'a> {
+    key: String,
+    label: String,
+    kind: MetricKind,
+    bucket: Option<Bucket>,
+    q: f64,
+    unit: &'static str,
+    higher_is_better: bool,
+    primary: bool,
+    values: &'a [Vec<f64>; 2],
+}
+
+fn quantile_metric(spec: QuantileSpec, opts: &Options) -> Metric {
+    let [a, b] = spec.values;
+    let n = [a.len(), b.len()];
+    let need = needed(spec.q, opts);
+    let ok = n[0] >= need && n[1] >= need;
+    let diff =
+        if ok { bootstrap_rel(a, b, spec.q, opts.resamples, opts.level, seed_for(opts.seed, &spec.key)) } else { None };
+    Metric {
+        key: spec.key,
+        kind: spec.kind,
+        bucket: spec.bucket,
+        quantile: Some(spec.q),
+        label: spec.label,
+        unit: spec.unit,
+        higher_is_better: spec.higher_is_better,
+        n,
+        a: (!a.is_empty()).then(|| quantile(a, spec.q)),
+        b: (!b.is_empty()).then(|| quantile(b, spec.q)),
+        diff,
+        status: if ok { Status::Ok } else { Status::TooFewFlows },
+        primary: spec.primary,
+        decisive: false,
+    }
+}
+
+fn pname(q: f64) -> String {
+    format!("p{}", (q * 100.0).round())
+}
+
+fn analyze_group(obs: &[Observation], g: Group, opts: &Options) -> GroupResult {
+    let mut metrics = Vec::new();
+    for bucket in Bucket::ALL {
+        let v = values(obs, &g.members, |o| (Bucket::of(o.bytes) == bucket).then_some(o.duration_s));
+        if v[0].is_empty() && v[1].is_empty() {
+            continue;
+        }
+        for q in [0.5, 0.95, 0.99] {
+            let spec = QuantileSpec {
+                key: format!("completion_{}_{}", pname(q), bucket.key()),
+                label: format!("{} completion {}", pname(q), bucket.label()),
+                kind: MetricKind::Completion,
+                bucket: Some(bucket),
+                q,
+                unit: "s",
+                higher_is_better: false,
+                primary: true,
+                values: &v,
+            };
+            metrics.push(quantile_metric(spec, opts));
+        }
+    }
+    let goodput = values(obs, &g.members, |o| o.goodput_bps.map(|x| x as f64));
+    let srtt = values(obs, &g.members, |o| o.srtt_median_us.map(f64::from));
+    let inflation = values(obs, &g.members, |o| match (o.srtt_median_us, o.min_rtt_us) {
+        (Some(s), Some(m)) if m > 0 => Some(s as f64 / m as f64),
+        _ => None,
+    });
+    let others: [(&str, &str, MetricKind, f64, &'static str, bool, &[Vec<f64>; 2]); 4] = [
+        ("goodput_p50", "median goodput", MetricKind::Goodput, 0.5, "bit/s", true, &goodput),
+        ("srtt_p50", "p50 srtt", MetricKind::Srtt, 0.5, "us", false, &srtt),
+        ("srtt_p95", "p95 srtt", MetricKind::Srtt, 0.95, "us", false, &srtt),
+        ("rtt_inflation_p50", "median RTT inflation", MetricKind::RttInflation, 0.5, "ratio", false, &inflation),
+    ];
+    for (key, name, kind, q, unit, higher_is_better, values) in others {
+        let spec = QuantileSpec {
+            key: key.into(),
+            label: name.into(),
+            kind,
+            bucket: None,
+            q,
+            unit,
+            higher_is_better,
+            primary: false,
+            values,
+        };
+        metrics.push(quantile_metric(spec, opts));
+    }
+    metrics.push(retrans_metric(obs, &g.members, opts));
+
+    // Holm–Bonferroni over the primary metrics' p-values.
+    let mut tested: Vec<usize> =
+        (0..metrics.len()).filter(|&i| metrics[i].primary && metrics[i].diff.is_some()).collect();
+    tested.sort_by(|&i, &j| p_of(&metrics[i]).total_cmp(&p_of(&metrics[j])).then(i.cmp(&j)));
+    let alpha = 1.0 - opts.level;
+    let m = tested.len();
+    for (rank, &i) in tested.iter().enumerate() {
+        if p_of(&metrics[i]) > alpha / (m - rank) as f64 || metrics[i].better_arm().is_none() {
+            break;
+        }
+        metrics[i].decisive = true;
+    }
+    let wins = |arm| metrics.iter().any(|x| x.decisive && x.better_arm() == Some(arm));
+    let verdict = match (m, wins(0), wins(1)) {
+        (0, _, _) => Verdict::TooFewFlows,
+        (_, true, true) => Verdict::Mixed,
+        (_, true, false) => Verdict::ABetter,
+        (_, false, true) => Verdict::BBetter,
+        (_, false, false) => Verdict::NoDifference,
+    };
+    let headline = match verdict {
+        Verdict::TooFewFlows => None,
+        Verdict::NoDifference => tested.iter().copied().max_by(|&i, &j| {
+            let key = |x: &Metric| (x.n[0].min(x.n[1]), std::cmp::Reverse((x.quantile.unwrap_or(0.0) * 100.0) as u32));
+            key(&metrics[i]).cmp(&key(&metrics[j])).then(j.cmp(&i))
+        }),
+        _ => {
+            let want = match verdict {
+                Verdict::ABetter => Some(0),
+                Verdict::BBetter => Some(1),
+                _ => None,
+            };
+            (0..metrics.len())
+                .filter(|&i| metrics[i].decisive && (want.is_none() || metrics[i].better_arm() == want))
+                .max_by(|&i, &j| {
+                    let e = |k: usize| metrics[k].diff.as_ref().map_or(0.0, |d| d.estimate.abs());
+                    e(i).total_cmp(&e(j)).then(j.cmp(&i))
+                })
+        }
+    };
+    GroupResult {
+        kind: g.kind,
+        label: g.label.clone(),
+        prefixes: g.nets,
+        arms: arm_stats(obs, &g.members),
+        verdict,
+        headline,
+        metrics,
+        members: g.members,
+    }
+}
+
+fn p_of(m: &Metric) -> f64 {
+    m.diff.as_ref().map_or(1.0, |d| d.p_value)
+}
+
+/// Retransmit rate per arm with a delta-method interval for B − A (percentage points).
+fn retrans_metric(obs: &[Observation], members: &[usize], opts: &Options) -> Metric {
+    let mut flows: [Vec<(f64, f64)>; 2] = [Vec::new(), Vec::new()];
+    for &i in members {
+        let o = &obs[i];
+        if let Some(arm) = flows.get_mut(o.arm) {
+            arm.push((o.retrans as f64, o.data_segs_out as f64));
+        }
+    }
+    let n = [flows[0].len(), flows[1].len()];
+    let rates = flows.each_ref().map(|f| ratio_of_sums(f));
+    let ok = n[0] >= opts.min_flows && n[1] >= opts.min_flows && rates.iter().all(Option::is_some);
+    let diff = ok.then(|| {
+        let (ra, va) = rates[0].expect("checked");
+        let (rb, vb) = rates[1].expect("checked");
+        let est = (rb - ra) * 100.0;
+        let se = (va + vb).sqrt() * 100.0;
+        let z = normal_quantile(0.5 + opts.level / 2.0);
+        let (low, high) = (est - z * se, est + z * se);
+        let p_value = if se > 0.0 { erfc((est / se).abs() / std::f64::consts::SQRT_2) } else { 1.0 };
+        Diff {
+            unit: DiffUnit::Points,
+            estimate: est,
+            low,
+            high,
+            p_value,
+            significant: se > 0.0 && (low > 0.0 || high < 0.0),
+        }
+    });
+    Metric {
+        key: "retrans_rate".into(),
+        kind: MetricKind::RetransRate,
+        bucket: None,
+        quantile: None,
+        label: "retransmit rate".into(),
+        unit: "share",
+        higher_is_better: false,
+        n,
+        a: rates[0].map(|r| r.0),
+        b: rates[1].map(|r| r.0),
+        diff,
+        status: if ok { Status::Ok } else { Status::TooFewFlows },
+        primary: false,
+        decisive: false,
+    }
+}
+
+/// `sum x / sum y` over (x, y) pairs and its delta-method variance; `None` if `sum y` is 0.
+fn ratio_of_sums(pairs: &[(f64, f64)]) -> Option<(f64, f64)> {
+    let n = pairs.len() as f64;
+    let (sx, sy) = pairs.iter().fold((0.0, 0.0), |(a, b), &(x, y)| (a + x, b + y));
+    if n < 2.0 || sy <= 0.0 {
+        return None;
+    }
+    let (mx, my) = (sx / n, sy / n);
+    let r = mx / my;
+    let (mut vx, mut vy, mut cxy) = (0.0, 0.0, 0.0);
+    for &(x, y) in pairs {
+        vx += (x - mx) * (x - mx);
+        vy += (y - my) * (y - my);
+        cxy += (x - mx) * (y - my);
+    }
+    let (vx, vy, cxy) = (vx / (n - 1.0), vy / (n - 1.0), cxy / (n - 1.0));
+    let var = (vx - 2.0 * r * cxy + r * r * vy) / (n * my * my);
+    Some((r, var.max(0.0)))
+}
+
+/// The quantile q of sorted data, linear between order statistics (R's and numpy's default,
+/// "type 7").
+pub fn quantile(sorted: &[f64], q: f64) -> f64 {
+    let h = (sorted.len() - 1) as f64 * q;
+    let lo = h.floor() as usize;
+    let frac = h - lo as f64;
+    match sorted.get(lo + 1) {
+        Some(&next) if frac > 0.0 => sorted[lo] + frac * (next - sorted[lo]),
+        _ => sorted[lo],
+    }
+}
+
+/// The quantile q of one bootstrap resample of sorted data, drawn through the resample's order
+/// statistics (see the module comment): k-th smallest index = ceil(n·U), U ~ Beta(k, n−k+1); the
+/// next one is the smallest of the n−k draws above it.
+fn resampled_quantile(sorted: &[f64], q: f64, rng: &mut Rng) -> f64 {
+    let n = sorted.len();
+    let h = (n - 1) as f64 * q;
+    let lo = h.floor() as usize;
+    let frac = h - lo as f64;
+    let k = lo + 1;
+    let index = |u: f64| ((u * n as f64).ceil() as usize).clamp(1, n) - 1;
+    let u1 = rng.beta(k as f64, (n - k + 1) as f64);
+    let x1 = sorted[index(u1)];
+    if frac == 0.0 || k >= n {
+        return x1;
+    }
+    let u2 = u1 + (1.0 - u1) * (1.0 - rng.uniform().powf(1.0 / (n - k) as f64));
+    x1 + frac * (sorted[index(u2)] - x1)
+}
+
+/// Percentile-bootstrap interval of `quantile(b)/quantile(a) − 1` in %; `None` when A's quantile
+/// is 0 (no relative change exists) in the data or in more than 1% of the resamples.
+fn bootstrap_rel(a: &[f64], b: &[f64], q: f64, resamples: usize, level: f64, seed: u64) -> Option<Diff> {
+    let (pa, pb) = (quantile(a, q), quantile(b, q));
+    if pa <= 0.0 {
+        return None;
+    }
+    let mut rng = Rng::new(seed);
+    let mut rel = Vec::with_capacity(resamples);
+    for _ in 0..resamples {
+        let sa = resampled_quantile(a, q, &mut rng);
+        let sb = resampled_quantile(b, q, &mut rng);
+        if sa > 0.0 {
+            rel.push((sb / sa - 1.0) * 100.0);
+        }
+    }
+    if rel.is_empty() || rel.len() * 100 < resamples * 99 {
+        return None;
+    }
+    Some(percentile_diff((pb / pa - 1.0) * 100.0, rel, level))
+}
+
+fn percentile_diff(estimate: f64, mut rel: Vec<f64>, level: f64) -> Diff {
+    rel.sort_by(f64::total_cmp);
+    let alpha = 1.0 - level;
+    let (low, high) = (quantile(&rel, alpha / 2.0), quantile(&rel, 1.0 - alpha / 2.0));
+    let r = rel.len() as f64;
+    // Resamples at exactly 0 count on both sides: ties make the test conservative, not eager.
+    let le = rel.iter().filter(|&&x| x <= 0.0).count() as f64 / r;
+    let ge = rel.iter().filter(|&&x| x >= 0.0).count() as f64 / r;
+    Diff {
+        unit: DiffUnit::RelativePct,
+        estimate,
+        low,
+        high,
+        p_value: (2.0 * le.min(ge)).min(1.0),
+        significant: low > 0.0 || high < 0.0,
+    }
+}
+
+/// Pearson's chi-square test of the observed split against the requested one.
+pub fn sample_ratio(flows: [usize; 2], expected_b: f64, alpha: f64) -> SampleRatio {
+    let total = (flows[0] + flows[1]) as f64;
+    let observed_b = if total > 0.0 { flows[1] as f64 / total } else { 0.0 };
+    let (ea, eb) = (total * (1.0 - expected_b), total * expected_b);
+    let chi2 = if total > 0.0 && ea > 0.0 && eb > 0.0 {
+        (flows[0] as f64 - ea).powi(2) / ea + (flows[1] as f64 - eb).powi(2) / eb
+    } else {
+        0.0
+    };
+    // Chi-square with 1 d.f. is a squared standard normal: P(X > c) = erfc(sqrt(c/2)).
+    let p_value = erfc((chi2 / 2.0).sqrt());
+    SampleRatio { flows, expected_b, observed_b, chi2, p_value, mismatch: p_value < alpha }
+}
+
+/// Which arm the guardrail watches.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Watch {
+    /// Arm B only: arm A is normally the machine's current algorithm, so A being worse is what
+    /// clients get anyway, not harm done by the experiment.
+    B,
+    Either,
+}
+
+/// When to end an experiment early.
+#[derive(Clone, Debug)]
+pub struct StopRule {
+    pub watch: Watch,
+    /// Stop when the watched arm's median completion time is worse by more than this (%) ...
+    pub max_worse_pct: f64,
+    /// ... with the interval above zero, in a cell with at least this many flows per arm.
+    pub min_flows: usize,
+    pub level: f64,
+    pub resamples: usize,
+    pub seed: u64,
+}
+
+impl Default for StopRule {
+    fn default() -> Self {
+        StopRule { watch: Watch::B, max_worse_pct: 20.0, min_flows: 100, level: 0.95, resamples: 2000, seed: 1 }
+    }
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct GuardDecision {
+    pub stop: bool,
+    /// Why it stops, or where the watch stands.
+    pub reason: String,
+}
+
+/// The stop rule on the flows finished so far: the median completion time of all flows and of
+/// each size bucket (a bad algorithm may hurt only large responses), in each cell that has
+/// `min_flows` per arm. Cheap enough to call every second (O(resamples) per cell).
+pub fn guardrail(obs: &[Observation], rule: &StopRule, names: &[String; 2]) -> GuardDecision {
+    let cells: Vec<(String, Option<Bucket>)> = std::iter::once(("all flows".to_string(), None))
+        .chain(Bucket::ALL.into_iter().map(|b| (format!("{} responses", b.label()), Some(b))))
+        .collect();
+    let watched: &[usize] = match rule.watch {
+        Watch::B => &[1],
+        Watch::Either => &[1, 0],
+    };
+    let mut judged = 0;
+    for (label, bucket) in &cells {
+        let v = values(obs, &(0..obs.len()).collect::<Vec<_>>(), |o| {
+            (bucket.is_none() || Some(Bucket::of(o.bytes)) == *bucket).then_some(o.duration_s)
+        });
+        if v[0].len() < rule.min_flows || v[1].len() < rule.min_flows {
+            continue;
+        }
+        judged += 1;
+        for &arm in watched {
+            let (base, test) = (&v[1 - arm], &v[arm]);
+            let seed = seed_for(rule.seed, &format!("guard {label} {arm}"));
+            let Some(d) = bootstrap_rel(base, test, 0.5, rule.resamples, rule.level, seed) else { continue };
+            if d.estimate > rule.max_worse_pct && d.low > 0.0 {
+                return GuardDecision {
+                    stop: true,
+                    reason: format!(
+                        "{} (arm {}): median completion of {label} {} {} vs {} ({} / {} flows); the stop rule is {} \
+                         with the {:.0}% interval above zero",
+                        names[arm],
+                        ["A", "B"][arm],
+                        fmt_pct(d.estimate),
+                        fmt_interval(&d),
+                        names[1 - arm],
+                        test.len(),
+                        base.len(),
+                        fmt_pct(rule.max_worse_pct),
+                        rule.level * 100.0
+                    ),
+                };
+            }
+        }
+    }
+    let counts = arm_stats(obs, &(0..obs.len()).collect::<Vec<_>>());
+    GuardDecision {
+        stop: false,
+        reason: if judged == 0 {
+            format!(
+                "watching: {} / {} flows, {} per arm needed before the stop rule can fire",
+                counts[0].flows, counts[1].flows, rule.min_flows
+            )
+        } else {
+            format!("within the stop rule ({judged} cells checked, {} / {} flows)", counts[0].flows, counts[1].flows)
+        },
+    }
+}
+
+/// Complementary error function (Numerical Recipes' `erfcc`, Chebyshev fit, relative error below
+/// 1.2e-7 everywhere: plenty for p-values).
+pub fn erfc(x: f64) -> f64 {
+    let z = x.abs();
+    let t = 1.0 / (1.0 + 0.5 * z);
+    let poly = -z * z - 1.26551223
+        + t * (1.00002368
+            + t * (0.37409196
+                + t * (0.09678418
+                    + t * (-0.18628806
+                        + t * (0.27886807
+                            + t * (-1.13520398 + t * (1.48851587 + t * (-0.82215223 + t * 0.17087277))))))));
+    let r = t * poly.exp();
+    if x >= 0.0 { r } else { 2.0 - r }
+}
+
+/// The standard normal quantile, by bisection on `erfc` (called once per metric: speed is moot).
+pub fn normal_quantile(p: f64) -> f64 {
+    let cdf = |x: f64| 0.5 * erfc(-x / std::f64::consts::SQRT_2);
+    let (mut lo, mut hi) = (-40.0, 40.0);
+    for _ in 0..200 {
+        let mid = (lo + hi) / 2.0;
+        if cdf(mid) < p {
+            lo = mid;
+        } else {
+            hi = mid;
+        }
+    }
+    (lo + hi) / 2.0
+}
+
+/// SplitMix64 (Steele, Lea, Flood 2014; the seeder of Java's SplittableRandom and of xoshiro):
+/// small, passes BigCrush, and seeded explicitly so that every interval is reproducible. Not for
+/// anything secret.
+#[derive(Clone, Debug)]
+pub struct Rng(u64);
+
+impl Rng {
+    pub fn new(seed: u64) -> Self {
+        Rng(seed)
+    }
+
+    pub fn next_u64(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+
+    /// Uniform in (0, 1), never exactly 0 or 1 (its log and powers are taken).
+    pub fn uniform(&mut self) -> f64 {
+        ((self.next_u64() >> 11) as f64 + 0.5) / (1u64 << 53) as f64
+    }
+
+    /// Standard normal (Box–Muller).
+    pub fn normal(&mut self) -> f64 {
+        let (u1, u2) = (self.uniform(), self.uniform());
+        (-2.0 * u1.ln()).sqrt() * (std::f64::consts::TAU * u2).cos()
+    }
+
+    /// Gamma(shape, 1) for shape ≥ 1 (Marsaglia and Tsang 2000).
+    pub fn gamma(&mut self, shape: f64) -> f64 {
+        debug_assert!(shape >= 1.0);
+        let d = shape - 1.0 / 3.0;
+        let c = 1.0 / (9.0 * d).sqrt();
+        loop {
+            let x = self.normal();
+            let v = (1.0 + c * x).powi(3);
+            if v <= 0.0 {
+                continue;
+            }
+            let u = self.uniform();
+            if u < 1.0 - 0.0331 * x.powi(4) || u.ln() < 0.5 * x * x + d * (1.0 - v + v.ln()) {
+                return d * v;
+            }
+        }
+    }
+
+    /// Beta(a, b) for a, b ≥ 1.
+    pub fn beta(&mut self, a: f64, b: f64) -> f64 {
+        let x = self.gamma(a);
+        x / (x + self.gamma(b))
+    }
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use std::net::Ipv4Addr;
+
+    use super::*;
+
+    /// A client population for synthetic experiments.
+    pub(crate) struct Population {
+        /// First three octets of the clients' /24.
+        pub net: [u8; 3],
+        pub rtt_ms: f64,
+        /// Completion time multiplier per arm (1.0 = the population's own).
+        pub slowdown: [f64; 2],
+        pub flows_per_arm: usize,
+    }
+
+    /// Flows of `pops` in both arms: response sizes mixed over the four buckets, completion time
+    /// a few round trips per doubling of the size with lognormal noise, as a server sees them.
+    pub(crate) fn synth(pops: &[Population], seed: u64) -> Vec<Observation> {
+        let mut rng = Rng::new(seed);
+        let mut out = Vec::new();
+        for p in pops {
+            for arm in 0..2 {
+                for _ in 0..p.flows_per_arm {
+                    let u = rng.uniform();
+                    let bytes = match u {
+                        u if u < 0.5 => 500.0 + rng.uniform() * 15_000.0,
+                        u if u < 0.8 => 20_000.0 + rng.uniform() * 200_000.0,
+                        u if u < 0.95 => 300_000.0 + rng.uniform() * 3_000_000.0,
+                        _ => 5_000_000.0 + rng.uniform() * 15_000_000.0,
+                    } as u64;
+                    let rtt = p.rtt_ms / 1e3;
+                    let rounds = 2.0 + (bytes as f64 / 10_000.0).max(1.0).log2();
+                    let duration_s = rtt * rounds * p.slowdown[arm] * (0.4 * rng.normal()).exp();
+                    let segs = (bytes / 1448 + 1) as u32;
+                    out.push(Observation {
+                        arm,
+                        cc: ["cubic", "bbr"][arm].to_string(),
+                        peer: IpAddr::V4(Ipv4Addr::new(p.net[0], p.net[1], p.net[2], (rng.next_u64() % 250) as u8 + 1)),
+                        bytes,
+                        duration_s,
+                        goodput_bps: Some((bytes as f64 * 8.0 / duration_s) as u64),
+                        srtt_median_us: Some((p.rtt_ms * 1e3 * (1.1 + 0.2 * rng.uniform())) as u32),
+                        min_rtt_us: Some((p.rtt_ms * 1e3) as u32),
+                        retrans: (rng.uniform() * rng.uniform() * segs as f64 * 0.05) as u32,
+                        data_segs_out: segs,
+                    });
+                }
+            }
+        }
+        out
+    }
+
+    pub(crate) fn lossy_and_clean(seed: u64) -> Vec<Observation> {
+        synth(
+            &[
+                Population { net: [203, 0, 113], rtt_ms: 150.0, slowdown: [1.0, 0.6], flows_per_arm: 600 },
+                Population { net: [10, 0, 0], rtt_ms: 2.0, slowdown: [1.0, 1.0], flows_per_arm: 600 },
+            ],
+            seed,
+        )
+    }
+
+    fn group<'a>(a: &'a Analysis, label: &str) -> &'a GroupResult {
+        a.groups.iter().find(|g| g.label == label).unwrap_or_else(|| panic!("no group {label}"))
+    }
+
+    #[test]
+    fn bucket_boundaries() {
+        assert_eq!(Bucket::of(0), Bucket::Under16K);
+        assert_eq!(Bucket::of(16 * 1024 - 1), Bucket::Under16K);
+        assert_eq!(Bucket::of(16 * 1024), Bucket::To256K);
+        assert_eq!(Bucket::of(256 * 1024 - 1), Bucket::To256K);
+        assert_eq!(Bucket::of(256 * 1024), Bucket::To4M);
+        assert_eq!(Bucket::of(4 * 1024 * 1024 - 1), Bucket::To4M);
+        assert_eq!(Bucket::of(4 * 1024 * 1024), Bucket::Over4M);
+        assert_eq!(serde_json::to_value(Bucket::To4M).unwrap(), "256K-4M");
+    }
+
+    #[test]
+    fn quantiles_are_type_7() {
+        let x = [1.0, 2.0, 3.0, 4.0];
+        assert_eq!(quantile(&x, 0.5), 2.5);
+        assert_eq!(quantile(&x, 0.0), 1.0);
+        assert_eq!(quantile(&x, 1.0), 4.0);
+        assert!((quantile(&x, 0.95) - 3.85).abs() < 1e-12);
+        assert_eq!(quantile(&[7.0], 0.99), 7.0);
+    }
+
+    /// The order-statistic shortcut must have the plain bootstrap's distribution: compare the
+    /// mean and spread of a resampled p90 drawn both ways.
+    #[test]
+    fn resampled_quantile_matches_the_plain_bootstrap() {
+        let mut rng = Rng::new(7);
+        let mut data: Vec<f64> = (0..200).map(|_| (rng.normal()).exp()).collect();
+        data.sort_by(f64::total_cmp);
+        let q = 0.9;
+        let r = 20_000;
+        let fast: Vec<f64> = (0..r).map(|_| resampled_quantile(&data, q, &mut rng)).collect();
+        let plain: Vec<f64> = (0..r)
+            .map(|_| {
+                let mut s: Vec<f64> = (0..data.len()).map(|_| data[(rng.next_u64() % 200) as usize]).collect();
+                s.sort_by(f64::total_cmp);
+                quantile(&s, q)
+            })
+            .collect();
+        let stats = |v: &[f64]| {
+            let m = v.iter().sum::<f64>() / v.len() as f64;
+            (m, (v.iter().map(|x| (x - m).powi(2)).sum::<f64>() / v.len() as f64).sqrt())
+        };
+        let ((mf, sf), (mp, sp)) = (stats(&fast), stats(&plain));
+        assert!((mf - mp).abs() < 0.02 * mp, "means {mf} vs {mp}");
+        assert!((sf - sp).abs() < 0.05 * sp, "spreads {sf} vs {sp}");
+    }
+
+    #[test]
+    fn gamma_and_normal_have_their_moments() {
+        let mut rng = Rng::new(3);
+        let n = 50_000;
+        let g: Vec<f64> = (0..n).map(|_| rng.gamma(4.0)).collect();
+        let mean = g.iter().sum::<f64>() / n as f64;
+        let var = g.iter().map(|x| (x - mean).powi(2)).sum::<f64>() / n as f64;
+        assert!((mean - 4.0).abs() < 0.05 && (var - 4.0).abs() < 0.15, "gamma(4): mean {mean} var {var}");
+        assert!((normal_quantile(0.975) - 1.959964).abs() < 1e-5);
+        assert!((erfc(1.0) - 0.157299).abs() < 1e-6);
+    }
+
+    /// B 40% faster for the far, lossy /24 and no different for the near, clean one: the first
+    /// must come out significant in B's favour, the second not.
+    #[test]
+    fn finds_the_group_that_gains_and_not_the_one_that_does_not() {
+        // Over several data sets: the gain is found every time; "equal" may be called different
+        // by chance (at most 5% of the time), so 4 of 5 must come out "no difference".
+        let mut flat = 0;
+        for seed in 20..25 {
+            let a = analyze(&lossy_and_clean(seed), &Options::default());
+            assert_eq!(group(&a, "203.0.113.0/24").verdict, Verdict::BBetter, "seed {seed}");
+            assert_eq!(group(&a, "RTT ≥150 ms").verdict, Verdict::BBetter, "seed {seed}");
+            let clean = group(&a, "10.0.0.0/24");
+            flat += (clean.verdict == Verdict::NoDifference) as usize;
+            // The same flows, the same answer, whatever the group is called.
+            assert_eq!(clean.metrics, group(&a, "RTT <10 ms").metrics);
+        }
+        assert!(flat >= 4, "{flat} of 5");
+
+        let obs = lossy_and_clean(11);
+        let a = analyze(&obs, &Options::default());
+        assert_eq!(a.arms.each_ref().map(|x| x.cc.as_str()), ["cubic", "bbr"]);
+        let lossy = group(&a, "203.0.113.0/24");
+        assert_eq!(lossy.verdict, Verdict::BBetter);
+        let m = lossy.metrics.iter().find(|m| m.key == "completion_p50_256k_4m").unwrap();
+        let d = m.diff.as_ref().unwrap();
+        assert!(d.significant && d.high < 0.0 && (d.low..=d.high).contains(&-40.0), "{d:?}");
+        let clean = group(&a, "10.0.0.0/24");
+        assert_eq!(clean.verdict, Verdict::NoDifference);
+        assert!(clean.metrics.iter().filter(|m| m.primary).all(|m| !m.decisive));
+        assert_eq!(group(&a, "RTT ≥150 ms").verdict, Verdict::BBetter);
+        assert_eq!(group(&a, "RTT <10 ms").verdict, Verdict::NoDifference);
+        // About 90 flows per arm of 256 KB–4 MB: a median, not a p95 (100 needed) or p99 (500).
+        let large = |k: &str| lossy.metrics.iter().find(|m| m.key == k).unwrap().status;
+        assert_eq!(
+            [large("completion_p50_256k_4m"), large("completion_p95_256k_4m"), large("completion_p99_256k_4m")],
+            [Status::Ok, Status::TooFewFlows, Status::TooFewFlows]
+        );
+        // Deterministic given the seed.
+        let again = analyze(&obs, &Options::default());
+        assert_eq!(group(&again, "203.0.113.0/24").metrics, lossy.metrics);
+    }
+
+    #[test]
+    fn too_few_flows_claims_nothing() {
+        let obs =
+            synth(&[Population { net: [198, 51, 100], rtt_ms: 80.0, slowdown: [1.0, 0.3], flows_per_arm: 20 }], 5);
+        let opts = Options { prefix_lists: PrefixList::parse("few 198.51.100.0/24").unwrap(), ..Options::default() };
+        let a = analyze(&obs, &opts);
+        let few = group(&a, "few");
+        assert_eq!(few.verdict, Verdict::TooFewFlows);
+        assert!(few.metrics.iter().all(|m| m.status == Status::TooFewFlows && m.diff.is_none()));
+        // The /24 itself is too small to be listed.
+        assert_eq!(a.sparse_prefixes, Sparse { groups: 1, flows: 40 });
+    }
+
+    /// A/A: both arms from the same distribution, many times over with different seeds. Measured
+    /// (400 experiments of 400 flows per arm, 1000 resamples): 179 of 3,991 metric intervals
+    /// exclude zero, 4.5% (nominal 5%), and 22 of 400 verdicts are not "no difference", 5.5%
+    /// (Holm across the buckets; a little over 5% because percentile intervals of medians are a
+    /// little narrow at 60–200 flows, the size of the larger buckets here).
+    #[test]
+    fn a_a_false_positive_rate_is_near_nominal() {
+        let opts = Options { by_rtt: false, by_prefix: false, resamples: 1000, ..Options::default() };
+        let (mut tested, mut false_pos, mut verdicts) = (0, 0, 0);
+        let reps = 400;
+        for rep in 0..reps {
+            let obs = synth(
+                &[Population { net: [192, 0, 2], rtt_ms: 60.0, slowdown: [1.0, 1.0], flows_per_arm: 400 }],
+                1000 + rep,
+            );
+            let a = analyze(&obs, &Options { seed: rep, ..opts.clone() });
+            let g = &a.groups[0];
+            for d in g.metrics.iter().filter_map(|m| m.diff.as_ref()) {
+                tested += 1;
+                false_pos += d.significant as usize;
+            }
+            verdicts += (g.verdict != Verdict::NoDifference) as usize;
+        }
+        let rate = false_pos as f64 / tested as f64;
+        let verdict_rate = verdicts as f64 / reps as f64;
+        eprintln!("A/A: {false_pos}/{tested} intervals exclude 0 ({rate:.3}); {verdicts}/{reps} verdicts");
+        assert!((0.02..0.10).contains(&rate), "per-metric false-positive rate {rate}");
+        assert!(verdict_rate < 0.10, "verdict false-positive rate {verdict_rate}");
+    }
+
+    #[test]
+    fn sample_ratio_flags_a_70_30_split() {
+        let bad = sample_ratio([700, 300], 0.5, 0.001);
+        assert!(bad.mismatch && bad.p_value < 1e-20 && (bad.chi2 - 160.0).abs() < 1e-9, "{bad:?}");
+        assert!(!sample_ratio([510, 490], 0.5, 0.001).mismatch);
+        // 70/30 is right when 30% was asked for B.
+        assert!(!sample_ratio([700, 300], 0.3, 0.001).mismatch);
+        assert!(!sample_ratio([0, 0], 0.5, 0.001).mismatch);
+        let a = analyze(&lossy_and_clean(2), &Options { split_b: 0.5, ..Options::default() });
+        assert!(!a.sample_ratio.mismatch);
+    }
+
+    #[test]
+    fn guardrail_stops_on_a_clearly_worse_arm_only() {
+        let names = ["cubic".to_string(), "bbr".to_string()];
+        let pop = |slowdown, n| Population { net: [203, 0, 113], rtt_ms: 100.0, slowdown, flows_per_arm: n };
+        let rule = StopRule::default();
+        let worse = synth(&[pop([1.0, 1.8], 300)], 1);
+        let d = guardrail(&worse, &rule, &names);
+        assert!(d.stop, "{d:?}");
+        assert!(d.reason.starts_with("bbr (arm B): median completion of all flows +"), "{}", d.reason);
+        let equal = synth(&[pop([1.0, 1.0], 300)], 1);
+        assert!(!guardrail(&equal, &rule, &names).stop);
+        // Too early to say, however bad it looks.
+        let early = synth(&[pop([1.0, 3.0], 50)], 1);
+        let d = guardrail(&early, &rule, &names);
+        assert!(!d.stop && d.reason.contains("100 per arm needed"), "{d:?}");
+        // Arm A worse: only when both arms are watched.
+        let a_worse = synth(&[pop([1.8, 1.0], 300)], 1);
+        assert!(!guardrail(&a_worse, &rule, &names).stop);
+        assert!(guardrail(&a_worse, &StopRule { watch: Watch::Either, ..rule.clone() }, &names).stop);
+        // Worse, but by less than the rule's 20% (with enough flows that the estimate is near the
+        // truth: at 300 per arm a true +10% reads +23% [+0.5%, +43%] on this seed, and stops).
+        let slightly = synth(&[pop([1.0, 1.1], 3000)], 1);
+        let d = guardrail(&slightly, &rule, &names);
+        assert!(!d.stop, "{d:?}");
+    }
+
+    #[test]
+    fn prefix_lists_and_prefix_lengths() {
+        let lists = PrefixList::parse(
+            "# clients\nCN 203.0.113.0/25, 198.51.100.0/24\nCN 2001:db8::/32\n10.1.2.3\nnear 10.0.0.0/8 # lab\n",
+        )
+        .unwrap();
+        assert_eq!(lists.len(), 3);
+        assert_eq!(lists[0].nets.len(), 3);
+        assert_eq!(lists[1].label, "10.1.2.3");
+        assert_eq!(lists[1].nets[0].to_string(), "10.1.2.3/32");
+        assert!(PrefixList::parse("CN 203.0.113.0/33").unwrap_err().contains("line 1"));
+        assert!(PrefixList::parse("CN\n").is_err());
+
+        let obs = lossy_and_clean(3);
+        let opts = Options { v4_prefix: 16, prefix_lists: lists, ..Options::default() };
+        let gs = groups(&obs, &opts);
+        let labels: Vec<&str> = gs.iter().map(|g| g.label.as_str()).collect();
+        assert!(labels.contains(&"203.0.0.0/16") && labels.contains(&"10.0.0.0/16"), "{labels:?}");
+        let cn = gs.iter().find(|g| g.label == "CN").unwrap();
+        assert!(!cn.members.is_empty() && cn.members.len() < 1200);
+        assert!(cn.members.iter().all(|&i| obs[i].peer.to_string().starts_with("203.0.113.")));
+        assert_eq!(gs.iter().find(|g| g.label == "near").unwrap().members.len(), 1200);
+    }
+
+    /// The guardrail is checked again and again as flows finish; in an A/A run it must almost
+    /// never stop. Measured: 60 runs checked every 100 flows per arm up to 2,000 per arm (20
+    /// looks each): RESULT.
+    #[test]
+    fn guardrail_rarely_stops_an_a_a_run() {
+        let names = ["cubic".to_string(), "cubic".to_string()];
+        let rule = StopRule { resamples: 1000, ..StopRule::default() };
+        let runs = 60;
+        let mut stops = 0;
+        for run in 0..runs {
+            let pop = Population { net: [192, 0, 2], rtt_ms: 60.0, slowdown: [1.0, 1.0], flows_per_arm: 2000 };
+            let mut obs = synth(&[pop], 500 + run);
+            // Interleave the arms as flows would finish.
+            let (a, b) = obs.split_at(2000);
+            obs = a.iter().zip(b).flat_map(|(x, y)| [x.clone(), y.clone()]).collect();
+            if (1..=20).any(|look| guardrail(&obs[..look * 200], &StopRule { seed: run, ..rule.clone() }, &names).stop)
+            {
+                stops += 1;
+            }
+        }
+        eprintln!("A/A guardrail: {stops}/{runs} runs stopped");
+        assert!(stops as f64 / (runs as f64) < 0.10, "{stops}/{runs}");
+    }
+}

@@ -1,0 +1,227 @@
+//! The experiment's figure: per group, the completion-time CDFs of the two arms (x on a log
+//! scale: completion times span microseconds to minutes). Arm A is a solid line, arm B a dashed
+//! one, so the figure reads in greyscale and for colour-blind readers too. SVG written by hand;
+//! PNG is that SVG rasterised by resvg, as the demo's figure.
+
+use std::{fmt::Write as _, path::Path};
+
+use anyhow::{Context as _, Result, bail};
+
+use super::{
+    Observation,
+    analysis::{Analysis, GroupResult, Verdict},
+    report::fmt_count,
+};
+
+const WIDTH: f64 = 960.0;
+const COLS: usize = 2;
+const PANEL_W: f64 = 390.0;
+const PANEL_H: f64 = 200.0;
+const LEFT: f64 = 70.0;
+const COL_GAP: f64 = 90.0;
+const TOP: f64 = 80.0;
+const ROW_GAP: f64 = 90.0;
+/// Points per line at most: a CDF of 100,000 flows drawn point by point is a megabyte of SVG that
+/// looks the same.
+const MAX_POINTS: usize = 400;
+
+/// Arm A red and solid, arm B blue and dashed.
+const STYLE: [(&str, &str); 2] = [("#d62728", ""), ("#1f77b4", r#" stroke-dasharray="7 4""#)];
+
+/// Writes the figure to `path`, as SVG or PNG by its extension (`demo::plot::check_path` checks
+/// a path before a run).
+pub fn write(path: &Path, svg: &str) -> Result<()> {
+    let bytes = if path.extension().is_some_and(|e| e.eq_ignore_ascii_case("png")) {
+        png(svg)?
+    } else {
+        svg.as_bytes().to_vec()
+    };
+    std::fs::write(path, bytes).with_context(|| format!("writing {}", path.display()))
+}
+
+/// The figure: one panel per group of `analysis` that has flows in both arms, in the analysis's
+/// order, at most `max_panels`.
+pub fn svg(obs: &[Observation], analysis: &Analysis, max_panels: usize) -> String {
+    let names = [&analysis.arms[0].cc, &analysis.arms[1].cc];
+    let groups: Vec<&GroupResult> =
+        analysis.groups.iter().filter(|g| g.arms.iter().all(|a| a.flows > 0)).take(max_panels.max(1)).collect();
+    let rows = groups.len().div_ceil(COLS).max(1);
+    let height = TOP + rows as f64 * (PANEL_H + ROW_GAP);
+    let mut s = String::new();
+    let _ = write!(
+        s,
+        r#"<svg xmlns="http://www.w3.org/2000/svg" width="{WIDTH}" height="{height}" viewBox="0 0 {WIDTH} {height}" font-family="DejaVu Sans, Helvetica, Arial, sans-serif" font-size="12">
+<rect width="100%" height="100%" fill="white"/>
+<text x="{LEFT}" y="24" font-size="15" font-weight="bold">Flow completion time: {} (A) vs {} (B)</text>
+"#,
+        escape(names[0]),
+        escape(names[1])
+    );
+    for (arm, (colour, dash)) in STYLE.iter().enumerate() {
+        let x = LEFT + arm as f64 * 220.0;
+        let _ = writeln!(
+            s,
+            r#"<line x1="{x}" y1="46" x2="{}" y2="46" stroke="{colour}" stroke-width="2"{dash}/><text x="{}" y="50">arm {} {} ({} flows)</text>"#,
+            x + 34.0,
+            x + 40.0,
+            ["A", "B"][arm],
+            escape(names[arm]),
+            fmt_count(analysis.arms[arm].flows)
+        );
+    }
+    if groups.is_empty() {
+        let _ = writeln!(s, r#"<text x="{LEFT}" y="{}">no group has flows in both arms</text>"#, TOP + 20.0);
+    }
+    for (i, g) in groups.iter().enumerate() {
+        let x0 = LEFT + (i % COLS) as f64 * (PANEL_W + COL_GAP);
+        let y0 = TOP + (i / COLS) as f64 * (PANEL_H + ROW_GAP) + 20.0;
+        panel(&mut s, obs, g, names, x0, y0);
+    }
+    s.push_str("</svg>\n");
+    s
+}
+
+fn panel(s: &mut String, obs: &[Observation], g: &GroupResult, names: [&String; 2], x0: f64, y0: f64) {
+    let mut times: [Vec<f64>; 2] = [Vec::new(), Vec::new()];
+    for &i in &g.members {
+        let o = &obs[i];
+        // A log axis has no place for 0: a flow that closed within the clock's resolution is
+        // drawn at 1 µs.
+        if let Some(t) = times.get_mut(o.arm) {
+            t.push(o.duration_s.max(1e-6));
+        }
+    }
+    for t in &mut times {
+        t.sort_by(f64::total_cmp);
+    }
+    let lo = times.iter().filter_map(|t| t.first()).fold(f64::INFINITY, |a, &b| a.min(b));
+    let hi = times.iter().filter_map(|t| t.last()).fold(0.0f64, |a, &b| a.max(b));
+    // Whole decades around the data, at least one.
+    let (d0, mut d1) = (lo.log10().floor(), hi.log10().ceil());
+    if d1 <= d0 {
+        d1 = d0 + 1.0;
+    }
+    let x_of = |t: f64| x0 + (t.log10() - d0) / (d1 - d0) * PANEL_W;
+    let y_of = |p: f64| y0 + PANEL_H - p * PANEL_H;
+    let verdict = match g.verdict {
+        Verdict::ABetter => format!("{} faster", names[0]),
+        Verdict::BBetter => format!("{} faster", names[1]),
+        Verdict::Mixed => "mixed".into(),
+        Verdict::NoDifference => "no detectable difference".into(),
+        Verdict::TooFewFlows => "too few flows".into(),
+    };
+    let _ = writeln!(
+        s,
+        r#"<text x="{x0}" y="{:.1}" font-weight="bold">{} — {} {} / {} {} flows</text><text x="{x0}" y="{:.1}" font-size="11">{}</text>"#,
+        y0 - 24.0,
+        escape(&clip(&g.label, 28)),
+        fmt_count(times[0].len()),
+        escape(names[0]),
+        fmt_count(times[1].len()),
+        escape(names[1]),
+        y0 - 8.0,
+        escape(&verdict)
+    );
+    for p in [0.0, 0.25, 0.5, 0.75, 1.0] {
+        let y = y_of(p);
+        let _ = writeln!(
+            s,
+            r##"<line x1="{x0}" y1="{y:.1}" x2="{:.1}" y2="{y:.1}" stroke="#e5e5e5"/><text x="{:.1}" y="{:.1}" text-anchor="end">{p}</text>"##,
+            x0 + PANEL_W,
+            x0 - 6.0,
+            y + 4.0
+        );
+    }
+    for d in (d0 as i32)..=(d1 as i32) {
+        let x = x_of(10f64.powi(d));
+        let _ = writeln!(
+            s,
+            r##"<line x1="{x:.1}" y1="{y0}" x2="{x:.1}" y2="{:.1}" stroke="#e5e5e5"/><text x="{x:.1}" y="{:.1}" text-anchor="middle">{}</text>"##,
+            y0 + PANEL_H,
+            y0 + PANEL_H + 16.0,
+            decade_label(d)
+        );
+    }
+    let _ = writeln!(
+        s,
+        r##"<rect x="{x0}" y="{y0}" width="{PANEL_W}" height="{PANEL_H}" fill="none" stroke="#444"/><text x="{:.1}" y="{:.1}" text-anchor="middle">completion time (log)</text><text x="{:.1}" y="{:.1}" transform="rotate(-90 {:.1} {:.1})" text-anchor="middle">share of flows</text>"##,
+        x0 + PANEL_W / 2.0,
+        y0 + PANEL_H + 34.0,
+        x0 - 40.0,
+        y0 + PANEL_H / 2.0,
+        x0 - 40.0,
+        y0 + PANEL_H / 2.0
+    );
+    for (arm, t) in times.iter().enumerate() {
+        let (colour, dash) = STYLE[arm];
+        let _ = writeln!(
+            s,
+            r#"<polyline fill="none" stroke="{colour}" stroke-width="1.8"{dash} points="{}"/>"#,
+            cdf_points(t).iter().map(|&(v, p)| format!("{:.1},{:.1}", x_of(v), y_of(p))).collect::<Vec<_>>().join(" ")
+        );
+    }
+}
+
+/// The empirical CDF of sorted values as a step line, thinned to at most `MAX_POINTS` steps
+/// (evenly in probability, so the tails keep their shape).
+fn cdf_points(sorted: &[f64]) -> Vec<(f64, f64)> {
+    let n = sorted.len();
+    if n == 0 {
+        return Vec::new();
+    }
+    let step = n.div_ceil(MAX_POINTS).max(1);
+    let mut out = Vec::new();
+    let mut prev = 0.0;
+    for i in (step - 1..n).step_by(step).chain(std::iter::once(n - 1)) {
+        let p = (i + 1) as f64 / n as f64;
+        if out.last().is_some_and(|&(_, q)| q >= p) {
+            continue;
+        }
+        out.push((sorted[i], prev));
+        out.push((sorted[i], p));
+        prev = p;
+    }
+    out
+}
+
+fn decade_label(d: i32) -> String {
+    match d {
+        ..=-7 => format!("1e{d} s"),
+        -6 => "1 µs".into(),
+        -5 => "10 µs".into(),
+        -4 => "100 µs".into(),
+        -3 => "1 ms".into(),
+        -2 => "10 ms".into(),
+        -1 => "100 ms".into(),
+        0 => "1 s".into(),
+        1 => "10 s".into(),
+        2 => "100 s".into(),
+        _ => format!("1e{d} s"),
+    }
+}
+
+fn clip(s: &str, n: usize) -> String {
+    if s.chars().count() <= n { s.to_string() } else { s.chars().take(n - 1).chain(['…']).collect() }
+}
+
+fn escape(s: &str) -> String {
+    s.replace('&', "&amp;").replace('<', "&lt;").replace('>', "&gt;")
+}
+
+/// The same rasterisation as the demo's figure (`demo::plot::png` is private to it).
+fn png(svg: &str) -> Result<Vec<u8>> {
+    let mut opt = resvg::usvg::Options::default();
+    opt.fontdb_mut().load_system_fonts();
+    if opt.fontdb.is_empty() {
+        eprintln!(
+            "bbrscope: warning: no system fonts found; the PNG has no labels (install fonts-dejavu-core, or use .svg)"
+        );
+    }
+    let tree = resvg::usvg::Tree::from_str(svg, &opt).context("parsing the figure")?;
+    let size = tree.size().to_int_size();
+    let Some(mut pixmap) = resvg::tiny_skia::Pixmap::new(size.width(), size.height()) else {
+        bail!("cannot allocate a {}x{} image", size.width(), size.height());
+    };
+    resvg::render(&tree, resvg::tiny_skia::Transform::default(), &mut pixmap.as_mut());
+    pixmap.encode_png().context("encoding the PNG")
+}
