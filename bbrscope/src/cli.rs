@@ -46,6 +46,8 @@ pub enum Command {
     Status(crate::cmd::status::StatusArgs),
     /// Undo what `bbrscope apply` did for a scope, exactly as recorded (root)
     Revert(crate::cmd::revert::RevertArgs),
+    /// Prometheus exporter: flows, bytes, retransmits, completion times and RTT by algorithm at /metrics (root; docs/export.md)
+    Export(crate::cmd::export::ExportArgs),
 }
 
 /// Which flows to watch. All given filters must match; they run in the kernel.

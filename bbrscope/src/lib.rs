@@ -14,6 +14,7 @@ pub mod diagnose;
 pub mod error;
 pub mod event;
 pub mod experiment;
+pub mod export;
 pub mod filter;
 pub mod flow;
 pub mod kernel;

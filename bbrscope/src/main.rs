@@ -29,6 +29,7 @@ fn main() -> ExitCode {
             Some(Command::Apply(args)) => cmd::apply::run(args),
             Some(Command::Status(args)) => cmd::status::run(args),
             Some(Command::Revert(args)) => cmd::revert::run(args),
+            Some(Command::Export(args)) => cmd::export::run(args).await,
             // Plain `bbrscope`: the dashboard on a terminal, the JSON stream into a pipe.
             None => {
                 let sub = if std::io::stdout().is_terminal() { "top" } else { "stream" };

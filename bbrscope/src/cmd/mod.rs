@@ -3,6 +3,7 @@
 pub mod apply;
 pub mod demo;
 pub mod experiment;
+pub mod export;
 pub mod replay;
 pub mod revert;
 pub mod status;

@@ -1,0 +1,108 @@
+//! `bbrscope export`: a long-running Prometheus exporter. It watches flows as `stream` does and
+//! serves their aggregates by algorithm at `/metrics` (docs/export.md).
+
+use std::{net::SocketAddr, path::PathBuf, sync::Arc, time::Duration};
+
+use anyhow::{Context as _, Result};
+use clap::Args;
+use prometheus_client::registry::Registry;
+use tokio::signal::unix::{SignalKind, signal};
+
+use crate::{
+    cli::ObserveArgs,
+    clock::Clock,
+    export::{http, metrics::ExportMetrics},
+    flow::FlowTable,
+    session::Live,
+};
+
+/// Closed flows are kept this long so late events (the summary after the final sample) still
+/// find their flow.
+const CLOSED_LINGER: Duration = Duration::from_secs(5);
+/// Flows silent this long are forgotten (their close may have been lost).
+const SILENT_FORGET: Duration = Duration::from_secs(300);
+/// How often bbrscope's own cost, the default algorithm and the flow table are refreshed.
+const TICK: Duration = Duration::from_secs(1);
+
+#[derive(Debug, Args)]
+pub struct ExportArgs {
+    #[command(flatten)]
+    pub observe: ObserveArgs,
+    /// Address and port to serve /metrics on (loopback by default; give e.g. 0.0.0.0:9580 or
+    /// [::]:9580 to let a Prometheus on another host scrape it)
+    #[arg(long, value_name = "ADDR:PORT", default_value = "127.0.0.1:9580", value_parser = parse_listen)]
+    pub listen: SocketAddr,
+    /// Stop after this many seconds (default: run until SIGINT or SIGTERM)
+    #[arg(long, value_name = "SECS", value_parser = parse_duration)]
+    pub duration: Option<f64>,
+    /// Write man pages and shell completions to DIR and exit (used to build the package)
+    #[arg(long, value_name = "DIR", hide = true)]
+    pub dist_assets: Option<PathBuf>,
+}
+
+fn parse_listen(s: &str) -> Result<SocketAddr, String> {
+    s.parse().map_err(|_| format!("'{s}' is not an address and port (e.g. 127.0.0.1:9580, 0.0.0.0:9580, [::1]:9580)"))
+}
+
+fn parse_duration(s: &str) -> Result<f64, String> {
+    match s.parse::<f64>() {
+        Ok(v) if v > 0.0 && v <= 365.0 * 86400.0 => Ok(v),
+        _ => Err(format!("'{s}' must be a number of seconds above 0 and at most a year")),
+    }
+}
+
+pub async fn run(args: ExportArgs) -> Result<()> {
+    if let Some(dir) = &args.dist_assets {
+        return crate::export::assets::write(dir);
+    }
+    let opts = args.observe.options()?;
+    let mut sigint = signal(SignalKind::interrupt())?;
+    let mut sigterm = signal(SignalKind::terminate())?;
+    // Bind before loading programs: a taken port is a usage error, and nothing is attached yet.
+    let listener = match tokio::net::TcpListener::bind(args.listen).await {
+        Ok(l) => l,
+        Err(e) if e.kind() == std::io::ErrorKind::AddrInUse => {
+            crate::error::usage!("--listen {}: the address is in use (another exporter?)", args.listen)
+        }
+        Err(e) => return Err(e).with_context(|| format!("listening on {}", args.listen)),
+    };
+    let mut live = Live::start("bbrscope export", &opts)?;
+    for note in live.degraded() {
+        eprintln!("bbrscope: warning: {note}");
+    }
+    let mut registry = Registry::default();
+    let mut metrics = ExportMetrics::new(&mut registry);
+    metrics.set_observer(live.path().as_str());
+    metrics.refresh_default_cc();
+    let registry = Arc::new(registry);
+    eprintln!("bbrscope: serving metrics at http://{}/metrics ({} observer)", args.listen, live.path().as_str());
+
+    let mut table = FlowTable::new(0);
+    let mut tick = tokio::time::interval_at(tokio::time::Instant::now() + TICK, TICK);
+    let deadline = tokio::time::sleep(Duration::from_secs_f64(args.duration.unwrap_or(365.0 * 86400.0)));
+    tokio::pin!(deadline);
+    loop {
+        tokio::select! {
+            batch = live.next_batch(|ev| { metrics.on_event(&mut table, &ev); }) => batch?,
+            conn = listener.accept() => {
+                // A failed accept (e.g. out of file descriptors) is the client's loss, not ours.
+                if let Ok((conn, _)) = conn {
+                    tokio::spawn(http::serve(conn, registry.clone()));
+                }
+            }
+            _ = tick.tick() => {
+                let now = Clock::monotonic_ns();
+                table.prune(
+                    now.saturating_sub(CLOSED_LINGER.as_nanos() as u64),
+                    now.saturating_sub(SILENT_FORGET.as_nanos() as u64),
+                );
+                metrics.prune(&table);
+                metrics.on_stats(&live.stats(table.len())?);
+            }
+            _ = sigint.recv() => break,
+            _ = sigterm.recv() => break,
+            _ = &mut deadline => break,
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,121 @@
+//! A minimal HTTP/1.1 responder for `GET /metrics`: enough for Prometheus and curl, nothing a
+//! scrape does not need (one request per connection, no keep-alive, no bodies in).
+
+use std::{sync::Arc, time::Duration};
+
+use prometheus_client::registry::Registry;
+use tokio::{
+    io::{AsyncReadExt as _, AsyncWriteExt as _},
+    net::TcpStream,
+};
+
+/// OpenMetrics text, which Prometheus negotiates and parses (it is a superset of its text format
+/// for everything exported here).
+pub const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
+
+/// A request head larger than this is not a scrape.
+const MAX_HEAD: usize = 8 << 10;
+/// A client that sends nothing (or trickles) loses its connection after this.
+const READ_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Renders the registry's current values.
+pub fn render(registry: &Registry) -> String {
+    let mut body = String::with_capacity(16 << 10);
+    // Writing into a String cannot fail; the encoder's Result is for other writers.
+    let _ = prometheus_client::encoding::text::encode(&mut body, registry);
+    body
+}
+
+/// Serves one connection: reads the request head, answers, closes.
+pub async fn serve(mut conn: TcpStream, registry: Arc<Registry>) {
+    let mut head = Vec::with_capacity(1024);
+    let mut buf = [0u8; 1024];
+    let read = tokio::time::timeout(READ_TIMEOUT, async {
+        loop {
+            let n = conn.read(&mut buf).await?;
+            if n == 0 {
+                return Ok::<bool, std::io::Error>(false);
+            }
+            head.extend_from_slice(&buf[..n]);
+            if head.windows(4).any(|w| w == b"\r\n\r\n") {
+                return Ok(true);
+            }
+            if head.len() > MAX_HEAD {
+                return Ok(false);
+            }
+        }
+    })
+    .await;
+    let response = match read {
+        Ok(Ok(true)) => respond(&head, &registry),
+        Ok(Ok(false)) if head.len() > MAX_HEAD => reply(431, "text/plain", "request header too large\n"),
+        _ => return,
+    };
+    // The scraper may have gone; nothing to tell anyone then.
+    let _ = conn.write_all(&response).await;
+    let _ = conn.shutdown().await;
+}
+
+fn respond(head: &[u8], registry: &Registry) -> Vec<u8> {
+    let line = head.split(|&b| b == b'\r').next().unwrap_or_default();
+    let line = String::from_utf8_lossy(line);
+    let mut parts = line.split(' ');
+    let (method, target) = (parts.next().unwrap_or(""), parts.next().unwrap_or(""));
+    let path = target.split('?').next().unwrap_or("");
+    match (method, path) {
+        ("GET" | "HEAD", "/metrics") => {
+            let mut r = reply(200, CONTENT_TYPE, &render(registry));
+            if method == "HEAD" {
+                truncate_body(&mut r);
+            }
+            r
+        }
+        ("GET" | "HEAD", "/") => reply(
+            200,
+            "text/html; charset=utf-8",
+            "<html><head><title>bbrscope exporter</title></head><body><h1>bbrscope exporter</h1>\
+             <p><a href=\"/metrics\">Metrics</a></p></body></html>\n",
+        ),
+        ("GET" | "HEAD", _) => reply(404, "text/plain", "not found: bbrscope serves /metrics\n"),
+        _ => reply(405, "text/plain", "only GET and HEAD\n"),
+    }
+}
+
+fn reply(status: u16, content_type: &str, body: &str) -> Vec<u8> {
+    let reason = match status {
+        200 => "OK",
+        404 => "Not Found",
+        405 => "Method Not Allowed",
+        _ => "Request Header Fields Too Large",
+    };
+    let mut r = format!(
+        "HTTP/1.1 {status} {reason}\r\nContent-Type: {content_type}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+        body.len()
+    )
+    .into_bytes();
+    r.extend_from_slice(body.as_bytes());
+    r
+}
+
+/// HEAD: the same headers, no body.
+fn truncate_body(r: &mut Vec<u8>) {
+    if let Some(end) = r.windows(4).position(|w| w == b"\r\n\r\n") {
+        r.truncate(end + 4);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn routes() {
+        let reg = Registry::default();
+        let ok = String::from_utf8(respond(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n", &reg)).unwrap();
+        assert!(ok.starts_with("HTTP/1.1 200 OK\r\n") && ok.contains(CONTENT_TYPE) && ok.ends_with("# EOF\n"), "{ok}");
+        let head = String::from_utf8(respond(b"HEAD /metrics HTTP/1.1\r\n\r\n", &reg)).unwrap();
+        assert!(head.ends_with("\r\n\r\n"), "{head}");
+        assert!(String::from_utf8(respond(b"GET /x HTTP/1.1\r\n\r\n", &reg)).unwrap().contains(" 404 "));
+        assert!(String::from_utf8(respond(b"POST /metrics HTTP/1.1\r\n\r\n", &reg)).unwrap().contains(" 405 "));
+    }
+}

@@ -1,0 +1,510 @@
+//! The exporter's metrics: low-cardinality aggregates of every flow by congestion-control
+//! algorithm, fed from the same events `stream` prints, and bbrscope's own cost.
+//!
+//! Memory and series are bounded whatever the number of flows: nothing here is per flow. Byte
+//! and segment counters advance with each sample (so long-lived flows count as they go); what
+//! needs a whole flow (completion time, RTT, goodput, time per congestion state) is observed once,
+//! when the flow ends. The per-flow state this needs is the [`FlowTable`]'s, which the command
+//! prunes as `stream` does.
+
+use std::collections::HashSet;
+
+use prometheus_client::{
+    encoding::EncodeLabelSet,
+    metrics::{counter::Counter, family::Family, gauge::Gauge, histogram::Histogram},
+    registry::{Registry, Unit},
+};
+
+use crate::{
+    event::{Event, Metrics},
+    flow::{Change, Flow, FlowTable},
+    stats::StatsReport,
+};
+
+/// Distinct `cc` label values kept; further algorithms are counted as `other`. The kernel has a
+/// handful of algorithms, so this only guards against a pathological kernel or decoder bug.
+pub const MAX_CC_LABELS: usize = 16;
+
+/// Response-size buckets of the completion-time histogram: (label, upper bound in bytes).
+pub const SIZE_BUCKETS: [(&str, u64); 4] =
+    [("lt16k", 16 << 10), ("16k-256k", 256 << 10), ("256k-4m", 4 << 20), ("ge4m", u64::MAX)];
+
+/// The congestion states, in `Life::ca_ns` order.
+const CA_STATES: [&str; 5] = ["open", "disorder", "cwr", "recovery", "loss"];
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct CcLabels {
+    pub cc: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct CcStateLabels {
+    pub cc: String,
+    pub state: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct CcModeLabels {
+    pub cc: String,
+    pub mode: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct CcSizeLabels {
+    pub cc: String,
+    pub size_bucket: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ObserverLabels {
+    pub observer: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct BuildLabels {
+    pub version: String,
+    pub commit: String,
+}
+
+type FloatCounter = Counter<f64, std::sync::atomic::AtomicU64>;
+type FloatGauge = Gauge<f64, std::sync::atomic::AtomicU64>;
+type HistFamily<L> = Family<L, Histogram, fn() -> Histogram>;
+
+/// Flow completion time: 1 ms to 10 minutes.
+fn completion_histogram() -> Histogram {
+    Histogram::new([
+        0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 600.0,
+    ])
+}
+
+/// Smoothed RTT: 50 µs (loopback) to 4 s (a full queue on a long path).
+fn srtt_histogram() -> Histogram {
+    Histogram::new([
+        0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.15, 0.2, 0.3, 0.5, 1.0, 2.0,
+        4.0,
+    ])
+}
+
+/// srtt / min RTT: 1.0 is no queueing; bufferbloat reaches 10x and more.
+fn inflation_histogram() -> Histogram {
+    Histogram::new([1.05, 1.1, 1.25, 1.5, 2.0, 3.0, 5.0, 10.0, 20.0, 50.0])
+}
+
+/// Goodput: 1 kbit/s to 100 Gbit/s, a factor of ~3 per bucket.
+fn goodput_histogram() -> Histogram {
+    Histogram::new([1e3, 1e4, 3e4, 1e5, 3e5, 1e6, 3e6, 1e7, 3e7, 1e8, 3e8, 1e9, 3e9, 1e10, 3e10, 1e11])
+}
+
+/// A flow's counters as of its latest sample, the base the next sample's deltas count from.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+struct Counts {
+    bytes_acked: Option<u64>,
+    bytes_sent: Option<u64>,
+    bytes_retrans: Option<u64>,
+    retrans_segs: Option<u64>,
+    data_segs_out: Option<u64>,
+}
+
+impl Counts {
+    fn of(m: &Metrics) -> Self {
+        Counts {
+            bytes_acked: m.bytes_acked,
+            bytes_sent: m.bytes_sent,
+            bytes_retrans: m.bytes_retrans,
+            retrans_segs: m.retrans_total.map(u64::from),
+            data_segs_out: m.data_segs_out.map(u64::from),
+        }
+    }
+
+    /// A flow seen from its start (sock_ops path): every counter starts at zero.
+    const ZERO: Counts = Counts {
+        bytes_acked: Some(0),
+        bytes_sent: Some(0),
+        bytes_retrans: Some(0),
+        retrans_segs: Some(0),
+        data_segs_out: Some(0),
+    };
+}
+
+/// What the exporter needs of a flow from before an event is applied to the table.
+struct Before {
+    counts: Option<Counts>,
+    sample_ns: u64,
+    bbr_mode: Option<String>,
+}
+
+pub struct ExportMetrics {
+    flows_opened: Family<CcLabels, Counter>,
+    flows_closed: Family<CcLabels, Counter>,
+    bytes_acked: Family<CcLabels, Counter>,
+    bytes_sent: Family<CcLabels, Counter>,
+    data_segments_sent: Family<CcLabels, Counter>,
+    retrans_segments: Family<CcLabels, Counter>,
+    retrans_bytes: Family<CcLabels, Counter>,
+    ca_state_seconds: Family<CcStateLabels, FloatCounter>,
+    bbr_mode_seconds: Family<CcModeLabels, FloatCounter>,
+    completion: HistFamily<CcSizeLabels>,
+    srtt: HistFamily<CcLabels>,
+    inflation: HistFamily<CcLabels>,
+    goodput: HistFamily<CcLabels>,
+    default_cc: Family<CcLabels, Gauge>,
+    observer: Family<ObserverLabels, Gauge>,
+    events: FloatCounter,
+    records: FloatCounter,
+    drops: Counter,
+    untracked: Counter,
+    evicted: Counter,
+    filtered: Counter,
+    coalesced: Counter,
+    flows_active: Gauge,
+    cpu_seconds: FloatCounter,
+    event_cost: FloatGauge,
+    resident: Gauge,
+    /// Kernel totals as of the previous stats report, for the counters' increments.
+    last_totals: [u64; 5],
+    last_cpu: std::time::Duration,
+    /// The `cc` label values handed out so far (bounded by [`MAX_CC_LABELS`]).
+    cc_seen: HashSet<String>,
+    /// Flows whose end has been counted: a flow can close twice over (its final sample, then its
+    /// summary); it is counted at the first that is final. Pruned with the flow table.
+    ended: HashSet<u64>,
+}
+
+impl ExportMetrics {
+    /// Registers every metric in `registry`.
+    pub fn new(registry: &mut Registry) -> Self {
+        let m = ExportMetrics {
+            flows_opened: Family::default(),
+            flows_closed: Family::default(),
+            bytes_acked: Family::default(),
+            bytes_sent: Family::default(),
+            data_segments_sent: Family::default(),
+            retrans_segments: Family::default(),
+            retrans_bytes: Family::default(),
+            ca_state_seconds: Family::default(),
+            bbr_mode_seconds: Family::default(),
+            completion: Family::new_with_constructor(completion_histogram),
+            srtt: Family::new_with_constructor(srtt_histogram),
+            inflation: Family::new_with_constructor(inflation_histogram),
+            goodput: Family::new_with_constructor(goodput_histogram),
+            default_cc: Family::default(),
+            observer: Family::default(),
+            events: FloatCounter::default(),
+            records: FloatCounter::default(),
+            drops: Counter::default(),
+            untracked: Counter::default(),
+            evicted: Counter::default(),
+            filtered: Counter::default(),
+            coalesced: Counter::default(),
+            flows_active: Gauge::default(),
+            cpu_seconds: FloatCounter::default(),
+            event_cost: FloatGauge::default(),
+            resident: Gauge::default(),
+            last_totals: [0; 5],
+            last_cpu: crate::stats::process_cpu_time(),
+            cc_seen: HashSet::new(),
+            ended: HashSet::new(),
+        };
+        let r = registry;
+        r.register("bbrscope_flows_opened", "TCP flows that started sending, by algorithm", m.flows_opened.clone());
+        r.register("bbrscope_flows_closed", "TCP flows that closed, by algorithm", m.flows_closed.clone());
+        r.register_with_unit(
+            "bbrscope_acked",
+            "Bytes the peers acknowledged (goodput), by algorithm",
+            Unit::Bytes,
+            m.bytes_acked.clone(),
+        );
+        r.register_with_unit(
+            "bbrscope_sent",
+            "Bytes sent, retransmissions included, by algorithm",
+            Unit::Bytes,
+            m.bytes_sent.clone(),
+        );
+        r.register(
+            "bbrscope_data_segments_sent",
+            "Data segments sent, retransmissions included, by algorithm",
+            m.data_segments_sent.clone(),
+        );
+        r.register(
+            "bbrscope_retransmitted_segments",
+            "Segments retransmitted, by algorithm",
+            m.retrans_segments.clone(),
+        );
+        r.register_with_unit(
+            "bbrscope_retransmitted",
+            "Bytes retransmitted, by algorithm",
+            Unit::Bytes,
+            m.retrans_bytes.clone(),
+        );
+        r.register_with_unit(
+            "bbrscope_ca_state",
+            "Time flows spent in each congestion state (open, disorder, cwr, recovery, loss), counted when they end",
+            Unit::Seconds,
+            m.ca_state_seconds.clone(),
+        );
+        r.register_with_unit(
+            "bbrscope_bbr_mode",
+            "Time BBR flows spent in each mode (startup, drain, probe_bw, probe_rtt), between samples",
+            Unit::Seconds,
+            m.bbr_mode_seconds.clone(),
+        );
+        r.register_with_unit(
+            "bbrscope_flow_completion",
+            "Flow duration from connect/accept (or first sight) to close, by algorithm and bytes acked (size_bucket)",
+            Unit::Seconds,
+            m.completion.clone(),
+        );
+        r.register_with_unit(
+            "bbrscope_srtt",
+            "Median smoothed RTT of each flow, observed when it ends",
+            Unit::Seconds,
+            m.srtt.clone(),
+        );
+        r.register(
+            "bbrscope_rtt_inflation_ratio",
+            "Median srtt over the kernel's minimum RTT of each flow, observed when it ends (1 = no queueing)",
+            m.inflation.clone(),
+        );
+        r.register(
+            "bbrscope_flow_goodput_bits_per_second",
+            "Bytes acked x 8 over each flow's duration, observed when it ends",
+            m.goodput.clone(),
+        );
+        r.register(
+            "bbrscope_default_cc_info",
+            "The default congestion-control algorithm of bbrscope's network namespace (net.ipv4.tcp_congestion_control)",
+            m.default_cc.clone(),
+        );
+        r.register("bbrscope_observer_info", "The kernel path observing flows", m.observer.clone());
+        r.register(
+            "bbrscope_observer_events",
+            "Per-ACK kernel program runs (tcp_probe, or the sock_ops program's callbacks)",
+            m.events.clone(),
+        );
+        r.register("bbrscope_observer_records", "Records delivered from the kernel to bbrscope", m.records.clone());
+        r.register(
+            "bbrscope_ring_drops",
+            "Records lost because the ring buffer was full (raise --ring-size or --interval)",
+            m.drops.clone(),
+        );
+        r.register(
+            "bbrscope_flows_untracked",
+            "Flows the kernel could not store (table full, or socket storage not allocated)",
+            m.untracked.clone(),
+        );
+        r.register(
+            "bbrscope_flows_evicted",
+            "Tracepoint observer: flows evicted from the kernel's table (raise --max-flows)",
+            m.evicted.clone(),
+        );
+        r.register("bbrscope_flows_filtered", "Flows rejected by the filters", m.filtered.clone());
+        r.register(
+            "bbrscope_events_coalesced",
+            "Retransmit and congestion-state events folded into samples by the per-interval cap",
+            m.coalesced.clone(),
+        );
+        r.register("bbrscope_flows_active", "Flows bbrscope currently follows", m.flows_active.clone());
+        r.register_with_unit(
+            "bbrscope_cpu",
+            "CPU time (user + system) bbrscope used",
+            Unit::Seconds,
+            m.cpu_seconds.clone(),
+        );
+        r.register_with_unit(
+            "bbrscope_event_cost",
+            "Mean run time of the per-ACK kernel program over the last second (needs --bpf-stats; else 0)",
+            Unit::Seconds,
+            m.event_cost.clone(),
+        );
+        r.register_with_unit("bbrscope_resident_memory", "bbrscope's resident memory", Unit::Bytes, m.resident.clone());
+        let build: Family<BuildLabels, Gauge> = Family::default();
+        build
+            .get_or_create(&BuildLabels {
+                version: env!("CARGO_PKG_VERSION").to_string(),
+                commit: option_env!("BBRSCOPE_GIT_COMMIT").unwrap_or("unknown").to_string(),
+            })
+            .set(1);
+        r.register("bbrscope_build_info", "bbrscope's version and the git commit it was built from", build);
+        m
+    }
+
+    /// Bounds the `cc` label's values.
+    fn cc_label(&mut self, cc: &str) -> CcLabels {
+        let cc = if cc.is_empty() { "unknown" } else { cc };
+        if !self.cc_seen.contains(cc) {
+            if self.cc_seen.len() >= MAX_CC_LABELS {
+                return CcLabels { cc: "other".into() };
+            }
+            self.cc_seen.insert(cc.to_string());
+        }
+        CcLabels { cc: cc.to_string() }
+    }
+
+    /// The algorithm a flow is counted under: the one it first sent with, so that opened, bytes
+    /// and closed of one flow always land in the same series even if it is switched mid-flow.
+    fn flow_cc(&mut self, flow: &Flow) -> CcLabels {
+        let cc = flow.life.ccs.first().unwrap_or(&flow.cc).clone();
+        self.cc_label(&cc)
+    }
+
+    /// Applies `ev` to `table` (as `stream` does) and counts what it means.
+    pub fn on_event(&mut self, table: &mut FlowTable, ev: &Event) -> Change {
+        let id = ev.head().flow;
+        let before = table.get(id).map(|f| Before {
+            counts: match (&f.metrics, f.life.start_ns) {
+                (Some(m), _) => Some(Counts::of(m)),
+                // Opened, not sampled yet: seen from its start, so everything counts from zero.
+                (None, Some(_)) => Some(Counts::ZERO),
+                (None, None) => None,
+            },
+            sample_ns: f.last_sample_ns,
+            bbr_mode: f.metrics.as_ref().and_then(|m| m.bbr.as_ref()).and_then(|b| b.mode.clone()),
+        });
+        let change = table.apply(ev);
+        let Some(flow) = table.get(id) else { return change };
+        let cc = self.flow_cc(flow);
+        if change == Change::Opened {
+            self.flows_opened.get_or_create(&cc).inc();
+        }
+        if let (Event::Sample(s), Some(before)) = (ev, &before) {
+            // A flow first seen in mid-life (tracepoint path, or open before bbrscope started)
+            // has no base: it counts from its first sample on.
+            if let Some(base) = before.counts {
+                let now = Counts::of(&s.metrics);
+                let add = |fam: &Family<CcLabels, Counter>, now: Option<u64>, base: Option<u64>| {
+                    if let (Some(n), Some(b)) = (now, base) {
+                        fam.get_or_create(&cc).inc_by(n.saturating_sub(b));
+                    }
+                };
+                add(&self.bytes_acked, now.bytes_acked, base.bytes_acked);
+                add(&self.bytes_sent, now.bytes_sent, base.bytes_sent);
+                add(&self.retrans_bytes, now.bytes_retrans, base.bytes_retrans);
+                add(&self.retrans_segments, now.retrans_segs, base.retrans_segs);
+                add(&self.data_segments_sent, now.data_segs_out, base.data_segs_out);
+            }
+            if let Some(mode) = &before.bbr_mode {
+                let dt = s.head.ts_ns.saturating_sub(before.sample_ns) as f64 / 1e9;
+                let labels = CcModeLabels { cc: cc.cc.clone(), mode: mode.clone() };
+                self.bbr_mode_seconds.get_or_create(&labels).inc_by(dt);
+            }
+        }
+        // A flow is final at its summary (sock_ops path), or at its last sample when no summary
+        // will come (tracepoint path; connections open before bbrscope started).
+        let fin = change == Change::Ended || (change == Change::Closed && flow.life.start_ns.is_none());
+        if fin && self.ended.insert(id) {
+            let flow = flow.clone();
+            self.flow_ended(&flow, cc);
+        }
+        change
+    }
+
+    fn flow_ended(&mut self, flow: &Flow, cc: CcLabels) {
+        self.flows_closed.get_or_create(&cc).inc();
+        for (state, ns) in CA_STATES.iter().zip(flow.life.ca_ns) {
+            if ns > 0 {
+                let labels = CcStateLabels { cc: cc.cc.clone(), state: state.to_string() };
+                self.ca_state_seconds.get_or_create(&labels).inc_by(ns as f64 / 1e9);
+            }
+        }
+        let duration_ns = match (&flow.life.end, flow.life.start_ns) {
+            (Some(end), Some(start)) => end.head.ts_ns.saturating_sub(start),
+            _ => flow.duration_ns(),
+        };
+        let duration = duration_ns as f64 / 1e9;
+        let m = flow.metrics.as_ref();
+        let bytes =
+            m.and_then(|m| m.bytes_acked).map(|b| b.saturating_sub(flow.first_bytes_acked.unwrap_or(0))).unwrap_or(0);
+        let size_bucket = size_bucket(bytes).to_string();
+        self.completion.get_or_create(&CcSizeLabels { cc: cc.cc.clone(), size_bucket }).observe(duration);
+        let srtt_us = flow.life.srtt_median_us().or(m.and_then(|m| m.srtt_us));
+        if let Some(srtt) = srtt_us.filter(|&s| s > 0) {
+            self.srtt.get_or_create(&cc).observe(srtt as f64 / 1e6);
+            if let Some(min) = m.and_then(|m| m.min_rtt_us).filter(|&v| v > 0) {
+                self.inflation.get_or_create(&cc).observe(srtt as f64 / min as f64);
+            }
+        }
+        if duration > 0.0 && bytes > 0 {
+            self.goodput.get_or_create(&cc).observe(bytes as f64 * 8.0 / duration);
+        }
+    }
+
+    /// Forgets ended flows the table no longer holds (the table is pruned by the caller).
+    pub fn prune(&mut self, table: &FlowTable) {
+        self.ended.retain(|id| table.get(*id).is_some());
+    }
+
+    /// bbrscope's own cost from a stats report, and the gauges read now.
+    pub fn on_stats(&mut self, r: &StatsReport) {
+        self.events.inc_by(r.events_per_s * r.interval_s);
+        self.records.inc_by(r.records_per_s * r.interval_s);
+        let totals = [
+            r.drops_total,
+            r.untracked_total,
+            r.evicted_total,
+            r.flows_filtered_total,
+            r.retrans_coalesced_total + r.cong_coalesced_total,
+        ];
+        let counters = [&self.drops, &self.untracked, &self.evicted, &self.filtered, &self.coalesced];
+        for ((c, now), last) in counters.iter().zip(totals).zip(self.last_totals.iter_mut()) {
+            c.inc_by(now.saturating_sub(*last));
+            *last = now.max(*last);
+        }
+        self.flows_active.set(r.flows_active as i64);
+        let cpu = crate::stats::process_cpu_time();
+        self.cpu_seconds.inc_by(cpu.saturating_sub(self.last_cpu).as_secs_f64());
+        self.last_cpu = cpu;
+        self.event_cost.set(r.ns_per_event.unwrap_or(0.0) / 1e9);
+        if let Some(rss) = resident_bytes() {
+            self.resident.set(rss as i64);
+        }
+        if !r.observer.is_empty() {
+            self.set_observer(&r.observer);
+        }
+        self.refresh_default_cc();
+    }
+
+    pub fn set_observer(&self, path: &str) {
+        let labels = ObserverLabels { observer: path.to_string() };
+        if self.observer.get(&labels).is_none() {
+            self.observer.clear();
+            self.observer.get_or_create(&labels).set(1);
+        }
+    }
+
+    /// Reads the namespace's default algorithm (it may be changed at any time, e.g. by `apply`).
+    pub fn refresh_default_cc(&self) {
+        let Ok(cc) = std::fs::read_to_string("/proc/sys/net/ipv4/tcp_congestion_control") else { return };
+        let labels = CcLabels { cc: cc.trim().to_string() };
+        if self.default_cc.get(&labels).is_none() {
+            self.default_cc.clear();
+            self.default_cc.get_or_create(&labels).set(1);
+        }
+    }
+}
+
+/// The size bucket label for a response of `bytes`.
+pub fn size_bucket(bytes: u64) -> &'static str {
+    SIZE_BUCKETS.iter().find(|(_, max)| bytes < *max).map_or("ge4m", |(l, _)| l)
+}
+
+/// Resident set size of this process, from /proc/self/statm (pages).
+fn resident_bytes() -> Option<u64> {
+    let statm = std::fs::read_to_string("/proc/self/statm").ok()?;
+    let pages: u64 = statm.split_whitespace().nth(1)?.parse().ok()?;
+    // SAFETY: sysconf has no preconditions; it only reads a system constant.
+    let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
+    Some(pages * page.max(1) as u64)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn size_buckets() {
+        assert_eq!(size_bucket(0), "lt16k");
+        assert_eq!(size_bucket(16 << 10), "16k-256k");
+        assert_eq!(size_bucket((4 << 20) - 1), "256k-4m");
+        assert_eq!(size_bucket(1 << 40), "ge4m");
+    }
+}

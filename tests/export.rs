@@ -1,0 +1,375 @@
+//! `bbrscope export` under a real Prometheus (Debian's `prometheus`, installed by
+//! scripts/setup.sh): the test drives cubic and bbr flows of every size bucket between two network
+//! namespaces it creates, lets Prometheus scrape the exporter every second, and checks through
+//! Prometheus's HTTP API that every query of the Grafana dashboard (packaging/grafana/bbrscope.json)
+//! returns data and that the per-algorithm totals are the traffic the test made: flows exactly,
+//! bytes within 5%.
+//!
+//! Also: the package test (`cargo xtask dist`'s .deb installed into a throwaway root).
+
+mod common;
+
+use std::{
+    collections::HashMap,
+    io::{Read as _, Write as _},
+    net::{SocketAddr, TcpListener, TcpStream},
+    path::{Path, PathBuf},
+    process::{Child, Command, Stdio},
+    thread,
+    time::{Duration, Instant},
+};
+
+use common::*;
+use serde_json::Value;
+
+const DASHBOARD: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../packaging/grafana/bbrscope.json");
+
+/// A port free on loopback right now (the kernel's pick; released for the child to bind).
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+}
+
+/// GET over HTTP/1.0 (so the server delimits the body by closing, never chunked): (status, body).
+fn http_get(addr: SocketAddr, target: &str) -> std::io::Result<(u16, String)> {
+    let mut s = TcpStream::connect_timeout(&addr, Duration::from_secs(2))?;
+    s.set_read_timeout(Some(Duration::from_secs(10)))?;
+    write!(s, "GET {target} HTTP/1.0\r\nHost: {addr}\r\n\r\n")?;
+    let mut resp = String::new();
+    s.read_to_string(&mut resp)?;
+    let status = resp.split(' ').nth(1).and_then(|c| c.parse().ok()).unwrap_or(0);
+    let body = resp.split_once("\r\n\r\n").map(|(_, b)| b.to_string()).unwrap_or_default();
+    Ok((status, body))
+}
+
+fn urlencode(s: &str) -> String {
+    s.bytes()
+        .map(|b| match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => (b as char).to_string(),
+            _ => format!("%{b:02X}"),
+        })
+        .collect()
+}
+
+/// A Prometheus server on loopback with its data in a temporary directory; killed (and the
+/// directory removed) on drop, however the test ends.
+struct Prometheus {
+    child: Child,
+    addr: SocketAddr,
+    _dir: tempfile::TempDir,
+}
+
+impl Prometheus {
+    fn start(target: SocketAddr) -> Prometheus {
+        let bin = ["/usr/bin/prometheus", "/usr/local/bin/prometheus"]
+            .into_iter()
+            .find(|p| Path::new(p).exists())
+            .expect("prometheus is not installed: run scripts/setup.sh (Debian package `prometheus`)");
+        let dir = tempfile::tempdir().unwrap();
+        let config = dir.path().join("prometheus.yml");
+        std::fs::write(
+            &config,
+            format!(
+                "global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\nscrape_configs:\n  - job_name: bbrscope\n    \
+                 static_configs:\n      - targets: ['{target}']\n"
+            ),
+        )
+        .unwrap();
+        let addr: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
+        let log = std::fs::File::create(dir.path().join("prometheus.log")).unwrap();
+        let child = Command::new(bin)
+            .arg(format!("--config.file={}", config.display()))
+            .arg(format!("--storage.tsdb.path={}", dir.path().join("data").display()))
+            .arg(format!("--web.listen-address={addr}"))
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .expect("spawn prometheus");
+        let p = Prometheus { child, addr, _dir: dir };
+        let start = Instant::now();
+        while !matches!(http_get(p.addr, "/-/ready"), Ok((200, _))) {
+            assert!(start.elapsed() < Duration::from_secs(60), "prometheus not ready: {}", p.log());
+            thread::sleep(Duration::from_millis(200));
+        }
+        p
+    }
+
+    fn log(&self) -> String {
+        std::fs::read_to_string(self._dir.path().join("prometheus.log")).unwrap_or_default()
+    }
+
+    /// An instant query: the `data.result` vector.
+    fn query(&self, q: &str) -> Vec<Value> {
+        let (status, body) = http_get(self.addr, &format!("/api/v1/query?query={}", urlencode(q))).unwrap();
+        let v: Value = serde_json::from_str(&body).unwrap_or_else(|e| panic!("{q}: {e}: {body}"));
+        assert!(status == 200 && v["status"] == "success", "{q}: {status} {body}");
+        v["data"]["result"].as_array().cloned().unwrap_or_default()
+    }
+
+    /// `sum by (cc) (METRIC)` as cc -> value.
+    fn by_cc(&self, metric: &str) -> HashMap<String, f64> {
+        self.query(&format!("sum by (cc) ({metric})"))
+            .iter()
+            .map(|r| (r["metric"]["cc"].as_str().unwrap_or("").to_string(), value(r)))
+            .collect()
+    }
+}
+
+impl Drop for Prometheus {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn value(r: &Value) -> f64 {
+    r["value"][1].as_str().and_then(|s| s.parse().ok()).unwrap_or(f64::NAN)
+}
+
+/// A running `bbrscope export`, killed on drop.
+struct Exporter {
+    child: Child,
+    addr: SocketAddr,
+}
+
+impl Exporter {
+    fn start(args: &[&str]) -> Exporter {
+        let addr: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
+        let child = bbrscope()
+            .args(["export", "--listen", &addr.to_string()])
+            .args(args)
+            .stdout(Stdio::null())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("spawn bbrscope export");
+        let mut e = Exporter { child, addr };
+        let start = Instant::now();
+        loop {
+            if let Ok((200, body)) = http_get(addr, "/metrics")
+                && body.contains("bbrscope_observer_info")
+            {
+                break;
+            }
+            if let Ok(Some(s)) = e.child.try_wait() {
+                panic!("bbrscope export exited: {s}");
+            }
+            assert!(start.elapsed() < Duration::from_secs(30), "exporter never served /metrics");
+            thread::sleep(Duration::from_millis(100));
+        }
+        e
+    }
+}
+
+impl Drop for Exporter {
+    fn drop(&mut self) {
+        // SAFETY: kill(2) on our own child's pid, which is not reaped until wait() below.
+        unsafe { libc::kill(self.child.id() as i32, libc::SIGTERM) };
+        if wait_timeout(&mut self.child, Duration::from_secs(10)).is_none() {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
+}
+
+/// Sends `bytes` with `cc` from namespace `a` to `to`, closes, and waits for the peer's close so
+/// the flow is over when this returns.
+fn flow(link: &Link, to: SocketAddr, cc: &str, bytes: usize) {
+    link.a.enter(|| {
+        let mut s = TcpStream::connect(to).expect("connect");
+        set_cc(&s, cc);
+        let chunk = vec![0x5au8; 64 << 10];
+        let mut left = bytes;
+        while left > 0 {
+            let n = left.min(chunk.len());
+            s.write_all(&chunk[..n]).unwrap();
+            left -= n;
+        }
+        s.shutdown(std::net::Shutdown::Write).unwrap();
+        let mut rest = Vec::new();
+        let _ = s.read_to_end(&mut rest);
+    });
+}
+
+/// The dashboard's queries, as Grafana would send them over the last minutes, with every
+/// instance selected: panel targets and the template variables' queries.
+fn dashboard_queries() -> Vec<(String, String)> {
+    let dash: Value = serde_json::from_str(&std::fs::read_to_string(DASHBOARD).unwrap()).unwrap();
+    let mut out = Vec::new();
+    for p in dash["panels"].as_array().unwrap() {
+        for t in p["targets"].as_array().into_iter().flatten() {
+            let expr = t["expr"].as_str().unwrap();
+            out.push((p["title"].as_str().unwrap().to_string(), grafana_to_promql(expr)));
+        }
+    }
+    for v in dash["templating"]["list"].as_array().unwrap() {
+        if let Some(def) = v["definition"].as_str() {
+            // label_values(METRIC, LABEL) is answered from the series METRIC.
+            let inner = def.strip_prefix("label_values(").and_then(|s| s.strip_suffix(')')).unwrap();
+            let (metric, label) = inner.split_once(',').unwrap();
+            out.push((format!("variable {}", v["name"]), format!("group by ({}) ({metric})", label.trim())));
+        }
+    }
+    out
+}
+
+fn grafana_to_promql(expr: &str) -> String {
+    expr.replace("$__rate_interval", "2m").replace("$instance", ".*")
+}
+
+#[test]
+fn prometheus_sees_every_dashboard_query_and_the_traffic_made() {
+    require_root();
+    let link = Link::new("exp");
+    // Only this test's flows: the exporter watches the link's addresses, so other tests' traffic
+    // (and Prometheus's own scrapes on loopback) are not counted.
+    let exporter = Exporter::start(&["--addr", &link.prefix()]);
+    let prom = Prometheus::start(exporter.addr);
+    let to: SocketAddr = format!("{}:0", link.b_ip).parse().unwrap();
+    let server = link.b.enter(|| Discard::bind(&to.to_string()));
+    let sizes = [4 << 10, 100 << 10, 1 << 20, 8 << 20];
+    let mut made: HashMap<&str, (u64, u64)> = HashMap::new();
+    // Two waves a few scrapes apart, so that rate() over the dashboard's window sees increases.
+    for wave in 0..2 {
+        for cc in ["cubic", "bbr"] {
+            for &size in &sizes {
+                flow(&link, server.addr, cc, size);
+                let e = made.entry(cc).or_default();
+                e.0 += 1;
+                e.1 += size as u64;
+            }
+        }
+        if wave == 0 {
+            thread::sleep(Duration::from_secs(4));
+        }
+    }
+    // Until Prometheus has scraped every close.
+    let start = Instant::now();
+    loop {
+        let closed = prom.by_cc("bbrscope_flows_closed_total");
+        if ["cubic", "bbr"].iter().all(|cc| closed.get(*cc).copied() == Some(made[cc].0 as f64)) {
+            break;
+        }
+        assert!(start.elapsed() < Duration::from_secs(30), "flows closed per cc {closed:?}, made {made:?}");
+        thread::sleep(Duration::from_millis(500));
+    }
+    thread::sleep(Duration::from_secs(2));
+    let opened = prom.by_cc("bbrscope_flows_opened_total");
+    let acked = prom.by_cc("bbrscope_acked_bytes_total");
+    for cc in ["cubic", "bbr"] {
+        let (flows, bytes) = made[cc];
+        assert_eq!(opened.get(cc).copied(), Some(flows as f64), "{cc} flows opened: {opened:?}");
+        let got = acked.get(cc).copied().unwrap_or(0.0);
+        assert!((got - bytes as f64).abs() <= 0.05 * bytes as f64, "{cc}: {got} bytes acked, {bytes} sent");
+    }
+    assert_eq!(opened.len(), 2, "only the test's algorithms: {opened:?}");
+    let buckets = prom.query("count by (cc) (count by (cc, size_bucket) (bbrscope_flow_completion_seconds_count))");
+    for r in &buckets {
+        assert_eq!(value(r), 4.0, "every size bucket per cc: {buckets:?}");
+    }
+
+    let queries = dashboard_queries();
+    assert!(queries.len() >= 20, "{} queries", queries.len());
+    let mut empty = Vec::new();
+    for (title, q) in &queries {
+        let res = prom.query(q);
+        if res.is_empty() {
+            empty.push(format!("{title}: {q}"));
+        }
+    }
+    assert!(empty.is_empty(), "dashboard queries without data:\n{}", empty.join("\n"));
+    // The canary panels are numbers, not NaN: completion percentiles per cc and size bucket.
+    let p50 = prom.query(&queries[0].1);
+    assert_eq!(p50.len(), 8, "{p50:?}");
+    assert!(p50.iter().all(|r| value(r).is_finite() && value(r) > 0.0), "{p50:?}");
+}
+
+#[test]
+fn metrics_are_openmetrics_and_bounded() {
+    require_root();
+    // A port no flow uses: the exporter serves its fixed series, none per flow.
+    let exporter = Exporter::start(&["--port", "9"]);
+    let (status, body) = http_get(exporter.addr, "/metrics").unwrap();
+    assert_eq!(status, 200);
+    assert!(body.ends_with("# EOF\n"), "{body}");
+    for name in [
+        "bbrscope_flows_opened",
+        "bbrscope_observer_info",
+        "bbrscope_default_cc_info",
+        "bbrscope_build_info",
+        "bbrscope_cpu_seconds",
+        "bbrscope_ring_drops",
+    ] {
+        assert!(body.contains(&format!("# TYPE {name} ")), "{name} missing:\n{body}");
+    }
+    assert!(body.lines().all(|l| l.starts_with('#') || l.starts_with("bbrscope_")), "{body}");
+    let cc = tcp_congestion_control();
+    assert!(body.contains(&format!("bbrscope_default_cc_info{{cc=\"{cc}\"}} 1")), "{body}");
+    assert_eq!(http_get(exporter.addr, "/nope").unwrap().0, 404);
+    // A second exporter on the same address is a usage error (exit 2), before loading anything.
+    let out = bbrscope().args(["export", "--listen", &exporter.addr.to_string()]).output().unwrap();
+    assert_eq!(out.status.code(), Some(2), "{}", String::from_utf8_lossy(&out.stderr));
+}
+
+/// The .deb `cargo xtask dist` builds (dist/bbrscope_*.deb, made if missing) unpacked into a
+/// throwaway root: files in place, the man page renders, completions load.
+#[test]
+fn deb_installs_into_a_throwaway_root() {
+    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..");
+    let deb = find_deb(&root).unwrap_or_else(|| {
+        let st = Command::new("cargo").args(["xtask", "dist"]).current_dir(&root).status().unwrap();
+        assert!(st.success(), "cargo xtask dist failed");
+        find_deb(&root).expect("no .deb in dist/")
+    });
+    let dir = tempfile::tempdir().unwrap();
+    let r = dir.path();
+    // dpkg with a private admin dir under the root: installs and removes as a package manager
+    // would, without touching this machine's dpkg database.
+    for d in ["var/lib/dpkg/updates", "var/lib/dpkg/info", "var/lib/dpkg/triggers"] {
+        std::fs::create_dir_all(r.join(d)).unwrap();
+    }
+    std::fs::write(r.join("var/lib/dpkg/status"), "").unwrap();
+    let dpkg = |args: &[&str]| {
+        let out = Command::new("dpkg")
+            .arg(format!("--root={}", r.display()))
+            .args(["--force-not-root", "--force-script-chrootless", "--force-depends", "--log=/dev/null"])
+            .args(args)
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "dpkg {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+    };
+    dpkg(&["-i", deb.to_str().unwrap()]);
+    let files = [
+        "usr/bin/bbrscope",
+        "usr/share/man/man1/bbrscope.1.gz",
+        "usr/share/man/man1/bbrscope-export.1.gz",
+        "usr/share/bash-completion/completions/bbrscope",
+        "usr/share/zsh/vendor-completions/_bbrscope",
+        "usr/share/fish/vendor_completions.d/bbrscope.fish",
+        "lib/systemd/system/bbrscope-exporter.service",
+        "usr/share/doc/bbrscope/copyright",
+    ];
+    for f in files {
+        assert!(r.join(f).is_file(), "{f} not installed");
+    }
+    let v = Command::new(r.join("usr/bin/bbrscope")).arg("--version").output().unwrap();
+    assert!(String::from_utf8_lossy(&v.stdout).starts_with("bbrscope "), "{v:?}");
+    let man = Command::new("man").args(["-l", "-Tutf8"]).arg(r.join(files[1])).output().unwrap();
+    let text = String::from_utf8_lossy(&man.stdout);
+    assert!(man.status.success() && text.contains("bbrscope") && text.contains("export"), "man: {text}");
+    let bash = Command::new("bash")
+        .arg("-c")
+        .arg(format!("source {}; complete -p bbrscope", r.join(files[3]).display()))
+        .output()
+        .unwrap();
+    assert!(String::from_utf8_lossy(&bash.stdout).contains("bbrscope"), "bash completion: {bash:?}");
+    dpkg(&["--purge", "bbrscope"]);
+    for f in files {
+        assert!(!r.join(f).exists(), "{f} left after purge");
+    }
+}
+
+fn find_deb(root: &Path) -> Option<PathBuf> {
+    std::fs::read_dir(root.join("dist"))
+        .ok()?
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .find(|p| p.extension().is_some_and(|x| x == "deb"))
+}
