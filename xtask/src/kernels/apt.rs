@@ -2,7 +2,7 @@
 //! for sources nor written, and every list, archive and extracted file lives under the cache.
 
 use std::{
-    collections::BTreeMap,
+    collections::{BTreeMap, BTreeSet},
     fs,
     path::{Path, PathBuf},
     process::{Command, Stdio},
@@ -174,6 +174,17 @@ impl Apt {
                 continue;
             }
             found.push(Candidate { package: package.into(), version: version.into(), upstream, parts });
+        }
+        // A split image whose parts the archive no longer carries (seen: 6.19.14 in
+        // trixie-backports, whose linux-modules-* is gone) cannot boot: leave it out.
+        let parts: BTreeSet<&String> = found.iter().flat_map(|c| &c.parts).collect();
+        if !parts.is_empty() {
+            let out = self.cmd("apt-cache").args(["show", "--no-all-versions"]).args(&parts).output()?;
+            let have: BTreeSet<String> = String::from_utf8_lossy(&out.stdout)
+                .lines()
+                .filter_map(|l| l.strip_prefix("Package:").map(|p| p.trim().to_string()))
+                .collect();
+            found.retain(|c| c.parts.iter().all(|p| have.contains(p)));
         }
         Ok(found)
     }
