@@ -366,9 +366,9 @@ pub struct GroupResult {
     /// Per arm (A, B).
     pub arms: [ArmStats; 2],
     pub verdict: Verdict,
-    /// Index in `metrics` of the metric that sums the verdict up (the largest decisive change, or
-    /// for no difference the best-measured completion time, to show how small a change the data
-    /// rules out).
+    /// Index in `metrics` of the metric that sums the verdict up (the decisive change whose
+    /// interval is farthest from zero, or for no difference the best-measured completion time, to
+    /// show how small a change the data rules out).
     pub headline: Option<usize>,
     pub metrics: Vec<Metric>,
     /// Indices into the observations (for the figure).
@@ -577,24 +577,23 @@ fn analyze_group(obs: &[Observation], g: Group, opts: &Options) -> GroupResult {
         (Some(s), Some(m)) if m > 0 => Some(s as f64 / m as f64),
         _ => None,
     });
-    let others: [(&str, &str, MetricKind, f64, &'static str, bool, &[Vec<f64>; 2]); 4] = [
-        ("goodput_p50", "median goodput", MetricKind::Goodput, 0.5, "bit/s", true, &goodput),
-        ("srtt_p50", "p50 srtt", MetricKind::Srtt, 0.5, "us", false, &srtt),
-        ("srtt_p95", "p95 srtt", MetricKind::Srtt, 0.95, "us", false, &srtt),
-        ("rtt_inflation_p50", "median RTT inflation", MetricKind::RttInflation, 0.5, "ratio", false, &inflation),
-    ];
-    for (key, name, kind, q, unit, higher_is_better, values) in others {
-        let spec = QuantileSpec {
-            key: key.into(),
-            label: name.into(),
-            kind,
-            bucket: None,
-            q,
-            unit,
-            higher_is_better,
-            primary: false,
-            values,
-        };
+    let other = |key: &str, label: &str, kind, q, unit, higher_is_better, values| QuantileSpec {
+        key: key.into(),
+        label: label.into(),
+        kind,
+        bucket: None,
+        q,
+        unit,
+        higher_is_better,
+        primary: false,
+        values,
+    };
+    for spec in [
+        other("goodput_p50", "median goodput", MetricKind::Goodput, 0.5, "bit/s", true, &goodput),
+        other("srtt_p50", "p50 srtt", MetricKind::Srtt, 0.5, "us", false, &srtt),
+        other("srtt_p95", "p95 srtt", MetricKind::Srtt, 0.95, "us", false, &srtt),
+        other("rtt_inflation_p50", "median RTT inflation", MetricKind::RttInflation, 0.5, "ratio", false, &inflation),
+    ] {
         metrics.push(quantile_metric(spec, opts));
     }
     metrics.push(retrans_metric(obs, &g.members, opts));
@@ -634,7 +633,10 @@ fn analyze_group(obs: &[Observation], g: Group, opts: &Options) -> GroupResult {
             (0..metrics.len())
                 .filter(|&i| metrics[i].decisive && (want.is_none() || metrics[i].better_arm() == want))
                 .max_by(|&i, &j| {
-                    let e = |k: usize| metrics[k].diff.as_ref().map_or(0.0, |d| d.estimate.abs());
+                    // The change the data is surest of: the interval's end nearest zero farthest
+                    // from it (a large estimate with a wide interval, typical of a median in a
+                    // gap between two client populations, makes a poor headline).
+                    let e = |k: usize| metrics[k].diff.as_ref().map_or(0.0, |d| d.low.abs().min(d.high.abs()));
                     e(i).total_cmp(&e(j)).then(j.cmp(&i))
                 })
         }

@@ -15,10 +15,10 @@ use super::{
 
 const WIDTH: f64 = 960.0;
 const COLS: usize = 2;
-const PANEL_W: f64 = 390.0;
+const PANEL_W: f64 = 380.0;
 const PANEL_H: f64 = 200.0;
 const LEFT: f64 = 70.0;
-const COL_GAP: f64 = 90.0;
+const COL_GAP: f64 = 80.0;
 const TOP: f64 = 80.0;
 const ROW_GAP: f64 = 90.0;
 /// Points per line at most: a CDF of 100,000 flows drawn point by point is a megabyte of SVG that
@@ -224,4 +224,51 @@ fn png(svg: &str) -> Result<Vec<u8>> {
     };
     resvg::render(&tree, resvg::tiny_skia::Transform::default(), &mut pixmap.as_mut());
     pixmap.encode_png().context("encoding the PNG")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::experiment::analysis::{Options, analyze, tests::lossy_and_clean};
+
+    #[test]
+    fn one_solid_and_one_dashed_cdf_per_group() {
+        let obs = lossy_and_clean(4);
+        let a = analyze(&obs, &Options::default());
+        let svg = svg(&obs, &a, 12);
+        // all flows, two RTT bands, two prefixes.
+        let panels = 5;
+        assert_eq!(svg.matches("<polyline").count(), 2 * panels);
+        assert_eq!(
+            svg.matches("<polyline fill=\"none\" stroke=\"#1f77b4\" stroke-width=\"1.8\" stroke-dasharray").count(),
+            panels
+        );
+        assert!(svg.contains("203.0.113.0/24 — 600 cubic / 600 bbr flows"), "{svg}");
+        assert!(svg.contains(">bbr faster<") && svg.contains(">no detectable difference<"));
+        // Log axis: decade ticks.
+        assert!(svg.contains(">1 ms<") && svg.contains(">1 s<"));
+        assert!(resvg::usvg::Tree::from_str(&svg, &resvg::usvg::Options::default()).is_ok());
+        assert_eq!(super::svg(&obs, &a, 2).matches("<polyline").count(), 4);
+    }
+
+    #[test]
+    fn cdf_is_thinned_but_keeps_its_ends() {
+        let x: Vec<f64> = (1..=10_000).map(f64::from).collect();
+        let p = cdf_points(&x);
+        assert!(p.len() <= 2 * MAX_POINTS + 2, "{}", p.len());
+        assert_eq!(p.last(), Some(&(10_000.0, 1.0)));
+        assert!(p.windows(2).all(|w| w[0].0 <= w[1].0 && w[0].1 <= w[1].1));
+        assert!(cdf_points(&[]).is_empty());
+    }
+
+    #[test]
+    fn writes_png() {
+        let obs = lossy_and_clean(4);
+        let a = analyze(&obs, &Options { by_prefix: false, ..Options::default() });
+        let path = std::env::temp_dir().join(format!("bbrscope-experiment-{}.png", std::process::id()));
+        write(&path, &svg(&obs, &a, 4)).unwrap();
+        let bytes = std::fs::read(&path).unwrap();
+        let _ = std::fs::remove_file(&path);
+        assert_eq!(&bytes[..8], b"\x89PNG\r\n\x1a\n");
+    }
 }

@@ -273,8 +273,18 @@ fn flip(d: &Diff, arm: usize) -> Diff {
 }
 
 impl Report {
-    /// The report for the terminal: at most 100 columns.
+    /// The report for the terminal, every group with its table of metrics: at most 100 columns.
     pub fn render_text(&self) -> String {
+        self.render(true)
+    }
+
+    /// The report without the tables: the arms, the split, one conclusion per group, the
+    /// recommendation (for many prefixes, or a live view).
+    pub fn render_summary(&self) -> String {
+        self.render(false)
+    }
+
+    fn render(&self, tables: bool) -> String {
         let mut s = String::new();
         let [a, b] = [&self.arms[0], &self.arms[1]];
         let _ = writeln!(
@@ -304,8 +314,17 @@ impl Report {
             fmt_p(sr.p_value),
             if sr.mismatch { "MISMATCH: flows lost or added unevenly, the results are suspect" } else { "ok" }
         );
+        if !tables {
+            let _ = writeln!(s);
+        }
         for g in &self.groups {
             let r = &g.result;
+            if !tables {
+                for line in wrap(&g.conclusion, 98) {
+                    let _ = writeln!(s, "{line}");
+                }
+                continue;
+            }
             let _ = writeln!(s);
             let _ = writeln!(
                 s,
@@ -325,10 +344,10 @@ impl Report {
             }
             let _ = writeln!(
                 s,
-                "  {:<28} {:>11} {:>11} {:>8} {:<19} {:>13}",
+                "  {:<26} {:>10} {:>10} {:>8} {:<21} {:>13}",
                 "metric",
-                clip(&a.arm, 11),
-                clip(&b.arm, 11),
+                clip(&a.arm, 10),
+                clip(&b.arm, 10),
                 "B vs A",
                 format!("{:.0}% interval", self.level * 100.0),
                 "flows A/B"
@@ -348,8 +367,8 @@ impl Report {
                 };
                 let _ = writeln!(
                     s,
-                    "  {:<28} {:>11} {:>11} {:>8} {:<19} {:>13}{mark}",
-                    clip(&m.label, 28),
+                    "  {:<26} {:>10} {:>10} {:>8} {:<21} {:>13}{mark}",
+                    clip(&m.label, 26),
                     m.a.map_or("-".into(), |v| fmt_value(v, m.unit)),
                     m.b.map_or("-".into(), |v| fmt_value(v, m.unit)),
                     diff,
@@ -367,9 +386,13 @@ impl Report {
                 fmt_count(self.sparse_prefixes.flows)
             );
         }
-        let _ = writeln!(s);
-        let _ =
-            writeln!(s, "* interval excludes zero; ** decisive for the verdict (Holm-corrected over completion times)");
+        if tables {
+            let _ = writeln!(s);
+            let _ = writeln!(
+                s,
+                "* interval excludes zero; ** decisive for the verdict (Holm-corrected over completion times)"
+            );
+        }
         let rec = &self.recommend;
         let _ = writeln!(s);
         let _ = writeln!(s, "recommendation:");
@@ -455,7 +478,7 @@ pub fn fmt_count(n: usize) -> String {
     let s = n.to_string();
     let mut out = String::new();
     for (i, c) in s.chars().enumerate() {
-        if i > 0 && (s.len() - i) % 3 == 0 {
+        if i > 0 && (s.len() - i).is_multiple_of(3) {
             out.push(',');
         }
         out.push(c);
@@ -496,5 +519,142 @@ fn fmt_seconds(s: f64) -> String {
         x if x >= 0.01 => format!("{:.0} ms", x * 1e3),
         x if x >= 0.001 => format!("{:.1} ms", x * 1e3),
         x => format!("{:.0} µs", x * 1e6),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::Value;
+
+    use super::*;
+    use crate::experiment::analysis::{
+        Options, PrefixList, analyze,
+        tests::{Population, lossy_and_clean, synth},
+    };
+
+    fn pop(net: [u8; 3], rtt_ms: f64, b: f64) -> Population {
+        Population { net, rtt_ms, slowdown: [1.0, b], flows_per_arm: 600 }
+    }
+
+    #[test]
+    fn json_has_the_documented_shape() {
+        let r = build(&analyze(&lossy_and_clean(4), &Options::default()));
+        let v: Value = serde_json::to_value(&r).unwrap();
+        assert_eq!(v["arms"][0]["arm"], "cubic");
+        assert_eq!(v["arms"][1]["arm"], "bbr");
+        assert_eq!(v["arms"][1]["label"], "b");
+        assert_eq!(v["arms"][0]["flows"], 1200);
+        assert!(v["arms"][0]["bytes"].as_u64().unwrap() > 0);
+        assert_eq!(v["level"], 0.95);
+        for k in ["flows", "expected_b", "observed_b", "chi2", "p_value", "mismatch"] {
+            assert!(!v["sample_ratio"][k].is_null(), "sample_ratio.{k}");
+        }
+        let groups = v["groups"].as_array().unwrap();
+        assert_eq!(groups[0]["kind"], "all");
+        let lossy = groups.iter().find(|g| g["label"] == "203.0.113.0/24").unwrap();
+        assert_eq!(lossy["kind"], "prefix");
+        assert_eq!(lossy["prefixes"], serde_json::json!(["203.0.113.0/24"]));
+        assert_eq!(lossy["verdict"], "b_better");
+        assert_eq!(lossy["arms"][1]["flows"], 600);
+        let c = lossy["conclusion"].as_str().unwrap();
+        assert!(c.starts_with("BBR faster for 203.0.113.0/24: ") && c.ends_with(", 1,200 flows"), "{c}");
+        let m = &lossy["metrics"][lossy["headline"].as_u64().unwrap() as usize];
+        assert_eq!(
+            (m["kind"].as_str(), m["primary"].as_bool(), m["decisive"].as_bool()),
+            (Some("completion"), Some(true), Some(true))
+        );
+        for k in ["unit", "estimate", "low", "high", "p_value", "significant"] {
+            assert!(!m["diff"][k].is_null(), "diff.{k}");
+        }
+        assert!(m["diff"]["estimate"].as_f64().unwrap() < -20.0);
+        let keys: Vec<&str> = lossy["metrics"].as_array().unwrap().iter().map(|m| m["key"].as_str().unwrap()).collect();
+        for k in [
+            "completion_p50_lt16k",
+            "completion_p99_gt4m",
+            "goodput_p50",
+            "srtt_p95",
+            "rtt_inflation_p50",
+            "retrans_rate",
+        ] {
+            assert!(keys.contains(&k), "{k} in {keys:?}");
+        }
+        let retrans = lossy["metrics"].as_array().unwrap().iter().find(|m| m["key"] == "retrans_rate").unwrap();
+        assert_eq!(retrans["diff"]["unit"], "points");
+        let clean = groups.iter().find(|g| g["label"] == "10.0.0.0/24").unwrap();
+        assert!(clean["conclusion"].as_str().unwrap().starts_with("no detectable difference for 10.0.0.0/24: "));
+        assert_eq!(v["recommend"]["scope"], "routes");
+        assert!(v["members"].is_null() && lossy["members"].is_null());
+    }
+
+    #[test]
+    fn text_fits_100_columns_and_says_it_plainly() {
+        let opts = Options { prefix_lists: PrefixList::parse("far 203.0.113.0/24").unwrap(), ..Options::default() };
+        let text = build(&analyze(&lossy_and_clean(4), &opts)).render_text();
+        for line in text.lines() {
+            assert!(line.chars().count() <= 100, "{} columns: {line}", line.chars().count());
+        }
+        assert!(text.contains("\nBBR faster for 203.0.113.0/24: p"), "{text}");
+        assert!(text.contains("\nBBR faster for far: p"), "{text}");
+        assert!(text.contains("\nno detectable difference for 10.0.0.0/24: "), "{text}");
+        assert!(text.contains("  bbrscope apply bbr --route 203.0.113.0/24\n"), "{text}");
+        assert!(text.contains("split: 50.0% of flows in B, 50.0% requested"), "{text}");
+        let summary = build(&analyze(&lossy_and_clean(4), &opts)).render_summary();
+        assert!(summary.lines().count() < 20 && summary.contains("\nBBR faster for far: p"), "{summary}");
+        assert!(!summary.contains("retransmit rate") && !summary.contains("decisive"), "{summary}");
+    }
+
+    #[test]
+    fn recommends_system_wide_only_when_it_wins_nearly_everywhere() {
+        // Both far prefixes gain: system-wide.
+        let both = synth(&[pop([203, 0, 113], 150.0, 0.6), pop([198, 51, 100], 120.0, 0.6)], 8);
+        let r = recommend(&analyze(&both, &Options::default()));
+        assert_eq!((r.scope, r.commands.clone()), (Scope::System, vec!["bbrscope apply bbr".to_string()]), "{r:?}");
+
+        // One gains, one does not: a route for the one, nothing for the other.
+        let r = recommend(&analyze(&lossy_and_clean(8), &Options::default()));
+        assert_eq!(r.scope, Scope::Routes, "{r:?}");
+        assert_eq!(r.commands, vec!["bbrscope apply bbr --route 203.0.113.0/24".to_string()]);
+        assert!(r.notes.iter().any(|n| n.contains("not a prefix")), "{r:?}");
+
+        // A prefix list that gains: one command per prefix in it.
+        let opts = Options {
+            by_prefix: false,
+            prefix_lists: PrefixList::parse("far 203.0.113.0/25 203.0.113.128/25\nnear 10.0.0.0/8").unwrap(),
+            ..Options::default()
+        };
+        let r = recommend(&analyze(&lossy_and_clean(8), &opts));
+        assert_eq!(
+            r.commands,
+            ["203.0.113.0/25", "203.0.113.128/25"].map(|p| format!("bbrscope apply bbr --route {p}")).to_vec()
+        );
+
+        // Nothing gains: nothing to run.
+        let equal = synth(&[pop([203, 0, 113], 150.0, 1.0), pop([10, 0, 0], 2.0, 1.0)], 8);
+        let r = recommend(&analyze(&equal, &Options::default()));
+        assert_eq!((r.scope, r.commands.len()), (Scope::None, 0), "{r:?}");
+
+        // Arm A (here the algorithm under test) wins everywhere: apply A.
+        let a_wins = synth(&[pop([203, 0, 113], 150.0, 1.7), pop([198, 51, 100], 120.0, 1.7)], 8);
+        let r = recommend(&analyze(&a_wins, &Options::default()));
+        assert_eq!(r.commands, vec!["bbrscope apply cubic".to_string()]);
+
+        // Too little data anywhere: no claim.
+        let few =
+            synth(&[Population { net: [203, 0, 113], rtt_ms: 150.0, slowdown: [1.0, 0.5], flows_per_arm: 10 }], 8);
+        let r = recommend(&analyze(&few, &Options::default()));
+        assert_eq!(r.scope, Scope::None);
+        assert!(r.notes[0].contains("enough flows"), "{r:?}");
+    }
+
+    #[test]
+    fn numbers_read_as_people_write_them() {
+        assert_eq!(fmt_pct(-38.2), "−38%");
+        assert_eq!(fmt_pct(1.23), "+1.2%");
+        assert_eq!(fmt_count(1204), "1,204");
+        assert_eq!(fmt_count(1_234_567), "1,234,567");
+        assert_eq!(fmt_count(12), "12");
+        assert_eq!(fmt_value(0.0123, "s"), "12 ms");
+        assert_eq!(fmt_value(150_000.0, "us"), "150 ms");
+        assert_eq!(fmt_value(0.0052, "share"), "0.52%");
     }
 }
