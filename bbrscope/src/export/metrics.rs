@@ -392,8 +392,7 @@ impl ExportMetrics {
         // will come (tracepoint path; connections open before bbrscope started).
         let fin = change == Change::Ended || (change == Change::Closed && flow.life.start_ns.is_none());
         if fin && self.ended.insert(id) {
-            let flow = flow.clone();
-            self.flow_ended(&flow, cc);
+            self.flow_ended(flow, cc);
         }
         change
     }
