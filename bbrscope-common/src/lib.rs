@@ -109,6 +109,12 @@ pub mod config_flags {
     pub const RETRANS_HAS_ERR: u32 = 1 << 2;
     /// `cgroup.ancestors[]` holds pointers (6.2+) rather than ids.
     pub const CGROUP_ANCESTOR_PTRS: u32 = 1 << 3;
+    /// What this kernel lets sock_ops programs call (probed at start-up; the read-only config
+    /// makes the verifier drop the calls a kernel lacks as dead code): the current process's
+    /// ids, its command name, and the coarse clock.
+    pub const SOCKOPS_PID: u32 = 1 << 4;
+    pub const SOCKOPS_COMM: u32 = 1 << 5;
+    pub const SOCKOPS_COARSE_CLOCK: u32 = 1 << 6;
 }
 
 /// `bbrscope experiment`: new connections in scope get one of two algorithms at random.

@@ -168,7 +168,7 @@ fn on_rtt(ops: &bpf_sock_ops, sk: *mut bpf_sock) {
             records::cong_state(s.sk, &mut s.flow, state, now_ns());
         }
     }
-    let now = coarse_ns();
+    let now = if has_flag(config_flags::SOCKOPS_COARSE_CLOCK) { coarse_ns() } else { now_ns() };
     if now < s.next_sample_coarse_ns {
         return;
     }
@@ -392,13 +392,18 @@ fn reset(s: &mut SockFlow, sk: *mut bpf_sock) {
     s.pid = 0;
 }
 
-/// Records the current task as the owner (only called in process context).
+/// Records the current task as the owner (only called in process context), as far as this
+/// kernel lets sock_ops programs see it.
 #[inline(always)]
 fn own(s: &mut SockFlow) {
-    let id = bpf_get_current_pid_tgid();
-    s.tgid = (id >> 32) as u32;
-    s.pid = id as u32;
-    s.comm = bpf_get_current_comm().unwrap_or_default();
+    if has_flag(config_flags::SOCKOPS_PID) {
+        let id = bpf_get_current_pid_tgid();
+        s.tgid = (id >> 32) as u32;
+        s.pid = id as u32;
+    }
+    if has_flag(config_flags::SOCKOPS_COMM) {
+        s.comm = bpf_get_current_comm().unwrap_or_default();
+    }
 }
 
 /// Filters, then the flow's first record.

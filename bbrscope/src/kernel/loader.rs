@@ -157,6 +157,20 @@ impl Observer {
         let hooks = hooks::plan(|tp| btf.tracepoint_args(tp))?;
         degraded.extend(hooks.degraded);
         let mut flags = layout.flags | hooks.flags;
+        let sockops = sockops_helpers();
+        flags |= sockops.flags;
+        if opts.owner.pid.is_some() && sockops.flags & config_flags::SOCKOPS_PID == 0 {
+            return Err(UsageError::new(
+                "--pid needs a kernel whose sock_ops programs can see the current process (about 6.10+)",
+            )
+            .into());
+        }
+        if opts.owner.comm.is_some() && sockops.flags & config_flags::SOCKOPS_COMM == 0 {
+            return Err(UsageError::new(
+                "--comm needs a kernel whose sock_ops programs can read the current process's name (newer than 6.12)",
+            )
+            .into());
+        }
         if opts.receivers {
             flags |= config_flags::RECEIVERS;
         }
@@ -180,7 +194,15 @@ impl Observer {
         if let Some(exp) = &opts.experiment {
             fill_experiment_ranges(&mut ebpf, &exp.dst)?;
         }
-        let path = match choose_path(opts) {
+        let chosen = match (choose_path(opts), &sockops.missing) {
+            (Ok(ObserverPath::Sockops), Some(missing)) => Err(format!(
+                "this kernel's sock_ops programs cannot call {missing}: using tracepoints, which see only \
+                 established senders (no short flows, no CLOSE_WAIT senders, no flow summaries)"
+            )),
+            (c, _) => c,
+        };
+        let sockops_owner_note = sockops.owner_note;
+        let path = match chosen {
             Err(why) => {
                 degraded.push(why);
                 attach_tracepoints(&mut ebpf, &hooks.attach)?;
@@ -211,6 +233,11 @@ impl Observer {
                 Err(e) => return Err(e.context("--observer sockops")),
             },
         };
+        if path == ObserverPath::Sockops
+            && let Some(note) = sockops_owner_note
+        {
+            degraded.push(note);
+        }
         let per_ack_program = match path {
             ObserverPath::Sockops => SOCKOPS_PROGRAM,
             ObserverPath::Tracepoint => "tcp_probe",
@@ -285,9 +312,13 @@ pub fn probe() -> std::result::Result<(ObserverPath, Option<String>), String> {
         with_cc_modules(Btf::kernel().map_err(|e| format!("no kernel BTF: {e:#}"))?).map_err(|e| format!("{e:#}"))?;
     let layout = Layout::from_btf(&btf).map_err(|e| format!("{e:#}"))?;
     let hooks = hooks::plan(|tp| btf.tracepoint_args(tp)).map_err(|e| format!("{e:#}"))?;
+    let helpers = sockops_helpers();
+    if let Some(missing) = helpers.missing {
+        return Ok((ObserverPath::Tracepoint, Some(format!("sock_ops programs cannot call {missing} here"))));
+    }
     let config = Config {
         interval_ns: 100_000_000,
-        flags: layout.flags | hooks.flags,
+        flags: layout.flags | hooks.flags | helpers.flags,
         events_per_interval: 64,
         filter: Filter::default(),
         sock: layout.sock,
@@ -302,7 +333,7 @@ pub fn probe() -> std::result::Result<(ObserverPath, Option<String>), String> {
         Ok(())
     })();
     Ok(match why {
-        Ok(()) => (ObserverPath::Sockops, None),
+        Ok(()) => (ObserverPath::Sockops, helpers.owner_note),
         Err(e) => (ObserverPath::Tracepoint, Some(format!("{e:#}"))),
     })
 }
@@ -344,6 +375,56 @@ fn fill_experiment_ranges(ebpf: &mut Ebpf, ranges: &[ipnet::IpNet]) -> Result<()
             .with_context(|| format!("adding {net} to the experiment's scope"))?;
     }
     Ok(())
+}
+
+/// What the sock_ops program may call on this kernel.
+struct SockopsHelpers {
+    /// `config_flags::SOCKOPS_*` for the optional helpers present.
+    flags: u32,
+    /// Required helpers the kernel lacks (no sock_ops path then).
+    missing: Option<String>,
+    /// What the user loses for the optional ones it lacks.
+    owner_note: Option<String>,
+}
+
+/// Asks the kernel which helpers sock_ops programs may call: newer kernels allow more (the
+/// current process's ids since about 6.10, its command name later, the coarse clock since 5.11).
+fn sockops_helpers() -> SockopsHelpers {
+    use aya::{programs::ProgramType, sys::{BpfHelper, is_helper_supported}};
+    let has = |h: BpfHelper| is_helper_supported(ProgramType::SockOps, h).unwrap_or(false);
+    let required = [
+        (BpfHelper::BPF_FUNC_sk_storage_get, "bpf_sk_storage_get"),
+        (BpfHelper::BPF_FUNC_probe_read_kernel, "bpf_probe_read_kernel"),
+        (BpfHelper::BPF_FUNC_ringbuf_reserve, "bpf_ringbuf_reserve"),
+        (BpfHelper::BPF_FUNC_get_socket_cookie, "bpf_get_socket_cookie"),
+    ];
+    let missing: Vec<&str> = required.iter().filter(|(h, _)| !has(*h)).map(|(_, n)| *n).collect();
+    let mut flags = 0;
+    let mut lost = Vec::new();
+    if has(BpfHelper::BPF_FUNC_get_current_pid_tgid) {
+        flags |= config_flags::SOCKOPS_PID;
+    } else {
+        lost.push("pid");
+    }
+    if has(BpfHelper::BPF_FUNC_get_current_comm) {
+        flags |= config_flags::SOCKOPS_COMM;
+    } else {
+        lost.push("comm");
+    }
+    if has(BpfHelper::BPF_FUNC_ktime_get_coarse_ns) {
+        flags |= config_flags::SOCKOPS_COARSE_CLOCK;
+    }
+    SockopsHelpers {
+        flags,
+        missing: (!missing.is_empty()).then(|| missing.join(", ")),
+        owner_note: (!lost.is_empty()).then(|| {
+            format!(
+                "this kernel's sock_ops programs cannot see the process that opens a connection: flow owners' {} \
+                 are null (--pid/--comm match nothing); cgroup and netns are still known",
+                lost.join(" and ")
+            )
+        }),
+    }
 }
 
 /// The path `opts` asks for, or why the tracepoint path must be used instead.
