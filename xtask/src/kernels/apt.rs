@@ -89,10 +89,14 @@ impl Apt {
             .map(|(repo, suite)| format!("deb [signed-by={KEYRING}] http://deb.debian.org/{repo} {suite} main\n"))
             .collect();
         fs::write(root.join("etc/sources.list"), list)?;
+        // An empty dpkg status (not /dev/null, whose changing mtime would invalidate apt's cache).
+        if !root.join("status").exists() {
+            fs::write(root.join("status"), "")?;
+        }
         Ok(Apt { root })
     }
 
-    /// Options that point apt at the private tree only. `Dir::State::status=/dev/null` keeps the
+    /// Options that point apt at the private tree only. An empty `Dir::State::status` keeps the
     /// host's installed packages out of dependency decisions; NoLocking because nothing here
     /// touches the system's lock-protected state.
     fn opts(&self) -> Vec<String> {
@@ -107,7 +111,7 @@ impl Apt {
             // which makes every apt-cache call re-parse 60 MB of lists (~10 s).
             format!("Dir::Cache::pkgcache={r}/pkgcache.bin"),
             format!("Dir::Cache::srcpkgcache={r}/srcpkgcache.bin"),
-            "Dir::State::status=/dev/null".into(),
+            format!("Dir::State::status={r}/status"),
             "Acquire::Languages=none".into(),
             "APT::Architecture=amd64".into(),
             "Debug::NoLocking=1".into(),
