@@ -38,7 +38,7 @@ pub struct BenchArgs {
     /// A short run (about 2 minutes): loopback and cubic only, 2 rounds, a shorter scale test
     #[arg(long)]
     quick: bool,
-    /// Rounds per workload; each measures every observer once between slots without [default: 3; --quick: 2]
+    /// Rounds per workload; each measures every observer once between slots without [default: 2]
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=50))]
     repeats: Option<u32>,
     /// Seconds per measured slot [default: 1.25]
@@ -131,7 +131,7 @@ impl Plan {
         let (paths, ccs, repeats, seconds, scale_seconds): (&[PathKind], &[&str], u32, f64, f64) = if args.quick {
             (&[PathKind::Loopback], &["cubic"], 2, 1.25, 8.0)
         } else {
-            (&[PathKind::Loopback, PathKind::Veth], &["cubic", "bbr"], 3, 1.25, 12.0)
+            (&[PathKind::Loopback, PathKind::Veth], &["cubic", "bbr"], 2, 1.25, 12.0)
         };
         let seconds = args.seconds.unwrap_or(seconds);
         if !(seconds >= 0.5 && seconds.is_finite()) {
@@ -245,13 +245,21 @@ pub fn run(args: BenchArgs) -> Result<()> {
     let mut observers = Observer::MEASURED.to_vec();
     let work_dir = std::env::temp_dir().join(format!("bbrscope-bench-{}", std::process::id()));
     std::fs::create_dir_all(&work_dir)?;
-    let bpftrace_script = if machine.bpftrace.is_some() {
+    // bpftrace finds tracepoints through tracefs, which some machines do not mount.
+    let tracefs = Path::new("/sys/kernel/tracing/events/tcp/tcp_probe").exists();
+    let bpftrace_script = if machine.bpftrace.is_some() && tracefs {
         let path = work_dir.join("tcp_probe.bt");
         std::fs::write(&path, scenarios::BPFTRACE_SCRIPT)?;
         Some(path)
     } else {
         observers.retain(|&o| o != Observer::Bpftrace);
-        notes.push("bpftrace is not installed: its column is missing (scripts/setup.sh installs it).".into());
+        notes.push(if machine.bpftrace.is_none() {
+            "bpftrace is not installed: its column is missing (scripts/setup.sh installs it).".into()
+        } else {
+            "tracefs is not mounted at /sys/kernel/tracing, so bpftrace cannot find tcp:tcp_probe: its column is \
+             missing (`mount -t tracefs nodev /sys/kernel/tracing` brings it back)."
+                .into()
+        });
         None
     };
     let pinger = Pinger::new()?;

@@ -533,6 +533,15 @@ pub fn markdown(r: &Results) -> String {
             pairs.len()
         ));
     }
+    let killed: Vec<_> = pairs.iter().filter(|x| x.killed).collect();
+    if !killed.is_empty() {
+        notes.push(format!(
+            "**{} of {} observer runs did not exit within 10 s of SIGTERM** and were killed ({}).",
+            killed.len(),
+            pairs.len(),
+            killed.iter().map(|x| x.observer.label()).collect::<Vec<_>>().join(", ")
+        ));
+    }
     let repeated = pairs.iter().filter(|x| x.attempts > 1).count();
     if repeated > 0 {
         notes.push(format!(

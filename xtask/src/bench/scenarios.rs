@@ -343,11 +343,13 @@ impl Running {
         }
     }
 
-    pub fn stop(self) -> Result<()> {
+    /// Stops the observer; false if it had to be killed after not exiting in time (a finding for
+    /// the report, not a reason to abandon the benchmark).
+    pub fn stop(self) -> Result<bool> {
         match self {
-            Running::Nothing => Ok(()),
-            Running::Traced(t) => t.stop_in_time(),
-            Running::Ss(p) => p.stop(),
+            Running::Nothing => Ok(true),
+            Running::Traced(t) => Ok(t.stop()?.is_some()),
+            Running::Ss(p) => p.stop().map(|()| true),
         }
     }
 }

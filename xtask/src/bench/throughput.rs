@@ -18,7 +18,7 @@ use serde::Serialize;
 use super::{
     Plan, Spread, measure,
     net::Veth,
-    scenarios::{Consumed, Observer, Running, Setup},
+    scenarios::{Consumed, Observer, Running, Setup, Traced},
     workload::{Bulk, Ends, Workload},
 };
 
@@ -46,6 +46,8 @@ pub struct Pair {
     pub others_cpu_cores: f64,
     /// 1, or more when other processes disturbed the earlier attempts.
     pub attempts: u32,
+    /// The observer did not exit within 10 s of SIGTERM and was killed.
+    pub killed: bool,
 }
 
 /// What an observer cost over a slot (None: does not apply to this observer).
@@ -235,7 +237,10 @@ fn measure_pair(
     let observed = Slot::measure(bulk, &mut running, plan.seconds)?;
     let own = running.probe_id();
     let foreign_probes = measure::probe_program_ids()?.into_iter().filter(|&id| Some(id) != own).count();
-    running.stop()?;
+    let exited = running.stop()?;
+    if !exited {
+        eprintln!("bench:   {} did not exit within {:?} of SIGTERM: killed", observer.label(), Traced::STOP_WAIT);
+    }
     thread::sleep(SETTLE);
     let after = Slot::measure(bulk, &mut Running::Nothing, plan.seconds)?;
     let others_cpu_cores = [before, &observed, &after].iter().map(|s| s.others_cpu_cores).fold(0.0, f64::max);
@@ -248,6 +253,7 @@ fn measure_pair(
         foreign_probes,
         others_cpu_cores,
         attempts: 1,
+        killed: !exited,
     };
     Ok((pair, after))
 }
