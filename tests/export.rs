@@ -320,16 +320,26 @@ fn metrics_are_openmetrics_and_bounded() {
     assert_eq!(out.status.code(), Some(2), "{}", String::from_utf8_lossy(&out.stderr));
 }
 
-/// The .deb `cargo xtask dist` builds (dist/bbrscope_*.deb, made if missing) unpacked into a
-/// throwaway root: files in place, the man page renders, completions load.
+/// The .deb `cargo xtask dist` builds, installed into a throwaway root with dpkg and purged
+/// again: files in place, the binary runs, the man page renders, completions load.
 #[test]
 fn deb_installs_into_a_throwaway_root() {
-    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..");
-    let deb = find_deb(&root).unwrap_or_else(|| {
-        let st = Command::new("cargo").args(["xtask", "dist"]).current_dir(&root).status().unwrap();
-        assert!(st.success(), "cargo xtask dist failed");
-        find_deb(&root).expect("no .deb in dist/")
-    });
+    let ws = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..");
+    // The target directory this test was built in (CARGO_TARGET_DIR or the workspace's), so
+    // the release build reuses what is there.
+    let target = Path::new(env!("CARGO_BIN_EXE_bbrscope")).parent().and_then(Path::parent).unwrap().to_path_buf();
+    let out_dir = tempfile::tempdir().unwrap();
+    let dist = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()))
+        .args(["xtask", "dist", "--out"])
+        .arg(out_dir.path())
+        .env("CARGO_TARGET_DIR", &target)
+        .current_dir(&ws)
+        .stderr(Stdio::inherit())
+        .output()
+        .unwrap();
+    assert!(dist.status.success(), "cargo xtask dist failed");
+    let deb = PathBuf::from(String::from_utf8_lossy(&dist.stdout).trim());
+    assert!(deb.is_file(), "{}", deb.display());
     let dir = tempfile::tempdir().unwrap();
     let r = dir.path();
     // dpkg with a private admin dir under the root: installs and removes as a package manager
@@ -376,11 +386,4 @@ fn deb_installs_into_a_throwaway_root() {
     for f in files {
         assert!(!r.join(f).exists(), "{f} left after purge");
     }
-}
-
-fn find_deb(root: &Path) -> Option<PathBuf> {
-    std::fs::read_dir(root.join("dist"))
-        .ok()?
-        .filter_map(|e| e.ok().map(|e| e.path()))
-        .find(|p| p.extension().is_some_and(|x| x == "deb"))
 }

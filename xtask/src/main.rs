@@ -1,6 +1,7 @@
 //! Project tasks, run with `cargo xtask <task>` (alias in .cargo/config.toml).
 
 mod bench;
+mod dist;
 mod kernels;
 
 use clap::{Parser, Subcommand};
@@ -29,6 +30,8 @@ enum Task {
     /// The test driver inside a kernel-matrix guest (run by its /init)
     #[command(hide = true)]
     KernelGuest,
+    /// Release binary, man pages, shell completions and a .deb with the systemd units (TARGET/dist)
+    Dist(dist::DistArgs),
 }
 
 fn main() -> anyhow::Result<()> {
@@ -38,5 +41,6 @@ fn main() -> anyhow::Result<()> {
         Task::HoldSockets { pairs, ip } => bench::hold_sockets(pairs, ip),
         Task::Kernels(args) => kernels::run(args),
         Task::KernelGuest => kernels::guest::main(),
+        Task::Dist(args) => dist::run_dist(args),
     }
 }

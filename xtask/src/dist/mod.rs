@@ -1,0 +1,175 @@
+//! `cargo xtask dist`: the release binary and a Debian package around it (binary, man pages,
+//! shell completions, systemd units, defaults file), so that installing bbrscope needs no Rust
+//! toolchain. The package is assembled in a staging directory and built with `dpkg-deb`.
+
+use std::{
+    path::{Path, PathBuf},
+    process::Command,
+};
+
+use anyhow::{Context as _, Result, bail, ensure};
+use clap::Args;
+
+#[derive(Args)]
+pub struct DistArgs {
+    /// Where to put the .deb (default: TARGET_DIR/dist)
+    #[arg(long, value_name = "DIR")]
+    out: Option<PathBuf>,
+}
+
+fn workspace() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).parent().expect("xtask is inside the workspace").to_path_buf()
+}
+
+fn target_dir(ws: &Path) -> PathBuf {
+    std::env::var_os("CARGO_TARGET_DIR").map(PathBuf::from).unwrap_or_else(|| ws.join("target"))
+}
+
+fn run(cmd: &mut Command) -> Result<String> {
+    let out = cmd.output().with_context(|| format!("running {cmd:?}"))?;
+    if !out.status.success() {
+        bail!("{cmd:?} failed: {}", String::from_utf8_lossy(&out.stderr).trim());
+    }
+    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+}
+
+/// The commit the binary is built from, with `-dirty` when the tree has uncommitted changes.
+fn git_commit(ws: &Path) -> String {
+    let head = run(Command::new("git").args(["rev-parse", "--short=12", "HEAD"]).current_dir(ws))
+        .map(|s| s.trim().to_string())
+        .unwrap_or_else(|_| "unknown".into());
+    let dirty = run(Command::new("git").args(["status", "--porcelain", "--untracked-files=no"]).current_dir(ws))
+        .is_ok_and(|s| !s.trim().is_empty());
+    if dirty { format!("{head}-dirty") } else { head }
+}
+
+/// The newest glibc symbol version the binary needs: the package's libc6 dependency, so that
+/// dpkg refuses to install it where it could not run.
+fn glibc_needed(bin: &Path) -> Result<Option<(u32, u32)>> {
+    let syms = run(Command::new("objdump").arg("-T").arg(bin))?;
+    Ok(syms
+        .split(|c: char| c.is_whitespace() || c == '(' || c == ')')
+        .filter_map(|w| w.strip_prefix("GLIBC_"))
+        .filter_map(|v| {
+            let mut it = v.split('.');
+            Some((it.next()?.parse().ok()?, it.next().unwrap_or("0").parse().ok()?))
+        })
+        .max())
+}
+
+pub fn run_dist(args: DistArgs) -> Result<()> {
+    let ws = workspace();
+    let target = target_dir(&ws);
+    let commit = git_commit(&ws);
+    eprintln!("dist: building bbrscope (release) at {commit}");
+    let status = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()))
+        .args(["build", "--release", "-p", "bbrscope", "--bin", "bbrscope"])
+        .env("BBRSCOPE_GIT_COMMIT", &commit)
+        .current_dir(&ws)
+        .status()
+        .context("running cargo build")?;
+    ensure!(status.success(), "cargo build --release failed");
+    let bin = target.join("release/bbrscope");
+    let version_line = run(Command::new(&bin).arg("--version"))?;
+    let version = version_line.split_whitespace().nth(1).context("bbrscope --version printed no version")?.to_string();
+
+    let out = args.out.unwrap_or_else(|| target.join("dist"));
+    let stage = target.join("dist-stage");
+    let _ = std::fs::remove_dir_all(&stage);
+    let gen_dir = stage.join("gen");
+    run(Command::new(&bin).arg("export").arg("--dist-assets").arg(&gen_dir))?;
+    let root = stage.join("root");
+    let pkg = &ws.join("packaging");
+    let put = |from: &Path, to: &str, mode: u32| -> Result<()> {
+        use std::os::unix::fs::PermissionsExt as _;
+        let dest = root.join(to);
+        std::fs::create_dir_all(dest.parent().unwrap())?;
+        std::fs::copy(from, &dest).with_context(|| format!("copying {} to {}", from.display(), dest.display()))?;
+        std::fs::set_permissions(&dest, std::fs::Permissions::from_mode(mode))?;
+        Ok(())
+    };
+    put(&bin, "usr/bin/bbrscope", 0o755)?;
+    run(Command::new("strip").arg("--strip-unneeded").arg(root.join("usr/bin/bbrscope")))?;
+    for page in std::fs::read_dir(gen_dir.join("man"))? {
+        let page = page?.path();
+        let name = page.file_name().unwrap().to_string_lossy().into_owned();
+        let dest = format!("usr/share/man/man1/{name}");
+        put(&page, &dest, 0o644)?;
+        // -n: no name or time stamp inside, so the same input gives the same package.
+        run(Command::new("gzip").args(["-9nf"]).arg(root.join(&dest)))?;
+    }
+    let comp = gen_dir.join("completions");
+    put(&comp.join("bbrscope.bash"), "usr/share/bash-completion/completions/bbrscope", 0o644)?;
+    put(&comp.join("_bbrscope"), "usr/share/zsh/vendor-completions/_bbrscope", 0o644)?;
+    put(&comp.join("bbrscope.fish"), "usr/share/fish/vendor_completions.d/bbrscope.fish", 0o644)?;
+    let units = pkg.join("systemd");
+    put(&units.join("bbrscope-exporter.service"), "lib/systemd/system/bbrscope-exporter.service", 0o644)?;
+    put(&units.join("bbrscope-cgroup-pin@.service"), "lib/systemd/system/bbrscope-cgroup-pin@.service", 0o644)?;
+    put(&units.join("bbrscope-exporter.default"), "etc/default/bbrscope-exporter", 0o644)?;
+    put(&pkg.join("grafana/bbrscope.json"), "usr/share/bbrscope/grafana/bbrscope.json", 0o644)?;
+    let doc = root.join("usr/share/doc/bbrscope");
+    std::fs::create_dir_all(&doc)?;
+    std::fs::write(
+        doc.join("copyright"),
+        "Format: https://www.debian.org/doc/packaging-manuals/copyright-format/1.0/\nUpstream-Name: bbrscope\n\n\
+         Files: *\nLicense: MIT or Apache-2.0\n",
+    )?;
+    for f in ["README.md", "docs/export.md", "docs/stream.md"] {
+        if ws.join(f).exists() {
+            put(
+                &ws.join(f),
+                &format!("usr/share/doc/bbrscope/{}", Path::new(f).file_name().unwrap().to_string_lossy()),
+                0o644,
+            )?;
+        }
+    }
+
+    let debian = root.join("DEBIAN");
+    std::fs::create_dir_all(&debian)?;
+    let arch = run(Command::new("dpkg").arg("--print-architecture"))?.trim().to_string();
+    let depends = match glibc_needed(&root.join("usr/bin/bbrscope"))? {
+        Some((maj, min)) => format!("libc6 (>= {maj}.{min})"),
+        None => "libc6".into(),
+    };
+    let size_kb = run(Command::new("du").args(["-sk"]).arg(&root))?
+        .split_whitespace()
+        .next()
+        .and_then(|s| s.parse::<u64>().ok())
+        .unwrap_or(0);
+    std::fs::write(
+        debian.join("control"),
+        format!(
+            "Package: bbrscope\nVersion: {version}+git{}\nArchitecture: {arch}\nMaintainer: bbrscope developers \
+             <bbrscope@localhost>\nInstalled-Size: {size_kb}\nDepends: {depends}\nRecommends: bash-completion\n\
+             Section: net\nPriority: optional\nHomepage: https://github.com/bbrscope/bbrscope\n\
+             Description: live TCP congestion-control observer and configurator (eBPF)\n \
+             See what CUBIC and BBR are doing to every TCP flow, switch algorithms safely per system,\n \
+             namespace, cgroup or route, and export per-algorithm metrics to Prometheus.\n",
+            commit.replace('-', "."),
+        ),
+    )?;
+    std::fs::write(debian.join("conffiles"), "/etc/default/bbrscope-exporter\n")?;
+    // Maintainer scripts: tell systemd about the units, stop the exporter on removal. Nothing
+    // runs when installing into another root (DPKG_ROOT set), or without systemd.
+    let script = |name: &str, body: &str| -> Result<()> {
+        use std::os::unix::fs::PermissionsExt as _;
+        let p = debian.join(name);
+        std::fs::write(
+            &p,
+            format!(
+                "#!/bin/sh\nset -e\nif [ -z \"${{DPKG_ROOT:-}}\" ] && [ -d /run/systemd/system ]; then\n{body}fi\nexit 0\n"
+            ),
+        )?;
+        std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o755))?;
+        Ok(())
+    };
+    script("postinst", "  systemctl daemon-reload || true\n")?;
+    script("prerm", "  if [ \"$1\" = remove ]; then systemctl stop bbrscope-exporter.service || true; fi\n")?;
+    script("postrm", "  systemctl daemon-reload || true\n")?;
+
+    std::fs::create_dir_all(&out)?;
+    let deb = out.join(format!("bbrscope_{version}_{arch}.deb"));
+    run(Command::new("dpkg-deb").args(["--root-owner-group", "-Zxz", "--build"]).arg(&root).arg(&deb))?;
+    println!("{}", deb.display());
+    Ok(())
+}
