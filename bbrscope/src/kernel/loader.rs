@@ -153,6 +153,15 @@ impl Observer {
         if !layout.missing.is_empty() {
             degraded.push(format!("kernel lacks {}: reported as null", layout.missing.join(", ")));
         }
+        if layout.bbr.is_none() {
+            // BBR as a module, on a kernel without module BTF (before 5.11, or
+            // CONFIG_DEBUG_INFO_BTF_MODULES off): its private state cannot be decoded.
+            degraded.push(
+                "no type information for BBR's state (a module, and this kernel has no module BTF): \
+                 the `bbr` fields (mode, bandwidth, gains) of bbr flows are null"
+                    .into(),
+            );
+        }
 
         let hooks = hooks::plan(|tp| btf.tracepoint_args(tp))?;
         degraded.extend(hooks.degraded);
