@@ -74,7 +74,8 @@ pub fn tcp_retransmit_skb(ctx: RawTracePointContext) -> i32 {
     0
 }
 
-/// `tcp_cong_state_set(sk, ca_state)` (6.2+): fires before the socket's state is updated.
+/// `tcp_cong_state_set(sk, ca_state)` (6.2, and backported to Debian 12's 6.1; found from BTF): fires
+/// before the socket's state is updated.
 #[raw_tracepoint(tracepoint = "tcp_cong_state_set")]
 pub fn tcp_cong_state_set(ctx: RawTracePointContext) -> i32 {
     let sk: u64 = ctx.arg(0);

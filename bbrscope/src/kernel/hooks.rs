@@ -63,7 +63,7 @@ mod tests {
 
     #[test]
     fn older_kernel_polls_state_and_says_so() {
-        // e.g. 5.15: no tcp_cong_state_set (6.2+), retransmit without err.
+        // e.g. 5.15: no tcp_cong_state_set (6.2, or a backport), retransmit without err.
         let p = plan(|tp| (tp != "tcp_cong_state_set").then_some(2)).unwrap();
         assert_eq!(p.attach, ["tcp_probe", "tcp_retransmit_skb", "inet_sock_set_state"]);
         assert_eq!(p.flags, config_flags::POLL_CA_STATE);
