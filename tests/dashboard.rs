@@ -22,15 +22,14 @@ use ratatui::{
 
 fn fixture(name: &str) -> Vec<Record> {
     let path = format!("{}/../tests/fixtures/{name}", env!("CARGO_MANIFEST_DIR"));
-    parse_all(&std::fs::read_to_string(&path).unwrap()).unwrap()
+    parse_all(&std::fs::read_to_string(&path).unwrap()).unwrap().records
 }
 
 /// An app that has played the whole recording.
 fn played(name: &str) -> App {
     let records = fixture(name);
     let mut feed = Feed::new(records);
-    let playback = Playback { speed: 1.0, paused: false, finished: false, position_s: 0.0, length_s: feed.length_s() };
-    let mut app = App::new(name, Vec::new(), Some(playback));
+    let mut app = App::new(name, Vec::new(), Some(Playback::new(1.0, false)));
     feed.advance(&mut app, Duration::from_secs(3600));
     app
 }
@@ -139,8 +138,8 @@ fn compare_view_puts_cubic_and_bbr_side_by_side() {
     assert!(text.contains("cubic (1 flow)") && text.contains("bbr (1 flow)"), "{text}");
     assert!(text.contains("RTT inflation") && text.contains("retransmits"), "{text}");
     assert!(text.contains("throughput (Mbit/s)") && text.contains("smoothed RTT (ms)"), "{text}");
-    // Each side's throughput is a rate in ss units.
-    assert!(text.matches("Mbps").count() >= 2, "{text}");
+    // Each side's throughput is a rate, in the screen's one rate unit.
+    assert!(text.matches("Mbit/s").count() >= 3, "{text}");
 }
 
 #[test]
@@ -205,11 +204,267 @@ fn keys_sort_filter_and_replay_controls() {
     // Paused playback does not move.
     let records = fixture("cubic-vs-bbr.ndjson");
     let mut feed = Feed::new(records);
-    let pb = Playback { speed: 1.0, paused: true, finished: false, position_s: 0.0, length_s: feed.length_s() };
-    let mut paused = App::new("x", Vec::new(), Some(pb));
+    let mut paused = App::new("x", Vec::new(), Some(Playback::new(1.0, true)));
     feed.advance(&mut paused, Duration::from_secs(5));
     assert_eq!(paused.playback.as_ref().unwrap().position_s, 0.0);
     paused.playback.as_mut().unwrap().paused = false;
     feed.advance(&mut paused, Duration::from_secs(5));
     assert!((paused.playback.as_ref().unwrap().position_s - 5.0).abs() < 0.01);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Issue 13: what the dashboard got wrong.
+
+/// The cubic-vs-bbr recording up to its middle, while both flows send.
+fn mid_recording() -> App {
+    let records = fixture("cubic-vs-bbr.ndjson");
+    let mid = records[records.len() / 2].ts_ns();
+    let mut feed = Feed::new(records.into_iter().filter(|r| r.ts_ns() <= mid).collect());
+    let mut app = App::new("x", Vec::new(), Some(Playback::new(1.0, false)));
+    feed.advance(&mut app, Duration::from_secs(3600));
+    app
+}
+
+/// `flows` sample lines of NDJSON, one every 100 ms for `secs` seconds; `extra(flow, i)` adds
+/// each sample's metric fields.
+fn synthetic(flows: &[(u64, &str)], secs: u64, extra: impl Fn(u64, u64) -> String) -> App {
+    let mut text = String::new();
+    for i in 0..secs * 10 {
+        for &(cookie, cc) in flows {
+            text += &format!(
+                r#"{{"type":"sample","ts":{},"cookie":{cookie},"src":"10.0.0.1:{cookie}","dst":"10.0.0.2:443","cc":"{cc}","ca_state":"open","acks":1,"retrans_coalesced":0,{}}}"#,
+                1000.0 + i as f64 / 10.0,
+                extra(cookie, i)
+            );
+            text.push('\n');
+        }
+    }
+    let mut feed = Feed::new(parse_all(&text).unwrap().records);
+    let mut app = App::new("synthetic", Vec::new(), Some(Playback::new(1.0, false)));
+    feed.advance(&mut app, Duration::from_secs(3600));
+    app
+}
+
+/// The rows of the chart titled `title` (from its title row to its x-axis labels).
+fn chart_rows<'a>(text: &'a [String], title: &str) -> &'a [String] {
+    let top = text.iter().position(|l| l.contains(title)).unwrap_or_else(|| panic!("no {title}:\n{}", text.join("\n")));
+    let bottom = text[top..].iter().position(|l| l.contains("now")).map(|i| i + top).expect("x axis");
+    &text[top..=bottom]
+}
+
+/// The y-axis labels of a chart: what stands between the borders on the left and the axis line.
+fn y_labels(rows: &[String]) -> Vec<String> {
+    rows.iter()
+        .filter_map(|l| {
+            let rest = l.trim_start_matches(['│', ' ']);
+            let label = rest.split(['│', '└']).next()?.trim();
+            (!label.is_empty() && label.chars().next()?.is_ascii_digit()).then(|| label.to_string())
+        })
+        .collect()
+}
+
+#[test]
+fn filtering_away_the_selected_flow_moves_the_detail_pane() {
+    let mut app = mid_recording();
+    while app.selected_flow().unwrap().cc != "cubic" {
+        key(&mut app, KeyCode::Down);
+    }
+    key(&mut app, KeyCode::Char('/'));
+    for c in "bbr".chars() {
+        key(&mut app, KeyCode::Char(c));
+    }
+    assert_eq!(app.selected_flow().map(|f| f.cc.as_str()), Some("bbr"), "the selection follows the list");
+    let text = lines(&render(&app, 120, 40, Theme { color: true })).join("\n");
+    assert!(!text.contains("cubic"), "a filtered-out flow stays in the detail pane:\n{text}");
+    assert!(text.contains("cwnd (packets)"), "{text}");
+    // Nothing matches: no detail pane at all.
+    key(&mut app, KeyCode::Char('x'));
+    assert_eq!(app.selected_flow().map(|f| f.cc.clone()), None);
+    let text = lines(&render(&app, 120, 40, Theme { color: true })).join("\n");
+    assert!(text.contains("no flow matches") && !text.contains("cwnd (packets)"), "{text}");
+    // Esc brings the flows back, one of them selected.
+    key(&mut app, KeyCode::Esc);
+    key(&mut app, KeyCode::Esc);
+    assert!(app.selected_flow().is_some());
+}
+
+/// A 20 Mbit/s flow whose pacing rate starts at 23,524 Mbit/s (before its first RTT sample) and
+/// whose first half second bursts at 400 Mbit/s: the axis must follow the 20 Mbit/s.
+#[test]
+fn rate_axis_follows_throughput_not_pacing_or_a_start_up_spike() {
+    let app = synthetic(&[(1, "cubic")], 20, |_, i| {
+        let burst = i < 5;
+        let acked = if burst { i * 5_000_000 } else { 25_000_000 + (i - 5) * 250_000 };
+        let pacing = if i < 3 { 23_524_000_000u64 } else { 24_000_000 };
+        let delivery = if burst { 400_000_000 } else { 20_000_000 };
+        format!(
+            r#""cwnd":100,"srtt_us":40000,"min_rtt_us":39000,"pacing_rate_bps":{pacing},"delivery_rate_bps":{delivery},"bytes_acked":{acked}"#
+        )
+    });
+    let text = lines(&render(&app, 120, 60, Theme { color: true }));
+    let rows = chart_rows(&text, "rate (Mbit/s)");
+    let labels = y_labels(rows);
+    let top = labels.iter().filter_map(|l| l.parse::<f64>().ok()).fold(0.0, f64::max);
+    assert!((20.0..=40.0).contains(&top), "rate axis tops at {top} Mbit/s: {labels:?}\n{}", rows.join("\n"));
+}
+
+/// Loopback RTTs of tens of microseconds read "0.1/0.1/0.0 ms" on a ms axis with one decimal.
+#[test]
+fn rtt_axis_labels_are_distinct_in_a_unit_that_fits() {
+    let rtts = |_: u64, i: u64| {
+        format!(r#""cwnd":10,"srtt_us":{},"min_rtt_us":40,"bytes_acked":{}"#, 50 + i % 40, i * 100_000)
+    };
+    let mut app = synthetic(&[(1, "cubic"), (2, "bbr")], 20, rtts);
+    let text = lines(&render(&app, 120, 60, Theme { color: true }));
+    let rows = chart_rows(&text, "RTT (");
+    assert!(rows[0].contains("RTT (µs)"), "{}", rows[0]);
+    let labels = y_labels(rows);
+    assert_eq!(labels.len(), 3, "{labels:?}\n{}", rows.join("\n"));
+    assert!(labels[0] != labels[1] && labels[1] != labels[2], "{labels:?}\n{}", rows.join("\n"));
+    key(&mut app, KeyCode::Char('c'));
+    let text = lines(&render(&app, 120, 40, Theme { color: true }));
+    let rows = chart_rows(&text, "smoothed RTT (");
+    let labels = y_labels(rows);
+    assert!(rows[0].contains("(µs)") && labels.len() == 3 && labels[0] != labels[1], "{labels:?}");
+
+    // Milliseconds a little apart get a decimal each (not "1/1/2").
+    let ms = |_: u64, i: u64| format!(r#""cwnd":10,"srtt_us":{},"min_rtt_us":900,"bytes_acked":{}"#, 1000 + i, i);
+    let app = synthetic(&[(1, "cubic")], 20, ms);
+    let text = lines(&render(&app, 120, 60, Theme { color: true }));
+    let rows = chart_rows(&text, "RTT (");
+    let labels = y_labels(rows);
+    assert!(rows[0].contains("RTT (ms)") && labels.len() == 3, "{labels:?}\n{}", rows.join("\n"));
+    assert!(labels[0] != labels[1] && labels[1] != labels[2], "{labels:?}");
+}
+
+#[test]
+fn compare_view_stays_after_the_replay_ends() {
+    let mut app = played("cubic-vs-bbr.ndjson");
+    assert!(app.playback.as_ref().unwrap().finished);
+    key(&mut app, KeyCode::Char('c'));
+    let text = lines(&render(&app, 120, 40, Theme { color: true })).join("\n");
+    assert!(text.contains("cubic (1 flow)") && text.contains("bbr (1 flow)"), "{text}");
+    assert!(!text.contains("Compare needs"), "{text}");
+}
+
+#[test]
+fn without_colour_the_compared_lines_differ_by_marker() {
+    let mut app = mid_recording();
+    key(&mut app, KeyCode::Char('c'));
+    let text = lines(&render(&app, 120, 40, Theme { color: false }));
+    let rows = chart_rows(&text, "throughput (Mbit/s)").join("\n");
+    assert!(rows.contains("⣀ cubic (1 flow)") && rows.contains("• bbr (1 flow)"), "legend:\n{rows}");
+    let plot: String = rows.lines().skip(3).collect();
+    assert!(plot.contains('•'), "bbr's line in dots:\n{rows}");
+    assert!(plot.chars().any(|c| ('\u{2801}'..='\u{28ff}').contains(&c)), "cubic's line in braille:\n{rows}");
+}
+
+/// Loopback: RTT 7.7 ms over a 10 µs minimum, no loss. 770x is a queue, not "healthy".
+#[test]
+fn extreme_rtt_inflation_is_not_called_healthy() {
+    let app = synthetic(&[(1, "cubic")], 10, |_, i| {
+        format!(
+            r#""cwnd":100,"srtt_us":7700,"min_rtt_us":10,"bytes_acked":{},"retrans_total":0,"data_segs_out":{}"#,
+            i * 250_000,
+            i * 170
+        )
+    });
+    let text = lines(&render(&app, 120, 40, Theme { color: true })).join("\n");
+    let row = text.lines().find(|l| l.contains("10.0.0.2:443")).expect("the flow's row");
+    assert!(row.contains("queueing") && !row.contains("healthy"), "{row}");
+    assert!(text.contains("770x"), "{text}");
+}
+
+#[test]
+fn at_80x24_the_charts_are_tall_enough_and_t_shows_the_others() {
+    let mut app = mid_recording();
+    let text = lines(&render(&app, 80, 24, Theme { color: false }));
+    let rows = chart_rows(&text, "cwnd (packets)");
+    // Title row, plot rows, axis line, x labels: at least five rows to plot in.
+    assert!(rows.len() >= 8, "cwnd chart {} rows:\n{}", rows.len(), text.join("\n"));
+    assert!(rows[0].contains("t: next chart"), "{}", rows[0]);
+    key(&mut app, KeyCode::Char('t'));
+    let text = lines(&render(&app, 80, 24, Theme { color: false }));
+    assert!(chart_rows(&text, "RTT (").len() >= 8, "{}", text.join("\n"));
+    key(&mut app, KeyCode::Char('t'));
+    let text = lines(&render(&app, 80, 24, Theme { color: false }));
+    assert!(chart_rows(&text, "rate (Mbit/s)").len() >= 8, "{}", text.join("\n"));
+    // A tall terminal shows all three at once, without the hint.
+    let text = lines(&render(&app, 120, 60, Theme { color: false })).join("\n");
+    assert!(text.contains("cwnd (packets)") && text.contains("RTT (") && !text.contains("t: next chart"), "{text}");
+}
+
+#[test]
+fn one_rate_unit_on_every_screen() {
+    let mut app = mid_recording();
+    for (w, h) in [(80, 24), (120, 40), (160, 50)] {
+        for view in [View::Flows, View::Compare] {
+            app.view = view;
+            let text = lines(&render(&app, w, h, Theme { color: true })).join("\n");
+            for ss_unit in ["Mbps", "Kbps", "Gbps", "kbps"] {
+                assert!(!text.contains(ss_unit), "{ss_unit} beside Mbit/s at {w}x{h} {view:?}:\n{text}");
+            }
+            assert!(text.contains("bit/s"), "{text}");
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Replay input: damaged recordings and pipes.
+
+#[test]
+fn damaged_recording_replays_and_the_footer_counts_what_was_skipped() {
+    let path = format!("{}/../tests/fixtures/cubic-vs-bbr.ndjson", env!("CARGO_MANIFEST_DIR"));
+    let text = std::fs::read_to_string(path).unwrap();
+    let mut lines_in: Vec<&str> = text.lines().collect();
+    lines_in.insert(100, "{\"type\":\"sample\",\"ts\":garbage");
+    let last = lines_in.pop().unwrap();
+    let damaged = format!("{}\n{}", lines_in.join("\n"), &last[..last.len() / 2]);
+    let mut feed = Feed::from_reader(std::io::Cursor::new(damaged.into_bytes()));
+    let mut app = App::new("damaged", Vec::new(), Some(Playback::new(1.0, false)));
+    for _ in 0..100 {
+        feed.advance(&mut app, Duration::from_secs(3600));
+        if app.playback.as_ref().unwrap().finished {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    assert!(app.playback.as_ref().unwrap().finished);
+    assert_eq!(feed.skipped.lines, 2, "{:?}", feed.skipped);
+    let text = lines(&render(&app, 120, 30, Theme { color: true })).join("\n");
+    assert!(text.contains(" cubic ") && text.contains(" bbr "), "{text}");
+    assert!(text.contains("2 unreadable lines skipped"), "{text}");
+}
+
+/// `bbrscope stream | bbrscope replay -`: what has arrived plays; the clock waits for the rest.
+#[test]
+fn a_pipe_plays_as_it_arrives() {
+    use std::io::Write as _;
+    let path = format!("{}/../tests/fixtures/cubic-vs-bbr.ndjson", env!("CARGO_MANIFEST_DIR"));
+    let text = std::fs::read_to_string(path).unwrap();
+    let all: Vec<&str> = text.lines().collect();
+    let (head, tail) = all.split_at(all.len() / 2);
+    let (reader, mut writer) = std::io::pipe().unwrap();
+    let mut feed = Feed::from_reader(std::io::BufReader::new(reader));
+    writer.write_all((head.join("\n") + "\n").as_bytes()).unwrap();
+    let mut app = App::new("-", Vec::new(), Some(Playback::new(64.0, false)));
+    let waiting = |app: &App| app.playback.as_ref().unwrap().waiting;
+    let start = std::time::Instant::now();
+    while !(waiting(&app) && app.table.len() == 2) {
+        assert!(start.elapsed() < Duration::from_secs(10), "the first half never played");
+        feed.advance(&mut app, Duration::from_secs(1));
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let screen = lines(&render(&app, 120, 30, Theme { color: true })).join("\n");
+    assert!(screen.contains("waiting for input") && screen.contains(" bbr "), "{screen}");
+    assert!(!app.playback.as_ref().unwrap().finished);
+    writer.write_all((tail.join("\n") + "\n").as_bytes()).unwrap();
+    drop(writer);
+    while !app.playback.as_ref().unwrap().finished {
+        assert!(start.elapsed() < Duration::from_secs(20), "the second half never played");
+        feed.advance(&mut app, Duration::from_secs(1));
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let screen = lines(&render(&app, 120, 30, Theme { color: true })).join("\n");
+    assert!(screen.contains("replay end") && screen.contains("closed"), "{screen}");
 }

@@ -242,7 +242,8 @@ fn lossy_path_bbr_beats_cubic_tenfold_and_cubic_follows_pftk() {
     let chart = std::fs::read_to_string(&svg).unwrap();
     std::fs::remove_file(&svg).unwrap();
     assert!(chart.starts_with("<svg") && chart.trim_end().ends_with("</svg>"));
-    assert_eq!(chart.matches("<polyline").count(), 4, "cwnd and RTT for both flows");
+    assert_eq!(chart.matches("<polyline").count(), 6, "goodput, cwnd and RTT for both flows");
+    assert!(chart.contains("goodput (Mbit/s)") && chart.contains("cubic average"), "the goodput the run is about");
 }
 
 #[test]
@@ -344,11 +345,58 @@ fn bad_input_exits_2_before_anything_is_created() {
         (&["--algos", "cubic,warp"], "not available"),
         (&["--loss", "1%", "--loss-burst", "0.5"], "at least 1 packet"),
         (&["--plot", "chart.pdf"], ".svg or .png"),
-        (&["mystery-preset"], "invalid value"),
+        // Checked before a run of minutes, not after it.
+        (&["--plot", "/no/such/dir/x.png"], "no directory /no/such/dir"),
+        (&["mystery-preset"], "use one of cross-border, google-lossy, bufferbloat, sawtooth"),
+        // A bare number names --rate and the units, instead of blaming --buffer.
+        (&["--rate", "50"], "--rate"),
+        (&["--rate", "50"], "50mbit"),
+        (&["--rate", "50"], "BYTES/s"),
+        (&["--rate", "50MB"], "size, not a rate"),
+        (&["--rate", "50Mb"], "size, not a rate"),
+        // A rate too slow for the preset's 1 BDP buffer names --rate, not --buffer.
+        (&["--rate", "50kbit", "--rtt", "10ms"], "raise --rate or --rtt"),
     ] {
         let err = usage_error(args);
         assert!(err.contains(says), "demo {args:?}: expected '{says}' in: {err}");
+        if args[0] == "--rate" {
+            assert!(!err.contains("--buffer:"), "blames --buffer: {err}");
+        }
     }
+}
+
+/// tc(8) reads "mbps" and "MB/s" as megaBYTES per second; the demo does too, and says so.
+#[test]
+fn rates_in_bytes_per_second_are_read_as_tc_reads_them() {
+    let _g = heavy();
+    for rate in ["1.25mbps", "1.25MB/s"] {
+        let out = bbrscope()
+            .args(["demo", "--headless", "--json", "--duration", "1", "--rtt", "20ms", "--rate", rate])
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(out.status.success(), "{rate}: {err}");
+        let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+        assert_eq!(f(&v["conditions"]["rate_bps"]), 10e6, "{rate} is 10 Mbit/s");
+        assert!(err.contains("bytes per second") && err.contains("10.00 Mbit/s"), "{err}");
+    }
+}
+
+/// A summary that cannot be written is one line and exit 1, not a panic.
+#[test]
+fn json_to_a_full_disk_is_one_line_not_a_panic() {
+    let _g = heavy();
+    let full = std::fs::OpenOptions::new().write(true).open("/dev/full").unwrap();
+    let out = bbrscope()
+        .args(["demo", "--headless", "--json", "--duration", "1", "--rate", "10mbit", "--rtt", "20ms"])
+        .stdout(full)
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(!err.contains("panicked"), "{err}");
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(err.contains("writing to standard output") && err.contains("No space left"), "{err}");
 }
 
 #[test]
@@ -460,7 +508,12 @@ fn exits_within(child: &mut Child, limit: Duration) {
 fn cleanup_after_normal_exit() {
     let out = leaves_nothing_behind("3", |c| exits_within(c, Duration::from_secs(15)));
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    assert!(String::from_utf8_lossy(&out.stdout).contains("BBR/CUBIC goodput"));
+    let table = String::from_utf8_lossy(&out.stdout);
+    assert!(table.contains("BBR/CUBIC goodput"));
+    // The summary fits a 100-column terminal (it was 257 wide).
+    for l in table.lines() {
+        assert!(l.chars().count() <= 100, "{} columns: {l}\n{table}", l.chars().count());
+    }
 }
 
 #[test]
@@ -470,7 +523,11 @@ fn cleanup_after_ctrl_c() {
         exits_within(c, Duration::from_secs(5));
     });
     assert_eq!(out.status.code(), Some(1));
-    assert!(String::from_utf8_lossy(&out.stderr).contains("interrupted by SIGINT"));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("interrupted by SIGINT") && err.contains("summary covers the part that ran"), "{err}");
+    // Like iperf3: what ran so far, summarised.
+    let table = String::from_utf8_lossy(&out.stdout);
+    assert!(table.contains("STOPPED EARLY (SIGINT)") && table.contains("BBR/CUBIC goodput"), "{table}");
 }
 
 #[test]
@@ -480,6 +537,7 @@ fn cleanup_after_sigterm() {
         exits_within(c, Duration::from_secs(5));
     });
     assert!(String::from_utf8_lossy(&out.stderr).contains("interrupted by SIGTERM"));
+    assert!(String::from_utf8_lossy(&out.stdout).contains("STOPPED EARLY (SIGTERM)"));
 }
 
 #[test]

@@ -14,6 +14,8 @@ pub const WINDOW_NS: u64 = 5_000_000_000;
 /// Loss rate (retransmitted / sent segments) above which a loss-based algorithm is limited by it
 /// on any path longer than a LAN (Mathis: at 0.1% and 50 ms, a 1448-byte MSS allows ~9 Mbit/s).
 const LOSS_LIMITED: f64 = 0.001;
+/// RTT over its minimum by this factor is a queue even when the excess is only milliseconds.
+const EXTREME_INFLATION: u32 = 10;
 /// BBRv1 keeps probing while 1.25 x (1 - loss) >= 1; beyond ~20% it falls apart.
 const BBR_LOSS_CEILING: f64 = 0.15;
 
@@ -96,15 +98,25 @@ impl Verdict {
                     .into()
             }
             Verdict::Bufferbloat { srtt_us, min_rtt_us } => format!(
-                "Queueing delay: RTT {:.0} ms against a {:.0} ms minimum — a standing queue (bufferbloat) in front of \
+                "Queueing delay: RTT {} against a {} minimum ({:.0}x) — a standing queue (bufferbloat) in front of \
                  the bottleneck. BBR keeps queues short; loss-based {cc} fills them.",
-                *srtt_us as f64 / 1000.0,
-                *min_rtt_us as f64 / 1000.0
+                human_us(*srtt_us),
+                human_us(*min_rtt_us),
+                *srtt_us as f64 / (*min_rtt_us).max(1) as f64
             ),
             Verdict::Healthy => {
                 "Healthy: no loss to speak of, RTT near its minimum, the sender is using the path.".into()
             }
         }
+    }
+}
+
+/// "7.7 ms", "167 ms", "10 µs".
+fn human_us(us: u32) -> String {
+    match us {
+        us if us < 1_000 => format!("{us} µs"),
+        us if us < 10_000 => format!("{:.1} ms", us as f64 / 1e3),
+        us => format!("{:.0} ms", us as f64 / 1e3),
     }
 }
 
@@ -164,9 +176,12 @@ pub fn diagnose(flow: &Flow, now_ns: u64) -> Verdict {
     if fraction(&recent, |p| p.app_limited) >= 0.5 {
         return Verdict::ApplicationLimited;
     }
+    // A standing queue: RTT at least twice its minimum by 10 ms or more — or, on a short path
+    // (a LAN, loopback), ten times it by over a millisecond, which is no less a queue for being
+    // small in absolute terms (a 770x inflation is not "healthy").
     if let (Some(s), Some(m)) = (srtt, min_rtt)
         && s >= m.saturating_mul(2)
-        && s - m >= 10_000
+        && (s - m >= 10_000 || (s >= m.saturating_mul(EXTREME_INFLATION) && s - m >= 1_000))
     {
         return Verdict::Bufferbloat { srtt_us: s, min_rtt_us: m };
     }
@@ -233,6 +248,15 @@ mod tests {
         let v = verdict("cubic", |_, p| p.srtt_us = Some(500_000));
         assert_eq!(v, Verdict::Bufferbloat { srtt_us: 500_000, min_rtt_us: 98_000 });
         assert_eq!(verdict("cubic", |_, _| ()), Verdict::Healthy);
+    }
+
+    /// Loopback: a 10 µs minimum and 7.7 ms smoothed RTT is a 770x inflation, not healthy;
+    /// a few hundred µs of jitter there is.
+    #[test]
+    fn extreme_inflation_on_a_short_path_is_queueing() {
+        let v = verdict("cubic", |_, p| (p.min_rtt_us, p.srtt_us) = (Some(10), Some(7_700)));
+        assert_eq!(v, Verdict::Bufferbloat { srtt_us: 7_700, min_rtt_us: 10 });
+        assert_eq!(verdict("bbr", |_, p| (p.min_rtt_us, p.srtt_us) = (Some(10), Some(300))), Verdict::Healthy);
     }
 
     #[test]

@@ -1,9 +1,15 @@
 //! Reading a recorded `bbrscope stream` (NDJSON) back into events, so the dashboard can replay
 //! a capture without root or a kernel.
+//!
+//! Recordings end the way their recorders did: a killed `stream` or a full disk leaves a
+//! truncated last line, a copy may carry a corrupt one. [`Reader`] skips such lines and counts
+//! them, so one bad line never costs the rest. It reads one line at a time, never holding more
+//! than [`MAX_LINE`] bytes of a line, so `/dev/zero` or a binary file cannot grow memory; input
+//! with no record at all in its first [`MAX_LEADING_JUNK`] bytes is refused as not a recording.
 
-use std::net::SocketAddr;
+use std::{io::BufRead, net::SocketAddr};
 
-use anyhow::{Context as _, Result};
+use anyhow::{Context as _, Result, bail};
 use serde::Deserialize;
 use serde_json::Value;
 
@@ -118,16 +124,161 @@ pub fn parse_line(line: &str) -> Result<Option<Record>> {
     Ok(Some(Record::Event(ev)))
 }
 
-/// Every record of a recording, in time order; names the line of the first bad one.
-pub fn parse_all(text: &str) -> Result<Vec<Record>> {
-    let mut out = Vec::new();
-    for (i, line) in text.lines().enumerate().filter(|(_, l)| !l.trim().is_empty()) {
-        if let Some(r) = parse_line(line).with_context(|| format!("line {}", i + 1))? {
-            out.push(r);
+/// The longest line kept: a `stream` record is well under 2 KiB, so anything longer is not one.
+pub const MAX_LINE: usize = 64 * 1024;
+/// Input with no record in this many leading bytes is not a recording (a binary file, a device).
+pub const MAX_LEADING_JUNK: u64 = 1 << 20;
+/// A line longer than this after records were read ends the input (a runaway writer, a device):
+/// skipping it would read without end.
+pub const MAX_SKIPPED_LINE: u64 = 16 << 20;
+
+/// Lines left out of a replay, and why the first of them was.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Skipped {
+    pub lines: u64,
+    /// "line 17: not JSON", for the report.
+    pub first: Option<String>,
+}
+
+impl Skipped {
+    fn note(&mut self, line: u64, why: &str) {
+        self.lines += 1;
+        if self.first.is_none() {
+            self.first = Some(format!("line {line}: {why}"));
         }
     }
-    out.sort_by_key(Record::ts_ns);
-    Ok(out)
+
+    /// "3 unreadable lines skipped (first: line 17: not JSON)", or `None` when there were none.
+    pub fn describe(&self) -> Option<String> {
+        (self.lines > 0).then(|| {
+            format!(
+                "{} unreadable line{} skipped (first: {})",
+                self.lines,
+                if self.lines == 1 { "" } else { "s" },
+                self.first.as_deref().unwrap_or("?")
+            )
+        })
+    }
+}
+
+/// Records from NDJSON input, one line at a time, with bounded memory (see the module docs).
+pub struct Reader<R> {
+    inner: R,
+    line: u64,
+    bytes: u64,
+    records: u64,
+    buf: Vec<u8>,
+    pub skipped: Skipped,
+}
+
+impl<R: BufRead> Reader<R> {
+    pub fn new(inner: R) -> Self {
+        Reader { inner, line: 0, bytes: 0, records: 0, buf: Vec::new(), skipped: Skipped::default() }
+    }
+
+    /// The next record, `Ok(None)` at the end of the input. Unreadable lines are skipped and
+    /// counted in [`Reader::skipped`]; an error means the input cannot be read on (I/O error,
+    /// not a recording at all, a line without end).
+    pub fn next_record(&mut self) -> Result<Option<Record>> {
+        loop {
+            let Some(too_long) = self.read_line()? else { return Ok(None) };
+            if too_long {
+                self.skipped.note(self.line, &format!("longer than {} KiB", MAX_LINE / 1024));
+                continue;
+            }
+            let Ok(text) = std::str::from_utf8(&self.buf) else {
+                self.skipped.note(self.line, "not UTF-8");
+                self.check_leading_junk()?;
+                continue;
+            };
+            if text.trim().is_empty() {
+                continue;
+            }
+            match parse_line(text) {
+                Ok(Some(r)) => {
+                    self.records += 1;
+                    return Ok(Some(r));
+                }
+                Ok(None) => {}
+                Err(e) => {
+                    self.skipped.note(self.line, &format!("{e:#}"));
+                    self.check_leading_junk()?;
+                }
+            }
+        }
+    }
+
+    fn check_leading_junk(&self) -> Result<()> {
+        if self.records == 0 && self.bytes > MAX_LEADING_JUNK {
+            bail!("no bbrscope record in its first {} MiB", MAX_LEADING_JUNK >> 20);
+        }
+        Ok(())
+    }
+
+    /// Reads the next line into `buf` (without keeping more than [`MAX_LINE`] bytes of it):
+    /// `Some(true)` when it was longer and dropped, `None` at the end of the input.
+    fn read_line(&mut self) -> Result<Option<bool>> {
+        self.buf.clear();
+        let (mut any, mut too_long, mut len) = (false, false, 0u64);
+        loop {
+            let chunk = match self.inner.fill_buf() {
+                Ok(c) => c,
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+                Err(e) => return Err(e).context("reading"),
+            };
+            if chunk.is_empty() {
+                if any {
+                    self.line += 1;
+                }
+                return Ok(any.then_some(too_long));
+            }
+            any = true;
+            let (take, done) = match chunk.iter().position(|&b| b == b'\n') {
+                Some(i) => (i + 1, true),
+                None => (chunk.len(), false),
+            };
+            if !too_long {
+                if self.buf.len() + take > MAX_LINE + 1 {
+                    too_long = true;
+                    self.buf = Vec::new();
+                } else {
+                    self.buf.extend_from_slice(&chunk[..take]);
+                }
+            }
+            self.inner.consume(take);
+            self.bytes += take as u64;
+            len += take as u64;
+            if done {
+                self.line += 1;
+                return Ok(Some(too_long));
+            }
+            if too_long {
+                self.check_leading_junk()?;
+                if len > MAX_SKIPPED_LINE {
+                    bail!("line {} runs over {} MiB without a newline", self.line + 1, MAX_SKIPPED_LINE >> 20);
+                }
+            }
+        }
+    }
+}
+
+/// A whole recording read at once.
+#[derive(Debug)]
+pub struct Recording {
+    /// In time order.
+    pub records: Vec<Record>,
+    pub skipped: Skipped,
+}
+
+/// Every readable record of `text`, in time order, with what was skipped.
+pub fn parse_all(text: &str) -> Result<Recording> {
+    let mut reader = Reader::new(text.as_bytes());
+    let mut records = Vec::new();
+    while let Some(r) = reader.next_record()? {
+        records.push(r);
+    }
+    records.sort_by_key(Record::ts_ns);
+    Ok(Recording { records, skipped: reader.skipped })
 }
 
 #[cfg(test)]
@@ -142,7 +293,7 @@ mod tests {
 {"type":"retransmit","ts":1.2,"cookie":7,"src":"10.0.0.1:1","dst":"10.0.0.2:2","cc":"cubic","ca_state":"recovery","segs":1,"retrans_total":1,"cwnd":7,"ssthresh":7}
 {"type":"something_new","ts":2.0}
 "#;
-        let recs = parse_all(text).unwrap();
+        let recs = parse_all(text).unwrap().records;
         assert_eq!(recs.len(), 3);
         let Record::Event(Event::Sample(s)) = &recs[0] else { panic!("{:?}", recs[0]) };
         assert_eq!((s.head.flow, s.cc.as_str(), s.metrics.cwnd, s.metrics.srtt_us), (7, "cubic", Some(10), Some(1000)));
@@ -151,10 +302,56 @@ mod tests {
         assert!(matches!(&recs[2], Record::Stats(1_500_000_000, s) if s.flows_active == 1));
     }
 
+    const SAMPLE: &str = r#"{"type":"sample","ts":1.0,"cookie":7,"src":"10.0.0.1:1","dst":"10.0.0.2:2","cc":"cubic","ca_state":"open","acks":3,"throughput_bps":null,"retrans_coalesced":0,"cwnd":10,"ssthresh":null,"srtt_us":1000,"bbr":null,"cubic":null}"#;
+
+    /// What a killed recorder or a full disk leaves: a corrupt line in the middle and a
+    /// truncated last one. Both are skipped and named; the rest replays.
     #[test]
-    fn bad_lines_are_named() {
-        let err = parse_all("{\"type\":\"stats\"}\n").unwrap_err();
-        assert!(format!("{err:#}").contains("line 1"), "{err:#}");
-        assert!(parse_all("not json").is_err());
+    fn bad_and_truncated_lines_are_skipped_and_counted() {
+        let text = format!("{SAMPLE}\n{{\"type\":\"stats\"}}\nnot json\n{SAMPLE}\n{}", &SAMPLE[..60]);
+        let r = parse_all(&text).unwrap();
+        assert_eq!(r.records.len(), 2);
+        assert_eq!(r.skipped.lines, 3);
+        let d = r.skipped.describe().unwrap();
+        assert!(d.starts_with("3 unreadable lines skipped (first: line 2: stats without ts"), "{d}");
+        assert_eq!(parse_all(SAMPLE).unwrap().skipped.describe(), None);
+    }
+
+    #[test]
+    fn overlong_and_binary_lines_are_skipped_without_being_kept() {
+        let long = format!("{{\"type\":\"{}\"}}", "x".repeat(MAX_LINE * 3));
+        let text = format!("{SAMPLE}\n{long}\n\u{0}\u{1}\n{SAMPLE}\n");
+        let mut bytes = text.into_bytes();
+        bytes.extend_from_slice(b"\xff\xfe\n");
+        let mut reader = Reader::new(&bytes[..]);
+        let mut n = 0;
+        while reader.next_record().unwrap().is_some() {
+            n += 1;
+            assert!(reader.buf.capacity() <= 2 * MAX_LINE + 2, "{}", reader.buf.capacity());
+        }
+        assert_eq!((n, reader.skipped.lines), (2, 3));
+        assert!(reader.skipped.first.as_deref().unwrap().contains("longer than 64 KiB"));
+    }
+
+    /// `/dev/zero`, or any input that never holds a record: refused after a bounded read.
+    #[test]
+    fn endless_junk_is_refused_after_a_bounded_read() {
+        let zeros = std::io::BufReader::new(std::io::repeat(0));
+        let mut reader = Reader::new(zeros);
+        let e = reader.next_record().unwrap_err();
+        assert!(format!("{e:#}").contains("no bbrscope record in its first 1 MiB"), "{e:#}");
+        assert!(reader.bytes <= MAX_LEADING_JUNK + 64 * 1024);
+        // Short junk lines as well as one long one.
+        let lines = std::io::BufReader::new(std::io::Read::chain(&b"junk\n"[..], std::io::repeat(b'\n')));
+        let mut many = Reader::new(std::io::Read::take(lines, 4 << 20));
+        assert!(many.next_record().is_ok(), "empty lines are not junk");
+        let junk = "junk\n".repeat(300_000);
+        assert!(Reader::new(junk.as_bytes()).next_record().is_err());
+        // After records, an endless line ends the input with an error instead of reading on.
+        let first = format!("{SAMPLE}\n").into_bytes();
+        let after = std::io::Read::chain(first.as_slice(), std::io::repeat(b'x'));
+        let mut r = Reader::new(std::io::BufReader::new(after));
+        assert!(r.next_record().unwrap().is_some());
+        assert!(format!("{:#}", r.next_record().unwrap_err()).contains("without a newline"));
     }
 }

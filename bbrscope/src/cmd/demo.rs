@@ -2,8 +2,8 @@
 
 use std::{path::PathBuf, time::Duration};
 
-use anyhow::Result;
-use clap::Args;
+use anyhow::{Result, bail};
+use clap::{Args, ValueEnum as _};
 
 use crate::{
     demo::{
@@ -12,11 +12,13 @@ use crate::{
         emulator::{LossSpec, MTU},
         plot,
         presets::PresetName,
-        run::{self, FlowRun, Interrupt, Watch},
+        run::{self, FlowRun, Interrupt, Stop, Watch},
+        summary::StoppedEarly,
         summary::{RunConditions, Summary},
-        units::{self, Buffer, fmt_rate, fmt_us},
+        units::{self, Buffer, Rate, fmt_rate, fmt_us},
     },
     error::usage,
+    output::{self, outln},
     sys::{cc, privileges},
 };
 
@@ -40,11 +42,12 @@ const MAX_ALGOS: usize = 8;
     emulator (TUN), and observes the flows with eBPF. Nothing is left behind, however it ends.")]
 pub struct DemoArgs {
     /// A published setup to reproduce (default: google-lossy)
-    #[arg(value_enum)]
+    #[arg(value_parser = parse_preset)]
     pub preset: Option<PresetName>,
-    /// Bottleneck rate, e.g. 50mbit, 800kbit, 1gbit
-    #[arg(long, value_parser = units::rate_bps, allow_hyphen_values = true)]
-    pub rate: Option<u64>,
+    /// Bottleneck rate, with tc(8)'s units: 50mbit (megabits/s), 800kbit, 1gbit; 50mbps or 50MB/s
+    /// are megaBYTES per second, as tc reads them
+    #[arg(long, value_parser = units::rate, allow_hyphen_values = true)]
+    pub rate: Option<Rate>,
     /// Round-trip propagation delay, e.g. 100ms
     #[arg(long, value_parser = units::rtt, allow_hyphen_values = true)]
     pub rtt: Option<Duration>,
@@ -78,7 +81,7 @@ pub struct DemoArgs {
     /// Print the summary as one JSON object (type "demo_summary") instead of a table
     #[arg(long)]
     pub json: bool,
-    /// Write cwnd over time (RTT below) for all flows to FILE.svg or FILE.png
+    /// Write goodput, cwnd and RTT over time for all flows to FILE.svg or FILE.png
     #[arg(long, value_name = "FILE")]
     pub plot: Option<PathBuf>,
     /// Allow a demo that runs longer than an hour in total
@@ -88,7 +91,7 @@ pub struct DemoArgs {
 
 pub async fn run(args: DemoArgs) -> Result<()> {
     let preset = args.preset.unwrap_or(PresetName::GoogleLossy).preset();
-    let rate_bps = args.rate.unwrap_or(preset.rate_bps);
+    let rate_bps = args.rate.map_or(preset.rate_bps, |r| r.bps);
     let rtt = args.rtt.unwrap_or(preset.rtt);
     let loss = LossSpec { rate: args.loss.unwrap_or(preset.loss), burst: args.loss_burst };
     let duration = args.duration.unwrap_or(preset.duration);
@@ -120,7 +123,17 @@ pub async fn run(args: DemoArgs) -> Result<()> {
     };
     cond.buffer_bytes = args.buffer.unwrap_or(preset.buffer).bytes(cond.bdp_bytes());
     if cond.buffer_bytes < MTU {
-        usage!("--buffer: {} bytes cannot hold one {MTU}-byte packet", cond.buffer_bytes);
+        if args.buffer.is_some() {
+            usage!("--buffer: {} bytes cannot hold one {MTU}-byte packet", cond.buffer_bytes);
+        }
+        // The buffer came from the preset (in BDPs): what is too small is the rate or the RTT.
+        usage!(
+            "--rate {} with a {} RTT makes a bandwidth-delay product of {:.0} bytes, less than one {MTU}-byte \
+             packet: raise --rate or --rtt, or give --buffer",
+            fmt_rate(rate_bps as f64),
+            fmt_us(rtt.as_micros() as f64),
+            cond.bdp_bytes()
+        );
     }
     let algos = check_algos(&args.algos)?;
     let rounds = if args.sequential { algos.len() as u32 } else { 1 } * args.repeat;
@@ -143,6 +156,13 @@ pub async fn run(args: DemoArgs) -> Result<()> {
         usage!("bbrscope demo needs root: it creates network namespaces and TUN devices and loads eBPF programs");
     }
     privileges::require_tracing("bbrscope demo")?;
+    if let Some(r) = args.rate.filter(|r| r.in_bytes) {
+        eprintln!(
+            "bbrscope: note: --rate is in bytes per second, as tc(8) reads 'bps' and 'B/s': {} (write 'mbit' for \
+             megabits)",
+            fmt_rate(r.bps as f64)
+        );
+    }
     if rate_bps > ACCURATE_RATE_BPS {
         eprintln!(
             "bbrscope: warning: above {} the emulator's timing may slip on small machines; see 'released late' in \
@@ -166,11 +186,19 @@ pub async fn run(args: DemoArgs) -> Result<()> {
         cond.buffer_bytes as f64 / cond.bdp_bytes()
     );
     let mut runs: Vec<FlowRun> = Vec::new();
-    for repeat in 0..args.repeat {
+    let mut stopped: Option<(Stop, Duration)> = None;
+    'rounds: for repeat in 0..args.repeat {
         let groups: Vec<&[String]> = if args.sequential { algos.chunks(1).collect() } else { vec![&algos[..]] };
         for group in groups {
             let label = format!("{} — {title} — run {}/{}", group.join(" vs "), repeat + 1, args.repeat);
-            runs.extend(run::round(&cond, group, repeat, &mut watch, &mut display, &mut interrupt, &label).await?);
+            let (round, stop) =
+                run::round(&cond, group, repeat, &mut watch, &mut display, &mut interrupt, &label).await?;
+            let ran = round.iter().map(|r| r.elapsed).max().unwrap_or_default();
+            runs.extend(round);
+            if let Some(stop) = stop {
+                stopped = Some((stop, ran));
+                break 'rounds;
+            }
         }
     }
     // Leave the dashboard before printing the summary.
@@ -185,20 +213,53 @@ pub async fn run(args: DemoArgs) -> Result<()> {
     let modified = (rate_bps, rtt, conditions.path.loss, conditions.path.buffer_bytes)
         != (preset.rate_bps, preset.rtt, preset.loss, preset.buffer.bytes(conditions.path.bdp_bytes()))
         || loss.burst.is_some();
-    let summary = Summary::new(&preset, modified, conditions, &algos, &runs);
-    if args.json {
-        println!("{}", summary.to_json());
-    } else {
-        print!("{}", summary.to_table());
-    }
-    if let Some(path) = &args.plot {
-        let first: Vec<&FlowRun> = algos.iter().filter_map(|cc| runs.iter().find(|r| &r.cc == cc)).collect();
-        plot::write(path, &format!("{} — {title}", algos.join(" vs ")), duration.as_secs_f64(), &first)?;
-        if !args.json {
-            println!("\nplot: {}", path.display());
+    let early = stopped.map(|(stop, ran)| StoppedEarly { by: stop.by().to_string(), after_s: ran.as_secs_f64() });
+    let summary = Summary::new(&preset, modified, conditions, &algos, &runs).stopped(early);
+    let plot_runs: Vec<&FlowRun> = algos.iter().filter_map(|cc| runs.iter().find(|r| &r.cc == cc)).collect();
+    let plot_s = plot_runs.iter().map(|r| r.elapsed).max().unwrap_or(duration).as_secs_f64();
+    output::guard(|| {
+        if args.json {
+            outln!("{}", summary.to_json())?;
+        } else {
+            output::out!("{}", summary.to_table())?;
         }
+        if let Some(path) = &args.plot {
+            plot::write(path, &format!("{} — {title}", algos.join(" vs ")), plot_s, &plot_runs)?;
+            if !args.json {
+                outln!("\nplot: {}", path.display())?;
+            }
+        }
+        Ok(())
+    })?;
+    match stopped {
+        None => Ok(()),
+        Some((Stop::Quit, ran)) => {
+            eprintln!(
+                "bbrscope: stopped with q after {:.1} of {:.0} s: the summary covers the part that ran",
+                ran.as_secs_f64(),
+                duration.as_secs_f64()
+            );
+            Ok(())
+        }
+        Some((Stop::Interrupted(by), ran)) => bail!(
+            "interrupted by {by} after {:.1} of {:.0} s: stopped the flows and removed the emulated links; the \
+             summary covers the part that ran",
+            ran.as_secs_f64(),
+            duration.as_secs_f64()
+        ),
     }
-    Ok(())
+}
+
+/// A preset by name; an unknown one is refused with the list of those that exist.
+fn parse_preset(s: &str) -> Result<PresetName, String> {
+    PresetName::from_str(s, true).map_err(|_| {
+        let names: Vec<String> = PresetName::value_variants()
+            .iter()
+            .filter_map(|p| p.to_possible_value())
+            .map(|v| v.get_name().into())
+            .collect();
+        format!("no preset '{s}': use one of {}", names.join(", "))
+    })
 }
 
 /// The requested algorithms, each available on this kernel and named once.

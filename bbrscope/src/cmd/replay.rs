@@ -1,29 +1,45 @@
-//! `bbrscope replay FILE`: a recorded stream in the dashboard.
+//! `bbrscope replay FILE`: a recorded stream in the dashboard, read while it plays (a file of any
+//! length, or a pipe that is still being written).
 
-use std::io::Read as _;
+use std::{io::BufReader, time::Duration};
 
 use anyhow::Result;
 
-use crate::{cli::ReplayArgs, error::usage, replay, tui};
+use crate::{
+    cli::ReplayArgs,
+    error::usage,
+    tui::{self, Feed, FirstRecord},
+};
+
+/// How long to wait for a first record before the dashboard takes the screen: long enough for any
+/// file, short enough that a quiet pipe gets a screen (and `q`) at once.
+const FIRST_RECORD_WAIT: Duration = Duration::from_secs(1);
 
 pub async fn run(args: ReplayArgs) -> Result<()> {
     let name = args.file.display().to_string();
-    let text = if name == "-" {
-        let mut s = String::new();
-        std::io::stdin().read_to_string(&mut s)?;
-        s
+    let mut feed = if name == "-" {
+        Feed::from_reader(BufReader::new(std::io::stdin()))
     } else {
-        match std::fs::read_to_string(&args.file) {
-            Ok(t) => t,
+        match std::fs::File::open(&args.file) {
+            Ok(f) => Feed::from_reader(BufReader::new(f)),
             Err(e) => usage!("cannot read {name}: {e} (give a file written by `bbrscope stream`)"),
         }
     };
-    let records = match replay::parse_all(&text) {
-        Ok(r) => r,
-        Err(e) => usage!("{name} is not a bbrscope stream recording: {e:#}"),
-    };
-    if records.is_empty() {
-        usage!("{name} has no flow records to replay (record one with `bbrscope stream > {name}`)");
+    match feed.wait_first(FIRST_RECORD_WAIT) {
+        FirstRecord::Ready | FirstRecord::Waiting => {}
+        FirstRecord::Empty(Some(e)) => usage!("{name} is not a bbrscope stream recording: {e}"),
+        FirstRecord::Empty(None) => {
+            let skipped = feed.skipped.describe().map(|s| format!("; {s}")).unwrap_or_default();
+            usage!("{name} has no flow records to replay (record one with `bbrscope stream > {name}`){skipped}")
+        }
     }
-    tui::replay(records, &name, args.speed, args.paused).await
+    let feed = tui::replay(feed, &name, args.speed, args.paused).await?;
+    // After the dashboard has left the screen, where it can be read.
+    if let Some(s) = feed.skipped.describe() {
+        eprintln!("bbrscope: replay of {name}: {s}");
+    }
+    if let Some(e) = &feed.error {
+        eprintln!("bbrscope: replay of {name}: stopped reading: {e}");
+    }
+    Ok(())
 }

@@ -5,8 +5,12 @@
 use std::{io::IsTerminal as _, time::Duration};
 
 use anyhow::Result;
+use ratatui::crossterm::event::{KeyCode, KeyModifiers};
 
-use super::progress::{self, Progress, Row};
+use super::{
+    progress::{self, Progress, Row},
+    run::Stop,
+};
 use crate::{
     clock::Clock,
     event::Event,
@@ -71,14 +75,17 @@ impl Display {
         }
     }
 
-    /// Completes when the user asks to stop (q or Ctrl-C in the dashboard); other keys work as in
+    /// Completes when the user asks to stop: q (a normal end) or Ctrl-C, which in the dashboard's
+    /// raw mode is a key rather than SIGINT and means the same as the signal. Other keys work as in
     /// `bbrscope top`. Never completes without a dashboard.
-    pub async fn stop_requested(&mut self) -> Result<()> {
+    pub async fn stop_requested(&mut self) -> Result<Stop> {
         let Display::Dashboard(dash, app) = self else { return std::future::pending().await };
         loop {
             let input = dash.input().await;
+            let ctrl_c = matches!(&input, tui::Input::Key(k)
+                if k.code == KeyCode::Char('c') && k.modifiers.contains(KeyModifiers::CONTROL));
             if tui::handle(app, input) == Action::Quit {
-                return Ok(());
+                return Ok(if ctrl_c { Stop::Interrupted("Ctrl-C") } else { Stop::Quit });
             }
             dash.draw(app)?;
         }

@@ -1,20 +1,26 @@
-//! `--plot FILE.svg|FILE.png`: cwnd over time for every flow on one chart, smoothed RTT below.
-//! The chart is drawn as SVG; PNG is that SVG rasterised by resvg (text needs a system font).
+//! `--plot FILE.svg|FILE.png`: for every flow on shared time axes, the goodput the run is about
+//! (with each flow's average as a labelled line, so a flow at 3% of the other still reads), cwnd
+//! below it and smoothed RTT at the bottom. The chart is drawn as SVG; PNG is that SVG rasterised
+//! by resvg (text needs a system font).
 
 use std::{fmt::Write as _, path::Path};
 
 use anyhow::{Context as _, Result, bail};
 
-use super::run::FlowRun;
+use super::{run::FlowRun, units::fmt_rate};
 
 const WIDTH: f64 = 960.0;
-const HEIGHT: f64 = 640.0;
+const HEIGHT: f64 = 860.0;
 const LEFT: f64 = 80.0;
 const RIGHT: f64 = 30.0;
 const TOP: f64 = 70.0;
-const CWND_H: f64 = 300.0;
+const GOODPUT_H: f64 = 250.0;
+const CWND_H: f64 = 220.0;
 const GAP: f64 = 60.0;
 const RTT_H: f64 = 150.0;
+/// Goodput is averaged over this long: the observer's 50 ms samples of a lossy flow jump between
+/// zero and line rate, which would paint a solid band instead of a line.
+const GOODPUT_BUCKET_S: f64 = 0.5;
 
 /// Colours per algorithm; others take the next free one.
 fn colour(cc: &str, i: usize) -> &'static str {
@@ -26,11 +32,29 @@ fn colour(cc: &str, i: usize) -> &'static str {
     }
 }
 
-/// Whether `path` names a format this module can write, checked before anything runs.
+/// Whether `path` names a format this module can write and can be written, checked before
+/// anything runs (a run takes minutes; finding out at the end loses it).
 pub fn check_path(path: &Path) -> Result<(), String> {
     match path.extension().and_then(|e| e.to_str()).map(str::to_ascii_lowercase).as_deref() {
-        Some("svg" | "png") => Ok(()),
-        _ => Err(format!("--plot {}: the file must end in .svg or .png", path.display())),
+        Some("svg" | "png") => {}
+        _ => return Err(format!("--plot {}: the file must end in .svg or .png", path.display())),
+    }
+    if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty())
+        && !dir.is_dir()
+    {
+        return Err(format!("--plot {}: no directory {}", path.display(), dir.display()));
+    }
+    // Opening for append proves the file can be written without truncating one that exists; a
+    // file made only for the test is removed again.
+    let existed = path.exists();
+    match std::fs::OpenOptions::new().append(true).create(true).open(path) {
+        Ok(_) => {
+            if !existed {
+                let _ = std::fs::remove_file(path);
+            }
+            Ok(())
+        }
+        Err(e) => Err(format!("--plot {}: cannot write it: {e}", path.display())),
     }
 }
 
@@ -48,6 +72,28 @@ struct Panel<'a> {
     height: f64,
     label: &'a str,
     value: fn(&crate::flow::Point) -> Option<f64>,
+    /// Average the values over buckets of this many seconds.
+    bucket_s: Option<f64>,
+    /// Draw each run's `FlowRun::goodput_bps` (in the panel's unit) as a labelled dashed line.
+    averages: bool,
+}
+
+/// (seconds since the run's start, value) for each of `r`'s samples, or the mean per bucket.
+fn points(r: &FlowRun, value: fn(&crate::flow::Point) -> Option<f64>, bucket_s: Option<f64>) -> Vec<(f64, f64)> {
+    let raw = r.series.iter().filter_map(|p| value(p).map(|v| (p.ts_ns.saturating_sub(r.start_ns) as f64 / 1e9, v)));
+    let Some(b) = bucket_s else { return raw.collect() };
+    let mut out: Vec<(f64, f64, usize)> = Vec::new();
+    for (t, v) in raw {
+        let k = (t / b).floor();
+        match out.last_mut() {
+            Some(last) if last.0 == k => {
+                last.1 += v;
+                last.2 += 1;
+            }
+            _ => out.push((k, v, 1)),
+        }
+    }
+    out.into_iter().map(|(k, sum, n)| ((k + 0.5) * b, sum / n as f64)).collect()
 }
 
 pub fn svg(title: &str, duration_s: f64, runs: &[&FlowRun]) -> String {
@@ -61,23 +107,41 @@ pub fn svg(title: &str, duration_s: f64, runs: &[&FlowRun]) -> String {
         escape(title)
     );
     for (i, r) in runs.iter().enumerate() {
-        let x = LEFT + 10.0 + i as f64 * 110.0;
+        let x = LEFT + 10.0 + i as f64 * 200.0;
         let c = colour(&r.cc, i);
         let _ = writeln!(
             s,
-            r#"<line x1="{x}" y1="44" x2="{}" y2="44" stroke="{c}" stroke-width="3"/><text x="{}" y="48">{}</text>"#,
+            r#"<line x1="{x}" y1="44" x2="{}" y2="44" stroke="{c}" stroke-width="3"/><text x="{}" y="48">{} {}</text>"#,
             x + 24.0,
             x + 30.0,
-            escape(&r.cc)
+            escape(&r.cc),
+            fmt_rate(r.goodput_bps)
         );
     }
     let panels = [
-        Panel { top: TOP, height: CWND_H, label: "cwnd (packets)", value: |p| p.cwnd.map(f64::from) },
         Panel {
-            top: TOP + CWND_H + GAP,
+            top: TOP,
+            height: GOODPUT_H,
+            label: "goodput (Mbit/s)",
+            value: |p| p.throughput_bps.map(|v| v as f64 / 1e6),
+            bucket_s: Some(GOODPUT_BUCKET_S),
+            averages: true,
+        },
+        Panel {
+            top: TOP + GOODPUT_H + GAP,
+            height: CWND_H,
+            label: "cwnd (packets)",
+            value: |p| p.cwnd.map(f64::from),
+            bucket_s: None,
+            averages: false,
+        },
+        Panel {
+            top: TOP + GOODPUT_H + GAP + CWND_H + GAP,
             height: RTT_H,
             label: "smoothed RTT (ms)",
             value: |p| p.srtt_us.map(|v| v as f64 / 1e3),
+            bucket_s: None,
+            averages: false,
         },
     ];
     for panel in &panels {
@@ -96,7 +160,10 @@ pub fn svg(title: &str, duration_s: f64, runs: &[&FlowRun]) -> String {
 fn draw_panel(s: &mut String, panel: &Panel, duration_s: f64, runs: &[&FlowRun]) {
     let w = WIDTH - LEFT - RIGHT;
     let (top, h) = (panel.top, panel.height);
-    let ymax = runs.iter().flat_map(|r| r.series.iter().filter_map(panel.value)).fold(0.0f64, f64::max).max(1.0) * 1.05;
+    let series: Vec<Vec<(f64, f64)>> = runs.iter().map(|r| points(r, panel.value, panel.bucket_s)).collect();
+    let averages: Vec<f64> = if panel.averages { runs.iter().map(|r| r.goodput_bps / 1e6).collect() } else { vec![] };
+    let ymax =
+        series.iter().flatten().map(|p| p.1).chain(averages.iter().copied()).fold(0.0f64, f64::max).max(1.0) * 1.05;
     let x_of = |t: f64| LEFT + t / duration_s * w;
     let y_of = |v: f64| top + h - v / ymax * h;
     for v in ticks(ymax) {
@@ -129,19 +196,29 @@ fn draw_panel(s: &mut String, panel: &Panel, duration_s: f64, runs: &[&FlowRun])
         top + h / 2.0,
         panel.label
     );
-    for (i, r) in runs.iter().enumerate() {
+    for (i, (r, pts_of)) in runs.iter().zip(&series).enumerate() {
         let mut pts = String::new();
-        for p in &r.series {
-            if let Some(v) = (panel.value)(p) {
-                let t = p.ts_ns.saturating_sub(r.start_ns) as f64 / 1e9;
-                let _ = write!(pts, "{:.1},{:.1} ", x_of(t.min(duration_s)), y_of(v));
-            }
+        for &(t, v) in pts_of {
+            let _ = write!(pts, "{:.1},{:.1} ", x_of(t.min(duration_s)), y_of(v));
         }
         let _ = writeln!(
             s,
             r#"<polyline fill="none" stroke="{}" stroke-width="1.5" stroke-linejoin="round" points="{}"/>"#,
             colour(&r.cc, i),
             pts.trim_end()
+        );
+    }
+    for (i, (r, avg)) in runs.iter().zip(&averages).enumerate() {
+        let y = y_of(*avg);
+        let _ = writeln!(
+            s,
+            r##"<line x1="{LEFT}" y1="{y:.1}" x2="{:.1}" y2="{y:.1}" stroke="{c}" stroke-width="1" stroke-dasharray="6 4"/><text x="{:.1}" y="{:.1}" text-anchor="end" fill="{c}">{} average {}</text>"##,
+            LEFT + w,
+            LEFT + w - 6.0,
+            y - 5.0,
+            escape(&r.cc),
+            fmt_rate(r.goodput_bps),
+            c = colour(&r.cc, i),
         );
     }
 }
@@ -192,9 +269,41 @@ mod tests {
     }
 
     #[test]
+    fn a_plot_that_cannot_be_written_is_refused_before_the_run() {
+        let e = check_path(Path::new("/no/such/dir/x.png")).unwrap_err();
+        assert!(e.contains("no directory /no/such/dir"), "{e}");
+        let dir = std::env::temp_dir().join(format!("bbrscope-plot-check-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let fresh = dir.join("x.svg");
+        assert!(check_path(&fresh).is_ok());
+        assert!(!fresh.exists(), "the check leaves no file behind");
+        // An existing file is not truncated by the check.
+        std::fs::write(&fresh, b"keep").unwrap();
+        assert!(check_path(&fresh).is_ok());
+        assert_eq!(std::fs::read(&fresh).unwrap(), b"keep");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    /// The chart leads with the goodput the run is about, each flow's average labelled.
+    #[test]
+    fn the_chart_shows_goodput_with_averages() {
+        use crate::demo::summary::tests::run;
+        let (cubic, bbr) = (run("cubic", 1_500_000.0), run("bbr", 44_000_000.0));
+        let svg = svg("cubic vs bbr", 30.0, &[&cubic, &bbr]);
+        assert!(svg.contains("goodput (Mbit/s)"), "{svg}");
+        assert_eq!(svg.matches("<polyline").count(), 6, "goodput, cwnd and RTT for both flows");
+        assert!(svg.contains("cubic average 1.50 Mbit/s") && svg.contains("bbr average 44.00 Mbit/s"), "{svg}");
+        // Goodput is averaged per half second: 60 points per flow over 30 s, not 600 samples.
+        let first = svg.split("<polyline").nth(1).unwrap();
+        let points = first.split("points=\"").nth(1).unwrap().split('"').next().unwrap();
+        assert_eq!(points.split(' ').count(), 60, "{points}");
+    }
+
+    #[test]
     fn only_svg_and_png() {
-        assert!(check_path(Path::new("out.svg")).is_ok());
-        assert!(check_path(Path::new("out.PNG")).is_ok());
+        let dir = std::env::temp_dir();
+        assert!(check_path(&dir.join(format!("bbrscope-{}.svg", std::process::id()))).is_ok());
+        assert!(check_path(&dir.join(format!("bbrscope-{}.PNG", std::process::id()))).is_ok());
         assert!(check_path(Path::new("out.pdf")).is_err());
         assert!(check_path(Path::new("out")).is_err());
     }

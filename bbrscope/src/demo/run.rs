@@ -3,7 +3,7 @@
 
 use std::time::{Duration, Instant};
 
-use anyhow::{Result, bail};
+use anyhow::Result;
 use ipnet::IpNet;
 use tokio::signal::unix::{Signal, SignalKind, signal};
 
@@ -36,7 +36,28 @@ pub struct FlowRun {
     pub series: Vec<Point>,
     /// When the flows started sending (CLOCK_MONOTONIC ns).
     pub start_ns: u64,
+    /// How long the flows ran: the configured duration, or less when the run was stopped early.
+    pub elapsed: Duration,
     pub link: LinkCounters,
+}
+
+/// Why a round ended before its time.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Stop {
+    /// The user pressed q in the dashboard: a normal end (exit 0), with what ran so far.
+    Quit,
+    /// A signal (or Ctrl-C in the dashboard): the summary so far, then exit 1 like iperf3.
+    Interrupted(&'static str),
+}
+
+impl Stop {
+    /// How the run was stopped, in words: "q", "SIGINT", "Ctrl-C".
+    pub fn by(self) -> &'static str {
+        match self {
+            Stop::Quit => "q",
+            Stop::Interrupted(s) => s,
+        }
+    }
 }
 
 /// The demo's flows as the eBPF observer sees them: only this process's port, only the
@@ -110,7 +131,9 @@ impl Interrupt {
     }
 }
 
-/// Runs `algos` at the same time, each over its own identical link, for `cond.duration`.
+/// Runs `algos` at the same time, each over its own identical link, for `cond.duration` or until
+/// stopped; what the flows did up to then is returned either way, with the reason for an early
+/// stop. Flows and links are gone when it returns.
 pub async fn round(
     cond: &Conditions,
     algos: &[String],
@@ -119,7 +142,7 @@ pub async fn round(
     display: &mut Display,
     interrupt: &mut Interrupt,
     label: &str,
-) -> Result<Vec<FlowRun>> {
+) -> Result<(Vec<FlowRun>, Option<Stop>)> {
     let cfg = cond.link(repeat);
     let links = (0..algos.len()).map(|i| Link::new(i as u8, &cfg)).collect::<Result<Vec<_>>>()?;
     let mut flows =
@@ -133,7 +156,7 @@ pub async fn round(
     let mut tick = tokio::time::interval(display.period());
     let deadline = tokio::time::sleep(cond.duration);
     tokio::pin!(deadline);
-    loop {
+    let stop = loop {
         tokio::select! {
             r = watch.pump() => {
                 r?;
@@ -154,15 +177,12 @@ pub async fn round(
                 }).collect();
                 display.draw(label, start.elapsed(), cond.duration, &rows)?;
             }
-            _ = &mut deadline => break,
-            sig = interrupt.recv() => bail!("interrupted by {sig}: stopped the flows and removed the emulated links"),
-            r = display.stop_requested() => {
-                r?;
-                bail!("stopped from the dashboard: stopped the flows and removed the emulated links");
-            }
+            _ = &mut deadline => break None,
+            sig = interrupt.recv() => break Some(Stop::Interrupted(sig)),
+            r = display.stop_requested() => break Some(r?),
         }
-    }
-    let elapsed = start.elapsed().as_secs_f64();
+    };
+    let elapsed = start.elapsed();
     let measured = flows.iter().map(|f| Ok((f.received(), f.tcp_stats()?))).collect::<Result<Vec<_>>>()?;
     display.clear();
     let series: Vec<Vec<Point>> = flows
@@ -172,20 +192,22 @@ pub async fn round(
         .collect();
     drop(flows);
     let counters = links.into_iter().map(Link::close).collect::<Result<Vec<_>>>()?;
-    Ok(algos
+    let runs = algos
         .iter()
         .zip(measured)
         .zip(series)
         .zip(counters)
         .map(|(((cc, (received, tcp)), series), link)| FlowRun {
             cc: cc.clone(),
-            goodput_bps: received as f64 * 8.0 / elapsed,
+            goodput_bps: received as f64 * 8.0 / elapsed.as_secs_f64().max(1e-3),
             tcp,
             series,
             start_ns,
+            elapsed,
             link,
         })
-        .collect())
+        .collect();
+    Ok((runs, stop))
 }
 
 /// The receiving port of this process's demo flows: distinct per process, so concurrent demos

@@ -1,7 +1,7 @@
 //! The end of a demo: per-algorithm numbers beside the model's, the BBR/CUBIC ratio, and the
 //! emulator's counters as proof the impairment was applied — as a table or one JSON object.
 
-use std::{fmt::Write as _, time::Duration};
+use std::fmt::Write as _;
 
 use serde::Serialize;
 
@@ -62,7 +62,9 @@ pub struct RunStats {
 }
 
 impl RunStats {
-    pub fn of(run: &FlowRun, duration: Duration) -> Self {
+    /// `run`'s numbers; "after start-up" is its second half, of the time it actually ran.
+    pub fn of(run: &FlowRun) -> Self {
+        let duration = run.elapsed;
         let srtt: Vec<f64> = run.series.iter().filter_map(|p| p.srtt_us).map(f64::from).collect();
         let cwnd: Vec<u32> = run.series.iter().filter_map(|p| p.cwnd).collect();
         let half = run.start_ns + duration.as_nanos() as u64 / 2;
@@ -189,12 +191,28 @@ pub struct RunConditions {
     pub sequential: bool,
 }
 
+/// A demo stopped before its time (q, Ctrl-C, a signal): the numbers cover what ran.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct StoppedEarly {
+    /// "q", "Ctrl-C", "SIGINT", "SIGTERM".
+    pub by: String,
+    /// How long the round that was stopped had run, of `conditions.duration_s`.
+    pub after_s: f64,
+}
+
+/// The widest line [`Summary::to_table`] prints: fits an 80-column terminal's wider cousins
+/// and any 100-column one without wrapping.
+pub const TABLE_WIDTH: usize = 100;
+
 #[derive(Clone, Debug, Serialize)]
 pub struct Summary {
     #[serde(rename = "type")]
     pub kind: &'static str,
     pub preset: PresetInfo,
     pub conditions: RunConditions,
+    /// Present only when the demo was stopped early.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub stopped_early: Option<StoppedEarly>,
     pub results: Vec<AlgoResult>,
     pub ratio: Option<Ratios>,
     #[serde(skip)]
@@ -207,27 +225,36 @@ impl Summary {
     pub fn new(preset: &Preset, modified: bool, conditions: RunConditions, algos: &[String], runs: &[FlowRun]) -> Self {
         let results: Vec<AlgoResult> = algos
             .iter()
-            .map(|cc| {
-                let stats = runs.iter().filter(|r| &r.cc == cc).map(|r| RunStats::of(r, conditions.path.duration));
-                AlgoResult::new(cc, stats.collect(), &conditions.path)
-            })
+            .map(|cc| runs.iter().filter(|r| &r.cc == cc).map(RunStats::of).collect::<Vec<_>>())
+            .zip(algos)
+            // An algorithm that never ran (stopped before its sequential turn) has no result.
+            .filter(|(stats, _)| !stats.is_empty())
+            .map(|(stats, cc)| AlgoResult::new(cc, stats, &conditions.path))
             .collect();
         let ratio = ratios(&results);
         Summary {
             kind: "demo_summary",
             preset: PresetInfo { name: preset.name, modified, source: preset.source, published: preset.published },
             conditions,
+            stopped_early: None,
             results,
             ratio,
             headline: preset.headline,
         }
     }
 
+    /// Marks the summary as covering a run stopped early.
+    pub fn stopped(mut self, stopped: Option<StoppedEarly>) -> Self {
+        self.stopped_early = stopped;
+        self
+    }
+
     pub fn to_json(&self) -> String {
         serde_json::to_string(self).expect("the summary serialises")
     }
 
-    /// The human-readable report.
+    /// The human-readable report, no line wider than [`TABLE_WIDTH`]: prose is wrapped and the
+    /// numbers come in narrow tables (goodput; RTT and cwnd; the emulator's counters in two).
     pub fn to_table(&self) -> String {
         let c = &self.conditions;
         let p = &c.path;
@@ -238,9 +265,9 @@ impl Summary {
             Some(b) if p.loss > 0.0 => format!("{}% random loss in bursts of {b} packets", pct(p.loss)),
             _ => format!("{}% random loss", pct(p.loss)),
         };
-        let _ = writeln!(
-            out,
-            "bbrscope demo ({name}): {} bottleneck, {} RTT, {loss}, drop-tail buffer {} ({:.2} BDP), {} s{}, seed {}, {}",
+        let heading = format!(
+            "bbrscope demo ({name}): {} bottleneck, {} RTT, {loss}, drop-tail buffer {} ({:.2} BDP), {} s{}, \
+             seed {}, {}",
             fmt_rate(p.rate_bps as f64),
             fmt_us(p.rtt.as_micros() as f64),
             fmt_bytes(p.buffer_bytes as f64),
@@ -250,24 +277,26 @@ impl Summary {
             p.seed,
             if c.sequential { "one algorithm after the other" } else { "all algorithms at once on identical links" },
         );
-        let _ = writeln!(out, "source: {}\npublished: {}", pre.source, pre.published);
+        out += &wrap(&heading, "  ");
+        if let Some(s) = &self.stopped_early {
+            out += &wrap(
+                &format!(
+                    "STOPPED EARLY ({}) after {:.1} of {:.0} s: the numbers cover only the part that ran",
+                    s.by,
+                    s.after_s,
+                    p.duration.as_secs_f64()
+                ),
+                "  ",
+            );
+        }
+        out += &wrap(&format!("source: {}", pre.source), "  ");
+        out += &wrap(&format!("published: {}", pre.published), "  ");
         out.push('\n');
-        let mut rows = vec![
-            [
-                "cc",
-                "goodput",
-                "model",
-                "meas/model",
-                "retrans",
-                "srtt p50",
-                "srtt p95",
-                "model srtt",
-                "cwnd min-max",
-                "cwnd p10-p90",
-                "cwnd cuts",
-            ]
-            .map(String::from)
-            .to_vec(),
+        let mut goodput = vec![["cc", "goodput", "model", "meas/model", "retrans"].map(String::from).to_vec()];
+        let mut rtt_cwnd = vec![
+            ["cc", "srtt p50", "srtt p95", "model srtt", "cwnd min-max", "cwnd p10-p90", "cwnd cuts"]
+                .map(String::from)
+                .to_vec(),
         ];
         for r in &self.results {
             let range = r.predicted_goodput_range_bps.map_or("-".into(), |(lo, hi)| {
@@ -280,12 +309,15 @@ impl Summary {
                 [] => "0".to_string(),
                 v => format!("{} (x{:.2})", v.len(), median(v.iter().copied()).unwrap_or(0.0)),
             };
-            rows.push(vec![
+            goodput.push(vec![
                 r.cc.clone(),
                 fmt_rate(r.measured.goodput_bps),
                 range,
                 vs,
                 r.measured.retransmits.to_string(),
+            ]);
+            rtt_cwnd.push(vec![
+                r.cc.clone(),
                 r.measured.srtt_p50_us.map_or("-".into(), fmt_us),
                 r.measured.srtt_p95_us.map_or("-".into(), fmt_us),
                 format!("{}-{}", fmt_num_ms(slo), fmt_us(shi)),
@@ -294,12 +326,14 @@ impl Summary {
                 cuts,
             ]);
         }
-        out += &table(&rows);
+        out += &table(&goodput);
+        out.push('\n');
+        out += &table(&rtt_cwnd);
         for r in &self.results {
-            let _ = writeln!(out, "  model for {}: {}", r.cc, r.model);
+            out += &wrap(&format!("  model for {}: {}", r.cc, r.model), "    ");
             if r.runs.len() > 1 {
                 let g: Vec<String> = r.runs.iter().map(|x| fmt_rate(x.measured.goodput_bps)).collect();
-                let _ = writeln!(out, "  {} goodput per run: {}", r.cc, g.join(", "));
+                out += &wrap(&format!("  {} goodput per run: {}", r.cc, g.join(", ")), "    ");
             }
         }
         if let Some(x) = &self.ratio {
@@ -318,45 +352,70 @@ impl Summary {
                 Headline::Rtt => [rtt, Some(goodput)],
             };
             for l in lines.into_iter().flatten() {
-                let _ = writeln!(out, "{l}");
+                out += &wrap(&l, "  ");
             }
         }
         out += "\nemulator counters (proof the impairment was applied):\n";
-        let mut rows = vec![
-            [
-                "link",
-                "data pkts",
-                "random loss",
-                "queue drops",
-                "delivered",
-                "queue delay mean/max",
-                "released late mean/max, >1ms",
-                "largest pkt",
-            ]
-            .map(String::from)
-            .to_vec(),
+        let mut traffic =
+            vec![["link", "data pkts", "random loss", "queue drops", "delivered"].map(String::from).to_vec()];
+        let mut timing = vec![
+            ["link", "queue delay mean/max", "released late mean/max", ">1 ms", "largest pkt"]
+                .map(String::from)
+                .to_vec(),
         ];
         for r in &self.results {
             let e = &r.emulator;
-            rows.push(vec![
+            traffic.push(vec![
                 r.cc.clone(),
                 e.data_packets.to_string(),
                 format!("{} ({:.2}% vs {}%)", e.lost, e.loss_rate() * 100.0, pct(p.loss)),
                 e.queue_dropped.to_string(),
                 format!("{} pkts, {}", e.delivered, fmt_bytes(e.delivered_bytes as f64)),
+            ]);
+            timing.push(vec![
+                r.cc.clone(),
                 format!("{} / {}", fmt_us(e.queue_delay_mean_us), fmt_us(e.queue_delay_max_us)),
+                format!("{:.0} / {:.0} us", e.release_late_mean_us, e.release_late_max_us),
                 format!(
-                    "{:.0} / {:.0} us, {:.3}%",
-                    e.release_late_mean_us,
-                    e.release_late_max_us,
+                    "{:.3}%",
                     e.release_late_over_ms as f64 * 100.0 / (e.delivered + e.return_packets).max(1) as f64
                 ),
                 format!("{} B", e.largest_packet),
             ]);
         }
-        out += &table(&rows);
+        out += &table(&traffic);
+        out += &table(&timing);
         out
     }
+}
+
+/// `text` broken at spaces into lines of at most [`TABLE_WIDTH`] characters, continuation lines
+/// starting with `indent`; each line ends in a newline. A word longer than a line stays whole.
+fn wrap(text: &str, indent: &str) -> String {
+    let mut out = String::new();
+    let mut line = String::new();
+    for word in text.split(' ').filter(|w| !w.is_empty()) {
+        let lead = if line.is_empty() && out.is_empty() {
+            // Keep the first line's own indentation.
+            text.len() - text.trim_start().len()
+        } else {
+            0
+        };
+        if !line.is_empty() && line.chars().count() + 1 + word.chars().count() > TABLE_WIDTH {
+            out += &line;
+            out.push('\n');
+            line = indent.to_string();
+        }
+        if line.is_empty() {
+            line.push_str(&" ".repeat(lead));
+        } else if line != indent {
+            line.push(' ');
+        }
+        line.push_str(word);
+    }
+    out += &line;
+    out.push('\n');
+    out
 }
 
 fn ratios(results: &[AlgoResult]) -> Option<Ratios> {
@@ -419,7 +478,7 @@ fn table(rows: &[Vec<String>]) -> String {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
     #[test]
@@ -456,6 +515,107 @@ mod tests {
     #[test]
     fn no_reductions_without_ssthresh() {
         assert!(reductions((0..100).map(|i| (Some(100 + i % 7), None))).is_empty());
+    }
+
+    /// A run with every number at its widest plausible length.
+    pub(crate) fn run(cc: &str, goodput_bps: f64) -> FlowRun {
+        use crate::{demo::traffic::TcpStats, flow::Point};
+        let series = (0..600u64)
+            .map(|i| Point {
+                ts_ns: i * 50_000_000,
+                cwnd: Some(1000 + (i % 300) as u32),
+                ssthresh: Some(900),
+                srtt_us: Some(1_186_000 + i as u32),
+                min_rtt_us: Some(100_000),
+                pacing_rate_bps: Some(50_000_000),
+                delivery_rate_bps: Some(44_000_000),
+                throughput_bps: Some(goodput_bps as u64 + i * 1000),
+                retrans_total: Some(i as u32),
+                data_segs_out: Some(i as u32 * 100),
+                app_limited: false,
+                rwnd_limited: false,
+                bbr_mode: None,
+            })
+            .collect();
+        let link = LinkCounters {
+            data_packets: 1_234_567,
+            data_bytes: 1_851_850_500,
+            lost: 123_456,
+            queue_dropped: 12_345,
+            delivered: 1_098_766,
+            delivered_bytes: 1_648_149_000,
+            queue_delay_mean_us: 925_000.0,
+            queue_delay_max_us: 1_186_000.0,
+            return_packets: 600_000,
+            release_late_mean_us: 512.0,
+            release_late_max_us: 12_345.0,
+            release_late_over_ms: 4321,
+            largest_packet: 1500,
+            write_errors: 0,
+        };
+        FlowRun {
+            cc: cc.into(),
+            goodput_bps,
+            tcp: TcpStats { retransmits: 123_456, mss: 1448 },
+            series,
+            start_ns: 0,
+            elapsed: std::time::Duration::from_secs(30),
+            link,
+        }
+    }
+
+    fn summary(preset: crate::demo::presets::PresetName, stopped: Option<StoppedEarly>) -> Summary {
+        let preset = preset.preset();
+        let path = Conditions {
+            rate_bps: preset.rate_bps,
+            rtt: preset.rtt,
+            loss: 0.0123,
+            loss_burst: Some(2.5),
+            buffer_bytes: 1_500_000,
+            duration: preset.duration,
+            seed: 12345,
+        };
+        let cond = RunConditions { buffer_bdp: 12.0, path, repeat: 3, sequential: true };
+        let algos = ["cubic".to_string(), "bbr".to_string()];
+        let runs: Vec<FlowRun> = (0..3).flat_map(|_| [run("cubic", 1_812_345.0), run("bbr", 44_912_345.0)]).collect();
+        Summary::new(&preset, true, cond, &algos, &runs).stopped(stopped)
+    }
+
+    /// The report fits a 100-column terminal (it was 257 wide), for every preset's prose.
+    #[test]
+    fn table_fits_100_columns() {
+        use crate::demo::presets::PresetName;
+        for name in [PresetName::CrossBorder, PresetName::GoogleLossy, PresetName::Bufferbloat, PresetName::Sawtooth] {
+            let stopped = StoppedEarly { by: "Ctrl-C".into(), after_s: 12.3 };
+            let t = summary(name, Some(stopped)).to_table();
+            for l in t.lines() {
+                assert!(l.chars().count() <= TABLE_WIDTH, "{} columns: {l}\n{t}", l.chars().count());
+            }
+            for what in ["BBR/CUBIC goodput", "srtt p95", "cwnd cuts", "queue drops", "released late", "STOPPED EARLY"]
+            {
+                assert!(t.contains(what), "{what} missing:\n{t}");
+            }
+        }
+    }
+
+    #[test]
+    fn stopped_early_is_in_the_json_only_when_it_happened() {
+        use crate::demo::presets::PresetName;
+        let v: serde_json::Value = serde_json::from_str(&summary(PresetName::GoogleLossy, None).to_json()).unwrap();
+        assert!(v.get("stopped_early").is_none(), "{v}");
+        let s = summary(PresetName::GoogleLossy, Some(StoppedEarly { by: "q".into(), after_s: 4.5 }));
+        let v: serde_json::Value = serde_json::from_str(&s.to_json()).unwrap();
+        assert_eq!(v["stopped_early"], serde_json::json!({"by": "q", "after_s": 4.5}));
+    }
+
+    #[test]
+    fn wrap_breaks_at_spaces_with_an_indent() {
+        let long = "word ".repeat(60);
+        let w = wrap(long.trim(), "  ");
+        assert!(w.lines().count() >= 3, "{w}");
+        assert!(w.lines().all(|l| l.len() <= TABLE_WIDTH));
+        assert!(w.lines().skip(1).all(|l| l.starts_with("  word")), "{w}");
+        assert_eq!(wrap("  model for x: y", "    "), "  model for x: y\n");
     }
 
     #[test]

@@ -16,24 +16,74 @@ fn split(s: &str) -> Option<(f64, String)> {
     value.is_finite().then(|| (value, s[end..].trim().to_ascii_lowercase()))
 }
 
-/// A bit rate: `50mbit`, `50Mbit/s`, `50mbps`, `1.5gbit`, `800kbit` or plain bits per second.
-/// SI multiples (1 Mbit = 10^6 bit). Must be positive.
-pub fn rate_bps(s: &str) -> Result<u64, String> {
-    let bad = || format!("'{s}' is not a rate: use e.g. 50mbit, 800kbit, 1gbit");
-    let (v, unit) = split(s).ok_or_else(bad)?;
-    let unit = unit.strip_suffix("/s").or_else(|| unit.strip_suffix("ps")).unwrap_or(&unit);
-    let mult = match unit {
-        "" | "bit" | "b" => 1.0,
-        "k" | "kbit" | "kb" => 1e3,
-        "m" | "mbit" | "mb" => 1e6,
-        "g" | "gbit" | "gb" => 1e9,
-        _ => return Err(bad()),
+/// How `--rate` reads its units, for error messages.
+const RATE_UNITS: &str = "kbit, mbit, gbit (bits/s; also Mbit/s) or kbps, mbps, gbps (BYTES/s, as tc(8) reads them; \
+                          also MB/s), e.g. 50mbit";
+
+/// A rate as given on the command line: bits per second, and whether it was written in bytes
+/// (`mbps`, `MB/s`), which the demo repeats back in bits so nobody is surprised by tc's reading.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Rate {
+    pub bps: u64,
+    pub in_bytes: bool,
+}
+
+/// A rate with tc(8)'s units: `bit` suffixes are bits per second (`50mbit`, `50Mbit`, `1.5gbit`,
+/// `800kbit`, IEC `kibit`/`mibit`/`gibit`), `bps` suffixes are BYTES per second (`50mbps` is
+/// 50 MByte/s = 400 Mbit/s, as tc reads it; `KiBps` etc.), both case-insensitive as in tc. The
+/// written-out forms `Mbit/s`, `Mb/s` (bits) and `MB/s`, `KB/s` (bytes) are read by the case of
+/// their `b`. A unit is required: tc takes a bare number as bits per second, which for a link is
+/// never what was meant; a size without "per second" (`50MB`, `50Mb`) is refused.
+pub fn rate(s: &str) -> Result<Rate, String> {
+    let bad = || format!("'{s}' is not a rate: use {RATE_UNITS}");
+    let (v, _) = split(s).ok_or_else(bad)?;
+    let raw = s.trim();
+    let unit =
+        raw[raw.find(|c: char| !(c.is_ascii_digit() || matches!(c, '.' | '-' | '+'))).unwrap_or(raw.len())..].trim();
+    if unit.is_empty() {
+        return Err(format!("'{s}' needs a unit: {RATE_UNITS}"));
+    }
+    let prefix = |p: &str| -> Option<f64> {
+        Some(match p.to_ascii_lowercase().as_str() {
+            "" => 1.0,
+            "k" => 1e3,
+            "m" => 1e6,
+            "g" => 1e9,
+            "t" => 1e12,
+            "ki" => 1024.0,
+            "mi" => 1024.0 * 1024.0,
+            "gi" => 1024.0 * 1024.0 * 1024.0,
+            _ => return None,
+        })
+    };
+    let lower = unit.to_ascii_lowercase();
+    // (multiplier, bytes?)
+    let (mult, in_bytes) = if let Some(p) = lower.strip_suffix("bit/s").or_else(|| lower.strip_suffix("bit")) {
+        (prefix(p).ok_or_else(bad)?, false)
+    } else if let Some(p) = lower.strip_suffix("bits/s").or_else(|| lower.strip_suffix("bits")) {
+        (prefix(p).ok_or_else(bad)?, false)
+    } else if let Some(p) = lower.strip_suffix("bps") {
+        // tc(8): "bps" is bytes per second, whatever the case.
+        (prefix(p).ok_or_else(bad)? * 8.0, true)
+    } else if let Some(p) = unit.strip_suffix("B/s") {
+        (prefix(p).ok_or_else(bad)? * 8.0, true)
+    } else if let Some(p) = unit.strip_suffix("b/s") {
+        (prefix(p).ok_or_else(bad)?, false)
+    } else if unit.ends_with(['b', 'B']) && prefix(&unit[..unit.len() - 1]).is_some() {
+        return Err(format!(
+            "'{s}' is a size, not a rate: write {v}mbit for megabits/s or {v}mbps (megabytes/s, as tc(8) reads it)"
+        ));
+    } else {
+        return Err(bad());
     };
     let bps = v * mult;
     if bps < 1.0 {
         return Err(format!("'{s}': the rate must be positive"));
     }
-    Ok(bps.round() as u64)
+    if bps > 1e15 {
+        return Err(format!("'{s}' is not a link rate"));
+    }
+    Ok(Rate { bps: bps.round() as u64, in_bytes })
 }
 
 /// A time with a unit: `us`, `ms`, `s`, `m`, `h` (`bare_unit` is used when there is none; `None`
@@ -152,17 +202,44 @@ mod tests {
 
     #[test]
     fn rates() {
-        assert_eq!(rate_bps("50mbit"), Ok(50_000_000));
-        assert_eq!(rate_bps("50Mbit/s"), Ok(50_000_000));
-        assert_eq!(rate_bps("50mbps"), Ok(50_000_000));
-        assert_eq!(rate_bps("1.5gbit"), Ok(1_500_000_000));
-        assert_eq!(rate_bps("800kbit"), Ok(800_000));
-        assert_eq!(rate_bps("64000"), Ok(64_000));
-        assert!(rate_bps("0mbit").is_err());
-        assert!(rate_bps("-5mbit").is_err());
-        assert!(rate_bps("fast").is_err());
-        assert!(rate_bps("50 furlongs").is_err());
-        assert!(rate_bps("").is_err());
+        let bits = |s: &str| rate(s).map(|r| r.bps);
+        assert_eq!(bits("50mbit"), Ok(50_000_000));
+        assert_eq!(bits("50Mbit"), Ok(50_000_000));
+        assert_eq!(bits("50MBIT"), Ok(50_000_000));
+        assert_eq!(bits("50Mbit/s"), Ok(50_000_000));
+        assert_eq!(bits("50Mb/s"), Ok(50_000_000));
+        assert_eq!(bits("1.5gbit"), Ok(1_500_000_000));
+        assert_eq!(bits("800kbit"), Ok(800_000));
+        assert_eq!(bits("64000bit"), Ok(64_000));
+        assert_eq!(bits("1mibit"), Ok(1_048_576));
+        assert!(bits("0mbit").is_err());
+        assert!(bits("-5mbit").is_err());
+        assert!(bits("fast").is_err());
+        assert!(bits("50 furlongs").is_err());
+        assert!(bits("").is_err());
+    }
+
+    /// tc(8): "bps" is bytes per second, in any case; "MB/s" is bytes too.
+    #[test]
+    fn rates_in_bytes_follow_tc() {
+        assert_eq!(rate("50mbps"), Ok(Rate { bps: 400_000_000, in_bytes: true }));
+        assert_eq!(rate("50Mbps"), Ok(Rate { bps: 400_000_000, in_bytes: true }));
+        assert_eq!(rate("50MBps"), Ok(Rate { bps: 400_000_000, in_bytes: true }));
+        assert_eq!(rate("6.25MB/s"), Ok(Rate { bps: 50_000_000, in_bytes: true }));
+        assert_eq!(rate("100kbps").map(|r| r.bps), Ok(800_000));
+        assert_eq!(rate("1KiBps").map(|r| r.bps), Ok(8192));
+        assert_eq!(rate("125000bps").map(|r| r.bps), Ok(1_000_000));
+        assert_eq!(rate("50mbit").map(|r| r.in_bytes), Ok(false));
+    }
+
+    #[test]
+    fn rates_without_a_rate_unit_are_refused() {
+        for s in ["50MB", "50mb", "50Mb", "50kB"] {
+            let e = rate(s).unwrap_err();
+            assert!(e.contains("size, not a rate") && e.contains("mbit") && e.contains("mbps"), "{s}: {e}");
+        }
+        let e = rate("50").unwrap_err();
+        assert!(e.contains("needs a unit") && e.contains("mbit") && e.contains("BYTES"), "{e}");
     }
 
     #[test]

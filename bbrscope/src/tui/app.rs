@@ -65,6 +65,16 @@ pub struct Playback {
     /// Position and length of the recording, in seconds.
     pub position_s: f64,
     pub length_s: f64,
+    /// Played up to what has arrived; the input (a pipe) is still open.
+    pub waiting: bool,
+    /// Unreadable lines skipped so far.
+    pub skipped: u64,
+}
+
+impl Playback {
+    pub fn new(speed: f64, paused: bool) -> Self {
+        Playback { speed, paused, finished: false, position_s: 0.0, length_s: 0.0, waiting: false, skipped: 0 }
+    }
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -89,6 +99,8 @@ pub struct App {
     pub editing_filter: bool,
     pub view: View,
     pub window: usize,
+    /// The first of the selected flow's charts shown when not all fit (`t` steps through them).
+    pub chart_tab: usize,
     pub help: bool,
     /// Where the events come from ("live" or a file name) and what the kernel lacks.
     pub source: String,
@@ -111,6 +123,7 @@ impl App {
             editing_filter: false,
             view: View::Flows,
             window: 2,
+            chart_tab: 0,
             help: false,
             source: source.into(),
             notices,
@@ -138,10 +151,18 @@ impl App {
         // Silent flows are kept for the longest chart window.
         let silent_before = now_ns.saturating_sub(WINDOWS[WINDOWS.len() - 1] * 1_000_000_000);
         self.table.prune(forget_before, silent_before);
-        if self.selected.is_none_or(|id| self.table.get(id).is_none()) {
-            self.selected = self.visible().first().map(|f| f.id);
-        }
+        self.keep_selection_visible();
         self.marked.retain(|id| self.table.get(*id).is_some());
+    }
+
+    /// The selection is always a listed flow: after a filter hides it (or it is forgotten) the
+    /// first listed flow is selected, or none, so the detail pane never shows a flow the list
+    /// does not.
+    fn keep_selection_visible(&mut self) {
+        let visible = self.visible();
+        if self.selected.is_none_or(|id| !visible.iter().any(|f| f.id == id)) {
+            self.selected = visible.first().map(|f| f.id);
+        }
     }
 
     /// Flows shown in the list: filtered, sorted, closed ones only while they linger.
@@ -210,6 +231,7 @@ impl App {
                 KeyCode::Char(c) => self.filter.push(c),
                 _ => {}
             }
+            self.keep_selection_visible();
             return Action::Continue;
         }
         if self.help {
@@ -219,7 +241,10 @@ impl App {
         }
         match key.code {
             KeyCode::Char('q') => return Action::Quit,
-            KeyCode::Esc if !self.filter.is_empty() => self.filter.clear(),
+            KeyCode::Esc if !self.filter.is_empty() => {
+                self.filter.clear();
+                self.keep_selection_visible();
+            }
             KeyCode::Esc if self.view == View::Compare => self.view = View::Flows,
             KeyCode::Char('?') | KeyCode::Char('h') | KeyCode::F(1) => self.help = true,
             KeyCode::Up | KeyCode::Char('k') => self.move_selection(-1),
@@ -246,6 +271,7 @@ impl App {
                     }
                 }
             }
+            KeyCode::Char('t') => self.chart_tab = (self.chart_tab + 1) % crate::tui::view::CHARTS,
             KeyCode::Char('+') | KeyCode::Char('=') => self.window = self.window.saturating_sub(1),
             KeyCode::Char('-') | KeyCode::Char('_') => self.window = (self.window + 1).min(WINDOWS.len() - 1),
             KeyCode::Char('p') => match &mut self.playback {
@@ -276,6 +302,7 @@ pub const KEYS: &[(&str, &str)] = &[
     ("c  Tab", "compare view: CUBIC vs BBR, or the two marked flows"),
     ("space  m", "mark / unmark the selected flow for comparison (two at most)"),
     ("+ -", "zoom the time axis (10 s … 10 min)"),
+    ("t", "next chart, when the terminal is too short for all three"),
     ("p", "pause (live: freeze the charts; replay: pause playback)"),
     ("[ ]", "replay: half / double speed"),
     ("? h F1", "this help"),

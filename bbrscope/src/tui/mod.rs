@@ -6,7 +6,8 @@ pub mod theme;
 pub mod view;
 
 use std::{
-    io::IsTerminal as _,
+    collections::VecDeque,
+    io::{BufRead, IsTerminal as _},
     sync::{
         Arc,
         atomic::{AtomicBool, Ordering},
@@ -28,7 +29,12 @@ use self::{
     app::{Action, App, Playback},
     theme::Theme,
 };
-use crate::{clock::Clock, error::usage, replay::Record, session::Live};
+use crate::{
+    clock::Clock,
+    error::usage,
+    replay::{Reader, Record, Skipped},
+    session::Live,
+};
 pub use ratatui::crossterm::event::Event as Input;
 
 /// Redraws per second, whatever the event rate.
@@ -96,45 +102,192 @@ impl Drop for Dashboard {
     }
 }
 
-/// A recording played back against a virtual clock.
+/// How many records a [`Feed`] holds ahead of playback; its reader waits while the queue is full,
+/// so a recording of any length replays in bounded memory.
+pub const FEED_AHEAD: usize = 50_000;
+
+enum FeedMsg {
+    Record(Record),
+    /// The reader's skipped-lines count so far.
+    Skipped(Skipped),
+    /// The input ended: cleanly, or with the error that stopped the reader.
+    End(Option<String>),
+}
+
+/// What a feed has seen of its input before playback starts.
+#[derive(Debug, PartialEq)]
+pub enum FirstRecord {
+    /// At least one record is ready.
+    Ready,
+    /// Nothing yet, the input is still open (a pipe whose writer has not written).
+    Waiting,
+    /// The input ended with no record; the reader's error, if it stopped on one.
+    Empty(Option<String>),
+}
+
+/// A recording played back against a virtual clock. Records come from memory or from a reader
+/// thread ([`Feed::from_reader`]) that parses a file or a pipe while it plays: playback never
+/// runs ahead of what has arrived, so `bbrscope stream | bbrscope replay -` shows flows as they
+/// come.
 pub struct Feed {
-    records: Vec<Record>,
-    next: usize,
-    start_ns: u64,
+    /// Records not yet played, in time order.
+    pending: VecDeque<Record>,
+    source: Option<std::sync::mpsc::Receiver<FeedMsg>>,
+    /// The input has ended (everything it held is in `pending` or played).
+    ended: bool,
+    /// The reader's error, if one ended the input early.
+    pub error: Option<String>,
+    pub skipped: Skipped,
+    /// Time of the first record and the latest seen; `None` before the first arrives.
+    span: Option<(u64, u64)>,
     pos_ns: u64,
 }
 
 impl Feed {
-    pub fn new(records: Vec<Record>) -> Self {
-        let start_ns = records.first().map(Record::ts_ns).unwrap_or(0);
-        Feed { records, next: 0, start_ns, pos_ns: start_ns }
+    /// A whole recording, already in memory.
+    pub fn new(mut records: Vec<Record>) -> Self {
+        records.sort_by_key(Record::ts_ns);
+        let span = records.first().map(Record::ts_ns).zip(records.last().map(Record::ts_ns));
+        Feed {
+            pending: records.into(),
+            source: None,
+            ended: true,
+            error: None,
+            skipped: Skipped::default(),
+            span,
+            pos_ns: span.map_or(0, |s| s.0),
+        }
     }
 
+    /// Records parsed from `input` on a thread of their own, at most [`FEED_AHEAD`] of them
+    /// waiting at a time.
+    pub fn from_reader(input: impl BufRead + Send + 'static) -> Self {
+        let (tx, rx) = std::sync::mpsc::sync_channel(FEED_AHEAD);
+        std::thread::spawn(move || {
+            let mut reader = Reader::new(input);
+            let mut skipped = 0;
+            let end = loop {
+                let next = reader.next_record();
+                if reader.skipped.lines != skipped {
+                    skipped = reader.skipped.lines;
+                    if tx.send(FeedMsg::Skipped(reader.skipped.clone())).is_err() {
+                        return;
+                    }
+                }
+                match next {
+                    Ok(Some(r)) => {
+                        if tx.send(FeedMsg::Record(r)).is_err() {
+                            return;
+                        }
+                    }
+                    Ok(None) => break None,
+                    Err(e) => break Some(format!("{e:#}")),
+                }
+            };
+            let _ = tx.send(FeedMsg::End(end));
+        });
+        Feed {
+            pending: VecDeque::new(),
+            source: Some(rx),
+            ended: false,
+            error: None,
+            skipped: Skipped::default(),
+            span: None,
+            pos_ns: 0,
+        }
+    }
+
+    fn take(&mut self, msg: FeedMsg) {
+        match msg {
+            FeedMsg::Record(r) => {
+                let ts = r.ts_ns();
+                self.span = Some(self.span.map_or((ts, ts), |(a, b)| (a.min(ts), b.max(ts))));
+                if self.pos_ns == 0 {
+                    self.pos_ns = ts;
+                }
+                // Mostly in order already: the insertion point is at or near the back.
+                let at = self.pending.partition_point(|p| p.ts_ns() <= ts);
+                self.pending.insert(at, r);
+            }
+            FeedMsg::Skipped(s) => self.skipped = s,
+            FeedMsg::End(e) => {
+                self.ended = true;
+                self.error = e;
+                self.source = None;
+            }
+        }
+    }
+
+    /// Takes what the reader has sent, up to [`FEED_AHEAD`] records waiting.
+    fn pull(&mut self) {
+        while self.pending.len() < FEED_AHEAD {
+            let Some(rx) = &self.source else { return };
+            match rx.try_recv() {
+                Ok(msg) => self.take(msg),
+                Err(std::sync::mpsc::TryRecvError::Empty) => return,
+                Err(std::sync::mpsc::TryRecvError::Disconnected) => self.take(FeedMsg::End(None)),
+            }
+        }
+    }
+
+    /// Waits up to `limit` for the first record or the end of the input, so that input which is
+    /// not a recording is refused before the dashboard takes the screen.
+    pub fn wait_first(&mut self, limit: Duration) -> FirstRecord {
+        let deadline = Instant::now() + limit;
+        loop {
+            self.pull();
+            if !self.pending.is_empty() {
+                return FirstRecord::Ready;
+            }
+            if self.ended {
+                return FirstRecord::Empty(self.error.clone());
+            }
+            let Some(rx) = &self.source else { return FirstRecord::Empty(None) };
+            match rx.recv_timeout(deadline.saturating_duration_since(Instant::now())) {
+                Ok(msg) => self.take(msg),
+                Err(std::sync::mpsc::RecvTimeoutError::Timeout) => return FirstRecord::Waiting,
+                Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => self.take(FeedMsg::End(None)),
+            }
+        }
+    }
+
+    /// Seconds from the first record to the latest one seen (the whole recording once the input
+    /// has ended).
     pub fn length_s(&self) -> f64 {
-        self.records.last().map(|r| (r.ts_ns() - self.start_ns) as f64 / 1e9).unwrap_or(0.0)
+        self.span.map_or(0.0, |(a, b)| (b - a) as f64 / 1e9)
     }
 
-    /// Moves the virtual clock `real` * speed forward and applies everything now due.
+    /// Moves the virtual clock `real` * speed forward and applies everything now due. While the
+    /// input is open the clock stops at the latest record that has arrived.
     pub fn advance(&mut self, app: &mut App, real: Duration) {
         let Some(p) = app.playback.clone() else { return };
+        self.pull();
+        let Some((start, latest)) = self.span else {
+            if let Some(pb) = &mut app.playback {
+                (pb.waiting, pb.finished) = (!self.ended, self.ended);
+            }
+            return;
+        };
         if !p.paused {
             self.pos_ns += (real.as_secs_f64() * p.speed * 1e9) as u64;
         }
-        while let Some(r) = self.records.get(self.next).filter(|r| r.ts_ns() <= self.pos_ns) {
+        self.pos_ns = self.pos_ns.min(latest);
+        while let Some(r) = self.pending.front().filter(|r| r.ts_ns() <= self.pos_ns) {
             match r {
                 Record::Event(ev) => app.apply(ev),
                 Record::Stats(_, s) => app.stats = Some(s.clone()),
             }
-            self.next += 1;
+            self.pending.pop_front();
+            self.pull();
         }
-        let finished = self.next >= self.records.len();
-        if finished {
-            self.pos_ns = self.pos_ns.min(self.records.last().map(Record::ts_ns).unwrap_or(self.pos_ns));
-        }
+        let finished = self.ended && self.pending.is_empty();
         app.tick(self.pos_ns);
         if let Some(pb) = &mut app.playback {
             pb.finished = finished;
-            pb.position_s = (self.pos_ns - self.start_ns) as f64 / 1e9;
+            pb.waiting = !self.ended && self.pos_ns >= latest;
+            pb.position_s = self.pos_ns.saturating_sub(start) as f64 / 1e9;
+            pb.length_s = self.length_s();
+            pb.skipped = self.skipped.lines;
         }
     }
 }
@@ -144,7 +297,7 @@ pub enum Source {
     Replay(Feed),
 }
 
-pub async fn run(mut source: Source, mut app: App) -> Result<()> {
+pub async fn run(source: &mut Source, mut app: App) -> Result<()> {
     let mut sigterm = signal(SignalKind::terminate())?;
     let mut sigint = signal(SignalKind::interrupt())?;
     let mut dash = Dashboard::new()?;
@@ -155,7 +308,7 @@ pub async fn run(mut source: Source, mut app: App) -> Result<()> {
     loop {
         let mut redraw = false;
         let live_batch = async {
-            match &mut source {
+            match &mut *source {
                 Source::Live(live) => live.next_batch(|ev| app.apply(&ev)).await,
                 Source::Replay(_) => std::future::pending().await,
             }
@@ -171,14 +324,14 @@ pub async fn run(mut source: Source, mut app: App) -> Result<()> {
             _ = frame.tick() => {
                 let elapsed = last_frame.elapsed();
                 last_frame = Instant::now();
-                match &mut source {
+                match &mut *source {
                     Source::Live(_) => app.tick(Clock::monotonic_ns()),
                     Source::Replay(feed) => feed.advance(&mut app, elapsed),
                 }
                 redraw = true;
             }
             _ = stats_tick.tick() => {
-                if let Source::Live(live) = &mut source {
+                if let Source::Live(live) = &mut *source {
                     app.stats = Some(live.stats(app.table.len())?);
                 }
             }
@@ -195,13 +348,18 @@ pub async fn run(mut source: Source, mut app: App) -> Result<()> {
 pub async fn top(opts: &crate::kernel::loader::Options) -> Result<()> {
     let live = Live::start("bbrscope top", opts)?;
     let app = App::new("live", live.degraded().to_vec(), None);
-    run(Source::Live(Box::new(live)), app).await
+    run(&mut Source::Live(Box::new(live)), app).await
 }
 
-/// The dashboard over a recording.
-pub async fn replay(records: Vec<Record>, name: &str, speed: f64, paused: bool) -> Result<()> {
-    let feed = Feed::new(records);
-    let playback = Playback { speed, paused, finished: false, position_s: 0.0, length_s: feed.length_s() };
+/// The dashboard over a recording; the feed is handed back for what it skipped.
+pub async fn replay(feed: Feed, name: &str, speed: f64, paused: bool) -> Result<Feed> {
+    let mut playback = Playback::new(speed, paused);
+    playback.length_s = feed.length_s();
     let app = App::new(name, Vec::new(), Some(playback));
-    run(Source::Replay(feed), app).await
+    let mut source = Source::Replay(feed);
+    run(&mut source, app).await?;
+    match source {
+        Source::Replay(feed) => Ok(feed),
+        Source::Live(_) => unreachable!("a replay source stays one"),
+    }
 }

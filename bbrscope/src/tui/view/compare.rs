@@ -33,7 +33,13 @@ fn groups<'a>(app: &'a App, theme: &Theme) -> Vec<Group<'a>> {
             .map(|fl| Group { label: format!("{} {}", fl.cc, fl.dst), style: theme.cc(&fl.cc), flows: vec![fl] })
             .collect();
     }
-    let live: Vec<&Flow> = app.visible().into_iter().filter(|f| f.closed_ns.is_none()).collect();
+    // Flows still open; once a replay (or a demo round) has ended and every flow has closed,
+    // the closed ones that are still listed, so the comparison stays on screen.
+    let visible = app.visible();
+    let open: Vec<&Flow> = visible.iter().copied().filter(|f| f.closed_ns.is_none()).collect();
+    let algos_of =
+        |flows: &[&Flow]| flows.iter().map(|f| f.cc.as_str()).collect::<std::collections::BTreeSet<_>>().len();
+    let live = if algos_of(&open) >= 2 || algos_of(&visible) < 2 { open } else { visible };
     let mut algos: Vec<(String, usize)> = Vec::new();
     for fl in &live {
         match algos.iter_mut().find(|(cc, _)| *cc == fl.cc) {
@@ -137,11 +143,18 @@ pub fn draw(f: &mut Frame, area: Rect, app: &App, theme: &Theme) {
         .iter()
         .map(|g| Series::line(g.label.clone(), g.style, bucketed(&g.flows, since, now, buckets, &mbps, true)))
         .collect();
-    chart::draw(f, thr, " throughput (Mbit/s) ", &thr_series, window_s, &|v| format!("{v:.1}"), theme);
-    let srtt = |p: &crate::flow::Point| p.srtt_us.map(|v| v as f64 / 1e3);
-    let rtt_series: Vec<Series> = groups
+    // A start-up burst would flatten both lines: scale to the bulk and clip it.
+    let top = chart::quantile_top(thr_series.iter().flat_map(|s| s.points.iter().map(|p| p.1)), 0.95);
+    chart::draw(f, thr, " throughput (Mbit/s) ", &thr_series, window_s, top, theme);
+    let srtt_us = |p: &crate::flow::Point| p.srtt_us.map(f64::from);
+    let mut rtt_series: Vec<Series> = groups
         .iter()
-        .map(|g| Series::line(g.label.clone(), g.style, bucketed(&g.flows, since, now, buckets, &srtt, false)))
+        .map(|g| Series::line(g.label.clone(), g.style, bucketed(&g.flows, since, now, buckets, &srtt_us, false)))
         .collect();
-    chart::draw(f, rtt, " smoothed RTT (ms) ", &rtt_series, window_s, &|v| format!("{v:.1}"), theme);
+    let (unit, per) =
+        chart::time_unit(rtt_series.iter().flat_map(|s| s.points.iter().map(|p| p.1)).fold(0.0, f64::max));
+    for s in &mut rtt_series {
+        s.points.iter_mut().for_each(|p| p.1 /= per);
+    }
+    chart::draw(f, rtt, &format!(" smoothed RTT ({unit}) "), &rtt_series, window_s, None, theme);
 }

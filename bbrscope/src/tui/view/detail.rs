@@ -16,6 +16,13 @@ use crate::{
     tui::{app::App, fmt, theme::Theme},
 };
 
+/// Charts in the pane: cwnd, RTT, rates.
+pub const CHARTS: usize = 3;
+/// Rows a chart needs to show a shape (border, axis labels and at least five plotted rows).
+const MIN_CHART_ROWS: u16 = 8;
+/// The rate axis tops out a quarter above this quantile of throughput and delivery rate.
+const RATE_AXIS_QUANTILE: f64 = 0.9;
+
 /// Who owns the flow, as "nginx[812] accept netns 4026531840", where known.
 fn owner(flow: &Flow) -> Option<String> {
     let o = flow.life.owner.as_ref()?;
@@ -57,11 +64,6 @@ pub fn draw(f: &mut Frame, area: Rect, app: &App, theme: &Theme) {
     if charts.height < 5 {
         return;
     }
-    let areas: Vec<Rect> = if charts.width >= 150 {
-        Layout::horizontal([Constraint::Ratio(1, 3); 3]).split(charts).to_vec()
-    } else {
-        Layout::vertical([Constraint::Ratio(1, 3); 3]).split(charts).to_vec()
-    };
     let window_s = app.window_ns() as f64 / 1e9;
     let since = now.saturating_sub(app.window_ns());
     let pts: Vec<_> = flow.since(since).collect();
@@ -69,35 +71,62 @@ pub fn draw(f: &mut Frame, area: Rect, app: &App, theme: &Theme) {
         pts.iter().filter_map(|p| get(p).map(|v| (rel_s(p.ts_ns, now), v))).collect()
     };
 
-    let mut retrans = Vec::new();
-    let mut states = Vec::new();
-    for m in flow.marks.iter().filter(|m| m.ts_ns() >= since) {
-        match m {
-            Mark::Retransmit { ts_ns, cwnd, .. } => retrans.push((rel_s(*ts_ns, now), *cwnd as f64)),
-            Mark::State { ts_ns, cwnd, .. } => states.push((rel_s(*ts_ns, now), *cwnd as f64)),
+    // As many charts as fit at a readable height; the rest are a key (t) away.
+    let wide = charts.width >= 150;
+    let fit = if wide { CHARTS } else { (charts.height / MIN_CHART_ROWS).clamp(1, CHARTS as u16) as usize };
+    let shown: Vec<usize> = (0..fit).map(|i| (app.chart_tab + i) % CHARTS).collect();
+    let hint = if fit < CHARTS { "· t: next chart " } else { "" };
+    let areas: Vec<Rect> = if wide {
+        Layout::horizontal([Constraint::Ratio(1, 3); 3]).split(charts).to_vec()
+    } else {
+        Layout::vertical(vec![Constraint::Ratio(1, fit as u32); fit]).split(charts).to_vec()
+    };
+    for (&which, area) in shown.iter().zip(areas) {
+        match which {
+            0 => {
+                let mut retrans = Vec::new();
+                let mut states = Vec::new();
+                for m in flow.marks.iter().filter(|m| m.ts_ns() >= since) {
+                    match m {
+                        Mark::Retransmit { ts_ns, cwnd, .. } => retrans.push((rel_s(*ts_ns, now), *cwnd as f64)),
+                        Mark::State { ts_ns, cwnd, .. } => states.push((rel_s(*ts_ns, now), *cwnd as f64)),
+                    }
+                }
+                let cwnd = vec![
+                    Series::line("cwnd", theme.fg(Color::Cyan), xy(&|p| p.cwnd.map(f64::from))),
+                    Series::line("ssthresh", theme.fg(Color::Yellow), xy(&|p| p.ssthresh.map(f64::from))),
+                    Series::dots("retransmit", theme.fg(Color::Red), retrans),
+                    Series::dots("state change", theme.fg(Color::Magenta), states),
+                ];
+                let title = format!(" cwnd (packets) {hint}");
+                chart::draw(f, area, &title, &cwnd, window_s, None, theme);
+            }
+            1 => {
+                let max_us = pts.iter().filter_map(|p| p.srtt_us.max(p.min_rtt_us)).max().unwrap_or(0);
+                let (unit, per) = chart::time_unit(max_us as f64);
+                let rtt = vec![
+                    Series::line("srtt", theme.fg(Color::Green), xy(&|p| p.srtt_us.map(|v| v as f64 / per))),
+                    Series::line("min rtt", theme.fg(Color::Gray), xy(&|p| p.min_rtt_us.map(|v| v as f64 / per))),
+                ];
+                chart::draw(f, area, &format!(" RTT ({unit}) {hint}"), &rtt, window_s, None, theme);
+            }
+            _ => {
+                let mbps = |v: Option<u64>| v.map(|b| b as f64 / 1e6);
+                let rates = vec![
+                    Series::line("throughput", theme.fg(Color::White), xy(&|p| mbps(p.throughput_bps))),
+                    Series::line("delivery", theme.fg(Color::Green), xy(&|p| mbps(p.delivery_rate_bps))),
+                    Series::line("pacing", theme.fg(Color::Blue), xy(&|p| mbps(p.pacing_rate_bps))),
+                ];
+                // The axis follows what the flow moves (throughput and delivery rate), not the
+                // pacing rate, which starts out at thousands of Mbit/s before the first RTT sample.
+                let top = chart::quantile_top(
+                    rates[..2].iter().flat_map(|s| s.points.iter().map(|p| p.1)),
+                    RATE_AXIS_QUANTILE,
+                );
+                chart::draw(f, area, &format!(" rate (Mbit/s) {hint}"), &rates, window_s, top, theme);
+            }
         }
     }
-    let cwnd = vec![
-        Series::line("cwnd", theme.fg(Color::Cyan), xy(&|p| p.cwnd.map(f64::from))),
-        Series::line("ssthresh", theme.fg(Color::Yellow), xy(&|p| p.ssthresh.map(f64::from))),
-        Series::dots("retransmit", theme.fg(Color::Red), retrans),
-        Series::dots("state change", theme.fg(Color::Magenta), states),
-    ];
-    chart::draw(f, areas[0], " cwnd (packets) ", &cwnd, window_s, &|v| format!("{v:.0}"), theme);
-
-    let rtt = vec![
-        Series::line("srtt", theme.fg(Color::Green), xy(&|p| p.srtt_us.map(|v| v as f64 / 1e3))),
-        Series::line("min rtt", theme.fg(Color::Gray), xy(&|p| p.min_rtt_us.map(|v| v as f64 / 1e3))),
-    ];
-    chart::draw(f, areas[1], " RTT (ms) ", &rtt, window_s, &|v| format!("{v:.1}"), theme);
-
-    let mbps = |v: Option<u64>| v.map(|b| b as f64 / 1e6);
-    let rates = vec![
-        Series::line("throughput", theme.fg(Color::White), xy(&|p| mbps(p.throughput_bps))),
-        Series::line("delivery", theme.fg(Color::Green), xy(&|p| mbps(p.delivery_rate_bps))),
-        Series::line("pacing", theme.fg(Color::Blue), xy(&|p| mbps(p.pacing_rate_bps))),
-    ];
-    chart::draw(f, areas[2], " rate (Mbit/s) ", &rates, window_s, &|v| format!("{v:.1}"), theme);
 }
 
 fn state_line<'a>(flow: &Flow, theme: &Theme) -> Line<'a> {

@@ -71,14 +71,14 @@ pub fn draw(f: &mut Frame, area: Rect, app: &App, flows: &[&Flow], theme: &Theme
         Constraint::Min(16),
         Constraint::Length(6),
         Constraint::Length(6),
-        Constraint::Length(9),
+        Constraint::Length(10),
         Constraint::Length(6),
         Constraint::Length(15),
         Constraint::Length(6),
         Constraint::Min(13),
     ];
     if wide {
-        widths.splice(7..7, [Constraint::Length(9), Constraint::Length(9)]);
+        widths.splice(7..7, [Constraint::Length(10), Constraint::Length(9)]);
     }
     let title = Line::from(vec![
         Span::styled(" flows ", theme.title()),

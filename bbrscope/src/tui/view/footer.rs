@@ -13,6 +13,8 @@ pub fn draw(f: &mut Frame, area: Rect, app: &App, theme: &Theme) {
     if let Some(p) = &app.playback {
         let state = if p.finished {
             "end"
+        } else if p.waiting {
+            "waiting for input"
         } else if p.paused {
             "paused"
         } else {
@@ -22,6 +24,12 @@ pub fn draw(f: &mut Frame, area: Rect, app: &App, theme: &Theme) {
             format!(" replay {state} x{} {:.0}/{:.0}s ", p.speed, p.position_s, p.length_s),
             theme.title(),
         ));
+        if p.skipped > 0 {
+            spans.push(Span::styled(
+                format!("· {} unreadable line{} skipped ", p.skipped, if p.skipped == 1 { "" } else { "s" }),
+                theme.warn(),
+            ));
+        }
     }
     if let Some(s) = &app.stats {
         if !s.observer.is_empty() {

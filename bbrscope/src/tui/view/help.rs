@@ -27,7 +27,8 @@ pub fn draw(f: &mut Frame, area: Rect, theme: &Theme) {
         theme.dim(),
     ));
     lines.push(Line::styled(
-        "Units as ss -tin: packets, bits per second, milliseconds. Any key closes this help.",
+        "Units: cwnd in packets, rates in bit/s as tc prints them (Mbit/s), RTT in ms (µs below 1 ms). \
+         Any key closes this help.",
         theme.dim(),
     ));
     f.render_widget(Clear, popup);

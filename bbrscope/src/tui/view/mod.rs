@@ -14,6 +14,7 @@ use ratatui::{
     text::{Line, Span},
 };
 
+pub use self::detail::CHARTS;
 use super::{
     app::{App, View, WINDOWS},
     theme::Theme,
@@ -34,7 +35,10 @@ pub fn draw(f: &mut Frame, app: &App, theme: &Theme) {
             let [list, detail] =
                 Layout::vertical([Constraint::Length(rows.clamp(4, max_list.max(4))), Constraint::Min(0)]).areas(body);
             flows::draw(f, list, app, &flows, theme);
-            detail::draw(f, detail, app, theme);
+            // Only a listed flow (see App::keep_selection_visible; this holds between ticks too).
+            if app.selected.is_some_and(|id| flows.iter().any(|fl| fl.id == id)) {
+                detail::draw(f, detail, app, theme);
+            }
         }
         View::Compare => compare::draw(f, body, app, theme),
     }
