@@ -163,7 +163,13 @@ fn population(index: u8, rtt_ms: u64, loss: f64, port: u16) -> Population {
     let rate_bps = 20_000_000;
     let rtt = Duration::from_millis(rtt_ms);
     let bdp = (rate_bps as f64 / 8.0 * rtt.as_secs_f64()) as u64;
-    let cfg = LinkConfig { rate_bps, rtt, buffer_bytes: bdp.max(64 << 10), loss: LossSpec { rate: loss, burst: None }, seed: index as u64 };
+    let cfg = LinkConfig {
+        rate_bps,
+        rtt,
+        buffer_bytes: bdp.max(64 << 10),
+        loss: LossSpec { rate: loss, burst: None },
+        seed: index as u64,
+    };
     let link = Link::new(index, &cfg).expect("emulated path");
     let server = SocketAddr::new(link.sender_addr.into(), port);
     let listener = link.sender.run(move || Ok(TcpListener::bind(server)?)).unwrap();
@@ -203,4 +209,130 @@ fn load(p: &Population, threads: usize, sizes: &'static [usize], until: Instant)
             .collect();
         workers.into_iter().flat_map(|w| w.join().unwrap()).collect()
     })
+}
+
+/// Starts `bbrscope experiment ARGS` and waits until it says it runs; stdout is the report.
+fn start_experiment(args: &[&str]) -> std::process::Child {
+    let mut child =
+        bbrscope().arg("experiment").args(args).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
+    let mut err = BufReader::new(child.stderr.take().unwrap());
+    let mut line = String::new();
+    err.read_line(&mut line).unwrap();
+    assert!(line.contains("experiment running"), "{line}");
+    // Keep draining stderr so a later line cannot block the experiment.
+    thread::spawn(move || std::io::copy(&mut err, &mut std::io::sink()));
+    child
+}
+
+/// Ends the experiment with Ctrl-C and returns its JSON report.
+fn report_of(child: std::process::Child) -> Value {
+    // SAFETY: kill(2) on our own child's pid.
+    unsafe { libc::kill(child.id() as i32, libc::SIGINT) };
+    wait_report(child, Duration::from_secs(60))
+}
+
+/// Waits up to `timeout` for the experiment to end and returns its JSON report.
+fn wait_report(mut child: std::process::Child, timeout: Duration) -> Value {
+    let status = wait_timeout(&mut child, timeout).expect("experiment ends");
+    let mut out = String::new();
+    child.stdout.take().unwrap().read_to_string(&mut out).unwrap();
+    assert!(status.success(), "{status}: {out}");
+    serde_json::from_str(&out).unwrap_or_else(|e| panic!("not one JSON object ({e}): {out}"))
+}
+
+fn group<'a>(report: &'a Value, label: &str) -> &'a Value {
+    report["groups"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|g| g["label"] == label)
+        .unwrap_or_else(|| panic!("no group {label} in {}", report["groups"]))
+}
+
+#[test]
+fn bbr_wins_on_a_long_lossy_path_and_not_on_a_short_clean_one() {
+    require_root();
+    let _turn = turn();
+    let port = 20_000 + (std::process::id() % 10_000) as u16;
+    // 60 ms, 1% random loss (CUBIC is loss-limited there) vs 2 ms and clean; both 20 Mbit/s.
+    let lossy = population(60, 60, 0.01, port);
+    let clean = population(61, 2, 0.0, port);
+    let child = start_experiment(&[
+        "--arms",
+        "cubic,bbr",
+        "--port",
+        &port.to_string(),
+        "--duration",
+        "5m",
+        "--json",
+        "--no-guardrail",
+    ]);
+    let until = Instant::now() + Duration::from_secs(60);
+    const SIZES: &[usize] = &[20_000, 1_000_000];
+    let (lossy_log, clean_log) = thread::scope(|s| {
+        let l = s.spawn(|| load(&lossy, 3, SIZES, until));
+        let c = s.spawn(|| load(&clean, 1, SIZES, until));
+        (l.join().unwrap(), c.join().unwrap())
+    });
+    thread::sleep(Duration::from_secs(1));
+    let report = report_of(child);
+    for (name, log) in [("lossy", &lossy_log), ("clean", &clean_log)] {
+        assert!(log.iter().all(|(_, asked, got)| asked == got), "{name}: a response came back short");
+    }
+    // Every response the clients logged is one flow of the experiment, in one arm or the other.
+    let flows = report["arms"][0]["flows"].as_u64().unwrap() + report["arms"][1]["flows"].as_u64().unwrap();
+    assert_eq!(flows as usize, lossy_log.len() + clean_log.len(), "{}", report["arms"]);
+    assert_eq!(report["sample_ratio"]["mismatch"], false, "{}", report["sample_ratio"]);
+    let lossy_group = group(&report, "198.18.60.0/24");
+    assert_eq!(lossy_group["verdict"], "b_better", "{}", lossy_group["conclusion"]);
+    let clean_group = group(&report, "198.18.61.0/24");
+    assert_eq!(clean_group["verdict"], "no_difference", "{}", clean_group["conclusion"]);
+    drop((lossy, clean));
+}
+
+#[test]
+fn the_guardrail_stops_an_experiment_whose_arm_is_clearly_worse() {
+    require_root();
+    let _turn = turn();
+    let port = 30_000 + (std::process::id() % 10_000) as u16;
+    let lossy = population(62, 60, 0.02, port);
+    // Arm B is Reno on a lossy path: clearly slower than BBR.
+    let child = start_experiment(&[
+        "--arms",
+        "bbr,reno",
+        "--port",
+        &port.to_string(),
+        "--duration",
+        "5m",
+        "--json",
+        "--guardrail-pct",
+        "20",
+    ]);
+    let started = Instant::now();
+    let pid = child.id();
+    let until = Instant::now() + Duration::from_secs(150);
+    let stop = std::sync::atomic::AtomicBool::new(false);
+    thread::scope(|s| {
+        s.spawn(|| {
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) && Instant::now() < until {
+                let alive = std::path::Path::new(&format!("/proc/{pid}")).exists()
+                    && !std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default().contains(") Z ");
+                if !alive {
+                    break;
+                }
+                load(&lossy, 3, &[200_000], Instant::now() + Duration::from_secs(2));
+            }
+        });
+        // The report comes when the guardrail ends the experiment by itself.
+        let report = wait_report(child, Duration::from_secs(150));
+        stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        let why = report["stopped_by"].as_str().unwrap_or_default();
+        assert!(why.contains("guardrail"), "{why}; {}", report["arms"]);
+        assert!(started.elapsed() < Duration::from_secs(150));
+    });
+    // Nothing of the experiment is left: no program is held by its process any more (other
+    // bbrscope processes may be running on this machine, so only its own pid counts).
+    let progs = run("bpftool", &["prog", "show"]);
+    assert!(!progs.contains(&format!("bbrscope({pid})")), "{progs}");
+    drop(lossy);
 }

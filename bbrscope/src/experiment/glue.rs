@@ -4,9 +4,17 @@
 use std::path::{Path, PathBuf};
 
 use anyhow::Result;
+use serde::Serialize;
 
-use super::Observation;
-use crate::error::usage;
+use super::{
+    Observation,
+    analysis::{self, StopRule},
+    plot, report,
+};
+use crate::{
+    error::usage,
+    output::{self, outln},
+};
 
 pub struct Output {
     pub json: bool,
@@ -16,9 +24,14 @@ pub struct Output {
     pub stopped_by: Option<String>,
 }
 
+/// Flows per arm before the guardrail judges (as `--guardrail-pct`'s help says).
+const GUARDRAIL_MIN_FLOWS: usize = 30;
+
 /// Why the experiment must stop now, if an arm is clearly worse.
-pub fn guardrail(_obs: &[Observation], _pct: f64) -> Option<String> {
-    None
+pub fn guardrail(obs: &[Observation], pct: f64) -> Option<String> {
+    let rule = StopRule { max_worse_pct: pct, min_flows: GUARDRAIL_MIN_FLOWS, ..StopRule::default() };
+    let d = analysis::guardrail(obs, &rule, &analysis::arm_names(obs));
+    d.stop.then_some(d.reason)
 }
 
 /// `--plot` must be writable before the experiment runs, not found unwritable after.
@@ -34,11 +47,40 @@ pub fn check_plot_path(p: &Path) -> Result<()> {
     Ok(())
 }
 
+/// `--json`: the report with how the run ended.
+#[derive(Serialize)]
+struct JsonReport<'a> {
+    #[serde(flatten)]
+    report: &'a report::Report,
+    /// Null when it ran its course (duration or flow count reached).
+    stopped_by: Option<&'a str>,
+}
+
 pub fn finish(obs: &[Observation], out: &Output) -> Result<()> {
-    let a = obs.iter().filter(|o| o.arm == 0).count();
-    let b = obs.len() - a;
-    crate::output::guard(|| {
-        crate::output::outln!("flows: arm A {a}, arm B {b}; {}", out.stopped_by.as_deref().unwrap_or("completed"))?;
+    let opts = analysis::Options { split_b: out.requested_split_pct as f64 / 100.0, ..analysis::Options::default() };
+    let a = analysis::analyze(obs, &opts);
+    let rep = report::build(&a);
+    if let Some(p) = &out.plot {
+        plot::write(p, &plot::svg(obs, &a, 6))?;
+    }
+    output::guard(|| {
+        if out.json {
+            outln!("{}", serde_json::to_string(&JsonReport { report: &rep, stopped_by: out.stopped_by.as_deref() })?)?;
+            return Ok(());
+        }
+        if let Some(why) = &out.stopped_by {
+            outln!("{why}")?;
+        }
+        outln!("{}", rep.render_text().trim_end())?;
+        if out.recommend {
+            outln!()?;
+            if rep.recommend.commands.is_empty() {
+                outln!("recommended: nothing to apply")?;
+            }
+            for c in &rep.recommend.commands {
+                outln!("{c}")?;
+            }
+        }
         Ok(())
     })
 }
