@@ -79,6 +79,10 @@ fn every_connection_gets_an_arm_and_the_arms_algorithm() {
 
     let records: Vec<Value> =
         std::fs::read_to_string(&record).unwrap().lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    // The recording re-analysed offline (no kernel involved) counts the same flows per arm.
+    let out = bbrscope().args(["experiment", "--analyze", record.to_str().unwrap(), "--json"]).output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let offline: Value = serde_json::from_slice(&out.stdout).unwrap();
     let _ = std::fs::remove_file(&record);
     let summaries: Vec<&Value> = records.iter().filter(|r| r["type"] == "flow_summary").collect();
     // Every response the clients logged is one server-side flow with an arm, and nothing else.
@@ -100,6 +104,8 @@ fn every_connection_gets_an_arm_and_the_arms_algorithm() {
     }
     // 50/50 of 200: B's count within 4 standard deviations (sd = sqrt(200 * 0.25) ~ 7.1).
     let b = summaries.iter().filter(|s| s["arm"] == "b").count() as f64;
+    assert_eq!(offline["arms"][1]["flows"].as_u64(), Some(b as u64), "{}", offline["arms"]);
+    assert_eq!(offline["arms"][0]["flows"].as_u64(), Some(N as u64 - b as u64), "{}", offline["arms"]);
     assert!((b - 100.0).abs() < 4.0 * 7.1, "arm B got {b} of {N}");
     // The clients' own sockets (local port ephemeral) are not in the experiment.
     assert!(!summaries.iter().any(|s| s["dst"] == to.to_string()));
