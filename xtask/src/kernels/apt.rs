@@ -113,6 +113,11 @@ impl Apt {
             format!("Dir::Cache::srcpkgcache={r}/srcpkgcache.bin"),
             format!("Dir::State::status={r}/status"),
             "Acquire::Languages=none".into(),
+            // AppStream metadata (enabled by the host's apt.conf.d) is a third of the download.
+            "Acquire::IndexTargets::deb::DEP-11::DefaultEnabled=false".into(),
+            "Acquire::IndexTargets::deb::DEP-11-icons-small::DefaultEnabled=false".into(),
+            "Acquire::IndexTargets::deb::DEP-11-icons::DefaultEnabled=false".into(),
+            "Acquire::IndexTargets::deb::DEP-11-icons-hidpi::DefaultEnabled=false".into(),
             "APT::Architecture=amd64".into(),
             "Debug::NoLocking=1".into(),
         ]
