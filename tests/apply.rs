@@ -353,10 +353,12 @@ fn connect_from_cgroup(cgroup: &Path, to: SocketAddr) -> libc::pid_t {
         sin_addr: libc::in_addr { s_addr: u32::from(*to.ip()).to_be() },
         sin_zero: [0; 8],
     };
+    // SAFETY: the child only makes system calls and exits (see below), which is sound after fork.
     let pid = unsafe { libc::fork() };
     assert!(pid >= 0);
     if pid == 0 {
         // Only system calls between fork and exit.
+        // SAFETY: in the child right after fork: only async-signal-safe calls follow.
         unsafe {
             let f = libc::open(procs.as_ptr(), libc::O_WRONLY);
             if f < 0 || libc::write(f, b"0".as_ptr().cast(), 1) != 1 {
@@ -381,6 +383,7 @@ fn inside_and_outside(cgroup: &Path) -> (String, String) {
     let child = connect_from_cgroup(cgroup, addr);
     let _accepted = l.accept().unwrap();
     let inside = ss_algorithm(&format!("dport = :{}", addr.port()));
+    // SAFETY: kill and waitpid on the pid of the child this test forked.
     unsafe {
         libc::kill(child, libc::SIGKILL);
         libc::waitpid(child, std::ptr::null_mut(), 0);

@@ -335,7 +335,7 @@ fn owner_filters_select_by_process_and_namespace() {
     };
     let port = to.port().to_string();
     let mut mine = Stream::start(&["--port", &port, "--pid", &std::process::id().to_string()]);
-    let mut other_pid = Stream::start(&["--port", &port, "--pid", "1"]);
+    let other_pid = Stream::start(&["--port", &port, "--pid", "1"]);
     let mut in_a = Stream::start(&["--port", &port, "--netns", &format!("/run/netns/{}", link.a.name)]);
     let mut client = connect_in(&link.a, to);
     let client_addr = client.local_addr().unwrap();

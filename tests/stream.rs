@@ -339,6 +339,7 @@ fn detaches_everything_on_sigterm_and_exits_zero() {
     let progs = bpf_ids(pid, "prog_id:");
     assert!(progs.len() >= 4, "expected the four tracepoint programs, found {progs:?}");
     assert!(progs.iter().all(|&id| prog_exists(id)));
+    // SAFETY: kill(2) on our own child's pid.
     unsafe { libc::kill(pid as i32, libc::SIGTERM) };
     let child = stream;
     let (code, _, stderr) = {

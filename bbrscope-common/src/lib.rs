@@ -393,6 +393,9 @@ pub mod counter {
 #[cfg(feature = "user")]
 mod pod {
     use super::*;
+    // SAFETY: repr(C) structs of integers and arrays of them, with explicit padding fields: every
+    // bit pattern is valid and there are no pointers.
     unsafe impl aya::Pod for Config {}
+    // SAFETY: as above.
     unsafe impl aya::Pod for FieldSpec {}
 }

@@ -1,7 +1,9 @@
 //! Converting the kernel's CLOCK_MONOTONIC timestamps to wall-clock time.
 
 fn now(clock: libc::clockid_t) -> i128 {
+    // SAFETY: timespec is plain C data, valid when zeroed.
     let mut ts: libc::timespec = unsafe { std::mem::zeroed() };
+    // SAFETY: clock_gettime writes only the timespec passed, which outlives the call.
     unsafe { libc::clock_gettime(clock, &mut ts) };
     ts.tv_sec as i128 * 1_000_000_000 + ts.tv_nsec as i128
 }

@@ -312,6 +312,7 @@ fn head(h: &RecordHeader) -> Head {
 }
 
 fn read<T: Copy>(bytes: &[u8]) -> Option<T> {
+    // SAFETY: the length is checked first; read_unaligned copies the bytes of a plain-old-data record type.
     (bytes.len() >= size_of::<T>()).then(|| unsafe { std::ptr::read_unaligned(bytes.as_ptr().cast::<T>()) })
 }
 

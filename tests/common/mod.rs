@@ -19,6 +19,7 @@ use serde_json::Value;
 
 /// Root tests must run (CI runs as root); failing loudly beats skipping silently.
 pub fn require_root() {
+    // SAFETY: geteuid takes no arguments.
     let euid = unsafe { libc::geteuid() };
     assert_eq!(euid, 0, "this test loads BPF programs and creates network namespaces: run it as root");
 }
@@ -98,6 +99,7 @@ impl Stream {
 
     /// Sends SIGINT, waits for exit, and returns (exit code, records, stderr).
     pub fn stop(mut self) -> (i32, Vec<Value>, String) {
+        // SAFETY: kill(2) on our own child's pid.
         unsafe { libc::kill(self.child.id() as i32, libc::SIGINT) };
         let status = wait_timeout(&mut self.child, Duration::from_secs(10)).expect("bbrscope did not exit on SIGINT");
         self.reader.take().unwrap().join().unwrap();
@@ -146,6 +148,7 @@ pub fn set_cc(stream: &TcpStream, cc: &str) {
 /// connections it accepts).
 pub fn set_cc_fd(fd: std::os::fd::RawFd, cc: &str) {
     let r =
+        // SAFETY: the option value is `cc`'s bytes, with their length.
         unsafe { libc::setsockopt(fd, libc::IPPROTO_TCP, libc::TCP_CONGESTION, cc.as_ptr().cast(), cc.len() as u32) };
     assert_eq!(r, 0, "setsockopt(TCP_CONGESTION, {cc}): {}", std::io::Error::last_os_error());
 }
@@ -298,6 +301,7 @@ impl Netns {
         thread::scope(|s| {
             s.spawn(|| {
                 let ns = std::fs::File::open(&path).expect("open netns");
+                // SAFETY: setns on a descriptor this thread owns; it changes only this thread's namespace.
                 let r = unsafe { libc::setns(ns.as_raw_fd(), libc::CLONE_NEWNET) };
                 assert_eq!(r, 0, "setns: {}", std::io::Error::last_os_error());
                 f()

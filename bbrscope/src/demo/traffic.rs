@@ -87,6 +87,7 @@ impl BulkFlow {
         // SAFETY: tcp_info is plain old data; the kernel fills at most `len` bytes of it.
         let mut info: libc::tcp_info = unsafe { std::mem::zeroed() };
         let mut len = size_of::<libc::tcp_info>() as libc::socklen_t;
+        // SAFETY: getsockopt writes at most `len` bytes into `info`, which outlives the call.
         let ret = unsafe {
             libc::getsockopt(
                 self.stream.as_raw_fd(),

@@ -70,7 +70,9 @@ pub struct Cgroup {
 fn statfs_type(path: &Path) -> std::io::Result<i64> {
     use std::os::unix::ffi::OsStrExt as _;
     let c = std::ffi::CString::new(path.as_os_str().as_bytes())?;
+    // SAFETY: statfs is plain C data, valid when zeroed.
     let mut st: libc::statfs = unsafe { std::mem::zeroed() };
+    // SAFETY: `c` is a NUL-terminated path and `st` outlives the call.
     if unsafe { libc::statfs(c.as_ptr(), &mut st) } != 0 {
         return Err(std::io::Error::last_os_error());
     }

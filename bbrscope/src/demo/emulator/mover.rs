@@ -200,6 +200,7 @@ impl Pump {
         // SAFETY: plain syscalls; descriptors are owned immediately.
         let timer =
             owned(unsafe { libc::timerfd_create(libc::CLOCK_MONOTONIC, libc::TFD_NONBLOCK | libc::TFD_CLOEXEC) })?;
+        // SAFETY: epoll_create1 takes no pointers; the descriptor is owned right away.
         let epoll = owned(unsafe { libc::epoll_create1(libc::EPOLL_CLOEXEC) })?;
         for (fd, token) in [(&sender, SENDER), (&receiver, RECEIVER), (&timer, TIMER)] {
             let mut ev = libc::epoll_event { events: libc::EPOLLIN as u32, u64: token };
