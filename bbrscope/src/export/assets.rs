@@ -15,7 +15,9 @@ use crate::cli::Cli;
 pub fn write(dir: &Path) -> Result<()> {
     let man = dir.join("man");
     std::fs::create_dir_all(&man).with_context(|| format!("creating {}", man.display()))?;
-    let mut cmd = Cli::command();
+    // No pages or completions for clap's `help` subcommand (`bbrscope-help-stream.1`, ...):
+    // `bbrscope help X` still works, it just is not documented twice.
+    let mut cmd = Cli::command().disable_help_subcommand(true);
     // Subcommand pages name themselves `bbrscope-SUB` only once the tree is built.
     cmd.build();
     clap_mangen::generate_to(cmd.clone(), &man).with_context(|| format!("writing man pages to {}", man.display()))?;
