@@ -142,6 +142,7 @@ impl Stream {
     fn stop(mut self) -> Result<Output> {
         // Closes and their summaries reach userspace within a poll period; give it time under TCG.
         thread::sleep(Duration::from_millis(1500));
+        // SAFETY: kill(2) on our own child's pid (not yet reaped, so not reused) with no pointers.
         unsafe { libc::kill(self.child.id() as i32, libc::SIGINT) };
         let deadline = Instant::now() + Duration::from_secs(20);
         let status = loop {
@@ -167,6 +168,8 @@ fn read_lines(p: &PathBuf) -> Vec<String> {
 
 /// A client socket with its algorithm set before connect, as applications do.
 fn connect_cc(port: u16, cc: &str) -> Result<TcpStream> {
+    // SAFETY: the fd is fresh from socket() and owned by the TcpStream made right away; the
+    // option and address pointers are to live locals with the lengths passed.
     unsafe {
         let fd = libc::socket(libc::AF_INET, libc::SOCK_STREAM | libc::SOCK_CLOEXEC, 0);
         if fd < 0 {
@@ -204,6 +207,7 @@ fn connect_cc(port: u16, cc: &str) -> Result<TcpStream> {
 fn socket_cc(s: &impl AsRawFd) -> String {
     let mut buf = [0u8; 16];
     let mut len = buf.len() as libc::socklen_t;
+    // SAFETY: getsockopt into a local buffer whose length is passed; the fd is borrowed.
     let r = unsafe {
         libc::getsockopt(s.as_raw_fd(), libc::IPPROTO_TCP, libc::TCP_CONGESTION, buf.as_mut_ptr().cast(), &mut len)
     };
@@ -228,6 +232,7 @@ struct TcpInfo {
 fn tcp_info(s: &impl AsRawFd) -> Result<TcpInfo> {
     let mut buf = [0u8; 256];
     let mut len = buf.len() as libc::socklen_t;
+    // SAFETY: getsockopt into a local buffer whose length is passed; the fd is borrowed.
     let r = unsafe {
         libc::getsockopt(s.as_raw_fd(), libc::IPPROTO_TCP, libc::TCP_INFO, buf.as_mut_ptr().cast(), &mut len)
     };
