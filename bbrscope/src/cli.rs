@@ -14,7 +14,12 @@ use crate::{
 #[derive(Debug, Parser)]
 #[command(
     name = "bbrscope",
-    version,
+    version = concat!(
+        env!("CARGO_PKG_VERSION"),
+        " (commit ",
+        env!("BBRSCOPE_GIT_COMMIT"),
+        "; kernel side: sock_ops observer with socket storage, raw tracepoint fallback, BTF offsets at start-up)"
+    ),
     about = "Live TCP congestion-control observer (eBPF): see what CUBIC and BBR are doing to your flows",
     long_about = "Live TCP congestion-control observer (eBPF): see what CUBIC and BBR are doing to \
                   your flows.\n\nbbrscope attaches to the kernel's TCP tracepoints and reports, per \

@@ -321,7 +321,7 @@ impl ExportMetrics {
         build
             .get_or_create(&BuildLabels {
                 version: env!("CARGO_PKG_VERSION").to_string(),
-                commit: option_env!("BBRSCOPE_GIT_COMMIT").unwrap_or("unknown").to_string(),
+                commit: env!("BBRSCOPE_GIT_COMMIT").to_string(),
             })
             .set(1);
         r.register("bbrscope_build_info", "bbrscope's version and the git commit it was built from", build);
