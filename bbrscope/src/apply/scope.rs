@@ -74,18 +74,35 @@ pub fn resolve(spec: &Spec) -> Result<Vec<Scope>> {
         let cg = cgroup::resolve(path)?;
         return Ok(vec![Scope::Cgroup { path: cg.path, ino: cg.id }]);
     }
-    let prefix = spec.route.map(parse_prefix).transpose()?;
+    let prefixes = spec.route.map(parse_prefixes).transpose()?;
     let namespaces = match spec.netns {
         None => None,
         Some("all") => Some(netns::all()?),
         Some(name) => Some(vec![netns::resolve(name)?]),
     };
-    Ok(match (namespaces, prefix) {
+    Ok(match (namespaces, prefixes) {
         (None, None) => vec![Scope::System { netns: netns::current()? }],
-        (None, Some(prefix)) => vec![Scope::Route { netns: netns::current()?, prefix }],
+        (None, Some(prefixes)) => {
+            let netns = netns::current()?;
+            prefixes.into_iter().map(|prefix| Scope::Route { netns: netns.clone(), prefix }).collect()
+        }
         (Some(list), None) => list.into_iter().map(|netns| Scope::Netns { netns }).collect(),
-        (Some(list), Some(prefix)) => list.into_iter().map(|netns| Scope::Route { netns, prefix }).collect(),
+        (Some(list), Some(prefixes)) => list
+            .into_iter()
+            .flat_map(|netns| prefixes.iter().map(move |&prefix| Scope::Route { netns: netns.clone(), prefix }))
+            .collect(),
     })
+}
+
+/// One prefix or several separated by commas (e.g. the prefixes an experiment found to gain):
+/// each is its own scope, checked, changed, verified and recorded on its own.
+pub fn parse_prefixes(s: &str) -> Result<Vec<IpNet>> {
+    let prefixes: Vec<IpNet> =
+        s.split(',').map(str::trim).filter(|p| !p.is_empty()).map(parse_prefix).collect::<Result<_>>()?;
+    if prefixes.is_empty() {
+        usage!("--route needs a prefix such as 203.0.113.0/24 (several separated by commas)");
+    }
+    Ok(prefixes)
 }
 
 /// A route prefix in CIDR form, with no host bits set (as `ip route` demands).
@@ -103,6 +120,14 @@ pub fn parse_prefix(s: &str) -> Result<IpNet> {
 mod tests {
     use super::*;
     use crate::error::UsageError;
+
+    #[test]
+    fn a_route_list_is_one_scope_per_prefix() {
+        let p = parse_prefixes("203.0.113.0/24, 2001:db8::/32,").unwrap();
+        assert_eq!(p.iter().map(|n| n.to_string()).collect::<Vec<_>>(), ["203.0.113.0/24", "2001:db8::/32"]);
+        assert!(parse_prefixes("203.0.113.0/24,203.0.113.7/24").is_err());
+        assert!(parse_prefixes(",").is_err());
+    }
 
     #[test]
     fn prefixes_must_be_clean_cidr() {

@@ -31,8 +31,9 @@ pub struct ScopeArgs {
     /// A cgroup v2 directory: new TCP connections of its processes get the algorithm
     #[arg(long, value_name = "PATH")]
     pub cgroup: Option<PathBuf>,
-    /// A route prefix such as 203.0.113.0/24: that route's congctl (with --netns: in that namespace)
-    #[arg(long, value_name = "PREFIX")]
+    /// A route prefix such as 203.0.113.0/24, or several separated by commas: each route's congctl
+    /// (with --netns: in that namespace)
+    #[arg(long, value_name = "PREFIX[,PREFIX...]")]
     pub route: Option<String>,
     /// Stand-in for / when reading and writing files (tests)
     #[arg(long, hide = true, default_value = "/")]
