@@ -46,13 +46,16 @@ pub fn current() -> Result<Netns> {
     Ok(Netns { label: "this namespace".into(), path, ino })
 }
 
-/// The initial network namespace's inode number: fixed by the kernel (PROC_NET_INIT_INO, 3.8+),
-/// so it is recognised even from inside a container whose PID 1 lives elsewhere.
+/// The initial network namespace's inode number on kernels that fix it (PROC_NET_INIT_INO);
+/// older ones (5.10, 6.1, 6.12 in the kernel matrix) allocate it like any other.
 const INITIAL_NETNS_INO: u64 = 0xEFFF_FFF9;
 
-/// Whether `ns` is the host's initial namespace.
+/// Whether `ns` is the host's initial namespace: the fixed inode, or, outside a container, the
+/// namespace of PID 1 (inside a container PID 1 is the container's init, in the container's
+/// namespace).
 pub fn is_initial(ns: &Netns) -> bool {
     ns.ino == INITIAL_NETNS_INO
+        || (!is_container() && ino_of(Path::new("/proc/1/ns/net")).is_ok_and(|pid1| pid1 == ns.ino))
 }
 
 /// Signs of running inside a container (Docker, Podman, systemd-nspawn, LXC).

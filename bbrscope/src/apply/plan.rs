@@ -233,6 +233,16 @@ fn default_cc(p: &mut Plan, netns: &Netns, opts: &Options, host: &Host) -> Resul
         }
     } else {
         p.check(Level::Ok, "allowed", format!("{} is {}", sysctl::ALLOWED, allowed.join(" ")));
+        if !allowed.contains(&algo) {
+            // The kernel puts a new default on the allowed list by itself; recorded as a change
+            // of bbrscope's so that revert takes it off again.
+            p.changes.push(Change::Sysctl {
+                netns: netns.clone(),
+                key: sysctl::ALLOWED.into(),
+                from: allowed.join(" "),
+                to: [allowed.clone(), vec![algo.clone()]].concat().join(" "),
+            });
+        }
     }
     p.changes.push(Change::Sysctl { netns: netns.clone(), key: sysctl::CC.into(), from: current, to: algo });
     Ok(())
