@@ -52,6 +52,9 @@ struct Namespace {
     routes_with_congctl: Vec<RouteCc>,
     /// Live TCP connections per algorithm (a sock_diag snapshot, as `ss -ti` sees them).
     flows: BTreeMap<String, u64>,
+    /// Why `flows` could not be read (e.g. no tcp_diag module), when it could not.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    flows_unknown: Option<String>,
 }
 
 #[derive(Serialize)]
@@ -103,6 +106,7 @@ fn namespace(ns: &Netns, state: &State) -> Result<Namespace> {
         })
         .collect();
     netns::run(ns, || {
+        let flows = diag::flows_by_algorithm();
         Ok(Namespace {
             namespace: ns.label.clone(),
             initial: netns::is_initial(ns),
@@ -118,7 +122,8 @@ fn namespace(ns: &Netns, state: &State) -> Result<Namespace> {
                     congctl: r.cc.unwrap_or_default(),
                 })
                 .collect(),
-            flows: diag::flows_by_algorithm()?,
+            flows: flows.as_ref().cloned().unwrap_or_default(),
+            flows_unknown: flows.err().map(|e| format!("{e:#} (is the tcp_diag module loaded?)")),
         })
     })
 }
@@ -266,6 +271,9 @@ fn print_namespace(n: &Namespace) -> Result<(), OutputError> {
     for r in &n.routes_with_congctl {
         let by = if r.by_bbrscope { " (set by bbrscope)" } else { "" };
         outln!("  route            {} congctl {}{by}", r.route, r.congctl)?;
+    }
+    if let Some(why) = &n.flows_unknown {
+        return outln!("  live flows       unknown: {why}");
     }
     let flows: Vec<String> = n.flows.iter().map(|(k, v)| format!("{k} {v}")).collect();
     outln!("  live flows       {}", if flows.is_empty() { "none".into() } else { flows.join(", ") })
