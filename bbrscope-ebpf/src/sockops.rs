@@ -168,7 +168,7 @@ fn on_rtt(ops: &bpf_sock_ops, sk: *mut bpf_sock) {
             records::cong_state(s.sk, &mut s.flow, state, now_ns());
         }
     }
-    let now = if has_flag(config_flags::SOCKOPS_COARSE_CLOCK) { coarse_ns() } else { now_ns() };
+    let now = sample_clock();
     if now < s.next_sample_coarse_ns {
         return;
     }
@@ -311,6 +311,9 @@ fn on_established(ctx: &SockOpsContext, ops: &bpf_sock_ops, sk: *mut bpf_sock) {
     // The handshake's own sequence number: only data acked after this counts as sending.
     s.flow.last_bytes_acked = ops.bytes_acked;
     s.srtt_first = ops.srtt_us;
+    // The first periodic sample one interval in: a response shorter than that is reported by
+    // its close sample and summary alone (fewer records per short flow), and BBR has run by then.
+    s.next_sample_coarse_ns = sample_clock() + interval_ns();
     let _ = ctx.set_cb_flags((ops.bpf_sock_ops_cb_flags | OUR_CB_FLAGS) as i32);
     open(ctx, s);
 }
@@ -357,6 +360,13 @@ fn assign_arm(ctx: &SockOpsContext, s: &mut SockFlow) {
     } else {
         count(counter::ARM_FAILED);
     }
+}
+
+/// The clock samples are paced by: the coarse one where sock_ops programs may read it (a few
+/// loads), else the precise one.
+#[inline(always)]
+fn sample_clock() -> u64 {
+    if has_flag(config_flags::SOCKOPS_COARSE_CLOCK) { coarse_ns() } else { now_ns() }
 }
 
 /// Starts the flow's state in fresh (or inherited) storage.

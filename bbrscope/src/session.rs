@@ -37,6 +37,17 @@ impl OwnerFilter {
     }
 }
 
+/// A flow opened but not shown yet, and what happened to it meanwhile (retransmits, state
+/// changes before its first sample): shown, in order, with that sample.
+struct Pending {
+    open: Box<OpenEvent>,
+    held: Vec<Event>,
+}
+
+/// Events held per pending flow; beyond this the oldest are dropped (the flow's summary still
+/// counts every retransmission).
+const HELD_PER_FLOW: usize = 256;
+
 /// Whether a flow sent any data (beyond its SYN and FIN).
 fn sent_data(m: &Metrics) -> bool {
     match (m.bytes_sent, m.bytes_acked) {
@@ -61,9 +72,8 @@ pub struct Live {
     /// sock_ops path: OPEN records held back until the flow's first sample. The kernel samples a
     /// flow only once it sends (and only while its algorithm passes `--cc`), so a socket that
     /// only ever receives, or never runs the asked-for algorithm, is never shown.
-    pending: HashMap<u64, Box<OpenEvent>>,
+    pending: HashMap<u64, Pending>,
     owner_filtered: u64,
-    cc_filter: Option<String>,
     /// sock_ops path: connections open before bbrscope attached, polled through sock_diag.
     existing: Option<Existing>,
     poll: tokio::time::Interval,
@@ -118,7 +128,6 @@ impl Live {
             open_flows: HashSet::new(),
             pending: HashMap::new(),
             owner_filtered: 0,
-            cc_filter: opts.filter.cc.clone(),
             existing,
             poll,
         })
@@ -147,7 +156,7 @@ impl Live {
                     return Ok(());
                 }
                 r = Self::drain_ring(&mut self.observer, &self.layout, &mut self.records, &mut self.open_flows,
-                    &mut self.pending, &self.owner_filter, &mut self.owner_filtered, self.cc_filter.as_ref(), &mut f) => return r,
+                    &mut self.pending, &self.owner_filter, &mut self.owner_filtered, &mut f) => return r,
             }
         }
         Self::drain_ring(
@@ -158,7 +167,6 @@ impl Live {
             &mut self.pending,
             &self.owner_filter,
             &mut self.owner_filtered,
-            self.cc_filter.as_ref(),
             &mut f,
         )
         .await
@@ -170,10 +178,9 @@ impl Live {
         layout: &Layout,
         records: &mut u64,
         open_flows: &mut HashSet<u64>,
-        pending: &mut HashMap<u64, Box<OpenEvent>>,
+        pending: &mut HashMap<u64, Pending>,
         filter: &OwnerFilter,
         filtered: &mut u64,
-        cc_filter: Option<&String>,
         f: &mut impl FnMut(Event),
     ) -> Result<()> {
         let decoder = Decoder { layout };
@@ -189,7 +196,7 @@ impl Live {
                 match ev {
                     Event::Open(o) => {
                         if filter.passes(&o.owner) {
-                            pending.insert(id, o);
+                            pending.insert(id, Pending { open: o, held: Vec::new() });
                         } else {
                             *filtered += 1;
                         }
@@ -200,12 +207,13 @@ impl Live {
                             // flow this host sends on, at least not yet.
                             return;
                         }
-                        if let Some(mut open) = pending.remove(&id) {
+                        if let Some(Pending { mut open, held }) = pending.remove(&id) {
                             // The algorithm the flow first sent with (an application may set it
                             // after connect()).
                             open.cc.clone_from(&s.cc);
                             open_flows.insert(id);
                             f(Event::Open(open));
+                            held.into_iter().for_each(&mut *f);
                         }
                         if open_flows.contains(&id) {
                             f(Event::Sample(s));
@@ -218,14 +226,15 @@ impl Live {
                         }
                     }
                     ev if open_flows.contains(&id) => f(ev),
-                    // A retransmission or a congestion-state change means the flow sends: it is
-                    // shown from here if its algorithm passes `--cc` (its sample may come later).
+                    // A retransmission or a state change before the flow's first sample: held
+                    // until it (the sample says which algorithm the flow runs, and a flow that
+                    // never passes `--cc` never has one).
                     ev => {
-                        let passes = pending.get(&id).is_some_and(|o| cc_filter.is_none_or(|cc| &o.cc == cc));
-                        if let Some(open) = passes.then(|| pending.remove(&id)).flatten() {
-                            open_flows.insert(id);
-                            f(Event::Open(open));
-                            f(ev);
+                        if let Some(p) = pending.get_mut(&id) {
+                            if p.held.len() >= HELD_PER_FLOW {
+                                p.held.remove(0);
+                            }
+                            p.held.push(ev);
                         }
                     }
                 }
