@@ -42,7 +42,8 @@ fn git_commit() {
         for f in ["HEAD", "refs"] {
             println!("cargo::rerun-if-changed={dir}/../.git/{f}");
         }
-        let out = std::process::Command::new("git").args(["-C", dir, "rev-parse", "--short=12", "HEAD"]).output().ok()?;
+        let out =
+            std::process::Command::new("git").args(["-C", dir, "rev-parse", "--short=12", "HEAD"]).output().ok()?;
         out.status.success().then(|| String::from_utf8_lossy(&out.stdout).trim().to_string())
     });
     println!("cargo::rustc-env=BBRSCOPE_GIT_COMMIT={}", commit.unwrap_or_else(|| "unknown".into()));

@@ -353,7 +353,13 @@ fn assign_arm(ctx: &SockOpsContext, s: &mut SockFlow) {
     // SAFETY: a sock_ops context at an established callback, where the kernel allows setting
     // TCP_CONGESTION; `name` is a readable NUL-padded buffer of the length passed.
     let err = unsafe {
-        bpf_setsockopt(ctx.ops as *mut c_void, SOL_TCP, TCP_CONGESTION, name.as_mut_ptr() as *mut c_void, CC_NAME_LEN as i32)
+        bpf_setsockopt(
+            ctx.ops as *mut c_void,
+            SOL_TCP,
+            TCP_CONGESTION,
+            name.as_mut_ptr() as *mut c_void,
+            CC_NAME_LEN as i32,
+        )
     };
     if err == 0 {
         s.arm = arm as u8 + 1;

@@ -399,7 +399,10 @@ struct SockopsHelpers {
 /// Asks the kernel which helpers sock_ops programs may call: newer kernels allow more (the
 /// current process's ids since about 6.10, its command name later, the coarse clock since 5.11).
 fn sockops_helpers() -> SockopsHelpers {
-    use aya::{programs::ProgramType, sys::{BpfHelper, is_helper_supported}};
+    use aya::{
+        programs::ProgramType,
+        sys::{BpfHelper, is_helper_supported},
+    };
     let has = |h: BpfHelper| is_helper_supported(ProgramType::SockOps, h).unwrap_or(false);
     let required = [
         (BpfHelper::BPF_FUNC_sk_storage_get, "bpf_sk_storage_get"),
