@@ -239,7 +239,8 @@ fn escape(s: &str) -> String {
     s.replace('&', "&amp;").replace('<', "&lt;").replace('>', "&gt;")
 }
 
-fn png(svg: &str) -> Result<Vec<u8>> {
+/// Rasterises an SVG figure to PNG with the system's fonts (the demo's and the experiment's).
+pub(crate) fn png(svg: &str) -> Result<Vec<u8>> {
     let mut opt = resvg::usvg::Options::default();
     opt.fontdb_mut().load_system_fonts();
     if opt.fontdb.is_empty() {

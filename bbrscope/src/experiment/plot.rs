@@ -5,7 +5,7 @@
 
 use std::{fmt::Write as _, path::Path};
 
-use anyhow::{Context as _, Result, bail};
+use anyhow::{Context as _, Result};
 
 use super::{
     Observation,
@@ -32,7 +32,7 @@ const STYLE: [(&str, &str); 2] = [("#d62728", ""), ("#1f77b4", r#" stroke-dashar
 /// a path before a run).
 pub fn write(path: &Path, svg: &str) -> Result<()> {
     let bytes = if path.extension().is_some_and(|e| e.eq_ignore_ascii_case("png")) {
-        png(svg)?
+        crate::demo::plot::png(svg)?
     } else {
         svg.as_bytes().to_vec()
     };
@@ -209,23 +209,6 @@ fn escape(s: &str) -> String {
 }
 
 /// The same rasterisation as the demo's figure (`demo::plot::png` is private to it).
-fn png(svg: &str) -> Result<Vec<u8>> {
-    let mut opt = resvg::usvg::Options::default();
-    opt.fontdb_mut().load_system_fonts();
-    if opt.fontdb.is_empty() {
-        eprintln!(
-            "bbrscope: warning: no system fonts found; the PNG has no labels (install fonts-dejavu-core, or use .svg)"
-        );
-    }
-    let tree = resvg::usvg::Tree::from_str(svg, &opt).context("parsing the figure")?;
-    let size = tree.size().to_int_size();
-    let Some(mut pixmap) = resvg::tiny_skia::Pixmap::new(size.width(), size.height()) else {
-        bail!("cannot allocate a {}x{} image", size.width(), size.height());
-    };
-    resvg::render(&tree, resvg::tiny_skia::Transform::default(), &mut pixmap.as_mut());
-    pixmap.encode_png().context("encoding the PNG")
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
