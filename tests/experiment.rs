@@ -304,8 +304,11 @@ fn bbr_wins_on_a_long_lossy_path_and_not_on_a_short_clean_one() {
     let lossy_large = large("198.18.60.0/24");
     assert_eq!(lossy_large["diff"]["significant"], true, "{lossy_large}");
     assert!(lossy_large["diff"]["high"].as_f64().unwrap() < 0.0, "BBR (B) faster: {lossy_large}");
+    // On the clean path both fill the link: no significant difference, or (the 5% of runs where
+    // chance alone flags one) a negligible one.
     let clean_large = large("198.18.61.0/24");
-    assert_eq!(clean_large["diff"]["significant"], false, "{clean_large}");
+    let d = &clean_large["diff"];
+    assert!(d["significant"] == false || d["estimate"].as_f64().unwrap().abs() < 10.0, "{clean_large}");
     drop((lossy, clean));
 }
 
