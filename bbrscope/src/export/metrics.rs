@@ -382,7 +382,10 @@ impl ExportMetrics {
                 add(&self.retrans_segments, now.retrans_segs, base.retrans_segs);
                 add(&self.data_segments_sent, now.data_segs_out, base.data_segs_out);
             }
-            if let Some(mode) = &before.bbr_mode {
+            // The time since the previous sample goes to the mode seen then; before a flow's first
+            // sample (a short flow may only have its close sample), to the mode seen now.
+            let mode = before.bbr_mode.clone().or_else(|| s.metrics.bbr.as_ref().and_then(|b| b.mode.clone()));
+            if let Some(mode) = &mode {
                 let dt = s.head.ts_ns.saturating_sub(before.sample_ns) as f64 / 1e9;
                 let labels = CcModeLabels { cc: cc.cc.clone(), mode: mode.clone() };
                 self.bbr_mode_seconds.get_or_create(&labels).inc_by(dt);
