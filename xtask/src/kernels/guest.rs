@@ -530,8 +530,8 @@ fn check_vs_kernel(out: &Output, b: &Bulk) -> Result<(bool, String)> {
 }
 
 /// sum(retransmit.segs) + sum(retrans_coalesced) over samples and the close must equal what the
-/// socket itself counted (TCP_INFO total_retrans after the last ACK), less what the first sample
-/// already showed.
+/// socket itself counted (TCP_INFO total_retrans after the last ACK), less what came before the
+/// observer's view began.
 fn check_retrans(out: &Output, b: &Bulk) -> Result<(bool, String)> {
     let src = b.local.to_string();
     let segs: u64 = out.flow("retransmit", &src).iter().filter_map(|r| r["segs"].as_u64()).sum();
@@ -541,7 +541,12 @@ fn check_retrans(out: &Output, b: &Bulk) -> Result<(bool, String)> {
         .filter(|r| r["src"] == src.as_str() && (r["type"] == "sample" || r["type"] == "flow_close"))
         .filter_map(|r| r["retrans_coalesced"].as_u64())
         .sum();
-    let first = out.flow("sample", &src).first().and_then(|r| r["retrans_total"].as_u64()).unwrap_or(0);
+    // The sock_ops observer reports from the flow's start (its summary says what came before it
+    // was established and what never left the host); the tracepoint one from its first sample.
+    let first = match out.flow("flow_summary", &src).first() {
+        Some(s) => s["retrans_at_open"].as_u64().unwrap_or(0) + s["retrans_failed"].as_u64().unwrap_or(0),
+        None => out.flow("sample", &src).first().and_then(|r| r["retrans_total"].as_u64()).unwrap_or(0),
+    };
     let last_total = out
         .records
         .iter()
@@ -553,7 +558,7 @@ fn check_retrans(out: &Output, b: &Bulk) -> Result<(bool, String)> {
     Ok((
         pass,
         format!(
-            "segs {segs} + coalesced {coalesced} vs TCP_INFO total_retrans {truth} - first sample {first}; \
+            "segs {segs} + coalesced {coalesced} vs TCP_INFO total_retrans {truth} - before the view {first}; \
              last record retrans_total {last_total:?}"
         ),
     ))
