@@ -20,6 +20,7 @@ pub mod flow;
 pub mod kernel;
 pub mod output;
 pub mod replay;
+pub mod rng;
 pub mod session;
 pub mod sink;
 pub mod stats;

@@ -1,29 +1,7 @@
-//! Random loss, seeded: Bernoulli, or bursty Gilbert–Elliott. The generator is written out here
-//! (SplitMix64) rather than taken from a crate so a seed reproduces the same losses whatever
-//! crate versions a build resolves to.
+//! Random loss, seeded: Bernoulli, or bursty Gilbert–Elliott; the same seed gives the same losses
+//! (see [`crate::rng`]).
 
-/// A small, fast, statistically sound 64-bit generator (Steele, Lea & Flood 2014).
-#[derive(Clone, Debug)]
-pub struct SplitMix64(u64);
-
-impl SplitMix64 {
-    pub fn new(seed: u64) -> Self {
-        SplitMix64(seed)
-    }
-
-    pub fn next_u64(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-
-    /// Uniform in [0, 1).
-    pub fn unit(&mut self) -> f64 {
-        (self.next_u64() >> 11) as f64 / (1u64 << 53) as f64
-    }
-}
+use crate::rng::Rng;
 
 /// What the user asked for.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -61,7 +39,7 @@ fn gilbert_enter_bad(rate: f64, burst: f64) -> f64 {
 /// Decides, packet by packet, which are lost.
 #[derive(Clone, Debug)]
 pub struct Loss {
-    rng: SplitMix64,
+    rng: Rng,
     kind: Kind,
 }
 
@@ -86,16 +64,16 @@ impl Loss {
                 Kind::Gilbert { enter_bad: gilbert_enter_bad(spec.rate, burst), leave_bad: 1.0 / burst, bad: false }
             }
         };
-        Loss { rng: SplitMix64::new(seed), kind }
+        Loss { rng: Rng::new(seed), kind }
     }
 
     /// Whether the next packet is lost.
     pub fn drop_next(&mut self) -> bool {
         match &mut self.kind {
             Kind::None => false,
-            Kind::Bernoulli(p) => self.rng.unit() < *p,
+            Kind::Bernoulli(p) => self.rng.uniform() < *p,
             Kind::Gilbert { enter_bad, leave_bad, bad } => {
-                let u = self.rng.unit();
+                let u = self.rng.uniform();
                 *bad = if *bad { u >= *leave_bad } else { u < *enter_bad };
                 *bad
             }
@@ -115,16 +93,6 @@ mod tests {
     fn mean_burst(drops: &[bool]) -> f64 {
         let bursts = drops.windows(2).filter(|w| w[1] && !w[0]).count() + usize::from(drops[0]);
         drops.iter().filter(|&&d| d).count() as f64 / bursts as f64
-    }
-
-    #[test]
-    fn unit_is_uniform() {
-        let mut r = SplitMix64::new(7);
-        let n = 100_000;
-        let xs: Vec<f64> = (0..n).map(|_| r.unit()).collect();
-        assert!(xs.iter().all(|&x| (0.0..1.0).contains(&x)));
-        let mean = xs.iter().sum::<f64>() / n as f64;
-        assert!((mean - 0.5).abs() < 0.005, "{mean}");
     }
 
     #[test]
