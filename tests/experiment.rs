@@ -122,7 +122,7 @@ fn bad_input_is_refused_before_anything_is_attached() {
         (&["--arms", "cubic,bbr", "--split", "100"], "split"),
         (&["--arms", "cubic,bbr", "--duration", "10d"], "duration"),
         (&["--arms", "cubic,bbr", "--dst", "10.0.0.0/33"], "CIDR"),
-        (&["--arms", "cubic,bbr", "--plot", "/no/such/dir/x.svg"], "does not exist"),
+        (&["--arms", "cubic,bbr", "--plot", "/no/such/dir/x.svg"], "no directory /no/such/dir"),
         (&["--arms", "cubic,bbr", "--duration", "1m", "--flows", "10"], "cannot be used with"),
     ];
     for (args, needle) in cases {

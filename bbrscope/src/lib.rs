@@ -15,6 +15,7 @@ pub mod error;
 pub mod event;
 pub mod experiment;
 pub mod export;
+pub mod figure;
 pub mod filter;
 pub mod flow;
 pub mod kernel;

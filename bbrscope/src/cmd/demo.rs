@@ -147,7 +147,7 @@ pub async fn run(args: DemoArgs) -> Result<()> {
         );
     }
     if let Some(p) = &args.plot
-        && let Err(e) = plot::check_path(p)
+        && let Err(e) = crate::figure::check_path(p)
     {
         usage!("{e}");
     }

@@ -5,9 +5,10 @@
 
 use std::{fmt::Write as _, path::Path};
 
-use anyhow::{Context as _, Result, bail};
+use anyhow::Result;
 
 use super::{run::FlowRun, units::fmt_rate};
+use crate::figure::{self, Area, escape};
 
 const WIDTH: f64 = 960.0;
 const HEIGHT: f64 = 860.0;
@@ -32,38 +33,9 @@ fn colour(cc: &str, i: usize) -> &'static str {
     }
 }
 
-/// Whether `path` names a format this module can write and can be written, checked before
-/// anything runs (a run takes minutes; finding out at the end loses it).
-pub fn check_path(path: &Path) -> Result<(), String> {
-    match path.extension().and_then(|e| e.to_str()).map(str::to_ascii_lowercase).as_deref() {
-        Some("svg" | "png") => {}
-        _ => return Err(format!("--plot {}: the file must end in .svg or .png", path.display())),
-    }
-    if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty())
-        && !dir.is_dir()
-    {
-        return Err(format!("--plot {}: no directory {}", path.display(), dir.display()));
-    }
-    // Opening for append proves the file can be written without truncating one that exists; a
-    // file made only for the test is removed again.
-    let existed = path.exists();
-    match std::fs::OpenOptions::new().append(true).create(true).open(path) {
-        Ok(_) => {
-            if !existed {
-                let _ = std::fs::remove_file(path);
-            }
-            Ok(())
-        }
-        Err(e) => Err(format!("--plot {}: cannot write it: {e}", path.display())),
-    }
-}
-
 /// Writes the chart of `runs` (one round) to `path`, as SVG or PNG by its extension.
 pub fn write(path: &Path, title: &str, duration_s: f64, runs: &[&FlowRun]) -> Result<()> {
-    let svg = svg(title, duration_s, runs);
-    let bytes =
-        if path.extension().is_some_and(|e| e.eq_ignore_ascii_case("png")) { png(&svg)? } else { svg.into_bytes() };
-    std::fs::write(path, bytes).with_context(|| format!("writing {}", path.display()))
+    figure::write(path, &svg(title, duration_s, runs))
 }
 
 /// One panel: time on x, `value` of each flow's samples on y.
@@ -166,36 +138,14 @@ fn draw_panel(s: &mut String, panel: &Panel, duration_s: f64, runs: &[&FlowRun])
         series.iter().flatten().map(|p| p.1).chain(averages.iter().copied()).fold(0.0f64, f64::max).max(1.0) * 1.05;
     let x_of = |t: f64| LEFT + t / duration_s * w;
     let y_of = |v: f64| top + h - v / ymax * h;
+    let area = Area { x: LEFT, y: top, w, h };
     for v in ticks(ymax) {
-        let y = y_of(v);
-        let _ = writeln!(
-            s,
-            r##"<line x1="{LEFT}" y1="{y:.1}" x2="{:.1}" y2="{y:.1}" stroke="#e5e5e5"/><text x="{:.1}" y="{:.1}" text-anchor="end">{}</text>"##,
-            LEFT + w,
-            LEFT - 6.0,
-            y + 4.0,
-            tick_label(v)
-        );
+        area.y_tick(s, y_of(v), &tick_label(v));
     }
     for t in ticks(duration_s) {
-        let x = x_of(t);
-        let _ = writeln!(
-            s,
-            r##"<line x1="{x:.1}" y1="{top}" x2="{x:.1}" y2="{:.1}" stroke="#f0f0f0"/><text x="{x:.1}" y="{:.1}" text-anchor="middle">{}</text>"##,
-            top + h,
-            top + h + 16.0,
-            tick_label(t)
-        );
+        area.x_tick(s, x_of(t), &tick_label(t));
     }
-    let _ = writeln!(
-        s,
-        r##"<rect x="{LEFT}" y="{top}" width="{w}" height="{h}" fill="none" stroke="#444"/><text x="{:.1}" y="{:.1}" transform="rotate(-90 {:.1} {:.1})" text-anchor="middle">{}</text>"##,
-        LEFT - 55.0,
-        top + h / 2.0,
-        LEFT - 55.0,
-        top + h / 2.0,
-        panel.label
-    );
+    area.frame(s, panel.label, 55.0);
     for (i, (r, pts_of)) in runs.iter().zip(&series).enumerate() {
         let mut pts = String::new();
         for &(t, v) in pts_of {
@@ -235,28 +185,6 @@ fn tick_label(v: f64) -> String {
     if v.fract() == 0.0 { format!("{v:.0}") } else { format!("{v}") }
 }
 
-fn escape(s: &str) -> String {
-    s.replace('&', "&amp;").replace('<', "&lt;").replace('>', "&gt;")
-}
-
-/// Rasterises an SVG figure to PNG with the system's fonts (the demo's and the experiment's).
-pub(crate) fn png(svg: &str) -> Result<Vec<u8>> {
-    let mut opt = resvg::usvg::Options::default();
-    opt.fontdb_mut().load_system_fonts();
-    if opt.fontdb.is_empty() {
-        eprintln!(
-            "bbrscope: warning: no system fonts found; the PNG has no labels (install fonts-dejavu-core, or use .svg)"
-        );
-    }
-    let tree = resvg::usvg::Tree::from_str(svg, &opt).context("parsing the chart")?;
-    let size = tree.size().to_int_size();
-    let Some(mut pixmap) = resvg::tiny_skia::Pixmap::new(size.width(), size.height()) else {
-        bail!("cannot allocate a {}x{} image", size.width(), size.height());
-    };
-    resvg::render(&tree, resvg::tiny_skia::Transform::default(), &mut pixmap.as_mut());
-    pixmap.encode_png().context("encoding the PNG")
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -267,22 +195,6 @@ mod tests {
         assert_eq!(ticks(30.0), vec![0.0, 10.0, 20.0, 30.0]);
         assert_eq!(ticks(870.0), vec![0.0, 200.0, 400.0, 600.0, 800.0]);
         assert_eq!(ticks(0.9).len(), 5);
-    }
-
-    #[test]
-    fn a_plot_that_cannot_be_written_is_refused_before_the_run() {
-        let e = check_path(Path::new("/no/such/dir/x.png")).unwrap_err();
-        assert!(e.contains("no directory /no/such/dir"), "{e}");
-        let dir = std::env::temp_dir().join(format!("bbrscope-plot-check-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
-        let fresh = dir.join("x.svg");
-        assert!(check_path(&fresh).is_ok());
-        assert!(!fresh.exists(), "the check leaves no file behind");
-        // An existing file is not truncated by the check.
-        std::fs::write(&fresh, b"keep").unwrap();
-        assert!(check_path(&fresh).is_ok());
-        assert_eq!(std::fs::read(&fresh).unwrap(), b"keep");
-        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     /// The chart leads with the goodput the run is about, each flow's average labelled.
@@ -298,14 +210,5 @@ mod tests {
         let first = svg.split("<polyline").nth(1).unwrap();
         let points = first.split("points=\"").nth(1).unwrap().split('"').next().unwrap();
         assert_eq!(points.split(' ').count(), 60, "{points}");
-    }
-
-    #[test]
-    fn only_svg_and_png() {
-        let dir = std::env::temp_dir();
-        assert!(check_path(&dir.join(format!("bbrscope-{}.svg", std::process::id()))).is_ok());
-        assert!(check_path(&dir.join(format!("bbrscope-{}.PNG", std::process::id()))).is_ok());
-        assert!(check_path(Path::new("out.pdf")).is_err());
-        assert!(check_path(Path::new("out")).is_err());
     }
 }

@@ -36,13 +36,8 @@ pub fn guardrail(obs: &[Observation], pct: f64) -> Option<String> {
 
 /// `--plot` must be writable before the experiment runs, not found unwritable after.
 pub fn check_plot_path(p: &Path) -> Result<()> {
-    let ext = p.extension().and_then(|e| e.to_str()).unwrap_or("");
-    if !matches!(ext, "svg" | "png") {
-        usage!("--plot {}: the figure is written as .svg or .png", p.display());
-    }
-    let dir = p.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(Path::new("."));
-    if !dir.is_dir() {
-        usage!("--plot {}: directory {} does not exist", p.display(), dir.display());
+    if let Err(e) = crate::figure::check_path(p) {
+        usage!("{e}");
     }
     Ok(())
 }
@@ -61,7 +56,7 @@ pub fn finish(obs: &[Observation], out: &Output) -> Result<()> {
     let a = analysis::analyze(obs, &opts);
     let rep = report::build(&a);
     if let Some(p) = &out.plot {
-        plot::write(p, &plot::svg(obs, &a, 6))?;
+        crate::figure::write(p, &plot::svg(obs, &a, 6))?;
     }
     output::guard(|| {
         if out.json {

@@ -3,15 +3,14 @@
 //! one, so the figure reads in greyscale and for colour-blind readers too. SVG written by hand;
 //! PNG is that SVG rasterised by resvg, as the demo's figure.
 
-use std::{fmt::Write as _, path::Path};
-
-use anyhow::{Context as _, Result};
+use std::fmt::Write as _;
 
 use super::{
     Observation,
     analysis::{Analysis, GroupResult, Verdict},
     report::fmt_count,
 };
+use crate::figure::{Area, escape};
 
 const WIDTH: f64 = 960.0;
 const COLS: usize = 2;
@@ -27,17 +26,6 @@ const MAX_POINTS: usize = 400;
 
 /// Arm A red and solid, arm B blue and dashed.
 const STYLE: [(&str, &str); 2] = [("#d62728", ""), ("#1f77b4", r#" stroke-dasharray="7 4""#)];
-
-/// Writes the figure to `path`, as SVG or PNG by its extension (`demo::plot::check_path` checks
-/// a path before a run).
-pub fn write(path: &Path, svg: &str) -> Result<()> {
-    let bytes = if path.extension().is_some_and(|e| e.eq_ignore_ascii_case("png")) {
-        crate::demo::plot::png(svg)?
-    } else {
-        svg.as_bytes().to_vec()
-    };
-    std::fs::write(path, bytes).with_context(|| format!("writing {}", path.display()))
-}
 
 /// The figure: one panel per group of `analysis` that has flows in both arms, in the analysis's
 /// order, at most `max_panels`.
@@ -122,35 +110,19 @@ fn panel(s: &mut String, obs: &[Observation], g: &GroupResult, names: [&String; 
         y0 - 8.0,
         escape(&verdict)
     );
+    let area = Area { x: x0, y: y0, w: PANEL_W, h: PANEL_H };
     for p in [0.0, 0.25, 0.5, 0.75, 1.0] {
-        let y = y_of(p);
-        let _ = writeln!(
-            s,
-            r##"<line x1="{x0}" y1="{y:.1}" x2="{:.1}" y2="{y:.1}" stroke="#e5e5e5"/><text x="{:.1}" y="{:.1}" text-anchor="end">{p}</text>"##,
-            x0 + PANEL_W,
-            x0 - 6.0,
-            y + 4.0
-        );
+        area.y_tick(s, y_of(p), &p.to_string());
     }
     for d in (d0 as i32)..=(d1 as i32) {
-        let x = x_of(10f64.powi(d));
-        let _ = writeln!(
-            s,
-            r##"<line x1="{x:.1}" y1="{y0}" x2="{x:.1}" y2="{:.1}" stroke="#e5e5e5"/><text x="{x:.1}" y="{:.1}" text-anchor="middle">{}</text>"##,
-            y0 + PANEL_H,
-            y0 + PANEL_H + 16.0,
-            decade_label(d)
-        );
+        area.x_tick(s, x_of(10f64.powi(d)), &decade_label(d));
     }
+    area.frame(s, "share of flows", 40.0);
     let _ = writeln!(
         s,
-        r##"<rect x="{x0}" y="{y0}" width="{PANEL_W}" height="{PANEL_H}" fill="none" stroke="#444"/><text x="{:.1}" y="{:.1}" text-anchor="middle">completion time (log)</text><text x="{:.1}" y="{:.1}" transform="rotate(-90 {:.1} {:.1})" text-anchor="middle">share of flows</text>"##,
+        r#"<text x="{:.1}" y="{:.1}" text-anchor="middle">completion time (log)</text>"#,
         x0 + PANEL_W / 2.0,
-        y0 + PANEL_H + 34.0,
-        x0 - 40.0,
-        y0 + PANEL_H / 2.0,
-        x0 - 40.0,
-        y0 + PANEL_H / 2.0
+        y0 + PANEL_H + 34.0
     );
     for (arm, t) in times.iter().enumerate() {
         let (colour, dash) = STYLE[arm];
@@ -204,11 +176,6 @@ fn clip(s: &str, n: usize) -> String {
     if s.chars().count() <= n { s.to_string() } else { s.chars().take(n - 1).chain(['…']).collect() }
 }
 
-fn escape(s: &str) -> String {
-    s.replace('&', "&amp;").replace('<', "&lt;").replace('>', "&gt;")
-}
-
-/// The same rasterisation as the demo's figure (`demo::plot::png` is private to it).
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -249,7 +216,7 @@ mod tests {
         let obs = lossy_and_clean(4);
         let a = analyze(&obs, &Options { by_prefix: false, ..Options::default() });
         let path = std::env::temp_dir().join(format!("bbrscope-experiment-{}.png", std::process::id()));
-        write(&path, &svg(&obs, &a, 4)).unwrap();
+        crate::figure::write(&path, &svg(&obs, &a, 4)).unwrap();
         let bytes = std::fs::read(&path).unwrap();
         let _ = std::fs::remove_file(&path);
         assert_eq!(&bytes[..8], b"\x89PNG\r\n\x1a\n");
