@@ -10,9 +10,9 @@
 use std::collections::HashSet;
 
 use prometheus_client::{
-    encoding::EncodeLabelSet,
-    metrics::{counter::Counter, family::Family, gauge::Gauge, histogram::Histogram},
-    registry::{Registry, Unit},
+    encoding::{EncodeLabelSet, EncodeMetric, MetricEncoder},
+    metrics::{MetricType, counter::Counter, family::Family, gauge::Gauge, histogram::Histogram},
+    registry::{Metric, Registry, Unit},
 };
 
 use crate::{
@@ -94,6 +94,28 @@ fn inflation_histogram() -> Histogram {
 fn goodput_histogram() -> Histogram {
     Histogram::new([1e3, 1e4, 3e4, 1e5, 3e5, 1e6, 3e6, 1e7, 3e7, 1e8, 3e8, 1e9, 3e9, 1e10, 3e10, 1e11])
 }
+
+/// Any metric, so that the families can be registered from one table (the registry takes each
+/// metric by value, of its own type).
+#[derive(Debug)]
+struct Boxed(Box<dyn Metric>);
+
+impl EncodeMetric for Boxed {
+    fn encode(&self, encoder: MetricEncoder) -> Result<(), std::fmt::Error> {
+        self.0.encode(encoder)
+    }
+
+    fn metric_type(&self) -> MetricType {
+        self.0.metric_type()
+    }
+
+    fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+}
+
+/// A family to register: name, help, unit (None: the name carries it), the metric.
+type FamilyRow = (&'static str, &'static str, Option<Unit>, Box<dyn Metric>);
 
 /// A flow's counters as of its latest sample, the base the next sample's deltas count from.
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
@@ -205,118 +227,42 @@ impl ExportMetrics {
             cc_seen: HashSet::new(),
             ended: HashSet::new(),
         };
-        let r = registry;
-        r.register("bbrscope_flows_opened", "TCP flows that started sending, by algorithm", m.flows_opened.clone());
-        r.register("bbrscope_flows_closed", "TCP flows that closed, by algorithm", m.flows_closed.clone());
-        r.register_with_unit(
-            "bbrscope_acked",
-            "Bytes the peers acknowledged (goodput), by algorithm",
-            Unit::Bytes,
-            m.bytes_acked.clone(),
-        );
-        r.register_with_unit(
-            "bbrscope_sent",
-            "Bytes sent, retransmissions included, by algorithm",
-            Unit::Bytes,
-            m.bytes_sent.clone(),
-        );
-        r.register(
-            "bbrscope_data_segments_sent",
-            "Data segments sent, retransmissions included, by algorithm",
-            m.data_segments_sent.clone(),
-        );
-        r.register(
-            "bbrscope_retransmitted_segments",
-            "Segments retransmitted, by algorithm",
-            m.retrans_segments.clone(),
-        );
-        r.register_with_unit(
-            "bbrscope_retransmitted",
-            "Bytes retransmitted, by algorithm",
-            Unit::Bytes,
-            m.retrans_bytes.clone(),
-        );
-        r.register_with_unit(
-            "bbrscope_ca_state",
-            "Time flows spent in each congestion state (open, disorder, cwr, recovery, loss), counted when they end",
-            Unit::Seconds,
-            m.ca_state_seconds.clone(),
-        );
-        r.register_with_unit(
-            "bbrscope_bbr_mode",
-            "Time BBR flows spent in each mode (startup, drain, probe_bw, probe_rtt), between samples",
-            Unit::Seconds,
-            m.bbr_mode_seconds.clone(),
-        );
-        r.register_with_unit(
-            "bbrscope_flow_completion",
-            "Flow duration from connect/accept (or first sight) to close, by algorithm and bytes acked (size_bucket)",
-            Unit::Seconds,
-            m.completion.clone(),
-        );
-        r.register_with_unit(
-            "bbrscope_srtt",
-            "Median smoothed RTT of each flow, observed when it ends",
-            Unit::Seconds,
-            m.srtt.clone(),
-        );
-        r.register(
-            "bbrscope_rtt_inflation_ratio",
-            "Median srtt over the kernel's minimum RTT of each flow, observed when it ends (1 = no queueing)",
-            m.inflation.clone(),
-        );
-        r.register(
-            "bbrscope_flow_goodput_bits_per_second",
-            "Bytes acked x 8 over each flow's duration, observed when it ends",
-            m.goodput.clone(),
-        );
-        r.register(
-            "bbrscope_default_cc_info",
-            "The default congestion-control algorithm of bbrscope's network namespace (net.ipv4.tcp_congestion_control)",
-            m.default_cc.clone(),
-        );
-        r.register("bbrscope_observer_info", "The kernel path observing flows", m.observer.clone());
-        r.register(
-            "bbrscope_observer_events",
-            "Per-ACK kernel program runs (tcp_probe, or the sock_ops program's callbacks)",
-            m.events.clone(),
-        );
-        r.register("bbrscope_observer_records", "Records delivered from the kernel to bbrscope", m.records.clone());
-        r.register(
-            "bbrscope_ring_drops",
-            "Records lost because the ring buffer was full (raise --ring-size or --interval)",
-            m.drops.clone(),
-        );
-        r.register(
-            "bbrscope_flows_untracked",
-            "Flows the kernel could not store (table full, or socket storage not allocated)",
-            m.untracked.clone(),
-        );
-        r.register(
-            "bbrscope_flows_evicted",
-            "Tracepoint observer: flows evicted from the kernel's table (raise --max-flows)",
-            m.evicted.clone(),
-        );
-        r.register("bbrscope_flows_filtered", "Flows rejected by the filters", m.filtered.clone());
-        r.register(
-            "bbrscope_events_coalesced",
-            "Retransmit and congestion-state events folded into samples by the per-interval cap",
-            m.coalesced.clone(),
-        );
-        r.register("bbrscope_flows_active", "Flows bbrscope currently follows", m.flows_active.clone());
-        r.register_with_unit(
-            "bbrscope_cpu",
-            "CPU time (user + system) bbrscope used",
-            Unit::Seconds,
-            m.cpu_seconds.clone(),
-        );
-        r.register_with_unit(
-            "bbrscope_event_cost",
-            "Mean run time of the per-ACK kernel program over the last second (needs --bpf-stats; else 0)",
-            Unit::Seconds,
-            m.event_cost.clone(),
-        );
-        r.register_with_unit("bbrscope_resident_memory", "bbrscope's resident memory", Unit::Bytes, m.resident.clone());
+        #[rustfmt::skip]
+        let families: Vec<FamilyRow> = vec![
+            ("bbrscope_flows_opened", "TCP flows that started sending, by algorithm", None, Box::new(m.flows_opened.clone())),
+            ("bbrscope_flows_closed", "TCP flows that closed, by algorithm", None, Box::new(m.flows_closed.clone())),
+            ("bbrscope_acked", "Bytes the peers acknowledged (goodput), by algorithm", Some(Unit::Bytes), Box::new(m.bytes_acked.clone())),
+            ("bbrscope_sent", "Bytes sent, retransmissions included, by algorithm", Some(Unit::Bytes), Box::new(m.bytes_sent.clone())),
+            ("bbrscope_data_segments_sent", "Data segments sent, retransmissions included, by algorithm", None, Box::new(m.data_segments_sent.clone())),
+            ("bbrscope_retransmitted_segments", "Segments retransmitted, by algorithm", None, Box::new(m.retrans_segments.clone())),
+            ("bbrscope_retransmitted", "Bytes retransmitted, by algorithm", Some(Unit::Bytes), Box::new(m.retrans_bytes.clone())),
+            ("bbrscope_ca_state", "Time flows spent in each congestion state (open, disorder, cwr, recovery, loss), counted when they end", Some(Unit::Seconds), Box::new(m.ca_state_seconds.clone())),
+            ("bbrscope_bbr_mode", "Time BBR flows spent in each mode (startup, drain, probe_bw, probe_rtt), between samples", Some(Unit::Seconds), Box::new(m.bbr_mode_seconds.clone())),
+            ("bbrscope_flow_completion", "Flow duration from connect/accept (or first sight) to close, by algorithm and bytes acked (size_bucket)", Some(Unit::Seconds), Box::new(m.completion.clone())),
+            ("bbrscope_srtt", "Median smoothed RTT of each flow, observed when it ends", Some(Unit::Seconds), Box::new(m.srtt.clone())),
+            ("bbrscope_rtt_inflation_ratio", "Median srtt over the kernel's minimum RTT of each flow, observed when it ends (1 = no queueing)", None, Box::new(m.inflation.clone())),
+            ("bbrscope_flow_goodput_bits_per_second", "Bytes acked x 8 over each flow's duration, observed when it ends", None, Box::new(m.goodput.clone())),
+            ("bbrscope_default_cc_info", "The default congestion-control algorithm of bbrscope's network namespace (net.ipv4.tcp_congestion_control)", None, Box::new(m.default_cc.clone())),
+            ("bbrscope_observer_info", "The kernel path observing flows", None, Box::new(m.observer.clone())),
+            ("bbrscope_observer_events", "Per-ACK kernel program runs (tcp_probe, or the sock_ops program's callbacks)", None, Box::new(m.events.clone())),
+            ("bbrscope_observer_records", "Records delivered from the kernel to bbrscope", None, Box::new(m.records.clone())),
+            ("bbrscope_ring_drops", "Records lost because the ring buffer was full (raise --ring-size or --interval)", None, Box::new(m.drops.clone())),
+            ("bbrscope_flows_untracked", "Flows the kernel could not store (table full, or socket storage not allocated)", None, Box::new(m.untracked.clone())),
+            ("bbrscope_flows_evicted", "Tracepoint observer: flows evicted from the kernel's table (raise --max-flows)", None, Box::new(m.evicted.clone())),
+            ("bbrscope_flows_filtered", "Flows rejected by the filters", None, Box::new(m.filtered.clone())),
+            ("bbrscope_events_coalesced", "Retransmit and congestion-state events folded into samples by the per-interval cap", None, Box::new(m.coalesced.clone())),
+            ("bbrscope_flows_active", "Flows bbrscope currently follows", None, Box::new(m.flows_active.clone())),
+            ("bbrscope_cpu", "CPU time (user + system) bbrscope used", Some(Unit::Seconds), Box::new(m.cpu_seconds.clone())),
+            ("bbrscope_event_cost", "Mean run time of the per-ACK kernel program over the last second (needs --bpf-stats; else 0)", Some(Unit::Seconds), Box::new(m.event_cost.clone())),
+            ("bbrscope_resident_memory", "bbrscope's resident memory", Some(Unit::Bytes), Box::new(m.resident.clone())),
+        ];
+        for (name, help, unit, metric) in families {
+            let metric = Boxed(metric);
+            match unit {
+                Some(unit) => registry.register_with_unit(name, help, unit, metric),
+                None => registry.register(name, help, metric),
+            }
+        }
         let build: Family<BuildLabels, Gauge> = Family::default();
         build
             .get_or_create(&BuildLabels {
@@ -324,7 +270,7 @@ impl ExportMetrics {
                 commit: env!("BBRSCOPE_GIT_COMMIT").to_string(),
             })
             .set(1);
-        r.register("bbrscope_build_info", "bbrscope's version and the git commit it was built from", build);
+        registry.register("bbrscope_build_info", "bbrscope's version and the git commit it was built from", build);
         m
     }
 
