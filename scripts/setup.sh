@@ -14,7 +14,9 @@ APT_PACKAGES=(llvm-${LLVM_MAJOR}-dev libpolly-${LLVM_MAJOR}-dev libzstd-dev zlib
               # cargo xtask kernels: boots Debian kernels under QEMU with a busybox guest.
               qemu-system-x86 busybox-static xz-utils
               # tests/export.rs: a real Prometheus scrapes `bbrscope export`.
-              prometheus)
+              prometheus
+              # tests/ansible.rs: runs packaging/ansible/canary-rollout.yml (builtin modules only).
+              ansible-core)
 
 log() { printf 'setup: %s\n' "$*" >&2; }
 

@@ -2,6 +2,8 @@
 //! TCP traffic on loopback or in network namespaces the tests create, and cleaning up.
 #![allow(dead_code)] // each test binary uses a different subset
 
+pub mod prometheus;
+
 use std::{
     io::{BufRead as _, BufReader, Read as _, Write as _},
     net::{SocketAddr, TcpListener, TcpStream},
@@ -273,6 +275,14 @@ pub fn tcp_congestion_control() -> String {
     std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{path}: {e}")).trim().to_string()
 }
 
+/// Moves the calling thread into the network namespace at `path`.
+fn join_netns(path: &str) {
+    let ns = std::fs::File::open(path).expect("open netns");
+    // SAFETY: setns on a descriptor this thread owns; it changes only this thread's namespace.
+    let r = unsafe { libc::setns(ns.as_raw_fd(), libc::CLONE_NEWNET) };
+    assert_eq!(r, 0, "setns: {}", std::io::Error::last_os_error());
+}
+
 /// A network namespace made for one test (`ip netns add`, loopback up), deleted on drop.
 pub struct Netns {
     pub name: String,
@@ -297,18 +307,30 @@ impl Netns {
     /// Runs `f` on a thread inside this namespace (sockets it creates live there; the calling
     /// thread stays where it is).
     pub fn enter<T: Send>(&self, f: impl FnOnce() -> T + Send) -> T {
-        let path = format!("/run/netns/{}", self.name);
+        let path = self.path();
         thread::scope(|s| {
             s.spawn(|| {
-                let ns = std::fs::File::open(&path).expect("open netns");
-                // SAFETY: setns on a descriptor this thread owns; it changes only this thread's namespace.
-                let r = unsafe { libc::setns(ns.as_raw_fd(), libc::CLONE_NEWNET) };
-                assert_eq!(r, 0, "setns: {}", std::io::Error::last_os_error());
+                join_netns(&path);
                 f()
             })
             .join()
             .unwrap()
         })
+    }
+
+    /// Runs `f` on a new thread inside this namespace, in the background (threads it spawns
+    /// start there too).
+    pub fn spawn<T: Send + 'static>(&self, f: impl FnOnce() -> T + Send + 'static) -> JoinHandle<T> {
+        let path = self.path();
+        thread::spawn(move || {
+            join_netns(&path);
+            f()
+        })
+    }
+
+    /// /run/netns/NAME
+    pub fn path(&self) -> String {
+        format!("/run/netns/{}", self.name)
     }
 
     /// This namespace's default congestion-control algorithm (its tcp_congestion_control).
