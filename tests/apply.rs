@@ -523,6 +523,22 @@ fn a_failed_stdout_is_one_line_and_a_closed_pipe_is_quiet() {
     assert!(o.stderr.contains(&format!("reverted netns {name}")), "{o}");
     assert_eq!(ns.cc(), before);
 
+    // Started with stdout closed (`>&-`): refused before anything changes, not lost unseen.
+    let mut c = fx.command(None, &["apply", &algo, "--netns", name]);
+    // SAFETY: close(2) on a descriptor number is async-signal-safe, as pre_exec requires.
+    unsafe {
+        c.pre_exec(|| {
+            libc::close(libc::STDOUT_FILENO);
+            Ok(())
+        });
+    }
+    let o = c.stderr(Stdio::piped()).output().unwrap();
+    let stderr = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains("standard output is closed") && stderr.lines().count() == 1, "{stderr}");
+    assert_eq!(ns.cc(), before, "nothing was changed");
+    assert!(!fx.path(STATE).exists());
+
     fx.bbrscope_to(None, &["apply", &algo, "--netns", name], closed_pipe());
     assert_eq!(ns.cc(), algo);
     let o = fx.bbrscope_to(None, &["revert", "--netns", name], closed_pipe());

@@ -1,4 +1,8 @@
-use std::{io::IsTerminal as _, process::ExitCode};
+use std::{
+    io::IsTerminal as _,
+    process::ExitCode,
+    sync::atomic::{AtomicBool, Ordering},
+};
 
 use bbrscope::{
     cli::{Cli, Command},
@@ -7,11 +11,37 @@ use bbrscope::{
 };
 use clap::Parser as _;
 
+/// Whether standard output was closed when the process started (`bbrscope status >&-`).
+/// Rust's runtime reopens closed standard descriptors on /dev/null before `main`, after which
+/// every write would succeed unseen, so this is noted earlier, by a constructor.
+static STDOUT_CLOSED_AT_START: AtomicBool = AtomicBool::new(false);
+
+extern "C" fn note_closed_stdout() {
+    // SAFETY: fcntl(F_GETFD) only reads the process's descriptor table; no memory is passed.
+    let closed = unsafe { libc::fcntl(libc::STDOUT_FILENO, libc::F_GETFD) } == -1;
+    STDOUT_CLOSED_AT_START.store(closed, Ordering::Relaxed);
+}
+
+// SAFETY: the constructor runs before main, single-threaded, and touches only an atomic and a
+// descriptor query; glibc calls .init_array entries before the Rust runtime's own start-up.
+#[used]
+#[unsafe(link_section = ".init_array")]
+static NOTE_CLOSED_STDOUT: extern "C" fn() = note_closed_stdout;
+
 fn main() -> ExitCode {
     let cli = match Cli::try_parse() {
         Ok(cli) => cli,
         Err(e) => return clap_error(e),
     };
+    // Every command but the exporter (a service: its output is the HTTP endpoint) writes its
+    // result to stdout. With stdout closed that result would vanish, so refuse before anything
+    // is attached or changed, as coreutils fail on a closed stdout.
+    if STDOUT_CLOSED_AT_START.load(Ordering::Relaxed) && !matches!(cli.command, Some(Command::Export(_))) {
+        eprintln!(
+            "bbrscope: standard output is closed (>&-); nothing was done (to discard the output, redirect it to /dev/null)"
+        );
+        return ExitCode::from(2);
+    }
     let runtime = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
         Ok(rt) => rt,
         Err(e) => {
