@@ -1,6 +1,6 @@
-//! `cargo xtask dist`: the release binary and a Debian package around it (binary, man pages,
-//! shell completions, systemd units, defaults file), so that installing bbrscope needs no Rust
-//! toolchain. The package is assembled in a staging directory and built with `dpkg-deb`.
+//! `cargo xtask dist`: the shipped binary (profile `dist`: release with LTO, stripped) and a
+//! Debian package around it (binary, man pages, shell completions, systemd units, defaults file),
+//! so that installing bbrscope needs no Rust toolchain. The package is assembled in a staging directory and built with `dpkg-deb`.
 
 use std::{
     path::{Path, PathBuf},
@@ -61,15 +61,15 @@ pub fn run_dist(args: DistArgs) -> Result<()> {
     let ws = workspace();
     let target = target_dir(&ws);
     let commit = git_commit(&ws);
-    eprintln!("dist: building bbrscope (release) at {commit}");
+    eprintln!("dist: building bbrscope (profile dist: release + LTO, stripped) at {commit}");
     let status = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()))
-        .args(["build", "--release", "-p", "bbrscope", "--bin", "bbrscope"])
+        .args(["build", "--profile", "dist", "-p", "bbrscope", "--bin", "bbrscope"])
         .env("BBRSCOPE_GIT_COMMIT", &commit)
         .current_dir(&ws)
         .status()
         .context("running cargo build")?;
-    ensure!(status.success(), "cargo build --release failed");
-    let bin = target.join("release/bbrscope");
+    ensure!(status.success(), "cargo build --profile dist failed");
+    let bin = target.join("dist/bbrscope");
     let version_line = run(Command::new(&bin).arg("--version"))?;
     let version = version_line.split_whitespace().nth(1).context("bbrscope --version printed no version")?.to_string();
 
