@@ -165,12 +165,53 @@ fn metrics_are_openmetrics_and_bounded() {
         assert!(body.contains(&format!("# TYPE {name} ")), "{name} missing:\n{body}");
     }
     assert!(body.lines().all(|l| l.starts_with('#') || l.starts_with("bbrscope_")), "{body}");
+    // The exporter's own namespace: the test's, the initial one (or "self" inside a container).
     let cc = tcp_congestion_control();
-    assert!(body.contains(&format!("bbrscope_default_cc_info{{cc=\"{cc}\"}} 1")), "{body}");
+    assert!(
+        ["initial", "self"]
+            .iter()
+            .any(|n| body.contains(&format!("bbrscope_default_cc_info{{netns=\"{n}\",cc=\"{cc}\"}} 1"))),
+        "{body}"
+    );
     assert_eq!(http_get(exporter.addr, "/nope").unwrap().0, 404);
     // A second exporter on the same address is a usage error (exit 2), before loading anything.
     let out = bbrscope().args(["export", "--listen", &exporter.addr.to_string()]).output().unwrap();
     assert_eq!(out.status.code(), Some(2), "{}", String::from_utf8_lossy(&out.stderr));
+}
+
+/// `bbrscope_default_cc_info` per named namespace: one the test creates, set to an algorithm other
+/// than the host's, shows with that algorithm (as the test reads it in the namespace), and follows
+/// a change of it.
+#[test]
+fn default_cc_is_reported_per_named_namespace() {
+    require_root();
+    let host_cc = tcp_congestion_control();
+    let ns = Netns::new("expcc");
+    let other = if host_cc == "reno" { "bbr" } else { "reno" };
+    let line = |cc: &str| format!("bbrscope_default_cc_info{{netns=\"{}\",cc=\"{cc}\"}} 1", ns.name);
+    let wait_for = |exporter: &Exporter, want: &str, gone: &str| {
+        let start = Instant::now();
+        loop {
+            let (_, body) = http_get(exporter.addr, "/metrics").unwrap();
+            if body.contains(want) && !body.contains(gone) {
+                return body;
+            }
+            assert!(start.elapsed() < Duration::from_secs(10), "no {want} (or still {gone}):\n{body}");
+            thread::sleep(Duration::from_millis(200));
+        }
+    };
+    ns.exec("sysctl", &["-qw", &format!("net.ipv4.tcp_congestion_control={other}")]);
+    assert_eq!(ns.cc(), other);
+    let exporter = Exporter::start(&["--port", "9"]);
+    wait_for(&exporter, &line(other), &line(&host_cc));
+    ns.exec("sysctl", &["-qw", &format!("net.ipv4.tcp_congestion_control={host_cc}")]);
+    assert_eq!(ns.cc(), host_cc);
+    let body = wait_for(&exporter, &line(&host_cc), &line(other));
+    // One series per namespace: the exporter's own and the named ones, each once.
+    let series = body.lines().filter(|l| l.starts_with("bbrscope_default_cc_info{")).count();
+    let named = std::fs::read_dir("/run/netns").map_or(0, |d| d.count());
+    assert!(series >= 2 && series <= 1 + named, "{series} series, {named} named namespaces:\n{body}");
+    assert_eq!(tcp_congestion_control(), host_cc);
 }
 
 /// The .deb `cargo xtask dist` builds, installed into a throwaway root with dpkg and purged

@@ -97,7 +97,8 @@ fn is_netns_file(file: &File) -> bool {
     t == libc::CLONE_NEWNET
 }
 
-fn named_namespaces() -> Vec<Netns> {
+/// The namespaces named in /run/netns (`ip netns`), by name.
+pub fn named_namespaces() -> Vec<Netns> {
     let Ok(dir) = std::fs::read_dir(NAMED_DIR) else { return Vec::new() };
     let mut out: Vec<Netns> = dir
         .flatten()

@@ -16,6 +16,7 @@ use prometheus_client::{
 };
 
 use crate::{
+    apply::{netns, sysctl},
     event::{Event, Metrics},
     flow::{Change, Flow, FlowTable},
     stats::StatsReport,
@@ -24,6 +25,12 @@ use crate::{
 /// Distinct `cc` label values kept; further algorithms are counted as `other`. The kernel has a
 /// handful of algorithms, so this only guards against a pathological kernel or decoder bug.
 pub const MAX_CC_LABELS: usize = 16;
+
+/// Network namespaces `bbrscope_default_cc_info` reports: the exporter's own, then named ones
+/// (/run/netns) in name order up to this many in all. A hard cap rather than an `other` bucket:
+/// a default algorithm cannot be summed, and hosts with more named namespaces than this are
+/// container hosts whose namespaces come and go (their flows are still counted by `cc`).
+pub const MAX_NETNS_LABELS: usize = 32;
 
 /// Response-size buckets of the completion-time histogram: (label, upper bound in bytes).
 pub const SIZE_BUCKETS: [(&str, u64); 4] =
@@ -53,6 +60,12 @@ pub struct CcModeLabels {
 pub struct CcSizeLabels {
     pub cc: String,
     pub size_bucket: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct NetnsCcLabels {
+    pub netns: String,
+    pub cc: String,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -169,7 +182,9 @@ pub struct ExportMetrics {
     srtt: HistFamily<CcLabels>,
     inflation: HistFamily<CcLabels>,
     goodput: HistFamily<CcLabels>,
-    default_cc: Family<CcLabels, Gauge>,
+    default_cc: Family<NetnsCcLabels, Gauge>,
+    /// The label sets `default_cc` holds now.
+    default_cc_now: Vec<NetnsCcLabels>,
     observer: Family<ObserverLabels, Gauge>,
     events: FloatCounter,
     records: FloatCounter,
@@ -210,6 +225,7 @@ impl ExportMetrics {
             inflation: Family::new_with_constructor(inflation_histogram),
             goodput: Family::new_with_constructor(goodput_histogram),
             default_cc: Family::default(),
+            default_cc_now: Vec::new(),
             observer: Family::default(),
             events: FloatCounter::default(),
             records: FloatCounter::default(),
@@ -242,7 +258,7 @@ impl ExportMetrics {
             ("bbrscope_srtt", "Median smoothed RTT of each flow, observed when it ends", Some(Unit::Seconds), Box::new(m.srtt.clone())),
             ("bbrscope_rtt_inflation_ratio", "Median srtt over the kernel's minimum RTT of each flow, observed when it ends (1 = no queueing)", None, Box::new(m.inflation.clone())),
             ("bbrscope_flow_goodput_bits_per_second", "Bytes acked x 8 over each flow's duration, observed when it ends", None, Box::new(m.goodput.clone())),
-            ("bbrscope_default_cc_info", "The default congestion-control algorithm of bbrscope's network namespace (net.ipv4.tcp_congestion_control)", None, Box::new(m.default_cc.clone())),
+            ("bbrscope_default_cc_info", "The default congestion-control algorithm (net.ipv4.tcp_congestion_control) of bbrscope's network namespace and of each named one (netns)", None, Box::new(m.default_cc.clone())),
             ("bbrscope_observer_info", "The kernel path observing flows", None, Box::new(m.observer.clone())),
             ("bbrscope_observer_events", "Per-ACK kernel program runs (tcp_probe, or the sock_ops program's callbacks)", None, Box::new(m.events.clone())),
             ("bbrscope_observer_records", "Records delivered from the kernel to bbrscope", None, Box::new(m.records.clone())),
@@ -419,13 +435,34 @@ impl ExportMetrics {
         }
     }
 
-    /// Reads the namespace's default algorithm (it may be changed at any time, e.g. by `apply`).
-    pub fn refresh_default_cc(&self) {
-        let Ok(cc) = std::fs::read_to_string("/proc/sys/net/ipv4/tcp_congestion_control") else { return };
-        let labels = CcLabels { cc: cc.trim().to_string() };
-        if self.default_cc.get(&labels).is_none() {
+    /// Reads the default algorithm of bbrscope's namespace and of each named one (it may be
+    /// changed at any time, e.g. by `apply`). A namespace that cannot be entered (no
+    /// CAP_SYS_ADMIN, as under the systemd unit) or that went away meanwhile is left out.
+    pub fn refresh_default_cc(&mut self) {
+        let mut now = Vec::new();
+        let own = netns::current().ok();
+        if let Ok(Some(cc)) = sysctl::read(sysctl::CC) {
+            let netns = match &own {
+                Some(o) if netns::is_initial(o) => "initial".to_string(),
+                _ => "self".to_string(),
+            };
+            now.push(NetnsCcLabels { netns, cc });
+        }
+        let own_ino = own.map(|o| o.ino);
+        for ns in netns::named_namespaces().into_iter().filter(|n| Some(n.ino) != own_ino) {
+            if now.len() >= MAX_NETNS_LABELS {
+                break;
+            }
+            if let Ok(Some(cc)) = netns::run(&ns, || sysctl::read(sysctl::CC)) {
+                now.push(NetnsCcLabels { netns: ns.label, cc });
+            }
+        }
+        if now != self.default_cc_now {
             self.default_cc.clear();
-            self.default_cc.get_or_create(&labels).set(1);
+            for labels in &now {
+                self.default_cc.get_or_create(labels).set(1);
+            }
+            self.default_cc_now = now;
         }
     }
 }
