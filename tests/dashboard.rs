@@ -468,3 +468,140 @@ fn a_pipe_plays_as_it_arrives() {
     let screen = lines(&render(&app, 120, 30, Theme { color: true })).join("\n");
     assert!(screen.contains("replay end") && screen.contains("closed"), "{screen}");
 }
+
+// ---------------------------------------------------------------------------------------------
+// Issue 11: a running experiment's view, from a recorded experiment (cubic vs bbr on a long lossy
+// path, 198.18.64.0/24, and a short clean one, 198.18.65.0/24; tests/experiment.rs
+// `record_the_fixture` made it).
+
+/// The dashboard of an experiment 75 s into its 10 minutes, its analysis on the recorded flows.
+fn experiment_app() -> App {
+    use bbrscope::{
+        experiment::{
+            Observation, glue,
+            live::{Analysed, Limit, LiveExperiment, Update},
+        },
+        kernel::loader::ExperimentSpec,
+    };
+    let path = format!("{}/../tests/fixtures/experiment-two-populations.ndjson", env!("CARGO_MANIFEST_DIR"));
+    let obs: Vec<Observation> = std::fs::read_to_string(path)
+        .unwrap()
+        .lines()
+        .filter_map(|l| Observation::from_summary(&serde_json::from_str(l).unwrap()))
+        .collect();
+    let spec = ExperimentSpec {
+        arms: ["cubic".into(), "bbr".into()],
+        split_pct: 50,
+        sample_pct: 100,
+        port: Some(443),
+        cgroup: None,
+        dst: Vec::new(),
+    };
+    let mut x = LiveExperiment::new(&spec, Limit::Time(Duration::from_secs(600)), true);
+    for o in &obs {
+        x.flow_finished(o.arm);
+    }
+    x.elapsed = Duration::from_secs(75);
+    x.update(Update {
+        guard: Some(glue::guardrail(&obs, 20.0)),
+        analysed: Some(Analysed {
+            report: glue::report(&obs, 50).0,
+            flows: obs.len(),
+            took: Duration::from_millis(12),
+            at: Duration::from_secs(74),
+        }),
+    });
+    App::new("live", Vec::new(), None).with_experiment(x)
+}
+
+#[test]
+fn experiment_view_shows_both_arms_the_groups_and_verdicts() {
+    let app = experiment_app();
+    assert_eq!(app.view, View::Experiment, "an experiment's dashboard opens on its view");
+    let text = lines(&render(&app, 120, 40, Theme { color: true })).join("\n");
+    for want in [
+        "cubic (A) vs bbr (B) · 50% to B · port 443 · 1:15 of 10:00 (8:45 left)",
+        "guardrail",
+        "all flows",
+        "p95 completion 256 KB–4 MB",
+        "retransmit rate",
+        "p50 srtt",
+        "95% interval",
+        "198.18.64.0/24",
+        "198.18.65.0/24",
+        "RTT <10 ms",
+        "RTT 50–150 ms",
+        "q end the experiment",
+    ] {
+        assert!(text.contains(want), "'{want}' missing:\n{text}");
+    }
+    // The arms' columns carry the algorithms; the long lossy path's group has BBR faster, the
+    // clean one no detectable difference (the analysis's verdicts, as the text report gives them).
+    let row = |label: &str| text.lines().find(|l| l.contains(label)).unwrap_or_else(|| panic!("{label}:\n{text}"));
+    assert!(row("all flows").contains("cubic (A)") && row("all flows").contains("bbr (B)"), "{text}");
+    assert!(row("198.18.64.0/24").contains("BBR faster"), "{text}");
+    assert!(row("198.18.65.0/24").contains("no difference"), "{text}");
+    // The headline difference with its interval.
+    assert!(row("198.18.64.0/24").contains("% [−"), "{text}");
+}
+
+#[test]
+fn experiment_view_is_readable_at_80x24_without_colour() {
+    let mut app = experiment_app();
+    let buf = render(&app, 80, 24, Theme { color: false });
+    let text = lines(&buf);
+    let all = text.join("\n");
+    for y in 0..24 {
+        for x in 0..80 {
+            let c = &buf[(x, y)];
+            assert!(c.fg == Color::Reset && c.bg == Color::Reset, "colour at {x},{y} with NO_COLOR");
+        }
+    }
+    assert!(text[0].contains("experiment"), "{all}");
+    assert!(text[23].contains("q end the experiment"), "footer: {}", text[23]);
+    // Both arms, a completion time with B's difference and a whole interval, and the groups with
+    // a verdict: all within 80 columns.
+    assert!(all.contains("cubic (A)") && all.contains("bbr (B)"), "{all}");
+    assert!(
+        text.iter().any(|l| l.contains("p50 completion") && l.contains('[') && l.contains(']')),
+        "no completion time with its interval:\n{all}"
+    );
+    assert!(all.contains("groups") && all.contains("BBR faster"), "{all}");
+    // Five groups, four fit: ↓ scrolls them.
+    let first_group = |t: &[String]| {
+        let header = t.iter().position(|l| l.contains("flows A/B")).expect("the groups' header");
+        t[header + 1].clone()
+    };
+    assert!(all.contains("groups (5; ↑↓ scroll)"), "{all}");
+    assert!(first_group(&text).starts_with("│all flows "), "{all}");
+    key(&mut app, KeyCode::Down);
+    let after = lines(&render(&app, 80, 24, Theme { color: false }));
+    assert!(first_group(&after).starts_with("│RTT <10 ms "), "{}", after.join("\n"));
+}
+
+#[test]
+fn experiment_dashboard_keeps_the_flow_views_a_tab_away() {
+    let mut app = experiment_app();
+    key(&mut app, KeyCode::Tab);
+    assert_eq!(app.view, View::Flows);
+    key(&mut app, KeyCode::Tab);
+    assert_eq!(app.view, View::Compare);
+    key(&mut app, KeyCode::Tab);
+    assert_eq!(app.view, View::Experiment);
+    key(&mut app, KeyCode::Char('c'));
+    assert_eq!(app.view, View::Compare);
+    key(&mut app, KeyCode::Char('e'));
+    assert_eq!(app.view, View::Experiment);
+    key(&mut app, KeyCode::Char('?'));
+    let text = lines(&render(&app, 100, 30, Theme { color: true })).join("\n");
+    assert!(text.contains("experiment view"), "{text}");
+    key(&mut app, KeyCode::Esc);
+    // Without an experiment, e does nothing and Tab toggles flows and compare as before.
+    let mut plain = played("cubic-vs-bbr.ndjson");
+    key(&mut plain, KeyCode::Char('e'));
+    assert_eq!(plain.view, View::Flows);
+    key(&mut plain, KeyCode::Tab);
+    key(&mut plain, KeyCode::Tab);
+    assert_eq!(plain.view, View::Flows);
+    assert_eq!(key(&mut app, KeyCode::Char('q')), Action::Quit);
+}

@@ -56,26 +56,12 @@ fn every_connection_gets_an_arm_and_the_arms_algorithm() {
     let to = listener.local_addr().unwrap();
     serve(listener);
     let record = std::env::temp_dir().join(format!("bbrs-exp-{}.ndjson", std::process::id()));
-    let mut child = bbrscope()
-        .args(["experiment", "--arms", "cubic,bbr", "--port", &to.port().to_string(), "--duration", "60s"])
-        .args(["--no-guardrail", "--record", record.to_str().unwrap()])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    // Attached once it says so.
-    let mut err = BufReader::new(child.stderr.take().unwrap());
-    let mut line = String::new();
-    err.read_line(&mut line).unwrap();
-    assert!(line.contains("experiment running"), "{line}");
+    let child = start_experiment("cubic,bbr", to.port(), &["--no-guardrail", "--record", record.to_str().unwrap()]);
     // The clients' own log.
     const N: usize = 200;
     let log: Vec<(SocketAddr, usize)> = (0..N).map(|i| fetch(to, [1_000, 15_000, 120_000][i % 3])).collect();
     thread::sleep(Duration::from_millis(500));
-    // SAFETY: kill(2) on our own child's pid.
-    unsafe { libc::kill(child.id() as i32, libc::SIGINT) };
-    let status = wait_timeout(&mut child, Duration::from_secs(20)).expect("experiment ends on Ctrl-C");
-    assert!(status.success(), "{status}");
+    let live = report_of(child);
 
     let records: Vec<Value> =
         std::fs::read_to_string(&record).unwrap().lines().map(|l| serde_json::from_str(l).unwrap()).collect();
@@ -106,6 +92,7 @@ fn every_connection_gets_an_arm_and_the_arms_algorithm() {
     let b = summaries.iter().filter(|s| s["arm"] == "b").count() as f64;
     assert_eq!(offline["arms"][1]["flows"].as_u64(), Some(b as u64), "{}", offline["arms"]);
     assert_eq!(offline["arms"][0]["flows"].as_u64(), Some(N as u64 - b as u64), "{}", offline["arms"]);
+    assert_eq!(live["arms"], offline["arms"], "the live report and the offline one");
     assert!((b - 100.0).abs() < 4.0 * 7.1, "arm B got {b} of {N}");
     // The clients' own sockets (local port ephemeral) are not in the experiment.
     assert!(!summaries.iter().any(|s| s["dst"] == to.to_string()));
@@ -135,26 +122,16 @@ fn bad_input_is_refused_before_anything_is_attached() {
         assert!(start.elapsed() < Duration::from_secs(5));
     }
     // A second experiment while one runs.
-    let mut first = bbrscope()
-        .args(["experiment", "--arms", "cubic,bbr", "--duration", "30s", "--port", "1"])
-        .stderr(Stdio::piped())
-        .stdout(Stdio::null())
-        .spawn()
-        .unwrap();
-    let mut first_err = BufReader::new(first.stderr.take().unwrap());
-    let mut line = String::new();
-    first_err.read_line(&mut line).unwrap();
-    assert!(line.contains("experiment running"), "{line}");
+    let mut first = start_experiment("cubic,bbr", 1, &[]);
     let out = bbrscope().args(["experiment", "--arms", "bbr,cubic", "--duration", "5s"]).output().unwrap();
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(2), "{err}");
-    assert!(err.contains("already running"), "{err}");
+    // The holder as the kernel's lock table names it.
+    assert!(err.contains(&format!("already running (pid {})", first.id())), "{err}");
     // SAFETY: kill(2) on our own child's pid.
     unsafe { libc::kill(first.id() as i32, libc::SIGTERM) };
     let status = wait_timeout(&mut first, Duration::from_secs(10)).unwrap();
-    let mut rest = String::new();
-    let _ = first_err.read_to_string(&mut rest);
-    assert!(status.success(), "{status}: {rest}");
+    assert!(status.success(), "{status}");
 }
 
 /// A client population behind its own emulated path: the server in the path's sender namespace
@@ -217,17 +194,56 @@ fn load(p: &Population, threads: usize, sizes: &'static [usize], until: Instant)
     })
 }
 
-/// Starts `bbrscope experiment ARGS` and waits until it says it runs; stdout is the report.
-fn start_experiment(args: &[&str]) -> std::process::Child {
-    let mut child =
-        bbrscope().arg("experiment").args(args).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
-    let mut err = BufReader::new(child.stderr.take().unwrap());
-    let mut line = String::new();
-    err.read_line(&mut line).unwrap();
-    assert!(line.contains("experiment running"), "{line}");
-    // Keep draining stderr so a later line cannot block the experiment.
+/// A port for a test's service, apart from other test runs' (`base` apart from other tests').
+fn port_for(base: u16) -> u16 {
+    base + (std::process::id() % 10_000) as u16
+}
+
+/// Starts `bbrscope experiment --arms ARMS --port PORT --duration 5m --json EXTRA...` (ended by
+/// the test, by the guardrail or by a flow count in EXTRA) and waits until it says it runs;
+/// stdout is the JSON report.
+fn start_experiment(arms: &str, port: u16, extra: &[&str]) -> std::process::Child {
+    let (child, mut err) = loop {
+        wait_for_no_experiment();
+        let mut child = bbrscope()
+            .args(["experiment", "--arms", arms, "--port", &port.to_string(), "--duration", "5m", "--json"])
+            .args(extra)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut err = BufReader::new(child.stderr.take().unwrap());
+        let mut line = String::new();
+        err.read_line(&mut line).unwrap();
+        // Another process's experiment took the lock first: wait for it again.
+        if line.contains("already running") {
+            let _ = child.wait();
+            continue;
+        }
+        assert!(line.contains("experiment running"), "{line}");
+        break (child, err);
+    };
+    // Keep draining stderr (progress lines) so that it cannot block the experiment.
     thread::spawn(move || std::io::copy(&mut err, &mut std::io::sink()));
     child
+}
+
+/// Waits (up to 10 minutes) until no experiment holds the host's experiment lock: other test
+/// runs on this machine (other worktrees) run experiments too, and only one can run at a time.
+fn wait_for_no_experiment() {
+    let start = Instant::now();
+    let held = || {
+        use std::os::unix::fs::MetadataExt as _;
+        let Ok(m) = std::fs::metadata("/run/bbrscope-experiment.lock") else { return false };
+        let locks = std::fs::read_to_string("/proc/locks").unwrap();
+        locks.lines().any(|l| {
+            l.contains(" FLOCK ") && l.split_whitespace().nth(5).is_some_and(|d| d.ends_with(&format!(":{}", m.ino())))
+        })
+    };
+    while held() {
+        assert!(start.elapsed() < Duration::from_secs(600), "another experiment holds the lock for 10 minutes");
+        thread::sleep(Duration::from_millis(500));
+    }
 }
 
 /// Ends the experiment with Ctrl-C and returns its JSON report.
@@ -239,9 +255,14 @@ fn report_of(child: std::process::Child) -> Value {
 
 /// Waits up to `timeout` for the experiment to end and returns its JSON report.
 fn wait_report(mut child: std::process::Child, timeout: Duration) -> Value {
+    // Read while it writes: a report larger than the pipe's buffer would block it otherwise.
+    let mut stdout = child.stdout.take().unwrap();
+    let reader = thread::spawn(move || {
+        let mut out = String::new();
+        stdout.read_to_string(&mut out).map(|_| out)
+    });
     let status = wait_timeout(&mut child, timeout).expect("experiment ends");
-    let mut out = String::new();
-    child.stdout.take().unwrap().read_to_string(&mut out).unwrap();
+    let out = reader.join().unwrap().unwrap();
     assert!(status.success(), "{status}: {out}");
     serde_json::from_str(&out).unwrap_or_else(|e| panic!("not one JSON object ({e}): {out}"))
 }
@@ -259,20 +280,11 @@ fn group<'a>(report: &'a Value, label: &str) -> &'a Value {
 fn bbr_wins_on_a_long_lossy_path_and_not_on_a_short_clean_one() {
     require_root();
     let _turn = turn();
-    let port = 20_000 + (std::process::id() % 10_000) as u16;
+    let port = port_for(20_000);
     // 60 ms, 1% random loss (CUBIC is loss-limited there) vs 2 ms and clean; both 20 Mbit/s.
     let lossy = population(60, 60, 0.01, port);
     let clean = population(61, 2, 0.0, port);
-    let child = start_experiment(&[
-        "--arms",
-        "cubic,bbr",
-        "--port",
-        &port.to_string(),
-        "--duration",
-        "5m",
-        "--json",
-        "--no-guardrail",
-    ]);
+    let child = start_experiment("cubic,bbr", port, &["--no-guardrail"]);
     let until = Instant::now() + Duration::from_secs(60);
     const SIZES: &[usize] = &[20_000, 1_000_000];
     let (lossy_log, clean_log) = thread::scope(|s| {
@@ -316,20 +328,10 @@ fn bbr_wins_on_a_long_lossy_path_and_not_on_a_short_clean_one() {
 fn the_guardrail_stops_an_experiment_whose_arm_is_clearly_worse() {
     require_root();
     let _turn = turn();
-    let port = 30_000 + (std::process::id() % 10_000) as u16;
+    let port = port_for(30_000);
     let lossy = population(62, 60, 0.02, port);
     // Arm B is Reno on a lossy path: clearly slower than BBR.
-    let child = start_experiment(&[
-        "--arms",
-        "bbr,reno",
-        "--port",
-        &port.to_string(),
-        "--duration",
-        "5m",
-        "--json",
-        "--guardrail-pct",
-        "20",
-    ]);
+    let child = start_experiment("bbr,reno", port, &["--guardrail-pct", "20"]);
     let started = Instant::now();
     let pid = child.id();
     let until = Instant::now() + Duration::from_secs(150);
@@ -363,19 +365,10 @@ fn the_guardrail_stops_an_experiment_whose_arm_is_clearly_worse() {
 fn an_a_a_run_finds_no_difference_in_most_metrics() {
     require_root();
     let _turn = turn();
-    let port = 40_000 + (std::process::id() % 10_000) as u16;
+    let port = port_for(40_000);
     let clean = population(63, 10, 0.0, port);
     // The same algorithm in both arms: every difference found is a false positive.
-    let child = start_experiment(&[
-        "--arms",
-        "bbr,bbr",
-        "--port",
-        &port.to_string(),
-        "--duration",
-        "5m",
-        "--json",
-        "--no-guardrail",
-    ]);
+    let child = start_experiment("bbr,bbr", port, &["--no-guardrail"]);
     load(&clean, 2, &[20_000, 300_000], Instant::now() + Duration::from_secs(40));
     thread::sleep(Duration::from_secs(1));
     let report = report_of(child);
@@ -388,4 +381,167 @@ fn an_a_a_run_finds_no_difference_in_most_metrics() {
     assert!(judged.len() >= 4, "too few metrics judged: {}", all["metrics"]);
     assert!(significant <= 2, "{significant} of {} metrics differ in an A/A run: {}", judged.len(), all["conclusion"]);
     drop(clean);
+}
+
+/// Records tests/fixtures/experiment-two-populations.ndjson, the capture the dashboard tests
+/// render the experiment view from: cubic vs bbr on a long lossy path and a short clean one, the
+/// experiment's flow_summary records with the fields the analysis reads (the rest left out to
+/// keep the file small).
+/// Run by hand: `cargo test --test experiment -- --ignored --test-threads=1 record_the_fixture`.
+#[test]
+#[ignore = "writes a test fixture"]
+fn record_the_fixture() {
+    require_root();
+    let _turn = turn();
+    let port = port_for(50_000);
+    let lossy = population(64, 60, 0.01, port);
+    let clean = population(65, 2, 0.0, port);
+    let record = std::env::temp_dir().join(format!("bbrs-exp-fixture-{}.ndjson", std::process::id()));
+    let child = start_experiment("cubic,bbr", port, &["--no-guardrail", "--record", record.to_str().unwrap()]);
+    let until = Instant::now() + Duration::from_secs(75);
+    const SIZES: &[usize] = &[20_000, 500_000];
+    thread::scope(|s| {
+        s.spawn(|| load(&lossy, 8, SIZES, until));
+        s.spawn(|| load(&clean, 1, SIZES, until));
+    });
+    thread::sleep(Duration::from_secs(1));
+    report_of(child);
+    let text = std::fs::read_to_string(&record).unwrap();
+    let _ = std::fs::remove_file(&record);
+    // The fields the analysis reads (experiment::Observation::from_summary).
+    const FIELDS: &[&str] = &[
+        "type",
+        "ts",
+        "arm",
+        "cc",
+        "side",
+        "src",
+        "dst",
+        "bytes_acked",
+        "duration_s",
+        "goodput_bps",
+        "srtt_median_us",
+        "min_rtt_us",
+        "retrans_total",
+        "data_segs_out",
+    ];
+    let kept: Vec<String> = text
+        .lines()
+        .map(|l| serde_json::from_str::<Value>(l).unwrap())
+        .filter(|v| v["type"] == "flow_summary")
+        .map(|v| {
+            let o: serde_json::Map<String, Value> =
+                FIELDS.iter().filter_map(|&k| v.get(k).map(|x| (k.to_string(), x.clone()))).collect();
+            Value::Object(o).to_string()
+        })
+        .collect();
+    let out = format!("{}/../tests/fixtures/experiment-two-populations.ndjson", env!("CARGO_MANIFEST_DIR"));
+    std::fs::write(out, kept.join("\n") + "\n").unwrap();
+    drop((lossy, clean));
+}
+
+/// The cgroup links (the sock_ops attachment) a process holds, as (link id, program id), from its
+/// descriptors' fdinfo (the kernel's own account; this bpftool lists no pids).
+fn cgroup_links_of(pid: u32) -> Vec<(u64, u64)> {
+    let mut out = Vec::new();
+    for fd in std::fs::read_dir(format!("/proc/{pid}/fdinfo")).unwrap().flatten() {
+        let info = std::fs::read_to_string(fd.path()).unwrap_or_default();
+        let field = |name: &str| {
+            info.lines().find_map(|l| l.strip_prefix(name).map(|v| v.trim().to_string())).unwrap_or_default()
+        };
+        if field("link_type:") == "cgroup" {
+            out.push((field("link_id:").parse().unwrap(), field("prog_id:").parse().unwrap()));
+        }
+    }
+    out
+}
+
+/// "finished 12 A / 15 B" on the experiment view: the flows finished so far.
+fn finished_on_screen(screen: &str) -> Option<usize> {
+    let rest = screen.lines().find_map(|l| l.split("finished ").nth(1))?;
+    let words: Vec<&str> = rest.split_whitespace().collect();
+    let n = |w: &str| w.replace(',', "").parse::<usize>().ok();
+    Some(n(words.first()?)? + n(words.get(3)?)?)
+}
+
+#[test]
+fn the_dashboard_follows_a_live_experiment_and_q_ends_it_with_the_report() {
+    require_root();
+    let _turn = turn();
+    let port = port_for(10_000);
+    let lossy = population(66, 40, 0.01, port);
+    let clean = population(67, 2, 0.0, port);
+    wait_for_no_experiment();
+    let s = Session::start(
+        "experiment",
+        120,
+        40,
+        &format!("experiment --arms cubic,bbr --port {port} --duration 5m --no-guardrail"),
+    );
+    s.wait_screen("the experiment view", |t| t.contains("cubic (A) vs bbr (B) · 50% to B") && t.contains("guardrail"));
+
+    // `status` lists it, with the pid the kernel says holds the lock.
+    let status = |json: bool| {
+        let out = bbrscope().args(["status"]).args(json.then_some("--json")).output().unwrap();
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        String::from_utf8(out.stdout).unwrap()
+    };
+    let st: Value = serde_json::from_str(&status(true)).unwrap();
+    let x = &st["experiment"];
+    assert_eq!(x["arms"], serde_json::json!(["cubic", "bbr"]), "{x}");
+    assert_eq!(
+        (x["split_pct"].as_u64(), x["scope"].as_str()),
+        (Some(50), Some(format!("port {port}").as_str())),
+        "{x}"
+    );
+    assert_eq!(x["guardrail"], false, "{x}");
+    let pid = x["pid"].as_u64().unwrap() as u32;
+    let comm = std::fs::read_to_string(format!("/proc/{pid}/comm")).unwrap();
+    assert_eq!(comm.trim(), "bbrscope", "pid {pid} is not the experiment");
+    assert!(status(false).contains(&format!("experiment: running (pid {pid}): cubic (A) vs bbr (B), 50% to B")));
+    let links = cgroup_links_of(pid);
+    assert!(!links.is_empty(), "the experiment holds no sock_ops link");
+
+    // Real flows from both populations; the view counts them as they finish and updates.
+    let until = Instant::now() + Duration::from_secs(30);
+    const SIZES: &[usize] = &[20_000, 300_000];
+    let (lossy_log, clean_log) = thread::scope(|sc| {
+        let l = sc.spawn(|| load(&lossy, 2, SIZES, until));
+        let c = sc.spawn(|| load(&clean, 1, SIZES, until));
+        let first = s.wait_screen("finished flows", |t| finished_on_screen(t).is_some_and(|n| n > 0));
+        let n1 = finished_on_screen(&first).unwrap();
+        let later = s.wait_screen("more finished flows and the analysis", |t| {
+            finished_on_screen(t).is_some_and(|n| n > n1 + 20) && t.contains(" arms: ")
+        });
+        assert!(later.contains("p50 completion") && later.contains("groups ("), "{later}");
+        assert!(later.contains("198.18.67.0/24") || later.contains("RTT <10 ms"), "{later}");
+        (l.join().unwrap(), c.join().unwrap())
+    });
+    let flows = lossy_log.len() + clean_log.len();
+    s.wait_screen("every flow counted", |t| finished_on_screen(t) == Some(flows));
+
+    s.keys("q");
+    let screen = s.wait_exit();
+    assert!(screen.contains("EXIT=0"), "{screen}");
+    assert!(!screen.contains("-icanon"), "terminal left in raw mode:\n{screen}");
+    // The whole pane after the dashboard left the alternate screen: the report, in full.
+    let text = tmux(&["capture-pane", "-p", "-J", "-S", "-", "-t", &s.0]);
+    assert!(text.contains("stopped with q"), "{text}");
+    assert!(text.contains(&format!("bbrscope experiment: cubic (A) vs bbr (B), {flows} flows")), "{text}");
+    assert!(text.contains("== all flows") && text.contains("recommendation:"), "{text}");
+    assert!(!text.contains("flows analysed"), "the dashboard is gone:\n{text}");
+
+    // Nothing left: the link and its program are gone, the lock is free, status lists nothing.
+    let exists = |what: &str, id: u64| {
+        let out = std::process::Command::new("bpftool").args([what, "show", "id", &id.to_string()]).output().unwrap();
+        out.status.success()
+    };
+    for (link, prog) in links {
+        assert!(!exists("link", link), "link {link} left attached");
+        assert!(!exists("prog", prog), "program {prog} left loaded");
+    }
+    let st: Value = serde_json::from_str(&status(true)).unwrap();
+    assert!(st["experiment"].is_null(), "{}", st["experiment"]);
+    assert!(status(false).contains("experiment: none running"));
+    drop((lossy, clean));
 }

@@ -6,54 +6,6 @@ use std::{process::Command, time::Duration};
 
 use common::*;
 
-fn tmux(args: &[&str]) -> String {
-    let out = Command::new("tmux").args(args).output().expect("tmux (installed by scripts/setup.sh)");
-    String::from_utf8_lossy(&out.stdout).into_owned()
-}
-
-/// `bbrscope ARGS` in a detached tmux session of the given size; killed on drop. After bbrscope
-/// exits, the pane prints its exit status and whether the tty is back in cooked mode (icanon).
-struct Session(String);
-
-impl Session {
-    fn start(tag: &str, width: u16, height: u16, args: &str) -> Session {
-        let name = format!("bbrscope-{tag}-{}", std::process::id());
-        let cmd = format!(
-            "{} {args}; echo EXIT=$?; stty -a | grep -o -- ' -\\?icanon'; sleep 60",
-            env!("CARGO_BIN_EXE_bbrscope")
-        );
-        tmux(&["new-session", "-d", "-s", &name, "-x", &width.to_string(), "-y", &height.to_string(), &cmd]);
-        Session(name)
-    }
-
-    fn keys(&self, keys: &str) {
-        tmux(&["send-keys", "-t", &self.0, keys]);
-    }
-
-    fn wait_screen(&self, what: &str, pred: impl Fn(&str) -> bool) -> String {
-        let start = std::time::Instant::now();
-        loop {
-            let text = tmux(&["capture-pane", "-p", "-t", &self.0]);
-            if pred(&text) {
-                return text;
-            }
-            assert!(start.elapsed() < Duration::from_secs(20), "timed out waiting for {what}; screen:\n{text}");
-            std::thread::sleep(Duration::from_millis(200));
-        }
-    }
-
-    /// The screen once bbrscope has exited and the tty check has printed.
-    fn wait_exit(&self) -> String {
-        self.wait_screen("exit and the tty check", |t| t.contains("EXIT=") && t.contains("icanon"))
-    }
-}
-
-impl Drop for Session {
-    fn drop(&mut self) {
-        tmux(&["kill-session", "-t", &self.0]);
-    }
-}
-
 #[test]
 fn dashboard_shows_live_flows_takes_keys_and_restores_the_terminal() {
     require_root();

@@ -3,10 +3,9 @@
 
 use std::{
     fs::File,
-    io::{BufRead as _, BufReader, BufWriter, Write as _},
-    os::fd::AsRawFd as _,
+    io::{BufRead as _, BufReader, BufWriter, IsTerminal as _},
     path::{Path, PathBuf},
-    time::Duration,
+    time::{Duration, Instant},
 };
 
 use anyhow::{Context as _, Result};
@@ -17,14 +16,23 @@ use crate::{
     clock::Clock,
     error::usage,
     event::Event,
-    experiment::Observation,
+    experiment::{
+        Observation,
+        live::{Limit, LiveExperiment, Monitor},
+        lock,
+    },
     filter::{FilterSpec, Net},
     flow::{Change, FlowTable},
     kernel::loader::{ExperimentSpec, Options},
     session::Live,
     sink::json::JsonSink,
     sys::{cc, cgroup},
+    tui::{
+        self, Dashboard,
+        app::{Action, App},
+    },
 };
+use ratatui::crossterm::event::{KeyCode, KeyModifiers};
 
 #[derive(Debug, Args)]
 pub struct ExperimentArgs {
@@ -76,6 +84,10 @@ pub struct ExperimentArgs {
     /// Print the `bbrscope apply` commands the evidence supports
     #[arg(long)]
     pub recommend: bool,
+    /// No live display (by default: the dashboard on a terminal, opening on the experiment's
+    /// view; a progress line every 10 s on stderr when stdout is not a terminal)
+    #[arg(long, conflicts_with = "analyze")]
+    pub headless: bool,
 }
 
 /// "90", "90s", "10m", "2h".
@@ -95,17 +107,28 @@ fn parse_span(s: &str) -> Result<Duration, String> {
     Ok(Duration::from_secs_f64(secs))
 }
 
-/// Where the lock that keeps two experiments apart lives (they would fight over new
-/// connections' algorithms).
-const LOCK: &str = "/run/bbrscope-experiment.lock";
-
 pub async fn run(args: ExperimentArgs) -> Result<()> {
     if let Some(file) = &args.analyze {
         let obs = read_capture(file)?;
         return finish(&args, obs, None);
     }
     let spec = validate(&args)?;
-    let _lock = lock()?;
+    let limit = match args.flows {
+        Some(n) => Limit::Flows(n),
+        None => Limit::Time(args.duration.unwrap_or(DEFAULT_DURATION)),
+    };
+    let state = LiveExperiment::new(&spec, limit, !args.no_guardrail);
+    let _lock = lock::acquire(&lock::Running {
+        pid: std::process::id(),
+        arms: spec.arms.clone(),
+        split_pct: spec.split_pct,
+        sample_pct: spec.sample_pct,
+        scope: state.scope.clone(),
+        started_at: std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs()),
+        ends: state.ends(),
+        guardrail: !args.no_guardrail,
+        record: args.record.as_ref().map(|p| p.display().to_string()),
+    })?;
     // Before anything is attached: a signal from here on ends the experiment cleanly.
     let mut sigint = signal(SignalKind::interrupt())?;
     let mut sigterm = signal(SignalKind::terminate())?;
@@ -126,12 +149,21 @@ pub async fn run(args: ExperimentArgs) -> Result<()> {
         None => None,
     };
     eprintln!(
-        "bbrscope: experiment running: {} (arm A) vs {} (arm B), {}% to B, {}% of connections in scope; Ctrl-C ends it",
-        spec.arms[0], spec.arms[1], spec.split_pct, spec.sample_pct
+        "bbrscope: experiment running: {} (arm A) vs {} (arm B), {}% to B, {}% of connections in scope; {} ends it",
+        spec.arms[0],
+        spec.arms[1],
+        spec.split_pct,
+        spec.sample_pct,
+        if std::io::stdout().is_terminal() && !args.headless { "q in the dashboard" } else { "Ctrl-C" }
     );
-    let deadline = tokio::time::sleep(args.duration.unwrap_or(Duration::from_secs(600)));
+    let mut display = Display::new(args.headless, state, live.degraded().to_vec())?;
+    let mut monitor =
+        Monitor::new(args.split, (!args.no_guardrail).then_some(args.guardrail_pct), display.shows_report());
+    let started = Instant::now();
+    let deadline = tokio::time::sleep(args.duration.unwrap_or(DEFAULT_DURATION));
     tokio::pin!(deadline);
-    let mut check = tokio::time::interval(Duration::from_secs(2));
+    let mut check = tokio::time::interval(Monitor::PERIOD);
+    let mut frame = tokio::time::interval(display.period());
     let mut table = FlowTable::new(0);
     let mut obs: Vec<Observation> = Vec::new();
     let mut stopped_by = None;
@@ -140,6 +172,7 @@ pub async fn run(args: ExperimentArgs) -> Result<()> {
         tokio::select! {
             batch = live.next_batch(|ev| {
                 let change = table.apply(&ev);
+                display.shown.on_event(&ev);
                 if let Some(rec) = recorder.as_mut()
                     && in_arm(&ev, &table)
                     && write_err.is_none()
@@ -149,15 +182,30 @@ pub async fn run(args: ExperimentArgs) -> Result<()> {
                 if change == Change::Ended
                     && let Some(o) = table.get(ev.head().flow).and_then(Observation::from_flow)
                 {
+                    display.shown.state().flow_finished(o.arm);
                     obs.push(o);
                 }
             }) => { batch?; }
             _ = check.tick() => {
                 table.prune(Clock::monotonic_ns().saturating_sub(5_000_000_000), 0);
-                if !args.no_guardrail
-                    && let Some(why) = crate::experiment::glue::guardrail(&obs, args.guardrail_pct)
-                {
-                    stopped_by = Some(format!("stopped early by the guardrail: {why}"));
+                monitor.maybe_start(&obs, started.elapsed());
+            }
+            update = monitor.finished() => {
+                let update = update?;
+                if let Some(g) = update.guard.as_ref().filter(|g| g.stop) {
+                    stopped_by = Some(format!("stopped early by the guardrail: {}", g.reason));
+                    break;
+                }
+                display.shown.state().update(update);
+            }
+            _ = frame.tick() => {
+                display.shown.state().elapsed = started.elapsed();
+                display.shown.state().count_open(&table);
+                display.show()?;
+            }
+            key = input(&mut display.dash) => {
+                if let Some(why) = display.key(key)? {
+                    stopped_by = Some(why);
                     break;
                 }
             }
@@ -172,12 +220,107 @@ pub async fn run(args: ExperimentArgs) -> Result<()> {
             break;
         }
     }
-    // Detach first: from here on new connections get the default algorithm again.
+    // Detach first: from here on new connections get the default algorithm again. Then give the
+    // terminal back, so that the report prints on the normal screen.
     drop(live);
+    drop(display);
     if let Some(mut rec) = recorder {
         rec.flush().context("writing the --record file")?;
     }
     finish(&args, obs, stopped_by)
+}
+
+/// Ten minutes, unless `--duration` or `--flows` says otherwise.
+const DEFAULT_DURATION: Duration = Duration::from_secs(600);
+
+/// What shows the experiment while it runs: the dashboard on a terminal (the flow views and the
+/// experiment's own, which it opens on), a progress line on stderr every [`LINE_PERIOD`] when
+/// stdout is not a terminal (a log, a pipe), nothing with `--headless`. Like `bbrscope demo`.
+/// The terminal and what it shows are apart so that the loop can wait for a key while the
+/// observer's events update the state.
+struct Display {
+    dash: Option<Box<Dashboard>>,
+    shown: Shown,
+}
+
+enum Shown {
+    Off(Box<LiveExperiment>),
+    Lines(Box<LiveExperiment>),
+    Dashboard(Box<App>),
+}
+
+/// How often a progress line is written when stdout is not a terminal.
+const LINE_PERIOD: Duration = Duration::from_secs(10);
+
+impl Shown {
+    fn state(&mut self) -> &mut LiveExperiment {
+        match self {
+            Shown::Off(x) | Shown::Lines(x) => x,
+            Shown::Dashboard(app) => app.experiment.as_mut().expect("a dashboard of an experiment"),
+        }
+    }
+
+    fn on_event(&mut self, ev: &Event) {
+        if let Shown::Dashboard(app) = self {
+            app.apply(ev);
+        }
+    }
+}
+
+impl Display {
+    fn new(headless: bool, state: LiveExperiment, notices: Vec<String>) -> Result<Self> {
+        let (dash, shown) = if headless {
+            (None, Shown::Off(Box::new(state)))
+        } else if !std::io::stdout().is_terminal() {
+            (None, Shown::Lines(Box::new(state)))
+        } else {
+            let app = App::new("live", notices, None).with_experiment(state);
+            (Some(Box::new(Dashboard::new()?)), Shown::Dashboard(Box::new(app)))
+        };
+        Ok(Display { dash, shown })
+    }
+
+    /// Whether the live report is shown (it costs an analysis every [`Monitor::PERIOD`]).
+    fn shows_report(&self) -> bool {
+        self.dash.is_some()
+    }
+
+    fn period(&self) -> Duration {
+        if self.dash.is_some() { Duration::from_millis(1000 / tui::FPS) } else { LINE_PERIOD }
+    }
+
+    fn show(&mut self) -> Result<()> {
+        match (&mut self.shown, &mut self.dash) {
+            (Shown::Lines(x), _) => eprintln!("{}", x.progress_line()),
+            (Shown::Dashboard(app), Some(dash)) => {
+                app.tick(Clock::monotonic_ns());
+                dash.draw(app)?;
+            }
+            _ => {}
+        }
+        Ok(())
+    }
+
+    /// A key in the dashboard; why the experiment ends if it is q, or Ctrl-C (a key in raw mode,
+    /// meaning what the signal means). Other keys work as in `bbrscope top`.
+    fn key(&mut self, input: tui::Input) -> Result<Option<String>> {
+        let (Shown::Dashboard(app), Some(dash)) = (&mut self.shown, &mut self.dash) else { return Ok(None) };
+        let ctrl_c = matches!(&input, tui::Input::Key(k)
+            if k.code == KeyCode::Char('c') && k.modifiers.contains(KeyModifiers::CONTROL));
+        if tui::handle(app, input) == Action::Quit {
+            return Ok(Some(if ctrl_c { "stopped by Ctrl-C" } else { "stopped with q" }.into()));
+        }
+        dash.draw(app)?;
+        Ok(None)
+    }
+}
+
+/// The dashboard's next input; never completes without a dashboard.
+async fn input(dash: &mut Option<Box<Dashboard>>) -> tui::Input {
+    match dash {
+        Some(d) => d.input().await,
+        None => std::future::pending().await,
+    }
 }
 
 /// Whether `ev` belongs to a flow of the experiment (it has an arm).
@@ -224,28 +367,6 @@ fn validate(args: &ExperimentArgs) -> Result<ExperimentSpec> {
 fn pinned_cgroup_programs() -> Vec<String> {
     let Ok(dir) = std::fs::read_dir(crate::apply::cgroup::PIN_DIR) else { return Vec::new() };
     dir.flatten().map(|e| e.path().display().to_string()).collect()
-}
-
-/// An exclusive lock for the experiment's run; a second experiment is refused (exit 2).
-fn lock() -> Result<File> {
-    let f = File::options()
-        .create(true)
-        .truncate(false)
-        .write(true)
-        .open(LOCK)
-        .with_context(|| format!("opening {LOCK}"))?;
-    // SAFETY: flock on a descriptor this function owns.
-    if unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } != 0 {
-        let holder = std::fs::read_to_string(LOCK).unwrap_or_default();
-        usage!(
-            "an experiment is already running{}: two would fight over new connections' algorithms",
-            holder.trim().parse::<u32>().map(|p| format!(" (pid {p})")).unwrap_or_default()
-        );
-    }
-    let mut w = &f;
-    let _ = f.set_len(0);
-    let _ = writeln!(w, "{}", std::process::id());
-    Ok(f)
 }
 
 /// The flows of a recorded experiment.

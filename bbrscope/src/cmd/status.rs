@@ -18,6 +18,7 @@ use crate::{
         sysctl,
         sysctl_d::BootConfig,
     },
+    experiment::lock,
     output::{self, OutputError, outln},
 };
 
@@ -93,6 +94,9 @@ struct Status {
     boot: Boot,
     namespaces: Vec<Namespace>,
     bbrscope: Vec<Recorded>,
+    /// The `bbrscope experiment` running now (it holds the experiment lock), or null. It
+    /// attaches nothing that outlives it, so there is nothing else of it to list.
+    experiment: Option<lock::Running>,
     warnings: Vec<String>,
 }
 
@@ -247,7 +251,9 @@ fn status(args: StatusArgs) -> Result<()> {
         Ok((path, note)) => ObserverStatus { path: Some(path.as_str()), note },
         Err(note) => ObserverStatus { path: None, note: Some(note) },
     };
-    let status = Status { available: kernel.usable(), observer, system, boot, namespaces, bbrscope, warnings };
+    let experiment = lock::running()?;
+    let status =
+        Status { available: kernel.usable(), observer, system, boot, namespaces, bbrscope, experiment, warnings };
     if args.json {
         outln!("{}", serde_json::to_string_pretty(&status)?)?;
     } else {
@@ -299,6 +305,28 @@ fn print(s: &Status) -> Result<(), OutputError> {
         outln!("changed by bbrscope:")?;
         for r in &s.bbrscope {
             outln!("  {} -> {}: {}", r.scope, r.algorithm, r.now)?;
+        }
+    }
+    match &s.experiment {
+        None => outln!("experiment: none running")?,
+        Some(x) => {
+            let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs());
+            let age = now.saturating_sub(x.started_at);
+            outln!(
+                "experiment: running (pid {}): {} (A) vs {} (B), {}% to B, {}% of {}; started {}m{:02}s ago, ends {}; \
+                 guardrail {}{}",
+                x.pid,
+                x.arms[0],
+                x.arms[1],
+                x.split_pct,
+                x.sample_pct,
+                x.scope,
+                age / 60,
+                age % 60,
+                x.ends,
+                if x.guardrail { "on" } else { "off" },
+                x.record.as_deref().map(|r| format!("; recording to {r}")).unwrap_or_default()
+            )?
         }
     }
     for w in &s.warnings {

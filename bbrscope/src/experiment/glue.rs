@@ -8,7 +8,7 @@ use serde::Serialize;
 
 use super::{
     Observation,
-    analysis::{self, StopRule},
+    analysis::{self, GuardDecision, StopRule},
     plot, report,
 };
 use crate::{
@@ -27,11 +27,17 @@ pub struct Output {
 /// Flows per arm before the guardrail judges (as `--guardrail-pct`'s help says).
 const GUARDRAIL_MIN_FLOWS: usize = 30;
 
-/// Why the experiment must stop now, if an arm is clearly worse.
-pub fn guardrail(obs: &[Observation], pct: f64) -> Option<String> {
+/// Whether the experiment must stop now (an arm clearly worse), or where the watch stands.
+pub fn guardrail(obs: &[Observation], pct: f64) -> GuardDecision {
     let rule = StopRule { max_worse_pct: pct, min_flows: GUARDRAIL_MIN_FLOWS, ..StopRule::default() };
-    let d = analysis::guardrail(obs, &rule, &analysis::arm_names(obs));
-    d.stop.then_some(d.reason)
+    analysis::guardrail(obs, &rule, &analysis::arm_names(obs))
+}
+
+/// The report on the flows so far: the same analysis at the end and while it runs.
+pub fn report(obs: &[Observation], requested_split_pct: u32) -> (report::Report, analysis::Analysis) {
+    let opts = analysis::Options { split_b: requested_split_pct as f64 / 100.0, ..analysis::Options::default() };
+    let a = analysis::analyze(obs, &opts);
+    (report::build(&a), a)
 }
 
 /// `--plot` must be writable before the experiment runs, not found unwritable after.
@@ -52,9 +58,7 @@ struct JsonReport<'a> {
 }
 
 pub fn finish(obs: &[Observation], out: &Output) -> Result<()> {
-    let opts = analysis::Options { split_b: out.requested_split_pct as f64 / 100.0, ..analysis::Options::default() };
-    let a = analysis::analyze(obs, &opts);
-    let rep = report::build(&a);
+    let (rep, a) = report(obs, out.requested_split_pct);
     if let Some(p) = &out.plot {
         crate::figure::write(p, &plot::svg(obs, &a, 6))?;
     }

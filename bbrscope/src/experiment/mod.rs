@@ -12,6 +12,8 @@
 pub mod glue;
 
 pub mod analysis;
+pub mod live;
+pub mod lock;
 pub mod plot;
 pub mod report;
 

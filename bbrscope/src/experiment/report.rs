@@ -486,7 +486,7 @@ pub fn fmt_count(n: usize) -> String {
     out
 }
 
-fn fmt_bytes(b: u64) -> String {
+pub fn fmt_bytes(b: u64) -> String {
     match b as f64 {
         x if x >= 1e9 => format!("{:.2} GB", x / 1e9),
         x if x >= 1e6 => format!("{:.1} MB", x / 1e6),

@@ -5,6 +5,7 @@ use ratatui::crossterm::event::{KeyCode, KeyEvent, KeyModifiers};
 
 use crate::{
     event::Event,
+    experiment::live::LiveExperiment,
     flow::{Flow, FlowTable},
     stats::StatsReport,
 };
@@ -23,6 +24,8 @@ pub const WINDOWS: [u64; 6] = [10, 30, 60, 120, 300, 600];
 pub enum View {
     Flows,
     Compare,
+    /// A running experiment's arms and groups (`bbrscope experiment` only).
+    Experiment,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -106,6 +109,10 @@ pub struct App {
     pub source: String,
     pub notices: Vec<String>,
     pub playback: Option<Playback>,
+    /// The experiment this dashboard watches, if any.
+    pub experiment: Option<LiveExperiment>,
+    /// The first group the experiment view lists (↑/↓ there scroll the groups).
+    pub group_scroll: usize,
 }
 
 impl App {
@@ -128,6 +135,24 @@ impl App {
             source: source.into(),
             notices,
             playback,
+            experiment: None,
+            group_scroll: 0,
+        }
+    }
+
+    /// The dashboard of a running experiment: its view first.
+    pub fn with_experiment(mut self, experiment: LiveExperiment) -> Self {
+        self.experiment = Some(experiment);
+        self.view = View::Experiment;
+        self
+    }
+
+    /// The view Tab goes to next: flows, compare, and the experiment's when there is one.
+    fn next_view(&self) -> View {
+        match self.view {
+            View::Flows => View::Compare,
+            View::Compare if self.experiment.is_some() => View::Experiment,
+            View::Compare | View::Experiment => View::Flows,
         }
     }
 
@@ -246,6 +271,11 @@ impl App {
                 self.keep_selection_visible();
             }
             KeyCode::Esc if self.view == View::Compare => self.view = View::Flows,
+            KeyCode::Up | KeyCode::Char('k') if self.view == View::Experiment => {
+                self.group_scroll = self.group_scroll.saturating_sub(1)
+            }
+            KeyCode::Down | KeyCode::Char('j') if self.view == View::Experiment => self.group_scroll += 1,
+            KeyCode::Char('e') if self.experiment.is_some() => self.view = View::Experiment,
             KeyCode::Char('?') | KeyCode::Char('h') | KeyCode::F(1) => self.help = true,
             KeyCode::Up | KeyCode::Char('k') => self.move_selection(-1),
             KeyCode::Down | KeyCode::Char('j') => self.move_selection(1),
@@ -256,9 +286,8 @@ impl App {
             KeyCode::Char('s') => self.sort = self.sort.next(),
             KeyCode::Char('S') => self.sort_ascending = !self.sort_ascending,
             KeyCode::Char('/') => self.editing_filter = true,
-            KeyCode::Char('c') | KeyCode::Tab => {
-                self.view = if self.view == View::Flows { View::Compare } else { View::Flows }
-            }
+            KeyCode::Char('c') => self.view = if self.view == View::Compare { View::Flows } else { View::Compare },
+            KeyCode::Tab => self.view = self.next_view(),
             KeyCode::Char(' ') | KeyCode::Char('m') => {
                 if let Some(id) = self.selected {
                     if let Some(i) = self.marked.iter().position(|&m| m == id) {
@@ -299,7 +328,9 @@ pub const KEYS: &[(&str, &str)] = &[
     ("↑ ↓  j k", "select a flow (PgUp/PgDn, g/G: jump)"),
     ("s / S", "sort by the next column / reverse the order"),
     ("/", "filter by address, port or algorithm (Enter keeps, Esc clears)"),
-    ("c  Tab", "compare view: CUBIC vs BBR, or the two marked flows"),
+    ("c", "compare view: CUBIC vs BBR, or the two marked flows"),
+    ("e", "experiment view: per arm and per client group, with verdicts (↑ ↓ scroll the groups)"),
+    ("Tab", "next view: flows, compare, experiment"),
     ("space  m", "mark / unmark the selected flow for comparison (two at most)"),
     ("+ -", "zoom the time axis (10 s … 10 min)"),
     ("t", "next chart, when the terminal is too short for all three"),
@@ -307,5 +338,5 @@ pub const KEYS: &[(&str, &str)] = &[
     ("[ ]", "replay: half / double speed"),
     ("? h F1", "this help"),
     ("Esc", "clear the filter / back to the flow list"),
-    ("q  Ctrl-C", "quit"),
+    ("q  Ctrl-C", "quit (in an experiment: end it, restore everything, print the report)"),
 ];

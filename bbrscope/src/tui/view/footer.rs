@@ -63,7 +63,7 @@ pub fn draw(f: &mut Frame, area: Rect, app: &App, theme: &Theme) {
         spans.push(Span::styled(format!("· {n} "), theme.warn()));
     }
     // The keys stay visible however narrow the terminal; the rest is cut from the right.
-    let keys = " ? help  q quit ";
+    let keys = if app.experiment.is_some() { " ? help  q end the experiment " } else { " ? help  q quit " };
     let [left, right] = Layout::horizontal([Constraint::Min(0), Constraint::Length(keys.len() as u16)]).areas(area);
     f.render_widget(Line::from(spans), left);
     f.render_widget(Line::styled(keys, theme.dim()), right);

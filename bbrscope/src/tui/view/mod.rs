@@ -4,6 +4,7 @@
 mod chart;
 mod compare;
 mod detail;
+mod experiment;
 mod flows;
 mod footer;
 mod help;
@@ -41,6 +42,7 @@ pub fn draw(f: &mut Frame, app: &App, theme: &Theme) {
             }
         }
         View::Compare => compare::draw(f, body, app, theme),
+        View::Experiment => experiment::draw(f, body, app, theme),
     }
     footer::draw(f, footer, app, theme);
     if app.help {
@@ -71,6 +73,9 @@ fn draw_header(f: &mut Frame, area: ratatui::layout::Rect, app: &App, theme: &Th
     }
     if app.view == View::Compare {
         spans.push(Span::styled(" · compare", theme.title()));
+    }
+    if app.view == View::Experiment {
+        spans.push(Span::styled(" · experiment", theme.title()));
     }
     f.render_widget(Line::from(spans), area);
 }

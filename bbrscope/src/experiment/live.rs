@@ -1,0 +1,251 @@
+//! A running experiment as the dashboard's experiment view and the progress lines show it
+//! ([`LiveExperiment`], plain data: no terminal, no kernel), and the [`Monitor`] that keeps its
+//! analysis current without stalling the dashboard.
+//!
+//! The analysis is the one the final report uses ([`glue::report`], [`glue::guardrail`]). It is
+//! recomputed every [`Monitor::PERIOD`] if flows have finished since the last time, on tokio's
+//! blocking pool over a copy of the observations: the dashboard keeps drawing and
+//! taking keys while it runs, and at most one computation is in flight, so a slow one (a huge
+//! experiment) lowers the refresh rate instead of piling up work.
+
+use std::time::{Duration, Instant};
+
+use anyhow::Result;
+use tokio::task::JoinHandle;
+
+use super::{
+    Observation,
+    analysis::GuardDecision,
+    glue,
+    report::{self, Report},
+};
+use crate::flow::FlowTable;
+
+/// When the experiment ends by itself.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Limit {
+    Time(Duration),
+    Flows(u64),
+}
+
+/// One computation of the report.
+#[derive(Clone, Debug)]
+pub struct Analysed {
+    pub report: Report,
+    /// Finished flows it covers.
+    pub flows: usize,
+    /// How long the computation took.
+    pub took: Duration,
+    /// The experiment's elapsed time when it was computed.
+    pub at: Duration,
+}
+
+/// What one computation of the [`Monitor`] brings.
+#[derive(Clone, Debug)]
+pub struct Update {
+    /// The stop rule's decision (`None` with `--no-guardrail`).
+    pub guard: Option<GuardDecision>,
+    /// The report, when it was due (see [`Monitor`]) and someone shows it.
+    pub analysed: Option<Analysed>,
+}
+
+/// What is shown of a running experiment.
+#[derive(Clone, Debug)]
+pub struct LiveExperiment {
+    pub arms: [String; 2],
+    pub split_pct: u32,
+    pub sample_pct: u32,
+    /// Which connections are in it, in words (`port 443`, `every new connection`).
+    pub scope: String,
+    pub limit: Limit,
+    pub elapsed: Duration,
+    /// Flows finished per arm so far (counted as they end; the analysis lags behind).
+    pub finished: [usize; 2],
+    /// Flows of each arm still open.
+    pub open: [usize; 2],
+    pub guardrail: bool,
+    /// The stop rule's latest decision.
+    pub guard: Option<GuardDecision>,
+    /// The latest report on the flows finished so far.
+    pub latest: Option<Analysed>,
+}
+
+impl LiveExperiment {
+    pub fn new(spec: &crate::kernel::loader::ExperimentSpec, limit: Limit, guardrail: bool) -> Self {
+        LiveExperiment {
+            arms: spec.arms.clone(),
+            split_pct: spec.split_pct,
+            sample_pct: spec.sample_pct,
+            scope: scope_words(spec),
+            limit,
+            elapsed: Duration::ZERO,
+            finished: [0, 0],
+            open: [0, 0],
+            guardrail,
+            guard: None,
+            latest: None,
+        }
+    }
+
+    pub fn update(&mut self, u: Update) {
+        if u.guard.is_some() {
+            self.guard = u.guard;
+        }
+        if u.analysed.is_some() {
+            self.latest = u.analysed;
+        }
+    }
+
+    /// A flow of arm `arm` (0 = A) has finished.
+    pub fn flow_finished(&mut self, arm: usize) {
+        if let Some(n) = self.finished.get_mut(arm) {
+            *n += 1;
+        }
+    }
+
+    /// Counts the open flows of each arm in the flow table.
+    pub fn count_open(&mut self, table: &FlowTable) {
+        self.open = [0, 0];
+        for f in table.iter().filter(|f| f.closed_ns.is_none()) {
+            match f.life.owner.as_ref().and_then(|o| o.arm) {
+                Some(1) => self.open[0] += 1,
+                Some(2) => self.open[1] += 1,
+                _ => {}
+            }
+        }
+    }
+
+    /// How far along it is, e.g. `1:23 of 10:00 (8:37 left)` or `412 of 1,000 flows`.
+    pub fn progress(&self) -> String {
+        match self.limit {
+            Limit::Time(total) => format!(
+                "{} of {} ({} left)",
+                clock(self.elapsed),
+                clock(total),
+                clock(total.saturating_sub(self.elapsed))
+            ),
+            Limit::Flows(n) => format!(
+                "{} of {} flows, {} running",
+                report::fmt_count(self.finished[0] + self.finished[1]),
+                report::fmt_count(n as usize),
+                clock(self.elapsed)
+            ),
+        }
+    }
+
+    /// When it ends by itself, e.g. `after 10:00`, `after 1,000 flows`.
+    pub fn ends(&self) -> String {
+        match self.limit {
+            Limit::Time(total) => format!("after {}", clock(total)),
+            Limit::Flows(n) => format!("after {} flows", report::fmt_count(n as usize)),
+        }
+    }
+
+    /// The guardrail's state in words.
+    pub fn guard_words(&self) -> String {
+        match (self.guardrail, &self.guard) {
+            (false, _) => "off (--no-guardrail)".into(),
+            (true, None) => "waiting for the first finished flows".into(),
+            (true, Some(d)) => d.reason.clone(),
+        }
+    }
+
+    /// One line for a log (stderr when it is not a terminal).
+    pub fn progress_line(&self) -> String {
+        format!(
+            "bbrscope: experiment {}: {} (A) {} flows, {} (B) {} flows finished; guardrail: {}",
+            self.progress(),
+            self.arms[0],
+            report::fmt_count(self.finished[0]),
+            self.arms[1],
+            report::fmt_count(self.finished[1]),
+            self.guard_words()
+        )
+    }
+}
+
+/// `m:ss`, or `h:mm:ss` from an hour.
+pub fn clock(d: Duration) -> String {
+    let s = d.as_secs();
+    if s >= 3600 {
+        format!("{}:{:02}:{:02}", s / 3600, s / 60 % 60, s % 60)
+    } else {
+        format!("{}:{:02}", s / 60, s % 60)
+    }
+}
+
+fn scope_words(spec: &crate::kernel::loader::ExperimentSpec) -> String {
+    let mut parts = Vec::new();
+    if let Some(p) = spec.port {
+        parts.push(format!("port {p}"));
+    }
+    if let Some(c) = &spec.cgroup {
+        parts.push(format!("cgroup {}", c.path.display()));
+    }
+    if !spec.dst.is_empty() {
+        parts.push(format!("to {}", spec.dst.iter().map(|n| n.to_string()).collect::<Vec<_>>().join(", ")));
+    }
+    if parts.is_empty() { "every new connection".into() } else { parts.join(", ") }
+}
+
+/// Runs the analysis off the UI task (see the module comment).
+pub struct Monitor {
+    job: Option<JoinHandle<Update>>,
+    /// Flows the latest computation covered.
+    analyzed: Option<usize>,
+    split_pct: u32,
+    guardrail_pct: Option<f64>,
+    /// Whether to build the report (someone shows it).
+    report: bool,
+    /// The report is not rebuilt before this (see [`Monitor::REST`]).
+    report_after: Option<Instant>,
+}
+
+impl Monitor {
+    /// How often the guardrail is checked, and the report rebuilt at most, when flows have
+    /// finished since the last time.
+    pub const PERIOD: Duration = Duration::from_secs(2);
+    /// After a report that took T, the next waits REST x T: the live report takes at most a
+    /// fifth of one core, however large the experiment (100,000 flows in 200 client prefixes
+    /// take seconds). The guardrail (a few cells) is checked every period regardless.
+    pub const REST: u32 = 4;
+
+    pub fn new(split_pct: u32, guardrail_pct: Option<f64>, report: bool) -> Self {
+        Monitor { job: None, analyzed: None, split_pct, guardrail_pct, report, report_after: None }
+    }
+
+    /// Starts a computation over `obs` if one is due: none in flight and new flows since the
+    /// last. Called every `PERIOD`.
+    pub fn maybe_start(&mut self, obs: &[Observation], elapsed: Duration) {
+        let want_report = self.report && self.report_after.is_none_or(|t| Instant::now() >= t);
+        let due = self.job.is_none() && !obs.is_empty() && self.analyzed != Some(obs.len());
+        if !due || (self.guardrail_pct.is_none() && !want_report) {
+            return;
+        }
+        self.analyzed = Some(obs.len());
+        let obs = obs.to_vec();
+        let (split, guard) = (self.split_pct, self.guardrail_pct);
+        self.job = Some(tokio::task::spawn_blocking(move || {
+            let guard = guard.map(|pct| glue::guardrail(&obs, pct));
+            let analysed = want_report.then(|| {
+                let t = Instant::now();
+                let report = glue::report(&obs, split).0;
+                Analysed { report, flows: obs.len(), took: t.elapsed(), at: elapsed }
+            });
+            Update { guard, analysed }
+        }));
+    }
+
+    /// The computation in flight, when it completes; pending forever without one. Cancel-safe
+    /// (a `select!` may drop it and call again).
+    pub async fn finished(&mut self) -> Result<Update> {
+        let Some(job) = self.job.as_mut() else { return std::future::pending().await };
+        let update = job.await;
+        self.job = None;
+        let update = update?;
+        if let Some(a) = &update.analysed {
+            self.report_after = Some(Instant::now() + a.took * Self::REST);
+        }
+        Ok(update)
+    }
+}

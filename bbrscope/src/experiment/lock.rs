@@ -1,0 +1,113 @@
+//! The lock that keeps two experiments apart (they would fight over new connections'
+//! algorithms), and what it says about the one that holds it, for `bbrscope status`.
+//!
+//! The lock is an exclusive `flock` on [`LOCK`], held for the experiment's whole run and released
+//! by the kernel however the process ends (crash and SIGKILL included). The file stays; it
+//! holds the running experiment's description as JSON, and whether an experiment runs is the
+//! kernel's word, not the file's: a lock on the file's inode in /proc/locks.
+
+use std::{fs::File, io::Write as _, os::fd::AsRawFd as _, os::unix::fs::MetadataExt as _};
+
+use anyhow::{Context as _, Result};
+use serde::{Deserialize, Serialize};
+
+use crate::error::usage;
+
+pub const LOCK: &str = "/run/bbrscope-experiment.lock";
+
+/// A running experiment as `bbrscope status` lists it.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Running {
+    pub pid: u32,
+    /// Arm A's and arm B's algorithm.
+    pub arms: [String; 2],
+    /// Percent of the experiment's connections given arm B.
+    pub split_pct: u32,
+    /// Percent of connections in scope that join it.
+    pub sample_pct: u32,
+    /// Which connections are in it, in words (`port 443`, `every new connection`).
+    pub scope: String,
+    /// Unix time it started, seconds.
+    pub started_at: u64,
+    /// When it ends by itself, in words (`after 10:00`, `after 1,000 flows`).
+    pub ends: String,
+    pub guardrail: bool,
+    /// Where its flows are recorded (`--record`).
+    pub record: Option<String>,
+}
+
+/// Takes the lock for `running` (exit 2 if another experiment holds it) and writes its
+/// description; the lock lasts as long as the returned file is open.
+pub fn acquire(running: &Running) -> Result<File> {
+    let f = File::options()
+        .create(true)
+        .truncate(false)
+        .read(true)
+        .write(true)
+        .open(LOCK)
+        .with_context(|| format!("opening {LOCK}"))?;
+    // SAFETY: flock on a descriptor this function owns.
+    if unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } != 0 {
+        let pid = holder(&f).map(|p| format!(" (pid {p})")).unwrap_or_default();
+        usage!("an experiment is already running{pid}: two would fight over new connections' algorithms");
+    }
+    let mut w = &f;
+    f.set_len(0).with_context(|| format!("writing {LOCK}"))?;
+    writeln!(w, "{}", serde_json::to_string(running)?).with_context(|| format!("writing {LOCK}"))?;
+    Ok(f)
+}
+
+/// The pid holding an flock on `f`'s inode, as the kernel lists it in /proc/locks
+/// (`1: FLOCK  ADVISORY  WRITE 28738 fe:00:5693454 0 EOF`).
+fn holder(f: &File) -> Option<u32> {
+    let ino = f.metadata().ok()?.ino();
+    let locks = std::fs::read_to_string("/proc/locks").ok()?;
+    holder_in(&locks, ino)
+}
+
+fn holder_in(locks: &str, ino: u64) -> Option<u32> {
+    locks.lines().find_map(|l| {
+        let fields: Vec<&str> = l.split_whitespace().collect();
+        // Blocked waiters are listed as "1: -> FLOCK ...": only holders count.
+        let [_, "FLOCK", _, _, pid, dev_ino, ..] = fields.as_slice() else { return None };
+        (dev_ino.rsplit(':').next()?.parse::<u64>().ok()? == ino).then(|| pid.parse().ok())?
+    })
+}
+
+/// The experiment running now, if one is: the lock file's description, provided a process holds
+/// the lock (its pid from the kernel). `Err` if the description cannot be read.
+pub fn running() -> Result<Option<Running>> {
+    let Ok(f) = File::open(LOCK) else { return Ok(None) };
+    let Some(pid) = holder(&f) else { return Ok(None) };
+    let text = std::fs::read_to_string(LOCK).with_context(|| format!("reading {LOCK}"))?;
+    // A holder that has not written its description yet (it just took the lock): its pid only.
+    let mut r: Running = serde_json::from_str(text.trim()).unwrap_or_else(|_| Running {
+        pid,
+        arms: [String::new(), String::new()],
+        split_pct: 0,
+        sample_pct: 0,
+        scope: "starting".into(),
+        started_at: 0,
+        ends: String::new(),
+        guardrail: false,
+        record: None,
+    });
+    r.pid = pid;
+    Ok(Some(r))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_holder_is_found_by_inode() {
+        let locks = "1: FLOCK  ADVISORY  WRITE 28738 fe:00:5693454 0 EOF\n\
+                     2: -> FLOCK  ADVISORY  WRITE 999 fe:00:42 0 EOF\n\
+                     3: POSIX  ADVISORY  WRITE 777 00:19:42 0 EOF\n\
+                     4: FLOCK  ADVISORY  WRITE 1234 00:19:42 0 EOF\n";
+        assert_eq!(holder_in(locks, 42), Some(1234));
+        assert_eq!(holder_in(locks, 5693454), Some(28738));
+        assert_eq!(holder_in(locks, 7), None);
+    }
+}

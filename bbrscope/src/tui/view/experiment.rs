@@ -1,0 +1,250 @@
+//! A running experiment: where it stands (progress, guardrail, split), the arms side by side on
+//! the flows so far (completion time by response size, retransmit rate, srtt, each with B's
+//! difference and its interval), and one line per client group with its verdict. Everything
+//! comes from the experiment's own analysis ([`crate::experiment::live`]); nothing is computed
+//! here.
+
+use ratatui::{
+    Frame,
+    layout::{Constraint, Layout, Rect},
+    style::Style,
+    text::{Line, Span},
+    widgets::{Block, Cell, Paragraph, Row, Table},
+};
+
+use crate::{
+    experiment::{
+        analysis::{GroupResult, Metric, MetricKind, Verdict},
+        live::{LiveExperiment, clock},
+        report::{self, Report},
+    },
+    tui::{app::App, theme::Theme},
+};
+
+/// Rows above the tables: the experiment, the guardrail, the analysis.
+const STATUS_ROWS: u16 = 3;
+
+pub fn draw(f: &mut Frame, area: Rect, app: &App, theme: &Theme) {
+    let Some(x) = &app.experiment else { return };
+    let rep = x.latest.as_ref().map(|a| &a.report);
+    let arm_rows = rep.map_or(0, |r| arm_metrics(r).len() as u16);
+    // The arms' table gets what it needs, leaving the groups at least four rows.
+    let arms_height = (arm_rows + 5).min(area.height.saturating_sub(STATUS_ROWS + 4)).max(3);
+    let [status, arms, groups] =
+        Layout::vertical([Constraint::Length(STATUS_ROWS), Constraint::Length(arms_height), Constraint::Min(0)])
+            .areas(area);
+    draw_status(f, status, x, theme);
+    match rep {
+        Some(r) => {
+            draw_arms(f, arms, x, r, theme);
+            draw_groups(f, groups, app.group_scroll, r, theme);
+        }
+        None => f.render_widget(
+            Paragraph::new(format!(
+                "No finished flows analysed yet: the report appears once flows in scope ({}) have closed.",
+                x.scope
+            ))
+            .style(theme.dim())
+            .block(Block::bordered().title(" arms ").border_style(theme.dim())),
+            arms,
+        ),
+    }
+}
+
+fn arm_label(x: &LiveExperiment, arm: usize) -> String {
+    format!("{} ({})", x.arms[arm], ["A", "B"][arm])
+}
+
+fn draw_status(f: &mut Frame, area: Rect, x: &LiveExperiment, theme: &Theme) {
+    let mut first = vec![
+        Span::styled(arm_label(x, 0), theme.cc(&x.arms[0]).add_modifier(ratatui::style::Modifier::BOLD)),
+        Span::raw(" vs "),
+        Span::styled(arm_label(x, 1), theme.cc(&x.arms[1]).add_modifier(ratatui::style::Modifier::BOLD)),
+        Span::raw(format!(" · {}% to B · {} · {}", x.split_pct, x.scope, x.progress())),
+    ];
+    if x.sample_pct < 100 {
+        first.push(Span::raw(format!(" · {}% sampled", x.sample_pct)));
+    }
+    let stopping = x.guard.as_ref().is_some_and(|g| g.stop);
+    let guard_style = if stopping {
+        theme.bad()
+    } else if x.guardrail {
+        theme.good()
+    } else {
+        theme.warn()
+    };
+    let guard = Line::from(vec![Span::styled("guardrail ", theme.title()), Span::styled(x.guard_words(), guard_style)]);
+    let mut third = vec![
+        Span::styled("finished ", theme.title()),
+        Span::raw(format!(
+            "{} A / {} B · open {} / {}",
+            report::fmt_count(x.finished[0]),
+            report::fmt_count(x.finished[1]),
+            x.open[0],
+            x.open[1]
+        )),
+    ];
+    if let Some(s) = &x.latest {
+        third.push(Span::styled(
+            format!(" · analysis: {} flows at {}, {} ms", report::fmt_count(s.flows), clock(s.at), s.took.as_millis()),
+            theme.dim(),
+        ));
+    }
+    if let Some(a) = &x.latest
+        && a.report.sample_ratio.mismatch
+    {
+        third.push(Span::styled(" · SPLIT MISMATCH: flows lost or added unevenly", theme.bad()));
+    }
+    f.render_widget(Paragraph::new(vec![Line::from(first), guard, Line::from(third)]), area);
+}
+
+/// The all-flows group's metrics shown per arm: completion p50/p95 per size bucket with flows,
+/// the retransmit rate, srtt p50/p95.
+fn arm_metrics(r: &Report) -> Vec<&Metric> {
+    let Some(all) = r.groups.first() else { return Vec::new() };
+    all.result
+        .metrics
+        .iter()
+        .filter(|m| match m.kind {
+            MetricKind::Completion => m.quantile != Some(0.99) && (m.n[0] > 0 || m.n[1] > 0),
+            MetricKind::RetransRate | MetricKind::Srtt => true,
+            MetricKind::Goodput | MetricKind::RttInflation => false,
+        })
+        .collect()
+}
+
+/// B's difference, its interval and a mark: `*` the interval excludes zero, `**` decisive for the
+/// verdict (as in the text report); "too few" while a cell lacks flows.
+fn diff_cells(m: &Metric, theme: &Theme) -> [Cell<'static>; 2] {
+    match &m.diff {
+        Some(d) => {
+            let mark = if m.decisive {
+                "**"
+            } else if d.significant {
+                "*"
+            } else {
+                ""
+            };
+            let style = match m.better_arm() {
+                Some(1) => theme.good(),
+                Some(_) => theme.bad(),
+                None => Style::default(),
+            };
+            [Cell::from(format!("{}{mark}", report::fmt_diff(d))).style(style), Cell::from(report::fmt_interval(d))]
+        }
+        None => [Cell::from(""), Cell::from("too few flows").style(theme.dim())],
+    }
+}
+
+fn draw_arms(f: &mut Frame, area: Rect, x: &LiveExperiment, r: &Report, theme: &Theme) {
+    let header = Row::new(vec![
+        Cell::from("all flows"),
+        Cell::from(arm_label(x, 0)).style(theme.cc(&x.arms[0])),
+        Cell::from(arm_label(x, 1)).style(theme.cc(&x.arms[1])),
+        Cell::from("B vs A"),
+        Cell::from(format!("{:.0}% interval", r.level * 100.0)),
+    ])
+    .style(theme.title());
+    let mut rows = vec![
+        Row::new(vec![
+            Cell::from("flows"),
+            Cell::from(report::fmt_count(r.arms[0].flows)),
+            Cell::from(report::fmt_count(r.arms[1].flows)),
+        ]),
+        Row::new(vec![
+            Cell::from("bytes"),
+            Cell::from(report::fmt_bytes(r.arms[0].bytes)),
+            Cell::from(report::fmt_bytes(r.arms[1].bytes)),
+        ]),
+    ];
+    for m in arm_metrics(r) {
+        let value = |v: Option<f64>| v.map_or("-".into(), |v| report::fmt_value(v, m.unit));
+        let [diff, ci] = diff_cells(m, theme);
+        rows.push(Row::new(vec![
+            Cell::from(m.label.clone()),
+            Cell::from(value(m.a)),
+            Cell::from(value(m.b)),
+            diff,
+            ci,
+        ]));
+    }
+    let widths = [
+        Constraint::Length(26),
+        Constraint::Length(11),
+        Constraint::Length(11),
+        Constraint::Length(8),
+        Constraint::Min(10),
+    ];
+    let title = format!(" arms: {} flows analysed ", report::fmt_count(r.arms[0].flows + r.arms[1].flows));
+    f.render_widget(
+        Table::new(rows, widths)
+            .header(header)
+            .column_spacing(1)
+            .block(Block::bordered().title(Span::styled(title, theme.title())).border_style(theme.dim())),
+        area,
+    );
+}
+
+/// The verdict in a word or three, as the conclusion says it.
+fn verdict_words(r: &Report, g: &GroupResult) -> String {
+    match g.verdict {
+        Verdict::ABetter => format!("{} faster", r.arms[0].arm.to_uppercase()),
+        Verdict::BBetter => format!("{} faster", r.arms[1].arm.to_uppercase()),
+        Verdict::Mixed => "mixed".into(),
+        Verdict::NoDifference => "no difference".into(),
+        Verdict::TooFewFlows => "too few flows".into(),
+    }
+}
+
+fn draw_groups(f: &mut Frame, area: Rect, scroll: usize, r: &Report, theme: &Theme) {
+    let fit = area.height.saturating_sub(3) as usize;
+    let first = scroll.min(r.groups.len().saturating_sub(fit.max(1)));
+    let rows: Vec<Row> = r
+        .groups
+        .iter()
+        .skip(first)
+        .take(fit)
+        .map(|g| {
+            let res = &g.result;
+            let style = match res.verdict {
+                Verdict::ABetter | Verdict::BBetter | Verdict::Mixed => theme.warn(),
+                Verdict::NoDifference => Style::default(),
+                Verdict::TooFewFlows => theme.dim(),
+            };
+            let head = res.headline.map(|i| &res.metrics[i]);
+            let detail = head
+                .and_then(|m| {
+                    m.diff.as_ref().map(|d| format!("{} {} {}", report::fmt_diff(d), report::fmt_interval(d), m.label))
+                })
+                .unwrap_or_default();
+            Row::new(vec![
+                Cell::from(res.label.clone()),
+                Cell::from(format!(
+                    "{}/{}",
+                    report::fmt_count(res.arms[0].flows),
+                    report::fmt_count(res.arms[1].flows)
+                )),
+                Cell::from(verdict_words(r, res)).style(style),
+                Cell::from(detail),
+            ])
+        })
+        .collect();
+    let header = Row::new(vec!["group", "flows A/B", "verdict", "B vs A (headline metric)"]).style(theme.title());
+    let widths = [Constraint::Length(18), Constraint::Length(11), Constraint::Length(13), Constraint::Min(10)];
+    let more = r.groups.len().saturating_sub(first + fit);
+    let mut title = format!(" groups ({}", r.groups.len());
+    if r.sparse_prefixes.groups > 0 {
+        title.push_str(&format!(
+            ", {} prefixes with too few flows not shown",
+            report::fmt_count(r.sparse_prefixes.groups)
+        ));
+    }
+    title.push_str(if more > 0 || first > 0 { "; ↑↓ scroll) " } else { ") " });
+    f.render_widget(
+        Table::new(rows, widths)
+            .header(header)
+            .column_spacing(1)
+            .block(Block::bordered().title(Span::styled(title, theme.title())).border_style(theme.dim())),
+        area,
+    );
+}
