@@ -7,6 +7,7 @@ use std::{
     io::{BufRead as _, BufReader, Read as _, Write as _},
     net::{SocketAddr, TcpListener, TcpStream},
     process::Stdio,
+    sync::{Arc, Mutex},
     thread,
     time::{Duration, Instant},
 };
@@ -203,6 +204,12 @@ fn port_for(base: u16) -> u16 {
 /// the test, by the guardrail or by a flow count in EXTRA) and waits until it says it runs;
 /// stdout is the JSON report.
 fn start_experiment(arms: &str, port: u16, extra: &[&str]) -> std::process::Child {
+    start_logged(arms, port, extra).0
+}
+
+/// [`start_experiment`], and what it writes on stderr after its first line (stdout is not a
+/// terminal: a progress line every 10 s).
+fn start_logged(arms: &str, port: u16, extra: &[&str]) -> (std::process::Child, Arc<Mutex<String>>) {
     let (child, mut err) = loop {
         wait_for_no_experiment();
         let mut child = bbrscope()
@@ -223,9 +230,17 @@ fn start_experiment(arms: &str, port: u16, extra: &[&str]) -> std::process::Chil
         assert!(line.contains("experiment running"), "{line}");
         break (child, err);
     };
-    // Keep draining stderr (progress lines) so that it cannot block the experiment.
-    thread::spawn(move || std::io::copy(&mut err, &mut std::io::sink()));
-    child
+    // Keep draining stderr so that it cannot block the experiment.
+    let log = Arc::new(Mutex::new(String::new()));
+    let keep = log.clone();
+    thread::spawn(move || {
+        let mut line = String::new();
+        while err.read_line(&mut line).is_ok_and(|n| n > 0) {
+            keep.lock().unwrap().push_str(&line);
+            line.clear();
+        }
+    });
+    (child, log)
 }
 
 /// Waits (up to 10 minutes) until no experiment holds the host's experiment lock: other test
@@ -331,9 +346,11 @@ fn the_guardrail_stops_an_experiment_whose_arm_is_clearly_worse() {
     let port = port_for(30_000);
     let lossy = population(62, 60, 0.02, port);
     // Arm B is Reno on a lossy path: clearly slower than BBR.
-    let child = start_experiment("bbr,reno", port, &["--guardrail-pct", "20"]);
+    let (child, log) = start_logged("bbr,reno", port, &["--guardrail-pct", "20"]);
     let started = Instant::now();
     let pid = child.id();
+    let links = cgroup_links_of(pid);
+    assert!(!links.is_empty(), "the experiment holds no sock_ops link");
     let until = Instant::now() + Duration::from_secs(150);
     let stop = std::sync::atomic::AtomicBool::new(false);
     thread::scope(|s| {
@@ -354,10 +371,13 @@ fn the_guardrail_stops_an_experiment_whose_arm_is_clearly_worse() {
         assert!(why.contains("guardrail"), "{why}; {}", report["arms"]);
         assert!(started.elapsed() < Duration::from_secs(150));
     });
-    // Nothing of the experiment is left: no program is held by its process any more (other
-    // bbrscope processes may be running on this machine, so only its own pid counts).
-    let progs = run("bpftool", &["prog", "show"]);
-    assert!(!progs.contains(&format!("bbrscope({pid})")), "{progs}");
+    // Nothing of the experiment is left: its sock_ops link and program are gone (by id: other
+    // bbrscope processes may be running on this machine).
+    assert_detached(&links);
+    // Not a terminal: progress lines on stderr said how it went.
+    let log = log.lock().unwrap().clone();
+    assert!(log.contains("bbrscope: experiment 0:00 of 5:00 (5:00 left): bbr (A) 0 flows"), "{log}");
+    assert!(log.lines().any(|l| l.contains("guardrail: watching: ")), "{log}");
     drop(lossy);
 }
 
@@ -456,6 +476,18 @@ fn cgroup_links_of(pid: u32) -> Vec<(u64, u64)> {
     out
 }
 
+/// Each of `links` (from [`cgroup_links_of`]) and its program are gone.
+fn assert_detached(links: &[(u64, u64)]) {
+    let exists = |what: &str, id: u64| {
+        let out = std::process::Command::new("bpftool").args([what, "show", "id", &id.to_string()]).output().unwrap();
+        out.status.success()
+    };
+    for &(link, prog) in links {
+        assert!(!exists("link", link), "link {link} left attached");
+        assert!(!exists("prog", prog), "program {prog} left loaded");
+    }
+}
+
 /// "finished 12 A / 15 B" on the experiment view: the flows finished so far.
 fn finished_on_screen(screen: &str) -> Option<usize> {
     let rest = screen.lines().find_map(|l| l.split("finished ").nth(1))?;
@@ -532,14 +564,7 @@ fn the_dashboard_follows_a_live_experiment_and_q_ends_it_with_the_report() {
     assert!(!text.contains("flows analysed"), "the dashboard is gone:\n{text}");
 
     // Nothing left: the link and its program are gone, the lock is free, status lists nothing.
-    let exists = |what: &str, id: u64| {
-        let out = std::process::Command::new("bpftool").args([what, "show", "id", &id.to_string()]).output().unwrap();
-        out.status.success()
-    };
-    for (link, prog) in links {
-        assert!(!exists("link", link), "link {link} left attached");
-        assert!(!exists("prog", prog), "program {prog} left loaded");
-    }
+    assert_detached(&links);
     let st: Value = serde_json::from_str(&status(true)).unwrap();
     assert!(st["experiment"].is_null(), "{}", st["experiment"]);
     assert!(status(false).contains("experiment: none running"));

@@ -118,12 +118,12 @@ impl LiveExperiment {
     /// How far along it is, e.g. `1:23 of 10:00 (8:37 left)` or `412 of 1,000 flows`.
     pub fn progress(&self) -> String {
         match self.limit {
-            Limit::Time(total) => format!(
-                "{} of {} ({} left)",
-                clock(self.elapsed),
-                clock(total),
-                clock(total.saturating_sub(self.elapsed))
-            ),
+            Limit::Time(total) => {
+                // Whole seconds left, rounded up: 0:00 of 5:00 is 5:00 left, not 4:59.
+                let left = total.saturating_sub(self.elapsed);
+                let left = Duration::from_secs(left.as_secs() + u64::from(left.subsec_nanos() > 0));
+                format!("{} of {} ({} left)", clock(self.elapsed), clock(total), clock(left))
+            }
             Limit::Flows(n) => format!(
                 "{} of {} flows, {} running",
                 report::fmt_count(self.finished[0] + self.finished[1]),
