@@ -3,6 +3,7 @@
 
 mod cost;
 mod drops;
+mod exporter;
 mod idle;
 mod machine;
 mod measure;
@@ -101,6 +102,8 @@ pub enum Part {
     ShortFlows,
     /// 100,000 idle sockets on the sock_ops path: tracked, and kernel memory per socket
     Sockets,
+    /// `bbrscope export` at 100 and 10,000 flows: scrape time, memory, series count
+    Export,
 }
 
 /// What one invocation runs.
@@ -124,6 +127,8 @@ pub struct Plan {
     pub short_seconds: f64,
     pub sockets: usize,
     pub sockets_rounds: u32,
+    /// Flow counts the exporter is measured at.
+    pub export_flows: Vec<usize>,
 }
 
 impl Plan {
@@ -181,6 +186,7 @@ impl Plan {
             short_seconds: args.short_seconds.unwrap_or(if args.quick { 2.0 } else { 4.0 }),
             sockets: if runs(Part::Sockets) { args.sockets } else { 0 },
             sockets_rounds: args.sockets_rounds.unwrap_or(if args.quick { 1 } else { 2 }),
+            export_flows: if runs(Part::Export) { vec![100, args.scale_flows] } else { Vec::new() },
         })
     }
 }
@@ -220,6 +226,7 @@ pub struct Results {
     pub cost: Option<cost::CostResult>,
     pub short_flows: Vec<shortflows::ShortResult>,
     pub sockets: Option<sockets::SocketsResult>,
+    pub export: Vec<exporter::ExportResult>,
     /// Runs that waited for QEMU guests (other work on this machine) to finish, and how long.
     pub waited_for_qemu_s: f64,
     pub duration_s: f64,
@@ -301,6 +308,13 @@ pub fn run(args: BenchArgs) -> Result<()> {
         Some(sockets::run(&setup, plan.sockets, plan.sockets_rounds)?)
     };
 
+    let mut export = Vec::new();
+    for &flows in &plan.export_flows {
+        waited += quiet::wait_for_quiet();
+        eprintln!("bench: export | {flows} flows");
+        export.push(exporter::run(&setup, flows)?);
+    }
+
     let mut forced_drops = Vec::new();
     for observer in [Observer::Stream, Observer::Dashboard].into_iter().filter(|_| plan.forced_drops) {
         eprintln!("bench: forced drops | {}", observer.label());
@@ -326,6 +340,7 @@ pub fn run(args: BenchArgs) -> Result<()> {
         cost,
         short_flows,
         sockets,
+        export,
         waited_for_qemu_s: waited.as_secs_f64(),
         duration_s: started.elapsed().as_secs_f64(),
     };

@@ -260,6 +260,7 @@ pub fn targets(r: &Results) -> Vec<Target> {
     if let Some(sk) = &r.sockets {
         sockets_targets(sk, &mut out);
     }
+    super::exporter::targets(&r.export, &mut out);
     out
 }
 
@@ -469,6 +470,9 @@ pub fn markdown(r: &Results) -> String {
     }
     if let Some(sk) = &r.sockets {
         md.push_str(&sockets_section(sk));
+    }
+    if !r.export.is_empty() {
+        md.push_str(&super::exporter::section(&r.export));
     }
 
     if !r.scale.is_empty() {
