@@ -26,8 +26,10 @@ fn dashboard_shows_live_flows_takes_keys_and_restores_the_terminal() {
     s.wait_screen("compare view", |t| t.contains("RTT inflation"));
     s.keys("?");
     s.wait_screen("help", |t| t.contains("zoom the time axis"));
-    // One Escape closes the help, the next leaves the compare view.
+    // One Escape closes the help, the next leaves the compare view. Sent apart: two Escapes
+    // arriving together read as one Alt+Escape.
     s.keys("Escape");
+    s.wait_screen("help closed", |t| !t.contains("zoom the time axis"));
     s.keys("Escape");
     // A bigger terminal gets the wide layout (extra columns in the flow list).
     tmux(&["resize-window", "-t", &s.0, "-x", "160", "-y", "45"]);
