@@ -570,3 +570,36 @@ fn the_dashboard_follows_a_live_experiment_and_q_ends_it_with_the_report() {
     assert!(status(false).contains("experiment: none running"));
     drop((lossy, clean));
 }
+
+/// A crash (SIGKILL: no handler runs) leaves nothing behind either: the sock_ops link dies with
+/// the process's descriptors, the kernel drops its flock, and `status` lists no experiment.
+#[test]
+fn a_killed_experiment_leaves_nothing_attached() {
+    require_root();
+    let _turn = turn();
+    let mut child = start_experiment("cubic,reno", port_for(23_000), &["--no-guardrail"]);
+    let links = cgroup_links_of(child.id());
+    assert!(!links.is_empty(), "the running experiment holds its sock_ops link");
+    child.kill().unwrap();
+    child.wait().unwrap();
+    // Detaching is the kernel's work after the last descriptor closes: allow it a moment.
+    let start = Instant::now();
+    while any_link_exists(&links) && start.elapsed() < Duration::from_secs(5) {
+        thread::sleep(Duration::from_millis(100));
+    }
+    assert_detached(&links);
+    let out = bbrscope().args(["status", "--json"]).output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let st: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert!(st["experiment"].is_null(), "status still lists an experiment: {st}");
+}
+
+/// Whether any of `links` still exists.
+fn any_link_exists(links: &[(u64, u64)]) -> bool {
+    links.iter().any(|&(link, _)| {
+        std::process::Command::new("bpftool")
+            .args(["link", "show", "id", &link.to_string()])
+            .output()
+            .is_ok_and(|o| o.status.success())
+    })
+}
