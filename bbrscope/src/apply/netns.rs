@@ -80,7 +80,13 @@ pub fn resolve(spec: &str) -> Result<Netns> {
             "no network namespace named '{spec}' (ip netns names: {known}; or give a path such as /proc/PID/ns/net)"
         );
     };
-    let Ok(file) = File::open(&path) else { usage!("network namespace {} does not exist", path.display()) };
+    let file = match File::open(&path) {
+        Ok(f) => f,
+        Err(e) if e.kind() == std::io::ErrorKind::PermissionDenied => {
+            usage!("cannot open network namespace {}: permission denied (run as root)", path.display())
+        }
+        Err(_) => usage!("network namespace {} does not exist", path.display()),
+    };
     if !is_netns_file(&file) {
         usage!("{} is not a network namespace file", path.display());
     }

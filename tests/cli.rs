@@ -1,0 +1,124 @@
+//! The exit statuses the README promises, one table for every subcommand: 0 for success, help,
+//! version and a reader that went away; 2 for a bad argument, a missing privilege, a missing
+//! kernel feature or a closed stdout (nothing done); 1 for a runtime failure such as a full disk.
+//! Errors are one line on stderr. (Root: some rows load BPF programs; one drops privileges.)
+
+mod common;
+
+use std::{
+    fs::File,
+    net::TcpListener,
+    os::{
+        fd::{FromRawFd as _, OwnedFd},
+        unix::process::CommandExt as _,
+    },
+    process::Stdio,
+};
+
+use common::{bbrscope, require_root};
+
+/// Where a row's standard output goes.
+#[derive(Clone, Copy, Debug)]
+enum Out {
+    Null,
+    /// /dev/full: every write fails with ENOSPC.
+    Full,
+    /// A pipe whose reader has gone: every write fails with EPIPE.
+    ClosedPipe,
+    /// No descriptor 1 at all (`>&-`).
+    Closed,
+}
+
+/// How a row is run.
+#[derive(Clone, Copy, Debug)]
+enum As {
+    Root,
+    /// uid/gid 65534 (nobody), no capabilities.
+    Nobody,
+}
+
+fn closed_pipe() -> OwnedFd {
+    let mut fds = [0; 2];
+    // SAFETY: pipe2 fills the two-element array it is given.
+    assert_eq!(unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) }, 0);
+    // SAFETY: both descriptors were just created and are owned here alone.
+    let (read, write) = unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
+    drop(read);
+    write
+}
+
+#[test]
+fn every_subcommand_exits_as_the_readme_says() {
+    require_root();
+    let root = tempfile::tempdir().unwrap();
+    let root = root.path().to_str().unwrap().to_string();
+    // A port something already listens on, for the exporter's "address in use".
+    let busy = TcpListener::bind("127.0.0.1:0").unwrap();
+    let busy = busy.local_addr().unwrap().to_string();
+    let r = ["--root", root.as_str()];
+    #[rustfmt::skip]
+    let table: Vec<(Vec<&str>, Out, As, i32, &str)> = vec![
+        (vec!["--help"], Out::Null, As::Root, 0, ""),
+        (vec!["--version"], Out::Null, As::Root, 0, ""),
+        (vec!["status", "--help"], Out::Null, As::Root, 0, ""),
+        (vec!["nosuchcommand"], Out::Null, As::Root, 2, "unrecognized subcommand"),
+        // Bad arguments, one per subcommand.
+        (vec!["stream", "--port", "0"], Out::Null, As::Root, 2, "port 0 matches no TCP flow"),
+        (vec!["top", "--interval", "100ms"], Out::Null, As::Root, 2, "without a unit"),
+        (vec!["replay", "/no/such/capture.ndjson"], Out::Null, As::Root, 2, "cannot read"),
+        (vec!["demo", "--rate", "50"], Out::Null, As::Root, 2, "needs a unit"),
+        (vec!["experiment", "--arms", "cubic"], Out::Null, As::Root, 2, "two algorithms"),
+        (vec!["apply"], Out::Null, As::Root, 2, "<ALGORITHM>"),
+        (vec!["apply", "bbr", "--persist", "--no-persist", r[0], r[1]], Out::Null, As::Root, 2, "cannot be used with"),
+        (vec!["revert", "--netns", "no-such-ns", r[0], r[1]], Out::Null, As::Root, 2, "no network namespace"),
+        (vec!["status", "--bogus"], Out::Null, As::Root, 2, "unexpected argument"),
+        (vec!["export", "--listen", "127.0.0.1:99999"], Out::Null, As::Root, 2, "not an address and port"),
+        (vec!["export", "--listen", busy.as_str()], Out::Null, As::Root, 2, "in use"),
+        // A missing kernel feature: this kernel has no such qdisc.
+        (vec!["apply", "bbr", "--qdisc", "nosuchqdisc", "--dry-run", r[0], r[1]], Out::Null, As::Root, 2, "cannot create qdisc"),
+        // A missing privilege.
+        (vec!["stream", "--duration", "1"], Out::Null, As::Nobody, 2, "needs root"),
+        (vec!["apply", "bbr", "--netns", "/proc/1/ns/net", r[0], r[1]], Out::Null, As::Nobody, 2, "permission denied (run as root)"),
+        // Output that cannot be written.
+        (vec!["status", "--json", r[0], r[1]], Out::Full, As::Root, 1, "No space left on device"),
+        (vec!["status", r[0], r[1]], Out::ClosedPipe, As::Root, 0, ""),
+        (vec!["stream", "--duration", "2"], Out::ClosedPipe, As::Root, 0, ""),
+        (vec!["status", r[0], r[1]], Out::Closed, As::Root, 2, "standard output is closed"),
+        (vec!["status", r[0], r[1]], Out::Null, As::Root, 0, ""),
+    ];
+    for (args, out, who, code, needle) in &table {
+        let mut c = bbrscope();
+        c.args(args).stdin(Stdio::null()).stderr(Stdio::piped());
+        match out {
+            Out::Null => c.stdout(Stdio::null()),
+            Out::Full => c.stdout(File::options().write(true).open("/dev/full").unwrap()),
+            Out::ClosedPipe => c.stdout(closed_pipe()),
+            Out::Closed => {
+                c.stdout(Stdio::null());
+                // SAFETY: close(2) is async-signal-safe, as pre_exec requires.
+                unsafe {
+                    c.pre_exec(|| {
+                        libc::close(libc::STDOUT_FILENO);
+                        Ok(())
+                    })
+                }
+            }
+        };
+        if let As::Nobody = who {
+            // std clears the supplementary groups when root sets a uid.
+            c.uid(65534).gid(65534);
+        }
+        let o = c.output().unwrap();
+        let err = String::from_utf8_lossy(&o.stderr);
+        let row = format!("{args:?} ({out:?}, {who:?})");
+        assert_eq!(o.status.code(), Some(*code), "{row}: {err}");
+        assert!(err.contains(needle), "{row}: expected '{needle}' in: {err}");
+        if *code == 0 {
+            // Success is quiet on stderr, except that a stream says when it stops.
+            assert!(err.lines().all(|l| !l.contains("error")), "{row}: {err}");
+        } else {
+            assert_eq!(err.trim_end().lines().count(), 1, "{row}: one line: {err}");
+            assert!(err.starts_with("bbrscope: "), "{row}: {err}");
+        }
+    }
+}
