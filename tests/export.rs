@@ -165,6 +165,7 @@ fn metrics_are_openmetrics_and_bounded() {
         assert!(body.contains(&format!("# TYPE {name} ")), "{name} missing:\n{body}");
     }
     assert!(body.lines().all(|l| l.starts_with('#') || l.starts_with("bbrscope_")), "{body}");
+    assert!(!body.contains("cgroup=") && !body.contains("_total{netns="), "opt-in labels only: {body}");
     // The exporter's own namespace: the test's, the initial one (or "self" inside a container).
     let cc = tcp_congestion_control();
     assert!(
@@ -177,6 +178,36 @@ fn metrics_are_openmetrics_and_bounded() {
     // A second exporter on the same address is a usage error (exit 2), before loading anything.
     let out = bbrscope().args(["export", "--listen", &exporter.addr.to_string()]).output().unwrap();
     assert_eq!(out.status.code(), Some(2), "{}", String::from_utf8_lossy(&out.stderr));
+}
+
+/// `--by-cgroup --by-netns`: the flow metrics carry the sender's cgroup (as /proc/self/cgroup
+/// names the test's own) and network namespace (the one the test made); without them (the test
+/// above), neither label appears.
+#[test]
+fn cgroup_and_netns_labels_are_opt_in() {
+    require_root();
+    let link = Link::new("expsc");
+    let exporter = Exporter::start(&["--addr", &link.prefix(), "--by-cgroup", "--by-netns"]);
+    let to: SocketAddr = format!("{}:0", link.b_ip).parse().unwrap();
+    let server = link.b.enter(|| Discard::bind(&to.to_string()));
+    for _ in 0..3 {
+        flow(&link, server.addr, "cubic", 100 << 10);
+    }
+    let own = std::fs::read_to_string("/proc/self/cgroup").unwrap();
+    let cgroup = own.lines().find_map(|l| l.strip_prefix("0::")).expect("a cgroup v2 line").trim().to_string();
+    let want = format!("bbrscope_flows_closed_total{{cc=\"cubic\",cgroup=\"{cgroup}\",netns=\"{}\"}} 3", link.a.name);
+    let start = Instant::now();
+    loop {
+        let (_, body) = http_get(exporter.addr, "/metrics").unwrap();
+        if body.contains(&want) {
+            // Every flow series has both labels.
+            let flow_lines = body.lines().filter(|l| l.starts_with("bbrscope_flows_opened_total"));
+            assert!(flow_lines.clone().count() == 1 && flow_lines.clone().all(|l| l.contains("netns=")), "{body}");
+            break;
+        }
+        assert!(start.elapsed() < Duration::from_secs(10), "no {want}:\n{body}");
+        thread::sleep(Duration::from_millis(200));
+    }
 }
 
 /// `bbrscope_default_cc_info` per named namespace: one the test creates, set to an algorithm other

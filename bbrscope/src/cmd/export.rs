@@ -11,7 +11,10 @@ use tokio::signal::unix::{SignalKind, signal};
 use crate::{
     cli::ObserveArgs,
     clock::Clock,
-    export::{http, metrics::ExportMetrics},
+    export::{
+        http,
+        metrics::{ExportMetrics, ScopeOptions},
+    },
     flow::FlowTable,
     session::Live,
 };
@@ -32,6 +35,14 @@ pub struct ExportArgs {
     /// [::]:9580 to let a Prometheus on another host scrape it)
     #[arg(long, value_name = "ADDR:PORT", default_value = "127.0.0.1:9580", value_parser = parse_listen)]
     pub listen: SocketAddr,
+    /// Also label the flow metrics by cgroup (path below the cgroup v2 mount): at most 32 values,
+    /// the first seen; flows of later cgroups count as `other`
+    #[arg(long)]
+    pub by_cgroup: bool,
+    /// Also label the flow metrics by network namespace (`ip netns` name, `initial`, or
+    /// `ino:N`): at most 32 values, the first seen; later ones count as `other`
+    #[arg(long)]
+    pub by_netns: bool,
     /// Stop after this many seconds (default: run until SIGINT or SIGTERM)
     #[arg(long, value_name = "SECS", value_parser = parse_duration)]
     pub duration: Option<f64>,
@@ -71,7 +82,8 @@ pub async fn run(args: ExportArgs) -> Result<()> {
         eprintln!("bbrscope: warning: {note}");
     }
     let mut registry = Registry::default();
-    let mut metrics = ExportMetrics::new(&mut registry);
+    let scopes = ScopeOptions { cgroup: args.by_cgroup, netns: args.by_netns };
+    let mut metrics = ExportMetrics::new(&mut registry, scopes);
     metrics.set_observer(live.path().as_str());
     metrics.refresh_default_cc();
     let registry = Arc::new(registry);

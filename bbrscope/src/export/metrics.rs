@@ -7,10 +7,10 @@
 //! when the flow ends. The per-flow state this needs is the [`FlowTable`]'s, which the command
 //! prunes as `stream` does.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 
 use prometheus_client::{
-    encoding::{EncodeLabelSet, EncodeMetric, MetricEncoder},
+    encoding::{EncodeLabel, EncodeLabelSet, EncodeMetric, LabelSetEncoder, MetricEncoder},
     metrics::{MetricType, counter::Counter, family::Family, gauge::Gauge, histogram::Histogram},
     registry::{Metric, Registry, Unit},
 };
@@ -20,11 +20,47 @@ use crate::{
     event::{Event, Metrics},
     flow::{Change, Flow, FlowTable},
     stats::StatsReport,
+    sys::cgroup::CgroupNames,
 };
 
 /// Distinct `cc` label values kept; further algorithms are counted as `other`. The kernel has a
 /// handful of algorithms, so this only guards against a pathological kernel or decoder bug.
 pub const MAX_CC_LABELS: usize = 16;
+/// Distinct `cgroup` and `netns` label values kept (each), with `--by-cgroup` / `--by-netns`:
+/// the first ones seen; flows of later ones count under `other`.
+pub const MAX_SCOPE_LABELS: usize = 32;
+
+/// Which opt-in labels the flow metrics carry.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct ScopeOptions {
+    pub cgroup: bool,
+    pub netns: bool,
+}
+
+/// A label whose values are capped: the first `max` distinct values are kept as they are, the
+/// rest become `other`. First come, first kept (not top-N by traffic): a series' counters must
+/// only grow, so a value cannot move between its own series and `other` as rankings change.
+#[derive(Debug)]
+struct CappedLabel {
+    seen: HashSet<String>,
+    max: usize,
+}
+
+impl CappedLabel {
+    fn new(max: usize) -> Self {
+        CappedLabel { seen: HashSet::new(), max }
+    }
+
+    fn get(&mut self, value: &str) -> String {
+        if !self.seen.contains(value) {
+            if self.seen.len() >= self.max {
+                return "other".into();
+            }
+            self.seen.insert(value.to_string());
+        }
+        value.to_string()
+    }
+}
 
 /// Network namespaces `bbrscope_default_cc_info` reports: the exporter's own, then named ones
 /// (/run/netns) in name order up to this many in all. A hard cap rather than an `other` bucket:
@@ -42,23 +78,47 @@ const CA_STATES: [&str; 5] = ["open", "disorder", "cwr", "recovery", "loss"];
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct CcLabels {
     pub cc: String,
+    #[prometheus(flatten)]
+    pub scope: ScopeLabels,
+}
+
+/// The opt-in `cgroup` and `netns` labels of the flow metrics: absent (not even empty) unless
+/// `--by-cgroup` / `--by-netns` asked for them.
+#[derive(Clone, Debug, Default, Hash, PartialEq, Eq)]
+pub struct ScopeLabels {
+    pub cgroup: Option<String>,
+    pub netns: Option<String>,
+}
+
+impl EncodeLabelSet for ScopeLabels {
+    fn encode(&self, encoder: &mut LabelSetEncoder) -> Result<(), std::fmt::Error> {
+        for (key, value) in [("cgroup", &self.cgroup), ("netns", &self.netns)] {
+            if let Some(value) = value {
+                EncodeLabel::encode(&(key, value.as_str()), encoder.encode_label())?;
+            }
+        }
+        Ok(())
+    }
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct CcStateLabels {
-    pub cc: String,
+    #[prometheus(flatten)]
+    pub cc: CcLabels,
     pub state: String,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct CcModeLabels {
-    pub cc: String,
+    #[prometheus(flatten)]
+    pub cc: CcLabels,
     pub mode: String,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct CcSizeLabels {
-    pub cc: String,
+    #[prometheus(flatten)]
+    pub cc: CcLabels,
     pub size_bucket: String,
 }
 
@@ -200,16 +260,21 @@ pub struct ExportMetrics {
     /// Kernel totals as of the previous stats report, for the counters' increments.
     last_totals: [u64; 5],
     last_cpu: std::time::Duration,
-    /// The `cc` label values handed out so far (bounded by [`MAX_CC_LABELS`]).
-    cc_seen: HashSet<String>,
+    cc_labels: CappedLabel,
+    scopes: ScopeOptions,
+    cgroup_labels: CappedLabel,
+    netns_labels: CappedLabel,
+    cgroup_names: CgroupNames,
+    /// Network namespace inodes to their label values.
+    netns_names: HashMap<u32, String>,
     /// Flows whose end has been counted: a flow can close twice over (its final sample, then its
     /// summary); it is counted at the first that is final. Pruned with the flow table.
     ended: HashSet<u64>,
 }
 
 impl ExportMetrics {
-    /// Registers every metric in `registry`.
-    pub fn new(registry: &mut Registry) -> Self {
+    /// Registers every metric in `registry`; the flow metrics carry the labels `scopes` asks for.
+    pub fn new(registry: &mut Registry, scopes: ScopeOptions) -> Self {
         let m = ExportMetrics {
             flows_opened: Family::default(),
             flows_closed: Family::default(),
@@ -240,7 +305,12 @@ impl ExportMetrics {
             resident: Gauge::default(),
             last_totals: [0; 5],
             last_cpu: crate::stats::process_cpu_time(),
-            cc_seen: HashSet::new(),
+            cc_labels: CappedLabel::new(MAX_CC_LABELS),
+            scopes,
+            cgroup_labels: CappedLabel::new(MAX_SCOPE_LABELS),
+            netns_labels: CappedLabel::new(MAX_SCOPE_LABELS),
+            cgroup_names: CgroupNames::new(),
+            netns_names: HashMap::new(),
             ended: HashSet::new(),
         };
         #[rustfmt::skip]
@@ -290,23 +360,43 @@ impl ExportMetrics {
         m
     }
 
-    /// Bounds the `cc` label's values.
-    fn cc_label(&mut self, cc: &str) -> CcLabels {
-        let cc = if cc.is_empty() { "unknown" } else { cc };
-        if !self.cc_seen.contains(cc) {
-            if self.cc_seen.len() >= MAX_CC_LABELS {
-                return CcLabels { cc: "other".into() };
-            }
-            self.cc_seen.insert(cc.to_string());
-        }
-        CcLabels { cc: cc.to_string() }
+    /// The labels a flow is counted under: the algorithm it first sent with, so that opened,
+    /// bytes and closed of one flow always land in the same series even if it is switched
+    /// mid-flow, and its cgroup and network namespace when asked for. Each label is capped.
+    fn flow_cc(&mut self, flow: &Flow) -> CcLabels {
+        let cc = flow.life.ccs.first().unwrap_or(&flow.cc);
+        let cc = self.cc_labels.get(if cc.is_empty() { "unknown" } else { cc });
+        let owner = flow.life.owner.as_ref();
+        let cgroup = self.scopes.cgroup.then(|| {
+            let name = owner.and_then(|o| o.cgroup_id).and_then(|id| self.cgroup_names.name(id));
+            self.cgroup_labels.get(name.as_deref().unwrap_or("unknown"))
+        });
+        let netns = self.scopes.netns.then(|| {
+            let name = owner.and_then(|o| o.netns).map(|ino| self.netns_name(ino));
+            self.netns_labels.get(name.as_deref().unwrap_or("unknown"))
+        });
+        CcLabels { cc, scope: ScopeLabels { cgroup, netns } }
     }
 
-    /// The algorithm a flow is counted under: the one it first sent with, so that opened, bytes
-    /// and closed of one flow always land in the same series even if it is switched mid-flow.
-    fn flow_cc(&mut self, flow: &Flow) -> CcLabels {
-        let cc = flow.life.ccs.first().unwrap_or(&flow.cc).clone();
-        self.cc_label(&cc)
+    /// A network namespace's `ip netns` name, `initial`, or `ino:N` for an unnamed one.
+    fn netns_name(&mut self, ino: u32) -> String {
+        if let Some(name) = self.netns_names.get(&ino) {
+            return name.clone();
+        }
+        // Namespaces come and go (containers): the cache is dropped rather than let grow.
+        if self.netns_names.len() >= 1024 {
+            self.netns_names.clear();
+        }
+        let named = netns::named_namespaces().into_iter().find(|n| n.ino == u64::from(ino));
+        let name = match named {
+            Some(n) => n.label,
+            None => {
+                let ns = netns::Netns { label: String::new(), path: "/proc/1/ns/net".into(), ino: u64::from(ino) };
+                if netns::is_initial(&ns) { "initial".into() } else { format!("ino:{ino}") }
+            }
+        };
+        self.netns_names.insert(ino, name.clone());
+        name
     }
 
     /// Applies `ev` to `table` (as `stream` does) and counts what it means.
@@ -349,7 +439,7 @@ impl ExportMetrics {
             let mode = before.bbr_mode.clone().or_else(|| s.metrics.bbr.as_ref().and_then(|b| b.mode.clone()));
             if let Some(mode) = &mode {
                 let dt = s.head.ts_ns.saturating_sub(before.sample_ns) as f64 / 1e9;
-                let labels = CcModeLabels { cc: cc.cc.clone(), mode: mode.clone() };
+                let labels = CcModeLabels { cc: cc.clone(), mode: mode.clone() };
                 self.bbr_mode_seconds.get_or_create(&labels).inc_by(dt);
             }
         }
@@ -366,7 +456,7 @@ impl ExportMetrics {
         self.flows_closed.get_or_create(&cc).inc();
         for (state, ns) in CA_STATES.iter().zip(flow.life.ca_ns) {
             if ns > 0 {
-                let labels = CcStateLabels { cc: cc.cc.clone(), state: state.to_string() };
+                let labels = CcStateLabels { cc: cc.clone(), state: state.to_string() };
                 self.ca_state_seconds.get_or_create(&labels).inc_by(ns as f64 / 1e9);
             }
         }
@@ -379,7 +469,7 @@ impl ExportMetrics {
         let bytes =
             m.and_then(|m| m.bytes_acked).map(|b| b.saturating_sub(flow.first_bytes_acked.unwrap_or(0))).unwrap_or(0);
         let size_bucket = size_bucket(bytes).to_string();
-        self.completion.get_or_create(&CcSizeLabels { cc: cc.cc.clone(), size_bucket }).observe(duration);
+        self.completion.get_or_create(&CcSizeLabels { cc: cc.clone(), size_bucket }).observe(duration);
         let srtt_us = flow.life.srtt_median_us().or(m.and_then(|m| m.srtt_us));
         if let Some(srtt) = srtt_us.filter(|&s| s > 0) {
             self.srtt.get_or_create(&cc).observe(srtt as f64 / 1e6);
@@ -484,6 +574,16 @@ fn resident_bytes() -> Option<u64> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn capped_label_keeps_the_first_values_then_says_other() {
+        let mut l = CappedLabel::new(2);
+        assert_eq!(l.get("a"), "a");
+        assert_eq!(l.get("b"), "b");
+        assert_eq!(l.get("c"), "other");
+        assert_eq!(l.get("a"), "a", "a kept value stays");
+        assert_eq!(l.get("c"), "other", "a capped value stays capped");
+    }
 
     #[test]
     fn size_buckets() {
