@@ -16,7 +16,9 @@ APT_PACKAGES=(llvm-${LLVM_MAJOR}-dev libpolly-${LLVM_MAJOR}-dev libzstd-dev zlib
               # tests/export.rs: a real Prometheus scrapes `bbrscope export`.
               prometheus
               # tests/ansible.rs: runs packaging/ansible/canary-rollout.yml (builtin modules only).
-              ansible-core)
+              ansible-core
+              # tests/export.rs: installs the .deb into a fresh Debian root it makes.
+              debootstrap)
 
 log() { printf 'setup: %s\n' "$*" >&2; }
 

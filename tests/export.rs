@@ -245,10 +245,8 @@ fn default_cc_is_reported_per_named_namespace() {
     assert_eq!(tcp_congestion_control(), host_cc);
 }
 
-/// The .deb `cargo xtask dist` builds, installed into a throwaway root with dpkg and purged
-/// again: files in place, the binary runs, the man page renders, completions load.
-#[test]
-fn deb_installs_into_a_throwaway_root() {
+/// `cargo xtask dist`'s .deb: (the directory it was written to, its path).
+fn build_deb() -> (tempfile::TempDir, PathBuf) {
     let ws = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..");
     // The target directory this test was built in (CARGO_TARGET_DIR or the workspace's), so
     // the release build reuses what is there.
@@ -265,24 +263,145 @@ fn deb_installs_into_a_throwaway_root() {
     assert!(dist.status.success(), "cargo xtask dist failed");
     let deb = PathBuf::from(String::from_utf8_lossy(&dist.stdout).trim());
     assert!(deb.is_file(), "{}", deb.display());
-    let dir = tempfile::tempdir().unwrap();
-    let r = dir.path();
-    // dpkg with a private admin dir under the root: installs and removes as a package manager
-    // would, without touching this machine's dpkg database.
-    for d in ["var/lib/dpkg/updates", "var/lib/dpkg/info", "var/lib/dpkg/triggers"] {
-        std::fs::create_dir_all(r.join(d)).unwrap();
+    (out_dir, deb)
+}
+
+/// Every path below `root` (symlinks not followed), relative, leaving out what dpkg and man-db
+/// keep for themselves (their databases, logs, caches) and /tmp.
+fn tree(root: &Path) -> std::collections::BTreeSet<PathBuf> {
+    const OWN: [&str; 4] = ["var/lib/dpkg", "var/log", "var/cache", "tmp"];
+    let mut out = std::collections::BTreeSet::new();
+    let mut stack = vec![root.to_path_buf()];
+    while let Some(dir) = stack.pop() {
+        for e in std::fs::read_dir(&dir).unwrap().flatten() {
+            let rel = e.path().strip_prefix(root).unwrap().to_path_buf();
+            if OWN.iter().any(|o| rel.starts_with(o)) {
+                continue;
+            }
+            if e.file_type().unwrap().is_dir() {
+                stack.push(e.path());
+            }
+            out.insert(rel);
+        }
     }
-    std::fs::write(r.join("var/lib/dpkg/status"), "").unwrap();
-    let dpkg = |args: &[&str]| {
-        let out = Command::new("dpkg")
-            .arg(format!("--root={}", r.display()))
-            .args(["--force-not-root", "--force-script-chrootless", "--force-depends", "--log=/dev/null"])
+    out
+}
+
+/// A fresh Debian root made by debootstrap (the release this machine runs, minimal, plus man-db
+/// and bash-completion to read the package's man pages and completions with), deleted on drop.
+struct DebianRoot {
+    dir: tempfile::TempDir,
+}
+
+impl DebianRoot {
+    fn new() -> DebianRoot {
+        let os = std::fs::read_to_string("/etc/os-release").unwrap_or_default();
+        let suite = os.lines().find_map(|l| l.strip_prefix("VERSION_CODENAME=")).unwrap_or("bookworm").to_string();
+        let dir = tempfile::Builder::new().prefix("bbrscope-debroot-").tempdir().unwrap();
+        let out = Command::new("debootstrap")
+            .args(["--variant=minbase", "--include=man-db,bash-completion", &suite])
+            .arg(dir.path())
+            .output()
+            .expect("debootstrap is not installed: run scripts/setup.sh (Debian package `debootstrap`)");
+        assert!(out.status.success(), "debootstrap {suite}: {}", String::from_utf8_lossy(&out.stdout));
+        DebianRoot { dir }
+    }
+
+    fn path(&self) -> &Path {
+        self.dir.path()
+    }
+
+    /// `CMD ARGS` inside the root (chroot): (succeeded, stdout + stderr).
+    fn run(&self, cmd: &str, args: &[&str]) -> (bool, String) {
+        let out = Command::new("chroot")
+            .arg(self.path())
+            .arg(cmd)
             .args(args)
+            .env_clear()
+            .env("PATH", "/usr/sbin:/usr/bin:/sbin:/bin")
+            .env("HOME", "/root")
+            .env("LANG", "C.UTF-8")
+            .env("MANWIDTH", "100")
             .output()
             .unwrap();
-        assert!(out.status.success(), "dpkg {args:?}: {}", String::from_utf8_lossy(&out.stderr));
-    };
-    dpkg(&["-i", deb.to_str().unwrap()]);
+        let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+        (out.status.success(), text)
+    }
+
+    fn ok(&self, cmd: &str, args: &[&str]) -> String {
+        let (ok, out) = self.run(cmd, args);
+        assert!(ok, "{cmd} {args:?} in the Debian root: {out}");
+        out
+    }
+}
+
+/// The exporter started from the installed package the way its unit starts it: the unit's
+/// ExecStart with /etc/default/bbrscope-exporter's variables (the listen address replaced by a
+/// free port), inside the root, in a private mount namespace holding the root's /proc, /sys and
+/// cgroup2 mounts (they vanish with it). Not systemd: the unit's sandboxing is not applied.
+fn serve_from_root(root: &DebianRoot) -> (Option<i32>, String) {
+    let r = root.path();
+    let unit = std::fs::read_to_string(r.join("lib/systemd/system/bbrscope-exporter.service")).unwrap();
+    let exec = unit.lines().find_map(|l| l.strip_prefix("ExecStart=")).expect("ExecStart");
+    let defaults = std::fs::read_to_string(r.join("etc/default/bbrscope-exporter")).unwrap();
+    let var =
+        |k: &str| defaults.lines().find_map(|l| l.strip_prefix(&format!("{k}="))).unwrap_or("").trim().to_string();
+    let addr: SocketAddr = format!("127.0.0.1:{}", common::prometheus::free_port()).parse().unwrap();
+    assert_eq!(var("BBRSCOPE_LISTEN"), "127.0.0.1:9580", "the package's default listen address");
+    let cmdline =
+        exec.replace("${BBRSCOPE_LISTEN}", &addr.to_string()).replace("$BBRSCOPE_ARGS", &var("BBRSCOPE_ARGS"));
+    let script = format!(
+        "set -e; r={}; mount -t proc proc $r/proc; mount -t sysfs sysfs $r/sys; \
+         mount -t cgroup2 cgroup2 $r/sys/fs/cgroup; exec chroot $r {cmdline}",
+        r.display()
+    );
+    let mut child = Command::new("unshare")
+        .args(["--mount", "--propagation", "private", "sh", "-c", &script])
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let start = Instant::now();
+    let mut served = None;
+    while start.elapsed() < Duration::from_secs(30) {
+        if let Ok((200, body)) = http_get(addr, "/metrics")
+            && body.contains("bbrscope_build_info")
+        {
+            served = Some(body);
+            break;
+        }
+        if child.try_wait().unwrap().is_some() {
+            break;
+        }
+        thread::sleep(Duration::from_millis(200));
+    }
+    // SAFETY: kill(2) on our own child's pid (bbrscope, exec'd by sh and chroot).
+    unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+    let status = wait_timeout(&mut child, Duration::from_secs(10)).map(|s| s.code());
+    if status.is_none() {
+        let _ = child.kill();
+        let _ = child.wait();
+    }
+    let mut err = String::new();
+    let _ = child.stderr.take().unwrap().read_to_string(&mut err);
+    assert!(served.is_some(), "the installed exporter never served /metrics at {addr}: {err}");
+    (status.flatten(), served.unwrap())
+}
+
+/// The .deb `cargo xtask dist` builds, in a fresh Debian root made by debootstrap: installed with
+/// the root's own dpkg (maintainer scripts and man-db's trigger run), the binary runs, `man`
+/// renders its pages, bash loads its completion through bash-completion's loader, the exporter
+/// started as the unit starts it serves metrics, and a purge leaves the root's files exactly as
+/// they were before the install.
+#[test]
+fn deb_installs_into_a_fresh_debian_root() {
+    require_root();
+    let (_out, deb) = build_deb();
+    let root = DebianRoot::new();
+    let r = root.path();
+    let before = tree(r);
+    std::fs::copy(&deb, r.join("tmp/bbrscope.deb")).unwrap();
+    root.ok("dpkg", &["-i", "/tmp/bbrscope.deb"]);
     let files = [
         "usr/bin/bbrscope",
         "usr/share/man/man1/bbrscope.1.gz",
@@ -291,24 +410,35 @@ fn deb_installs_into_a_throwaway_root() {
         "usr/share/zsh/vendor-completions/_bbrscope",
         "usr/share/fish/vendor_completions.d/bbrscope.fish",
         "lib/systemd/system/bbrscope-exporter.service",
+        "lib/systemd/system/bbrscope-cgroup-pin@.service",
+        "etc/default/bbrscope-exporter",
+        "usr/share/bbrscope/grafana/bbrscope.json",
         "usr/share/doc/bbrscope/copyright",
     ];
     for f in files {
         assert!(r.join(f).is_file(), "{f} not installed");
     }
-    let v = Command::new(r.join("usr/bin/bbrscope")).arg("--version").output().unwrap();
-    assert!(String::from_utf8_lossy(&v.stdout).starts_with("bbrscope "), "{v:?}");
-    let man = Command::new("man").args(["-l", "-Tutf8"]).arg(r.join(files[1])).output().unwrap();
-    let text = String::from_utf8_lossy(&man.stdout);
-    assert!(man.status.success() && text.contains("bbrscope") && text.contains("export"), "man: {text}");
-    let bash = Command::new("bash")
-        .arg("-c")
-        .arg(format!("source {}; complete -p bbrscope", r.join(files[3]).display()))
-        .output()
-        .unwrap();
-    assert!(String::from_utf8_lossy(&bash.stdout).contains("bbrscope"), "bash completion: {bash:?}");
-    dpkg(&["--purge", "bbrscope"]);
-    for f in files {
-        assert!(!r.join(f).exists(), "{f} left after purge");
-    }
+    assert!(root.ok("bbrscope", &["--version"]).starts_with("bbrscope "));
+    let man = root.ok("man", &["-P", "cat", "bbrscope"]);
+    assert!(man.contains("bbrscope") && man.contains("export"), "man bbrscope: {man}");
+    let man = root.ok("man", &["-P", "cat", "bbrscope-export"]);
+    assert!(man.contains("--listen"), "man bbrscope-export: {man}");
+    // bash-completion loads a command's completion on demand, from the file the package installed.
+    let complete = root.ok(
+        "bash",
+        &["-c", ". /usr/share/bash-completion/bash_completion; __load_completion bbrscope; complete -p bbrscope"],
+    );
+    assert!(complete.contains("bbrscope"), "bash completion: {complete}");
+    let (status, body) = serve_from_root(&root);
+    assert!(body.contains("bbrscope_observer_info"), "{body}");
+    assert_eq!(status, Some(0), "the exporter ends cleanly on SIGTERM");
+
+    root.ok("dpkg", &["--purge", "bbrscope"]);
+    std::fs::remove_file(r.join("tmp/bbrscope.deb")).unwrap();
+    let (_, status) = root.run("dpkg-query", &["-W", "-f=${Status}", "bbrscope"]);
+    assert!(!status.contains("installed"), "{status}");
+    let after = tree(r);
+    let left: Vec<_> = after.difference(&before).collect();
+    let gone: Vec<_> = before.difference(&after).collect();
+    assert!(left.is_empty() && gone.is_empty(), "left after purge: {left:?}; removed: {gone:?}");
 }
