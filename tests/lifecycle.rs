@@ -158,6 +158,46 @@ fn short_flows_of_every_size_get_a_summary_equal_to_their_final_tcp_info() {
     assert_eq!(u(&last_stats["drops_total"]), 0, "{last_stats}");
 }
 
+/// Sockets that never send data (here: clients that only read a response) cost no record at
+/// all: no flow_open, no flow_summary, and the kernel counts them as quiet. The servers' flows
+/// are all summarised. The truth is the test's own count of sockets it made that never wrote.
+#[test]
+fn sockets_that_never_send_cost_no_record() {
+    require_root();
+    let link = Link::new("quiet");
+    let stream = Stream::start(&["--addr", &format!("{}/32", link.b_ip), "--interval", "100"]);
+    let listener = listener_in(&link.b, &link.b_ip, "cubic");
+    let to = listener.local_addr().unwrap();
+    let mut pairs = Vec::new();
+    for _ in 0..20 {
+        let mut client = connect_in(&link.a, to);
+        let client_addr = client.local_addr().unwrap();
+        let reader = thread::spawn(move || drain(&mut client));
+        let (mut conn, _) = listener.accept().unwrap();
+        conn.write_all(&[0x5a; 10_000]).unwrap();
+        conn.shutdown(Shutdown::Write).unwrap();
+        drain(&mut conn);
+        assert_eq!(reader.join().unwrap(), 10_000);
+        pairs.push((conn.local_addr().unwrap(), client_addr));
+    }
+    let mut stream = stream;
+    let (s, c) = *pairs.last().unwrap();
+    stream.wait_for(Duration::from_secs(20), |r| {
+        r["type"] == "flow_summary" && r["src"] == s.to_string() && r["dst"] == c.to_string()
+    });
+    // At least our 20 (other sockets of the host may be quiet too).
+    stream.wait_for(Duration::from_secs(10), |r| r["type"] == "stats" && r["flows_quiet_total"].as_u64() >= Some(20));
+    let (code, records, stderr) = stream.stop();
+    assert_eq!(code, 0, "stderr: {stderr}");
+    for (server, client) in &pairs {
+        assert!(summary_of(&records, *server, *client).is_some(), "no summary of the server {server}");
+        let of_client = records.iter().find(|r| r["src"] == client.to_string());
+        assert!(of_client.is_none(), "a record of the receive-only client {client}: {of_client:?}");
+    }
+    let last_stats = records.iter().rev().find(|r| r["type"] == "stats").unwrap();
+    assert_eq!(u(&last_stats["drops_total"]), 0, "{last_stats}");
+}
+
 #[test]
 fn resets_are_told_apart_from_orderly_closes() {
     require_root();

@@ -228,9 +228,13 @@ pub mod kind {
     pub const CLOSE: u8 = 2;
     pub const RETRANSMIT: u8 = 3;
     pub const CONG_STATE: u8 = 4;
-    /// The flow's first record on the sock_ops path: who owns it ([`super::FlowOpen`]).
+    /// The flow's first record on the sock_ops path: who owns it ([`super::FlowOpen`]). Sent
+    /// lazily, just before the flow's first other record (its first data-carrying sample or
+    /// retransmission): a socket that never sends costs no record.
     pub const OPEN: u8 = 5;
-    /// The flow's summary, right after its `CLOSE` sample ([`super::FlowEnd`]).
+    /// sock_ops path: the flow's final sample, its summary and its owner in one record
+    /// ([`super::FlowClose`]). The owner part counts only when `FLAG_FIRST` is set (no OPEN was
+    /// sent: a flow whose whole life fits in one record).
     pub const END: u8 = 6;
 }
 
@@ -277,11 +281,18 @@ pub struct Sample {
     pub ca_priv: [u8; CA_PRIV_LEN],
 }
 
-/// Who owns a flow, sent once as it is established (sock_ops path).
+/// Who owns a flow (sock_ops path): the OPEN record.
 #[repr(C)]
 #[derive(Clone, Copy, Debug)]
 pub struct FlowOpen {
     pub hdr: RecordHeader,
+    pub owner: Owner,
+}
+
+/// Who owns a flow and how it started, as the sock_ops program recorded it.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct Owner {
     pub cc: [u8; CC_NAME_LEN],
     /// The process that called connect() (exact) or listen() on the accepting socket (best effort:
     /// only if it listened after bbrscope started); `comm[0] == 0` when unknown.
@@ -304,12 +315,20 @@ pub struct FlowOpen {
     pub _pad2: u32,
 }
 
-/// What the kernel accumulated over a flow's life, sent right after its final sample.
+/// A flow's last record on the sock_ops path (`kind::END`): its final sample (whose header is
+/// this record's), what the kernel accumulated over its life, and its owner.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct FlowClose {
+    pub sample: Sample,
+    pub end: FlowEnd,
+    pub owner: Owner,
+}
+
+/// What the kernel accumulated over a flow's life.
 #[repr(C)]
 #[derive(Clone, Copy, Debug)]
 pub struct FlowEnd {
-    pub hdr: RecordHeader,
-    pub start_ns: u64,
     /// RTT callbacks (ACKs carrying an RTT sample) over the flow's life.
     pub rtt_events: u64,
     /// The TCP state the socket left for TCP_CLOSE, and `sk_err` then: together they tell how it
@@ -372,7 +391,8 @@ pub mod counter {
     pub const FLOWS_FILTERED: u32 = 8;
     /// Per-flow state that could not be stored (map update failed).
     pub const STATE_FULL: u32 = 9;
-    /// Congestion-state records suppressed by the per-interval cap.
+    /// Congestion-state records suppressed by the per-interval cap, or polled changes before the
+    /// flow's first record (its first sample carries the state).
     pub const CONG_COALESCED: u32 = 10;
     /// Per-flow state removed because the socket closed (or was reused): with FLOWS_SEEN this
     /// tells how full the table is, and so how many flows the LRU must have evicted.
@@ -382,12 +402,16 @@ pub mod counter {
     pub const ENDS: u32 = 13;
     /// sock_ops path: socket storage could not be allocated (the flow is not observed).
     pub const STORAGE_FAILED: u32 = 14;
-    /// sock_ops path: congestion-state changes of sockets bbrscope does not track (no cookie).
+    /// sock_ops path: congestion-state changes of sockets bbrscope does not track (no cookie) or
+    /// that have not sent data.
     pub const CONG_UNTRACKED: u32 = 15;
     /// `bbrscope experiment`: connections in scope whose algorithm could not be set (they stay
     /// on the default and out of the experiment).
     pub const ARM_FAILED: u32 = 16;
-    pub const COUNT: u32 = 17;
+    /// sock_ops path: flows that closed without ever sending data (receive-only or idle
+    /// sockets): no record at all (`--receivers` keeps them).
+    pub const FLOWS_QUIET: u32 = 17;
+    pub const COUNT: u32 = 18;
 }
 
 #[cfg(feature = "user")]

@@ -32,11 +32,7 @@ pub struct FlowState {
     /// `bytes_acked` at the previous sample: a flow whose peer acked nothing new since is not
     /// sending, and gets no sample unless receivers were asked for.
     pub last_bytes_acked: u64,
-    pub saddr: [u8; 16],
-    pub daddr: [u8; 16],
-    pub sport: u16,
-    pub dport: u16,
-    pub family: u8,
+    pub t: Tuple,
     pub ca_state: u8,
     pub status: u8,
     /// Userspace has had a record for this flow (it knows the flow exists).
@@ -114,11 +110,7 @@ pub fn create(sk: u64) {
         // Not this event (bytes_acked is the baseline just read) but the next one samples.
         next_sample_ns: now_ns() + 1,
         last_bytes_acked: read(sk, conf!(sock.bytes_acked)),
-        saddr: t.saddr,
-        daddr: t.daddr,
-        sport: t.sport,
-        dport: t.dport,
-        family: t.family,
+        t,
         ca_state: sock::ca_state(sk),
         status: if passed { Status::Passed as u8 } else { Status::Rejected as u8 },
         announced: 0,

@@ -99,7 +99,9 @@ pub fn cong_state_by_cookie(ctx: RawTracePointContext) -> i32 {
     let new = ctx.arg::<u64>(1) as u8;
     let off = conf!(sock.cookie);
     let cookie: u64 = if off == u32::MAX { 0 } else { sock::read(sk, off) };
-    if cookie == 0 {
+    // No cookie: never seen by the sock_ops program. Nothing acked beyond the SYN: a socket that
+    // has not sent (its changes would only be dropped by userspace).
+    if cookie == 0 || !has_flag(config_flags::RECEIVERS) && sock::read::<u64>(sk, conf!(sock.bytes_acked)) <= 1 {
         count(counter::CONG_UNTRACKED);
         return 0;
     }

@@ -15,78 +15,113 @@ use bbrscope_common::{
 use crate::{
     config::{conf, has_flag},
     flow::{FlowState, Status, cc_passes, count},
-    sock::{self, read},
+    sock::{self, Tuple, read},
 };
 
 /// Size is set by userspace (`--ring-size`).
 #[map]
 pub static EVENTS: RingBuf = RingBuf::with_byte_size(1 << 20, 0);
 
+/// Every record's head, from the flow's state.
 #[inline(always)]
 pub fn fill_header(h: &mut RecordHeader, kind: u8, st: &FlowState, ca_state: u8, now: u64) {
+    let flags = if st.announced == 0 { FLAG_FIRST } else { 0 };
+    head(h, kind, flags, st.id, &st.t, ca_state, st.tcp_state, now);
+}
+
+/// The one place a record's head is written (flow records and the sock_ops path's
+/// congestion-state records, which know the socket but not its flow state).
+#[allow(clippy::too_many_arguments)]
+#[inline(always)]
+fn head(h: &mut RecordHeader, kind: u8, flags: u8, id: u64, t: &Tuple, ca_state: u8, tcp_state: u8, now: u64) {
     h.kind = kind;
-    h.flags = if st.announced == 0 { FLAG_FIRST } else { 0 };
-    h.family = st.family;
+    h.flags = flags;
+    h.family = t.family;
     h.ca_state = ca_state;
-    h.sport = st.sport;
-    h.dport = st.dport;
-    h.flow_id = st.id;
+    h.sport = t.sport;
+    h.dport = t.dport;
+    h.flow_id = id;
     h.ts_ns = now;
-    h.saddr = st.saddr;
-    h.daddr = st.daddr;
-    h.tcp_state = st.tcp_state;
+    h.saddr = t.saddr;
+    h.daddr = t.daddr;
+    h.tcp_state = tcp_state;
     h._pad = [0; 7];
 }
 
-/// A periodic sample (`kind::SAMPLE`) or the final one (`kind::CLOSE`); whether one was sent.
-#[inline(never)]
-pub fn sample(kind: u8, sk: u64, st: &mut FlowState, now: u64) -> bool {
+/// Whether a sample of the flow goes out now, and the algorithm it runs: not while it fails
+/// `--cc`, nor a periodic one (`kind::SAMPLE`) when the peer acked nothing new since the
+/// previous unless receivers were asked for.
+#[inline(always)]
+pub fn sample_due(kind: u8, sk: u64, st: &mut FlowState) -> Option<[u8; CC_NAME_LEN]> {
     let mut cc = [0u8; CC_NAME_LEN];
     sock::cc_name(sk, &mut cc);
     if !cc_passes(&cc) {
-        return false;
+        return None;
     }
     let bytes_acked: u64 = read(sk, conf!(sock.bytes_acked));
     let sending = bytes_acked != st.last_bytes_acked;
     st.last_bytes_acked = bytes_acked;
     if kind == kind::SAMPLE && !sending && !has_flag(config_flags::RECEIVERS) {
         st.acks = 0;
-        return false;
+        return None;
     }
+    Some(cc)
+}
+
+/// A periodic sample (`kind::SAMPLE`) or the final one (`kind::CLOSE`); whether one was sent.
+#[inline(never)]
+pub fn sample(kind: u8, sk: u64, st: &mut FlowState, now: u64) -> bool {
+    match sample_due(kind, sk, st) {
+        Some(cc) => send_sample(kind, sk, st, &cc, now),
+        None => false,
+    }
+}
+
+/// Sends a sample `sample_due` allowed; whether the ring had room.
+#[inline(always)]
+pub fn send_sample(kind: u8, sk: u64, st: &mut FlowState, cc: &[u8; CC_NAME_LEN], now: u64) -> bool {
     let Some(mut entry) = EVENTS.reserve::<Sample>(0) else {
         count(counter::RING_FULL);
         return false;
     };
-    let s = entry.as_mut_ptr();
-    // SAFETY: `s` points to a reserved, writable record of this type; the reads copy at most a
-    // field's length from kernel memory at offsets the running kernel's BTF gave.
-    unsafe {
-        fill_header(&mut (*s).hdr, kind, st, sock::ca_state(sk), now);
-        (*s).cc = cc;
-        (*s).acks = st.acks;
-        (*s).retrans_coalesced = st.retrans_coalesced;
-        let mut i = 0;
-        while i < MAX_FIELDS {
-            let f = conf!(fields[i]);
-            let dst = &raw mut (*s).vals[i];
+    // SAFETY: a reserved, writable record of this type.
+    write_sample(unsafe { &mut *entry.as_mut_ptr() }, kind, sk, st, cc, now);
+    entry.submit(0);
+    true
+}
+
+/// Fills a sample record in place (in the ring: a sample is about 500 bytes, the BPF stack 512)
+/// and starts the flow's next interval.
+#[inline(always)]
+pub fn write_sample(s: &mut Sample, kind: u8, sk: u64, st: &mut FlowState, cc: &[u8; CC_NAME_LEN], now: u64) {
+    fill_header(&mut s.hdr, kind, st, sock::ca_state(sk), now);
+    s.cc = *cc;
+    s.acks = st.acks;
+    s.retrans_coalesced = st.retrans_coalesced;
+    let mut i = 0;
+    while i < MAX_FIELDS {
+        let f = conf!(fields[i]);
+        let dst = &raw mut s.vals[i];
+        // SAFETY: `dst` is a slot of the record; the read copies at most 8 bytes from kernel
+        // memory at an offset the running kernel's BTF gave (the helper checks the address).
+        unsafe {
             *dst = 0;
             if f.len > 0 && f.len <= 8 {
                 bpf_probe_read_kernel(dst as *mut c_void, f.len, (sk + f.off as u64) as *const c_void);
             }
-            i += 1;
         }
-        let priv_ptr = (sk + conf!(sock.ca_priv) as u64) as *const u8;
-        if bpf_probe_read_kernel_buf(priv_ptr, &mut (*s).ca_priv).is_err() {
-            (*s).ca_priv = [0; bbrscope_common::CA_PRIV_LEN];
-        }
+        i += 1;
     }
-    entry.submit(0);
+    let priv_ptr = (sk + conf!(sock.ca_priv) as u64) as *const u8;
+    // SAFETY: as above, a bounded read the helper checks.
+    if unsafe { bpf_probe_read_kernel_buf(priv_ptr, &mut s.ca_priv) }.is_err() {
+        s.ca_priv = [0; bbrscope_common::CA_PRIV_LEN];
+    }
     st.announced = 1;
     st.acks = 0;
     st.event_records = 0;
     st.retrans_coalesced = 0;
     count(counter::SAMPLES);
-    true
 }
 
 #[inline(always)]
@@ -134,6 +169,8 @@ pub fn cong_state(sk: u64, st: &mut FlowState, new: u8, now: u64) {
     let old = st.ca_state;
     st.ca_state = new;
     if !announced(st) {
+        // Before the flow's first record: counted, and the first sample carries the state.
+        count(counter::CONG_COALESCED);
         return;
     }
     // Shares the retransmits' cap: a flow flapping between open and disorder under reordering
@@ -143,49 +180,29 @@ pub fn cong_state(sk: u64, st: &mut FlowState, new: u8, now: u64) {
         return;
     }
     st.event_records += 1;
-    let Some(mut entry) = EVENTS.reserve::<CongState>(0) else {
-        count(counter::RING_FULL);
-        return;
-    };
-    let c = entry.as_mut_ptr();
-    // SAFETY: `c` points to a reserved, writable record of this type; every field is written.
-    unsafe {
-        fill_header(&mut (*c).hdr, kind::CONG_STATE, st, new, now);
-        (*c).old = old;
-        (*c).new = new;
-        (*c)._pad = [0; 6];
-        (*c).snd_cwnd = read(sk, conf!(sock.snd_cwnd));
-        (*c).snd_ssthresh = read(sk, conf!(sock.snd_ssthresh));
-    }
-    entry.submit(0);
-    count(counter::CONG_STATES);
+    let flags = if st.announced == 0 { FLAG_FIRST } else { 0 };
+    send_cong_state(sk, st.id, flags, &st.t, st.tcp_state, old, new, now);
 }
 
 /// A congestion-state change of a sock_ops-path flow, identified by its socket cookie (userspace
-/// knows the flow from its OPEN record and ignores cookies it does not know).
+/// knows the flow from its OPEN record, holds changes that come before it for a while, and
+/// drops cookies it never learns).
 #[inline(always)]
 pub fn cong_state_by_cookie(sk: u64, cookie: u64, old: u8, new: u8, now: u64) {
+    send_cong_state(sk, cookie, 0, &sock::tuple(sk), 0, old, new, now);
+}
+
+#[allow(clippy::too_many_arguments)]
+#[inline(always)]
+fn send_cong_state(sk: u64, id: u64, flags: u8, t: &Tuple, tcp_state: u8, old: u8, new: u8, now: u64) {
     let Some(mut entry) = EVENTS.reserve::<CongState>(0) else {
         count(counter::RING_FULL);
         return;
     };
-    let t = sock::tuple(sk);
     let c = entry.as_mut_ptr();
     // SAFETY: `c` points to a reserved, writable record of this type; every field is written.
     unsafe {
-        let h = &mut (*c).hdr;
-        h.kind = kind::CONG_STATE;
-        h.flags = 0;
-        h.family = t.family;
-        h.ca_state = new;
-        h.sport = t.sport;
-        h.dport = t.dport;
-        h.flow_id = cookie;
-        h.ts_ns = now;
-        h.tcp_state = 0;
-        h._pad = [0; 7];
-        h.saddr = t.saddr;
-        h.daddr = t.daddr;
+        head(&mut (*c).hdr, kind::CONG_STATE, flags, id, t, new, tcp_state, now);
         (*c).old = old;
         (*c).new = new;
         (*c)._pad = [0; 6];

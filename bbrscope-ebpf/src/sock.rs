@@ -37,6 +37,8 @@ pub fn cc_name(sk: u64, out: &mut [u8; CC_NAME_LEN]) {
 }
 
 /// The socket's addresses as IPv4-mapped IPv6 for AF_INET, so filters compare one form.
+#[repr(C)]
+#[derive(Clone, Copy)]
 pub struct Tuple {
     pub family: u8,
     pub sport: u16,

@@ -5,12 +5,16 @@
 //! Callbacks used (each enabled per socket with `bpf_sock_ops_cb_flags_set`):
 //! - TCP_CONNECT_CB / TCP_LISTEN_CB: process context, so the owner (pid, comm) is known. A
 //!   listener's storage is cloned into the sockets it accepts (`BPF_F_CLONE`).
-//! - ACTIVE/PASSIVE_ESTABLISHED_CB: filters, then the flow's OPEN record.
+//! - ACTIVE/PASSIVE_ESTABLISHED_CB: filters. The flow's OPEN record waits for its first other
+//!   record (a data-carrying sample or a retransmission), so a socket that never sends costs
+//!   no record at all, and a flow shorter than a sample interval costs one: its close record
+//!   carries its owner.
 //! - RTT_CB: every ACK that carries an RTT sample, in every TCP state (ESTABLISHED, CLOSE_WAIT,
 //!   FIN_WAIT1/2, LAST_ACK, CLOSING) — the per-ACK path, kept to a storage lookup, a few context
 //!   loads and a coarse clock read until a sample is due.
 //! - RETRANS_CB: every retransmission with its error code (failed attempts are not counted).
-//! - STATE_CB: TCP state changes; TCP_CLOSE sends the final sample and the flow's summary.
+//! - STATE_CB: TCP state changes; TCP_CLOSE sends the final sample and the flow's summary (one
+//!   record).
 
 use core::ffi::c_void;
 
@@ -28,12 +32,12 @@ use aya_ebpf::{
     maps::lpm_trie::{Key, LpmTrie},
     programs::SockOpsContext,
 };
-use bbrscope_common::{CC_NAME_LEN, FlowEnd, FlowOpen, config_flags, counter, experiment_flags, filter_flags, kind};
+use bbrscope_common::{CC_NAME_LEN, FlowClose, FlowOpen, Owner, config_flags, counter, experiment_flags, kind};
 
 use crate::{
     clock::{coarse_ns, now_ns},
     config::{conf, has_flag, interval_ns},
-    flow::{self, FlowState, Status, add, count},
+    flow::{self, FlowState, Status, add, cc_passes, count},
     records::{self, EVENTS, fill_header},
     sock::{self, read},
 };
@@ -173,15 +177,19 @@ fn on_rtt(ops: &bpf_sock_ops, sk: *mut bpf_sock) {
         return;
     }
     s.next_sample_coarse_ns = now + interval_ns();
-    sample(kind::SAMPLE, s, ops.state as u8);
+    sample(s, ops.state as u8);
 }
 
+/// A periodic sample, preceded by the flow's OPEN if it is the flow's first record.
 #[inline(always)]
-fn sample(kind: u8, s: &mut SockFlow, tcp_state: u8) {
+fn sample(s: &mut SockFlow, tcp_state: u8) {
     s.flow.tcp_state = tcp_state;
     add(counter::PROBE_EVENTS, s.flow.acks as u64);
-    let now = now_ns();
-    if records::sample(kind, s.sk, &mut s.flow, now) {
+    let Some(cc) = records::sample_due(kind::SAMPLE, s.sk, &mut s.flow) else {
+        return;
+    };
+    announce(s, &cc);
+    if records::send_sample(kind::SAMPLE, s.sk, &mut s.flow, &cc, now_ns()) {
         s.samples += 1;
     }
 }
@@ -202,6 +210,15 @@ fn on_retransmit(ops: &bpf_sock_ops, sk: *mut bpf_sock) {
         s.flow.last_total_retrans = ops.total_retrans;
         return;
     }
+    if s.flow.announced == 0 {
+        // A retransmission is sending: the flow's first record, if its algorithm passes `--cc`
+        // (else it is only counted, in the socket's total_retrans).
+        let mut cc = [0u8; CC_NAME_LEN];
+        sock::cc_name(s.sk, &mut cc);
+        if cc_passes(&cc) {
+            announce(s, &cc);
+        }
+    }
     let before = s.flow.retrans_coalesced;
     let sent = records::retransmit(s.sk, &mut s.flow, ops.total_retrans, now_ns());
     if sent {
@@ -219,41 +236,55 @@ fn on_state(ops: &bpf_sock_ops, sk: *mut bpf_sock) {
         return;
     };
     s.flow.tcp_state = new as u8;
-    if new != TCP_CLOSE || s.flow.status != Status::Passed as u8 || s.flow.announced == 0 {
+    if new != TCP_CLOSE || s.flow.status != Status::Passed as u8 {
         return;
     }
-    // The final sample first (every counter as the socket closes), then what only the kernel
-    // accumulated. Both are sent once: the status change stops any later callback.
-    sample(kind::CLOSE, s, TCP_CLOSE as u8);
-    if s.samples == 0 && conf!(filter.flags) & filter_flags::CC != 0 {
-        // Never sampled: its algorithm never passed `--cc`.
-        count(counter::FLOWS_FILTERED);
-    }
+    // Nothing more for this socket, whatever follows.
     s.flow.status = Status::Closed as u8;
-    let Some(mut entry) = EVENTS.reserve::<FlowEnd>(0) else {
+    if s.flow.announced == 0 && ops.data_segs_out == 0 && !has_flag(config_flags::RECEIVERS) {
+        // Never sent data (a receive-only or idle socket): no record at all.
+        count(counter::FLOWS_QUIET);
+        return;
+    }
+    let mut cc = [0u8; CC_NAME_LEN];
+    sock::cc_name(s.sk, &mut cc);
+    if s.flow.announced == 0 && !cc_passes(&cc) {
+        // Never sampled, and its algorithm does not pass `--cc`.
+        count(counter::FLOWS_FILTERED);
+        return;
+    }
+    add(counter::PROBE_EVENTS, s.flow.acks as u64);
+    s.flow.tcp_state = TCP_CLOSE as u8;
+    let first = s.flow.announced == 0;
+    let Some(mut entry) = EVENTS.reserve::<FlowClose>(0) else {
         count(counter::RING_FULL);
         return;
     };
-    let e = entry.as_mut_ptr();
-    // SAFETY: `e` points to a reserved, writable record of this type; every field is written.
-    unsafe {
-        let now = now_ns();
-        fill_header(&mut (*e).hdr, kind::END, &s.flow, s.flow.ca_state, now);
-        (*e).start_ns = s.start_ns;
-        (*e).rtt_events = s.rtt_events;
-        (*e).old_state = old as u8;
-        (*e)._pad = [0; 3];
-        (*e).sk_err = read_opt::<i32>(s.sk, conf!(sock.sk_err));
-        (*e).srtt_first_us = s.srtt_first >> 3;
-        (*e).srtt_min_us = if s.srtt_min == u32::MAX { 0 } else { s.srtt_min >> 3 };
-        (*e).srtt_max_us = s.srtt_max >> 3;
-        (*e).cwnd_max = s.cwnd_max;
-        (*e).retrans_records = s.retrans_records;
-        (*e).retrans_coalesced = s.retrans_coalesced_total;
-        (*e).samples = s.samples;
-        (*e).retrans_failed = s.retrans_failed;
-    }
+    // SAFETY: a reserved, writable record of this type; every field is written below.
+    let e = unsafe { &mut *entry.as_mut_ptr() };
+    // The final sample (every counter as the socket closes; its header is the record's), then
+    // what only the kernel accumulated, then the owner (read by userspace only when no OPEN
+    // was sent: `FLAG_FIRST`).
+    records::write_sample(&mut e.sample, kind::END, s.sk, &mut s.flow, &cc, now_ns());
+    let end = &mut e.end;
+    end.rtt_events = s.rtt_events;
+    end.old_state = old as u8;
+    end._pad = [0; 3];
+    end.sk_err = read_opt::<i32>(s.sk, conf!(sock.sk_err));
+    end.srtt_first_us = s.srtt_first >> 3;
+    end.srtt_min_us = if s.srtt_min == u32::MAX { 0 } else { s.srtt_min >> 3 };
+    end.srtt_max_us = s.srtt_max >> 3;
+    end.cwnd_max = s.cwnd_max;
+    end.retrans_records = s.retrans_records;
+    end.retrans_coalesced = s.retrans_coalesced_total;
+    // Counting this one.
+    end.samples = s.samples + 1;
+    end.retrans_failed = s.retrans_failed;
+    fill_owner(&mut e.owner, s, &cc);
     entry.submit(0);
+    if first {
+        count(counter::OPENS);
+    }
     count(counter::ENDS);
 }
 
@@ -315,7 +346,7 @@ fn on_established(ctx: &SockOpsContext, ops: &bpf_sock_ops, sk: *mut bpf_sock) {
     // its close sample and summary alone (fewer records per short flow), and BBR has run by then.
     s.next_sample_coarse_ns = sample_clock() + interval_ns();
     let _ = ctx.set_cb_flags((ops.bpf_sock_ops_cb_flags | OUR_CB_FLAGS) as i32);
-    open(ctx, s);
+    admit(ctx, s);
 }
 
 /// Destination ranges of the experiment's scope (`--dst`), IPv4 as IPv4-mapped IPv6.
@@ -422,58 +453,63 @@ fn own(s: &mut SockFlow) {
     }
 }
 
-/// Filters, then the flow's first record.
+/// Filters; the flow's OPEN record waits for its first other record (`announce`).
 #[inline(always)]
-fn open(ctx: &SockOpsContext, s: &mut SockFlow) {
+fn admit(ctx: &SockOpsContext, s: &mut SockFlow) {
     let sk = s.sk;
     count(counter::FLOWS_SEEN);
     let t = sock::tuple(sk);
-    let mut cc = [0u8; CC_NAME_LEN];
-    sock::cc_name(sk, &mut cc);
     // SAFETY: a sock_ops context pointer, as the helper requires; the cookie is created on first
     // use and stable after.
     let cookie = unsafe { bpf_get_socket_cookie(ctx.ops as *mut c_void) };
     s.flow.id = cookie;
-    s.flow.saddr = t.saddr;
-    s.flow.daddr = t.daddr;
-    s.flow.sport = t.sport;
-    s.flow.dport = t.dport;
-    s.flow.family = t.family;
+    s.flow.t = t;
     s.flow.ca_state = sock::ca_state(sk);
-    // `--cc` is checked at each sample instead: applications may set the algorithm after
-    // connect(), and userspace shows a flow from its first sample.
-    if !flow::passes(sk, &t) {
+    // `--cc` is checked at each record instead: applications may set the algorithm after
+    // connect().
+    if !flow::passes(sk, &s.flow.t) {
         s.flow.status = Status::Rejected as u8;
         count(counter::FLOWS_FILTERED);
         return;
     }
     s.flow.status = Status::Passed as u8;
+}
+
+/// Sends the flow's OPEN record unless userspace has had one of its records already: called
+/// just before the flow's first record of another kind.
+#[inline(always)]
+fn announce(s: &mut SockFlow, cc: &[u8; CC_NAME_LEN]) {
+    if s.flow.announced != 0 {
+        return;
+    }
     let Some(mut entry) = EVENTS.reserve::<FlowOpen>(0) else {
         count(counter::RING_FULL);
         return;
     };
-    let o = entry.as_mut_ptr();
-    // SAFETY: `o` points to a reserved, writable record of this type; every field is written.
-    unsafe {
-        let now = now_ns();
-        fill_header(&mut (*o).hdr, kind::OPEN, &s.flow, s.flow.ca_state, now);
-        (*o).cc = cc;
-        (*o).comm = s.comm;
-        (*o).tgid = s.tgid;
-        (*o).pid = s.pid;
-        (*o).cgroup_id = flow::cgroup_id(sk);
-        let net: u64 = read_opt(sk, conf!(sock.net));
-        (*o).netns = if net == 0 { 0 } else { read_opt(net, conf!(sock.net_inum)) };
-        (*o).active = s.active;
-        (*o).arm = s.arm;
-        (*o)._pad = [0; 2];
-        (*o).start_ns = s.start_ns;
-        (*o).retrans_at_open = s.retrans_at_open;
-        (*o)._pad2 = 0;
-    }
+    // SAFETY: a reserved, writable record of this type; every field is written below.
+    let o = unsafe { &mut *entry.as_mut_ptr() };
+    fill_header(&mut o.hdr, kind::OPEN, &s.flow, s.flow.ca_state, now_ns());
+    fill_owner(&mut o.owner, s, cc);
     entry.submit(0);
     s.flow.announced = 1;
     count(counter::OPENS);
+}
+
+#[inline(always)]
+fn fill_owner(o: &mut Owner, s: &SockFlow, cc: &[u8; CC_NAME_LEN]) {
+    o.cc = *cc;
+    o.comm = s.comm;
+    o.tgid = s.tgid;
+    o.pid = s.pid;
+    o.cgroup_id = flow::cgroup_id(s.sk);
+    let net: u64 = read_opt(s.sk, conf!(sock.net));
+    o.netns = if net == 0 { 0 } else { read_opt(net, conf!(sock.net_inum)) };
+    o.active = s.active;
+    o.arm = s.arm;
+    o._pad = [0; 2];
+    o.start_ns = s.start_ns;
+    o.retrans_at_open = s.retrans_at_open;
+    o._pad2 = 0;
 }
 
 /// The benchmark's floor for this path: the same callbacks enabled on every socket, and nothing

@@ -4,7 +4,7 @@
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 
 use bbrscope_common::{
-    CA_PRIV_LEN, CC_NAME_LEN, CongState, FLAG_FIRST, FlowEnd, FlowOpen, MAX_FIELDS, RecordHeader, Retransmit, Sample,
+    CA_PRIV_LEN, CC_NAME_LEN, CongState, FLAG_FIRST, FlowClose, FlowOpen, MAX_FIELDS, RecordHeader, Retransmit, Sample,
     kind,
 };
 use serde::{Deserialize, Serialize};
@@ -321,31 +321,39 @@ fn cc_name(raw: &[u8; CC_NAME_LEN]) -> String {
     String::from_utf8_lossy(&raw[..end]).into_owned()
 }
 
+fn open(head: Head, o: &bbrscope_common::Owner) -> Box<OpenEvent> {
+    let comm = cc_name(&o.comm);
+    Box::new(OpenEvent {
+        head,
+        cc: cc_name(&o.cc),
+        owner: Owner {
+            side: Some(if o.active != 0 { "connect" } else { "accept" }.into()),
+            pid: (o.tgid != 0).then_some(o.tgid),
+            comm: (!comm.is_empty()).then_some(comm),
+            cgroup_id: (o.cgroup_id != 0).then_some(o.cgroup_id),
+            netns: (o.netns != 0).then_some(o.netns),
+            arm: (o.arm != 0).then_some(o.arm),
+        },
+        start_ns: o.start_ns,
+        retrans_at_open: o.retrans_at_open,
+    })
+}
+
 /// Decodes records using the layout the programs were loaded with.
 pub struct Decoder<'a> {
     pub layout: &'a Layout,
 }
 
 impl Decoder<'_> {
-    /// `None` for records this version does not know (or truncated ones).
-    pub fn decode(&self, bytes: &[u8]) -> Option<Event> {
+    /// Passes the record's events to `f`: one, or for a flow's close record its OPEN (when it is
+    /// the flow's first record), final sample and summary, in that order. `None` for records this
+    /// version does not know (or truncated ones).
+    pub fn decode(&self, bytes: &[u8], f: &mut impl FnMut(Event)) -> Option<()> {
         match *bytes.first()? {
-            kind::SAMPLE | kind::CLOSE => {
-                let s: Sample = read(bytes)?;
-                let cc = cc_name(&s.cc);
-                let metrics = self.metrics(&s.vals, &cc, &s.ca_priv);
-                Some(Event::Sample(Box::new(SampleEvent {
-                    head: head(&s.hdr),
-                    closing: s.hdr.kind == kind::CLOSE,
-                    cc,
-                    acks: s.acks,
-                    retrans_coalesced: s.retrans_coalesced,
-                    metrics,
-                })))
-            }
+            kind::SAMPLE | kind::CLOSE => f(Event::Sample(self.sample(&read(bytes)?))),
             kind::RETRANSMIT => {
                 let r: Retransmit = read(bytes)?;
-                Some(Event::Retransmit(RetransmitEvent {
+                f(Event::Retransmit(RetransmitEvent {
                     head: head(&r.hdr),
                     segs: r.segs,
                     retrans_total: r.total_retrans,
@@ -355,7 +363,7 @@ impl Decoder<'_> {
             }
             kind::CONG_STATE => {
                 let c: CongState = read(bytes)?;
-                Some(Event::CongState(CongStateEvent {
+                f(Event::CongState(CongStateEvent {
                     head: head(&c.hdr),
                     from: CaState::from_raw(c.old),
                     to: CaState::from_raw(c.new),
@@ -365,27 +373,22 @@ impl Decoder<'_> {
             }
             kind::OPEN => {
                 let o: FlowOpen = read(bytes)?;
-                let comm = cc_name(&o.comm);
-                Some(Event::Open(Box::new(OpenEvent {
-                    head: head(&o.hdr),
-                    cc: cc_name(&o.cc),
-                    owner: Owner {
-                        side: Some(if o.active != 0 { "connect" } else { "accept" }.into()),
-                        pid: (o.tgid != 0).then_some(o.tgid),
-                        comm: (!comm.is_empty()).then_some(comm),
-                        cgroup_id: (o.cgroup_id != 0).then_some(o.cgroup_id),
-                        netns: (o.netns != 0).then_some(o.netns),
-                        arm: (o.arm != 0).then_some(o.arm),
-                    },
-                    start_ns: o.start_ns,
-                    retrans_at_open: o.retrans_at_open,
-                })))
+                f(Event::Open(open(head(&o.hdr), &o.owner)))
             }
             kind::END => {
-                let e: FlowEnd = read(bytes)?;
-                Some(Event::End(Box::new(EndEvent {
-                    head: head(&e.hdr),
-                    start_ns: e.start_ns,
+                let c: FlowClose = read(bytes)?;
+                let mut sample = self.sample(&c.sample);
+                if sample.head.first {
+                    // No OPEN was sent: this record carries the owner.
+                    f(Event::Open(open(sample.head.clone(), &c.owner)));
+                    sample.head.first = false;
+                }
+                let e = &c.end;
+                let h = sample.head.clone();
+                f(Event::Sample(sample));
+                f(Event::End(Box::new(EndEvent {
+                    head: h,
+                    start_ns: c.owner.start_ns,
                     end: EndReason::classify(e.old_state, e.sk_err),
                     rtt_events: e.rtt_events,
                     srtt_first_us: e.srtt_first_us,
@@ -398,8 +401,22 @@ impl Decoder<'_> {
                     retrans_failed: e.retrans_failed,
                 })))
             }
-            _ => None,
+            _ => return None,
         }
+        Some(())
+    }
+
+    fn sample(&self, s: &Sample) -> Box<SampleEvent> {
+        let cc = cc_name(&s.cc);
+        let metrics = self.metrics(&s.vals, &cc, &s.ca_priv);
+        Box::new(SampleEvent {
+            head: head(&s.hdr),
+            closing: s.hdr.kind != kind::SAMPLE,
+            cc,
+            acks: s.acks,
+            retrans_coalesced: s.retrans_coalesced,
+            metrics,
+        })
     }
 
     fn metrics(&self, vals: &[u64; MAX_FIELDS], cc: &str, ca_priv: &[u8; CA_PRIV_LEN]) -> Metrics {
@@ -525,6 +542,12 @@ mod tests {
         unsafe { std::slice::from_raw_parts((&raw const s).cast::<u8>(), size_of::<Sample>()) }.to_vec()
     }
 
+    fn decode_one(layout: &Layout, rec: &[u8]) -> Option<Event> {
+        let mut out = None;
+        (Decoder { layout }).decode(rec, &mut |ev| out = Some(ev))?;
+        out
+    }
+
     #[test]
     fn decodes_the_kernels_fixed_point_units() {
         let btf = crate::kernel::btf::Btf::kernel().expect("kernel BTF (run on a kernel with BTF)");
@@ -532,7 +555,7 @@ mod tests {
         // srtt_us is kept << 3; BBR's bw is packets per µs << 24 (BW_SCALE); gains are << 8.
         // 1 packet/µs of 1448 bytes = 11.584 Gbit/s; 0x140 = 1.25.
         let rec = bbr_record(&layout, 8 * 1000, 1 << 24, 0x140, 1448);
-        let Some(Event::Sample(s)) = (Decoder { layout: &layout }).decode(&rec) else { panic!("not a sample") };
+        let Some(Event::Sample(s)) = decode_one(&layout, &rec) else { panic!("not a sample") };
         assert_eq!(s.metrics.srtt_us, Some(1000));
         let b = s.metrics.bbr.unwrap();
         assert_eq!(b.bw_bps, Some(11_584_000_000));
@@ -540,10 +563,62 @@ mod tests {
         assert_eq!(b.cwnd_gain, Some(2.0));
         // A quarter packet per µs at 1500-byte segments: 375 bytes/µs = 3 Gbit/s.
         let rec = bbr_record(&layout, 8 * 37, 1 << 22, 0xc0, 1500);
-        let Some(Event::Sample(s)) = (Decoder { layout: &layout }).decode(&rec) else { panic!("not a sample") };
+        let Some(Event::Sample(s)) = decode_one(&layout, &rec) else { panic!("not a sample") };
         assert_eq!(s.metrics.srtt_us, Some(37));
         assert_eq!(s.metrics.bbr.as_ref().unwrap().bw_bps, Some(3_000_000_000));
         assert_eq!(s.metrics.bbr.unwrap().pacing_gain, Some(0.75));
+    }
+
+    /// A flow's close record: with `FLAG_FIRST` (no OPEN was sent) it opens the flow with the
+    /// owner it carries, then gives the final sample and the summary; without, only those two.
+    #[test]
+    fn a_close_record_is_the_final_sample_the_summary_and_when_first_the_opening() {
+        let btf = crate::kernel::btf::Btf::kernel().expect("kernel BTF (run on a kernel with BTF)");
+        let layout = Layout::from_btf(&btf).unwrap();
+        // SAFETY: FlowClose is plain old data (integers and byte arrays); all-zero is a valid value.
+        let mut c: FlowClose = unsafe { std::mem::zeroed() };
+        c.sample.hdr.kind = kind::END;
+        c.sample.hdr.flags = FLAG_FIRST;
+        c.sample.hdr.family = 2;
+        c.sample.hdr.flow_id = 77;
+        c.sample.hdr.ts_ns = 5_000;
+        c.sample.hdr.tcp_state = 7;
+        c.sample.cc[..5].copy_from_slice(b"cubic");
+        c.sample.vals[Field::SrttUs as usize] = 8 * 250;
+        c.end.old_state = TCP_LAST_ACK;
+        c.end.srtt_max_us = 300;
+        c.end.samples = 1;
+        c.owner.comm[..5].copy_from_slice(b"nginx");
+        c.owner.tgid = 42;
+        c.owner.netns = 4026531840;
+        c.owner.start_ns = 1_000;
+        c.owner.arm = 2;
+        // SAFETY: reading the bytes of a plain-old-data value.
+        let bytes = unsafe { std::slice::from_raw_parts((&raw const c).cast::<u8>(), size_of::<FlowClose>()) };
+        let decode = |b: &[u8]| {
+            let mut evs = Vec::new();
+            (Decoder { layout: &layout }).decode(b, &mut |ev| evs.push(ev)).unwrap();
+            evs
+        };
+        let evs = decode(bytes);
+        let [Event::Open(o), Event::Sample(s), Event::End(e)] = &evs[..] else { panic!("{evs:?}") };
+        assert!(o.head.first && !s.head.first && !e.head.first);
+        assert_eq!((o.head.flow, s.head.flow, e.head.flow), (77, 77, 77));
+        assert_eq!(o.owner.comm.as_deref(), Some("nginx"));
+        assert_eq!((o.owner.pid, o.owner.netns, o.owner.arm), (Some(42), Some(4026531840), Some(2)));
+        assert_eq!(o.start_ns, 1_000);
+        assert!(s.closing);
+        assert_eq!(s.metrics.srtt_us, Some(250));
+        assert_eq!(e.end, EndReason::Fin);
+        assert_eq!((e.start_ns, e.srtt_max_us, e.samples), (1_000, 300, 1));
+        // Not the flow's first record: its OPEN came before.
+        let mut later = bytes.to_vec();
+        later[1] = 0;
+        let evs = decode(&later);
+        let [Event::Sample(s), Event::End(_)] = &evs[..] else { panic!("{evs:?}") };
+        assert!(s.closing && !s.head.first);
+        // A truncated record is refused whole.
+        assert!((Decoder { layout: &layout }).decode(&bytes[..bytes.len() - 1], &mut |_| panic!()).is_none());
     }
 
     #[test]

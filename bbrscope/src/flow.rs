@@ -273,7 +273,13 @@ impl FlowTable {
                 Event::Open(o) => (o.cc.clone(), Some(0)),
                 _ => return Change::Unknown,
             };
-            let mut life = Life { ca_since_ns: h.ts_ns, ..Life::default() };
+            // The flow started when it was established or accepted: its OPEN record is sent
+            // later, with its first other record.
+            let t0 = match ev {
+                Event::Open(o) if o.start_ns != 0 => o.start_ns.min(h.ts_ns),
+                _ => h.ts_ns,
+            };
+            let mut life = Life { ca_since_ns: t0, ..Life::default() };
             life.note_cc(&cc);
             if let Event::Open(o) = ev {
                 life.owner = Some(o.owner.clone());
@@ -285,9 +291,9 @@ impl FlowTable {
                 src: h.src,
                 dst: h.dst,
                 cc,
-                first_ns: h.ts_ns,
+                first_ns: t0,
                 last_ns: h.ts_ns,
-                last_sample_ns: h.ts_ns,
+                last_sample_ns: t0,
                 closed_ns: None,
                 ca_state: h.ca_state,
                 metrics: None,

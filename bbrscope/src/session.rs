@@ -1,7 +1,7 @@
 //! A live observation session: the loaded programs, decoding, and cost accounting, shared by
 //! every command that watches live flows (`stream`, `top`, `demo`).
 
-use std::collections::{HashMap, HashSet};
+use std::collections::{HashMap, HashSet, VecDeque};
 
 use anyhow::{Context as _, Result};
 
@@ -47,6 +47,15 @@ struct Pending {
 /// Events held per pending flow; beyond this the oldest are dropped (the flow's summary still
 /// counts every retransmission).
 const HELD_PER_FLOW: usize = 256;
+/// Flows waiting for their first sample: the kernel sends a flow's OPEN just before its first
+/// sample or retransmission, so only flows whose close record was lost to a full ring, or that
+/// retransmitted without ever having data acked, wait long. The oldest go beyond this.
+const PENDING_FLOWS: usize = 65_536;
+/// Congestion-state changes can come before their flow's OPEN: they come from a tracepoint that
+/// cannot see the flow's state. Held for this many flows (the oldest dropped beyond), and this
+/// many changes a flow.
+const ORPHAN_FLOWS: usize = 4096;
+const ORPHANS_PER_FLOW: usize = 16;
 
 /// Whether a flow sent any data (beyond its SYN and FIN).
 fn sent_data(m: &Metrics) -> bool {
@@ -57,6 +66,128 @@ fn sent_data(m: &Metrics) -> bool {
     }
 }
 
+/// A map of at most `cap` flows that forgets the oldest-inserted beyond it.
+struct Held<V> {
+    map: HashMap<u64, V>,
+    order: VecDeque<u64>,
+    cap: usize,
+}
+
+impl<V> Held<V> {
+    fn new(cap: usize) -> Self {
+        Held { map: HashMap::new(), order: VecDeque::new(), cap }
+    }
+
+    /// Inserts (or replaces) `id`'s value; the value forgotten to make room, if any.
+    fn insert(&mut self, id: u64, v: V) -> Option<V> {
+        if self.map.insert(id, v).is_none() {
+            self.order.push_back(id);
+        }
+        if self.order.len() > 2 * self.cap {
+            // Ids removed since they were inserted.
+            let map = &self.map;
+            self.order.retain(|i| map.contains_key(i));
+        }
+        while self.map.len() > self.cap {
+            let oldest = self.order.pop_front()?;
+            if let Some(v) = self.map.remove(&oldest) {
+                return Some(v);
+            }
+        }
+        None
+    }
+}
+
+/// sock_ops path: which records reach the sinks, and in what order.
+struct Gate {
+    filter: OwnerFilter,
+    /// The flows shown, so that records of other sockets (filtered out, or the
+    /// congestion-state tracepoint's view of untracked sockets) are dropped here.
+    open_flows: HashSet<u64>,
+    /// OPEN records held back until the flow's first sample that shows it sent data (and ran an
+    /// algorithm passing `--cc`).
+    pending: Held<Pending>,
+    /// Congestion-state changes of flows whose OPEN has not come (yet).
+    orphans: Held<Vec<Event>>,
+    owner_filtered: u64,
+    /// Events dropped because too many flows or events were waiting (see the constants).
+    held_dropped: u64,
+}
+
+impl Gate {
+    fn new(filter: OwnerFilter) -> Self {
+        Gate {
+            filter,
+            open_flows: HashSet::new(),
+            pending: Held::new(PENDING_FLOWS),
+            orphans: Held::new(ORPHAN_FLOWS),
+            owner_filtered: 0,
+            held_dropped: 0,
+        }
+    }
+
+    fn route(&mut self, ev: Event, f: &mut impl FnMut(Event)) {
+        let id = ev.head().flow;
+        match ev {
+            Event::Open(o) => {
+                let held = self.orphans.map.remove(&id).unwrap_or_default();
+                if self.filter.passes(&o.owner) {
+                    if let Some(p) = self.pending.insert(id, Pending { open: o, held }) {
+                        self.held_dropped += 1 + p.held.len() as u64;
+                    }
+                } else {
+                    self.owner_filtered += 1;
+                }
+            }
+            Event::Sample(s) => {
+                if !self.open_flows.contains(&id) && !sent_data(&s.metrics) {
+                    // Only received so far: not a flow this host sends on, at least not yet.
+                    return;
+                }
+                if let Some(Pending { mut open, held }) = self.pending.map.remove(&id) {
+                    // The algorithm the flow first sent with (an application may set it after
+                    // connect()).
+                    open.cc.clone_from(&s.cc);
+                    self.open_flows.insert(id);
+                    f(Event::Open(open));
+                    held.into_iter().for_each(&mut *f);
+                }
+                if self.open_flows.contains(&id) {
+                    f(Event::Sample(s));
+                }
+            }
+            Event::End(e) => {
+                self.pending.map.remove(&id);
+                if self.open_flows.remove(&id) {
+                    f(Event::End(e));
+                }
+            }
+            ev if self.open_flows.contains(&id) => f(ev),
+            // A retransmission or a state change before the flow's first sample: held until it
+            // (the sample says which algorithm the flow runs, and a flow that never passes `--cc`
+            // never has one).
+            ev => {
+                if let Some(p) = self.pending.map.get_mut(&id) {
+                    push_capped(&mut p.held, ev, HELD_PER_FLOW, &mut self.held_dropped);
+                } else if let Some(held) = self.orphans.map.get_mut(&id) {
+                    push_capped(held, ev, ORPHANS_PER_FLOW, &mut self.held_dropped);
+                } else if let Some(old) = self.orphans.insert(id, vec![ev]) {
+                    self.held_dropped += old.len() as u64;
+                }
+            }
+        }
+    }
+}
+
+/// Appends, dropping (and counting) the oldest beyond `cap`.
+fn push_capped(held: &mut Vec<Event>, ev: Event, cap: usize, dropped: &mut u64) {
+    if held.len() >= cap {
+        held.remove(0);
+        *dropped += 1;
+    }
+    held.push(ev);
+}
+
 pub struct Live {
     /// Holds the kernel's BPF run-time statistics on while bbrscope runs (`--bpf-stats`); the
     /// kernel turns them off again when this closes, whatever way bbrscope exits.
@@ -65,15 +196,7 @@ pub struct Live {
     layout: Layout,
     records: u64,
     tracker: StatsTracker,
-    owner_filter: OwnerFilter,
-    /// sock_ops path: the flows opened and passed, so that records of other sockets (filtered
-    /// out, or the congestion-state tracepoint's view of untracked sockets) are dropped here.
-    open_flows: HashSet<u64>,
-    /// sock_ops path: OPEN records held back until the flow's first sample. The kernel samples a
-    /// flow only once it sends (and only while its algorithm passes `--cc`), so a socket that
-    /// only ever receives, or never runs the asked-for algorithm, is never shown.
-    pending: HashMap<u64, Pending>,
-    owner_filtered: u64,
+    gate: Gate,
     /// sock_ops path: connections open before bbrscope attached, polled through sock_diag.
     existing: Option<Existing>,
     poll: tokio::time::Interval,
@@ -124,10 +247,7 @@ impl Live {
             layout,
             records: 0,
             tracker,
-            owner_filter: opts.owner.clone(),
-            open_flows: HashSet::new(),
-            pending: HashMap::new(),
-            owner_filtered: 0,
+            gate: Gate::new(opts.owner.clone()),
             existing,
             poll,
         })
@@ -155,32 +275,18 @@ impl Live {
                     }
                     return Ok(());
                 }
-                r = Self::drain_ring(&mut self.observer, &self.layout, &mut self.records, &mut self.open_flows,
-                    &mut self.pending, &self.owner_filter, &mut self.owner_filtered, &mut f) => return r,
+                r = Self::drain_ring(&mut self.observer, &self.layout, &mut self.records, &mut self.gate,
+                    &mut f) => return r,
             }
         }
-        Self::drain_ring(
-            &mut self.observer,
-            &self.layout,
-            &mut self.records,
-            &mut self.open_flows,
-            &mut self.pending,
-            &self.owner_filter,
-            &mut self.owner_filtered,
-            &mut f,
-        )
-        .await
+        Self::drain_ring(&mut self.observer, &self.layout, &mut self.records, &mut self.gate, &mut f).await
     }
 
-    #[allow(clippy::too_many_arguments)]
     async fn drain_ring(
         observer: &mut Observer,
         layout: &Layout,
         records: &mut u64,
-        open_flows: &mut HashSet<u64>,
-        pending: &mut HashMap<u64, Pending>,
-        filter: &OwnerFilter,
-        filtered: &mut u64,
+        gate: &mut Gate,
         f: &mut impl FnMut(Event),
     ) -> Result<()> {
         let decoder = Decoder { layout };
@@ -188,56 +294,11 @@ impl Live {
         observer
             .drain(|bytes| {
                 *records += 1;
-                let Some(ev) = decoder.decode(bytes) else { return };
                 if !sockops {
-                    return f(ev);
+                    decoder.decode(bytes, f);
+                    return;
                 }
-                let id = ev.head().flow;
-                match ev {
-                    Event::Open(o) => {
-                        if filter.passes(&o.owner) {
-                            pending.insert(id, Pending { open: o, held: Vec::new() });
-                        } else {
-                            *filtered += 1;
-                        }
-                    }
-                    Event::Sample(s) => {
-                        if !open_flows.contains(&id) && !sent_data(&s.metrics) {
-                            // Only received so far (the ACK of its FIN made this sample): not a
-                            // flow this host sends on, at least not yet.
-                            return;
-                        }
-                        if let Some(Pending { mut open, held }) = pending.remove(&id) {
-                            // The algorithm the flow first sent with (an application may set it
-                            // after connect()).
-                            open.cc.clone_from(&s.cc);
-                            open_flows.insert(id);
-                            f(Event::Open(open));
-                            held.into_iter().for_each(&mut *f);
-                        }
-                        if open_flows.contains(&id) {
-                            f(Event::Sample(s));
-                        }
-                    }
-                    Event::End(e) => {
-                        pending.remove(&id);
-                        if open_flows.remove(&id) {
-                            f(Event::End(e));
-                        }
-                    }
-                    ev if open_flows.contains(&id) => f(ev),
-                    // A retransmission or a state change before the flow's first sample: held
-                    // until it (the sample says which algorithm the flow runs, and a flow that
-                    // never passes `--cc` never has one).
-                    ev => {
-                        if let Some(p) = pending.get_mut(&id) {
-                            if p.held.len() >= HELD_PER_FLOW {
-                                p.held.remove(0);
-                            }
-                            p.held.push(ev);
-                        }
-                    }
-                }
+                decoder.decode(bytes, &mut |ev| gate.route(ev, f));
             })
             .await?;
         Ok(())
@@ -252,7 +313,67 @@ impl Live {
     pub fn stats(&mut self, flows_active: usize) -> Result<StatsReport> {
         let counters = self.observer.counters()?;
         let mut r = self.tracker.report(counters, self.records, self.observer.probe_runtime(), flows_active);
-        r.flows_filtered_total += self.owner_filtered;
+        r.flows_filtered_total += self.gate.owner_filtered;
+        r.held_dropped_total = self.gate.held_dropped;
         Ok(r)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::event::{CaState, CongStateEvent, Head, SampleEvent};
+
+    fn head(flow: u64) -> Head {
+        let a = "10.0.0.1:80".parse().unwrap();
+        Head { flow, ts_ns: 1, src: a, dst: a, ca_state: CaState::Open, first: false, tcp_state: 1 }
+    }
+
+    fn cong(flow: u64) -> Event {
+        Event::CongState(CongStateEvent {
+            head: head(flow),
+            from: CaState::Open,
+            to: CaState::Recovery,
+            cwnd: 10,
+            ssthresh: None,
+        })
+    }
+
+    fn kinds(evs: &[Event]) -> Vec<&'static str> {
+        evs.iter()
+            .map(|e| match e {
+                Event::Open(_) => "open",
+                Event::Sample(_) => "sample",
+                Event::CongState(_) => "cong",
+                Event::Retransmit(_) => "retransmit",
+                Event::End(_) => "end",
+            })
+            .collect()
+    }
+
+    /// A congestion-state change that comes before its flow's OPEN (it comes from a tracepoint
+    /// that cannot see the flow) is shown after the opening; too many such flows are counted.
+    #[test]
+    fn state_changes_before_the_opening_are_held_then_shown_in_order() {
+        let mut gate = Gate::new(OwnerFilter::default());
+        let mut out = Vec::new();
+        gate.route(cong(5), &mut |e| out.push(e));
+        let open =
+            OpenEvent { head: head(5), cc: "bbr".into(), owner: Default::default(), start_ns: 0, retrans_at_open: 0 };
+        gate.route(Event::Open(Box::new(open)), &mut |e| out.push(e));
+        assert!(out.is_empty(), "nothing before the first sample");
+        let metrics = serde_json::from_str(r#"{"bytes_sent": 1000}"#).unwrap();
+        let sample =
+            SampleEvent { head: head(5), closing: false, cc: "bbr".into(), acks: 1, retrans_coalesced: 0, metrics };
+        gate.route(Event::Sample(Box::new(sample)), &mut |e| out.push(e));
+        assert_eq!(kinds(&out), ["open", "cong", "sample"]);
+        assert_eq!(gate.held_dropped, 0);
+        // Changes of sockets whose OPEN never comes: held for at most ORPHAN_FLOWS flows.
+        for id in 100..100 + ORPHAN_FLOWS as u64 + 3 {
+            gate.route(cong(id), &mut |_| panic!("not shown"));
+        }
+        assert_eq!(gate.held_dropped, 3);
+        assert_eq!(gate.orphans.map.len(), ORPHAN_FLOWS);
+        assert!(gate.orphans.order.len() <= 2 * ORPHAN_FLOWS);
     }
 }

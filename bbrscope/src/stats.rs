@@ -40,6 +40,13 @@ pub struct StatsReport {
     pub flows_opened_total: u64,
     #[serde(default)]
     pub flows_summarized_total: u64,
+    /// sock_ops path: flows that closed without sending data, so without any record.
+    #[serde(default)]
+    pub flows_quiet_total: u64,
+    /// sock_ops path: events dropped by userspace because too many flows were waiting for their
+    /// first sample or OPEN (caps in docs/stream.md), in total.
+    #[serde(default)]
+    pub held_dropped_total: u64,
     /// Flows userspace currently knows.
     pub flows_active: usize,
     /// This process's CPU time per second of wall time (1.0 = one core).
@@ -129,6 +136,9 @@ impl StatsTracker {
             flows_filtered_total: now.counters.get(counter::FLOWS_FILTERED),
             flows_opened_total: now.counters.get(counter::OPENS),
             flows_summarized_total: now.counters.get(counter::ENDS),
+            flows_quiet_total: now.counters.get(counter::FLOWS_QUIET),
+            // Set by the session, which holds them.
+            held_dropped_total: 0,
             flows_active,
             cpu_cores: now.cpu.saturating_sub(self.prev.cpu).as_secs_f64() / dt,
             ns_per_event,

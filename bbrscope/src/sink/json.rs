@@ -237,7 +237,9 @@ impl<W: Write> JsonSink<W> {
         let Some(flow) = table.get(h.flow) else { return Ok(()) };
         if change == Change::Opened {
             let owner = self.owner(flow);
-            let open = self.flow_record("flow_open", h.ts_ns, flow, h.ca_state, Body::Open { owner });
+            // When the flow started (on `sockops` its OPEN record comes later, with its first
+            // other record).
+            let open = self.flow_record("flow_open", flow.first_ns, flow, h.ca_state, Body::Open { owner });
             self.line(&open)?;
         }
         let rec = match ev {

@@ -114,8 +114,8 @@ fn sockets_targets(r: &SocketsResult, out: &mut Vec<Target>) {
             .iter()
             .map(|x| {
                 format!(
-                    "{} flow_open of {} sockets, {} storage failures, {} drops",
-                    x.opened.unwrap_or(0),
+                    "{} of {} sockets in socket storage, {} storage failures, {} drops",
+                    x.tracked.unwrap_or(0),
                     x.sockets,
                     x.storage_failed.unwrap_or(0),
                     x.drops.unwrap_or(0)
@@ -125,7 +125,9 @@ fn sockets_targets(r: &SocketsResult, out: &mut Vec<Target>) {
             .join("; "),
         met: Some(
             !with.is_empty()
-                && with.iter().all(|x| x.opened.unwrap_or(0) >= x.sockets as u64 && x.storage_failed == Some(0)),
+                && with.iter().all(|x| {
+                    x.tracked.unwrap_or(0) >= x.sockets as u64 && x.storage_failed == Some(0) && x.drops == Some(0)
+                }),
         ),
     });
     out.push(Target {
@@ -714,7 +716,8 @@ fn sockets_section(r: &SocketsResult) -> String {
          bbrscope and once with `bbrscope stream --observer sockops > /dev/null` attached, alternating. *Slab*: \
          growth of /proc/meminfo `Slab` from before the first connect to 2 s after the last (machine-wide: \
          others' allocations are noise here); *optmem*: option memory `ss -m` shows for the sockets (`o`), where \
-         the kernel charges socket-local storage; *tracked*: flows whose opening bbrscope's kernel program sent.\n",
+         the kernel charges socket-local storage; *tracked*: connections bbrscope's kernel program took into socket \
+         storage as they were established (idle sockets send no record: they cost the ring nothing).\n",
         r.sockets
     );
     md.push_str(&table_head(&[
@@ -742,7 +745,7 @@ fn sockets_section(r: &SocketsResult) -> String {
             format!("{:.1} MB", growth / (1 << 20) as f64),
             format!("{:.0} B", growth / x.sockets as f64),
             if x.ss_sockets > 0 { format!("{:.0} B", x.optmem_bytes as f64 / x.ss_sockets as f64) } else { na() },
-            x.opened.map_or_else(na, |n| n.to_string()),
+            x.tracked.map_or_else(na, |n| n.to_string()),
             x.storage_failed.map_or_else(na, |n| n.to_string()),
             x.drops.map_or_else(na, |n| n.to_string()),
             x.rss_before.zip(x.rss_loaded).map_or_else(na, |(a, b)| format!("{} → {}", mb(a), mb(b))),

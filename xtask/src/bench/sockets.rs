@@ -142,8 +142,10 @@ pub struct SocketsRun {
     /// Sockets the holders had established, counted by `ss`, and their option memory.
     pub ss_sockets: u64,
     pub optmem_bytes: u64,
-    /// bbrscope: flows whose opening the kernel sent, storage it could not allocate, records lost.
-    pub opened: Option<u64>,
+    /// bbrscope: connections the kernel program took into socket storage as they were
+    /// established (idle ones send no record: the storage is the tracking), storage it could not
+    /// allocate, records lost.
+    pub tracked: Option<u64>,
     pub storage_failed: Option<u64>,
     pub drops: Option<u64>,
     pub rss_before: Option<u64>,
@@ -245,7 +247,7 @@ fn run_one(setup: &Setup, sockets: usize, with: bool, round: u32) -> Result<Sock
         slab_loaded,
         ss_sockets,
         optmem_bytes,
-        opened: d(counter::OPENS),
+        tracked: d(counter::FLOWS_SEEN),
         storage_failed: d(counter::STORAGE_FAILED),
         drops: c1.map(|c| c[counter::RING_FULL as usize]),
         rss_before,
