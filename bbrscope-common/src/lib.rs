@@ -154,6 +154,10 @@ pub struct Config {
     /// Cap on retransmit and congestion-state records per flow and sample interval; beyond it
     /// they are only counted.
     pub events_per_interval: u32,
+    /// Records are submitted without waking userspace (which reads the ring on a short timer)
+    /// until this many bytes wait in it: one wake-up per batch, not per record.
+    pub wake_bytes: u32,
+    pub _pad: u32,
     pub filter: Filter,
     pub sock: SockLayout,
     pub fields: [FieldSpec; MAX_FIELDS],
@@ -166,6 +170,8 @@ impl Config {
             interval_ns: 0,
             flags: 0,
             events_per_interval: 0,
+            wake_bytes: 0,
+            _pad: 0,
             filter: Filter {
                 flags: 0,
                 port: 0,

@@ -4,6 +4,7 @@
 use core::ffi::c_void;
 
 use aya_ebpf::{
+    bindings::{BPF_RB_AVAIL_DATA, BPF_RB_FORCE_WAKEUP, BPF_RB_NO_WAKEUP},
     helpers::{bpf_probe_read_kernel_buf, generated::bpf_probe_read_kernel},
     macros::map,
     maps::RingBuf,
@@ -21,6 +22,23 @@ use crate::{
 /// Size is set by userspace (`--ring-size`).
 #[map]
 pub static EVENTS: RingBuf = RingBuf::with_byte_size(1 << 20, 0);
+
+/// How to submit a record: without waking userspace (which reads the ring on a short timer)
+/// until `wake_bytes` wait in the ring, so that a burst costs one wake-up, not one per record.
+#[inline(always)]
+pub fn wake() -> u64 {
+    let threshold = conf!(wake_bytes) as u64;
+    if threshold == 0 {
+        // Not asked for: the kernel's own policy (wake when the reader has caught up).
+        0
+    } else if EVENTS.query(BPF_RB_AVAIL_DATA as u64) < threshold {
+        BPF_RB_NO_WAKEUP as u64
+    } else {
+        // Forced: the kernel's own policy would not wake a reader that is behind, and this one
+        // is behind because it was not woken.
+        BPF_RB_FORCE_WAKEUP as u64
+    }
+}
 
 /// Every record's head, from the flow's state.
 #[inline(always)]
@@ -86,7 +104,7 @@ pub fn send_sample(kind: u8, sk: u64, st: &mut FlowState, cc: &[u8; CC_NAME_LEN]
     };
     // SAFETY: a reserved, writable record of this type.
     write_sample(unsafe { &mut *entry.as_mut_ptr() }, kind, sk, st, cc, now);
-    entry.submit(0);
+    entry.submit(wake());
     true
 }
 
@@ -159,7 +177,7 @@ pub fn retransmit(sk: u64, st: &mut FlowState, total: u32, now: u64) -> bool {
         (*r).snd_cwnd = read(sk, conf!(sock.snd_cwnd));
         (*r).snd_ssthresh = read(sk, conf!(sock.snd_ssthresh));
     }
-    entry.submit(0);
+    entry.submit(wake());
     count(counter::RETRANSMITS);
     true
 }
@@ -209,6 +227,6 @@ fn send_cong_state(sk: u64, id: u64, flags: u8, t: &Tuple, tcp_state: u8, old: u
         (*c).snd_cwnd = read(sk, conf!(sock.snd_cwnd));
         (*c).snd_ssthresh = read(sk, conf!(sock.snd_ssthresh));
     }
-    entry.submit(0);
+    entry.submit(wake());
     count(counter::CONG_STATES);
 }

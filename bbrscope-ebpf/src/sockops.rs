@@ -281,7 +281,7 @@ fn on_state(ops: &bpf_sock_ops, sk: *mut bpf_sock) {
     end.samples = s.samples + 1;
     end.retrans_failed = s.retrans_failed;
     fill_owner(&mut e.owner, s, &cc);
-    entry.submit(0);
+    entry.submit(records::wake());
     if first {
         count(counter::OPENS);
     }
@@ -490,7 +490,7 @@ fn announce(s: &mut SockFlow, cc: &[u8; CC_NAME_LEN]) {
     let o = unsafe { &mut *entry.as_mut_ptr() };
     fill_header(&mut o.hdr, kind::OPEN, &s.flow, s.flow.ca_state, now_ns());
     fill_owner(&mut o.owner, s, cc);
-    entry.submit(0);
+    entry.submit(records::wake());
     s.flow.announced = 1;
     count(counter::OPENS);
 }
