@@ -25,22 +25,22 @@ pub enum Status {
     Closed = 4,
 }
 
+/// `status` and `acks` first: the fields every ACK touches.
 #[repr(C)]
 pub struct FlowState {
+    pub status: u8,
+    /// Userspace has had a record for this flow (it knows the flow exists).
+    pub announced: u8,
+    pub ca_state: u8,
+    /// The TCP state as last seen (sock_ops path; 0 on the tracepoint path).
+    pub tcp_state: u8,
+    pub acks: u32,
     pub id: u64,
     pub next_sample_ns: u64,
     /// `bytes_acked` at the previous sample: a flow whose peer acked nothing new since is not
     /// sending, and gets no sample unless receivers were asked for.
     pub last_bytes_acked: u64,
     pub t: Tuple,
-    pub ca_state: u8,
-    pub status: u8,
-    /// Userspace has had a record for this flow (it knows the flow exists).
-    pub announced: u8,
-    /// The TCP state as last seen (sock_ops path; 0 on the tracepoint path).
-    pub tcp_state: u8,
-    pub _pad: [u8; 3],
-    pub acks: u32,
     pub last_total_retrans: u32,
     pub event_records: u32,
     pub retrans_coalesced: u32,
@@ -115,7 +115,6 @@ pub fn create(sk: u64) {
         status: if passed { Status::Passed as u8 } else { Status::Rejected as u8 },
         announced: 0,
         tcp_state: 0,
-        _pad: [0; 3],
         acks: 0,
         last_total_retrans: read(sk, conf!(sock.total_retrans)),
         event_records: 0,

@@ -48,38 +48,40 @@ const TCP_CONGESTION: i32 = 13;
 const BPF_SK_STORAGE_GET_F_CREATE: u64 = 1;
 const OUR_CB_FLAGS: u32 = BPF_SOCK_OPS_RTT_CB_FLAG | BPF_SOCK_OPS_STATE_CB_FLAG | BPF_SOCK_OPS_RETRANS_CB_FLAG;
 
-/// What bbrscope keeps in each socket.
+/// What bbrscope keeps in each socket. The fields every ACK touches come first, in 32 bytes
+/// (one cache line): the storage sits behind the socket in memory the ACK path has not touched
+/// otherwise, and with thousands of flows each extra line is a cache miss per ACK.
 #[repr(C)]
 pub struct SockFlow {
+    /// CLOCK_MONOTONIC_COARSE time of the next sample: a coarse clock read is a few loads, the
+    /// precise one a TSC read, and a tick's precision is plenty to pace samples 100 ms apart.
+    pub next_sample_coarse_ns: u64,
+    pub srtt_min: u32,
+    pub srtt_max: u32,
+    pub cwnd_max: u32,
+    pub _pad1: u32,
+    /// `status` and `acks` first.
     pub flow: FlowState,
     /// The socket's address, read once from the context: the other callbacks read socket fields
     /// (at BTF offsets, with bpf_probe_read_kernel) from here. It never leaves the kernel.
     pub sk: u64,
-    /// CLOCK_MONOTONIC_COARSE time of the next sample: a coarse clock read is a few loads, the
-    /// precise one a TSC read, and a tick's precision is plenty to pace samples 100 ms apart.
-    pub next_sample_coarse_ns: u64,
     pub start_ns: u64,
     pub rtt_events: u64,
     pub comm: [u8; 16],
     pub tgid: u32,
     pub pid: u32,
     pub srtt_first: u32,
-    pub srtt_min: u32,
-    pub srtt_max: u32,
-    pub cwnd_max: u32,
     pub retrans_records: u32,
     pub retrans_coalesced_total: u32,
     pub samples: u32,
     pub retrans_at_open: u32,
     pub retrans_failed: u32,
-    pub _pad0: u32,
     /// 1 once connect() was seen (an active open).
     pub active: u8,
     /// 1 on a listening socket (its storage is a template its accepted sockets inherit).
     pub listener: u8,
     /// `bbrscope experiment` arm: 1 (A), 2 (B), 0 (not in the experiment).
     pub arm: u8,
-    pub _pad: [u8; 5],
 }
 
 /// A BTF map definition by hand: aya-ebpf's `SkStorage` fixes the flags to `BPF_F_NO_PREALLOC`,
@@ -152,7 +154,7 @@ fn on_rtt(ops: &bpf_sock_ops, sk: *mut bpf_sock) {
     if s.flow.status != Status::Passed as u8 {
         return;
     }
-    s.rtt_events += 1;
+    // `rtt_events` (the flow's total) is added up from this at each sample.
     s.flow.acks = s.flow.acks.wrapping_add(1);
     let srtt = ops.srtt_us;
     if srtt < s.srtt_min {
@@ -180,11 +182,19 @@ fn on_rtt(ops: &bpf_sock_ops, sk: *mut bpf_sock) {
     sample(s, ops.state as u8);
 }
 
+/// Adds the ACKs since the previous sample to the flow's and the global count (a sample resets
+/// them).
+#[inline(always)]
+fn count_acks(s: &mut SockFlow) {
+    add(counter::PROBE_EVENTS, s.flow.acks as u64);
+    s.rtt_events += s.flow.acks as u64;
+}
+
 /// A periodic sample, preceded by the flow's OPEN if it is the flow's first record.
 #[inline(always)]
 fn sample(s: &mut SockFlow, tcp_state: u8) {
     s.flow.tcp_state = tcp_state;
-    add(counter::PROBE_EVENTS, s.flow.acks as u64);
+    count_acks(s);
     let Some(cc) = records::sample_due(kind::SAMPLE, s.sk, &mut s.flow) else {
         return;
     };
@@ -253,7 +263,7 @@ fn on_state(ops: &bpf_sock_ops, sk: *mut bpf_sock) {
         count(counter::FLOWS_FILTERED);
         return;
     }
-    add(counter::PROBE_EVENTS, s.flow.acks as u64);
+    count_acks(s);
     s.flow.tcp_state = TCP_CLOSE as u8;
     let first = s.flow.announced == 0;
     let Some(mut entry) = EVENTS.reserve::<FlowClose>(0) else {
@@ -423,6 +433,7 @@ fn reset(s: &mut SockFlow, sk: *mut bpf_sock) {
     s.next_sample_coarse_ns = 0;
     s.rtt_events = 0;
     s.srtt_first = 0;
+    s._pad1 = 0;
     s.srtt_min = u32::MAX;
     s.srtt_max = 0;
     s.cwnd_max = 0;
