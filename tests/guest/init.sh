@@ -12,6 +12,8 @@ mount -t bpf bpf /sys/fs/bpf
 mount -t tracefs tracefs /sys/kernel/tracing 2>/dev/null
 mount -t debugfs debugfs /sys/kernel/debug 2>/dev/null
 mount -t cgroup2 cgroup2 /sys/fs/cgroup
+# `ip netns add` keeps its namespaces here.
+mkdir -p /run/netns /var && ln -s /run /var/run
 /usr/sbin/ip link set lo up
 rel=$(uname -r)
 for m in $(cat "/lib/modules/$rel/preload"); do

@@ -33,8 +33,12 @@ const LISTS_MAX_AGE: Duration = Duration::from_secs(12 * 3600);
 /// load (it must not be preloaded: the test is that bbrscope loads it).
 /// tcp_diag (with inet_diag) serves `ss -i` and bbrscope's socket listing; a full system
 /// autoloads it through modprobe aliases, which the guest does not ship.
-pub const PRELOAD: &[&str] = &["tcp_bbr", "sch_netem", "sch_fq", "tcp_diag"];
-pub const ON_DEMAND: &[&str] = &["tcp_htcp"];
+/// veth for the route test's path and the netem side of the emulator cross-check, tun for the
+/// demo's emulator.
+pub const PRELOAD: &[&str] = &["tcp_bbr", "sch_netem", "sch_fq", "tcp_diag", "veth", "tun"];
+/// htcp for the system-wide `apply`, vegas for `apply --netns --allow`: both must be loaded by
+/// bbrscope, so neither is preloaded.
+pub const ON_DEMAND: &[&str] = &["tcp_htcp", "tcp_vegas"];
 
 pub struct Apt {
     root: PathBuf,

@@ -20,6 +20,8 @@ const INIT: &str = include_str!("../../../tests/guest/init.sh");
 pub struct Payload {
     pub bbrscope: PathBuf,
     pub driver: PathBuf,
+    /// `--break host-btf`: this BTF goes in as the guest's [`super::guest::BREAK_BTF`].
+    pub break_btf: Option<PathBuf>,
 }
 
 pub fn build(kernel: &Kernel, payload: &Payload, out: &Path) -> Result<()> {
@@ -75,6 +77,9 @@ pub fn build(kernel: &Kernel, payload: &Payload, out: &Path) -> Result<()> {
     let moddir = format!("lib/modules/{rel}");
     c.dir(&moddir);
     add_tree(&mut c, &kernel.modules(), &moddir)?;
+    if let Some(btf) = &payload.break_btf {
+        c.host_file(super::guest::BREAK_BTF.trim_start_matches('/'), btf, 0o644)?;
+    }
     if kernel.config().exists() {
         c.host_file(&format!("boot/config-{rel}"), &kernel.config(), 0o644)?;
     }

@@ -45,6 +45,21 @@ pub struct KernelsArgs {
     /// Also write the results as markdown (for docs/kernel-matrix.md)
     #[arg(long, value_name = "FILE")]
     markdown: Option<PathBuf>,
+    /// Test only: break bbrscope on purpose to prove the matrix catches it. `host-btf`: bbrscope
+    /// in the guest reads the struct layout of this machine's kernel (`--btf
+    /// /sys/kernel/btf/vmlinux` of the host), as a tool with offsets hard-coded on its build
+    /// machine would; only the data checks run. The matrix must then fail on kernels whose
+    /// layout differs (5.10; tests/kernel_break.rs asserts it)
+    #[arg(long = "break", value_enum, value_name = "BREAK")]
+    break_: Option<Break>,
+    /// Skip the netem-vs-emulator cross-check (it runs on the newest kernel of the selection)
+    #[arg(long)]
+    no_crosscheck: bool,
+}
+
+#[derive(Clone, Copy, Debug, clap::ValueEnum)]
+enum Break {
+    HostBtf,
 }
 
 /// One guest's results.
@@ -108,12 +123,16 @@ pub fn run(args: KernelsArgs) -> Result<()> {
             chosen.push(c);
         }
     }
-    let payload = initramfs::Payload { bbrscope, driver };
+    let break_btf = args.break_.map(|Break::HostBtf| PathBuf::from("/sys/kernel/btf/vmlinux"));
+    let payload = initramfs::Payload { bbrscope, driver, break_btf };
     let mut outcomes = Vec::new();
+    let newest = chosen.iter().max_by(|a, b| a.upstream.cmp(&b.upstream)).map(|c| c.package.clone());
     for c in chosen {
         let t = Instant::now();
         eprintln!("kernels: {} {} ...", c.package, c.version);
-        let mut o = match boot_one(&apt, &args, &payload, c) {
+        // The netem-vs-emulator cross-check takes minutes under TCG: one kernel, the newest.
+        let crosscheck = !args.no_crosscheck && args.break_.is_none() && newest.as_deref() == Some(c.package.as_str());
+        let mut o = match boot_one(&apt, &args, &payload, c, crosscheck) {
             Ok(o) => o,
             Err(e) => Outcome {
                 version: c.upstream_str(),
@@ -147,7 +166,13 @@ pub fn run(args: KernelsArgs) -> Result<()> {
     Ok(())
 }
 
-fn boot_one(apt: &apt::Apt, args: &KernelsArgs, payload: &initramfs::Payload, c: &apt::Candidate) -> Result<Outcome> {
+fn boot_one(
+    apt: &apt::Apt,
+    args: &KernelsArgs,
+    payload: &initramfs::Payload,
+    c: &apt::Candidate,
+    crosscheck: bool,
+) -> Result<Outcome> {
     let kernel = apt.prepare(&args.cache, c)?;
     let work = args.cache.join("runs").join(&kernel.release);
     fs::create_dir_all(&work)?;
@@ -162,7 +187,15 @@ fn boot_one(apt: &apt::Apt, args: &KernelsArgs, payload: &initramfs::Payload, c:
         .arg(kernel.vmlinuz())
         .arg("-initrd")
         .arg(&initrd)
-        .args(["-append", "console=ttyS0 panic=-1 loglevel=4"])
+        .arg("-append")
+        .arg(
+            ["console=ttyS0 panic=-1 loglevel=4"]
+                .into_iter()
+                .chain(crosscheck.then_some(guest::CROSSCHECK_FLAG))
+                .chain(args.break_.map(|Break::HostBtf| guest::BREAK_FLAG))
+                .collect::<Vec<_>>()
+                .join(" "),
+        )
         .arg("-serial")
         .arg(format!("file:{}", console.display()))
         .arg("-serial")

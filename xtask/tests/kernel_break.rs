@@ -1,0 +1,51 @@
+//! The kernel matrix must catch what it claims to catch. `cargo xtask kernels --break host-btf`
+//! makes bbrscope in the guest read the kernel types (struct offsets, tracepoint arguments) of
+//! this machine's kernel instead of the guest's, as a tool with offsets fixed on its build
+//! machine would. This machine's kernel is not Debian's (another build, another configuration),
+//! so on Debian's 6.18, which otherwise passes every check, bbrscope attaches but reads the
+//! socket at wrong offsets: the matrix must fail there, on its data checks against TCP_INFO and
+//! `ss` (not on a boot problem). One guest boot, about a minute under QEMU TCG. Needs root, QEMU
+//! and Debian's archive, as `cargo xtask kernels` does (`make test` runs both).
+
+use std::{fs, path::PathBuf, process::Command};
+
+#[test]
+fn host_offsets_fail_the_data_checks_on_6_18() {
+    // target/debug/xtask -> target/release/bbrscope, built the way `cargo xtask kernels` does.
+    let exe = PathBuf::from(env!("CARGO_BIN_EXE_xtask"));
+    let target = exe.parent().and_then(|p| p.parent()).expect("target directory");
+    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..");
+    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+    let built = Command::new(cargo)
+        .args(["build", "--release", "--package", "bbrscope", "--bin", "bbrscope", "--target-dir"])
+        .arg(target)
+        .current_dir(&root)
+        .status()
+        .expect("running cargo");
+    assert!(built.success(), "building bbrscope failed");
+    let md = std::env::temp_dir().join(format!("bbrscope-kernel-break-{}.md", std::process::id()));
+    let out = Command::new(&exe)
+        .args(["kernels", "--kernel", "6.18", "--break", "host-btf", "--bbrscope"])
+        .arg(target.join("release/bbrscope"))
+        .arg("--markdown")
+        .arg(&md)
+        .output()
+        .expect("running xtask kernels");
+    let report = fs::read_to_string(&md).unwrap_or_default();
+    let _ = fs::remove_file(&md);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let host = fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default();
+    assert!(
+        !out.status.success(),
+        "the matrix passed with this machine's kernel types (Linux {}) on Debian's 6.18; if this \
+         machine runs that very kernel build, the break breaks nothing:\n{report}\n{stderr}",
+        host.trim()
+    );
+    assert!(!report.contains("guest error"), "the guest did not run its checks:\n{report}\n{stderr}");
+    let failed: Vec<&str> =
+        report.lines().filter_map(|l| l.strip_prefix("- **FAIL** `")).filter_map(|l| l.split('`').next()).collect();
+    // The checks that compare the fields read at those offsets with the kernel's own numbers.
+    for check in ["auto/cubic_vs_kernel", "auto/cubic_close", "auto/bbr_vs_kernel", "auto/bbr_close"] {
+        assert!(failed.contains(&check), "{check} passed with wrong offsets; failed: {failed:?}\n{report}");
+    }
+}
