@@ -4,6 +4,12 @@ mod bench;
 mod dist;
 mod kernels;
 
+use std::{
+    path::{Path, PathBuf},
+    process::Command,
+};
+
+use anyhow::{Context as _, Result, bail};
 use clap::{Parser, Subcommand};
 
 #[derive(Parser)]
@@ -34,7 +40,7 @@ enum Task {
     Dist(dist::DistArgs),
 }
 
-fn main() -> anyhow::Result<()> {
+fn main() -> Result<()> {
     match Cli::parse().task {
         Task::Bench(args) => bench::run(args),
         Task::IdlePeer => bench::idle_peer(),
@@ -43,4 +49,23 @@ fn main() -> anyhow::Result<()> {
         Task::KernelGuest => kernels::guest::main(),
         Task::Dist(args) => dist::run_dist(args),
     }
+}
+
+/// Builds bbrscope (release) into the target directory this xtask runs from (for `bench` and
+/// `kernels`, which test the release binary unless given one).
+pub fn build_bbrscope(root: &Path) -> Result<PathBuf> {
+    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+    let status = Command::new(cargo)
+        .args(["build", "--release", "--package", "bbrscope", "--bin", "bbrscope"])
+        .current_dir(root)
+        .status()
+        .context("running cargo")?;
+    if !status.success() {
+        bail!("building bbrscope failed");
+    }
+    let exe = std::env::current_exe()?.with_file_name("bbrscope");
+    if !exe.exists() {
+        bail!("{} is missing after the build; pass --bbrscope PATH", exe.display());
+    }
+    Ok(exe)
 }

@@ -20,7 +20,6 @@ mod workload;
 
 use std::{
     path::{Path, PathBuf},
-    process::Command,
     time::Instant,
 };
 
@@ -241,7 +240,7 @@ pub fn run(args: BenchArgs) -> Result<()> {
     let plan = Plan::from(&args)?;
     let bbrscope = match &args.bbrscope {
         Some(p) => p.clone(),
-        None => build_bbrscope(&root)?,
+        None => crate::build_bbrscope(&root)?,
     };
     raise_open_file_limit()?;
     net::remove_stale()?;
@@ -360,24 +359,6 @@ pub fn idle_peer() -> Result<()> {
 /// `xtask hold-sockets PAIRS IP`: a share of the sockets part's idle connections.
 pub fn hold_sockets(pairs: usize, ip: std::net::Ipv4Addr) -> Result<()> {
     sockets::hold_main(pairs, ip)
-}
-
-/// Builds bbrscope (release) into the target directory this xtask runs from.
-fn build_bbrscope(root: &Path) -> Result<PathBuf> {
-    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
-    let status = Command::new(cargo)
-        .args(["build", "--release", "--package", "bbrscope", "--bin", "bbrscope"])
-        .current_dir(root)
-        .status()
-        .context("running cargo")?;
-    if !status.success() {
-        bail!("building bbrscope failed");
-    }
-    let exe = std::env::current_exe()?.with_file_name("bbrscope");
-    if !exe.exists() {
-        bail!("{} is missing after the build; pass --bbrscope PATH", exe.display());
-    }
-    Ok(exe)
 }
 
 /// 10,000 flows need more descriptors than the usual soft limit of 1024.

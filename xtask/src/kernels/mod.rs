@@ -102,7 +102,7 @@ pub fn run(args: KernelsArgs) -> Result<()> {
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).parent().context("workspace root")?.to_path_buf();
     let bbrscope = match &args.bbrscope {
         Some(p) => p.clone(),
-        None => build_bbrscope(&root)?,
+        None => crate::build_bbrscope(&root)?,
     };
     let driver = std::env::current_exe()?;
     fs::create_dir_all(&args.cache)?;
