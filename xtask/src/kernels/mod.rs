@@ -356,21 +356,3 @@ fn summarize(lines: &[String]) -> Vec<String> {
     }
     out
 }
-
-/// Builds bbrscope (release) into the target directory this xtask runs from.
-fn build_bbrscope(root: &Path) -> Result<PathBuf> {
-    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
-    let status = Command::new(cargo)
-        .args(["build", "--release", "--package", "bbrscope", "--bin", "bbrscope"])
-        .current_dir(root)
-        .status()
-        .context("running cargo")?;
-    if !status.success() {
-        bail!("building bbrscope failed");
-    }
-    let exe = std::env::current_exe()?.with_file_name("bbrscope");
-    if !exe.exists() {
-        bail!("{} is missing after the build; pass --bbrscope PATH", exe.display());
-    }
-    Ok(exe)
-}
