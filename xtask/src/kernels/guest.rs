@@ -369,6 +369,8 @@ struct Bulk {
     snaps: Vec<Snap>,
     /// After everything (FIN included) was acked.
     end: TcpInfo,
+    /// When `end` was read (the clock of `Snap::t` and bbrscope's `ts`).
+    end_t: f64,
     socket_cc: String,
 }
 
@@ -420,16 +422,16 @@ fn bulk(to: SocketAddr, cc: &str, secs: f64) -> Result<Bulk> {
     }
     w.join().map_err(|_| anyhow::anyhow!("writer panicked"))??;
     let wait = Instant::now() + Duration::from_secs(30);
-    let end = loop {
+    let (end, end_t) = loop {
         let i = tcp_info(&client)?;
         if i.unacked == 0 || Instant::now() > wait {
-            break i;
+            break (i, now());
         }
         thread::sleep(Duration::from_millis(20));
     };
     server.join().map_err(|_| anyhow::anyhow!("server panicked"))??;
     drop(client);
-    Ok(Bulk { local, snaps, end, socket_cc })
+    Ok(Bulk { local, snaps, end, end_t, socket_cc })
 }
 
 /// A server that answers each connection with `SHORT_BYTES` and closes; returns the server
@@ -566,13 +568,21 @@ fn check_vs_kernel(out: &Output, b: &Bulk) -> Result<(bool, String)> {
             ));
         }
     }
+    // min_rtt only ever falls (a 300 s window), so bbrscope's last value must lie between the
+    // kernel's last reading before that sample and its first reading after it (the final
+    // TCP_INFO at the latest): the queue drains at the flow's end, and min_rtt may drop then.
     let last = samples.last().unwrap();
-    let last_ss_min = b.snaps.iter().rev().find_map(|s| s.minrtt_us);
-    let bs_min = last["min_rtt_us"].as_f64();
-    let min_ok = match (last_ss_min, bs_min) {
-        (Some(a), Some(b)) => (a - b).abs() <= (0.05 * a).max(500.0),
-        _ => false,
-    };
+    let (ts, bs_min) = (last["ts"].as_f64().unwrap_or(0.0), last["min_rtt_us"].as_f64());
+    let mut readings: Vec<(f64, f64)> = b.snaps.iter().filter_map(|s| s.minrtt_us.map(|v| (s.t, v))).collect();
+    readings.push((b.end_t, f64::from(b.end.min_rtt_us)));
+    let before = readings.iter().rev().find(|r| r.0 <= ts).map(|r| r.1);
+    let after = readings.iter().find(|r| r.0 >= ts).map(|r| r.1);
+    let tol = |v: f64| (0.05 * v).max(500.0);
+    let min_ok = bs_min.is_some_and(|m| {
+        (before.is_some() || after.is_some())
+            && before.is_none_or(|k| m <= k + tol(k))
+            && after.is_none_or(|k| m >= k - tol(k))
+    });
     let n = b.snaps.len();
     let ss_n = b.snaps.iter().filter(|s| s.src == "ss").count();
     let ss_agree = agree_by.get("ss").copied().unwrap_or(0);
@@ -582,7 +592,7 @@ fn check_vs_kernel(out: &Output, b: &Bulk) -> Result<(bool, String)> {
         pass,
         format!(
             "{agree}/{n} readings agree ({ss_agree}/{ss_n} ss, the rest TCP_INFO), {} samples; min_rtt kernel \
-             {last_ss_min:?} us vs bbrscope {bs_min:?}; {}",
+             {before:?} before / {after:?} after vs bbrscope {bs_min:?} us; {}",
             samples.len(),
             notes.join("; ")
         ),
@@ -958,9 +968,9 @@ const XC_BUFFER_PKTS: u32 = 34;
 const XC_SECS: u64 = 30;
 const XC_REPEAT: usize = 2;
 /// Each algorithm's mean goodput through the emulator must lie within this fraction of its mean
-/// through netem. Random loss alone moves a 30 s flow's goodput by ~10% run to run, and under TCG
-/// BBR got 15-20% more through the emulator than through netem in every run so far (docs/
-/// kernel-matrix.md). A wrong rate, delay or loss model in the emulator moves it by far more.
+/// through netem. Random loss and the guest's late timers alone moved the two apart by up to 19%
+/// in either direction (docs/kernel-matrix.md); a wrong rate, delay or loss model moves them by
+/// far more.
 const XC_TOLERANCE: f64 = 0.30;
 const XC_ALGOS: [&str; 2] = ["cubic", "bbr"];
 
