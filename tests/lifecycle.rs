@@ -402,10 +402,20 @@ fn owner_filters_select_by_process_and_namespace() {
     assert!(u(&last["flows_filtered_total"]) >= 1, "{last}");
 }
 
+/// Few connections open at the start are looked up one by one at each poll; many are found in
+/// one dump of every socket: both ways.
 #[test]
 fn connections_open_before_the_start_are_polled_until_they_close() {
     require_root();
+    polled_until_close(0);
+    // 2 x 40 idle sockets (both ends) besides the sender: over the 64 looked up one by one.
+    polled_until_close(40);
+}
+
+fn polled_until_close(idle: usize) {
     let server = Discard::bind("127.0.0.1:0");
+    let _idle: Vec<std::net::TcpStream> =
+        (0..idle).map(|_| std::net::TcpStream::connect(server.addr).unwrap()).collect();
     // Paced at 5 MB/s for 3 s, started before bbrscope: no sock_ops callback fires for it.
     let sender = Sender::start(server.addr, "cubic", Duration::from_secs(3), Some(5_000_000));
     let local = sender.local;

@@ -16,6 +16,8 @@ const INET_DIAG_VEGASINFO: u16 = 3;
 const INET_DIAG_CONG: u16 = 4;
 const INET_DIAG_BBRINFO: u16 = 16;
 const INET_DIAG_MSG_LEN: usize = 72;
+/// `struct inet_diag_sockid`: at offset 4 of a reply (`inet_diag_msg`), 8 of a request.
+const SOCKID_LEN: usize = 48;
 /// Connection states that have a congestion controller: all but LISTEN, TIME_WAIT and CLOSE.
 pub const CONNECTED: u32 = (1 << 1) | (1 << 2) | (1 << 3) | (1 << 4) | (1 << 5) | (1 << 8) | (1 << 9) | (1 << 11);
 
@@ -97,6 +99,9 @@ pub struct BbrInfo {
 #[derive(Clone, Debug)]
 pub struct Socket {
     pub family: u8,
+    /// `struct inet_diag_sockid` as the kernel wrote it (ports, addresses, interface, cookie):
+    /// what a later [`lookup`] of this one socket sends back.
+    pub id: [u8; SOCKID_LEN],
     /// `enum tcp_state`.
     pub state: u8,
     pub src: SocketAddr,
@@ -114,19 +119,43 @@ pub fn dump(states: u32, details: bool) -> Result<Vec<Socket>> {
     let mut nl = Netlink::open(NETLINK_SOCK_DIAG).context("opening a sock_diag socket")?;
     let mut out = Vec::new();
     for family in [libc::AF_INET as u8, libc::AF_INET6 as u8] {
-        // struct inet_diag_req_v2: family, protocol, ext, pad, states, then a zeroed socket id.
-        let mut req = vec![0u8; 56];
-        req[0] = family;
-        req[1] = libc::IPPROTO_TCP as u8;
-        req[2] = 1 << (INET_DIAG_CONG - 1);
-        if details {
-            req[2] |= (1 << (INET_DIAG_INFO - 1)) | (1 << (INET_DIAG_VEGASINFO - 1));
-        }
-        req[4..8].copy_from_slice(&states.to_ne_bytes());
+        let req = request(family, states, details, &[0; SOCKID_LEN]);
         let msgs = nl.request(SOCK_DIAG_BY_FAMILY, NLM_F_DUMP, &req).context("listing TCP sockets (sock_diag)")?;
         out.extend(msgs.iter().filter_map(|m| parse(&m.data)));
     }
     Ok(out)
+}
+
+/// One socket seen in an earlier [`dump`], again, with its details: `None` once it is gone (the
+/// kernel matches the cookie too, so a new socket on the same ports is not taken for it).
+/// Cheaper than a dump when few sockets are wanted among many: the kernel looks it up by its
+/// addresses instead of walking every socket.
+pub fn lookup(nl: &mut Netlink, s: &Socket) -> Result<Option<Socket>> {
+    let req = request(s.family, u32::MAX, true, &s.id);
+    match nl.request(SOCK_DIAG_BY_FAMILY, 0, &req) {
+        Ok(msgs) => Ok(msgs.iter().find_map(|m| parse(&m.data))),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(e).context("looking up a TCP socket (sock_diag)"),
+    }
+}
+
+/// A sock_diag socket for [`lookup`].
+pub fn open() -> Result<Netlink> {
+    Netlink::open(NETLINK_SOCK_DIAG).context("opening a sock_diag socket")
+}
+
+/// `struct inet_diag_req_v2`: family, protocol, extensions, pad, states, socket id.
+fn request(family: u8, states: u32, details: bool, id: &[u8; SOCKID_LEN]) -> Vec<u8> {
+    let mut req = vec![0u8; 8 + SOCKID_LEN];
+    req[0] = family;
+    req[1] = libc::IPPROTO_TCP as u8;
+    req[2] = 1 << (INET_DIAG_CONG - 1);
+    if details {
+        req[2] |= (1 << (INET_DIAG_INFO - 1)) | (1 << (INET_DIAG_VEGASINFO - 1));
+    }
+    req[4..8].copy_from_slice(&states.to_ne_bytes());
+    req[8..].copy_from_slice(id);
+    req
 }
 
 fn parse(d: &[u8]) -> Option<Socket> {
@@ -147,6 +176,7 @@ fn parse(d: &[u8]) -> Option<Socket> {
     let cookie_hi = u32::from_ne_bytes(d[48..52].try_into().unwrap()) as u64;
     let mut s = Socket {
         family,
+        id: d[4..4 + SOCKID_LEN].try_into().unwrap(),
         state: d[1],
         src: SocketAddr::new(addr(8), port(4)),
         dst: SocketAddr::new(addr(24), port(6)),
