@@ -403,7 +403,11 @@ fn cgroup_scope_inside_gets_it_outside_does_not_and_revert_detaches() {
     let cgpath = cg.0.to_str().unwrap();
 
     let o = fx.bbrscope(None, &["apply", &algo, "--cgroup", cgpath]).ok();
-    assert!(o.stdout.contains(&format!("got {algo}")), "{o}");
+    // The proof is a connection from a process inside the cgroup; the accepting side, outside
+    // it, is shown only as the contrast.
+    let proof = format!("verified: new TCP connection from a process in {cgpath} to 127.0.0.1:");
+    assert!(o.stdout.lines().any(|l| l.contains(&proof) && l.ends_with(&format!("got {algo}"))), "{o}");
+    assert!(o.stdout.contains(&format!("contrast: its accepting side, in bbrscope's own cgroup got {default}")), "{o}");
     let ino = std::fs::metadata(&cg.0).map(|m| std::os::unix::fs::MetadataExt::ino(&m)).unwrap();
     let pin = apply::cgroup::pin_path(ino);
     assert!(pin.exists(), "the link is pinned, so it outlives bbrscope");

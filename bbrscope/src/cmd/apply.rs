@@ -252,8 +252,11 @@ fn print(reports: &[ScopeReport], json: bool) -> Result<(), OutputError> {
             None => {}
         }
         if let Some(v) = &r.verification {
-            for probe in &v.probes {
-                outln!("  verified: {} got {}", probe.how, probe.algorithm)?;
+            // The first probe is the proof; any other (a cgroup's accepting side, outside it)
+            // only shows the contrast, and must not read as a second proof.
+            for (i, probe) in v.probes.iter().enumerate() {
+                let label = if i == 0 { "verified:" } else { "contrast:" };
+                outln!("  {label} {} got {}", probe.how, probe.algorithm)?;
             }
             if !matches!(p.scope, Scope::Route { .. }) {
                 outln!("  existing connections keep the algorithm they started with")?;
