@@ -23,7 +23,20 @@ pub fn draw(f: &mut Frame, area: Rect, app: &App, flows: &[&Flow], theme: &Theme
     let selected = app.selected.and_then(|id| flows.iter().position(|f| f.id == id));
     let offset = selected.map_or(0, |s| (s + 1).saturating_sub(fit));
     let shown = &flows[offset.min(flows.len())..(offset + fit).min(flows.len())];
-    let mut header = vec!["", "PEER", "LOCAL", "CC", "THRPUT", "CWND", "RTT/MIN", "RETR/s", "VERDICT"];
+    // In an experiment the arm goes beside the algorithm: in an A/A run it is all that tells
+    // the arms apart.
+    let experiment = app.experiment.is_some();
+    let mut header = vec![
+        "",
+        "PEER",
+        "LOCAL",
+        if experiment { "CC ARM" } else { "CC" },
+        "THRPUT",
+        "CWND",
+        "RTT/MIN",
+        "RETR/s",
+        "VERDICT",
+    ];
     if wide {
         header.splice(7..7, ["PACING", "STATE"]);
     }
@@ -49,7 +62,7 @@ pub fn draw(f: &mut Frame, area: Rect, app: &App, flows: &[&Flow], theme: &Theme
                 Cell::from(mark),
                 Cell::from(fl.dst.to_string()),
                 Cell::from(format!(":{}", fl.src.port())),
-                Cell::from(Span::styled(fl.cc.clone(), theme.cc(&fl.cc))),
+                Cell::from(Span::styled(cc_cell(fl, experiment), theme.cc(&fl.cc))),
                 Cell::from(fmt::opt_bps(fl.throughput_bps)),
                 Cell::from(m.and_then(|m| m.cwnd).map(|c| c.to_string()).unwrap_or("-".into())),
                 Cell::from(rtt),
@@ -70,7 +83,7 @@ pub fn draw(f: &mut Frame, area: Rect, app: &App, flows: &[&Flow], theme: &Theme
         Constraint::Length(1),
         Constraint::Min(16),
         Constraint::Length(6),
-        Constraint::Length(6),
+        Constraint::Length(if experiment { 8 } else { 6 }),
         Constraint::Length(10),
         Constraint::Length(6),
         Constraint::Length(15),
@@ -101,5 +114,33 @@ pub fn draw(f: &mut Frame, area: Rect, app: &App, flows: &[&Flow], theme: &Theme
         if area.height > 3 {
             f.render_widget(Line::styled(hint, theme.dim()), inner);
         }
+    }
+}
+
+/// The flow's algorithm, and in an experiment its arm ("bbr B"; "-" for a flow outside it).
+fn cc_cell(fl: &Flow, experiment: bool) -> String {
+    if !experiment {
+        return fl.cc.clone();
+    }
+    match fl.life.owner.as_ref().and_then(|o| o.arm) {
+        Some(arm @ 1..=2) => format!("{} {}", fl.cc, ["A", "B"][usize::from(arm - 1)]),
+        _ => format!("{} -", fl.cc),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::cc_cell;
+    use crate::{event::Owner, flow::tests::flow_with};
+
+    #[test]
+    fn an_experiments_flows_show_their_arm() {
+        let mut fl = flow_with("bbr", vec![]);
+        assert_eq!(cc_cell(&fl, false), "bbr");
+        assert_eq!(cc_cell(&fl, true), "bbr -", "a flow outside the experiment's scope");
+        fl.life.owner = Some(Owner { arm: Some(2), ..Owner::default() });
+        assert_eq!(cc_cell(&fl, true), "bbr B");
+        fl.life.owner = Some(Owner { arm: Some(1), ..Owner::default() });
+        assert_eq!(cc_cell(&fl, true), "bbr A");
     }
 }
