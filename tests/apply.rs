@@ -11,17 +11,14 @@ mod common;
 use std::{
     fmt,
     net::{Ipv4Addr, SocketAddr, TcpListener, TcpStream},
-    os::{
-        fd::{AsRawFd as _, FromRawFd as _, OwnedFd},
-        unix::process::CommandExt as _,
-    },
+    os::{fd::AsRawFd as _, unix::process::CommandExt as _},
     path::{Path, PathBuf},
     process::{Command, Stdio},
     time::Duration,
 };
 
 use bbrscope::{apply, sys::cgroup::cgroup2_mount};
-use common::{Link, Netns, command_in, require_root, run, tcp_congestion_control, unique_name};
+use common::{Link, Netns, closed_pipe, command_in, full, require_root, run, tcp_congestion_control, unique_name};
 
 const ALLOWED: &str = "/proc/sys/net/ipv4/tcp_allowed_congestion_control";
 const AVAILABLE: &str = "/proc/sys/net/ipv4/tcp_available_congestion_control";
@@ -476,22 +473,6 @@ fn default_qdisc_is_reapplied_only_where_the_kernel_put_it() {
     ns.exec("tc", &["qdisc", "replace", "dev", ifb, "root", "handle", "1:", "htb"]);
     let custom = ns.enter(root_qdisc);
     assert!(!custom.is_kernel_default() && !custom.needs_reapply("fq"), "custom qdiscs are left alone: {custom:?}");
-}
-
-/// /dev/full: every write fails with ENOSPC.
-fn full() -> std::fs::File {
-    std::fs::OpenOptions::new().write(true).open("/dev/full").unwrap()
-}
-
-/// The write end of a pipe whose read end is already closed: every write fails with EPIPE.
-fn closed_pipe() -> OwnedFd {
-    let mut fds = [0; 2];
-    // SAFETY: pipe2 fills the two-element array it is given.
-    assert_eq!(unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) }, 0);
-    // SAFETY: both descriptors were just created and are owned here alone.
-    let (read, write) = unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
-    drop(read);
-    write
 }
 
 /// A failed write to stdout is one line on stderr and exit 1 — after a change, naming it and

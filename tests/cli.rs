@@ -5,17 +5,9 @@
 
 mod common;
 
-use std::{
-    fs::File,
-    net::TcpListener,
-    os::{
-        fd::{FromRawFd as _, OwnedFd},
-        unix::process::CommandExt as _,
-    },
-    process::Stdio,
-};
+use std::{net::TcpListener, os::unix::process::CommandExt as _, process::Stdio};
 
-use common::{bbrscope, require_root};
+use common::{bbrscope, closed_pipe, full, require_root};
 
 /// Where a row's standard output goes.
 #[derive(Clone, Copy, Debug)]
@@ -35,16 +27,6 @@ enum As {
     Root,
     /// uid/gid 65534 (nobody), no capabilities.
     Nobody,
-}
-
-fn closed_pipe() -> OwnedFd {
-    let mut fds = [0; 2];
-    // SAFETY: pipe2 fills the two-element array it is given.
-    assert_eq!(unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) }, 0);
-    // SAFETY: both descriptors were just created and are owned here alone.
-    let (read, write) = unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
-    drop(read);
-    write
 }
 
 #[test]
@@ -91,7 +73,7 @@ fn every_subcommand_exits_as_the_readme_says() {
         c.args(args).stdin(Stdio::null()).stderr(Stdio::piped());
         match out {
             Out::Null => c.stdout(Stdio::null()),
-            Out::Full => c.stdout(File::options().write(true).open("/dev/full").unwrap()),
+            Out::Full => c.stdout(full()),
             Out::ClosedPipe => c.stdout(closed_pipe()),
             Out::Closed => {
                 c.stdout(Stdio::null());

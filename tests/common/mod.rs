@@ -26,6 +26,23 @@ pub fn require_root() {
     assert_eq!(euid, 0, "this test loads BPF programs and creates network namespaces: run it as root");
 }
 
+/// /dev/full: every write fails with ENOSPC.
+pub fn full() -> std::fs::File {
+    std::fs::OpenOptions::new().write(true).open("/dev/full").unwrap()
+}
+
+/// The write end of a pipe whose read end is already closed: every write fails with EPIPE.
+pub fn closed_pipe() -> std::os::fd::OwnedFd {
+    use std::os::fd::{FromRawFd as _, OwnedFd};
+    let mut fds = [0; 2];
+    // SAFETY: pipe2 fills the two-element array it is given.
+    assert_eq!(unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) }, 0);
+    // SAFETY: both descriptors were just created and are owned here alone.
+    let (read, write) = unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
+    drop(read);
+    write
+}
+
 pub fn bbrscope() -> Command {
     Command::new(env!("CARGO_BIN_EXE_bbrscope"))
 }

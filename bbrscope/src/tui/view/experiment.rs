@@ -176,13 +176,7 @@ fn draw_arms(f: &mut Frame, area: Rect, x: &LiveExperiment, r: &Report, theme: &
         Constraint::Min(10),
     ];
     let title = format!(" arms: {} flows analysed ", report::fmt_count(r.arms[0].flows + r.arms[1].flows));
-    f.render_widget(
-        Table::new(rows, widths)
-            .header(header)
-            .column_spacing(1)
-            .block(Block::bordered().title(Span::styled(title, theme.title())).border_style(theme.dim())),
-        area,
-    );
+    draw_table(f, area, Table::new(rows, widths).header(header), title, theme);
 }
 
 /// The verdict in a word or three, as the conclusion says it.
@@ -240,9 +234,13 @@ fn draw_groups(f: &mut Frame, area: Rect, scroll: usize, r: &Report, theme: &The
         ));
     }
     title.push_str(if more > 0 || first > 0 { "; ↑↓ scroll) " } else { ") " });
+    draw_table(f, area, Table::new(rows, widths).header(header), title, theme);
+}
+
+/// A table in a bordered block titled `title`, as both of this view's tables are drawn.
+fn draw_table(f: &mut Frame, area: Rect, table: Table, title: String, theme: &Theme) {
     f.render_widget(
-        Table::new(rows, widths)
-            .header(header)
+        table
             .column_spacing(1)
             .block(Block::bordered().title(Span::styled(title, theme.title())).border_style(theme.dim())),
         area,
