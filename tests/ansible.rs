@@ -242,6 +242,11 @@ fn check_mode_changes_nothing_then_rollout_proceeds_and_is_idempotent() {
     let host_cc = tcp_congestion_control();
     let fleet = Fleet::new(false);
 
+    // No data yet (a window in which no scrape falls: every query answers nothing, NaN): check
+    // mode still plans and reports, and a real judgement would fail, not crash on the NaN.
+    let (ok, out) = fleet.playbook(&["--check", "-e", "bbrscope_window=1ms"]);
+    assert!(ok && out.contains("not judged (check mode)"), "{out}");
+
     // (a) --check: plans (bbrscope apply --dry-run), reads Prometheus, changes nothing.
     let (ok, out) = fleet.playbook(&["--check"]);
     assert!(ok, "{out}");
