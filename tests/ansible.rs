@@ -222,15 +222,17 @@ fn recap(out: &str) -> HashMap<String, (u32, u32)> {
     hosts
 }
 
-/// The kernel's retransmitted / sent segments in `ns` (`nstat`, independent of bbrscope).
+/// The kernel's retransmitted / original data segments sent in `ns` (`nstat`, independent of
+/// bbrscope). Data segments, as the playbook's rate counts them: all segments out (TcpOutSegs)
+/// include the receiving side's ACKs, which halve the rate here.
 fn retrans_rate(ns: &Netns) -> f64 {
-    let out = ns.exec("nstat", &["-az", "TcpRetransSegs", "TcpOutSegs"]);
+    let out = ns.exec("nstat", &["-az", "TcpRetransSegs", "TcpExtTCPOrigDataSent"]);
     let get = |name: &str| -> f64 {
         out.lines()
             .find_map(|l| l.strip_prefix(name)?.split_whitespace().next()?.parse().ok())
             .unwrap_or_else(|| panic!("{name} in nstat: {out}"))
     };
-    get("TcpRetransSegs") / get("TcpOutSegs").max(1.0)
+    get("TcpRetransSegs") / get("TcpExtTCPOrigDataSent").max(1.0)
 }
 
 fn host_cc_is_untouched(before: &str) {
