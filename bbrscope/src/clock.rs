@@ -30,12 +30,36 @@ impl Clock {
 
     /// Unix time in seconds.
     pub fn unix_secs(&self, mono_ns: u64) -> f64 {
-        (mono_ns as i128 + self.offset_ns) as f64 / 1e9
+        let ns = mono_ns as i128 + self.offset_ns;
+        // i128 to f64 is a software routine, i64 to f64 one instruction; both round the same
+        // integer to the same double (correctly rounded), and every date until 2262 fits.
+        match i64::try_from(ns) {
+            Ok(ns) => ns as f64 / 1e9,
+            Err(_) => ns as f64 / 1e9,
+        }
     }
 }
 
 impl Default for Clock {
     fn default() -> Self {
         Self::new()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The fast conversion gives the same doubles as converting the exact 128-bit sum.
+    #[test]
+    fn unix_seconds_round_like_the_exact_sum() {
+        let offsets = [0i128, 1_795_409_178_787_404_123 - 23_000_000_000_000, -5, i64::MAX as i128];
+        for off in offsets {
+            let c = Clock::with_offset(off);
+            for mono in [0u64, 1, 999, (1 << 53) + 1, 23_456_789_012_345, u64::MAX / 3, u64::MAX] {
+                let exact = (mono as i128 + off) as f64 / 1e9;
+                assert_eq!(c.unix_secs(mono).to_bits(), exact.to_bits(), "{mono} + {off}");
+            }
+        }
     }
 }

@@ -216,6 +216,20 @@ pub enum EndReason {
     Other,
 }
 
+impl EndReason {
+    /// The name the stream uses (as serde writes it).
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            EndReason::Fin => "fin",
+            EndReason::ResetReceived => "reset_received",
+            EndReason::ResetSent => "reset_sent",
+            EndReason::Timeout => "timeout",
+            EndReason::Refused => "refused",
+            EndReason::Other => "other",
+        }
+    }
+}
+
 const ECONNREFUSED: i32 = 111;
 const ECONNRESET: i32 = 104;
 const EPIPE: i32 = 32;

@@ -2,11 +2,42 @@
 //! dashboard) a bounded history. Every sink reads flows through it.
 
 use std::{
-    collections::{HashMap, VecDeque},
+    collections::{HashMap, HashSet, VecDeque},
+    hash::{BuildHasherDefault, Hasher},
     net::SocketAddr,
 };
 
 use crate::event::{CaState, EndEvent, Event, Metrics, Owner};
+
+/// Hashing for flow ids (socket cookies, or the tracepoint path's own ids). They come from kernel
+/// counters no peer chooses, so std's flood-resistant SipHash buys nothing here, and with short
+/// flows (several lookups per flow, thousands of flows a second) it was ~8% of `stream`'s CPU. A
+/// multiplication by an odd constant is a bijection of the low bits (consecutive ids land in
+/// distinct buckets) and mixes them into the high ones (hashbrown's tag bits).
+#[derive(Clone, Copy, Default)]
+pub struct IdHasher(u64);
+
+const ID_MIX: u64 = 0x9e37_79b9_7f4a_7c15;
+
+impl Hasher for IdHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.0 = (self.0.rotate_left(8) ^ b as u64).wrapping_mul(ID_MIX);
+        }
+    }
+
+    fn write_u64(&mut self, v: u64) {
+        self.0 = (self.0 ^ v).wrapping_mul(ID_MIX);
+    }
+}
+
+/// Maps and sets keyed by flow id.
+pub type IdMap<V> = HashMap<u64, V, BuildHasherDefault<IdHasher>>;
+pub type IdSet = HashSet<u64, BuildHasherDefault<IdHasher>>;
 
 /// BBR's state machine, for colouring history without a string per point.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -219,7 +250,7 @@ pub enum Change {
 pub const MIN_HISTORY: usize = 16;
 
 pub struct FlowTable {
-    flows: HashMap<u64, Flow>,
+    flows: IdMap<Flow>,
     /// Points kept per flow (0: no history, as for `stream`).
     history: usize,
     /// Points kept over all flows: with many flows each keeps fewer, so memory is bounded by
@@ -229,7 +260,7 @@ pub struct FlowTable {
 
 impl FlowTable {
     pub fn new(history: usize) -> Self {
-        FlowTable { flows: HashMap::new(), history, budget: usize::MAX }
+        FlowTable { flows: IdMap::default(), history, budget: usize::MAX }
     }
 
     /// Caps the points kept over all flows (each flow still keeps at least [`MIN_HISTORY`]).
@@ -361,6 +392,15 @@ impl FlowTable {
             }
         }
         change
+    }
+
+    /// Forgets a flow once its summary has been handled. On the sock_ops path a flow's summary is
+    /// its last record (the session drops anything later), so a command that does not show
+    /// closed flows has no use for it; kept until `prune`, closed short flows made the table
+    /// hold tens of thousands of flows (5 s of them at thousands a second), rehashed and
+    /// page-faulted as it churned.
+    pub fn remove(&mut self, id: u64) -> Option<Flow> {
+        self.flows.remove(&id)
     }
 
     /// Forgets flows closed (or silent) before `cutoff_ns`.

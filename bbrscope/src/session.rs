@@ -1,12 +1,13 @@
 //! A live observation session: the loaded programs, decoding, and cost accounting, shared by
 //! every command that watches live flows (`stream`, `top`, `demo`).
 
-use std::collections::{HashMap, HashSet, VecDeque};
+use std::collections::VecDeque;
 
 use anyhow::{Context as _, Result};
 
 use crate::{
     event::{Decoder, Event, Metrics, OpenEvent},
+    flow::{IdMap, IdSet},
     kernel::existing::Existing,
     kernel::{
         layout::Layout,
@@ -68,14 +69,14 @@ fn sent_data(m: &Metrics) -> bool {
 
 /// A map of at most `cap` flows that forgets the oldest-inserted beyond it.
 struct Held<V> {
-    map: HashMap<u64, V>,
+    map: IdMap<V>,
     order: VecDeque<u64>,
     cap: usize,
 }
 
 impl<V> Held<V> {
     fn new(cap: usize) -> Self {
-        Held { map: HashMap::new(), order: VecDeque::new(), cap }
+        Held { map: IdMap::default(), order: VecDeque::new(), cap }
     }
 
     /// Inserts (or replaces) `id`'s value; the value forgotten to make room, if any.
@@ -103,7 +104,7 @@ struct Gate {
     filter: OwnerFilter,
     /// The flows shown, so that records of other sockets (filtered out, or the
     /// congestion-state tracepoint's view of untracked sockets) are dropped here.
-    open_flows: HashSet<u64>,
+    open_flows: IdSet,
     /// OPEN records held back until the flow's first sample that shows it sent data (and ran an
     /// algorithm passing `--cc`).
     pending: Held<Pending>,
@@ -118,7 +119,7 @@ impl Gate {
     fn new(filter: OwnerFilter) -> Self {
         Gate {
             filter,
-            open_flows: HashSet::new(),
+            open_flows: IdSet::default(),
             pending: Held::new(PENDING_FLOWS),
             orphans: Held::new(ORPHAN_FLOWS),
             owner_filtered: 0,

@@ -3,7 +3,7 @@
 
 use std::{
     fs::File,
-    io::{BufRead as _, BufReader, BufWriter, IsTerminal as _},
+    io::{BufRead as _, BufReader, IsTerminal as _},
     path::{Path, PathBuf},
     time::{Duration, Instant},
 };
@@ -142,10 +142,9 @@ pub async fn run(args: ExperimentArgs) -> Result<()> {
         eprintln!("bbrscope: warning: {note}");
     }
     let mut recorder = match &args.record {
-        Some(p) => Some(JsonSink::new(
-            BufWriter::new(File::create(p).with_context(|| format!("creating {}", p.display()))?),
-            Clock::new(),
-        )),
+        Some(p) => {
+            Some(JsonSink::new(File::create(p).with_context(|| format!("creating {}", p.display()))?, Clock::new()))
+        }
         None => None,
     };
     eprintln!(
@@ -180,7 +179,7 @@ pub async fn run(args: ExperimentArgs) -> Result<()> {
                     write_err = rec.event(&ev, change, &table).err();
                 }
                 if change == Change::Ended
-                    && let Some(o) = table.get(ev.head().flow).and_then(Observation::from_flow)
+                    && let Some(o) = table.remove(ev.head().flow).as_ref().and_then(Observation::from_flow)
                 {
                     display.shown.state().flow_finished(o.arm);
                     obs.push(o);

@@ -1,14 +1,17 @@
 //! `bbrscope stream`: events as newline-delimited JSON on stdout.
 
-use std::{
-    io::{self, BufWriter},
-    time::Duration,
-};
+use std::{io, time::Duration};
 
 use anyhow::Result;
 use tokio::signal::unix::{SignalKind, signal};
 
-use crate::{cli::StreamArgs, clock::Clock, flow::FlowTable, session::Live, sink::json::JsonSink};
+use crate::{
+    cli::StreamArgs,
+    clock::Clock,
+    flow::{Change, FlowTable},
+    session::Live,
+    sink::json::JsonSink,
+};
 
 /// Closed flows are kept this long so late events still find their flow's name.
 const CLOSED_LINGER: Duration = Duration::from_secs(5);
@@ -24,7 +27,7 @@ pub async fn run(args: StreamArgs) -> Result<()> {
         eprintln!("bbrscope: warning: {note}");
     }
     let mut table = FlowTable::new(0);
-    let mut sink = JsonSink::new(BufWriter::with_capacity(1 << 16, io::stdout()), Clock::new());
+    let mut sink = JsonSink::new(io::stdout(), Clock::new());
     let stats_period = Duration::from_secs_f64(if args.stats_interval > 0.0 { args.stats_interval } else { 3600.0 });
     let mut stats_tick = tokio::time::interval_at(tokio::time::Instant::now() + stats_period, stats_period);
     let deadline = tokio::time::sleep(args.duration.unwrap_or(Duration::from_secs(u64::MAX / 4)));
@@ -37,6 +40,9 @@ pub async fn run(args: StreamArgs) -> Result<()> {
                 let change = table.apply(&ev);
                 if write_err.is_none() {
                     write_err = sink.event(&ev, change, &table).err();
+                }
+                if change == Change::Ended {
+                    table.remove(ev.head().flow);
                 }
             }) => { batch?; }
             _ = stats_tick.tick() => {

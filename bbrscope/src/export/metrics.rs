@@ -18,7 +18,7 @@ use prometheus_client::{
 use crate::{
     apply::{netns, sysctl},
     event::{Event, Metrics},
-    flow::{Change, Flow, FlowTable},
+    flow::{Change, Flow, FlowTable, IdSet},
     stats::StatsReport,
     sys::cgroup::CgroupNames,
 };
@@ -269,7 +269,7 @@ pub struct ExportMetrics {
     netns_names: HashMap<u32, String>,
     /// Flows whose end has been counted: a flow can close twice over (its final sample, then its
     /// summary); it is counted at the first that is final. Pruned with the flow table.
-    ended: HashSet<u64>,
+    ended: IdSet,
 }
 
 impl ExportMetrics {
@@ -311,7 +311,7 @@ impl ExportMetrics {
             netns_labels: CappedLabel::new(MAX_SCOPE_LABELS),
             cgroup_names: CgroupNames::new(),
             netns_names: HashMap::new(),
-            ended: HashSet::new(),
+            ended: IdSet::default(),
         };
         #[rustfmt::skip]
         let families: Vec<FamilyRow> = vec![
@@ -369,7 +369,7 @@ impl ExportMetrics {
         let owner = flow.life.owner.as_ref();
         let cgroup = self.scopes.cgroup.then(|| {
             let name = owner.and_then(|o| o.cgroup_id).and_then(|id| self.cgroup_names.name(id));
-            self.cgroup_labels.get(name.as_deref().unwrap_or("unknown"))
+            self.cgroup_labels.get(name.unwrap_or("unknown"))
         });
         let netns = self.scopes.netns.then(|| {
             let name = owner.and_then(|o| o.netns).map(|ino| self.netns_name(ino));
@@ -448,6 +448,10 @@ impl ExportMetrics {
         let fin = change == Change::Ended || (change == Change::Closed && flow.life.start_ns.is_none());
         if fin && self.ended.insert(id) {
             self.flow_ended(flow, cc);
+        }
+        if change == Change::Ended {
+            table.remove(id);
+            self.ended.remove(&id);
         }
         change
     }

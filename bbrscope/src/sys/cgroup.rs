@@ -120,10 +120,16 @@ impl CgroupNames {
         CgroupNames { mount: cgroup2_mount().map(|m| m.mount_point), ..Default::default() }
     }
 
+    /// Fixed names, never walking a tree: for tests of what prints them.
+    #[cfg(test)]
+    pub fn fixed(names: impl IntoIterator<Item = (u64, String)>) -> Self {
+        CgroupNames { mount: None, names: names.into_iter().collect(), walked: Some(std::time::Instant::now()) }
+    }
+
     /// The cgroup's path as `/system.slice/nginx.service` (relative to the cgroup v2 mount).
-    pub fn name(&mut self, id: u64) -> Option<String> {
-        if let Some(n) = self.names.get(&id) {
-            return Some(n.clone());
+    pub fn name(&mut self, id: u64) -> Option<&str> {
+        if self.names.contains_key(&id) {
+            return self.names.get(&id).map(String::as_str);
         }
         if self.walked.is_some_and(|t| t.elapsed() < std::time::Duration::from_secs(1)) {
             return None;
@@ -139,7 +145,7 @@ impl CgroupNames {
             let Ok(entries) = std::fs::read_dir(&dir) else { continue };
             stack.extend(entries.flatten().filter(|e| e.file_type().is_ok_and(|t| t.is_dir())).map(|e| e.path()));
         }
-        self.names.get(&id).cloned()
+        self.names.get(&id).map(String::as_str)
     }
 }
 
