@@ -125,7 +125,8 @@ pub struct ObserveArgs {
     #[arg(long, value_name = "BYTES", default_value = "4M", value_parser = parse_ring_size)]
     pub ring_size: u32,
     /// Read kernel type information from this BTF file instead of /sys/kernel/btf/vmlinux (for
-    /// kernels built without CONFIG_DEBUG_INFO_BTF; the file must match the running kernel)
+    /// kernels built without CONFIG_DEBUG_INFO_BTF). The file must describe the running kernel:
+    /// its socket struct sizes are checked against the kernel's slab caches (/sys/kernel/slab)
     #[arg(long, value_name = "FILE")]
     pub btf: Option<PathBuf>,
     /// Measure the kernel programs' own cost (ns per per-ACK event, in `stats` and the footer)

@@ -2,8 +2,10 @@
 //! makes bbrscope in the guest read the kernel types (struct offsets, tracepoint arguments) of
 //! this machine's kernel instead of the guest's, as a tool with offsets fixed on its build
 //! machine would. This machine's kernel is not Debian's (another build, another configuration),
-//! so on Debian's 6.18, which otherwise passes every check, bbrscope attaches but reads the
-//! socket at wrong offsets: the matrix must fail there, on its data checks against TCP_INFO and
+//! so on Debian's 6.18, which otherwise passes every check, two layers must catch it: bbrscope's
+//! start-up check (the BTF's socket sizes against the kernel's slab caches) must refuse to start,
+//! and where the kernel cannot tell (the guest hides its slab sizes), bbrscope attaches and reads
+//! the socket at wrong offsets: the matrix must then fail on its data checks against TCP_INFO and
 //! `ss` (not on a boot problem). One guest boot, about a minute under QEMU TCG. Needs root, QEMU
 //! and Debian's archive, as `cargo xtask kernels` does (`make test` runs both).
 
@@ -44,7 +46,10 @@ fn host_offsets_fail_the_data_checks_on_6_18() {
     assert!(!report.contains("guest error"), "the guest did not run its checks:\n{report}\n{stderr}");
     let failed: Vec<&str> =
         report.lines().filter_map(|l| l.strip_prefix("- **FAIL** `")).filter_map(|l| l.split('`').next()).collect();
-    // The checks that compare the fields read at those offsets with the kernel's own numbers.
+    // bbrscope's own start-up check refuses that BTF (the two kernels' socket sizes differ) ...
+    assert!(report.contains("- pass `break/refused`"), "bbrscope accepted another kernel's BTF:\n{report}\n{stderr}");
+    // ... and where the kernel cannot tell (its slab sizes hidden), the checks that compare the
+    // fields read at those offsets with the kernel's own numbers fail.
     for check in ["auto/cubic_vs_kernel", "auto/cubic_close", "auto/bbr_vs_kernel", "auto/bbr_close"] {
         assert!(failed.contains(&check), "{check} passed with wrong offsets; failed: {failed:?}\n{report}");
     }

@@ -12,6 +12,9 @@ const MAGIC: u16 = 0xeb9f;
 
 pub const VMLINUX: &str = "/sys/kernel/btf/vmlinux";
 
+/// SLUB's caches in sysfs (object sizes of the running kernel).
+pub const SLAB: &str = "/sys/kernel/slab";
+
 #[derive(Debug, Clone)]
 pub struct Member {
     pub name: String,
@@ -282,6 +285,48 @@ impl Btf {
         }
     }
 
+    /// Whether this BTF describes the running kernel, as far as the kernel tells without BTF of
+    /// its own: SLUB's sysfs (`<slab_root>/TCP/object_size`, ...) gives the exact size of the
+    /// objects of each socket cache, which is the `sizeof` of its struct in the kernel that runs.
+    /// A BTF of another build almost always differs in one of them (two builds of 6.18 here
+    /// agree on `tcp_sock` and differ on `tcp6_sock`); without this check every offset read from
+    /// it would be silently wrong (zeros and garbage, not an error). A cache merged with others
+    /// (a symlink) may hold larger objects, so it is skipped; so is a struct this BTF lacks
+    /// (built as a module), except `tcp_sock`. `Ok(false)` when the kernel says nothing.
+    pub fn check_socket_sizes(&self, slab_root: &Path) -> Result<bool, String> {
+        const CACHES: [(&str, &str); 5] = [
+            ("TCP", "tcp_sock"),
+            ("TCPv6", "tcp6_sock"),
+            ("request_sock_TCP", "tcp_request_sock"),
+            ("tw_sock_TCP", "tcp_timewait_sock"),
+            ("sock_inode_cache", "socket_alloc"),
+        ];
+        let mut checked = false;
+        for (cache, strukt) in CACHES {
+            let dir = slab_root.join(cache);
+            if dir.is_symlink() {
+                continue;
+            }
+            let file = dir.join("object_size");
+            let Some(kernel) = std::fs::read_to_string(&file).ok().and_then(|s| s.trim().parse::<u32>().ok()) else {
+                continue;
+            };
+            let here = self.struct_id(strukt).and_then(|id| self.size_of(id));
+            match here {
+                Some(size) if size == kernel => checked = true,
+                Some(size) => {
+                    return Err(format!(
+                        "struct {strukt} is {size} bytes in it but {kernel} in the running kernel ({})",
+                        file.display()
+                    ));
+                }
+                None if strukt == "tcp_sock" => return Err("it has no struct tcp_sock".into()),
+                None => {}
+            }
+        }
+        Ok(checked)
+    }
+
     /// Finds `path` (dot-separated member names) inside struct `strukt`. Each step searches
     /// through anonymous struct/union members, and stepping into an array selects element 0, so
     /// `rtt_min.s.v` names the current minimum of a `struct minmax`.
@@ -509,6 +554,31 @@ mod tests {
         let fn_ptr = b.ptr(proto);
         b.typedef("btf_trace_tcp_cong_state_set", fn_ptr);
         Btf::parse(&b.build(0), None).unwrap()
+    }
+
+    #[test]
+    fn socket_sizes_are_checked_against_the_kernels_slab() {
+        let btf = mini_kernel();
+        let slab = tempfile::tempdir().unwrap();
+        // No SLUB sysfs: nothing to compare with.
+        assert_eq!(btf.check_socket_sizes(slab.path()), Ok(false));
+        std::fs::create_dir(slab.path().join("TCP")).unwrap();
+        std::fs::write(slab.path().join("TCP/object_size"), "256\n").unwrap();
+        assert_eq!(btf.check_socket_sizes(slab.path()), Ok(true));
+        std::fs::write(slab.path().join("TCP/object_size"), "2304\n").unwrap();
+        let err = btf.check_socket_sizes(slab.path()).unwrap_err();
+        assert!(err.starts_with("struct tcp_sock is 256 bytes in it but 2304 in the running kernel"), "{err}");
+        // The mini kernel has no tcp6_sock (IPv6 as a module): not a mismatch.
+        std::fs::create_dir(slab.path().join("TCPv6")).unwrap();
+        std::fs::write(slab.path().join("TCPv6/object_size"), "2432\n").unwrap();
+        std::fs::write(slab.path().join("TCP/object_size"), "256\n").unwrap();
+        assert_eq!(btf.check_socket_sizes(slab.path()), Ok(true));
+        // A merged cache (a symlink to the cache it shares) is not compared.
+        std::fs::remove_dir_all(slab.path().join("TCP")).unwrap();
+        std::fs::create_dir(slab.path().join(":A-0002304")).unwrap();
+        std::fs::write(slab.path().join(":A-0002304/object_size"), "2304\n").unwrap();
+        std::os::unix::fs::symlink(":A-0002304", slab.path().join("TCP")).unwrap();
+        assert_eq!(btf.check_socket_sizes(slab.path()), Ok(false));
     }
 
     #[test]

@@ -2,7 +2,7 @@
 //! ring buffer and counters. Dropping the [`Observer`] detaches everything (the links are plain
 //! file descriptors: the kernel also detaches them if the process dies).
 
-use std::time::Duration;
+use std::{path::Path, time::Duration};
 
 use anyhow::{Context as _, Result};
 use aya::{
@@ -137,7 +137,17 @@ impl Observer {
     pub fn start(opts: &Options) -> Result<Self> {
         let btf = match &opts.btf {
             Some(path) => {
-                Btf::from_file(path, None).map_err(|e| UsageError::new(format!("--btf {}: {e:#}", path.display())))?
+                let btf = Btf::from_file(path, None)
+                    .map_err(|e| UsageError::new(format!("--btf {}: {e:#}", path.display())))?;
+                btf.check_socket_sizes(Path::new(btf::SLAB)).map_err(|e| {
+                    UsageError::new(format!(
+                        "--btf {} does not describe the running kernel (Linux {}): {e}; give this kernel's \
+                         own BTF (e.g. from its vmlinux: `pahole --btf_encode_detached FILE vmlinux`)",
+                        path.display(),
+                        std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default().trim()
+                    ))
+                })?;
+                btf
             }
             None => with_cc_modules(Btf::kernel().map_err(|e| {
                 UsageError::new(format!(

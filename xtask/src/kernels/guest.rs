@@ -14,7 +14,7 @@ use std::{
     time::{Duration, Instant, SystemTime, UNIX_EPOCH},
 };
 
-use anyhow::{Context as _, Result, bail};
+use anyhow::{Context as _, Result, bail, ensure};
 use serde_json::{Value, json};
 
 const BBRSCOPE: &str = "/usr/bin/bbrscope";
@@ -76,6 +76,14 @@ pub fn main() -> Result<()> {
     let broken = flag(BREAK_FLAG);
     let netem = Command::new(TC).args(["qdisc", "replace", "dev", "lo", "root", "netem"]).args(NETEM).output()?;
     rep.test("netem", netem.status.success(), String::from_utf8_lossy(&netem.stderr).trim().to_string());
+    if broken {
+        // Two layers must catch it. First bbrscope's own start-up check, which compares the
+        // BTF's socket sizes with the kernel's slab caches, must refuse to start ...
+        rep.check("break/refused", refused(BREAK_BTF));
+        // ... then, on a kernel that cannot tell (no SLUB sysfs: hidden here under an empty
+        // tmpfs), the data checks below must fail.
+        hide("/sys/kernel/slab")?;
+    }
     // Where `auto` already fell back to tracepoints, a second run on them would repeat it.
     let extra: &[&str] = if broken { &["--btf", BREAK_BTF] } else { &[] };
     match fidelity(&mut rep, "auto", extra) {
@@ -680,8 +688,27 @@ fn check_summary(out: &Output, server: SocketAddr, info: TcpInfo) -> Result<(boo
 }
 
 /// `--port` runs in the kernel: two flows, only the one on the port may appear.
+/// Whether bbrscope refuses to start with `btf`, saying why.
+fn refused(btf: &str) -> Result<(bool, String)> {
+    let out = Command::new(BBRSCOPE).args(["stream", "--btf", btf]).stdin(Stdio::null()).output()?;
+    let stderr = String::from_utf8_lossy(&out.stderr).trim().to_string();
+    Ok((out.status.code() == Some(2) && stderr.contains("does not describe the running kernel"), stderr))
+}
+
+/// Mounts an empty tmpfs over `dir` (the guest's: it goes with the VM).
+fn hide(dir: &str) -> Result<()> {
+    let c = |s: &str| std::ffi::CString::new(s).expect("no NUL");
+    let (src, target, fs) = (c("none"), c(dir), c("tmpfs"));
+    // SAFETY: NUL-terminated strings that outlive the call; no data argument.
+    let rc = unsafe { libc::mount(src.as_ptr(), target.as_ptr(), fs.as_ptr(), 0, std::ptr::null()) };
+    ensure!(rc == 0, "mounting a tmpfs over {dir}: {}", std::io::Error::last_os_error());
+    Ok(())
+}
+
 fn port_filter(rep: &mut Report) -> Result<()> {
-    let stream = Stream::start("port", &["--port", "5004", "--interval", "100"])?;
+    // The kernel's own BTF given as a file: bbrscope's check that a `--btf` file describes the
+    // running kernel must accept it on every kernel of the matrix.
+    let stream = Stream::start("port", &["--port", "5004", "--interval", "100", "--btf", "/sys/kernel/btf/vmlinux"])?;
     let a = thread::spawn(|| bulk(v4(5004), "cubic", 1.5));
     let b = bulk(v4(5005), "cubic", 1.5)?;
     let a = a.join().map_err(|_| anyhow::anyhow!("flow panicked"))??;
