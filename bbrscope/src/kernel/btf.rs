@@ -294,12 +294,14 @@ impl Btf {
     /// (a symlink) may hold larger objects, so it is skipped; so is a struct this BTF lacks
     /// (built as a module), except `tcp_sock`. `Ok(false)` when the kernel says nothing.
     pub fn check_socket_sizes(&self, slab_root: &Path) -> Result<bool, String> {
-        const CACHES: [(&str, &str); 5] = [
+        // The caches proto_register() makes with the protocol's `obj_size`. Not every cache is
+        // its struct's size: 7.3's `sock_inode_cache` holds 768-byte objects for a 704-byte
+        // `socket_alloc` (found by the kernel matrix).
+        const CACHES: [(&str, &str); 4] = [
             ("TCP", "tcp_sock"),
             ("TCPv6", "tcp6_sock"),
             ("request_sock_TCP", "tcp_request_sock"),
             ("tw_sock_TCP", "tcp_timewait_sock"),
-            ("sock_inode_cache", "socket_alloc"),
         ];
         let mut checked = false;
         for (cache, strukt) in CACHES {
