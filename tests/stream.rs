@@ -387,6 +387,47 @@ fn duration_and_broken_pipe_end_the_stream_quietly() {
     assert!(err.is_empty(), "quiet on broken pipe, got: {err}");
 }
 
+/// A reader that stops reading (a stalled `| consumer`) fills the pipe and blocks bbrscope in a
+/// write, where its async loop cannot see signals: SIGTERM must still end it, with its programs
+/// gone, and say why the output was cut.
+#[test]
+fn sigterm_ends_a_stream_whose_reader_stopped_reading() {
+    require_root();
+    let mut child = bbrscope()
+        .args(["stream", "--stats-interval", "0.01"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Held open, never read: the pipe's 64 KiB fill within a second of stats records.
+    let stalled = child.stdout.take().unwrap();
+    let pid = child.id();
+    let blocked = std::time::Instant::now() + Duration::from_secs(20);
+    let wchan = || std::fs::read_to_string(format!("/proc/{pid}/wchan")).unwrap_or_default();
+    while !wchan().contains("pipe_write") {
+        assert!(std::time::Instant::now() < blocked, "never blocked writing (wchan {})", wchan());
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let progs = bpf_ids(pid, "prog_id:");
+    assert!(!progs.is_empty());
+    // SAFETY: kill(2) on our own child's pid.
+    unsafe { libc::kill(pid as i32, libc::SIGTERM) };
+    let status = wait_timeout(&mut child, Duration::from_secs(10));
+    if status.is_none() {
+        let _ = child.kill();
+    }
+    let status = status.expect("still running 10 s after SIGTERM, blocked writing to its stalled reader");
+    assert_eq!(status.code(), Some(1));
+    let mut err = String::new();
+    use std::io::Read as _;
+    child.stderr.take().unwrap().read_to_string(&mut err).unwrap();
+    assert!(err.contains("standard output has not been read"), "{err}");
+    drop(stalled);
+    std::thread::sleep(Duration::from_millis(200));
+    let left: Vec<u32> = progs.into_iter().filter(|&id| prog_exists(id)).collect();
+    assert!(left.is_empty(), "programs still loaded after exit: {left:?}");
+}
+
 #[test]
 fn bad_input_is_one_line_on_stderr_and_exit_2() {
     require_root();

@@ -75,6 +75,40 @@ pub fn guard(body: impl FnOnce() -> anyhow::Result<()>) -> anyhow::Result<()> {
     }
 }
 
+/// Makes sure a stop signal (SIGINT, SIGTERM) ends the process within `grace` even when stdout's
+/// reader has stopped reading: a write to a full pipe blocks the thread, and with it the
+/// single-threaded runtime that would have seen the signal (the signal handler restarts the
+/// write). A thread of its own hears the signal too; if the process is still there `grace`
+/// later, it says so on stderr (if that can be written) and exits with status 1.
+///
+/// Only for commands whose cleanup the kernel does at exit (their BPF links and maps are file
+/// descriptors): not for ones with something to undo in code (demo's namespaces, apply).
+pub fn exit_when_stuck_after_signal(grace: std::time::Duration) {
+    use tokio::signal::unix::{SignalKind, signal};
+    let watch = move || -> Option<()> {
+        let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().ok()?;
+        runtime.block_on(async {
+            let (mut int, mut term) = (signal(SignalKind::interrupt()).ok()?, signal(SignalKind::terminate()).ok()?);
+            tokio::select! {
+                _ = int.recv() => {}
+                _ = term.recv() => {}
+            }
+            tokio::time::sleep(grace).await;
+            Some(())
+        })?;
+        // stderr may be the same stalled pipe: the message gets a moment, not a veto.
+        std::thread::spawn(|| {
+            eprintln!(
+                "bbrscope: stopping on a signal, but standard output has not been read for a while: \
+                 exiting without writing what is left"
+            )
+        });
+        std::thread::sleep(std::time::Duration::from_millis(100));
+        std::process::exit(1)
+    };
+    let _ = std::thread::Builder::new().name("stop-watch".into()).spawn(watch);
+}
+
 /// `print!` that returns `Result<(), OutputError>` instead of panicking.
 #[allow(unused_macros)] // for commands that print partial lines
 macro_rules! out {

@@ -22,6 +22,8 @@ pub async fn run(args: StreamArgs) -> Result<()> {
     let opts = args.observe.options()?;
     let mut sigint = signal(SignalKind::interrupt())?;
     let mut sigterm = signal(SignalKind::terminate())?;
+    // A reader that stops reading blocks this task in a write, where it cannot see a signal.
+    crate::output::exit_when_stuck_after_signal(Duration::from_secs(2));
     let mut live = Live::start("bbrscope stream", &opts)?;
     for note in live.degraded() {
         eprintln!("bbrscope: warning: {note}");
