@@ -5,7 +5,7 @@
 
 mod common;
 
-use std::time::Duration;
+use std::{io::Read as _, time::Duration};
 
 use common::*;
 use serde_json::Value;
@@ -56,6 +56,52 @@ fn a_bulk_flow_gets_records_per_interval_not_per_ack() {
     assert!(delivered > 0.0, "no records counted in {} stats records", stats.len());
     assert!(events >= 20.0 * delivered, "{events:.0} tcp_probe events but {delivered:.0} records delivered");
     assert_eq!(stats.last().map(|s| num(&s["drops_total"])), Some(0.0), "drops with one flow");
+}
+
+/// The kernel's tick rate as its configuration says (the test's own reading of it).
+fn configured_hz() -> Option<f64> {
+    let gz = std::fs::File::open("/proc/config.gz").ok()?;
+    let mut text = String::new();
+    flate2::read::GzDecoder::new(gz).read_to_string(&mut text).ok()?;
+    text.lines().find_map(|l| l.strip_prefix("CONFIG_HZ="))?.parse().ok()
+}
+
+/// On the sock_ops path samples are paced by the kernel's tick counter (no clock helper call per
+/// ACK): the interval in whole ticks, rounded up — 30 ms at HZ 250 is 8 ticks, so a busy flow's
+/// samples come 32 ms apart (a precise clock would give 30, a wrong HZ a multiple). The
+/// sample timestamps are the kernel's CLOCK_MONOTONIC; HZ is read here from the kernel's config.
+#[test]
+fn samples_are_paced_by_whole_ticks_of_the_interval() {
+    require_root();
+    let Some(hz) = configured_hz() else {
+        eprintln!("skipped: this kernel publishes no /proc/config.gz");
+        return;
+    };
+    const MS: f64 = 30.0;
+    let server = Discard::bind("127.0.0.1:0");
+    let port = server.addr.port().to_string();
+    let mut stream = Stream::start(&["--observer", "sockops", "--port", &port, "--interval", &MS.to_string()]);
+    let sender = Sender::start(server.addr, "cubic", Duration::from_secs(1), None);
+    let local = sender.local;
+    sender.join();
+    stream.wait_for(Duration::from_secs(10), |r| r["type"] == "flow_close" && r["src"] == local.to_string());
+    let (code, records, stderr) = stream.stop();
+    assert_eq!(code, 0, "stderr: {stderr}");
+
+    let stats = records.iter().find(|r| r["type"] == "stats").expect("a stats record");
+    assert_eq!(stats["sample_clock"], "jiffies", "{stats}");
+    let open = open_for(&records, local).expect("a flow_open for the bulk flow");
+    let ts: Vec<f64> = of_flow(&records, "sample", &open["cookie"]).map(|s| num(&s["ts"])).collect();
+    let mut gaps: Vec<f64> = ts.windows(2).map(|w| (w[1] - w[0]) * 1000.0).collect();
+    assert!(gaps.len() >= 10, "{} samples in 1 s at {MS} ms", ts.len());
+    gaps.sort_by(f64::total_cmp);
+    let median = gaps[gaps.len() / 2];
+    let tick = 1000.0 / hz;
+    let expected = (MS / tick).ceil() * tick;
+    assert!(
+        (median - expected).abs() <= tick / 4.0,
+        "median gap {median:.2} ms between samples, expected {expected:.2} ms ({MS} ms in ticks of {tick} ms); gaps: {gaps:.1?}"
+    );
 }
 
 /// Socket storage a flow may take on the sock_ops path. The benchmark measured 440 bytes per

@@ -115,6 +115,10 @@ pub mod config_flags {
     pub const SOCKOPS_PID: u32 = 1 << 4;
     pub const SOCKOPS_COMM: u32 = 1 << 5;
     pub const SOCKOPS_COARSE_CLOCK: u32 = 1 << 6;
+    /// The sock_ops path paces samples by `jiffies` (bpf_jiffies64, which the verifier turns into
+    /// one load on 64-bit JITs), with the sample interval in jiffies in `Config::sockops_period`;
+    /// set when this kernel lets sock_ops programs call it and its HZ is known.
+    pub const SOCKOPS_JIFFIES: u32 = 1 << 7;
 }
 
 /// `bbrscope experiment`: new connections in scope get one of two algorithms at random.
@@ -158,6 +162,9 @@ pub struct Config {
     /// until this many bytes wait in it: one wake-up per batch, not per record.
     pub wake_bytes: u32,
     pub _pad: u32,
+    /// The sample interval on the sock_ops path, in the units of the clock that paces its
+    /// samples: jiffies with `config_flags::SOCKOPS_JIFFIES`, else nanoseconds.
+    pub sockops_period: u64,
     pub filter: Filter,
     pub sock: SockLayout,
     pub fields: [FieldSpec; MAX_FIELDS],
@@ -172,6 +179,7 @@ impl Config {
             events_per_interval: 0,
             wake_bytes: 0,
             _pad: 0,
+            sockops_period: 0,
             filter: Filter {
                 flags: 0,
                 port: 0,

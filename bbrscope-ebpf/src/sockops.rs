@@ -11,7 +11,7 @@
 //!   carries its owner.
 //! - RTT_CB: every ACK that carries an RTT sample, in every TCP state (ESTABLISHED, CLOSE_WAIT,
 //!   FIN_WAIT1/2, LAST_ACK, CLOSING) — the per-ACK path, kept to a storage lookup, a few context
-//!   loads and a coarse clock read until a sample is due.
+//!   loads and a tick-counter read until a sample is due.
 //! - RETRANS_CB: every retransmission with its error code (failed attempts are not counted).
 //! - STATE_CB: TCP state changes; TCP_CLOSE sends the final sample and the flow's summary (one
 //!   record).
@@ -35,8 +35,8 @@ use aya_ebpf::{
 use bbrscope_common::{CC_NAME_LEN, FlowClose, FlowOpen, Owner, config_flags, counter, experiment_flags, kind};
 
 use crate::{
-    clock::{coarse_ns, now_ns},
-    config::{conf, has_flag, interval_ns},
+    clock::{coarse_ns, jiffies, now_ns},
+    config::{conf, has_flag},
     flow::{self, FlowState, Status, add, cc_passes, count},
     records::{self, EVENTS, fill_header},
     sock::{self, read},
@@ -46,16 +46,17 @@ const TCP_CLOSE: u32 = 7;
 const SOL_TCP: i32 = 6;
 const TCP_CONGESTION: i32 = 13;
 const BPF_SK_STORAGE_GET_F_CREATE: u64 = 1;
-const OUR_CB_FLAGS: u32 = BPF_SOCK_OPS_RTT_CB_FLAG | BPF_SOCK_OPS_STATE_CB_FLAG | BPF_SOCK_OPS_RETRANS_CB_FLAG;
+const CONNECT_CB_FLAGS: u32 = BPF_SOCK_OPS_STATE_CB_FLAG | BPF_SOCK_OPS_RETRANS_CB_FLAG;
+const OUR_CB_FLAGS: u32 = BPF_SOCK_OPS_RTT_CB_FLAG | CONNECT_CB_FLAGS;
 
 /// What bbrscope keeps in each socket. The fields every ACK touches come first, in 32 bytes
 /// (one cache line): the storage sits behind the socket in memory the ACK path has not touched
 /// otherwise, and with thousands of flows each extra line is a cache miss per ACK.
 #[repr(C)]
 pub struct SockFlow {
-    /// CLOCK_MONOTONIC_COARSE time of the next sample: a coarse clock read is a few loads, the
-    /// precise one a TSC read, and a tick's precision is plenty to pace samples 100 ms apart.
-    pub next_sample_coarse_ns: u64,
+    /// When the next sample is due, on the clock that paces samples (`sample_clock`): a tick's
+    /// precision is plenty to pace samples 100 ms apart, and a tick counter costs one load.
+    pub next_sample_tick: u64,
     pub srtt_min: u32,
     pub srtt_max: u32,
     pub cwnd_max: u32,
@@ -175,10 +176,10 @@ fn on_rtt(ops: &bpf_sock_ops, sk: *mut bpf_sock) {
         }
     }
     let now = sample_clock();
-    if now < s.next_sample_coarse_ns {
+    if now < s.next_sample_tick {
         return;
     }
-    s.next_sample_coarse_ns = now + interval_ns();
+    s.next_sample_tick = now + conf!(sockops_period);
     sample(s, ops.state as u8);
 }
 
@@ -315,7 +316,8 @@ fn on_connect(ctx: &SockOpsContext, ops: &bpf_sock_ops, sk: *mut bpf_sock) {
     s.active = 1;
     own(s);
     // Callbacks from now on: SYN retransmits and a refused or timed-out connect are seen too.
-    let _ = ctx.set_cb_flags((ops.bpf_sock_ops_cb_flags | OUR_CB_FLAGS) as i32);
+    // RTT callbacks wait for the filters (`on_established`).
+    let _ = ctx.set_cb_flags((ops.bpf_sock_ops_cb_flags | CONNECT_CB_FLAGS) as i32);
 }
 
 /// listen(): remember the owner; accepted sockets inherit this storage (`BPF_F_CLONE`).
@@ -354,9 +356,13 @@ fn on_established(ctx: &SockOpsContext, ops: &bpf_sock_ops, sk: *mut bpf_sock) {
     s.srtt_first = ops.srtt_us;
     // The first periodic sample one interval in: a response shorter than that is reported by
     // its close sample and summary alone (fewer records per short flow), and BBR has run by then.
-    s.next_sample_coarse_ns = sample_clock() + interval_ns();
-    let _ = ctx.set_cb_flags((ops.bpf_sock_ops_cb_flags | OUR_CB_FLAGS) as i32);
+    s.next_sample_tick = sample_clock() + conf!(sockops_period);
     admit(ctx, s);
+    // A flow the filters rejected gets no per-ACK callbacks from here on (nothing would be done
+    // in them). Flags are only ever added: another sock_ops program may have asked for the same.
+    if s.flow.status == Status::Passed as u8 {
+        let _ = ctx.set_cb_flags((ops.bpf_sock_ops_cb_flags | OUR_CB_FLAGS) as i32);
+    }
 }
 
 /// Destination ranges of the experiment's scope (`--dst`), IPv4 as IPv4-mapped IPv6.
@@ -409,11 +415,19 @@ fn assign_arm(ctx: &SockOpsContext, s: &mut SockFlow) {
     }
 }
 
-/// The clock samples are paced by: the coarse one where sock_ops programs may read it (a few
-/// loads), else the precise one.
+/// The clock samples are paced by, in the units of `Config::sockops_period`: jiffies where
+/// sock_ops programs may read them and userspace knows HZ (one load once JITed), else the coarse
+/// clock (a helper call and a few loads), else the precise one (a helper call and a clock-source
+/// read). Userspace names the one in use in `stats`.
 #[inline(always)]
 fn sample_clock() -> u64 {
-    if has_flag(config_flags::SOCKOPS_COARSE_CLOCK) { coarse_ns() } else { now_ns() }
+    if has_flag(config_flags::SOCKOPS_JIFFIES) {
+        jiffies()
+    } else if has_flag(config_flags::SOCKOPS_COARSE_CLOCK) {
+        coarse_ns()
+    } else {
+        now_ns()
+    }
 }
 
 /// Starts the flow's state in fresh (or inherited) storage.
@@ -430,7 +444,7 @@ fn reset(s: &mut SockFlow, sk: *mut bpf_sock) {
     s.flow.retrans_coalesced = 0;
     s.flow.last_bytes_acked = 0;
     s.flow.next_sample_ns = 0;
-    s.next_sample_coarse_ns = 0;
+    s.next_sample_tick = 0;
     s.rtt_events = 0;
     s.srtt_first = 0;
     s._pad1 = 0;
@@ -523,18 +537,47 @@ fn fill_owner(o: &mut Owner, s: &SockFlow, cc: &[u8; CC_NAME_LEN]) {
     o._pad2 = 0;
 }
 
-/// The benchmark's floor for this path: the same callbacks enabled on every socket, and nothing
-/// done in them. `cargo xtask bench` reports the real program's cost as a multiple of this one's,
-/// measured in the same run.
+/// The benchmark's programs for this path: the same callbacks enabled on the same sockets as
+/// `bbrscope_sockops`, so that `cargo xtask bench` can report the real program's cost against
+/// theirs, measured in the same run. The floor (`--observer floor-sockops`) does nothing in them.
 #[sock_ops]
 pub fn floor_sockops(ctx: SockOpsContext) -> u32 {
+    bench_program(&ctx, false)
+}
+
+/// The benchmark's middle row (`--observer lookup-sockops`): what any observer that keeps state
+/// per socket must do on each ACK, and nothing more — find the socket's storage, check that the
+/// flow is watched, count the ACK. The real program's cost above this one's is what its own
+/// per-ACK work (srtt and cwnd extremes, the sample clock) and its samples add.
+#[sock_ops]
+pub fn lookup_sockops(ctx: SockOpsContext) -> u32 {
+    bench_program(&ctx, true)
+}
+
+#[inline(always)]
+fn bench_program(ctx: &SockOpsContext, lookup: bool) -> u32 {
     // SAFETY: as in `bbrscope_sockops`.
     let ops = unsafe { &*ctx.ops };
+    // SAFETY: as in `bbrscope_sockops`.
+    let sk = unsafe { ops.__bindgen_anon_2.sk };
     let op = ops.op;
-    if op == BPF_SOCK_OPS_TCP_CONNECT_CB
-        || op == BPF_SOCK_OPS_ACTIVE_ESTABLISHED_CB
-        || op == BPF_SOCK_OPS_PASSIVE_ESTABLISHED_CB
-    {
+    if op == BPF_SOCK_OPS_RTT_CB {
+        if lookup
+            && !sk.is_null()
+            && let Some(s) = storage(sk, false)
+            && s.flow.status == Status::Passed as u8
+        {
+            s.flow.acks = s.flow.acks.wrapping_add(1);
+        }
+    } else if op == BPF_SOCK_OPS_TCP_CONNECT_CB {
+        let _ = ctx.set_cb_flags((ops.bpf_sock_ops_cb_flags | CONNECT_CB_FLAGS) as i32);
+    } else if op == BPF_SOCK_OPS_ACTIVE_ESTABLISHED_CB || op == BPF_SOCK_OPS_PASSIVE_ESTABLISHED_CB {
+        if lookup
+            && !sk.is_null()
+            && let Some(s) = storage(sk, true)
+        {
+            s.flow.status = Status::Passed as u8;
+        }
         let _ = ctx.set_cb_flags((ops.bpf_sock_ops_cb_flags | OUR_CB_FLAGS) as i32);
     }
     1

@@ -241,6 +241,7 @@ impl Live {
             observer.probe_runtime(),
             opts.max_flows,
             observer.path.as_str(),
+            observer.sample_clock.name(),
         );
         Ok(Live {
             _bpf_stats: bpf_stats,

@@ -13,6 +13,10 @@ pub struct StatsReport {
     /// The kernel path observing flows: "sockops" or "tracepoint".
     #[serde(default)]
     pub observer: String,
+    /// The clock that paces samples: "jiffies" (the sock_ops path where the kernel allows it),
+    /// "coarse" or "monotonic" (its fallbacks; the tracepoint path's).
+    #[serde(default)]
+    pub sample_clock: String,
     pub interval_s: f64,
     /// Per-ACK program runs per second: tcp_probe (incoming segments on all TCP sockets) or the
     /// sock_ops program (all its callbacks).
@@ -68,6 +72,7 @@ pub struct StatsTracker {
     prev: Snapshot,
     max_flows: u64,
     path: &'static str,
+    clock: &'static str,
 }
 
 /// User + system CPU time of this process.
@@ -87,11 +92,13 @@ impl StatsTracker {
         probe_runtime: Option<(Duration, u64)>,
         max_flows: u32,
         path: &'static str,
+        clock: &'static str,
     ) -> Self {
         StatsTracker {
             prev: Snapshot { at: Instant::now(), counters, records, cpu: process_cpu_time(), probe_runtime },
             max_flows: max_flows as u64,
             path,
+            clock,
         }
     }
 
@@ -114,6 +121,7 @@ impl StatsTracker {
         };
         let report = StatsReport {
             observer: self.path.to_string(),
+            sample_clock: self.clock.to_string(),
             interval_s: dt,
             events_per_s: delta(counter::PROBE_EVENTS) / dt,
             records_per_s: now.records.saturating_sub(self.prev.records) as f64 / dt,

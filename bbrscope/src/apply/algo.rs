@@ -2,12 +2,15 @@
 //! a module that can be loaded. Read from the kernel (its list, /sys/module, its config and
 //! module index), never from lsmod, where built-in algorithms never appear.
 
-use std::{io::Read as _, path::Path, process::Command};
+use std::{path::Path, process::Command};
 
 use anyhow::{Result, bail};
 use serde::Serialize;
 
-use crate::{error::usage, sys::cc};
+use crate::{
+    error::usage,
+    sys::{cc, kconfig},
+};
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
@@ -51,11 +54,10 @@ pub struct Kernel {
 
 impl Kernel {
     pub fn discover() -> Result<Self> {
-        let release = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default();
-        let release = release.trim();
+        let release = kconfig::release();
         Ok(Kernel {
             registered: cc::available()?,
-            config: kernel_config(release),
+            config: kconfig::read(&release).map(|(text, _)| text),
             modules_dep: std::fs::read_to_string(format!("/lib/modules/{release}/modules.dep")).ok(),
         })
     }
@@ -216,17 +218,6 @@ impl Kernel {
 
 /// Modules under net/ipv4 named tcp_* that are not congestion control.
 const NOT_ALGORITHMS: &[&str] = &["diag", "probe"];
-
-/// The running kernel's configuration: /proc/config.gz, else /boot/config-<release>.
-fn kernel_config(release: &str) -> Option<String> {
-    if let Ok(gz) = std::fs::File::open("/proc/config.gz") {
-        let mut text = String::new();
-        if flate2::read::GzDecoder::new(gz).read_to_string(&mut text).is_ok() {
-            return Some(text);
-        }
-    }
-    std::fs::read_to_string(format!("/boot/config-{release}")).ok()
-}
 
 /// Loads a module with modprobe.
 pub fn load_module(module: &str) -> Result<()> {

@@ -21,7 +21,7 @@ use super::{
     hooks,
     layout::Layout,
 };
-use crate::{error::UsageError, filter::FilterSpec};
+use crate::{error::UsageError, filter::FilterSpec, sys::hz};
 
 static OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/bbrscope"));
 
@@ -78,6 +78,10 @@ pub enum PathChoice {
     /// For `cargo xtask bench`: the sock_ops path's callbacks with an empty program (the floor).
     #[value(hide = true)]
     FloorSockops,
+    /// For `cargo xtask bench`: the sock_ops path's callbacks with a program that only looks up
+    /// each socket's storage and counts the ACK (what any per-socket observer must do).
+    #[value(hide = true)]
+    LookupSockops,
     /// For `cargo xtask bench`: an empty program on tcp_probe (the floor).
     #[value(hide = true)]
     FloorTracepoint,
@@ -89,6 +93,7 @@ pub enum ObserverPath {
     Sockops,
     Tracepoint,
     FloorSockops,
+    LookupSockops,
     FloorTracepoint,
 }
 
@@ -98,6 +103,7 @@ impl ObserverPath {
             ObserverPath::Sockops => "sockops",
             ObserverPath::Tracepoint => "tracepoint",
             ObserverPath::FloorSockops => "floor-sockops",
+            ObserverPath::LookupSockops => "lookup-sockops",
             ObserverPath::FloorTracepoint => "floor-tracepoint",
         }
     }
@@ -129,6 +135,7 @@ pub struct Observer {
     /// Things this kernel lacks, in words, for the user.
     pub degraded: Vec<String>,
     pub path: ObserverPath,
+    pub sample_clock: SampleClock,
     /// The program on the per-ACK path, for its run-time statistics.
     per_ack_program: &'static str,
 }
@@ -200,6 +207,7 @@ impl Observer {
             events_per_interval: opts.events_per_interval,
             wake_bytes: opts.ring_bytes / WAKE_FRACTION,
             _pad: 0,
+            sockops_period: sockops.clock.period(opts.interval),
             filter: kernel_filter(&opts.filter, &layout)?,
             sock: layout.sock,
             fields: layout.fields,
@@ -233,13 +241,9 @@ impl Observer {
                 attach_tracepoints(&mut ebpf, &hooks.attach)?;
                 ObserverPath::Tracepoint
             }
-            Ok(ObserverPath::FloorTracepoint) => {
-                attach_floor(&mut ebpf, FLOOR_TCP_PROBE)?;
-                ObserverPath::FloorTracepoint
-            }
-            Ok(ObserverPath::FloorSockops) => {
-                attach_floor(&mut ebpf, FLOOR_SOCKOPS)?;
-                ObserverPath::FloorSockops
+            Ok(bench @ (ObserverPath::FloorTracepoint | ObserverPath::FloorSockops | ObserverPath::LookupSockops)) => {
+                attach_bench(&mut ebpf, bench)?;
+                bench
             }
             Ok(ObserverPath::Sockops) => match attach_sockops(&mut ebpf, &hooks.attach) {
                 Ok(()) => ObserverPath::Sockops,
@@ -259,11 +263,10 @@ impl Observer {
         {
             degraded.push(note);
         }
-        let per_ack_program = match path {
-            ObserverPath::Sockops => SOCKOPS_PROGRAM,
-            ObserverPath::Tracepoint => "tcp_probe",
-            ObserverPath::FloorSockops => FLOOR_SOCKOPS,
-            ObserverPath::FloorTracepoint => FLOOR_TCP_PROBE,
+        let per_ack_program = path.per_ack_program();
+        let sample_clock = match path {
+            ObserverPath::Tracepoint => SampleClock::Monotonic { why: "tcp_probe stamps and paces samples by it" },
+            _ => sockops.clock,
         };
 
         let ring = RingBuf::try_from(ebpf.take_map("EVENTS").context("EVENTS map missing")?)?;
@@ -272,7 +275,7 @@ impl Observer {
         // the AsyncFd owns the ring buffer.
         let ring = unsafe { AsyncFd::register_with_interest(ring, tokio::io::Interest::READABLE) }
             .map_err(|e| e.into_parts().1)?;
-        Ok(Observer { ebpf, ring, counters, layout, degraded, path, per_ack_program })
+        Ok(Observer { ebpf, ring, counters, layout, degraded, path, sample_clock, per_ack_program })
     }
 
     /// Waits until records are available (or `DRAIN_PERIOD` has passed: the programs wake
@@ -320,7 +323,7 @@ impl Observer {
                 let prog: &RawTracePoint = self.ebpf.program(self.per_ack_program)?.try_into().ok()?;
                 prog.info().ok()?
             }
-            ObserverPath::Sockops | ObserverPath::FloorSockops => {
+            ObserverPath::Sockops | ObserverPath::FloorSockops | ObserverPath::LookupSockops => {
                 let prog: &SockOps = self.ebpf.program(self.per_ack_program)?.try_into().ok()?;
                 prog.info().ok()?
             }
@@ -352,12 +355,14 @@ pub fn probe() -> std::result::Result<(ObserverPath, Option<String>), String> {
     if let Some(missing) = helpers.missing {
         return Ok((ObserverPath::Tracepoint, Some(format!("sock_ops programs cannot call {missing} here"))));
     }
+    let interval = Duration::from_millis(100);
     let config = Config {
-        interval_ns: 100_000_000,
+        interval_ns: interval.as_nanos() as u64,
         flags: layout.flags | hooks.flags | helpers.flags,
         events_per_interval: 64,
         wake_bytes: 0,
         _pad: 0,
+        sockops_period: helpers.clock.period(interval),
         filter: Filter::default(),
         sock: layout.sock,
         fields: layout.fields,
@@ -371,7 +376,10 @@ pub fn probe() -> std::result::Result<(ObserverPath, Option<String>), String> {
         Ok(())
     })();
     Ok(match why {
-        Ok(()) => (ObserverPath::Sockops, helpers.owner_note),
+        Ok(()) => {
+            let notes: Vec<String> = helpers.owner_note.into_iter().chain(helpers.clock.fallback_note()).collect();
+            (ObserverPath::Sockops, (!notes.is_empty()).then(|| notes.join("; ")))
+        }
         Err(e) => (ObserverPath::Tracepoint, Some(format!("{e:#}"))),
     })
 }
@@ -436,10 +444,13 @@ struct SockopsHelpers {
     missing: Option<String>,
     /// What the user loses for the optional ones it lacks.
     owner_note: Option<String>,
+    /// What paces samples (its flag is in `flags`).
+    clock: SampleClock,
 }
 
 /// Asks the kernel which helpers sock_ops programs may call: newer kernels allow more (the
-/// current process's ids since about 6.10, its command name later, the coarse clock since 5.11).
+/// current process's ids since about 6.10, its command name later, the coarse clock since 5.11),
+/// and picks the clock that paces samples.
 fn sockops_helpers() -> SockopsHelpers {
     use aya::{
         programs::ProgramType,
@@ -465,11 +476,16 @@ fn sockops_helpers() -> SockopsHelpers {
     } else {
         lost.push("comm");
     }
-    if has(BpfHelper::BPF_FUNC_ktime_get_coarse_ns) {
-        flags |= config_flags::SOCKOPS_COARSE_CLOCK;
-    }
+    let hz = if has(BpfHelper::BPF_FUNC_jiffies64) { hz::discover().ok_or(HZ_UNKNOWN) } else { Err(NO_JIFFIES) };
+    let clock = match hz {
+        Ok(hz) => SampleClock::Jiffies(hz),
+        Err(why) if has(BpfHelper::BPF_FUNC_ktime_get_coarse_ns) => SampleClock::Coarse { why },
+        Err(why) => SampleClock::Monotonic { why },
+    };
+    flags |= clock.flag();
     SockopsHelpers {
         flags,
+        clock,
         missing: (!missing.is_empty()).then(|| missing.join(", ")),
         owner_note: (!lost.is_empty()).then(|| {
             format!(
@@ -489,6 +505,7 @@ fn choose_path(opts: &Options) -> std::result::Result<ObserverPath, String> {
         }
         PathChoice::Tracepoint => Ok(ObserverPath::Tracepoint),
         PathChoice::FloorSockops => Ok(ObserverPath::FloorSockops),
+        PathChoice::LookupSockops => Ok(ObserverPath::LookupSockops),
         PathChoice::FloorTracepoint => Ok(ObserverPath::FloorTracepoint),
         // Receive-only flows get no RTT callbacks: periodic samples of them need tcp_probe.
         _ if opts.receivers => Err("--receivers samples flows that only receive, which only the tracepoint \
@@ -508,21 +525,88 @@ fn attach_tracepoints(ebpf: &mut Ebpf, hooks: &[&'static str]) -> Result<()> {
     Ok(())
 }
 
-const FLOOR_SOCKOPS: &str = "floor_sockops";
-const FLOOR_TCP_PROBE: &str = "floor_tcp_probe";
+impl ObserverPath {
+    /// The program on the per-ACK path, for its run-time statistics.
+    fn per_ack_program(self) -> &'static str {
+        match self {
+            ObserverPath::Sockops => SOCKOPS_PROGRAM,
+            ObserverPath::Tracepoint => "tcp_probe",
+            ObserverPath::FloorSockops => "floor_sockops",
+            ObserverPath::LookupSockops => "lookup_sockops",
+            ObserverPath::FloorTracepoint => "floor_tcp_probe",
+        }
+    }
+}
 
-/// An empty program where the real per-ACK program would go, for the benchmark's floor.
-fn attach_floor(ebpf: &mut Ebpf, name: &str) -> Result<()> {
-    if name == FLOOR_TCP_PROBE {
+/// One of the benchmark's reference programs where the real per-ACK program would go.
+fn attach_bench(ebpf: &mut Ebpf, path: ObserverPath) -> Result<()> {
+    let name = path.per_ack_program();
+    if path == ObserverPath::FloorTracepoint {
         let prog: &mut RawTracePoint = ebpf.program_mut(name).context("floor program missing")?.try_into()?;
         prog.load()?;
         prog.attach("tcp_probe")?;
         return Ok(());
     }
-    let prog: &mut SockOps = ebpf.program_mut(name).context("floor program missing")?.try_into()?;
+    let prog: &mut SockOps = ebpf.program_mut(name).with_context(|| format!("{name} missing"))?.try_into()?;
     prog.load()?;
     prog.attach(&cgroup2_root()?, CgroupAttachMode::Single)?;
     Ok(())
+}
+
+const NO_JIFFIES: &str = "this kernel's sock_ops programs cannot read jiffies";
+const HZ_UNKNOWN: &str = "this kernel's tick rate is unknown (no CONFIG_HZ in /proc/config.gz or /boot/config-*, /proc/timer_list unreadable)";
+
+/// The clock the sock_ops program paces samples by (`stats.sample_clock`). Every choice samples
+/// at the same interval; they differ in what each ACK pays to read them.
+#[derive(Clone, Debug, PartialEq)]
+pub enum SampleClock {
+    /// The tick counter: one load once JITed (the verifier inlines bpf_jiffies64 on 64-bit).
+    Jiffies(hz::Hz),
+    /// CLOCK_MONOTONIC_COARSE: a helper call and a few loads.
+    Coarse { why: &'static str },
+    /// CLOCK_MONOTONIC: a helper call and a clock-source read.
+    Monotonic { why: &'static str },
+}
+
+impl SampleClock {
+    pub fn name(&self) -> &'static str {
+        match self {
+            SampleClock::Jiffies(_) => "jiffies",
+            SampleClock::Coarse { .. } => "coarse",
+            SampleClock::Monotonic { .. } => "monotonic",
+        }
+    }
+
+    fn flag(&self) -> u32 {
+        match self {
+            SampleClock::Jiffies(_) => config_flags::SOCKOPS_JIFFIES,
+            SampleClock::Coarse { .. } => config_flags::SOCKOPS_COARSE_CLOCK,
+            SampleClock::Monotonic { .. } => 0,
+        }
+    }
+
+    /// The sample interval in this clock's units: whole ticks, rounded up as the coarse clock
+    /// (which advances a tick at a time) would.
+    fn period(&self, interval: Duration) -> u64 {
+        let ns = interval.as_nanos() as u64;
+        match self {
+            SampleClock::Jiffies(hz) => (ns * hz.hz as u64).div_ceil(1_000_000_000).max(1),
+            _ => ns,
+        }
+    }
+
+    /// For `status`, when this is not the clock bbrscope prefers, or its rate was measured.
+    pub fn fallback_note(&self) -> Option<String> {
+        match self {
+            SampleClock::Jiffies(hz) if hz.source == "measured" => {
+                Some(format!("samples paced by jiffies at HZ {} (measured: no kernel configuration found)", hz.hz))
+            }
+            SampleClock::Jiffies(_) => None,
+            SampleClock::Coarse { why } | SampleClock::Monotonic { why } => {
+                Some(format!("samples paced by the {} clock ({why}): a helper call per ACK", self.name()))
+            }
+        }
+    }
 }
 
 fn cgroup2_root() -> Result<std::fs::File> {

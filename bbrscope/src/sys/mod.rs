@@ -2,6 +2,8 @@
 
 pub mod cc;
 pub mod cgroup;
+pub mod hz;
+pub mod kconfig;
 pub mod netlink;
 pub mod privileges;
 pub mod sockdiag;

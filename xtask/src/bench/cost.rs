@@ -1,6 +1,11 @@
 //! The per-event cost of each observer path against its floor: the same attach points with an
 //! empty program (`bbrscope stream --observer floor-sockops|floor-tracepoint`), run alternately
-//! with the real program in the same benchmark, at 1, 100 and 10,000 flows.
+//! with the real program in the same benchmark, at 1, 100 and 10,000 flows. Between them, to
+//! say where the cost goes: on the sock_ops path a program that only looks up each socket's
+//! storage (`--observer lookup-sockops`: what any observer keeping per-socket state must do per
+//! ACK), and on both paths the real program with a sample interval longer than the run (the
+//! per-ACK check alone, no sample ever due). The real program's time above the check's, over
+//! the records it sent, is the cost of a sample record.
 //!
 //! On the sock_ops path a program only gets callbacks for connections opened after it attached,
 //! so every run starts the observer first and opens its flows after: a few busy bulk flows and
@@ -37,20 +42,47 @@ pub const WARMUP: Duration = Duration::from_millis(1500);
 /// The two observer paths, as `--observer` names them.
 pub const PATHS: [&str; 2] = ["sockops", "tracepoint"];
 
+/// The real program's sample interval in `Program::Check` runs: longer than any run, so no
+/// sample is ever due (`stream --interval` takes at most this).
+pub const NEVER_DUE_MS: &str = "60000";
+/// The share of runs that must send a record for the per-record cost to be worked out.
+const MIN_RECORD_SHARE: f64 = 0.05;
+
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Program {
     /// The empty program on the same attach points.
     Floor,
+    /// sock_ops only: the socket-storage lookup and an ACK count, nothing else.
+    Lookup,
+    /// bbrscope's program with no sample ever due: the per-ACK check alone.
+    Check,
     /// bbrscope's program.
     Real,
 }
 
 impl Program {
+    /// The programs measured on a path, in the order of the first round.
+    fn on(path: &str) -> &'static [Program] {
+        if path == "sockops" {
+            &[Program::Floor, Program::Lookup, Program::Check, Program::Real]
+        } else {
+            &[Program::Floor, Program::Check, Program::Real]
+        }
+    }
+
     fn observer(self, path: &str) -> String {
         match self {
             Program::Floor => format!("floor-{path}"),
-            Program::Real => path.to_string(),
+            Program::Lookup => format!("lookup-{path}"),
+            Program::Check | Program::Real => path.to_string(),
+        }
+    }
+
+    fn label(self, path: &str) -> String {
+        match self {
+            Program::Check => format!("{path} --interval {NEVER_DUE_MS}"),
+            _ => self.observer(path),
         }
     }
 }
@@ -79,19 +111,30 @@ pub struct CostRun {
     pub qemu_after: bool,
 }
 
-/// One path at one flow count: the floor and real runs of every round.
+/// One path at one flow count: every program's runs of every round.
 #[derive(Debug, Serialize)]
 pub struct CostLevel {
     pub path: &'static str,
     pub flows: usize,
     pub busy_flows: usize,
     pub floor_ns: Option<Spread>,
+    /// sock_ops only: the storage lookup alone.
+    pub lookup_ns: Option<Spread>,
+    /// The real program with no sample due: the per-ACK check.
+    pub check_ns: Option<Spread>,
     pub real_ns: Option<Spread>,
     /// Per round: real ns/event over the floor's in the same round.
     pub ratio: Option<Spread>,
+    pub lookup_ratio: Option<Spread>,
+    pub check_ratio: Option<Spread>,
+    /// Per round: the real program's time per second above what its runs would cost as checks
+    /// alone (the same round's check ns/event), over its records per second: what one record
+    /// (a sample, with the flow's OPEN before its first) costs.
+    pub ns_per_record: Option<Spread>,
     pub floor_runs_per_s: Option<Spread>,
     pub real_runs_per_s: Option<Spread>,
     pub real_cpu_cores: Option<Spread>,
+    pub check_records_per_s: Option<Spread>,
     pub real_records_per_s: Option<Spread>,
     pub drops: u64,
 }
@@ -104,24 +147,24 @@ pub struct CostResult {
     pub runs: Vec<CostRun>,
 }
 
-pub fn run(setup: &Setup, levels: &[usize], rounds: u32, seconds: f64) -> Result<CostResult> {
-    let total = PATHS.len() * levels.len() * rounds as usize * 2;
+pub fn run(setup: &Setup, paths: &[&'static str], levels: &[usize], rounds: u32, seconds: f64) -> Result<CostResult> {
+    let total: usize = paths.iter().map(|p| Program::on(p).len()).sum::<usize>() * levels.len() * rounds as usize;
     let mut done = 0;
     let mut runs = Vec::new();
     let mut out = Vec::new();
-    for path in PATHS {
+    for &path in paths {
+        let programs = Program::on(path);
         for &flows in levels {
             let mut mine = Vec::new();
             for round in 0..rounds {
-                // Floor first in even rounds, real first in odd ones: neither always follows the
-                // other, so a drift of the machine over a round does not favour one.
-                let order =
-                    if round % 2 == 0 { [Program::Floor, Program::Real] } else { [Program::Real, Program::Floor] };
+                // Each round starts one program later: none always follows another, so a drift
+                // of the machine over a round does not favour one.
+                let order = (0..programs.len()).map(|i| programs[(i + round as usize) % programs.len()]);
                 for program in order {
                     done += 1;
                     eprintln!(
                         "bench: [{done}/{total}] cost | {} at {flows} flows, round {}",
-                        program.observer(path),
+                        program.label(path),
                         round + 1
                     );
                     let mut attempts = 1;
@@ -155,24 +198,52 @@ fn level(path: &'static str, flows: usize, runs: &[CostRun]) -> CostLevel {
         Spread::of(&runs.iter().filter(|r| r.program == p).filter_map(f).collect::<Vec<_>>())
     };
     let rounds = runs.iter().map(|r| r.round).max().map_or(0, |r| r + 1);
-    let ratios: Vec<f64> = (0..rounds)
-        .filter_map(|round| {
-            let ns = |p| runs.iter().find(|r| r.round == round && r.program == p).and_then(|r| r.ns_per_event);
-            Some(ns(Program::Real)? / ns(Program::Floor)?)
-        })
-        .collect();
+    // One value per round, from that round's runs.
+    let per_round = |f: &dyn Fn(Round) -> Option<f64>| {
+        Spread::of(&(0..rounds).filter_map(|round| f(Round { runs, round })).collect::<Vec<_>>())
+    };
+    let over_floor = |p: Program| per_round(&|r| Some(r.ns(p)? / r.ns(Program::Floor)?));
     CostLevel {
         path,
         flows,
         busy_flows: flows.min(BUSY_FLOWS),
         floor_ns: of(Program::Floor, |r| r.ns_per_event),
+        lookup_ns: of(Program::Lookup, |r| r.ns_per_event),
+        check_ns: of(Program::Check, |r| r.ns_per_event),
         real_ns: of(Program::Real, |r| r.ns_per_event),
-        ratio: Spread::of(&ratios),
+        ratio: over_floor(Program::Real),
+        lookup_ratio: over_floor(Program::Lookup),
+        check_ratio: over_floor(Program::Check),
+        ns_per_record: per_round(&|r| {
+            let real = r.get(Program::Real)?;
+            let extra_ns_per_s = (real.ns_per_event? - r.ns(Program::Check)?) * real.runs_per_s;
+            // Where records are a small share of the runs, their cost is within the runs'
+            // spread: not measurable this way.
+            (real.records_per_s >= MIN_RECORD_SHARE * real.runs_per_s).then(|| extra_ns_per_s / real.records_per_s)
+        }),
         floor_runs_per_s: of(Program::Floor, |r| Some(r.runs_per_s)),
         real_runs_per_s: of(Program::Real, |r| Some(r.runs_per_s)),
         real_cpu_cores: of(Program::Real, |r| Some(r.cpu_cores)),
+        check_records_per_s: of(Program::Check, |r| Some(r.records_per_s)),
         real_records_per_s: of(Program::Real, |r| Some(r.records_per_s)),
-        drops: runs.iter().filter(|r| r.program == Program::Real).map(|r| r.drops).sum(),
+        drops: runs.iter().filter(|r| matches!(r.program, Program::Real | Program::Check)).map(|r| r.drops).sum(),
+    }
+}
+
+/// The runs of one round of one level.
+#[derive(Clone, Copy)]
+struct Round<'a> {
+    runs: &'a [CostRun],
+    round: u32,
+}
+
+impl<'a> Round<'a> {
+    fn get(self, program: Program) -> Option<&'a CostRun> {
+        self.runs.iter().find(|r| r.round == self.round && r.program == program)
+    }
+
+    fn ns(self, program: Program) -> Option<f64> {
+        self.get(program)?.ns_per_event
     }
 }
 
@@ -185,7 +256,11 @@ fn run_one(
     seconds: f64,
 ) -> Result<CostRun> {
     let observer = program.observer(path);
-    let mut traced = bbrscope_stream(setup, &["--observer", &observer, "--stats-interval", "0"], Stdio::null())?;
+    let mut args = vec!["--observer", &observer, "--stats-interval", "0"];
+    if program == Program::Check {
+        args.extend(["--interval", NEVER_DUE_MS]);
+    }
+    let mut traced = bbrscope_stream(setup, &args, Stdio::null())?;
     thread::sleep(SETTLE);
     let busy = flows.min(BUSY_FLOWS);
     let idle_flows = flows - busy;

@@ -166,7 +166,7 @@ pub struct RunStats {
 
 /// An observer's program on the per-ACK path: bbrscope's raw tracepoint and bpftrace's
 /// tracepoint program are both named after the tracepoint; bbrscope's sock_ops program and the
-/// benchmark's floor programs have names of their own.
+/// benchmark's reference programs (floor, lookup) have names of their own.
 pub struct ProbeProgram {
     pid: u32,
     fd: u32,
@@ -174,7 +174,7 @@ pub struct ProbeProgram {
 }
 
 /// Names of per-ACK programs, as the kernel keeps them (at most 15 bytes: longer names are cut).
-const PER_ACK_NAMES: [&str; 4] = ["tcp_probe", "bbrscope_sockop", "floor_sockops", "floor_tcp_probe"];
+const PER_ACK_NAMES: [&str; 5] = ["tcp_probe", "bbrscope_sockop", "floor_sockops", "lookup_sockops", "floor_tcp_probe"];
 
 impl ProbeProgram {
     pub const NAME: &str = "tcp_probe";

@@ -63,6 +63,9 @@ pub struct BenchArgs {
     /// Flow counts of the cost part (comma-separated) [default: 1,100,10000; --quick: 1,1000]
     #[arg(long, value_name = "N,N..", value_delimiter = ',')]
     cost_flows: Vec<usize>,
+    /// Observer paths of the cost part (comma-separated) [default: sockops,tracepoint]
+    #[arg(long, value_name = "PATH,..", value_delimiter = ',', value_parser = cost::PATHS)]
+    cost_paths: Vec<String>,
     /// Short flows started per second
     #[arg(long, value_name = "N", default_value_t = 5000.0)]
     short_rate: f64,
@@ -119,6 +122,7 @@ pub struct Plan {
     pub forced_drops: bool,
     pub drops_seconds: f64,
     pub cost_levels: Vec<usize>,
+    pub cost_paths: Vec<&'static str>,
     pub cost_rounds: u32,
     pub cost_seconds: f64,
     pub short_paths: Vec<PathKind>,
@@ -178,6 +182,10 @@ impl Plan {
                 (true, true) if args.quick => vec![1, 1000],
                 (true, true) => vec![1, 100, 10_000],
             },
+            cost_paths: cost::PATHS
+                .into_iter()
+                .filter(|p| args.cost_paths.is_empty() || args.cost_paths.iter().any(|a| a == p))
+                .collect(),
             cost_rounds: args.cost_rounds.unwrap_or(if args.quick { 2 } else { 4 }),
             cost_seconds: args.cost_seconds.unwrap_or(if args.quick { 1.0 } else { 2.0 }),
             short_paths: if runs(Part::ShortFlows) { paths.to_vec() } else { Vec::new() },
@@ -281,7 +289,7 @@ pub fn run(args: BenchArgs) -> Result<()> {
         None
     } else {
         waited += quiet::wait_for_quiet();
-        Some(cost::run(&setup, &plan.cost_levels, plan.cost_rounds, plan.cost_seconds)?)
+        Some(cost::run(&setup, &plan.cost_paths, &plan.cost_levels, plan.cost_rounds, plan.cost_seconds)?)
     };
     let mut short_flows = Vec::new();
     for &path in &plan.short_paths {

@@ -1,0 +1,98 @@
+//! The kernel's tick rate (HZ): the sock_ops program paces its samples by the tick counter
+//! (`jiffies`), so userspace turns the sample interval into ticks. From the kernel's
+//! configuration where it is published, else measured against the kernel's own clock.
+
+use std::{
+    io::{BufRead as _, BufReader},
+    time::Duration,
+};
+
+use super::kconfig;
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Hz {
+    pub hz: u32,
+    /// Where it came from: a configuration file's path, or `measured`.
+    pub source: String,
+}
+
+pub fn discover() -> Option<Hz> {
+    let from_config = kconfig::read(&kconfig::release()).and_then(|(text, path)| {
+        let hz = kconfig::value(&text, "CONFIG_HZ")?.parse().ok().filter(|&hz| hz > 0)?;
+        Some(Hz { hz, source: path })
+    });
+    from_config.or_else(|| measure().map(|hz| Hz { hz, source: "measured".into() }))
+}
+
+/// How long the measurement watches the tick counter: long enough that its error (a tick at
+/// either end) is within `TOLERANCE_TICKS` of the nearest known rate.
+const MEASURE_FOR: Duration = Duration::from_millis(200);
+const TOLERANCE_TICKS: f64 = 1.5;
+/// Rates kernels are built with (CONFIG_HZ choices across architectures).
+const KNOWN: [u32; 11] = [24, 32, 48, 64, 100, 128, 200, 250, 300, 1000, 1024];
+
+/// Two readings of /proc/timer_list, which prints the kernel's CLOCK_MONOTONIC time and the tick
+/// counter together (readable by root only).
+fn measure() -> Option<u32> {
+    let (t0, j0) = timer_list()?;
+    std::thread::sleep(MEASURE_FOR);
+    let (t1, j1) = timer_list()?;
+    let seconds = t1.checked_sub(t0)? as f64 / 1e9;
+    (seconds > 0.0).then(|| snap(j1.checked_sub(j0)? as f64 / seconds, seconds)).flatten()
+}
+
+fn timer_list() -> Option<(u64, u64)> {
+    let file = std::fs::File::open("/proc/timer_list").ok()?;
+    let mut now = None;
+    // The first CPU's section ends with the tick counter: stop reading there.
+    for line in BufReader::new(file).lines() {
+        let line = line.ok()?;
+        if let Some(ns) = line.strip_prefix("now at ").and_then(|r| r.strip_suffix(" nsecs")) {
+            now = ns.parse().ok();
+        } else if let Some(j) = line.strip_prefix("jiffies: ") {
+            return Some((now?, j.trim().parse().ok()?));
+        }
+    }
+    None
+}
+
+/// The known rate nearest a measured one, if within the measurement's error.
+fn snap(measured: f64, seconds: f64) -> Option<u32> {
+    let tolerance = TOLERANCE_TICKS / seconds;
+    KNOWN
+        .iter()
+        .copied()
+        .min_by(|a, b| (*a as f64 - measured).abs().total_cmp(&(*b as f64 - measured).abs()))
+        .filter(|&k| (k as f64 - measured).abs() <= tolerance)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn measured_rates_snap_to_the_nearest_known_one_within_their_error() {
+        assert_eq!(snap(251.0, 0.2), Some(250));
+        assert_eq!(snap(295.0, 0.2), Some(300));
+        assert_eq!(snap(95.0, 0.2), Some(100));
+        assert_eq!(snap(1004.0, 0.2), Some(1000));
+        // Between two known rates, further than a tick's error from either: unknown.
+        assert_eq!(snap(275.0, 0.2), None);
+    }
+
+    /// Against the kernel's own configuration, where this machine publishes it (root only).
+    #[test]
+    fn the_measurement_finds_the_configured_rate() {
+        let Some(configured) = kconfig::read(&kconfig::release())
+            .and_then(|(text, _)| kconfig::value(&text, "CONFIG_HZ").and_then(|v| v.parse::<u32>().ok()))
+        else {
+            eprintln!("skipped: this kernel publishes no configuration");
+            return;
+        };
+        if std::fs::File::open("/proc/timer_list").is_err() {
+            eprintln!("skipped: /proc/timer_list is not readable (root only)");
+            return;
+        }
+        assert_eq!(measure(), Some(configured));
+    }
+}
