@@ -673,3 +673,22 @@ fn kernel_filter(spec: &FilterSpec, layout: &Layout) -> Result<Filter> {
     }
     Ok(f)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_sample_interval_is_whole_ticks_rounded_up_on_jiffies_and_nanoseconds_otherwise() {
+        let jiffies = SampleClock::Jiffies(hz::Hz { hz: 250, source: "/proc/config.gz".into() });
+        let ms = Duration::from_millis;
+        assert_eq!(jiffies.period(ms(100)), 25);
+        assert_eq!(jiffies.period(ms(30)), 8, "7.5 ticks: the next whole one, as the coarse clock would");
+        assert_eq!(jiffies.period(ms(1)), 1, "never 0: a sample per tick at most");
+        assert_eq!(SampleClock::Coarse { why: NO_JIFFIES }.period(ms(30)), 30_000_000);
+        assert_eq!(jiffies.fallback_note(), None);
+        let measured = SampleClock::Jiffies(hz::Hz { hz: 250, source: "measured".into() });
+        assert!(measured.fallback_note().is_some_and(|n| n.contains("HZ 250") && n.contains("measured")));
+        assert!(SampleClock::Coarse { why: HZ_UNKNOWN }.fallback_note().is_some_and(|n| n.contains("coarse")));
+    }
+}

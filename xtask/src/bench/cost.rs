@@ -177,7 +177,7 @@ pub fn run(setup: &Setup, paths: &[&'static str], levels: &[usize], rounds: u32,
                         run.qemu_after = quiet::qemu_running();
                         // Only QEMU is waited out and measured again: other load is reported (others' CPU),
                         // and the alternation spreads it over floor and real runs alike.
-                        if !run.qemu_after || attempts > RETRIES {
+                        if !run.qemu_after || attempts > RETRIES || !quiet::waits() {
                             break run;
                         }
                         attempts += 1;

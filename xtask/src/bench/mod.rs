@@ -81,6 +81,11 @@ pub struct BenchArgs {
     /// Directory for latest.md and latest.json [default: bench/results in the workspace]
     #[arg(long, value_name = "DIR")]
     out: Option<PathBuf>,
+    /// Measure while QEMU guests run instead of waiting for them (up to 20 minutes before each
+    /// part and cost run): every number then includes their load; the notes count the cost runs
+    /// they overlapped
+    #[arg(long)]
+    while_qemu: bool,
     /// The bbrscope binary to measure [default: build it (release) next to this xtask]
     #[arg(long, value_name = "PATH")]
     bbrscope: Option<PathBuf>,
@@ -246,6 +251,9 @@ pub fn run(args: BenchArgs) -> Result<()> {
     let started = Instant::now();
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).parent().context("workspace root")?.to_path_buf();
     let plan = Plan::from(&args)?;
+    if args.while_qemu {
+        quiet::dont_wait();
+    }
     let bbrscope = match &args.bbrscope {
         Some(p) => p.clone(),
         None => crate::build_bbrscope(&root)?,
