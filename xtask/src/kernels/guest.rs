@@ -477,6 +477,7 @@ fn fidelity(rep: &mut Report, observer: &str, extra: &[&str]) -> Result<Option<S
     let args = [&["--observer", observer, "--interval", "100"], extra].concat();
     let stream = Stream::start(&format!("fidelity-{observer}"), &args)?;
     let cubic = bulk(v4(5001), "cubic", BULK_SECS);
+    let cubic_src = cubic.as_ref().map(|b| b.local.to_string()).unwrap_or_default();
     let bbr = bulk(v4(5002), "bbr", BULK_SECS);
     // IPv6 takes other paths in the kernel (tcp_v6_*, the v6 halves of the addresses) and in
     // bbrscope (address family, 16-byte addresses): a shorter bbr flow over ::1 through netem.
@@ -516,7 +517,30 @@ fn fidelity(rep: &mut Report, observer: &str, extra: &[&str]) -> Result<Option<S
         }
         Err(e) => rep.test(&p("short_flow"), false, format!("{e:#}")),
     }
+    if path.as_deref() == Some("sockops") {
+        let (pass, said) = check_sample_clock(&out, &cubic_src);
+        rep.test(&p("sample_clock"), pass, said);
+    }
     Ok(path)
+}
+
+/// The sock_ops path paces samples by the tick counter, with this kernel's HZ discovered at
+/// start-up (its config, else measured): a wrong HZ would space a bulk flow's samples by a
+/// multiple of `--interval` (250 taken for 1000: 400 ms). The sample timestamps are the kernel's
+/// CLOCK_MONOTONIC; TCG delivers ACKs and ticks late by a few ms, hence the margin.
+fn check_sample_clock(out: &Output, src: &str) -> (bool, String) {
+    let clock = out.records.iter().find(|r| r["type"] == "stats").and_then(|r| r["sample_clock"].as_str());
+    let ts: Vec<f64> = out.flow("sample", src).iter().filter_map(|r| r["ts"].as_f64()).collect();
+    let mut gaps: Vec<f64> = ts.windows(2).map(|w| (w[1] - w[0]) * 1000.0).collect();
+    gaps.sort_by(f64::total_cmp);
+    let median = gaps.get(gaps.len() / 2).copied();
+    let pass = clock == Some("jiffies") && median.is_some_and(|m| (90.0..=150.0).contains(&m));
+    (
+        pass,
+        format!(
+            "stats.sample_clock {clock:?}; median gap between the cubic flow's samples {median:.1?} ms at --interval 100"
+        ),
+    )
 }
 
 fn check_cc(out: &Output, b: &Bulk, expected: &str) -> Result<(bool, String)> {
