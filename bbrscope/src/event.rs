@@ -174,10 +174,10 @@ pub struct CongStateEvent {
 }
 
 /// Who owns a flow (sock_ops path). See docs/stream.md for which parts are exact.
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq)]
 pub struct Owner {
     /// "connect" (active open) or "accept".
-    pub side: Option<String>,
+    pub side: Option<&'static str>,
     /// The process that called connect(), or listen() on the accepting socket.
     pub pid: Option<u32>,
     pub comm: Option<String>,
@@ -341,7 +341,7 @@ fn open(head: Head, o: &bbrscope_common::Owner) -> Box<OpenEvent> {
         head,
         cc: cc_name(&o.cc),
         owner: Owner {
-            side: Some(if o.active != 0 { "connect" } else { "accept" }.into()),
+            side: Some(if o.active != 0 { "connect" } else { "accept" }),
             pid: (o.tgid != 0).then_some(o.tgid),
             comm: (!comm.is_empty()).then_some(comm),
             cgroup_id: (o.cgroup_id != 0).then_some(o.cgroup_id),

@@ -179,9 +179,17 @@ impl Life {
 
     /// The median srtt of the flow's samples (µs).
     pub fn srtt_median_us(&self) -> Option<u32> {
-        let mut v = self.srtts.clone();
-        v.sort_unstable();
-        v.get(v.len() / 2).copied()
+        match self.srtts[..] {
+            // Most short flows: one or two samples (no copy to sort).
+            [] => None,
+            [a] => Some(a),
+            [a, b] => Some(a.max(b)),
+            _ => {
+                let mut v = self.srtts.clone();
+                v.sort_unstable();
+                v.get(v.len() / 2).copied()
+            }
+        }
     }
 }
 
@@ -496,6 +504,18 @@ mod budget_tests {
         .unwrap();
         let Some(crate::replay::Record::Event(Event::Sample(s))) = m.take() else { unreachable!() };
         Event::Sample(Box::new(SampleEvent { head: Head { flow, ts_ns, ..s.head }, ..*s }))
+    }
+
+    /// The median is the upper one of an even count, whatever the count.
+    #[test]
+    fn srtt_median_of_few_and_many_samples() {
+        let median = |v: &[u32]| Life { srtts: v.to_vec(), ..Life::default() }.srtt_median_us();
+        assert_eq!(median(&[]), None);
+        assert_eq!(median(&[7]), Some(7));
+        assert_eq!(median(&[9, 3]), Some(9));
+        assert_eq!(median(&[3, 9]), Some(9));
+        assert_eq!(median(&[5, 1, 9]), Some(5));
+        assert_eq!(median(&[4, 1, 3, 2]), Some(3));
     }
 
     #[test]

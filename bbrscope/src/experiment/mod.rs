@@ -56,7 +56,7 @@ impl Observation {
         let m = flow.metrics.as_ref()?;
         let start = flow.life.start_ns.unwrap_or(flow.first_ns);
         let duration_ns = end.head.ts_ns.saturating_sub(start);
-        let syn_fin = if owner.side.as_deref() == Some("connect") { 2 } else { 1 };
+        let syn_fin = if owner.side == Some("connect") { 2 } else { 1 };
         let acked = m.bytes_acked?;
         Some(Observation {
             arm,

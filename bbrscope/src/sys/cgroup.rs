@@ -111,7 +111,7 @@ pub fn resolve(path: &Path) -> Result<Cgroup> {
 #[derive(Default)]
 pub struct CgroupNames {
     mount: Option<PathBuf>,
-    names: std::collections::HashMap<u64, String>,
+    names: crate::flow::IdMap<String>,
     walked: Option<std::time::Instant>,
 }
 

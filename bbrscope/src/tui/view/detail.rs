@@ -33,7 +33,7 @@ fn owner(flow: &Flow) -> Option<String> {
         (None, Some(p)) => parts.push(format!("pid {p}")),
         (None, None) => {}
     }
-    parts.extend(o.side.clone());
+    parts.extend(o.side.map(str::to_owned));
     parts.extend(o.netns.map(|n| format!("netns {n}")));
     (!parts.is_empty()).then(|| parts.join(" "))
 }
