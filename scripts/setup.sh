@@ -18,7 +18,10 @@ APT_PACKAGES=(llvm-${LLVM_MAJOR}-dev libpolly-${LLVM_MAJOR}-dev libzstd-dev zlib
               # tests/ansible.rs: runs packaging/ansible/canary-rollout.yml (builtin modules only).
               ansible-core
               # tests/export.rs: installs the .deb into a fresh Debian root it makes.
-              debootstrap)
+              debootstrap
+              # tests/export.rs: the Debian root above becomes a disk image (mkfs.ext4 -d) that
+              # cargo xtask boot starts under QEMU with systemd as PID 1.
+              e2fsprogs)
 
 log() { printf 'setup: %s\n' "$*" >&2; }
 

@@ -36,6 +36,9 @@ enum Task {
     /// The test driver inside a kernel-matrix guest (run by its /init)
     #[command(hide = true)]
     KernelGuest,
+    /// A whole Debian system (a root directory with systemd) booted under a Debian kernel in
+    /// QEMU until it powers off; its /dev/ttyS1 goes to a file (root; for tests/export.rs)
+    Boot(kernels::system::BootArgs),
     /// Release binary, man pages, shell completions and a .deb with the systemd units (TARGET/dist)
     Dist(dist::DistArgs),
 }
@@ -47,6 +50,7 @@ fn main() -> Result<()> {
         Task::HoldSockets { pairs, ip } => bench::hold_sockets(pairs, ip),
         Task::Kernels(args) => kernels::run(args),
         Task::KernelGuest => kernels::guest::main(),
+        Task::Boot(args) => kernels::system::run(args),
         Task::Dist(args) => dist::run_dist(args),
     }
 }

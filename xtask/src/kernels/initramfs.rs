@@ -14,6 +14,8 @@ use super::apt::Kernel;
 
 /// PID 1 of the guest.
 const INIT: &str = include_str!("../../../tests/guest/init.sh");
+/// PID 1 of the initramfs that mounts a whole system's root and starts its systemd.
+const BOOT_INIT: &str = include_str!("../../../tests/guest/boot.sh");
 
 /// The host's files the guest runs, and where they go in the guest. iproute2's `tc` and `ss` are
 /// the real ones: busybox's `tc` applet cannot set up netem.
@@ -82,6 +84,30 @@ pub fn build(kernel: &Kernel, payload: &Payload, out: &Path) -> Result<()> {
     }
     if kernel.config().exists() {
         c.host_file(&format!("boot/config-{rel}"), &kernel.config(), 0o644)?;
+    }
+    fs::write(out, c.finish()).with_context(|| format!("writing {}", out.display()))
+}
+
+/// The initramfs of a whole Debian system (`cargo xtask boot`): busybox, the modules its root
+/// file system needs (listed in the kernel's `boot` file, dependencies first) and an init that
+/// mounts /dev/vda and switches to it.
+pub fn build_boot(kernel: &Kernel, out: &Path) -> Result<()> {
+    let mut c = Cpio::default();
+    for d in ["bin", "dev", "proc", "newroot", "lib", "lib/modules"] {
+        c.dir(d);
+    }
+    c.node("dev/console", 5, 1);
+    c.file("init", BOOT_INIT.as_bytes(), 0o755);
+    c.host_file("bin/busybox", &which("busybox")?, 0o755)?;
+    c.symlink("bin/sh", "busybox");
+    let moddir = format!("lib/modules/{}", kernel.release);
+    c.dir(&moddir);
+    let list = fs::read_to_string(kernel.modules().join("boot")).context("the kernel's boot module list")?;
+    c.file(&format!("{moddir}/boot"), list.as_bytes(), 0o644);
+    for m in list.lines().filter(|l| !l.is_empty()) {
+        let rel = format!("{moddir}/{m}");
+        c.parents(&rel);
+        c.host_file(&rel, &kernel.modules().join(m), 0o644)?;
     }
     fs::write(out, c.finish()).with_context(|| format!("writing {}", out.display()))
 }

@@ -7,6 +7,7 @@
 mod apt;
 pub mod guest;
 mod initramfs;
+pub mod system;
 
 use std::{
     fmt::Write as _,
@@ -166,6 +167,18 @@ pub fn run(args: KernelsArgs) -> Result<()> {
     Ok(())
 }
 
+/// The newest Debian kernel whose version starts with `selector`, downloaded and extracted into
+/// `cache` (for `cargo xtask boot`, which boots one).
+fn prepare_kernel(cache: &Path, selector: &str) -> Result<apt::Kernel> {
+    fs::create_dir_all(cache)?;
+    let apt = apt::Apt::new(cache)?;
+    apt.update(false)?;
+    let cands = apt.candidates()?;
+    let c = apt::choose(&cands, selector)
+        .with_context(|| format!("Debian's archive serves no kernel {selector}.x for amd64"))?;
+    apt.prepare(cache, c)
+}
+
 fn boot_one(
     apt: &apt::Apt,
     args: &KernelsArgs,
@@ -181,43 +194,21 @@ fn boot_one(
     let console = work.join("console.log");
     let results = work.join("results.ndjson");
     let _ = fs::remove_file(&results);
-    let mut qemu = Command::new("qemu-system-x86_64")
-        .args(["-accel", "tcg", "-cpu", "max", "-smp", "2", "-m", "1024", "-display", "none", "-no-reboot"])
-        .args(["-monitor", "none", "-nic", "none", "-kernel"])
-        .arg(kernel.vmlinuz())
-        .arg("-initrd")
-        .arg(&initrd)
-        .arg("-append")
-        .arg(
-            ["console=ttyS0 panic=-1 loglevel=4"]
-                .into_iter()
-                .chain(crosscheck.then_some(guest::CROSSCHECK_FLAG))
-                .chain(args.break_.map(|Break::HostBtf| guest::BREAK_FLAG))
-                .collect::<Vec<_>>()
-                .join(" "),
-        )
-        .arg("-serial")
-        .arg(format!("file:{}", console.display()))
-        .arg("-serial")
-        .arg(format!("file:{}", results.display()))
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .spawn()
-        .context("starting qemu-system-x86_64")?;
-    let deadline = Instant::now() + Duration::from_secs(args.timeout);
-    let mut error = None;
-    loop {
-        if qemu.try_wait()?.is_some() {
-            break;
-        }
-        if Instant::now() > deadline {
-            let _ = qemu.kill();
-            let _ = qemu.wait();
-            error = Some(format!("guest still running after {} s (console: {})", args.timeout, console.display()));
-            break;
-        }
-        std::thread::sleep(Duration::from_millis(200));
-    }
+    let append = ["console=ttyS0 panic=-1 loglevel=4"]
+        .into_iter()
+        .chain(crosscheck.then_some(guest::CROSSCHECK_FLAG))
+        .chain(args.break_.map(|Break::HostBtf| guest::BREAK_FLAG))
+        .collect::<Vec<_>>()
+        .join(" ");
+    let mut error = qemu(
+        &kernel,
+        &initrd,
+        &append,
+        &["-m", "1024", "-no-reboot"],
+        &console,
+        &results,
+        Duration::from_secs(args.timeout),
+    )?;
     let mut o = Outcome {
         version: kernel.version.clone(),
         release: kernel.release.clone(),
@@ -260,6 +251,54 @@ fn boot_one(
     }
     o.error = error;
     Ok(o)
+}
+
+/// Boots `kernel` with `initrd` under QEMU (TCG, 2 CPUs, no network) until the guest powers off
+/// or `timeout` passes: its console goes to `console`, its second serial port (/dev/ttyS1, the
+/// guest's results) to `results`. `machine`: further QEMU options (memory, disks, -no-reboot).
+/// Returns why the guest had to be killed, if it had to.
+fn qemu(
+    kernel: &apt::Kernel,
+    initrd: &Path,
+    append: &str,
+    machine: &[&str],
+    console: &Path,
+    results: &Path,
+    timeout: Duration,
+) -> Result<Option<String>> {
+    let mut qemu = Command::new("qemu-system-x86_64")
+        .args(["-accel", "tcg", "-cpu", "max", "-smp", "2", "-display", "none"])
+        .args(machine)
+        .args(["-monitor", "none", "-nic", "none", "-kernel"])
+        .arg(kernel.vmlinuz())
+        .arg("-initrd")
+        .arg(initrd)
+        .arg("-append")
+        .arg(append)
+        .arg("-serial")
+        .arg(format!("file:{}", console.display()))
+        .arg("-serial")
+        .arg(format!("file:{}", results.display()))
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .spawn()
+        .context("starting qemu-system-x86_64")?;
+    let deadline = Instant::now() + timeout;
+    loop {
+        if qemu.try_wait()?.is_some() {
+            return Ok(None);
+        }
+        if Instant::now() > deadline {
+            let _ = qemu.kill();
+            let _ = qemu.wait();
+            return Ok(Some(format!(
+                "guest still running after {} s (console: {})",
+                timeout.as_secs(),
+                console.display()
+            )));
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
 }
 
 /// The matrix as markdown: one row per kernel, then every stderr line and every failure.
