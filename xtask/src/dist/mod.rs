@@ -149,23 +149,39 @@ pub fn run_dist(args: DistArgs) -> Result<()> {
         ),
     )?;
     std::fs::write(debian.join("conffiles"), "/etc/default/bbrscope-exporter\n")?;
-    // Maintainer scripts: tell systemd about the units, stop the exporter on removal. Nothing
-    // runs when installing into another root (DPKG_ROOT set), or without systemd.
+    // Maintainer scripts, as debhelper's systemd snippets would be: record the exporter's enable
+    // state (so that a purge can remove the links `systemctl enable` made), tell a running
+    // systemd about the units, and on removal stop the exporter and every cgroup pin (a pin's
+    // ExecStop is `bbrscope revert`, which needs the binary still there). A purge also removes
+    // pins' enable links and bbrscope's records (/var/lib/bbrscope); the admin's pin settings in
+    // /etc/bbrscope stay. Nothing runs when installing into another root (DPKG_ROOT).
     let script = |name: &str, body: &str| -> Result<()> {
         use std::os::unix::fs::PermissionsExt as _;
         let p = debian.join(name);
-        std::fs::write(
-            &p,
-            format!(
-                "#!/bin/sh\nset -e\nif [ -z \"${{DPKG_ROOT:-}}\" ] && [ -d /run/systemd/system ]; then\n{body}fi\nexit 0\n"
-            ),
-        )?;
+        let text = format!("#!/bin/sh\nset -e\n[ -z \"${{DPKG_ROOT:-}}\" ] || exit 0\n{body}exit 0\n");
+        std::fs::write(&p, text)?;
         std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o755))?;
         Ok(())
     };
-    script("postinst", "  systemctl daemon-reload || true\n")?;
-    script("prerm", "  if [ \"$1\" = remove ]; then systemctl stop bbrscope-exporter.service || true; fi\n")?;
-    script("postrm", "  systemctl daemon-reload || true\n")?;
+    const RELOAD: &str = "[ ! -d /run/systemd/system ] || systemctl daemon-reload || true\n";
+    script(
+        "postinst",
+        &format!(
+            "if [ \"$1\" = configure ]; then\n  deb-systemd-helper update-state bbrscope-exporter.service || true\nfi\n{RELOAD}"
+        ),
+    )?;
+    script(
+        "prerm",
+        "if [ \"$1\" = remove ] && [ -d /run/systemd/system ]; then\n  \
+         systemctl stop bbrscope-exporter.service 'bbrscope-cgroup-pin@*.service' || true\nfi\n",
+    )?;
+    script(
+        "postrm",
+        &format!(
+            "if [ \"$1\" = purge ]; then\n  deb-systemd-helper purge bbrscope-exporter.service || true\n  \
+             rm -f /etc/systemd/system/*.wants/bbrscope-cgroup-pin@*.service\n  rm -rf /var/lib/bbrscope\nfi\n{RELOAD}"
+        ),
+    )?;
 
     std::fs::create_dir_all(&out)?;
     let deb = out.join(format!("bbrscope_{version}_{arch}.deb"));
