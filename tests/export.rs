@@ -245,12 +245,21 @@ fn default_cc_is_reported_per_named_namespace() {
     assert_eq!(tcp_congestion_control(), host_cc);
 }
 
+/// The target directory this test was built in (CARGO_TARGET_DIR or the workspace's), so the
+/// xtask builds it runs reuse what is there.
+fn target_dir() -> PathBuf {
+    Path::new(env!("CARGO_BIN_EXE_bbrscope")).parent().and_then(Path::parent).unwrap().to_path_buf()
+}
+
 /// `cargo xtask dist`'s .deb: (the directory it was written to, its path).
 fn build_deb() -> (tempfile::TempDir, PathBuf) {
+    // One at a time: `dist` rebuilds its staging directory in the target directory.
+    static DIST: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    let _one = DIST.lock().unwrap_or_else(|e| e.into_inner());
     let ws = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..");
     // The target directory this test was built in (CARGO_TARGET_DIR or the workspace's), so
     // the release build reuses what is there.
-    let target = Path::new(env!("CARGO_BIN_EXE_bbrscope")).parent().and_then(Path::parent).unwrap().to_path_buf();
+    let target = target_dir();
     let out_dir = tempfile::tempdir().unwrap();
     let dist = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()))
         .args(["xtask", "dist", "--out"])
@@ -287,23 +296,66 @@ fn tree(root: &Path) -> std::collections::BTreeSet<PathBuf> {
     out
 }
 
-/// A fresh Debian root made by debootstrap (the release this machine runs, minimal, plus man-db
-/// and bash-completion to read the package's man pages and completions with), deleted on drop.
+/// What the tests' Debian roots hold beyond debootstrap's minimal base: man-db and the three
+/// shells with their completion systems, to read the package's pages and completions with; and
+/// for the booted system: systemd as PID 1 with udev and kmod (module loading), iproute2 (`ip
+/// netns`), procps, curl (scrapes) and bpftool (BPF objects left behind).
+const ROOT_PACKAGES: &str =
+    "systemd,systemd-sysv,udev,kmod,iproute2,procps,curl,man-db,bash-completion,zsh,fish,bpftool";
+/// debootstrap's output is kept here as a tar (next to the kernel matrix's cache) and reused for
+/// a week: making it takes ~1.5 min, unpacking it seconds.
+const ROOT_CACHE: &str = "/var/cache/bbrscope-kernels/debian-root";
+const ROOT_MAX_AGE: Duration = Duration::from_secs(7 * 24 * 3600);
+
+/// A fresh Debian root (the release this machine runs, minimal base plus [`ROOT_PACKAGES`]),
+/// unpacked from the cache or made by debootstrap, deleted on drop.
 struct DebianRoot {
     dir: tempfile::TempDir,
 }
 
 impl DebianRoot {
     fn new() -> DebianRoot {
+        // One debootstrap at a time: the tests running in parallel share its cached result.
+        static CACHE: std::sync::Mutex<()> = std::sync::Mutex::new(());
+        let _one = CACHE.lock().unwrap_or_else(|e| e.into_inner());
         let os = std::fs::read_to_string("/etc/os-release").unwrap_or_default();
         let suite = os.lines().find_map(|l| l.strip_prefix("VERSION_CODENAME=")).unwrap_or("bookworm").to_string();
         let dir = tempfile::Builder::new().prefix("bbrscope-debroot-").tempdir().unwrap();
+        let tar = Path::new(ROOT_CACHE).join(format!("{suite}-{}.tar", ROOT_PACKAGES.replace(',', "+")));
+        let fresh = std::fs::metadata(&tar)
+            .and_then(|m| m.modified())
+            .ok()
+            .and_then(|t| t.elapsed().ok())
+            .is_some_and(|age| age < ROOT_MAX_AGE);
+        if fresh {
+            let out = Command::new("tar")
+                .args(["-x", "--numeric-owner", "-C"])
+                .arg(dir.path())
+                .arg("-f")
+                .arg(&tar)
+                .output()
+                .unwrap();
+            assert!(out.status.success(), "unpacking {}: {}", tar.display(), String::from_utf8_lossy(&out.stderr));
+            return DebianRoot { dir };
+        }
         let out = Command::new("debootstrap")
-            .args(["--variant=minbase", "--include=man-db,bash-completion", &suite])
+            .args(["--variant=minbase", &format!("--include={ROOT_PACKAGES}"), &suite])
             .arg(dir.path())
             .output()
             .expect("debootstrap is not installed: run scripts/setup.sh (Debian package `debootstrap`)");
         assert!(out.status.success(), "debootstrap {suite}: {}", String::from_utf8_lossy(&out.stdout));
+        std::fs::create_dir_all(ROOT_CACHE).unwrap();
+        let part = tar.with_extension("tar.part");
+        let out = Command::new("tar")
+            .args(["-c", "--numeric-owner", "-C"])
+            .arg(dir.path())
+            .arg("-f")
+            .arg(&part)
+            .arg(".")
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "caching the root: {}", String::from_utf8_lossy(&out.stderr));
+        std::fs::rename(&part, &tar).unwrap();
         DebianRoot { dir }
     }
 
@@ -441,4 +493,115 @@ fn deb_installs_into_a_fresh_debian_root() {
     let left: Vec<_> = after.difference(&before).collect();
     let gone: Vec<_> = before.difference(&after).collect();
     assert!(left.is_empty() && gone.is_empty(), "left after purge: {left:?}; removed: {gone:?}");
+}
+
+/// The checks tests/guest/system-check.sh makes inside the booted system, in order; each must
+/// report and pass.
+const SYSTEM_CHECKS: &[&str] = &[
+    "pid1_is_systemd",
+    "dpkg_install",
+    "units_known",
+    "service_serves_metrics",
+    "sandbox_capabilities",
+    "sandbox_mounts_and_limits",
+    "traffic_made",
+    "flows_counted_per_cc",
+    "default_cc_under_the_unit",
+    "stop_detaches",
+    "man_renders",
+    "bash_completes",
+    "zsh_completes",
+    "fish_completes",
+    "cgroup_pin_applies",
+    "rebooted",
+    "exporter_started_at_boot",
+    "cgroup_pin_restored_at_boot",
+    "cgroup_pin_reverted",
+    "purge_is_clean",
+];
+
+/// The package on a whole Debian system with systemd as PID 1: the Debian root above, booted by
+/// `cargo xtask boot` under Debian 12's own kernel (6.1) in QEMU. A unit of the test's runs
+/// tests/guest/system-check.sh at boot, which does what an admin would: installs the .deb with
+/// dpkg, enables the packaged exporter unit and checks the sandbox the kernel applies to it
+/// against the unit file (capabilities, no_new_privs, seccomp, read-only /, memory and CPU
+/// limits), counts real cubic and bbr flows (exactly, bytes within 5%), the default algorithm of
+/// a named namespace, `systemctl stop` leaving no BPF program or link; `man bbrscope`; `bbrscope
+/// ap<TAB>` completing to `apply` in bash, zsh and fish; a bbrscope-cgroup-pin@ slice pin applied,
+/// restored by the unit after a reboot of the guest, reverted; a purge that stops the exporter
+/// and leaves no file dpkg owned. Results come back over the guest's second serial port.
+#[test]
+fn the_package_runs_under_systemd_in_a_debian_guest() {
+    require_root();
+    let (out_dir, deb) = build_deb();
+    let root = DebianRoot::new();
+    let r = root.path();
+    std::fs::copy(&deb, r.join("root/bbrscope.deb")).unwrap();
+    let put = |path: &str, text: &str, mode: u32| {
+        use std::os::unix::fs::PermissionsExt as _;
+        let p = r.join(path);
+        std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+        std::fs::write(&p, text).unwrap();
+        std::fs::set_permissions(&p, std::fs::Permissions::from_mode(mode)).unwrap();
+    };
+    put("usr/local/sbin/bbrscope-system-check", include_str!("guest/system-check.sh"), 0o755);
+    put(
+        "etc/systemd/system/bbrscope-system-check.service",
+        "[Unit]\nDescription=tests/export.rs: the package under systemd\nAfter=multi-user.target\n\n\
+         [Service]\nType=oneshot\nTimeoutStartSec=infinity\nExecStart=/usr/local/sbin/bbrscope-system-check\n\
+         StandardOutput=journal+console\n\n[Install]\nWantedBy=multi-user.target\n",
+        0o644,
+    );
+    std::os::unix::fs::symlink(
+        "/etc/systemd/system/bbrscope-system-check.service",
+        r.join("etc/systemd/system/multi-user.target.wants/bbrscope-system-check.service"),
+    )
+    .unwrap();
+    // Not a first boot (systemd-firstboot would wait for answers on the console).
+    put("etc/machine-id", &format!("{:032x}\n", rand_u128()), 0o444);
+    put("etc/hostname", "bbrscope-guest\n", 0o644);
+    let serial = out_dir.path().join("serial.ndjson");
+    let boot = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()))
+        .args(["xtask", "boot", "--root"])
+        .arg(r)
+        .arg("--serial")
+        .arg(&serial)
+        .env("CARGO_TARGET_DIR", target_dir())
+        .current_dir(concat!(env!("CARGO_MANIFEST_DIR"), "/.."))
+        .stderr(Stdio::inherit())
+        .status()
+        .unwrap();
+    let text = std::fs::read_to_string(&serial).unwrap_or_default();
+    let console = std::fs::read_to_string(format!("{}.console", serial.display())).unwrap_or_default();
+    let tail: Vec<&str> = console.lines().rev().take(30).collect::<Vec<_>>().into_iter().rev().collect();
+    let mut results: Vec<(String, bool, String)> = Vec::new();
+    let mut done = Vec::new();
+    for line in text.lines() {
+        let Ok(v) = serde_json::from_str::<Value>(line.trim()) else { continue };
+        match v["kind"].as_str() {
+            Some("test") => results.push((
+                v["name"].as_str().unwrap_or("?").into(),
+                v["pass"].as_bool().unwrap_or(false),
+                v["detail"].as_str().unwrap_or("").into(),
+            )),
+            Some("done") => done.push(v["phase"].as_str().unwrap_or("?").to_string()),
+            _ => {}
+        }
+    }
+    for (name, pass, detail) in &results {
+        eprintln!("system: {} {name}: {detail}", if *pass { "pass" } else { "FAIL" });
+    }
+    assert!(boot.success(), "cargo xtask boot failed; console tail:\n{}", tail.join("\n"));
+    let names: Vec<&str> = results.iter().map(|r| r.0.as_str()).collect();
+    assert_eq!(names, SYSTEM_CHECKS, "checks reported (phases done: {done:?}); console tail:\n{}", tail.join("\n"));
+    let failed: Vec<&str> = results.iter().filter(|r| !r.1).map(|r| r.0.as_str()).collect();
+    assert!(failed.is_empty(), "failed in the guest: {failed:?}");
+    assert_eq!(done, ["1", "2"], "both boots finished");
+}
+
+/// 128 random bits from the kernel (a machine id).
+fn rand_u128() -> u128 {
+    let mut b = [0u8; 16];
+    std::fs::File::open("/dev/urandom").unwrap().read_exact(&mut b).unwrap();
+    u128::from_le_bytes(b)
 }
