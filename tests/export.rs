@@ -345,7 +345,7 @@ impl DebianRoot {
             .expect("debootstrap is not installed: run scripts/setup.sh (Debian package `debootstrap`)");
         assert!(out.status.success(), "debootstrap {suite}: {}", String::from_utf8_lossy(&out.stdout));
         std::fs::create_dir_all(ROOT_CACHE).unwrap();
-        let part = tar.with_extension("tar.part");
+        let part = tar.with_extension(format!("{}.part", std::process::id()));
         let out = Command::new("tar")
             .args(["-c", "--numeric-owner", "-C"])
             .arg(dir.path())

@@ -53,7 +53,8 @@ pub fn run(args: BootArgs) -> Result<()> {
     let status = Command::new("chroot").arg(&args.root).args(["depmod", "-a", &kernel.release]).status()?;
     ensure!(status.success(), "depmod in {} failed (is kmod installed there?)", args.root.display());
 
-    let work = args.cache.join("runs/boot");
+    // Per process: two test runs (two clones) may boot at once.
+    let work = args.cache.join("runs").join(format!("boot-{}", std::process::id()));
     fs::create_dir_all(&work)?;
     let image = work.join("root.ext4");
     // Room to work in beyond what the root holds (the image is sparse).
@@ -89,8 +90,8 @@ pub fn run(args: BootArgs) -> Result<()> {
         Duration::from_secs(args.timeout),
     )?;
     eprintln!("boot: guest ended after {:.0} s", started.elapsed().as_secs_f64());
-    // The disk is thrown away: it is as large as the root.
-    fs::remove_file(&image)?;
+    // The disk is thrown away (it is as large as the root), and the initramfs with it.
+    fs::remove_dir_all(&work)?;
     if let Some(e) = error {
         bail!("{e}");
     }
