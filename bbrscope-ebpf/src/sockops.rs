@@ -157,17 +157,7 @@ fn on_rtt(ops: &bpf_sock_ops, sk: *mut bpf_sock) {
     }
     // `rtt_events` (the flow's total) is added up from this at each sample.
     s.flow.acks = s.flow.acks.wrapping_add(1);
-    let srtt = ops.srtt_us;
-    if srtt < s.srtt_min {
-        s.srtt_min = srtt;
-    }
-    if srtt > s.srtt_max {
-        s.srtt_max = srtt;
-    }
-    let cwnd = ops.snd_cwnd;
-    if cwnd > s.cwnd_max {
-        s.cwnd_max = cwnd;
-    }
+    track(s, ops);
     if has_flag(config_flags::POLL_CA_STATE) {
         // No tcp_cong_state_set tracepoint on this kernel: look for changes on each ACK.
         let state = sock::ca_state(s.sk);
@@ -181,6 +171,24 @@ fn on_rtt(ops: &bpf_sock_ops, sk: *mut bpf_sock) {
     }
     s.next_sample_tick = now + conf!(sockops_period);
     sample(s, ops.state as u8);
+}
+
+/// The summary's srtt min/max and cwnd max. The kernel runs the RTT callback before it stores
+/// the sample's new srtt and before congestion control acts on the ACK, so each callback sees the
+/// values the previous ACK left; the last ACK's are seen at close (see `on_state`).
+#[inline(always)]
+fn track(s: &mut SockFlow, ops: &bpf_sock_ops) {
+    let srtt = ops.srtt_us;
+    if srtt < s.srtt_min {
+        s.srtt_min = srtt;
+    }
+    if srtt > s.srtt_max {
+        s.srtt_max = srtt;
+    }
+    let cwnd = ops.snd_cwnd;
+    if cwnd > s.cwnd_max {
+        s.cwnd_max = cwnd;
+    }
 }
 
 /// Adds the ACKs since the previous sample to the flow's and the global count (a sample resets
@@ -265,6 +273,8 @@ fn on_state(ops: &bpf_sock_ops, sk: *mut bpf_sock) {
         return;
     }
     count_acks(s);
+    // The values after the last ACK, which no RTT callback saw (see `track`).
+    track(s, ops);
     s.flow.tcp_state = TCP_CLOSE as u8;
     let first = s.flow.announced == 0;
     let Some(mut entry) = EVENTS.reserve::<FlowClose>(0) else {

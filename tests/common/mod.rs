@@ -460,6 +460,9 @@ pub fn parse_bps(s: &str) -> f64 {
 pub struct TcpInfo {
     pub state: u8,
     pub unacked: u32,
+    /// Smoothed RTT, µs (tcpi_rtt).
+    pub rtt_us: u32,
+    pub snd_cwnd: u32,
     pub total_retrans: u32,
     pub bytes_acked: u64,
     pub bytes_received: u64,
@@ -483,6 +486,8 @@ pub fn tcp_info(fd: std::os::fd::RawFd) -> TcpInfo {
     TcpInfo {
         state: buf[0],
         unacked: u32_at(24),
+        rtt_us: u32_at(68),
+        snd_cwnd: u32_at(80),
         total_retrans: u32_at(100),
         bytes_acked: u64_at(120),
         bytes_received: u64_at(128),
