@@ -111,13 +111,14 @@ fn agrees_with_ss_for_the_same_socket() {
     // within the range bbrscope reported in the 100 ms around the ss call, widened by 10% (RTTs by
     // 1 us more: ss prints them in ms with microsecond resolution). On loopback the RTT moves by
     // tens of percent between ACKs, so one snapshot of five may fall outside; more may not.
-    let mut agreed = 0;
+    let (mut compared, mut agreed) = (0, 0);
     let mut disagreements = Vec::new();
     for (t, ss) in &snapshots {
         let near: Vec<&&Value> = samples.iter().filter(|s| (s["ts"].as_f64().unwrap() - t).abs() <= 0.05).collect();
         if near.is_empty() {
             continue;
         }
+        compared += 1;
         // mss_cache follows the peer's largest window (half of it bounds the MSS), which moves on
         // loopback under load: ss's value must be one bbrscope reported around that instant.
         let ss_mss = ss["mss"].parse::<u64>().unwrap();
@@ -141,7 +142,12 @@ fn agrees_with_ss_for_the_same_socket() {
         }
         agreed += ok as usize;
     }
-    assert!(agreed >= 3 && disagreements.len() <= 1, "{agreed} snapshots agreed; disagreements: {disagreements:?}");
+    // Per snapshot, not per field: pacing rate follows srtt, so one outlying instant can put both
+    // outside (CI once saw exactly that, with the other four snapshots agreeing).
+    assert!(
+        agreed >= 3 && compared - agreed <= 1,
+        "{agreed} of {compared} snapshots agreed; disagreements: {disagreements:?}"
+    );
 }
 
 #[test]
