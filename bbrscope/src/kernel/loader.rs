@@ -151,7 +151,7 @@ impl Observer {
                         "--btf {} does not describe the running kernel (Linux {}): {e}; give this kernel's \
                          own BTF (e.g. from its vmlinux: `pahole --btf_encode_detached FILE vmlinux`)",
                         path.display(),
-                        std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default().trim()
+                        crate::sys::kconfig::release()
                     ))
                 })?;
                 btf
