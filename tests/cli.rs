@@ -27,6 +27,8 @@ enum As {
     Root,
     /// uid/gid 65534 (nobody), no capabilities.
     Nobody,
+    /// Root without CAP_NET_ADMIN and CAP_SYS_ADMIN: may trace, may not load sock_ops programs.
+    RootWithoutNetAdmin,
 }
 
 #[test]
@@ -61,6 +63,11 @@ fn every_subcommand_exits_as_the_readme_says() {
         // A missing privilege.
         (vec!["stream", "--duration", "1"], Out::Null, As::Nobody, 2, "needs root"),
         (vec!["apply", "bbr", "--netns", "/proc/1/ns/net", r[0], r[1]], Out::Null, As::Nobody, 2, "permission denied (run as root)"),
+        // Tracing allowed, sock_ops not: named as a missing capability, not a kernel that lacks
+        // helpers; refused where only sock_ops can serve, a fallback with a warning elsewhere.
+        (vec!["stream", "--duration", "1"], Out::Null, As::RootWithoutNetAdmin, 0, "need CAP_NET_ADMIN (or CAP_SYS_ADMIN), which this process lacks: using tracepoints"),
+        (vec!["stream", "--observer", "sockops", "--duration", "1"], Out::Null, As::RootWithoutNetAdmin, 2, "--observer sockops: sock_ops programs need CAP_NET_ADMIN"),
+        (vec!["experiment", "--arms", "cubic,reno", "--duration", "1m"], Out::Null, As::RootWithoutNetAdmin, 2, "an experiment needs the sockops observer: sock_ops programs need CAP_NET_ADMIN"),
         // Output that cannot be written.
         (vec!["status", "--json", r[0], r[1]], Out::Full, As::Root, 1, "No space left on device"),
         (vec!["status", r[0], r[1]], Out::ClosedPipe, As::Root, 0, ""),
@@ -86,9 +93,25 @@ fn every_subcommand_exits_as_the_readme_says() {
                 }
             }
         };
-        if let As::Nobody = who {
+        match who {
+            As::Root => {}
             // std clears the supplementary groups when root sets a uid.
-            c.uid(65534).gid(65534);
+            As::Nobody => {
+                c.uid(65534).gid(65534);
+            }
+            // SAFETY: prctl(2) is async-signal-safe, as pre_exec requires. Root's capabilities
+            // after exec are its bounding set, so dropping from it drops them.
+            As::RootWithoutNetAdmin => unsafe {
+                c.pre_exec(|| {
+                    // CAP_NET_ADMIN, CAP_SYS_ADMIN (linux/capability.h; libc does not name them).
+                    for cap in [12, 21] {
+                        if libc::prctl(libc::PR_CAPBSET_DROP, cap as libc::c_ulong, 0, 0, 0) != 0 {
+                            return Err(std::io::Error::last_os_error());
+                        }
+                    }
+                    Ok(())
+                });
+            },
         }
         let o = c.output().unwrap();
         let err = String::from_utf8_lossy(&o.stderr);

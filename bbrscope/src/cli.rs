@@ -22,10 +22,10 @@ use crate::{
     ),
     about = "Live TCP congestion-control observer (eBPF): see what CUBIC and BBR are doing to your flows",
     long_about = "Live TCP congestion-control observer (eBPF): see what CUBIC and BBR are doing to \
-                  your flows.\n\nbbrscope attaches to the kernel's TCP tracepoints and reports, per \
-                  flow, the congestion window, RTT, pacing and delivery rate, retransmits, the \
-                  congestion state and the algorithm's internals. Needs root (or CAP_BPF and \
-                  CAP_PERFMON) and a kernel with BTF.",
+                  your flows.\n\nbbrscope attaches to the kernel's TCP stack (a sock_ops program on the \
+                  cgroup v2 root; tracepoints where that is unavailable) and reports, per flow, the congestion window, RTT, pacing and delivery rate, retransmits, the \
+                  congestion state and the algorithm's internals. Needs root (or CAP_BPF, \
+                  CAP_PERFMON and CAP_NET_ADMIN) and a kernel with BTF.",
     after_help = "Units follow `ss -tin`: windows in packets, rates in bits per second, RTTs in microseconds.\nSet NO_COLOR to disable colours."
 )]
 pub struct Cli {

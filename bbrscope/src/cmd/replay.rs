@@ -30,7 +30,7 @@ pub async fn run(args: ReplayArgs) -> Result<()> {
         FirstRecord::Empty(Some(e)) => usage!("{name} is not a bbrscope stream recording: {e}"),
         FirstRecord::Empty(None) => {
             let skipped = feed.skipped.describe().map(|s| format!("; {s}")).unwrap_or_default();
-            usage!("{name} has no flow records to replay (record one with `bbrscope stream > {name}`){skipped}")
+            usage!("{name} has no flow records to replay (record one with `bbrscope stream > capture.ndjson`){skipped}")
         }
     }
     let feed = tui::replay(feed, &name, args.speed, args.paused).await?;

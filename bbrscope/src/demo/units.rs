@@ -91,6 +91,10 @@ pub fn rate(s: &str) -> Result<Rate, String> {
 fn duration_with(s: &str, bare_unit: Option<&str>) -> Result<Duration, String> {
     let bad = || format!("'{s}' is not a time: use e.g. 100ms, 30s, 2m");
     let (v, unit) = split(s).ok_or_else(bad)?;
+    // Before the unit: `0` would otherwise be told to become `0ms`, which is refused too.
+    if v <= 0.0 {
+        return Err(format!("'{s}' must be longer than zero, e.g. 100ms"));
+    }
     let unit =
         if unit.is_empty() { bare_unit.ok_or_else(|| format!("'{s}' needs a unit, e.g. {s}ms"))? } else { &unit };
     let secs = match unit {
@@ -102,7 +106,8 @@ fn duration_with(s: &str, bare_unit: Option<&str>) -> Result<Duration, String> {
         _ => return Err(bad()),
     };
     if secs <= 0.0 {
-        return Err(format!("'{s}' must be longer than zero"));
+        // A positive number so small it underflows.
+        return Err(format!("'{s}' must be longer than zero, e.g. 100ms"));
     }
     Ok(Duration::from_secs_f64(secs))
 }
@@ -262,6 +267,9 @@ mod tests {
         assert_eq!(rtt("500us"), Ok(Duration::from_micros(500)));
         assert!(rtt("100").unwrap_err().contains("unit"));
         assert!(rtt("0ms").is_err());
+        // A zero is told what would be right, not to add a unit to it (`0ms` is refused too).
+        let e = rtt("0").unwrap_err();
+        assert!(e.contains("longer than zero") && !e.contains("e.g. 0ms"), "{e}");
     }
 
     #[test]

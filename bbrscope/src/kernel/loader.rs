@@ -185,6 +185,22 @@ impl Observer {
         let mut flags = layout.flags | hooks.flags;
         let sockops = sockops_helpers();
         flags |= sockops.flags;
+        if let Some(why) = &sockops.unavailable {
+            // Refused before anything is loaded where only the sock_ops path can do what was
+            // asked; a plain `stream` or `top` falls back to tracepoints instead (below).
+            let needs = if opts.experiment.is_some() {
+                Some("an experiment needs the sockops observer")
+            } else if opts.path == PathChoice::Sockops {
+                Some("--observer sockops")
+            } else if !opts.owner.is_empty() {
+                Some("--comm, --pid and --netns need the sockops observer")
+            } else {
+                None
+            };
+            if let Some(what) = needs {
+                return Err(UsageError::new(format!("{what}: {why}")).into());
+            }
+        }
         if opts.owner.pid.is_some() && sockops.flags & config_flags::SOCKOPS_PID == 0 {
             return Err(UsageError::new(
                 "--pid needs a kernel whose sock_ops programs can see the current process (about 6.10+)",
@@ -223,10 +239,10 @@ impl Observer {
         if let Some(exp) = &opts.experiment {
             fill_experiment_ranges(&mut ebpf, &exp.dst)?;
         }
-        let chosen = match (choose_path(opts), &sockops.missing) {
-            (Ok(ObserverPath::Sockops), Some(missing)) => Err(format!(
-                "this kernel's sock_ops programs cannot call {missing}: using tracepoints, which see only \
-                 established senders (no short flows, no CLOSE_WAIT senders, no flow summaries)"
+        let chosen = match (choose_path(opts), &sockops.unavailable) {
+            (Ok(ObserverPath::Sockops), Some(why)) => Err(format!(
+                "{why}: using tracepoints, which see only established senders (no short flows, no CLOSE_WAIT \
+                 senders, no flow summaries)"
             )),
             (c, _) => c,
         };
@@ -352,8 +368,8 @@ pub fn probe() -> std::result::Result<(ObserverPath, Option<String>), String> {
     let layout = Layout::from_btf(&btf).map_err(|e| format!("{e:#}"))?;
     let hooks = hooks::plan(|tp| btf.tracepoint_args(tp)).map_err(|e| format!("{e:#}"))?;
     let helpers = sockops_helpers();
-    if let Some(missing) = helpers.missing {
-        return Ok((ObserverPath::Tracepoint, Some(format!("sock_ops programs cannot call {missing} here"))));
+    if let Some(why) = helpers.unavailable {
+        return Ok((ObserverPath::Tracepoint, Some(why)));
     }
     let interval = Duration::from_millis(100);
     let config = Config {
@@ -440,8 +456,9 @@ fn fill_experiment_ranges(ebpf: &mut Ebpf, ranges: &[ipnet::IpNet]) -> Result<()
 struct SockopsHelpers {
     /// `config_flags::SOCKOPS_*` for the optional helpers present.
     flags: u32,
-    /// Required helpers the kernel lacks (no sock_ops path then).
-    missing: Option<String>,
+    /// Why there is no sock_ops path here: a capability this process lacks, or required helpers
+    /// the kernel lacks.
+    unavailable: Option<String>,
     /// What the user loses for the optional ones it lacks.
     owner_note: Option<String>,
     /// What paces samples (its flag is in `flags`).
@@ -456,7 +473,8 @@ fn sockops_helpers() -> SockopsHelpers {
         programs::ProgramType,
         sys::{BpfHelper, is_helper_supported},
     };
-    let has = |h: BpfHelper| is_helper_supported(ProgramType::SockOps, h).unwrap_or(false);
+    let allowed = crate::sys::privileges::can_load_sockops(crate::sys::privileges::effective_caps());
+    let has = |h: BpfHelper| allowed && is_helper_supported(ProgramType::SockOps, h).unwrap_or(false);
     let required = [
         (BpfHelper::BPF_FUNC_sk_storage_get, "bpf_sk_storage_get"),
         (BpfHelper::BPF_FUNC_probe_read_kernel, "bpf_probe_read_kernel"),
@@ -486,7 +504,11 @@ fn sockops_helpers() -> SockopsHelpers {
     SockopsHelpers {
         flags,
         clock,
-        missing: (!missing.is_empty()).then(|| missing.join(", ")),
+        unavailable: if !allowed {
+            Some("sock_ops programs need CAP_NET_ADMIN (or CAP_SYS_ADMIN), which this process lacks".into())
+        } else {
+            (!missing.is_empty()).then(|| format!("this kernel's sock_ops programs cannot call {}", missing.join(", ")))
+        },
         owner_note: (!lost.is_empty()).then(|| {
             format!(
                 "this kernel's sock_ops programs cannot see the process that opens a connection: flow owners' {} \

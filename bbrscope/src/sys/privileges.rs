@@ -4,6 +4,7 @@ use anyhow::Result;
 
 use crate::error::usage;
 
+const CAP_NET_ADMIN: u32 = 12;
 const CAP_SYS_ADMIN: u32 = 21;
 const CAP_PERFMON: u32 = 38;
 const CAP_BPF: u32 = 39;
@@ -21,6 +22,13 @@ fn has(caps: u64, cap: u32) -> bool {
 /// Tracing needs CAP_BPF and CAP_PERFMON (5.8+), or CAP_SYS_ADMIN (any kernel).
 pub fn can_trace(caps: u64) -> bool {
     has(caps, CAP_SYS_ADMIN) || (has(caps, CAP_BPF) && has(caps, CAP_PERFMON))
+}
+
+/// Loading a sock_ops program (a networking program type) needs CAP_NET_ADMIN or CAP_SYS_ADMIN
+/// besides what tracing needs; without it the kernel refuses every helper probe, which must not
+/// read as a kernel that lacks the helpers.
+pub fn can_load_sockops(caps: u64) -> bool {
+    has(caps, CAP_SYS_ADMIN) || has(caps, CAP_NET_ADMIN)
 }
 
 /// This process's effective capabilities (0 if they cannot be read).
@@ -48,5 +56,8 @@ mod tests {
         assert!(!can_trace(0));
         assert!(can_trace((1 << CAP_BPF) | (1 << CAP_PERFMON)));
         assert!(!can_trace(1 << CAP_BPF));
+        assert!(can_load_sockops(caps));
+        assert!(can_load_sockops(1 << CAP_NET_ADMIN));
+        assert!(!can_load_sockops((1 << CAP_BPF) | (1 << CAP_PERFMON)));
     }
 }
