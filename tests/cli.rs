@@ -49,6 +49,8 @@ fn every_subcommand_exits_as_the_readme_says() {
         // Bad arguments, one per subcommand.
         (vec!["stream", "--port", "0"], Out::Null, As::Root, 2, "port 0 matches no TCP flow"),
         (vec!["top", "--interval", "100ms"], Out::Null, As::Root, 2, "without a unit"),
+        // A negative number reaches the option's own check (not clap's "unexpected argument").
+        (vec!["stream", "--interval", "-1"], Out::Null, As::Root, 2, "'-1' is not an interval: give milliseconds"),
         (vec!["replay", "/no/such/capture.ndjson"], Out::Null, As::Root, 2, "cannot read"),
         (vec!["demo", "--rate", "50"], Out::Null, As::Root, 2, "needs a unit"),
         (vec!["experiment", "--arms", "cubic"], Out::Null, As::Root, 2, "two algorithms"),

@@ -33,17 +33,24 @@ pub struct Cli {
     pub command: Option<Command>,
 }
 
+// `allow_negative_numbers` on the commands that take numbers: `--interval -1` then reaches the
+// option's own check, which says what a right value is, instead of clap's "unexpected argument".
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// Live dashboard: flows, their history, CUBIC vs BBR, and why each is slow (default on a terminal)
+    #[command(allow_negative_numbers = true)]
     Top(TopArgs),
     /// Stream per-flow events as newline-delimited JSON (see docs/stream.md)
+    #[command(allow_negative_numbers = true)]
     Stream(StreamArgs),
     /// Play a recorded `bbrscope stream` capture back in the dashboard (no root needed)
+    #[command(allow_negative_numbers = true)]
     Replay(ReplayArgs),
     /// CUBIC vs BBR on an emulated long, lossy path, with the published numbers beside it (root)
+    #[command(allow_negative_numbers = true)]
     Demo(crate::cmd::demo::DemoArgs),
     /// Will BBR help my traffic? A randomized A/B of two algorithms on this host's new connections, with the answer per client group (root; --analyze FILE re-analyses a recording)
+    #[command(allow_negative_numbers = true)]
     Experiment(crate::cmd::experiment::ExperimentArgs),
     /// Switch congestion control for the system, a network namespace, a cgroup or a route: checks, plan, change, proof on a real socket (root)
     Apply(crate::cmd::apply::ApplyArgs),
@@ -52,6 +59,7 @@ pub enum Command {
     /// Undo what `bbrscope apply` did for a scope, exactly as recorded (root)
     Revert(crate::cmd::revert::RevertArgs),
     /// Prometheus exporter: flows, bytes, retransmits, completion times and RTT by algorithm at /metrics (root; docs/export.md)
+    #[command(allow_negative_numbers = true)]
     Export(crate::cmd::export::ExportArgs),
 }
 

@@ -3,7 +3,7 @@
 
 use std::{
     collections::HashMap,
-    io::{Read as _, Write as _},
+    io::{BufRead as _, BufReader, Read as _, Write as _},
     net::{SocketAddr, TcpListener, TcpStream},
     path::Path,
     process::{Child, Command, Stdio},
@@ -139,15 +139,31 @@ pub struct Exporter {
 }
 
 impl Exporter {
+    /// On port 0: the kernel picks a free port as the exporter binds (no race with other tests),
+    /// and the exporter must then announce the port it got, not `:0`.
     pub fn start(args: &[&str]) -> Exporter {
-        let addr: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
-        let child = bbrscope()
-            .args(["export", "--listen", &addr.to_string()])
+        let mut child = bbrscope()
+            .args(["export", "--listen", "127.0.0.1:0"])
             .args(args)
             .stdout(Stdio::null())
-            .stderr(Stdio::inherit())
+            .stderr(Stdio::piped())
             .spawn()
             .expect("spawn bbrscope export");
+        let mut lines = BufReader::new(child.stderr.take().unwrap()).lines();
+        let addr = loop {
+            let line = match lines.next() {
+                Some(Ok(line)) => line,
+                _ => panic!("bbrscope export exited without announcing its address: {:?}", child.wait()),
+            };
+            eprintln!("{line}");
+            if let Some(rest) = line.strip_prefix("bbrscope: serving metrics at http://") {
+                let addr: SocketAddr = rest.split('/').next().unwrap().parse().unwrap();
+                assert_ne!(addr.port(), 0, "the exporter announced port 0, not the port it bound: {line}");
+                break addr;
+            }
+        };
+        // The rest of its stderr goes where the test's goes.
+        thread::spawn(move || lines.map_while(Result::ok).for_each(|l| eprintln!("{l}")));
         let mut e = Exporter { child, addr };
         let start = Instant::now();
         loop {

@@ -87,7 +87,9 @@ pub async fn run(args: ExportArgs) -> Result<()> {
     metrics.set_observer(live.path().as_str());
     metrics.refresh_default_cc();
     let registry = Arc::new(registry);
-    eprintln!("bbrscope: serving metrics at http://{}/metrics ({} observer)", args.listen, live.path().as_str());
+    // The bound address: with port 0 the kernel chose one, and that is the one to scrape.
+    let bound = listener.local_addr().unwrap_or(args.listen);
+    eprintln!("bbrscope: serving metrics at http://{bound}/metrics ({} observer)", live.path().as_str());
 
     let mut table = FlowTable::new(0);
     let mut tick = tokio::time::interval_at(tokio::time::Instant::now() + TICK, TICK);
