@@ -13,6 +13,7 @@ use std::{
     collections::HashMap,
     io::{Read as _, Write as _},
     net::{SocketAddr, TcpStream},
+    os::unix::process::CommandExt as _,
     path::{Path, PathBuf},
     process::{Command, Stdio},
     thread,
@@ -178,6 +179,60 @@ fn metrics_are_openmetrics_and_bounded() {
     // A second exporter on the same address is a usage error (exit 2), before loading anything.
     let out = bbrscope().args(["export", "--listen", &exporter.addr.to_string()]).output().unwrap();
     assert_eq!(out.status.code(), Some(2), "{}", String::from_utf8_lossy(&out.stderr));
+}
+
+/// CPU time (user + system) of a process so far, in seconds.
+fn cpu_seconds(pid: u32) -> f64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
+    let f: Vec<&str> = stat.rsplit(')').next().unwrap().split_whitespace().collect();
+    // SAFETY: sysconf takes no pointers.
+    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64;
+    (f[11].parse::<f64>().unwrap() + f[12].parse::<f64>().unwrap()) / hz
+}
+
+/// Connections that connect and say nothing (a flood, or a broken scraper): with few file
+/// descriptors left the exporter pauses accepting instead of spinning a core on a failing
+/// accept (it did: a whole core), holds at most its connection limit, and scrapes work again
+/// once the flood is gone.
+#[test]
+fn a_flood_of_silent_connections_neither_spins_nor_outlives_itself() {
+    require_root();
+    for nofile in [64u64, 4096] {
+        let exporter = Exporter::start_with(&["--port", "9"], |c| {
+            // SAFETY: setrlimit(2) is async-signal-safe, as pre_exec requires; the struct
+            // outlives the call.
+            unsafe {
+                c.pre_exec(move || {
+                    let lim = libc::rlimit { rlim_cur: nofile, rlim_max: nofile };
+                    if libc::setrlimit(libc::RLIMIT_NOFILE, &lim) != 0 {
+                        return Err(std::io::Error::last_os_error());
+                    }
+                    Ok(())
+                });
+            }
+        });
+        let fds = || std::fs::read_dir(format!("/proc/{}/fd", exporter.pid())).unwrap().count();
+        let before = fds();
+        let flood: Vec<TcpStream> = (0..150).map(|_| TcpStream::connect(exporter.addr).unwrap()).collect();
+        thread::sleep(Duration::from_millis(500));
+        let cpu0 = cpu_seconds(exporter.pid());
+        let t0 = Instant::now();
+        thread::sleep(Duration::from_secs(2));
+        let cores = (cpu_seconds(exporter.pid()) - cpu0) / t0.elapsed().as_secs_f64();
+        assert!(cores < 0.25, "RLIMIT_NOFILE {nofile}: {cores:.2} cores while 150 connections say nothing");
+        let held = fds() - before;
+        assert!(held <= 64, "RLIMIT_NOFILE {nofile}: {held} connections held, the limit is 64");
+        drop(flood);
+        let t0 = Instant::now();
+        let scraped = loop {
+            match http_get(exporter.addr, "/metrics") {
+                Ok((200, body)) => break body,
+                r => assert!(t0.elapsed() < Duration::from_secs(5), "no scrape after the flood: {r:?}"),
+            }
+            thread::sleep(Duration::from_millis(100));
+        };
+        assert!(scraped.ends_with("# EOF\n"), "{scraped}");
+    }
 }
 
 /// `--by-cgroup --by-netns`: the flow metrics carry the sender's cgroup (as /proc/self/cgroup

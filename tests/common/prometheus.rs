@@ -142,13 +142,15 @@ impl Exporter {
     /// On port 0: the kernel picks a free port as the exporter binds (no race with other tests),
     /// and the exporter must then announce the port it got, not `:0`.
     pub fn start(args: &[&str]) -> Exporter {
-        let mut child = bbrscope()
-            .args(["export", "--listen", "127.0.0.1:0"])
-            .args(args)
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("spawn bbrscope export");
+        Exporter::start_with(args, |_| {})
+    }
+
+    /// As [`Exporter::start`], with the command adjusted first (e.g. resource limits).
+    pub fn start_with(args: &[&str], adjust: impl FnOnce(&mut Command)) -> Exporter {
+        let mut cmd = bbrscope();
+        cmd.args(["export", "--listen", "127.0.0.1:0"]).args(args).stdout(Stdio::null()).stderr(Stdio::piped());
+        adjust(&mut cmd);
+        let mut child = cmd.spawn().expect("spawn bbrscope export");
         let mut lines = BufReader::new(child.stderr.take().unwrap()).lines();
         let addr = loop {
             let line = match lines.next() {
@@ -179,6 +181,12 @@ impl Exporter {
             thread::sleep(Duration::from_millis(100));
         }
         e
+    }
+}
+
+impl Exporter {
+    pub fn pid(&self) -> u32 {
+        self.child.id()
     }
 }
 

@@ -26,6 +26,13 @@ const CLOSED_LINGER: Duration = Duration::from_secs(5);
 const SILENT_FORGET: Duration = Duration::from_secs(300);
 /// How often bbrscope's own cost, the default algorithm and the flow table are refreshed.
 const TICK: Duration = Duration::from_secs(1);
+/// Connections served at once. A scrape takes milliseconds, so more is a flood or clients that
+/// connect and say nothing (each is held up to the read timeout): further ones wait in the
+/// kernel's accept queue, and each held one costs a file descriptor.
+const MAX_CONNECTIONS: usize = 64;
+/// After a failed accept (out of file descriptors), no accept for this long: the listener stays
+/// readable, so accepting again at once would spin a core.
+const ACCEPT_BACKOFF: Duration = Duration::from_millis(100);
 
 #[derive(Debug, Args)]
 pub struct ExportArgs {
@@ -95,15 +102,28 @@ pub async fn run(args: ExportArgs) -> Result<()> {
     let mut tick = tokio::time::interval_at(tokio::time::Instant::now() + TICK, TICK);
     let deadline = tokio::time::sleep(Duration::from_secs_f64(args.duration.unwrap_or(365.0 * 86400.0)));
     tokio::pin!(deadline);
+    let slots = Arc::new(tokio::sync::Semaphore::new(MAX_CONNECTIONS));
+    let mut accept_after = tokio::time::Instant::now();
     loop {
+        // Guards are evaluated once per turn; the ring's batches end a turn at least every
+        // drain period, so a freed slot or an expired back-off is noticed within it.
+        let may_accept = slots.available_permits() > 0 && tokio::time::Instant::now() >= accept_after;
         tokio::select! {
             batch = live.next_batch(|ev| { metrics.on_event(&mut table, &ev); }) => batch?,
-            conn = listener.accept() => {
-                // A failed accept (e.g. out of file descriptors) is the client's loss, not ours.
-                if let Ok((conn, _)) = conn {
-                    tokio::spawn(http::serve(conn, registry.clone()));
+            conn = listener.accept(), if may_accept => match conn {
+                Ok((conn, _)) => {
+                    // Only this loop takes permits, and one was free as the turn began.
+                    if let Ok(permit) = slots.clone().try_acquire_owned() {
+                        let registry = registry.clone();
+                        tokio::spawn(async move {
+                            http::serve(conn, registry).await;
+                            drop(permit);
+                        });
+                    }
                 }
-            }
+                // E.g. out of file descriptors: the client's loss, and a pause, not a spin.
+                Err(_) => accept_after = tokio::time::Instant::now() + ACCEPT_BACKOFF,
+            },
             _ = tick.tick() => {
                 let now = Clock::monotonic_ns();
                 table.prune(
