@@ -77,6 +77,8 @@ struct Served {
     size: usize,
     /// What the server application read with getsockopt(TCP_INFO) once its socket was closed.
     info: TcpInfo,
+    /// And with getsockopt(TCP_CC_INFO): BBR's bandwidth estimate, bytes/s.
+    bbr_bw: Option<u64>,
 }
 
 #[test]
@@ -103,8 +105,9 @@ fn short_flows_of_every_size_get_a_summary_equal_to_their_final_tcp_info() {
             conn.shutdown(Shutdown::Write).unwrap();
             drain(&mut conn);
             let info = final_tcp_info(conn.as_raw_fd());
+            let bbr_bw = bbr_bw_bytes_per_s(conn.as_raw_fd());
             assert_eq!(reader.join().unwrap(), size as u64, "the client got the whole response");
-            served.push(Served { server: conn.local_addr().unwrap(), client: client_addr, cc, size, info });
+            served.push(Served { server: conn.local_addr().unwrap(), client: client_addr, cc, size, info, bbr_bw });
         }
     }
     let mut stream = stream;
@@ -116,13 +119,29 @@ fn short_flows_of_every_size_get_a_summary_equal_to_their_final_tcp_info() {
     let (code, records, stderr) = stream.stop();
     assert_eq!(code, 0, "stderr: {stderr}");
 
+    let mut summary_only = 0;
     for f in &served {
         let what = format!("{} {} B response", f.cc, f.size);
         let sum = summary_of(&records, f.server, f.client).unwrap_or_else(|| panic!("{what}: no flow_summary"));
-        let open =
-            of_flow(&records, "flow_open", &sum["cookie"]).next().unwrap_or_else(|| panic!("{what}: no flow_open"));
-        assert_eq!(open["cc"], f.cc, "{what}");
-        assert_eq!(open["side"], "accept", "{what}");
+        let cookie = &sum["cookie"];
+        // flow_open and flow_close bracket a flow that was sampled live; a flow that closed
+        // before its first sample is its summary alone.
+        let (open, close) =
+            (of_flow(&records, "flow_open", cookie).next(), of_flow(&records, "flow_close", cookie).next());
+        assert_eq!(open.is_some(), close.is_some(), "{what}: flow_open {open:?}, flow_close {close:?}");
+        match open {
+            Some(open) => {
+                assert_eq!(open["cc"], f.cc, "{what}");
+                assert_eq!(open["side"], "accept", "{what}");
+            }
+            None => {
+                summary_only += 1;
+                let others: Vec<&Value> =
+                    records.iter().filter(|r| &r["cookie"] == cookie && r["type"] != "flow_summary").collect();
+                assert!(others.is_empty(), "{what}: records of a flow shown by its summary alone: {others:?}");
+            }
+        }
+        assert_eq!((&sum["cc"], &sum["side"]), (&serde_json::json!(f.cc), &serde_json::json!("accept")), "{what}");
         assert_eq!(sum["ccs"], serde_json::json!([f.cc]), "{what}");
         assert_eq!(sum["end"], "fin", "{what}: {sum}");
         let i = &f.info;
@@ -138,6 +157,18 @@ fn short_flows_of_every_size_get_a_summary_equal_to_their_final_tcp_info() {
             ("data_segs_in", i.data_segs_in as u64),
         ] {
             assert_eq!(u(&sum[key]), want, "{what}: {key} in {sum} vs the application's TCP_INFO {i:?}");
+        }
+        // The final rates and MSS, as TCP_INFO and TCP_CC_INFO give them in bytes (per second).
+        assert_eq!(u(&sum["mss"]), i.snd_mss as u64, "{what}: {sum}");
+        assert_eq!(u(&sum["delivery_rate_bps"]) / 8, i.delivery_rate, "{what}: {sum}");
+        assert_eq!(sum["delivery_app_limited"], i.delivery_rate_app_limited, "{what}: {sum}");
+        match i.pacing_rate {
+            u64::MAX => assert!(sum["pacing_rate_bps"].is_null(), "{what}: {sum}"),
+            rate => assert_eq!(u(&sum["pacing_rate_bps"]), rate * 8, "{what}: {sum}"),
+        }
+        match f.bbr_bw {
+            Some(bw) => assert_eq!(u(&sum["bbr_bw_bps"]) / 8, bw, "{what}: {sum}"),
+            None => assert!(sum["bbr_bw_bps"].is_null(), "{what}: {sum}"),
         }
         // The data and the FIN: what the summary calls acked is exactly what was sent.
         assert_eq!(u(&sum["bytes_acked"]), f.size as u64 + 1, "{what}");
@@ -156,9 +187,37 @@ fn short_flows_of_every_size_get_a_summary_equal_to_their_final_tcp_info() {
             assert!(sum["bbr_modes"].as_array().is_some_and(|m| !m.is_empty()), "{what}: {sum}");
         }
     }
+    // A 1 KB response ends well inside the first 100 ms sample interval.
+    assert!(summary_only >= 2, "{summary_only} flows shown by their summary alone");
     let last_stats = records.iter().rev().find(|r| r["type"] == "stats").unwrap();
     assert_eq!(last_stats["observer"], "sockops", "{last_stats}");
     assert_eq!(u(&last_stats["drops_total"]), 0, "{last_stats}");
+    replays_every_flow(&records, &served);
+}
+
+/// The recording replays in the dashboard: every flow opens and closes, including those shown by
+/// their summary alone, with the final bytes acked the application read.
+fn replays_every_flow(records: &[Value], served: &[Served]) {
+    use bbrscope::tui::{
+        Feed,
+        app::{App, Playback},
+    };
+    let ndjson: String = records.iter().map(|r| format!("{r}\n")).collect();
+    let recording = bbrscope::replay::parse_all(&ndjson).unwrap();
+    assert_eq!(recording.skipped.lines, 0, "{:?}", recording.skipped);
+    let mut feed = Feed::new(recording.records);
+    let mut app = App::new("recorded", Vec::new(), Some(Playback::new(1.0, false)));
+    // The whole recording (a few seconds: closed flows stay listed 10 s).
+    feed.advance(&mut app, Duration::from_secs(3600));
+    for f in served {
+        let what = format!("replay of the {} {} B response", f.cc, f.size);
+        let flow = app.table.iter().find(|fl| fl.src == f.server && fl.dst == f.client);
+        let flow = flow.unwrap_or_else(|| panic!("{what}: not in the dashboard"));
+        assert!(flow.closed_ns.is_some(), "{what}: not closed");
+        assert_eq!(flow.metrics.as_ref().and_then(|m| m.bytes_acked), Some(f.info.bytes_acked), "{what}");
+        assert_eq!(flow.cc, f.cc, "{what}");
+        assert!(flow.duration_ns() > 0, "{what}: opened when it started, closed when it ended");
+    }
 }
 
 /// Sockets that never send data (here: clients that only read a response) cost no record at

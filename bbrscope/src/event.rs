@@ -198,6 +198,9 @@ pub struct OpenEvent {
     pub start_ns: u64,
     /// Retransmits before the flow was established (SYN or SYN-ACK).
     pub retrans_at_open: u32,
+    /// The flow's whole life came in one record, its close (it ended before its first sample
+    /// and sent no other record): `stream` shows it as its `flow_summary` alone.
+    pub summary_only: bool,
 }
 
 /// How a flow ended, from the TCP state it closed from and the socket's error.
@@ -335,7 +338,7 @@ fn cc_name(raw: &[u8; CC_NAME_LEN]) -> String {
     String::from_utf8_lossy(&raw[..end]).into_owned()
 }
 
-fn open(head: Head, o: &bbrscope_common::Owner) -> Box<OpenEvent> {
+fn open(head: Head, o: &bbrscope_common::Owner, summary_only: bool) -> Box<OpenEvent> {
     let comm = cc_name(&o.comm);
     Box::new(OpenEvent {
         head,
@@ -350,6 +353,7 @@ fn open(head: Head, o: &bbrscope_common::Owner) -> Box<OpenEvent> {
         },
         start_ns: o.start_ns,
         retrans_at_open: o.retrans_at_open,
+        summary_only,
     })
 }
 
@@ -387,14 +391,14 @@ impl Decoder<'_> {
             }
             kind::OPEN => {
                 let o: FlowOpen = read(bytes)?;
-                f(Event::Open(open(head(&o.hdr), &o.owner)))
+                f(Event::Open(open(head(&o.hdr), &o.owner, false)))
             }
             kind::END => {
                 let c: FlowClose = read(bytes)?;
                 let mut sample = self.sample(&c.sample);
                 if sample.head.first {
                     // No OPEN was sent: this record carries the owner.
-                    f(Event::Open(open(sample.head.clone(), &c.owner)));
+                    f(Event::Open(open(sample.head.clone(), &c.owner, true)));
                     sample.head.first = false;
                 }
                 let e = &c.end;
@@ -617,6 +621,7 @@ mod tests {
         let evs = decode(bytes);
         let [Event::Open(o), Event::Sample(s), Event::End(e)] = &evs[..] else { panic!("{evs:?}") };
         assert!(o.head.first && !s.head.first && !e.head.first);
+        assert!(o.summary_only, "the flow's only record");
         assert_eq!((o.head.flow, s.head.flow, e.head.flow), (77, 77, 77));
         assert_eq!(o.owner.comm.as_deref(), Some("nginx"));
         assert_eq!((o.owner.pid, o.owner.netns, o.owner.arm), (Some(42), Some(4026531840), Some(2)));

@@ -131,6 +131,8 @@ pub struct Life {
     /// connect() or accept time (sock_ops path), CLOCK_MONOTONIC ns.
     pub start_ns: Option<u64>,
     pub retrans_at_open: u32,
+    /// Its only record was its close (see [`crate::event::OpenEvent::summary_only`]).
+    pub summary_only: bool,
     /// Time in each `CaState` (open, disorder, cwr, recovery, loss), ns, up to `ca_since_ns`.
     pub ca_ns: [u64; 5],
     pub ca_since_ns: u64,
@@ -324,6 +326,7 @@ impl FlowTable {
                 life.owner = Some(o.owner.clone());
                 life.start_ns = Some(o.start_ns);
                 life.retrans_at_open = o.retrans_at_open;
+                life.summary_only = o.summary_only;
             }
             slot.insert(Flow {
                 id: h.flow,

@@ -14,21 +14,35 @@ use serde::Deserialize;
 use serde_json::Value;
 
 use crate::{
-    event::{CaState, CongStateEvent, Event, Head, Metrics, RetransmitEvent, SampleEvent},
+    event::{Bbr, CaState, CongStateEvent, Event, Head, Metrics, OpenEvent, Owner, RetransmitEvent, SampleEvent},
     stats::StatsReport,
 };
 
 #[derive(Clone, Debug, PartialEq)]
 pub enum Record {
     Event(Event),
+    /// A `flow_summary`, as the flow's opening and its final state: for a flow the recording
+    /// has nothing else of (on the `sockops` observer, one that closed before its first sample
+    /// is its summary alone), to be played only when the flow is not known already.
+    Summary(Box<Summary>),
     /// `ts_ns` and the report.
     Stats(u64, StatsReport),
+}
+
+/// What a `flow_summary` says, as the events that open a flow (owner, start) and close it.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Summary {
+    pub open: OpenEvent,
+    /// The final state, as far as the summary has it (no window, no loss counts: it has
+    /// the final counters, RTTs and rates).
+    pub close: SampleEvent,
 }
 
 impl Record {
     pub fn ts_ns(&self) -> u64 {
         match self {
             Record::Event(e) => e.head().ts_ns,
+            Record::Summary(s) => s.close.head.ts_ns,
             Record::Stats(ts, _) => *ts,
         }
     }
@@ -68,12 +82,75 @@ struct CongStateFields {
     ssthresh: Option<u32>,
 }
 
+/// The `flow_summary` fields beyond [`Metrics`]' that the dashboard shows.
+#[derive(Deserialize)]
+struct SummaryFields {
+    start_ts: Option<f64>,
+    side: Option<String>,
+    pid: Option<u32>,
+    comm: Option<String>,
+    cgroup_id: Option<u64>,
+    netns: Option<u32>,
+    arm: Option<String>,
+    #[serde(default)]
+    retrans_at_open: u32,
+    srtt_last_us: Option<u32>,
+    bbr_bw_bps: Option<u64>,
+}
+
 fn secs_to_ns(ts: f64) -> u64 {
     (ts * 1e9).round() as u64
 }
 
+/// A `flow_summary` as the opening and closing of its flow.
+fn summary(head: Head, cc: String, v: &Value) -> Result<Summary> {
+    let f = SummaryFields::deserialize(v)?;
+    // The counters, RTT minimum and rates have the same names in a summary as in a sample.
+    let mut metrics = Metrics::deserialize(v)?;
+    metrics.srtt_us = f.srtt_last_us;
+    if f.bbr_bw_bps.is_some() {
+        metrics.bbr = Some(Bbr {
+            mode: None,
+            bw_bps: f.bbr_bw_bps,
+            min_rtt_us: None,
+            pacing_gain: None,
+            cwnd_gain: None,
+            full_bw_reached: None,
+            cycle_idx: None,
+        });
+    }
+    let owner = Owner {
+        side: match f.side.as_deref() {
+            Some("connect") => Some("connect"),
+            Some("accept") => Some("accept"),
+            _ => None,
+        },
+        pid: f.pid,
+        comm: f.comm,
+        cgroup_id: f.cgroup_id,
+        netns: f.netns,
+        arm: match f.arm.as_deref() {
+            Some("a") => Some(1),
+            Some("b") => Some(2),
+            _ => None,
+        },
+    };
+    let open = OpenEvent {
+        head: Head { first: true, ..head.clone() },
+        cc: cc.clone(),
+        owner,
+        start_ns: f.start_ts.map_or(head.ts_ns, secs_to_ns),
+        retrans_at_open: f.retrans_at_open,
+        summary_only: true,
+    };
+    let close = SampleEvent { head, closing: true, cc, acks: 0, retrans_coalesced: 0, metrics };
+    Ok(Summary { open, close })
+}
+
 /// One line of `bbrscope stream` output. `Ok(None)` for lines that carry nothing to replay
 /// (`flow_open`: the flow's first sample introduces it) and for types this version does not know.
+/// A `flow_summary` is a [`Record::Summary`], which opens and closes its flow when played if
+/// nothing else of the flow was.
 pub fn parse_line(line: &str) -> Result<Option<Record>> {
     let v: Value = serde_json::from_str(line).context("not JSON")?;
     let ty = v.get("type").and_then(Value::as_str).context("no \"type\" field")?;
@@ -81,7 +158,7 @@ pub fn parse_line(line: &str) -> Result<Option<Record>> {
         let ts = v.get("ts").and_then(Value::as_f64).context("stats without ts")?;
         return Ok(Some(Record::Stats(secs_to_ns(ts), StatsReport::deserialize(&v)?)));
     }
-    if !["sample", "flow_close", "retransmit", "cong_state"].contains(&ty) {
+    if !["sample", "flow_close", "retransmit", "cong_state", "flow_summary"].contains(&ty) {
         return Ok(None);
     }
     let f = FlowFields::deserialize(&v).with_context(|| format!("{ty} record"))?;
@@ -95,6 +172,7 @@ pub fn parse_line(line: &str) -> Result<Option<Record>> {
         tcp_state: 0,
     };
     let ev = match ty {
+        "flow_summary" => return Ok(Some(Record::Summary(Box::new(summary(head, f.cc, &v)?)))),
         "retransmit" => {
             let r = RetransmitFields::deserialize(&v)?;
             Event::Retransmit(RetransmitEvent {
@@ -300,6 +378,60 @@ mod tests {
         assert_eq!(s.metrics.mss, None);
         assert!(matches!(&recs[1], Record::Event(Event::Retransmit(r)) if r.head.ca_state == CaState::Recovery));
         assert!(matches!(&recs[2], Record::Stats(1_500_000_000, s) if s.flows_active == 1));
+    }
+
+    /// A summary opens and closes a flow the recording has nothing else of (one that closed before
+    /// its first sample), with its owner, start and final counters; the summary of a flow that
+    /// was shown live changes nothing (its `flow_close` closed it with the full final state).
+    #[test]
+    fn a_summary_alone_opens_and_closes_its_flow() {
+        let head = |ty: &str, ts: &str, cookie: u32, port: u32| {
+            format!(
+                r#"{{"type":"{ty}","ts":{ts},"cookie":{cookie},"src":"10.0.0.1:80","dst":"10.0.0.2:{port}","cc":"bbr","ca_state":"open""#
+            )
+        };
+        let summary = |ts: &str, cookie: u32, port: u32| {
+            format!(
+                r#"{},"start_ts":{},"duration_s":0.5,"end":"fin","side":"accept","pid":42,"comm":"nginx","cgroup":"/","cgroup_id":1,"netns":4026531840,"arm":"b","ccs":["bbr"],"bbr_modes":["startup"],"bytes_sent":15000,"bytes_acked":15001,"bytes_received":80,"bytes_retrans":0,"segs_out":14,"segs_in":9,"data_segs_out":11,"data_segs_in":1,"retrans_total":0,"retrans_at_open":1,"retransmit_events":0,"retrans_coalesced":0,"retrans_failed":0,"srtt_first_us":90,"srtt_min_us":80,"srtt_median_us":95,"srtt_max_us":120,"srtt_last_us":100,"min_rtt_us":70,"cwnd_max":20,"ca_state_s":{{"open":0.5,"disorder":0.0,"cwr":0.0,"recovery":0.0,"loss":0.0}},"goodput_bps":240016,"delivery_rate_bps":9000000,"delivery_app_limited":true,"pacing_rate_bps":30000000,"bbr_bw_bps":8000000,"mss":1448,"samples":1,"rtt_events":8}}"#,
+                head("flow_summary", ts, cookie, port),
+                ts.parse::<f64>().unwrap() - 0.5,
+            )
+        };
+        let text = [
+            format!(
+                r#"{},"side":"accept","pid":42,"comm":"nginx","cgroup":"/","cgroup_id":1,"netns":4026531840}}"#,
+                head("flow_open", "10.0", 1, 5000)
+            ),
+            format!(r#"{},"acks":3,"cwnd":10,"srtt_us":90,"bytes_acked":500}}"#, head("sample", "10.1", 1, 5000)),
+            format!(r#"{},"cwnd":12,"srtt_us":95,"bytes_acked":900000}}"#, head("flow_close", "11.0", 1, 5000)),
+            summary("11.0", 1, 5000),
+            summary("12.0", 2, 6000),
+        ]
+        .join("\n");
+        let recording = parse_all(&text).unwrap();
+        assert_eq!((recording.records.len(), recording.skipped.lines), (4, 0), "{:?}", recording.skipped);
+        let Record::Summary(s) = &recording.records[3] else { panic!("{:?}", recording.records[3]) };
+        assert_eq!((s.open.start_ns, s.close.head.ts_ns), (11_500_000_000, 12_000_000_000));
+        assert_eq!((s.close.metrics.srtt_us, s.close.metrics.mss), (Some(100), Some(1448)));
+        assert_eq!(s.close.metrics.bbr.as_ref().and_then(|b| b.bw_bps), Some(8_000_000));
+        let mut app = crate::tui::app::App::new("test", Vec::new(), None);
+        for r in &recording.records {
+            match r {
+                Record::Event(ev) => app.apply(ev),
+                Record::Summary(s) => app.apply_summary(s),
+                Record::Stats(..) => {}
+            }
+        }
+        let live = app.table.get(1).unwrap();
+        let m = live.metrics.as_ref().unwrap();
+        assert_eq!((m.cwnd, m.bytes_acked), (Some(12), Some(900_000)), "its flow_close's final state");
+        let alone = app.table.get(2).unwrap();
+        assert_eq!((alone.first_ns, alone.closed_ns), (11_500_000_000, Some(12_000_000_000)));
+        let m = alone.metrics.as_ref().unwrap();
+        assert_eq!((m.bytes_acked, m.retrans_total, m.min_rtt_us), (Some(15001), Some(0), Some(70)));
+        let owner = alone.life.owner.as_ref().unwrap();
+        assert_eq!((owner.side, owner.comm.as_deref(), owner.arm), (Some("accept"), Some("nginx"), Some(2)));
+        assert_eq!(alone.life.retrans_at_open, 1);
     }
 
     const SAMPLE: &str = r#"{"type":"sample","ts":1.0,"cookie":7,"src":"10.0.0.1:1","dst":"10.0.0.2:2","cc":"cubic","ca_state":"open","acks":3,"throughput_bps":null,"retrans_coalesced":0,"cwnd":10,"ssthresh":null,"srtt_us":1000,"bbr":null,"cubic":null}"#;

@@ -149,6 +149,8 @@ impl Gate {
                     // The algorithm the flow first sent with (an application may set it after
                     // connect()).
                     open.cc.clone_from(&s.cc);
+                    // Events held for it are shown: it has more than its summary to show.
+                    open.summary_only &= held.is_empty();
                     self.open_flows.insert(id);
                     f(Event::Open(open));
                     held.into_iter().for_each(&mut *f);
@@ -360,8 +362,14 @@ mod tests {
         let mut gate = Gate::new(OwnerFilter::default());
         let mut out = Vec::new();
         gate.route(cong(5), &mut |e| out.push(e));
-        let open =
-            OpenEvent { head: head(5), cc: "bbr".into(), owner: Default::default(), start_ns: 0, retrans_at_open: 0 };
+        let open = OpenEvent {
+            head: head(5),
+            cc: "bbr".into(),
+            owner: Default::default(),
+            start_ns: 0,
+            retrans_at_open: 0,
+            summary_only: true,
+        };
         gate.route(Event::Open(Box::new(open)), &mut |e| out.push(e));
         assert!(out.is_empty(), "nothing before the first sample");
         let metrics = serde_json::from_str(r#"{"bytes_sent": 1000}"#).unwrap();
@@ -369,6 +377,8 @@ mod tests {
             SampleEvent { head: head(5), closing: false, cc: "bbr".into(), acks: 1, retrans_coalesced: 0, metrics };
         gate.route(Event::Sample(Box::new(sample)), &mut |e| out.push(e));
         assert_eq!(kinds(&out), ["open", "cong", "sample"]);
+        // A change was shown: the flow is no longer one its summary alone can show.
+        assert!(matches!(&out[0], Event::Open(o) if !o.summary_only));
         assert_eq!(gate.held_dropped, 0);
         // Changes of sockets whose OPEN never comes: held for at most ORPHAN_FLOWS flows.
         for id in 100..100 + ORPHAN_FLOWS as u64 + 3 {

@@ -39,7 +39,8 @@ pub struct StatsReport {
     pub evicted_total: u64,
     pub flows_seen_total: u64,
     pub flows_filtered_total: u64,
-    /// sock_ops path: flows opened (flow_open) and summarised (flow_summary), in total.
+    /// sock_ops path: flows opened (an OPEN record, or the owner inside the close record of a flow
+    /// that closed before its first sample) and summarised (flow_summary), in total.
     #[serde(default)]
     pub flows_opened_total: u64,
     #[serde(default)]

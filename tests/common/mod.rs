@@ -472,6 +472,13 @@ pub struct TcpInfo {
     pub data_segs_out: u32,
     pub bytes_sent: u64,
     pub bytes_retrans: u64,
+    /// tcpi_snd_mss, bytes.
+    pub snd_mss: u32,
+    /// tcpi_pacing_rate, bytes per second (u64::MAX: unlimited).
+    pub pacing_rate: u64,
+    /// tcpi_delivery_rate, bytes per second, and whether that rate sample was app-limited.
+    pub delivery_rate: u64,
+    pub delivery_rate_app_limited: bool,
 }
 
 pub fn tcp_info(fd: std::os::fd::RawFd) -> TcpInfo {
@@ -497,7 +504,26 @@ pub fn tcp_info(fd: std::os::fd::RawFd) -> TcpInfo {
         data_segs_out: u32_at(156),
         bytes_sent: u64_at(200),
         bytes_retrans: u64_at(208),
+        snd_mss: u32_at(16),
+        pacing_rate: u64_at(104),
+        delivery_rate: u64_at(160),
+        // The bit field after tcpi_snd_wscale/tcpi_rcv_wscale: its lowest bit.
+        delivery_rate_app_limited: buf[7] & 1 == 1,
     }
+}
+
+/// BBR's bandwidth estimate in bytes per second, as the kernel reports it through
+/// getsockopt(TCP_CC_INFO) (`struct tcp_bbr_info`: bbr_bw_lo, bbr_bw_hi); `None` for an algorithm
+/// that reports nothing there.
+pub fn bbr_bw_bytes_per_s(fd: std::os::fd::RawFd) -> Option<u64> {
+    const TCP_CC_INFO: libc::c_int = 26;
+    let mut buf = [0u8; 64];
+    let mut len = buf.len() as libc::socklen_t;
+    // SAFETY: the kernel writes at most `len` bytes into `buf` and updates `len`.
+    let r = unsafe { libc::getsockopt(fd, libc::IPPROTO_TCP, TCP_CC_INFO, buf.as_mut_ptr().cast(), &mut len) };
+    assert_eq!(r, 0, "getsockopt(TCP_CC_INFO): {}", std::io::Error::last_os_error());
+    let u32_at = |o: usize| u32::from_ne_bytes(buf[o..o + 4].try_into().unwrap()) as u64;
+    (len >= 20).then(|| u32_at(0) | u32_at(4) << 32)
 }
 
 /// `TCP_CLOSE` in `enum tcp_state`.

@@ -3,7 +3,7 @@
 //! `src`, `dst`, `cc` and `ca_state`.
 //!
 //! Flow records are written by hand into one reused buffer, in the field order the schema lists:
-//! at thousands of flow ends a second (three lines each) serde's derived serializers spent most
+//! at thousands of flow ends a second, serde's derived serializers spent most
 //! of bbrscope's time escaping the same literal keys and allocating temporaries (profiled in
 //! bench/README.md). Values still go through serde_json's own number and string formatting, and
 //! a test checks every line byte for byte against the serde-derived records it replaced.
@@ -386,6 +386,11 @@ impl<W: Write> JsonSink<W> {
                     .field(k!("loss"), secs(4));
             })
             .field(k!("goodput_bps"), goodput_bps)
+            .field(k!("delivery_rate_bps"), get(|m| m.delivery_rate_bps))
+            .field(k!("delivery_app_limited"), m.and_then(|m| m.delivery_app_limited))
+            .field(k!("pacing_rate_bps"), get(|m| m.pacing_rate_bps))
+            .field(k!("bbr_bw_bps"), m.and_then(|m| m.bbr.as_ref()).and_then(|b| b.bw_bps))
+            .field(k!("mss"), get32(|m| m.mss))
             .field(k!("samples"), e.samples)
             .field(k!("rtt_events"), e.rtt_events);
     }
@@ -417,7 +422,10 @@ impl<W: Write> JsonSink<W> {
         let h = ev.head();
         let Some(flow) = table.get(h.flow) else { return Ok(()) };
         let mut buf = std::mem::take(&mut self.buf);
-        if change == Change::Opened {
+        // A flow whose only record was its close is shown as its summary alone (its opening and
+        // final sample would repeat it, at thousands of short flows a second).
+        let summary_only = flow.life.summary_only;
+        if change == Change::Opened && !summary_only {
             // When the flow started (on `sockops` its OPEN record comes later, with its first
             // other record).
             let mut o = Self::head(&mut buf, &self.clock, "flow_open", flow.first_ns, flow, h.ca_state);
@@ -438,6 +446,7 @@ impl<W: Write> JsonSink<W> {
                 line("flow_summary", h.ca_state, &mut |s, o| s.summary(o, flow));
             }
             Event::End(_) => {}
+            Event::Sample(s) if s.closing && summary_only => {}
             Event::Sample(s) if s.closing => line("flow_close", h.ca_state, &mut |_, o| {
                 o.field(k!("duration_s"), flow.duration_ns() as f64 / 1e9)
                     .field(k!("goodput_bps"), flow.mean_goodput_bps())
@@ -668,6 +677,11 @@ mod tests {
             cwnd_max: u32,
             ca_state_s: CaSeconds,
             goodput_bps: Option<u64>,
+            delivery_rate_bps: Option<u64>,
+            delivery_app_limited: Option<bool>,
+            pacing_rate_bps: Option<u64>,
+            bbr_bw_bps: Option<u64>,
+            mss: Option<u32>,
             samples: u32,
             rtt_events: u64,
         }
@@ -771,6 +785,11 @@ mod tests {
                     loss: secs(4),
                 },
                 goodput_bps,
+                delivery_rate_bps: get(|m| m.delivery_rate_bps),
+                delivery_app_limited: m.and_then(|m| m.delivery_app_limited),
+                pacing_rate_bps: get(|m| m.pacing_rate_bps),
+                bbr_bw_bps: m.and_then(|m| m.bbr.as_ref()).and_then(|b| b.bw_bps),
+                mss: get32(|m| m.mss),
                 samples: e.samples,
                 rtt_events: e.rtt_events,
             })
@@ -811,7 +830,8 @@ mod tests {
             };
             let h = ev.head();
             let Some(flow) = table.get(h.flow) else { return out };
-            if change == Change::Opened {
+            // A flow whose only record was its close: its summary alone.
+            if change == Change::Opened && !flow.life.summary_only {
                 let o = owner(cgroups, flow);
                 line(&record(clock, "flow_open", flow.first_ns, flow, h.ca_state, Body::Open { owner: o }));
             }
@@ -821,6 +841,7 @@ mod tests {
                     let Some(s) = summary(clock, cgroups, flow) else { return out };
                     record(clock, "flow_summary", h.ts_ns, flow, h.ca_state, Body::Summary(Box::new(s)))
                 }
+                Event::Sample(s) if s.closing && flow.life.summary_only => return out,
                 Event::Sample(s) if s.closing => record(
                     clock,
                     "flow_close",
@@ -890,6 +911,8 @@ mod tests {
             EndReason::Timeout,
             EndReason::Refused,
             EndReason::Other,
+            // A flow whose only record was its close: its summary alone.
+            EndReason::Fin,
         ];
         for (i, end) in ends.into_iter().enumerate() {
             let flow = 1000 + i as u64;
@@ -905,6 +928,7 @@ mod tests {
                 comm: match i {
                     0 => Some("ng\"in\\x\n\t\u{1}\u{7f}é€😀".into()),
                     1 => Some("nginx".into()),
+                    6 => Some("curl \"x\"".into()),
                     _ => None,
                 },
                 cgroup_id: Some(10 + i as u64),
@@ -918,6 +942,7 @@ mod tests {
                     owner,
                     start_ns: 500 * i as u64,
                     retrans_at_open: i as u32,
+                    summary_only: i == 6,
                 })));
             }
             let mut m = metrics(u64::MAX / 2 - i as u64);
@@ -949,21 +974,23 @@ mod tests {
                     metrics: m,
                 }))
             };
-            evs.push(sample(h.ts_ns + 100_000_000, false, metrics(1000)));
-            evs.push(Event::CongState(CongStateEvent {
-                head: Head { ts_ns: h.ts_ns + 150_000_000, ..h.clone() },
-                from: CaState::Open,
-                to: CaState::Recovery,
-                cwnd: 5,
-                ssthresh: None,
-            }));
-            evs.push(Event::Retransmit(RetransmitEvent {
-                head: Head { ts_ns: h.ts_ns + 160_000_000, ca_state: CaState::Recovery, ..h.clone() },
-                segs: 2,
-                retrans_total: 2,
-                cwnd: 5,
-                ssthresh: Some(u32::MAX),
-            }));
+            if i != 6 {
+                evs.push(sample(h.ts_ns + 100_000_000, false, metrics(1000)));
+                evs.push(Event::CongState(CongStateEvent {
+                    head: Head { ts_ns: h.ts_ns + 150_000_000, ..h.clone() },
+                    from: CaState::Open,
+                    to: CaState::Recovery,
+                    cwnd: 5,
+                    ssthresh: None,
+                }));
+                evs.push(Event::Retransmit(RetransmitEvent {
+                    head: Head { ts_ns: h.ts_ns + 160_000_000, ca_state: CaState::Recovery, ..h.clone() },
+                    segs: 2,
+                    retrans_total: 2,
+                    cwnd: 5,
+                    ssthresh: Some(u32::MAX),
+                }));
+            }
             evs.push(sample(h.ts_ns + 333_333_333, true, m));
             evs.push(Event::End(Box::new(EndEvent {
                 head: Head { ts_ns: h.ts_ns + 333_333_333, first: false, ..h.clone() },
@@ -1021,7 +1048,15 @@ mod tests {
         assert!(got.contains(r#""pacing_gain":null,"cwnd_gain":null"#));
         assert!(got.contains(r#""dst":"[fe80::1:2]:65535""#));
         assert!(got.contains(r#""arm":"b""#));
-        assert_eq!(got.lines().filter(|l| l.starts_with(r#"{"type":"flow_summary""#)).count(), 6);
+        let count = |ty: &str| got.lines().filter(|l| l.starts_with(&format!(r#"{{"type":"{ty}""#))).count();
+        assert_eq!((count("flow_summary"), count("flow_open"), count("flow_close")), (7, 6, 6));
+        // The flow whose only record was its close: one line, its summary, with the final rates.
+        let only: Vec<&str> = got.lines().filter(|l| l.contains(r#""cookie":1006,"#)).collect();
+        assert_eq!(only.len(), 1, "{only:?}");
+        for needle in [r#""comm":"curl \"x\"""#, r#""delivery_rate_bps":10000000,"delivery_app_limited":false"#] {
+            assert!(only[0].contains(needle), "{needle} missing in {}", only[0]);
+        }
+        assert!(only[0].contains(r#""pacing_rate_bps":12000000,"bbr_bw_bps":"#), "{}", only[0]);
     }
 
     #[test]

@@ -7,6 +7,7 @@ use crate::{
     event::Event,
     experiment::live::LiveExperiment,
     flow::{Flow, FlowTable},
+    replay::Summary,
     stats::StatsReport,
 };
 
@@ -158,6 +159,15 @@ impl App {
 
     pub fn apply(&mut self, ev: &Event) {
         self.table.apply(ev);
+    }
+
+    /// A recorded `flow_summary`: it opens and closes its flow, unless the recording showed the
+    /// flow already (then its `flow_open` ... `flow_close` did).
+    pub fn apply_summary(&mut self, s: &Summary) {
+        if self.table.get(s.close.head.flow).is_none() {
+            self.table.apply(&Event::Open(Box::new(s.open.clone())));
+            self.table.apply(&Event::Sample(Box::new(s.close.clone())));
+        }
     }
 
     /// The time charts end at.

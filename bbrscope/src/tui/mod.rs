@@ -275,6 +275,7 @@ impl Feed {
         while let Some(r) = self.pending.front().filter(|r| r.ts_ns() <= self.pos_ns) {
             match r {
                 Record::Event(ev) => app.apply(ev),
+                Record::Summary(s) => app.apply_summary(s),
                 Record::Stats(_, s) => app.stats = Some(s.clone()),
             }
             self.pending.pop_front();
