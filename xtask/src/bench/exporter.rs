@@ -92,7 +92,7 @@ impl Drop for Exporter {
 }
 
 /// GET /metrics over HTTP/1.0: the body.
-fn scrape(addr: SocketAddr) -> Result<String> {
+pub fn scrape(addr: SocketAddr) -> Result<String> {
     let mut s = TcpStream::connect_timeout(&addr, Duration::from_secs(2))?;
     s.set_read_timeout(Some(Duration::from_secs(10)))?;
     write!(s, "GET /metrics HTTP/1.0\r\nHost: {addr}\r\n\r\n")?;
@@ -120,10 +120,13 @@ fn series(body: &str) -> usize {
 }
 
 fn flows_counted(body: &str) -> f64 {
-    body.lines()
-        .filter(|l| l.starts_with("bbrscope_flows_opened_total{"))
-        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
-        .sum()
+    counter_sum(body, "bbrscope_flows_opened_total")
+}
+
+/// A counter's value summed over its labels.
+pub fn counter_sum(body: &str, name: &str) -> f64 {
+    let prefix = format!("{name}{{");
+    body.lines().filter(|l| l.starts_with(&prefix)).filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok()).sum()
 }
 
 pub fn run(setup: &Setup, flows: usize) -> Result<ExportResult> {

@@ -301,7 +301,9 @@ pub fn run(args: BenchArgs) -> Result<()> {
     };
     let mut short_flows = Vec::new();
     for &path in &plan.short_paths {
-        for observer in [shortflows::ShortObserver::Nothing, shortflows::ShortObserver::Sockops] {
+        for observer in
+            [shortflows::ShortObserver::Nothing, shortflows::ShortObserver::Sockops, shortflows::ShortObserver::Export]
+        {
             waited += quiet::wait_for_quiet();
             eprintln!("bench: short flows | {path:?}, {}", observer.label());
             short_flows.push(shortflows::run(

@@ -703,7 +703,9 @@ fn short_section(r: &Results) -> String {
          the clients and server are in two namespaces the benchmark creates. *Summarised*: `flow_summary` \
          records of the server's sockets matched to the clients' own log by client port; *bytes acked*: what \
          those summaries say against the log (each summary also counts the FIN). *Kernel opened/summarised*: \
-         both ends of every connection. *CPU*: bbrscope's own, while the flows ran; *BPF*: time in the sock_ops \
+         both ends of every connection. `export` is checked by its own count of flows ended \
+         (`bbrscope_flows_closed_total`, both ends of each connection, plus any other connection of the host \
+         meanwhile). *CPU*: bbrscope's own, while the flows ran; *BPF*: time in the sock_ops \
          program (all callbacks), per second and per run.\n",
         MIN_BYTES / 1000,
         MAX_BYTES / 1000,
@@ -732,7 +734,11 @@ fn short_section(r: &Results) -> String {
             format!("{:.0} ({:.0})", s.flows_per_s, s.target_per_s),
             s.completed.to_string(),
             s.failed.to_string(),
-            s.summarized.map_or_else(na, |n| n.to_string()),
+            match (s.summarized, s.export_flows_closed) {
+                (Some(n), _) => n.to_string(),
+                (None, Some(n)) => format!("{n} ended (both ends)"),
+                (None, None) => na(),
+            },
             s.summarized_bytes_acked
                 .map_or_else(na, |b| format!("{:.1} / {:.1} MB", b as f64 / 1e6, s.bytes as f64 / 1e6)),
             s.kernel_opened.zip(s.kernel_summarized).map_or_else(na, |(o, e)| format!("{o} / {e}")),

@@ -2,7 +2,8 @@
 //! request line with a size, the server writes that many bytes (10–200 KB) and closes, the client
 //! reads to the end and closes. Clients start flows at a fixed rate; both sides keep their own
 //! log (the workload's truth, which no bbrscope code wrote), and every flow must come out of
-//! `bbrscope stream` as a `flow_summary` of the server's socket.
+//! `bbrscope stream` as a `flow_summary` of the server's socket. `bbrscope export` (the same
+//! pipeline, no JSON) is measured on the same workload.
 
 use std::{
     collections::HashMap,
@@ -11,6 +12,7 @@ use std::{
     net::{Ipv4Addr, SocketAddr, TcpListener, TcpStream},
     os::fd::AsRawFd as _,
     path::Path,
+    process::{Command, Stdio},
     sync::{
         Arc, Mutex,
         atomic::{AtomicU64, Ordering},
@@ -25,9 +27,9 @@ use serde::Serialize;
 use serde_json::Value;
 
 use super::{
-    measure,
+    exporter, measure,
     net::{self, Veth},
-    scenarios::{Setup, bbrscope_stream},
+    scenarios::{Setup, Traced, bbrscope_stream},
     workload::PathKind,
 };
 
@@ -44,6 +46,8 @@ pub enum ShortObserver {
     Nothing,
     /// `bbrscope stream --observer sockops` into a file.
     Sockops,
+    /// `bbrscope export --observer sockops`: the same events, counted into metrics, no JSON.
+    Export,
 }
 
 impl ShortObserver {
@@ -51,6 +55,7 @@ impl ShortObserver {
         match self {
             ShortObserver::Nothing => "nothing",
             ShortObserver::Sockops => "bbrscope stream --observer sockops > file",
+            ShortObserver::Export => "bbrscope export --observer sockops",
         }
     }
 }
@@ -72,6 +77,9 @@ pub struct ShortResult {
     pub summarized_bytes_acked: Option<u64>,
     /// `flow_summary` records of server sockets with no logged flow.
     pub summaries_unmatched: Option<u64>,
+    /// `export`: flows its `bbrscope_flows_closed_total` grew by over the run: both ends of every
+    /// connection (the client sends its request), and any other connection of the host meanwhile.
+    pub export_flows_closed: Option<u64>,
     /// The kernel's counts over the run: flows opened and summarised (both ends), records lost.
     pub kernel_opened: Option<u64>,
     pub kernel_summarized: Option<u64>,
@@ -226,13 +234,25 @@ pub fn run(
         Some(dir) => Path::new(&dir).join(format!("short-flows-{path:?}.ndjson")),
         None => work_dir.join("short-flows.ndjson"),
     };
+    let metrics_at = TcpListener::bind("127.0.0.1:0")?.local_addr()?;
     let traced = match observer {
         ShortObserver::Nothing => None,
         ShortObserver::Sockops => {
             let out = File::create(&out_path)?;
             Some(bbrscope_stream(setup, &["--observer", "sockops", "--stats-interval", "1"], out.into())?)
         }
+        ShortObserver::Export => {
+            let mut cmd = Command::new(setup.bbrscope);
+            cmd.args(["export", "--observer", "sockops", "--listen", &metrics_at.to_string()])
+                .stdin(Stdio::null())
+                .stdout(Stdio::null());
+            Some(Traced::spawn(cmd, setup.pinger)?)
+        }
     };
+    let flows_closed = || -> Result<u64> {
+        Ok(exporter::counter_sum(&exporter::scrape(metrics_at)?, "bbrscope_flows_closed_total") as u64)
+    };
+    let closed_before = (observer == ShortObserver::Export).then(flows_closed).transpose()?;
     let read = |t: &super::scenarios::Traced| -> Result<_> {
         Ok((
             measure::cpu_time(t.pid())?,
@@ -248,6 +268,10 @@ pub fn run(
     // The last flows' closes reach the ring buffer, and bbrscope writes them out.
     std::thread::sleep(Duration::from_millis(1000));
     let after = traced.as_ref().map(read).transpose()?;
+    let export_flows_closed = match closed_before {
+        Some(before) => Some(flows_closed()?.saturating_sub(before)),
+        None => None,
+    };
     if let Some(t) = traced {
         t.stop_in_time()?;
     }
@@ -267,6 +291,7 @@ pub fn run(
         summarized: None,
         summarized_bytes_acked: None,
         summaries_unmatched: None,
+        export_flows_closed,
         kernel_opened: None,
         kernel_summarized: None,
         drops: None,
@@ -286,10 +311,12 @@ pub fn run(
             result.kernel_summarized = Some(d(counter::ENDS));
             result.drops = Some(c2[counter::RING_FULL as usize]);
         }
-        let (matched, acked, unmatched) = match_summaries(&out_path, addr, &flows)?;
-        result.summarized = Some(matched);
-        result.summarized_bytes_acked = Some(acked);
-        result.summaries_unmatched = Some(unmatched);
+        if observer == ShortObserver::Sockops {
+            let (matched, acked, unmatched) = match_summaries(&out_path, addr, &flows)?;
+            result.summarized = Some(matched);
+            result.summarized_bytes_acked = Some(acked);
+            result.summaries_unmatched = Some(unmatched);
+        }
     }
     if std::env::var_os("BBRBENCH_KEEP").is_none() {
         let _ = std::fs::remove_file(&out_path);
