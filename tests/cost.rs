@@ -5,13 +5,25 @@
 
 mod common;
 
-use std::{io::Read as _, time::Duration};
+use std::{
+    io::Read as _,
+    sync::{Mutex, MutexGuard},
+    time::Duration,
+};
 
 use common::*;
 use serde_json::Value;
 
 const INTERVAL_MS: u64 = 100;
 const SEND: Duration = Duration::from_secs(2);
+
+/// One test's traffic at a time: every bbrscope's sock_ops program runs for every callback any
+/// of them asked for, so a neighbour's flow would add to the run counts measured here.
+static TRAFFIC: Mutex<()> = Mutex::new(());
+
+fn traffic() -> MutexGuard<'static, ()> {
+    TRAFFIC.lock().unwrap_or_else(|e| e.into_inner())
+}
 
 fn num(v: &Value) -> f64 {
     v.as_f64().unwrap_or_else(|| panic!("expected a number, got {v}"))
@@ -20,6 +32,7 @@ fn num(v: &Value) -> f64 {
 #[test]
 fn a_bulk_flow_gets_records_per_interval_not_per_ack() {
     require_root();
+    let _turn = traffic();
     let server = Discard::bind("127.0.0.1:0");
     let port = server.addr.port().to_string();
     let mut stream = Stream::start(&["--port", &port, "--interval", &INTERVAL_MS.to_string()]);
@@ -73,6 +86,7 @@ fn configured_hz() -> Option<f64> {
 #[test]
 fn samples_are_paced_by_whole_ticks_of_the_interval() {
     require_root();
+    let _turn = traffic();
     let Some(hz) = configured_hz() else {
         eprintln!("skipped: this kernel publishes no /proc/config.gz");
         return;
@@ -116,6 +130,7 @@ const MAX_STORAGE_BYTES: u64 = 1024;
 #[test]
 fn socket_storage_per_flow_is_bounded() {
     require_root();
+    let _turn = traffic();
     let stream = Stream::start(&["--observer", "sockops"]);
     let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let addr = listener.local_addr().unwrap();
@@ -136,4 +151,49 @@ fn socket_storage_per_flow_is_bounded() {
     for o in &optmem {
         assert!((1..=MAX_STORAGE_BYTES).contains(o), "socket storage of {o} bytes (bound {MAX_STORAGE_BYTES}):\n{ss}");
     }
+}
+
+/// How often the kernel ran a process's sock_ops program, from the process's descriptors'
+/// fdinfo (the kernel's own count; it counts while BPF statistics are on: `--bpf-stats`).
+fn sockops_runs(pid: u32) -> u64 {
+    const BPF_PROG_TYPE_SOCK_OPS: &str = "13";
+    std::fs::read_dir(format!("/proc/{pid}/fdinfo"))
+        .unwrap()
+        .flatten()
+        .map(|fd| std::fs::read_to_string(fd.path()).unwrap_or_default())
+        .find(|info| info.lines().any(|l| l.strip_prefix("prog_type:").map(str::trim) == Some(BPF_PROG_TYPE_SOCK_OPS)))
+        .and_then(|info| info.lines().find_map(|l| l.strip_prefix("run_cnt:").and_then(|v| v.trim().parse().ok())))
+        .expect("a sock_ops program with a run count among the stream's descriptors")
+}
+
+/// A flow the filters reject costs no per-ACK work: its sockets never get RTT callbacks (they
+/// are asked for only once a flow is admitted), so the program runs only for its handful of
+/// lifecycle callbacks. The same bulk flow through an admitted port is the control: there the
+/// program runs for about every ACK. Counted by the kernel, not timed.
+#[test]
+fn a_filtered_flow_gets_no_per_ack_callbacks() {
+    require_root();
+    let _turn = traffic();
+    let watched = Discard::bind("127.0.0.1:0");
+    let other = Discard::bind("127.0.0.1:0");
+    let port = watched.addr.port().to_string();
+    let mut stream = Stream::start(&["--observer", "sockops", "--bpf-stats", "--port", &port]);
+    let runs_during = |to| {
+        let before = sockops_runs(stream.pid());
+        Sender::start(to, "cubic", Duration::from_secs(1), None).join();
+        // The closing callbacks run as both ends close, just after.
+        std::thread::sleep(Duration::from_millis(300));
+        sockops_runs(stream.pid()) - before
+    };
+    let filtered = runs_during(other.addr);
+    let admitted = runs_during(watched.addr);
+    stream.wait_for(Duration::from_secs(10), |r| r["type"] == "flow_summary");
+    let (code, records, stderr) = stream.stop();
+    assert_eq!(code, 0, "stderr: {stderr}");
+    let summary = records.iter().find(|r| r["type"] == "flow_summary").unwrap();
+    let acks = num(&summary["rtt_events"]);
+    // The control: one run per RTT-carrying ACK of the admitted flow, as its summary counts them.
+    assert!(acks >= 100.0 && admitted as f64 >= acks, "{admitted} runs for an admitted flow of {acks} RTT ACKs");
+    // Connect, established, a few state changes and retransmits on each end: tens, not thousands.
+    assert!(filtered <= 50, "{filtered} runs for a filtered 1 s bulk flow ({admitted} for the same flow admitted)");
 }
