@@ -178,15 +178,27 @@ fn a_filtered_flow_gets_no_per_ack_callbacks() {
     let other = Discard::bind("127.0.0.1:0");
     let port = watched.addr.port().to_string();
     let mut stream = Stream::start(&["--observer", "sockops", "--bpf-stats", "--port", &port]);
-    let runs_during = |to| {
+    let runs_during = |to: Option<std::net::SocketAddr>| {
         let before = sockops_runs(stream.pid());
-        Sender::start(to, "cubic", Duration::from_secs(1), None).join();
+        match to {
+            Some(to) => drop(Sender::start(to, "cubic", Duration::from_secs(1), None).join()),
+            None => std::thread::sleep(Duration::from_secs(1)),
+        }
         // The closing callbacks run as both ends close, just after.
         std::thread::sleep(Duration::from_millis(300));
         sockops_runs(stream.pid()) - before
     };
-    let filtered = runs_during(other.addr);
-    let admitted = runs_during(watched.addr);
+    // Other sockets' callbacks reach this program too when another sock_ops observer on the host
+    // (another bbrscope, a benchmark) asked for them: each try subtracts as long a window with
+    // no flow, and the least of three tries is the flow's.
+    let filtered = (0..3)
+        .map(|_| {
+            let idle = runs_during(None);
+            runs_during(Some(other.addr)).saturating_sub(idle)
+        })
+        .min()
+        .unwrap();
+    let admitted = runs_during(Some(watched.addr));
     stream.wait_for(Duration::from_secs(10), |r| r["type"] == "flow_summary");
     let (code, records, stderr) = stream.stop();
     assert_eq!(code, 0, "stderr: {stderr}");
@@ -195,5 +207,9 @@ fn a_filtered_flow_gets_no_per_ack_callbacks() {
     // The control: one run per RTT-carrying ACK of the admitted flow, as its summary counts them.
     assert!(acks >= 100.0 && admitted as f64 >= acks, "{admitted} runs for an admitted flow of {acks} RTT ACKs");
     // Connect, established, a few state changes and retransmits on each end: tens, not thousands.
-    assert!(filtered <= 50, "{filtered} runs for a filtered 1 s bulk flow ({admitted} for the same flow admitted)");
+    assert!(
+        filtered <= 50,
+        "{filtered} runs for a filtered 1 s bulk flow ({admitted} for the same flow admitted; is another sock_ops \
+         observer busy on this host?)"
+    );
 }
