@@ -76,7 +76,8 @@ pub fn guard(body: impl FnOnce() -> anyhow::Result<()>) -> anyhow::Result<()> {
 }
 
 /// Makes sure a stop signal (SIGINT, SIGTERM) ends the process within `grace` even when stdout's
-/// reader has stopped reading: a write to a full pipe blocks the thread, and with it the
+/// reader has stopped reading: a write to a full pipe blocks the thread, and with it (for
+/// `stream`, once its output queue is full, or when it waits for the queue at the end) the
 /// single-threaded runtime that would have seen the signal (the signal handler restarts the
 /// write). A thread of its own hears the signal too; if the process is still there `grace`
 /// later, it says so on stderr (if that can be written) and exits with status 1.

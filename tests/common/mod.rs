@@ -51,6 +51,8 @@ pub fn bbrscope() -> Command {
 pub struct Stream {
     child: Child,
     lines: Arc<Mutex<Vec<Value>>>,
+    /// While set, the test stops reading bbrscope's output (as a reader that pauses would).
+    paused: Arc<std::sync::atomic::AtomicBool>,
     reader: Option<JoinHandle<()>>,
     stderr: Option<JoinHandle<String>>,
 }
@@ -70,8 +72,13 @@ impl Stream {
         let lines = Arc::new(Mutex::new(Vec::new()));
         let out = child.stdout.take().unwrap();
         let sink = lines.clone();
+        let paused = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let pause = paused.clone();
         let reader = thread::spawn(move || {
             for line in BufReader::new(out).lines() {
+                while pause.load(std::sync::atomic::Ordering::Relaxed) {
+                    thread::sleep(Duration::from_millis(10));
+                }
                 let Ok(line) = line else { break };
                 let v: Value = serde_json::from_str(&line).unwrap_or_else(|e| panic!("not JSON ({e}): {line}"));
                 sink.lock().unwrap().push(v);
@@ -83,9 +90,15 @@ impl Stream {
             let _ = err.read_to_string(&mut s);
             s
         });
-        let mut s = Stream { child, lines, reader: Some(reader), stderr: Some(stderr) };
+        let mut s = Stream { child, lines, paused, reader: Some(reader), stderr: Some(stderr) };
         s.wait_for(Duration::from_secs(20), |v| v["type"] == "stats");
         s
+    }
+
+    /// Stops (true) or resumes reading bbrscope's output: while stopped, its pipe fills and its
+    /// writes block.
+    pub fn pause_reading(&self, paused: bool) {
+        self.paused.store(paused, std::sync::atomic::Ordering::Relaxed);
     }
 
     pub fn records(&self) -> Vec<Value> {

@@ -10,7 +10,7 @@ use crate::{
     clock::Clock,
     flow::{Change, FlowTable},
     session::Live,
-    sink::json::JsonSink,
+    sink::{json::JsonSink, queued::QueuedWriter},
 };
 
 /// Closed flows are kept this long so late events still find their flow's name.
@@ -29,7 +29,9 @@ pub async fn run(args: StreamArgs) -> Result<()> {
         eprintln!("bbrscope: warning: {note}");
     }
     let mut table = FlowTable::new(0);
-    let mut sink = JsonSink::new(io::stdout(), Clock::new());
+    // Lines are written by a thread of their own: a write that blocks must not stop the ring
+    // being read (it overflows in under a second at thousands of flows a second).
+    let mut sink = JsonSink::new(QueuedWriter::new(io::stdout())?, Clock::new());
     let stats_period = Duration::from_secs_f64(if args.stats_interval > 0.0 { args.stats_interval } else { 3600.0 });
     let mut stats_tick = tokio::time::interval_at(tokio::time::Instant::now() + stats_period, stats_period);
     let deadline = tokio::time::sleep(args.duration.unwrap_or(Duration::from_secs(u64::MAX / 4)));
@@ -68,7 +70,7 @@ pub async fn run(args: StreamArgs) -> Result<()> {
             break Err(e);
         }
     };
-    match result.and_then(|()| sink.flush()) {
+    match result.and_then(|()| sink.flush()).and_then(|()| sink.writer().finish()) {
         // The reader went away (e.g. `| head`): a normal way for a stream to end.
         Err(e) if e.kind() == io::ErrorKind::BrokenPipe => Ok(()),
         other => Ok(other?),

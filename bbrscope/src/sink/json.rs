@@ -505,6 +505,11 @@ impl<W: Write> JsonSink<W> {
         }
         self.out.flush()
     }
+
+    /// The writer, after [`JsonSink::flush`].
+    pub fn writer(&mut self) -> &mut W {
+        &mut self.out
+    }
 }
 
 #[cfg(test)]
