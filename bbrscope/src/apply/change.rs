@@ -9,13 +9,8 @@ use std::path::{Path, PathBuf};
 use anyhow::{Context as _, Result};
 use serde::{Deserialize, Serialize};
 
-use super::{
-    algo, cgroup, files,
-    netns::{self, Netns},
-    qdisc, route,
-    route::RouteKey,
-    sysctl,
-};
+use super::{algo, cgroup, files, qdisc, route, route::RouteKey, sysctl};
+use crate::sys::netns::{self, Netns};
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "kind", rename_all = "snake_case")]

@@ -13,7 +13,6 @@ pub mod diag;
 pub mod files;
 pub mod interrupt;
 pub mod lock;
-pub mod netns;
 pub mod plan;
 pub mod qdisc;
 pub mod route;

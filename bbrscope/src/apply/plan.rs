@@ -10,14 +10,13 @@ use super::{
     algo::{Kernel, Provision},
     cgroup,
     change::Change,
-    files,
-    netns::{self, Netns},
-    qdisc, route,
+    files, qdisc, route,
     scope::Scope,
     state::State,
     sysctl,
     sysctl_d::{self, BootConfig},
 };
+use crate::sys::netns::{self, Netns};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]

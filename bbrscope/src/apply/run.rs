@@ -9,13 +9,13 @@ use serde::Serialize;
 
 use super::{
     change::{Change, Undone},
-    netns,
     plan::Plan,
     route,
     scope::Scope,
     state::State,
     verify::{self, Probe},
 };
+use crate::sys::netns;
 
 #[derive(Clone, Debug, Serialize)]
 #[serde(rename_all = "snake_case")]

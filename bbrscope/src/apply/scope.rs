@@ -8,7 +8,7 @@ use anyhow::Result;
 use ipnet::IpNet;
 use serde::{Deserialize, Serialize};
 
-use super::netns::{self, Netns};
+use crate::sys::netns::{self, Netns};
 use crate::{error::usage, sys::cgroup};
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]

@@ -98,7 +98,10 @@ fn now() -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::apply::{netns::Netns, sysctl, testroot::TempRoot};
+    use crate::{
+        apply::{sysctl, testroot::TempRoot},
+        sys::netns::Netns,
+    };
 
     #[test]
     fn records_merge_and_persist() {

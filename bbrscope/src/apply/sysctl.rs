@@ -1,5 +1,5 @@
 //! Live kernel settings under /proc/sys, read and written in the calling thread's network
-//! namespace (see [`super::netns::run`]).
+//! namespace (see [`crate::sys::netns::run`]).
 
 use std::{io, path::PathBuf};
 

@@ -12,7 +12,6 @@ use crate::{
         algo::Kernel,
         files, interrupt,
         lock::Lock,
-        netns,
         plan::{self, Host, Level, Options, Plan},
         run::{self, Outcome, Verification},
         scope::{self, Scope, Spec},
@@ -20,6 +19,7 @@ use crate::{
     },
     error::{UsageError, usage},
     output::{self, OutputError, outln},
+    sys::netns,
 };
 
 /// Where a change applies (no option: the system, i.e. bbrscope's own network namespace).

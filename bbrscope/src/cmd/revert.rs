@@ -9,9 +9,10 @@ use serde::Serialize;
 
 use super::apply::ScopeArgs;
 use crate::{
-    apply::{change::Undone, interrupt, lock::Lock, netns, run, scope, scope::Scope, state::State},
+    apply::{change::Undone, interrupt, lock::Lock, run, scope, scope::Scope, state::State},
     error::usage,
     output::{self, OutputError, outln},
+    sys::netns,
 };
 
 #[derive(Debug, Args)]

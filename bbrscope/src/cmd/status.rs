@@ -10,7 +10,6 @@ use crate::{
     apply::{
         algo::Kernel,
         cgroup, diag, files,
-        netns::{self, Netns},
         qdisc::{self, RootQdisc},
         route,
         scope::Scope,
@@ -20,6 +19,7 @@ use crate::{
     },
     experiment::lock,
     output::{self, OutputError, outln},
+    sys::netns::{self, Netns},
 };
 
 #[derive(Debug, Args)]

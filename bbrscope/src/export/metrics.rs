@@ -16,11 +16,11 @@ use prometheus_client::{
 };
 
 use crate::{
-    apply::{netns, sysctl},
+    apply::sysctl,
     event::{Event, Metrics},
     flow::{Change, Flow, FlowTable, IdSet},
     stats::StatsReport,
-    sys::cgroup::CgroupNames,
+    sys::{cgroup::CgroupNames, netns},
 };
 
 /// Distinct `cc` label values kept; further algorithms are counted as `other`. The kernel has a

@@ -5,5 +5,6 @@ pub mod cgroup;
 pub mod hz;
 pub mod kconfig;
 pub mod netlink;
+pub mod netns;
 pub mod privileges;
 pub mod sockdiag;
