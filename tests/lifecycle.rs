@@ -465,21 +465,33 @@ fn owner_filters_select_by_process_and_namespace() {
 }
 
 /// Few connections open at the start are looked up one by one at each poll; many are found in
-/// one dump of every socket: both ways.
+/// one dump of every socket: both ways. And in a network namespace other than bbrscope's (a
+/// container's): polled through a sock_diag socket opened inside it.
 #[test]
 fn connections_open_before_the_start_are_polled_until_they_close() {
     require_root();
-    polled_until_close(0);
+    polled_until_close(0, None);
     // 2 x 40 idle sockets (both ends) besides the sender: over the 64 looked up one by one.
-    polled_until_close(40);
+    polled_until_close(40, None);
+    let ns = Netns::new("old");
+    polled_until_close(0, Some(&ns));
+    polled_until_close(40, Some(&ns));
 }
 
-fn polled_until_close(idle: usize) {
-    let server = Discard::bind("127.0.0.1:0");
-    let _idle: Vec<std::net::TcpStream> =
-        (0..idle).map(|_| std::net::TcpStream::connect(server.addr).unwrap()).collect();
+fn polled_until_close(idle: usize, ns: Option<&Netns>) {
+    let inside = |f: &(dyn Fn() -> TcpStream + Sync)| match ns {
+        Some(ns) => ns.enter(f),
+        None => f(),
+    };
+    let server = match ns {
+        Some(ns) => ns.enter(|| Discard::bind("127.0.0.1:0")),
+        None => Discard::bind("127.0.0.1:0"),
+    };
+    let _idle: Vec<TcpStream> = (0..idle).map(|_| inside(&|| TcpStream::connect(server.addr).unwrap())).collect();
     // Paced at 5 MB/s for 3 s, started before bbrscope: no sock_ops callback fires for it.
-    let sender = Sender::start(server.addr, "cubic", Duration::from_secs(3), Some(5_000_000));
+    let conn = inside(&|| TcpStream::connect(server.addr).unwrap());
+    set_cc(&conn, "cubic");
+    let sender = Sender::run(conn, Duration::from_secs(3), Some(5_000_000));
     let local = sender.local;
     thread::sleep(Duration::from_millis(300));
     let mut stream = Stream::start(&["--port", &server.addr.port().to_string()]);

@@ -216,7 +216,7 @@ impl Live {
             ),
             false => None,
         };
-        let observer = Observer::start(opts)?;
+        let mut observer = Observer::start(opts)?;
         let layout = observer.layout.clone();
         if !opts.owner.is_empty() && observer.path != ObserverPath::Sockops {
             crate::error::usage!(
@@ -230,6 +230,12 @@ impl Live {
             true => Some(Existing::snapshot(&opts.filter)?),
             false => None,
         };
+        if let Some(n) = existing.as_ref().map(|e| e.unreachable).filter(|&n| n > 0) {
+            observer.degraded.push(format!(
+                "connections open before the start in {n} other network namespace(s) are not seen: entering a \
+                 namespace needs CAP_SYS_ADMIN (new connections are seen in every namespace)"
+            ));
+        }
         // sock_diag dumps every socket of the namespace: not more often than 4 times a second,
         // and less often the more sockets there are (a dump costs about 1 µs a socket), so that
         // polling stays below ~1% of a core however busy the host.

@@ -1,7 +1,9 @@
 //! Connections that were already open when the sock_ops observer attached: no sock_ops callback
 //! ever fires for them (callbacks are switched on per socket as it connects or is accepted), so
-//! they are polled through sock_diag, as `ss -tin` reads them, until they close. They get
-//! samples and a `flow_close`, but no owner and no `flow_summary` (their start was not seen).
+//! they are polled through sock_diag, as `ss -tin` reads them, until they close — in every
+//! network namespace bbrscope can enter, through a sock_diag socket opened inside each (a
+//! socket answers for the namespace it was created in). They get samples and a `flow_close`,
+//! but no owner and no `flow_summary` (their start was not seen).
 
 use std::collections::{HashMap, HashSet};
 
@@ -13,6 +15,7 @@ use crate::{
     filter::FilterSpec,
     sys::{
         netlink::Netlink,
+        netns,
         sockdiag::{self, CONNECTED, Socket},
     },
 };
@@ -28,10 +31,31 @@ const BBR_UNIT: f64 = 256.0;
 const INFINITE_SSTHRESH: u32 = 0x7fff_ffff;
 
 pub struct Existing {
-    /// Cookies of the connections open at start that are still open, with what was last seen.
-    open: HashMap<u64, Polled>,
+    /// bbrscope's own namespace first, then each other one that had connections at the start.
+    spaces: Vec<Space>,
     filter: FilterSpec,
+    /// Other namespaces that could not be entered (setns needs CAP_SYS_ADMIN, which e.g. the
+    /// packaged exporter's unit does not grant): their connections open at the start are not seen.
+    pub unreachable: usize,
+}
+
+/// One network namespace's connections open at the start, and a sock_diag socket inside it.
+struct Space {
+    /// Cookies (unique host-wide) of those still open, with what was last seen.
+    open: HashMap<u64, Polled>,
     nl: Netlink,
+}
+
+impl Space {
+    /// The calling thread's namespace.
+    fn here() -> Result<Space> {
+        let mut nl = sockdiag::open()?;
+        let open = sockdiag::dump_on(&mut nl, CONNECTED, false)?
+            .into_iter()
+            .map(|socket| (socket.cookie, Polled { socket, last: None, shown: false }))
+            .collect();
+        Ok(Space { open, nl })
+    }
 }
 
 struct Polled {
@@ -43,23 +67,31 @@ struct Polled {
 }
 
 impl Existing {
-    /// The connections of this network namespace open now (call once the observer is attached,
-    /// so that a connection is either here or seen opening by the observer).
+    /// The connections open now in every network namespace (call once the observer is
+    /// attached, so that a connection is either here or seen opening by the observer).
     pub fn snapshot(filter: &FilterSpec) -> Result<Self> {
-        let open = sockdiag::dump(CONNECTED, false)?
-            .into_iter()
-            .map(|socket| (socket.cookie, Polled { socket, last: None, shown: false }))
-            .collect();
-        Ok(Existing { open, filter: filter.clone(), nl: sockdiag::open()? })
+        let mut spaces = vec![Space::here()?];
+        let mut unreachable = 0;
+        // Namespaces found through /run/netns and /proc/*/ns/net; one that has gone meanwhile
+        // has no connections left to poll.
+        for ns in netns::all().unwrap_or_default() {
+            match netns::run(&ns, Space::here) {
+                Ok(space) if !space.open.is_empty() => spaces.push(space),
+                Ok(_) => {}
+                Err(_) if netns::still_there(&ns) => unreachable += 1,
+                Err(_) => {}
+            }
+        }
+        Ok(Existing { spaces, filter: filter.clone(), unreachable })
     }
 
     /// How many connections are still being polled.
     pub fn len(&self) -> usize {
-        self.open.len()
+        self.spaces.iter().map(|s| s.open.len()).sum()
     }
 
     pub fn is_empty(&self) -> bool {
-        self.open.is_empty()
+        self.spaces.iter().all(|s| s.open.is_empty())
     }
 
     /// One poll: a sample for each connection that sent since the last poll (its peer acked
@@ -67,8 +99,17 @@ impl Existing {
     /// connection that has gone.
     pub fn poll(&mut self) -> Result<Vec<Event>> {
         let now = Clock::monotonic_ns();
-        let mut seen = HashSet::new();
         let mut out = Vec::new();
+        for space in self.spaces.iter_mut().filter(|s| !s.open.is_empty()) {
+            space.poll(&self.filter, now, &mut out)?;
+        }
+        Ok(out)
+    }
+}
+
+impl Space {
+    fn poll(&mut self, filter: &FilterSpec, now: u64, out: &mut Vec<Event>) -> Result<()> {
+        let mut seen = HashSet::new();
         let current = if self.open.len() <= LOOKUP_MAX {
             let mut found = Vec::with_capacity(self.open.len());
             for p in self.open.values() {
@@ -80,12 +121,12 @@ impl Existing {
             }
             found
         } else {
-            sockdiag::dump(CONNECTED, true)?
+            sockdiag::dump_on(&mut self.nl, CONNECTED, true)?
         };
         for s in current {
             let Some(slot) = self.open.get_mut(&s.cookie) else { continue };
             seen.insert(s.cookie);
-            if !self.filter.matches(s.src, s.dst, s.cc.as_deref()) {
+            if !filter.matches(s.src, s.dst, s.cc.as_deref()) {
                 continue;
             }
             let Some(mut ev) = sample(&s, now) else { continue };
@@ -109,7 +150,7 @@ impl Existing {
                 out.push(Event::Sample(Box::new(last)));
             }
         }
-        Ok(out)
+        Ok(())
     }
 }
 

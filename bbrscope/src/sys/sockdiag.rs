@@ -116,7 +116,12 @@ pub struct Socket {
 /// Every TCP socket in `states` (a bit mask of `1 << tcp_state`) of both address families; with
 /// `details`, each with its tcp_info, algorithm and the algorithm's own info.
 pub fn dump(states: u32, details: bool) -> Result<Vec<Socket>> {
-    let mut nl = Netlink::open(NETLINK_SOCK_DIAG).context("opening a sock_diag socket")?;
+    dump_on(&mut open()?, states, details)
+}
+
+/// As [`dump`], on a sock_diag socket from [`open`]: it answers for the namespace it was
+/// opened in, whichever the calling thread is in now.
+pub fn dump_on(nl: &mut Netlink, states: u32, details: bool) -> Result<Vec<Socket>> {
     let mut out = Vec::new();
     for family in [libc::AF_INET as u8, libc::AF_INET6 as u8] {
         let req = request(family, states, details, &[0; SOCKID_LEN]);
@@ -139,7 +144,8 @@ pub fn lookup(nl: &mut Netlink, s: &Socket) -> Result<Option<Socket>> {
     }
 }
 
-/// A sock_diag socket for [`lookup`].
+/// A sock_diag socket for [`lookup`] and [`dump_on`], in the calling thread's namespace (for good:
+/// a socket belongs to the namespace it was created in).
 pub fn open() -> Result<Netlink> {
     Netlink::open(NETLINK_SOCK_DIAG).context("opening a sock_diag socket")
 }
