@@ -26,11 +26,22 @@ impl RunTimeStats {
 /// CPU time of a process's threads, in nanoseconds (/proc/PID/task/TID/schedstat): clock
 /// ticks, in /proc/PID/stat, are too coarse for an observer that uses a few ms per second.
 pub fn cpu_time(pid: u32) -> Result<Duration> {
+    schedstat(pid, 0)
+}
+
+/// Time the process's threads waited on a run queue (runnable, not running), summed: how long
+/// other work kept it from a CPU.
+pub fn run_delay(pid: u32) -> Result<Duration> {
+    schedstat(pid, 1)
+}
+
+/// Field `field` of /proc/PID/task/*/schedstat (run time, run-queue wait, ns), summed over threads.
+fn schedstat(pid: u32, field: usize) -> Result<Duration> {
     let mut ns = 0;
     for task in fs::read_dir(format!("/proc/{pid}/task")).with_context(|| format!("process {pid}"))? {
         // A thread that exits while listing is skipped.
         let Ok(text) = fs::read_to_string(task?.path().join("schedstat")) else { continue };
-        ns += text.split_whitespace().next().and_then(|v| v.parse::<u64>().ok()).context("malformed schedstat")?;
+        ns += text.split_whitespace().nth(field).and_then(|v| v.parse::<u64>().ok()).context("malformed schedstat")?;
     }
     Ok(Duration::from_nanos(ns))
 }

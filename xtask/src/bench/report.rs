@@ -705,7 +705,8 @@ fn short_section(r: &Results) -> String {
          those summaries say against the log (each summary also counts the FIN). *Kernel opened/summarised*: \
          both ends of every connection. `export` is checked by its own count of flows ended \
          (`bbrscope_flows_closed_total`, both ends of each connection, plus any other connection of the host \
-         meanwhile). *CPU*: bbrscope's own, while the flows ran; *BPF*: time in the sock_ops \
+         meanwhile). *CPU*: bbrscope's own, while the flows ran; *waited for a CPU*: time its threads \
+         were runnable but not running (/proc schedstat), per second; *BPF*: time in the sock_ops \
          program (all callbacks), per second and per run.\n",
         MIN_BYTES / 1000,
         MAX_BYTES / 1000,
@@ -722,6 +723,7 @@ fn short_section(r: &Results) -> String {
         "kernel opened / summarised",
         "drops",
         "CPU",
+        "waited for a CPU",
         "BPF",
         "ns/run",
         "others' CPU",
@@ -744,6 +746,7 @@ fn short_section(r: &Results) -> String {
             s.kernel_opened.zip(s.kernel_summarized).map_or_else(na, |(o, e)| format!("{o} / {e}")),
             s.drops.map_or_else(na, |d| d.to_string()),
             s.cpu_cores.map_or_else(na, cores),
+            s.run_delay_ms_per_s.map_or_else(na, |ms| format!("{ms:.0} ms/s")),
             s.bpf_cores.map_or_else(na, cores),
             s.ns_per_event.map_or_else(na, |v| format!("{v:.0}")),
             cores(s.others_cpu_cores),

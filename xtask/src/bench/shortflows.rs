@@ -86,6 +86,9 @@ pub struct ShortResult {
     pub drops: Option<u64>,
     /// bbrscope's own CPU while the flows ran (1.0 = one core).
     pub cpu_cores: Option<f64>,
+    /// Time bbrscope's threads waited for a CPU (runnable, not running) while the flows ran, per
+    /// second: a stall there leaves the ring unread as surely as a blocked write.
+    pub run_delay_ms_per_s: Option<f64>,
     /// Time in the sock_ops program (all callbacks) per second, and per run.
     pub bpf_cores: Option<f64>,
     pub ns_per_event: Option<f64>,
@@ -255,7 +258,7 @@ pub fn run(
     let closed_before = (observer == ShortObserver::Export).then(flows_closed).transpose()?;
     let read = |t: &super::scenarios::Traced| -> Result<_> {
         Ok((
-            measure::cpu_time(t.pid())?,
+            (measure::cpu_time(t.pid())?, measure::run_delay(t.pid())?),
             t.probe.stats()?,
             t.counters.as_ref().map(measure::Counters::read).transpose()?,
         ))
@@ -296,12 +299,14 @@ pub fn run(
         kernel_summarized: None,
         drops: None,
         cpu_cores: None,
+        run_delay_ms_per_s: None,
         bpf_cores: None,
         ns_per_event: None,
         others_cpu_cores: others1.saturating_sub(others0).as_secs_f64() / elapsed,
     };
-    if let (Some((cpu0, p0, c0)), Some((cpu1, p1, _)), Some((_, _, c2))) = (before, during, after) {
+    if let (Some(((cpu0, wait0), p0, c0)), Some(((cpu1, wait1), p1, _)), Some((_, _, c2))) = (before, during, after) {
         result.cpu_cores = Some(cpu1.saturating_sub(cpu0).as_secs_f64() / elapsed);
+        result.run_delay_ms_per_s = Some(wait1.saturating_sub(wait0).as_secs_f64() * 1e3 / elapsed);
         let ns = p1.run_time_ns.saturating_sub(p0.run_time_ns);
         result.bpf_cores = Some(ns as f64 / 1e9 / elapsed);
         result.ns_per_event = (p1.runs > p0.runs).then(|| ns as f64 / (p1.runs - p0.runs) as f64);
