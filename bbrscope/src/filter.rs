@@ -29,10 +29,15 @@ impl FilterSpec {
     /// The same filters in userspace, for connections the kernel programs do not see (those
     /// open before bbrscope started). Their cgroup is not known: `--cgroup` excludes them.
     pub fn matches(&self, src: std::net::SocketAddr, dst: std::net::SocketAddr, cc: Option<&str>) -> bool {
+        self.may_match(src, dst) && self.cc.as_deref().is_none_or(|want| cc == Some(want))
+    }
+
+    /// What never changes in a connection's life (its ends): one this rejects never passes,
+    /// whatever algorithm it later runs.
+    pub fn may_match(&self, src: std::net::SocketAddr, dst: std::net::SocketAddr) -> bool {
         self.port.is_none_or(|p| src.port() == p || dst.port() == p)
             && self.net.as_ref().is_none_or(|n| n.contains(src.ip()) || n.contains(dst.ip()))
             && self.cgroup.is_none()
-            && self.cc.as_deref().is_none_or(|want| cc == Some(want))
     }
 }
 
@@ -99,6 +104,26 @@ mod tests {
         assert_eq!("2001:db8::1".parse::<Net>().unwrap().0.to_string(), "2001:db8::1/128");
         assert!("10.0.0.0/33".parse::<Net>().is_err());
         assert!("example.com".parse::<Net>().is_err());
+    }
+
+    /// Connections open at the start are kept for polling by their ends alone: an algorithm
+    /// that fails `--cc` now may pass later (an application can switch it).
+    #[test]
+    fn ends_decide_whether_a_connection_may_ever_match() {
+        let f = FilterSpec {
+            port: Some(443),
+            net: Some("10.0.0.0/8".parse().unwrap()),
+            cc: Some("bbr".into()),
+            ..Default::default()
+        };
+        let (web, other): (std::net::SocketAddr, std::net::SocketAddr) =
+            ("10.1.1.1:443".parse().unwrap(), "192.0.2.9:50000".parse().unwrap());
+        assert!(f.may_match(web, other) && f.may_match(other, web));
+        assert!(f.matches(web, other, Some("bbr")));
+        assert!(!f.matches(web, other, Some("cubic")), "--cc decides when polled, not before");
+        assert!(!f.may_match("10.1.1.1:80".parse().unwrap(), other), "another port never passes");
+        assert!(!f.may_match("192.0.2.1:443".parse().unwrap(), other), "another range never passes");
+        assert!(FilterSpec::default().may_match(other, other));
     }
 
     #[test]

@@ -268,11 +268,6 @@ impl Live {
         &self.observer.degraded
     }
 
-    /// Connections open before bbrscope started that are still polled (sock_ops path).
-    pub fn existing_flows(&self) -> usize {
-        self.existing.as_ref().map_or(0, Existing::len)
-    }
-
     /// Waits for records (or the next poll of connections open before the start), then decodes
     /// each and passes it to `f`.
     pub async fn next_batch(&mut self, mut f: impl FnMut(Event)) -> Result<()> {

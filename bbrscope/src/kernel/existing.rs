@@ -47,11 +47,13 @@ struct Space {
 }
 
 impl Space {
-    /// The calling thread's namespace.
-    fn here() -> Result<Space> {
+    /// The calling thread's namespace: its connections that may pass the filters (with
+    /// `--port 443`, a busy host's other connections are not polled at all).
+    fn here(filter: &FilterSpec) -> Result<Space> {
         let mut nl = sockdiag::open()?;
         let open = sockdiag::dump_on(&mut nl, CONNECTED, false)?
             .into_iter()
+            .filter(|s| filter.may_match(s.src, s.dst))
             .map(|socket| (socket.cookie, Polled { socket, last: None, shown: false }))
             .collect();
         Ok(Space { open, nl })
@@ -70,12 +72,12 @@ impl Existing {
     /// The connections open now in every network namespace (call once the observer is
     /// attached, so that a connection is either here or seen opening by the observer).
     pub fn snapshot(filter: &FilterSpec) -> Result<Self> {
-        let mut spaces = vec![Space::here()?];
+        let mut spaces = vec![Space::here(filter)?];
         let mut unreachable = 0;
         // Namespaces found through /run/netns and /proc/*/ns/net; one that has gone meanwhile
         // has no connections left to poll.
         for ns in netns::all().unwrap_or_default() {
-            match netns::run(&ns, Space::here) {
+            match netns::run(&ns, || Space::here(filter)) {
                 Ok(space) if !space.open.is_empty() => spaces.push(space),
                 Ok(_) => {}
                 Err(_) if netns::still_there(&ns) => unreachable += 1,
