@@ -14,6 +14,22 @@ pub const CC_NAME_LEN: usize = 16;
 /// every kernel since 5.x). Userspace decodes BBR's and CUBIC's state from it using their BTF.
 pub const CA_PRIV_LEN: usize = 104;
 
+/// Bytes of the socket a sample can copy in one read: the programs read the [`Span`] holding
+/// every field a sample needs into a per-CPU buffer of this size, then take each field out of
+/// it. `struct tcp_sock` is about 2.3 KB on every kernel from 5.10 to 7.3 and the fields lie
+/// within 1.8 KB of each other there; userspace refuses to start if a kernel spreads them wider.
+pub const SPAN_BUF: usize = 4096;
+
+/// The contiguous bytes of the socket (from the socket pointer) that hold every field a sample
+/// copies: the [`FieldSpec`]s, `ca_ops`, `ca_state`, `bytes_acked` and `ca_priv` of
+/// [`SockLayout`]. `off` is a multiple of 8, `len` at most [`SPAN_BUF`].
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Span {
+    pub off: u32,
+    pub len: u32,
+}
+
 /// One socket field to copy: `len` bytes (1..=8) at byte offset `off` from the socket pointer,
 /// zero-extended into a `u64` slot. `len == 0` means the running kernel lacks the field.
 #[repr(C)]
@@ -168,6 +184,8 @@ pub struct Config {
     pub filter: Filter,
     pub sock: SockLayout,
     pub fields: [FieldSpec; MAX_FIELDS],
+    /// Where the fields of `fields` and `sock` a sample copies lie (one read per sample).
+    pub span: Span,
     pub experiment: Experiment,
 }
 
@@ -219,6 +237,7 @@ impl Config {
                 _pad: 0,
             },
             fields: [FieldSpec { off: 0, len: 0 }; MAX_FIELDS],
+            span: Span { off: 0, len: 0 },
             experiment: Experiment {
                 flags: 0,
                 split_pct: 0,
@@ -395,7 +414,8 @@ pub mod counter {
     pub const RETRANSMITS: u32 = 2;
     pub const CONG_STATES: u32 = 3;
     pub const CLOSES: u32 = 4;
-    /// Records lost because the ring buffer was full.
+    /// Records lost: the ring buffer was full (or, never seen, every per-CPU buffer a sample is
+    /// read into was in use by programs this one interrupted).
     pub const RING_FULL: u32 = 5;
     /// Retransmit records folded into the next sample by the per-interval cap.
     pub const RETRANS_COALESCED: u32 = 6;

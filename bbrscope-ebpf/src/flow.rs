@@ -100,19 +100,14 @@ pub fn create(sk: u64) {
         return;
     }
     count(counter::FLOWS_SEEN);
-    let t = sock::tuple(sk);
-    let passed = passes(sk, &t);
-    if !passed {
-        count(counter::FLOWS_FILTERED);
-    }
-    let st = FlowState {
+    let mut st = FlowState {
         id: next_id(),
         // Not this event (bytes_acked is the baseline just read) but the next one samples.
         next_sample_ns: now_ns() + 1,
         last_bytes_acked: read(sk, conf!(sock.bytes_acked)),
-        t,
+        t: sock::tuple(sk),
         ca_state: sock::ca_state(sk),
-        status: if passed { Status::Passed as u8 } else { Status::Rejected as u8 },
+        status: Status::Passed as u8,
         announced: 0,
         tcp_state: 0,
         acks: 0,
@@ -120,6 +115,12 @@ pub fn create(sk: u64) {
         event_records: 0,
         retrans_coalesced: 0,
     };
+    // The filters read the tuple in place: a second copy of it would not fit the 512-byte stack
+    // that 5.10 and 6.1 allow the call chain (tcp_probe -> create).
+    if !passes(sk, &st.t) {
+        st.status = Status::Rejected as u8;
+        count(counter::FLOWS_FILTERED);
+    }
     if FLOWS.insert(&sk, &st, BPF_NOEXIST as u64).is_err() {
         count(counter::STATE_FULL);
     }

@@ -13,6 +13,7 @@ mod flow;
 mod records;
 mod sock;
 mod sockops;
+mod span;
 
 use aya_ebpf::{macros::raw_tracepoint, programs::RawTracePointContext};
 use bbrscope_common::{config_flags, counter, kind};

@@ -1,22 +1,21 @@
 //! Building ring-buffer records. Records are reserved in the ring and filled in place, so a
 //! sample (about 500 bytes) never touches the 512-byte BPF stack.
 
-use core::ffi::c_void;
-
 use aya_ebpf::{
     bindings::{BPF_RB_AVAIL_DATA, BPF_RB_FORCE_WAKEUP, BPF_RB_NO_WAKEUP},
-    helpers::{bpf_probe_read_kernel_buf, generated::bpf_probe_read_kernel},
     macros::map,
     maps::RingBuf,
 };
 use bbrscope_common::{
-    CC_NAME_LEN, CongState, FLAG_FIRST, MAX_FIELDS, RecordHeader, Retransmit, Sample, config_flags, counter, kind,
+    CA_PRIV_LEN, CC_NAME_LEN, CongState, FLAG_FIRST, MAX_FIELDS, RecordHeader, Retransmit, Sample, config_flags,
+    counter, kind,
 };
 
 use crate::{
     config::{conf, has_flag},
     flow::{FlowState, Status, cc_passes, count},
     sock::{self, Tuple, read},
+    span::Span,
 };
 
 /// Size is set by userspace (`--ring-size`).
@@ -66,75 +65,95 @@ fn head(h: &mut RecordHeader, kind: u8, flags: u8, id: u64, t: &Tuple, ca_state:
     h._pad = [0; 7];
 }
 
-/// Whether a sample of the flow goes out now, and the algorithm it runs: not while it fails
-/// `--cc`, nor a periodic one (`kind::SAMPLE`) when the peer acked nothing new since the
-/// previous unless receivers were asked for.
+/// Whether a sample of the flow goes out now: not while its algorithm (`cc`) fails `--cc`, nor
+/// a periodic one (`kind::SAMPLE`) when the peer acked nothing new since the previous unless
+/// receivers were asked for.
 #[inline(always)]
-pub fn sample_due(kind: u8, sk: u64, st: &mut FlowState) -> Option<[u8; CC_NAME_LEN]> {
-    let mut cc = [0u8; CC_NAME_LEN];
-    sock::cc_name(sk, &mut cc);
-    if !cc_passes(&cc) {
-        return None;
+pub fn sample_due(kind: u8, span: &Span, st: &mut FlowState, cc: &[u8; CC_NAME_LEN]) -> bool {
+    if !cc_passes(cc) {
+        return false;
     }
-    let bytes_acked: u64 = read(sk, conf!(sock.bytes_acked));
+    let bytes_acked = span.bytes(conf!(sock.bytes_acked), 8);
     let sending = bytes_acked != st.last_bytes_acked;
     st.last_bytes_acked = bytes_acked;
     if kind == kind::SAMPLE && !sending && !has_flag(config_flags::RECEIVERS) {
         st.acks = 0;
-        return None;
+        return false;
     }
-    Some(cc)
+    true
+}
+
+/// The socket's `icsk_ca_ops` (its congestion-control algorithm's operations).
+#[inline(always)]
+pub fn ca_ops(span: &Span) -> u64 {
+    span.bytes(conf!(sock.ca_ops), 8)
+}
+
+/// A flow's congestion-control name and the `icsk_ca_ops` it was read from (sock_ops path: kept
+/// in the socket's storage), so that the name is read again only when an application switches
+/// algorithms.
+#[repr(C)]
+pub struct CcCache {
+    pub ops: u64,
+    pub name: [u8; CC_NAME_LEN],
+}
+
+impl CcCache {
+    pub const EMPTY: CcCache = CcCache { ops: 0, name: [0; CC_NAME_LEN] };
+
+    #[inline(always)]
+    pub fn name(&mut self, ops: u64) -> [u8; CC_NAME_LEN] {
+        if ops != self.ops {
+            self.ops = ops;
+            self.name = sock::cc_name_at(ops);
+        }
+        self.name
+    }
 }
 
 /// A periodic sample (`kind::SAMPLE`) or the final one (`kind::CLOSE`); whether one was sent.
 #[inline(never)]
 pub fn sample(kind: u8, sk: u64, st: &mut FlowState, now: u64) -> bool {
-    match sample_due(kind, sk, st) {
-        Some(cc) => send_sample(kind, sk, st, &cc, now),
-        None => false,
-    }
+    let Some(span) = Span::read(sk) else {
+        count(counter::RING_FULL);
+        return false;
+    };
+    let cc = sock::cc_name_at(ca_ops(&span));
+    sample_due(kind, &span, st, &cc) && send_sample(kind, &span, st, &cc, now)
 }
 
 /// Sends a sample `sample_due` allowed; whether the ring had room.
 #[inline(always)]
-pub fn send_sample(kind: u8, sk: u64, st: &mut FlowState, cc: &[u8; CC_NAME_LEN], now: u64) -> bool {
+pub fn send_sample(kind: u8, span: &Span, st: &mut FlowState, cc: &[u8; CC_NAME_LEN], now: u64) -> bool {
     let Some(mut entry) = EVENTS.reserve::<Sample>(0) else {
         count(counter::RING_FULL);
         return false;
     };
     // SAFETY: a reserved, writable record of this type.
-    write_sample(unsafe { &mut *entry.as_mut_ptr() }, kind, sk, st, cc, now);
+    write_sample(unsafe { &mut *entry.as_mut_ptr() }, kind, span, st, cc, now);
     entry.submit(wake());
     true
 }
 
+// `write_sample` stores `ca_priv` as words.
+const _: () = assert!(core::mem::offset_of!(Sample, ca_priv) % 8 == 0 && CA_PRIV_LEN % 8 == 0);
+
 /// Fills a sample record in place (in the ring: a sample is about 500 bytes, the BPF stack 512)
-/// and starts the flow's next interval.
+/// from the socket's span, and starts the flow's next interval.
 #[inline(always)]
-pub fn write_sample(s: &mut Sample, kind: u8, sk: u64, st: &mut FlowState, cc: &[u8; CC_NAME_LEN], now: u64) {
-    fill_header(&mut s.hdr, kind, st, sock::ca_state(sk), now);
+pub fn write_sample(s: &mut Sample, kind: u8, span: &Span, st: &mut FlowState, cc: &[u8; CC_NAME_LEN], now: u64) {
+    fill_header(&mut s.hdr, kind, st, span.bits(conf!(sock.ca_state)) as u8, now);
     s.cc = *cc;
     s.acks = st.acks;
     s.retrans_coalesced = st.retrans_coalesced;
     let mut i = 0;
     while i < MAX_FIELDS {
-        let f = conf!(fields[i]);
-        let dst = &raw mut s.vals[i];
-        // SAFETY: `dst` is a slot of the record; the read copies at most 8 bytes from kernel
-        // memory at an offset the running kernel's BTF gave (the helper checks the address).
-        unsafe {
-            *dst = 0;
-            if f.len > 0 && f.len <= 8 {
-                bpf_probe_read_kernel(dst as *mut c_void, f.len, (sk + f.off as u64) as *const c_void);
-            }
-        }
+        s.vals[i] = span.field(conf!(fields[i]));
         i += 1;
     }
-    let priv_ptr = (sk + conf!(sock.ca_priv) as u64) as *const u8;
-    // SAFETY: as above, a bounded read the helper checks.
-    if unsafe { bpf_probe_read_kernel_buf(priv_ptr, &mut s.ca_priv) }.is_err() {
-        s.ca_priv = [0; bbrscope_common::CA_PRIV_LEN];
-    }
+    // SAFETY: `ca_priv` is at a multiple of 8 in the record (asserted above), which the ring
+    // aligns to 8, and is `CA_PRIV_LEN` bytes long: a valid, aligned `[u64; CA_PRIV_LEN / 8]`.
+    span.priv_words(conf!(sock.ca_priv), unsafe { &mut *(&raw mut s.ca_priv as *mut [u64; CA_PRIV_LEN / 8]) });
     st.announced = 1;
     st.acks = 0;
     st.event_records = 0;

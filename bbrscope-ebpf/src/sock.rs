@@ -24,16 +24,18 @@ pub fn ca_state(sk: u64) -> u8 {
     read_bits(sk, conf!(sock.ca_state)) as u8
 }
 
-/// The congestion-control algorithm's name (`icsk_ca_ops->name`).
+/// The name of the congestion-control algorithm whose `struct tcp_congestion_ops` is at `ops`
+/// (a socket's `icsk_ca_ops`); zeros when there is none or it cannot be read.
 #[inline(always)]
-pub fn cc_name(sk: u64, out: &mut [u8; CC_NAME_LEN]) {
-    let ops: u64 = read(sk, conf!(sock.ca_ops));
+pub fn cc_name_at(ops: u64) -> [u8; CC_NAME_LEN] {
+    let mut out = [0u8; CC_NAME_LEN];
     // SAFETY: as in `read`: the helper checks the address and fails on a bad one.
-    if ops == 0
-        || unsafe { bpf_probe_read_kernel_buf((ops + conf!(sock.ca_ops_name) as u64) as *const u8, out) }.is_err()
+    if ops != 0
+        && unsafe { bpf_probe_read_kernel_buf((ops + conf!(sock.ca_ops_name) as u64) as *const u8, &mut out) }.is_err()
     {
-        *out = [0; CC_NAME_LEN];
+        out = [0; CC_NAME_LEN];
     }
+    out
 }
 
 /// The socket's addresses as IPv4-mapped IPv6 for AF_INET, so filters compare one form.

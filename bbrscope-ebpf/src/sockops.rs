@@ -38,8 +38,9 @@ use crate::{
     clock::{coarse_ns, jiffies, now_ns},
     config::{conf, has_flag},
     flow::{self, FlowState, Status, add, cc_passes, count},
-    records::{self, EVENTS, fill_header},
+    records::{self, CcCache, EVENTS, fill_header},
     sock::{self, read},
+    span::Span,
 };
 
 const TCP_CLOSE: u32 = 7;
@@ -83,6 +84,7 @@ pub struct SockFlow {
     pub listener: u8,
     /// `bbrscope experiment` arm: 1 (A), 2 (B), 0 (not in the experiment).
     pub arm: u8,
+    pub cc: CcCache,
 }
 
 /// A BTF map definition by hand: aya-ebpf's `SkStorage` fixes the flags to `BPF_F_NO_PREALLOC`,
@@ -204,11 +206,16 @@ fn count_acks(s: &mut SockFlow) {
 fn sample(s: &mut SockFlow, tcp_state: u8) {
     s.flow.tcp_state = tcp_state;
     count_acks(s);
-    let Some(cc) = records::sample_due(kind::SAMPLE, s.sk, &mut s.flow) else {
+    let Some(span) = Span::read(s.sk) else {
+        count(counter::RING_FULL);
         return;
     };
+    let cc = s.cc.name(records::ca_ops(&span));
+    if !records::sample_due(kind::SAMPLE, &span, &mut s.flow, &cc) {
+        return;
+    }
     announce(s, &cc);
-    if records::send_sample(kind::SAMPLE, s.sk, &mut s.flow, &cc, now_ns()) {
+    if records::send_sample(kind::SAMPLE, &span, &mut s.flow, &cc, now_ns()) {
         s.samples += 1;
     }
 }
@@ -232,8 +239,7 @@ fn on_retransmit(ops: &bpf_sock_ops, sk: *mut bpf_sock) {
     if s.flow.announced == 0 {
         // A retransmission is sending: the flow's first record, if its algorithm passes `--cc`
         // (else it is only counted, in the socket's total_retrans).
-        let mut cc = [0u8; CC_NAME_LEN];
-        sock::cc_name(s.sk, &mut cc);
+        let cc = s.cc.name(read(s.sk, conf!(sock.ca_ops)));
         if cc_passes(&cc) {
             announce(s, &cc);
         }
@@ -265,8 +271,11 @@ fn on_state(ops: &bpf_sock_ops, sk: *mut bpf_sock) {
         count(counter::FLOWS_QUIET);
         return;
     }
-    let mut cc = [0u8; CC_NAME_LEN];
-    sock::cc_name(s.sk, &mut cc);
+    let Some(span) = Span::read(s.sk) else {
+        count(counter::RING_FULL);
+        return;
+    };
+    let cc = s.cc.name(records::ca_ops(&span));
     if s.flow.announced == 0 && !cc_passes(&cc) {
         // Never sampled, and its algorithm does not pass `--cc`.
         count(counter::FLOWS_FILTERED);
@@ -286,7 +295,7 @@ fn on_state(ops: &bpf_sock_ops, sk: *mut bpf_sock) {
     // The final sample (every counter as the socket closes; its header is the record's), then
     // what only the kernel accumulated, then the owner (read by userspace only when no OPEN
     // was sent: `FLAG_FIRST`).
-    records::write_sample(&mut e.sample, kind::END, s.sk, &mut s.flow, &cc, now_ns());
+    records::write_sample(&mut e.sample, kind::END, &span, &mut s.flow, &cc, now_ns());
     let end = &mut e.end;
     end.rtt_events = s.rtt_events;
     end.old_state = old as u8;
@@ -454,6 +463,7 @@ fn reset(s: &mut SockFlow, sk: *mut bpf_sock) {
     s.flow.retrans_coalesced = 0;
     s.flow.last_bytes_acked = 0;
     s.flow.next_sample_ns = 0;
+    s.cc = CcCache::EMPTY;
     s.next_sample_tick = 0;
     s.rtt_events = 0;
     s.srtt_first = 0;

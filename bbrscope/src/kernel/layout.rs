@@ -2,7 +2,7 @@
 //! to decode what they copy (bitfields, the congestion-control private area).
 
 use anyhow::{Result, bail};
-use bbrscope_common::{BitField, CA_PRIV_LEN, FieldSpec, MAX_FIELDS, SockLayout, config_flags};
+use bbrscope_common::{BitField, CA_PRIV_LEN, FieldSpec, MAX_FIELDS, SPAN_BUF, SockLayout, Span, config_flags};
 
 use super::btf::{Btf, Location};
 
@@ -133,6 +133,8 @@ pub struct CubicLayout {
 pub struct Layout {
     pub sock: SockLayout,
     pub fields: [FieldSpec; MAX_FIELDS],
+    /// The socket bytes holding every field a sample copies, read in one piece.
+    pub span: Span,
     extracts: [Option<Extract>; MAX_FIELDS],
     /// `config_flags` bits the layout implies.
     pub flags: u32,
@@ -220,6 +222,7 @@ impl Layout {
         }
 
         Ok(Layout {
+            span: sample_span(&sock, &fields)?,
             sock,
             fields,
             extracts,
@@ -290,6 +293,39 @@ impl Layout {
     }
 }
 
+/// The one span of the socket a sample reads: every copied field, the congestion-control ops
+/// pointer, the congestion state's bytes (read as 4), `bytes_acked` and the private area.
+fn sample_span(sock: &SockLayout, fields: &[FieldSpec; MAX_FIELDS]) -> Result<Span> {
+    let own = [(sock.ca_ops, 8), (sock.ca_state.off, 4), (sock.bytes_acked, 8), (sock.ca_priv, CA_PRIV_LEN as u32)];
+    if !sock.ca_priv.is_multiple_of(8) {
+        bail!(
+            "this kernel's icsk_ca_priv is at byte {}, not a multiple of 8 (an array of u64 on every kernel \
+             bbrscope knows): its layout is not one bbrscope can read",
+            sock.ca_priv
+        );
+    }
+    span_of(fields.iter().filter(|f| f.len > 0).map(|f| (f.off, f.len)).chain(own))
+}
+
+/// The smallest span (start a multiple of 8) holding every `(offset, length)`; an error when it
+/// is longer than the programs' buffer.
+fn span_of(ranges: impl Iterator<Item = (u32, u32)>) -> Result<Span> {
+    let (start, end) = ranges.fold((u32::MAX, 0), |(s, e), (off, len)| (s.min(off), e.max(off + len)));
+    if start > end {
+        bail!("no socket fields to sample");
+    }
+    let off = start / 8 * 8;
+    let len = end - off;
+    if len as usize > SPAN_BUF {
+        bail!(
+            "the socket fields a sample copies lie {len} bytes apart on this kernel (from byte {off} of the \
+             socket), more than the {SPAN_BUF}-byte buffer bbrscope's programs read them into (SPAN_BUF in \
+             bbrscope-common): this kernel's struct tcp_sock is not laid out as any bbrscope was built for"
+        );
+    }
+    Ok(Span { off, len })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -311,6 +347,36 @@ mod tests {
         let bytes = [0b1100_0000, 0b0000_1111];
         assert_eq!(bits_at(&bytes, 6, 10), Some(0b11_1111));
         assert_eq!(bits_at(&bytes, 16, 8), None);
+    }
+
+    #[test]
+    fn the_span_holds_every_range_from_a_word_boundary_and_refuses_more_than_the_buffer() {
+        let span = span_of([(1444, 4), (488, 8), (1641, 1), (1296, 104)].into_iter()).unwrap();
+        assert_eq!(span, Span { off: 488, len: 1642 - 488 });
+        let span = span_of([(1444, 4), (1501, 2)].into_iter()).unwrap();
+        assert_eq!(span, Span { off: 1440, len: 63 }, "starts at the word holding the first byte");
+        let widest = span_of([(8, 8), (SPAN_BUF as u32, 8)].into_iter()).unwrap();
+        assert_eq!(widest.len as usize, SPAN_BUF);
+        let err = span_of([(8, 8), (SPAN_BUF as u32 + 1, 8)].into_iter()).unwrap_err().to_string();
+        assert!(err.contains("4097 bytes apart") && err.contains("4096-byte buffer"), "{err}");
+        assert!(span_of(std::iter::empty()).is_err());
+    }
+
+    /// The running kernel's layout (where it has BTF): every field a sample copies lies in the
+    /// span, which fits the buffer.
+    #[test]
+    fn this_kernels_sample_fields_lie_in_one_span() {
+        let Ok(btf) = Btf::kernel() else { return };
+        let layout = Layout::from_btf(&btf).unwrap();
+        let Span { off, len } = layout.span;
+        let inside = |o: u32, l: u32| o >= off && o + l <= off + len;
+        for (i, f) in layout.fields.iter().enumerate().filter(|(_, f)| f.len > 0) {
+            assert!(inside(f.off, f.len), "field {i} at {} outside {off}+{len}", f.off);
+        }
+        let s = layout.sock;
+        assert!(inside(s.ca_ops, 8) && inside(s.ca_state.off, 4) && inside(s.bytes_acked, 8));
+        assert!(inside(s.ca_priv, CA_PRIV_LEN as u32));
+        assert!(len as usize <= SPAN_BUF && off.is_multiple_of(8));
     }
 
     #[test]

@@ -227,6 +227,7 @@ impl Observer {
             filter: kernel_filter(&opts.filter, &layout)?,
             sock: layout.sock,
             fields: layout.fields,
+            span: layout.span,
             experiment: experiment_config(opts.experiment.as_ref()),
         };
         let mut ebpf = EbpfLoader::new()
@@ -382,6 +383,7 @@ pub fn probe() -> std::result::Result<(ObserverPath, Option<String>), String> {
         filter: Filter::default(),
         sock: layout.sock,
         fields: layout.fields,
+        span: layout.span,
         experiment: Config::zeroed().experiment,
     };
     let why = (|| -> Result<()> {
