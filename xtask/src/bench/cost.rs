@@ -127,6 +127,9 @@ pub struct CostLevel {
     pub ratio: Option<Spread>,
     pub lookup_ratio: Option<Spread>,
     pub check_ratio: Option<Spread>,
+    /// sock_ops only, per round: the check's ns/event over the storage lookup's (bbrscope's own
+    /// per-ACK work beyond what any per-socket observer must do).
+    pub check_over_lookup: Option<Spread>,
     /// Per round: the real program's time per second above what its runs would cost as checks
     /// alone (the same round's check ns/event), over its records per second: what one record
     /// (a sample, with the flow's OPEN before its first) costs.
@@ -214,6 +217,7 @@ fn level(path: &'static str, flows: usize, runs: &[CostRun]) -> CostLevel {
         ratio: over_floor(Program::Real),
         lookup_ratio: over_floor(Program::Lookup),
         check_ratio: over_floor(Program::Check),
+        check_over_lookup: per_round(&|r| Some(r.ns(Program::Check)? / r.ns(Program::Lookup)?)),
         ns_per_record: per_round(&|r| {
             let real = r.get(Program::Real)?;
             let extra_ns_per_s = (real.ns_per_event? - r.ns(Program::Check)?) * real.runs_per_s;

@@ -35,6 +35,9 @@ const MIN_RATIO: f64 = 0.97;
 pub const MAX_FLOOR_RATIO: f64 = 1.5;
 /// "Flat" per-event cost: at the most flows, at most this multiple of the cost at one flow.
 pub const FLAT_RATIO: f64 = 1.25;
+/// bbrscope's own per-ACK work: its per-ACK check at most this multiple of the bare storage
+/// lookup (`lookup-sockops`) in the same round.
+pub const OWN_WORK_RATIO: f64 = 1.25;
 /// Short flows: bbrscope's userspace under this share of one core at this rate.
 pub const SHORT_CPU: f64 = 0.05;
 pub const SHORT_RATE: f64 = 5000.0;
@@ -60,6 +63,21 @@ fn cost_targets(c: &CostResult, out: &mut Vec<Target>) {
                 ),
                 met: l.ratio.map(|r| r.median <= MAX_FLOOR_RATIO),
             });
+            if l.check_over_lookup.is_some() {
+                out.push(Target {
+                    target: format!(
+                        "{path}: own work per ACK (no sample due) ≤ {OWN_WORK_RATIO}x the storage lookup alone, {} flows",
+                        l.flows
+                    ),
+                    result: format!(
+                        "{} ns vs lookup {} ns: {} per round",
+                        ns(l.check_ns),
+                        ns(l.lookup_ns),
+                        spread(l.check_over_lookup, |v| format!("{v:.2}x"))
+                    ),
+                    met: l.check_over_lookup.map(|r| r.median <= OWN_WORK_RATIO),
+                });
+            }
         }
         // Flat is about the per-ACK check (table misses), which the runs without a due sample
         // measure alone; with samples, the mean also follows how many callbacks are samples.
