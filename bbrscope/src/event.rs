@@ -442,14 +442,18 @@ impl Decoder<'_> {
         let g32 = |f: Field| g(f).map(|v| v as u32);
         let mss = g32(Field::MssCache);
         let delivery_rate_bps = match (g(Field::RateDelivered), g(Field::RateIntervalUs), mss) {
-            (Some(d), Some(i), Some(mss)) if i > 0 => Some(d * mss as u64 * 8_000_000 / i),
+            // In 128 bits: a record torn by a concurrent writer must not overflow (debug builds
+            // panic on it), whatever its fields say.
+            (Some(d), Some(i), Some(mss)) if i > 0 => {
+                Some((u128::from(d) * u128::from(mss) * 8_000_000 / u128::from(i)).min(u64::MAX.into()) as u64)
+            }
             (Some(_), Some(_), Some(_)) => Some(0),
             _ => None,
         };
         let (unacked, sacked, lost, retrans_out) =
             (g32(Field::PacketsOut), g32(Field::SackedOut), g32(Field::LostOut), g32(Field::RetransOut));
         let in_flight = match (unacked, sacked, lost, retrans_out) {
-            (Some(p), Some(s), Some(l), Some(r)) => Some(p.saturating_sub(s + l) + r),
+            (Some(p), Some(s), Some(l), Some(r)) => Some(p.saturating_sub(s.saturating_add(l)).saturating_add(r)),
             _ => None,
         };
         Metrics {
@@ -459,7 +463,9 @@ impl Decoder<'_> {
             rttvar_us: g32(Field::MdevUs).map(|v| v >> 2),
             min_rtt_us: g32(Field::MinRttUs).filter(|&v| v != u32::MAX),
             // ~0 means "no pacing limit".
-            pacing_rate_bps: g(Field::PacingRate).filter(|&v| v != u64::MAX && v != u32::MAX as u64).map(|v| v * 8),
+            pacing_rate_bps: g(Field::PacingRate)
+                .filter(|&v| v != u64::MAX && v != u32::MAX as u64)
+                .map(|v| v.saturating_mul(8)),
             delivery_rate_bps,
             delivery_app_limited: g(Field::RateAppLimited).map(|v| v != 0),
             bytes_acked: g(Field::BytesAcked),
@@ -585,6 +591,29 @@ mod tests {
         assert_eq!(s.metrics.srtt_us, Some(37));
         assert_eq!(s.metrics.bbr.as_ref().unwrap().bw_bps, Some(3_000_000_000));
         assert_eq!(s.metrics.bbr.unwrap().pacing_gain, Some(0.75));
+    }
+
+    /// A record whose every field is all ones (torn, or a kernel gone wrong) decodes without
+    /// an arithmetic overflow: debug builds would panic in the middle of a stream.
+    #[test]
+    fn a_record_of_extreme_values_decodes_without_overflow() {
+        let btf = crate::kernel::btf::Btf::kernel().expect("kernel BTF (run on a kernel with BTF)");
+        let layout = Layout::from_btf(&btf).unwrap();
+        let rec = bbr_record(&layout, u64::MAX, u64::MAX, u64::MAX, u64::MAX);
+        // SAFETY: `rec` holds the bytes of one Sample (plain old data), written by `bbr_record`;
+        // read unaligned, as a Vec<u8> promises no more.
+        let mut s: Sample = unsafe { std::ptr::read_unaligned(rec.as_ptr().cast()) };
+        s.vals = [u64::MAX; MAX_FIELDS];
+        // SAFETY: reading the bytes of a plain-old-data value.
+        let rec = unsafe { std::slice::from_raw_parts((&raw const s).cast::<u8>(), size_of::<Sample>()) }.to_vec();
+        let ev = decode_one(&layout, &rec).expect("decoded");
+        let Event::Sample(s) = &ev else { panic!("not a sample") };
+        assert!(s.metrics.delivery_rate_bps.is_some());
+        // And what the flow table and the sinks compute from it.
+        let mut table = crate::flow::FlowTable::new(0);
+        table.apply(&ev);
+        let flow = table.get(s.head.flow).expect("the flow");
+        let _ = (flow.mean_goodput_bps(), flow.rtt_inflation(), flow.duration_ns());
     }
 
     /// A flow's close record: with `FLAG_FIRST` (no OPEN was sent) it opens the flow with the

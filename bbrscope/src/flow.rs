@@ -209,7 +209,7 @@ fn ca_index(s: CaState) -> Option<usize> {
 impl Flow {
     /// Average goodput since bbrscope first saw the flow (bits/s).
     pub fn mean_goodput_bps(&self) -> Option<u64> {
-        let acked = self.metrics.as_ref()?.bytes_acked? - self.first_bytes_acked?;
+        let acked = self.metrics.as_ref()?.bytes_acked?.checked_sub(self.first_bytes_acked?)?;
         let dt = self.last_ns.checked_sub(self.first_ns).filter(|&d| d > 0)?;
         Some((acked as u128 * 8 * 1_000_000_000 / dt as u128) as u64)
     }
@@ -435,7 +435,7 @@ fn point(ts_ns: u64, m: &Metrics, throughput_bps: Option<u64>) -> Point {
     let rwnd_limited = match (m.snd_wnd, m.in_flight, m.mss, m.cwnd) {
         (Some(wnd), Some(inflight), Some(mss), Some(cwnd)) if mss > 0 => {
             let window_full = (inflight as u64 + 1) * mss as u64 >= wnd as u64;
-            window_full && inflight + 1 < cwnd
+            window_full && inflight.saturating_add(1) < cwnd
         }
         _ => false,
     };
