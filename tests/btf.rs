@@ -78,7 +78,7 @@ fn every_sampled_field_resolves_on_this_kernel() {
     let bbr = layout.bbr.expect("BBR is built into this kernel, so its BTF is there");
     assert!(bbr.mode.is_some() && bbr.bw.is_some() && bbr.pacing_gain.is_some());
     assert_eq!(
-        bbr.mode_names.iter().map(|(_, n)| n.as_str()).collect::<Vec<_>>(),
+        bbr.mode_names.iter().map(|(_, n)| &**n).collect::<Vec<_>>(),
         ["startup", "drain", "probe_bw", "probe_rtt"]
     );
 }

@@ -1,7 +1,10 @@
 //! Decoding ring-buffer records into typed events, in the units `ss -tin` uses: packets for
 //! windows, bits per second for rates, microseconds for RTTs.
 
-use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
+use std::{
+    net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr},
+    sync::Arc,
+};
 
 use bbrscope_common::{
     CA_PRIV_LEN, CC_NAME_LEN, CongState, FLAG_FIRST, FlowClose, FlowOpen, MAX_FIELDS, RecordHeader, Retransmit, Sample,
@@ -90,7 +93,8 @@ pub fn tcp_state_name(v: u8) -> Option<&'static str> {
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Bbr {
-    pub mode: Option<String>,
+    /// Shared with the layout's mode names: a sample, and each copy of it, costs no allocation.
+    pub mode: Option<Arc<str>>,
     pub bw_bps: Option<u64>,
     pub min_rtt_us: Option<u32>,
     pub pacing_gain: Option<f64>,
@@ -498,7 +502,7 @@ impl Decoder<'_> {
                 .iter()
                 .find(|(v, _)| *v == m as i64)
                 .map(|(_, n)| n.clone())
-                .unwrap_or_else(|| format!("mode_{m}"))
+                .unwrap_or_else(|| format!("mode_{m}").into())
         });
         let bw_bps = match (r(&l.bw), mss) {
             (Some(bw), Some(mss)) => Some(((bw as u128 * mss as u128 * 8_000_000) >> BBR_BW_SCALE) as u64),

@@ -5,6 +5,7 @@ use std::{
     collections::{HashMap, HashSet, VecDeque},
     hash::{BuildHasherDefault, Hasher},
     net::SocketAddr,
+    sync::Arc,
 };
 
 use crate::event::{CaState, EndEvent, Event, Metrics, Owner};
@@ -139,10 +140,11 @@ pub struct Life {
     /// Algorithms seen, in order.
     pub ccs: Vec<String>,
     /// BBR modes seen in samples, in order of first appearance.
-    pub bbr_modes: Vec<String>,
+    pub bbr_modes: Vec<Arc<str>>,
     /// srtt of each sample (µs), bounded: for the summary's median.
     pub srtts: Vec<u32>,
-    pub end: Option<Box<EndEvent>>,
+    /// The kernel's summary (a copy, not boxed: no allocation per flow end).
+    pub end: Option<EndEvent>,
 }
 
 /// srtt values kept per flow for its median: beyond this, every other one is dropped.
@@ -156,10 +158,10 @@ impl Life {
     }
 
     fn note_sample(&mut self, m: &Metrics) {
-        if let Some(mode) = m.bbr.as_ref().and_then(|b| b.mode.as_deref())
-            && !self.bbr_modes.iter().any(|x| x == mode)
+        if let Some(mode) = m.bbr.as_ref().and_then(|b| b.mode.as_ref())
+            && !self.bbr_modes.contains(mode)
         {
-            self.bbr_modes.push(mode.to_string());
+            self.bbr_modes.push(mode.clone());
         }
         if let Some(srtt) = m.srtt_us {
             if self.srtts.len() >= SRTT_KEEP {
@@ -364,7 +366,7 @@ impl FlowTable {
             Event::Open(_) => {}
             Event::End(e) => {
                 flow.life.switch_ca(flow.ca_state, h.ts_ns);
-                flow.life.end = Some(e.clone());
+                flow.life.end = Some(EndEvent::clone(e));
                 flow.closed_ns.get_or_insert(h.ts_ns);
                 change = Change::Ended;
             }

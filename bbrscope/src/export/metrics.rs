@@ -7,18 +7,28 @@
 //! when the flow ends. The per-flow state this needs is the [`FlowTable`]'s, which the command
 //! prunes as `stream` does.
 
-use std::collections::{HashMap, HashSet};
+use std::{
+    collections::{HashMap, HashSet},
+    hash::BuildHasherDefault,
+    sync::Arc,
+};
 
 use prometheus_client::{
     encoding::{EncodeLabel, EncodeLabelSet, EncodeMetric, LabelSetEncoder, MetricEncoder},
-    metrics::{MetricType, counter::Counter, family::Family, gauge::Gauge, histogram::Histogram},
+    metrics::{
+        MetricType,
+        counter::Counter,
+        family::{Family, MetricConstructor},
+        gauge::Gauge,
+        histogram::Histogram,
+    },
     registry::{Metric, Registry, Unit},
 };
 
 use crate::{
     apply::sysctl,
     event::{Event, Metrics},
-    flow::{Change, Flow, FlowTable, IdSet},
+    flow::{Change, Flow, FlowTable, IdHasher, IdSet},
     stats::StatsReport,
     sys::{cgroup::CgroupNames, netns},
 };
@@ -75,7 +85,7 @@ pub const SIZE_BUCKETS: [(&str, u64); 4] =
 /// The congestion states, in `Life::ca_ns` order.
 const CA_STATES: [&str; 5] = ["open", "disorder", "cwr", "recovery", "loss"];
 
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+#[derive(Clone, Debug, Default, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct CcLabels {
     pub cc: String,
     #[prometheus(flatten)]
@@ -225,10 +235,11 @@ impl Counts {
 struct Before {
     counts: Option<Counts>,
     sample_ns: u64,
-    bbr_mode: Option<String>,
+    bbr_mode: Option<Arc<str>>,
 }
 
-pub struct ExportMetrics {
+/// The per-flow metric families (labelled by [`CcLabels`], and a state, mode or size bucket).
+struct FlowFamilies {
     flows_opened: Family<CcLabels, Counter>,
     flows_closed: Family<CcLabels, Counter>,
     bytes_acked: Family<CcLabels, Counter>,
@@ -242,6 +253,10 @@ pub struct ExportMetrics {
     srtt: HistFamily<CcLabels>,
     inflation: HistFamily<CcLabels>,
     goodput: HistFamily<CcLabels>,
+}
+
+pub struct ExportMetrics {
+    flows: FlowFamilies,
     default_cc: Family<NetnsCcLabels, Gauge>,
     /// The label sets `default_cc` holds now.
     default_cc_now: Vec<NetnsCcLabels>,
@@ -260,13 +275,7 @@ pub struct ExportMetrics {
     /// Kernel totals as of the previous stats report, for the counters' increments.
     last_totals: [u64; 5],
     last_cpu: std::time::Duration,
-    cc_labels: CappedLabel,
-    scopes: ScopeOptions,
-    cgroup_labels: CappedLabel,
-    netns_labels: CappedLabel,
-    cgroup_names: CgroupNames,
-    /// Network namespace inodes to their label values.
-    netns_names: HashMap<u32, String>,
+    labels: FlowLabels,
     /// Flows whose end has been counted: a flow can close twice over (its final sample, then its
     /// summary); it is counted at the first that is final. Pruned with the flow table.
     ended: IdSet,
@@ -275,7 +284,7 @@ pub struct ExportMetrics {
 impl ExportMetrics {
     /// Registers every metric in `registry`; the flow metrics carry the labels `scopes` asks for.
     pub fn new(registry: &mut Registry, scopes: ScopeOptions) -> Self {
-        let m = ExportMetrics {
+        let flows = FlowFamilies {
             flows_opened: Family::default(),
             flows_closed: Family::default(),
             bytes_acked: Family::default(),
@@ -289,6 +298,9 @@ impl ExportMetrics {
             srtt: Family::new_with_constructor(srtt_histogram),
             inflation: Family::new_with_constructor(inflation_histogram),
             goodput: Family::new_with_constructor(goodput_histogram),
+        };
+        let m = ExportMetrics {
+            flows,
             default_cc: Family::default(),
             default_cc_now: Vec::new(),
             observer: Family::default(),
@@ -305,29 +317,33 @@ impl ExportMetrics {
             resident: Gauge::default(),
             last_totals: [0; 5],
             last_cpu: crate::stats::process_cpu_time(),
-            cc_labels: CappedLabel::new(MAX_CC_LABELS),
-            scopes,
-            cgroup_labels: CappedLabel::new(MAX_SCOPE_LABELS),
-            netns_labels: CappedLabel::new(MAX_SCOPE_LABELS),
-            cgroup_names: CgroupNames::new(),
-            netns_names: HashMap::new(),
+            labels: FlowLabels {
+                cc_labels: CappedLabel::new(MAX_CC_LABELS),
+                scopes,
+                cgroup_labels: CappedLabel::new(MAX_SCOPE_LABELS),
+                netns_labels: CappedLabel::new(MAX_SCOPE_LABELS),
+                cgroup_names: CgroupNames::new(),
+                netns_names: HashMap::new(),
+                series: HashMap::default(),
+                uncached: None,
+            },
             ended: IdSet::default(),
         };
         #[rustfmt::skip]
         let families: Vec<FamilyRow> = vec![
-            ("bbrscope_flows_opened", "TCP flows that started sending, by algorithm", None, Box::new(m.flows_opened.clone())),
-            ("bbrscope_flows_closed", "TCP flows that closed, by algorithm", None, Box::new(m.flows_closed.clone())),
-            ("bbrscope_acked", "Bytes the peers acknowledged (goodput), by algorithm", Some(Unit::Bytes), Box::new(m.bytes_acked.clone())),
-            ("bbrscope_sent", "Bytes sent, retransmissions included, by algorithm", Some(Unit::Bytes), Box::new(m.bytes_sent.clone())),
-            ("bbrscope_data_segments_sent", "Data segments sent, retransmissions included, by algorithm", None, Box::new(m.data_segments_sent.clone())),
-            ("bbrscope_retransmitted_segments", "Segments retransmitted, by algorithm", None, Box::new(m.retrans_segments.clone())),
-            ("bbrscope_retransmitted", "Bytes retransmitted, by algorithm", Some(Unit::Bytes), Box::new(m.retrans_bytes.clone())),
-            ("bbrscope_ca_state", "Time flows spent in each congestion state (open, disorder, cwr, recovery, loss), counted when they end", Some(Unit::Seconds), Box::new(m.ca_state_seconds.clone())),
-            ("bbrscope_bbr_mode", "Time BBR flows spent in each mode (startup, drain, probe_bw, probe_rtt), between samples", Some(Unit::Seconds), Box::new(m.bbr_mode_seconds.clone())),
-            ("bbrscope_flow_completion", "Flow duration from connect/accept (or first sight) to close, by algorithm and bytes acked (size_bucket)", Some(Unit::Seconds), Box::new(m.completion.clone())),
-            ("bbrscope_srtt", "Median smoothed RTT of each flow, observed when it ends", Some(Unit::Seconds), Box::new(m.srtt.clone())),
-            ("bbrscope_rtt_inflation_ratio", "Median srtt over the kernel's minimum RTT of each flow, observed when it ends (1 = no queueing)", None, Box::new(m.inflation.clone())),
-            ("bbrscope_flow_goodput_bits_per_second", "Bytes acked x 8 over each flow's duration, observed when it ends", None, Box::new(m.goodput.clone())),
+            ("bbrscope_flows_opened", "TCP flows that started sending, by algorithm", None, Box::new(m.flows.flows_opened.clone())),
+            ("bbrscope_flows_closed", "TCP flows that closed, by algorithm", None, Box::new(m.flows.flows_closed.clone())),
+            ("bbrscope_acked", "Bytes the peers acknowledged (goodput), by algorithm", Some(Unit::Bytes), Box::new(m.flows.bytes_acked.clone())),
+            ("bbrscope_sent", "Bytes sent, retransmissions included, by algorithm", Some(Unit::Bytes), Box::new(m.flows.bytes_sent.clone())),
+            ("bbrscope_data_segments_sent", "Data segments sent, retransmissions included, by algorithm", None, Box::new(m.flows.data_segments_sent.clone())),
+            ("bbrscope_retransmitted_segments", "Segments retransmitted, by algorithm", None, Box::new(m.flows.retrans_segments.clone())),
+            ("bbrscope_retransmitted", "Bytes retransmitted, by algorithm", Some(Unit::Bytes), Box::new(m.flows.retrans_bytes.clone())),
+            ("bbrscope_ca_state", "Time flows spent in each congestion state (open, disorder, cwr, recovery, loss), counted when they end", Some(Unit::Seconds), Box::new(m.flows.ca_state_seconds.clone())),
+            ("bbrscope_bbr_mode", "Time BBR flows spent in each mode (startup, drain, probe_bw, probe_rtt), between samples", Some(Unit::Seconds), Box::new(m.flows.bbr_mode_seconds.clone())),
+            ("bbrscope_flow_completion", "Flow duration from connect/accept (or first sight) to close, by algorithm and bytes acked (size_bucket)", Some(Unit::Seconds), Box::new(m.flows.completion.clone())),
+            ("bbrscope_srtt", "Median smoothed RTT of each flow, observed when it ends", Some(Unit::Seconds), Box::new(m.flows.srtt.clone())),
+            ("bbrscope_rtt_inflation_ratio", "Median srtt over the kernel's minimum RTT of each flow, observed when it ends (1 = no queueing)", None, Box::new(m.flows.inflation.clone())),
+            ("bbrscope_flow_goodput_bits_per_second", "Bytes acked x 8 over each flow's duration, observed when it ends", None, Box::new(m.flows.goodput.clone())),
             ("bbrscope_default_cc_info", "The default congestion-control algorithm (net.ipv4.tcp_congestion_control) of bbrscope's network namespace and of each named one (netns)", None, Box::new(m.default_cc.clone())),
             ("bbrscope_observer_info", "The kernel path observing flows", None, Box::new(m.observer.clone())),
             ("bbrscope_observer_events", "Per-ACK kernel program runs (tcp_probe, or the sock_ops program's callbacks)", None, Box::new(m.events.clone())),
@@ -360,45 +376,6 @@ impl ExportMetrics {
         m
     }
 
-    /// The labels a flow is counted under: the algorithm it first sent with, so that opened,
-    /// bytes and closed of one flow always land in the same series even if it is switched
-    /// mid-flow, and its cgroup and network namespace when asked for. Each label is capped.
-    fn flow_cc(&mut self, flow: &Flow) -> CcLabels {
-        let cc = flow.life.ccs.first().unwrap_or(&flow.cc);
-        let cc = self.cc_labels.get(if cc.is_empty() { "unknown" } else { cc });
-        let owner = flow.life.owner.as_ref();
-        let cgroup = self.scopes.cgroup.then(|| {
-            let name = owner.and_then(|o| o.cgroup_id).and_then(|id| self.cgroup_names.name(id));
-            self.cgroup_labels.get(name.unwrap_or("unknown"))
-        });
-        let netns = self.scopes.netns.then(|| {
-            let name = owner.and_then(|o| o.netns).map(|ino| self.netns_name(ino));
-            self.netns_labels.get(name.as_deref().unwrap_or("unknown"))
-        });
-        CcLabels { cc, scope: ScopeLabels { cgroup, netns } }
-    }
-
-    /// A network namespace's `ip netns` name, `initial`, or `ino:N` for an unnamed one.
-    fn netns_name(&mut self, ino: u32) -> String {
-        if let Some(name) = self.netns_names.get(&ino) {
-            return name.clone();
-        }
-        // Namespaces come and go (containers): the cache is dropped rather than let grow.
-        if self.netns_names.len() >= 1024 {
-            self.netns_names.clear();
-        }
-        let named = netns::named_namespaces().into_iter().find(|n| n.ino == u64::from(ino));
-        let name = match named {
-            Some(n) => n.label,
-            None => {
-                let ns = netns::Netns { label: String::new(), path: "/proc/1/ns/net".into(), ino: u64::from(ino) };
-                if netns::is_initial(&ns) { "initial".into() } else { format!("ino:{ino}") }
-            }
-        };
-        self.netns_names.insert(ino, name.clone());
-        name
-    }
-
     /// Applies `ev` to `table` (as `stream` does) and counts what it means.
     pub fn on_event(&mut self, table: &mut FlowTable, ev: &Event) -> Change {
         let id = ev.head().flow;
@@ -414,40 +391,42 @@ impl ExportMetrics {
         });
         let change = table.apply(ev);
         let Some(flow) = table.get(id) else { return change };
-        let cc = self.flow_cc(flow);
+        // A flow is final at its summary (sock_ops path), or at its last sample when no summary
+        // will come (tracepoint path; connections open before bbrscope started).
+        let fin = change == Change::Ended || (change == Change::Closed && flow.life.start_ns.is_none());
+        let ended = fin && self.ended.insert(id);
+        let fam = &self.flows;
+        let series = self.labels.series(flow);
         if change == Change::Opened {
-            self.flows_opened.get_or_create(&cc).inc();
+            series.opened.get(&fam.flows_opened, || series.labels.clone()).inc();
         }
         if let (Event::Sample(s), Some(before)) = (ev, &before) {
             // A flow first seen in mid-life (tracepoint path, or open before bbrscope started)
             // has no base: it counts from its first sample on.
             if let Some(base) = before.counts {
                 let now = Counts::of(&s.metrics);
-                let add = |fam: &Family<CcLabels, Counter>, now: Option<u64>, base: Option<u64>| {
+                let labels = &series.labels;
+                let add = |h: &mut Handle<Counter>, fam, now: Option<u64>, base: Option<u64>| {
                     if let (Some(n), Some(b)) = (now, base) {
-                        fam.get_or_create(&cc).inc_by(n.saturating_sub(b));
+                        h.get(fam, || labels.clone()).inc_by(n.saturating_sub(b));
                     }
                 };
-                add(&self.bytes_acked, now.bytes_acked, base.bytes_acked);
-                add(&self.bytes_sent, now.bytes_sent, base.bytes_sent);
-                add(&self.retrans_bytes, now.bytes_retrans, base.bytes_retrans);
-                add(&self.retrans_segments, now.retrans_segs, base.retrans_segs);
-                add(&self.data_segments_sent, now.data_segs_out, base.data_segs_out);
+                add(&mut series.bytes_acked, &fam.bytes_acked, now.bytes_acked, base.bytes_acked);
+                add(&mut series.bytes_sent, &fam.bytes_sent, now.bytes_sent, base.bytes_sent);
+                add(&mut series.retrans_bytes, &fam.retrans_bytes, now.bytes_retrans, base.bytes_retrans);
+                add(&mut series.retrans_segments, &fam.retrans_segments, now.retrans_segs, base.retrans_segs);
+                add(&mut series.data_segments_sent, &fam.data_segments_sent, now.data_segs_out, base.data_segs_out);
             }
             // The time since the previous sample goes to the mode seen then; before a flow's first
             // sample (a short flow may only have its close sample), to the mode seen now.
-            let mode = before.bbr_mode.clone().or_else(|| s.metrics.bbr.as_ref().and_then(|b| b.mode.clone()));
-            if let Some(mode) = &mode {
+            let mode = before.bbr_mode.as_ref().or_else(|| s.metrics.bbr.as_ref().and_then(|b| b.mode.as_ref()));
+            if let Some(mode) = mode {
                 let dt = s.head.ts_ns.saturating_sub(before.sample_ns) as f64 / 1e9;
-                let labels = CcModeLabels { cc: cc.clone(), mode: mode.clone() };
-                self.bbr_mode_seconds.get_or_create(&labels).inc_by(dt);
+                series.bbr_mode(&fam.bbr_mode_seconds, mode).inc_by(dt);
             }
         }
-        // A flow is final at its summary (sock_ops path), or at its last sample when no summary
-        // will come (tracepoint path; connections open before bbrscope started).
-        let fin = change == Change::Ended || (change == Change::Closed && flow.life.start_ns.is_none());
-        if fin && self.ended.insert(id) {
-            self.flow_ended(flow, cc);
+        if ended {
+            Self::flow_ended(fam, series, flow);
         }
         if change == Change::Ended {
             table.remove(id);
@@ -456,12 +435,13 @@ impl ExportMetrics {
         change
     }
 
-    fn flow_ended(&mut self, flow: &Flow, cc: CcLabels) {
-        self.flows_closed.get_or_create(&cc).inc();
-        for (state, ns) in CA_STATES.iter().zip(flow.life.ca_ns) {
+    fn flow_ended(fam: &FlowFamilies, series: &mut Series, flow: &Flow) {
+        let labels = &series.labels;
+        series.closed.get(&fam.flows_closed, || labels.clone()).inc();
+        for ((state, h), ns) in CA_STATES.iter().zip(&mut series.ca_state).zip(flow.life.ca_ns) {
             if ns > 0 {
-                let labels = CcStateLabels { cc: cc.clone(), state: state.to_string() };
-                self.ca_state_seconds.get_or_create(&labels).inc_by(ns as f64 / 1e9);
+                let labels = || CcStateLabels { cc: labels.clone(), state: state.to_string() };
+                h.get(&fam.ca_state_seconds, labels).inc_by(ns as f64 / 1e9);
             }
         }
         let duration_ns = match (&flow.life.end, flow.life.start_ns) {
@@ -472,17 +452,18 @@ impl ExportMetrics {
         let m = flow.metrics.as_ref();
         let bytes =
             m.and_then(|m| m.bytes_acked).map(|b| b.saturating_sub(flow.first_bytes_acked.unwrap_or(0))).unwrap_or(0);
-        let size_bucket = size_bucket(bytes).to_string();
-        self.completion.get_or_create(&CcSizeLabels { cc: cc.clone(), size_bucket }).observe(duration);
+        let bucket = size_bucket(bytes);
+        let size_bucket = || CcSizeLabels { cc: labels.clone(), size_bucket: SIZE_BUCKETS[bucket].0.to_string() };
+        series.completion[bucket].get(&fam.completion, size_bucket).observe(duration);
         let srtt_us = flow.life.srtt_median_us().or(m.and_then(|m| m.srtt_us));
         if let Some(srtt) = srtt_us.filter(|&s| s > 0) {
-            self.srtt.get_or_create(&cc).observe(srtt as f64 / 1e6);
+            series.srtt.get(&fam.srtt, || labels.clone()).observe(srtt as f64 / 1e6);
             if let Some(min) = m.and_then(|m| m.min_rtt_us).filter(|&v| v > 0) {
-                self.inflation.get_or_create(&cc).observe(srtt as f64 / min as f64);
+                series.inflation.get(&fam.inflation, || labels.clone()).observe(srtt as f64 / min as f64);
             }
         }
         if duration > 0.0 && bytes > 0 {
-            self.goodput.get_or_create(&cc).observe(bytes as f64 * 8.0 / duration);
+            series.goodput.get(&fam.goodput, || labels.clone()).observe(bytes as f64 * 8.0 / duration);
         }
     }
 
@@ -561,9 +542,192 @@ impl ExportMetrics {
     }
 }
 
-/// The size bucket label for a response of `bytes`.
-pub fn size_bucket(bytes: u64) -> &'static str {
-    SIZE_BUCKETS.iter().find(|(_, max)| bytes < *max).map_or("ge4m", |(l, _)| l)
+/// What the flow metrics' labels are worked out from, and each label set's series.
+struct FlowLabels {
+    scopes: ScopeOptions,
+    cc_labels: CappedLabel,
+    cgroup_labels: CappedLabel,
+    netns_labels: CappedLabel,
+    cgroup_names: CgroupNames,
+    /// Network namespace inodes to their label values.
+    netns_names: HashMap<u32, String>,
+    /// The series of each label set seen, found without building or hashing the label set.
+    series: HashMap<SeriesKey, Series, BuildHasherDefault<IdHasher>>,
+    /// The series of the latest flow whose labels could not be cached.
+    uncached: Option<Series>,
+}
+
+impl FlowLabels {
+    /// The labels a flow is counted under: the algorithm it first sent with, so that opened,
+    /// bytes and closed of one flow always land in the same series even if it is switched
+    /// mid-flow, and its cgroup and network namespace when asked for. Each label is capped. The
+    /// second value is false when the cgroup's path is not known yet (a cgroup made since the last
+    /// walk): the same flow owner may get its path at the next look-up.
+    fn flow_cc(&mut self, flow: &Flow) -> (CcLabels, bool) {
+        let cc = self.cc_labels.get(flow_cc_name(flow));
+        let owner = flow.life.owner.as_ref();
+        let mut known = true;
+        let cgroup = self.scopes.cgroup.then(|| {
+            let id = owner.and_then(|o| o.cgroup_id);
+            let name = id.and_then(|id| self.cgroup_names.name(id));
+            known = id.is_none() || name.is_some();
+            self.cgroup_labels.get(name.unwrap_or("unknown"))
+        });
+        let netns = self.scopes.netns.then(|| {
+            let name = owner.and_then(|o| o.netns).map(|ino| self.netns_name(ino));
+            self.netns_labels.get(name.as_deref().unwrap_or("unknown"))
+        });
+        (CcLabels { cc, scope: ScopeLabels { cgroup, netns } }, known)
+    }
+
+    /// The flow's series. Its labels are worked out once per distinct algorithm, cgroup id and
+    /// namespace inode (the key), not per event: they always come out the same for one key (a
+    /// capped label's values never move), except for a cgroup whose path is not known yet, whose
+    /// flows are looked up each time until it is.
+    fn series(&mut self, flow: &Flow) -> &mut Series {
+        let owner = flow.life.owner.as_ref();
+        let key = SeriesKey::new(
+            flow_cc_name(flow),
+            owner.and_then(|o| o.cgroup_id).filter(|_| self.scopes.cgroup),
+            owner.and_then(|o| o.netns).filter(|_| self.scopes.netns),
+        );
+        if let Some(key) = key.filter(|k| self.series.contains_key(k)) {
+            return self.series.get_mut(&key).expect("checked above");
+        }
+        let (labels, known) = self.flow_cc(flow);
+        match key.filter(|_| known) {
+            Some(key) => {
+                // Cgroups and namespaces come and go (containers): the cache is dropped rather
+                // than let grow; the series themselves stay in their families.
+                if self.series.len() >= MAX_SERIES_CACHED {
+                    self.series.clear();
+                }
+                self.series.entry(key).or_insert(Series::new(labels))
+            }
+            None => {
+                if self.uncached.as_ref().is_none_or(|s| s.labels != labels) {
+                    self.uncached = Some(Series::new(labels));
+                }
+                self.uncached.as_mut().expect("set above")
+            }
+        }
+    }
+
+    /// A network namespace's `ip netns` name, `initial`, or `ino:N` for an unnamed one.
+    fn netns_name(&mut self, ino: u32) -> String {
+        if let Some(name) = self.netns_names.get(&ino) {
+            return name.clone();
+        }
+        // Namespaces come and go (containers): the cache is dropped rather than let grow.
+        if self.netns_names.len() >= 1024 {
+            self.netns_names.clear();
+        }
+        let named = netns::named_namespaces().into_iter().find(|n| n.ino == u64::from(ino));
+        let name = match named {
+            Some(n) => n.label,
+            None => {
+                let ns = netns::Netns { label: String::new(), path: "/proc/1/ns/net".into(), ino: u64::from(ino) };
+                if netns::is_initial(&ns) { "initial".into() } else { format!("ino:{ino}") }
+            }
+        };
+        self.netns_names.insert(ino, name.clone());
+        name
+    }
+}
+
+/// The size bucket of a response of `bytes` (its index in [`SIZE_BUCKETS`]).
+pub fn size_bucket(bytes: u64) -> usize {
+    SIZE_BUCKETS.iter().position(|(_, max)| bytes < *max).unwrap_or(SIZE_BUCKETS.len() - 1)
+}
+
+/// The algorithm a flow is counted under (see [`FlowLabels::flow_cc`]).
+fn flow_cc_name(flow: &Flow) -> &str {
+    let cc = flow.life.ccs.first().unwrap_or(&flow.cc);
+    if cc.is_empty() { "unknown" } else { cc }
+}
+
+/// Label sets whose series are cached (see [`FlowLabels::series`]).
+const MAX_SERIES_CACHED: usize = 4096;
+
+/// What a flow's labels are worked out from: its algorithm's name (the kernel's are at most 16
+/// bytes, `TCP_CA_NAME_MAX`), and its cgroup id and namespace inode when they are labels.
+#[derive(Clone, Copy, Debug, Hash, PartialEq, Eq)]
+struct SeriesKey {
+    cc: [u8; 16],
+    cgroup: Option<u64>,
+    netns: Option<u32>,
+}
+
+impl SeriesKey {
+    /// None for a name too long to be a kernel algorithm's (not cached).
+    fn new(cc: &str, cgroup: Option<u64>, netns: Option<u32>) -> Option<Self> {
+        let mut name = [0; 16];
+        name.get_mut(..cc.len())?.copy_from_slice(cc.as_bytes());
+        Some(SeriesKey { cc: name, cgroup, netns })
+    }
+}
+
+/// A metric of a family, looked up in it on first use: `Family::get_or_create` hashes the whole
+/// label set (its strings, with SipHash) and takes a lock each call, and a flow end made a dozen
+/// of them (a quarter of `export`'s CPU at 10,000 flow ends a second). The handle shares the
+/// family's metric; fetched only when first used, so that a series appears in /metrics exactly
+/// when it would have without it.
+struct Handle<M>(Option<M>);
+
+impl<M: Clone> Handle<M> {
+    fn get<S: Clone + std::hash::Hash + Eq, C: MetricConstructor<M>>(
+        &mut self,
+        family: &Family<S, M, C>,
+        labels: impl FnOnce() -> S,
+    ) -> &M {
+        self.0.get_or_insert_with(|| family.get_or_create(&labels()).clone())
+    }
+}
+
+impl<M> Default for Handle<M> {
+    fn default() -> Self {
+        Handle(None)
+    }
+}
+
+/// One label set's metrics in every flow family.
+#[derive(Default)]
+struct Series {
+    labels: CcLabels,
+    opened: Handle<Counter>,
+    closed: Handle<Counter>,
+    bytes_acked: Handle<Counter>,
+    bytes_sent: Handle<Counter>,
+    data_segments_sent: Handle<Counter>,
+    retrans_segments: Handle<Counter>,
+    retrans_bytes: Handle<Counter>,
+    /// In [`CA_STATES`] order.
+    ca_state: [Handle<FloatCounter>; 5],
+    /// BBR's modes seen (a handful).
+    bbr_modes: Vec<(Arc<str>, FloatCounter)>,
+    /// In [`SIZE_BUCKETS`] order.
+    completion: [Handle<Histogram>; SIZE_BUCKETS.len()],
+    srtt: Handle<Histogram>,
+    inflation: Handle<Histogram>,
+    goodput: Handle<Histogram>,
+}
+
+impl Series {
+    fn new(labels: CcLabels) -> Self {
+        Series { labels, ..Series::default() }
+    }
+
+    fn bbr_mode(&mut self, family: &Family<CcModeLabels, FloatCounter>, mode: &Arc<str>) -> &FloatCounter {
+        let i = match self.bbr_modes.iter().position(|(m, _)| m == mode) {
+            Some(i) => i,
+            None => {
+                let labels = CcModeLabels { cc: self.labels.clone(), mode: mode.to_string() };
+                self.bbr_modes.push((mode.clone(), family.get_or_create(&labels).clone()));
+                self.bbr_modes.len() - 1
+            }
+        };
+        &self.bbr_modes[i].1
+    }
 }
 
 /// Resident set size of this process, from /proc/self/statm (pages).
@@ -578,6 +742,43 @@ fn resident_bytes() -> Option<u64> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::event::Owner;
+
+    /// A flow's series is found by its algorithm, cgroup id and namespace, and carries the
+    /// labels worked out for them; a cgroup whose path is not known yet is not cached as
+    /// `unknown`, so that its flows get its path once it is known.
+    #[test]
+    fn series_are_cached_by_what_their_labels_come_from() {
+        let mut labels = FlowLabels {
+            scopes: ScopeOptions { cgroup: true, netns: false },
+            cc_labels: CappedLabel::new(MAX_CC_LABELS),
+            cgroup_labels: CappedLabel::new(MAX_SCOPE_LABELS),
+            netns_labels: CappedLabel::new(MAX_SCOPE_LABELS),
+            cgroup_names: CgroupNames::fixed([(7, "/web.slice".to_string())]),
+            netns_names: HashMap::new(),
+            series: HashMap::default(),
+            uncached: None,
+        };
+        let flow = |cc: &str, cgroup_id| {
+            let mut f = crate::flow::tests::flow_with(cc, Vec::new());
+            f.life.owner = Some(Owner { cgroup_id: Some(cgroup_id), netns: Some(1), ..Owner::default() });
+            f
+        };
+        let label_of = |l: &mut FlowLabels, f: &Flow| {
+            let s = l.series(f);
+            (s.labels.cc.clone(), s.labels.scope.cgroup.clone().unwrap(), s.labels.scope.netns.clone())
+        };
+        assert_eq!(label_of(&mut labels, &flow("bbr", 7)), ("bbr".into(), "/web.slice".into(), None));
+        assert_eq!(label_of(&mut labels, &flow("cubic", 7)), ("cubic".into(), "/web.slice".into(), None));
+        assert_eq!(label_of(&mut labels, &flow("", 7)).0, "unknown");
+        assert_eq!(labels.series.len(), 3);
+        // The same key again: the cached series, with the handles it has fetched.
+        labels.series(&flow("bbr", 7)).srtt.0 = Some(srtt_histogram());
+        assert!(labels.series(&flow("bbr", 7)).srtt.0.is_some());
+        // Cgroup 8's path is not known (yet): its flows count as `unknown`, uncached.
+        assert_eq!(label_of(&mut labels, &flow("bbr", 8)).1, "unknown");
+        assert_eq!(labels.series.len(), 3);
+    }
 
     #[test]
     fn capped_label_keeps_the_first_values_then_says_other() {
@@ -591,9 +792,10 @@ mod tests {
 
     #[test]
     fn size_buckets() {
-        assert_eq!(size_bucket(0), "lt16k");
-        assert_eq!(size_bucket(16 << 10), "16k-256k");
-        assert_eq!(size_bucket((4 << 20) - 1), "256k-4m");
-        assert_eq!(size_bucket(1 << 40), "ge4m");
+        let label = |bytes| SIZE_BUCKETS[size_bucket(bytes)].0;
+        assert_eq!(label(0), "lt16k");
+        assert_eq!(label(16 << 10), "16k-256k");
+        assert_eq!(label((4 << 20) - 1), "256k-4m");
+        assert_eq!(label(1 << 40), "ge4m");
     }
 }

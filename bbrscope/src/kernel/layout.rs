@@ -1,6 +1,8 @@
 //! Turns the running kernel's BTF into the offsets the kernel programs read at, and remembers how
 //! to decode what they copy (bitfields, the congestion-control private area).
 
+use std::sync::Arc;
+
 use anyhow::{Result, bail};
 use bbrscope_common::{BitField, CA_PRIV_LEN, FieldSpec, MAX_FIELDS, SPAN_BUF, SockLayout, Span, config_flags};
 
@@ -120,7 +122,7 @@ pub struct BbrLayout {
     pub full_bw_reached: Option<PrivField>,
     pub cycle_idx: Option<PrivField>,
     /// Enumerator names of `enum bbr_mode`, by value.
-    pub mode_names: Vec<(i64, String)>,
+    pub mode_names: Vec<(i64, Arc<str>)>,
 }
 
 /// CUBIC's private state (`struct bictcp`): the window before the last reduction (W_max).
@@ -265,7 +267,7 @@ impl Layout {
         let f = |path: &str| btf.member("bbr", path).map(|l| PrivField { bit_offset: l.bit_offset, bits: l.bits });
         let mode_names = btf
             .enum_values("bbr_mode")
-            .map(|vals| vals.iter().map(|(n, v)| (*v, n.trim_start_matches("BBR_").to_lowercase())).collect())
+            .map(|vals| vals.iter().map(|(n, v)| (*v, n.trim_start_matches("BBR_").to_lowercase().into())).collect())
             .unwrap_or_default();
         Some(BbrLayout {
             min_rtt_us: f("min_rtt_us"),

@@ -116,6 +116,13 @@ impl Json for String {
     }
 }
 
+impl Json for std::sync::Arc<str> {
+    #[inline]
+    fn write(&self, out: &mut Vec<u8>) {
+        (**self).write(out)
+    }
+}
+
 impl<T: Json + ?Sized> Json for &T {
     #[inline]
     fn write(&self, out: &mut Vec<u8>) {
@@ -659,7 +666,7 @@ mod tests {
             #[serde(flatten)]
             owner: OwnerJson,
             ccs: &'a [String],
-            bbr_modes: &'a [String],
+            bbr_modes: &'a [std::sync::Arc<str>],
             bytes_sent: Option<u64>,
             bytes_acked: Option<u64>,
             bytes_received: Option<u64>,
