@@ -78,6 +78,7 @@ impl Exporter {
 
 impl Drop for Exporter {
     fn drop(&mut self) {
+        // SAFETY: kill(2) on our own child's pid, not yet reaped (wait() follows).
         unsafe { libc::kill(self.child.id() as i32, libc::SIGTERM) };
         let start = Instant::now();
         while start.elapsed() < Duration::from_secs(10) {

@@ -68,6 +68,7 @@ impl ProcStat {
 }
 
 fn clock_ticks_per_s() -> u64 {
+    // SAFETY: sysconf takes no pointers.
     (unsafe { libc::sysconf(libc::_SC_CLK_TCK) }).max(1) as u64
 }
 

@@ -245,6 +245,7 @@ pub struct Results {
 }
 
 pub fn run(args: BenchArgs) -> Result<()> {
+    // SAFETY: geteuid takes no arguments and cannot fail.
     if unsafe { libc::geteuid() } != 0 {
         bail!("the benchmark loads BPF programs and creates network namespaces: run it as root");
     }
@@ -382,10 +383,12 @@ pub fn hold_sockets(pairs: usize, ip: std::net::Ipv4Addr) -> Result<()> {
 /// 10,000 flows need more descriptors than the usual soft limit of 1024.
 fn raise_open_file_limit() -> Result<()> {
     let mut lim = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
+    // SAFETY: `lim` is a valid rlimit that outlives the call.
     if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) } != 0 {
         bail!("getrlimit: {}", std::io::Error::last_os_error());
     }
     lim.rlim_cur = lim.rlim_max;
+    // SAFETY: as above, a valid rlimit read only during the call.
     if unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &lim) } != 0 {
         bail!("setrlimit: {}", std::io::Error::last_os_error());
     }

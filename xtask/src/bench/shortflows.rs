@@ -173,6 +173,7 @@ fn workload(
         }
         let l = TcpListener::bind((server_ip, 0))?;
         // A larger backlog than std's 128: bursts of connects are not dropped and retried.
+        // SAFETY: listen(2) on a socket `l` owns and keeps open; no pointers.
         if unsafe { libc::listen(l.as_raw_fd(), 4096) } != 0 {
             bail!("listen: {}", std::io::Error::last_os_error());
         }
@@ -209,6 +210,7 @@ fn workload(
     let elapsed = start.elapsed().as_secs_f64();
     // Shutting a listening socket down wakes the threads blocked in accept() (with EINVAL),
     // without connections that would look like flows.
+    // SAFETY: shutdown(2) on a socket `listener` owns and keeps open; no pointers.
     unsafe { libc::shutdown(listener.as_raw_fd(), libc::SHUT_RDWR) };
     for s in servers {
         let _ = s.join();
