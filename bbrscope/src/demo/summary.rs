@@ -31,6 +31,10 @@ pub struct Measured {
     /// Each multiplicative decrease: the new ssthresh over the highest cwnd sampled since the
     /// previous one (CUBIC: ~0.7). See [`reductions`].
     pub cwnd_reductions: Vec<f64>,
+    /// When each of `cwnd_reductions` happened, in seconds since its flow started: a cut in the
+    /// first round trips (BBR's STARTUP overflowing a shallow buffer) is not the same finding as a
+    /// sawtooth in the steady state.
+    pub cwnd_reductions_at_s: Vec<f64>,
 }
 
 impl Measured {
@@ -47,6 +51,7 @@ impl Measured {
             cwnd_max: runs.iter().filter_map(|r| r.cwnd_max).max(),
             cwnd_band: runs.iter().filter_map(|r| r.cwnd_band).reduce(|a, b| (a.0.min(b.0), a.1.max(b.1))),
             cwnd_reductions: runs.iter().flat_map(|r| r.cwnd_reductions.iter().copied()).collect(),
+            cwnd_reductions_at_s: runs.iter().flat_map(|r| r.cwnd_reductions_at_s.iter().copied()).collect(),
         }
     }
 }
@@ -71,6 +76,9 @@ impl RunStats {
         let late: Vec<f64> =
             run.series.iter().filter(|p| p.ts_ns >= half).filter_map(|p| p.cwnd).map(f64::from).collect();
         let band = percentile(&late, 0.10).zip(percentile(&late, 0.90)).map(|(lo, hi)| (lo as u32, hi as u32));
+        let (cut_at, cuts): (Vec<u64>, Vec<f64>) =
+            reductions(run.series.iter().map(|p| (p.ts_ns, p.cwnd, p.ssthresh))).into_iter().unzip();
+        let since_start = |ts: u64| (ts.saturating_sub(run.start_ns) / 1_000_000) as f64 / 1000.0;
         RunStats {
             measured: Measured {
                 goodput_bps: run.goodput_bps,
@@ -80,7 +88,8 @@ impl RunStats {
                 cwnd_min: cwnd.iter().copied().min(),
                 cwnd_max: cwnd.iter().copied().max(),
                 cwnd_band: band,
-                cwnd_reductions: reductions(run.series.iter().map(|p| (p.cwnd, p.ssthresh))),
+                cwnd_reductions: cuts,
+                cwnd_reductions_at_s: cut_at.into_iter().map(since_start).collect(),
             },
             samples: run.series.len(),
             mss: if run.tcp.mss > 0 { run.tcp.mss } else { DEFAULT_MSS },
@@ -89,20 +98,21 @@ impl RunStats {
     }
 }
 
-/// Multiplicative decreases in a flow's (cwnd, ssthresh) samples: each time cwnd comes down from
+/// Multiplicative decreases in a flow's (time, cwnd, ssthresh) samples, each with the time of the
+/// sample that showed it: each time cwnd comes down from
 /// above ssthresh to land on it (within 10%), at least 10% below the highest cwnd since the
 /// previous one, as ssthresh over that peak (CUBIC: ~0.7). HyStart leaving slow start at
 /// ssthresh = cwnd is no decrease. Landing on ssthresh is what fast recovery does; BBR's PROBE_RTT dips to 4
 /// packets and its ssthresh (set to the BDP estimate when leaving STARTUP) are not counted.
-pub fn reductions(samples: impl IntoIterator<Item = (Option<u32>, Option<u32>)>) -> Vec<f64> {
+pub fn reductions<T>(samples: impl IntoIterator<Item = (T, Option<u32>, Option<u32>)>) -> Vec<(T, f64)> {
     let mut out = Vec::new();
     let (mut peak, mut armed) = (0u32, false);
-    for (cwnd, ssthresh) in samples {
+    for (at, cwnd, ssthresh) in samples {
         let Some(cwnd) = cwnd else { continue };
         peak = peak.max(cwnd);
         match ssthresh {
             Some(s) if armed && s as f64 <= 0.9 * peak as f64 && (cwnd as f64 - s as f64).abs() <= 0.1 * s as f64 => {
-                out.push((s as f64 / peak as f64 * 1000.0).round() / 1000.0);
+                out.push((at, (s as f64 / peak as f64 * 1000.0).round() / 1000.0));
                 (armed, peak) = (false, cwnd);
             }
             s if s.is_none_or(|s| cwnd as f64 > 1.1 * s as f64) => armed = true,
@@ -499,7 +509,8 @@ pub(crate) mod tests {
         s.push((Some(70), Some(70)));
         s.extend([(Some(85), Some(70)), (Some(100), Some(70)), (Some(71), Some(70)), (Some(90), Some(70))]);
         s.extend([(Some(64), Some(63)), (Some(66), Some(63))]);
-        assert_eq!(reductions(s), vec![0.7, 0.7, 0.7]);
+        let cuts = reductions(s.into_iter().enumerate().map(|(i, (c, t))| (i, c, t)));
+        assert_eq!(cuts, vec![(4, 0.7), (7, 0.7), (9, 0.7)], "each with the sample that landed on ssthresh");
     }
 
     #[test]
@@ -509,12 +520,12 @@ pub(crate) mod tests {
         let mut s = vec![(Some(10), None), (Some(1200), None)];
         s.extend(std::iter::repeat_n((Some(890), Some(450)), 50));
         s.extend([(Some(4), Some(450)), (Some(4), Some(450)), (Some(890), Some(450))]);
-        assert!(reductions(s).is_empty());
+        assert!(reductions(s.into_iter().map(|(c, t)| ((), c, t))).is_empty());
     }
 
     #[test]
     fn no_reductions_without_ssthresh() {
-        assert!(reductions((0..100).map(|i| (Some(100 + i % 7), None))).is_empty());
+        assert!(reductions((0..100).map(|i| (i, Some(100 + i % 7), None))).is_empty());
     }
 
     /// A run with every number at its widest plausible length.
