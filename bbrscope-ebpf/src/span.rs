@@ -5,12 +5,21 @@
 //!
 //! The buffer is per CPU, and a program can be interrupted on its CPU by another that also takes
 //! a sample (a sock_ops callback in process context, e.g. the backlog processed at
-//! `release_sock` with softirqs on, by the softirq's callback for another socket). So each CPU
-//! has one buffer per nesting level: a program takes the level the CPU is at and puts it back
-//! when done, and an interrupting program, which finishes before the interrupted one resumes,
-//! takes the next.
+//! `release_sock` or the state change of `close()`, by the softirq's callback for another
+//! socket). On a preemptible kernel (`preempt=full` or `lazy`; since 5.11 cgroup programs run
+//! with migration, not preemption, disabled) a process-context callback can also be preempted by
+//! another task's, which may still be running when the first resumes: programs on one CPU do not
+//! nest like interrupts, so no count of "levels in use" says which buffer is free. So each CPU
+//! has a few buffers, each with a count of programs trying to take or holding it: a program adds
+//! one to a buffer's count and takes the buffer only if the count is then 1, else gives the one
+//! back and tries the next. The add is the verifier's oldest atomic (`BPF_XADD`, every kernel);
+//! whichever of two programs added second sees 2 and moves on, whatever the order they ran in,
+//! so a buffer never has two holders.
 
-use core::ffi::c_void;
+use core::{
+    ffi::c_void,
+    intrinsics::{AtomicOrdering::Relaxed, atomic_xadd},
+};
 
 use aya_ebpf::{helpers::generated::bpf_probe_read_kernel, macros::map, maps::PerCpuArray};
 use bbrscope_common::{BitField, CA_PRIV_LEN, FieldSpec, SPAN_BUF};
@@ -22,52 +31,72 @@ const WORDS: usize = SPAN_BUF / 8;
 /// the second word of a field that crosses a word boundary): their content is never used, the
 /// verifier only needs them to be inside the buffer.
 const SLACK: usize = CA_PRIV_LEN / 8 + 3;
-/// Nesting levels per CPU: process context, softirq, hardirq, NMI.
-const LEVELS: u64 = 4;
+/// Buffers per CPU: process context, softirq, hardirq, NMI, or tasks preempting each other.
+const LEVELS: usize = 4;
 
 #[repr(C)]
 pub struct Scratch {
-    /// The nesting level in use on this CPU (0: none).
-    depth: u64,
-    levels: [[u64; WORDS + SLACK]; LEVELS as usize],
+    /// Per buffer: programs on this CPU that have added themselves (see the module's comment).
+    users: [u64; LEVELS],
+    levels: [[u64; WORDS + SLACK]; LEVELS],
 }
 
 #[map]
 static SCRATCH: PerCpuArray<Scratch> = PerCpuArray::with_max_entries(1, 0);
 
-/// The socket's span as read at one instant; gives its level back when dropped.
+/// The socket's span as read at one instant; gives its buffer back when dropped.
 pub struct Span {
     words: *const u64,
-    depth: *mut u64,
-    level: u64,
+    /// The count of the buffer `words` is in.
+    users: *mut u64,
     /// The socket offset of `words[0]`.
     off: u32,
 }
 
+/// Adds `n` (wrapping: `u64::MAX` takes one away) to a buffer's count. The result is not used,
+/// so this compiles to `BPF_XADD`, which every kernel's verifier accepts (a fetching atomic
+/// needs 5.12).
+///
+/// # Safety
+/// `count` is a count in this CPU's value of the map.
+#[inline(always)]
+unsafe fn add(count: *mut u64, n: u64) {
+    // SAFETY: the caller's; the map value is 8-byte aligned.
+    unsafe { atomic_xadd::<u64, u64, { Relaxed }>(count, n) };
+}
+
 impl Span {
-    /// Reads the span of socket `sk`; `None` when every level of this CPU is in use (never
-    /// expected: sock_ops and these tracepoints nest at most twice). A failed read (a bad
-    /// address, which a live socket never is) leaves zeros, as a failed read per field did.
+    /// Reads the span of socket `sk`; `None` when every buffer of this CPU is held (never
+    /// expected: sock_ops and these tracepoints nest at most twice, and a preempted callback is
+    /// rare). A failed read (a bad address, which a live socket never is) leaves zeros, as a
+    /// failed read per field did.
     #[inline(always)]
     pub fn read(sk: u64) -> Option<Span> {
         let s = SCRATCH.get_ptr_mut(0)?;
-        // SAFETY: `s` is this CPU's value of the map; programs nesting on this CPU each use the
-        // level they took (see the module's comment), so nothing else writes this level until
-        // it is put back.
-        unsafe {
-            let level = (*s).depth;
-            if level >= LEVELS {
-                return None;
+        let mut level = 0;
+        while level < LEVELS {
+            // SAFETY: `s` is this CPU's value of the map (the program cannot migrate); a buffer
+            // whose count this program saw at 1 after adding itself is held by it alone until
+            // `drop` (the module's comment).
+            unsafe {
+                let users = (&raw mut (*s).users as *mut u64).add(level);
+                add(users, 1);
+                // A plain load (BPF has no atomic one before v4): it reads the location the add
+                // wrote, so it cannot be moved above it, and all of this runs on one CPU.
+                if users.read_volatile() == 1 {
+                    let words = (&raw mut (*s).levels as *mut [u64; WORDS + SLACK]).add(level) as *mut u64;
+                    let len = conf!(span.len);
+                    let off = conf!(span.off);
+                    if len as usize <= SPAN_BUF {
+                        bpf_probe_read_kernel(words as *mut c_void, len, (sk + off as u64) as *const c_void);
+                    }
+                    return Some(Span { words, users, off });
+                }
+                add(users, u64::MAX);
             }
-            (*s).depth = level + 1;
-            let words = (&raw mut (*s).levels as *mut [u64; WORDS + SLACK]).add(level as usize) as *mut u64;
-            let len = conf!(span.len);
-            let off = conf!(span.off);
-            if len as usize <= SPAN_BUF {
-                bpf_probe_read_kernel(words as *mut c_void, len, (sk + off as u64) as *const c_void);
-            }
-            Some(Span { words, depth: &raw mut (*s).depth, level, off })
+            level += 1;
         }
+        None
     }
 
     /// The word at byte `rel` of the span (rounded down to a word), and the next one.
@@ -120,8 +149,7 @@ impl Span {
 impl Drop for Span {
     #[inline(always)]
     fn drop(&mut self) {
-        // SAFETY: the CPU's depth, taken in `read`; programs this one interrupted resume only
-        // after it ends, and those that interrupted it have put their levels back.
-        unsafe { *self.depth = self.level };
+        // SAFETY: the count of the buffer this program took in `read`, on the same CPU.
+        unsafe { add(self.users, u64::MAX) };
     }
 }

@@ -280,14 +280,6 @@ impl Observer {
         {
             degraded.push(note);
         }
-        if let Some(model) = crate::sys::kconfig::preemptible_model() {
-            // The per-CPU buffer a sample reads the socket into is ordered by nesting level,
-            // which only interrupts respect: a preempted program can share it with another task's.
-            degraded.push(format!(
-                "this kernel preempts kernel code (preemption model {model}): two samples taken on one CPU by \
-                 different tasks can share a read buffer, and one of them may then be garbled or lost"
-            ));
-        }
         let per_ack_program = path.per_ack_program();
         let sample_clock = match path {
             ObserverPath::Tracepoint => SampleClock::Monotonic { why: "tcp_probe stamps and paces samples by it" },

@@ -74,6 +74,7 @@ pub fn main() -> Result<()> {
     // A deliberate break: bbrscope reads another kernel's layout, as a tool with offsets
     // hard-coded on its build machine would. Only the data checks run: they must catch it.
     let broken = flag(BREAK_FLAG);
+    let preempting = flag(PREEMPT_FLAG);
     let netem = Command::new(TC).args(["qdisc", "replace", "dev", "lo", "root", "netem"]).args(NETEM).output()?;
     rep.test("netem", netem.status.success(), String::from_utf8_lossy(&netem.stderr).trim().to_string());
     if broken {
@@ -98,6 +99,12 @@ pub fn main() -> Result<()> {
     if broken {
         rep.send(json!({"kind": "done"}));
         return Ok(());
+    }
+    if preempting {
+        // Everything above and below ran on a kernel that preempts kernel code: say that it did.
+        let model = fs::read_to_string("/sys/kernel/debug/sched/preempt").unwrap_or_default();
+        rep.test("preempt/model", model.contains("(full)"), format!("sched/preempt: {}", model.trim()));
+        rep.check("preempt/short_flows", preempted_short_flows());
     }
     if let Err(e) = port_filter(&mut rep) {
         rep.test("auto/port_filter", false, format!("{e:#}"));
@@ -470,6 +477,92 @@ fn short_flow(port: u16) -> Result<(SocketAddr, TcpInfo)> {
     }
     drop(c);
     server.join().map_err(|_| anyhow::anyhow!("server panicked"))?
+}
+
+/// Flows the preemption check answers, and how many clients ask at once.
+const PREEMPT_FLOWS: usize = 64;
+const PREEMPT_CLIENTS: usize = 8;
+
+/// Short responses from many threads at once on a kernel booted with `preempt=full`: each
+/// response's close runs the sock_ops program in process context, where another thread's can
+/// preempt it on the same CPU, and both read a socket into the CPU's buffers. Every server
+/// socket's `flow_summary` must carry its own final counters (TCP_INFO taken by this driver).
+fn preempted_short_flows() -> Result<(bool, String)> {
+    let stream = Stream::start("preempt", &["--observer", "sockops", "--interval", "100"])?;
+    let listener = TcpListener::bind(("127.0.0.1", 5004))?;
+    let server = thread::spawn(move || -> Result<Vec<(SocketAddr, TcpInfo)>> {
+        let handlers: Vec<_> = (0..PREEMPT_FLOWS)
+            .map(|_| {
+                let (mut s, _) = listener.accept()?;
+                Ok(thread::spawn(move || -> Result<(SocketAddr, TcpInfo)> {
+                    let local = s.local_addr()?;
+                    s.write_all(&vec![7u8; SHORT_BYTES])?;
+                    s.shutdown(Shutdown::Write)?;
+                    let mut b = [0u8; 64];
+                    while s.read(&mut b)? > 0 {}
+                    let wait = Instant::now() + Duration::from_secs(20);
+                    loop {
+                        let i = tcp_info(&s)?;
+                        if i.unacked == 0 || Instant::now() > wait {
+                            return Ok((local, i));
+                        }
+                        thread::sleep(Duration::from_millis(20));
+                    }
+                }))
+            })
+            .collect::<Result<_>>()?;
+        handlers.into_iter().map(|h| h.join().map_err(|_| anyhow::anyhow!("handler panicked"))?).collect()
+    });
+    let clients: Vec<_> = (0..PREEMPT_CLIENTS)
+        .map(|_| {
+            thread::spawn(|| -> Result<()> {
+                for _ in 0..PREEMPT_FLOWS / PREEMPT_CLIENTS {
+                    let mut c = TcpStream::connect(("127.0.0.1", 5004))?;
+                    let mut got = Vec::new();
+                    c.read_to_end(&mut got)?;
+                    ensure!(got.len() == SHORT_BYTES, "client got {} bytes, not {SHORT_BYTES}", got.len());
+                }
+                Ok(())
+            })
+        })
+        .collect();
+    for c in clients {
+        c.join().map_err(|_| anyhow::anyhow!("client panicked"))??;
+    }
+    let flows = server.join().map_err(|_| anyhow::anyhow!("server panicked"))??;
+    let out = stream.stop()?;
+    let mut wrong = Vec::new();
+    for (local, info) in &flows {
+        let sums = out.flow("flow_summary", &local.to_string());
+        let ok = sums.len() == 1
+            && sums[0]["bytes_acked"].as_u64() == Some(info.bytes_acked)
+            && sums[0]["retrans_total"].as_u64() == Some(u64::from(info.total_retrans))
+            && sums[0]["min_rtt_us"].as_u64() == Some(u64::from(info.min_rtt_us));
+        if !ok {
+            wrong.push(format!(
+                "{local}: {} summaries, first {:?}/{:?}/{:?} vs TCP_INFO bytes_acked {} retrans {} min_rtt {}",
+                sums.len(),
+                sums.first().map(|s| &s["bytes_acked"]),
+                sums.first().map(|s| &s["retrans_total"]),
+                sums.first().map(|s| &s["min_rtt_us"]),
+                info.bytes_acked,
+                info.total_retrans,
+                info.min_rtt_us
+            ));
+        }
+    }
+    let drops = out.records.iter().filter_map(|r| r["drops_total"].as_u64()).max().unwrap_or(0);
+    let pass = wrong.is_empty() && drops == 0 && out.status == Some(0);
+    let first: Vec<_> = wrong.iter().take(3).collect();
+    Ok((
+        pass,
+        format!(
+            "{} of {} flows' summaries equal their TCP_INFO; drops {drops}; exit {:?}; {first:?}",
+            flows.len() - wrong.len(),
+            flows.len(),
+            out.status
+        ),
+    ))
 }
 
 /// Returns the observer path bbrscope chose (`stats.observer`).
@@ -1005,6 +1098,9 @@ fn scopes(rep: &mut Report) -> Result<()> {
 /// every stream reads the layout from `BREAK_BTF`, the host's BTF, not the guest kernel's.
 pub const BREAK_FLAG: &str = "bbrscope.break=host-btf";
 pub const BREAK_BTF: &str = "/boot/break-vmlinux.btf";
+/// On the kernel command line: the kernel preempts kernel code (one kernel of the matrix boots
+/// so; its guest runs [`preempted_short_flows`] too).
+pub const PREEMPT_FLAG: &str = "preempt=full";
 /// On the kernel command line: run [`crosscheck`] in this guest.
 pub const CROSSCHECK_FLAG: &str = "bbrscope.crosscheck";
 /// The cross-check's path: slow enough for a TCG guest to carry without its CPU becoming the

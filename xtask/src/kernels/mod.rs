@@ -24,6 +24,9 @@ use serde_json::Value;
 /// The default matrix: Debian 11's and 12's kernels, 6.12 (Debian 13), and the newest 6.x and
 /// 7.x the archive serves (backports, sid, experimental).
 const DEFAULT_KERNELS: &[&str] = &["5.10", "6.1", "6.12", "6", "7"];
+/// The kernel booted with full preemption (where cgroup programs can be preempted by another
+/// task's), when its build lets the boot line choose (PREEMPT_DYNAMIC): Debian 13's own, 6.12.
+const PREEMPT_KERNEL: &str = "6.12.";
 
 #[derive(Debug, Args)]
 pub struct KernelsArgs {
@@ -194,9 +197,12 @@ fn boot_one(
     let console = work.join("console.log");
     let results = work.join("results.ndjson");
     let _ = fs::remove_file(&results);
+    let preempt = kernel.version.starts_with(PREEMPT_KERNEL)
+        && fs::read_to_string(kernel.config()).is_ok_and(|c| c.lines().any(|l| l == "CONFIG_PREEMPT_DYNAMIC=y"));
     let append = ["console=ttyS0 panic=-1 loglevel=4"]
         .into_iter()
         .chain(crosscheck.then_some(guest::CROSSCHECK_FLAG))
+        .chain(preempt.then_some(guest::PREEMPT_FLAG))
         .chain(args.break_.map(|Break::HostBtf| guest::BREAK_FLAG))
         .collect::<Vec<_>>()
         .join(" ");
