@@ -279,7 +279,7 @@ fn filtering_away_the_selected_flow_moves_the_detail_pane() {
     assert!(text.contains("cwnd (packets)"), "{text}");
     // Nothing matches: no detail pane at all.
     key(&mut app, KeyCode::Char('x'));
-    assert_eq!(app.selected_flow().map(|f| f.cc.clone()), None);
+    assert_eq!(app.selected_flow().map(|f| f.cc), None);
     let text = lines(&render(&app, 120, 40, Theme { color: true })).join("\n");
     assert!(text.contains("no flow matches") && !text.contains("cwnd (packets)"), "{text}");
     // Esc brings the flows back, one of them selected.

@@ -7,12 +7,12 @@ use std::{
 };
 
 use bbrscope_common::{
-    CA_PRIV_LEN, CC_NAME_LEN, CongState, FLAG_FIRST, FlowClose, FlowOpen, MAX_FIELDS, RecordHeader, Retransmit, Sample,
-    kind,
+    CA_PRIV_LEN, CongState, FLAG_FIRST, FlowClose, FlowOpen, MAX_FIELDS, RecordHeader, Retransmit, Sample, kind,
 };
 use serde::{Deserialize, Serialize};
 
 use crate::kernel::layout::{Field, Layout};
+pub use crate::name::Name;
 
 /// `TCP_INFINITE_SSTHRESH`: ssthresh before the first loss.
 const INFINITE_SSTHRESH: u64 = 0x7fff_ffff;
@@ -151,7 +151,7 @@ pub struct SampleEvent {
     pub head: Head,
     /// The final sample, as the socket closes.
     pub closing: bool,
-    pub cc: String,
+    pub cc: Name,
     /// Incoming segments since the previous sample.
     pub acks: u32,
     /// Retransmitted segments whose events were folded into this sample by the per-interval cap.
@@ -184,7 +184,7 @@ pub struct Owner {
     pub side: Option<&'static str>,
     /// The process that called connect(), or listen() on the accepting socket.
     pub pid: Option<u32>,
-    pub comm: Option<String>,
+    pub comm: Option<Name>,
     /// cgroup v2 id (the cgroup directory's inode number).
     pub cgroup_id: Option<u64>,
     /// Inode of the network namespace (`ls -L -i /proc/PID/ns/net`, `lsns -t net`).
@@ -196,7 +196,7 @@ pub struct Owner {
 #[derive(Clone, Debug, PartialEq)]
 pub struct OpenEvent {
     pub head: Head,
-    pub cc: String,
+    pub cc: Name,
     pub owner: Owner,
     /// When connect() was called or the socket was accepted (CLOCK_MONOTONIC ns).
     pub start_ns: u64,
@@ -337,16 +337,11 @@ fn read<T: Copy>(bytes: &[u8]) -> Option<T> {
     (bytes.len() >= size_of::<T>()).then(|| unsafe { std::ptr::read_unaligned(bytes.as_ptr().cast::<T>()) })
 }
 
-fn cc_name(raw: &[u8; CC_NAME_LEN]) -> String {
-    let end = raw.iter().position(|&b| b == 0).unwrap_or(CC_NAME_LEN);
-    String::from_utf8_lossy(&raw[..end]).into_owned()
-}
-
 fn open(head: Head, o: &bbrscope_common::Owner, summary_only: bool) -> Box<OpenEvent> {
-    let comm = cc_name(&o.comm);
+    let comm = Name::from_kernel(&o.comm);
     Box::new(OpenEvent {
         head,
-        cc: cc_name(&o.cc),
+        cc: Name::from_kernel(&o.cc),
         owner: Owner {
             side: Some(if o.active != 0 { "connect" } else { "accept" }),
             pid: (o.tgid != 0).then_some(o.tgid),
@@ -429,7 +424,7 @@ impl Decoder<'_> {
     }
 
     fn sample(&self, s: &Sample) -> Box<SampleEvent> {
-        let cc = cc_name(&s.cc);
+        let cc = Name::from_kernel(&s.cc);
         let metrics = self.metrics(&s.vals, &cc, &s.ca_priv);
         Box::new(SampleEvent {
             head: head(&s.hdr),

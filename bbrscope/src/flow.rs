@@ -8,7 +8,7 @@ use std::{
     sync::Arc,
 };
 
-use crate::event::{CaState, EndEvent, Event, Metrics, Owner};
+use crate::event::{CaState, EndEvent, Event, Metrics, Name, Owner};
 
 /// Hashing for flow ids (socket cookies, or the tracepoint path's own ids). They come from kernel
 /// counters no peer chooses, so std's flood-resistant SipHash buys nothing here, and with short
@@ -102,7 +102,7 @@ pub struct Flow {
     pub id: u64,
     pub src: SocketAddr,
     pub dst: SocketAddr,
-    pub cc: String,
+    pub cc: Name,
     pub first_ns: u64,
     pub last_ns: u64,
     pub last_sample_ns: u64,
@@ -138,7 +138,7 @@ pub struct Life {
     pub ca_ns: [u64; 5],
     pub ca_since_ns: u64,
     /// Algorithms seen, in order.
-    pub ccs: Vec<String>,
+    pub ccs: Vec<Name>,
     /// BBR modes seen in samples, in order of first appearance.
     pub bbr_modes: Vec<Arc<str>>,
     /// srtt of each sample (µs), bounded: for the summary's median.
@@ -152,8 +152,8 @@ const SRTT_KEEP: usize = 256;
 
 impl Life {
     fn note_cc(&mut self, cc: &str) {
-        if !cc.is_empty() && self.ccs.last().map(String::as_str) != Some(cc) && !self.ccs.iter().any(|c| c == cc) {
-            self.ccs.push(cc.to_string());
+        if !cc.is_empty() && !self.ccs.iter().any(|c| c == cc) {
+            self.ccs.push(Name::new(cc));
         }
     }
 
@@ -312,8 +312,8 @@ impl FlowTable {
             // A flow's first record is its OPEN (sock_ops path) or a sample (tracepoint path; if
             // it was lost, the next sample still introduces the flow).
             let (cc, first_bytes_acked) = match ev {
-                Event::Sample(s) => (s.cc.clone(), s.metrics.bytes_acked),
-                Event::Open(o) => (o.cc.clone(), Some(0)),
+                Event::Sample(s) => (s.cc, s.metrics.bytes_acked),
+                Event::Open(o) => (o.cc, Some(0)),
                 _ => return Change::Unknown,
             };
             // The flow started when it was established or accepted: its OPEN record is sent

@@ -19,6 +19,7 @@ pub mod figure;
 pub mod filter;
 pub mod flow;
 pub mod kernel;
+pub mod name;
 pub mod output;
 pub mod replay;
 pub mod rng;

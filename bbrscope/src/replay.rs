@@ -15,6 +15,7 @@ use serde_json::Value;
 
 use crate::{
     event::{Bbr, CaState, CongStateEvent, Event, Head, Metrics, OpenEvent, Owner, RetransmitEvent, SampleEvent},
+    name::Name,
     stats::StatsReport,
 };
 
@@ -54,7 +55,7 @@ struct FlowFields {
     cookie: u64,
     src: SocketAddr,
     dst: SocketAddr,
-    cc: String,
+    cc: Name,
     ca_state: CaState,
 }
 
@@ -88,7 +89,7 @@ struct SummaryFields {
     start_ts: Option<f64>,
     side: Option<String>,
     pid: Option<u32>,
-    comm: Option<String>,
+    comm: Option<Name>,
     cgroup_id: Option<u64>,
     netns: Option<u32>,
     arm: Option<String>,
@@ -103,7 +104,7 @@ fn secs_to_ns(ts: f64) -> u64 {
 }
 
 /// A `flow_summary` as the opening and closing of its flow.
-fn summary(head: Head, cc: String, v: &Value) -> Result<Summary> {
+fn summary(head: Head, cc: Name, v: &Value) -> Result<Summary> {
     let f = SummaryFields::deserialize(v)?;
     // The counters, RTT minimum and rates have the same names in a summary as in a sample.
     let mut metrics = Metrics::deserialize(v)?;
@@ -137,7 +138,7 @@ fn summary(head: Head, cc: String, v: &Value) -> Result<Summary> {
     };
     let open = OpenEvent {
         head: Head { first: true, ..head.clone() },
-        cc: cc.clone(),
+        cc,
         owner,
         start_ns: f.start_ts.map_or(head.ts_ns, secs_to_ns),
         retrans_at_open: f.retrans_at_open,

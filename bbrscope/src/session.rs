@@ -32,7 +32,7 @@ impl OwnerFilter {
     }
 
     pub fn passes(&self, o: &crate::event::Owner) -> bool {
-        self.comm.as_ref().is_none_or(|c| o.comm.as_ref() == Some(c))
+        self.comm.as_ref().is_none_or(|c| o.comm.as_deref() == Some(c.as_str()))
             && self.pid.is_none_or(|p| o.pid == Some(p))
             && self.netns.is_none_or(|n| o.netns == Some(n))
     }

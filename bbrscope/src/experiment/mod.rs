@@ -60,7 +60,7 @@ impl Observation {
         let acked = m.bytes_acked?;
         Some(Observation {
             arm,
-            cc: flow.cc.clone(),
+            cc: flow.cc.to_string(),
             peer: flow.dst.ip(),
             bytes: acked.saturating_sub(syn_fin),
             duration_s: duration_ns as f64 / 1e9,

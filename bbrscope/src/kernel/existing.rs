@@ -13,6 +13,7 @@ use crate::{
     clock::Clock,
     event::{Bbr, CaState, Event, Head, Metrics, SampleEvent},
     filter::FilterSpec,
+    name::Name,
     sys::{
         netlink::Netlink,
         netns,
@@ -158,7 +159,7 @@ impl Space {
 
 fn sample(s: &Socket, now: u64) -> Option<SampleEvent> {
     let i = s.info.as_ref()?;
-    let cc = s.cc.clone().unwrap_or_default();
+    let cc = s.cc.as_deref().map(Name::new).unwrap_or_default();
     let bbr = match (cc.as_str(), s.bbr) {
         ("bbr", Some(b)) => Some(Bbr {
             // sock_diag does not report BBR's mode.

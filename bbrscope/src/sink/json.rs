@@ -116,6 +116,13 @@ impl Json for String {
     }
 }
 
+impl Json for crate::name::Name {
+    #[inline]
+    fn write(&self, out: &mut Vec<u8>) {
+        self.as_str().write(out)
+    }
+}
+
 impl Json for std::sync::Arc<str> {
     #[inline]
     fn write(&self, out: &mut Vec<u8>) {
@@ -419,7 +426,7 @@ impl<W: Write> JsonSink<W> {
             .field(k!("cookie"), flow.id)
             .field(k!("src"), flow.src)
             .field(k!("dst"), flow.dst)
-            .field(k!("cc"), &flow.cc)
+            .field(k!("cc"), flow.cc)
             .field(k!("ca_state"), state);
         o
     }
@@ -641,7 +648,7 @@ mod tests {
         struct OwnerJson {
             side: Option<String>,
             pid: Option<u32>,
-            comm: Option<String>,
+            comm: Option<crate::name::Name>,
             cgroup: Option<String>,
             cgroup_id: Option<u64>,
             netns: Option<u32>,
@@ -665,7 +672,7 @@ mod tests {
             end: EndReason,
             #[serde(flatten)]
             owner: OwnerJson,
-            ccs: &'a [String],
+            ccs: &'a [crate::name::Name],
             bbr_modes: &'a [std::sync::Arc<str>],
             bytes_sent: Option<u64>,
             bytes_acked: Option<u64>,
@@ -741,7 +748,7 @@ mod tests {
             OwnerJson {
                 side: o.side.map(str::to_owned),
                 pid: o.pid,
-                comm: o.comm.clone(),
+                comm: o.comm,
                 cgroup: o.cgroup_id.and_then(|id| cgroups.name(id)).map(str::to_owned),
                 cgroup_id: o.cgroup_id,
                 netns: o.netns,

@@ -42,9 +42,9 @@ fn groups<'a>(app: &'a App, theme: &Theme) -> Vec<Group<'a>> {
     let live = if algos_of(&open) >= 2 || algos_of(&visible) < 2 { open } else { visible };
     let mut algos: Vec<(String, usize)> = Vec::new();
     for fl in &live {
-        match algos.iter_mut().find(|(cc, _)| *cc == fl.cc) {
+        match algos.iter_mut().find(|(cc, _)| *cc == *fl.cc) {
             Some((_, n)) => *n += 1,
-            None => algos.push((fl.cc.clone(), 1)),
+            None => algos.push((fl.cc.to_string(), 1)),
         }
     }
     algos.sort_by(|a, b| {

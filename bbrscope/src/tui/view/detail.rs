@@ -29,7 +29,7 @@ fn owner(flow: &Flow) -> Option<String> {
     let mut parts = Vec::new();
     match (&o.comm, o.pid) {
         (Some(c), Some(p)) => parts.push(format!("{c}[{p}]")),
-        (Some(c), None) => parts.push(c.clone()),
+        (Some(c), None) => parts.push(c.to_string()),
         (None, Some(p)) => parts.push(format!("pid {p}")),
         (None, None) => {}
     }

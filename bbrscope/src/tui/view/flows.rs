@@ -120,7 +120,7 @@ pub fn draw(f: &mut Frame, area: Rect, app: &App, flows: &[&Flow], theme: &Theme
 /// The flow's algorithm, and in an experiment its arm ("bbr B"; "-" for a flow outside it).
 fn cc_cell(fl: &Flow, experiment: bool) -> String {
     if !experiment {
-        return fl.cc.clone();
+        return fl.cc.to_string();
     }
     match fl.life.owner.as_ref().and_then(|o| o.arm) {
         Some(arm @ 1..=2) => format!("{} {}", fl.cc, ["A", "B"][usize::from(arm - 1)]),
