@@ -8,6 +8,8 @@ use std::{
     sync::Arc,
 };
 
+use smallvec::SmallVec;
+
 use crate::event::{CaState, EndEvent, Event, Metrics, Name, Owner};
 
 /// Hashing for flow ids (socket cookies, or the tracepoint path's own ids). They come from kernel
@@ -138,11 +140,11 @@ pub struct Life {
     pub ca_ns: [u64; 5],
     pub ca_since_ns: u64,
     /// Algorithms seen, in order.
-    pub ccs: Vec<Name>,
+    pub ccs: SmallVec<[Name; 2]>,
     /// BBR modes seen in samples, in order of first appearance.
-    pub bbr_modes: Vec<Arc<str>>,
+    pub bbr_modes: SmallVec<[Arc<str>; 4]>,
     /// srtt of each sample (µs), bounded: for the summary's median.
-    pub srtts: Vec<u32>,
+    pub srtts: SmallVec<[u32; 6]>,
     /// The kernel's summary (a copy, not boxed: no allocation per flow end).
     pub end: Option<EndEvent>,
 }
@@ -166,7 +168,7 @@ impl Life {
         if let Some(srtt) = m.srtt_us {
             if self.srtts.len() >= SRTT_KEEP {
                 // Halve the resolution rather than forget the start of the flow.
-                let kept: Vec<u32> = self.srtts.iter().copied().step_by(2).collect();
+                let kept = self.srtts.iter().copied().step_by(2).collect();
                 self.srtts = kept;
             }
             self.srtts.push(srtt);
@@ -514,7 +516,7 @@ mod budget_tests {
     /// The median is the upper one of an even count, whatever the count.
     #[test]
     fn srtt_median_of_few_and_many_samples() {
-        let median = |v: &[u32]| Life { srtts: v.to_vec(), ..Life::default() }.srtt_median_us();
+        let median = |v: &[u32]| Life { srtts: v.into(), ..Life::default() }.srtt_median_us();
         assert_eq!(median(&[]), None);
         assert_eq!(median(&[7]), Some(7));
         assert_eq!(median(&[9, 3]), Some(9));
