@@ -490,12 +490,12 @@ const PREEMPT_CLIENTS: usize = 8;
 fn preempted_short_flows() -> Result<(bool, String)> {
     let stream = Stream::start("preempt", &["--observer", "sockops", "--interval", "100"])?;
     let listener = TcpListener::bind(("127.0.0.1", 5004))?;
+    // Every server socket has the same local address: each is told apart by its client's.
     let server = thread::spawn(move || -> Result<Vec<(SocketAddr, TcpInfo)>> {
         let handlers: Vec<_> = (0..PREEMPT_FLOWS)
             .map(|_| {
-                let (mut s, _) = listener.accept()?;
+                let (mut s, peer) = listener.accept()?;
                 Ok(thread::spawn(move || -> Result<(SocketAddr, TcpInfo)> {
-                    let local = s.local_addr()?;
                     s.write_all(&vec![7u8; SHORT_BYTES])?;
                     s.shutdown(Shutdown::Write)?;
                     let mut b = [0u8; 64];
@@ -504,7 +504,7 @@ fn preempted_short_flows() -> Result<(bool, String)> {
                     loop {
                         let i = tcp_info(&s)?;
                         if i.unacked == 0 || Instant::now() > wait {
-                            return Ok((local, i));
+                            return Ok((peer, i));
                         }
                         thread::sleep(Duration::from_millis(20));
                     }
@@ -532,15 +532,17 @@ fn preempted_short_flows() -> Result<(bool, String)> {
     let flows = server.join().map_err(|_| anyhow::anyhow!("server panicked"))??;
     let out = stream.stop()?;
     let mut wrong = Vec::new();
-    for (local, info) in &flows {
-        let sums = out.flow("flow_summary", &local.to_string());
+    for (peer, info) in &flows {
+        let peer = peer.to_string();
+        let sums: Vec<&Value> =
+            out.flow("flow_summary", "127.0.0.1:5004").into_iter().filter(|r| r["dst"] == peer.as_str()).collect();
         let ok = sums.len() == 1
             && sums[0]["bytes_acked"].as_u64() == Some(info.bytes_acked)
             && sums[0]["retrans_total"].as_u64() == Some(u64::from(info.total_retrans))
             && sums[0]["min_rtt_us"].as_u64() == Some(u64::from(info.min_rtt_us));
         if !ok {
             wrong.push(format!(
-                "{local}: {} summaries, first {:?}/{:?}/{:?} vs TCP_INFO bytes_acked {} retrans {} min_rtt {}",
+                "{peer}: {} summaries, first {:?}/{:?}/{:?} vs TCP_INFO bytes_acked {} retrans {} min_rtt {}",
                 sums.len(),
                 sums.first().map(|s| &s["bytes_acked"]),
                 sums.first().map(|s| &s["retrans_total"]),
