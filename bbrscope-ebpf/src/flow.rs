@@ -7,6 +7,8 @@ use aya_ebpf::{
     macros::map,
     maps::{LruHashMap, PerCpuArray},
 };
+use core::intrinsics::{AtomicOrdering::Relaxed, atomic_xadd};
+
 use bbrscope_common::{CC_NAME_LEN, config_flags, counter, filter_flags};
 
 use crate::{
@@ -54,24 +56,82 @@ static FLOWS: LruHashMap<u64, FlowState> = LruHashMap::with_max_entries(65536, 0
 #[map]
 static COUNTERS: PerCpuArray<u64> = PerCpuArray::with_max_entries(counter::COUNT, 0);
 
-/// Per-CPU sequence for flow ids: unique without atomics (the CPU number is in the low bits).
+/// Per-CPU sequences for flow ids, one per slot a program can [`claim`] (programs interleave on
+/// a CPU): an id is the sequence, the slot and the CPU number, so ids are unique.
+#[repr(C)]
+pub struct Ids {
+    users: [u64; ID_SLOTS],
+    seq: [u64; ID_SLOTS],
+}
+
+const ID_SLOTS: usize = 4;
+
 #[map]
-static NEXT_ID: PerCpuArray<u64> = PerCpuArray::with_max_entries(1, 0);
+static NEXT_ID: PerCpuArray<Ids> = PerCpuArray::with_max_entries(1, 0);
+
+/// Adds `n` (wrapping: `u64::MAX` takes one away) to a per-CPU value with one instruction.
+/// Programs on one CPU interleave: a process-context callback (the socket backlog, `close()`)
+/// is interrupted by the softirq's callback for another socket, and on a preemptible kernel
+/// preempted by another task's, so a load-add-store could lose the other's update. The result
+/// is not used, so this compiles to `BPF_XADD`, which every kernel's verifier accepts (a
+/// fetching atomic needs 5.12).
+///
+/// # Safety
+/// `p` points into this CPU's value of a map, 8-byte aligned.
+#[inline(always)]
+pub unsafe fn xadd(p: *mut u64, n: u64) {
+    // SAFETY: the caller's.
+    unsafe { atomic_xadd::<u64, u64, { Relaxed }>(p, n) };
+}
+
+/// Takes one of `N` per-CPU slots for this program alone, given their counts of programs that
+/// want them: adds itself to a slot's count and keeps the slot only if the count is then 1,
+/// else takes itself off and tries the next. Of two programs that add themselves to one slot,
+/// whichever adds second sees 2, in whatever order they run (interrupted or preempted), so a
+/// slot never has two holders. `None` when every slot is held. Give it back with [`release`].
+///
+/// # Safety
+/// `counts` is this CPU's value of a map.
+#[inline(always)]
+pub unsafe fn claim<const N: usize>(counts: *mut [u64; N]) -> Option<usize> {
+    let mut slot = 0;
+    while slot < N {
+        // SAFETY: the caller's; `slot < N`.
+        unsafe {
+            let c = (counts as *mut u64).add(slot);
+            xadd(c, 1);
+            // A plain load (BPF has no atomic one before v4): it reads the location the add
+            // wrote, so it cannot be moved above it, and all of this runs on one CPU.
+            if c.read_volatile() == 1 {
+                return Some(slot);
+            }
+            xadd(c, u64::MAX);
+        }
+        slot += 1;
+    }
+    None
+}
+
+/// Gives back a slot [`claim`] returned.
+///
+/// # Safety
+/// `count` is the count of a slot this program claimed, on the same CPU.
+#[inline(always)]
+pub unsafe fn release(count: *mut u64) {
+    // SAFETY: the caller's.
+    unsafe { xadd(count, u64::MAX) };
+}
 
 #[inline(always)]
 pub fn count(index: u32) {
-    if let Some(c) = COUNTERS.get_ptr_mut(index) {
-        // SAFETY: a valid slot of this CPU's counters; programs on one CPU do not run
-        // concurrently (they are not preempted mid-program), so the increment cannot race.
-        unsafe { *c += 1 };
-    }
+    add(index, 1)
 }
 
 #[inline(always)]
 pub fn add(index: u32, n: u64) {
     if let Some(c) = COUNTERS.get_ptr_mut(index) {
-        // SAFETY: as in `count`.
-        unsafe { *c += n };
+        // SAFETY: a valid slot of this CPU's counters.
+        unsafe { xadd(c, n) };
     }
 }
 
@@ -130,13 +190,17 @@ pub fn create(sk: u64) {
 fn next_id() -> u64 {
     // SAFETY: a helper without arguments.
     let cpu = unsafe { bpf_get_smp_processor_id() } as u64;
-    match NEXT_ID.get_ptr_mut(0) {
-        // SAFETY: this CPU's slot of a per-CPU array; nothing else runs on this CPU meanwhile.
-        Some(n) => unsafe {
-            *n += 1;
-            (*n << 12) | (cpu & 0xfff)
-        },
-        None => 0,
+    let Some(ids) = NEXT_ID.get_ptr_mut(0) else { return 0 };
+    // SAFETY: this CPU's value of the map; the sequence of a claimed slot is this program's
+    // alone until it is released (a program interrupted between reading and writing a shared
+    // sequence would hand out the interrupting one's id again).
+    unsafe {
+        let Some(slot) = claim(&raw mut (*ids).users) else { return 0 };
+        let seq = (&raw mut (*ids).seq as *mut u64).add(slot);
+        *seq += 1;
+        let id = (*seq << 14) | ((slot as u64) << 12) | (cpu & 0xfff);
+        release((&raw mut (*ids).users as *mut u64).add(slot));
+        id
     }
 }
 

@@ -6,7 +6,7 @@
 //! record, which matters on tcp_probe (it fires for every incoming segment).
 #![no_std]
 #![no_main]
-// `span` counts the users of its buffers with `BPF_XADD`. The BPF target has no compare-and-swap,
+// `flow::xadd` adds to counters with `BPF_XADD`. The BPF target has no compare-and-swap,
 // so core's atomic types offer it no read-modify-write method; the intrinsic is the same
 // operation (LLVM's `atomicrmw add`), and with its result unused it compiles to XADD.
 #![feature(core_intrinsics)]

@@ -10,21 +10,17 @@
 //! with migration, not preemption, disabled) a process-context callback can also be preempted by
 //! another task's, which may still be running when the first resumes: programs on one CPU do not
 //! nest like interrupts, so no count of "levels in use" says which buffer is free. So each CPU
-//! has a few buffers, each with a count of programs trying to take or holding it: a program adds
-//! one to a buffer's count and takes the buffer only if the count is then 1, else gives the one
-//! back and tries the next. The add is the verifier's oldest atomic (`BPF_XADD`, every kernel);
-//! whichever of two programs added second sees 2 and moves on, whatever the order they ran in,
-//! so a buffer never has two holders.
+//! has a few buffers, and a program [`claim`]s one for itself alone.
 
-use core::{
-    ffi::c_void,
-    intrinsics::{AtomicOrdering::Relaxed, atomic_xadd},
-};
+use core::ffi::c_void;
 
 use aya_ebpf::{helpers::generated::bpf_probe_read_kernel, macros::map, maps::PerCpuArray};
 use bbrscope_common::{BitField, CA_PRIV_LEN, FieldSpec, SPAN_BUF};
 
-use crate::config::conf;
+use crate::{
+    config::conf,
+    flow::{claim, release},
+};
 
 const WORDS: usize = SPAN_BUF / 8;
 /// Words past the span a read at its last word may touch (the `ca_priv` copy, 13 words, and
@@ -53,18 +49,6 @@ pub struct Span {
     off: u32,
 }
 
-/// Adds `n` (wrapping: `u64::MAX` takes one away) to a buffer's count. The result is not used,
-/// so this compiles to `BPF_XADD`, which every kernel's verifier accepts (a fetching atomic
-/// needs 5.12).
-///
-/// # Safety
-/// `count` is a count in this CPU's value of the map.
-#[inline(always)]
-unsafe fn add(count: *mut u64, n: u64) {
-    // SAFETY: the caller's; the map value is 8-byte aligned.
-    unsafe { atomic_xadd::<u64, u64, { Relaxed }>(count, n) };
-}
-
 impl Span {
     /// Reads the span of socket `sk`; `None` when every buffer of this CPU is held (never
     /// expected: sock_ops and these tracepoints nest at most twice, and a preempted callback is
@@ -73,30 +57,18 @@ impl Span {
     #[inline(always)]
     pub fn read(sk: u64) -> Option<Span> {
         let s = SCRATCH.get_ptr_mut(0)?;
-        let mut level = 0;
-        while level < LEVELS {
-            // SAFETY: `s` is this CPU's value of the map (the program cannot migrate); a buffer
-            // whose count this program saw at 1 after adding itself is held by it alone until
-            // `drop` (the module's comment).
-            unsafe {
-                let users = (&raw mut (*s).users as *mut u64).add(level);
-                add(users, 1);
-                // A plain load (BPF has no atomic one before v4): it reads the location the add
-                // wrote, so it cannot be moved above it, and all of this runs on one CPU.
-                if users.read_volatile() == 1 {
-                    let words = (&raw mut (*s).levels as *mut [u64; WORDS + SLACK]).add(level) as *mut u64;
-                    let len = conf!(span.len);
-                    let off = conf!(span.off);
-                    if len as usize <= SPAN_BUF {
-                        bpf_probe_read_kernel(words as *mut c_void, len, (sk + off as u64) as *const c_void);
-                    }
-                    return Some(Span { words, users, off });
-                }
-                add(users, u64::MAX);
+        // SAFETY: `s` is this CPU's value of the map (the program cannot migrate); the buffer
+        // of a claimed slot is this program's alone until `drop` releases it.
+        unsafe {
+            let level = claim(&raw mut (*s).users)?;
+            let words = (&raw mut (*s).levels as *mut [u64; WORDS + SLACK]).add(level) as *mut u64;
+            let len = conf!(span.len);
+            let off = conf!(span.off);
+            if len as usize <= SPAN_BUF {
+                bpf_probe_read_kernel(words as *mut c_void, len, (sk + off as u64) as *const c_void);
             }
-            level += 1;
+            Some(Span { words, users: (&raw mut (*s).users as *mut u64).add(level), off })
         }
-        None
     }
 
     /// The word at byte `rel` of the span (rounded down to a word), and the next one.
@@ -150,6 +122,6 @@ impl Drop for Span {
     #[inline(always)]
     fn drop(&mut self) {
         // SAFETY: the count of the buffer this program took in `read`, on the same CPU.
-        unsafe { add(self.users, u64::MAX) };
+        unsafe { release(self.users) };
     }
 }
