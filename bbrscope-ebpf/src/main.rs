@@ -38,7 +38,7 @@ const TCP_CLOSE: i32 = 7;
 /// read only for flows being watched; the socket is read only when the flow's sample is due.
 #[raw_tracepoint(tracepoint = "tcp_probe")]
 pub fn tcp_probe(ctx: RawTracePointContext) -> i32 {
-    count(counter::PROBE_EVENTS);
+    flow::count_per_segment(counter::PROBE_EVENTS);
     let sk: u64 = ctx.arg(0);
     let Some(st) = flow::get(sk) else {
         // A new flow's first event only sets its baseline; the next one can sample.
