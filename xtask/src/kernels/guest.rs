@@ -449,25 +449,30 @@ fn bulk(to: SocketAddr, cc: &str, secs: f64) -> Result<Bulk> {
     Ok(Bulk { local, snaps, end, end_t, socket_cc })
 }
 
-/// A server that answers each connection with `SHORT_BYTES` and closes; returns the server
-/// socket's TCP_INFO once the client has everything (and the client's local address).
+/// Answers an accepted connection with `SHORT_BYTES` and a FIN, reads until the client closes,
+/// and returns the socket's TCP_INFO once everything is acked (or 20 s have passed).
+fn serve_short(mut s: TcpStream) -> Result<TcpInfo> {
+    s.write_all(&vec![7u8; SHORT_BYTES])?;
+    s.shutdown(Shutdown::Write)?;
+    let mut b = [0u8; 64];
+    while s.read(&mut b)? > 0 {}
+    let wait = Instant::now() + Duration::from_secs(20);
+    loop {
+        let i = tcp_info(&s)?;
+        if i.unacked == 0 || Instant::now() > wait {
+            return Ok(i);
+        }
+        thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// One short response on `port`: the server socket's local address and its TCP_INFO once the
+/// client has everything.
 fn short_flow(port: u16) -> Result<(SocketAddr, TcpInfo)> {
     let listener = TcpListener::bind(("127.0.0.1", port))?;
     let server = thread::spawn(move || -> Result<(SocketAddr, TcpInfo)> {
-        let (mut s, _) = listener.accept()?;
-        let local = s.local_addr()?;
-        s.write_all(&vec![7u8; SHORT_BYTES])?;
-        s.shutdown(Shutdown::Write)?;
-        let mut b = [0u8; 64];
-        while s.read(&mut b)? > 0 {}
-        let wait = Instant::now() + Duration::from_secs(20);
-        loop {
-            let i = tcp_info(&s)?;
-            if i.unacked == 0 || Instant::now() > wait {
-                return Ok((local, i));
-            }
-            thread::sleep(Duration::from_millis(20));
-        }
+        let (s, _) = listener.accept()?;
+        Ok((s.local_addr()?, serve_short(s)?))
     });
     let mut c = TcpStream::connect(("127.0.0.1", port))?;
     let mut got = Vec::new();
@@ -494,21 +499,8 @@ fn preempted_short_flows() -> Result<(bool, String)> {
     let server = thread::spawn(move || -> Result<Vec<(SocketAddr, TcpInfo)>> {
         let handlers: Vec<_> = (0..PREEMPT_FLOWS)
             .map(|_| {
-                let (mut s, peer) = listener.accept()?;
-                Ok(thread::spawn(move || -> Result<(SocketAddr, TcpInfo)> {
-                    s.write_all(&vec![7u8; SHORT_BYTES])?;
-                    s.shutdown(Shutdown::Write)?;
-                    let mut b = [0u8; 64];
-                    while s.read(&mut b)? > 0 {}
-                    let wait = Instant::now() + Duration::from_secs(20);
-                    loop {
-                        let i = tcp_info(&s)?;
-                        if i.unacked == 0 || Instant::now() > wait {
-                            return Ok((peer, i));
-                        }
-                        thread::sleep(Duration::from_millis(20));
-                    }
-                }))
+                let (s, peer) = listener.accept()?;
+                Ok(thread::spawn(move || -> Result<(SocketAddr, TcpInfo)> { Ok((peer, serve_short(s)?)) }))
             })
             .collect::<Result<_>>()?;
         handlers.into_iter().map(|h| h.join().map_err(|_| anyhow::anyhow!("handler panicked"))?).collect()
