@@ -59,7 +59,7 @@ static COUNTERS: PerCpuArray<u64> = PerCpuArray::with_max_entries(counter::COUNT
 /// Per-CPU sequences for flow ids, one per slot a program can [`claim`] (programs interleave on
 /// a CPU): an id is the sequence, the slot and the CPU number, so ids are unique.
 #[repr(C)]
-pub struct Ids {
+struct Ids {
     users: [u64; ID_SLOTS],
     seq: [u64; ID_SLOTS],
 }

@@ -153,9 +153,9 @@ pub struct Life {
 const SRTT_KEEP: usize = 256;
 
 impl Life {
-    fn note_cc(&mut self, cc: &str) {
-        if !cc.is_empty() && !self.ccs.iter().any(|c| c == cc) {
-            self.ccs.push(Name::new(cc));
+    fn note_cc(&mut self, cc: Name) {
+        if !cc.is_empty() && !self.ccs.contains(&cc) {
+            self.ccs.push(cc);
         }
     }
 
@@ -325,7 +325,7 @@ impl FlowTable {
                 _ => h.ts_ns,
             };
             let mut life = Life { ca_since_ns: t0, ..Life::default() };
-            life.note_cc(&cc);
+            life.note_cc(cc);
             if let Event::Open(o) = ev {
                 life.owner = Some(o.owner.clone());
                 life.start_ns = Some(o.start_ns);
@@ -378,8 +378,8 @@ impl FlowTable {
                         rate(prev.bytes_acked, now, flow.last_sample_ns, h.ts_ns).or(flow.throughput_bps);
                 }
                 flow.last_sample_ns = h.ts_ns;
-                flow.cc.clone_from(&s.cc);
-                flow.life.note_cc(&s.cc);
+                flow.cc = s.cc;
+                flow.life.note_cc(s.cc);
                 flow.life.note_sample(&s.metrics);
                 if keep > 0 {
                     push_bounded(&mut flow.history, keep, point(h.ts_ns, &s.metrics, flow.throughput_bps));
