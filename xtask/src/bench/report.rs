@@ -109,6 +109,24 @@ fn cost_targets(c: &CostResult, out: &mut Vec<Target>) {
                 ),
                 met: check.map(|g| g <= FLAT_RATIO),
             });
+            // The lookup's own growth is cache misses on idle sockets' storage, which any
+            // per-socket state pays; what bbrscope adds on top of it must not grow.
+            if let Some(own) = growth(|l| l.check_over_lookup) {
+                out.push(Target {
+                    target: format!(
+                        "{path}: own work per ACK (check over lookup) flat from {} to {} flows (≤ {FLAT_RATIO}x)",
+                        first.flows, last.flows
+                    ),
+                    result: format!(
+                        "{}: {own:.2}x",
+                        mine.iter()
+                            .map(|l| format!("{}: {}", l.flows, times(l.check_over_lookup)))
+                            .collect::<Vec<_>>()
+                            .join(", ")
+                    ),
+                    met: Some(own <= FLAT_RATIO),
+                });
+            }
         }
     }
 }
