@@ -516,3 +516,35 @@ fn polled_until_close(idle: usize, ns: Option<&Netns>) {
     // The server's receiving side never sent: not a flow.
     assert!(!records.iter().any(|r| r["type"] == "flow_open" && r["src"] == server.addr.to_string()));
 }
+
+/// The window between attaching and taking the snapshot of connections open before the start:
+/// a connection opened in it is the kernel program's (it has socket storage), so the snapshot
+/// leaves it out and it is not reported twice; one opened before the attach is in it. Truth:
+/// the test's own sockets, on a port of its own.
+#[test]
+fn the_snapshot_of_open_connections_leaves_out_those_the_kernel_program_watches() {
+    use bbrscope::{
+        filter::FilterSpec,
+        kernel::{
+            existing::Existing,
+            loader::{Observer, Options, PathChoice},
+        },
+    };
+    require_root();
+    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    let _guard = runtime.enter();
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let before = TcpStream::connect(listener.local_addr().unwrap()).unwrap();
+    let (before_served, _) = listener.accept().unwrap();
+    let observer = Observer::start(&Options { path: PathChoice::Sockops, ..Options::default() }).unwrap();
+    let after = TcpStream::connect(listener.local_addr().unwrap()).unwrap();
+    let (after_served, _) = listener.accept().unwrap();
+    let filter = FilterSpec::new(Some(port), None, None, None).unwrap();
+    let snapshot = Existing::snapshot(&filter, observer.socket_storage()).unwrap();
+    // Both ends of the connection from before (`--port` matches either end).
+    assert_eq!(snapshot.len(), 2, "only the connection open before the attach is polled");
+    // Without the storage check both connections would be: the window is real.
+    assert_eq!(Existing::snapshot(&filter, None).unwrap().len(), 4);
+    drop((before, before_served, after, after_served));
+}

@@ -227,7 +227,7 @@ impl Live {
         // After attaching: every connection is then either in this snapshot or seen opening.
         // Owner filters cannot apply to connections whose opening was not seen.
         let existing = match observer.path == ObserverPath::Sockops && opts.owner.is_empty() {
-            true => Some(Existing::snapshot(&opts.filter)?),
+            true => Some(Existing::snapshot(&opts.filter, observer.socket_storage())?),
             false => None,
         };
         if let Some(n) = existing.as_ref().map(|e| e.unreachable).filter(|&n| n > 0) {

@@ -5,7 +5,10 @@
 //! socket answers for the namespace it was created in). They get samples and a `flow_close`,
 //! but no owner and no `flow_summary` (their start was not seen).
 
-use std::collections::{HashMap, HashSet};
+use std::{
+    collections::{HashMap, HashSet},
+    os::fd::BorrowedFd,
+};
 
 use anyhow::Result;
 
@@ -49,12 +52,21 @@ struct Space {
 
 impl Space {
     /// The calling thread's namespace: its connections that may pass the filters (with
-    /// `--port 443`, a busy host's other connections are not polled at all).
-    fn here(filter: &FilterSpec) -> Result<Space> {
+    /// `--port 443`, a busy host's other connections are not polled at all) and that the
+    /// kernel program does not watch already. Those have a value in its socket storage
+    /// (`storage`): connections opened after it attached and before this snapshot, which
+    /// would otherwise be reported twice.
+    fn here(filter: &FilterSpec, storage: Option<BorrowedFd<'_>>) -> Result<Space> {
         let mut nl = sockdiag::open()?;
-        let open = sockdiag::dump_on(&mut nl, CONNECTED, false)?
+        // A kernel that cannot say (before 5.2, or without CAP_BPF) leaves that short window
+        // open rather than the snapshot failing.
+        let sockets = match storage.map(|map| sockdiag::dump_on(&mut nl, CONNECTED, false, Some(map))) {
+            Some(Ok(sockets)) => sockets,
+            _ => sockdiag::dump_on(&mut nl, CONNECTED, false, None)?,
+        };
+        let open = sockets
             .into_iter()
-            .filter(|s| filter.may_match(s.src, s.dst))
+            .filter(|s| !s.in_storage && filter.may_match(s.src, s.dst))
             .map(|socket| (socket.cookie, Polled { socket, last: None, shown: false }))
             .collect();
         Ok(Space { open, nl })
@@ -72,13 +84,13 @@ struct Polled {
 impl Existing {
     /// The connections open now in every network namespace (call once the observer is
     /// attached, so that a connection is either here or seen opening by the observer).
-    pub fn snapshot(filter: &FilterSpec) -> Result<Self> {
-        let mut spaces = vec![Space::here(filter)?];
+    pub fn snapshot(filter: &FilterSpec, storage: Option<BorrowedFd<'_>>) -> Result<Self> {
+        let mut spaces = vec![Space::here(filter, storage)?];
         let mut unreachable = 0;
         // Namespaces found through /run/netns and /proc/*/ns/net; one that has gone meanwhile
         // has no connections left to poll.
         for ns in netns::all().unwrap_or_default() {
-            match netns::run(&ns, || Space::here(filter)) {
+            match netns::run(&ns, || Space::here(filter, storage)) {
                 Ok(space) if !space.open.is_empty() => spaces.push(space),
                 Ok(_) => {}
                 Err(_) if netns::still_there(&ns) => unreachable += 1,
@@ -124,7 +136,7 @@ impl Space {
             }
             found
         } else {
-            sockdiag::dump_on(&mut self.nl, CONNECTED, true)?
+            sockdiag::dump_on(&mut self.nl, CONNECTED, true, None)?
         };
         for s in current {
             let Some(slot) = self.open.get_mut(&s.cookie) else { continue };

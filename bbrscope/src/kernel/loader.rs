@@ -2,13 +2,17 @@
 //! ring buffer and counters. Dropping the [`Observer`] detaches everything (the links are plain
 //! file descriptors: the kernel also detaches them if the process dies).
 
-use std::{path::Path, time::Duration};
+use std::{
+    os::fd::{AsFd, BorrowedFd},
+    path::Path,
+    time::Duration,
+};
 
 use anyhow::{Context as _, Result};
 use aya::{
     Ebpf, EbpfLoader,
     maps::{
-        MapData, PerCpuArray, RingBuf,
+        Map, MapData, PerCpuArray, RingBuf,
         lpm_trie::{Key, LpmTrie},
     },
     programs::{CgroupAttachMode, RawTracePoint, SockOps},
@@ -323,6 +327,15 @@ impl Observer {
         }
     }
 
+    /// The sock_ops path's socket-storage map: every socket that has a value in it is watched
+    /// by the kernel program (sock_diag can say which, see `Existing`).
+    pub fn socket_storage(&self) -> Option<BorrowedFd<'_>> {
+        match self.ebpf.map(SOCKET_STORAGE)? {
+            Map::SkStorage(map) => Some(map.fd().as_fd()),
+            _ => None,
+        }
+    }
+
     /// The kernel-side counters (see `bbrscope_common::counter`), summed over CPUs.
     pub fn counters(&self) -> Result<Counters> {
         let mut c = [0u64; counter::COUNT as usize];
@@ -416,6 +429,8 @@ const WAKE_FRACTION: u32 = 4;
 const MAX_BATCH: usize = 4096;
 
 const SOCKOPS_PROGRAM: &str = "bbrscope_sockops";
+/// The sock_ops program's socket-local storage (`SockFlow` in each socket).
+const SOCKET_STORAGE: &str = "SOCKS";
 /// The tracepoint program the sock_ops path uses for congestion-state changes.
 const CONG_BY_COOKIE: &str = "cong_state_by_cookie";
 

@@ -2,11 +2,14 @@
 //! source `ss -tin` reads. `status` counts flows per algorithm with it, and the observer polls the
 //! connections that were already open when it started (no sock_ops callback ever fires for them).
 
-use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
+use std::{
+    net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr},
+    os::fd::{AsRawFd, BorrowedFd},
+};
 
 use anyhow::{Context as _, Result};
 
-use super::netlink::{NETLINK_SOCK_DIAG, NLM_F_DUMP, Netlink, attrs, cstr};
+use super::netlink::{Attrs, NETLINK_SOCK_DIAG, NLM_F_DUMP, Netlink, attrs, cstr};
 
 const SOCK_DIAG_BY_FAMILY: u16 = 20;
 const INET_DIAG_INFO: u16 = 2;
@@ -15,6 +18,12 @@ const INET_DIAG_INFO: u16 = 2;
 const INET_DIAG_VEGASINFO: u16 = 3;
 const INET_DIAG_CONG: u16 = 4;
 const INET_DIAG_BBRINFO: u16 = 16;
+/// Reply: the values the socket holds in the socket-storage maps a dump asked about.
+const INET_DIAG_SK_BPF_STORAGES: u16 = 20;
+/// Request (after `inet_diag_req_v2`): which socket-storage maps to report, each by a file
+/// descriptor (`SK_DIAG_BPF_STORAGE_REQ_MAP_FD`), since 5.2; dumps only.
+const INET_DIAG_REQ_SK_BPF_STORAGES: u16 = 2;
+const SK_DIAG_BPF_STORAGE_REQ_MAP_FD: u16 = 1;
 const INET_DIAG_MSG_LEN: usize = 72;
 /// `struct inet_diag_sockid`: at offset 4 of a reply (`inet_diag_msg`), 8 of a request.
 const SOCKID_LEN: usize = 48;
@@ -111,20 +120,30 @@ pub struct Socket {
     pub cc: Option<String>,
     pub info: Option<TcpInfo>,
     pub bbr: Option<BbrInfo>,
+    /// The socket holds a value in the socket-storage map the dump asked about.
+    pub in_storage: bool,
 }
 
 /// Every TCP socket in `states` (a bit mask of `1 << tcp_state`) of both address families; with
 /// `details`, each with its tcp_info, algorithm and the algorithm's own info.
 pub fn dump(states: u32, details: bool) -> Result<Vec<Socket>> {
-    dump_on(&mut open()?, states, details)
+    dump_on(&mut open()?, states, details, None)
 }
 
 /// As [`dump`], on a sock_diag socket from [`open`]: it answers for the namespace it was
-/// opened in, whichever the calling thread is in now.
-pub fn dump_on(nl: &mut Netlink, states: u32, details: bool) -> Result<Vec<Socket>> {
+/// opened in, whichever the calling thread is in now. With `storage` (a socket-storage map),
+/// each socket says whether it holds a value there (`in_storage`); needs CAP_BPF.
+pub fn dump_on(nl: &mut Netlink, states: u32, details: bool, storage: Option<BorrowedFd<'_>>) -> Result<Vec<Socket>> {
     let mut out = Vec::new();
     for family in [libc::AF_INET as u8, libc::AF_INET6 as u8] {
-        let req = request(family, states, details, &[0; SOCKID_LEN]);
+        let mut req = request(family, states, details, &[0; SOCKID_LEN]);
+        if let Some(map) = storage {
+            let mut fds = Attrs::default();
+            fds.put(SK_DIAG_BPF_STORAGE_REQ_MAP_FD, &(map.as_raw_fd() as u32).to_ne_bytes());
+            let mut a = Attrs::default();
+            a.put_nested(INET_DIAG_REQ_SK_BPF_STORAGES, &fds);
+            req.extend_from_slice(&a.0);
+        }
         let msgs = nl.request(SOCK_DIAG_BY_FAMILY, NLM_F_DUMP, &req).context("listing TCP sockets (sock_diag)")?;
         out.extend(msgs.iter().filter_map(|m| parse(&m.data)));
     }
@@ -190,10 +209,13 @@ fn parse(d: &[u8]) -> Option<Socket> {
         cc: None,
         info: None,
         bbr: None,
+        in_storage: false,
     };
     for (kind, v) in attrs(&d[INET_DIAG_MSG_LEN..]) {
         match kind {
             INET_DIAG_CONG => s.cc = Some(cstr(v)),
+            // Present only when the socket has a value in a map the request named.
+            INET_DIAG_SK_BPF_STORAGES => s.in_storage = true,
             INET_DIAG_INFO => s.info = TcpInfo::parse(v),
             INET_DIAG_BBRINFO if v.len() >= 20 => {
                 let w = |i: usize| u32::from_ne_bytes(v[i * 4..i * 4 + 4].try_into().unwrap());
@@ -230,7 +252,12 @@ mod tests {
         info[80..84].copy_from_slice(&42u32.to_ne_bytes());
         info[120..128].copy_from_slice(&123_456u64.to_ne_bytes());
         let cc = b"cubic\0";
-        for (kind, v) in [(INET_DIAG_INFO, &info[..]), (INET_DIAG_CONG, &cc[..])] {
+        let storages = [0u8; 8];
+        for (kind, v) in [
+            (INET_DIAG_INFO, &info[..]),
+            (INET_DIAG_CONG, &cc[..]),
+            (INET_DIAG_SK_BPF_STORAGES | (1 << 15), &storages[..]),
+        ] {
             let len = 4 + v.len();
             m.extend_from_slice(&(len as u16).to_ne_bytes());
             m.extend_from_slice(&kind.to_ne_bytes());
@@ -243,9 +270,11 @@ mod tests {
         assert_eq!(s.dst.to_string(), "198.51.100.7:51000");
         assert_eq!(s.cookie, (1 << 32) | 7);
         assert_eq!(s.cc.as_deref(), Some("cubic"));
+        assert!(s.in_storage);
         let i = s.info.unwrap();
         assert_eq!((i.ca_state, i.snd_cwnd, i.bytes_acked), (3, 42, 123_456));
         assert_eq!(i.snd_wnd, Some(0));
+        assert!(!parse(&m[..INET_DIAG_MSG_LEN]).unwrap().in_storage);
         assert!(parse(&m[..INET_DIAG_MSG_LEN - 1]).is_none());
     }
 }
