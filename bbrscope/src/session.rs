@@ -230,6 +230,12 @@ impl Live {
             true => Some(Existing::snapshot(&opts.filter, observer.socket_storage())?),
             false => None,
         };
+        if let Some(why) = existing.as_ref().and_then(|e| e.unseen_storage.as_ref()) {
+            observer.degraded.push(format!(
+                "sock_diag cannot say which sockets bbrscope's kernel program already watches ({why}): a connection \
+                 opened while bbrscope started may be reported twice"
+            ));
+        }
         if let Some(n) = existing.as_ref().map(|e| e.unreachable).filter(|&n| n > 0) {
             observer.degraded.push(format!(
                 "connections open before the start in {n} other network namespace(s) are not seen: entering a \

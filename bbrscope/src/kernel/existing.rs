@@ -41,6 +41,9 @@ pub struct Existing {
     /// Other namespaces that could not be entered (setns needs CAP_SYS_ADMIN, which e.g. the
     /// packaged exporter's unit does not grant): their connections open at the start are not seen.
     pub unreachable: usize,
+    /// Why sock_diag could not say which sockets the kernel program watches already, if it
+    /// could not: a connection opened while bbrscope started may then be reported twice.
+    pub unseen_storage: Option<String>,
 }
 
 /// One network namespace's connections open at the start, and a sock_diag socket inside it.
@@ -56,13 +59,21 @@ impl Space {
     /// kernel program does not watch already. Those have a value in its socket storage
     /// (`storage`): connections opened after it attached and before this snapshot, which
     /// would otherwise be reported twice.
-    fn here(filter: &FilterSpec, storage: Option<BorrowedFd<'_>>) -> Result<Space> {
+    /// A kernel that cannot say (before 5.2, or without CAP_BPF) leaves that short window open
+    /// rather than the snapshot failing: `unseen_storage` gets why.
+    fn here(
+        filter: &FilterSpec,
+        storage: Option<BorrowedFd<'_>>,
+        unseen_storage: &mut Option<String>,
+    ) -> Result<Space> {
         let mut nl = sockdiag::open()?;
-        // A kernel that cannot say (before 5.2, or without CAP_BPF) leaves that short window
-        // open rather than the snapshot failing.
         let sockets = match storage.map(|map| sockdiag::dump_on(&mut nl, CONNECTED, false, Some(map))) {
             Some(Ok(sockets)) => sockets,
-            _ => sockdiag::dump_on(&mut nl, CONNECTED, false, None)?,
+            Some(Err(e)) => {
+                *unseen_storage = Some(format!("{e:#}"));
+                sockdiag::dump_on(&mut nl, CONNECTED, false, None)?
+            }
+            None => sockdiag::dump_on(&mut nl, CONNECTED, false, None)?,
         };
         let open = sockets
             .into_iter()
@@ -85,19 +96,20 @@ impl Existing {
     /// The connections open now in every network namespace (call once the observer is
     /// attached, so that a connection is either here or seen opening by the observer).
     pub fn snapshot(filter: &FilterSpec, storage: Option<BorrowedFd<'_>>) -> Result<Self> {
-        let mut spaces = vec![Space::here(filter, storage)?];
+        let mut unseen_storage = None;
+        let mut spaces = vec![Space::here(filter, storage, &mut unseen_storage)?];
         let mut unreachable = 0;
         // Namespaces found through /run/netns and /proc/*/ns/net; one that has gone meanwhile
         // has no connections left to poll.
         for ns in netns::all().unwrap_or_default() {
-            match netns::run(&ns, || Space::here(filter, storage)) {
+            match netns::run(&ns, || Space::here(filter, storage, &mut unseen_storage)) {
                 Ok(space) if !space.open.is_empty() => spaces.push(space),
                 Ok(_) => {}
                 Err(_) if netns::still_there(&ns) => unreachable += 1,
                 Err(_) => {}
             }
         }
-        Ok(Existing { spaces, filter: filter.clone(), unreachable })
+        Ok(Existing { spaces, filter: filter.clone(), unreachable, unseen_storage })
     }
 
     /// How many connections are still being polled.
