@@ -59,6 +59,7 @@ impl Space {
     /// kernel program does not watch already. Those have a value in its socket storage
     /// (`storage`): connections opened after it attached and before this snapshot, which
     /// would otherwise be reported twice.
+    ///
     /// A kernel that cannot say (before 5.2, or without CAP_BPF) leaves that short window open
     /// rather than the snapshot failing: `unseen_storage` gets why.
     fn here(
