@@ -21,6 +21,19 @@ impl fmt::Display for UsageError {
 
 impl std::error::Error for UsageError {}
 
+/// A finished command whose outcome has an exit status of its own (already reported on stdout):
+/// e.g. an experiment stopped by its guardrail (3), or one whose service set its own algorithm (2).
+#[derive(Debug)]
+pub struct Exit(pub u8);
+
+impl fmt::Display for Exit {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "exit status {}", self.0)
+    }
+}
+
+impl std::error::Error for Exit {}
+
 /// Shorthand for returning a [`UsageError`] from a function returning `anyhow::Result`.
 macro_rules! usage {
     ($($arg:tt)*) => {

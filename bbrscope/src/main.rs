@@ -73,6 +73,9 @@ fn main() -> ExitCode {
     });
     match result {
         Ok(()) => ExitCode::SUCCESS,
+        Err(e) if e.downcast_ref::<bbrscope::error::Exit>().is_some() => {
+            ExitCode::from(e.downcast_ref::<bbrscope::error::Exit>().map_or(1, |x| x.0))
+        }
         Err(e) => match e.downcast_ref::<UsageError>() {
             Some(u) => {
                 eprintln!("bbrscope: {u}");

@@ -287,6 +287,42 @@ impl<R: BufRead> Reader<R> {
         }
     }
 
+    /// The next line as JSON, whatever its record type (`Ok(None)` at the end of the input);
+    /// lines too long, not UTF-8 or not JSON are skipped and counted as [`Reader::next_record`]
+    /// does. For readers of captures other than the dashboard (`experiment --analyze`).
+    pub fn next_value(&mut self) -> Result<Option<Value>> {
+        loop {
+            let Some(too_long) = self.read_line()? else { return Ok(None) };
+            if too_long {
+                self.skipped.note(self.line, &format!("longer than {} KiB", MAX_LINE / 1024));
+                continue;
+            }
+            let Ok(text) = std::str::from_utf8(&self.buf) else {
+                self.skipped.note(self.line, "not UTF-8");
+                self.check_leading_junk()?;
+                continue;
+            };
+            if text.trim().is_empty() {
+                continue;
+            }
+            match serde_json::from_str::<Value>(text) {
+                Ok(v) => {
+                    self.records += 1;
+                    return Ok(Some(v));
+                }
+                Err(_) => {
+                    self.skipped.note(self.line, "not JSON");
+                    self.check_leading_junk()?;
+                }
+            }
+        }
+    }
+
+    /// Counts a line the caller could not use (`why` says why, for the first one).
+    pub fn reject(&mut self, why: &str) {
+        self.skipped.note(self.line, why);
+    }
+
     fn check_leading_junk(&self) -> Result<()> {
         if self.records == 0 && self.bytes > MAX_LEADING_JUNK {
             bail!("no bbrscope record in its first {} MiB", MAX_LEADING_JUNK >> 20);

@@ -3,7 +3,7 @@
 
 use std::{
     fs::File,
-    io::{BufRead as _, BufReader, IsTerminal as _},
+    io::{BufReader, IsTerminal as _},
     path::{Path, PathBuf},
     time::{Duration, Instant},
 };
@@ -14,12 +14,17 @@ use tokio::signal::unix::{SignalKind, signal};
 
 use crate::{
     clock::Clock,
-    error::usage,
+    error::{Exit, usage},
     event::Event,
     experiment::{
         Observation,
+        analysis::PrefixList,
+        decide::Rule,
+        glue::{self, Setup},
+        guardrail::GuardDecision,
         live::{Limit, LiveExperiment, Monitor},
-        lock,
+        lock, record,
+        report::InScope,
     },
     filter::{FilterSpec, Net},
     flow::{Change, FlowTable},
@@ -36,7 +41,8 @@ use ratatui::crossterm::event::{KeyCode, KeyModifiers};
 
 #[derive(Debug, Args)]
 pub struct ExperimentArgs {
-    /// The two algorithms, arm A then arm B (e.g. cubic,bbr; the same twice for an A/A check)
+    /// The two algorithms, arm A then arm B (e.g. cubic,bbr; the same twice for an A/A check).
+    /// With --analyze: the arms of a recording that does not name them
     #[arg(long, value_name = "A,B", value_delimiter = ',', num_args = 1, required_unless_present = "analyze")]
     pub arms: Vec<String>,
     /// Percent of the experiment's connections given arm B (1-99)
@@ -64,16 +70,30 @@ pub struct ExperimentArgs {
     /// Do not stop early when an arm is clearly worse (the guardrail is on by default)
     #[arg(long)]
     pub no_guardrail: bool,
-    /// Stop early when an arm's median completion time is worse by more than this many percent
-    /// with 95% confidence (after at least 30 flows per arm)
+    /// Stop early (exit status 3) when either arm's completion time, for all flows or for the
+    /// clients of one RTT band, is worse than the other's by more than this many percent, with
+    /// an always-valid 95% interval above zero (checked every 2 s)
     #[arg(long, value_name = "PCT", default_value_t = 20.0)]
     pub guardrail_pct: f64,
+    /// The smallest change in completion time that matters, percent: within it the arms are
+    /// "no different"; a recommendation needs at least this much
+    #[arg(long, value_name = "PCT", default_value_t = 5.0)]
+    pub delta: f64,
+    /// The smallest change per response that matters, milliseconds: a recommendation needs at
+    /// least this much too
+    #[arg(long, value_name = "MS", default_value_t = 5.0)]
+    pub min_effect_ms: f64,
+    /// Client groups of your own: a file of `LABEL CIDR [CIDR...]` lines (e.g. a country's
+    /// ranges); each is judged, and recommended as routes
+    #[arg(long, value_name = "FILE")]
+    pub prefix_list: Option<PathBuf>,
     /// Also write every record of the experiment's flows as NDJSON (re-analyse with --analyze)
     #[arg(long, value_name = "FILE")]
     pub record: Option<PathBuf>,
-    /// Re-analyse a recorded experiment (a `--record` file or a `bbrscope stream` capture) instead
-    /// of running one; no root needed
-    #[arg(long, value_name = "FILE", conflicts_with_all = ["arms", "port", "cgroup", "dst", "duration", "flows", "record"])]
+    /// Re-analyse a `--record` file instead of running an experiment, and replay the live
+    /// guardrail's checks on it in completion order; no root needed. (A `bbrscope stream`
+    /// capture taken beside an experiment has no arms: record with --record.)
+    #[arg(long, value_name = "FILE", conflicts_with_all = ["port", "cgroup", "dst", "duration", "flows", "record"])]
     pub analyze: Option<PathBuf>,
     /// The report as one JSON object on stdout
     #[arg(long)]
@@ -108,14 +128,36 @@ fn parse_span(s: &str) -> Result<Duration, String> {
 }
 
 pub async fn run(args: ExperimentArgs) -> Result<()> {
+    let rule = rule(&args)?;
+    let prefix_lists = prefix_lists(&args)?;
     if let Some(file) = &args.analyze {
-        let obs = read_capture(file)?;
-        return finish(&args, obs, None);
+        let capture = read_capture(file)?;
+        let mut setup = capture.setup;
+        setup.rule = rule;
+        setup.prefix_lists = prefix_lists;
+        if let [a, b] = args.arms.as_slice() {
+            setup.arms = Some([a.clone(), b.clone()]);
+        }
+        setup.guardrail_pct = setup.guardrail_pct.or(Some(args.guardrail_pct));
+        return finish(&args, &capture.obs, &setup, capture.stopped_by, capture.guard, true);
     }
     let spec = validate(&args)?;
     let limit = match args.flows {
         Some(n) => Limit::Flows(n),
         None => Limit::Time(args.duration.unwrap_or(DEFAULT_DURATION)),
+    };
+    let setup = Setup {
+        arms: Some(spec.arms.clone()),
+        split_pct: spec.split_pct,
+        scope: InScope {
+            known: true,
+            port: spec.port,
+            cgroup: spec.cgroup.as_ref().map(|c| c.path.display().to_string()),
+            dst: spec.dst.clone(),
+        },
+        rule,
+        guardrail_pct: (!args.no_guardrail).then_some(args.guardrail_pct),
+        prefix_lists,
     };
     let state = LiveExperiment::new(&spec, limit, !args.no_guardrail);
     let _lock = lock::acquire(&lock::Running {
@@ -142,9 +184,7 @@ pub async fn run(args: ExperimentArgs) -> Result<()> {
         eprintln!("bbrscope: warning: {note}");
     }
     let mut recorder = match &args.record {
-        Some(p) => {
-            Some(JsonSink::new(File::create(p).with_context(|| format!("creating {}", p.display()))?, Clock::new()))
-        }
+        Some(p) => Some(JsonSink::new(record::create(p, &setup)?, Clock::new())),
         None => None,
     };
     eprintln!(
@@ -156,8 +196,7 @@ pub async fn run(args: ExperimentArgs) -> Result<()> {
         if std::io::stdout().is_terminal() && !args.headless { "q in the dashboard" } else { "Ctrl-C" }
     );
     let mut display = Display::new(args.headless, state, live.degraded().to_vec())?;
-    let mut monitor =
-        Monitor::new(args.split, (!args.no_guardrail).then_some(args.guardrail_pct), display.shows_report());
+    let mut monitor = Monitor::new(setup.clone(), display.shows_report());
     let started = Instant::now();
     let deadline = tokio::time::sleep(args.duration.unwrap_or(DEFAULT_DURATION));
     tokio::pin!(deadline);
@@ -166,6 +205,7 @@ pub async fn run(args: ExperimentArgs) -> Result<()> {
     let mut table = FlowTable::new(0);
     let mut obs: Vec<Observation> = Vec::new();
     let mut stopped_by = None;
+    let mut guard = None;
     loop {
         let mut write_err = None;
         tokio::select! {
@@ -193,6 +233,7 @@ pub async fn run(args: ExperimentArgs) -> Result<()> {
                 let update = update?;
                 if let Some(g) = update.guard.as_ref().filter(|g| g.stop) {
                     stopped_by = Some(format!("stopped early by the guardrail: {}", g.reason));
+                    guard = Some(g.clone());
                     break;
                 }
                 display.shown.state().update(update);
@@ -226,7 +267,34 @@ pub async fn run(args: ExperimentArgs) -> Result<()> {
     if let Some(mut rec) = recorder {
         rec.flush().context("writing the --record file")?;
     }
-    finish(&args, obs, stopped_by)
+    if let Some(p) = &args.record {
+        record::end(p, stopped_by.as_deref(), guard.as_ref())?;
+    }
+    finish(&args, &obs, &setup, stopped_by, guard, false)
+}
+
+/// `--delta` and `--min-effect-ms` as the decision's rule.
+fn rule(args: &ExperimentArgs) -> Result<Rule> {
+    if !(args.delta > 0.0 && args.delta < 100.0) {
+        usage!("--delta must be a percentage above 0 and below 100 (e.g. 5): the smallest change that matters");
+    }
+    if !(args.min_effect_ms >= 0.0 && args.min_effect_ms.is_finite()) {
+        usage!("--min-effect-ms must be 0 or more milliseconds (e.g. 5)");
+    }
+    Ok(Rule { delta: args.delta / 100.0, min_abs_s: args.min_effect_ms / 1e3, ..Rule::default() })
+}
+
+fn prefix_lists(args: &ExperimentArgs) -> Result<Vec<PrefixList>> {
+    let Some(p) = &args.prefix_list else { return Ok(Vec::new()) };
+    let text = match std::fs::read_to_string(p) {
+        Ok(t) => t,
+        Err(e) => usage!("--prefix-list {}: {e}", p.display()),
+    };
+    match PrefixList::parse(&text) {
+        Ok(l) if !l.is_empty() => Ok(l),
+        Ok(_) => usage!("--prefix-list {}: no groups (one `LABEL CIDR [CIDR...]` per line)", p.display()),
+        Err(e) => usage!("--prefix-list {}: {e}", p.display()),
+    }
 }
 
 /// Ten minutes, unless `--duration` or `--flows` says otherwise.
@@ -369,37 +437,58 @@ fn pinned_cgroup_programs() -> Vec<String> {
 }
 
 /// The flows of a recorded experiment.
-fn read_capture(path: &Path) -> Result<Vec<Observation>> {
-    let f = File::open(path).with_context(|| format!("opening {}", path.display()))?;
-    let mut obs = Vec::new();
-    let mut skipped = 0;
-    for line in BufReader::new(f).lines() {
-        let line = line.with_context(|| format!("reading {}", path.display()))?;
-        match serde_json::from_str::<serde_json::Value>(&line) {
-            Ok(v) => obs.extend(Observation::from_summary(&v)),
-            Err(_) => skipped += 1,
-        }
+fn read_capture(path: &Path) -> Result<record::Capture> {
+    let f = match File::open(path) {
+        Ok(f) => f,
+        Err(e) => usage!("--analyze {}: {e}", path.display()),
+    };
+    let capture = record::read(BufReader::new(f)).with_context(|| format!("reading {}", path.display()))?;
+    for note in capture.notes() {
+        eprintln!("bbrscope: warning: {}: {note}", path.display());
     }
-    if skipped > 0 {
-        eprintln!("bbrscope: warning: skipped {skipped} lines of {} that are not JSON", path.display());
+    if capture.obs.is_empty() {
+        usage!("{} has no flow_summary records with an experiment arm (record one with --record)", path.display());
     }
-    if obs.is_empty() {
-        usage!("{} has no flow_summary records with an experiment arm", path.display());
-    }
-    Ok(obs)
+    Ok(capture)
 }
 
-fn finish(args: &ExperimentArgs, obs: Vec<Observation>, stopped_by: Option<String>) -> Result<()> {
-    crate::experiment::glue::finish(
-        &obs,
-        &crate::experiment::glue::Output {
+/// The report, and the exit status the outcome has: 3 when the guardrail stopped the run, 2
+/// when the service set its own algorithm (nothing could be concluded).
+fn finish(
+    args: &ExperimentArgs,
+    obs: &[Observation],
+    setup: &Setup,
+    stopped_by: Option<String>,
+    guard: Option<GuardDecision>,
+    replay: bool,
+) -> Result<()> {
+    let replay = replay.then(|| {
+        let pct = setup.guardrail_pct.unwrap_or(args.guardrail_pct);
+        let rule =
+            crate::experiment::guardrail::StopRule { margin_pct: pct, alpha: setup.rule.alpha, ..Default::default() };
+        let names = setup.arms.clone().unwrap_or_else(|| crate::experiment::analysis::arm_names(obs));
+        crate::experiment::guardrail::replay(obs, &rule, &names, Monitor::PERIOD.as_secs_f64())
+    });
+    let stopped_by_guard = guard.as_ref().is_some_and(|g| g.stop);
+    let rep = glue::finish(
+        obs,
+        setup,
+        &glue::Output {
             json: args.json,
             plot: args.plot.clone(),
             recommend: args.recommend,
-            requested_split_pct: args.split,
             stopped_by,
+            guard,
+            replay,
         },
-    )
+    )?;
+    if stopped_by_guard {
+        return Err(Exit(3).into());
+    }
+    if rep.integrity.overridden {
+        return Err(Exit(2).into());
+    }
+    Ok(())
 }
 
 #[cfg(test)]

@@ -15,8 +15,8 @@ use tokio::task::JoinHandle;
 
 use super::{
     Observation,
-    analysis::GuardDecision,
-    glue,
+    glue::{self, Setup},
+    guardrail::GuardDecision,
     report::{self, Report},
 };
 use crate::flow::FlowTable;
@@ -193,8 +193,7 @@ pub struct Monitor {
     job: Option<JoinHandle<Update>>,
     /// Flows the latest computation covered.
     analyzed: Option<usize>,
-    split_pct: u32,
-    guardrail_pct: Option<f64>,
+    setup: Setup,
     /// Whether to build the report (someone shows it).
     report: bool,
     /// The report is not rebuilt before this (see [`Monitor::REST`]).
@@ -210,8 +209,8 @@ impl Monitor {
     /// take seconds). The guardrail (a few cells) is checked every period regardless.
     pub const REST: u32 = 4;
 
-    pub fn new(split_pct: u32, guardrail_pct: Option<f64>, report: bool) -> Self {
-        Monitor { job: None, analyzed: None, split_pct, guardrail_pct, report, report_after: None }
+    pub fn new(setup: Setup, report: bool) -> Self {
+        Monitor { job: None, analyzed: None, setup, report, report_after: None }
     }
 
     /// Starts a computation over `obs` if one is due: none in flight and new flows since the
@@ -219,17 +218,17 @@ impl Monitor {
     pub fn maybe_start(&mut self, obs: &[Observation], elapsed: Duration) {
         let want_report = self.report && self.report_after.is_none_or(|t| Instant::now() >= t);
         let due = self.job.is_none() && !obs.is_empty() && self.analyzed != Some(obs.len());
-        if !due || (self.guardrail_pct.is_none() && !want_report) {
+        if !due || (self.setup.guardrail_pct.is_none() && !want_report) {
             return;
         }
         self.analyzed = Some(obs.len());
         let obs = obs.to_vec();
-        let (split, guard) = (self.split_pct, self.guardrail_pct);
+        let setup = self.setup.clone();
         self.job = Some(tokio::task::spawn_blocking(move || {
-            let guard = guard.map(|pct| glue::guardrail(&obs, pct));
+            let guard = glue::guardrail(&obs, &setup);
             let analysed = want_report.then(|| {
                 let t = Instant::now();
-                let report = glue::report(&obs, split).0;
+                let report = glue::report(&obs, &setup, None).0;
                 Analysed { report, flows: obs.len(), took: t.elapsed(), at: elapsed }
             });
             Update { guard, analysed }

@@ -10,11 +10,14 @@
 //!   NDJSON capture for offline analysis).
 
 pub mod glue;
+pub mod guardrail;
 
 pub mod analysis;
+pub mod decide;
 pub mod live;
 pub mod lock;
 pub mod plot;
+pub mod record;
 pub mod report;
 
 use std::net::{IpAddr, SocketAddr};
@@ -26,14 +29,24 @@ use serde_json::Value;
 pub struct Observation {
     /// 0 for arm A, 1 for arm B.
     pub arm: usize,
-    /// The algorithm the flow ran (its arm's).
+    /// The algorithm the flow first ran.
     pub cc: String,
+    /// The flow ran more than one algorithm (the application set its own after the kernel set
+    /// the arm's): it did not run its arm, and is left out.
+    pub switched: bool,
     /// The client (the flow's remote end).
     pub peer: IpAddr,
     /// Bytes the flow delivered (acked by the peer, SYN and FIN excluded).
     pub bytes: u64,
-    /// From connect()/accept to close, seconds: the flow's completion time.
+    /// From connect()/accept to close, seconds: the flow's completion time as the server sees it.
     pub duration_s: f64,
+    /// What the client waited before the server's view begins, seconds: for an accepted
+    /// connection the handshake (the SYN-ACK's round trip, and the kernel's 1 s, 2 s, 4 s ...
+    /// waits before each SYN-ACK retransmission); 0 for a connection this host opened (its
+    /// `duration_s` starts at connect() already).
+    pub handshake_s: f64,
+    /// When it finished (Unix seconds), for the order of a replay and the rate of flows.
+    pub end_ts: Option<f64>,
     pub goodput_bps: Option<u64>,
     pub srtt_median_us: Option<u32>,
     /// The path's minimum RTT as the kernel measured it (the client's distance).
@@ -41,6 +54,23 @@ pub struct Observation {
     /// Retransmitted segments and data segments sent.
     pub retrans: u32,
     pub data_segs_out: u32,
+    /// The socket's cgroup v2 id and path (the path where the record names it), for the
+    /// narrowest `apply` that covers the service.
+    pub cgroup_id: Option<u64>,
+    pub cgroup: Option<String>,
+}
+
+/// The handshake as the client waits for it: one round trip (the SYN-ACK's), plus the SYN-ACK
+/// retransmission timer's waits (1 s initially, doubling: `2^k − 1` s for k retransmissions).
+fn handshake_s(accepted: bool, srtt_first_us: Option<u64>, min_rtt_us: Option<u32>, retrans_at_open: u64) -> f64 {
+    if !accepted {
+        return 0.0;
+    }
+    // A connection accepted with TCP Fast Open can report srtt_first 0: the path's minimum RTT
+    // is the round trip then.
+    let rtt_us = srtt_first_us.filter(|&r| r > 0).or(min_rtt_us.map(u64::from)).unwrap_or(0);
+    let waits = ((1u64 << retrans_at_open.min(16)) - 1) as f64;
+    rtt_us as f64 / 1e6 + waits
 }
 
 impl Observation {
@@ -58,17 +88,30 @@ impl Observation {
         let duration_ns = end.head.ts_ns.saturating_sub(start);
         let syn_fin = if owner.side == Some("connect") { 2 } else { 1 };
         let acked = m.bytes_acked?;
+        let accepted = owner.side == Some("accept");
         Some(Observation {
             arm,
-            cc: flow.cc.to_string(),
+            cc: flow.life.ccs.first().copied().unwrap_or(flow.cc).to_string(),
+            switched: flow.life.ccs.len() > 1,
             peer: flow.dst.ip(),
             bytes: acked.saturating_sub(syn_fin),
             duration_s: duration_ns as f64 / 1e9,
+            handshake_s: handshake_s(
+                accepted,
+                Some(u64::from(end.srtt_first_us)),
+                m.min_rtt_us,
+                u64::from(flow.life.retrans_at_open),
+            ),
+            end_ts: Some(
+                std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0.0, |d| d.as_secs_f64()),
+            ),
             goodput_bps: (duration_ns > 0).then(|| (acked as u128 * 8_000_000_000 / duration_ns as u128) as u64),
             srtt_median_us: flow.life.srtt_median_us().or(m.srtt_us),
             min_rtt_us: m.min_rtt_us,
             retrans: m.retrans_total.unwrap_or(0),
             data_segs_out: m.data_segs_out.unwrap_or(0),
+            cgroup_id: owner.cgroup_id,
+            cgroup: None,
         })
     }
 
@@ -86,18 +129,37 @@ impl Observation {
         let acked = v["bytes_acked"].as_u64()?;
         // The kernel counts the FIN (and an active opener's SYN) as acked bytes.
         let syn_fin = if v["side"] == "connect" { 2 } else { 1 };
+        let ccs: Vec<&str> =
+            v["ccs"].as_array().map_or_else(Vec::new, |a| a.iter().filter_map(Value::as_str).collect());
+        let min_rtt_us = v["min_rtt_us"].as_u64().map(|x| x as u32);
         Some(Observation {
             arm,
-            cc: v["cc"].as_str()?.to_string(),
+            cc: ccs.first().copied().or(v["cc"].as_str())?.to_string(),
+            switched: ccs.len() > 1,
             peer: peer.ip(),
             bytes: acked.saturating_sub(syn_fin),
             duration_s: v["duration_s"].as_f64()?,
+            handshake_s: handshake_s(
+                v["side"] == "accept",
+                v["srtt_first_us"].as_u64(),
+                min_rtt_us,
+                v["retrans_at_open"].as_u64().unwrap_or(0),
+            ),
+            end_ts: v["ts"].as_f64(),
             goodput_bps: v["goodput_bps"].as_u64(),
             srtt_median_us: v["srtt_median_us"].as_u64().map(|x| x as u32),
-            min_rtt_us: v["min_rtt_us"].as_u64().map(|x| x as u32),
+            min_rtt_us,
             retrans: v["retrans_total"].as_u64().unwrap_or(0) as u32,
             data_segs_out: v["data_segs_out"].as_u64().unwrap_or(0) as u32,
+            cgroup_id: v["cgroup_id"].as_u64(),
+            cgroup: v["cgroup"].as_str().map(str::to_string),
         })
+    }
+
+    /// Completion time as the client feels it: the handshake, then the server's view. This is
+    /// the time the experiment decides on.
+    pub fn client_s(&self) -> f64 {
+        self.handshake_s + self.duration_s
     }
 }
 

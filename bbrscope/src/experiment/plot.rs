@@ -7,8 +7,8 @@ use std::fmt::Write as _;
 
 use super::{
     Observation,
-    analysis::{Analysis, GroupResult, Verdict},
-    report::fmt_count,
+    analysis::{Analysis, GroupResult},
+    report::{fmt_count, verdict_words},
 };
 use crate::figure::{Area, escape};
 
@@ -76,7 +76,7 @@ fn panel(s: &mut String, obs: &[Observation], g: &GroupResult, names: [&String; 
         // A log axis has no place for 0: a flow that closed within the clock's resolution is
         // drawn at 1 µs.
         if let Some(t) = times.get_mut(o.arm) {
-            t.push(o.duration_s.max(1e-6));
+            t.push(o.client_s().max(1e-6));
         }
     }
     for t in &mut times {
@@ -91,13 +91,7 @@ fn panel(s: &mut String, obs: &[Observation], g: &GroupResult, names: [&String; 
     }
     let x_of = |t: f64| x0 + (t.log10() - d0) / (d1 - d0) * PANEL_W;
     let y_of = |p: f64| y0 + PANEL_H - p * PANEL_H;
-    let verdict = match g.verdict {
-        Verdict::ABetter => format!("{} faster", names[0]),
-        Verdict::BBetter => format!("{} faster", names[1]),
-        Verdict::Mixed => "mixed".into(),
-        Verdict::NoDifference => "no detectable difference".into(),
-        Verdict::TooFewFlows => "too few flows".into(),
-    };
+    let verdict = format!("{} (B's completion time vs A's)", verdict_words([names[0], names[1]], g));
     let _ = writeln!(
         s,
         r#"<text x="{x0}" y="{:.1}" font-weight="bold">{} — {} {} / {} {} flows</text><text x="{x0}" y="{:.1}" font-size="11">{}</text>"#,
@@ -194,7 +188,9 @@ mod tests {
             panels
         );
         assert!(svg.contains("203.0.113.0/24 — 600 cubic / 600 bbr flows"), "{svg}");
-        assert!(svg.contains(">bbr faster<") && svg.contains(">no detectable difference<"));
+        // Each caption is the group's verdict with its number, as the report says it.
+        assert!(svg.contains(">BBR faster −"), "{svg}");
+        assert!(svg.contains(">no difference &gt; 5% ") || svg.contains(">inconclusive "), "{svg}");
         // Log axis: decade ticks.
         assert!(svg.contains(">1 ms<") && svg.contains(">1 s<"));
         assert!(resvg::usvg::Tree::from_str(&svg, &resvg::usvg::Options::default()).is_ok());

@@ -1,50 +1,111 @@
 //! The experiment's report: one JSON object for `--json`, a plain-text rendering for the terminal
 //! (at most 100 columns), a conclusion in plain words per group, and the `bbrscope apply`
-//! commands the evidence supports.
+//! commands the evidence supports — never wider than the connections the experiment covered.
 //!
 //! JSON shape (numbers are JSON numbers; `null` where there is no value):
 //! ```text
 //! { "arms": [ {"label": "a", "arm": "cubic", "flows": 1204, "bytes": 123456789},
 //!             {"label": "b", "arm": "bbr",   "flows": 1198, "bytes": 120000000} ],
 //!   "level": 0.95, "method": "...",
+//!   "decision": {"alpha": 0.05, "delta_pct": 5.0, "min_effect_ms": 5.0, "groups_judged": 6},
+//!   "integrity": {"excluded": [0, 3], "excluded_share": 0.001, "ran_instead": ["cubic"],
+//!                 "overridden": false},
 //!   "sample_ratio": {"flows": [1204, 1198], "expected_b": 0.5, "observed_b": 0.4988,
 //!                    "chi2": 0.015, "p_value": 0.90, "mismatch": false},
+//!   "scope": {"known": true, "port": 443, "cgroup": null, "dst": []},
 //!   "groups": [ { "kind": "all" | "rtt" | "prefix" | "list", "label": "203.0.113.0/24",
 //!                 "prefixes": ["203.0.113.0/24"], "arms": [{"flows", "bytes"}, {..}],
-//!                 "verdict": "a_better" | "b_better" | "mixed" | "no_difference" | "too_few_flows",
-//!                 "headline": 4, "conclusion": "BBR faster for 203.0.113.0/24: ...",
+//!                 "verdict": "a_better" | "b_better" | "no_difference" | "inconclusive"
+//!                            | "too_few_flows" | "arms_overridden",
+//!                 "answer": {"outcome": "b_better", "effect_pct": -52.0, "low_pct": -61.0,
+//!                            "high_pct": -41.0, "effect_ms": -2600.0, "level": 0.99167,
+//!                            "delta_pct": 5.0, "practical": true, "flows": [600, 598],
+//!                            "strata": 7, "coverage": 0.98, "more_flows": null},
+//!                 "conclusion": "BBR faster for 203.0.113.0/24: ...",
 //!                 "metrics": [ { "key": "completion_p95_256k_4m", "kind": "completion",
 //!                                "bucket": "256K-4M", "quantile": 0.95, "label": "...",
 //!                                "unit": "s", "higher_is_better": false, "n": [310, 305],
 //!                                "a": 2.1, "b": 1.3, "status": "ok" | "too_few_flows",
-//!                                "primary": true, "decisive": true,
+//!                                "needs": null | 100,
 //!                                "diff": {"unit": "relative_pct" | "points", "estimate": -38.0,
 //!                                         "low": -45.0, "high": -30.0, "p_value": 0.0005,
 //!                                         "significant": true} | null } ] } ],
 //!   "sparse_prefixes": {"groups": 312, "flows": 2001},
-//!   "recommend": {"scope": "system" | "routes" | "none", "arm": "bbr" | null,
-//!                 "commands": ["bbrscope apply bbr --route 203.0.113.0/24"], "notes": ["..."]} }
+//!   "recommend": {"scope": "system" | "routes" | "cgroup" | "none", "arm": "bbr" | null,
+//!                 "commands": ["bbrscope apply bbr --route 203.0.113.0/24"],
+//!                 "evidence": ["BBR faster for 203.0.113.0/24: ..."], "notes": ["..."]} }
 //! ```
+//! `answer` is the decision (see [`super::decide`]); `metrics` are secondary: fixed-level
+//! bootstrap intervals per quantile, shown and never deciding.
 
 use std::fmt::Write as _;
 
-use serde::Serialize;
+use ipnet::IpNet;
+use serde::{Deserialize, Serialize};
 
-use super::analysis::{Analysis, Diff, DiffUnit, GroupKind, GroupResult, Metric, SampleRatio, Sparse, Status, Verdict};
+use super::analysis::{
+    Analysis, Diff, DiffUnit, GroupKind, GroupResult, Integrity, SampleRatio, Sparse, Status, Verdict,
+};
 
-/// Share of the judged groups the better arm must win for a system-wide recommendation.
-const SYSTEM_SHARE: f64 = 0.9;
+/// The connections the experiment covered (its `--port`, `--cgroup`, `--dst`): what a
+/// recommendation may reach and no further.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct InScope {
+    /// False for a capture that does not say (recorded before the experiment wrote its scope).
+    pub known: bool,
+    pub port: Option<u16>,
+    /// The cgroup v2 path given with `--cgroup`.
+    pub cgroup: Option<String>,
+    pub dst: Vec<IpNet>,
+}
+
+impl InScope {
+    /// In words: `port 443`, `every new connection`.
+    pub fn words(&self) -> String {
+        let mut parts = Vec::new();
+        if let Some(p) = self.port {
+            parts.push(format!("port {p}"));
+        }
+        if let Some(c) = &self.cgroup {
+            parts.push(format!("cgroup {c}"));
+        }
+        if !self.dst.is_empty() {
+            parts.push(format!(
+                "clients in {}",
+                self.dst.iter().map(ToString::to_string).collect::<Vec<_>>().join(", ")
+            ));
+        }
+        if !self.known {
+            "not recorded".into()
+        } else if parts.is_empty() {
+            "every new connection".into()
+        } else {
+            parts.join(", ")
+        }
+    }
+}
 
 #[derive(Clone, Debug, Serialize)]
 pub struct Report {
     pub arms: [ArmReport; 2],
     pub level: f64,
-    /// How the intervals were computed, for the reader.
+    /// How the decision and the intervals were computed, for the reader.
     pub method: String,
+    pub decision: DecisionRule,
+    pub integrity: Integrity,
     pub sample_ratio: SampleRatio,
+    pub scope: InScope,
     pub groups: Vec<GroupReport>,
     pub sparse_prefixes: Sparse,
     pub recommend: Recommendation,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct DecisionRule {
+    pub alpha: f64,
+    pub delta_pct: f64,
+    pub min_effect_ms: f64,
+    pub groups_judged: usize,
 }
 
 #[derive(Clone, Debug, Serialize)]
@@ -69,6 +130,7 @@ pub struct GroupReport {
 pub enum Scope {
     System,
     Routes,
+    Cgroup,
     None,
 }
 
@@ -79,12 +141,24 @@ pub struct Recommendation {
     pub arm: Option<String>,
     /// One `bbrscope apply` command per line (`--route` takes one prefix per invocation).
     pub commands: Vec<String>,
+    /// Per command, the finding it rests on.
+    pub evidence: Vec<String>,
     /// Why, and what the evidence does not support.
     pub notes: Vec<String>,
 }
 
+/// What the report needs beyond the analysis.
+#[derive(Clone, Debug, Default)]
+pub struct Context {
+    pub scope: InScope,
+    /// The cgroup path all the experiment's flows shared, when they shared one.
+    pub service_cgroup: Option<String>,
+    /// The guardrail's stop, when it ended the run: it leads the report and nothing contradicts it.
+    pub guard_stop: Option<String>,
+}
+
 /// The report of an analysis.
-pub fn build(a: &Analysis) -> Report {
+pub fn build(a: &Analysis, ctx: &Context) -> Report {
     Report {
         arms: [0, 1].map(|i| ArmReport {
             label: ["a", "b"][i],
@@ -94,15 +168,35 @@ pub fn build(a: &Analysis) -> Report {
         }),
         level: a.level,
         method: format!(
-            "quantiles: percentile bootstrap of B/A-1, {} resamples per arm, seed {}; retransmit rate: delta \
-             method, B-A in percentage points; verdicts: completion times, Holm-corrected; at least {} flows per \
-             arm per cell (more for p95/p99)",
-            a.resamples, a.seed, a.min_flows
+            "decision: per client group, B's effect on completion time as the client feels it (handshake \
+             included), the time-weighted mean over strata (RTT band x response size) of the log ratio of the \
+             arms' geometric means, with a normal-mixture confidence sequence (always valid, tau {}) at \
+             family-wise alpha {} shared over {} groups; no difference when the interval lies within +-{}%; a \
+             change that matters is at least {}% and {} ms per response. Secondary tables: percentile bootstrap \
+             of B/A-1, {} resamples per arm, seed {}; retransmit rate: delta method, B-A in percentage points; \
+             at least {} flows per arm per cell (more for p95/p99)",
+            super::decide::TAU,
+            a.alpha,
+            a.groups_judged,
+            a.delta_pct,
+            a.delta_pct,
+            a.min_effect_ms,
+            a.resamples,
+            a.seed,
+            a.min_flows
         ),
+        decision: DecisionRule {
+            alpha: a.alpha,
+            delta_pct: a.delta_pct,
+            min_effect_ms: a.min_effect_ms,
+            groups_judged: a.groups_judged,
+        },
+        integrity: a.integrity.clone(),
         sample_ratio: a.sample_ratio.clone(),
+        scope: ctx.scope.clone(),
         groups: a.groups.iter().map(|g| GroupReport { result: g.clone(), conclusion: conclusion(a, g) }).collect(),
         sparse_prefixes: a.sparse_prefixes,
-        recommend: recommend(a),
+        recommend: recommend(a, ctx),
     }
 }
 
@@ -111,165 +205,258 @@ fn shout(cc: &str) -> String {
     cc.to_uppercase()
 }
 
-/// The group's verdict in one line, e.g. "BBR faster for 203.0.113.0/24: p95 completion
-/// 256 KB–4 MB −38% [−45%, −30%], 1,204 flows".
+/// A change per response: `−2.6 s`, `+31 ms`.
+fn fmt_signed_ms(ms: f64) -> String {
+    let sign = if ms < 0.0 { "−" } else { "+" };
+    format!("{sign}{}", fmt_seconds(ms.abs() / 1e3))
+}
+
+/// The verdict in a few words with its number, as the dashboard and the figure caption show it:
+/// `BBR faster −52% [−61%, −41%]`, `no difference > 5%`, `inconclusive −8% [−20%, +6%]`.
+pub fn verdict_words(names: [&str; 2], g: &GroupResult) -> String {
+    let ans = &g.answer;
+    let num = match (ans.effect_pct, ans.low_pct, ans.high_pct) {
+        (Some(e), Some(lo), Some(hi)) => format!(" {} [{}, {}]", fmt_pct(e), fmt_pct(lo), fmt_pct(hi)),
+        _ => String::new(),
+    };
+    match g.verdict {
+        Verdict::ABetter | Verdict::BBetter => {
+            let arm = usize::from(g.verdict == Verdict::BBetter);
+            format!("{} faster{num}", shout(names[arm]))
+        }
+        Verdict::NoDifference => format!("no difference > {}%{num}", fmt_num(ans.delta_pct)),
+        Verdict::Inconclusive => format!("inconclusive{num}"),
+        Verdict::TooFewFlows => "too few flows".into(),
+        Verdict::ArmsOverridden => "arms overridden".into(),
+    }
+}
+
+/// The group's answer in one line, e.g. "BBR faster for 203.0.113.0/24: completion time −52%
+/// [−61%, −41%], ≈ −2.6 s per response, 1,204 flows".
 pub fn conclusion(a: &Analysis, g: &GroupResult) -> String {
     let names = [&a.arms[0].cc, &a.arms[1].cc];
+    let ans = &g.answer;
     let flows = fmt_count(g.flows());
-    let head = g.headline.map(|i| &g.metrics[i]);
-    let detail = |m: &Metric| {
-        m.diff.as_ref().map_or(String::new(), |d| format!("{} {} {}", m.label, fmt_diff(d), fmt_interval(d)))
+    let change = || match (ans.effect_pct, ans.low_pct, ans.high_pct, ans.effect_ms) {
+        (Some(e), Some(lo), Some(hi), Some(ms)) => format!(
+            "{}'s completion time {} [{}, {}], ≈ {} per response",
+            shout(names[1]),
+            fmt_pct(e),
+            fmt_pct(lo),
+            fmt_pct(hi),
+            fmt_signed_ms(ms)
+        ),
+        _ => String::new(),
     };
-    match (g.verdict, head) {
-        (Verdict::ABetter | Verdict::BBetter, Some(m)) => {
-            let arm = if g.verdict == Verdict::BBetter { 1 } else { 0 };
-            format!("{} faster for {}: {}, {flows} flows", shout(names[arm]), g.label, detail(m))
+    let coverage = if ans.coverage > 0.0 && ans.coverage < 0.9 {
+        format!(" (covers {:.0}% of its time)", ans.coverage * 100.0)
+    } else {
+        String::new()
+    };
+    let small = if ans.practical {
+        String::new()
+    } else {
+        format!(": less than the {}% and {} ms that matter", fmt_num(a.delta_pct), fmt_num(a.min_effect_ms))
+    };
+    match g.verdict {
+        Verdict::BBetter | Verdict::ABetter => {
+            let arm = usize::from(g.verdict == Verdict::BBetter);
+            format!("{} faster for {}: {}, {flows} flows{coverage}{small}", shout(names[arm]), g.label, change())
         }
-        (Verdict::Mixed, _) => {
-            let on = |arm| {
-                g.metrics
-                    .iter()
-                    .filter(|m| m.decisive && m.better_arm() == Some(arm))
-                    .map(|m| m.label.as_str())
-                    .collect::<Vec<_>>()
-                    .join(", ")
-            };
+        Verdict::NoDifference => {
             format!(
-                "mixed for {}: {} faster on {}; {} faster on {}; {flows} flows",
+                "no difference larger than {}% for {}: {}, {flows} flows{coverage}",
+                fmt_num(a.delta_pct),
                 g.label,
-                shout(names[1]),
-                on(1),
-                shout(names[0]),
-                on(0)
+                change()
             )
         }
-        (Verdict::NoDifference, Some(m)) => {
-            format!("no detectable difference for {}: {}, {flows} flows", g.label, detail(m))
+        Verdict::Inconclusive => {
+            let more = ans.more_flows.unwrap_or(0);
+            let when = a.flows_per_s.filter(|r| *r > 0.0).map_or(String::new(), |r| {
+                let share = g.flows() as f64 / (a.arms[0].flows + a.arms[1].flows).max(1) as f64;
+                format!(" (≈ {} at this run's rate)", fmt_span(more as f64 / (r * share.max(1e-9))))
+            });
+            format!(
+                "inconclusive for {}: {}, {flows} flows; about {} more flows{when} would decide{coverage}",
+                g.label,
+                change(),
+                fmt_count(more as usize)
+            )
         }
-        (Verdict::NoDifference, None) => format!("no detectable difference for {}, {flows} flows", g.label),
-        _ => format!(
-            "too few flows for {}: {} {} / {} {} (at least {} per arm in a size bucket needed)",
+        Verdict::TooFewFlows => format!(
+            "too few flows for {}: {} {} / {} {} (a stratum of RTT band and response size needs {} per arm)",
             g.label,
             fmt_count(g.arms[0].flows),
             names[0],
             fmt_count(g.arms[1].flows),
             names[1],
-            a.min_flows
+            super::decide::MIN_CELL
         ),
+        Verdict::ArmsOverridden => {
+            format!("no conclusion for {}: the flows did not run their arms' algorithms", g.label)
+        }
     }
 }
 
-/// The `bbrscope apply` commands the evidence supports.
+/// The `bbrscope apply` commands the evidence supports, each with its evidence.
 ///
-/// Judged groups are those other than "all flows" whose verdict is not "too few flows" (RTT
-/// bands, prefixes with enough flows, lists); without any, "all flows" alone. The candidate is
-/// the arm with more winning groups. System-wide when it wins in at least 90% of the judged
-/// groups and loses (or is mixed) in none: a group with no detectable difference loses nothing
-/// by the switch, but a system-wide change on the strength of one group is not what the data
-/// says. Otherwise one `--route` command per prefix of each prefix or list group it wins; RTT
-/// bands cannot be routed and only get a note.
-pub fn recommend(a: &Analysis) -> Recommendation {
-    let judged: Vec<&GroupResult> = {
-        let sub: Vec<_> =
-            a.groups.iter().filter(|g| g.kind != GroupKind::All && g.verdict != Verdict::TooFewFlows).collect();
-        if sub.is_empty() {
-            a.groups.iter().filter(|g| g.kind == GroupKind::All && g.verdict != Verdict::TooFewFlows).collect()
-        } else {
-            sub
+/// Nothing when the guardrail stopped the run, when the service overrode the arms, or when no
+/// group shows a change that matters (better at the family-wise level, by at least δ and the
+/// smallest absolute change). The whole experiment's scope when "all flows" shows one and no
+/// group is better on the other arm: the system for an experiment on every new connection, the
+/// `--dst` prefixes as routes, the `--cgroup` (or, for `--port`, the one cgroup all the service's
+/// flows were in); otherwise one `--route` per prefix of each prefix or list group that shows
+/// one, where a route is no wider than the experiment (no `--port`/`--cgroup`).
+pub fn recommend(a: &Analysis, ctx: &Context) -> Recommendation {
+    let none = |arm: Option<String>, notes: Vec<String>| Recommendation {
+        scope: Scope::None,
+        arm,
+        commands: vec![],
+        evidence: vec![],
+        notes,
+    };
+    if let Some(why) = &ctx.guard_stop {
+        return none(None, vec![format!("the guardrail stopped the experiment ({why}): nothing to apply")]);
+    }
+    if a.integrity.overridden {
+        return none(
+            None,
+            vec![format!(
+                "{:.1}% of the flows ran another algorithm than their arm's ({}): the service sets its own \
+                 (setsockopt TCP_CONGESTION), so the arms are not what was assigned and nothing is concluded; \
+                 configure the service's algorithm instead, or run the experiment where it does not set one",
+                a.integrity.excluded_share * 100.0,
+                a.integrity.ran_instead.join(", ")
+            )],
+        );
+    }
+    let practical = |g: &GroupResult| g.answer.practical && g.verdict.better_arm().is_some();
+    let all = a.groups.iter().find(|g| g.kind == GroupKind::All);
+    let sub: Vec<&GroupResult> = a.groups.iter().filter(|g| g.kind != GroupKind::All).collect();
+    let arm = match all.filter(|g| practical(g)) {
+        Some(g) => g.verdict.better_arm(),
+        None => {
+            let wins = |arm| sub.iter().filter(|g| practical(g) && g.verdict.better_arm() == Some(arm)).count();
+            match (wins(0), wins(1)) {
+                (0, 0) => None,
+                (wa, wb) => Some(usize::from(wb >= wa)),
+            }
         }
     };
-    let wins = |arm| {
-        let v = if arm == 1 { Verdict::BBetter } else { Verdict::ABetter };
-        judged.iter().filter(|g| g.verdict == v).count()
+    let Some(arm) = arm else {
+        return none(
+            None,
+            vec![format!(
+                "no group shows a change that matters (at least {}% and {} ms per response, at family-wise α {}): \
+                 nothing to change",
+                fmt_num(a.delta_pct),
+                fmt_num(a.min_effect_ms),
+                a.alpha
+            )],
+        );
     };
-    let (wa, wb) = (wins(0), wins(1));
-    let none = |note: String| Recommendation { scope: Scope::None, arm: None, commands: vec![], notes: vec![note] };
-    if judged.is_empty() {
-        return none(format!("no group has enough flows to judge (at least {} per arm per cell)", a.min_flows));
-    }
-    if wa == 0 && wb == 0 {
-        return none("no group shows a detectable difference: nothing to change".into());
-    }
-    let arm = if wb >= wa { 1 } else { 0 };
     let cc = a.arms[arm].cc.clone();
     let other = &a.arms[1 - arm].cc;
-    let better = if arm == 1 { Verdict::BBetter } else { Verdict::ABetter };
-    let against: Vec<&str> = judged
-        .iter()
-        .filter(|g| g.verdict == Verdict::Mixed || (g.verdict != better && g.verdict != Verdict::NoDifference))
-        .map(|g| g.label.as_str())
-        .collect();
-    let won = wins(arm);
+    let against: Vec<&str> =
+        a.groups.iter().filter(|g| g.verdict.better_arm() == Some(1 - arm)).map(|g| g.label.as_str()).collect();
     let mut notes = Vec::new();
-    if against.is_empty() && won as f64 >= SYSTEM_SHARE * judged.len() as f64 {
-        notes.push(format!("{cc} is faster in {won} of {} groups with enough flows and slower in none", judged.len()));
-        notes.extend(retrans_notes(a, &judged, arm));
-        return Recommendation {
-            scope: Scope::System,
-            arm: Some(cc.clone()),
-            commands: vec![format!("bbrscope apply {cc}")],
-            notes,
+    if !against.is_empty() {
+        notes.push(format!("{other} is faster for {}: not switched there", against.join(", ")));
+    }
+    let scope = &ctx.scope;
+    let wins = |g: &GroupResult| practical(g) && g.verdict.better_arm() == Some(arm);
+    let routable = |g: &GroupResult| matches!(g.kind, GroupKind::Prefix | GroupKind::List);
+    let judged: Vec<&GroupResult> =
+        sub.iter().copied().filter(|g| !matches!(g.verdict, Verdict::TooFewFlows | Verdict::ArmsOverridden)).collect();
+    // The whole scope when every client group gains, or when the gain belongs to no prefix and
+    // no group is left unsure (each gains, or differs by less than δ); otherwise only the
+    // prefixes that gain.
+    let whole = all.filter(|g| wins(g)).filter(|_| {
+        against.is_empty()
+            && (judged.iter().all(|g| wins(g))
+                || (!judged.iter().any(|g| routable(g) && wins(g))
+                    && judged.iter().all(|g| wins(g) || g.verdict == Verdict::NoDifference)))
+    });
+    if let Some(g) = whole {
+        let evidence = conclusion(a, g);
+        let (kind, commands): (Scope, Vec<String>) = if !scope.known {
+            notes.push(format!(
+                "the recording does not say which connections the experiment covered: apply {cc} at the scope it \
+                 ran on (bbrscope apply {cc} --route/--cgroup/--netns), not wider"
+            ));
+            (Scope::None, vec![])
+        } else if !scope.dst.is_empty() {
+            if scope.port.is_some() || scope.cgroup.is_some() {
+                notes.push(format!(
+                    "a route changes every connection to these prefixes, not only {}'s: the other services' were \
+                     not tested",
+                    scope.words()
+                ));
+            }
+            (Scope::Routes, scope.dst.iter().map(|n| format!("bbrscope apply {cc} --route {n}")).collect())
+        } else if let Some(c) = &scope.cgroup {
+            (Scope::Cgroup, vec![format!("bbrscope apply {cc} --cgroup {c}")])
+        } else if let Some(port) = scope.port {
+            match ctx.service_cgroup.as_deref().filter(|c| *c != "/" && !c.is_empty()) {
+                Some(c) => {
+                    notes.push(format!("the narrowest apply that covers port {port}'s service is its cgroup, {c}"));
+                    (Scope::Cgroup, vec![format!("bbrscope apply {cc} --cgroup {c}")])
+                }
+                None => {
+                    notes.push(format!(
+                        "only port {port} was tested and its flows are in no cgroup of their own: bbrscope has no \
+                         apply scope that narrow, and a system-wide `bbrscope apply {cc}` would change services \
+                         that were not tested; move the service into its own cgroup and apply there"
+                    ));
+                    (Scope::None, vec![])
+                }
+            }
+        } else {
+            (Scope::System, vec![format!("bbrscope apply {cc}")])
         };
+        let flat: Vec<&str> =
+            judged.iter().filter(|g| g.verdict == Verdict::NoDifference).map(|g| g.label.as_str()).collect();
+        if !flat.is_empty() && !commands.is_empty() {
+            notes.push(format!(
+                "no difference larger than {}% for {}: the change costs them nothing measurable",
+                fmt_num(a.delta_pct),
+                flat.join(", ")
+            ));
+        }
+        let evidence = vec![evidence; commands.len()];
+        return Recommendation { scope: kind, arm: Some(cc), commands, evidence, notes };
     }
     let mut commands: Vec<String> = Vec::new();
-    let mut routed = Vec::new();
-    for g in judged.iter().filter(|g| g.verdict == better) {
+    let mut evidence = Vec::new();
+    let routes_allowed = scope.known && scope.port.is_none() && scope.cgroup.is_none();
+    for g in sub.iter().filter(|g| wins(g)) {
         match g.kind {
-            GroupKind::Prefix | GroupKind::List => {
+            GroupKind::Prefix | GroupKind::List if routes_allowed => {
                 for net in &g.prefixes {
                     let c = format!("bbrscope apply {cc} --route {net}");
                     if !commands.contains(&c) {
                         commands.push(c);
+                        evidence.push(conclusion(a, g));
                     }
                 }
-                routed.push(*g);
             }
+            GroupKind::Prefix | GroupKind::List => notes.push(format!(
+                "{cc} is faster for {}, but a route changes every connection to it, not only {}'s (not tested): \
+                 no command",
+                g.label,
+                scope.words()
+            )),
             GroupKind::Rtt | GroupKind::All => notes.push(format!(
-                "{cc} is faster for {}, which is not a prefix: see the prefix groups (or give --prefix-list)",
+                "{cc} is faster for {}, which is not a prefix: name the clients' prefixes with --prefix-list FILE",
                 g.label
             )),
         }
     }
-    if !against.is_empty() {
-        notes.push(format!("{other} is as fast or faster for {}: not switched", against.join(", ")));
-    }
-    let flat = judged.iter().filter(|g| g.verdict == Verdict::NoDifference).count();
-    if flat > 0 {
-        notes.push(format!("{flat} groups with no detectable difference: left alone"));
-    }
-    notes.extend(retrans_notes(a, &routed, arm));
     if commands.is_empty() {
-        return Recommendation { scope: Scope::None, arm: Some(cc), commands, notes };
+        return none(Some(cc), notes);
     }
-    Recommendation { scope: Scope::Routes, arm: Some(cc), commands, notes }
-}
-
-/// A faster algorithm may still retransmit more (BBRv1 on a shallow buffer): say so.
-fn retrans_notes(a: &Analysis, groups: &[&GroupResult], arm: usize) -> Vec<String> {
-    groups
-        .iter()
-        .filter_map(|g| {
-            let m = g.metrics.iter().find(|m| m.key == "retrans_rate")?;
-            let d = m.diff.as_ref()?;
-            (m.better_arm() == Some(1 - arm)).then(|| {
-                format!(
-                    "but {} retransmits more for {}: {} {}",
-                    a.arms[arm].cc,
-                    g.label,
-                    fmt_diff(&flip(d, arm)),
-                    fmt_interval(&flip(d, arm))
-                )
-            })
-        })
-        .collect()
-}
-
-/// The difference as seen from `arm` (B − A as is for B, negated for A; only for points).
-fn flip(d: &Diff, arm: usize) -> Diff {
-    if arm == 1 || d.unit != DiffUnit::Points {
-        return d.clone();
-    }
-    Diff { estimate: -d.estimate, low: -d.high, high: -d.low, ..d.clone() }
+    Recommendation { scope: Scope::Routes, arm: Some(cc), commands, evidence, notes }
 }
 
 impl Report {
@@ -289,11 +476,11 @@ impl Report {
         let [a, b] = [&self.arms[0], &self.arms[1]];
         let _ = writeln!(
             s,
-            "bbrscope experiment: {} (A) vs {} (B), {} flows, {:.0}% intervals",
+            "bbrscope experiment: {} (A) vs {} (B), {} flows, scope: {}",
             a.arm,
             b.arm,
             fmt_count(a.flows + b.flows),
-            self.level * 100.0
+            self.scope.words()
         );
         for arm in [a, b] {
             let _ = writeln!(
@@ -314,6 +501,24 @@ impl Report {
             fmt_p(sr.p_value),
             if sr.mismatch { "MISMATCH: flows lost or added unevenly, the results are suspect" } else { "ok" }
         );
+        let ig = &self.integrity;
+        if ig.excluded != [0, 0] {
+            let _ = writeln!(
+                s,
+                "  left out: {} / {} flows that ran another algorithm than their arm's ({}){}",
+                fmt_count(ig.excluded[0]),
+                fmt_count(ig.excluded[1]),
+                ig.ran_instead.join(", "),
+                if ig.overridden { ": THE SERVICE SETS ITS OWN ALGORITHM, nothing is concluded" } else { "" }
+            );
+        }
+        let d = &self.decision;
+        let _ = writeln!(
+            s,
+            "  decides: completion time as the client feels it, per client group (α {} over {} groups)",
+            d.alpha, d.groups_judged
+        );
+        let _ = writeln!(s, "  matters: {}% and {} ms per response", fmt_num(d.delta_pct), fmt_num(d.min_effect_ms));
         if !tables {
             let _ = writeln!(s);
         }
@@ -339,13 +544,13 @@ impl Report {
             for line in wrap(&g.conclusion, 98) {
                 let _ = writeln!(s, "{line}");
             }
-            if r.verdict == Verdict::TooFewFlows {
+            if r.metrics.is_empty() || matches!(r.verdict, Verdict::TooFewFlows | Verdict::ArmsOverridden) {
                 continue;
             }
             let _ = writeln!(
                 s,
                 "  {:<26} {:>10} {:>10} {:>8} {:<21} {:>13}",
-                "metric",
+                "secondary (not deciding)",
                 clip(&a.arm, 10),
                 clip(&b.arm, 10),
                 "B vs A",
@@ -353,18 +558,13 @@ impl Report {
                 "flows A/B"
             );
             for m in &r.metrics {
-                let (diff, ci) = match (&m.diff, m.status) {
-                    (Some(d), _) => (fmt_diff(d), fmt_interval(d)),
-                    (None, Status::TooFewFlows) => ("".into(), "too few flows".into()),
-                    (None, Status::Ok) => ("".into(), "n/a".into()),
+                let (diff, ci) = match (&m.diff, m.status, m.needs) {
+                    (Some(d), _, _) => (fmt_diff(d), fmt_interval(d)),
+                    (None, Status::TooFewFlows, Some(n)) => ("".into(), format!("needs {} per arm", fmt_count(n))),
+                    (None, Status::TooFewFlows, None) => ("".into(), "too few flows".into()),
+                    (None, Status::Ok, _) => ("".into(), "n/a".into()),
                 };
-                let mark = if m.decisive {
-                    "**"
-                } else if m.diff.as_ref().is_some_and(|d| d.significant) {
-                    "*"
-                } else {
-                    ""
-                };
+                let mark = if m.diff.as_ref().is_some_and(|d| d.significant) { "*" } else { "" };
                 let _ = writeln!(
                     s,
                     "  {:<26} {:>10} {:>10} {:>8} {:<21} {:>13}{mark}",
@@ -390,7 +590,7 @@ impl Report {
             let _ = writeln!(s);
             let _ = writeln!(
                 s,
-                "* interval excludes zero; ** decisive for the verdict (Holm-corrected over completion times)"
+                "* fixed-level interval excludes zero: a description, not a decision (the conclusions decide)"
             );
         }
         let rec = &self.recommend;
@@ -408,6 +608,21 @@ impl Report {
             }
         }
         s
+    }
+}
+
+/// A number without trailing zeros: `5`, `2.5`.
+fn fmt_num(x: f64) -> String {
+    let s = format!("{x:.2}");
+    s.trim_end_matches('0').trim_end_matches('.').to_string()
+}
+
+/// A time span for people: `40 s`, `12 min`, `3.5 h`.
+fn fmt_span(secs: f64) -> String {
+    match secs {
+        s if s < 90.0 => format!("{s:.0} s"),
+        s if s < 5400.0 => format!("{:.0} min", s / 60.0),
+        s => format!("{:.1} h", s / 3600.0),
     }
 }
 
@@ -512,7 +727,7 @@ pub fn fmt_value(v: f64, unit: &str) -> String {
     }
 }
 
-fn fmt_seconds(s: f64) -> String {
+pub fn fmt_seconds(s: f64) -> String {
     match s {
         x if x >= 10.0 => format!("{x:.1} s"),
         x if x >= 1.0 => format!("{x:.2} s"),
@@ -536,9 +751,14 @@ mod tests {
         Population { net, rtt_ms, slowdown: [1.0, b], flows_per_arm: 600 }
     }
 
+    /// An experiment on every new connection.
+    fn everything() -> Context {
+        Context { scope: InScope { known: true, ..InScope::default() }, ..Context::default() }
+    }
+
     #[test]
     fn json_has_the_documented_shape() {
-        let r = build(&analyze(&lossy_and_clean(4), &Options::default()));
+        let r = build(&analyze(&lossy_and_clean(4), &Options::default()), &everything());
         let v: Value = serde_json::to_value(&r).unwrap();
         assert_eq!(v["arms"][0]["arm"], "cubic");
         assert_eq!(v["arms"][1]["arm"], "bbr");
@@ -546,6 +766,10 @@ mod tests {
         assert_eq!(v["arms"][0]["flows"], 1200);
         assert!(v["arms"][0]["bytes"].as_u64().unwrap() > 0);
         assert_eq!(v["level"], 0.95);
+        for k in ["alpha", "delta_pct", "min_effect_ms", "groups_judged"] {
+            assert!(!v["decision"][k].is_null(), "decision.{k}");
+        }
+        assert_eq!(v["integrity"]["overridden"], false);
         for k in ["flows", "expected_b", "observed_b", "chi2", "p_value", "mismatch"] {
             assert!(!v["sample_ratio"][k].is_null(), "sample_ratio.{k}");
         }
@@ -557,16 +781,15 @@ mod tests {
         assert_eq!(lossy["verdict"], "b_better");
         assert_eq!(lossy["arms"][1]["flows"], 600);
         let c = lossy["conclusion"].as_str().unwrap();
-        assert!(c.starts_with("BBR faster for 203.0.113.0/24: ") && c.ends_with(", 1,200 flows"), "{c}");
-        let m = &lossy["metrics"][lossy["headline"].as_u64().unwrap() as usize];
-        assert_eq!(
-            (m["kind"].as_str(), m["primary"].as_bool(), m["decisive"].as_bool()),
-            (Some("completion"), Some(true), Some(true))
+        assert!(
+            c.starts_with("BBR faster for 203.0.113.0/24: BBR's completion time −") && c.ends_with(", 1,200 flows"),
+            "{c}"
         );
-        for k in ["unit", "estimate", "low", "high", "p_value", "significant"] {
-            assert!(!m["diff"][k].is_null(), "diff.{k}");
+        let ans = &lossy["answer"];
+        for k in ["outcome", "effect_pct", "low_pct", "high_pct", "effect_ms", "level", "practical", "coverage"] {
+            assert!(!ans[k].is_null(), "answer.{k}");
         }
-        assert!(m["diff"]["estimate"].as_f64().unwrap() < -20.0);
+        assert!(ans["high_pct"].as_f64().unwrap() < 0.0 && ans["effect_ms"].as_f64().unwrap() < 0.0);
         let keys: Vec<&str> = lossy["metrics"].as_array().unwrap().iter().map(|m| m["key"].as_str().unwrap()).collect();
         for k in [
             "completion_p50_lt16k",
@@ -581,40 +804,119 @@ mod tests {
         let retrans = lossy["metrics"].as_array().unwrap().iter().find(|m| m["key"] == "retrans_rate").unwrap();
         assert_eq!(retrans["diff"]["unit"], "points");
         let clean = groups.iter().find(|g| g["label"] == "10.0.0.0/24").unwrap();
-        assert!(clean["conclusion"].as_str().unwrap().starts_with("no detectable difference for 10.0.0.0/24: "));
+        let c = clean["conclusion"].as_str().unwrap();
+        assert!(
+            c.starts_with("no difference larger than 5% for 10.0.0.0/24: ") || c.starts_with("inconclusive for"),
+            "{c}"
+        );
         assert_eq!(v["recommend"]["scope"], "routes");
+        assert_eq!(
+            v["recommend"]["commands"].as_array().unwrap().len(),
+            v["recommend"]["evidence"].as_array().unwrap().len()
+        );
         assert!(v["members"].is_null() && lossy["members"].is_null());
     }
 
     #[test]
     fn text_fits_100_columns_and_says_it_plainly() {
         let opts = Options { prefix_lists: PrefixList::parse("far 203.0.113.0/24").unwrap(), ..Options::default() };
-        let text = build(&analyze(&lossy_and_clean(4), &opts)).render_text();
+        let text = build(&analyze(&lossy_and_clean(4), &opts), &everything()).render_text();
         for line in text.lines() {
             assert!(line.chars().count() <= 100, "{} columns: {line}", line.chars().count());
         }
-        assert!(text.contains("\nBBR faster for 203.0.113.0/24: p"), "{text}");
-        assert!(text.contains("\nBBR faster for far: p"), "{text}");
-        assert!(text.contains("\nno detectable difference for 10.0.0.0/24: "), "{text}");
+        assert!(text.contains("\nBBR faster for 203.0.113.0/24: BBR's completion time −"), "{text}");
+        assert!(text.contains("\nBBR faster for far: "), "{text}");
         assert!(text.contains("  bbrscope apply bbr --route 203.0.113.0/24\n"), "{text}");
         assert!(text.contains("split: 50.0% of flows in B, 50.0% requested"), "{text}");
-        let summary = build(&analyze(&lossy_and_clean(4), &opts)).render_summary();
-        assert!(summary.lines().count() < 20 && summary.contains("\nBBR faster for far: p"), "{summary}");
-        assert!(!summary.contains("retransmit rate") && !summary.contains("decisive"), "{summary}");
+        assert!(text.contains("secondary (not deciding)"), "{text}");
+        let summary = build(&analyze(&lossy_and_clean(4), &opts), &everything()).render_summary();
+        assert!(summary.lines().count() < 30 && summary.contains("\nBBR faster for far: "), "{summary}");
+        assert!(!summary.contains("retransmit rate"), "{summary}");
+    }
+
+    /// Every group's sentence agrees with its numbers: "faster" only with the interval on that
+    /// side of zero, "no difference" only with it inside ±δ, and a command only with a change
+    /// that matters.
+    #[test]
+    fn conclusions_never_contradict_their_numbers() {
+        for seed in 0..30 {
+            let b = [0.5, 0.8, 0.95, 1.0, 1.05, 1.3][seed as usize % 6];
+            let obs = synth(&[pop([203, 0, 113], 150.0, b), pop([10, 0, 0], 2.0, 1.0)], seed);
+            let a = analyze(&obs, &Options::default());
+            let r = build(&a, &everything());
+            for g in &r.groups {
+                let ans = &g.result.answer;
+                let c = &g.conclusion;
+                let (lo, hi) = (ans.low_pct.unwrap_or(0.0), ans.high_pct.unwrap_or(0.0));
+                if c.starts_with("BBR faster") {
+                    assert!(hi < 0.0, "{c}");
+                } else if c.starts_with("CUBIC faster") {
+                    assert!(lo > 0.0, "{c}");
+                } else if c.starts_with("no difference") {
+                    assert!(lo >= -5.0 - 1e-9 && hi <= 5.0 + 1e-9, "{c}");
+                }
+            }
+            for (cmd, why) in r.recommend.commands.iter().zip(&r.recommend.evidence) {
+                let arm = if cmd.contains(" bbr") { "BBR faster" } else { "CUBIC faster" };
+                assert!(why.starts_with(arm) && !why.contains("less than the"), "{cmd}: {why}");
+            }
+        }
     }
 
     #[test]
-    fn recommends_system_wide_only_when_it_wins_nearly_everywhere() {
-        // Both far prefixes gain: system-wide.
+    fn recommends_within_the_experiments_scope_only() {
+        // Both far prefixes gain and the near one is no different: "all flows" gains, so the
+        // whole scope — here every new connection: system-wide.
         let both = synth(&[pop([203, 0, 113], 150.0, 0.6), pop([198, 51, 100], 120.0, 0.6)], 8);
-        let r = recommend(&analyze(&both, &Options::default()));
+        let a = analyze(&both, &Options::default());
+        let r = recommend(&a, &everything());
         assert_eq!((r.scope, r.commands.clone()), (Scope::System, vec!["bbrscope apply bbr".to_string()]), "{r:?}");
 
+        // --dst: the prefixes it named, never the system.
+        let dst = Context {
+            scope: InScope {
+                known: true,
+                dst: vec!["203.0.113.0/24".parse().unwrap(), "198.51.100.0/24".parse().unwrap()],
+                ..InScope::default()
+            },
+            ..Context::default()
+        };
+        let r = recommend(&a, &dst);
+        assert_eq!(r.scope, Scope::Routes);
+        assert_eq!(
+            r.commands,
+            ["203.0.113.0/24", "198.51.100.0/24"].map(|p| format!("bbrscope apply bbr --route {p}"))
+        );
+        // --cgroup: that cgroup.
+        let cg = Context {
+            scope: InScope { known: true, cgroup: Some("/web".into()), ..InScope::default() },
+            ..Context::default()
+        };
+        assert_eq!(recommend(&a, &cg).commands, vec!["bbrscope apply bbr --cgroup /web".to_string()]);
+        // --port: the service's own cgroup when its flows share one, else nothing but words.
+        let port = Context {
+            scope: InScope { known: true, port: Some(443), ..InScope::default() },
+            service_cgroup: Some("/system.slice/nginx.service".into()),
+            ..Context::default()
+        };
+        let r = recommend(&a, &port);
+        assert_eq!(
+            (r.scope, r.commands.clone()),
+            (Scope::Cgroup, vec!["bbrscope apply bbr --cgroup /system.slice/nginx.service".to_string()])
+        );
+        let r = recommend(&a, &Context { service_cgroup: None, ..port.clone() });
+        assert!(r.commands.is_empty() && r.notes.iter().any(|n| n.contains("only port 443 was tested")), "{r:?}");
+        // A recording that does not say: no command wider than its prefixes.
+        let r = recommend(&a, &Context::default());
+        assert!(r.commands.iter().all(|c| c.contains("--route")), "{r:?}");
+
         // One gains, one does not: a route for the one, nothing for the other.
-        let r = recommend(&analyze(&lossy_and_clean(8), &Options::default()));
-        assert_eq!(r.scope, Scope::Routes, "{r:?}");
-        assert_eq!(r.commands, vec!["bbrscope apply bbr --route 203.0.113.0/24".to_string()]);
-        assert!(r.notes.iter().any(|n| n.contains("not a prefix")), "{r:?}");
+        let a = analyze(&lossy_and_clean(8), &Options::default());
+        let r = recommend(&a, &everything());
+        assert_eq!(r.commands, vec!["bbrscope apply bbr --route 203.0.113.0/24".to_string()], "{r:?}");
+        // The same with --port: a route would change other services' connections too.
+        let r = recommend(&a, &Context { service_cgroup: None, ..port });
+        assert!(r.commands.is_empty(), "{r:?}");
 
         // A prefix list that gains: one command per prefix in it.
         let opts = Options {
@@ -622,7 +924,7 @@ mod tests {
             prefix_lists: PrefixList::parse("far 203.0.113.0/25 203.0.113.128/25\nnear 10.0.0.0/8").unwrap(),
             ..Options::default()
         };
-        let r = recommend(&analyze(&lossy_and_clean(8), &opts));
+        let r = recommend(&analyze(&lossy_and_clean(8), &opts), &everything());
         assert_eq!(
             r.commands,
             ["203.0.113.0/25", "203.0.113.128/25"].map(|p| format!("bbrscope apply bbr --route {p}")).to_vec()
@@ -630,20 +932,22 @@ mod tests {
 
         // Nothing gains: nothing to run.
         let equal = synth(&[pop([203, 0, 113], 150.0, 1.0), pop([10, 0, 0], 2.0, 1.0)], 8);
-        let r = recommend(&analyze(&equal, &Options::default()));
+        let r = recommend(&analyze(&equal, &Options::default()), &everything());
         assert_eq!((r.scope, r.commands.len()), (Scope::None, 0), "{r:?}");
 
-        // Arm A (here the algorithm under test) wins everywhere: apply A.
+        // Arm A wins everywhere: apply A.
         let a_wins = synth(&[pop([203, 0, 113], 150.0, 1.7), pop([198, 51, 100], 120.0, 1.7)], 8);
-        let r = recommend(&analyze(&a_wins, &Options::default()));
+        let r = recommend(&analyze(&a_wins, &Options::default()), &everything());
         assert_eq!(r.commands, vec!["bbrscope apply cubic".to_string()]);
 
-        // Too little data anywhere: no claim.
-        let few =
-            synth(&[Population { net: [203, 0, 113], rtt_ms: 150.0, slowdown: [1.0, 0.5], flows_per_arm: 10 }], 8);
-        let r = recommend(&analyze(&few, &Options::default()));
-        assert_eq!(r.scope, Scope::None);
-        assert!(r.notes[0].contains("enough flows"), "{r:?}");
+        // Faster by a few percent only: not worth a change.
+        let slight = synth(&[pop([203, 0, 113], 30.0, 0.97), pop([198, 51, 100], 30.0, 0.97)], 8);
+        let r = recommend(&analyze(&slight, &Options::default()), &everything());
+        assert!(r.commands.is_empty(), "{r:?}");
+
+        // A guardrail stop: nothing, whatever the analysis says.
+        let stopped = Context { guard_stop: Some("bbr slower".into()), ..everything() };
+        assert!(recommend(&analyze(&both, &Options::default()), &stopped).commands.is_empty());
     }
 
     #[test]
@@ -656,5 +960,8 @@ mod tests {
         assert_eq!(fmt_value(0.0123, "s"), "12 ms");
         assert_eq!(fmt_value(150_000.0, "us"), "150 ms");
         assert_eq!(fmt_value(0.0052, "share"), "0.52%");
+        assert_eq!(fmt_num(5.0), "5");
+        assert_eq!(fmt_num(2.5), "2.5");
+        assert_eq!(fmt_signed_ms(-2600.0), "−2.60 s");
     }
 }

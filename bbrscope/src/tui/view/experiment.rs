@@ -14,7 +14,7 @@ use ratatui::{
 
 use crate::{
     experiment::{
-        analysis::{GroupResult, Metric, MetricKind, Verdict},
+        analysis::{Metric, MetricKind, Verdict},
         live::{LiveExperiment, clock},
         report::{self, Report},
     },
@@ -113,18 +113,12 @@ fn arm_metrics(r: &Report) -> Vec<&Metric> {
         .collect()
 }
 
-/// B's difference, its interval and a mark: `*` the interval excludes zero, `**` decisive for the
-/// verdict (as in the text report); "too few" while a cell lacks flows.
+/// B's difference, its interval and a mark: `*` the (fixed-level, secondary) interval excludes
+/// zero, as in the text report; "needs N per arm" while a cell lacks flows.
 fn diff_cells(m: &Metric, theme: &Theme) -> [Cell<'static>; 2] {
     match &m.diff {
         Some(d) => {
-            let mark = if m.decisive {
-                "**"
-            } else if d.significant {
-                "*"
-            } else {
-                ""
-            };
+            let mark = if d.significant { "*" } else { "" };
             let style = match m.better_arm() {
                 Some(1) => theme.good(),
                 Some(_) => theme.bad(),
@@ -132,7 +126,11 @@ fn diff_cells(m: &Metric, theme: &Theme) -> [Cell<'static>; 2] {
             };
             [Cell::from(format!("{}{mark}", report::fmt_diff(d))).style(style), Cell::from(report::fmt_interval(d))]
         }
-        None => [Cell::from(""), Cell::from("too few flows").style(theme.dim())],
+        None => [
+            Cell::from(""),
+            Cell::from(m.needs.map_or("too few flows".into(), |n| format!("needs {}/arm", report::fmt_count(n))))
+                .style(theme.dim()),
+        ],
     }
 }
 
@@ -179,17 +177,6 @@ fn draw_arms(f: &mut Frame, area: Rect, x: &LiveExperiment, r: &Report, theme: &
     draw_table(f, area, Table::new(rows, widths).header(header), title, theme);
 }
 
-/// The verdict in a word or three, as the conclusion says it.
-fn verdict_words(r: &Report, g: &GroupResult) -> String {
-    match g.verdict {
-        Verdict::ABetter => format!("{} faster", r.arms[0].arm.to_uppercase()),
-        Verdict::BBetter => format!("{} faster", r.arms[1].arm.to_uppercase()),
-        Verdict::Mixed => "mixed".into(),
-        Verdict::NoDifference => "no difference".into(),
-        Verdict::TooFewFlows => "too few flows".into(),
-    }
-}
-
 fn draw_groups(f: &mut Frame, area: Rect, scroll: usize, r: &Report, theme: &Theme) {
     let fit = area.height.saturating_sub(3) as usize;
     let first = scroll.min(r.groups.len().saturating_sub(fit.max(1)));
@@ -201,16 +188,10 @@ fn draw_groups(f: &mut Frame, area: Rect, scroll: usize, r: &Report, theme: &The
         .map(|g| {
             let res = &g.result;
             let style = match res.verdict {
-                Verdict::ABetter | Verdict::BBetter | Verdict::Mixed => theme.warn(),
-                Verdict::NoDifference => Style::default(),
+                Verdict::ABetter | Verdict::BBetter | Verdict::ArmsOverridden => theme.warn(),
+                Verdict::NoDifference | Verdict::Inconclusive => Style::default(),
                 Verdict::TooFewFlows => theme.dim(),
             };
-            let head = res.headline.map(|i| &res.metrics[i]);
-            let detail = head
-                .and_then(|m| {
-                    m.diff.as_ref().map(|d| format!("{} {} {}", report::fmt_diff(d), report::fmt_interval(d), m.label))
-                })
-                .unwrap_or_default();
             Row::new(vec![
                 Cell::from(res.label.clone()),
                 Cell::from(format!(
@@ -218,13 +199,13 @@ fn draw_groups(f: &mut Frame, area: Rect, scroll: usize, r: &Report, theme: &The
                     report::fmt_count(res.arms[0].flows),
                     report::fmt_count(res.arms[1].flows)
                 )),
-                Cell::from(verdict_words(r, res)).style(style),
-                Cell::from(detail),
+                Cell::from(report::verdict_words([&r.arms[0].arm, &r.arms[1].arm], res)).style(style),
             ])
         })
         .collect();
-    let header = Row::new(vec!["group", "flows A/B", "verdict", "B vs A (headline metric)"]).style(theme.title());
-    let widths = [Constraint::Length(18), Constraint::Length(11), Constraint::Length(13), Constraint::Min(10)];
+    let header = Row::new(vec!["group", "flows A/B", "verdict: B's completion time vs A's (always-valid interval)"])
+        .style(theme.title());
+    let widths = [Constraint::Length(18), Constraint::Length(11), Constraint::Min(20)];
     let more = r.groups.len().saturating_sub(first + fit);
     let mut title = format!(" groups ({}", r.groups.len());
     if r.sparse_prefixes.groups > 0 {

@@ -1,0 +1,360 @@
+//! The experiment's one pre-declared question per client group, and its answer: does arm B change
+//! completion time for this group's traffic, and by how much? Everything `bbrscope experiment`
+//! decides (a group's verdict, the guardrail's stop, the recommended `apply` commands) comes from
+//! here; the per-quantile tables of [`super::analysis`] are shown beside it and decide nothing.
+//!
+//! The method (docs/experiment-method.md has it in full, with the error rates measured):
+//! - **Strata.** Flows are compared only with flows like them: the same client group, the same
+//!   band of minimum RTT (the path's distance, which no congestion control changes) and the same
+//!   response-size bucket. Clients 2 ms and 200 ms away are never pooled into one median, so the
+//!   mix of clients an arm happened to draw cannot pass for an effect (Simpson's paradox).
+//! - **Effect.** In each stratum, B's mean log completion time minus A's: the log of the ratio of
+//!   the two arms' geometric means. Strata are combined with weights proportional to the
+//!   completion time spent in them (both arms together): the estimate is the change "where the
+//!   time goes", which is where congestion control can act (larger responses, far clients), not
+//!   the change of the typical small response that fits in the initial window. A stratum needs
+//!   [`MIN_CELL`] flows in each arm; the share of time in strata left out is reported.
+//! - **Always-valid interval.** The estimate is asymptotically normal with variance
+//!   `V = Σ w² (s²_A/n_A + s²_B/n_B)`. Its interval is the normal-mixture confidence sequence
+//!   (the mSPRT of Johari, Pekelis and Walsh, "Always valid inference", 2022; the asymptotic
+//!   confidence sequences of Waudby-Smith et al., 2024): `θ̂ ± sqrt(V (V+τ²)/τ² · ln((V+τ²)/(V α²)))`.
+//!   It holds at every look at once, so the live view and the guardrail may look every 2 s
+//!   and the final report is still valid at the promised level.
+//! - **Family.** A run answers for several groups at once (all flows, RTT bands, prefixes,
+//!   lists); each group's interval is at level `α/k` for `k` groups judged (Bonferroni), so an
+//!   experiment where B changes nothing says "B differs" anywhere at most `α` of the time.
+//! - **Four outcomes.** B better by X [interval]; B worse by X [interval]; no difference larger
+//!   than δ (the whole interval inside ±δ); or inconclusive, with about how many more flows
+//!   would decide if the estimate held.
+
+use serde::Serialize;
+
+use super::{Observation, analysis::Bucket};
+
+/// Flows per arm a stratum needs before it counts. Below this a stratum's sample variance is too
+/// unstable for the normal approximation the interval rests on (A/A runs with 5 per arm gave
+/// intervals that missed zero several times too often).
+pub const MIN_CELL: usize = 10;
+
+/// The mixing scale of the confidence sequence, in log-ratio units: tightest for effects of
+/// about 15%. Smaller values make early looks stricter and late ones looser.
+pub const TAU: f64 = 0.15;
+
+/// Shortest completion time counted (the log of 0 is not a time).
+const FLOOR_S: f64 = 1e-6;
+
+/// Running mean and variance of log completion times (Welford), and the time they add up to.
+#[derive(Clone, Copy, Debug, Default)]
+struct Moments {
+    n: usize,
+    mean: f64,
+    m2: f64,
+    time_s: f64,
+}
+
+impl Moments {
+    fn push(&mut self, t: f64) {
+        let t = t.max(FLOOR_S);
+        let x = t.ln();
+        self.n += 1;
+        let d = x - self.mean;
+        self.mean += d / self.n as f64;
+        self.m2 += d * (x - self.mean);
+        self.time_s += t;
+    }
+
+    /// Variance of the mean.
+    fn var_of_mean(&self) -> f64 {
+        let s2 = if self.n > 1 { self.m2 / (self.n - 1) as f64 } else { 0.0 };
+        // A stratum of identical times would claim certainty it does not have.
+        s2.max(1e-6) / self.n as f64
+    }
+}
+
+/// A stratum: band of minimum RTT x response-size bucket.
+type Key = (usize, Bucket);
+
+/// The strata of one group, filled as flows finish (cheap enough to keep per look: O(1) a
+/// flow, O(strata) an estimate).
+#[derive(Clone, Debug, Default)]
+pub struct Strata {
+    cells: std::collections::BTreeMap<Key, [Moments; 2]>,
+    /// Flows per arm added.
+    pub flows: [usize; 2],
+}
+
+/// The band of minimum RTT a flow is in: 0 unknown, then 1.. by the edges (ms).
+pub fn band_of(min_rtt_us: Option<u32>, edges_ms: &[f64]) -> usize {
+    min_rtt_us.map_or(0, |r| 1 + edges_ms.iter().filter(|&&e| r as f64 / 1e3 >= e).count())
+}
+
+/// A band's name: `RTT <10 ms`, `RTT 10–50 ms`, `RTT ≥150 ms`, `RTT unknown`.
+pub fn band_label(band: usize, edges_ms: &[f64]) -> String {
+    let Some(b) = band.checked_sub(1) else { return "RTT unknown".into() };
+    match (b.checked_sub(1).map(|j| edges_ms[j]), edges_ms.get(b)) {
+        (None, Some(hi)) => format!("RTT <{hi} ms"),
+        (Some(lo), Some(hi)) => format!("RTT {lo}–{hi} ms"),
+        (Some(lo), None) => format!("RTT ≥{lo} ms"),
+        (None, None) => "RTT any".into(),
+    }
+}
+
+impl Strata {
+    pub fn add(&mut self, o: &Observation, rtt_bands_ms: &[f64]) {
+        let key = (band_of(o.min_rtt_us, rtt_bands_ms), Bucket::of(o.bytes));
+        if let Some(m) = self.cells.entry(key).or_default().get_mut(o.arm) {
+            m.push(o.client_s());
+            self.flows[o.arm] += 1;
+        }
+    }
+
+    /// The stratified estimate, if any stratum has [`MIN_CELL`] flows in both arms.
+    pub fn estimate(&self) -> Option<Estimate> {
+        let (mut included, mut time_all, mut time_in) = (0usize, 0.0, 0.0);
+        let mut flows_in = [0usize; 2];
+        for [a, b] in self.cells.values() {
+            time_all += a.time_s + b.time_s;
+            if a.n >= MIN_CELL && b.n >= MIN_CELL {
+                included += 1;
+                time_in += a.time_s + b.time_s;
+                flows_in[0] += a.n;
+                flows_in[1] += b.n;
+            }
+        }
+        if included == 0 || time_in <= 0.0 {
+            return None;
+        }
+        let (mut theta, mut var) = (0.0, 0.0);
+        for [a, b] in self.cells.values().filter(|[a, b]| a.n >= MIN_CELL && b.n >= MIN_CELL) {
+            let w = (a.time_s + b.time_s) / time_in;
+            theta += w * (b.mean - a.mean);
+            var += w * w * (a.var_of_mean() + b.var_of_mean());
+        }
+        let n = (flows_in[0] + flows_in[1]) as f64;
+        Some(Estimate {
+            log_ratio: theta,
+            var,
+            flows: flows_in,
+            strata: included,
+            coverage: time_in / time_all,
+            mean_s: time_in / n,
+        })
+    }
+}
+
+/// The stratified estimate of B's effect on completion time.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Estimate {
+    /// ln(B/A): the time-weighted mean over strata of the log ratio of geometric means.
+    pub log_ratio: f64,
+    /// Its variance.
+    pub var: f64,
+    /// Flows per arm in the strata that count.
+    pub flows: [usize; 2],
+    pub strata: usize,
+    /// Share of the group's completion time in the strata that count (0..1).
+    pub coverage: f64,
+    /// Mean completion time of the flows that count, both arms: the scale of an absolute change.
+    pub mean_s: f64,
+}
+
+/// Half-width of the normal-mixture confidence sequence at level `1 − alpha` for an estimator of
+/// variance `v` (mixing variance `TAU²`): valid at every look at once.
+pub fn cs_half_width(v: f64, alpha: f64) -> f64 {
+    let t2 = TAU * TAU;
+    (v * (v + t2) / t2 * ((v + t2) / (v * alpha * alpha)).ln()).sqrt()
+}
+
+/// What the interval says, given the smallest change that matters.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Outcome {
+    /// B's completion times lower: the whole interval below zero.
+    BBetter,
+    /// B's completion times higher: the whole interval above zero.
+    BWorse,
+    /// The whole interval within ±δ: no difference that matters.
+    NoDifference,
+    /// None of the above yet.
+    Inconclusive,
+    /// No stratum has enough flows in both arms.
+    TooFewFlows,
+}
+
+/// The answer to the primary question for one group, in the units people read.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Answer {
+    pub outcome: Outcome,
+    /// B's completion time relative to A's, % (`(B/A − 1)·100`); null without an estimate.
+    pub effect_pct: Option<f64>,
+    /// The always-valid interval of `effect_pct`.
+    pub low_pct: Option<f64>,
+    pub high_pct: Option<f64>,
+    /// The change per response in milliseconds at this group's mean completion time.
+    pub effect_ms: Option<f64>,
+    /// The level of the interval after sharing α across the groups judged (e.g. 0.99).
+    pub level: f64,
+    /// The smallest change that matters, % (`--delta`).
+    pub delta_pct: f64,
+    /// Better or worse by at least δ and by at least the smallest absolute change that matters.
+    pub practical: bool,
+    /// Flows per arm in the strata that count.
+    pub flows: [usize; 2],
+    pub strata: usize,
+    /// Share of the group's completion time the estimate covers (0..1).
+    pub coverage: f64,
+    /// Inconclusive: about how many more flows (both arms, this group's mix) would decide if the
+    /// estimate held.
+    pub more_flows: Option<u64>,
+}
+
+/// The rules of the decision.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Rule {
+    /// Family-wise error rate across the groups judged (0.05).
+    pub alpha: f64,
+    /// The smallest relative change that matters (0.05 = 5%).
+    pub delta: f64,
+    /// The smallest absolute change per response that matters, seconds.
+    pub min_abs_s: f64,
+}
+
+impl Default for Rule {
+    fn default() -> Self {
+        Rule { alpha: 0.05, delta: 0.05, min_abs_s: 0.005 }
+    }
+}
+
+/// The answer for an estimate judged at `alpha` (already shared across the family).
+pub fn answer(est: Option<Estimate>, alpha: f64, rule: &Rule) -> Answer {
+    let none = Answer {
+        outcome: Outcome::TooFewFlows,
+        effect_pct: None,
+        low_pct: None,
+        high_pct: None,
+        effect_ms: None,
+        level: 1.0 - alpha,
+        delta_pct: rule.delta * 100.0,
+        practical: false,
+        flows: [0, 0],
+        strata: 0,
+        coverage: 0.0,
+        more_flows: None,
+    };
+    let Some(e) = est else { return none };
+    let h = cs_half_width(e.var, alpha);
+    let (lo, hi) = (e.log_ratio - h, e.log_ratio + h);
+    let (eq_lo, eq_hi) = ((1.0 - rule.delta).ln(), (1.0 + rule.delta).ln());
+    let outcome = if lo >= eq_lo && hi <= eq_hi {
+        Outcome::NoDifference
+    } else if hi < 0.0 {
+        Outcome::BBetter
+    } else if lo > 0.0 {
+        Outcome::BWorse
+    } else {
+        Outcome::Inconclusive
+    };
+    let pct = |x: f64| (x.exp() - 1.0) * 100.0;
+    let effect_ms = e.mean_s * (e.log_ratio.exp() - 1.0) * 1e3;
+    let practical = matches!(outcome, Outcome::BBetter | Outcome::BWorse)
+        && pct(e.log_ratio).abs() >= rule.delta * 100.0
+        && effect_ms.abs() >= rule.min_abs_s * 1e3;
+    let more_flows = (outcome == Outcome::Inconclusive).then(|| more_flows(&e, alpha, rule));
+    Answer {
+        outcome,
+        effect_pct: Some(pct(e.log_ratio)),
+        low_pct: Some(pct(lo)),
+        high_pct: Some(pct(hi)),
+        effect_ms: Some(effect_ms),
+        practical,
+        flows: e.flows,
+        strata: e.strata,
+        coverage: e.coverage,
+        more_flows,
+        ..none
+    }
+}
+
+/// Flows (both arms) to add, in the same mix, before the interval decides if the estimate stays
+/// where it is: narrow enough to leave out zero, or to fit inside ±δ, whichever comes first.
+fn more_flows(e: &Estimate, alpha: f64, rule: &Rule) -> u64 {
+    let d = (1.0 + rule.delta).ln().min(-(1.0 - rule.delta).ln());
+    let x = e.log_ratio.abs();
+    let target = x.max(d - x);
+    // The variance shrinks as 1/n; find the share f of today's variance that gives `target`
+    // (the half-width grows with the variance).
+    let (mut lo, mut hi) = (1e-9_f64, 1.0_f64);
+    for _ in 0..100 {
+        let mid = (lo * hi).sqrt();
+        if cs_half_width(e.var * mid, alpha) > target {
+            hi = mid;
+        } else {
+            lo = mid;
+        }
+    }
+    let n = (e.flows[0] + e.flows[1]) as f64;
+    (n * (1.0 / lo - 1.0)).ceil().max(1.0) as u64
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Reference values: the mixture likelihood ratio of a N(θ̂; 0, V) estimate against the
+    /// N(0, τ²) mixture over θ, integrated numerically with scipy.integrate.quad, the boundary found with brentq:
+    /// `quad(lambda t: norm.pdf(x, t, sqrt(V)) * norm.pdf(t, 0, tau), -inf, inf)[0] /
+    /// norm.pdf(x, 0, sqrt(V))` at `x = cs_half_width(V, α)` must be exactly 1/α (the boundary of
+    /// the confidence sequence), whatever V and α.
+    #[test]
+    fn the_boundary_is_where_the_mixture_ratio_reaches_one_over_alpha() {
+        for (v, alpha, want) in REFERENCE {
+            let got = cs_half_width(v, alpha);
+            assert!((got - want).abs() < 1e-6 * want.max(1.0), "V {v} alpha {alpha}: {got} vs {want}");
+        }
+    }
+
+    /// scripts/reference/cs_boundary.py's output (scipy 1.17.1).
+    const REFERENCE: [(f64, f64, f64); 6] = [
+        (0.01, 0.05, 0.32182043658752235),
+        (0.001, 0.05, 0.09775000466133896),
+        (0.0001, 0.05, 0.0338566382624799),
+        (0.0004, 0.05 / 6.0, 0.07447036276487318),
+        (0.0025, 0.01, 0.1788305021907788),
+        (1e-05, 0.05 / 40.0, 0.014525056246950505),
+    ];
+
+    #[test]
+    fn a_group_with_a_clear_gain_is_better_and_one_without_is_equivalent() {
+        let rule = Rule::default();
+        let e = |log_ratio, var| {
+            Some(Estimate { log_ratio, var, flows: [500, 500], strata: 4, coverage: 1.0, mean_s: 1.0 })
+        };
+        assert_eq!(answer(e((0.5_f64).ln(), 0.001), 0.05, &rule).outcome, Outcome::BBetter);
+        assert_eq!(answer(e((1.5_f64).ln(), 0.001), 0.05, &rule).outcome, Outcome::BWorse);
+        assert_eq!(answer(e(0.0, 0.00001), 0.05, &rule).outcome, Outcome::NoDifference);
+        let unsure = answer(e(0.02, 0.01), 0.05, &rule);
+        assert_eq!(unsure.outcome, Outcome::Inconclusive);
+        // More flows that would decide: with them, the interval fits within ±5% around +2%.
+        let more = unsure.more_flows.unwrap() as f64;
+        let shrunk = 0.01 * 1000.0 / (1000.0 + more);
+        assert!(cs_half_width(shrunk, 0.05) <= (1.05_f64).ln() - 0.02 + 1e-9);
+        assert!(cs_half_width(shrunk * 1.05, 0.05) > (1.05_f64).ln() - 0.02);
+        // Significant but small: below δ, not practical.
+        let small = answer(e((0.97_f64).ln(), 0.000001), 0.05, &rule);
+        assert_eq!((small.outcome, small.practical), (Outcome::NoDifference, false));
+        let small_abs = answer(
+            Some(Estimate {
+                log_ratio: (0.8_f64).ln(),
+                var: 1e-4,
+                flows: [500, 500],
+                strata: 1,
+                coverage: 1.0,
+                mean_s: 0.001,
+            }),
+            0.05,
+            &rule,
+        );
+        assert_eq!((small_abs.outcome, small_abs.practical), (Outcome::BBetter, false), "{small_abs:?}");
+        assert_eq!(answer(None, 0.05, &rule).outcome, Outcome::TooFewFlows);
+    }
+}

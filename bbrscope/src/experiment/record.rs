@@ -1,0 +1,219 @@
+//! The `--record` file of an experiment and reading it back (`--analyze`).
+//!
+//! The file is the experiment's own flows in the `stream` format (docs/stream.md), between a
+//! first line that says what was asked and a last line that says how it ended:
+//! ```text
+//! {"type":"experiment","arms":["cubic","bbr"],"split_pct":50,"scope":{"known":true,"port":443,...},
+//!  "guardrail_pct":20.0,"delta_pct":5.0,"min_effect_ms":5.0}
+//! ... flow_open, sample, flow_summary (with "arm") ...
+//! {"type":"experiment_end","stopped_by":"stopped early by the guardrail: ...","guardrail":{...}}
+//! ```
+//! so that `--analyze` judges a recording as the live run did: the arms asked (not guessed from
+//! the flows), the scope (a recommendation never wider), and a guardrail stop kept. Reading is
+//! bounded and forgiving: lines too long, not UTF-8 or not JSON are skipped and counted, a
+//! summary with impossible values is rejected and counted, and a flow recorded twice (a capture
+//! concatenated with itself) counts once.
+
+use std::{
+    collections::HashSet,
+    fs::{File, OpenOptions},
+    io::{BufRead, Write as _},
+    path::Path,
+};
+
+use anyhow::{Context as _, Result};
+use serde::{Deserialize, Serialize};
+
+use super::{Observation, glue::Setup, guardrail::GuardDecision, report::InScope};
+use crate::replay::{Reader, Skipped};
+
+#[derive(Serialize, Deserialize)]
+struct Header {
+    arms: [String; 2],
+    split_pct: u32,
+    scope: InScope,
+    guardrail_pct: Option<f64>,
+    delta_pct: f64,
+    min_effect_ms: f64,
+}
+
+#[derive(Serialize, Deserialize)]
+struct End {
+    stopped_by: Option<String>,
+    guardrail: Option<GuardDecision>,
+}
+
+/// Creates the record file (mode 0600: it names clients) and writes its first line.
+pub fn create(path: &Path, setup: &Setup) -> Result<File> {
+    use std::os::unix::fs::OpenOptionsExt as _;
+    let mut f = OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o600)
+        .open(path)
+        .with_context(|| format!("creating {}", path.display()))?;
+    let header = Header {
+        arms: setup.arms.clone().unwrap_or_default(),
+        split_pct: setup.split_pct,
+        scope: setup.scope.clone(),
+        guardrail_pct: setup.guardrail_pct,
+        delta_pct: setup.rule.delta * 100.0,
+        min_effect_ms: setup.rule.min_abs_s * 1e3,
+    };
+    let mut v = serde_json::to_value(&header)?;
+    v["type"] = "experiment".into();
+    writeln!(f, "{v}").with_context(|| format!("writing {}", path.display()))?;
+    Ok(f)
+}
+
+/// Appends the last line: how the experiment ended.
+pub fn end(path: &Path, stopped_by: Option<&str>, guard: Option<&GuardDecision>) -> Result<()> {
+    let mut f = OpenOptions::new().append(true).open(path).with_context(|| format!("opening {}", path.display()))?;
+    let mut v = serde_json::to_value(End { stopped_by: stopped_by.map(str::to_string), guardrail: guard.cloned() })?;
+    v["type"] = "experiment_end".into();
+    writeln!(f, "{v}").with_context(|| format!("writing {}", path.display()))?;
+    Ok(())
+}
+
+/// A recording read back.
+#[derive(Debug, Default)]
+pub struct Capture {
+    pub obs: Vec<Observation>,
+    /// From its first line (defaults for a capture without one).
+    pub setup: Setup,
+    pub stopped_by: Option<String>,
+    pub guard: Option<GuardDecision>,
+    pub skipped: Skipped,
+    /// Summaries with impossible values (negative or non-finite times, durations over 30 days,
+    /// more bytes than any flow carries).
+    pub rejected: u64,
+    /// Flows recorded more than once, counted once.
+    pub duplicates: u64,
+    /// Whether the first line said what was asked.
+    pub has_header: bool,
+}
+
+impl Capture {
+    /// What the reader of the report must know about the input, one line each.
+    pub fn notes(&self) -> Vec<String> {
+        let mut out = Vec::new();
+        out.extend(self.skipped.describe());
+        if self.rejected > 0 {
+            out.push(format!("{} flow summaries with impossible values left out", self.rejected));
+        }
+        if self.duplicates > 0 {
+            out.push(format!("{} flows recorded more than once counted once", self.duplicates));
+        }
+        if !self.has_header {
+            out.push(
+                "no experiment header (recorded by an older bbrscope, or a stream capture): the arms are the \
+                 algorithms most of each arm's flows ran, and the scope is unknown (no system-wide recommendation)"
+                    .into(),
+            );
+        }
+        out
+    }
+}
+
+/// Longest plausible flow, seconds.
+const MAX_DURATION_S: f64 = 30.0 * 86_400.0;
+/// More bytes than a flow of that length can carry at 1 Tbit/s.
+const MAX_BYTES: u64 = 1 << 52;
+
+fn plausible(o: &Observation) -> bool {
+    let time = |t: f64| t.is_finite() && (0.0..=MAX_DURATION_S).contains(&t);
+    time(o.duration_s) && time(o.handshake_s) && o.bytes <= MAX_BYTES && o.end_ts.is_none_or(f64::is_finite)
+}
+
+/// Reads a recording: see the module comment.
+pub fn read(input: impl BufRead) -> Result<Capture> {
+    let mut reader = Reader::new(input);
+    let mut c = Capture::default();
+    let mut seen: HashSet<(u64, u64, String)> = HashSet::new();
+    while let Some(v) = reader.next_value()? {
+        match v["type"].as_str() {
+            Some("experiment") => match serde_json::from_value::<Header>(v) {
+                Ok(h) if !c.has_header => {
+                    c.has_header = true;
+                    c.setup.arms = (!h.arms[0].is_empty()).then_some(h.arms);
+                    c.setup.split_pct = h.split_pct;
+                    c.setup.scope = h.scope;
+                    c.setup.guardrail_pct = h.guardrail_pct;
+                }
+                Ok(_) => {}
+                Err(_) => reader.reject("an experiment header that does not parse"),
+            },
+            Some("experiment_end") => match serde_json::from_value::<End>(v) {
+                Ok(e) => {
+                    c.stopped_by = e.stopped_by;
+                    c.guard = e.guardrail;
+                }
+                Err(_) => reader.reject("an experiment_end that does not parse"),
+            },
+            Some("flow_summary") if v["arm"].is_string() => {
+                let Some(o) = Observation::from_summary(&v).filter(plausible) else {
+                    c.rejected += 1;
+                    continue;
+                };
+                // A flow is its socket cookie and start; with neither, its peer and end.
+                let key = (
+                    v["cookie"].as_u64().unwrap_or(0),
+                    v["start_ts"].as_f64().or(o.end_ts).map_or(0, f64::to_bits),
+                    v["dst"].as_str().unwrap_or("").to_string(),
+                );
+                if !seen.insert(key) {
+                    c.duplicates += 1;
+                    continue;
+                }
+                c.obs.push(o);
+            }
+            _ => {}
+        }
+    }
+    if !c.has_header {
+        c.setup.split_pct = 50;
+    }
+    c.skipped = reader.skipped.clone();
+    Ok(c)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const SUMMARY: &str = r#"{"type":"flow_summary","ts":100.5,"start_ts":100.0,"cookie":7,"cc":"bbr","ccs":["bbr"],"arm":"b","side":"accept","dst":"203.0.113.9:51000","bytes_acked":15001,"duration_s":0.5,"srtt_first_us":150000,"min_rtt_us":140000,"retrans_at_open":1,"retrans_total":2,"data_segs_out":11}"#;
+
+    #[test]
+    fn reads_header_flows_and_end_forgivingly() {
+        let mut text = String::new();
+        text.push_str(r#"{"type":"experiment","arms":["cubic","bbr"],"split_pct":30,"scope":{"known":true,"port":443,"cgroup":null,"dst":[]},"guardrail_pct":20.0,"delta_pct":5.0,"min_effect_ms":5.0}"#);
+        text.push('\n');
+        text.push_str(SUMMARY);
+        text.push('\n');
+        // The same flow again (a capture concatenated with itself), damaged lines, an absurd one.
+        text.push_str(SUMMARY);
+        text.push_str("\n{not json\n\u{0}\u{ff}\n");
+        text.push_str(
+            &SUMMARY.replace("\"cookie\":7", "\"cookie\":8").replace("\"duration_s\":0.5", "\"duration_s\":-5000000"),
+        );
+        text.push('\n');
+        text.push_str(&"x".repeat(70_000));
+        text.push('\n');
+        text.push_str(r#"{"type":"experiment_end","stopped_by":"stopped by Ctrl-C","guardrail":null}"#);
+        text.push('\n');
+        let mut bytes = text.into_bytes();
+        // One invalid UTF-8 byte in a line of its own.
+        bytes.extend_from_slice(b"\xff\xfe\n");
+        let c = read(&bytes[..]).unwrap();
+        assert_eq!(c.obs.len(), 1);
+        let o = &c.obs[0];
+        // Handshake: the SYN-ACK's round trip and one retransmission's 1 s wait.
+        assert!((o.client_s() - (0.5 + 0.15 + 1.0)).abs() < 1e-9, "{}", o.client_s());
+        assert_eq!((c.duplicates, c.rejected, c.skipped.lines), (1, 1, 4));
+        assert_eq!(c.setup.arms, Some(["cubic".to_string(), "bbr".to_string()]));
+        assert_eq!((c.setup.split_pct, c.setup.scope.port), (30, Some(443)));
+        assert_eq!(c.stopped_by.as_deref(), Some("stopped by Ctrl-C"));
+        assert!(c.notes().iter().any(|n| n.contains("counted once")), "{:?}", c.notes());
+    }
+}
