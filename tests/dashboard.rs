@@ -372,7 +372,7 @@ fn extreme_rtt_inflation_is_not_called_healthy() {
     let text = lines(&render(&app, 120, 40, Theme { color: true })).join("\n");
     let row = text.lines().find(|l| l.contains("10.0.0.2:443")).expect("the flow's row");
     assert!(row.contains("queueing") && !row.contains("healthy"), "{row}");
-    assert!(text.contains("770x"), "{text}");
+    assert!(text.contains("770.0x"), "{text}");
 }
 
 #[test]

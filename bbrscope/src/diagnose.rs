@@ -26,10 +26,16 @@ pub enum Verdict {
     Closed,
     /// Retransmission timeout: nothing is being acknowledged.
     Stalled,
+    /// A loss-based algorithm held back by loss.
     LossLimited {
         loss: f64,
         random: bool,
         bbr_would_help: bool,
+    },
+    /// BBR under loss it does not back off for: the loss costs retransmissions, not rate.
+    BbrUnderLoss {
+        loss: f64,
+        rtt: Rtt,
     },
     HeavyLoss {
         loss: f64,
@@ -42,7 +48,49 @@ pub enum Verdict {
         srtt_us: u32,
         min_rtt_us: u32,
     },
-    Healthy,
+    /// RTT above its minimum by more than jitter, short of a standing queue.
+    RttElevated {
+        rtt: Rtt,
+    },
+    /// Nothing limits the sender: loss under 0.1%, RTT within 50% (or 5 ms) of its minimum.
+    Healthy {
+        loss: f64,
+        rtt: Rtt,
+    },
+}
+
+/// The smoothed RTT (median of the window) and the minimum it is judged against.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Rtt {
+    pub srtt_us: Option<u32>,
+    pub min_rtt_us: Option<u32>,
+}
+
+impl Rtt {
+    /// `RTT 52 ms against a 50 ms minimum (1.0x)`, or what is known of it.
+    fn words(&self) -> String {
+        match (self.srtt_us, self.min_rtt_us) {
+            (Some(s), Some(m)) => {
+                format!("RTT {} against a {} minimum ({:.1}x)", human_us(s), human_us(m), s as f64 / m.max(1) as f64)
+            }
+            (Some(s), None) => format!("RTT {}", human_us(s)),
+            _ => "RTT not measured yet".into(),
+        }
+    }
+
+    /// No standing queue: within 50% (or 5 ms) of the minimum.
+    fn queue_free(&self) -> bool {
+        match (self.srtt_us, self.min_rtt_us) {
+            (Some(s), Some(m)) => (s as f64) <= m as f64 * 1.5 || s.saturating_sub(m) < 5_000,
+            _ => true,
+        }
+    }
+}
+
+/// `1.0%`, `0.25%`: the precision a loss rate is shown with, in the label and the sentence alike.
+fn pct(loss: f64) -> String {
+    let p = loss * 100.0;
+    if p >= 10.0 { format!("{p:.0}%") } else if p >= 1.0 { format!("{p:.1}%") } else { format!("{p:.2}%") }
 }
 
 impl Verdict {
@@ -52,16 +100,19 @@ impl Verdict {
             Verdict::Measuring => "measuring".into(),
             Verdict::Closed => "closed".into(),
             Verdict::Stalled => "stalled (RTO)".into(),
-            Verdict::LossLimited { loss, .. } => format!("loss-limited {:.1}%", loss * 100.0),
-            Verdict::HeavyLoss { loss } => format!("heavy loss {:.0}%", loss * 100.0),
+            Verdict::LossLimited { loss, .. } => format!("loss-limited {}", pct(*loss)),
+            Verdict::BbrUnderLoss { loss, .. } => format!("loss {} (bbr)", pct(*loss)),
+            Verdict::HeavyLoss { loss } => format!("heavy loss {}", pct(*loss)),
             Verdict::ReceiverWindow { .. } => "rwnd-limited".into(),
             Verdict::ApplicationLimited => "app-limited".into(),
             Verdict::Bufferbloat { .. } => "queueing".into(),
-            Verdict::Healthy => "healthy".into(),
+            Verdict::RttElevated { .. } => "rtt elevated".into(),
+            Verdict::Healthy { .. } => "healthy".into(),
         }
     }
 
-    /// One sentence for someone who has never read about congestion control.
+    /// One sentence for someone who has never read about congestion control. Every number it
+    /// states is the one the verdict was made from (a property test holds it to that).
     pub fn explain(&self, cc: &str) -> String {
         match self {
             Verdict::Measuring => "Collecting samples…".into(),
@@ -70,23 +121,36 @@ impl Verdict {
                 "Stalled: nothing is being acknowledged, the sender is waiting for a retransmission timeout.".into()
             }
             Verdict::LossLimited { loss, random: true, bbr_would_help: true } => format!(
-                "Loss-limited: {:.2}% of segments are retransmitted while the RTT stays near its minimum, so the \
+                "Loss-limited: {} of segments are retransmitted while the RTT stays near its minimum, so the \
                  loss is random, not congestion. {cc} backs off on every loss; BBR would likely be much faster \
                  (bbrscope apply bbr).",
-                loss * 100.0
+                pct(*loss)
             ),
             Verdict::LossLimited { loss, random: true, .. } => format!(
-                "Loss-limited: {:.2}% of segments are retransmitted with no queue building up: random loss on the path.",
-                loss * 100.0
+                "Loss-limited: {} of segments are retransmitted with no queue building up: random loss on the path.",
+                pct(*loss)
             ),
             Verdict::LossLimited { loss, .. } => format!(
-                "Loss-limited at a full queue: {:.2}% retransmitted while the RTT is inflated, so the bottleneck \
+                "Loss-limited at a full queue: {} retransmitted while the RTT is inflated, so the bottleneck \
                  buffer overflows (congestion). BBR would cut the queueing delay more than raise throughput.",
-                loss * 100.0
+                pct(*loss)
+            ),
+            Verdict::BbrUnderLoss { loss, rtt } if rtt.queue_free() => format!(
+                "Losing {} of segments. BBR does not slow down for loss, so it keeps its rate; the cost is the \
+                 retransmissions ({} of what it sends) and the delay they add to the data they carry. {}.",
+                pct(*loss),
+                pct(*loss),
+                rtt.words()
+            ),
+            Verdict::BbrUnderLoss { loss, rtt } => format!(
+                "Losing {} of segments with the RTT inflated ({}): loss at a full queue. BBRv1 keeps sending into \
+                 it, so the loss and the queue stay (and loss-based flows sharing the bottleneck back off).",
+                pct(*loss),
+                rtt.words()
             ),
             Verdict::HeavyLoss { loss } => format!(
-                "Heavy loss: {:.1}% of segments are retransmitted; even BBR degrades above about 20%. The path itself needs fixing.",
-                loss * 100.0
+                "Heavy loss: {} of segments are retransmitted; even BBR degrades above about 20%. The path itself needs fixing.",
+                pct(*loss)
             ),
             Verdict::ReceiverWindow { rwnd_bytes } => format!(
                 "Receiver-window limited: the peer advertises only {} KiB and the sender keeps it full. Raise the \
@@ -98,15 +162,20 @@ impl Verdict {
                     .into()
             }
             Verdict::Bufferbloat { srtt_us, min_rtt_us } => format!(
-                "Queueing delay: RTT {} against a {} minimum ({:.0}x) — a standing queue (bufferbloat) in front of \
-                 the bottleneck. BBR keeps queues short; loss-based {cc} fills them.",
-                human_us(*srtt_us),
-                human_us(*min_rtt_us),
-                *srtt_us as f64 / (*min_rtt_us).max(1) as f64
+                "Queueing delay: {} — a standing queue (bufferbloat) in front of the bottleneck. BBR keeps \
+                 queues short; loss-based {cc} fills them.",
+                Rtt { srtt_us: Some(*srtt_us), min_rtt_us: Some(*min_rtt_us) }.words()
             ),
-            Verdict::Healthy => {
-                "Healthy: no loss to speak of, RTT near its minimum, the sender is using the path.".into()
-            }
+            Verdict::RttElevated { rtt } => format!(
+                "RTT elevated: {} — some queueing at the bottleneck, short of bufferbloat (twice the minimum and \
+                 10 ms more).",
+                rtt.words()
+            ),
+            Verdict::Healthy { loss, rtt } => format!(
+                "Healthy: {} of segments retransmitted, {}; the sender is using the path.",
+                pct(*loss),
+                rtt.words()
+            ),
         }
     }
 }
@@ -152,15 +221,15 @@ pub fn diagnose(flow: &Flow, now_ns: u64) -> Verdict {
     };
     let srtt = median(recent.iter().filter_map(|p| p.srtt_us).collect());
     let min_rtt = recent.iter().filter_map(|p| p.min_rtt_us).min();
-    // No standing queue: the smoothed RTT stays within 50% (and 5 ms) of the minimum.
-    let queue_free = match (srtt, min_rtt) {
-        (Some(s), Some(m)) => (s as f64) <= m as f64 * 1.5 || s.saturating_sub(m) < 5_000,
-        _ => true,
-    };
+    let rtt = Rtt { srtt_us: srtt, min_rtt_us: min_rtt };
+    let queue_free = rtt.queue_free();
     let is_bbr = flow.cc == "bbr";
 
     if is_bbr && loss >= BBR_LOSS_CEILING {
         return Verdict::HeavyLoss { loss };
+    }
+    if is_bbr && loss >= LOSS_LIMITED {
+        return Verdict::BbrUnderLoss { loss, rtt };
     }
     if !is_bbr && loss >= LOSS_LIMITED {
         return Verdict::LossLimited {
@@ -185,7 +254,10 @@ pub fn diagnose(flow: &Flow, now_ns: u64) -> Verdict {
     {
         return Verdict::Bufferbloat { srtt_us: s, min_rtt_us: m };
     }
-    Verdict::Healthy
+    if !queue_free {
+        return Verdict::RttElevated { rtt };
+    }
+    Verdict::Healthy { loss, rtt }
 }
 
 #[cfg(test)]
@@ -234,11 +306,58 @@ mod tests {
         assert!(matches!(v, Verdict::LossLimited { random: false, bbr_would_help: false, .. }), "{v:?}");
     }
 
+    /// The audit's case: a BBR flow retransmitting 1% (and 10%) is not "healthy: no loss".
     #[test]
-    fn bbr_shrugs_off_moderate_loss_but_not_heavy_loss() {
-        assert_eq!(verdict("bbr", |i, p| p.retrans_total = Some(i as u32 * 2)), Verdict::Healthy);
+    fn bbr_under_loss_says_so_and_heavy_loss_is_heavy() {
+        let v = verdict("bbr", |i, p| p.retrans_total = Some(i as u32));
+        assert!(matches!(v, Verdict::BbrUnderLoss { .. }), "{v:?}");
+        assert_eq!(v.label(), "loss 1.0% (bbr)");
+        assert!(v.explain("bbr").starts_with("Losing 1.0% of segments."), "{}", v.explain("bbr"));
+        let v = verdict("bbr", |i, p| {
+            p.retrans_total = Some(i as u32 * 10);
+            p.srtt_us = Some(170_000);
+        });
+        assert!(v.explain("bbr").contains("10% of segments with the RTT inflated (RTT 170 ms against a 98 ms minimum (1.7x))"), "{}", v.explain("bbr"));
         let v = verdict("bbr", |i, p| p.retrans_total = Some(i as u32 * 30));
         assert!(matches!(v, Verdict::HeavyLoss { .. }), "{v:?}");
+    }
+
+    /// Every verdict's sentence is true of the numbers it was made from: generated flow states
+    /// (loss 0–40%, RTT 1–30x its minimum, any algorithm, window and application limits), and
+    /// no sentence may claim what its numbers deny.
+    #[test]
+    fn no_verdict_contradicts_its_numbers() {
+        let mut rng = crate::rng::Rng::new(42);
+        for case in 0..3000 {
+            let cc = ["cubic", "bbr", "reno"][case % 3];
+            let per_sample = (rng.uniform().powi(3) * 40.0) as u32;
+            let min = 1_000 + (rng.uniform() * 200_000.0) as u32;
+            let srtt = (min as f64 * (1.0 + rng.uniform().powi(2) * 29.0)) as u32;
+            let (rwnd, app) = (rng.uniform() < 0.1, rng.uniform() < 0.1);
+            let v = verdict(cc, |i, p| {
+                p.retrans_total = Some(i as u32 * per_sample);
+                (p.min_rtt_us, p.srtt_us) = (Some(min), Some(srtt));
+                (p.rwnd_limited, p.app_limited) = (rwnd, app);
+            });
+            let loss = per_sample as f64 / 100.0;
+            let ratio = srtt as f64 / min as f64;
+            let text = v.explain(cc);
+            let near_min = ratio <= 1.5 || srtt - min < 5_000;
+            if text.contains("no loss") || v.label() == "healthy" {
+                assert!(loss < LOSS_LIMITED && near_min, "{cc} loss {loss} ratio {ratio}: {text}");
+            }
+            if text.contains("near its minimum") || text.contains("no queue") {
+                assert!(near_min, "{cc} ratio {ratio}: {text}");
+            }
+            if loss >= LOSS_LIMITED {
+                assert!(text.contains(&format!("{} ", pct(loss))) || text.contains(&format!("{} of", pct(loss))) || matches!(v, Verdict::ReceiverWindow { .. } | Verdict::ApplicationLimited | Verdict::Bufferbloat { .. }), "{cc} loss {loss}: {text}");
+            }
+            // Any ratio the sentence states is the real one.
+            if let Some(at) = text.find("x)") {
+                let stated: f64 = text[..at].rsplit('(').next().unwrap().parse().unwrap();
+                assert!((stated - ratio).abs() <= 0.051, "{stated} vs {ratio}: {text}");
+            }
+        }
     }
 
     #[test]
@@ -247,7 +366,11 @@ mod tests {
         assert_eq!(verdict("cubic", |_, p| p.app_limited = true), Verdict::ApplicationLimited);
         let v = verdict("cubic", |_, p| p.srtt_us = Some(500_000));
         assert_eq!(v, Verdict::Bufferbloat { srtt_us: 500_000, min_rtt_us: 98_000 });
-        assert_eq!(verdict("cubic", |_, _| ()), Verdict::Healthy);
+        let v = verdict("cubic", |_, _| ());
+        assert!(matches!(v, Verdict::Healthy { .. }), "{v:?}");
+        assert_eq!(v.explain("cubic"), "Healthy: 0.00% of segments retransmitted, RTT 100 ms against a 98 ms minimum (1.0x); the sender is using the path.");
+        let v = verdict("cubic", |_, p| p.srtt_us = Some(170_000));
+        assert!(matches!(v, Verdict::RttElevated { .. }), "{v:?}");
     }
 
     /// Loopback: a 10 µs minimum and 7.7 ms smoothed RTT is a 770x inflation, not healthy;
@@ -256,7 +379,8 @@ mod tests {
     fn extreme_inflation_on_a_short_path_is_queueing() {
         let v = verdict("cubic", |_, p| (p.min_rtt_us, p.srtt_us) = (Some(10), Some(7_700)));
         assert_eq!(v, Verdict::Bufferbloat { srtt_us: 7_700, min_rtt_us: 10 });
-        assert_eq!(verdict("bbr", |_, p| (p.min_rtt_us, p.srtt_us) = (Some(10), Some(300))), Verdict::Healthy);
+        let v = verdict("bbr", |_, p| (p.min_rtt_us, p.srtt_us) = (Some(10), Some(300)));
+        assert!(matches!(v, Verdict::Healthy { .. }), "{v:?}");
     }
 
     #[test]

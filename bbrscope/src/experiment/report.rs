@@ -429,11 +429,15 @@ pub fn recommend(a: &Analysis, ctx: &Context) -> Recommendation {
     }
     let mut commands: Vec<String> = Vec::new();
     let mut evidence = Vec::new();
-    let routes_allowed = scope.known && scope.port.is_none() && scope.cgroup.is_none();
+    // A route reaches every connection to its prefix: within what was tested when the experiment
+    // covered every connection, or named its clients (`--dst`, said when it also named a port or
+    // cgroup); never for an experiment of one service on all its clients.
+    let within_dst = |net: &IpNet| scope.dst.iter().any(|d| d.contains(net));
+    let routes_allowed = scope.known && (!scope.dst.is_empty() || (scope.port.is_none() && scope.cgroup.is_none()));
     for g in sub.iter().filter(|g| wins(g)) {
         match g.kind {
             GroupKind::Prefix | GroupKind::List if routes_allowed => {
-                for net in &g.prefixes {
+                for net in g.prefixes.iter().filter(|n| scope.dst.is_empty() || within_dst(n)) {
                     let c = format!("bbrscope apply {cc} --route {net}");
                     if !commands.contains(&c) {
                         commands.push(c);
@@ -452,6 +456,12 @@ pub fn recommend(a: &Analysis, ctx: &Context) -> Recommendation {
                 g.label
             )),
         }
+    }
+    if !commands.is_empty() && !scope.dst.is_empty() && (scope.port.is_some() || scope.cgroup.is_some()) {
+        notes.push(format!(
+            "a route changes every connection to its prefix, not only {}'s: the other services' were not tested",
+            scope.words()
+        ));
     }
     if commands.is_empty() {
         return none(Some(cc), notes);
@@ -915,8 +925,19 @@ mod tests {
         let r = recommend(&a, &everything());
         assert_eq!(r.commands, vec!["bbrscope apply bbr --route 203.0.113.0/24".to_string()], "{r:?}");
         // The same with --port: a route would change other services' connections too.
-        let r = recommend(&a, &Context { service_cgroup: None, ..port });
+        let r = recommend(&a, &Context { service_cgroup: None, ..port.clone() });
         assert!(r.commands.is_empty(), "{r:?}");
+        // --port with --dst naming the clients: the route of the group that gains, within them.
+        let both_scopes = Context {
+            scope: InScope {
+                dst: vec!["203.0.113.0/24".parse().unwrap(), "10.0.0.0/24".parse().unwrap()],
+                ..port.scope.clone()
+            },
+            ..port
+        };
+        let r = recommend(&a, &both_scopes);
+        assert_eq!(r.commands, vec!["bbrscope apply bbr --route 203.0.113.0/24".to_string()], "{r:?}");
+        assert!(r.notes.iter().any(|n| n.contains("other services")), "{r:?}");
 
         // A prefix list that gains: one command per prefix in it.
         let opts = Options {

@@ -47,8 +47,10 @@ pub fn draw(f: &mut Frame, area: Rect, app: &App, flows: &[&Flow], theme: &Theme
             let verdict = diagnose::diagnose(fl, now);
             let verdict_style = match verdict {
                 Verdict::LossLimited { .. } | Verdict::HeavyLoss { .. } | Verdict::Stalled => theme.bad(),
-                Verdict::Bufferbloat { .. } | Verdict::ReceiverWindow { .. } => theme.warn(),
-                Verdict::Healthy => theme.good(),
+                Verdict::Bufferbloat { .. } | Verdict::ReceiverWindow { .. } | Verdict::BbrUnderLoss { .. } => {
+                    theme.warn()
+                }
+                Verdict::Healthy { .. } => theme.good(),
                 _ => theme.dim(),
             };
             let mark = if app.marked.contains(&fl.id) { "◆" } else { " " };
