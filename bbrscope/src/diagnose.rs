@@ -90,7 +90,13 @@ impl Rtt {
 /// `1.0%`, `0.25%`: the precision a loss rate is shown with, in the label and the sentence alike.
 fn pct(loss: f64) -> String {
     let p = loss * 100.0;
-    if p >= 10.0 { format!("{p:.0}%") } else if p >= 1.0 { format!("{p:.1}%") } else { format!("{p:.2}%") }
+    if p >= 10.0 {
+        format!("{p:.0}%")
+    } else if p >= 1.0 {
+        format!("{p:.1}%")
+    } else {
+        format!("{p:.2}%")
+    }
 }
 
 impl Verdict {
@@ -317,7 +323,12 @@ mod tests {
             p.retrans_total = Some(i as u32 * 10);
             p.srtt_us = Some(170_000);
         });
-        assert!(v.explain("bbr").contains("10% of segments with the RTT inflated (RTT 170 ms against a 98 ms minimum (1.7x))"), "{}", v.explain("bbr"));
+        assert!(
+            v.explain("bbr")
+                .contains("10% of segments with the RTT inflated (RTT 170 ms against a 98 ms minimum (1.7x))"),
+            "{}",
+            v.explain("bbr")
+        );
         let v = verdict("bbr", |i, p| p.retrans_total = Some(i as u32 * 30));
         assert!(matches!(v, Verdict::HeavyLoss { .. }), "{v:?}");
     }
@@ -350,7 +361,15 @@ mod tests {
                 assert!(near_min, "{cc} ratio {ratio}: {text}");
             }
             if loss >= LOSS_LIMITED {
-                assert!(text.contains(&format!("{} ", pct(loss))) || text.contains(&format!("{} of", pct(loss))) || matches!(v, Verdict::ReceiverWindow { .. } | Verdict::ApplicationLimited | Verdict::Bufferbloat { .. }), "{cc} loss {loss}: {text}");
+                assert!(
+                    text.contains(&format!("{} ", pct(loss)))
+                        || text.contains(&format!("{} of", pct(loss)))
+                        || matches!(
+                            v,
+                            Verdict::ReceiverWindow { .. } | Verdict::ApplicationLimited | Verdict::Bufferbloat { .. }
+                        ),
+                    "{cc} loss {loss}: {text}"
+                );
             }
             // Any ratio the sentence states is the real one.
             if let Some(at) = text.find("x)") {
@@ -368,7 +387,10 @@ mod tests {
         assert_eq!(v, Verdict::Bufferbloat { srtt_us: 500_000, min_rtt_us: 98_000 });
         let v = verdict("cubic", |_, _| ());
         assert!(matches!(v, Verdict::Healthy { .. }), "{v:?}");
-        assert_eq!(v.explain("cubic"), "Healthy: 0.00% of segments retransmitted, RTT 100 ms against a 98 ms minimum (1.0x); the sender is using the path.");
+        assert_eq!(
+            v.explain("cubic"),
+            "Healthy: 0.00% of segments retransmitted, RTT 100 ms against a 98 ms minimum (1.0x); the sender is using the path."
+        );
         let v = verdict("cubic", |_, p| p.srtt_us = Some(170_000));
         assert!(matches!(v, Verdict::RttElevated { .. }), "{v:?}");
     }

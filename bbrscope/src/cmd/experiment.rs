@@ -452,17 +452,18 @@ fn read_capture(path: &Path) -> Result<record::Capture> {
     Ok(capture)
 }
 
-/// The report, and the exit status the outcome has: 3 when the guardrail stopped the run, 2
-/// when the service set its own algorithm (nothing could be concluded).
+/// The report, and the exit status the outcome has: 3 when the guardrail stopped the run (not for
+/// `--analyze`, which reports a recorded stop), 2 when the service set its own algorithm (nothing
+/// could be concluded).
 fn finish(
     args: &ExperimentArgs,
     obs: &[Observation],
     setup: &Setup,
     stopped_by: Option<String>,
     guard: Option<GuardDecision>,
-    replay: bool,
+    replaying: bool,
 ) -> Result<()> {
-    let replay = replay.then(|| {
+    let replay = replaying.then(|| {
         let pct = setup.guardrail_pct.unwrap_or(args.guardrail_pct);
         let rule =
             crate::experiment::guardrail::StopRule { margin_pct: pct, alpha: setup.rule.alpha, ..Default::default() };
@@ -482,7 +483,7 @@ fn finish(
             replay,
         },
     )?;
-    if stopped_by_guard {
+    if stopped_by_guard && !replaying {
         return Err(Exit(3).into());
     }
     if rep.integrity.overridden {

@@ -50,7 +50,11 @@ pub fn guardrail(obs: &[Observation], setup: &Setup) -> Option<GuardDecision> {
 }
 
 /// The report on the flows so far: the same analysis at the end and while it runs.
-pub fn report(obs: &[Observation], setup: &Setup, guard_stop: Option<String>) -> (report::Report, analysis::Analysis) {
+pub fn report(
+    obs: &[Observation],
+    setup: &Setup,
+    guard_stop: Option<GuardDecision>,
+) -> (report::Report, analysis::Analysis) {
     let opts = analysis::Options {
         arms: setup.arms.clone(),
         split_b: f64::from(setup.split_pct) / 100.0,
@@ -111,7 +115,7 @@ struct JsonReport<'a> {
 
 /// Prints the final report. Its first line is the guardrail's reason when it stopped the run.
 pub fn finish(obs: &[Observation], setup: &Setup, out: &Output) -> Result<report::Report> {
-    let guard_stop = out.guard.as_ref().filter(|g| g.stop).map(|g| g.reason.clone());
+    let guard_stop = out.guard.clone().filter(|g| g.stop);
     let (rep, a) = report(obs, setup, guard_stop);
     if let Some(p) = &out.plot {
         crate::figure::write(p, &plot::svg(obs, &a, 6))?;

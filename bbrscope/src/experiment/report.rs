@@ -43,8 +43,9 @@ use std::fmt::Write as _;
 use ipnet::IpNet;
 use serde::{Deserialize, Serialize};
 
-use super::analysis::{
-    Analysis, Diff, DiffUnit, GroupKind, GroupResult, Integrity, SampleRatio, Sparse, Status, Verdict,
+use super::{
+    analysis::{Analysis, Diff, DiffUnit, GroupKind, GroupResult, Integrity, SampleRatio, Sparse, Status, Verdict},
+    guardrail::GuardDecision,
 };
 
 /// The connections the experiment covered (its `--port`, `--cgroup`, `--dst`): what a
@@ -154,7 +155,7 @@ pub struct Context {
     /// The cgroup path all the experiment's flows shared, when they shared one.
     pub service_cgroup: Option<String>,
     /// The guardrail's stop, when it ended the run: it leads the report and nothing contradicts it.
-    pub guard_stop: Option<String>,
+    pub guard_stop: Option<GuardDecision>,
 }
 
 /// The report of an analysis.
@@ -316,9 +317,6 @@ pub fn recommend(a: &Analysis, ctx: &Context) -> Recommendation {
         evidence: vec![],
         notes,
     };
-    if let Some(why) = &ctx.guard_stop {
-        return none(None, vec![format!("the guardrail stopped the experiment ({why}): nothing to apply")]);
-    }
     if a.integrity.overridden {
         return none(
             None,
@@ -356,11 +354,20 @@ pub fn recommend(a: &Analysis, ctx: &Context) -> Recommendation {
             )],
         );
     };
+    // The guardrail stopped the arm that would be recommended: nothing. (The report's intervals
+    // are at least as wide as the guardrail's, so no group can call that arm faster; this holds
+    // even where the flows finished after the stop would tip one.)
+    if let Some(g) = ctx.guard_stop.as_ref().filter(|g| g.worse_arm == Some(arm)) {
+        return none(None, vec![format!("the guardrail stopped the experiment ({}): nothing to apply", g.reason)]);
+    }
     let cc = a.arms[arm].cc.clone();
     let other = &a.arms[1 - arm].cc;
     let against: Vec<&str> =
         a.groups.iter().filter(|g| g.verdict.better_arm() == Some(1 - arm)).map(|g| g.label.as_str()).collect();
     let mut notes = Vec::new();
+    if let Some(g) = &ctx.guard_stop {
+        notes.push(format!("the guardrail ended the experiment early because {other} was slower: {}", g.reason));
+    }
     if !against.is_empty() {
         notes.push(format!("{other} is faster for {}: not switched there", against.join(", ")));
     }
@@ -389,8 +396,8 @@ pub fn recommend(a: &Analysis, ctx: &Context) -> Recommendation {
         } else if !scope.dst.is_empty() {
             if scope.port.is_some() || scope.cgroup.is_some() {
                 notes.push(format!(
-                    "a route changes every connection to these prefixes, not only {}'s: the other services' were \
-                     not tested",
+                    "a route changes every connection to its prefix, not only those in the experiment's scope \
+                     ({}): other services' were not tested",
                     scope.words()
                 ));
             }
@@ -459,7 +466,8 @@ pub fn recommend(a: &Analysis, ctx: &Context) -> Recommendation {
     }
     if !commands.is_empty() && !scope.dst.is_empty() && (scope.port.is_some() || scope.cgroup.is_some()) {
         notes.push(format!(
-            "a route changes every connection to its prefix, not only {}'s: the other services' were not tested",
+            "a route changes every connection to its prefix, not only those in the experiment's scope ({}): \
+             other services' were not tested",
             scope.words()
         ));
     }
@@ -666,11 +674,18 @@ fn clip(s: &str, n: usize) -> String {
     if s.chars().count() <= n { s.to_string() } else { s.chars().take(n - 1).chain(['…']).collect() }
 }
 
-/// A signed percentage with a real minus sign: `−38%`, `+1.2%` (one decimal below 10).
+/// A signed percentage with a real minus sign: `−38%`, `+1.2%` (one decimal below 10, two
+/// below 0.1, so that a bound just above zero never reads as zero).
 pub fn fmt_pct(x: f64) -> String {
     let sign = if x < 0.0 { "−" } else { "+" };
     let m = x.abs();
-    if m >= 9.95 { format!("{sign}{m:.0}%") } else { format!("{sign}{m:.1}%") }
+    if m >= 9.95 {
+        format!("{sign}{m:.0}%")
+    } else if m >= 0.095 || m == 0.0 {
+        format!("{sign}{m:.1}%")
+    } else {
+        format!("{sign}{m:.2}%")
+    }
 }
 
 fn fmt_points(x: f64) -> String {
@@ -967,14 +982,28 @@ mod tests {
         assert!(r.commands.is_empty(), "{r:?}");
 
         // A guardrail stop: nothing, whatever the analysis says.
-        let stopped = Context { guard_stop: Some("bbr slower".into()), ..everything() };
+        // A guardrail stop of the arm it would recommend: nothing, whatever the analysis says.
+        let stop = |arm| GuardDecision {
+            stop: true,
+            reason: "slower".into(),
+            group: Some("all flows".into()),
+            worse_arm: Some(arm),
+            worse_pct: Some([30.0, 10.0, 50.0]),
+        };
+        let stopped = Context { guard_stop: Some(stop(1)), ..everything() };
         assert!(recommend(&analyze(&both, &Options::default()), &stopped).commands.is_empty());
+        // A stop because the other arm (here the current algorithm) was slower: the finding stands.
+        let stopped = Context { guard_stop: Some(stop(0)), ..everything() };
+        let r = recommend(&analyze(&both, &Options::default()), &stopped);
+        assert_eq!(r.commands, vec!["bbrscope apply bbr".to_string()], "{r:?}");
+        assert!(r.notes[0].starts_with("the guardrail ended the experiment early because cubic was slower"), "{r:?}");
     }
 
     #[test]
     fn numbers_read_as_people_write_them() {
         assert_eq!(fmt_pct(-38.2), "−38%");
         assert_eq!(fmt_pct(1.23), "+1.2%");
+        assert_eq!(fmt_pct(0.04), "+0.04%");
         assert_eq!(fmt_count(1204), "1,204");
         assert_eq!(fmt_count(1_234_567), "1,234,567");
         assert_eq!(fmt_count(12), "12");
