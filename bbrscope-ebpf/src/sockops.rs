@@ -395,10 +395,11 @@ static EXP_DST: LpmTrie<[u8; 16], u8> = LpmTrie::with_max_entries(1024, 0);
 fn assign_arm(ctx: &SockOpsContext, s: &mut SockFlow) {
     let sk = s.sk;
     let t = sock::tuple(sk);
-    // The service's port: the local end (a client's connections to a remote port 443 are not
-    // this host's to experiment on — the sender that matters is the server).
+    // The service's port: the local end of an accepted connection (a client's connections to a
+    // remote port 443 are not this host's to experiment on — the sender that matters is the
+    // server — and neither is an outgoing one whose ephemeral port happens to equal it).
     let port = conf!(experiment.port);
-    if port != 0 && t.sport != port {
+    if port != 0 && (t.sport != port || s.active != 0) {
         return;
     }
     let cgroup_id = conf!(experiment.cgroup_id);

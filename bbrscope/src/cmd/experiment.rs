@@ -443,11 +443,11 @@ fn read_capture(path: &Path) -> Result<record::Capture> {
         Err(e) => usage!("--analyze {}: {e}", path.display()),
     };
     let capture = record::read(BufReader::new(f)).with_context(|| format!("reading {}", path.display()))?;
-    for note in capture.notes() {
-        eprintln!("bbrscope: warning: {}: {note}", path.display());
-    }
     if capture.obs.is_empty() {
         usage!("{} has no flow_summary records with an experiment arm (record one with --record)", path.display());
+    }
+    for note in capture.notes() {
+        eprintln!("bbrscope: warning: {}: {note}", path.display());
     }
     Ok(capture)
 }
