@@ -50,7 +50,15 @@ pub enum Command {
     #[command(allow_negative_numbers = true)]
     Demo(crate::cmd::demo::DemoArgs),
     /// Will BBR help my traffic? A randomized A/B of two algorithms on this host's new connections, with the answer per client group (root; --analyze FILE re-analyses a recording)
-    #[command(allow_negative_numbers = true)]
+    #[command(
+        allow_negative_numbers = true,
+        after_help = "Each client group gets one answer: B faster by X [interval], B slower, no difference larger than \
+                      --delta, or inconclusive with about how many more flows would decide (the interval is valid \
+                      however often it is looked at; docs/experiment-method.md in the source has the method and its \
+                      measured error rates).\n\nExit status: 0 ran its course, or ended by q, Ctrl-C or SIGTERM; 1 an \
+                      error; 2 bad input, or the service set its own algorithm (nothing concluded); 3 stopped by the \
+                      guardrail."
+    )]
     Experiment(crate::cmd::experiment::ExperimentArgs),
     /// Switch congestion control for the system, a network namespace, a cgroup or a route: checks, plan, change, proof on a real socket (root)
     Apply(crate::cmd::apply::ApplyArgs),
