@@ -129,3 +129,35 @@ fn every_subcommand_exits_as_the_readme_says() {
         }
     }
 }
+
+/// A write to stderr that fails — a full disk, a reader that left — never panics (exit 101) and
+/// never changes the outcome: every subcommand that writes diagnostics, on its error path and on
+/// its running path (the exporter's and the experiment's status lines), exits as it would with
+/// stderr intact.
+#[test]
+fn a_stderr_that_cannot_be_written_changes_nothing() {
+    require_root();
+    let root = tempfile::tempdir().unwrap();
+    let root = root.path().to_str().unwrap().to_string();
+    let fixture = format!("{}/../tests/fixtures/experiment-two-populations.ndjson", env!("CARGO_MANIFEST_DIR"));
+    #[rustfmt::skip]
+    let table: Vec<(Vec<&str>, i32)> = vec![
+        (vec!["nosuchcommand"], 2),
+        (vec!["stream", "--port", "0"], 2),
+        (vec!["replay", "/no/such/capture.ndjson"], 2),
+        (vec!["experiment", "--arms", "cubic"], 2),
+        (vec!["apply", "nosuchcc", "--root", &root], 2),
+        // Warnings, then the report on stdout.
+        (vec!["experiment", "--analyze", &fixture, "--json"], 0),
+        (vec!["status", "--root", &root], 0),
+        (vec!["stream", "--duration", "1"], 0),
+        (vec!["export", "--listen", "127.0.0.1:0", "--duration", "2"], 0),
+        (vec!["experiment", "--arms", "cubic,bbr", "--port", "1", "--duration", "3s", "--headless"], 0),
+    ];
+    for (args, code) in &table {
+        for (name, err) in [("/dev/full", Stdio::from(full())), ("a closed pipe", Stdio::from(closed_pipe()))] {
+            let o = bbrscope().args(args).stdin(Stdio::null()).stdout(Stdio::null()).stderr(err).output().unwrap();
+            assert_eq!(o.status.code(), Some(*code), "{args:?} with stderr on {name}: {}", o.status);
+        }
+    }
+}

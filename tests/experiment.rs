@@ -980,6 +980,19 @@ fn recorded_real_traffic_keeps_its_error_rates_and_power() {
     assert!(replay["looks"].as_u64().unwrap() >= 20, "{replay}");
     assert_eq!(replay["decision"]["worse_arm"], 0, "{replay}");
 
+    // A recording of the version before (no first line naming arms and scope) stays analysable:
+    // the arms from its flows, the scope unknown, so nothing wider than a prefix is recommended.
+    let old = format!("{}/../tests/fixtures/experiment-two-populations.ndjson", env!("CARGO_MANIFEST_DIR"));
+    let out = bbrscope().args(["experiment", "--analyze", &old, "--json"]).output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success() && err.contains("no experiment header"), "{err}");
+    let old_report: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(old_report["scope"]["known"], false);
+    assert_eq!(group(&old_report, "198.18.64.0/24")["verdict"], "b_better");
+    for c in old_report["recommend"]["commands"].as_array().unwrap() {
+        assert!(c.as_str().unwrap().contains(" --route "), "{c}");
+    }
+
     let found = first_found(&capture, "198.18.66.0/24");
     eprintln!("recorded three groups: the far group's gain found {found:?} s after the first flow finished");
     assert!(found.is_some_and(|t| t <= 150.0), "{found:?}");
@@ -987,4 +1000,73 @@ fn recorded_real_traffic_keeps_its_error_rates_and_power() {
     eprintln!("recorded three groups, re-drawn: {rates:?}");
     assert!(rates.apply_aa <= 0.05 && rates.guard_aa <= 0.05 && rates.any_verdict_aa <= 0.05, "{rates:?}");
     assert!(rates.power_near_30pct >= 0.9, "{rates:?}");
+}
+
+/// Another user cannot block experiments by holding the lock (an older bbrscope left it 0644),
+/// nor have `status` call its process an experiment; a symbolic link planted at the lock's path
+/// does not make an experiment truncate its target.
+#[test]
+fn the_experiment_lock_is_roots_alone() {
+    require_root();
+    let _turn = turn();
+    wait_for_no_experiment();
+    use std::os::unix::fs::{MetadataExt as _, PermissionsExt as _};
+    const LOCK: &str = "/run/bbrscope-experiment.lock";
+    let start = || {
+        let mut child = bbrscope()
+            .args(["experiment", "--arms", "cubic,bbr", "--port", "1", "--duration", "1m", "--headless"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut line = String::new();
+        BufReader::new(child.stderr.take().unwrap()).read_line(&mut line).unwrap();
+        assert!(line.contains("experiment running"), "{line}");
+        child
+    };
+    let stop = |mut child: std::process::Child| {
+        // SAFETY: kill(2) on our own child's pid.
+        unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+        assert!(wait_timeout(&mut child, Duration::from_secs(20)).is_some());
+    };
+
+    let _ = std::fs::remove_file(LOCK);
+    std::fs::write(LOCK, "").unwrap();
+    std::fs::set_permissions(LOCK, std::fs::Permissions::from_mode(0o644)).unwrap();
+    let mut squatter = std::process::Command::new("runuser")
+        .args(["-u", "nobody", "--", "flock", "-n", LOCK, "sleep", "60"])
+        .spawn()
+        .unwrap();
+    let ino = std::fs::metadata(LOCK).unwrap().ino();
+    let held_by_nobody =
+        || std::fs::read_to_string("/proc/locks").unwrap().lines().any(|l| l.contains(&format!(":{ino} ")));
+    let t = Instant::now();
+    while !held_by_nobody() {
+        assert!(t.elapsed() < Duration::from_secs(10), "the squatter never took the lock");
+        thread::sleep(Duration::from_millis(50));
+    }
+    let status = bbrscope().args(["status", "--json"]).output().unwrap();
+    let status: Value = serde_json::from_slice(&status.stdout).unwrap();
+    assert!(status["experiment"].is_null(), "the squatter is no experiment: {}", status["experiment"]);
+    let child = start();
+    let m = std::fs::symlink_metadata(LOCK).unwrap();
+    assert_eq!((m.uid(), m.mode() & 0o777), (0, 0o600));
+    assert_ne!(m.ino(), ino, "a new lock file, not the squatted one");
+    let status = bbrscope().args(["status", "--json"]).output().unwrap();
+    let status: Value = serde_json::from_slice(&status.stdout).unwrap();
+    assert_eq!(status["experiment"]["pid"], child.id(), "{}", status["experiment"]);
+    stop(child);
+    let _ = squatter.kill();
+    let _ = squatter.wait();
+
+    // A link at the lock's path: not followed, its target untouched.
+    let target = std::env::temp_dir().join(format!("bbrs-lock-target-{}", std::process::id()));
+    std::fs::write(&target, "keep me\n").unwrap();
+    std::fs::remove_file(LOCK).unwrap();
+    std::os::unix::fs::symlink(&target, LOCK).unwrap();
+    let child = start();
+    assert!(std::fs::symlink_metadata(LOCK).unwrap().file_type().is_file());
+    assert_eq!(std::fs::read_to_string(&target).unwrap(), "keep me\n");
+    stop(child);
+    let _ = std::fs::remove_file(&target);
 }

@@ -47,7 +47,7 @@ fn png(svg: &str) -> Result<Vec<u8>> {
     let mut opt = resvg::usvg::Options::default();
     opt.fontdb_mut().load_system_fonts();
     if opt.fontdb.is_empty() {
-        eprintln!(
+        crate::output::errln!(
             "bbrscope: warning: no system fonts found; the PNG has no labels (install fonts-dejavu-core, or use .svg)"
         );
     }

@@ -28,6 +28,14 @@ extern "C" fn note_closed_stdout() {
 #[unsafe(link_section = ".init_array")]
 static NOTE_CLOSED_STDOUT: extern "C" fn() = note_closed_stdout;
 
+/// A line on stderr that never panics (the library's `errln!`): an error report must not turn
+/// into a panic when stderr is a full disk or a closed pipe.
+macro_rules! errln {
+    ($($arg:tt)*) => {
+        bbrscope::output::err_line(format_args!($($arg)*))
+    };
+}
+
 fn main() -> ExitCode {
     let cli = match Cli::try_parse() {
         Ok(cli) => cli,
@@ -37,7 +45,7 @@ fn main() -> ExitCode {
     // result to stdout. With stdout closed that result would vanish, so refuse before anything
     // is attached or changed, as coreutils fail on a closed stdout.
     if STDOUT_CLOSED_AT_START.load(Ordering::Relaxed) && !matches!(cli.command, Some(Command::Export(_))) {
-        eprintln!(
+        errln!(
             "bbrscope: standard output is closed (>&-); nothing was done (to discard the output, redirect it to /dev/null)"
         );
         return ExitCode::from(2);
@@ -45,7 +53,7 @@ fn main() -> ExitCode {
     let runtime = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
         Ok(rt) => rt,
         Err(e) => {
-            eprintln!("bbrscope: error: starting the async runtime: {e}");
+            errln!("bbrscope: error: starting the async runtime: {e}");
             return ExitCode::FAILURE;
         }
     };
@@ -78,11 +86,11 @@ fn main() -> ExitCode {
         }
         Err(e) => match e.downcast_ref::<UsageError>() {
             Some(u) => {
-                eprintln!("bbrscope: {u}");
+                errln!("bbrscope: {u}");
                 ExitCode::from(2)
             }
             None => {
-                eprintln!("bbrscope: error: {e:#}");
+                errln!("bbrscope: error: {e:#}");
                 ExitCode::FAILURE
             }
         },
@@ -98,7 +106,7 @@ fn clap_error(e: clap::Error) -> ExitCode {
             ExitCode::SUCCESS
         }
         _ => {
-            eprintln!("bbrscope: {} (see bbrscope --help)", bbrscope::error::one_line(&e.render().to_string()));
+            errln!("bbrscope: {} (see bbrscope --help)", bbrscope::error::one_line(&e.render().to_string()));
             ExitCode::from(2)
         }
     }

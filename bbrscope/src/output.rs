@@ -60,6 +60,22 @@ pub fn flush() -> Result<(), OutputError> {
     io::stdout().lock().flush().map_err(OutputError)
 }
 
+/// Writes a line to stderr. A failed write (stderr on a full disk, a pipe whose reader left) is
+/// dropped: a diagnostic must never panic, as `eprintln!` does, nor stop the exporter or the
+/// experiment it describes. Used through [`errln!`].
+pub fn err_line(args: fmt::Arguments<'_>) {
+    let mut err = io::stderr().lock();
+    let _ = err.write_fmt(args).and_then(|()| err.write_all(b"\n"));
+}
+
+/// `eprintln!` that never panics: see [`err_line`].
+macro_rules! errln {
+    ($($arg:tt)*) => {
+        $crate::output::err_line(format_args!($($arg)*))
+    };
+}
+pub(crate) use errln;
+
 /// Whether `e` (or anything it wraps) is a write to a closed pipe.
 pub fn is_closed_pipe(e: &anyhow::Error) -> bool {
     e.chain().any(|c| c.downcast_ref::<OutputError>().is_some_and(OutputError::is_closed_pipe))
@@ -99,7 +115,7 @@ pub fn exit_when_stuck_after_signal(grace: std::time::Duration) {
         })?;
         // stderr may be the same stalled pipe: the message gets a moment, not a veto.
         std::thread::spawn(|| {
-            eprintln!(
+            crate::output::errln!(
                 "bbrscope: stopping on a signal, but standard output has not been read for a while: \
                  exiting without writing what is left"
             )

@@ -56,7 +56,7 @@ impl Deferred {
     /// (`left`), then lets the signal end the process.
     pub fn end(self, left: &str) {
         if self.interrupted() {
-            eprintln!("bbrscope: interrupted: {left}");
+            crate::output::errln!("bbrscope: interrupted: {left}");
         }
         drop(self);
     }

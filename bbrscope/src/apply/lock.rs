@@ -69,7 +69,7 @@ impl Lock {
             let _ = file.read_to_string(&mut holder);
             let holder = holder.trim();
             let who = if holder.is_empty() { String::new() } else { format!(" (pid {holder})") };
-            eprintln!("bbrscope: waiting for another bbrscope apply or revert{who} to finish");
+            crate::output::errln!("bbrscope: waiting for another bbrscope apply or revert{who} to finish");
             flock(&file, libc::LOCK_EX).with_context(|| format!("locking {LOCK}"))?;
         }
         // Who holds it, for the message above; best effort.

@@ -118,7 +118,7 @@ fn apply(args: ApplyArgs) -> Result<()> {
     if !args.dry_run
         && let Some(note) = run::reconcile(&root)?
     {
-        eprintln!("bbrscope: {note}");
+        crate::output::errln!("bbrscope: {note}");
     }
     let host = Host::discover(&root)?;
     let mut reports = Vec::new();
@@ -127,7 +127,7 @@ fn apply(args: ApplyArgs) -> Result<()> {
             Ok(plan) => reports.push(ScopeReport { plan, outcome: None, verification: None }),
             // `--netns all` lists namespaces that may go away before they are looked at.
             Err(_) if s.netns().is_some_and(|n| !netns::still_there(n)) => {
-                eprintln!("bbrscope: warning: {s} disappeared while being checked; skipped");
+                crate::output::errln!("bbrscope: warning: {s} disappeared while being checked; skipped");
             }
             Err(e) => return Err(e),
         }

@@ -157,14 +157,14 @@ pub async fn run(args: DemoArgs) -> Result<()> {
     }
     privileges::require_tracing("bbrscope demo")?;
     if let Some(r) = args.rate.filter(|r| r.in_bytes) {
-        eprintln!(
+        crate::output::errln!(
             "bbrscope: note: --rate is in bytes per second, as tc(8) reads 'bps' and 'B/s': {} (write 'mbit' for \
              megabits)",
             fmt_rate(r.bps as f64)
         );
     }
     if rate_bps > ACCURATE_RATE_BPS {
-        eprintln!(
+        crate::output::errln!(
             "bbrscope: warning: above {} the emulator's timing may slip on small machines; see 'released late' in \
              the emulator counters",
             fmt_rate(ACCURATE_RATE_BPS as f64)
@@ -173,7 +173,7 @@ pub async fn run(args: DemoArgs) -> Result<()> {
 
     let mut watch = Watch::start(run::demo_port(), duration)?;
     for note in watch.degraded() {
-        eprintln!("bbrscope: warning: {note}");
+        crate::output::errln!("bbrscope: warning: {note}");
     }
     let mut interrupt = Interrupt::new()?;
     let mut display = Display::new(args.headless, watch.degraded().to_vec(), duration)?;
@@ -234,7 +234,7 @@ pub async fn run(args: DemoArgs) -> Result<()> {
     match stopped {
         None => Ok(()),
         Some((Stop::Quit, ran)) => {
-            eprintln!(
+            crate::output::errln!(
                 "bbrscope: stopped with q after {:.1} of {:.0} s: the summary covers the part that ran",
                 ran.as_secs_f64(),
                 duration.as_secs_f64()

@@ -181,13 +181,13 @@ pub async fn run(args: ExperimentArgs) -> Result<()> {
     };
     let mut live = Live::start("bbrscope experiment", &opts)?;
     for note in live.degraded() {
-        eprintln!("bbrscope: warning: {note}");
+        crate::output::errln!("bbrscope: warning: {note}");
     }
     let mut recorder = match &args.record {
         Some(p) => Some(JsonSink::new(record::create(p, &setup)?, Clock::new())),
         None => None,
     };
-    eprintln!(
+    crate::output::errln!(
         "bbrscope: experiment running: {} (arm A) vs {} (arm B), {}% to B, {}% of connections in scope; {} ends it",
         spec.arms[0],
         spec.arms[1],
@@ -358,7 +358,7 @@ impl Display {
 
     fn show(&mut self) -> Result<()> {
         match (&mut self.shown, &mut self.dash) {
-            (Shown::Lines(x), _) => eprintln!("{}", x.progress_line()),
+            (Shown::Lines(x), _) => crate::output::errln!("{}", x.progress_line()),
             (Shown::Dashboard(app), Some(dash)) => {
                 app.tick(Clock::monotonic_ns());
                 dash.draw(app)?;
@@ -447,7 +447,7 @@ fn read_capture(path: &Path) -> Result<record::Capture> {
         usage!("{} has no flow_summary records with an experiment arm (record one with --record)", path.display());
     }
     for note in capture.notes() {
-        eprintln!("bbrscope: warning: {}: {note}", path.display());
+        crate::output::errln!("bbrscope: warning: {}: {note}", path.display());
     }
     Ok(capture)
 }

@@ -86,7 +86,7 @@ pub async fn run(args: ExportArgs) -> Result<()> {
     };
     let mut live = Live::start("bbrscope export", &opts)?;
     for note in live.degraded() {
-        eprintln!("bbrscope: warning: {note}");
+        crate::output::errln!("bbrscope: warning: {note}");
     }
     let mut registry = Registry::default();
     let scopes = ScopeOptions { cgroup: args.by_cgroup, netns: args.by_netns };
@@ -96,7 +96,7 @@ pub async fn run(args: ExportArgs) -> Result<()> {
     let registry = Arc::new(registry);
     // The bound address: with port 0 the kernel chose one, and that is the one to scrape.
     let bound = listener.local_addr().unwrap_or(args.listen);
-    eprintln!("bbrscope: serving metrics at http://{bound}/metrics ({} observer)", live.path().as_str());
+    crate::output::errln!("bbrscope: serving metrics at http://{bound}/metrics ({} observer)", live.path().as_str());
 
     let mut table = FlowTable::new(0);
     let mut tick = tokio::time::interval_at(tokio::time::Instant::now() + TICK, TICK);

@@ -36,10 +36,10 @@ pub async fn run(args: ReplayArgs) -> Result<()> {
     let feed = tui::replay(feed, &name, args.speed, args.paused).await?;
     // After the dashboard has left the screen, where it can be read.
     if let Some(s) = feed.skipped.describe() {
-        eprintln!("bbrscope: replay of {name}: {s}");
+        crate::output::errln!("bbrscope: replay of {name}: {s}");
     }
     if let Some(e) = &feed.error {
-        eprintln!("bbrscope: replay of {name}: stopped reading: {e}");
+        crate::output::errln!("bbrscope: replay of {name}: stopped reading: {e}");
     }
     Ok(())
 }

@@ -108,7 +108,7 @@ fn revert(args: RevertArgs) -> Result<()> {
     validate(&args, &State::load(&root)?)?;
     let _lock = Lock::acquire(&root)?;
     if let Some(note) = run::reconcile(&root)? {
-        eprintln!("bbrscope: {note}");
+        crate::output::errln!("bbrscope: {note}");
     }
     let mut state = State::load(&root)?;
     let own = netns::current()?.ino;

@@ -26,7 +26,7 @@ pub async fn run(args: StreamArgs) -> Result<()> {
     crate::output::exit_when_stuck_after_signal(Duration::from_secs(2));
     let mut live = Live::start("bbrscope stream", &opts)?;
     for note in live.degraded() {
-        eprintln!("bbrscope: warning: {note}");
+        crate::output::errln!("bbrscope: warning: {note}");
     }
     let mut table = FlowTable::new(0);
     // Lines are written by a thread of their own: a write that blocks must not stop the ring

@@ -1123,7 +1123,7 @@ pub(crate) mod tests {
             let a = analyze(&obs, &opts);
             any += a.groups.iter().any(|g| g.verdict.better_arm().is_some()) as usize;
         }
-        eprintln!("A/A: {any}/{reps} experiments call some group different");
+        crate::output::errln!("A/A: {any}/{reps} experiments call some group different");
         assert!(any as f64 / reps as f64 <= 0.05, "{any}/{reps}");
     }
 

@@ -250,7 +250,7 @@ mod tests {
             assert!(r.looks >= 6 || r.stopped_at_s.is_some(), "{r:?}");
             stops += r.stopped_at_s.is_some() as usize;
         }
-        eprintln!("A/A guardrail: {stops}/{runs} runs stopped");
+        crate::output::errln!("A/A guardrail: {stops}/{runs} runs stopped");
         assert!(stops as f64 / runs as f64 <= 0.05, "{stops}/{runs}");
     }
 

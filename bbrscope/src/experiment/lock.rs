@@ -39,13 +39,7 @@ pub struct Running {
 /// Takes the lock for `running` (exit 2 if another experiment holds it) and writes its
 /// description; the lock lasts as long as the returned file is open.
 pub fn acquire(running: &Running) -> Result<File> {
-    let f = File::options()
-        .create(true)
-        .truncate(false)
-        .read(true)
-        .write(true)
-        .open(LOCK)
-        .with_context(|| format!("opening {LOCK}"))?;
+    let f = open_lock()?;
     // SAFETY: flock on a descriptor this function owns.
     if unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } != 0 {
         let pid = holder(&f).map(|p| format!(" (pid {p})")).unwrap_or_default();
@@ -55,6 +49,40 @@ pub fn acquire(running: &Running) -> Result<File> {
     f.set_len(0).with_context(|| format!("writing {LOCK}"))?;
     writeln!(w, "{}", serde_json::to_string(running)?).with_context(|| format!("writing {LOCK}"))?;
     Ok(f)
+}
+
+/// Opens the lock file: root's, mode 0600 whatever the umask, never through a symbolic link. A
+/// file at the path that is anything else (left at 0644 by an older bbrscope, or planted: any user
+/// who can open it can hold its lock and block every experiment, and a link would have this
+/// truncate its target) is replaced by a new one, so a lock on the old inode no longer counts.
+fn open_lock() -> Result<File> {
+    use std::os::unix::fs::OpenOptionsExt as _;
+    let open = |new: bool| {
+        let mut o = File::options();
+        o.read(true).write(true).mode(0o600).custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC);
+        if new {
+            o.create_new(true);
+        } else {
+            o.create(true).truncate(false);
+        }
+        o.open(LOCK)
+    };
+    match open(false) {
+        Ok(f) => {
+            let m = f.metadata().with_context(|| format!("reading {LOCK}"))?;
+            if m.file_type().is_file() && m.uid() == 0 && m.mode() & 0o077 == 0 {
+                return Ok(f);
+            }
+        }
+        // O_NOFOLLOW on a symbolic link.
+        Err(e) if e.raw_os_error() == Some(libc::ELOOP) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::PermissionDenied => {
+            usage!("cannot open {LOCK}: {e}: an experiment needs root");
+        }
+        Err(e) => return Err(e).with_context(|| format!("opening {LOCK}")),
+    }
+    std::fs::remove_file(LOCK).with_context(|| format!("replacing {LOCK}, which is not root's alone"))?;
+    open(true).with_context(|| format!("creating {LOCK}"))
 }
 
 /// The pid holding an flock on `f`'s inode, as the kernel lists it in /proc/locks
@@ -77,6 +105,12 @@ fn holder_in(locks: &str, ino: u64) -> Option<u32> {
 /// The experiment running now, if one is: the lock file's description, provided a process holds
 /// the lock (its pid from the kernel). `Err` if the description cannot be read.
 pub fn running() -> Result<Option<Running>> {
+    // Only root's own lock file counts (see `open_lock`): a planted one, or a link, is no experiment.
+    let root_only =
+        std::fs::symlink_metadata(LOCK).is_ok_and(|m| m.file_type().is_file() && m.uid() == 0 && m.mode() & 0o077 == 0);
+    if !root_only {
+        return Ok(None);
+    }
     let Ok(f) = File::open(LOCK) else { return Ok(None) };
     let Some(pid) = holder(&f) else { return Ok(None) };
     let text = std::fs::read_to_string(LOCK).with_context(|| format!("reading {LOCK}"))?;

@@ -86,11 +86,11 @@ mod tests {
         let Some(configured) = kconfig::read(&kconfig::release())
             .and_then(|(text, _)| kconfig::value(&text, "CONFIG_HZ").and_then(|v| v.parse::<u32>().ok()))
         else {
-            eprintln!("skipped: this kernel publishes no configuration");
+            crate::output::errln!("skipped: this kernel publishes no configuration");
             return;
         };
         if std::fs::File::open("/proc/timer_list").is_err() {
-            eprintln!("skipped: /proc/timer_list is not readable (root only)");
+            crate::output::errln!("skipped: /proc/timer_list is not readable (root only)");
             return;
         }
         assert_eq!(measure(), Some(configured));
