@@ -170,6 +170,7 @@ const BAD_LIST: &str = "/tmp/bbrscope-test-bad-prefix-list";
 fn bad_input_is_refused_before_anything_is_attached() {
     require_root();
     let _turn = turn();
+    let too_many = (0..1025).map(|i| format!("10.{}.{}.0/24", i / 256, i % 256)).collect::<Vec<_>>().join(",");
     let cases: &[(&[&str], &str)] = &[
         (&["--arms", "cubic,nosuchcc"], "not an available algorithm"),
         (&["--arms", "cubic"], "two algorithms"),
@@ -185,6 +186,7 @@ fn bad_input_is_refused_before_anything_is_attached() {
         (&["--arms", "cubic,bbr", "--prefix-list", "/no/such/file"], "--prefix-list /no/such/file"),
         (&["--arms", "cubic,bbr", "--prefix-list", BAD_LIST], "line 2: '10.0.0.0/33' is not a CIDR prefix"),
         (&["--analyze", BAD_LIST], "has no flow_summary records with an experiment arm"),
+        (&["--arms", "cubic,bbr", "--dst", &too_many], "the kernel's scope holds at most 1024"),
     ];
     std::fs::write(BAD_LIST, "far 203.0.113.0/24\nnear 10.0.0.0/33\n").unwrap();
     for (args, needle) in cases {
@@ -804,7 +806,8 @@ fn three_client_groups_the_far_lossy_gain_is_found_and_nothing_else_is_applied()
     assert_eq!(report["recommend"]["scope"], "routes");
     drop((far, near, dc));
 
-    let capture = bbrscope::experiment::record::read(BufReader::new(std::fs::File::open(&record).unwrap())).unwrap();
+    let capture =
+        bbrscope::experiment::record::read(BufReader::new(std::fs::File::open(&record).unwrap()), true).unwrap();
     assert!(capture.has_header && capture.setup.scope.port == Some(port), "{:?}", capture.setup.scope);
     // BBRSCOPE_KEEP_RECORDING=FILE keeps the recording, cut to what the analysis reads: how
     // tests/fixtures/experiment-three-groups.ndjson was made.
@@ -962,7 +965,8 @@ fn harness(capture: &bbrscope::experiment::record::Capture, draws: usize, seed: 
 #[test]
 fn recorded_real_traffic_keeps_its_error_rates_and_power() {
     let path = format!("{}/../tests/fixtures/experiment-three-groups.ndjson", env!("CARGO_MANIFEST_DIR"));
-    let capture = bbrscope::experiment::record::read(BufReader::new(std::fs::File::open(&path).unwrap())).unwrap();
+    let capture =
+        bbrscope::experiment::record::read(BufReader::new(std::fs::File::open(&path).unwrap()), true).unwrap();
     assert!(capture.has_header && capture.obs.len() > 3000, "{}", capture.obs.len());
 
     let out = bbrscope().args(["experiment", "--analyze", &path, "--json"]).output().unwrap();
@@ -1069,4 +1073,44 @@ fn the_experiment_lock_is_roots_alone() {
     assert_eq!(std::fs::read_to_string(&target).unwrap(), "keep me\n");
     stop(child);
     let _ = std::fs::remove_file(&target);
+}
+
+/// `--analyze` reads any input in bounded memory: a recording with a 500 MB line in it is
+/// analysed under an address-space limit of the binary's size plus 300 MB (reading the line
+/// whole would need 500 MB or more), the line skipped and said.
+#[test]
+fn analyze_reads_a_huge_line_in_bounded_memory() {
+    use std::io::Write as _;
+    let fixture = format!("{}/../tests/fixtures/experiment-three-groups.ndjson", env!("CARGO_MANIFEST_DIR"));
+    let text = std::fs::read_to_string(&fixture).unwrap();
+    let path = std::env::temp_dir().join(format!("bbrs-huge-line-{}.ndjson", std::process::id()));
+    let mut f = std::io::BufWriter::new(std::fs::File::create(&path).unwrap());
+    let lines: Vec<&str> = text.lines().collect();
+    for l in &lines[..lines.len() / 2] {
+        writeln!(f, "{l}").unwrap();
+    }
+    let chunk = vec![b'x'; 1 << 20];
+    for _ in 0..500 {
+        f.write_all(&chunk).unwrap();
+    }
+    writeln!(f).unwrap();
+    for l in &lines[lines.len() / 2..] {
+        writeln!(f, "{l}").unwrap();
+    }
+    drop(f);
+    let binary = std::fs::metadata(env!("CARGO_BIN_EXE_bbrscope")).unwrap().len();
+    let limit = binary + (300 << 20);
+    let out = std::process::Command::new("prlimit")
+        .arg(format!("--as={limit}"))
+        .arg(env!("CARGO_BIN_EXE_bbrscope"))
+        .args(["experiment", "--analyze", path.to_str().unwrap(), "--json"])
+        .output()
+        .unwrap();
+    let _ = std::fs::remove_file(&path);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{}: {err}", out.status);
+    assert!(err.contains("longer than 64 KiB"), "{err}");
+    let report: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let flows = report["arms"][0]["flows"].as_u64().unwrap() + report["arms"][1]["flows"].as_u64().unwrap();
+    assert_eq!(flows, 3415);
 }

@@ -247,12 +247,28 @@ pub struct Reader<R> {
     bytes: u64,
     records: u64,
     buf: Vec<u8>,
+    /// A line longer than this after records were read ends the input ([`MAX_SKIPPED_LINE`]).
+    skip_limit: u64,
     pub skipped: Skipped,
 }
 
 impl<R: BufRead> Reader<R> {
     pub fn new(inner: R) -> Self {
-        Reader { inner, line: 0, bytes: 0, records: 0, buf: Vec::new(), skipped: Skipped::default() }
+        Reader {
+            inner,
+            line: 0,
+            bytes: 0,
+            records: 0,
+            buf: Vec::new(),
+            skip_limit: MAX_SKIPPED_LINE,
+            skipped: Skipped::default(),
+        }
+    }
+
+    /// A reader of input known to end (a regular file): a line of any length is skipped, in
+    /// bounded memory, and reading goes on after it.
+    pub fn of_file(inner: R) -> Self {
+        Reader { skip_limit: u64::MAX, ..Self::new(inner) }
     }
 
     /// The next record, `Ok(None)` at the end of the input. Unreadable lines are skipped and
@@ -369,7 +385,7 @@ impl<R: BufRead> Reader<R> {
             }
             if too_long {
                 self.check_leading_junk()?;
-                if len > MAX_SKIPPED_LINE {
+                if len > self.skip_limit {
                     bail!("line {} runs over {} MiB without a newline", self.line + 1, MAX_SKIPPED_LINE >> 20);
                 }
             }

@@ -408,6 +408,13 @@ fn validate(args: &ExperimentArgs) -> Result<ExperimentSpec> {
     if !(args.guardrail_pct > 0.0 && args.guardrail_pct <= 1000.0) {
         usage!("--guardrail-pct must be a percentage above 0 (e.g. 20)");
     }
+    if args.dst.len() > crate::kernel::loader::MAX_EXPERIMENT_RANGES {
+        usage!(
+            "--dst: {} ranges, the kernel's scope holds at most {}: give wider prefixes",
+            args.dst.len(),
+            crate::kernel::loader::MAX_EXPERIMENT_RANGES
+        );
+    }
     if let Some(p) = &args.plot {
         crate::experiment::glue::check_plot_path(p)?;
     }
@@ -442,7 +449,8 @@ fn read_capture(path: &Path) -> Result<record::Capture> {
         Ok(f) => f,
         Err(e) => usage!("--analyze {}: {e}", path.display()),
     };
-    let capture = record::read(BufReader::new(f)).with_context(|| format!("reading {}", path.display()))?;
+    let is_file = f.metadata().is_ok_and(|m| m.is_file());
+    let capture = record::read(BufReader::new(f), is_file).with_context(|| format!("reading {}", path.display()))?;
     if capture.obs.is_empty() {
         usage!("{} has no flow_summary records with an experiment arm (record one with --record)", path.display());
     }

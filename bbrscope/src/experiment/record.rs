@@ -126,9 +126,10 @@ fn plausible(o: &Observation) -> bool {
     time(o.duration_s) && time(o.handshake_s) && o.bytes <= MAX_BYTES && o.end_ts.is_none_or(f64::is_finite)
 }
 
-/// Reads a recording: see the module comment.
-pub fn read(input: impl BufRead) -> Result<Capture> {
-    let mut reader = Reader::new(input);
+/// Reads a recording: see the module comment. `is_file`: the input is a regular file (it ends), so
+/// a line of any length is skipped and reading goes on; else a line over 16 MiB ends it.
+pub fn read(input: impl BufRead, is_file: bool) -> Result<Capture> {
+    let mut reader = if is_file { Reader::of_file(input) } else { Reader::new(input) };
     let mut c = Capture::default();
     let mut seen: HashSet<(u64, u64, String)> = HashSet::new();
     while let Some(v) = reader.next_value()? {
@@ -205,7 +206,7 @@ mod tests {
         let mut bytes = text.into_bytes();
         // One invalid UTF-8 byte in a line of its own.
         bytes.extend_from_slice(b"\xff\xfe\n");
-        let c = read(&bytes[..]).unwrap();
+        let c = read(&bytes[..], true).unwrap();
         assert_eq!(c.obs.len(), 1);
         let o = &c.obs[0];
         // Handshake: the SYN-ACK's round trip and one retransmission's 1 s wait.

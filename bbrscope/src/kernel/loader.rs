@@ -455,6 +455,10 @@ fn experiment_config(spec: Option<&ExperimentSpec>) -> bbrscope_common::Experime
     e
 }
 
+/// Destination ranges the kernel's experiment scope holds (the size of `EXP_DST` in
+/// bbrscope-ebpf/src/sockops.rs): more is bad input, refused before anything is loaded.
+pub const MAX_EXPERIMENT_RANGES: usize = 1024;
+
 /// The experiment's destination ranges, as IPv6 (IPv4 mapped) prefixes the kernel looks up.
 fn fill_experiment_ranges(ebpf: &mut Ebpf, ranges: &[ipnet::IpNet]) -> Result<()> {
     let mut map: LpmTrie<_, [u8; 16], u8> = LpmTrie::try_from(ebpf.map_mut("EXP_DST").context("EXP_DST map missing")?)?;
