@@ -221,6 +221,53 @@ fn boot_files_are_read_in_order_and_never_edited() {
     fx.assert_host_unchanged();
 }
 
+/// A record another user planted (revert would create /etc/cron.d/x from it, or with --force
+/// delete /etc/sysctl.conf) is refused before anything is done; a drop-in of bbrscope's name
+/// that the admin wrote is never overwritten; under umask 000 what apply writes is still 0644.
+#[test]
+fn planted_records_and_foreign_files_are_refused_and_modes_are_explicit() {
+    use std::os::unix::fs::PermissionsExt as _;
+    let fx = Fixture::new();
+    let ns = Netns::new("apply");
+    let algo = other_algorithm(&ns.cc(), true);
+    let planted = r#"{"entries":[{"scope":{"type":"system","netns":{"label":"this namespace","path":"/proc/self/ns/net","ino":1}},"algorithm":"bbr","applied_at":1,"changes":[{"kind":"file","path":"/etc/cron.d/x","from":"* * * * * root touch /tmp/pwned\n","to":"x"},{"kind":"file","path":"/etc/sysctl.conf","from":null,"to":"x"}]}]}"#;
+    fx.write("var/lib/bbrscope/state.json", planted);
+    fx.write("etc/sysctl.conf", "# the admin's\n");
+    for args in [&["revert", "--all"][..], &["revert", "--all", "--force"], &["apply", &algo], &["status"]] {
+        let o = fx.bbrscope(Some(&ns), args);
+        assert_eq!(o.code, Some(2), "{args:?}: {o}");
+        assert!(o.stderr.contains("refusing /var/lib/bbrscope/state.json: it names /etc/cron.d/x"), "{o}");
+        assert!(!fx.path("etc/cron.d").exists(), "{args:?} created what the planted record names");
+        assert_eq!(std::fs::read_to_string(fx.path("etc/sysctl.conf")).unwrap(), "# the admin's\n");
+    }
+    std::fs::remove_file(fx.path("var/lib/bbrscope/state.json")).unwrap();
+
+    // The admin's own file under bbrscope's name: refused, untouched.
+    fx.write(DROPIN, "net.ipv4.tcp_congestion_control = reno\n");
+    let o = fx.bbrscope(Some(&ns), &["apply", &algo]);
+    assert_eq!(o.code, Some(2), "{o}");
+    assert!(o.stdout.contains("bbrscope did not write it"), "{o}");
+    assert_eq!(std::fs::read_to_string(fx.path(DROPIN)).unwrap(), "net.ipv4.tcp_congestion_control = reno\n");
+    std::fs::remove_file(fx.path(DROPIN)).unwrap();
+
+    // umask 000: the files apply writes are 0644 all the same, its directory 0755.
+    let mut c = fx.command(Some(&ns), &["apply", &algo]);
+    // SAFETY: umask(2) is async-signal-safe, as pre_exec requires.
+    unsafe {
+        std::os::unix::process::CommandExt::pre_exec(&mut c, || {
+            libc::umask(0);
+            Ok(())
+        });
+    }
+    assert!(c.output().unwrap().status.success());
+    let mode = |rel: &str| std::fs::metadata(fx.path(rel)).unwrap().permissions().mode() & 0o7777;
+    assert_eq!(mode("var/lib/bbrscope/state.json"), 0o644);
+    assert_eq!(mode("var/lib/bbrscope"), 0o755);
+    assert_eq!(mode(DROPIN), 0o644);
+    fx.bbrscope(Some(&ns), &["revert"]).ok();
+    fx.assert_host_unchanged();
+}
+
 #[test]
 fn a_failure_midway_rolls_back() {
     let fx = Fixture::new();

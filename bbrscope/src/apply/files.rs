@@ -34,15 +34,44 @@ pub fn read(root: &Path, path: &Path) -> Result<Option<String>> {
     }
 }
 
+/// The mode of every file bbrscope owns, whatever the caller's umask: root writes it, anyone may
+/// read it (`status` as any user shows what was changed; nothing in it is secret).
+const FILE_MODE: u32 = 0o644;
+/// The mode of a directory bbrscope creates.
+const DIR_MODE: u32 = 0o755;
+
+/// Creates the missing directories of `dir` with [`DIR_MODE`].
+fn create_dirs(dir: &Path) -> std::io::Result<()> {
+    use std::os::unix::fs::{DirBuilderExt as _, PermissionsExt as _};
+    if dir.exists() {
+        return Ok(());
+    }
+    if let Some(parent) = dir.parent() {
+        create_dirs(parent)?;
+    }
+    std::fs::DirBuilder::new().mode(DIR_MODE).create(dir)?;
+    std::fs::set_permissions(dir, std::fs::Permissions::from_mode(DIR_MODE))
+}
+
 /// Replaces the file in one step (write a temporary file beside it, flush, rename), so a crash
-/// leaves the old or the new content, never half of one.
+/// leaves the old or the new content, never half of one. The temporary file is created new
+/// (never through a link someone left at its name) with the file's mode set explicitly.
 pub fn write_atomic(root: &Path, path: &Path, contents: &str) -> Result<()> {
+    use std::os::unix::fs::{OpenOptionsExt as _, PermissionsExt as _};
     let target = below(root, path);
     let dir = target.parent().context("a file path has a parent")?;
-    std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+    create_dirs(dir).with_context(|| format!("creating {}", dir.display()))?;
     let tmp = temporary(&target, std::process::id());
+    let _ = std::fs::remove_file(&tmp);
+    let mode = FILE_MODE;
     let result = (|| -> std::io::Result<()> {
-        let mut f = std::fs::File::create(&tmp)?;
+        let mut f = std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(mode)
+            .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+            .open(&tmp)?;
+        f.set_permissions(std::fs::Permissions::from_mode(mode))?;
         f.write_all(contents.as_bytes())?;
         f.sync_all()?;
         std::fs::rename(&tmp, &target)?;
@@ -52,6 +81,28 @@ pub fn write_atomic(root: &Path, path: &Path, contents: &str) -> Result<()> {
         let _ = std::fs::remove_file(&tmp);
     }
     result.with_context(|| format!("writing {}", path.display()))
+}
+
+/// Whether `path` (below the root) and its directory can be written by root alone: a record
+/// that another user could have written is not trusted. (Files that do not exist are fine.)
+pub fn roots_alone(root: &Path, path: &Path) -> Result<(), String> {
+    use std::os::unix::fs::MetadataExt as _;
+    let target = below(root, path);
+    for p in [target.as_path(), target.parent().unwrap_or(Path::new("/"))] {
+        let Ok(m) = std::fs::symlink_metadata(p) else { continue };
+        if m.file_type().is_symlink() {
+            return Err(format!("{} is a symbolic link", p.display()));
+        }
+        if m.uid() != 0 || m.mode() & 0o022 != 0 {
+            return Err(format!(
+                "{} can be written by others (owner uid {}, mode {:o})",
+                p.display(),
+                m.uid(),
+                m.mode() & 0o7777
+            ));
+        }
+    }
+    Ok(())
 }
 
 /// The temporary file [`write_atomic`] uses for `target`: `.NAME.bbrscope-PID` beside it.
@@ -126,6 +177,26 @@ mod tests {
         remove(root.path(), p).unwrap();
         assert_eq!(read(root.path(), p).unwrap(), None);
         assert_eq!(unwritable(root.path(), p), None);
+    }
+
+    /// Under umask 000 as under 077: files 0644, directories 0755.
+    #[test]
+    fn modes_are_explicit_whatever_the_umask() {
+        use std::os::unix::fs::PermissionsExt as _;
+        for umask in [0o000, 0o077] {
+            let root = TempRoot::new();
+            // SAFETY: umask(2) cannot fail; restored below (tests in this process share it).
+            let old = unsafe { libc::umask(umask) };
+            write_atomic(root.path(), Path::new(STATE), "{}").unwrap();
+            write_atomic(root.path(), Path::new(SYSCTL_DROPIN), "x\n").unwrap();
+            // SAFETY: as above.
+            unsafe { libc::umask(old) };
+            let mode = |p: &str| std::fs::metadata(root.path().join(p)).unwrap().permissions().mode() & 0o7777;
+            assert_eq!(mode("var/lib/bbrscope/state.json"), 0o644, "umask {umask:o}");
+            assert_eq!(mode("var/lib/bbrscope"), 0o755, "umask {umask:o}");
+            assert_eq!(mode("etc/sysctl.d/99-zz-bbrscope.conf"), 0o644, "umask {umask:o}");
+            assert_eq!(roots_alone(root.path(), Path::new(STATE)), Ok(()));
+        }
     }
 
     #[test]

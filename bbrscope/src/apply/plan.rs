@@ -355,6 +355,16 @@ fn boot(p: &mut Plan, opts: &Options, qdisc: Option<String>, provision: &Provisi
     }
     match files::unwritable(&opts.root, dropin) {
         Some(why) => p.check(Level::Block, "files", why),
+        // A file of bbrscope's name that bbrscope did not write is someone's own: never replaced.
+        None if existing.as_deref().is_some_and(|t| !t.starts_with(files::HEADER)) => p.check(
+            Level::Block,
+            "files",
+            format!(
+                "{} exists and bbrscope did not write it (no bbrscope header): bbrscope does not overwrite \
+                 it; move it away, or use --no-persist",
+                dropin.display()
+            ),
+        ),
         None if existing.as_deref() != Some(text.as_str()) => {
             p.changes.push(Change::File { path: dropin.into(), from: existing, to: text });
         }

@@ -9,13 +9,14 @@
 
 use std::path::{Path, PathBuf};
 
-use anyhow::{Context as _, Result};
+use anyhow::Result;
 use serde::{Deserialize, Serialize};
 
 use super::{
     change::{self, Change},
     files,
     scope::Scope,
+    sysctl,
 };
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -41,12 +42,58 @@ impl State {
         PathBuf::from(files::STATE)
     }
 
+    /// The record, checked before anything acts on it: root's alone, and naming only what
+    /// bbrscope can have changed. Anything else was planted or edited by hand, and `apply`,
+    /// `revert` and `status` refuse it in one line rather than write or delete what it names.
     pub fn load(root: &Path) -> Result<State> {
-        match files::read(root, &Self::path())? {
-            None => Ok(State::default()),
-            Some(text) => serde_json::from_str(&text)
-                .with_context(|| format!("{} is not bbrscope's state (remove it by hand?)", files::STATE)),
+        let refuse = |why: String| -> anyhow::Error {
+            crate::error::UsageError::new(format!(
+                "refusing {}: {why}; bbrscope did not write it so: inspect it, and remove it by hand if it is not yours",
+                files::STATE
+            ))
+            .into()
+        };
+        let Some(text) = files::read(root, &Self::path())? else { return Ok(State::default()) };
+        files::roots_alone(root, &Self::path()).map_err(refuse)?;
+        let state: State = serde_json::from_str(&text).map_err(|e| refuse(format!("not bbrscope's state ({e})")))?;
+        state.check().map_err(refuse)?;
+        Ok(state)
+    }
+
+    /// Every change is one bbrscope makes: its own files (whose earlier content, if any, it
+    /// wrote too), the sysctl keys it sets, its pins, algorithm modules.
+    fn check(&self) -> Result<(), String> {
+        let own = |p: &Path| [files::SYSCTL_DROPIN, files::MODULES_LOAD].iter().any(|o| Path::new(o) == p);
+        for c in self.entries.iter().chain(&self.pending).flat_map(|e| &e.changes) {
+            match c {
+                Change::Sysctl { key, .. } if key == sysctl::CC || key == sysctl::ALLOWED => {}
+                Change::Sysctl { key, .. } => return Err(format!("it names {key}, a setting bbrscope never changes")),
+                Change::File { path, .. } if !own(path) => {
+                    return Err(format!("it names {}, a file bbrscope does not own", path.display()));
+                }
+                Change::File { path, from, to } => {
+                    if !to.starts_with(files::HEADER) || from.as_deref().is_some_and(|f| !f.starts_with(files::HEADER))
+                    {
+                        return Err(format!("it gives {} content bbrscope did not write", path.display()));
+                    }
+                }
+                Change::CgroupLink { pin, .. } if pin.parent() != Some(Path::new(super::cgroup::PIN_DIR)) => {
+                    return Err(format!("it names a pin outside {}, {}", super::cgroup::PIN_DIR, pin.display()));
+                }
+                Change::LoadModule { module }
+                    if !(module.starts_with("tcp_")
+                        && module.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_')) =>
+                {
+                    return Err(format!("it names {module}, not a congestion-control module"));
+                }
+                Change::CgroupLink { .. }
+                | Change::LoadModule { .. }
+                | Change::DefaultQdisc { .. }
+                | Change::RouteCc { .. }
+                | Change::MountBpffs => {}
+            }
         }
+        Ok(())
     }
 
     pub fn save(&self, root: &Path) -> Result<()> {
@@ -126,7 +173,50 @@ mod tests {
 
         let mut back = back;
         assert!(back.remove(&scope).is_some());
+        assert!(back.find(&scope).is_none());
         back.save(root.path()).unwrap();
         assert!(!root.path().join("var/lib/bbrscope/state.json").exists(), "no state file once nothing is recorded");
+    }
+
+    /// The audit's planted records: a file bbrscope does not own (revert would have created
+    /// /etc/cron.d/x, or with --force deleted /etc/sysctl.conf), another sysctl, a pin elsewhere,
+    /// content bbrscope did not write, and a record others can write. Each is refused in one line.
+    #[test]
+    fn a_record_bbrscope_could_not_have_written_is_refused() {
+        use std::os::unix::fs::PermissionsExt as _;
+        let ns = r#"{"label":"this namespace","path":"/proc/self/ns/net","ino":7}"#;
+        let entry = |change: &str| {
+            format!(
+                r#"{{"entries":[{{"scope":{{"type":"system","netns":{ns}}},"algorithm":"bbr","applied_at":1,"changes":[{change}]}}]}}"#
+            )
+        };
+        let header = files::HEADER.replace('\n', "\\n");
+        let planted = [
+            (r#"{"kind":"file","path":"/etc/cron.d/x","from":"* * * * * root sh -c evil\n","to":"x"}"#.to_string(), "/etc/cron.d/x, a file bbrscope does not own"),
+            (r#"{"kind":"file","path":"/etc/sysctl.conf","from":null,"to":"x"}"#.to_string(), "/etc/sysctl.conf, a file bbrscope does not own"),
+            (format!(r#"{{"kind":"file","path":"{}","from":"net.ipv4.ip_forward = 1\n","to":"{header}x"}}"#, files::SYSCTL_DROPIN), "content bbrscope did not write"),
+            (format!(r#"{{"kind":"sysctl","netns":{ns},"key":"kernel.core_pattern","from":"core","to":"|/tmp/x"}}"#), "kernel.core_pattern"),
+            (r#"{"kind":"cgroup_link","cgroup":"/","cgroup_ino":1,"pin":"/sys/fs/bpf/other","algorithm":"bbr","replaced":null}"#.to_string(), "a pin outside"),
+            (r#"{"kind":"load_module","module":"../../tmp/evil"}"#.to_string(), "not a congestion-control module"),
+        ];
+        for (change, why) in planted {
+            let root = TempRoot::new();
+            root.write("var/lib/bbrscope/state.json", &entry(&change));
+            let e = State::load(root.path()).unwrap_err();
+            assert!(e.downcast_ref::<crate::error::UsageError>().is_some(), "{e:#}");
+            assert!(e.to_string().contains(why), "{why}: {e}");
+        }
+        // A well-formed record that others can write: not trusted either.
+        let root = TempRoot::new();
+        let good = format!(
+            r#"{{"kind":"sysctl","netns":{ns},"key":"net.ipv4.tcp_congestion_control","from":"cubic","to":"bbr"}}"#
+        );
+        root.write("var/lib/bbrscope/state.json", &entry(&good));
+        let path = root.path().join("var/lib/bbrscope/state.json");
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o644)).unwrap();
+        std::fs::set_permissions(path.parent().unwrap(), std::fs::Permissions::from_mode(0o755)).unwrap();
+        assert!(State::load(root.path()).is_ok());
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o666)).unwrap();
+        assert!(State::load(root.path()).unwrap_err().to_string().contains("can be written by others"));
     }
 }
