@@ -235,6 +235,84 @@ fn a_flood_of_silent_connections_neither_spins_nor_outlives_itself() {
     }
 }
 
+/// Slowloris: 300 connections trickling one byte a second (reconnecting when dropped) while
+/// Prometheus scrapes: every scrape is answered within 2 s, the exporter holds no more than its
+/// connection limit, and the metrics pass `promtool check metrics`.
+#[test]
+fn slow_clients_do_not_starve_prometheus() {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    require_root();
+    let exporter = Exporter::start(&["--port", "9"]);
+    let addr = exporter.addr;
+    let stop = AtomicBool::new(false);
+    thread::scope(|s| {
+        s.spawn(|| {
+            let mut conns: Vec<Option<TcpStream>> = (0..300).map(|_| TcpStream::connect(addr).ok()).collect();
+            while !stop.load(Ordering::Relaxed) {
+                for c in conns.iter_mut() {
+                    let alive = c.as_mut().is_some_and(|c| c.write_all(b"G").is_ok());
+                    if !alive {
+                        *c = TcpStream::connect(addr).ok();
+                    }
+                }
+                thread::sleep(Duration::from_secs(1));
+            }
+        });
+        thread::sleep(Duration::from_secs(3));
+        for i in 0..5 {
+            let t = Instant::now();
+            let got = http_get(addr, "/metrics");
+            let took = t.elapsed();
+            assert!(matches!(&got, Ok((200, b)) if b.ends_with("# EOF\n")), "scrape {i} under slowloris: {got:?}");
+            assert!(took < Duration::from_secs(2), "scrape {i} took {took:?} under slowloris");
+            let held = std::fs::read_dir(format!("/proc/{}/fd", exporter.pid())).unwrap().count();
+            assert!(held <= 64 + 32, "{held} descriptors open");
+            thread::sleep(Duration::from_millis(700));
+        }
+        stop.store(true, Ordering::Relaxed);
+    });
+    // The exposition passes promtool's lint (names, units, help).
+    let (_, body) = http_get(addr, "/metrics").unwrap();
+    let mut promtool = Command::new("promtool")
+        .args(["check", "metrics"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    promtool.stdin.take().unwrap().write_all(body.as_bytes()).unwrap();
+    let o = promtool.wait_with_output().unwrap();
+    let said = format!("{}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr));
+    // promtool reads the classic text format: an OpenMetrics counter's samples end in `_total`
+    // while its HELP names the family without it, which it reports as "no help text". Anything
+    // else it says (a unit, a name) is a finding.
+    let findings: Vec<&str> =
+        said.lines().filter(|l| !(l.ends_with("_total no help text") && l.starts_with("bbrscope_"))).collect();
+    assert!(findings.is_empty(), "promtool check metrics: {findings:?}");
+}
+
+/// Listening beyond loopback is said (in a namespace the test made: nothing listens on the host).
+#[test]
+fn a_listen_beyond_loopback_is_warned_about() {
+    require_root();
+    let ns = Netns::new("export");
+    let o = command_in(Some(&ns), env!("CARGO_BIN_EXE_bbrscope"))
+        .args(["export", "--listen", "0.0.0.0:0", "--port", "9", "--duration", "1"])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(o.status.success(), "{err}");
+    assert!(
+        err.contains("warning: listening on 0.0.0.0:") && err.contains("other hosts can read the metrics"),
+        "{err}"
+    );
+    let o = command_in(Some(&ns), env!("CARGO_BIN_EXE_bbrscope"))
+        .args(["export", "--listen", "127.0.0.1:0", "--port", "9", "--duration", "1"])
+        .output()
+        .unwrap();
+    assert!(!String::from_utf8_lossy(&o.stderr).contains("warning: listening"));
+}
+
 /// `--by-cgroup --by-netns`: the flow metrics carry the sender's cgroup (as /proc/self/cgroup
 /// names the test's own) and network namespace (the one the test made); without them (the test
 /// above), neither label appears.

@@ -41,7 +41,7 @@ const FILE_MODE: u32 = 0o644;
 const DIR_MODE: u32 = 0o755;
 
 /// Creates the missing directories of `dir` with [`DIR_MODE`].
-fn create_dirs(dir: &Path) -> std::io::Result<()> {
+pub fn create_dirs(dir: &Path) -> std::io::Result<()> {
     use std::os::unix::fs::{DirBuilderExt as _, PermissionsExt as _};
     if dir.exists() {
         return Ok(());

@@ -46,9 +46,18 @@ impl Lock {
     /// Then removes temporary files a killed run may have left, as no other writer can be busy.
     pub fn acquire(root: &Path) -> Result<Lock> {
         let path = files::below(root, Path::new(LOCK));
+        // The directory with its explicit mode (never from the umask); the lock never opened
+        // through a link left at its name.
         let file = (|| {
-            std::fs::create_dir_all(path.parent().expect("the lock has a directory"))?;
-            OpenOptions::new().read(true).write(true).create(true).truncate(false).mode(0o600).open(&path)
+            files::create_dirs(path.parent().expect("the lock has a directory"))?;
+            OpenOptions::new()
+                .read(true)
+                .write(true)
+                .create(true)
+                .truncate(false)
+                .mode(0o600)
+                .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+                .open(&path)
         })();
         let mut file = match file {
             Ok(f) => f,
@@ -58,6 +67,9 @@ impl Lock {
                     "cannot open {LOCK}: {e}: changing congestion control needs root"
                 ))
                 .into());
+            }
+            Err(e) if e.raw_os_error() == Some(libc::ELOOP) => {
+                return Err(UsageError::new(format!("{LOCK} is a symbolic link: refusing to follow it")).into());
             }
             Err(e) => return Err(e).with_context(|| format!("opening {LOCK}")),
         };
@@ -101,5 +113,19 @@ mod tests {
         );
         drop(first);
         flock(&other, libc::LOCK_EX | libc::LOCK_NB).unwrap();
+    }
+
+    /// A link left at the lock's name (the audit had a killed run's lock truncate its target):
+    /// refused, the target untouched.
+    #[test]
+    fn a_link_at_the_locks_name_is_not_followed() {
+        let root = TempRoot::new();
+        root.write("target", "keep\n");
+        let path = files::below(root.path(), Path::new(LOCK));
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        std::os::unix::fs::symlink(root.path().join("target"), &path).unwrap();
+        let e = Lock::acquire(root.path()).err().expect("refused");
+        assert!(e.to_string().contains("is a symbolic link"), "{e}");
+        assert_eq!(std::fs::read_to_string(root.path().join("target")).unwrap(), "keep\n");
     }
 }

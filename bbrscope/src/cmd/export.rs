@@ -26,9 +26,11 @@ const CLOSED_LINGER: Duration = Duration::from_secs(5);
 const SILENT_FORGET: Duration = Duration::from_secs(300);
 /// How often bbrscope's own cost, the default algorithm and the flow table are refreshed.
 const TICK: Duration = Duration::from_secs(1);
-/// Connections served at once. A scrape takes milliseconds, so more is a flood or clients that
-/// connect and say nothing (each is held up to the read timeout): further ones wait in the
-/// kernel's accept queue, and each held one costs a file descriptor.
+/// Connections held at once. A scrape takes milliseconds, so more is a flood or clients that
+/// connect and trickle (each is held up to the request deadline). When all are taken, a new
+/// connection takes the place of the oldest one: a scraper, which sends its request as it
+/// connects, is answered however many slow clients hold connections (slowloris), where waiting
+/// in the kernel's accept queue behind them would time it out.
 const MAX_CONNECTIONS: usize = 64;
 /// After a failed accept (out of file descriptors), no accept for this long: the listener stays
 /// readable, so accepting again at once would spin a core.
@@ -96,30 +98,36 @@ pub async fn run(args: ExportArgs) -> Result<()> {
     let registry = Arc::new(registry);
     // The bound address: with port 0 the kernel chose one, and that is the one to scrape.
     let bound = listener.local_addr().unwrap_or(args.listen);
+    if !bound.ip().is_loopback() {
+        crate::output::errln!(
+            "bbrscope: warning: listening on {bound}: other hosts can read the metrics (algorithms, cgroups, \
+             namespaces); listen on 127.0.0.1 or firewall the port unless Prometheus scrapes from elsewhere"
+        );
+    }
     crate::output::errln!("bbrscope: serving metrics at http://{bound}/metrics ({} observer)", live.path().as_str());
 
     let mut table = FlowTable::new(0);
     let mut tick = tokio::time::interval_at(tokio::time::Instant::now() + TICK, TICK);
     let deadline = tokio::time::sleep(Duration::from_secs_f64(args.duration.unwrap_or(365.0 * 86400.0)));
     tokio::pin!(deadline);
-    let slots = Arc::new(tokio::sync::Semaphore::new(MAX_CONNECTIONS));
+    // The connections being served, oldest first.
+    let mut held: std::collections::VecDeque<tokio::task::JoinHandle<()>> = std::collections::VecDeque::new();
     let mut accept_after = tokio::time::Instant::now();
     loop {
         // Guards are evaluated once per turn; the ring's batches end a turn at least every
-        // drain period, so a freed slot or an expired back-off is noticed within it.
-        let may_accept = slots.available_permits() > 0 && tokio::time::Instant::now() >= accept_after;
+        // drain period, so an expired back-off is noticed within it.
+        let may_accept = tokio::time::Instant::now() >= accept_after;
         tokio::select! {
             batch = live.next_batch(|ev| { metrics.on_event(&mut table, &ev); }) => batch?,
             conn = listener.accept(), if may_accept => match conn {
                 Ok((conn, _)) => {
-                    // Only this loop takes permits, and one was free as the turn began.
-                    if let Ok(permit) = slots.clone().try_acquire_owned() {
-                        let registry = registry.clone();
-                        tokio::spawn(async move {
-                            http::serve(conn, registry).await;
-                            drop(permit);
-                        });
+                    held.retain(|h| !h.is_finished());
+                    if held.len() >= MAX_CONNECTIONS
+                        && let Some(oldest) = held.pop_front()
+                    {
+                        oldest.abort();
                     }
+                    held.push_back(tokio::spawn(http::serve(conn, registry.clone())));
                 }
                 // E.g. out of file descriptors: the client's loss, and a pause, not a spin.
                 Err(_) => accept_after = tokio::time::Instant::now() + ACCEPT_BACKOFF,

@@ -15,8 +15,9 @@ pub const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; cha
 
 /// A request head larger than this is not a scrape.
 const MAX_HEAD: usize = 8 << 10;
-/// A client that sends nothing (or trickles) loses its connection after this.
-const READ_TIMEOUT: Duration = Duration::from_secs(10);
+/// The whole request head must arrive within this from the accept: a scraper sends it at once, a
+/// client that sends nothing or trickles (slowloris) loses its connection.
+const HEAD_DEADLINE: Duration = Duration::from_secs(2);
 
 /// Renders the registry's current values.
 pub fn render(registry: &Registry) -> String {
@@ -30,7 +31,7 @@ pub fn render(registry: &Registry) -> String {
 pub async fn serve(mut conn: TcpStream, registry: Arc<Registry>) {
     let mut head = Vec::with_capacity(1024);
     let mut buf = [0u8; 1024];
-    let read = tokio::time::timeout(READ_TIMEOUT, async {
+    let read = tokio::time::timeout(HEAD_DEADLINE, async {
         loop {
             let n = conn.read(&mut buf).await?;
             if n == 0 {

@@ -173,9 +173,10 @@ fn inflation_histogram() -> Histogram {
     Histogram::new([1.05, 1.1, 1.25, 1.5, 2.0, 3.0, 5.0, 10.0, 20.0, 50.0])
 }
 
-/// Goodput: 1 kbit/s to 100 Gbit/s, a factor of ~3 per bucket.
+/// Goodput in bytes per second (Prometheus's base unit): 125 B/s (1 kbit/s) to 12.5 GB/s
+/// (100 Gbit/s), a factor of ~3 per bucket.
 fn goodput_histogram() -> Histogram {
-    Histogram::new([1e3, 1e4, 3e4, 1e5, 3e5, 1e6, 3e6, 1e7, 3e7, 1e8, 3e8, 1e9, 3e9, 1e10, 3e10, 1e11])
+    Histogram::new([1e3, 1e4, 3e4, 1e5, 3e5, 1e6, 3e6, 1e7, 3e7, 1e8, 3e8, 1e9, 3e9, 1e10, 3e10, 1e11].map(|b| b / 8.0))
 }
 
 /// Any metric, so that the families can be registered from one table (the registry takes each
@@ -343,7 +344,7 @@ impl ExportMetrics {
             ("bbrscope_flow_completion", "Flow duration from connect/accept (or first sight) to close, by algorithm and bytes acked (size_bucket)", Some(Unit::Seconds), Box::new(m.flows.completion.clone())),
             ("bbrscope_srtt", "Median smoothed RTT of each flow, observed when it ends", Some(Unit::Seconds), Box::new(m.flows.srtt.clone())),
             ("bbrscope_rtt_inflation_ratio", "Median srtt over the kernel's minimum RTT of each flow, observed when it ends (1 = no queueing)", None, Box::new(m.flows.inflation.clone())),
-            ("bbrscope_flow_goodput_bits_per_second", "Bytes acked x 8 over each flow's duration, observed when it ends", None, Box::new(m.flows.goodput.clone())),
+            ("bbrscope_flow_goodput_bytes_per_second", "Bytes acked over each flow's duration, observed when it ends", None, Box::new(m.flows.goodput.clone())),
             ("bbrscope_default_cc_info", "The default congestion-control algorithm (net.ipv4.tcp_congestion_control) of bbrscope's network namespace and of each named one (netns)", None, Box::new(m.default_cc.clone())),
             ("bbrscope_observer_info", "The kernel path observing flows", None, Box::new(m.observer.clone())),
             ("bbrscope_observer_events", "Per-ACK kernel program runs (tcp_probe, or the sock_ops program's callbacks)", None, Box::new(m.events.clone())),
@@ -463,7 +464,7 @@ impl ExportMetrics {
             }
         }
         if duration > 0.0 && bytes > 0 {
-            series.goodput.get(&fam.goodput, || labels.clone()).observe(bytes as f64 * 8.0 / duration);
+            series.goodput.get(&fam.goodput, || labels.clone()).observe(bytes as f64 / duration);
         }
     }
 
