@@ -490,7 +490,9 @@ fn route_scope_sets_congctl_on_one_prefix_only() {
     let o = fx.bbrscope(None, &[&["apply", &algo][..], &scope].concat());
     assert!(o.stdout.contains("already in place"), "{o}");
 
-    fx.bbrscope(None, &[&["revert"][..], &scope].concat()).ok();
+    // `--route A,B` as apply takes it: each prefix named is reverted where one was recorded.
+    let two = format!("{prefix},198.18.9.0/24");
+    fx.bbrscope(None, &["revert", "--netns", &link.a.name, "--route", &two]).ok();
     let routes = link.a.exec("ip", &["route", "show", &prefix]);
     assert!(!routes.contains("congctl"), "{routes}");
     assert_eq!(link_connection(&link).0, default);

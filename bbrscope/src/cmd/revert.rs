@@ -64,7 +64,10 @@ fn selected(recorded: &Scope, args: &RevertArgs, own_ino: u64) -> bool {
             a.cgroup.as_ref().is_some_and(|c| c == path || c.canonicalize().is_ok_and(|c| c == *path))
         }
         Scope::Route { netns, prefix } => {
-            a.route.as_deref().is_some_and(|r| scope::parse_prefix(r).is_ok_and(|p| p == *prefix))
+            // `--route A,B`, as apply takes it.
+            a.route
+                .as_deref()
+                .is_some_and(|r| r.split(',').any(|r| scope::parse_prefix(r.trim()).is_ok_and(|p| p == *prefix)))
                 && netns_matches(netns)
         }
     }
@@ -84,8 +87,8 @@ fn validate(args: &RevertArgs, state: &State) -> Result<()> {
             "--cgroup cannot be combined with --netns or --route: a cgroup's sockets get the algorithm in every namespace"
         );
     }
-    if let Some(r) = &a.route {
-        scope::parse_prefix(r)?;
+    for r in a.route.iter().flat_map(|r| r.split(',')) {
+        scope::parse_prefix(r.trim())?;
     }
     let recorded = |f: &dyn Fn(&Scope) -> bool| state.entries.iter().any(|e| f(&e.scope));
     if let Some(name) = a.netns.as_deref().filter(|n| *n != "all") {
