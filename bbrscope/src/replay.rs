@@ -275,6 +275,18 @@ impl<R: BufRead> Reader<R> {
     /// counted in [`Reader::skipped`]; an error means the input cannot be read on (I/O error,
     /// not a recording at all, a line without end).
     pub fn next_record(&mut self) -> Result<Option<Record>> {
+        self.next_parsed(parse_line)
+    }
+
+    /// The next line as JSON, whatever its record type (`Ok(None)` at the end of the input);
+    /// lines too long, not UTF-8 or not JSON are skipped and counted as [`Reader::next_record`]
+    /// does. For readers of captures other than the dashboard (`experiment --analyze`).
+    pub fn next_value(&mut self) -> Result<Option<Value>> {
+        self.next_parsed(|text| serde_json::from_str(text).map(Some).map_err(|_| anyhow::anyhow!("not JSON")))
+    }
+
+    /// The next line `parse` makes something of (`Ok(None)` from it: a line to pass over).
+    fn next_parsed<T>(&mut self, parse: impl Fn(&str) -> Result<Option<T>>) -> Result<Option<T>> {
         loop {
             let Some(too_long) = self.read_line()? else { return Ok(None) };
             if too_long {
@@ -289,7 +301,7 @@ impl<R: BufRead> Reader<R> {
             if text.trim().is_empty() {
                 continue;
             }
-            match parse_line(text) {
+            match parse(text) {
                 Ok(Some(r)) => {
                     self.records += 1;
                     return Ok(Some(r));
@@ -297,37 +309,6 @@ impl<R: BufRead> Reader<R> {
                 Ok(None) => {}
                 Err(e) => {
                     self.skipped.note(self.line, &format!("{e:#}"));
-                    self.check_leading_junk()?;
-                }
-            }
-        }
-    }
-
-    /// The next line as JSON, whatever its record type (`Ok(None)` at the end of the input);
-    /// lines too long, not UTF-8 or not JSON are skipped and counted as [`Reader::next_record`]
-    /// does. For readers of captures other than the dashboard (`experiment --analyze`).
-    pub fn next_value(&mut self) -> Result<Option<Value>> {
-        loop {
-            let Some(too_long) = self.read_line()? else { return Ok(None) };
-            if too_long {
-                self.skipped.note(self.line, &format!("longer than {} KiB", MAX_LINE / 1024));
-                continue;
-            }
-            let Ok(text) = std::str::from_utf8(&self.buf) else {
-                self.skipped.note(self.line, "not UTF-8");
-                self.check_leading_junk()?;
-                continue;
-            };
-            if text.trim().is_empty() {
-                continue;
-            }
-            match serde_json::from_str::<Value>(text) {
-                Ok(v) => {
-                    self.records += 1;
-                    return Ok(Some(v));
-                }
-                Err(_) => {
-                    self.skipped.note(self.line, "not JSON");
                     self.check_leading_junk()?;
                 }
             }
