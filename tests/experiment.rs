@@ -129,13 +129,7 @@ fn socket_bound_to(local: SocketAddr) -> std::os::fd::OwnedFd {
     use std::os::fd::FromRawFd as _;
     // SAFETY: socket(2) with constant arguments; the descriptor is owned from here on.
     let fd = unsafe { std::os::fd::OwnedFd::from_raw_fd(libc::socket(libc::AF_INET, libc::SOCK_STREAM, 0)) };
-    let SocketAddr::V4(v4) = local else { panic!("IPv4 only") };
-    let addr = libc::sockaddr_in {
-        sin_family: libc::AF_INET as u16,
-        sin_port: v4.port().to_be(),
-        sin_addr: libc::in_addr { s_addr: u32::from(*v4.ip()).to_be() },
-        sin_zero: [0; 8],
-    };
+    let addr = sockaddr_in(local);
     use std::os::fd::AsRawFd as _;
     let one: i32 = 1;
     // SAFETY: valid descriptor, option value and address of the sizes passed.
@@ -147,16 +141,21 @@ fn socket_bound_to(local: SocketAddr) -> std::os::fd::OwnedFd {
     fd
 }
 
-/// Connects a bound socket to `to`.
-fn connect_from(fd: std::os::fd::OwnedFd, to: SocketAddr) -> TcpStream {
-    use std::os::fd::AsRawFd as _;
-    let SocketAddr::V4(v4) = to else { panic!("IPv4 only") };
-    let addr = libc::sockaddr_in {
+/// An IPv4 socket address as the kernel takes it.
+fn sockaddr_in(a: SocketAddr) -> libc::sockaddr_in {
+    let SocketAddr::V4(v4) = a else { panic!("IPv4 only") };
+    libc::sockaddr_in {
         sin_family: libc::AF_INET as u16,
         sin_port: v4.port().to_be(),
         sin_addr: libc::in_addr { s_addr: u32::from(*v4.ip()).to_be() },
         sin_zero: [0; 8],
-    };
+    }
+}
+
+/// Connects a bound socket to `to`.
+fn connect_from(fd: std::os::fd::OwnedFd, to: SocketAddr) -> TcpStream {
+    use std::os::fd::AsRawFd as _;
+    let addr = sockaddr_in(to);
     // SAFETY: valid descriptor and address of the size passed.
     let r = unsafe { libc::connect(fd.as_raw_fd(), (&raw const addr).cast(), size_of::<libc::sockaddr_in>() as u32) };
     assert_eq!(r, 0, "connect to {to}: {}", std::io::Error::last_os_error());
