@@ -327,7 +327,10 @@ fn tcp_info(s: &impl AsRawFd) -> Result<TcpInfo> {
 struct Snap {
     /// "ss" or "tcp_info".
     src: &'static str,
+    /// The middle of the call that took the reading, and half its length: the kernel's reading
+    /// happened somewhere in `t ± half` (forking `ss` under TCG takes up to a second or two).
     t: f64,
+    half: f64,
     cc: Option<String>,
     cwnd: Option<u32>,
     rtt_us: Option<f64>,
@@ -357,12 +360,13 @@ const CC_NAMES: &[&str] = &[
 fn ss(local: SocketAddr) -> Result<Option<Snap>> {
     let t0 = now();
     let out = Command::new(SS).args(["-tinH", "src", &local.to_string()]).output()?;
-    let t = (t0 + now()) / 2.0;
+    let t1 = now();
+    let (t, half) = ((t0 + t1) / 2.0, (t1 - t0) / 2.0);
     let text = String::from_utf8_lossy(&out.stdout);
     if text.trim().is_empty() {
         return Ok(None);
     }
-    let mut snap = Snap { src: "ss", t, cc: None, cwnd: None, rtt_us: None, minrtt_us: None };
+    let mut snap = Snap { src: "ss", t, half, cc: None, cwnd: None, rtt_us: None, minrtt_us: None };
     let ms = |v: &str| v.parse::<f64>().ok().map(|m| m * 1000.0);
     for tok in text.split_whitespace() {
         if snap.cc.is_none() && CC_NAMES.contains(&tok) {
@@ -423,9 +427,11 @@ fn bulk(to: SocketAddr, cc: &str, secs: f64) -> Result<Bulk> {
         } else {
             let t0 = now();
             let info = tcp_info(&client)?;
+            let t1 = now();
             snaps.push(Snap {
                 src: "tcp_info",
-                t: (t0 + now()) / 2.0,
+                t: (t0 + t1) / 2.0,
+                half: (t1 - t0) / 2.0,
                 cc: None,
                 cwnd: Some(info.cwnd),
                 rtt_us: Some(f64::from(info.rtt_us)),
@@ -654,7 +660,9 @@ fn check_cc(out: &Output, b: &Bulk, expected: &str) -> Result<(bool, String)> {
     Ok((pass, format!("{} records; bbrscope cc {ccs:?}, socket {}, ss {ss_cc:?}", recs.len(), b.socket_cc)))
 }
 
-/// Each `ss` reading against bbrscope's samples of the same flow within 300 ms of it. Under TCG
+/// Each `ss` reading against bbrscope's samples of the same flow within 300 ms of the call that
+/// took it (an `ss` call can last a second or two under TCG, and the kernel's reading lies
+/// anywhere in it). Under TCG
 /// the queue (and so srtt) and cwnd swing by 3x within that time, so a reading must lie within
 /// [half the samples' minimum, twice their maximum]: loose for noise, but a wrong field or
 /// offset (a pointer, a byte count, zero) lands far outside. 75% of readings must agree (one
@@ -669,7 +677,7 @@ fn check_vs_kernel(out: &Output, b: &Bulk) -> Result<(bool, String)> {
     let mut notes = Vec::new();
     for s in &b.snaps {
         let near: Vec<&&Value> =
-            samples.iter().filter(|r| r["ts"].as_f64().is_some_and(|t| (t - s.t).abs() <= 0.3)).collect();
+            samples.iter().filter(|r| r["ts"].as_f64().is_some_and(|t| (t - s.t).abs() <= 0.3 + s.half)).collect();
         let range = |k: &str| {
             let v: Vec<f64> = near.iter().filter_map(|r| r[k].as_f64()).collect();
             (v.iter().cloned().fold(f64::MAX, f64::min), v.iter().cloned().fold(f64::MIN, f64::max), v.len())
