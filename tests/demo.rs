@@ -281,8 +281,12 @@ fn bufferbloat_preset_cubic_rtt_is_far_above_bbr() {
     for r in [cubic, bbr] {
         assert!(f(&r["goodput_bps"]) >= 0.85 * 10e6 * 1448.0 / 1500.0, "{}", r["goodput_bps"]);
     }
-    // BBR stays within its model's RTT range (at most one BDP queued).
-    assert!(f(&bbr["srtt_p95_us"]) <= f(&bbr["predicted_srtt_range_us"][1]) * 1.1);
+    // BBR spends most of the run within its model's RTT range (at most one BDP queued). Its p95
+    // can include STARTUP's queue (gain 2.89 for the first few round trips): the model is of the
+    // steady state, so the median is what is compared with it.
+    let range = &bbr["predicted_srtt_range_us"];
+    let p50 = f(&bbr["srtt_p50_us"]);
+    assert!((f(&range[0])..=f(&range[1])).contains(&p50), "BBR srtt median {p50} outside the model's {range}");
 }
 
 #[test]
