@@ -18,7 +18,9 @@ use std::{
 };
 
 use bbrscope::{apply, sys::cgroup::cgroup2_mount};
-use common::{Link, Netns, closed_pipe, command_in, full, require_root, run, tcp_congestion_control, unique_name};
+use common::{
+    Link, Netns, Stream, closed_pipe, command_in, full, require_root, run, tcp_congestion_control, unique_name,
+};
 
 const ALLOWED: &str = "/proc/sys/net/ipv4/tcp_allowed_congestion_control";
 const AVAILABLE: &str = "/proc/sys/net/ipv4/tcp_available_congestion_control";
@@ -468,6 +470,33 @@ fn cgroup_scope_inside_gets_it_outside_does_not_and_revert_detaches() {
     fx.assert_host_unchanged();
 }
 
+/// A cgroup removed after apply: its pin stays, but `status` says it applies to nothing (not
+/// "attached"), and `revert --cgroup` of the gone path removes the pin and the record.
+#[test]
+fn status_tells_a_pin_on_a_removed_cgroup_applies_to_nothing() {
+    let fx = Fixture::new();
+    let cg = Cgroup::new();
+    let cgpath = cg.0.to_str().unwrap().to_string();
+    let algo = other_algorithm(&tcp_congestion_control(), false);
+    fx.bbrscope(None, &["apply", &algo, "--cgroup", &cgpath]).ok();
+    let ino = std::fs::metadata(&cg.0).map(|m| std::os::unix::fs::MetadataExt::ino(&m)).unwrap();
+    let pin = apply::cgroup::pin_path(ino);
+    let status = |fx: &Fixture| -> serde_json::Value {
+        serde_json::from_str(&fx.bbrscope(None, &["status", "--json"]).ok().stdout).unwrap()
+    };
+    let s = status(&fx);
+    assert!(s["bbrscope"][0]["now"].as_str().unwrap().contains("attached"), "{s}");
+    std::fs::remove_dir(&cg.0).unwrap();
+    let s = status(&fx);
+    let now = s["bbrscope"][0]["now"].as_str().unwrap();
+    assert!(now.contains("no longer exists") && !now.contains("attached"), "{s}");
+    assert!(s["warnings"].to_string().contains("applies to nothing"), "{s}");
+    assert!(pin.exists(), "status only reads");
+    fx.bbrscope(None, &["revert", "--cgroup", &cgpath]).ok();
+    assert!(!pin.exists() && !fx.path(STATE).exists());
+    fx.assert_host_unchanged();
+}
+
 #[test]
 fn route_scope_sets_congctl_on_one_prefix_only() {
     let fx = Fixture::new();
@@ -711,6 +740,91 @@ fn sigint_at_any_moment_leaves_nothing_or_what_status_reports() {
         }
     }
     eprintln!("interrupted before any change: {untouched}, after the change was recorded: {applied}");
+    fx.assert_host_unchanged();
+}
+
+/// bbrscope's own observer (here a `stream`) only reads connections: apply names it as such and
+/// does not warn of it as a sock_ops program that could set algorithms.
+#[test]
+fn apply_names_bbrscopes_own_observer_without_warning_of_it() {
+    let fx = Fixture::new();
+    let ns = Netns::new("ownobs");
+    let stream = Stream::start(&["--port", "9"]);
+    let o = fx.bbrscope(Some(&ns), &["apply", &other_algorithm(&ns.cc(), true), "--dry-run", "--json"]).ok();
+    let (code, _, stderr) = stream.stop();
+    assert_eq!(code, 0, "{stderr}");
+    let plan: serde_json::Value = serde_json::from_str(&o.stdout).unwrap();
+    let sock_ops: Vec<&serde_json::Value> =
+        plan["scopes"][0]["checks"].as_array().unwrap().iter().filter(|c| c["topic"] == "sock_ops").collect();
+    assert_eq!(sock_ops.len(), 1, "{sock_ops:?}");
+    assert_eq!(sock_ops[0]["level"], "info", "{sock_ops:?}");
+    assert!(sock_ops[0]["text"].as_str().unwrap().contains("bbrscope's own observers are loaded"), "{sock_ops:?}");
+    fx.assert_host_unchanged();
+}
+
+/// A revert killed outright at any moment leaves the record either claiming what the machine
+/// still has, or the `reverting` intent (which `status` names and is not a claim), never a change
+/// already undone; the next run finishes it. The hand-made case: killed after every undo and
+/// before its last write, with a drop-in whose earlier content bbrscope had written (undone
+/// already: it must not read as "edited since" and stay recorded).
+#[test]
+fn a_killed_revert_never_leaves_the_record_ahead() {
+    let fx = Fixture::new();
+    let ns = Netns::new("killrev");
+    let before = ns.cc();
+    let algo = other_algorithm(&before, true);
+    let (mut whole, mut midway) = (0, 0);
+    for delay_ms in (0..=24).chain((26..=40).step_by(2)) {
+        fx.bbrscope(Some(&ns), &["apply", &algo]).ok();
+        let child = fx.command(Some(&ns), &["revert"]).stdout(Stdio::null()).stderr(Stdio::null()).spawn().unwrap();
+        std::thread::sleep(Duration::from_millis(delay_ms));
+        // SAFETY: kill(2) on the pid of a child not yet waited for.
+        unsafe { libc::kill(child.id() as i32, libc::SIGKILL) };
+        child.wait_with_output().unwrap();
+        let status: serde_json::Value =
+            serde_json::from_str(&fx.bbrscope(Some(&ns), &["status", "--json"]).ok().stdout).unwrap();
+        let recorded = status["bbrscope"].as_array().unwrap();
+        let interrupted = status["warnings"].to_string().contains("a revert of");
+        if !recorded.is_empty() {
+            // Recorded: the machine has it.
+            assert_eq!(ns.cc(), algo, "{delay_ms} ms: the record claims {algo}: {status}");
+            assert!(fx.path(DROPIN).exists(), "{delay_ms} ms: {status}");
+            whole += 1;
+        } else if interrupted {
+            midway += 1;
+        } else {
+            assert_eq!(ns.cc(), before, "{delay_ms} ms: nothing recorded: {status}");
+            assert!(!fx.path(STATE).exists() && !fx.path(DROPIN).exists(), "{delay_ms} ms");
+        }
+        let o = fx.bbrscope(Some(&ns), &["revert"]).ok();
+        assert_eq!(ns.cc(), before, "{delay_ms} ms: {o}");
+        assert!(!fx.path(STATE).exists() && !fx.path(DROPIN).exists(), "{delay_ms} ms: {o}");
+    }
+    eprintln!("killed before the revert began: {whole}, midway: {midway}");
+
+    // A drop-in bbrscope wrote earlier (its record since gone), then an apply over it: the
+    // record's earlier content is that drop-in.
+    fx.bbrscope(Some(&ns), &["apply", &before]).ok();
+    let earlier = std::fs::read_to_string(fx.path(DROPIN)).unwrap();
+    std::fs::remove_file(fx.path(STATE)).unwrap();
+    fx.bbrscope(Some(&ns), &["apply", &algo]).ok();
+    let mut state: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(fx.path(STATE)).unwrap()).unwrap();
+    assert_eq!(ns.cc(), algo);
+    // Everything undone by hand as the killed revert had done it, the record not yet written.
+    ns.enter(|| std::fs::write("/proc/sys/net/ipv4/tcp_congestion_control", &before)).unwrap();
+    fx.write(DROPIN, &earlier);
+    state["reverting"] = state["entries"][0].clone();
+    state["entries"] = serde_json::json!([]);
+    fx.write(STATE, &state.to_string());
+    let status: serde_json::Value =
+        serde_json::from_str(&fx.bbrscope(Some(&ns), &["status", "--json"]).ok().stdout).unwrap();
+    assert!(status["warnings"].to_string().contains("was interrupted midway"), "status tells: {status}");
+    assert_eq!(status["bbrscope"], serde_json::json!([]), "an intent is not a recorded change");
+    let o = fx.bbrscope(Some(&ns), &["revert"]).ok();
+    assert!(o.stderr.contains("an earlier revert of") && o.stderr.contains("it is finished now"), "{o}");
+    assert!(!fx.path(STATE).exists(), "nothing stays recorded: {o}");
+    assert_eq!(std::fs::read_to_string(fx.path(DROPIN)).unwrap(), earlier);
+    assert_eq!(ns.cc(), before);
     fx.assert_host_unchanged();
 }
 

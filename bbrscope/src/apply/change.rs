@@ -152,6 +152,9 @@ impl Change {
             }
             Change::DefaultQdisc { from, to, interfaces } => {
                 let now = sysctl::read(sysctl::DEFAULT_QDISC)?.unwrap_or_default();
+                if now == *from {
+                    return Ok(Undone::Nothing(format!("net.core.default_qdisc is already {from}")));
+                }
                 if now != *to && !force {
                     return Ok(Undone::Kept(format!("net.core.default_qdisc is now {now}, not {to}: left alone")));
                 }
@@ -167,6 +170,9 @@ impl Change {
                 let now = files::read(root, path)?;
                 match (now, from) {
                     (None, None) => Ok(Undone::Nothing(format!("{} is already gone", path.display()))),
+                    (Some(now), Some(prev)) if now == *prev => {
+                        Ok(Undone::Nothing(format!("{} is already as it was", path.display())))
+                    }
                     (Some(now), _) if now != *to && !force => {
                         Ok(Undone::Kept(format!("{} was edited since bbrscope wrote it: left alone", path.display())))
                     }

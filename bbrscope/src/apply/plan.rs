@@ -389,21 +389,37 @@ fn describe_effective(config: &BootConfig, key: &str, kernel: &Kernel) -> String
     }
 }
 
-/// Other sock_ops programs can set any connection's algorithm, overriding defaults.
+/// Other sock_ops programs can set any connection's algorithm, overriding defaults. bbrscope's
+/// own observers (`top`, `stream`, the exporter) only read, and are named as such; an experiment's
+/// observer does set algorithms, for the connections of its scope.
 fn sock_ops_programs(p: &mut Plan) {
     const BPF_PROG_TYPE_SOCK_OPS: u32 = 13;
-    let others: Vec<String> = aya::programs::loaded_programs()
+    type Programs = Vec<(u32, String)>;
+    let (own, others): (Programs, Programs) = aya::programs::loaded_programs()
         .flatten()
         .filter(|i| i.program_type() as u32 == BPF_PROG_TYPE_SOCK_OPS)
         .map(|i| (i.id(), i.name_as_str().unwrap_or_default().to_string()))
         .filter(|(_, n)| n != cgroup::PROGRAM_NAME)
-        .map(|(id, n)| format!("{n} (id {id})"))
-        .collect();
+        .partition(|(_, n)| n == crate::kernel::loader::SOCKOPS_KERNEL_NAME);
+    let ids = |v: &[(u32, String)]| v.iter().map(|(id, n)| format!("{n} (id {id})")).collect::<Vec<_>>().join(", ");
     if !others.is_empty() {
         p.check(Level::Warn, "sock_ops", format!(
             "sock_ops programs are loaded ({}): they can set the algorithm per connection for the cgroups they are attached to",
-            others.join(", ")
+            ids(&others)
         ));
+    }
+    if own.is_empty() {
+        return;
+    }
+    match crate::experiment::lock::running() {
+        Ok(Some(x)) => p.check(Level::Warn, "sock_ops", format!(
+            "a bbrscope experiment is running (pid {}, {}): it sets {} or {} on new connections of its scope until it ends",
+            x.pid, x.scope, x.arms[0], x.arms[1]
+        )),
+        _ => p.check(Level::Info, "sock_ops", format!(
+            "bbrscope's own observers are loaded ({}): they only read connections, and set no algorithm",
+            ids(&own)
+        )),
     }
 }
 

@@ -72,24 +72,37 @@ fn undo(done: &[Change], before: &State, root: &Path, mut msg: String) -> String
 /// other run can be in progress.
 pub fn reconcile(root: &Path) -> Result<Option<String>> {
     let mut state = State::load(root)?;
-    let Some(pending) = state.pending.take() else { return Ok(None) };
-    // Not forced: a setting someone changed since is theirs now.
-    let errors: Vec<anyhow::Error> = pending.changes.iter().rev().filter_map(|c| c.revert(root, false).err()).collect();
-    if !errors.is_empty() {
-        let all: Vec<String> = errors.iter().map(|e| format!("{e:#}")).collect();
-        anyhow::bail!(
-            "an earlier apply to {} was interrupted midway, and rolling back what it changed failed: {} \
-             (its intent stays in {} for another try)",
-            pending.scope,
-            all.join("; "),
-            super::files::STATE
-        );
+    let mut notes = Vec::new();
+    if let Some(pending) = state.pending.take() {
+        // Not forced: a setting someone changed since is theirs now.
+        let errors: Vec<anyhow::Error> =
+            pending.changes.iter().rev().filter_map(|c| c.revert(root, false).err()).collect();
+        if !errors.is_empty() {
+            let all: Vec<String> = errors.iter().map(|e| format!("{e:#}")).collect();
+            anyhow::bail!(
+                "an earlier apply to {} was interrupted midway, and rolling back what it changed failed: {} \
+                 (its intent stays in {} for another try)",
+                pending.scope,
+                all.join("; "),
+                super::files::STATE
+            );
+        }
+        state.save(root)?;
+        notes.push(format!(
+            "an earlier apply of {} to {} was interrupted midway: what it had changed was rolled back",
+            pending.algorithm, pending.scope
+        ));
     }
-    state.save(root)?;
-    Ok(Some(format!(
-        "an earlier apply of {} to {} was interrupted midway: what it had changed was rolled back",
-        pending.algorithm, pending.scope
-    )))
+    if let Some(entry) = state.reverting.clone() {
+        // What it had undone already reads as its earlier value (`Undone::Nothing`); what it had
+        // not, is undone now; what fails or was changed by someone since stays recorded.
+        let scope = entry.scope.clone();
+        state.entries.push(entry);
+        state.reverting = None;
+        revert(&mut state, &scope, root, false)?;
+        notes.push(format!("an earlier revert of {scope} was interrupted midway: it is finished now"));
+    }
+    Ok((!notes.is_empty()).then(|| notes.join("; ")))
 }
 
 pub fn rollback(done: &[Change], root: &Path) -> Vec<anyhow::Error> {
@@ -128,7 +141,9 @@ pub fn verify(scope: &Scope, algorithm: &str) -> Result<Verification> {
 
 /// Undoes one recorded scope, newest change first. Changes that failed to undo, or that were
 /// left alone because someone changed them since, stay recorded (a later `revert --force` can
-/// still restore them); the scope's record goes once nothing is left.
+/// still restore them); the scope's record goes once nothing is left. The entry becomes the
+/// `reverting` intent in one write before anything is undone, so a kill in between leaves the
+/// intent, not a claim, and [`reconcile`] finishes it.
 pub fn revert(
     state: &mut State,
     scope: &Scope,
@@ -136,6 +151,8 @@ pub fn revert(
     force: bool,
 ) -> Result<Vec<(String, Result<Undone, String>)>> {
     let Some(entry) = state.remove(scope) else { return Ok(Vec::new()) };
+    state.reverting = Some(entry.clone());
+    state.save(root)?;
     let mut report = Vec::new();
     let mut remaining = Vec::new();
     for change in entry.changes.iter().rev() {
@@ -149,6 +166,7 @@ pub fn revert(
     if !remaining.is_empty() {
         state.entries.push(super::state::Entry { changes: remaining, ..entry });
     }
+    state.reverting = None;
     state.save(root)?;
     Ok(report)
 }

@@ -5,7 +5,10 @@
 //! under the apply lock. A run's changes are written as `pending` (an intent) before the first
 //! one is made and become an entry once all are made, in one write: the entries never claim a
 //! change the machine does not have. A `pending` found by the next run belongs to a run that was
-//! killed midway, and is rolled back ([`super::run::reconcile`]).
+//! killed midway, and is rolled back ([`super::run::reconcile`]). `revert` works the same way
+//! round: the scope's entry moves to `reverting` (in one write) before the first change is undone,
+//! and what could not be undone goes back to the entries afterwards; a `reverting` found by the
+//! next run belongs to a revert that was killed midway, and is finished.
 
 use std::path::{Path, PathBuf};
 
@@ -35,6 +38,9 @@ pub struct State {
     /// The changes of a run in progress, or of one killed before it finished.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pending: Option<Entry>,
+    /// The scope a revert in progress is undoing, or one killed before it finished.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reverting: Option<Entry>,
 }
 
 impl State {
@@ -64,7 +70,7 @@ impl State {
     /// wrote too), the sysctl keys it sets, its pins, algorithm modules.
     fn check(&self) -> Result<(), String> {
         let own = |p: &Path| [files::SYSCTL_DROPIN, files::MODULES_LOAD].iter().any(|o| Path::new(o) == p);
-        for c in self.entries.iter().chain(&self.pending).flat_map(|e| &e.changes) {
+        for c in self.entries.iter().chain(&self.pending).chain(&self.reverting).flat_map(|e| &e.changes) {
             match c {
                 Change::Sysctl { key, .. } if key == sysctl::CC || key == sysctl::ALLOWED => {}
                 Change::Sysctl { key, .. } => return Err(format!("it names {key}, a setting bbrscope never changes")),
@@ -97,7 +103,7 @@ impl State {
     }
 
     pub fn save(&self, root: &Path) -> Result<()> {
-        if self.entries.is_empty() && self.pending.is_none() {
+        if self.entries.is_empty() && self.pending.is_none() && self.reverting.is_none() {
             return files::remove(root, &Self::path());
         }
         files::write_atomic(root, &Self::path(), &(serde_json::to_string_pretty(self)? + "\n"))

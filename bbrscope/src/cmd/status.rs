@@ -153,8 +153,22 @@ fn now_of(e: &Entry, warnings: &mut Vec<String>) -> String {
                 Err(err) => format!("unreadable: {err:#}"),
             }
         }
-        Scope::Cgroup { ino, .. } => {
+        Scope::Cgroup { ino, path } => {
             let pin = cgroup::pin_path(*ino);
+            // A removed cgroup's link stays pinned but applies to nothing: its directory (the
+            // same inode, not a new cgroup of the same name) is what the pin is for.
+            let exists = std::fs::metadata(path).is_ok_and(|m| std::os::unix::fs::MetadataExt::ino(&m) == *ino);
+            if !exists {
+                return drifted(
+                    format!(
+                        "cgroup {} no longer exists: the link pinned at {} applies to nothing (`bbrscope revert --cgroup {}` removes it)",
+                        path.display(),
+                        pin.display(),
+                        path.display()
+                    ),
+                    false,
+                );
+            }
             match cgroup::pinned_program(&pin) {
                 Some(id) => format!("program id {id} attached, link pinned at {}", pin.display()),
                 None => drifted(format!("nothing pinned at {} (reboot, or removed by hand)", pin.display()), false),
@@ -245,6 +259,13 @@ fn status(args: StatusArgs) -> Result<()> {
             "an apply of {} to {} is in progress or was interrupted midway: the next `bbrscope apply` or `revert` \
              rolls back what an interrupted one changed",
             p.algorithm, p.scope
+        ));
+    }
+    if let Some(r) = &state.reverting {
+        warnings.push(format!(
+            "a revert of {} is in progress or was interrupted midway: the next `bbrscope apply` or `revert` \
+             finishes it",
+            r.scope
         ));
     }
     let observer = match crate::kernel::loader::probe() {

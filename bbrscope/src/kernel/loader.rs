@@ -429,6 +429,8 @@ const WAKE_FRACTION: u32 = 4;
 const MAX_BATCH: usize = 4096;
 
 const SOCKOPS_PROGRAM: &str = "bbrscope_sockops";
+/// The observer's sock_ops program as the kernel names it (BPF_OBJ_NAME_LEN: 15 bytes and a NUL).
+pub const SOCKOPS_KERNEL_NAME: &str = "bbrscope_sockop";
 /// The sock_ops program's socket-local storage (`SockFlow` in each socket).
 const SOCKET_STORAGE: &str = "SOCKS";
 /// The tracepoint program the sock_ops path uses for congestion-state changes.
