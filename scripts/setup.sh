@@ -21,7 +21,9 @@ APT_PACKAGES=(llvm-${LLVM_MAJOR}-dev libpolly-${LLVM_MAJOR}-dev libzstd-dev zlib
               debootstrap
               # tests/export.rs: the Debian root above becomes a disk image (mkfs.ext4 -d) that
               # cargo xtask boot starts under QEMU with systemd as PID 1.
-              e2fsprogs)
+              e2fsprogs
+              # tests/export.rs: the .deb is checked by lintian --pedantic.
+              lintian)
 
 log() { printf 'setup: %s\n' "$*" >&2; }
 

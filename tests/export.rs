@@ -609,6 +609,11 @@ fn deb_installs_into_a_fresh_debian_root() {
         assert!(r.join(f).is_file(), "{f} not installed");
     }
     assert!(root.ok("bbrscope", &["--version"]).starts_with("bbrscope "));
+    // Every file dpkg installed matches the package's md5sums (dpkg --verify is silent then, and
+    // reports "??5" for files it has no sum for).
+    assert!(r.join("var/lib/dpkg/info/bbrscope.md5sums").is_file(), "no md5sums");
+    let verify = root.ok("dpkg", &["--verify", "bbrscope"]);
+    assert!(verify.is_empty(), "dpkg --verify: {verify}");
     let man = root.ok("man", &["-P", "cat", "bbrscope"]);
     assert!(man.contains("bbrscope") && man.contains("export"), "man bbrscope: {man}");
     let man = root.ok("man", &["-P", "cat", "bbrscope-export"]);
@@ -631,6 +636,28 @@ fn deb_installs_into_a_fresh_debian_root() {
     let left: Vec<_> = after.difference(&before).collect();
     let gone: Vec<_> = before.difference(&after).collect();
     assert!(left.is_empty() && gone.is_empty(), "left after purge: {left:?}; removed: {gone:?}");
+}
+
+/// The .deb passes lintian at --pedantic with info tags shown, but for the overrides
+/// packaging/debian/lintian-overrides justifies; its file name carries its whole version.
+#[test]
+fn deb_is_lintian_clean_and_named_by_its_version() {
+    require_root();
+    let (_out, deb) = build_deb();
+    let out = Command::new("lintian")
+        .args(["--pedantic", "-I", "--display-experimental", "--fail-on", "error,warning,info,pedantic,experimental"])
+        .arg(&deb)
+        .output()
+        .expect("lintian is not installed: run scripts/setup.sh");
+    let tags = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success() && tags.trim().is_empty(), "lintian: {tags}{}", String::from_utf8_lossy(&out.stderr));
+    let field = |f: &str| {
+        let o = Command::new("dpkg-deb").args(["-f"]).arg(&deb).arg(f).output().unwrap();
+        String::from_utf8_lossy(&o.stdout).trim().to_string()
+    };
+    let (version, arch) = (field("Version"), field("Architecture"));
+    assert!(version.contains("+git"), "{version}");
+    assert_eq!(deb.file_name().unwrap().to_string_lossy(), format!("bbrscope_{version}_{arch}.deb"));
 }
 
 /// The checks tests/guest/system-check.sh makes inside the booted system, in order; each must
