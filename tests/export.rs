@@ -678,11 +678,16 @@ const SYSTEM_CHECKS: &[&str] = &[
     "zsh_completes",
     "fish_completes",
     "cgroup_pin_applies",
+    "apply_system",
+    "upgrade_restarts_exporter",
     "rebooted",
     "exporter_started_at_boot",
     "cgroup_pin_restored_at_boot",
     "cgroup_pin_reverted",
+    "apply_persisted_at_boot",
+    "remove_keeps_when_asked",
     "purge_is_clean",
+    "purge_survives_reboot",
 ];
 
 /// The package on a whole Debian system with systemd as PID 1: the Debian root above, booted by
@@ -761,7 +766,7 @@ fn the_package_runs_under_systemd_in_a_debian_guest() {
     assert_eq!(names, SYSTEM_CHECKS, "checks reported (phases done: {done:?}); console tail:\n{}", tail.join("\n"));
     let failed: Vec<&str> = results.iter().filter(|r| !r.1).map(|r| r.0.as_str()).collect();
     assert!(failed.is_empty(), "failed in the guest: {failed:?}");
-    assert_eq!(done, ["1", "2"], "both boots finished");
+    assert_eq!(done, ["1", "2", "3"], "the three boots finished");
 }
 
 /// 128 random bits from the kernel (a machine id).

@@ -1,9 +1,11 @@
 #!/bin/bash
 # The checks of tests/export.rs's whole-system test, run inside a Debian guest whose PID 1 is
 # systemd (cargo xtask boot), by bbrscope-system-check.service, as an admin would run things:
-# dpkg, systemctl, man, the shells. Two boots: the first installs the package and enables the
-# exporter and a cgroup pin, then reboots; the second checks what came back by itself at boot,
-# then purges the package and powers off. Each check is one JSON line on /dev/ttyS1, with its
+# dpkg, systemctl, man, the shells. Three boots: the first installs the package, enables the
+# exporter and a cgroup pin, applies bbr system-wide and upgrades the package, then reboots; the
+# second checks what came back by itself at boot, removes the package keeping the change when
+# asked, reinstalls it and purges it (which undoes the change), then reboots; the third checks
+# the change stays undone, and powers off. Each check is one JSON line on /dev/ttyS1, with its
 # evidence; the references are the kernel's (/proc, cgroupfs, bpftool, getsockopt) and the
 # traffic this script makes, never bbrscope's own account.
 set -u
@@ -18,6 +20,12 @@ METRICS=http://127.0.0.1:9580/metrics
 PORT=5201
 SLICE=bbrchk.slice
 PIN_UNIT=bbrscope-cgroup-pin@$SLICE.service
+CC=net.ipv4.tcp_congestion_control
+DROPIN=/etc/sysctl.d/99-zz-bbrscope.conf
+RECORD=/var/lib/bbrscope/state.json
+# What `bbrscope apply` makes the system default: not the pin's bbr, so that a connection from
+# the pinned slice and one from outside it still tell the pin apart.
+SYSTEM_CC=reno
 mkdir -p $STATE
 stty -F $OUT raw -echo 2>/dev/null
 
@@ -280,6 +288,32 @@ phase1() {
   else
     fail cgroup_pin_applies "$(systemctl status --no-pager $PIN_UNIT 2>&1 | tail -12)"
   fi
+
+  # apply system-wide (persisted by its sysctl.d drop-in), then an upgrade: the running exporter
+  # is restarted (a new main pid) and the change and its record stay.
+  local o
+  o=$(bbrscope apply $SYSTEM_CC 2>&1)
+  if [ "$(sysctl -n $CC)" = $SYSTEM_CC ] && [ -f $DROPIN ] && [ -f $RECORD ]; then
+    pass apply_system "$CC = $(sysctl -n $CC); $(cat $DROPIN | grep -v '^#')"
+  else
+    fail apply_system "$o; $CC = $(sysctl -n $CC); $(ls $DROPIN $RECORD 2>&1)"
+  fi
+  local pid_before pid_after version
+  pid_before=$(systemctl show -p MainPID --value $UNIT)
+  rm -rf /tmp/up
+  dpkg-deb -R /root/bbrscope.deb /tmp/up
+  sed -i 's/^Version: .*/&.1/' /tmp/up/DEBIAN/control
+  dpkg-deb -b /tmp/up /root/bbrscope-up.deb >/dev/null
+  o=$(dpkg -i /root/bbrscope-up.deb 2>&1)
+  version=$(dpkg-query -W -f='${Version}' bbrscope)
+  for ((i = 0; i < 120; i++)); do metrics | grep -q '^bbrscope_observer_info' && break; sleep 0.5; done
+  pid_after=$(systemctl show -p MainPID --value $UNIT)
+  if [[ $version == *.1 ]] && systemctl is-active -q $UNIT && [ "$pid_after" != "$pid_before" ] && [ "$pid_after" != 0 ] &&
+    metrics | grep -q '^bbrscope_observer_info' && [ "$(sysctl -n $CC)" = $SYSTEM_CC ] && [ -f $RECORD ]; then
+    pass upgrade_restarts_exporter "version $version; exporter pid $pid_before then $pid_after; $CC = $(sysctl -n $CC)"
+  else
+    fail upgrade_restarts_exporter "$o; version $version; exporter pid $pid_before then $pid_after ($(systemctl is-active $UNIT)); $CC = $(sysctl -n $CC); $(ls $RECORD 2>&1)"
+  fi
   kill $SINK
   echo 2 >$PHASE_FILE
   finish 1
@@ -307,21 +341,39 @@ phase2() {
   local in out
   in=$(probe_in_slice 2>&1)
   out=$(probe_cc 2>&1)
-  if systemctl is-active -q $PIN_UNIT && [ "$in" = bbr ] && [ "$out" = cubic ]; then
+  if systemctl is-active -q $PIN_UNIT && [ "$in" = bbr ] && [ "$out" = $SYSTEM_CC ]; then
     pass cgroup_pin_restored_at_boot "in $SLICE: $in; outside: $out; $(ls /sys/fs/bpf/bbrscope)"
   else
     fail cgroup_pin_restored_at_boot "in $SLICE: $in; outside: $out; $(systemctl status --no-pager $PIN_UNIT 2>&1 | tail -12)"
   fi
   systemctl disable --now $PIN_UNIT 2>&1
   in=$(probe_in_slice 2>&1)
-  if [ "$in" = cubic ] && [ -z "$(ls -A /sys/fs/bpf/bbrscope 2>/dev/null)" ]; then
+  if [ "$in" = $SYSTEM_CC ] && [ -z "$(ls -A /sys/fs/bpf/bbrscope 2>/dev/null)" ]; then
     pass cgroup_pin_reverted "in $SLICE after disable --now: $in; /sys/fs/bpf/bbrscope: $(ls -A /sys/fs/bpf/bbrscope 2>&1)"
   else
     fail cgroup_pin_reverted "in $SLICE: $in; $(ls -A /sys/fs/bpf/bbrscope 2>&1); $(systemctl status --no-pager $PIN_UNIT 2>&1 | tail -8)"
   fi
 
+  # The drop-in set the system default at boot.
+  if [ "$(sysctl -n $CC)" = $SYSTEM_CC ]; then pass apply_persisted_at_boot "$CC = $SYSTEM_CC after the reboot"; else fail apply_persisted_at_boot "$CC = $(sysctl -n $CC); $(ls $DROPIN 2>&1)"; fi
+
+  # Removed and purged with the admin keeping the change: it stays in force, reported, and so
+  # does its record.
+  local keep purge
+  keep=$(BBRSCOPE_KEEP_CHANGES=yes dpkg -r bbrscope 2>&1)
+  purge=$(dpkg --purge bbrscope 2>&1)
+  if [ "$(sysctl -n $CC)" = $SYSTEM_CC ] && [ -f $DROPIN ] && [ -f $RECORD ] && grep -q 'keeping what bbrscope apply changed' <<<"$keep" &&
+    grep -q "$SYSTEM_CC" <<<"$keep" && grep -q '/var/lib/bbrscope is kept' <<<"$purge"; then
+    pass remove_keeps_when_asked "$CC = $SYSTEM_CC; $keep; $purge"
+  else
+    fail remove_keeps_when_asked "$CC = $(sysctl -n $CC); $(ls $DROPIN $RECORD 2>&1); remove: $keep; purge: $purge"
+  fi
+  dpkg -i /root/bbrscope.deb >/dev/null 2>&1
+  systemctl enable --now $UNIT 2>&1
+
   # Purge with the exporter and the pin running and enabled: both stopped (the pin reverted),
-  # their enable links and bbrscope's records gone, and no file dpkg owned left.
+  # what apply changed undone (reno back to cubic, the drop-in gone), their enable links and
+  # bbrscope's records gone, and no file dpkg owned left.
   systemctl enable --now $PIN_UNIT
   local owned out left links
   owned=$(dpkg -L bbrscope | while read -r f; do [ -d "$f" ] || echo "$f"; done)
@@ -331,22 +383,38 @@ phase2() {
   in=$(probe_in_slice 2>&1)
   if ! systemctl is-active -q $UNIT && ! pgrep -x bbrscope >/dev/null && [ -z "$left" ] && [ -z "$links" ] &&
     ! dpkg-query -W -f='${Status}' bbrscope 2>/dev/null | grep -q installed && ! bpf_objects | grep -q bbrscope &&
-    [ "$in" = cubic ] && [ -z "$(ls -A /sys/fs/bpf/bbrscope 2>/dev/null)" ] && [ ! -e /var/lib/bbrscope ]; then
-    pass purge_is_clean "$(wc -l <<<"$owned") files removed; exporter $(systemctl is-active $UNIT); in $SLICE: $in; $out; left: $(ls -d /etc/bbrscope/cgroup-pin/* 2>&1 | tr '\n' ' ')(the admin's)"
+    [ "$in" = cubic ] && [ -z "$(ls -A /sys/fs/bpf/bbrscope 2>/dev/null)" ] && [ ! -e /var/lib/bbrscope ] &&
+    [ "$(sysctl -n $CC)" = cubic ] && [ ! -e $DROPIN ]; then
+    pass purge_is_clean "$(wc -l <<<"$owned") files removed; exporter $(systemctl is-active $UNIT); in $SLICE: $in; $CC = cubic; $out; left: $(ls -d /etc/bbrscope/cgroup-pin/* 2>&1 | tr '\n' ' ')(the admin's)"
   else
-    fail purge_is_clean "$out; still there: $left; enable links: $links; exporter $(systemctl is-active $UNIT); in $SLICE: $in; $(pgrep -a bbrscope); $(bpf_objects); $(ls -A /sys/fs/bpf/bbrscope /var/lib/bbrscope 2>&1)"
+    fail purge_is_clean "$out; still there: $left; enable links: $links; exporter $(systemctl is-active $UNIT); in $SLICE: $in; $CC = $(sysctl -n $CC); $(pgrep -a bbrscope); $(bpf_objects); $(ls -A /sys/fs/bpf/bbrscope /var/lib/bbrscope $DROPIN 2>&1)"
   fi
   kill $SINK
+  echo 4 >$PHASE_FILE
   finish 2
+  systemctl reboot
+}
+
+phase3() {
+  echo 5 >$PHASE_FILE
+  sync
+  # After the purge and a reboot the system default is the kernel's again: nothing persisted.
+  if [ "$(sysctl -n $CC)" = cubic ] && [ ! -e $DROPIN ] && [ ! -e /var/lib/bbrscope ] && [ ! -e /usr/bin/bbrscope ]; then
+    pass purge_survives_reboot "$CC = cubic; $(ls /etc/sysctl.d)"
+  else
+    fail purge_survives_reboot "$CC = $(sysctl -n $CC); $(ls $DROPIN /var/lib/bbrscope 2>&1); $(grep -rs congestion /etc/sysctl.d /etc/sysctl.conf)"
+  fi
+  finish 3
   systemctl poweroff
 }
 
 case $(cat $PHASE_FILE 2>/dev/null || echo 1) in
   1) phase1 ;;
   2) phase2 ;;
+  4) phase3 ;;
   *)
-    # A third boot means the second phase crashed the guest: stop here.
-    fail boot_loop "booted again after phase 2"
+    # Another boot means a phase crashed the guest: stop here.
+    fail boot_loop "booted again after phase $(cat $PHASE_FILE)"
     systemctl poweroff
     ;;
 esac
