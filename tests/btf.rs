@@ -11,7 +11,7 @@ use std::{
 
 use common::{Stream, bbrscope, require_root, wait_timeout};
 
-use bbrscope::kernel::{
+use bbrscope::observe::kernel::{
     btf::Btf,
     layout::{FIELDS, Layout},
 };

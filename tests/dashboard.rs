@@ -4,7 +4,7 @@
 use std::time::Duration;
 
 use bbrscope::{
-    replay::{Record, parse_all},
+    observe::replay::{Record, parse_all},
     tui::{
         Feed,
         app::{Action, App, Playback, View},
@@ -121,7 +121,7 @@ fn compare_view_puts_cubic_and_bbr_side_by_side() {
     let last_sample = records
         .iter()
         .filter_map(|r| match r {
-            Record::Event(bbrscope::event::Event::Sample(s)) if !s.closing => Some(s.head.ts_ns),
+            Record::Event(bbrscope::observe::event::Event::Sample(s)) if !s.closing => Some(s.head.ts_ns),
             _ => None,
         })
         .max()
@@ -481,7 +481,7 @@ fn experiment_app() -> App {
             Observation, glue,
             live::{Analysed, Limit, LiveExperiment, Update},
         },
-        kernel::loader::ExperimentSpec,
+        observe::kernel::loader::ExperimentSpec,
     };
     let path = format!("{}/../tests/fixtures/experiment-two-populations.ndjson", env!("CARGO_MANIFEST_DIR"));
     let obs: Vec<Observation> = std::fs::read_to_string(path)

@@ -203,7 +203,7 @@ fn replays_every_flow(records: &[Value], served: &[Served]) {
         app::{App, Playback},
     };
     let ndjson: String = records.iter().map(|r| format!("{r}\n")).collect();
-    let recording = bbrscope::replay::parse_all(&ndjson).unwrap();
+    let recording = bbrscope::observe::replay::parse_all(&ndjson).unwrap();
     assert_eq!(recording.skipped.lines, 0, "{:?}", recording.skipped);
     let mut feed = Feed::new(recording.records);
     let mut app = App::new("recorded", Vec::new(), Some(Playback::new(1.0, false)));
@@ -524,8 +524,8 @@ fn polled_until_close(idle: usize, ns: Option<&Netns>) {
 #[test]
 fn the_snapshot_of_open_connections_leaves_out_those_the_kernel_program_watches() {
     use bbrscope::{
-        filter::FilterSpec,
-        kernel::{
+        observe::filter::FilterSpec,
+        observe::kernel::{
             existing::Existing,
             loader::{Observer, Options, PathChoice},
         },

@@ -6,9 +6,9 @@ use anyhow::Result;
 use clap::{Args, Parser, Subcommand};
 
 use crate::{
-    filter::{FilterSpec, Net},
-    kernel::loader::{Options, PathChoice},
-    session::OwnerFilter,
+    observe::filter::{FilterSpec, Net},
+    observe::kernel::loader::{Options, PathChoice},
+    observe::session::OwnerFilter,
 };
 
 #[derive(Debug, Parser)]

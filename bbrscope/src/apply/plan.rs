@@ -400,7 +400,7 @@ fn sock_ops_programs(p: &mut Plan) {
         .filter(|i| i.program_type() as u32 == BPF_PROG_TYPE_SOCK_OPS)
         .map(|i| (i.id(), i.name_as_str().unwrap_or_default().to_string()))
         .filter(|(_, n)| n != cgroup::PROGRAM_NAME)
-        .partition(|(_, n)| n == crate::kernel::loader::SOCKOPS_KERNEL_NAME);
+        .partition(|(_, n)| n == crate::observe::kernel::loader::SOCKOPS_KERNEL_NAME);
     let ids = |v: &[(u32, String)]| v.iter().map(|(id, n)| format!("{n} (id {id})")).collect::<Vec<_>>().join(", ");
     if !others.is_empty() {
         p.check(Level::Warn, "sock_ops", format!(

@@ -13,9 +13,7 @@ use clap::Args;
 use tokio::signal::unix::{SignalKind, signal};
 
 use crate::{
-    clock::Clock,
     error::{Exit, usage},
-    event::Event,
     experiment::{
         Observation,
         analysis::PrefixList,
@@ -26,11 +24,13 @@ use crate::{
         lock, record,
         report::InScope,
     },
-    filter::{FilterSpec, Net},
-    flow::{Change, FlowTable},
-    kernel::loader::{ExperimentSpec, Options},
-    session::Live,
-    sink::json::JsonSink,
+    observe::clock::Clock,
+    observe::event::Event,
+    observe::filter::{FilterSpec, Net},
+    observe::flow::{Change, FlowTable},
+    observe::kernel::loader::{ExperimentSpec, Options},
+    observe::session::Live,
+    observe::sink::json::JsonSink,
     sys::{cc, cgroup},
     tui::{
         self, Dashboard,
@@ -408,11 +408,11 @@ fn validate(args: &ExperimentArgs) -> Result<ExperimentSpec> {
     if !(args.guardrail_pct > 0.0 && args.guardrail_pct <= 1000.0) {
         usage!("--guardrail-pct must be a percentage above 0 (e.g. 20)");
     }
-    if args.dst.len() > crate::kernel::loader::MAX_EXPERIMENT_RANGES {
+    if args.dst.len() > crate::observe::kernel::loader::MAX_EXPERIMENT_RANGES {
         usage!(
             "--dst: {} ranges, the kernel's scope holds at most {}: give wider prefixes",
             args.dst.len(),
-            crate::kernel::loader::MAX_EXPERIMENT_RANGES
+            crate::observe::kernel::loader::MAX_EXPERIMENT_RANGES
         );
     }
     if let Some(p) = &args.plot {

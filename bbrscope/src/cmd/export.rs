@@ -10,13 +10,13 @@ use tokio::signal::unix::{SignalKind, signal};
 
 use crate::{
     cli::ObserveArgs,
-    clock::Clock,
     export::{
         http,
         metrics::{ExportMetrics, ScopeOptions},
     },
-    flow::FlowTable,
-    session::Live,
+    observe::clock::Clock,
+    observe::flow::FlowTable,
+    observe::session::Live,
 };
 
 /// Closed flows are kept this long so late events (the summary after the final sample) still

@@ -268,7 +268,7 @@ fn status(args: StatusArgs) -> Result<()> {
             r.scope
         ));
     }
-    let observer = match crate::kernel::loader::probe() {
+    let observer = match crate::observe::kernel::loader::probe() {
         Ok((path, note)) => ObserverStatus { path: Some(path.as_str()), note },
         Err(note) => ObserverStatus { path: None, note: Some(note) },
     };

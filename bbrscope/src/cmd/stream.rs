@@ -7,10 +7,10 @@ use tokio::signal::unix::{SignalKind, signal};
 
 use crate::{
     cli::StreamArgs,
-    clock::Clock,
-    flow::{Change, FlowTable},
-    session::Live,
-    sink::{json::JsonSink, queued::QueuedWriter},
+    observe::clock::Clock,
+    observe::flow::{Change, FlowTable},
+    observe::session::Live,
+    observe::sink::{json::JsonSink, queued::QueuedWriter},
 };
 
 /// Closed flows are kept this long so late events still find their flow's name.

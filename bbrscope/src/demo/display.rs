@@ -12,8 +12,8 @@ use super::{
     run::Stop,
 };
 use crate::{
-    clock::Clock,
-    event::Event,
+    observe::clock::Clock,
+    observe::event::Event,
     tui::{
         self, Dashboard,
         app::{Action, App, View, WINDOWS},

@@ -43,7 +43,7 @@ struct Panel<'a> {
     top: f64,
     height: f64,
     label: &'a str,
-    value: fn(&crate::flow::Point) -> Option<f64>,
+    value: fn(&crate::observe::flow::Point) -> Option<f64>,
     /// Average the values over buckets of this many seconds.
     bucket_s: Option<f64>,
     /// Draw each run's `FlowRun::goodput_bps` (in the panel's unit) as a labelled dashed line.
@@ -51,7 +51,11 @@ struct Panel<'a> {
 }
 
 /// (seconds since the run's start, value) for each of `r`'s samples, or the mean per bucket.
-fn points(r: &FlowRun, value: fn(&crate::flow::Point) -> Option<f64>, bucket_s: Option<f64>) -> Vec<(f64, f64)> {
+fn points(
+    r: &FlowRun,
+    value: fn(&crate::observe::flow::Point) -> Option<f64>,
+    bucket_s: Option<f64>,
+) -> Vec<(f64, f64)> {
     let raw = r.series.iter().filter_map(|p| value(p).map(|v| (p.ts_ns.saturating_sub(r.start_ns) as f64 / 1e9, v)));
     let Some(b) = bucket_s else { return raw.collect() };
     let mut out: Vec<(f64, f64, usize)> = Vec::new();

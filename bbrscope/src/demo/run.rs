@@ -15,12 +15,12 @@ use super::{
     traffic::{BulkFlow, TcpStats},
 };
 use crate::{
-    clock::Clock,
-    event::Event,
-    filter::{FilterSpec, Net},
-    flow::{FlowTable, Point},
-    kernel::loader::Options,
-    session::Live,
+    observe::clock::Clock,
+    observe::event::Event,
+    observe::filter::{FilterSpec, Net},
+    observe::flow::{FlowTable, Point},
+    observe::kernel::loader::Options,
+    observe::session::Live,
 };
 
 /// Observer sample period per flow: fine enough to see every CUBIC tooth and BBR's PROBE_RTT.
@@ -107,7 +107,7 @@ impl Watch {
             .await
     }
 
-    fn flow(&self, flow: &BulkFlow) -> Option<&crate::flow::Flow> {
+    fn flow(&self, flow: &BulkFlow) -> Option<&crate::observe::flow::Flow> {
         self.table.iter().find(|f| f.src == flow.local)
     }
 }

@@ -573,7 +573,7 @@ pub(crate) mod tests {
 
     /// A run with every number at its widest plausible length.
     pub(crate) fn run(cc: &str, goodput_bps: f64) -> FlowRun {
-        use crate::{demo::traffic::TcpStats, flow::Point};
+        use crate::{demo::traffic::TcpStats, observe::flow::Point};
         let series = (0..600u64)
             .map(|i| Point {
                 ts_ns: i * 50_000_000,

@@ -19,7 +19,7 @@ use super::{
     guardrail::GuardDecision,
     report::{self, Report},
 };
-use crate::flow::FlowTable;
+use crate::observe::flow::FlowTable;
 
 /// When the experiment ends by itself.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -71,7 +71,7 @@ pub struct LiveExperiment {
 }
 
 impl LiveExperiment {
-    pub fn new(spec: &crate::kernel::loader::ExperimentSpec, limit: Limit, guardrail: bool) -> Self {
+    pub fn new(spec: &crate::observe::kernel::loader::ExperimentSpec, limit: Limit, guardrail: bool) -> Self {
         LiveExperiment {
             arms: spec.arms.clone(),
             split_pct: spec.split_pct,
@@ -174,7 +174,7 @@ pub fn clock(d: Duration) -> String {
     }
 }
 
-fn scope_words(spec: &crate::kernel::loader::ExperimentSpec) -> String {
+fn scope_words(spec: &crate::observe::kernel::loader::ExperimentSpec) -> String {
     let mut parts = Vec::new();
     if let Some(p) = spec.port {
         parts.push(format!("port {p}"));

@@ -75,7 +75,7 @@ fn handshake_s(accepted: bool, srtt_first_us: Option<u64>, min_rtt_us: Option<u3
 
 impl Observation {
     /// A closed flow of the live flow table that the kernel put in an arm.
-    pub fn from_flow(flow: &crate::flow::Flow) -> Option<Self> {
+    pub fn from_flow(flow: &crate::observe::flow::Flow) -> Option<Self> {
         let owner = flow.life.owner.as_ref()?;
         let arm = match owner.arm? {
             1 => 0,

@@ -25,7 +25,7 @@ use anyhow::{Context as _, Result};
 use serde::{Deserialize, Serialize};
 
 use super::{Observation, glue::Setup, guardrail::GuardDecision, report::InScope};
-use crate::replay::{Reader, Skipped};
+use crate::observe::replay::{Reader, Skipped};
 
 #[derive(Serialize, Deserialize)]
 struct Header {

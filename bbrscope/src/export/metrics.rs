@@ -27,9 +27,9 @@ use prometheus_client::{
 
 use crate::{
     apply::sysctl,
-    event::{Event, Metrics},
-    flow::{Change, Flow, FlowTable, IdHasher, IdSet},
-    stats::StatsReport,
+    observe::event::{Event, Metrics},
+    observe::flow::{Change, Flow, FlowTable, IdHasher, IdSet},
+    observe::stats::StatsReport,
     sys::{cgroup::CgroupNames, netns},
 };
 
@@ -317,7 +317,7 @@ impl ExportMetrics {
             event_cost: FloatGauge::default(),
             resident: Gauge::default(),
             last_totals: [0; 5],
-            last_cpu: crate::stats::process_cpu_time(),
+            last_cpu: crate::observe::stats::process_cpu_time(),
             labels: FlowLabels {
                 cc_labels: CappedLabel::new(MAX_CC_LABELS),
                 scopes,
@@ -490,7 +490,7 @@ impl ExportMetrics {
             *last = now.max(*last);
         }
         self.flows_active.set(r.flows_active as i64);
-        let cpu = crate::stats::process_cpu_time();
+        let cpu = crate::observe::stats::process_cpu_time();
         self.cpu_seconds.inc_by(cpu.saturating_sub(self.last_cpu).as_secs_f64());
         self.last_cpu = cpu;
         self.event_cost.set(r.ns_per_event.unwrap_or(0.0) / 1e9);
@@ -743,7 +743,7 @@ fn resident_bytes() -> Option<u64> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::event::Owner;
+    use crate::observe::event::Owner;
 
     /// A flow's series is found by its algorithm, cgroup id and namespace, and carries the
     /// labels worked out for them; a cgroup whose path is not known yet is not cached as
@@ -761,7 +761,7 @@ mod tests {
             uncached: None,
         };
         let flow = |cc: &str, cgroup_id| {
-            let mut f = crate::flow::tests::flow_with(cc, Vec::new());
+            let mut f = crate::observe::flow::tests::flow_with(cc, Vec::new());
             f.life.owner = Some(Owner { cgroup_id: Some(cgroup_id), netns: Some(1), ..Owner::default() });
             f
         };

@@ -111,7 +111,7 @@ pub fn resolve(path: &Path) -> Result<Cgroup> {
 #[derive(Default)]
 pub struct CgroupNames {
     mount: Option<PathBuf>,
-    names: crate::flow::IdMap<String>,
+    names: crate::observe::flow::IdMap<String>,
     walked: Option<std::time::Instant>,
 }
 

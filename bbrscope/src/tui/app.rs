@@ -4,11 +4,11 @@
 use ratatui::crossterm::event::{KeyCode, KeyEvent, KeyModifiers};
 
 use crate::{
-    event::Event,
     experiment::live::LiveExperiment,
-    flow::{Flow, FlowTable},
-    replay::Summary,
-    stats::StatsReport,
+    observe::event::Event,
+    observe::flow::{Flow, FlowTable},
+    observe::replay::Summary,
+    observe::stats::StatsReport,
 };
 
 /// Points kept per flow: 20 minutes at the default 100 ms interval.

@@ -30,10 +30,10 @@ use self::{
     theme::Theme,
 };
 use crate::{
-    clock::Clock,
     error::usage,
-    replay::{Reader, Record, Skipped},
-    session::Live,
+    observe::clock::Clock,
+    observe::replay::{Reader, Record, Skipped},
+    observe::session::Live,
 };
 pub use ratatui::crossterm::event::Event as Input;
 
@@ -346,7 +346,7 @@ pub async fn run(source: &mut Source, mut app: App) -> Result<()> {
 }
 
 /// The dashboard over live kernel events.
-pub async fn top(opts: &crate::kernel::loader::Options) -> Result<()> {
+pub async fn top(opts: &crate::observe::kernel::loader::Options) -> Result<()> {
     let live = Live::start("bbrscope top", opts)?;
     let app = App::new("live", live.degraded().to_vec(), None);
     run(&mut Source::Live(Box::new(live)), app).await

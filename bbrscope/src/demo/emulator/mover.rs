@@ -22,7 +22,7 @@ use super::{
     link_model::{DataPath, LinkConfig, Verdict},
     owned,
 };
-use crate::clock::Clock;
+use crate::observe::clock::Clock;
 
 /// How often the thread looks at its stop flag when no packet or timer wakes it.
 const STOP_POLL_MS: i32 = 100;

@@ -11,8 +11,8 @@ use ratatui::{
 
 use super::chart::{self, Series, rel_s};
 use crate::{
-    diagnose,
-    flow::Flow,
+    observe::diagnose,
+    observe::flow::Flow,
     tui::{app::App, fmt, theme::Theme},
 };
 
@@ -69,7 +69,7 @@ fn bucketed(
     since: u64,
     now: u64,
     buckets: usize,
-    get: &dyn Fn(&crate::flow::Point) -> Option<f64>,
+    get: &dyn Fn(&crate::observe::flow::Point) -> Option<f64>,
     sum_flows: bool,
 ) -> Vec<(f64, f64)> {
     let width = ((now - since) / buckets as u64).max(1);
@@ -138,7 +138,7 @@ pub fn draw(f: &mut Frame, area: Rect, app: &App, theme: &Theme) {
         f.render_widget(Paragraph::new(lines).block(block), *col);
     }
 
-    let mbps = |p: &crate::flow::Point| p.throughput_bps.map(|b| b as f64 / 1e6);
+    let mbps = |p: &crate::observe::flow::Point| p.throughput_bps.map(|b| b as f64 / 1e6);
     let thr_series: Vec<Series> = groups
         .iter()
         .map(|g| Series::line(g.label.clone(), g.style, bucketed(&g.flows, since, now, buckets, &mbps, true)))
@@ -146,7 +146,7 @@ pub fn draw(f: &mut Frame, area: Rect, app: &App, theme: &Theme) {
     // A start-up burst would flatten both lines: scale to the bulk and clip it.
     let top = chart::quantile_top(thr_series.iter().flat_map(|s| s.points.iter().map(|p| p.1)), 0.95);
     chart::draw(f, thr, " throughput (Mbit/s) ", &thr_series, window_s, top, theme);
-    let srtt_us = |p: &crate::flow::Point| p.srtt_us.map(f64::from);
+    let srtt_us = |p: &crate::observe::flow::Point| p.srtt_us.map(f64::from);
     let mut rtt_series: Vec<Series> = groups
         .iter()
         .map(|g| Series::line(g.label.clone(), g.style, bucketed(&g.flows, since, now, buckets, &srtt_us, false)))

@@ -11,8 +11,8 @@ use ratatui::{
 
 use super::chart::{self, Series, rel_s};
 use crate::{
-    diagnose,
-    flow::{Flow, Mark},
+    observe::diagnose,
+    observe::flow::{Flow, Mark},
     tui::{app::App, fmt, theme::Theme},
 };
 
@@ -67,7 +67,7 @@ pub fn draw(f: &mut Frame, area: Rect, app: &App, theme: &Theme) {
     let window_s = app.window_ns() as f64 / 1e9;
     let since = now.saturating_sub(app.window_ns());
     let pts: Vec<_> = flow.since(since).collect();
-    let xy = |get: &dyn Fn(&crate::flow::Point) -> Option<f64>| -> Vec<(f64, f64)> {
+    let xy = |get: &dyn Fn(&crate::observe::flow::Point) -> Option<f64>| -> Vec<(f64, f64)> {
         pts.iter().filter_map(|p| get(p).map(|v| (rel_s(p.ts_ns, now), v))).collect()
     };
 

@@ -8,8 +8,8 @@ use ratatui::{
 };
 
 use crate::{
-    diagnose::{self, Verdict},
-    flow::Flow,
+    observe::diagnose::{self, Verdict},
+    observe::flow::Flow,
     tui::{app::App, fmt, theme::Theme},
 };
 
@@ -133,7 +133,7 @@ fn cc_cell(fl: &Flow, experiment: bool) -> String {
 #[cfg(test)]
 mod tests {
     use super::cc_cell;
-    use crate::{event::Owner, flow::tests::flow_with};
+    use crate::{observe::event::Owner, observe::flow::tests::flow_with};
 
     #[test]
     fn an_experiments_flows_show_their_arm() {

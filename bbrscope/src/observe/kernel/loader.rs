@@ -25,7 +25,7 @@ use super::{
     hooks,
     layout::Layout,
 };
-use crate::{error::UsageError, filter::FilterSpec, sys::hz};
+use crate::{error::UsageError, observe::filter::FilterSpec, sys::hz};
 
 static OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/bbrscope"));
 
@@ -48,7 +48,7 @@ pub struct Options {
     /// Which kernel path observes flows.
     pub path: PathChoice,
     /// Owner filters (userspace, sock_ops path).
-    pub owner: crate::session::OwnerFilter,
+    pub owner: crate::observe::session::OwnerFilter,
     /// `bbrscope experiment`: assign new connections in scope to two algorithms at random.
     pub experiment: Option<ExperimentSpec>,
 }
@@ -125,7 +125,7 @@ impl Default for Options {
             btf: None,
             bpf_stats: false,
             path: PathChoice::Auto,
-            owner: crate::session::OwnerFilter::default(),
+            owner: crate::observe::session::OwnerFilter::default(),
             experiment: None,
         }
     }

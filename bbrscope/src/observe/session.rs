@@ -6,14 +6,14 @@ use std::collections::VecDeque;
 use anyhow::{Context as _, Result};
 
 use crate::{
-    event::{Decoder, Event, Metrics, OpenEvent},
-    flow::{IdMap, IdSet},
-    kernel::existing::Existing,
-    kernel::{
+    observe::event::{Decoder, Event, Metrics, OpenEvent},
+    observe::flow::{IdMap, IdSet},
+    observe::kernel::existing::Existing,
+    observe::kernel::{
         layout::Layout,
         loader::{Observer, ObserverPath, Options},
     },
-    stats::{StatsReport, StatsTracker},
+    observe::stats::{StatsReport, StatsTracker},
     sys::privileges,
 };
 
@@ -31,7 +31,7 @@ impl OwnerFilter {
         self == &OwnerFilter::default()
     }
 
-    pub fn passes(&self, o: &crate::event::Owner) -> bool {
+    pub fn passes(&self, o: &crate::observe::event::Owner) -> bool {
         self.comm.as_ref().is_none_or(|c| o.comm.as_deref() == Some(c.as_str()))
             && self.pid.is_none_or(|p| o.pid == Some(p))
             && self.netns.is_none_or(|n| o.netns == Some(n))
@@ -333,7 +333,7 @@ impl Live {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::event::{CaState, CongStateEvent, Head, SampleEvent};
+    use crate::observe::event::{CaState, CongStateEvent, Head, SampleEvent};
 
     fn head(flow: u64) -> Head {
         let a = "10.0.0.1:80".parse().unwrap();

@@ -5,8 +5,8 @@
 //! at a full queue), or a standing queue that inflates RTT (bufferbloat).
 
 use crate::{
-    event::CaState,
-    flow::{Flow, Point},
+    observe::event::CaState,
+    observe::flow::{Flow, Point},
 };
 
 /// How far back the verdict looks.
@@ -269,7 +269,7 @@ pub fn diagnose(flow: &Flow, now_ns: u64) -> Verdict {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::flow::tests::flow_with;
+    use crate::observe::flow::tests::flow_with;
 
     fn point(i: u64, f: impl Fn(&mut Point)) -> Point {
         let mut p = Point {

@@ -11,8 +11,8 @@ use bbrscope_common::{
 };
 use serde::{Deserialize, Serialize};
 
-use crate::kernel::layout::{Field, Layout};
-pub use crate::name::Name;
+use crate::observe::kernel::layout::{Field, Layout};
+pub use crate::observe::name::Name;
 
 /// `TCP_INFINITE_SSTHRESH`: ssthresh before the first loss.
 const INFINITE_SSTHRESH: u64 = 0x7fff_ffff;
@@ -491,7 +491,7 @@ impl Decoder<'_> {
 
     fn bbr(&self, ca_priv: &[u8; CA_PRIV_LEN], mss: Option<u32>) -> Option<Bbr> {
         let l = self.layout.bbr.as_ref()?;
-        let r = |f: &Option<crate::kernel::layout::PrivField>| f.as_ref().and_then(|f| f.read(ca_priv));
+        let r = |f: &Option<crate::observe::kernel::layout::PrivField>| f.as_ref().and_then(|f| f.read(ca_priv));
         let mode = r(&l.mode).map(|m| {
             l.mode_names
                 .iter()
@@ -525,7 +525,7 @@ impl Decoder<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::kernel::layout::Field;
+    use crate::observe::kernel::layout::Field;
 
     #[test]
     fn addresses_show_ipv4_for_mapped() {
@@ -550,7 +550,7 @@ mod tests {
         s.vals[Field::SrttUs as usize] = srtt_raw;
         s.vals[Field::MssCache as usize] = mss;
         let bbr = layout.bbr.as_ref().expect("BBR's BTF");
-        let put = |priv_: &mut [u8; CA_PRIV_LEN], f: &crate::kernel::layout::PrivField, v: u64| {
+        let put = |priv_: &mut [u8; CA_PRIV_LEN], f: &crate::observe::kernel::layout::PrivField, v: u64| {
             for bit in 0..f.bits {
                 let at = f.bit_offset + bit;
                 if v >> bit & 1 == 1 {
@@ -573,7 +573,7 @@ mod tests {
 
     #[test]
     fn decodes_the_kernels_fixed_point_units() {
-        let btf = crate::kernel::btf::Btf::kernel().expect("kernel BTF (run on a kernel with BTF)");
+        let btf = crate::observe::kernel::btf::Btf::kernel().expect("kernel BTF (run on a kernel with BTF)");
         let layout = Layout::from_btf(&btf).unwrap();
         // srtt_us is kept << 3; BBR's bw is packets per µs << 24 (BW_SCALE); gains are << 8.
         // 1 packet/µs of 1448 bytes = 11.584 Gbit/s; 0x140 = 1.25.
@@ -596,7 +596,7 @@ mod tests {
     /// an arithmetic overflow: debug builds would panic in the middle of a stream.
     #[test]
     fn a_record_of_extreme_values_decodes_without_overflow() {
-        let btf = crate::kernel::btf::Btf::kernel().expect("kernel BTF (run on a kernel with BTF)");
+        let btf = crate::observe::kernel::btf::Btf::kernel().expect("kernel BTF (run on a kernel with BTF)");
         let layout = Layout::from_btf(&btf).unwrap();
         let rec = bbr_record(&layout, u64::MAX, u64::MAX, u64::MAX, u64::MAX);
         // SAFETY: `rec` holds the bytes of one Sample (plain old data), written by `bbr_record`;
@@ -609,7 +609,7 @@ mod tests {
         let Event::Sample(s) = &ev else { panic!("not a sample") };
         assert!(s.metrics.delivery_rate_bps.is_some());
         // And what the flow table and the sinks compute from it.
-        let mut table = crate::flow::FlowTable::new(0);
+        let mut table = crate::observe::flow::FlowTable::new(0);
         table.apply(&ev);
         let flow = table.get(s.head.flow).expect("the flow");
         let _ = (flow.mean_goodput_bps(), flow.rtt_inflation(), flow.duration_ns());
@@ -619,7 +619,7 @@ mod tests {
     /// owner it carries, then gives the final sample and the summary; without, only those two.
     #[test]
     fn a_close_record_is_the_final_sample_the_summary_and_when_first_the_opening() {
-        let btf = crate::kernel::btf::Btf::kernel().expect("kernel BTF (run on a kernel with BTF)");
+        let btf = crate::observe::kernel::btf::Btf::kernel().expect("kernel BTF (run on a kernel with BTF)");
         let layout = Layout::from_btf(&btf).unwrap();
         // SAFETY: FlowClose is plain old data (integers and byte arrays); all-zero is a valid value.
         let mut c: FlowClose = unsafe { std::mem::zeroed() };

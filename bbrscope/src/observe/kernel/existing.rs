@@ -13,10 +13,10 @@ use std::{
 use anyhow::Result;
 
 use crate::{
-    clock::Clock,
-    event::{Bbr, CaState, Event, Head, Metrics, SampleEvent},
-    filter::FilterSpec,
-    name::Name,
+    observe::clock::Clock,
+    observe::event::{Bbr, CaState, Event, Head, Metrics, SampleEvent},
+    observe::filter::FilterSpec,
+    observe::name::Name,
     sys::{
         netlink::Netlink,
         netns,

@@ -10,7 +10,7 @@ use std::{
 
 use smallvec::SmallVec;
 
-use crate::event::{CaState, EndEvent, Event, Metrics, Name, Owner};
+use crate::observe::event::{CaState, EndEvent, Event, Metrics, Name, Owner};
 
 /// Hashing for flow ids (socket cookies, or the tracepoint path's own ids). They come from kernel
 /// counters no peer chooses, so std's flood-resistant SipHash buys nothing here, and with short
@@ -134,7 +134,7 @@ pub struct Life {
     /// connect() or accept time (sock_ops path), CLOCK_MONOTONIC ns.
     pub start_ns: Option<u64>,
     pub retrans_at_open: u32,
-    /// Its only record was its close (see [`crate::event::OpenEvent::summary_only`]).
+    /// Its only record was its close (see [`crate::observe::event::OpenEvent::summary_only`]).
     pub summary_only: bool,
     /// Time in each `CaState` (open, disorder, cwr, recovery, loss), ns, up to `ca_since_ns`.
     pub ca_ns: [u64; 5],
@@ -502,14 +502,14 @@ pub mod tests {
 #[cfg(test)]
 mod budget_tests {
     use super::*;
-    use crate::event::{Head, SampleEvent};
+    use crate::observe::event::{Head, SampleEvent};
 
     fn sample(flow: u64, ts_ns: u64) -> Event {
-        let mut m = crate::replay::parse_line(
+        let mut m = crate::observe::replay::parse_line(
             r#"{"type":"sample","ts":0,"cookie":1,"src":"10.0.0.1:1","dst":"10.0.0.2:2","cc":"cubic","ca_state":"open","cwnd":10}"#,
         )
         .unwrap();
-        let Some(crate::replay::Record::Event(Event::Sample(s))) = m.take() else { unreachable!() };
+        let Some(crate::observe::replay::Record::Event(Event::Sample(s))) = m.take() else { unreachable!() };
         Event::Sample(Box::new(SampleEvent { head: Head { flow, ts_ns, ..s.head }, ..*s }))
     }
 

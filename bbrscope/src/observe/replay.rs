@@ -14,9 +14,11 @@ use serde::Deserialize;
 use serde_json::Value;
 
 use crate::{
-    event::{Bbr, CaState, CongStateEvent, Event, Head, Metrics, OpenEvent, Owner, RetransmitEvent, SampleEvent},
-    name::Name,
-    stats::StatsReport,
+    observe::event::{
+        Bbr, CaState, CongStateEvent, Event, Head, Metrics, OpenEvent, Owner, RetransmitEvent, SampleEvent,
+    },
+    observe::name::Name,
+    observe::stats::StatsReport,
 };
 
 #[derive(Clone, Debug, PartialEq)]

@@ -17,10 +17,10 @@ use serde::Serialize;
 use serde_json::ser::{CompactFormatter, Formatter as _};
 
 use crate::{
-    clock::Clock,
-    event::{Bbr, CaState, Cubic, EndReason, Event, Metrics, tcp_state_name},
-    flow::{Change, Flow, FlowTable},
-    stats::StatsReport,
+    observe::clock::Clock,
+    observe::event::{Bbr, CaState, Cubic, EndReason, Event, Metrics, tcp_state_name},
+    observe::flow::{Change, Flow, FlowTable},
+    observe::stats::StatsReport,
     sys::cgroup::CgroupNames,
 };
 
@@ -116,7 +116,7 @@ impl Json for String {
     }
 }
 
-impl Json for crate::name::Name {
+impl Json for crate::observe::name::Name {
     #[inline]
     fn write(&self, out: &mut Vec<u8>) {
         self.as_str().write(out)
@@ -340,7 +340,7 @@ impl<W: Write> JsonSink<W> {
     /// Who owns the flow (all null on the tracepoint path): `flow_open` and `flow_summary`.
     fn owner(cgroups: &mut CgroupNames, o: &mut Obj, flow: &Flow) {
         let owner = flow.life.owner.as_ref();
-        let get = |f: fn(&crate::event::Owner) -> Option<u32>| owner.and_then(f);
+        let get = |f: fn(&crate::observe::event::Owner) -> Option<u32>| owner.and_then(f);
         let cgroup_id = owner.and_then(|o| o.cgroup_id);
         o.field(k!("side"), owner.and_then(|o| o.side))
             .field(k!("pid"), get(|o| o.pid))
@@ -529,7 +529,7 @@ impl<W: Write> JsonSink<W> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::event::{Bbr, Head, RetransmitEvent, SampleEvent};
+    use crate::observe::event::{Bbr, Head, RetransmitEvent, SampleEvent};
 
     fn metrics(acked: u64) -> Metrics {
         Metrics {
@@ -577,7 +577,7 @@ mod tests {
             ts_ns,
             src: "10.0.0.1:5000".parse().unwrap(),
             dst: "[2001:db8::2]:443".parse().unwrap(),
-            ca_state: crate::event::CaState::Open,
+            ca_state: crate::observe::event::CaState::Open,
             first,
             tcp_state: 0,
         }
@@ -624,9 +624,9 @@ mod tests {
         use serde::Serialize;
 
         use crate::{
-            clock::Clock,
-            event::{CaState, EndReason, Event, Metrics, tcp_state_name},
-            flow::{Change, Flow, FlowTable},
+            observe::clock::Clock,
+            observe::event::{CaState, EndReason, Event, Metrics, tcp_state_name},
+            observe::flow::{Change, Flow, FlowTable},
             sys::cgroup::CgroupNames,
         };
 
@@ -648,7 +648,7 @@ mod tests {
         struct OwnerJson {
             side: Option<String>,
             pid: Option<u32>,
-            comm: Option<crate::name::Name>,
+            comm: Option<crate::observe::name::Name>,
             cgroup: Option<String>,
             cgroup_id: Option<u64>,
             netns: Option<u32>,
@@ -672,7 +672,7 @@ mod tests {
             end: EndReason,
             #[serde(flatten)]
             owner: OwnerJson,
-            ccs: &'a [crate::name::Name],
+            ccs: &'a [crate::observe::name::Name],
             bbr_modes: &'a [std::sync::Arc<str>],
             bytes_sent: Option<u64>,
             bytes_acked: Option<u64>,
@@ -921,7 +921,7 @@ mod tests {
     /// extreme integers, non-finite gains, both algorithms' private state, an experiment arm,
     /// a flow with no owner (the tracepoint path), each way a flow ends.
     fn varied_events() -> Vec<Event> {
-        use crate::event::{CongStateEvent, Cubic, EndEvent, OpenEvent, Owner};
+        use crate::observe::event::{CongStateEvent, Cubic, EndEvent, OpenEvent, Owner};
         let mut evs = Vec::new();
         let ends = [
             EndReason::Fin,

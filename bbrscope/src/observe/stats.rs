@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 use bbrscope_common::counter;
 use serde::{Deserialize, Serialize};
 
-use crate::kernel::loader::Counters;
+use crate::observe::kernel::loader::Counters;
 
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
 pub struct StatsReport {

@@ -1,0 +1,22 @@
+//! The observer pipeline, in the order data flows through it:
+//!
+//! 1. [`kernel`]: the eBPF programs' loader (program type chosen at start-up, with fallbacks),
+//!    socket layout from BTF, the ring buffer, connections already open at start-up;
+//! 2. [`event`]: decoding the kernel's records into events;
+//! 3. [`session`]: one observation run (what is attached, its filters, its own cost in
+//!    [`stats`]), with [`filter`] for what the user asked to see and [`clock`] for timestamps;
+//! 4. [`flow`]: the flow table, each flow from connect to close, named by [`name`];
+//! 5. [`diagnose`]: the verdicts a flow's numbers support;
+//! 6. [`sink`]: where flows go (NDJSON lines); [`replay`] reads such lines back.
+
+pub mod clock;
+pub mod diagnose;
+pub mod event;
+pub mod filter;
+pub mod flow;
+pub mod kernel;
+pub mod name;
+pub mod replay;
+pub mod session;
+pub mod sink;
+pub mod stats;
