@@ -13,16 +13,16 @@ APT_PACKAGES=(llvm-${LLVM_MAJOR}-dev libpolly-${LLVM_MAJOR}-dev libzstd-dev zlib
               iproute2 nftables tmux bpftrace procps dwarves bpftool fonts-dejavu-core
               # cargo xtask kernels: boots Debian kernels under QEMU with a busybox guest.
               qemu-system-x86 busybox-static xz-utils
-              # tests/export.rs: a real Prometheus scrapes `bbrscope export`.
+              # bbrscope/tests/export.rs: a real Prometheus scrapes `bbrscope export`.
               prometheus
-              # tests/ansible.rs: runs packaging/ansible/canary-rollout.yml (builtin modules only).
+              # bbrscope/tests/ansible.rs: runs packaging/ansible/canary-rollout.yml (builtin modules only).
               ansible-core
-              # tests/export.rs: installs the .deb into a fresh Debian root it makes.
+              # bbrscope/tests/export.rs: installs the .deb into a fresh Debian root it makes.
               debootstrap
-              # tests/export.rs: the Debian root above becomes a disk image (mkfs.ext4 -d) that
+              # bbrscope/tests/export.rs: the Debian root above becomes a disk image (mkfs.ext4 -d) that
               # cargo xtask boot starts under QEMU with systemd as PID 1.
               e2fsprogs
-              # tests/export.rs: the .deb is checked by lintian --pedantic.
+              # bbrscope/tests/export.rs: the .deb is checked by lintian --pedantic.
               lintian)
 
 log() { printf 'setup: %s\n' "$*" >&2; }

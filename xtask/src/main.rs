@@ -37,7 +37,7 @@ enum Task {
     #[command(hide = true)]
     KernelGuest,
     /// A whole Debian system (a root directory with systemd) booted under a Debian kernel in
-    /// QEMU until it powers off; its /dev/ttyS1 goes to a file (root; for tests/export.rs)
+    /// QEMU until it powers off; its /dev/ttyS1 goes to a file (root; for bbrscope/tests/export.rs)
     Boot(kernels::system::BootArgs),
     /// Release binary, man pages, shell completions and a .deb with the systemd units (TARGET/dist)
     Dist(dist::DistArgs),

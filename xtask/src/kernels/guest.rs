@@ -1,4 +1,4 @@
-//! The test driver inside each guest (`xtask kernel-guest`, started by tests/guest/init.sh):
+//! The test driver inside each guest (`xtask kernel-guest`, started by bbrscope/tests/guest/init.sh):
 //! loopback traffic through netem with bbrscope watching, checked against the kernel's own view
 //! (`ss -tin` through inet_diag, TCP_INFO through getsockopt), never against bbrscope's code.
 //! Results go to /dev/ttyS1 as JSON lines; the host reads them after the VM powers off.

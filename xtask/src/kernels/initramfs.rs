@@ -13,9 +13,9 @@ use anyhow::{Context as _, Result, bail};
 use super::apt::Kernel;
 
 /// PID 1 of the guest.
-const INIT: &str = include_str!("../../../tests/guest/init.sh");
+const INIT: &str = include_str!("../../../bbrscope/tests/guest/init.sh");
 /// PID 1 of the initramfs that mounts a whole system's root and starts its systemd.
-const BOOT_INIT: &str = include_str!("../../../tests/guest/boot.sh");
+const BOOT_INIT: &str = include_str!("../../../bbrscope/tests/guest/boot.sh");
 
 /// The host's files the guest runs, and where they go in the guest. iproute2's `tc` and `ss` are
 /// the real ones: busybox's `tc` applet cannot set up netem.

@@ -53,7 +53,7 @@ pub struct KernelsArgs {
     /// in the guest reads the struct layout of this machine's kernel (`--btf
     /// /sys/kernel/btf/vmlinux` of the host), as a tool with offsets hard-coded on its build
     /// machine would; only the data checks run. The matrix must then fail on kernels whose
-    /// layout differs (5.10; tests/kernel_break.rs asserts it)
+    /// layout differs (5.10; xtask/tests/kernel_break.rs asserts it)
     #[arg(long = "break", value_enum, value_name = "BREAK")]
     break_: Option<Break>,
     /// Skip the netem-vs-emulator cross-check (it runs on the newest kernel of the selection)

@@ -1,5 +1,5 @@
 //! `cargo xtask boot`: a whole Debian system under one of the matrix's Debian kernels. The
-//! caller's root directory (a debootstrapped Debian with systemd, e.g. made by tests/export.rs)
+//! caller's root directory (a debootstrapped Debian with systemd, e.g. made by bbrscope/tests/export.rs)
 //! gets the kernel's modules and becomes an ext4 disk image; a small initramfs mounts it and
 //! starts its systemd as PID 1. The guest may reboot itself (QEMU restarts it from the same
 //! disk); the run ends when it powers off. Its second serial port (/dev/ttyS1) is written to

@@ -31,9 +31,8 @@ fn mutate(rng: &mut Rng, input: &[u8]) -> Vec<u8> {
 
 #[test]
 fn replay_lines_never_panic() {
-    let fixture =
-        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../tests/fixtures/cubic-vs-bbr.ndjson"))
-            .expect("fixture");
+    let fixture = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/cubic-vs-bbr.ndjson"))
+        .expect("fixture");
     let lines: Vec<&str> = fixture.lines().take(200).collect();
     let mut rng = Rng::new(1);
     let start = Instant::now();

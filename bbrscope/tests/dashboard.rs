@@ -21,7 +21,7 @@ use ratatui::{
 };
 
 fn fixture(name: &str) -> Vec<Record> {
-    let path = format!("{}/../tests/fixtures/{name}", env!("CARGO_MANIFEST_DIR"));
+    let path = format!("{}/tests/fixtures/{name}", env!("CARGO_MANIFEST_DIR"));
     parse_all(&std::fs::read_to_string(&path).unwrap()).unwrap().records
 }
 
@@ -414,7 +414,7 @@ fn one_rate_unit_on_every_screen() {
 
 #[test]
 fn damaged_recording_replays_and_the_footer_counts_what_was_skipped() {
-    let path = format!("{}/../tests/fixtures/cubic-vs-bbr.ndjson", env!("CARGO_MANIFEST_DIR"));
+    let path = format!("{}/tests/fixtures/cubic-vs-bbr.ndjson", env!("CARGO_MANIFEST_DIR"));
     let text = std::fs::read_to_string(path).unwrap();
     let mut lines_in: Vec<&str> = text.lines().collect();
     lines_in.insert(100, "{\"type\":\"sample\",\"ts\":garbage");
@@ -440,7 +440,7 @@ fn damaged_recording_replays_and_the_footer_counts_what_was_skipped() {
 #[test]
 fn a_pipe_plays_as_it_arrives() {
     use std::io::Write as _;
-    let path = format!("{}/../tests/fixtures/cubic-vs-bbr.ndjson", env!("CARGO_MANIFEST_DIR"));
+    let path = format!("{}/tests/fixtures/cubic-vs-bbr.ndjson", env!("CARGO_MANIFEST_DIR"));
     let text = std::fs::read_to_string(path).unwrap();
     let all: Vec<&str> = text.lines().collect();
     let (head, tail) = all.split_at(all.len() / 2);
@@ -471,7 +471,7 @@ fn a_pipe_plays_as_it_arrives() {
 
 // ---------------------------------------------------------------------------------------------
 // Issue 11: a running experiment's view, from a recorded experiment (cubic vs bbr on a long lossy
-// path, 198.18.64.0/24, and a short clean one, 198.18.65.0/24; tests/experiment.rs
+// path, 198.18.64.0/24, and a short clean one, 198.18.65.0/24; bbrscope/tests/experiment.rs
 // `record_the_fixture` made it).
 
 /// The dashboard of an experiment 75 s into its 10 minutes, its analysis on the recorded flows.
@@ -483,7 +483,7 @@ fn experiment_app() -> App {
         },
         observe::kernel::loader::ExperimentSpec,
     };
-    let path = format!("{}/../tests/fixtures/experiment-two-populations.ndjson", env!("CARGO_MANIFEST_DIR"));
+    let path = format!("{}/tests/fixtures/experiment-two-populations.ndjson", env!("CARGO_MANIFEST_DIR"));
     let obs: Vec<Observation> = std::fs::read_to_string(path)
         .unwrap()
         .lines()

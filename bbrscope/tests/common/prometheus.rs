@@ -1,5 +1,5 @@
 //! A real Prometheus server scraping `bbrscope export`, for the tests that check the exporter
-//! (tests/export.rs) and the Ansible rollout that judges a canary by it (tests/ansible.rs).
+//! (bbrscope/tests/export.rs) and the Ansible rollout that judges a canary by it (bbrscope/tests/ansible.rs).
 
 use std::{
     collections::HashMap,

@@ -660,7 +660,7 @@ fn deb_is_lintian_clean_and_named_by_its_version() {
     assert_eq!(deb.file_name().unwrap().to_string_lossy(), format!("bbrscope_{version}_{arch}.deb"));
 }
 
-/// The checks tests/guest/system-check.sh makes inside the booted system, in order; each must
+/// The checks bbrscope/tests/guest/system-check.sh makes inside the booted system, in order; each must
 /// report and pass.
 const SYSTEM_CHECKS: &[&str] = &[
     "pid1_is_systemd",
@@ -692,7 +692,7 @@ const SYSTEM_CHECKS: &[&str] = &[
 
 /// The package on a whole Debian system with systemd as PID 1: the Debian root above, booted by
 /// `cargo xtask boot` under Debian 12's own kernel (6.1) in QEMU. A unit of the test's runs
-/// tests/guest/system-check.sh at boot, which does what an admin would: installs the .deb with
+/// bbrscope/tests/guest/system-check.sh at boot, which does what an admin would: installs the .deb with
 /// dpkg, enables the packaged exporter unit and checks the sandbox the kernel applies to it
 /// against the unit file (capabilities, no_new_privs, seccomp, read-only /, memory and CPU
 /// limits), counts real cubic and bbr flows (exactly, bytes within 5%), the default algorithm of
@@ -717,7 +717,7 @@ fn the_package_runs_under_systemd_in_a_debian_guest() {
     put("usr/local/sbin/bbrscope-system-check", include_str!("guest/system-check.sh"), 0o755);
     put(
         "etc/systemd/system/bbrscope-system-check.service",
-        "[Unit]\nDescription=tests/export.rs: the package under systemd\nAfter=multi-user.target\n\n\
+        "[Unit]\nDescription=bbrscope/tests/export.rs: the package under systemd\nAfter=multi-user.target\n\n\
          [Service]\nType=oneshot\nTimeoutStartSec=infinity\nExecStart=/usr/local/sbin/bbrscope-system-check\n\
          StandardOutput=journal+console\n\n[Install]\nWantedBy=multi-user.target\n",
         0o644,

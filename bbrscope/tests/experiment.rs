@@ -509,7 +509,7 @@ fn an_a_a_run_calls_no_group_different_and_applies_nothing() {
     drop(clean);
 }
 
-/// Records tests/fixtures/experiment-two-populations.ndjson, the capture the dashboard tests
+/// Records bbrscope/tests/fixtures/experiment-two-populations.ndjson, the capture the dashboard tests
 /// render the experiment view from: cubic vs bbr on a long lossy path and a short clean one, the
 /// experiment's flow_summary records with the fields the analysis reads (the rest left out to
 /// keep the file small).
@@ -561,7 +561,7 @@ fn record_the_fixture() {
             Value::Object(o).to_string()
         })
         .collect();
-    let out = format!("{}/../tests/fixtures/experiment-two-populations.ndjson", env!("CARGO_MANIFEST_DIR"));
+    let out = format!("{}/tests/fixtures/experiment-two-populations.ndjson", env!("CARGO_MANIFEST_DIR"));
     std::fs::write(out, kept.join("\n") + "\n").unwrap();
     drop((lossy, clean));
 }
@@ -809,7 +809,7 @@ fn three_client_groups_the_far_lossy_gain_is_found_and_nothing_else_is_applied()
         bbrscope::experiment::record::read(BufReader::new(std::fs::File::open(&record).unwrap()), true).unwrap();
     assert!(capture.has_header && capture.setup.scope.port == Some(port), "{:?}", capture.setup.scope);
     // BBRSCOPE_KEEP_RECORDING=FILE keeps the recording, cut to what the analysis reads: how
-    // tests/fixtures/experiment-three-groups.ndjson was made.
+    // bbrscope/tests/fixtures/experiment-three-groups.ndjson was made.
     if let Some(to) = std::env::var_os("BBRSCOPE_KEEP_RECORDING") {
         std::fs::write(to, trimmed(&std::fs::read_to_string(&record).unwrap())).unwrap();
     }
@@ -957,13 +957,13 @@ fn harness(capture: &bbrscope::experiment::record::Capture, draws: usize, seed: 
 }
 
 /// The error-rate harness on a recording of the three-group scenario above, kept as
-/// tests/fixtures/experiment-three-groups.ndjson (recorded on this project's 2-core VM, Linux
+/// bbrscope/tests/fixtures/experiment-three-groups.ndjson (recorded on this project's 2-core VM, Linux
 /// 6.18, with BBRSCOPE_KEEP_RECORDING): the same numbers every run, no root needed. The
 /// recording itself is judged as by construction, `--analyze` keeps how it ended, and re-drawn
 /// at random its arms give A/A error rates within the promised 5%.
 #[test]
 fn recorded_real_traffic_keeps_its_error_rates_and_power() {
-    let path = format!("{}/../tests/fixtures/experiment-three-groups.ndjson", env!("CARGO_MANIFEST_DIR"));
+    let path = format!("{}/tests/fixtures/experiment-three-groups.ndjson", env!("CARGO_MANIFEST_DIR"));
     let capture =
         bbrscope::experiment::record::read(BufReader::new(std::fs::File::open(&path).unwrap()), true).unwrap();
     assert!(capture.has_header && capture.obs.len() > 3000, "{}", capture.obs.len());
@@ -985,7 +985,7 @@ fn recorded_real_traffic_keeps_its_error_rates_and_power() {
 
     // A recording of the version before (no first line naming arms and scope) stays analysable:
     // the arms from its flows, the scope unknown, so nothing wider than a prefix is recommended.
-    let old = format!("{}/../tests/fixtures/experiment-two-populations.ndjson", env!("CARGO_MANIFEST_DIR"));
+    let old = format!("{}/tests/fixtures/experiment-two-populations.ndjson", env!("CARGO_MANIFEST_DIR"));
     let out = bbrscope().args(["experiment", "--analyze", &old, "--json"]).output().unwrap();
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success() && err.contains("no experiment header"), "{err}");
@@ -1080,7 +1080,7 @@ fn the_experiment_lock_is_roots_alone() {
 #[test]
 fn analyze_reads_a_huge_line_in_bounded_memory() {
     use std::io::Write as _;
-    let fixture = format!("{}/../tests/fixtures/experiment-three-groups.ndjson", env!("CARGO_MANIFEST_DIR"));
+    let fixture = format!("{}/tests/fixtures/experiment-three-groups.ndjson", env!("CARGO_MANIFEST_DIR"));
     let text = std::fs::read_to_string(&fixture).unwrap();
     let path = std::env::temp_dir().join(format!("bbrs-huge-line-{}.ndjson", std::process::id()));
     let mut f = std::io::BufWriter::new(std::fs::File::create(&path).unwrap());

@@ -1,5 +1,5 @@
 #!/bin/bash
-# The checks of tests/export.rs's whole-system test, run inside a Debian guest whose PID 1 is
+# The checks of bbrscope/tests/export.rs's whole-system test, run inside a Debian guest whose PID 1 is
 # systemd (cargo xtask boot), by bbrscope-system-check.service, as an admin would run things:
 # dpkg, systemctl, man, the shells. Three boots: the first installs the package, enables the
 # exporter and a cgroup pin, applies bbr system-wide and upgrades the package, then reboots; the

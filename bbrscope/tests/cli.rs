@@ -139,7 +139,7 @@ fn a_stderr_that_cannot_be_written_changes_nothing() {
     require_root();
     let root = tempfile::tempdir().unwrap();
     let root = root.path().to_str().unwrap().to_string();
-    let fixture = format!("{}/../tests/fixtures/experiment-two-populations.ndjson", env!("CARGO_MANIFEST_DIR"));
+    let fixture = format!("{}/tests/fixtures/experiment-two-populations.ndjson", env!("CARGO_MANIFEST_DIR"));
     #[rustfmt::skip]
     let table: Vec<(Vec<&str>, i32)> = vec![
         (vec!["nosuchcommand"], 2),

@@ -105,7 +105,7 @@ fn demo_runs_in_the_dashboard_and_q_stops_it_cleanly() {
 #[test]
 fn replay_of_a_damaged_recording_plays_and_reports_skipped_lines() {
     require_root();
-    let fixture = format!("{}/../tests/fixtures/cubic-vs-bbr.ndjson", env!("CARGO_MANIFEST_DIR"));
+    let fixture = format!("{}/tests/fixtures/cubic-vs-bbr.ndjson", env!("CARGO_MANIFEST_DIR"));
     let text = std::fs::read_to_string(fixture).unwrap();
     let mut lines: Vec<&str> = text.lines().collect();
     lines.insert(50, "\u{0}\u{0}garbage");
@@ -131,7 +131,7 @@ fn replay_from_an_open_pipe_shows_what_arrived_and_quits_on_q() {
     let s = Session::start("replay-pipe", 120, 30, &format!("replay - < {}", fifo.display()));
     // Opening the write end waits for the reader (the shell's redirection).
     let mut writer = std::fs::OpenOptions::new().write(true).open(&fifo).unwrap();
-    let fixture = format!("{}/../tests/fixtures/cubic-vs-bbr.ndjson", env!("CARGO_MANIFEST_DIR"));
+    let fixture = format!("{}/tests/fixtures/cubic-vs-bbr.ndjson", env!("CARGO_MANIFEST_DIR"));
     let text = std::fs::read_to_string(fixture).unwrap();
     let head: Vec<&str> = text.lines().take(text.lines().count() / 2).collect();
     std::io::Write::write_all(&mut writer, (head.join("\n") + "\n").as_bytes()).unwrap();
