@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Installs everything bbrscope's build and tests need on a Debian 12 (bookworm) machine, as root.
 # Idempotent: each step checks first, so a second run installs nothing.
-# See ../shared/notes/toolchain.md for why these exact versions: bpf-linker's LLVM must match the
+# See docs/toolchain.md for why these exact versions: bpf-linker's LLVM must match the
 # LLVM inside the nightly that compiles the eBPF crate (LLVM 22 here), or linking fails with
 # "Invalid record".
 set -euo pipefail

@@ -1,5 +1,5 @@
 //! What theory predicts for a bulk flow on the emulated path, to print beside the measurement.
-//! Sources and limits are in /shared/notes/demo-theory.md:
+//! Sources and limits are in docs/demo-theory.md:
 //! - loss-based algorithms (CUBIC, Reno) at random loss >= ~0.1% on long paths run in the
 //!   Reno-friendly region: PFTK (Padhye et al. 1998; Mathis et al. 1997 plus timeouts) with b = 1,
 //!   T0 = RTT + 200 ms. Its rate does not depend on the link's capacity.

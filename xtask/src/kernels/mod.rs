@@ -1,7 +1,7 @@
 //! `cargo xtask kernels`: bbrscope on the kernels people run. Fetches Debian's kernel packages
 //! through apt (private configuration, cache outside the repository), builds a small guest with
 //! the freshly built bbrscope and this xtask as the test driver, boots each kernel under QEMU
-//! (TCG: KVM is unusable on the CI machines, see ../shared/notes/kernel-matrix.md), and prints
+//! (TCG: KVM is unusable on the CI machines, see docs/kernel-matrix.md), and prints
 //! which observer path each kernel got, what bbrscope reported on stderr, and the tests' results.
 
 mod apt;
