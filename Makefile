@@ -17,6 +17,8 @@ test: setup
 	# Formatting and lints (workspace lints: SAFETY comments on unsafe blocks, no stray stdout).
 	cargo fmt --check
 	cargo clippy --all-targets -- -D warnings
+	# The kernel programs, for their own target (not a default member: see Cargo.toml).
+	cd bbrscope-ebpf && cargo clippy --target bpfel-unknown-none -Z build-std=core --release --lib --bins -- -D warnings
 	# The default members: the eBPF crate only builds for the BPF target (via bbrscope's build script).
 	cargo test --all-targets -- --test-threads=2
 	# bbrscope on Debian's kernels 5.10 to 7.x under QEMU (docs/kernel-matrix.md; a few minutes).

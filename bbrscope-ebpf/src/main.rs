@@ -126,14 +126,14 @@ pub fn inet_sock_set_state(ctx: RawTracePointContext) -> i32 {
     let new_state = ctx.arg::<u64>(2) as i32;
     if new_state == TCP_ESTABLISHED {
         flow::forget(sk);
-    } else if new_state == TCP_CLOSE {
-        if let Some(st) = flow::get(sk) {
-            if st.announced != 0 {
-                records::sample(kind::CLOSE, sk, st, now_ns());
-                count(counter::CLOSES);
-            }
-            flow::forget(sk);
+    } else if new_state == TCP_CLOSE
+        && let Some(st) = flow::get(sk)
+    {
+        if st.announced != 0 {
+            records::sample(kind::CLOSE, sk, st, now_ns());
+            count(counter::CLOSES);
         }
+        flow::forget(sk);
     }
     0
 }

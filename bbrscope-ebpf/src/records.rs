@@ -136,7 +136,7 @@ pub fn send_sample(kind: u8, span: &Span, st: &mut FlowState, cc: &[u8; CC_NAME_
 }
 
 // `write_sample` stores `ca_priv` as words.
-const _: () = assert!(core::mem::offset_of!(Sample, ca_priv) % 8 == 0 && CA_PRIV_LEN % 8 == 0);
+const _: () = assert!(core::mem::offset_of!(Sample, ca_priv).is_multiple_of(8) && CA_PRIV_LEN.is_multiple_of(8));
 
 /// Fills a sample record in place (in the ring: a sample is about 500 bytes, the BPF stack 512)
 /// from the socket's span, and starts the flow's next interval.

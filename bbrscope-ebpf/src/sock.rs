@@ -29,8 +29,8 @@ pub fn ca_state(sk: u64) -> u8 {
 #[inline(always)]
 pub fn cc_name_at(ops: u64) -> [u8; CC_NAME_LEN] {
     let mut out = [0u8; CC_NAME_LEN];
-    // SAFETY: as in `read`: the helper checks the address and fails on a bad one.
     if ops != 0
+        // SAFETY: as in `read`: the helper checks the address and fails on a bad one.
         && unsafe { bpf_probe_read_kernel_buf((ops + conf!(sock.ca_ops_name) as u64) as *const u8, &mut out) }.is_err()
     {
         out = [0; CC_NAME_LEN];

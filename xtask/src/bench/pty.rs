@@ -47,13 +47,16 @@ impl Pty {
     pub fn spawn(cmd: &mut Command, cols: u16, rows: u16) -> Result<(Child, Pty)> {
         let (mut master, mut slave) = (-1, -1);
         let size = libc::winsize { ws_row: rows, ws_col: cols, ws_xpixel: 0, ws_ypixel: 0 };
+        // SAFETY: openpty(3) writes two fds into the two ints and reads the winsize; both live through the call.
         let r = unsafe { libc::openpty(&mut master, &mut slave, std::ptr::null_mut(), std::ptr::null(), &size) };
         if r != 0 {
             bail!("openpty: {}", std::io::Error::last_os_error());
         }
+        // SAFETY: openpty succeeded, so both fds are open and nothing else owns them.
         let (master, slave) = unsafe { (File::from_raw_fd(master), OwnedFd::from_raw_fd(slave)) };
         cmd.stdin(Stdio::from(slave.try_clone()?)).stdout(Stdio::from(slave.try_clone()?)).stderr(Stdio::from(slave));
         // A session of its own with the terminal as controlling terminal, as a shell would do.
+        // SAFETY: pre_exec: the closure only calls setsid(2) and ioctl(2), both async-signal-safe, between fork and exec.
         unsafe {
             cmd.pre_exec(|| {
                 if libc::setsid() < 0 || libc::ioctl(0, libc::TIOCSCTTY, 0) < 0 {
@@ -97,6 +100,7 @@ impl Pty {
         let mut size = self.size.lock().unwrap();
         let cols = if size.0.is_multiple_of(2) { size.0 + 1 } else { size.0 - 1 };
         let ws = libc::winsize { ws_row: size.1, ws_col: cols, ws_xpixel: 0, ws_ypixel: 0 };
+        // SAFETY: TIOCSWINSZ on our terminal fd reads the winsize we pass, which lives through the call.
         if unsafe { libc::ioctl(self.master.as_raw_fd(), libc::TIOCSWINSZ, &ws) } != 0 {
             bail!("TIOCSWINSZ: {}", std::io::Error::last_os_error());
         }

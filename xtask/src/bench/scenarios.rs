@@ -78,6 +78,7 @@ pub struct Setup<'a> {
 /// Kills a child if the benchmark dies first, so no observer outlives it. (The signal follows
 /// the thread that spawned the child: observers are spawned from the benchmark's main thread.)
 pub(super) fn tie_to_parent(cmd: &mut Command) -> &mut Command {
+    // SAFETY: pre_exec: the closure only calls prctl(2), async-signal-safe, between fork and exec.
     unsafe {
         cmd.pre_exec(|| {
             libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
@@ -160,6 +161,7 @@ impl Traced {
     /// killed.
     pub fn stop(mut self) -> Result<Option<Duration>> {
         self.check_alive()?;
+        // SAFETY: kill(2) on the pid of our own child, not yet reaped (so not reused).
         unsafe { libc::kill(self.pid() as i32, libc::SIGTERM) };
         let start = Instant::now();
         while self.child.try_wait()?.is_none() {
@@ -281,7 +283,9 @@ impl SsPoller {
 /// Waits for a child and returns the CPU time it used.
 fn reap(child: Child) -> Result<Duration> {
     let mut status = 0;
+    // SAFETY: rusage is plain integers, for which all-zero bytes are valid.
     let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: wait4(2) on our own child, writing into two live locals.
     if unsafe { libc::wait4(child.id() as i32, &mut status, 0, &mut usage) } < 0 {
         bail!("wait4: {}", std::io::Error::last_os_error());
     }

@@ -37,6 +37,7 @@ const SETTLE: Duration = Duration::from_secs(2);
 /// on IP, says "ready" on stdout, and holds them until its stdin closes.
 pub fn hold_main(pairs: usize, ip: Ipv4Addr) -> Result<()> {
     let listener = TcpListener::bind((ip, 0))?;
+    // SAFETY: listen(2) on the fd of a listener this function owns; no memory is passed.
     if unsafe { libc::listen(listener.as_raw_fd(), 4096) } != 0 {
         bail!("listen: {}", std::io::Error::last_os_error());
     }

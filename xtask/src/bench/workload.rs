@@ -73,6 +73,7 @@ fn within<T: Send + 'static>(ns: Option<&Netns>, f: impl FnOnce() -> Result<T> +
 
 /// `setsockopt` with `value`'s bytes; `what` names the option in errors.
 fn setsockopt_bytes(stream: &TcpStream, level: i32, name: i32, value: &[u8], what: &str) -> Result<()> {
+    // SAFETY: setsockopt(2) reads value.len() bytes from the slice, which lives through the call.
     let r = unsafe {
         libc::setsockopt(stream.as_raw_fd(), level, name, value.as_ptr().cast(), value.len() as libc::socklen_t)
     };
@@ -165,10 +166,13 @@ impl Bulk {
 
 /// The CPUs this process may run on.
 fn allowed_cpus() -> Result<Vec<usize>> {
+    // SAFETY: cpu_set_t is a bit array, for which all-zero bytes are the empty set.
     let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
+    // SAFETY: sched_getaffinity(2) writes at most size_of::<cpu_set_t>() bytes into the local set.
     if unsafe { libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &mut set) } != 0 {
         bail!("sched_getaffinity: {}", std::io::Error::last_os_error());
     }
+    // SAFETY: CPU_ISSET reads bit c of the set, c < CPU_SETSIZE.
     let cpus: Vec<usize> = (0..libc::CPU_SETSIZE as usize).filter(|&c| unsafe { libc::CPU_ISSET(c, &set) }).collect();
     if cpus.is_empty() {
         bail!("no CPU in this process's affinity mask");
@@ -178,7 +182,10 @@ fn allowed_cpus() -> Result<Vec<usize>> {
 
 /// Best effort: an unpinned thread still moves data, only less predictably.
 fn pin_current_thread(cpu: usize) {
+    // SAFETY: cpu_set_t is a bit array, for which all-zero bytes are the empty set.
     let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
+    // SAFETY: CPU_SET writes one bit of the local set (cpu < CPU_SETSIZE, from allowed_cpus);
+    // sched_setaffinity reads it.
     unsafe {
         libc::CPU_SET(cpu, &mut set);
         libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set);
