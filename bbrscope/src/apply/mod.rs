@@ -2,9 +2,9 @@
 //! control for the system, a network namespace, a cgroup or a route, safely (pre-checks, a
 //! recorded way back, rollback on failure), with proof on real sockets.
 //!
-//! [`plan`] only reads; [`run`] changes ([`change`]) and records ([`state`]), one run at a time
-//! ([`lock`]) and not to be cut short by Ctrl-C ([`interrupt`]); the other modules each know one
-//! part of the system.
+//! [`transaction`] is one `apply` over all its scopes. [`plan`] only reads; [`run`] changes
+//! ([`change`]) and records ([`state`]), one run at a time ([`lock`]) and not to be cut short by
+//! Ctrl-C ([`interrupt`]); the other modules each know one part of the system.
 
 pub mod algo;
 pub mod cgroup;
@@ -21,6 +21,7 @@ pub mod scope;
 pub mod state;
 pub mod sysctl;
 pub mod sysctl_d;
+pub mod transaction;
 pub mod verify;
 
 #[cfg(test)]
