@@ -8,11 +8,10 @@ use clap::{Args, ValueEnum as _};
 use crate::{
     demo::{
         Conditions,
-        display::Display,
         emulator::{LossSpec, MTU},
         plot,
-        presets::PresetName,
-        run::{self, FlowRun, Interrupt, Stop, Watch},
+        presets::{Preset, PresetName},
+        run::{self, FlowRun, Stop},
         summary::StoppedEarly,
         summary::{RunConditions, Summary},
         units::{self, Buffer, Rate, fmt_rate, fmt_us},
@@ -91,6 +90,59 @@ pub struct DemoArgs {
 
 pub async fn run(args: DemoArgs) -> Result<()> {
     let preset = args.preset.unwrap_or(PresetName::GoogleLossy).preset();
+    let (cond, loss) = conditions(&args, &preset)?;
+    let algos = preflight(&args, &cond)?;
+    let title = format!(
+        "{} bottleneck, {} RTT, {}% loss, buffer {:.2} BDP",
+        fmt_rate(cond.rate_bps as f64),
+        fmt_us(cond.rtt.as_micros() as f64),
+        (cond.loss * 1e4).round() / 1e2,
+        cond.buffer_bytes as f64 / cond.bdp_bytes()
+    );
+    let rounds = run::Rounds {
+        cond: &cond,
+        algos: &algos,
+        repeat: args.repeat,
+        sequential: args.sequential,
+        headless: args.headless,
+        title: &title,
+    };
+    let ran = run::all(&rounds, &mut |note| output::errln!("bbrscope: warning: {note}")).await?;
+    let modified = (cond.rate_bps, cond.rtt, cond.loss, cond.buffer_bytes)
+        != (preset.rate_bps, preset.rtt, preset.loss, preset.buffer.bytes(cond.bdp_bytes()))
+        || loss.burst.is_some();
+    let duration = cond.duration;
+    let conditions = RunConditions {
+        buffer_bdp: cond.buffer_bytes as f64 / cond.bdp_bytes(),
+        path: cond,
+        repeat: args.repeat,
+        sequential: args.sequential,
+    };
+    let early = ran.stopped.map(|(stop, t)| StoppedEarly { by: stop.by().to_string(), after_s: t.as_secs_f64() });
+    let summary = Summary::new(&preset, modified, conditions, &algos, &ran.runs).stopped(early);
+    report(&args, &summary, &algos, &ran.runs, &title, duration)?;
+    match ran.stopped {
+        None => Ok(()),
+        Some((Stop::Quit, t)) => {
+            output::errln!(
+                "bbrscope: stopped with q after {:.1} of {:.0} s: the summary covers the part that ran",
+                t.as_secs_f64(),
+                duration.as_secs_f64()
+            );
+            Ok(())
+        }
+        Some((Stop::Interrupted(by), t)) => bail!(
+            "interrupted by {by} after {:.1} of {:.0} s: stopped the flows and removed the emulated links; the \
+             summary covers the part that ran",
+            t.as_secs_f64(),
+            duration.as_secs_f64()
+        ),
+    }
+}
+
+/// The path the options and the preset describe, checked: what the emulator can do, and a
+/// buffer that holds at least one packet.
+fn conditions(args: &DemoArgs, preset: &Preset) -> Result<(Conditions, LossSpec)> {
     let rate_bps = args.rate.map_or(preset.rate_bps, |r| r.bps);
     let rtt = args.rtt.unwrap_or(preset.rtt);
     let loss = LossSpec { rate: args.loss.unwrap_or(preset.loss), burst: args.loss_burst };
@@ -135,15 +187,21 @@ pub async fn run(args: DemoArgs) -> Result<()> {
             cond.bdp_bytes()
         );
     }
+    Ok((cond, loss))
+}
+
+/// Everything else checked before anything is built (algorithms, run length, plot path, root,
+/// tracing privileges), with the notes the options deserve; the algorithms to compare.
+fn preflight(args: &DemoArgs, cond: &Conditions) -> Result<Vec<String>> {
     let algos = check_algos(&args.algos)?;
     let rounds = if args.sequential { algos.len() as u32 } else { 1 } * args.repeat;
-    let total = duration.saturating_mul(rounds);
+    let total = cond.duration.saturating_mul(rounds);
     if total > LONG_RUN && !args.yes {
         usage!(
             "this demo would run for {:.1} hours ({} round(s) of {} s); add --yes if you mean it",
             total.as_secs_f64() / 3600.0,
             rounds,
-            duration.as_secs_f64()
+            cond.duration.as_secs_f64()
         );
     }
     if let Some(p) = &args.plot
@@ -157,64 +215,31 @@ pub async fn run(args: DemoArgs) -> Result<()> {
     }
     privileges::require_tracing("bbrscope demo")?;
     if let Some(r) = args.rate.filter(|r| r.in_bytes) {
-        crate::output::errln!(
+        output::errln!(
             "bbrscope: note: --rate is in bytes per second, as tc(8) reads 'bps' and 'B/s': {} (write 'mbit' for \
              megabits)",
             fmt_rate(r.bps as f64)
         );
     }
-    if rate_bps > ACCURATE_RATE_BPS {
-        crate::output::errln!(
+    if cond.rate_bps > ACCURATE_RATE_BPS {
+        output::errln!(
             "bbrscope: warning: above {} the emulator's timing may slip on small machines; see 'released late' in \
              the emulator counters",
             fmt_rate(ACCURATE_RATE_BPS as f64)
         );
     }
+    Ok(algos)
+}
 
-    let mut watch = Watch::start(run::demo_port(), duration)?;
-    for note in watch.degraded() {
-        crate::output::errln!("bbrscope: warning: {note}");
-    }
-    let mut interrupt = Interrupt::new()?;
-    let mut display = Display::new(args.headless, watch.degraded().to_vec(), duration)?;
-    watch.forward_events(display.wants_events());
-    let title = format!(
-        "{} bottleneck, {} RTT, {}% loss, buffer {:.2} BDP",
-        fmt_rate(rate_bps as f64),
-        fmt_us(rtt.as_micros() as f64),
-        (cond.loss * 1e4).round() / 1e2,
-        cond.buffer_bytes as f64 / cond.bdp_bytes()
-    );
-    let mut runs: Vec<FlowRun> = Vec::new();
-    let mut stopped: Option<(Stop, Duration)> = None;
-    'rounds: for repeat in 0..args.repeat {
-        let groups: Vec<&[String]> = if args.sequential { algos.chunks(1).collect() } else { vec![&algos[..]] };
-        for group in groups {
-            let label = format!("{} — {title} — run {}/{}", group.join(" vs "), repeat + 1, args.repeat);
-            let (round, stop) =
-                run::round(&cond, group, repeat, &mut watch, &mut display, &mut interrupt, &label).await?;
-            let ran = round.iter().map(|r| r.elapsed).max().unwrap_or_default();
-            runs.extend(round);
-            if let Some(stop) = stop {
-                stopped = Some((stop, ran));
-                break 'rounds;
-            }
-        }
-    }
-    // Leave the dashboard before printing the summary.
-    drop(display);
-
-    let conditions = RunConditions {
-        buffer_bdp: cond.buffer_bytes as f64 / cond.bdp_bytes(),
-        path: cond,
-        repeat: args.repeat,
-        sequential: args.sequential,
-    };
-    let modified = (rate_bps, rtt, conditions.path.loss, conditions.path.buffer_bytes)
-        != (preset.rate_bps, preset.rtt, preset.loss, preset.buffer.bytes(conditions.path.bdp_bytes()))
-        || loss.burst.is_some();
-    let early = stopped.map(|(stop, ran)| StoppedEarly { by: stop.by().to_string(), after_s: ran.as_secs_f64() });
-    let summary = Summary::new(&preset, modified, conditions, &algos, &runs).stopped(early);
+/// The summary (table or JSON) and the plot, through the one output path.
+fn report(
+    args: &DemoArgs,
+    summary: &Summary,
+    algos: &[String],
+    runs: &[FlowRun],
+    title: &str,
+    duration: Duration,
+) -> Result<()> {
     let plot_runs: Vec<&FlowRun> = algos.iter().filter_map(|cc| runs.iter().find(|r| &r.cc == cc)).collect();
     let plot_s = plot_runs.iter().map(|r| r.elapsed).max().unwrap_or(duration).as_secs_f64();
     output::guard(|| {
@@ -230,24 +255,7 @@ pub async fn run(args: DemoArgs) -> Result<()> {
             }
         }
         Ok(())
-    })?;
-    match stopped {
-        None => Ok(()),
-        Some((Stop::Quit, ran)) => {
-            crate::output::errln!(
-                "bbrscope: stopped with q after {:.1} of {:.0} s: the summary covers the part that ran",
-                ran.as_secs_f64(),
-                duration.as_secs_f64()
-            );
-            Ok(())
-        }
-        Some((Stop::Interrupted(by), ran)) => bail!(
-            "interrupted by {by} after {:.1} of {:.0} s: stopped the flows and removed the emulated links; the \
-             summary covers the part that ran",
-            ran.as_secs_f64(),
-            duration.as_secs_f64()
-        ),
-    }
+    })
 }
 
 /// A preset by name; an unknown one is refused with the list of those that exist.

@@ -215,3 +215,51 @@ pub async fn round(
 pub fn demo_port() -> u16 {
     20_000 + (std::process::id() % 40_000) as u16
 }
+
+/// A whole demo: its rounds (all algorithms at once, or one after the other), repeated.
+pub struct Rounds<'a> {
+    pub cond: &'a Conditions,
+    pub algos: &'a [String],
+    pub repeat: u32,
+    pub sequential: bool,
+    pub headless: bool,
+    /// The path in words, for the display's title.
+    pub title: &'a str,
+}
+
+/// Every flow's run, and why the demo ended early (with how long its last round ran).
+pub struct Ran {
+    pub runs: Vec<FlowRun>,
+    pub stopped: Option<(Stop, Duration)>,
+}
+
+/// Runs every round under one observer and one display; `warn` gets a line for each observer
+/// feature this kernel lacks. The dashboard (unless headless) is closed when this returns, so
+/// the summary prints on the normal screen.
+pub async fn all(r: &Rounds<'_>, warn: &mut dyn FnMut(&str)) -> Result<Ran> {
+    let duration = r.cond.duration;
+    let mut watch = Watch::start(demo_port(), duration)?;
+    for note in watch.degraded() {
+        warn(note);
+    }
+    let mut interrupt = Interrupt::new()?;
+    let mut display = Display::new(r.headless, watch.degraded().to_vec(), duration)?;
+    watch.forward_events(display.wants_events());
+    let mut runs = Vec::new();
+    let mut stopped = None;
+    'rounds: for repeat in 0..r.repeat {
+        let groups: Vec<&[String]> = if r.sequential { r.algos.chunks(1).collect() } else { vec![r.algos] };
+        for group in groups {
+            let label = format!("{} — {} — run {}/{}", group.join(" vs "), r.title, repeat + 1, r.repeat);
+            let (ran, stop) = round(r.cond, group, repeat, &mut watch, &mut display, &mut interrupt, &label).await?;
+            let elapsed = ran.iter().map(|f| f.elapsed).max().unwrap_or_default();
+            runs.extend(ran);
+            if let Some(stop) = stop {
+                stopped = Some((stop, elapsed));
+                break 'rounds;
+            }
+        }
+    }
+    drop(display);
+    Ok(Ran { runs, stopped })
+}
