@@ -19,6 +19,7 @@ pub mod route;
 pub mod run;
 pub mod scope;
 pub mod state;
+pub mod status;
 pub mod sysctl;
 pub mod sysctl_d;
 pub mod transaction;

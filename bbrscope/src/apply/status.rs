@@ -1,0 +1,262 @@
+//! `bbrscope status`'s facts: congestion control as it stands, per scope, what the next boot
+//! sets, and what bbrscope changed (and whether the machine still has it).
+
+use std::{collections::BTreeMap, path::Path};
+
+use anyhow::Result;
+use serde::Serialize;
+
+use super::{
+    algo::Kernel,
+    cgroup, diag, files,
+    qdisc::{self, RootQdisc},
+    route,
+    scope::Scope,
+    state::{Entry, State},
+    sysctl,
+    sysctl_d::BootConfig,
+};
+use crate::{
+    experiment::lock,
+    sys::netns::{self, Netns},
+};
+
+#[derive(Serialize)]
+pub struct RouteCc {
+    pub route: String,
+    pub congctl: String,
+    pub by_bbrscope: bool,
+}
+
+#[derive(Serialize)]
+pub struct Namespace {
+    pub namespace: String,
+    pub initial: bool,
+    pub default: String,
+    pub allowed: Vec<String>,
+    pub default_qdisc: Option<String>,
+    pub qdiscs: Vec<RootQdisc>,
+    pub routes_with_congctl: Vec<RouteCc>,
+    /// Live TCP connections per algorithm (a sock_diag snapshot, as `ss -ti` sees them).
+    pub flows: BTreeMap<String, u64>,
+    /// Why `flows` could not be read (e.g. no tcp_diag module), when it could not.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub flows_unknown: Option<String>,
+}
+
+#[derive(Serialize)]
+pub struct Boot {
+    /// What the next boot sets net.ipv4.tcp_congestion_control to.
+    pub value: Option<String>,
+    /// Where that comes from (None: no file sets it, the kernel's built-in default applies).
+    pub file: Option<String>,
+    pub bbrscope_dropin: bool,
+}
+
+#[derive(Serialize)]
+pub struct Recorded {
+    pub scope: Scope,
+    pub algorithm: String,
+    pub applied_at: u64,
+    /// What holds now, in words.
+    pub now: String,
+    pub changes: Vec<String>,
+}
+
+/// Which observer `stream`/`top` use on this machine, checked by loading the program.
+#[derive(Serialize)]
+pub struct ObserverStatus {
+    /// "sockops", "tracepoint", or null when it could not be checked.
+    pub path: Option<&'static str>,
+    /// Why not sockops, or why it could not be checked.
+    pub note: Option<String>,
+}
+
+#[derive(Serialize)]
+pub struct Status {
+    pub available: Vec<String>,
+    pub observer: ObserverStatus,
+    pub system: Namespace,
+    pub boot: Boot,
+    pub namespaces: Vec<Namespace>,
+    pub bbrscope: Vec<Recorded>,
+    /// The `bbrscope experiment` running now (it holds the experiment lock), or null. It
+    /// attaches nothing that outlives it, so there is nothing else of it to list.
+    pub experiment: Option<lock::Running>,
+    pub warnings: Vec<String>,
+}
+
+fn namespace(ns: &Netns, state: &State) -> Result<Namespace> {
+    let ours: Vec<_> = state
+        .entries
+        .iter()
+        .filter_map(|e| match &e.scope {
+            Scope::Route { netns, prefix } if netns.ino == ns.ino => Some(*prefix),
+            _ => None,
+        })
+        .collect();
+    netns::run(ns, || {
+        let flows = diag::flows_by_algorithm();
+        Ok(Namespace {
+            namespace: ns.label.clone(),
+            initial: netns::is_initial(ns),
+            default: sysctl::read(sysctl::CC)?.unwrap_or_default(),
+            allowed: sysctl::read(sysctl::ALLOWED)?.map(|v| sysctl::words(&v)).unwrap_or_default(),
+            default_qdisc: sysctl::read(sysctl::DEFAULT_QDISC)?,
+            qdiscs: qdisc::roots()?,
+            routes_with_congctl: route::with_congctl()?
+                .into_iter()
+                .map(|r| RouteCc {
+                    by_bbrscope: ours.contains(&r.key.prefix),
+                    route: r.key.to_string(),
+                    congctl: r.cc.unwrap_or_default(),
+                })
+                .collect(),
+            flows: flows.as_ref().cloned().unwrap_or_default(),
+            flows_unknown: flows.err().map(|e| format!("{e:#} (is the tcp_diag module loaded?)")),
+        })
+    })
+}
+
+/// What holds now for a recorded scope, and a warning when it is not what bbrscope set.
+fn now_of(e: &Entry, warnings: &mut Vec<String>) -> String {
+    let mut drifted = |now: String, holds: bool| {
+        if !holds {
+            warnings.push(format!("{}: bbrscope set {}, but {now}", e.scope, e.algorithm));
+        }
+        now
+    };
+    match &e.scope {
+        Scope::System { netns } | Scope::Netns { netns } => {
+            if !netns::still_there(netns) {
+                return drifted(format!("namespace {netns} no longer exists"), false);
+            }
+            match netns::run(netns, || sysctl::read(sysctl::CC)) {
+                Ok(v) => {
+                    let v = v.unwrap_or_default();
+                    drifted(format!("the default is {v}"), v == e.algorithm)
+                }
+                Err(err) => format!("unreadable: {err:#}"),
+            }
+        }
+        Scope::Cgroup { ino, path } => {
+            let pin = cgroup::pin_path(*ino);
+            // A removed cgroup's link stays pinned but applies to nothing: its directory (the
+            // same inode, not a new cgroup of the same name) is what the pin is for.
+            let exists = std::fs::metadata(path).is_ok_and(|m| std::os::unix::fs::MetadataExt::ino(&m) == *ino);
+            if !exists {
+                return drifted(
+                    format!(
+                        "cgroup {} no longer exists: the link pinned at {} applies to nothing (`bbrscope revert --cgroup {}` removes it)",
+                        path.display(),
+                        pin.display(),
+                        path.display()
+                    ),
+                    false,
+                );
+            }
+            match cgroup::pinned_program(&pin) {
+                Some(id) => format!("program id {id} attached, link pinned at {}", pin.display()),
+                None => drifted(format!("nothing pinned at {} (reboot, or removed by hand)", pin.display()), false),
+            }
+        }
+        Scope::Route { netns, prefix } => {
+            if !netns::still_there(netns) {
+                return drifted(format!("namespace {netns} no longer exists"), false);
+            }
+            match netns::run(netns, || route::find(prefix)) {
+                Ok(Some(r)) => {
+                    let cc = r.cc.unwrap_or_else(|| "none".into());
+                    drifted(format!("route {} has congctl {cc}", r.key), cc == e.algorithm)
+                }
+                Ok(None) => drifted(format!("there is no route for {prefix} any more"), false),
+                Err(err) => format!("unreadable: {err:#}"),
+            }
+        }
+    }
+}
+
+/// Everything `bbrscope status` shows: each scope as it stands now, what the next boot sets, what
+/// bbrscope recorded and whether the machine still has it, which observer would load, and the
+/// running experiment. Only reads. `netns`: also show this namespace (a name, a path, or `all`).
+pub fn gather(root: &Path, netns: Option<&str>) -> Result<Status> {
+    let state = State::load(root)?;
+    let own = netns::current()?;
+    let system = namespace(&own, &state)?;
+    let mut warnings = Vec::new();
+
+    let kernel = Kernel::discover()?;
+    let config = BootConfig::load(root);
+    let eff = config.effective(sysctl::CC);
+    let dropin = files::read(root, std::path::Path::new(files::SYSCTL_DROPIN))?.is_some();
+    let boot = Boot {
+        value: eff.as_ref().map(|a| a.value.clone()).or_else(|| kernel.builtin_default()),
+        file: eff.as_ref().map(|a| format!("{}:{}", a.file.display(), a.line)),
+        bbrscope_dropin: dropin,
+    };
+    match &eff {
+        Some(a) if a.value != system.default => warnings.push(format!(
+            "the next boot sets {} = {} ({}:{}), not today's {}",
+            sysctl::CC,
+            a.value,
+            a.file.display(),
+            a.line,
+            system.default
+        )),
+        None if kernel.builtin_default().is_some_and(|d| d != system.default) => warnings.push(format!(
+            "no sysctl file sets {}: the next boot gives the kernel's built-in default, {}, not today's {}",
+            sysctl::CC,
+            kernel.builtin_default().unwrap_or_default(),
+            system.default
+        )),
+        _ => {}
+    }
+    if dropin && eff.as_ref().is_some_and(|a| a.file != std::path::Path::new(files::SYSCTL_DROPIN)) {
+        warnings.push(format!(
+            "{} is overridden at boot by {}",
+            files::SYSCTL_DROPIN,
+            boot.file.as_deref().unwrap_or("")
+        ));
+    }
+
+    let mut namespaces = Vec::new();
+    let extra = match netns {
+        None => Vec::new(),
+        Some("all") => netns::all()?,
+        Some(name) => vec![netns::resolve(name)?],
+    };
+    for ns in &extra {
+        namespaces.push(namespace(ns, &state)?);
+    }
+    let bbrscope = state
+        .entries
+        .iter()
+        .map(|e| Recorded {
+            now: now_of(e, &mut warnings),
+            scope: e.scope.clone(),
+            algorithm: e.algorithm.clone(),
+            applied_at: e.applied_at,
+            changes: e.changes.iter().map(|c| c.describe()).collect(),
+        })
+        .collect();
+    if let Some(p) = &state.pending {
+        warnings.push(format!(
+            "an apply of {} to {} is in progress or was interrupted midway: the next `bbrscope apply` or `revert` \
+             rolls back what an interrupted one changed",
+            p.algorithm, p.scope
+        ));
+    }
+    if let Some(r) = &state.reverting {
+        warnings.push(format!(
+            "a revert of {} is in progress or was interrupted midway: the next `bbrscope apply` or `revert` \
+             finishes it",
+            r.scope
+        ));
+    }
+    let observer = match crate::observe::kernel::loader::probe() {
+        Ok((path, note)) => ObserverStatus { path: Some(path.as_str()), note },
+        Err(note) => ObserverStatus { path: None, note: Some(note) },
+    };
+    let experiment = lock::running()?;
+    Ok(Status { available: kernel.usable(), observer, system, boot, namespaces, bbrscope, experiment, warnings })
+}
