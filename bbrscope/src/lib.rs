@@ -17,6 +17,7 @@ pub mod export;
 pub mod figure;
 pub mod observe;
 pub mod output;
+pub mod quantile;
 pub mod rng;
 pub mod sys;
 pub mod tui;

@@ -13,6 +13,7 @@ use super::{
     run::FlowRun,
     units::{fmt_bytes, fmt_rate, fmt_us},
 };
+use crate::quantile;
 
 /// Used when the socket did not report its MSS (an IPv4 path with a 1500-byte MTU and timestamps).
 const DEFAULT_MSS: u32 = 1448;
@@ -22,7 +23,7 @@ const DEFAULT_MSS: u32 = 1448;
 pub struct Measured {
     pub goodput_bps: f64,
     pub retransmits: u32,
-    /// srtt's median and 95th percentile over the run's time (`time_percentile`).
+    /// srtt's median and 95th percentile over the run's time ([`quantile::over_time`]).
     pub srtt_p50_us: Option<f64>,
     pub srtt_p95_us: Option<f64>,
     pub cwnd_min: Option<u32>,
@@ -77,7 +78,9 @@ impl RunStats {
         let half = run.start_ns + duration.as_nanos() as u64 / 2;
         let late: Vec<f64> =
             run.series.iter().filter(|p| p.ts_ns >= half).filter_map(|p| p.cwnd).map(f64::from).collect();
-        let band = percentile(&late, 0.10).zip(percentile(&late, 0.90)).map(|(lo, hi)| (lo as u32, hi as u32));
+        let band = quantile::nearest_rank(&late, 0.10)
+            .zip(quantile::nearest_rank(&late, 0.90))
+            .map(|(lo, hi)| (lo as u32, hi as u32));
         let (cut_at, cuts): (Vec<u64>, Vec<f64>) =
             reductions(run.series.iter().map(|p| (p.ts_ns, p.cwnd, p.ssthresh))).into_iter().unzip();
         let since_start = |ts: u64| (ts.saturating_sub(run.start_ns) / 1_000_000) as f64 / 1000.0;
@@ -85,8 +88,8 @@ impl RunStats {
             measured: Measured {
                 goodput_bps: run.goodput_bps,
                 retransmits: run.tcp.retransmits,
-                srtt_p50_us: time_percentile(&srtt, end, 0.50),
-                srtt_p95_us: time_percentile(&srtt, end, 0.95),
+                srtt_p50_us: quantile::over_time(&srtt, end, 0.50),
+                srtt_p95_us: quantile::over_time(&srtt, end, 0.95),
                 cwnd_min: cwnd.iter().copied().min(),
                 cwnd_max: cwnd.iter().copied().max(),
                 cwnd_band: band,
@@ -124,44 +127,8 @@ pub fn reductions<T>(samples: impl IntoIterator<Item = (T, Option<u32>, Option<u
     out
 }
 
-/// Nearest-rank percentile (`q` in 0..=1) of unsorted values.
-pub fn percentile(values: &[f64], q: f64) -> Option<f64> {
-    if values.is_empty() {
-        return None;
-    }
-    let mut v = values.to_vec();
-    v.sort_by(f64::total_cmp);
-    let rank = ((q * v.len() as f64).ceil() as usize).clamp(1, v.len());
-    Some(v[rank - 1])
-}
-
-/// Percentile over time of a sampled level: each sample holds until the next one (the last until
-/// `end`), so the answer is the value in force for a fraction `q` of the run. The observer samples
-/// once per round trip, so counting samples instead would over-weight the short-RTT moments: a CUBIC
-/// flow with a 1 s queue gives one sample a second against 25 a second before the queue grew.
-pub fn time_percentile(samples: &[(u64, f64)], end: u64, q: f64) -> Option<f64> {
-    let mut held: Vec<(f64, u64)> = samples
-        .iter()
-        .zip(samples.iter().skip(1).map(|s| s.0).chain([end]))
-        .map(|(&(at, v), next)| (v, next.saturating_sub(at)))
-        .collect();
-    let total: u64 = held.iter().map(|h| h.1).sum();
-    if total == 0 {
-        return percentile(&samples.iter().map(|s| s.1).collect::<Vec<_>>(), q);
-    }
-    held.sort_by(|a, b| a.0.total_cmp(&b.0));
-    let need = (q * total as f64).ceil().max(1.0) as u64;
-    let mut seen = 0;
-    held.into_iter()
-        .find(|h| {
-            seen += h.1;
-            seen >= need
-        })
-        .map(|h| h.0)
-}
-
 fn median(values: impl Iterator<Item = f64>) -> Option<f64> {
-    percentile(&values.collect::<Vec<_>>(), 0.5)
+    quantile::nearest_rank(&values.collect::<Vec<_>>(), 0.5)
 }
 
 /// One algorithm over all repetitions (medians where there were several).
@@ -517,32 +484,6 @@ fn table(rows: &[Vec<String>]) -> String {
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
-
-    #[test]
-    fn time_percentiles_weigh_each_level_by_how_long_it_held() {
-        // 10 samples of 40 ms in the first second, then one 1 s reading held for 3 s: by samples
-        // the median is 40 ms, by time 1 s.
-        let mut s: Vec<(u64, f64)> = (0..10).map(|i| (i * 100_000_000, 40_000.0)).collect();
-        s.push((1_000_000_000, 1_000_000.0));
-        assert_eq!(time_percentile(&s, 4_000_000_000, 0.5), Some(1_000_000.0));
-        assert_eq!(time_percentile(&s, 4_000_000_000, 0.2), Some(40_000.0));
-        assert_eq!(percentile(&s.iter().map(|x| x.1).collect::<Vec<_>>(), 0.5), Some(40_000.0));
-        // Equal spacing is the nearest-rank percentile; no time at all falls back to it.
-        let even: Vec<(u64, f64)> = [3.0, 1.0, 2.0, 4.0].iter().enumerate().map(|(i, &v)| (i as u64, v)).collect();
-        assert_eq!(time_percentile(&even, 4, 0.5), Some(2.0));
-        assert_eq!(time_percentile(&[(5, 7.0), (5, 9.0)], 5, 0.5), Some(7.0));
-        assert_eq!(time_percentile(&[], 5, 0.5), None);
-    }
-
-    #[test]
-    fn percentiles_by_nearest_rank() {
-        let v: Vec<f64> = (1..=100).map(f64::from).collect();
-        assert_eq!(percentile(&v, 0.5), Some(50.0));
-        assert_eq!(percentile(&v, 0.95), Some(95.0));
-        assert_eq!(percentile(&v, 0.0), Some(1.0));
-        assert_eq!(percentile(&[], 0.5), None);
-        assert_eq!(percentile(&[3.0, 1.0, 2.0], 0.5), Some(2.0));
-    }
 
     #[test]
     fn reductions_from_a_cubic_sawtooth() {

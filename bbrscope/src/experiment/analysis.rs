@@ -36,7 +36,7 @@ use std::{collections::BTreeMap, net::IpAddr};
 use ipnet::IpNet;
 use serde::Serialize;
 
-use crate::rng::Rng;
+use crate::{quantile::type7, rng::Rng};
 
 use super::{
     Observation,
@@ -660,8 +660,8 @@ fn quantile_metric(spec: QuantileSpec, opts: &Options) -> Metric {
         unit: spec.unit,
         higher_is_better: spec.higher_is_better,
         n,
-        a: (!a.is_empty()).then(|| quantile(a, spec.q)),
-        b: (!b.is_empty()).then(|| quantile(b, spec.q)),
+        a: (!a.is_empty()).then(|| type7(a, spec.q)),
+        b: (!b.is_empty()).then(|| type7(b, spec.q)),
         diff,
         status: if ok { Status::Ok } else { Status::TooFewFlows },
         needs: (!ok).then_some(need),
@@ -790,18 +790,6 @@ fn ratio_of_sums(pairs: &[(f64, f64)]) -> Option<(f64, f64)> {
     Some((r, var.max(0.0)))
 }
 
-/// The quantile q of sorted data, linear between order statistics (R's and numpy's default,
-/// "type 7").
-pub fn quantile(sorted: &[f64], q: f64) -> f64 {
-    let h = (sorted.len() - 1) as f64 * q;
-    let lo = h.floor() as usize;
-    let frac = h - lo as f64;
-    match sorted.get(lo + 1) {
-        Some(&next) if frac > 0.0 => sorted[lo] + frac * (next - sorted[lo]),
-        _ => sorted[lo],
-    }
-}
-
 /// The quantile q of one bootstrap resample of sorted data, drawn through the resample's order
 /// statistics (see the module comment): k-th smallest index = ceil(n·U), U ~ Beta(k, n−k+1); the
 /// next one is the smallest of the n−k draws above it.
@@ -824,7 +812,7 @@ fn resampled_quantile(sorted: &[f64], q: f64, rng: &mut Rng) -> f64 {
 /// Percentile-bootstrap interval of `quantile(b)/quantile(a) − 1` in %; `None` when A's quantile
 /// is 0 (no relative change exists) in the data or in more than 1% of the resamples.
 fn bootstrap_rel(a: &[f64], b: &[f64], q: f64, resamples: usize, level: f64, seed: u64) -> Option<Diff> {
-    let (pa, pb) = (quantile(a, q), quantile(b, q));
+    let (pa, pb) = (type7(a, q), type7(b, q));
     if pa <= 0.0 {
         return None;
     }
@@ -846,7 +834,7 @@ fn bootstrap_rel(a: &[f64], b: &[f64], q: f64, resamples: usize, level: f64, see
 fn percentile_diff(estimate: f64, mut rel: Vec<f64>, level: f64) -> Diff {
     rel.sort_by(f64::total_cmp);
     let alpha = 1.0 - level;
-    let (low, high) = (quantile(&rel, alpha / 2.0), quantile(&rel, 1.0 - alpha / 2.0));
+    let (low, high) = (type7(&rel, alpha / 2.0), type7(&rel, 1.0 - alpha / 2.0));
     let r = rel.len() as f64;
     // Resamples at exactly 0 count on both sides: ties make the test conservative, not eager.
     let le = rel.iter().filter(|&&x| x <= 0.0).count() as f64 / r;
@@ -1000,17 +988,6 @@ pub(crate) mod tests {
         assert_eq!(serde_json::to_value(Bucket::To4M).unwrap(), "256K-4M");
     }
 
-    /// Reference: numpy.quantile(x, q) (its default, linear, is R's type 7).
-    #[test]
-    fn quantiles_are_type_7() {
-        let x = [1.0, 2.0, 3.0, 4.0];
-        assert_eq!(quantile(&x, 0.5), 2.5);
-        assert_eq!(quantile(&x, 0.0), 1.0);
-        assert_eq!(quantile(&x, 1.0), 4.0);
-        assert!((quantile(&x, 0.95) - 3.85).abs() < 1e-12);
-        assert_eq!(quantile(&[7.0], 0.99), 7.0);
-    }
-
     /// The order-statistic shortcut must have the plain bootstrap's distribution: compare the
     /// mean and spread of a resampled p90 drawn both ways.
     #[test]
@@ -1025,7 +1002,7 @@ pub(crate) mod tests {
             .map(|_| {
                 let mut s: Vec<f64> = (0..data.len()).map(|_| data[(rng.next_u64() % 200) as usize]).collect();
                 s.sort_by(f64::total_cmp);
-                quantile(&s, q)
+                type7(&s, q)
             })
             .collect();
         let stats = |v: &[f64]| {
@@ -1085,7 +1062,7 @@ pub(crate) mod tests {
         let mut obs: Vec<Observation> = far.into_iter().filter(|o| o.arm == 1 || rng.uniform() < 0.5).collect();
         obs.extend(near.into_iter().filter(|o| o.arm == 0 || rng.uniform() < 0.5));
         let pooled = values(&obs, &(0..obs.len()).collect::<Vec<_>>(), |o| Some(o.client_s()));
-        assert!(quantile(&pooled[1], 0.5) > 2.0 * quantile(&pooled[0], 0.5), "the mix alone makes B look slower");
+        assert!(type7(&pooled[1], 0.5) > 2.0 * type7(&pooled[0], 0.5), "the mix alone makes B look slower");
         let a = analyze(&obs, &Options::default());
         let all = group(&a, "all flows");
         assert!(matches!(all.verdict, Verdict::NoDifference | Verdict::Inconclusive), "{:?}", all.answer);

@@ -199,14 +199,6 @@ fn fraction(points: &[&Point], pred: impl Fn(&Point) -> bool) -> f64 {
     points.iter().filter(|p| pred(p)).count() as f64 / points.len().max(1) as f64
 }
 
-fn median(mut v: Vec<u32>) -> Option<u32> {
-    if v.is_empty() {
-        return None;
-    }
-    v.sort_unstable();
-    Some(v[v.len() / 2])
-}
-
 /// The verdict for `flow` over the last [`WINDOW_NS`] before `now_ns`.
 pub fn diagnose(flow: &Flow, now_ns: u64) -> Verdict {
     if flow.closed_ns.is_some() {
@@ -225,7 +217,7 @@ pub fn diagnose(flow: &Flow, now_ns: u64) -> Verdict {
         (Some(r0), Some(r1), Some(s0), Some(s1)) if s1 > s0 => r1.saturating_sub(r0) as f64 / (s1 - s0) as f64,
         _ => 0.0,
     };
-    let srtt = median(recent.iter().filter_map(|p| p.srtt_us).collect());
+    let srtt = crate::quantile::upper_median(recent.iter().filter_map(|p| p.srtt_us).collect());
     let min_rtt = recent.iter().filter_map(|p| p.min_rtt_us).min();
     let rtt = Rtt { srtt_us: srtt, min_rtt_us: min_rtt };
     let queue_free = rtt.queue_free();

@@ -47,13 +47,8 @@ pub fn auto_top(series: &[Series]) -> f64 {
 /// quarter. A start-up burst or a pacing rate of thousands of Mbit/s before the first RTT sample
 /// would otherwise flatten the line that matters; values above are clipped to the top edge.
 pub fn quantile_top(values: impl Iterator<Item = f64>, q: f64) -> Option<f64> {
-    let mut v: Vec<f64> = values.filter(|v| v.is_finite()).collect();
-    if v.is_empty() {
-        return None;
-    }
-    v.sort_by(f64::total_cmp);
-    let i = ((q * v.len() as f64).ceil() as usize).clamp(1, v.len()) - 1;
-    Some(v[i] * 1.25)
+    let v: Vec<f64> = values.filter(|v| v.is_finite()).collect();
+    crate::quantile::nearest_rank(&v, q).map(|top| top * 1.25)
 }
 
 /// Decimals that keep the axis labels 0, top/2 and top distinct (not "0.0 / 0.1 / 0.1").
