@@ -18,6 +18,7 @@ use super::{
 };
 use crate::{
     experiment::lock,
+    observe::kernel::bbr_version::{self, BbrImpl},
     sys::netns::{self, Netns},
 };
 
@@ -75,6 +76,8 @@ pub struct ObserverStatus {
 #[derive(Serialize)]
 pub struct Status {
     pub available: Vec<String>,
+    /// Which BBR the kernel runs (v1 mainline, or Google's v2/v3), told from its BTF layout.
+    pub bbr: BbrImpl,
     pub observer: ObserverStatus,
     pub system: Namespace,
     pub boot: Boot,
@@ -258,5 +261,6 @@ pub fn gather(root: &Path, netns: Option<&str>) -> Result<Status> {
         Err(note) => ObserverStatus { path: None, note: Some(note) },
     };
     let experiment = lock::running()?;
-    Ok(Status { available: kernel.usable(), observer, system, boot, namespaces, bbrscope, experiment, warnings })
+    let bbr = bbr_version::running();
+    Ok(Status { available: kernel.usable(), bbr, observer, system, boot, namespaces, bbrscope, experiment, warnings })
 }

@@ -60,6 +60,7 @@ fn print_namespace(n: &Namespace) -> Result<(), OutputError> {
 
 fn print(s: &Status) -> Result<(), OutputError> {
     outln!("available        {}", s.available.join(" "))?;
+    outln!("bbr              {}", s.bbr.describe())?;
     let note = s.observer.note.as_deref().map(|n| format!(" ({n})")).unwrap_or_default();
     outln!("observer         {}{note}", s.observer.path.unwrap_or("unknown"))?;
     print_namespace(&s.system)?;

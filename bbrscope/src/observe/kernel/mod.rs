@@ -1,6 +1,7 @@
 //! Everything that touches the kernel's BPF side: reading its layout (BTF), loading and attaching
 //! bbrscope's programs, reading their ring buffer and counters.
 
+pub mod bbr_version;
 pub mod btf;
 pub mod existing;
 pub mod hooks;
