@@ -9,14 +9,14 @@ use crate::{
     demo::{
         Conditions,
         emulator::{LossSpec, MTU},
-        plot,
+        fairness, plot,
         presets::{Preset, PresetName},
         run::{self, FlowRun, Stop},
-        summary::StoppedEarly,
-        summary::{RunConditions, Summary},
+        summary::{RunConditions, StoppedEarly, Summary},
         units::{self, Buffer, Rate, fmt_rate, fmt_us},
     },
     error::usage,
+    observe::kernel::bbr_version,
     output::{self, outln},
     sys::{cc, privileges},
 };
@@ -36,8 +36,11 @@ const MAX_ALGOS: usize = 8;
     cross-border  10 Mbit/s (assumed), 167 ms, 10% loss, 1 BDP, 60 s  — the seed article's VPS path\n  \
     google-lossy  50 Mbit/s, 100 ms, 1% loss, 1 BDP, 30 s          — Google's BBR announcement; default\n  \
     bufferbloat   10 Mbit/s, 40 ms, no loss, 1000 packets, 30 s     — compare RTT, not throughput\n  \
-    sawtooth      20 Mbit/s, 40 ms, no loss, 1 BDP, 30 s            — CUBIC's teeth vs BBR's flat line\n\n\
-    Needs root: builds two throwaway network namespaces per algorithm joined by a userspace link \
+    sawtooth      20 Mbit/s, 40 ms, no loss, 1 BDP, 30 s            — CUBIC's teeth vs BBR's flat line\n  \
+    fairness      10 Mbit/s, 40 ms, no loss, 0.5 and 8 BDP, 4 x 90 s — 1 BBR vs 1 and 3 CUBIC through ONE \
+    link, shares beside a published model; --algos names the incumbent then the challenger, --buffer \
+    runs one buffer instead of two, --plot writes one figure per round (FILE-1.svg, ...)\n\n\
+    Needs root: builds two throwaway network namespaces per link joined by a userspace link \
     emulator (TUN), and observes the flows with eBPF. Nothing is left behind, however it ends.")]
 pub struct DemoArgs {
     /// A published setup to reproduce (default: google-lossy)
@@ -89,16 +92,15 @@ pub struct DemoArgs {
 }
 
 pub async fn run(args: DemoArgs) -> Result<()> {
-    let preset = args.preset.unwrap_or(PresetName::GoogleLossy).preset();
+    let name = args.preset.unwrap_or(PresetName::GoogleLossy);
+    let preset = name.preset();
     let (cond, loss) = conditions(&args, &preset)?;
-    let algos = preflight(&args, &cond)?;
-    let title = format!(
-        "{} bottleneck, {} RTT, {}% loss, buffer {:.2} BDP",
-        fmt_rate(cond.rate_bps as f64),
-        fmt_us(cond.rtt.as_micros() as f64),
-        (cond.loss * 1e4).round() / 1e2,
-        cond.buffer_bytes as f64 / cond.bdp_bytes()
-    );
+    if name == PresetName::Fairness {
+        return fairness(&args, cond).await;
+    }
+    let algos = check_algos(&args.algos)?;
+    preflight(&args, &cond, if args.sequential { algos.len() as u32 } else { 1 })?;
+    let title = path_title(&cond, true);
     let rounds = run::Rounds {
         cond: &cond,
         algos: &algos,
@@ -118,10 +120,98 @@ pub async fn run(args: DemoArgs) -> Result<()> {
         repeat: args.repeat,
         sequential: args.sequential,
     };
-    let early = ran.stopped.map(|(stop, t)| StoppedEarly { by: stop.by().to_string(), after_s: t.as_secs_f64() });
-    let summary = Summary::new(&preset, modified, conditions, &algos, &ran.runs).stopped(early);
+    let bbr = algos.iter().any(|a| a == "bbr").then(bbr_version::running);
+    let summary = Summary::new(&preset, modified, conditions, &algos, &ran.runs).stopped(early(ran.stopped)).bbr(bbr);
     report(&args, &summary, &algos, &ran.runs, &title, duration)?;
-    match ran.stopped {
+    ended(ran.stopped, duration)
+}
+
+/// `demo fairness`: the challenger against one and several incumbents through one link, at
+/// each buffer (the preset's two, or `--buffer`'s one).
+async fn fairness(args: &DemoArgs, cond: Conditions) -> Result<()> {
+    if args.sequential {
+        usage!("--sequential: the fairness preset runs its flows together through one link; drop --sequential");
+    }
+    let algos = check_algos(&args.algos)?;
+    let [incumbent, challenger] = algos.as_slice() else {
+        usage!("--algos: the fairness preset takes two, the incumbent then the challenger, e.g. cubic,bbr");
+    };
+    let buffers: Vec<u64> = match args.buffer {
+        Some(_) => vec![cond.buffer_bytes],
+        None => fairness::BUFFERS_BDP.iter().map(|x| Buffer::Bdp(*x).bytes(cond.bdp_bytes())).collect(),
+    };
+    if let Some(b) = buffers.iter().find(|b| **b < MTU) {
+        usage!("--rate and --rtt make a buffer of {b} bytes at 0.5 BDP, less than one {MTU}-byte packet: raise them");
+    }
+    let scenarios: Vec<fairness::Scenario> = buffers
+        .iter()
+        .flat_map(|&buffer_bytes| {
+            fairness::INCUMBENTS.map(|incumbents| fairness::Scenario { buffer_bytes, incumbents })
+        })
+        .collect();
+    preflight(args, &cond, scenarios.len() as u32)?;
+    let title = path_title(&cond, false);
+    let setup = fairness::Setup {
+        cond: &cond,
+        challenger,
+        incumbent,
+        scenarios: &scenarios,
+        repeat: args.repeat,
+        headless: args.headless,
+        title: &title,
+    };
+    let ran = fairness::run(&setup, &mut |note| output::errln!("bbrscope: warning: {note}")).await?;
+    let summary = fairness::summary::Summary::new(&cond, challenger, incumbent, bbr_version::running(), &ran)
+        .stopped(early(ran.stopped));
+    output::guard(|| {
+        if args.json {
+            outln!("{}", summary.to_json())?;
+        } else {
+            output::out!("{}", summary.to_table())?;
+        }
+        if let Some(path) = &args.plot {
+            for (k, round) in ran.rounds.iter().enumerate() {
+                let file = plot::numbered(path, k + 1);
+                let runs: Vec<&FlowRun> = round.flows.iter().collect();
+                let secs = runs.iter().map(|r| r.elapsed).max().unwrap_or(cond.duration).as_secs_f64();
+                let what = format!(
+                    "1 {challenger} vs {} {incumbent}, one link — {title}, buffer {:.1} BDP",
+                    round.scenario.incumbents,
+                    round.scenario.buffer_bytes as f64 / cond.bdp_bytes()
+                );
+                plot::write(&file, &what, secs, &runs)?;
+                if !args.json {
+                    outln!("plot: {}", file.display())?;
+                }
+            }
+        }
+        Ok(())
+    })?;
+    ended(ran.stopped, cond.duration)
+}
+
+/// The path in words, for titles; with or without its buffer.
+fn path_title(cond: &Conditions, with_buffer: bool) -> String {
+    let mut t = format!(
+        "{} bottleneck, {} RTT, {}% loss",
+        fmt_rate(cond.rate_bps as f64),
+        fmt_us(cond.rtt.as_micros() as f64),
+        (cond.loss * 1e4).round() / 1e2,
+    );
+    if with_buffer {
+        t += &format!(", buffer {:.2} BDP", cond.buffer_bytes as f64 / cond.bdp_bytes());
+    }
+    t
+}
+
+fn early(stopped: Option<(Stop, Duration)>) -> Option<StoppedEarly> {
+    stopped.map(|(stop, t)| StoppedEarly { by: stop.by().to_string(), after_s: t.as_secs_f64() })
+}
+
+/// The exit after the report: 0 when the demo ran its course or was quit with q, an error
+/// (exit 1) when a signal stopped it.
+fn ended(stopped: Option<(Stop, Duration)>, duration: Duration) -> Result<()> {
+    match stopped {
         None => Ok(()),
         Some((Stop::Quit, t)) => {
             output::errln!(
@@ -190,11 +280,10 @@ fn conditions(args: &DemoArgs, preset: &Preset) -> Result<(Conditions, LossSpec)
     Ok((cond, loss))
 }
 
-/// Everything else checked before anything is built (algorithms, run length, plot path, root,
-/// tracing privileges), with the notes the options deserve; the algorithms to compare.
-fn preflight(args: &DemoArgs, cond: &Conditions) -> Result<Vec<String>> {
-    let algos = check_algos(&args.algos)?;
-    let rounds = if args.sequential { algos.len() as u32 } else { 1 } * args.repeat;
+/// Everything else checked before anything is built (run length, plot path, root, tracing
+/// privileges), with the notes the options deserve; `rounds` per repetition.
+fn preflight(args: &DemoArgs, cond: &Conditions, rounds: u32) -> Result<()> {
+    let rounds = rounds * args.repeat;
     let total = cond.duration.saturating_mul(rounds);
     if total > LONG_RUN && !args.yes {
         usage!(
@@ -228,7 +317,7 @@ fn preflight(args: &DemoArgs, cond: &Conditions) -> Result<Vec<String>> {
             fmt_rate(ACCURATE_RATE_BPS as f64)
         );
     }
-    Ok(algos)
+    Ok(())
 }
 
 /// The summary (table or JSON) and the plot, through the one output path.

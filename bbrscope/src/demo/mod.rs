@@ -5,6 +5,7 @@
 
 pub mod display;
 pub mod emulator;
+pub mod fairness;
 pub mod model;
 pub mod plot;
 pub mod presets;

@@ -3,7 +3,10 @@
 //! below it and smoothed RTT at the bottom. The chart is drawn as SVG; PNG is that SVG rasterised
 //! by resvg (text needs a system font).
 
-use std::{fmt::Write as _, path::Path};
+use std::{
+    fmt::Write as _,
+    path::{Path, PathBuf},
+};
 
 use anyhow::Result;
 
@@ -36,6 +39,13 @@ fn colour(cc: &str, i: usize) -> &'static str {
 /// Writes the chart of `runs` (one round) to `path`, as SVG or PNG by its extension.
 pub fn write(path: &Path, title: &str, duration_s: f64, runs: &[&FlowRun]) -> Result<()> {
     figure::write(path, &svg(title, duration_s, runs))
+}
+
+/// `path` with `-k` before its extension: one figure per round ("fair.svg" -> "fair-2.svg").
+pub fn numbered(path: &Path, k: usize) -> PathBuf {
+    let stem = path.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_default();
+    let ext = path.extension().map(|e| format!(".{}", e.to_string_lossy())).unwrap_or_default();
+    path.with_file_name(format!("{stem}-{k}{ext}"))
 }
 
 /// One panel: time on x, `value` of each flow's samples on y.
@@ -192,6 +202,12 @@ fn tick_label(v: f64) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn numbered_figures_keep_directory_and_extension() {
+        assert_eq!(numbered(Path::new("/tmp/fair.svg"), 3), PathBuf::from("/tmp/fair-3.svg"));
+        assert_eq!(numbered(Path::new("fair.png"), 1), PathBuf::from("fair-1.png"));
+    }
 
     #[test]
     fn ticks_are_round() {

@@ -16,6 +16,8 @@ pub enum PresetName {
     Bufferbloat,
     /// 20 Mbit/s, 40 ms, 1 BDP drop-tail, no random loss: CUBIC's teeth vs BBR's flat line
     Sawtooth,
+    /// 1 BBR flow vs 1 and 3 CUBIC flows through ONE 10 Mbit/s, 40 ms bottleneck, 0.5 and 8 BDP, 90 s
+    Fairness,
 }
 
 /// Which number tells the story.
@@ -95,6 +97,20 @@ impl PresetName {
                          BBR: Cardwell et al. 2016): CUBIC fills the queue and backs off by 30%, \
                          BBR paces at the bottleneck rate with a PROBE_RTT dip every 10 s",
                 published: "CUBIC cwnd saws between W_max and 0.7 W_max; BBR cwnd ~2 BDP, flat",
+            },
+            PresetName::Fairness => Preset {
+                name: "fairness",
+                rate_bps: 10_000_000,
+                rtt: Duration::from_millis(40),
+                loss: 0.0,
+                buffer: Buffer::Bdp(8.0),
+                duration: secs(90),
+                headline: Headline::Goodput,
+                source: "Ware, Mukerjee, Seshan & Sherry, \"Modeling BBR's Interactions with Loss-Based \
+                         Congestion Control\", IMC 2019: one BBR flow and loss-based flows sharing a drop-tail \
+                         bottleneck. The flows here share one emulated link, at 0.5 and 8 BDP",
+                published: "BBRv1 is window-limited when competing: its share is set by the buffer, not by the \
+                            number of CUBIC flows (up to half of a deep-buffered link); model median error 5%",
             },
         }
     }

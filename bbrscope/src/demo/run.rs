@@ -1,7 +1,10 @@
 //! One round of the demo: build an emulated link per algorithm, run a bulk flow over each for the
 //! configured time while the eBPF observer samples them, and collect what happened.
 
-use std::time::{Duration, Instant};
+use std::{
+    slice,
+    time::{Duration, Instant},
+};
 
 use anyhow::Result;
 use ipnet::IpNet;
@@ -34,10 +37,13 @@ pub struct FlowRun {
     pub tcp: TcpStats,
     /// The observer's samples of the sender (CLOCK_MONOTONIC timestamps).
     pub series: Vec<Point>,
+    /// Bytes the receiver had read, every [`RECEIVED_PERIOD`] from the start (seconds, bytes).
+    pub received: Vec<(f64, u64)>,
     /// When the flows started sending (CLOCK_MONOTONIC ns).
     pub start_ns: u64,
     /// How long the flows ran: the configured duration, or less when the run was stopped early.
     pub elapsed: Duration,
+    /// What the emulator did on this flow's link (shared by all flows of a shared round).
     pub link: LinkCounters,
 }
 
@@ -62,7 +68,7 @@ impl Stop {
 
 /// The demo's flows as the eBPF observer sees them: only this process's port, only the
 /// emulator's address range.
-pub struct Watch {
+struct Watch {
     live: Live,
     table: FlowTable,
     history: usize,
@@ -73,7 +79,7 @@ pub struct Watch {
 }
 
 impl Watch {
-    pub fn start(port: u16, longest_run: Duration) -> Result<Self> {
+    fn start(port: u16, longest_run: Duration) -> Result<Self> {
         let range = Net(IpNet::V4(emulator::ADDRESSES));
         let opts = Options {
             interval: SAMPLE_PERIOD,
@@ -113,13 +119,13 @@ impl Watch {
 }
 
 /// SIGINT and SIGTERM, caught so the round can stop its flows and links before exiting.
-pub struct Interrupt {
+struct Interrupt {
     int: Signal,
     term: Signal,
 }
 
 impl Interrupt {
-    pub fn new() -> Result<Self> {
+    fn new() -> Result<Self> {
         Ok(Interrupt { int: signal(SignalKind::interrupt())?, term: signal(SignalKind::terminate())? })
     }
 
@@ -131,29 +137,78 @@ impl Interrupt {
     }
 }
 
-/// Runs `algos` at the same time, each over its own identical link, for `cond.duration` or until
-/// stopped; what the flows did up to then is returned either way, with the reason for an early
-/// stop. Flows and links are gone when it returns.
-pub async fn round(
-    cond: &Conditions,
-    algos: &[String],
-    repeat: u32,
+/// One round: which flows, over which path, for how long.
+pub struct RoundSpec<'a> {
+    pub cond: &'a Conditions,
+    pub algos: &'a [String],
+    pub repeat: u32,
+    /// All flows through one link, competing for its bottleneck; otherwise each flow has its
+    /// own identical link, so the algorithms are compared without meeting.
+    pub shared: bool,
+    pub label: &'a str,
+}
+
+/// How often each flow's received bytes are recorded (goodput and shares over time).
+pub const RECEIVED_PERIOD: Duration = Duration::from_secs(1);
+
+/// The observer, the display and the signal handlers that every round of one demo shares.
+pub struct Session {
+    watch: Watch,
+    display: Display,
+    interrupt: Interrupt,
+}
+
+impl Session {
+    /// Starts the observer and the display for rounds of at most `longest_run`; `warn` gets a
+    /// line for each observer feature this kernel lacks.
+    pub fn open(headless: bool, longest_run: Duration, warn: &mut dyn FnMut(&str)) -> Result<Self> {
+        let mut watch = Watch::start(demo_port(), longest_run)?;
+        for note in watch.degraded() {
+            warn(note);
+        }
+        let interrupt = Interrupt::new()?;
+        let display = Display::new(headless, watch.degraded().to_vec(), longest_run)?;
+        watch.forward_events(display.wants_events());
+        Ok(Session { watch, display, interrupt })
+    }
+
+    /// Runs one round (see [`round`]).
+    pub async fn round(&mut self, spec: &RoundSpec<'_>) -> Result<(Vec<FlowRun>, Option<Stop>)> {
+        round(spec, &mut self.watch, &mut self.display, &mut self.interrupt).await
+    }
+
+    /// Closes the dashboard, so what follows prints on the normal screen.
+    pub fn close(self) {}
+}
+
+/// Runs `spec.algos` at the same time for `cond.duration` or until stopped; what the flows did
+/// up to then is returned either way, with the reason for an early stop. Flows and links are
+/// gone when it returns.
+async fn round(
+    spec: &RoundSpec<'_>,
     watch: &mut Watch,
     display: &mut Display,
     interrupt: &mut Interrupt,
-    label: &str,
 ) -> Result<(Vec<FlowRun>, Option<Stop>)> {
-    let cfg = cond.link(repeat);
-    let links = (0..algos.len()).map(|i| Link::new(i as u8, &cfg)).collect::<Result<Vec<_>>>()?;
-    let mut flows =
-        links.iter().zip(algos).map(|(l, cc)| BulkFlow::connect(l, watch.port, cc)).collect::<Result<Vec<_>>>()?;
+    let (cond, algos) = (spec.cond, spec.algos);
+    let cfg = cond.link(spec.repeat);
+    let n_links = if spec.shared { 1 } else { algos.len() };
+    let links = (0..n_links).map(|i| Link::new(i as u8, &cfg)).collect::<Result<Vec<_>>>()?;
+    let mut flows = if spec.shared {
+        BulkFlow::connect_all(&links[0], watch.port, algos)?
+    } else {
+        let per_link = links.iter().zip(algos).map(|(l, cc)| BulkFlow::connect_all(l, watch.port, slice::from_ref(cc)));
+        per_link.collect::<Result<Vec<_>>>()?.into_iter().flatten().collect()
+    };
     watch.table = FlowTable::new(watch.history);
     let start_ns = Clock::monotonic_ns();
     let start = Instant::now();
     for f in &mut flows {
         f.start()?;
     }
+    let mut received: Vec<Vec<(f64, u64)>> = vec![Vec::new(); flows.len()];
     let mut tick = tokio::time::interval(display.period());
+    let mut sample = tokio::time::interval(RECEIVED_PERIOD);
     let deadline = tokio::time::sleep(cond.duration);
     tokio::pin!(deadline);
     let stop = loop {
@@ -162,6 +217,12 @@ pub async fn round(
                 r?;
                 for ev in watch.pending.drain(..) {
                     display.on_event(&ev);
+                }
+            }
+            _ = sample.tick() => {
+                let t = start.elapsed().as_secs_f64();
+                for (series, f) in received.iter_mut().zip(&flows) {
+                    series.push((t, f.received()));
                 }
             }
             _ = tick.tick() => {
@@ -175,7 +236,7 @@ pub async fn round(
                         retransmits: m.and_then(|m| m.retrans_total),
                     }
                 }).collect();
-                display.draw(label, start.elapsed(), cond.duration, &rows)?;
+                display.draw(spec.label, start.elapsed(), cond.duration, &rows)?;
             }
             _ = &mut deadline => break None,
             sig = interrupt.recv() => break Some(Stop::Interrupted(sig)),
@@ -184,6 +245,9 @@ pub async fn round(
     };
     let elapsed = start.elapsed();
     let measured = flows.iter().map(|f| Ok((f.received(), f.tcp_stats()?))).collect::<Result<Vec<_>>>()?;
+    for (series, (bytes, _)) in received.iter_mut().zip(&measured) {
+        series.push((elapsed.as_secs_f64(), *bytes));
+    }
     display.clear();
     let series: Vec<Vec<Point>> = flows
         .iter()
@@ -192,19 +256,22 @@ pub async fn round(
         .collect();
     drop(flows);
     let counters = links.into_iter().map(Link::close).collect::<Result<Vec<_>>>()?;
+    let link_of = |i: usize| counters[if spec.shared { 0 } else { i }];
     let runs = algos
         .iter()
         .zip(measured)
         .zip(series)
-        .zip(counters)
-        .map(|(((cc, (received, tcp)), series), link)| FlowRun {
+        .zip(received)
+        .enumerate()
+        .map(|(i, (((cc, (bytes, tcp)), series), received))| FlowRun {
             cc: cc.clone(),
-            goodput_bps: received as f64 * 8.0 / elapsed.as_secs_f64().max(1e-3),
+            goodput_bps: bytes as f64 * 8.0 / elapsed.as_secs_f64().max(1e-3),
             tcp,
             series,
+            received,
             start_ns,
             elapsed,
-            link,
+            link: link_of(i),
         })
         .collect();
     Ok((runs, stop))
@@ -237,21 +304,15 @@ pub struct Ran {
 /// feature this kernel lacks. The dashboard (unless headless) is closed when this returns, so
 /// the summary prints on the normal screen.
 pub async fn all(r: &Rounds<'_>, warn: &mut dyn FnMut(&str)) -> Result<Ran> {
-    let duration = r.cond.duration;
-    let mut watch = Watch::start(demo_port(), duration)?;
-    for note in watch.degraded() {
-        warn(note);
-    }
-    let mut interrupt = Interrupt::new()?;
-    let mut display = Display::new(r.headless, watch.degraded().to_vec(), duration)?;
-    watch.forward_events(display.wants_events());
+    let mut session = Session::open(r.headless, r.cond.duration, warn)?;
     let mut runs = Vec::new();
     let mut stopped = None;
     'rounds: for repeat in 0..r.repeat {
         let groups: Vec<&[String]> = if r.sequential { r.algos.chunks(1).collect() } else { vec![r.algos] };
         for group in groups {
             let label = format!("{} — {} — run {}/{}", group.join(" vs "), r.title, repeat + 1, r.repeat);
-            let (ran, stop) = round(r.cond, group, repeat, &mut watch, &mut display, &mut interrupt, &label).await?;
+            let spec = RoundSpec { cond: r.cond, algos: group, repeat, shared: false, label: &label };
+            let (ran, stop) = session.round(&spec).await?;
             let elapsed = ran.iter().map(|f| f.elapsed).max().unwrap_or_default();
             runs.extend(ran);
             if let Some(stop) = stop {
@@ -260,6 +321,6 @@ pub async fn all(r: &Rounds<'_>, warn: &mut dyn FnMut(&str)) -> Result<Ran> {
             }
         }
     }
-    drop(display);
+    session.close();
     Ok(Ran { runs, stopped })
 }

@@ -13,7 +13,7 @@ use super::{
     run::FlowRun,
     units::{fmt_bytes, fmt_rate, fmt_us},
 };
-use crate::quantile;
+use crate::{observe::kernel::bbr_version::BbrImpl, quantile};
 
 /// Used when the socket did not report its MSS (an IPv4 path with a 1500-byte MTU and timestamps).
 const DEFAULT_MSS: u32 = 1448;
@@ -219,6 +219,9 @@ pub struct Summary {
     pub stopped_early: Option<StoppedEarly>,
     pub results: Vec<AlgoResult>,
     pub ratio: Option<Ratios>,
+    /// Which BBR produced the numbers, when one of the algorithms is BBR.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub bbr: Option<BbrImpl>,
     #[serde(skip)]
     headline: Headline,
 }
@@ -243,8 +246,15 @@ impl Summary {
             stopped_early: None,
             results,
             ratio,
+            bbr: None,
             headline: preset.headline,
         }
+    }
+
+    /// Names the kernel's BBR implementation in the report.
+    pub fn bbr(mut self, bbr: Option<BbrImpl>) -> Self {
+        self.bbr = bbr;
+        self
     }
 
     /// Marks the summary as covering a run stopped early.
@@ -295,6 +305,9 @@ impl Summary {
         }
         out += &wrap(&format!("source: {}", pre.source), "  ");
         out += &wrap(&format!("published: {}", pre.published), "  ");
+        if let Some(b) = &self.bbr {
+            out += &wrap(&format!("BBR on this kernel: {}", b.describe()), "  ");
+        }
         out.push('\n');
         let mut goodput = vec![["cc", "goodput", "model", "meas/model", "retrans"].map(String::from).to_vec()];
         let mut rtt_cwnd = vec![
@@ -395,7 +408,7 @@ impl Summary {
 
 /// `text` broken at spaces into lines of at most [`TABLE_WIDTH`] characters, continuation lines
 /// starting with `indent`; each line ends in a newline. A word longer than a line stays whole.
-fn wrap(text: &str, indent: &str) -> String {
+pub(super) fn wrap(text: &str, indent: &str) -> String {
     let mut out = String::new();
     let mut line = String::new();
     for word in text.split(' ').filter(|w| !w.is_empty()) {
@@ -463,7 +476,7 @@ fn fmt_num_ms(us: f64) -> String {
 }
 
 /// Left-aligned first column, right-aligned others, two spaces apart.
-fn table(rows: &[Vec<String>]) -> String {
+pub(super) fn table(rows: &[Vec<String>]) -> String {
     let cols = rows.iter().map(Vec::len).max().unwrap_or(0);
     let width: Vec<usize> =
         (0..cols).map(|c| rows.iter().filter_map(|r| r.get(c)).map(|s| s.chars().count()).max().unwrap_or(0)).collect();
@@ -551,8 +564,9 @@ pub(crate) mod tests {
         FlowRun {
             cc: cc.into(),
             goodput_bps,
-            tcp: TcpStats { retransmits: 123_456, mss: 1448 },
+            tcp: TcpStats { retransmits: 123_456, data_segs_out: 9_000_000, mss: 1448 },
             series,
+            received: (0..=30).map(|s| (f64::from(s), (goodput_bps / 8.0 * f64::from(s)) as u64)).collect(),
             start_ns: 0,
             elapsed: std::time::Duration::from_secs(30),
             link,

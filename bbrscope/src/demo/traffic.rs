@@ -29,6 +29,8 @@ const CHUNK: usize = 256 << 10;
 pub struct TcpStats {
     /// Segments retransmitted over the connection's life (`tcpi_total_retrans`).
     pub retransmits: u32,
+    /// Segments with data sent, retransmissions included (`tcpi_data_segs_out`).
+    pub data_segs_out: u32,
     pub mss: u32,
 }
 
@@ -44,13 +46,23 @@ pub struct BulkFlow {
 }
 
 impl BulkFlow {
-    /// Connects a `cc` sender to a receiver on `port` across `link`; sends nothing yet.
-    pub fn connect(link: &Link, port: u16, cc: &str) -> Result<Self> {
+    /// Connects one sender per algorithm in `ccs` to one receiver on `port` across `link`
+    /// (several senders on one link share its bottleneck); sends nothing yet.
+    pub fn connect_all(link: &Link, port: u16, ccs: &[String]) -> Result<Vec<Self>> {
         let to = SocketAddrV4::new(link.receiver_addr, port);
         let listener = link.receiver.run(|| TcpListener::bind(to).with_context(|| format!("listening on {to}")))?;
+        ccs.iter().map(|cc| Self::connect(&listener, link, to, cc)).collect()
+    }
+
+    fn connect(listener: &TcpListener, link: &Link, to: SocketAddrV4, cc: &str) -> Result<Self> {
         let stream = link.sender.run(|| connect_with_cc(to, cc))?;
-        let (conn, _) = listener.accept().context("accepting the demo connection")?;
         let local = stream.local_addr()?;
+        // connect() returned after the handshake, so this is the one connection waiting; the
+        // check guards the receiver-to-sender pairing that goodput is counted by.
+        let (conn, peer) = listener.accept().context("accepting the demo connection")?;
+        if peer != local {
+            return Err(anyhow!("the demo receiver accepted {peer}, expected {local}"));
+        }
         stream.set_write_timeout(Some(POLL))?;
         conn.set_read_timeout(Some(POLL))?;
         let stop = Arc::new(AtomicBool::new(false));
@@ -100,7 +112,11 @@ impl BulkFlow {
         if ret != 0 {
             return Err(std::io::Error::last_os_error()).context("reading TCP_INFO");
         }
-        Ok(TcpStats { retransmits: info.tcpi_total_retrans, mss: info.tcpi_snd_mss })
+        Ok(TcpStats {
+            retransmits: info.tcpi_total_retrans,
+            data_segs_out: info.tcpi_data_segs_out,
+            mss: info.tcpi_snd_mss,
+        })
     }
 }
 
