@@ -104,6 +104,10 @@ fn samples_are_paced_by_whole_ticks_of_the_interval() {
 
     let stats = records.iter().find(|r| r["type"] == "stats").expect("a stats record");
     assert_eq!(stats["sample_clock"], "jiffies", "{stats}");
+    // A mainline kernel's BBR, where one is loaded, is v1 (its struct bbr read from the BTF).
+    let registered = std::fs::read_to_string("/proc/sys/net/ipv4/tcp_available_congestion_control").unwrap();
+    let bbr = if registered.split_whitespace().any(|a| a == "bbr") { serde_json::json!("v1") } else { Value::Null };
+    assert_eq!(stats["bbr_version"], bbr, "{stats}");
     let open = open_for(&records, local).expect("a flow_open for the bulk flow");
     let ts: Vec<f64> = of_flow(&records, "sample", &open["cookie"]).map(|s| num(&s["ts"])).collect();
     let mut gaps: Vec<f64> = ts.windows(2).map(|w| (w[1] - w[0]) * 1000.0).collect();

@@ -10,6 +10,7 @@ use crate::{
     observe::flow::{IdMap, IdSet},
     observe::kernel::existing::Existing,
     observe::kernel::{
+        bbr_version::Version,
         layout::Layout,
         loader::{Observer, ObserverPath, Options},
     },
@@ -256,6 +257,7 @@ impl Live {
             opts.max_flows,
             observer.path.as_str(),
             observer.sample_clock.name(),
+            layout.bbr.as_ref().and_then(|b| b.version).map(Version::label),
         );
         Ok(Live {
             _bpf_stats: bpf_stats,

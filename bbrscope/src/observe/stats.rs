@@ -17,6 +17,10 @@ pub struct StatsReport {
     /// "coarse" or "monotonic" (its fallbacks; the tracepoint path's).
     #[serde(default)]
     pub sample_clock: String,
+    /// The kernel's BBR, from its BTF layout: "v1" (mainline), "v2", "v3"; null when BBR is not
+    /// loaded or its layout is unknown.
+    #[serde(default)]
+    pub bbr_version: Option<String>,
     pub interval_s: f64,
     /// Per-ACK program runs per second: tcp_probe (incoming segments on all TCP sockets) or the
     /// sock_ops program (all its callbacks).
@@ -74,6 +78,7 @@ pub struct StatsTracker {
     max_flows: u64,
     path: &'static str,
     clock: &'static str,
+    bbr_version: Option<&'static str>,
 }
 
 /// User + system CPU time of this process.
@@ -94,12 +99,14 @@ impl StatsTracker {
         max_flows: u32,
         path: &'static str,
         clock: &'static str,
+        bbr_version: Option<&'static str>,
     ) -> Self {
         StatsTracker {
             prev: Snapshot { at: Instant::now(), counters, records, cpu: process_cpu_time(), probe_runtime },
             max_flows: max_flows as u64,
             path,
             clock,
+            bbr_version,
         }
     }
 
@@ -123,6 +130,7 @@ impl StatsTracker {
         let report = StatsReport {
             observer: self.path.to_string(),
             sample_clock: self.clock.to_string(),
+            bbr_version: self.bbr_version.map(str::to_string),
             interval_s: dt,
             events_per_s: delta(counter::PROBE_EVENTS) / dt,
             records_per_s: now.records.saturating_sub(self.prev.records) as f64 / dt,

@@ -6,7 +6,10 @@ use std::sync::Arc;
 use anyhow::{Result, bail};
 use bbrscope_common::{BitField, CA_PRIV_LEN, FieldSpec, MAX_FIELDS, SPAN_BUF, SockLayout, Span, config_flags};
 
-use super::btf::{Btf, Location};
+use super::{
+    bbr_version,
+    btf::{Btf, Location},
+};
 
 /// Socket fields copied into every sample. The discriminant is the slot in the sample's `vals`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -123,6 +126,8 @@ pub struct BbrLayout {
     pub cycle_idx: Option<PrivField>,
     /// Enumerator names of `enum bbr_mode`, by value.
     pub mode_names: Vec<(i64, Arc<str>)>,
+    /// Which BBR this layout is ([`bbr_version::classify`]).
+    pub version: Option<bbr_version::Version>,
 }
 
 /// CUBIC's private state (`struct bictcp`): the window before the last reduction (W_max).
@@ -278,6 +283,7 @@ impl Layout {
             full_bw_reached: f("full_bw_reached"),
             cycle_idx: f("cycle_idx"),
             mode_names,
+            version: bbr_version::classify(btf, "").version,
         })
     }
 
