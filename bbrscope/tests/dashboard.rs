@@ -347,6 +347,25 @@ fn compare_view_stays_after_the_replay_ends() {
     assert!(!text.contains("Compare needs"), "{text}");
 }
 
+/// `demo fairness` in the dashboard: 1 BBR flow and 3 CUBIC flows on one link compare as two
+/// sides, CUBIC's three flows added up (4 Mbit/s each, 12 in all, against BBR's 6).
+#[test]
+fn compare_view_adds_up_several_flows_of_one_algorithm() {
+    let rate = |cookie: u64| if cookie == 1 { 6_000_000 } else { 4_000_000 };
+    // Samples every 100 ms: a tenth of a second's bytes each.
+    let mut app = synthetic(&[(1, "bbr"), (2, "cubic"), (3, "cubic"), (4, "cubic")], 20, |cookie, i| {
+        format!(r#""srtt_us":50000,"min_rtt_us":40000,"cwnd":100,"bytes_acked":{}"#, i * rate(cookie) / 80)
+    });
+    key(&mut app, KeyCode::Char('c'));
+    assert_eq!(app.view, View::Compare);
+    let text = lines(&render(&app, 120, 40, Theme { color: false }));
+    let joined = text.join("\n");
+    assert!(joined.contains("cubic (3 flows)") && joined.contains("bbr (1 flow)"), "{joined}");
+    let labels = y_labels(chart_rows(&text, "throughput (Mbit/s)"));
+    let top: f64 = labels.iter().filter_map(|l| l.parse().ok()).fold(0.0, f64::max);
+    assert!(top >= 12.0, "CUBIC's side is its flows' sum (12 Mbit/s); axis tops at {top}: {labels:?}\n{joined}");
+}
+
 #[test]
 fn without_colour_the_compared_lines_differ_by_marker() {
     let mut app = mid_recording();
