@@ -164,11 +164,7 @@ async fn fairness(args: &DemoArgs, cond: Conditions) -> Result<()> {
     let summary = fairness::summary::Summary::new(&cond, challenger, incumbent, bbr_version::running(), &ran)
         .stopped(early(ran.stopped));
     output::guard(|| {
-        if args.json {
-            outln!("{}", summary.to_json())?;
-        } else {
-            output::out!("{}", summary.to_table())?;
-        }
+        summary_out(args.json, || summary.to_json(), || summary.to_table())?;
         if let Some(path) = &args.plot {
             for (k, round) in ran.rounds.iter().enumerate() {
                 let file = plot::numbered(path, k + 1);
@@ -332,11 +328,7 @@ fn report(
     let plot_runs: Vec<&FlowRun> = algos.iter().filter_map(|cc| runs.iter().find(|r| &r.cc == cc)).collect();
     let plot_s = plot_runs.iter().map(|r| r.elapsed).max().unwrap_or(duration).as_secs_f64();
     output::guard(|| {
-        if args.json {
-            outln!("{}", summary.to_json())?;
-        } else {
-            output::out!("{}", summary.to_table())?;
-        }
+        summary_out(args.json, || summary.to_json(), || summary.to_table())?;
         if let Some(path) = &args.plot {
             plot::write(path, &format!("{} — {title}", algos.join(" vs ")), plot_s, &plot_runs)?;
             if !args.json {
@@ -345,6 +337,16 @@ fn report(
         }
         Ok(())
     })
+}
+
+/// A summary on stdout: one JSON line, or the table.
+fn summary_out(json: bool, as_json: impl FnOnce() -> String, as_table: impl FnOnce() -> String) -> Result<()> {
+    if json {
+        outln!("{}", as_json())?;
+    } else {
+        output::out!("{}", as_table())?;
+    }
+    Ok(())
 }
 
 /// A preset by name; an unknown one is refused with the list of those that exist.
