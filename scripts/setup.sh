@@ -23,7 +23,9 @@ APT_PACKAGES=(llvm-${LLVM_MAJOR}-dev libpolly-${LLVM_MAJOR}-dev libzstd-dev zlib
               # cargo xtask boot starts under QEMU with systemd as PID 1.
               e2fsprogs
               # bbrscope/tests/export.rs: the .deb is checked by lintian --pedantic.
-              lintian)
+              lintian
+              # bbrscope/tests/lifecycle.rs: a namespace answers with ICMP host-unreachable (nft reject).
+              nftables)
 
 log() { printf 'setup: %s\n' "$*" >&2; }
 

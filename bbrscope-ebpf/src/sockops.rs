@@ -181,8 +181,15 @@ fn on_rtt(ops: &bpf_sock_ops, sk: *mut bpf_sock) {
 #[inline(always)]
 fn track(s: &mut SockFlow, ops: &bpf_sock_ops) {
     let srtt = ops.srtt_us;
-    if srtt < s.srtt_min {
-        s.srtt_min = srtt;
+    // 0 is "no RTT measured yet": a TCP Fast Open server's socket is established at the SYN,
+    // before any RTT sample, and its first callback still sees 0.
+    if srtt != 0 {
+        if s.srtt_first == 0 {
+            s.srtt_first = srtt;
+        }
+        if srtt < s.srtt_min {
+            s.srtt_min = srtt;
+        }
     }
     if srtt > s.srtt_max {
         s.srtt_max = srtt;

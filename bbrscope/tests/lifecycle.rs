@@ -462,6 +462,11 @@ fn owner_filters_select_by_process_and_namespace() {
     assert!(summary_of(&in_a, client_addr, to).is_some(), "--netns of the client's namespace shows it");
     let last = other.iter().rev().find(|r| r["type"] == "stats").unwrap();
     assert!(u(&last["flows_filtered_total"]) >= 1, "{last}");
+    // The kernel's counts are host-wide (it opened the flow); what this stream showed is not.
+    assert!(u(&last["flows_opened_total"]) >= 1 && u(&last["flows_shown_total"]) == 0, "{last}");
+    let last = mine.iter().rev().find(|r| r["type"] == "stats").unwrap();
+    let shown = mine.iter().filter(|r| r["type"] == "flow_summary").count() as u64;
+    assert!(shown >= 1 && u(&last["flows_shown_total"]) == shown, "{shown} flow_summary lines: {last}");
 }
 
 /// Few connections open at the start are looked up one by one at each poll; many are found in
@@ -547,4 +552,147 @@ fn the_snapshot_of_open_connections_leaves_out_those_the_kernel_program_watches(
     // Without the storage check both connections would be: the window is real.
     assert_eq!(Existing::snapshot(&filter, None).unwrap().len(), 4);
     drop((before, before_served, after, after_served));
+}
+
+/// The kernel's own `TcpExt` counter `name` in the namespace (/proc/net/netstat, read inside it).
+fn tcp_ext(ns: &Netns, name: &str) -> u64 {
+    let text = ns.exec("cat", &["/proc/net/netstat"]);
+    let mut lines = text.lines().filter(|l| l.starts_with("TcpExt:"));
+    let (names, values) = (lines.next().unwrap(), lines.next().unwrap());
+    let i = names.split_whitespace().position(|n| n == name).unwrap_or_else(|| panic!("no TcpExt {name}"));
+    values.split_whitespace().nth(i).unwrap().parse().unwrap()
+}
+
+/// TCP Fast Open: the server's socket is established at the SYN, before any RTT is measured;
+/// its summary's first and minimum srtt are still its own (they were 0), at most what the
+/// server's TCP_INFO read just before close says its srtt is.
+#[test]
+fn fast_open_server_flows_report_their_rtt() {
+    require_root();
+    let ns = Netns::new("tfo");
+    // Client and server Fast Open, in this namespace only.
+    ns.exec("sysctl", &["-qw", "net.ipv4.tcp_fastopen=3"]);
+    let listener = ns.enter(|| TcpListener::bind("127.0.0.1:0").unwrap());
+    let qlen: libc::c_int = 16;
+    // SAFETY: setsockopt reads an int from a live local.
+    let r = unsafe {
+        libc::setsockopt(
+            listener.as_raw_fd(),
+            libc::IPPROTO_TCP,
+            libc::TCP_FASTOPEN,
+            (&qlen as *const libc::c_int).cast(),
+            4,
+        )
+    };
+    assert_eq!(r, 0, "TCP_FASTOPEN: {}", std::io::Error::last_os_error());
+    let to = listener.local_addr().unwrap();
+    let mut stream = Stream::start(&["--port", &to.port().to_string()]);
+    let before = tcp_ext(&ns, "TCPFastOpenPassive");
+    let server = thread::spawn(move || {
+        (0..3)
+            .map(|_| {
+                let (mut conn, peer) = listener.accept().unwrap();
+                let mut buf = [0u8; 64];
+                let _ = conn.read(&mut buf).unwrap();
+                conn.write_all(&[7u8; 20_000]).unwrap();
+                thread::sleep(Duration::from_millis(50));
+                let info = tcp_info(conn.as_raw_fd());
+                (peer, info.rtt_us)
+            })
+            .collect::<Vec<_>>()
+    });
+    // The first connection gets a cookie; the next two carry their request in the SYN.
+    let clients: Vec<SocketAddr> = (0..3)
+        .map(|_| {
+            ns.enter(|| {
+                // SAFETY: a plain socket call; the descriptor is owned right away.
+                let fd = unsafe { libc::socket(libc::AF_INET, libc::SOCK_STREAM, 0) };
+                assert!(fd >= 0);
+                // SAFETY: `fd` is fresh and owned by nobody else.
+                let mut conn = unsafe { <TcpStream as std::os::fd::FromRawFd>::from_raw_fd(fd) };
+                let addr = libc::sockaddr_in {
+                    sin_family: libc::AF_INET as libc::sa_family_t,
+                    sin_port: to.port().to_be(),
+                    sin_addr: libc::in_addr { s_addr: u32::from(std::net::Ipv4Addr::LOCALHOST).to_be() },
+                    sin_zero: [0; 8],
+                };
+                let req = b"GET / HTTP/1.0\r\n\r\n";
+                // SAFETY: a valid sockaddr_in and buffer, both alive for the call.
+                let n = unsafe {
+                    libc::sendto(
+                        fd,
+                        req.as_ptr().cast(),
+                        req.len(),
+                        libc::MSG_FASTOPEN,
+                        (&addr as *const libc::sockaddr_in).cast(),
+                        size_of::<libc::sockaddr_in>() as libc::socklen_t,
+                    )
+                };
+                assert_eq!(n, req.len() as isize, "sendto(MSG_FASTOPEN): {}", std::io::Error::last_os_error());
+                let mut reply = Vec::new();
+                conn.read_to_end(&mut reply).ok();
+                conn.local_addr().unwrap()
+            })
+        })
+        .collect();
+    let served = server.join().unwrap();
+    for c in &clients {
+        stream.wait_for(Duration::from_secs(10), |r| r["type"] == "flow_summary" && r["dst"] == c.to_string());
+    }
+    let (_, records, _) = stream.stop();
+    assert!(tcp_ext(&ns, "TCPFastOpenPassive") - before >= 2, "the kernel counted no Fast Open server connections");
+    for (peer, srtt_us) in served {
+        let sum = summary_of(&records, to, peer).unwrap_or_else(|| panic!("no summary of the server's flow to {peer}"));
+        let (first, min) = (u(&sum["srtt_first_us"]), u(&sum["srtt_min_us"]));
+        assert!(first > 0 && min > 0, "srtt first {first} min {min} µs: {sum}");
+        assert!(min <= u64::from(srtt_us), "srtt min {min} µs above TCP_INFO's srtt {srtt_us} µs: {sum}");
+    }
+}
+
+/// A path that starts answering with ICMP host-unreachable mid-transfer: retransmissions give up
+/// (here after TCP_USER_TIMEOUT) with the ICMP error as the socket's error, and the kernel counts
+/// a timeout abort; the summary says `timeout`, not `other`.
+#[test]
+fn retransmissions_given_up_after_icmp_unreachable_end_as_timeout() {
+    require_root();
+    let link = Link::new("icmp");
+    let listener = listener_in(&link.b, &link.b_ip, "cubic");
+    let to = listener.local_addr().unwrap();
+    let mut stream = Stream::start(&["--port", &to.port().to_string()]);
+    let mut client = connect_in(&link.a, to);
+    let timeout_ms: libc::c_uint = 1500;
+    // SAFETY: setsockopt reads an unsigned int from a live local.
+    let r = unsafe {
+        libc::setsockopt(
+            client.as_raw_fd(),
+            libc::IPPROTO_TCP,
+            libc::TCP_USER_TIMEOUT,
+            (&timeout_ms as *const libc::c_uint).cast(),
+            4,
+        )
+    };
+    assert_eq!(r, 0, "TCP_USER_TIMEOUT: {}", std::io::Error::last_os_error());
+    let (_conn, _) = listener.accept().unwrap();
+    client.write_all(&[1u8; 10_000]).unwrap();
+    thread::sleep(Duration::from_millis(200));
+    // From here b answers every segment from a with ICMP host-unreachable.
+    let rule = format!(
+        "add table inet bbrscope_test; add chain inet bbrscope_test input {{ type filter hook input priority 0; }}; \
+         add rule inet bbrscope_test input ip saddr {} tcp dport {} reject with icmp type host-unreachable",
+        link.a_ip,
+        to.port()
+    );
+    link.b.exec("nft", &[&rule]);
+    let before = tcp_ext(&link.a, "TCPAbortOnTimeout");
+    let client_addr = client.local_addr().unwrap();
+    let _ = client.write_all(&[2u8; 10_000]);
+    let mut buf = [0u8; 16];
+    let err = client.read(&mut buf).expect_err("the connection must fail");
+    assert_eq!(err.raw_os_error(), Some(libc::EHOSTUNREACH), "the socket's error is the ICMP one: {err}");
+    let done = |r: &Value| r["type"] == "flow_summary" && r["src"] == client_addr.to_string();
+    stream.wait_for(Duration::from_secs(10), done);
+    let (_, records, _) = stream.stop();
+    assert_eq!(tcp_ext(&link.a, "TCPAbortOnTimeout") - before, 1, "the kernel counted one abort on timeout");
+    let sum = summary_of(&records, client_addr, to).unwrap();
+    assert_eq!(sum["end"], "timeout", "{sum}");
 }

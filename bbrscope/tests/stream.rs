@@ -4,6 +4,7 @@ mod common;
 
 use std::{
     net::{SocketAddr, TcpListener, TcpStream},
+    thread,
     time::{Duration, SystemTime, UNIX_EPOCH},
 };
 
@@ -649,4 +650,79 @@ fn a_paused_reader_does_not_stop_the_ring_being_read() {
         // The response and the FIN.
         assert_eq!(u(&sum["bytes_acked"]), SIZE as u64 + 1, "{sum}");
     }
+}
+
+/// Installs a seccomp filter in the child that fails `socket(AF_NETLINK, _, NETLINK_SOCK_DIAG)`
+/// with ENOENT: a kernel without inet_diag/tcp_diag that cannot load modules answers that way.
+fn without_sock_diag(cmd: &mut std::process::Command) {
+    use std::os::unix::process::CommandExt as _;
+    const NETLINK_SOCK_DIAG: u32 = 4;
+    // AUDIT_ARCH_* (linux/audit.h): the filter must not match another ABI's syscall numbers.
+    #[cfg(target_arch = "x86_64")]
+    const ARCH: u32 = 0xC000_003E;
+    #[cfg(target_arch = "aarch64")]
+    const ARCH: u32 = 0xC000_00B7;
+    // seccomp_data: nr at 0, arch at 4, args[i] at 16 + 8 i (low half first on x86-64).
+    let stmt = |code: u32, k: u32| libc::sock_filter { code: code as u16, jt: 0, jf: 0, k };
+    let jeq = |k: u32, jt: u8, jf: u8| libc::sock_filter {
+        code: (libc::BPF_JMP | libc::BPF_JEQ | libc::BPF_K) as u16,
+        jt,
+        jf,
+        k,
+    };
+    let ld = |off: u32| stmt(libc::BPF_LD | libc::BPF_W | libc::BPF_ABS, off);
+    let ret = |k: u32| stmt(libc::BPF_RET | libc::BPF_K, k);
+    let filter = [
+        ld(4),
+        jeq(ARCH, 0, 6),
+        ld(0),
+        jeq(libc::SYS_socket as u32, 0, 4),
+        ld(16),
+        jeq(libc::AF_NETLINK as u32, 0, 2),
+        ld(32),
+        jeq(NETLINK_SOCK_DIAG, 1, 0),
+        ret(libc::SECCOMP_RET_ALLOW),
+        ret(libc::SECCOMP_RET_ERRNO | libc::ENOENT as u32),
+    ];
+    // SAFETY: prctl(2) is async-signal-safe, as pre_exec requires; the filter outlives the calls
+    // (the kernel copies it).
+    unsafe {
+        cmd.pre_exec(move || {
+            let prog = libc::sock_fprog { len: filter.len() as u16, filter: filter.as_ptr() as *mut _ };
+            if libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0
+                || libc::prctl(libc::PR_SET_SECCOMP, libc::SECCOMP_MODE_FILTER, &prog as *const libc::sock_fprog) != 0
+            {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+}
+
+/// Degrade, don't die: where the kernel cannot list sockets (no sock_diag), `stream` says so in
+/// one line and still observes the connections that open while it runs.
+#[test]
+fn without_sock_diag_new_connections_are_still_observed() {
+    require_root();
+    let server = Discard::bind("127.0.0.1:0");
+    let mut cmd = bbrscope();
+    cmd.args(["stream", "--duration", "4", "--port", &server.addr.port().to_string()]);
+    without_sock_diag(&mut cmd);
+    let child = cmd.stdout(std::process::Stdio::piped()).stderr(std::process::Stdio::piped()).spawn().unwrap();
+    thread::sleep(Duration::from_millis(1500));
+    let sender = Sender::start(server.addr, "cubic", Duration::from_millis(500), None);
+    let local = sender.local;
+    sender.join();
+    let out = child.wait_with_output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "exit {:?}: {err}", out.status.code());
+    let notes: Vec<&str> = err.lines().filter(|l| l.contains("sock_diag")).collect();
+    assert_eq!(notes.len(), 1, "one line names what is missing: {err}");
+    assert!(notes[0].contains("before the start"), "{err}");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let summary = stdout
+        .lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .find(|r| r["type"] == "flow_summary" && r["src"] == local.to_string());
+    assert!(summary.is_some(), "the new connection is observed: {stdout}");
 }

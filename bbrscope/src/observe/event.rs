@@ -241,6 +241,9 @@ const ECONNREFUSED: i32 = 111;
 const ECONNRESET: i32 = 104;
 const EPIPE: i32 = 32;
 const ETIMEDOUT: i32 = 110;
+const ENETUNREACH: i32 = 101;
+const EHOSTUNREACH: i32 = 113;
+const TCP_SYN_SENT: u8 = 2;
 /// `enum tcp_state` values a socket leaves for TCP_CLOSE after an orderly shutdown.
 const TCP_FIN_WAIT1: u8 = 4;
 const TCP_FIN_WAIT2: u8 = 5;
@@ -255,6 +258,11 @@ impl EndReason {
         match sk_err {
             ECONNRESET | EPIPE => EndReason::ResetReceived,
             ETIMEDOUT => EndReason::Timeout,
+            // Retransmissions that gave up after ICMP (or local) unreachable errors: the kernel
+            // reports the last soft error instead of ETIMEDOUT (tcp_write_err) and counts the
+            // abort as a timeout (TcpExtTCPAbortOnTimeout). A connect() the ICMP error ended at
+            // once (a hard error in SYN_SENT) is no timeout.
+            EHOSTUNREACH | ENETUNREACH if old_state != TCP_SYN_SENT => EndReason::Timeout,
             ECONNREFUSED => EndReason::Refused,
             0 => match old_state {
                 TCP_FIN_WAIT1 | TCP_FIN_WAIT2 | TCP_TIME_WAIT | TCP_LAST_ACK | TCP_CLOSING => EndReason::Fin,
@@ -677,6 +685,9 @@ mod tests {
         assert_eq!(EndReason::classify(TCP_ESTABLISHED, 0), EndReason::ResetSent);
         assert_eq!(EndReason::classify(TCP_ESTABLISHED, ETIMEDOUT), EndReason::Timeout);
         assert_eq!(EndReason::classify(2, ECONNREFUSED), EndReason::Refused);
+        assert_eq!(EndReason::classify(TCP_ESTABLISHED, EHOSTUNREACH), EndReason::Timeout);
+        assert_eq!(EndReason::classify(TCP_FIN_WAIT1, ENETUNREACH), EndReason::Timeout);
+        assert_eq!(EndReason::classify(TCP_SYN_SENT, EHOSTUNREACH), EndReason::Other);
     }
 
     #[test]

@@ -29,7 +29,7 @@ pub enum Record {
     /// is its summary alone), to be played only when the flow is not known already.
     Summary(Box<Summary>),
     /// `ts_ns` and the report.
-    Stats(u64, StatsReport),
+    Stats(u64, Box<StatsReport>),
 }
 
 /// What a `flow_summary` says, as the events that open a flow (owner, start) and close it.
@@ -159,7 +159,7 @@ pub fn parse_line(line: &str) -> Result<Option<Record>> {
     let ty = v.get("type").and_then(Value::as_str).context("no \"type\" field")?;
     if ty == "stats" {
         let ts = v.get("ts").and_then(Value::as_f64).context("stats without ts")?;
-        return Ok(Some(Record::Stats(secs_to_ns(ts), StatsReport::deserialize(&v)?)));
+        return Ok(Some(Record::Stats(secs_to_ns(ts), Box::new(StatsReport::deserialize(&v)?))));
     }
     if !["sample", "flow_close", "retransmit", "cong_state", "flow_summary"].contains(&ty) {
         return Ok(None);

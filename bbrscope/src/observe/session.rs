@@ -112,6 +112,8 @@ struct Gate {
     /// Congestion-state changes of flows whose OPEN has not come (yet).
     orphans: Held<Vec<Event>>,
     owner_filtered: u64,
+    /// Flows shown: passed every filter, the kernel's and these, and sent data.
+    shown: u64,
     /// Events dropped because too many flows or events were waiting (see the constants).
     held_dropped: u64,
 }
@@ -124,6 +126,7 @@ impl Gate {
             pending: Held::new(PENDING_FLOWS),
             orphans: Held::new(ORPHAN_FLOWS),
             owner_filtered: 0,
+            shown: 0,
             held_dropped: 0,
         }
     }
@@ -153,6 +156,7 @@ impl Gate {
                     // Events held for it are shown: it has more than its summary to show.
                     open.summary_only &= held.is_empty();
                     self.open_flows.insert(id);
+                    self.shown += 1;
                     f(Event::Open(open));
                     held.into_iter().for_each(&mut *f);
                 }
@@ -228,7 +232,17 @@ impl Live {
         // After attaching: every connection is then either in this snapshot or seen opening.
         // Owner filters cannot apply to connections whose opening was not seen.
         let existing = match observer.path == ObserverPath::Sockops && opts.owner.is_empty() {
-            true => Some(Existing::snapshot(&opts.filter, observer.socket_storage())?),
+            true => match Existing::snapshot(&opts.filter, observer.socket_storage()) {
+                Ok(existing) => Some(existing),
+                // Degrade, don't die: new connections need no socket listing.
+                Err(e) => {
+                    observer.degraded.push(format!(
+                        "connections open before the start are not shown: the kernel cannot list sockets ({e:#}; \
+                         sock_diag needs the inet_diag and tcp_diag modules); new connections are"
+                    ));
+                    None
+                }
+            },
             false => None,
         };
         if let Some(why) = existing.as_ref().and_then(|e| e.unseen_storage.as_ref()) {
@@ -327,6 +341,7 @@ impl Live {
         let counters = self.observer.counters()?;
         let mut r = self.tracker.report(counters, self.records, self.observer.probe_runtime(), flows_active);
         r.flows_filtered_total += self.gate.owner_filtered;
+        r.flows_shown_total = Some(self.gate.shown);
         r.held_dropped_total = self.gate.held_dropped;
         Ok(r)
     }

@@ -52,6 +52,12 @@ pub struct StatsReport {
     /// sock_ops path: flows that closed without sending data, so without any record.
     #[serde(default)]
     pub flows_quiet_total: u64,
+    /// Flows this stream showed (a `flow_open`, or a `flow_summary` alone): the selection, after
+    /// every filter. The counts above come from the kernel programs, which see every flow that
+    /// passes the kernel's filters (`--port`, `--addr`, `--cc`, `--cgroup`) — host-wide, before
+    /// `--comm`, `--pid` and `--netns`, which apply in userspace. Null in older recordings.
+    #[serde(default)]
+    pub flows_shown_total: Option<u64>,
     /// sock_ops path: events dropped by userspace because too many flows were waiting for their
     /// first sample or OPEN (caps in docs/stream.md), in total.
     #[serde(default)]
@@ -131,6 +137,7 @@ impl StatsTracker {
             observer: self.path.to_string(),
             sample_clock: self.clock.to_string(),
             bbr_version: self.bbr_version.map(str::to_string),
+            flows_shown_total: None,
             interval_s: dt,
             events_per_s: delta(counter::PROBE_EVENTS) / dt,
             records_per_s: now.records.saturating_sub(self.prev.records) as f64 / dt,

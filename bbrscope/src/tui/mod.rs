@@ -276,7 +276,7 @@ impl Feed {
             match r {
                 Record::Event(ev) => app.apply(ev),
                 Record::Summary(s) => app.apply_summary(s),
-                Record::Stats(_, s) => app.stats = Some(s.clone()),
+                Record::Stats(_, s) => app.stats = Some((**s).clone()),
             }
             self.pending.pop_front();
             self.pull();
