@@ -546,11 +546,11 @@ fn the_snapshot_of_open_connections_leaves_out_those_the_kernel_program_watches(
     let after = TcpStream::connect(listener.local_addr().unwrap()).unwrap();
     let (after_served, _) = listener.accept().unwrap();
     let filter = FilterSpec::new(Some(port), None, None, None).unwrap();
-    let snapshot = Existing::snapshot(&filter, observer.socket_storage()).unwrap();
+    let snapshot = Existing::snapshot(&filter, observer.socket_storage(), false).unwrap();
     // Both ends of the connection from before (`--port` matches either end).
     assert_eq!(snapshot.len(), 2, "only the connection open before the attach is polled");
     // Without the storage check both connections would be: the window is real.
-    assert_eq!(Existing::snapshot(&filter, None).unwrap().len(), 4);
+    assert_eq!(Existing::snapshot(&filter, None, false).unwrap().len(), 4);
     drop((before, before_served, after, after_served));
 }
 
@@ -695,4 +695,41 @@ fn retransmissions_given_up_after_icmp_unreachable_end_as_timeout() {
     assert_eq!(tcp_ext(&link.a, "TCPAbortOnTimeout") - before, 1, "the kernel counted one abort on timeout");
     let sum = summary_of(&records, client_addr, to).unwrap();
     assert_eq!(sum["end"], "timeout", "{sum}");
+}
+
+/// BBR connections open before bbrscope started are polled through sock_diag, which reports no
+/// mode: on mainline BBR (v1) the mode is read back from the gains, so the fields are the same
+/// as for new connections. By construction: an application-limited flow never leaves STARTUP
+/// (BBRv1 ignores app-limited rate samples when judging the pipe full); a bulk one on loopback
+/// is past it within a few round trips.
+#[test]
+fn bbr_connections_older_than_bbrscope_show_their_mode() {
+    require_root();
+    let server = Discard::bind("127.0.0.1:0");
+    let start = |rate: Option<u64>| {
+        let conn = TcpStream::connect(server.addr).unwrap();
+        set_cc(&conn, "bbr");
+        Sender::run(conn, Duration::from_secs(3), rate)
+    };
+    let (paced, bulk) = (start(Some(2_000_000)), start(None));
+    let (paced_addr, bulk_addr) = (paced.local, bulk.local);
+    thread::sleep(Duration::from_millis(500));
+    let mut stream = Stream::start(&["--port", &server.addr.port().to_string()]);
+    paced.join();
+    bulk.join();
+    for a in [paced_addr, bulk_addr] {
+        stream.wait_for(Duration::from_secs(10), |r| r["type"] == "flow_close" && r["src"] == a.to_string());
+    }
+    let (_, records, _) = stream.stop();
+    let modes = |a: SocketAddr| -> Vec<(Value, Value)> {
+        records
+            .iter()
+            .filter(|r| r["type"] == "sample" && r["src"] == a.to_string())
+            .map(|r| (r["bbr"]["mode"].clone(), r["bbr"]["full_bw_reached"].clone()))
+            .collect()
+    };
+    let (paced, bulk) = (modes(paced_addr), modes(bulk_addr));
+    assert!(paced.len() >= 3 && bulk.len() >= 3, "polled samples: {paced:?} {bulk:?}");
+    assert!(paced.iter().all(|(m, full)| m == "startup" && full == false), "app-limited: {paced:?}");
+    assert!(bulk.iter().all(|(m, full)| m == "probe_bw" && full == true), "bulk: {bulk:?}");
 }

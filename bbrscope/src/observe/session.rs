@@ -232,7 +232,11 @@ impl Live {
         // After attaching: every connection is then either in this snapshot or seen opening.
         // Owner filters cannot apply to connections whose opening was not seen.
         let existing = match observer.path == ObserverPath::Sockops && opts.owner.is_empty() {
-            true => match Existing::snapshot(&opts.filter, observer.socket_storage()) {
+            true => match Existing::snapshot(
+                &opts.filter,
+                observer.socket_storage(),
+                layout.bbr.as_ref().and_then(|b| b.version) == Some(Version::V1),
+            ) {
                 Ok(existing) => Some(existing),
                 // Degrade, don't die: new connections need no socket listing.
                 Err(e) => {

@@ -8,6 +8,7 @@
 use std::{
     collections::{HashMap, HashSet},
     os::fd::BorrowedFd,
+    sync::Arc,
 };
 
 use anyhow::Result;
@@ -32,6 +33,24 @@ const LOOKUP_MAX: usize = 64;
 
 /// BBR's gains are fixed point with 1.0 = 256 (`BBR_UNIT`).
 const BBR_UNIT: f64 = 256.0;
+
+/// BBRv1's mode, whether STARTUP found the pipe full, and the PROBE_BW cycle phase, from the
+/// (pacing, cwnd) gains it reports in `tcp_bbr_info`: mainline tcp_bbr.c sets a pair per mode
+/// (`bbr_update_gains`) — STARTUP 739/739 (bbr_high_gain, 2.885), DRAIN 88/739 (1/2.885),
+/// PROBE_BW cycle gain/512 (phase 0 is 1.25 = 320, phase 1 0.75 = 192, phases 2-7 and the
+/// policer's long-term rate 256), PROBE_RTT 256/256. `None` for any other pair.
+fn v1_state(pacing: u32, cwnd: u32) -> Option<(&'static str, Option<bool>, Option<u32>)> {
+    match (pacing, cwnd) {
+        (739, 739) => Some(("startup", Some(false), None)),
+        (88, 739) => Some(("drain", Some(true), None)),
+        (320, 512) => Some(("probe_bw", Some(true), Some(0))),
+        (192, 512) => Some(("probe_bw", Some(true), Some(1))),
+        (256, 512) => Some(("probe_bw", Some(true), None)),
+        // PROBE_RTT can come before STARTUP ends: whether it found the pipe full is not said.
+        (256, 256) => Some(("probe_rtt", None, None)),
+        _ => None,
+    }
+}
 const INFINITE_SSTHRESH: u32 = 0x7fff_ffff;
 
 pub struct Existing {
@@ -44,6 +63,8 @@ pub struct Existing {
     /// Why sock_diag could not say which sockets the kernel program watches already, if it
     /// could not: a connection opened while bbrscope started may then be reported twice.
     pub unseen_storage: Option<String>,
+    /// The kernel's BBR is mainline v1, whose mode can be read back from its gains.
+    bbr_v1: bool,
 }
 
 /// One network namespace's connections open at the start, and a sock_diag socket inside it.
@@ -96,7 +117,7 @@ struct Polled {
 impl Existing {
     /// The connections open now in every network namespace (call once the observer is
     /// attached, so that a connection is either here or seen opening by the observer).
-    pub fn snapshot(filter: &FilterSpec, storage: Option<BorrowedFd<'_>>) -> Result<Self> {
+    pub fn snapshot(filter: &FilterSpec, storage: Option<BorrowedFd<'_>>, bbr_v1: bool) -> Result<Self> {
         let mut unseen_storage = None;
         let mut spaces = vec![Space::here(filter, storage, &mut unseen_storage)?];
         let mut unreachable = 0;
@@ -110,7 +131,7 @@ impl Existing {
                 Err(_) => {}
             }
         }
-        Ok(Existing { spaces, filter: filter.clone(), unreachable, unseen_storage })
+        Ok(Existing { spaces, filter: filter.clone(), unreachable, unseen_storage, bbr_v1 })
     }
 
     /// How many connections are still being polled.
@@ -129,14 +150,14 @@ impl Existing {
         let now = Clock::monotonic_ns();
         let mut out = Vec::new();
         for space in self.spaces.iter_mut().filter(|s| !s.open.is_empty()) {
-            space.poll(&self.filter, now, &mut out)?;
+            space.poll(&self.filter, now, self.bbr_v1, &mut out)?;
         }
         Ok(out)
     }
 }
 
 impl Space {
-    fn poll(&mut self, filter: &FilterSpec, now: u64, out: &mut Vec<Event>) -> Result<()> {
+    fn poll(&mut self, filter: &FilterSpec, now: u64, bbr_v1: bool, out: &mut Vec<Event>) -> Result<()> {
         let mut seen = HashSet::new();
         let current = if self.open.len() <= LOOKUP_MAX {
             let mut found = Vec::with_capacity(self.open.len());
@@ -157,7 +178,7 @@ impl Space {
             if !filter.matches(s.src, s.dst, s.cc.as_deref()) {
                 continue;
             }
-            let Some(mut ev) = sample(&s, now) else { continue };
+            let Some(mut ev) = sample(&s, now, bbr_v1) else { continue };
             let sent = match &slot.last {
                 Some(prev) => prev.metrics.bytes_acked != ev.metrics.bytes_acked,
                 None => false,
@@ -182,20 +203,23 @@ impl Space {
     }
 }
 
-fn sample(s: &Socket, now: u64) -> Option<SampleEvent> {
+fn sample(s: &Socket, now: u64, bbr_v1: bool) -> Option<SampleEvent> {
     let i = s.info.as_ref()?;
     let cc = s.cc.as_deref().map(Name::new).unwrap_or_default();
     let bbr = match (cc.as_str(), s.bbr) {
-        ("bbr", Some(b)) => Some(Bbr {
-            // sock_diag does not report BBR's mode.
-            mode: None,
-            bw_bps: Some(b.bw_bytes_per_s * 8),
-            min_rtt_us: Some(b.min_rtt_us),
-            pacing_gain: (b.pacing_gain != 0).then(|| b.pacing_gain as f64 / BBR_UNIT),
-            cwnd_gain: (b.cwnd_gain != 0).then(|| b.cwnd_gain as f64 / BBR_UNIT),
-            full_bw_reached: None,
-            cycle_idx: None,
-        }),
+        ("bbr", Some(b)) => {
+            // sock_diag reports no mode; mainline v1's gains say it exactly.
+            let state = if bbr_v1 { v1_state(b.pacing_gain, b.cwnd_gain) } else { None };
+            Some(Bbr {
+                mode: state.map(|(mode, ..)| Arc::from(mode)),
+                bw_bps: Some(b.bw_bytes_per_s * 8),
+                min_rtt_us: Some(b.min_rtt_us),
+                pacing_gain: (b.pacing_gain != 0).then(|| b.pacing_gain as f64 / BBR_UNIT),
+                cwnd_gain: (b.cwnd_gain != 0).then(|| b.cwnd_gain as f64 / BBR_UNIT),
+                full_bw_reached: state.and_then(|(_, full, _)| full),
+                cycle_idx: state.and_then(|(.., idx)| idx),
+            })
+        }
         _ => None,
     };
     let metrics = Metrics {
@@ -243,4 +267,22 @@ fn sample(s: &Socket, now: u64) -> Option<SampleEvent> {
         retrans_coalesced: 0,
         metrics,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::v1_state;
+
+    /// The pairs mainline BBR sets, and nothing else read as a mode.
+    #[test]
+    fn v1_modes_from_their_gains() {
+        assert_eq!(v1_state(739, 739), Some(("startup", Some(false), None)));
+        assert_eq!(v1_state(88, 739), Some(("drain", Some(true), None)));
+        assert_eq!(v1_state(320, 512), Some(("probe_bw", Some(true), Some(0))));
+        assert_eq!(v1_state(192, 512), Some(("probe_bw", Some(true), Some(1))));
+        assert_eq!(v1_state(256, 512).map(|s| s.0), Some("probe_bw"));
+        assert_eq!(v1_state(256, 256).map(|s| s.0), Some("probe_rtt"));
+        // BBRv3's PROBE_BW DOWN phase (0.91): not a v1 pair.
+        assert_eq!(v1_state(233, 512), None);
+    }
 }

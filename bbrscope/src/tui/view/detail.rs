@@ -146,7 +146,8 @@ fn state_line<'a>(flow: &Flow, theme: &Theme) -> Line<'a> {
         spans.push(Span::styled(
             format!(
                 " · BBR {} gain {:.2}/{:.2} bw {}",
-                b.mode.as_deref().unwrap_or("?"),
+                // Not known of a connection older than bbrscope on a BBR other than v1.
+                b.mode.as_deref().unwrap_or("mode n/a"),
                 b.pacing_gain.unwrap_or(0.0),
                 b.cwnd_gain.unwrap_or(0.0),
                 fmt::opt_bps(b.bw_bps)
