@@ -179,8 +179,8 @@ impl ObserveArgs {
 pub struct StreamArgs {
     #[command(flatten)]
     pub observe: ObserveArgs,
-    /// Stop after this many seconds (default: run until interrupted)
-    #[arg(long, value_name = "SECS", value_parser = parse_positive_secs, allow_negative_numbers = true)]
+    /// Stop after this long: seconds, or 90s, 10m, 2h (default: run until interrupted)
+    #[arg(long, value_name = "TIME", value_parser = crate::units::duration, allow_negative_numbers = true)]
     pub duration: Option<Duration>,
     /// Seconds between `stats` records (up to 86400); 0 turns them off
     #[arg(long, value_name = "SECS", default_value_t = 1.0, allow_negative_numbers = true, value_parser = parse_stats_secs)]
@@ -211,17 +211,6 @@ fn parse_speed(s: &str) -> Result<f64, String> {
         Ok(v) if (0.125..=64.0).contains(&v) => Ok(v),
         _ => Err(format!("'{s}' is not a speed from 0.125 to 64 (e.g. 1, 4, 0.5)")),
     }
-}
-
-/// The longest `--duration`: a year is more than any session; beyond it the number is a typo.
-const MAX_DURATION_S: f64 = 365.0 * 86400.0;
-
-fn parse_positive_secs(s: &str) -> Result<Duration, String> {
-    let v: f64 = s.parse().map_err(|_| format!("'{s}' is not a number of seconds (e.g. 10 or 0.5)"))?;
-    if !(v > 0.0 && v <= MAX_DURATION_S) {
-        return Err(format!("'{s}' must be a number of seconds above 0 and at most {MAX_DURATION_S} (a year)"));
-    }
-    Ok(Duration::from_secs_f64(v))
 }
 
 fn parse_stats_secs(s: &str) -> Result<f64, String> {
@@ -286,10 +275,14 @@ mod tests {
 
     #[test]
     fn durations() {
-        assert_eq!(parse_positive_secs("1.5"), Ok(Duration::from_millis(1500)));
-        for bad in ["0", "-3", "soon", "1e300", "99999999999999999999", "inf", "NaN"] {
-            assert!(parse_positive_secs(bad).is_err(), "{bad}");
+        use crate::units::duration;
+        assert_eq!(duration("1.5"), Ok(Duration::from_millis(1500)));
+        assert_eq!(duration("90s"), Ok(Duration::from_secs(90)));
+        assert_eq!(duration("10m"), Ok(Duration::from_secs(600)));
+        for bad in ["0", "-3", "soon", "1e300", "99999999999999999999", "inf", "NaN", "2y"] {
+            assert!(duration(bad).is_err(), "{bad}");
         }
+        assert!(duration("1e300").unwrap_err().contains("a year"));
         assert_eq!(parse_stats_secs("0"), Ok(0.0));
         assert!(
             parse_stats_secs("1e30").is_err() && parse_stats_secs("-1").is_err() && parse_stats_secs("NaN").is_err()

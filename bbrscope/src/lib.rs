@@ -5,7 +5,8 @@
 //! dashboard, the experiment). Around it, one folder per area: [`apply`] changes the system's
 //! congestion control, [`experiment`] runs and judges randomized A/B tests, [`demo`] compares
 //! CUBIC and BBR on an emulated path, [`export`] serves Prometheus metrics, [`tui`] draws the
-//! dashboard; [`cmd`] holds one module per subcommand, [`sys`] the calls to the OS.
+//! dashboard; [`cmd`] holds one module per subcommand, [`sys`] the calls to the OS; [`units`] and
+//! [`quantile`] are the one place each for units (parse and format) and quantiles.
 
 pub mod apply;
 pub mod cli;
@@ -21,3 +22,4 @@ pub mod quantile;
 pub mod rng;
 pub mod sys;
 pub mod tui;
+pub mod units;

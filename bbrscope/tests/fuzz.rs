@@ -4,7 +4,7 @@
 
 use std::{path::Path, time::Instant};
 
-use bbrscope::{apply::sysctl_d::BootConfig, demo::units, observe::kernel::btf::Btf, observe::replay, rng::Rng};
+use bbrscope::{apply::sysctl_d::BootConfig, observe::kernel::btf::Btf, observe::replay, rng::Rng, units};
 
 /// `input` with a few bytes flipped, inserted or removed, or cut short.
 fn mutate(rng: &mut Rng, input: &[u8]) -> Vec<u8> {

@@ -13,12 +13,12 @@ use crate::{
         presets::{Preset, PresetName},
         run::{self, FlowRun, Stop},
         summary::{RunConditions, StoppedEarly, Summary},
-        units::{self, Buffer, Rate, fmt_rate, fmt_us},
     },
     error::usage,
     observe::kernel::bbr_version,
     output::{self, outln},
     sys::{cc, privileges},
+    units::{self, Buffer, Rate, fmt_rate, fmt_us},
 };
 
 /// The fastest link the userspace emulator will try: it moves every packet through one thread.

@@ -112,19 +112,7 @@ pub struct ExperimentArgs {
 
 /// "90", "90s", "10m", "2h".
 fn parse_span(s: &str) -> Result<Duration, String> {
-    let bad = || format!("'{s}' is not a duration: a number with s, m or h (e.g. 90s, 10m, 2h)");
-    let (num, mult) = match s.char_indices().last() {
-        Some((i, 's')) => (&s[..i], 1.0),
-        Some((i, 'm')) => (&s[..i], 60.0),
-        Some((i, 'h')) => (&s[..i], 3600.0),
-        _ => (s, 1.0),
-    };
-    let v: f64 = num.parse().map_err(|_| bad())?;
-    let secs = v * mult;
-    if !(secs > 0.0 && secs <= 30.0 * 86400.0) {
-        return Err(format!("'{s}' must be above 0 and at most 30 days"));
-    }
-    Ok(Duration::from_secs_f64(secs))
+    crate::units::duration_up_to(s, Duration::from_secs(30 * 86400), "30 days")
 }
 
 pub async fn run(args: ExperimentArgs) -> Result<()> {

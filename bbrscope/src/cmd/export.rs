@@ -52,9 +52,9 @@ pub struct ExportArgs {
     /// `ino:N`): at most 32 values, the first seen; later ones count as `other`
     #[arg(long)]
     pub by_netns: bool,
-    /// Stop after this many seconds (default: run until SIGINT or SIGTERM)
-    #[arg(long, value_name = "SECS", value_parser = parse_duration)]
-    pub duration: Option<f64>,
+    /// Stop after this long: seconds, or 90s, 10m, 2h (default: run until SIGINT or SIGTERM)
+    #[arg(long, value_name = "TIME", value_parser = crate::units::duration, allow_negative_numbers = true)]
+    pub duration: Option<Duration>,
     /// Write man pages and shell completions to DIR and exit (used to build the package)
     #[arg(long, value_name = "DIR", hide = true)]
     pub dist_assets: Option<PathBuf>,
@@ -62,13 +62,6 @@ pub struct ExportArgs {
 
 fn parse_listen(s: &str) -> Result<SocketAddr, String> {
     s.parse().map_err(|_| format!("'{s}' is not an address and port (e.g. 127.0.0.1:9580, 0.0.0.0:9580, [::1]:9580)"))
-}
-
-fn parse_duration(s: &str) -> Result<f64, String> {
-    match s.parse::<f64>() {
-        Ok(v) if v > 0.0 && v <= 365.0 * 86400.0 => Ok(v),
-        _ => Err(format!("'{s}' must be a number of seconds above 0 and at most a year")),
-    }
 }
 
 pub async fn run(args: ExportArgs) -> Result<()> {
@@ -108,7 +101,7 @@ pub async fn run(args: ExportArgs) -> Result<()> {
 
     let mut table = FlowTable::new(0);
     let mut tick = tokio::time::interval_at(tokio::time::Instant::now() + TICK, TICK);
-    let deadline = tokio::time::sleep(Duration::from_secs_f64(args.duration.unwrap_or(365.0 * 86400.0)));
+    let deadline = tokio::time::sleep(args.duration.unwrap_or(Duration::from_secs(365 * 86400)));
     tokio::pin!(deadline);
     // The connections being served, oldest first.
     let mut held: std::collections::VecDeque<tokio::task::JoinHandle<()>> = std::collections::VecDeque::new();

@@ -13,7 +13,6 @@ pub mod progress;
 pub mod run;
 pub mod summary;
 pub mod traffic;
-pub mod units;
 
 use std::time::Duration;
 

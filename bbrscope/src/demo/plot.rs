@@ -10,8 +10,11 @@ use std::{
 
 use anyhow::Result;
 
-use super::{run::FlowRun, units::fmt_rate};
-use crate::figure::{self, Area, escape};
+use super::run::FlowRun;
+use crate::{
+    figure::{self, Area, escape},
+    units::fmt_rate,
+};
 
 const WIDTH: f64 = 960.0;
 const HEIGHT: f64 = 860.0;

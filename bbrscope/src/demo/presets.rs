@@ -4,7 +4,7 @@ use std::time::Duration;
 
 use clap::ValueEnum;
 
-use super::units::Buffer;
+use crate::units::Buffer;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
 pub enum PresetName {
@@ -77,7 +77,7 @@ impl PresetName {
                 rate_bps: 10_000_000,
                 rtt: Duration::from_millis(40),
                 loss: 0.0,
-                buffer: Buffer::Bytes(1000 * super::units::PACKET_BYTES),
+                buffer: Buffer::Bytes(1000 * crate::units::PACKET_BYTES),
                 duration: secs(30),
                 headline: Headline::Rtt,
                 source: "BBR patch cover letter (netdev, Sept. 2016, Linux commit 0f8782ea1497): \

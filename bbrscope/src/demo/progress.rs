@@ -6,7 +6,7 @@ use std::{
     time::Duration,
 };
 
-use super::units::{fmt_rate, fmt_us};
+use crate::units::{fmt_rate, fmt_us};
 
 /// How often the caller should call [`Progress::draw`].
 pub const PERIOD: Duration = Duration::from_millis(500);

@@ -11,9 +11,12 @@ use super::{
     model::{self, Prediction},
     presets::{Headline, Preset},
     run::FlowRun,
+};
+use crate::{
+    observe::kernel::bbr_version::BbrImpl,
+    quantile,
     units::{fmt_bytes, fmt_rate, fmt_us},
 };
-use crate::{observe::kernel::bbr_version::BbrImpl, quantile};
 
 /// Used when the socket did not report its MSS (an IPv4 path with a 1500-byte MTU and timestamps).
 const DEFAULT_MSS: u32 = 1448;

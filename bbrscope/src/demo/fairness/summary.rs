@@ -12,10 +12,10 @@ use crate::{
         Conditions,
         run::FlowRun,
         summary::{StoppedEarly, table, wrap},
-        units::{fmt_rate, fmt_us},
     },
     observe::kernel::bbr_version::{BbrImpl, Version},
     quantile,
+    units::{fmt_rate, fmt_us},
 };
 
 /// The first half of each round is start-up and convergence; shares are taken over the second

@@ -1,6 +1,7 @@
-//! Parsing the demo's human units: rates (`50mbit`), times (`100ms`, `30s`, `2m`), loss (`1%`)
-//! and buffer sizes (bytes, `64KB`, `1000pkt`, `2bdp`). Errors are one readable sentence each;
-//! the caller turns them into usage errors.
+//! Human units, parsed and formatted in one place for every command: rates with tc(8)'s units
+//! (`50mbit`), times (`100ms`, `90s`, `10m`; a bare number is seconds wherever a run length is
+//! asked for), loss (`1%`) and buffer sizes (bytes, `64KB`, `1000pkt`, `2bdp`). Errors are one
+//! readable sentence each; the caller turns them into usage errors.
 
 use std::time::Duration;
 
@@ -8,9 +9,13 @@ use std::time::Duration;
 /// emulated link's MTU.
 pub const PACKET_BYTES: u64 = 1500;
 
-/// Splits `"12.5mbit"` into `(12.5, "mbit")`; the unit is lower-cased and trimmed.
+/// Splits `"12.5mbit"` into `(12.5, "mbit")`; the unit is lower-cased and trimmed. A whole
+/// number in exponent form (`1e300`) is a number, not `1` with the unit `e300`.
 fn split(s: &str) -> Option<(f64, String)> {
     let s = s.trim();
+    if let Ok(v) = s.parse::<f64>() {
+        return v.is_finite().then(|| (v, String::new()));
+    }
     let end = s.find(|c: char| !(c.is_ascii_digit() || matches!(c, '.' | '-' | '+'))).unwrap_or(s.len());
     let value: f64 = s[..end].parse().ok()?;
     value.is_finite().then(|| (value, s[end..].trim().to_ascii_lowercase()))
@@ -109,12 +114,27 @@ fn duration_with(s: &str, bare_unit: Option<&str>) -> Result<Duration, String> {
         // A positive number so small it underflows.
         return Err(format!("'{s}' must be longer than zero, e.g. 100ms"));
     }
+    if secs > LONGEST_S {
+        return Err(format!("'{s}' must be at most a year"));
+    }
     Ok(Duration::from_secs_f64(secs))
 }
 
-/// A run length: a bare number is seconds; `30s`, `2m`, `1h` also.
+/// No time bbrscope is given is longer: beyond it the number is a typo.
+const LONGEST_S: f64 = 365.0 * 86400.0;
+
+/// A run length: a bare number is seconds; `90s`, `10m`, `2h`, `500ms` also; at most a year.
 pub fn duration(s: &str) -> Result<Duration, String> {
     duration_with(s, Some("s"))
+}
+
+/// [`duration`], at most `max` (`max_words` says it in the error).
+pub fn duration_up_to(s: &str, max: Duration, max_words: &str) -> Result<Duration, String> {
+    let d = duration(s)?;
+    if d > max {
+        return Err(format!("'{s}' must be at most {max_words}"));
+    }
+    Ok(d)
 }
 
 /// A round-trip time: `100ms`, `0.2s`, `500us`. A unit is required (a bare `100` is ambiguous).
