@@ -197,7 +197,9 @@ pub fn buffer(s: &str) -> Result<Buffer, String> {
     Ok(Buffer::Bytes(bytes.round() as u64))
 }
 
-/// Formats bits per second for people: `48.3 Mbit/s`, `812 kbit/s`.
+/// Formats bits per second for people, in tc(8)'s units with "/s" (ss's `Mbps` would read as
+/// megabytes to tc users): `48.30 Mbit/s`, `812 kbit/s`. [`fmt_rate_compact`] is the same unit
+/// for a table cell.
 pub fn fmt_rate(bps: f64) -> String {
     match bps {
         b if b >= 1e9 => format!("{:.2} Gbit/s", b / 1e9),
@@ -207,9 +209,26 @@ pub fn fmt_rate(bps: f64) -> String {
     }
 }
 
-/// Formats a byte count: `625 KB`, `1.50 MB`.
+/// At most 10 characters, no space: `48.3Mbit/s`, `483Mbit/s`, `812kbit/s`.
+pub fn fmt_rate_compact(bps: u64) -> String {
+    let v = bps as f64;
+    let (scaled, prefix) = match v {
+        v if v >= 1e9 => (v / 1e9, "G"),
+        v if v >= 1e6 => (v / 1e6, "M"),
+        v if v >= 1e3 => (v / 1e3, "k"),
+        v => (v, ""),
+    };
+    if scaled >= 100.0 || prefix.is_empty() {
+        format!("{scaled:.0}{prefix}bit/s")
+    } else {
+        format!("{scaled:.1}{prefix}bit/s")
+    }
+}
+
+/// Formats a byte count: `625 KB`, `1.50 MB`, `2.00 GB`.
 pub fn fmt_bytes(b: f64) -> String {
     match b {
+        b if b >= 1e9 => format!("{:.2} GB", b / 1e9),
         b if b >= 1e6 => format!("{:.2} MB", b / 1e6),
         b if b >= 1e3 => format!("{:.0} KB", b / 1e3),
         b => format!("{b:.0} B"),
@@ -224,6 +243,19 @@ pub fn fmt_us(us: f64) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn rates_formatted() {
+        assert_eq!(fmt_rate(48_300_000.0), "48.30 Mbit/s");
+        assert_eq!(fmt_rate(812_000.0), "812 kbit/s");
+        assert_eq!(fmt_rate_compact(48_300_000), "48.3Mbit/s");
+        assert_eq!(fmt_rate_compact(483_000_000), "483Mbit/s");
+        assert_eq!(fmt_rate_compact(1_200_000_000), "1.2Gbit/s");
+        assert_eq!(fmt_rate_compact(812_000), "812kbit/s");
+        assert_eq!(fmt_rate_compact(950), "950bit/s");
+        assert!(fmt_rate_compact(999_949_999).len() <= 10);
+        assert_eq!(fmt_bytes(2.5e9), "2.50 GB");
+    }
 
     #[test]
     fn rates() {

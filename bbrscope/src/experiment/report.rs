@@ -47,6 +47,7 @@ use super::{
     analysis::{Analysis, Diff, DiffUnit, GroupKind, GroupResult, Integrity, SampleRatio, Sparse, Status, Verdict},
     guardrail::GuardDecision,
 };
+use crate::units;
 
 /// The connections the experiment covered (its `--port`, `--cgroup`, `--dst`): what a
 /// recommendation may reach and no further.
@@ -727,12 +728,7 @@ pub fn fmt_count(n: usize) -> String {
 }
 
 pub fn fmt_bytes(b: u64) -> String {
-    match b as f64 {
-        x if x >= 1e9 => format!("{:.2} GB", x / 1e9),
-        x if x >= 1e6 => format!("{:.1} MB", x / 1e6),
-        x if x >= 1e3 => format!("{:.0} KB", x / 1e3),
-        x => format!("{x:.0} B"),
-    }
+    units::fmt_bytes(b as f64)
 }
 
 /// A metric's value in its unit, for people.
@@ -740,12 +736,7 @@ pub fn fmt_value(v: f64, unit: &str) -> String {
     match unit {
         "s" => fmt_seconds(v),
         "us" => fmt_seconds(v / 1e6),
-        "bit/s" => match v {
-            x if x >= 1e9 => format!("{:.2} Gb/s", x / 1e9),
-            x if x >= 1e6 => format!("{:.2} Mb/s", x / 1e6),
-            x if x >= 1e3 => format!("{:.0} kb/s", x / 1e3),
-            x => format!("{x:.0} b/s"),
-        },
+        "bit/s" => units::fmt_rate(v),
         "ratio" => format!("{v:.2}x"),
         "share" => format!("{:.2}%", v * 100.0),
         _ => format!("{v}"),

@@ -1,25 +1,10 @@
-//! Human units for the dashboard: rates in bits per second as tc prints them (`Mbit`, with
-//! "/s"), the one rate unit on every screen (ss's "Mbps" would read as megabytes to tc users, and
-//! the charts are in Mbit/s); times in ms or µs.
+//! Human units for the dashboard's cells: rates in [`crate::units`]' one rate unit (the charts
+//! are in Mbit/s too), in its compact form; times in ms or µs.
 
-/// At most 10 characters: `48.3Mbit/s`, `483Mbit/s`, `812kbit/s`.
-pub fn bps(v: u64) -> String {
-    let v = v as f64;
-    let (scaled, prefix) = match v {
-        v if v >= 1e9 => (v / 1e9, "G"),
-        v if v >= 1e6 => (v / 1e6, "M"),
-        v if v >= 1e3 => (v / 1e3, "k"),
-        v => (v, ""),
-    };
-    if scaled >= 100.0 || prefix.is_empty() {
-        format!("{scaled:.0}{prefix}bit/s")
-    } else {
-        format!("{scaled:.1}{prefix}bit/s")
-    }
-}
+use crate::units::fmt_rate_compact;
 
 pub fn opt_bps(v: Option<u64>) -> String {
-    v.map(bps).unwrap_or_else(|| "-".into())
+    v.map(fmt_rate_compact).unwrap_or_else(|| "-".into())
 }
 
 pub fn ms(us: u32) -> String {
@@ -49,12 +34,6 @@ mod tests {
 
     #[test]
     fn units() {
-        assert_eq!(bps(48_300_000), "48.3Mbit/s");
-        assert_eq!(bps(483_000_000), "483Mbit/s");
-        assert_eq!(bps(1_200_000_000), "1.2Gbit/s");
-        assert_eq!(bps(812_000), "812kbit/s");
-        assert_eq!(bps(950), "950bit/s");
-        assert!(bps(999_949_999).len() <= 10);
         assert_eq!(ms(167_000), "167ms");
         assert_eq!(ms(12_340), "12.3ms");
         assert_eq!(ms(45), "45µs");

@@ -13,7 +13,7 @@ use super::chart::{self, Series, rel_s};
 use crate::{
     observe::diagnose,
     observe::flow::Flow,
-    tui::{app::App, fmt, theme::Theme},
+    tui::{app::App, theme::Theme},
 };
 
 struct Group<'a> {
@@ -129,7 +129,7 @@ pub fn draw(f: &mut Frame, area: Rect, app: &App, theme: &Theme) {
         };
         let verdicts: Vec<String> = g.flows.iter().take(2).map(|f| diagnose::diagnose(f, now).label()).collect();
         let lines = vec![
-            Line::from(vec![Span::raw("throughput     "), Span::styled(fmt::bps(thr), g.style)]),
+            Line::from(vec![Span::raw("throughput     "), Span::styled(crate::units::fmt_rate_compact(thr), g.style)]),
             Line::raw(format!("retransmits    {retr:.1} segs/s")),
             Line::raw(format!("RTT inflation  {infl}  (srtt / min RTT)")),
             Line::raw(format!("verdict        {}", verdicts.join(", "))),
