@@ -87,6 +87,16 @@ impl Fixture {
         Run { code: o.status.code(), stdout: String::new(), stderr: String::from_utf8_lossy(&o.stderr).into_owned() }
     }
 
+    /// Starts `bbrscope ARGS`, SIGKILLs it `delay_ms` later and reaps it: a run cut off at an
+    /// arbitrary point, with nothing it could defer.
+    fn killed_after(&self, netns: Option<&Netns>, args: &[&str], delay_ms: u64) {
+        let child = self.command(netns, args).stdout(Stdio::null()).stderr(Stdio::null()).spawn().unwrap();
+        std::thread::sleep(Duration::from_millis(delay_ms));
+        // SAFETY: kill(2) on the pid of a child not yet waited for.
+        unsafe { libc::kill(child.id() as i32, libc::SIGKILL) };
+        child.wait_with_output().unwrap();
+    }
+
     fn assert_host_unchanged(&self) {
         assert_eq!(host_settings(), self.host, "the initial namespace changed");
     }
@@ -778,13 +788,9 @@ fn a_killed_revert_never_leaves_the_record_ahead() {
     let before = ns.cc();
     let algo = other_algorithm(&before, true);
     let (mut whole, mut midway) = (0, 0);
-    for delay_ms in (0..=24).chain((26..=40).step_by(2)) {
+    for delay_ms in kill_delays_ms() {
         fx.bbrscope(Some(&ns), &["apply", &algo]).ok();
-        let child = fx.command(Some(&ns), &["revert"]).stdout(Stdio::null()).stderr(Stdio::null()).spawn().unwrap();
-        std::thread::sleep(Duration::from_millis(delay_ms));
-        // SAFETY: kill(2) on the pid of a child not yet waited for.
-        unsafe { libc::kill(child.id() as i32, libc::SIGKILL) };
-        child.wait_with_output().unwrap();
+        fx.killed_after(Some(&ns), &["revert"], delay_ms);
         let status: serde_json::Value =
             serde_json::from_str(&fx.bbrscope(Some(&ns), &["status", "--json"]).ok().stdout).unwrap();
         let recorded = status["bbrscope"].as_array().unwrap();
@@ -832,6 +838,12 @@ fn a_killed_revert_never_leaves_the_record_ahead() {
     fx.assert_host_unchanged();
 }
 
+/// When the killed-run tests cut a run off: every millisecond through the first 24 (where an
+/// apply or a revert does its work on this machine), then every 2 ms to 40.
+fn kill_delays_ms() -> impl Iterator<Item = u64> {
+    (0..=24).chain((26..=40).step_by(2))
+}
+
 /// A run killed outright (SIGKILL: nothing can be deferred) leaves its intent recorded; the
 /// next apply or revert rolls back what it had changed and removes its temporary files, so the
 /// record and the machine agree again.
@@ -841,13 +853,8 @@ fn a_killed_run_is_reconciled_by_the_next() {
     let ns = Netns::new("kill");
     let before = ns.cc();
     let algo = other_algorithm(&before, true);
-    for delay_ms in (0..=24).chain((26..=40).step_by(2)) {
-        let child =
-            fx.command(Some(&ns), &["apply", &algo]).stdout(Stdio::null()).stderr(Stdio::null()).spawn().unwrap();
-        std::thread::sleep(Duration::from_millis(delay_ms));
-        // SAFETY: kill(2) on the pid of a child not yet waited for.
-        unsafe { libc::kill(child.id() as i32, libc::SIGKILL) };
-        child.wait_with_output().unwrap();
+    for delay_ms in kill_delays_ms() {
+        fx.killed_after(Some(&ns), &["apply", &algo], delay_ms);
         // `revert` takes the lock, reconciles, then reverts whatever is recorded.
         let o = fx.bbrscope(Some(&ns), &["revert"]).ok();
         assert_eq!(ns.cc(), before, "{delay_ms} ms: {o}");
