@@ -191,6 +191,9 @@ pub struct StreamArgs {
 pub struct TopArgs {
     #[command(flatten)]
     pub observe: ObserveArgs,
+    /// Close the dashboard after this long: seconds, or 90s, 10m, 2h (default: until q)
+    #[arg(long, value_name = "TIME", value_parser = crate::units::duration, allow_negative_numbers = true)]
+    pub duration: Option<Duration>,
 }
 
 #[derive(Debug, Args)]

@@ -58,6 +58,18 @@ fn dashboard_exits_cleanly_on_sigterm() {
     assert!(text.contains(" icanon") && !text.contains("-icanon"), "{text}");
 }
 
+/// `top --duration` takes the same times as every command (here `3s`), then closes the
+/// dashboard, exits 0 and leaves the terminal as it found it.
+#[test]
+fn top_closes_itself_after_its_duration() {
+    require_root();
+    let s = Session::start("dur", 80, 24, "top --port 9 --duration 3s");
+    s.wait_screen("the dashboard", |t| t.contains("bbrscope · live"));
+    let text = s.wait_exit();
+    assert!(text.contains("EXIT=0"), "{text}");
+    assert!(text.contains(" icanon") && !text.contains("-icanon"), "{text}");
+}
+
 #[test]
 fn top_without_a_terminal_says_to_use_stream() {
     require_root();

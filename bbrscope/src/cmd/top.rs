@@ -5,5 +5,13 @@ use anyhow::Result;
 use crate::{cli::TopArgs, tui};
 
 pub async fn run(args: TopArgs) -> Result<()> {
-    tui::top(&args.observe.options()?).await
+    let opts = args.observe.options()?;
+    match args.duration {
+        // The dashboard restores the terminal when it is dropped, however its loop ends.
+        Some(d) => tokio::select! {
+            r = tui::top(&opts) => r,
+            _ = tokio::time::sleep(d) => Ok(()),
+        },
+        None => tui::top(&opts).await,
+    }
 }
