@@ -106,7 +106,12 @@ fn clap_error(e: clap::Error) -> ExitCode {
             ExitCode::SUCCESS
         }
         _ => {
-            errln!("bbrscope: {} (see bbrscope --help)", bbrscope::error::one_line(&e.render().to_string()));
+            // The help of the subcommand that was given, which is where the right spelling is.
+            let sub = std::env::args().skip(1).find(|a| !a.starts_with('-')).filter(|a| {
+                <Cli as clap::CommandFactory>::command().get_subcommands().any(|s| s.get_name() == a.as_str())
+            });
+            let help = sub.map_or("bbrscope --help".to_string(), |s| format!("bbrscope {s} --help"));
+            errln!("bbrscope: {} (see {help})", bbrscope::error::one_line(&e.render().to_string()));
             ExitCode::from(2)
         }
     }

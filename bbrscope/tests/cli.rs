@@ -161,3 +161,22 @@ fn a_stderr_that_cannot_be_written_changes_nothing() {
         }
     }
 }
+
+/// A usage error points to the help of the subcommand it was made in, where the right spelling
+/// is; with no subcommand, to the top-level help.
+#[test]
+fn usage_errors_point_to_the_subcommands_help() {
+    let cases = [
+        (vec!["stream", "--prot", "9"], "(see bbrscope stream --help)"),
+        (vec!["demo", "--rate", "fast"], "(see bbrscope demo --help)"),
+        (vec!["apply"], "(see bbrscope apply --help)"),
+        (vec!["--frobnicate"], "(see bbrscope --help)"),
+        (vec!["nosuchcommand"], "(see bbrscope --help)"),
+    ];
+    for (args, pointer) in cases {
+        let out = bbrscope().args(&args).stdout(Stdio::null()).output().unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {err}");
+        assert!(err.lines().count() == 1 && err.trim_end().ends_with(pointer), "{args:?}: {err}");
+    }
+}
