@@ -726,3 +726,49 @@ fn without_sock_diag_new_connections_are_still_observed() {
         .find(|r| r["type"] == "flow_summary" && r["src"] == local.to_string());
     assert!(summary.is_some(), "the new connection is observed: {stdout}");
 }
+
+/// Every `jq` program in the README and docs/stream.md runs, with this machine's jq (Debian 12:
+/// 1.6, where `end` is a keyword), on bbrscope's real output.
+#[test]
+fn the_documented_jq_examples_run() {
+    require_root();
+    let server = Discard::bind("127.0.0.1:0");
+    let mut stream = Stream::start(&["--port", &server.addr.port().to_string()]);
+    let sender = Sender::start(server.addr, "cubic", Duration::from_millis(500), None);
+    let local = sender.local;
+    sender.join();
+    stream.wait_for(Duration::from_secs(10), |r| r["type"] == "flow_summary" && r["src"] == local.to_string());
+    let (_, records, _) = stream.stop();
+    let ndjson: String = records.iter().map(|r| format!("{r}\n")).collect();
+    let root = concat!(env!("CARGO_MANIFEST_DIR"), "/..");
+    let mut programs = Vec::new();
+    for doc in ["README.md", "docs/stream.md"] {
+        let text = std::fs::read_to_string(format!("{root}/{doc}")).unwrap();
+        // `| jq -c '...'` or `| jq -s '...'`, the program possibly over several lines.
+        let mut rest = text.as_str();
+        while let Some(at) = rest.find("| jq -") {
+            let flag = &rest[at + 5..at + 7];
+            let open = rest[at..].find('\'').unwrap() + at + 1;
+            let close = rest[open..].find('\'').unwrap() + open;
+            programs.push((doc, flag.to_string(), rest[open..close].to_string()));
+            rest = &rest[close + 1..];
+        }
+    }
+    assert!(programs.len() >= 4, "{programs:?}");
+    for (doc, flag, program) in programs {
+        let mut jq = std::process::Command::new("jq")
+            .args([flag.as_str(), &program])
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .expect("jq (scripts/setup.sh installs it)");
+        std::io::Write::write_all(&mut jq.stdin.take().unwrap(), ndjson.as_bytes()).unwrap();
+        let out = jq.wait_with_output().unwrap();
+        assert!(
+            out.status.success() && !out.stdout.is_empty(),
+            "{doc}: jq {flag} '{program}': {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+}
