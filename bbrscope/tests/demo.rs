@@ -396,7 +396,7 @@ fn bad_input_exits_2_before_anything_is_created() {
         (&["--plot", "chart.pdf"], ".svg or .png"),
         // Checked before a run of minutes, not after it.
         (&["--plot", "/no/such/dir/x.png"], "no directory /no/such/dir"),
-        (&["mystery-preset"], "use one of cross-border, google-lossy, bufferbloat, sawtooth"),
+        (&["mystery-preset"], "possible values: cross-border, google-lossy, bufferbloat, sawtooth, fairness"),
         // A bare number names --rate and the units, instead of blaming --buffer.
         (&["--rate", "50"], "--rate"),
         (&["--rate", "50"], "50mbit"),

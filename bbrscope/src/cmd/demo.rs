@@ -3,7 +3,7 @@
 use std::{path::PathBuf, time::Duration};
 
 use anyhow::{Result, bail};
-use clap::{Args, ValueEnum as _};
+use clap::Args;
 
 use crate::{
     demo::{
@@ -44,7 +44,7 @@ const MAX_ALGOS: usize = 8;
     emulator (TUN), and observes the flows with eBPF. Nothing is left behind, however it ends.")]
 pub struct DemoArgs {
     /// A published setup to reproduce (default: google-lossy)
-    #[arg(value_parser = parse_preset)]
+    #[arg(value_enum, ignore_case = true)]
     pub preset: Option<PresetName>,
     /// Bottleneck rate, with tc(8)'s units: 50mbit (megabits/s), 800kbit, 1gbit; 50mbps or 50MB/s
     /// are megaBYTES per second, as tc reads them
@@ -347,18 +347,6 @@ fn summary_out(json: bool, as_json: impl FnOnce() -> String, as_table: impl FnOn
         output::out!("{}", as_table())?;
     }
     Ok(())
-}
-
-/// A preset by name; an unknown one is refused with the list of those that exist.
-fn parse_preset(s: &str) -> Result<PresetName, String> {
-    PresetName::from_str(s, true).map_err(|_| {
-        let names: Vec<String> = PresetName::value_variants()
-            .iter()
-            .filter_map(|p| p.to_possible_value())
-            .map(|v| v.get_name().into())
-            .collect();
-        format!("no preset '{s}': use one of {}", names.join(", "))
-    })
 }
 
 /// The requested algorithms, each available on this kernel and named once.
