@@ -118,14 +118,14 @@ impl Summary {
         let (ch, inc) = (&self.challenger, &self.incumbent);
         let p = &self.path;
         let mut out = String::new();
-        let _ = writeln!(
-            out,
+        let heading = format!(
             "fairness: 1 {ch} flow vs {inc} flows through one bottleneck: {}, {} RTT, {}% loss, {:.0} s per round",
             fmt_rate(p.rate_bps as f64),
             fmt_us(p.rtt.as_micros() as f64),
             (p.loss * 1e4).round() / 1e2,
             p.duration.as_secs_f64(),
         );
+        out += &wrap(&heading, "  ");
         out += &wrap(&format!("BBR on this kernel: {}", self.bbr.describe()), "  ");
         if let Some(s) = &self.stopped_early {
             out += &wrap(
@@ -363,6 +363,33 @@ mod tests {
         assert_eq!(r.window_s, (15.0, 30.0));
         assert_eq!(r.in_model_band, Some(true), "model {:?}", r.model);
         assert!(r.challenger_share_per_s.iter().all(|&(_, s)| (s - 0.5).abs() < 1e-9));
+    }
+
+    /// The report fits a 100-column terminal, like the other demo summaries.
+    #[test]
+    fn the_table_fits_100_columns() {
+        let round = |buffer_bytes, incumbents| Round {
+            scenario: Scenario { buffer_bytes, incumbents },
+            repeat: 0,
+            flows: flows(&[("bbr", 600_000), ("cubic", 200_000), ("cubic", 200_000), ("cubic", 200_000)], 90),
+        };
+        let ran = Ran {
+            rounds: vec![round(25_000, 1), round(25_000, 3), round(400_000, 1), round(400_000, 3)],
+            stopped: None,
+        };
+        let v1 = BbrImpl {
+            version: Some(Version::V1),
+            how: "mainline: struct bbr has lt_bw, no inflight_hi; built in".into(),
+        };
+        let table = Summary::new(&cond(), "bbr", "cubic", v1, &ran).to_table();
+        for l in table.lines() {
+            assert!(
+                l.chars().count() <= crate::demo::summary::TABLE_WIDTH,
+                "{} columns: {l}\n{table}",
+                l.chars().count()
+            );
+        }
+        assert!(table.contains("8.0 BDP") && table.contains("55%"), "{table}");
     }
 
     #[test]
