@@ -912,10 +912,26 @@ fn restorable(s: &Value) -> Value {
     })
 }
 
+/// `status` names the kernel's BBR from its BTF: mainline's (v1) wherever that BTF exists — the
+/// kernel's when BBR is built in, the module's (5.11+, CONFIG_DEBUG_INFO_BTF_MODULES) when it is
+/// a module — and says it cannot tell where it does not.
+fn bbr_named(rep: &mut Report, status: &Value) {
+    let registered = fs::read_to_string("/proc/sys/net/ipv4/tcp_available_congestion_control").unwrap_or_default();
+    if !registered.split_whitespace().any(|a| a == "bbr") {
+        return;
+    }
+    let module = fs::read_to_string("/proc/modules").unwrap_or_default().lines().any(|l| l.starts_with("tcp_bbr "));
+    let btf = !module || std::path::Path::new("/sys/kernel/btf/tcp_bbr").exists();
+    let version = &status["bbr"]["version"];
+    let named = if btf { version == "v1" } else { version.is_null() };
+    rep.test("status/bbr_version", named, format!("module {module}, BTF {btf}: {}", status["bbr"]));
+}
+
 fn apply(rep: &mut Report) -> Result<()> {
     // The fidelity tests are done; lo goes back to its default qdisc so apply's plan is the plain one.
     let _ = Command::new(TC).args(["qdisc", "del", "dev", "lo", "root"]).output();
     let before = status_json()?;
+    bbr_named(rep, &before);
     let keys = ["net.ipv4.tcp_congestion_control", "net.core.default_qdisc", "net.ipv4.tcp_allowed_congestion_control"];
     let live_before: Vec<String> = keys.iter().map(|k| sysctl(k)).collect();
     let module = format!("tcp_{MODULE_ALGO}");
