@@ -362,7 +362,7 @@ pub struct FlowClose {
 #[repr(C)]
 #[derive(Clone, Copy, Debug)]
 pub struct FlowEnd {
-    /// RTT callbacks (ACKs carrying an RTT sample) over the flow's life.
+    /// RTT callbacks (the kernel makes one per round trip) over the flow's life.
     pub rtt_events: u64,
     /// The TCP state the socket left for TCP_CLOSE, and `sk_err` then: together they tell how it
     /// ended (FIN, reset sent or received, timeout, refused).
@@ -381,6 +381,10 @@ pub struct FlowEnd {
     /// Retransmitted segments the kernel counted in `total_retrans` whose transmission failed
     /// on this host (the device or qdisc refused them): never on the wire.
     pub retrans_failed: u32,
+    /// ACKs the kernel took its slow path for (SACK blocks, window changes, out of order), each
+    /// a callback of the sock_ops program.
+    pub slow_path_acks: u32,
+    pub _pad2: u32,
 }
 
 #[repr(C)]

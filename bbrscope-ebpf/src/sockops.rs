@@ -9,9 +9,19 @@
 //!   record (a data-carrying sample or a retransmission), so a socket that never sends costs
 //!   no record at all, and a flow shorter than a sample interval costs one: its close record
 //!   carries its owner.
-//! - RTT_CB: every ACK that carries an RTT sample, in every TCP state (ESTABLISHED, CLOSE_WAIT,
-//!   FIN_WAIT1/2, LAST_ACK, CLOSING) — the per-ACK path, kept to a storage lookup, a few context
-//!   loads and a tick-counter read until a sample is due.
+//! - RTT_CB: once per round trip, in every TCP state (ESTABLISHED, CLOSE_WAIT, FIN_WAIT1/2,
+//!   LAST_ACK, CLOSING). Not per ACK: `tcp_rtt_estimator()` calls it only when `snd_una` has moved
+//!   past the sequence of the previous round's (`rtt_seq`), so never while `snd_una` stands still
+//!   in loss recovery. On loopback a round trip is about one ACK; on a 150 ms path it is one
+//!   callback per 150 ms however many ACKs arrive.
+//! - PARSE_HDR_OPT_CB (with the PARSE_ALL flag, since 5.10): every ACK the kernel takes its slow
+//!   path for (`tcp_validate_incoming`): those with SACK blocks — all of loss recovery's — and
+//!   those that change the window or arrive out of order. Header prediction's fast path (a plain
+//!   in-order ACK) runs no sock_ops program at all. Together the two keep samples at `--interval`
+//!   through loss recovery, and the summary's extremes see the window at its peak: the first
+//!   duplicate ACK arrives here before the kernel reduces the window for it.
+//!   Both are the per-ACK path, kept to a storage lookup, a few context loads and a tick-counter
+//!   read until a sample is due.
 //! - RETRANS_CB: every retransmission with its error code (failed attempts are not counted).
 //! - STATE_CB: TCP state changes; TCP_CLOSE sends the final sample and the flow's summary (one
 //!   record).
@@ -20,9 +30,10 @@ use core::ffi::c_void;
 
 use aya_ebpf::{
     bindings::{
-        BPF_SOCK_OPS_ACTIVE_ESTABLISHED_CB, BPF_SOCK_OPS_PASSIVE_ESTABLISHED_CB, BPF_SOCK_OPS_RETRANS_CB,
-        BPF_SOCK_OPS_RETRANS_CB_FLAG, BPF_SOCK_OPS_RTT_CB, BPF_SOCK_OPS_RTT_CB_FLAG, BPF_SOCK_OPS_STATE_CB,
-        BPF_SOCK_OPS_STATE_CB_FLAG, BPF_SOCK_OPS_TCP_CONNECT_CB, BPF_SOCK_OPS_TCP_LISTEN_CB, bpf_sock, bpf_sock_ops,
+        BPF_SOCK_OPS_ACTIVE_ESTABLISHED_CB, BPF_SOCK_OPS_PARSE_ALL_HDR_OPT_CB_FLAG, BPF_SOCK_OPS_PARSE_HDR_OPT_CB,
+        BPF_SOCK_OPS_PASSIVE_ESTABLISHED_CB, BPF_SOCK_OPS_RETRANS_CB, BPF_SOCK_OPS_RETRANS_CB_FLAG,
+        BPF_SOCK_OPS_RTT_CB, BPF_SOCK_OPS_RTT_CB_FLAG, BPF_SOCK_OPS_STATE_CB, BPF_SOCK_OPS_STATE_CB_FLAG,
+        BPF_SOCK_OPS_TCP_CONNECT_CB, BPF_SOCK_OPS_TCP_LISTEN_CB, bpf_sock, bpf_sock_ops,
     },
     helpers::{
         bpf_get_current_comm, bpf_get_current_pid_tgid, bpf_get_socket_cookie,
@@ -48,7 +59,9 @@ const SOL_TCP: i32 = 6;
 const TCP_CONGESTION: i32 = 13;
 const BPF_SK_STORAGE_GET_F_CREATE: u64 = 1;
 const CONNECT_CB_FLAGS: u32 = BPF_SOCK_OPS_STATE_CB_FLAG | BPF_SOCK_OPS_RETRANS_CB_FLAG;
-const OUR_CB_FLAGS: u32 = BPF_SOCK_OPS_RTT_CB_FLAG | CONNECT_CB_FLAGS;
+/// A kernel without PARSE_ALL (before 5.10) sets the others: the flag-setting helper keeps the
+/// bits it knows.
+const OUR_CB_FLAGS: u32 = BPF_SOCK_OPS_RTT_CB_FLAG | BPF_SOCK_OPS_PARSE_ALL_HDR_OPT_CB_FLAG | CONNECT_CB_FLAGS;
 
 /// What bbrscope keeps in each socket. The fields every ACK touches come first, in 32 bytes
 /// (one cache line): the storage sits behind the socket in memory the ACK path has not touched
@@ -61,7 +74,8 @@ pub struct SockFlow {
     pub srtt_min: u32,
     pub srtt_max: u32,
     pub cwnd_max: u32,
-    pub _pad1: u32,
+    /// Slow-path ACK callbacks (PARSE_HDR_OPT_CB) over the flow's life.
+    pub slow_acks: u32,
     /// `status` and `acks` first.
     pub flow: FlowState,
     /// The socket's address, read once from the context: the other callbacks read socket fields
@@ -133,7 +147,8 @@ pub fn bbrscope_sockops(ctx: SockOpsContext) -> u32 {
     let sk = unsafe { ops.__bindgen_anon_2.sk };
     if !sk.is_null() {
         match ops.op {
-            BPF_SOCK_OPS_RTT_CB => on_rtt(ops, sk),
+            BPF_SOCK_OPS_RTT_CB => on_ack(ops, sk, false),
+            BPF_SOCK_OPS_PARSE_HDR_OPT_CB => on_ack(ops, sk, true),
             BPF_SOCK_OPS_RETRANS_CB => on_retransmit(ops, sk),
             BPF_SOCK_OPS_STATE_CB => on_state(ops, sk),
             BPF_SOCK_OPS_TCP_CONNECT_CB => on_connect(&ctx, ops, sk),
@@ -146,19 +161,23 @@ pub fn bbrscope_sockops(ctx: SockOpsContext) -> u32 {
     1
 }
 
-/// The per-ACK path.
+/// The per-ACK path: an RTT callback (once per round trip) or a slow-path ACK (`slow`).
 #[inline(always)]
-fn on_rtt(ops: &bpf_sock_ops, sk: *mut bpf_sock) {
-    // No per-ACK counter here: each sample adds the ACKs it covers (`flow.acks`) instead, which
-    // saves a per-CPU map update on every ACK.
+fn on_ack(ops: &bpf_sock_ops, sk: *mut bpf_sock, slow: bool) {
+    // No per-ACK counter here: each sample adds the callbacks it covers (`flow.acks`) instead,
+    // which saves a per-CPU map update on every ACK.
     let Some(s) = storage(sk, false) else {
         return;
     };
     if s.flow.status != Status::Passed as u8 {
         return;
     }
-    // `rtt_events` (the flow's total) is added up from this at each sample.
+    // The flow's total of callbacks (`rtt_events` + `slow_acks`) is added up from this at each
+    // sample.
     s.flow.acks = s.flow.acks.wrapping_add(1);
+    if slow {
+        s.slow_acks = s.slow_acks.wrapping_add(1);
+    }
     track(s, ops);
     if has_flag(config_flags::POLL_CA_STATE) {
         // No tcp_cong_state_set tracepoint on this kernel: look for changes on each ACK.
@@ -175,8 +194,8 @@ fn on_rtt(ops: &bpf_sock_ops, sk: *mut bpf_sock) {
     sample(s, ops.state as u8);
 }
 
-/// The summary's srtt min/max and cwnd max. The kernel runs the RTT callback before it stores
-/// the sample's new srtt and before congestion control acts on the ACK, so each callback sees the
+/// The summary's srtt min/max and cwnd max. The kernel runs both per-ACK callbacks before it
+/// stores the ACK's new srtt and before congestion control acts on the ACK, so each sees the
 /// values the previous ACK left; the last ACK's are seen at close (see `on_state`).
 #[inline(always)]
 fn track(s: &mut SockFlow, ops: &bpf_sock_ops) {
@@ -304,7 +323,9 @@ fn on_state(ops: &bpf_sock_ops, sk: *mut bpf_sock) {
     // was sent: `FLAG_FIRST`).
     records::write_sample(&mut e.sample, kind::END, &span, &mut s.flow, &cc, now_ns());
     let end = &mut e.end;
-    end.rtt_events = s.rtt_events;
+    end.rtt_events = s.rtt_events - s.slow_acks as u64;
+    end.slow_path_acks = s.slow_acks;
+    end._pad2 = 0;
     end.old_state = old as u8;
     end._pad = [0; 3];
     end.sk_err = read_opt::<i32>(s.sk, conf!(sock.sk_err));
@@ -475,7 +496,7 @@ fn reset(s: &mut SockFlow, sk: *mut bpf_sock) {
     s.next_sample_tick = 0;
     s.rtt_events = 0;
     s.srtt_first = 0;
-    s._pad1 = 0;
+    s.slow_acks = 0;
     s.srtt_min = u32::MAX;
     s.srtt_max = 0;
     s.cwnd_max = 0;
@@ -589,7 +610,7 @@ fn bench_program(ctx: &SockOpsContext, lookup: bool) -> u32 {
     // SAFETY: as in `bbrscope_sockops`.
     let sk = unsafe { ops.__bindgen_anon_2.sk };
     let op = ops.op;
-    if op == BPF_SOCK_OPS_RTT_CB {
+    if op == BPF_SOCK_OPS_RTT_CB || op == BPF_SOCK_OPS_PARSE_HDR_OPT_CB {
         if lookup
             && !sk.is_null()
             && let Some(s) = storage(sk, false)

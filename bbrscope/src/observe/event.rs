@@ -279,8 +279,10 @@ pub struct EndEvent {
     pub head: Head,
     pub start_ns: u64,
     pub end: EndReason,
-    /// ACKs that carried an RTT sample over the flow's life.
+    /// RTT callbacks over the flow's life: one per round trip of newly acked data.
     pub rtt_events: u64,
+    /// ACKs the kernel took its slow path for (SACK blocks, window changes, out of order).
+    pub slow_path_acks: u32,
     pub srtt_first_us: u32,
     pub srtt_min_us: u32,
     pub srtt_max_us: u32,
@@ -416,6 +418,7 @@ impl Decoder<'_> {
                     start_ns: c.owner.start_ns,
                     end: EndReason::classify(e.old_state, e.sk_err),
                     rtt_events: e.rtt_events,
+                    slow_path_acks: e.slow_path_acks,
                     srtt_first_us: e.srtt_first_us,
                     srtt_min_us: e.srtt_min_us,
                     srtt_max_us: e.srtt_max_us,

@@ -406,7 +406,8 @@ impl<W: Write> JsonSink<W> {
             .field(k!("bbr_bw_bps"), m.and_then(|m| m.bbr.as_ref()).and_then(|b| b.bw_bps))
             .field(k!("mss"), get32(|m| m.mss))
             .field(k!("samples"), e.samples)
-            .field(k!("rtt_events"), e.rtt_events);
+            .field(k!("rtt_events"), e.rtt_events)
+            .field(k!("slow_path_acks"), e.slow_path_acks);
     }
 
     /// Starts a flow record: the fields every one carries.
@@ -703,6 +704,7 @@ mod tests {
             mss: Option<u32>,
             samples: u32,
             rtt_events: u64,
+            slow_path_acks: u32,
         }
 
         #[derive(Serialize)]
@@ -811,6 +813,7 @@ mod tests {
                 mss: get32(|m| m.mss),
                 samples: e.samples,
                 rtt_events: e.rtt_events,
+                slow_path_acks: e.slow_path_acks,
             })
         }
 
@@ -1016,6 +1019,7 @@ mod tests {
                 start_ns: 500 * i as u64,
                 end,
                 rtt_events: u64::MAX,
+                slow_path_acks: u32::MAX,
                 srtt_first_us: 1,
                 srtt_min_us: 0,
                 srtt_max_us: u32::MAX,
