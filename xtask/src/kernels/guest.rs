@@ -601,6 +601,9 @@ fn fidelity(rep: &mut Report, observer: &str, extra: &[&str]) -> Result<Option<S
                 let must_lose = !name.starts_with("v6");
                 rep.check(&p(&format!("{name}_retrans")), check_retrans(&out, &b, must_lose));
                 rep.check(&p(&format!("{name}_close")), check_close(&out, &b));
+                if must_lose && path.as_deref() == Some("sockops") {
+                    rep.check(&p(&format!("{name}_slow_path")), check_slow_path(&out, &b));
+                }
                 if cc == "bbr" {
                     rep.check(&p(&format!("{name}_internals")), check_bbr_internals(&out, &b));
                 }
@@ -780,6 +783,26 @@ fn check_close(out: &Output, b: &Bulk) -> Result<(bool, String)> {
         format!(
             "flow_close bytes_acked {acked:?} retrans_total {retrans:?}; TCP_INFO {} and {}",
             b.end.bytes_acked, b.end.total_retrans
+        ),
+    ))
+}
+
+/// Loss recovery's ACKs carry SACK blocks and take the kernel's slow path, where the sock_ops
+/// program runs too (the PARSE_ALL header-option flag, since 5.10): a lossy flow's summary must
+/// count some, and no sample may have seen a larger window than the summary's maximum.
+fn check_slow_path(out: &Output, b: &Bulk) -> Result<(bool, String)> {
+    let src = b.local.to_string();
+    let Some(sum) = out.flow("flow_summary", &src).first().copied() else {
+        return Ok((false, "no flow_summary".into()));
+    };
+    let slow = sum["slow_path_acks"].as_u64().unwrap_or(0);
+    let cwnd_max = sum["cwnd_max"].as_u64().unwrap_or(0);
+    let sampled = out.flow("sample", &src).iter().filter_map(|r| r["cwnd"].as_u64()).max().unwrap_or(0);
+    Ok((
+        slow > 0 && cwnd_max >= sampled,
+        format!(
+            "slow_path_acks {slow}, rtt_events {}; cwnd_max {cwnd_max}, largest sampled {sampled}",
+            sum["rtt_events"]
         ),
     ))
 }
