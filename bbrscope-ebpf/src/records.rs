@@ -66,17 +66,18 @@ fn head(h: &mut RecordHeader, kind: u8, flags: u8, id: u64, t: &Tuple, ca_state:
 }
 
 /// Whether a sample of the flow goes out now: not while its algorithm (`cc`) fails `--cc`, nor
-/// a periodic one (`kind::SAMPLE`) when the peer acked nothing new since the previous unless
-/// receivers were asked for.
+/// a periodic one (`kind::SAMPLE`) when the peer acked nothing new since the previous and
+/// nothing is `in_flight` (loss recovery can hold the acked count still for seconds while the
+/// flow sends) unless receivers were asked for.
 #[inline(always)]
-pub fn sample_due(kind: u8, span: &Span, st: &mut FlowState, cc: &[u8; CC_NAME_LEN]) -> bool {
+pub fn sample_due(kind: u8, span: &Span, st: &mut FlowState, cc: &[u8; CC_NAME_LEN], in_flight: bool) -> bool {
     if !cc_passes(cc) {
         return false;
     }
     let bytes_acked = span.bytes(conf!(sock.bytes_acked), 8);
     let sending = bytes_acked != st.last_bytes_acked;
     st.last_bytes_acked = bytes_acked;
-    if kind == kind::SAMPLE && !sending && !has_flag(config_flags::RECEIVERS) {
+    if kind == kind::SAMPLE && !sending && !in_flight && !has_flag(config_flags::RECEIVERS) {
         st.acks = 0;
         return false;
     }
@@ -119,7 +120,8 @@ pub fn sample(kind: u8, sk: u64, st: &mut FlowState, now: u64) -> bool {
         return false;
     };
     let cc = sock::cc_name_at(ca_ops(&span));
-    sample_due(kind, &span, st, &cc) && send_sample(kind, &span, st, &cc, now)
+    // tcp_probe's context has no packets-in-flight count: the acked bytes decide.
+    sample_due(kind, &span, st, &cc, false) && send_sample(kind, &span, st, &cc, now)
 }
 
 /// Sends a sample `sample_due` allowed; whether the ring had room.

@@ -20,8 +20,14 @@
 //!   in-order ACK) runs no sock_ops program at all. Together the two keep samples at `--interval`
 //!   through loss recovery, and the summary's extremes see the window at its peak: the first
 //!   duplicate ACK arrives here before the kernel reduces the window for it.
-//!   Both are the per-ACK path, kept to a storage lookup, a few context loads and a tick-counter
-//!   read until a sample is due.
+//! - HDR_OPT_LEN_CB (with the WRITE_HDR_OPT flag, since 5.10), only while the flow's srtt is
+//!   longer than `--interval`: the kernel asks it how much header-option room each packet it
+//!   builds needs (the program reserves none, so nothing is written), on every segment sent and
+//!   at each MSS check. On a long path the ACKs that release new data clock those sends, so
+//!   samples keep `--interval` between round trips; on a short one the RTT callback already
+//!   comes often enough, and the flag is never set.
+//!   These three are the per-ACK path, kept to a storage lookup, a few context loads and a
+//!   tick-counter read until a sample is due.
 //! - RETRANS_CB: every retransmission with its error code (failed attempts are not counted).
 //! - STATE_CB: TCP state changes; TCP_CLOSE sends the final sample and the flow's summary (one
 //!   record).
@@ -30,10 +36,11 @@ use core::ffi::c_void;
 
 use aya_ebpf::{
     bindings::{
-        BPF_SOCK_OPS_ACTIVE_ESTABLISHED_CB, BPF_SOCK_OPS_PARSE_ALL_HDR_OPT_CB_FLAG, BPF_SOCK_OPS_PARSE_HDR_OPT_CB,
-        BPF_SOCK_OPS_PASSIVE_ESTABLISHED_CB, BPF_SOCK_OPS_RETRANS_CB, BPF_SOCK_OPS_RETRANS_CB_FLAG,
-        BPF_SOCK_OPS_RTT_CB, BPF_SOCK_OPS_RTT_CB_FLAG, BPF_SOCK_OPS_STATE_CB, BPF_SOCK_OPS_STATE_CB_FLAG,
-        BPF_SOCK_OPS_TCP_CONNECT_CB, BPF_SOCK_OPS_TCP_LISTEN_CB, bpf_sock, bpf_sock_ops,
+        BPF_SOCK_OPS_ACTIVE_ESTABLISHED_CB, BPF_SOCK_OPS_HDR_OPT_LEN_CB, BPF_SOCK_OPS_PARSE_ALL_HDR_OPT_CB_FLAG,
+        BPF_SOCK_OPS_PARSE_HDR_OPT_CB, BPF_SOCK_OPS_PASSIVE_ESTABLISHED_CB, BPF_SOCK_OPS_RETRANS_CB,
+        BPF_SOCK_OPS_RETRANS_CB_FLAG, BPF_SOCK_OPS_RTT_CB, BPF_SOCK_OPS_RTT_CB_FLAG, BPF_SOCK_OPS_STATE_CB,
+        BPF_SOCK_OPS_STATE_CB_FLAG, BPF_SOCK_OPS_TCP_CONNECT_CB, BPF_SOCK_OPS_TCP_LISTEN_CB,
+        BPF_SOCK_OPS_WRITE_HDR_OPT_CB_FLAG, bpf_sock, bpf_sock_ops,
     },
     helpers::{
         bpf_get_current_comm, bpf_get_current_pid_tgid, bpf_get_socket_cookie,
@@ -47,7 +54,7 @@ use bbrscope_common::{CC_NAME_LEN, FlowClose, FlowOpen, Owner, config_flags, cou
 
 use crate::{
     clock::{coarse_ns, jiffies, now_ns},
-    config::{conf, has_flag},
+    config::{conf, has_flag, interval_ns},
     flow::{self, FlowState, Status, add, cc_passes, count},
     records::{self, CcCache, EVENTS, fill_header},
     sock::{self, read},
@@ -92,6 +99,11 @@ pub struct SockFlow {
     pub samples: u32,
     pub retrans_at_open: u32,
     pub retrans_failed: u32,
+    /// Send-path callbacks (HDR_OPT_LEN_CB) over the flow's life.
+    pub sends: u32,
+    /// 1 while this program has the send-path callbacks on (a long path): only then does it
+    /// turn them off, since another sock_ops program may have asked for them.
+    pub send_cb: u8,
     /// 1 once connect() was seen (an active open).
     pub active: u8,
     /// 1 on a listening socket (its storage is a template its accepted sockets inherit).
@@ -147,8 +159,9 @@ pub fn bbrscope_sockops(ctx: SockOpsContext) -> u32 {
     let sk = unsafe { ops.__bindgen_anon_2.sk };
     if !sk.is_null() {
         match ops.op {
-            BPF_SOCK_OPS_RTT_CB => on_ack(ops, sk, false),
-            BPF_SOCK_OPS_PARSE_HDR_OPT_CB => on_ack(ops, sk, true),
+            BPF_SOCK_OPS_RTT_CB => on_ack(&ctx, ops, sk, Ack::Round),
+            BPF_SOCK_OPS_PARSE_HDR_OPT_CB => on_ack(&ctx, ops, sk, Ack::Slow),
+            BPF_SOCK_OPS_HDR_OPT_LEN_CB => on_ack(&ctx, ops, sk, Ack::Send),
             BPF_SOCK_OPS_RETRANS_CB => on_retransmit(ops, sk),
             BPF_SOCK_OPS_STATE_CB => on_state(ops, sk),
             BPF_SOCK_OPS_TCP_CONNECT_CB => on_connect(&ctx, ops, sk),
@@ -161,9 +174,20 @@ pub fn bbrscope_sockops(ctx: SockOpsContext) -> u32 {
     1
 }
 
-/// The per-ACK path: an RTT callback (once per round trip) or a slow-path ACK (`slow`).
+/// Which per-ACK callback ran (see the module's documentation).
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Ack {
+    /// The RTT callback: once per round trip.
+    Round,
+    /// An ACK on the kernel's slow path.
+    Slow,
+    /// A packet built, on a long path.
+    Send,
+}
+
+/// The per-ACK path.
 #[inline(always)]
-fn on_ack(ops: &bpf_sock_ops, sk: *mut bpf_sock, slow: bool) {
+fn on_ack(ctx: &SockOpsContext, ops: &bpf_sock_ops, sk: *mut bpf_sock, ack: Ack) {
     // No per-ACK counter here: each sample adds the callbacks it covers (`flow.acks`) instead,
     // which saves a per-CPU map update on every ACK.
     let Some(s) = storage(sk, false) else {
@@ -175,8 +199,10 @@ fn on_ack(ops: &bpf_sock_ops, sk: *mut bpf_sock, slow: bool) {
     // The flow's total of callbacks (`rtt_events` + `slow_acks`) is added up from this at each
     // sample.
     s.flow.acks = s.flow.acks.wrapping_add(1);
-    if slow {
-        s.slow_acks = s.slow_acks.wrapping_add(1);
+    match ack {
+        Ack::Slow => s.slow_acks = s.slow_acks.wrapping_add(1),
+        Ack::Send => s.sends = s.sends.wrapping_add(1),
+        Ack::Round => long_path(ctx, ops, s),
     }
     track(s, ops);
     if has_flag(config_flags::POLL_CA_STATE) {
@@ -191,7 +217,27 @@ fn on_ack(ops: &bpf_sock_ops, sk: *mut bpf_sock, slow: bool) {
         return;
     }
     s.next_sample_tick = now + conf!(sockops_period);
-    sample(s, ops.state as u8);
+    sample(s, ops.state as u8, ops.packets_out);
+}
+
+/// Turns the send-path callbacks on while the flow's srtt is longer than the sample interval, and
+/// off when it no longer is (checked once per round trip: the srtt moves slowly).
+#[inline(always)]
+fn long_path(ctx: &SockOpsContext, ops: &bpf_sock_ops, s: &mut SockFlow) {
+    // srtt_us is in 1/8 µs.
+    let long = u64::from(ops.srtt_us) * 125 > interval_ns();
+    if long == (s.send_cb != 0) {
+        return;
+    }
+    let flags = ops.bpf_sock_ops_cb_flags;
+    if long {
+        if ctx.set_cb_flags((flags | BPF_SOCK_OPS_WRITE_HDR_OPT_CB_FLAG) as i32).is_ok() {
+            s.send_cb = 1;
+        }
+    } else {
+        let _ = ctx.set_cb_flags((flags & !BPF_SOCK_OPS_WRITE_HDR_OPT_CB_FLAG) as i32);
+        s.send_cb = 0;
+    }
 }
 
 /// The summary's srtt min/max and cwnd max. The kernel runs both per-ACK callbacks before it
@@ -229,7 +275,7 @@ fn count_acks(s: &mut SockFlow) {
 
 /// A periodic sample, preceded by the flow's OPEN if it is the flow's first record.
 #[inline(always)]
-fn sample(s: &mut SockFlow, tcp_state: u8) {
+fn sample(s: &mut SockFlow, tcp_state: u8, packets_out: u32) {
     s.flow.tcp_state = tcp_state;
     count_acks(s);
     let Some(span) = Span::read(s.sk) else {
@@ -237,7 +283,7 @@ fn sample(s: &mut SockFlow, tcp_state: u8) {
         return;
     };
     let cc = s.cc.name(records::ca_ops(&span));
-    if !records::sample_due(kind::SAMPLE, &span, &mut s.flow, &cc) {
+    if !records::sample_due(kind::SAMPLE, &span, &mut s.flow, &cc, packets_out != 0) {
         return;
     }
     announce(s, &cc);
@@ -323,9 +369,9 @@ fn on_state(ops: &bpf_sock_ops, sk: *mut bpf_sock) {
     // was sent: `FLAG_FIRST`).
     records::write_sample(&mut e.sample, kind::END, &span, &mut s.flow, &cc, now_ns());
     let end = &mut e.end;
-    end.rtt_events = s.rtt_events - s.slow_acks as u64;
+    end.rtt_events = s.rtt_events - s.slow_acks as u64 - s.sends as u64;
     end.slow_path_acks = s.slow_acks;
-    end._pad2 = 0;
+    end.send_events = s.sends;
     end.old_state = old as u8;
     end._pad = [0; 3];
     end.sk_err = read_opt::<i32>(s.sk, conf!(sock.sk_err));
@@ -505,6 +551,8 @@ fn reset(s: &mut SockFlow, sk: *mut bpf_sock) {
     s.samples = 0;
     s.retrans_at_open = 0;
     s.retrans_failed = 0;
+    s.sends = 0;
+    s.send_cb = 0;
     s.active = 0;
     s.listener = 0;
     s.arm = 0;

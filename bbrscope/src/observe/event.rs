@@ -283,6 +283,8 @@ pub struct EndEvent {
     pub rtt_events: u64,
     /// ACKs the kernel took its slow path for (SACK blocks, window changes, out of order).
     pub slow_path_acks: u32,
+    /// Send-path callbacks, while the flow's srtt was longer than the sample interval.
+    pub send_events: u32,
     pub srtt_first_us: u32,
     pub srtt_min_us: u32,
     pub srtt_max_us: u32,
@@ -419,6 +421,7 @@ impl Decoder<'_> {
                     end: EndReason::classify(e.old_state, e.sk_err),
                     rtt_events: e.rtt_events,
                     slow_path_acks: e.slow_path_acks,
+                    send_events: e.send_events,
                     srtt_first_us: e.srtt_first_us,
                     srtt_min_us: e.srtt_min_us,
                     srtt_max_us: e.srtt_max_us,

@@ -407,7 +407,8 @@ impl<W: Write> JsonSink<W> {
             .field(k!("mss"), get32(|m| m.mss))
             .field(k!("samples"), e.samples)
             .field(k!("rtt_events"), e.rtt_events)
-            .field(k!("slow_path_acks"), e.slow_path_acks);
+            .field(k!("slow_path_acks"), e.slow_path_acks)
+            .field(k!("send_events"), e.send_events);
     }
 
     /// Starts a flow record: the fields every one carries.
@@ -705,6 +706,7 @@ mod tests {
             samples: u32,
             rtt_events: u64,
             slow_path_acks: u32,
+            send_events: u32,
         }
 
         #[derive(Serialize)]
@@ -814,6 +816,7 @@ mod tests {
                 samples: e.samples,
                 rtt_events: e.rtt_events,
                 slow_path_acks: e.slow_path_acks,
+                send_events: e.send_events,
             })
         }
 
@@ -1020,6 +1023,7 @@ mod tests {
                 end,
                 rtt_events: u64::MAX,
                 slow_path_acks: u32::MAX,
+                send_events: u32::MAX,
                 srtt_first_us: 1,
                 srtt_min_us: 0,
                 srtt_max_us: u32::MAX,
