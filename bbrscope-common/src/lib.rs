@@ -88,6 +88,11 @@ pub struct SockLayout {
     /// `skc_net` (pointer to `struct net`) and `net.ns.inum`: the network namespace's inode.
     pub net: u32,
     pub net_inum: u32,
+    /// `sk_flags`: its bit 0 (`SOCK_DEAD`) is set once the application closed the socket.
+    pub sk_flags: u32,
+    /// `sk_lock.owned`: non-zero while a process holds the socket's lock, so a callback that
+    /// sees it runs in that process's context.
+    pub sk_lock_owned: u32,
     pub _pad: u32,
 }
 
@@ -234,6 +239,8 @@ impl Config {
                 sk_err: 0,
                 net: 0,
                 net_inum: 0,
+                sk_flags: u32::MAX,
+                sk_lock_owned: u32::MAX,
                 _pad: 0,
             },
             fields: [FieldSpec { off: 0, len: 0 }; MAX_FIELDS],
@@ -367,7 +374,10 @@ pub struct FlowEnd {
     /// The TCP state the socket left for TCP_CLOSE, and `sk_err` then: together they tell how it
     /// ended (FIN, reset sent or received, timeout, refused).
     pub old_state: u8,
-    pub _pad: [u8; 3],
+    /// 1 when this side reset the connection on data that arrived after the application closed
+    /// it (the kernel's TcpExtTCPAbortOnData): `sk_err` says ECONNRESET as for a reset received.
+    pub aborted_on_data: u8,
+    pub _pad: [u8; 2],
     pub sk_err: i32,
     /// Smoothed RTT: first, lowest and highest seen (µs, from every RTT callback).
     pub srtt_first_us: u32,

@@ -21,11 +21,12 @@
 //!   through loss recovery, and the summary's extremes see the window at its peak: the first
 //!   duplicate ACK arrives here before the kernel reduces the window for it.
 //! - HDR_OPT_LEN_CB (with the WRITE_HDR_OPT flag, since 5.10), only while the flow's srtt is
-//!   longer than `--interval`: the kernel asks it how much header-option room each packet it
-//!   builds needs (the program reserves none, so nothing is written), on every segment sent and
-//!   at each MSS check. On a long path the ACKs that release new data clock those sends, so
-//!   samples keep `--interval` between round trips; on a short one the RTT callback already
-//!   comes often enough, and the flag is never set.
+//!   longer than `--interval`, or until the process writing to an accepted connection is seen:
+//!   the kernel asks it how much header-option room each packet it builds needs (the program
+//!   reserves none, so nothing is written), on every segment sent and at each MSS check. On a
+//!   long path the ACKs that release new data clock those sends, so samples keep `--interval`
+//!   between round trips; on a short one the RTT callback already comes often enough. The first
+//!   write's MSS check runs in the writer's context: the flow's owner (see `writer`).
 //!   These three are the per-ACK path, kept to a storage lookup, a few context loads and a
 //!   tick-counter read until a sample is due.
 //! - RETRANS_CB: every retransmission with its error code (failed attempts are not counted).
@@ -61,7 +62,11 @@ use crate::{
     span::Span,
 };
 
+const TCP_FIN_WAIT1: u32 = 4;
+const TCP_FIN_WAIT2: u32 = 5;
 const TCP_CLOSE: u32 = 7;
+/// `SOCK_DEAD`, bit 0 of `sk_flags`.
+const SOCK_DEAD: u64 = 1;
 const SOL_TCP: i32 = 6;
 const TCP_CONGESTION: i32 = 13;
 const BPF_SK_STORAGE_GET_F_CREATE: u64 = 1;
@@ -101,9 +106,13 @@ pub struct SockFlow {
     pub retrans_failed: u32,
     /// Send-path callbacks (HDR_OPT_LEN_CB) over the flow's life.
     pub sends: u32,
-    /// 1 while this program has the send-path callbacks on (a long path): only then does it
-    /// turn them off, since another sock_ops program may have asked for them.
+    /// 1 while this program has the send-path callbacks on (a long path, or a writer to find):
+    /// only then does it turn them off, since another sock_ops program may have asked for them.
     pub send_cb: u8,
+    /// 1 once data arrived after the application closed the socket (see `aborts_on_data`).
+    pub aborted_on_data: u8,
+    /// 1 until the process writing to an accepted connection is known (see `writer`).
+    pub owner_pending: u8,
     /// 1 once connect() was seen (an active open).
     pub active: u8,
     /// 1 on a listening socket (its storage is a template its accepted sockets inherit).
@@ -181,7 +190,7 @@ enum Ack {
     Round,
     /// An ACK on the kernel's slow path.
     Slow,
-    /// A packet built, on a long path.
+    /// A packet built (a long path, or a writer to find).
     Send,
 }
 
@@ -200,9 +209,19 @@ fn on_ack(ctx: &SockOpsContext, ops: &bpf_sock_ops, sk: *mut bpf_sock, ack: Ack)
     // sample.
     s.flow.acks = s.flow.acks.wrapping_add(1);
     match ack {
-        Ack::Slow => s.slow_acks = s.slow_acks.wrapping_add(1),
-        Ack::Send => s.sends = s.sends.wrapping_add(1),
-        Ack::Round => long_path(ctx, ops, s),
+        Ack::Slow => {
+            s.slow_acks = s.slow_acks.wrapping_add(1);
+            if aborts_on_data(ops, s) {
+                s.aborted_on_data = 1;
+            }
+        }
+        Ack::Send => {
+            s.sends = s.sends.wrapping_add(1);
+            if s.owner_pending != 0 && writer(s) {
+                send_callbacks(ctx, ops, s, ops.bpf_sock_ops_cb_flags);
+            }
+        }
+        Ack::Round => send_callbacks(ctx, ops, s, ops.bpf_sock_ops_cb_flags),
     }
     track(s, ops);
     if has_flag(config_flags::POLL_CA_STATE) {
@@ -220,21 +239,60 @@ fn on_ack(ctx: &SockOpsContext, ops: &bpf_sock_ops, sk: *mut bpf_sock, ack: Ack)
     sample(s, ops.state as u8, ops.packets_out);
 }
 
-/// Turns the send-path callbacks on while the flow's srtt is longer than the sample interval, and
-/// off when it no longer is (checked once per round trip: the srtt moves slowly).
+/// Whether the kernel is about to reset the connection on the segment being parsed: data for a
+/// socket the application has closed (`SOCK_DEAD`) in FIN_WAIT1/2 (`tcp_rcv_state_process`,
+/// TcpExtTCPAbortOnData). Every segment in those states takes the slow path, so it is parsed here
+/// first; the kernel then sends the reset itself but records ECONNRESET, as for one received.
 #[inline(always)]
-fn long_path(ctx: &SockOpsContext, ops: &bpf_sock_ops, s: &mut SockFlow) {
-    // srtt_us is in 1/8 µs.
-    let long = u64::from(ops.srtt_us) * 125 > interval_ns();
-    if long == (s.send_cb != 0) {
-        return;
+fn aborts_on_data(ops: &bpf_sock_ops, s: &SockFlow) -> bool {
+    if ops.state != TCP_FIN_WAIT1 && ops.state != TCP_FIN_WAIT2 {
+        return false;
     }
-    let flags = ops.bpf_sock_ops_cb_flags;
-    if long {
+    let off = conf!(sock.sk_flags);
+    if off == u32::MAX || read::<u64>(s.sk, off) & SOCK_DEAD == 0 {
+        return false;
+    }
+    // SAFETY: the packet pointers of this callback's context (the segment's TCP header, checked
+    // against its end below before any read).
+    let (data, end) = unsafe { (ops.__bindgen_anon_3.skb_data as usize, ops.__bindgen_anon_4.skb_data_end as usize) };
+    if data + 13 > end {
+        return false;
+    }
+    // SAFETY: byte 12 (data offset) lies within [data, end), checked just above.
+    let doff = unsafe { *((data + 12) as *const u8) } >> 4;
+    ops.skb_len > u32::from(doff) * 4
+}
+
+/// An accepted connection's owner is the process that writes to it, not the listener's (a
+/// pre-fork server's workers accept and write on their master's listener; a listener older than
+/// bbrscope has no owner at all): the send path runs in the writer's context whenever it holds
+/// the socket's lock, which softirq processing never does (it queues to the backlog instead).
+/// Whether the writer was recorded.
+#[inline(always)]
+fn writer(s: &mut SockFlow) -> bool {
+    let off = conf!(sock.sk_lock_owned);
+    if off == u32::MAX || read::<i32>(s.sk, off) == 0 {
+        return false;
+    }
+    own(s);
+    s.owner_pending = 0;
+    true
+}
+
+/// Keeps the send-path callbacks on while they are needed — the flow's srtt is longer than the
+/// sample interval (checked once per round trip: the srtt moves slowly), or its writer is still
+/// to be seen — and off after, unless another program asked for them. `flags`: the socket's
+/// callback flags now.
+#[inline(always)]
+fn send_callbacks(ctx: &SockOpsContext, ops: &bpf_sock_ops, s: &mut SockFlow, flags: u32) {
+    // srtt_us is in 1/8 µs.
+    let want = s.owner_pending != 0 || u64::from(ops.srtt_us) * 125 > interval_ns();
+    let on = flags & BPF_SOCK_OPS_WRITE_HDR_OPT_CB_FLAG != 0;
+    if want && !on {
         if ctx.set_cb_flags((flags | BPF_SOCK_OPS_WRITE_HDR_OPT_CB_FLAG) as i32).is_ok() {
             s.send_cb = 1;
         }
-    } else {
+    } else if !want && on && s.send_cb != 0 {
         let _ = ctx.set_cb_flags((flags & !BPF_SOCK_OPS_WRITE_HDR_OPT_CB_FLAG) as i32);
         s.send_cb = 0;
     }
@@ -373,7 +431,8 @@ fn on_state(ops: &bpf_sock_ops, sk: *mut bpf_sock) {
     end.slow_path_acks = s.slow_acks;
     end.send_events = s.sends;
     end.old_state = old as u8;
-    end._pad = [0; 3];
+    end.aborted_on_data = s.aborted_on_data;
+    end._pad = [0; 2];
     end.sk_err = read_opt::<i32>(s.sk, conf!(sock.sk_err));
     end.srtt_first_us = s.srtt_first >> 3;
     end.srtt_min_us = if s.srtt_min == u32::MAX { 0 } else { s.srtt_min >> 3 };
@@ -454,7 +513,12 @@ fn on_established(ctx: &SockOpsContext, ops: &bpf_sock_ops, sk: *mut bpf_sock) {
     // A flow the filters rejected gets no per-ACK callbacks from here on (nothing would be done
     // in them). Flags are only ever added: another sock_ops program may have asked for the same.
     if s.flow.status == Status::Passed as u8 {
-        let _ = ctx.set_cb_flags((ops.bpf_sock_ops_cb_flags | OUR_CB_FLAGS) as i32);
+        let flags = ops.bpf_sock_ops_cb_flags | OUR_CB_FLAGS;
+        let _ = ctx.set_cb_flags(flags as i32);
+        if s.active == 0 && has_flag(config_flags::SOCKOPS_PID) {
+            s.owner_pending = 1;
+            send_callbacks(ctx, ops, s, flags);
+        }
     }
 }
 
@@ -553,6 +617,8 @@ fn reset(s: &mut SockFlow, sk: *mut bpf_sock) {
     s.retrans_failed = 0;
     s.sends = 0;
     s.send_cb = 0;
+    s.aborted_on_data = 0;
+    s.owner_pending = 0;
     s.active = 0;
     s.listener = 0;
     s.arm = 0;

@@ -75,6 +75,21 @@ fn every_sampled_field_resolves_on_this_kernel() {
             assert_eq!(layout.fields[i].off, byte, "{field:?}");
         }
     }
+    // The optional socket members: every one exists on this kernel, at pahole's offset where
+    // it is a top-level member (`u32::MAX` would silently turn a feature off: `sk_flags` is a
+    // macro for `__sk_common.skc_flags`, which only the BTF path finds).
+    let sock = pahole("sock");
+    let common = pahole("sock_common");
+    let optional = [
+        ("cookie", layout.sock.cookie, common["skc_cookie"].0),
+        ("sk_err", layout.sock.sk_err, sock["sk_err"].0),
+        ("sk_flags", layout.sock.sk_flags, common["skc_flags"].0),
+        ("sk_lock", layout.sock.sk_lock_owned.wrapping_sub(4), sock["sk_lock"].0),
+    ];
+    for (name, ours, theirs) in optional {
+        assert_eq!(ours, theirs, "{name}");
+    }
+    assert!(layout.sock.net != u32::MAX && layout.sock.net_inum != u32::MAX);
     let bbr = layout.bbr.expect("BBR is built into this kernel, so its BTF is there");
     assert!(bbr.mode.is_some() && bbr.bw.is_some() && bbr.pacing_gain.is_some());
     assert_eq!(

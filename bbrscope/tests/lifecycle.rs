@@ -469,6 +469,88 @@ fn owner_filters_select_by_process_and_namespace() {
     assert!(shown >= 1 && u(&last["flows_shown_total"]) == shown, "{shown} flow_summary lines: {last}");
 }
 
+/// A pre-fork worker: a child process named `name` that accepts one connection on `listener`,
+/// reads its request, answers 20 kB and exits.
+fn fork_worker(listener: &TcpListener, name: &str) -> libc::pid_t {
+    let name = std::ffi::CString::new(name).unwrap();
+    let fd = listener.as_raw_fd();
+    // SAFETY: fork in a threaded process: the child calls only async-signal-safe functions
+    // (prctl, accept, read, write, close, _exit) on memory made before the fork or on its stack.
+    let pid = unsafe { libc::fork() };
+    assert!(pid >= 0, "fork: {}", std::io::Error::last_os_error());
+    if pid == 0 {
+        // SAFETY: as above; every pointer is to a live local of the right size.
+        unsafe {
+            libc::prctl(libc::PR_SET_NAME, name.as_ptr());
+            let c = libc::accept(fd, std::ptr::null_mut(), std::ptr::null_mut());
+            let mut buf = [0u8; 64];
+            libc::read(c, buf.as_mut_ptr().cast(), buf.len());
+            let response = [0x5au8; 20_000];
+            let mut off = 0;
+            while off < response.len() {
+                let n = libc::write(c, response[off..].as_ptr().cast(), response.len() - off);
+                if n <= 0 {
+                    break;
+                }
+                off += n as usize;
+            }
+            libc::close(c);
+            libc::_exit(0);
+        }
+    }
+    pid
+}
+
+/// A pre-fork server whose listener is older than bbrscope (so it has no owner): three workers
+/// accept and answer on the master's listener. Each flow's owner is the worker that wrote it
+/// (as `ss -p` would say), and `--comm` of one worker selects its flow alone.
+#[test]
+fn a_pre_fork_servers_flows_belong_to_the_workers_that_write_them() {
+    require_root();
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let to = listener.local_addr().unwrap();
+    let port = to.port().to_string();
+    let mut all = Stream::start(&["--port", &port]);
+    let one = Stream::start(&["--port", &port, "--comm", "bbrs-wk1"]);
+    let workers: Vec<(libc::pid_t, String)> = (0..3)
+        .map(|i| {
+            let name = format!("bbrs-wk{i}");
+            (fork_worker(&listener, &name), name)
+        })
+        .collect();
+    let mut clients = Vec::new();
+    for _ in &workers {
+        let mut c = TcpStream::connect(to).unwrap();
+        c.write_all(b"GET\n").unwrap();
+        assert_eq!(drain(&mut c), 20_000);
+        clients.push(c.local_addr().unwrap());
+    }
+    for (pid, _) in &workers {
+        let mut status = 0;
+        // SAFETY: waitpid on our own child with a live status local.
+        assert_eq!(unsafe { libc::waitpid(*pid, &mut status, 0) }, *pid);
+    }
+    let last = clients.last().unwrap().to_string();
+    all.wait_for(Duration::from_secs(10), |r| r["type"] == "flow_summary" && r["dst"] == last);
+    thread::sleep(Duration::from_millis(300));
+    let (_, all, _) = all.stop();
+    let (_, one, _) = one.stop();
+    let mut seen = Vec::new();
+    for c in &clients {
+        let sum = summary_of(&all, to, *c).unwrap_or_else(|| panic!("no flow_summary for the flow to {c}"));
+        let comm = sum["comm"].as_str().unwrap_or_else(|| panic!("no owner: {sum}")).to_string();
+        let (pid, _) = workers.iter().find(|(_, n)| *n == comm).unwrap_or_else(|| panic!("owner {comm}: {sum}"));
+        assert_eq!(u(&sum["pid"]), *pid as u64, "the worker named {comm}: {sum}");
+        assert_eq!(sum["side"], "accept");
+        seen.push(comm);
+    }
+    seen.sort();
+    assert_eq!(seen, ["bbrs-wk0", "bbrs-wk1", "bbrs-wk2"], "each worker accepted one");
+    let shown: Vec<&Value> = one.iter().filter(|r| r["type"] == "flow_summary").collect();
+    assert_eq!(shown.len(), 1, "--comm bbrs-wk1 shows its worker's flow alone: {shown:?}");
+    assert_eq!(shown[0]["comm"], "bbrs-wk1");
+}
+
 /// Few connections open at the start are looked up one by one at each poll; many are found in
 /// one dump of every socket: both ways. And in a network namespace other than bbrscope's (a
 /// container's): polled through a sock_diag socket opened inside it.
@@ -695,6 +777,60 @@ fn retransmissions_given_up_after_icmp_unreachable_end_as_timeout() {
     assert_eq!(tcp_ext(&link.a, "TCPAbortOnTimeout") - before, 1, "the kernel counted one abort on timeout");
     let sum = summary_of(&records, client_addr, to).unwrap();
     assert_eq!(sum["end"], "timeout", "{sum}");
+}
+
+/// A late request to a server that has closed (its response still in flight, FIN_WAIT1): the
+/// server's kernel resets the connection itself (TcpExtTCPAbortOnData) yet records ECONNRESET,
+/// as for a reset received. Its summary must say `reset_sent`, the client's `reset_received`.
+#[test]
+fn a_late_request_to_a_closed_server_ends_as_reset_sent_on_the_server() {
+    require_root();
+    let link = Link::new("late");
+    let listener = listener_in(&link.b, &link.b_ip, "cubic");
+    let to = listener.local_addr().unwrap();
+    let mut stream = Stream::start(&["--port", &to.port().to_string()]);
+    let mut client = connect_in(&link.a, to);
+    let client_addr = client.local_addr().unwrap();
+    client.write_all(b"GET\n").unwrap();
+    let (mut conn, _) = listener.accept().unwrap();
+    read_request(&mut conn);
+    let server_addr = conn.local_addr().unwrap();
+    // More than the client will read, written without blocking, then close(): the socket is
+    // the kernel's now, in FIN_WAIT1 until the client has read everything, which it never does.
+    conn.set_nonblocking(true).unwrap();
+    let mut sent = 0;
+    let chunk = vec![0x5a; 64 << 10];
+    while let Ok(n) = conn.write(&chunk) {
+        sent += n;
+        if sent > 4 << 20 {
+            break;
+        }
+    }
+    assert!(sent > 0);
+    let before = tcp_ext(&link.b, "TCPAbortOnData");
+    drop(conn);
+    let mut first = [0u8; 1];
+    client.read_exact(&mut first).unwrap();
+    thread::sleep(Duration::from_millis(100));
+    client.write_all(b"GET /late\n").unwrap();
+    let mut buf = vec![0u8; 1 << 20];
+    let err = loop {
+        match client.read(&mut buf) {
+            Ok(0) => panic!("an orderly close, where a reset was due"),
+            Ok(_) => {}
+            Err(e) => break e,
+        }
+    };
+    assert_eq!(err.raw_os_error(), Some(libc::ECONNRESET), "{err}");
+    let done = |r: &Value| r["type"] == "flow_summary" && r["src"] == server_addr.to_string();
+    stream.wait_for(Duration::from_secs(10), done);
+    stream.wait_for(Duration::from_secs(10), |r| r["type"] == "flow_summary" && r["src"] == client_addr.to_string());
+    let (_, records, _) = stream.stop();
+    assert_eq!(tcp_ext(&link.b, "TCPAbortOnData") - before, 1, "the server's kernel aborted on the late data");
+    let server = summary_of(&records, server_addr, client_addr).unwrap();
+    assert_eq!(server["end"], "reset_sent", "{server}");
+    let client = summary_of(&records, client_addr, server_addr).unwrap();
+    assert_eq!(client["end"], "reset_received", "{client}");
 }
 
 /// BBR connections open before bbrscope started are polled through sock_diag, which reports no

@@ -215,7 +215,8 @@ pub enum EndReason {
     Fin,
     /// The peer reset the connection.
     ResetReceived,
-    /// This side aborted it (close() with unread data, SO_LINGER 0): a reset was sent.
+    /// This side aborted it (close() with unread data, SO_LINGER 0, data arriving after
+    /// close()): a reset was sent.
     ResetSent,
     /// Retransmission timeouts gave up (tcp_retries2, or a user timeout).
     Timeout,
@@ -254,8 +255,11 @@ const TCP_ESTABLISHED: u8 = 1;
 const TCP_CLOSE_WAIT: u8 = 8;
 
 impl EndReason {
-    pub fn classify(old_state: u8, sk_err: i32) -> Self {
+    /// `aborted_on_data`: this side reset the connection on data after its close (the kernel
+    /// records ECONNRESET then too).
+    pub fn classify(old_state: u8, sk_err: i32, aborted_on_data: bool) -> Self {
         match sk_err {
+            ECONNRESET if aborted_on_data => EndReason::ResetSent,
             ECONNRESET | EPIPE => EndReason::ResetReceived,
             ETIMEDOUT => EndReason::Timeout,
             // Retransmissions that gave up after ICMP (or local) unreachable errors: the kernel
@@ -418,7 +422,7 @@ impl Decoder<'_> {
                 f(Event::End(Box::new(EndEvent {
                     head: h,
                     start_ns: c.owner.start_ns,
-                    end: EndReason::classify(e.old_state, e.sk_err),
+                    end: EndReason::classify(e.old_state, e.sk_err, e.aborted_on_data != 0),
                     rtt_events: e.rtt_events,
                     slow_path_acks: e.slow_path_acks,
                     send_events: e.send_events,
@@ -684,16 +688,18 @@ mod tests {
 
     #[test]
     fn end_reasons() {
-        assert_eq!(EndReason::classify(TCP_LAST_ACK, 0), EndReason::Fin);
-        assert_eq!(EndReason::classify(TCP_FIN_WAIT2, 0), EndReason::Fin);
-        assert_eq!(EndReason::classify(TCP_ESTABLISHED, ECONNRESET), EndReason::ResetReceived);
-        assert_eq!(EndReason::classify(TCP_CLOSE_WAIT, EPIPE), EndReason::ResetReceived);
-        assert_eq!(EndReason::classify(TCP_ESTABLISHED, 0), EndReason::ResetSent);
-        assert_eq!(EndReason::classify(TCP_ESTABLISHED, ETIMEDOUT), EndReason::Timeout);
-        assert_eq!(EndReason::classify(2, ECONNREFUSED), EndReason::Refused);
-        assert_eq!(EndReason::classify(TCP_ESTABLISHED, EHOSTUNREACH), EndReason::Timeout);
-        assert_eq!(EndReason::classify(TCP_FIN_WAIT1, ENETUNREACH), EndReason::Timeout);
-        assert_eq!(EndReason::classify(TCP_SYN_SENT, EHOSTUNREACH), EndReason::Other);
+        assert_eq!(EndReason::classify(TCP_LAST_ACK, 0, false), EndReason::Fin);
+        assert_eq!(EndReason::classify(TCP_FIN_WAIT2, 0, false), EndReason::Fin);
+        assert_eq!(EndReason::classify(TCP_ESTABLISHED, ECONNRESET, false), EndReason::ResetReceived);
+        assert_eq!(EndReason::classify(TCP_CLOSE_WAIT, EPIPE, false), EndReason::ResetReceived);
+        assert_eq!(EndReason::classify(TCP_ESTABLISHED, 0, false), EndReason::ResetSent);
+        assert_eq!(EndReason::classify(TCP_ESTABLISHED, ETIMEDOUT, false), EndReason::Timeout);
+        assert_eq!(EndReason::classify(2, ECONNREFUSED, false), EndReason::Refused);
+        assert_eq!(EndReason::classify(TCP_ESTABLISHED, EHOSTUNREACH, false), EndReason::Timeout);
+        assert_eq!(EndReason::classify(TCP_FIN_WAIT1, ENETUNREACH, false), EndReason::Timeout);
+        assert_eq!(EndReason::classify(TCP_SYN_SENT, EHOSTUNREACH, false), EndReason::Other);
+        assert_eq!(EndReason::classify(TCP_FIN_WAIT2, ECONNRESET, true), EndReason::ResetSent);
+        assert_eq!(EndReason::classify(TCP_FIN_WAIT1, ECONNRESET, false), EndReason::ResetReceived);
     }
 
     #[test]

@@ -208,6 +208,8 @@ impl Layout {
         let opt = |strukt: &str, path: &str| btf.member(strukt, path).map_or(u32::MAX, |l| l.byte_offset());
         sock.cookie = opt("sock", "__sk_common.skc_cookie");
         sock.sk_err = opt("sock", "sk_err");
+        sock.sk_flags = opt("sock", "__sk_common.skc_flags");
+        sock.sk_lock_owned = opt("sock", "sk_lock.owned");
         sock.net = opt("sock", "__sk_common.skc_net.net");
         sock.net_inum = opt("net", "ns.inum");
 
