@@ -95,8 +95,12 @@ pub struct CostRun {
     pub flows: usize,
     pub round: u32,
     pub ns_per_event: Option<f64>,
-    /// Per-ACK program runs per second (tcp_probe runs, or sock_ops callbacks).
+    /// Program runs per second (tcp_probe runs, or sock_ops callbacks).
     pub runs_per_s: f64,
+    /// TCP segments the host received per second (every socket's: the traffic's own measure).
+    pub segs_in_per_s: f64,
+    /// Time in the program per segment received: what the traffic pays, whatever a path runs on.
+    pub ns_per_segment: Option<f64>,
     /// Time in the per-ACK program per second (1.0 = one core).
     pub bpf_cores: f64,
     /// bbrscope's own CPU time per second.
@@ -136,6 +140,11 @@ pub struct CostLevel {
     pub ns_per_record: Option<Spread>,
     pub floor_runs_per_s: Option<Spread>,
     pub real_runs_per_s: Option<Spread>,
+    /// Time in the program per segment received, the floor's and bbrscope's.
+    pub floor_ns_per_segment: Option<Spread>,
+    pub real_ns_per_segment: Option<Spread>,
+    /// bbrscope's program runs per segment received.
+    pub real_runs_per_segment: Option<Spread>,
     pub real_cpu_cores: Option<Spread>,
     pub check_records_per_s: Option<Spread>,
     pub real_records_per_s: Option<Spread>,
@@ -227,6 +236,9 @@ fn level(path: &'static str, flows: usize, runs: &[CostRun]) -> CostLevel {
         }),
         floor_runs_per_s: of(Program::Floor, |r| Some(r.runs_per_s)),
         real_runs_per_s: of(Program::Real, |r| Some(r.runs_per_s)),
+        floor_ns_per_segment: of(Program::Floor, |r| r.ns_per_segment),
+        real_ns_per_segment: of(Program::Real, |r| r.ns_per_segment),
+        real_runs_per_segment: of(Program::Real, |r| (r.segs_in_per_s > 0.0).then(|| r.runs_per_s / r.segs_in_per_s)),
         real_cpu_cores: of(Program::Real, |r| Some(r.cpu_cores)),
         check_records_per_s: of(Program::Check, |r| Some(r.records_per_s)),
         real_records_per_s: of(Program::Real, |r| Some(r.records_per_s)),
@@ -285,11 +297,12 @@ fn run_one(
             measure::cpu_time(pid)?,
             traced.counters.as_ref().map(measure::Counters::read).transpose()?,
             measure::others_cpu_time(),
+            measure::tcp_in_segs()?,
         ))
     };
-    let (t0, s0, cpu0, c0, others0) = read(&traced)?;
+    let (t0, s0, cpu0, c0, others0, segs0) = read(&traced)?;
     thread::sleep(Duration::from_secs_f64(seconds));
-    let (t1, s1, cpu1, c1, others1) = read(&traced)?;
+    let (t1, s1, cpu1, c1, others1, segs1) = read(&traced)?;
     traced.check_alive()?;
     bulk.stop();
     drop(idle);
@@ -298,6 +311,8 @@ fn run_one(
 
     let dt = (t1 - t0).as_secs_f64();
     let runs = s1.runs.saturating_sub(s0.runs);
+    let bpf_ns = s1.run_time_ns.saturating_sub(s0.run_time_ns);
+    let segs = segs1.saturating_sub(segs0);
     let (records_per_s, drops) = match (c0, c1) {
         (Some(a), Some(b)) => (
             (measure::records(&b) - measure::records(&a)) as f64 / dt,
@@ -310,9 +325,11 @@ fn run_one(
         program,
         flows,
         round,
-        ns_per_event: (runs > 0).then(|| s1.run_time_ns.saturating_sub(s0.run_time_ns) as f64 / runs as f64),
+        ns_per_event: (runs > 0).then(|| bpf_ns as f64 / runs as f64),
         runs_per_s: runs as f64 / dt,
-        bpf_cores: s1.run_time_ns.saturating_sub(s0.run_time_ns) as f64 / 1e9 / dt,
+        segs_in_per_s: segs as f64 / dt,
+        ns_per_segment: (segs > 0).then(|| bpf_ns as f64 / segs as f64),
+        bpf_cores: bpf_ns as f64 / 1e9 / dt,
         cpu_cores: cpu1.saturating_sub(cpu0).as_secs_f64() / dt,
         records_per_s,
         drops,

@@ -23,6 +23,17 @@ impl RunTimeStats {
     }
 }
 
+/// TCP segments this network namespace has received (`Tcp: InSegs` in /proc/net/snmp): every
+/// incoming segment of every socket, which tcp_probe runs on and the sock_ops callbacks are a
+/// subset of.
+pub fn tcp_in_segs() -> Result<u64> {
+    let text = fs::read_to_string("/proc/net/snmp").context("/proc/net/snmp")?;
+    let mut tcp = text.lines().filter(|l| l.starts_with("Tcp:"));
+    let (names, values) = (tcp.next().context("no Tcp: line")?, tcp.next().context("no Tcp: values")?);
+    let i = names.split_whitespace().position(|n| n == "InSegs").context("no Tcp InSegs")?;
+    values.split_whitespace().nth(i).and_then(|v| v.parse().ok()).context("malformed Tcp InSegs")
+}
+
 /// CPU time of a process's threads, in nanoseconds (/proc/PID/task/TID/schedstat): clock
 /// ticks, in /proc/PID/stat, are too coarse for an observer that uses a few ms per second.
 pub fn cpu_time(pid: u32) -> Result<Duration> {

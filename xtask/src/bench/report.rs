@@ -663,7 +663,7 @@ fn cost_section(c: &CostResult) -> String {
     let _ = writeln!(
         md,
         "\n### Per-event cost against the floor\n\n\
-         Each path's per-ACK program (`sockops`: the sock_ops program over all its callbacks; `tracepoint`: \
+         Each path's program on the traffic (`sockops`: the sock_ops program over all its callbacks; `tracepoint`: \
          tcp_probe) against an empty program on the same attach points (*floor*: `--observer floor-sockops`, \
          `floor-tracepoint`, the same callbacks enabled on the same sockets, nothing done in them). Between \
          them: *lookup* (`sockops` only, `--observer lookup-sockops`): a program that only finds the socket's \
@@ -678,8 +678,11 @@ fn cost_section(c: &CostResult) -> String {
          real program's time above what its runs cost as checks (same round), over the records it sent (only \
          where at least 5% of its runs sent one: below that it is within the runs' spread) — at 10,000 flows nearly every callback of an idle flow is a sample (it sends once a second, the \
          interval is 100 ms), so there the real mean is mostly records; *runs/s*: program runs per second \
-         (ACKs with an RTT sample and other callbacks on `sockops`, incoming segments on every socket on \
-         `tracepoint`).\n",
+         (on `sockops`: RTT callbacks, once per round trip; ACKs the kernel takes its slow path for; \
+         send-path callbacks, only on paths longer than the interval, so none here; connection and state \
+         callbacks; on `tracepoint`: incoming segments on every socket); *ns/segment*: the program's time \
+         over the TCP segments the host received meanwhile (`Tcp InSegs`), what the traffic pays on either \
+         path; *runs/segment*: bbrscope's program runs per segment received.\n",
         c.rounds,
         BUSY_FLOWS,
         IDLE_PERIOD.as_secs(),
@@ -700,6 +703,9 @@ fn cost_section(c: &CostResult) -> String {
         "ns/record",
         "runs/s floor",
         "runs/s real",
+        "floor ns/segment",
+        "real ns/segment",
+        "runs/segment",
         "records/s check / real",
         "bbrscope CPU",
         "drops",
@@ -720,6 +726,9 @@ fn cost_section(c: &CostResult) -> String {
             ns(l.ns_per_record),
             median(l.floor_runs_per_s, count),
             median(l.real_runs_per_s, count),
+            ns(l.floor_ns_per_segment),
+            ns(l.real_ns_per_segment),
+            spread(l.real_runs_per_segment, |v| format!("{v:.2}")),
             format!("{} / {}", median(l.check_records_per_s, count), median(l.real_records_per_s, count)),
             median(l.real_cpu_cores, cores),
             l.drops.to_string(),

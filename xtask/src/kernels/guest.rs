@@ -490,6 +490,110 @@ fn short_flow(port: u16) -> Result<(SocketAddr, TcpInfo)> {
     server.join().map_err(|_| anyhow::anyhow!("server panicked"))?
 }
 
+/// A late request to a server that closed with its response still in flight: the server's
+/// kernel resets the connection itself. (server, client) addresses.
+fn late_request(port: u16) -> Result<(SocketAddr, SocketAddr)> {
+    let listener = TcpListener::bind(("127.0.0.1", port))?;
+    let mut c = TcpStream::connect(("127.0.0.1", port))?;
+    c.write_all(b"GET\n")?;
+    let (mut conn, client) = listener.accept()?;
+    let server = conn.local_addr()?;
+    let mut req = [0u8; 4];
+    conn.read_exact(&mut req)?;
+    // More than the client reads, without blocking, then close(): FIN_WAIT1 until the client
+    // has read it all, which it never does.
+    conn.set_nonblocking(true)?;
+    let chunk = vec![0x5a; 64 << 10];
+    let mut sent = 0;
+    while let Ok(n) = conn.write(&chunk) {
+        sent += n;
+        if sent > 4 << 20 {
+            break;
+        }
+    }
+    drop(conn);
+    let mut first = [0u8; 1];
+    c.read_exact(&mut first)?;
+    thread::sleep(Duration::from_millis(200));
+    c.write_all(b"GET /late\n")?;
+    let mut buf = vec![0u8; 1 << 20];
+    loop {
+        match c.read(&mut buf) {
+            Ok(0) => bail!("late request: an orderly close, where the server's kernel resets"),
+            Ok(_) => {}
+            Err(e) if e.raw_os_error() == Some(libc::ECONNRESET) => return Ok((server, client)),
+            Err(e) => bail!("late request: {e}"),
+        }
+    }
+}
+
+/// The server's summary says it sent the reset, the client's that it received one.
+fn check_late(out: &Output, server: SocketAddr, client: SocketAddr) -> Result<(bool, String)> {
+    let end = |src: SocketAddr, dst: SocketAddr| {
+        out.flow("flow_summary", &src.to_string())
+            .iter()
+            .find(|r| r["dst"] == dst.to_string().as_str())
+            .map(|r| r["end"].clone())
+    };
+    let (s, c) = (end(server, client), end(client, server));
+    let pass = s == Some(json!("reset_sent")) && c == Some(json!("reset_received"));
+    Ok((pass, format!("server's end {s:?}, client's {c:?}")))
+}
+
+/// A forked worker named `bbrs-wk` accepts one connection on this process's listener and
+/// answers it, as a pre-fork server's do. (server, client) addresses and the worker's pid.
+fn pre_fork_worker(port: u16) -> Result<(SocketAddr, SocketAddr, i32)> {
+    let listener = TcpListener::bind(("127.0.0.1", port))?;
+    let fd = listener.as_raw_fd();
+    // SAFETY: the child calls only async-signal-safe functions (prctl, accept, read, write,
+    // close, _exit) on its own stack.
+    let pid = unsafe { libc::fork() };
+    ensure!(pid >= 0, "fork: {}", std::io::Error::last_os_error());
+    if pid == 0 {
+        // SAFETY: as above; each pointer is to a live local of the size given.
+        unsafe {
+            libc::prctl(libc::PR_SET_NAME, c"bbrs-wk".as_ptr());
+            let conn = libc::accept(fd, std::ptr::null_mut(), std::ptr::null_mut());
+            let mut buf = [0u8; 4];
+            libc::read(conn, buf.as_mut_ptr().cast(), buf.len());
+            let response = [0x5au8; 20_000];
+            let mut off = 0;
+            while off < response.len() {
+                let n = libc::write(conn, response[off..].as_ptr().cast(), response.len() - off);
+                if n <= 0 {
+                    break;
+                }
+                off += n as usize;
+            }
+            libc::close(conn);
+            libc::_exit(0);
+        }
+    }
+    let mut c = TcpStream::connect(("127.0.0.1", port))?;
+    c.write_all(b"GET\n")?;
+    let mut got = Vec::new();
+    c.read_to_end(&mut got)?;
+    let mut status = 0;
+    // SAFETY: waitpid on our own child, with a live status local.
+    unsafe { libc::waitpid(pid, &mut status, 0) };
+    ensure!(got.len() == 20_000, "pre-fork worker: client got {} bytes", got.len());
+    Ok((SocketAddr::from(([127, 0, 0, 1], port)), c.local_addr()?, pid))
+}
+
+/// The flow's owner is the worker that wrote it, as far as this kernel lets sock_ops programs
+/// see the current process (else null, and bbrscope said so at start-up).
+fn check_writer(out: &Output, server: SocketAddr, client: SocketAddr, pid: i32) -> Result<(bool, String)> {
+    let Some(sum) =
+        out.flow("flow_summary", &server.to_string()).into_iter().find(|r| r["dst"] == client.to_string().as_str())
+    else {
+        return Ok((false, "no flow_summary for the worker's flow".into()));
+    };
+    let warned = |what: &str| out.stderr.iter().any(|l| l.contains("cannot see the process") && l.contains(what));
+    let pid_ok = sum["pid"].as_i64() == Some(i64::from(pid)) || (sum["pid"].is_null() && warned("pid"));
+    let comm_ok = sum["comm"] == "bbrs-wk" || (sum["comm"].is_null() && warned("comm"));
+    Ok((pid_ok && comm_ok, format!("worker {pid} bbrs-wk; flow_summary pid {} comm {}", sum["pid"], sum["comm"])))
+}
+
 /// Flows the preemption check answers, and how many clients ask at once.
 const PREEMPT_FLOWS: usize = 64;
 const PREEMPT_CLIENTS: usize = 8;
@@ -576,6 +680,8 @@ fn fidelity(rep: &mut Report, observer: &str, extra: &[&str]) -> Result<Option<S
     // bbrscope (address family, 16-byte addresses): a shorter bbr flow over ::1 through netem.
     let bbr6 = bulk(SocketAddr::from((std::net::Ipv6Addr::LOCALHOST, 5006)), "bbr", V6_SECS);
     let short = short_flow(5003);
+    let late = late_request(5007);
+    let worker = pre_fork_worker(5008);
     let out = stream.stop()?;
     let path = out.observer();
     rep.send(json!({"kind": "run", "observer_arg": observer, "observer": path, "stderr": out.stderr,
@@ -618,6 +724,16 @@ fn fidelity(rep: &mut Report, observer: &str, extra: &[&str]) -> Result<Option<S
             }
         }
         Err(e) => rep.test(&p("short_flow"), false, format!("{e:#}")),
+    }
+    if path.as_deref() == Some("sockops") {
+        match late {
+            Ok((server, client)) => rep.check(&p("late_request_end"), check_late(&out, server, client)),
+            Err(e) => rep.test(&p("late_request_end"), false, format!("{e:#}")),
+        }
+        match worker {
+            Ok((server, client, pid)) => rep.check(&p("writer_owner"), check_writer(&out, server, client, pid)),
+            Err(e) => rep.test(&p("writer_owner"), false, format!("{e:#}")),
+        }
     }
     if path.as_deref() == Some("sockops") {
         let (pass, said) = check_sample_clock(&out, &cubic_src);

@@ -534,8 +534,8 @@ fn sockops_helpers() -> SockopsHelpers {
         },
         owner_note: (!lost.is_empty()).then(|| {
             format!(
-                "this kernel's sock_ops programs cannot see the process that opens a connection: flow owners' {} \
-                 are null (--pid/--comm match nothing); cgroup and netns are still known",
+                "this kernel's sock_ops programs cannot see the process that opens or writes to a connection: flow \
+                 owners' {} are null (--pid/--comm are refused); cgroup and netns are still known",
                 lost.join(" and ")
             )
         }),
