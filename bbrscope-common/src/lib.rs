@@ -93,7 +93,8 @@ pub struct SockLayout {
     /// `sk_lock.owned`: non-zero while a process holds the socket's lock, so a callback that
     /// sees it runs in that process's context.
     pub sk_lock_owned: u32,
-    pub _pad: u32,
+    /// `tcp_sock.prior_cwnd`: the window when the kernel last began to reduce it for a loss.
+    pub prior_cwnd: u32,
 }
 
 /// Optional in-kernel filters; each applies only when its bit is set in `flags`.
@@ -241,7 +242,7 @@ impl Config {
                 net_inum: 0,
                 sk_flags: u32::MAX,
                 sk_lock_owned: u32::MAX,
-                _pad: 0,
+                prior_cwnd: u32::MAX,
             },
             fields: [FieldSpec { off: 0, len: 0 }; MAX_FIELDS],
             span: Span { off: 0, len: 0 },

@@ -17,9 +17,11 @@
 //! - PARSE_HDR_OPT_CB (with the PARSE_ALL flag, since 5.10): every ACK the kernel takes its slow
 //!   path for (`tcp_validate_incoming`): those with SACK blocks — all of loss recovery's — and
 //!   those that change the window or arrive out of order. Header prediction's fast path (a plain
-//!   in-order ACK) runs no sock_ops program at all. Together the two keep samples at `--interval`
-//!   through loss recovery, and the summary's extremes see the window at its peak: the first
-//!   duplicate ACK arrives here before the kernel reduces the window for it.
+//!   in-order ACK) runs no sock_ops program at all. Switched on for a flow at its first
+//!   retransmission (loss recovery, when the RTT callback stops), on a path longer than the
+//!   sample interval, and once the application closed it (see `aborts_on_data`): on a short
+//!   path without loss the RTT callback comes often enough, and idle flows' window updates would
+//!   only cost.
 //! - HDR_OPT_LEN_CB (with the WRITE_HDR_OPT flag, since 5.10), only while the flow's srtt is
 //!   longer than `--interval`, or until the process writing to an accepted connection is seen:
 //!   the kernel asks it how much header-option room each packet it builds needs (the program
@@ -71,9 +73,16 @@ const SOL_TCP: i32 = 6;
 const TCP_CONGESTION: i32 = 13;
 const BPF_SK_STORAGE_GET_F_CREATE: u64 = 1;
 const CONNECT_CB_FLAGS: u32 = BPF_SOCK_OPS_STATE_CB_FLAG | BPF_SOCK_OPS_RETRANS_CB_FLAG;
-/// A kernel without PARSE_ALL (before 5.10) sets the others: the flag-setting helper keeps the
-/// bits it knows.
-const OUR_CB_FLAGS: u32 = BPF_SOCK_OPS_RTT_CB_FLAG | BPF_SOCK_OPS_PARSE_ALL_HDR_OPT_CB_FLAG | CONNECT_CB_FLAGS;
+const OUR_CB_FLAGS: u32 = BPF_SOCK_OPS_RTT_CB_FLAG | CONNECT_CB_FLAGS;
+/// The slow-path ACK callbacks, switched on per flow when they matter (see `slow_path`). A
+/// kernel without them (before 5.10) ignores the bit.
+const PARSE_FLAG: u32 = BPF_SOCK_OPS_PARSE_ALL_HDR_OPT_CB_FLAG;
+/// Send-path callbacks an accepted connection gets to show the process using it (see `writer`):
+/// its first write shows it at once; a connection that only receives sends its ACKs from
+/// softirq, and keeps the listener's owner after these.
+const OWNER_TRIES: u8 = 4;
+/// The send-path callbacks (see `send_callbacks`).
+const WRITE_FLAG: u32 = BPF_SOCK_OPS_WRITE_HDR_OPT_CB_FLAG;
 
 /// What bbrscope keeps in each socket. The fields every ACK touches come first, in 32 bytes
 /// (one cache line): the storage sits behind the socket in memory the ACK path has not touched
@@ -111,7 +120,8 @@ pub struct SockFlow {
     pub send_cb: u8,
     /// 1 once data arrived after the application closed the socket (see `aborts_on_data`).
     pub aborted_on_data: u8,
-    /// 1 until the process writing to an accepted connection is known (see `writer`).
+    /// Send-path callbacks left to find the process using an accepted connection in (see
+    /// `writer`); 0 once found or given up.
     pub owner_pending: u8,
     /// 1 once connect() was seen (an active open).
     pub active: u8,
@@ -171,8 +181,8 @@ pub fn bbrscope_sockops(ctx: SockOpsContext) -> u32 {
             BPF_SOCK_OPS_RTT_CB => on_ack(&ctx, ops, sk, Ack::Round),
             BPF_SOCK_OPS_PARSE_HDR_OPT_CB => on_ack(&ctx, ops, sk, Ack::Slow),
             BPF_SOCK_OPS_HDR_OPT_LEN_CB => on_ack(&ctx, ops, sk, Ack::Send),
-            BPF_SOCK_OPS_RETRANS_CB => on_retransmit(ops, sk),
-            BPF_SOCK_OPS_STATE_CB => on_state(ops, sk),
+            BPF_SOCK_OPS_RETRANS_CB => on_retransmit(&ctx, ops, sk),
+            BPF_SOCK_OPS_STATE_CB => on_state(&ctx, ops, sk),
             BPF_SOCK_OPS_TCP_CONNECT_CB => on_connect(&ctx, ops, sk),
             BPF_SOCK_OPS_ACTIVE_ESTABLISHED_CB | BPF_SOCK_OPS_PASSIVE_ESTABLISHED_CB => on_established(&ctx, ops, sk),
             BPF_SOCK_OPS_TCP_LISTEN_CB => on_listen(sk),
@@ -217,8 +227,13 @@ fn on_ack(ctx: &SockOpsContext, ops: &bpf_sock_ops, sk: *mut bpf_sock, ack: Ack)
         }
         Ack::Send => {
             s.sends = s.sends.wrapping_add(1);
-            if s.owner_pending != 0 && writer(s) {
-                send_callbacks(ctx, ops, s, ops.bpf_sock_ops_cb_flags);
+            if s.owner_pending != 0 {
+                if !writer(s) {
+                    s.owner_pending -= 1;
+                }
+                if s.owner_pending == 0 {
+                    send_callbacks(ctx, ops, s, ops.bpf_sock_ops_cb_flags);
+                }
             }
         }
         Ack::Round => send_callbacks(ctx, ops, s, ops.bpf_sock_ops_cb_flags),
@@ -263,11 +278,11 @@ fn aborts_on_data(ops: &bpf_sock_ops, s: &SockFlow) -> bool {
     ops.skb_len > u32::from(doff) * 4
 }
 
-/// An accepted connection's owner is the process that writes to it, not the listener's (a
-/// pre-fork server's workers accept and write on their master's listener; a listener older than
-/// bbrscope has no owner at all): the send path runs in the writer's context whenever it holds
-/// the socket's lock, which softirq processing never does (it queues to the backlog instead).
-/// Whether the writer was recorded.
+/// An accepted connection's owner is the process that uses it, not the listener's (a pre-fork
+/// server's workers accept and write on their master's listener; a listener older than bbrscope
+/// has no owner at all): the send path runs in that process's context whenever it holds the
+/// socket's lock — its writes, and the ACKs its reads send — which softirq processing never does
+/// (it queues to the backlog instead). Whether the owner was recorded.
 #[inline(always)]
 fn writer(s: &mut SockFlow) -> bool {
     let off = conf!(sock.sk_lock_owned);
@@ -281,20 +296,35 @@ fn writer(s: &mut SockFlow) -> bool {
 
 /// Keeps the send-path callbacks on while they are needed — the flow's srtt is longer than the
 /// sample interval (checked once per round trip: the srtt moves slowly), or its writer is still
-/// to be seen — and off after, unless another program asked for them. `flags`: the socket's
-/// callback flags now.
+/// to be seen — and off after, unless another program asked for them. A flow on a long path also
+/// gets the slow-path ACK callbacks, for good. `flags`: the socket's callback flags now.
 #[inline(always)]
 fn send_callbacks(ctx: &SockOpsContext, ops: &bpf_sock_ops, s: &mut SockFlow, flags: u32) {
     // srtt_us is in 1/8 µs.
-    let want = s.owner_pending != 0 || u64::from(ops.srtt_us) * 125 > interval_ns();
-    let on = flags & BPF_SOCK_OPS_WRITE_HDR_OPT_CB_FLAG != 0;
-    if want && !on {
-        if ctx.set_cb_flags((flags | BPF_SOCK_OPS_WRITE_HDR_OPT_CB_FLAG) as i32).is_ok() {
+    let long = u64::from(ops.srtt_us) * 125 > interval_ns();
+    let write = s.owner_pending != 0 || long;
+    let mut want = if long { flags | PARSE_FLAG } else { flags };
+    if write {
+        want |= WRITE_FLAG;
+    } else if s.send_cb != 0 {
+        want &= !WRITE_FLAG;
+    }
+    if want != flags && ctx.set_cb_flags(want as i32).is_ok() {
+        // Ours to turn off only if it was off before.
+        if flags & WRITE_FLAG == 0 && want & WRITE_FLAG != 0 {
             s.send_cb = 1;
+        } else if want & WRITE_FLAG == 0 {
+            s.send_cb = 0;
         }
-    } else if !want && on && s.send_cb != 0 {
-        let _ = ctx.set_cb_flags((flags & !BPF_SOCK_OPS_WRITE_HDR_OPT_CB_FLAG) as i32);
-        s.send_cb = 0;
+    }
+}
+
+/// Switches the slow-path ACK callbacks on for the rest of the flow (see the module's
+/// documentation for when).
+#[inline(always)]
+fn slow_path(ctx: &SockOpsContext, flags: u32) {
+    if flags & PARSE_FLAG == 0 {
+        let _ = ctx.set_cb_flags((flags | PARSE_FLAG) as i32);
     }
 }
 
@@ -351,13 +381,22 @@ fn sample(s: &mut SockFlow, tcp_state: u8, packets_out: u32) {
 }
 
 #[inline(always)]
-fn on_retransmit(ops: &bpf_sock_ops, sk: *mut bpf_sock) {
+fn on_retransmit(ctx: &SockOpsContext, ops: &bpf_sock_ops, sk: *mut bpf_sock) {
     let Some(s) = storage(sk, false) else {
         return;
     };
     if s.flow.status != Status::Passed as u8 {
         return;
     }
+    // Loss recovery: the RTT callback stops until it ends, its ACKs take the slow path.
+    slow_path(ctx, ops.bpf_sock_ops_cb_flags);
+    // The window the flow had when the kernel began to reduce it for this loss (set for every
+    // algorithm as recovery or the loss state begins): the peak the callbacks may have missed.
+    let prior: u32 = read_opt(s.sk, conf!(sock.prior_cwnd));
+    if prior > s.cwnd_max {
+        s.cwnd_max = prior;
+    }
+    track(s, ops);
     // args: seq, segments, error. An error means the device or qdisc refused the segments: the
     // kernel has counted them in total_retrans already, but they never left this host.
     // SAFETY: `args` is the union member the kernel fills for this callback.
@@ -384,13 +423,17 @@ fn on_retransmit(ops: &bpf_sock_ops, sk: *mut bpf_sock) {
 }
 
 #[inline(always)]
-fn on_state(ops: &bpf_sock_ops, sk: *mut bpf_sock) {
+fn on_state(ctx: &SockOpsContext, ops: &bpf_sock_ops, sk: *mut bpf_sock) {
     // SAFETY: `args` is the union member the kernel fills for this callback (old, new state).
     let (old, new) = unsafe { (ops.__bindgen_anon_1.args[0], ops.__bindgen_anon_1.args[1]) };
     let Some(s) = storage(sk, false) else {
         return;
     };
     s.flow.tcp_state = new as u8;
+    if new == TCP_FIN_WAIT1 && s.flow.status == Status::Passed as u8 {
+        // The application closed it: data that still arrives is reset (`aborts_on_data`).
+        slow_path(ctx, ops.bpf_sock_ops_cb_flags);
+    }
     if new != TCP_CLOSE || s.flow.status != Status::Passed as u8 {
         return;
     }
@@ -516,9 +559,9 @@ fn on_established(ctx: &SockOpsContext, ops: &bpf_sock_ops, sk: *mut bpf_sock) {
         let flags = ops.bpf_sock_ops_cb_flags | OUR_CB_FLAGS;
         let _ = ctx.set_cb_flags(flags as i32);
         if s.active == 0 && has_flag(config_flags::SOCKOPS_PID) {
-            s.owner_pending = 1;
-            send_callbacks(ctx, ops, s, flags);
+            s.owner_pending = OWNER_TRIES;
         }
+        send_callbacks(ctx, ops, s, flags);
     }
 }
 

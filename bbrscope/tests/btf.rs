@@ -85,6 +85,7 @@ fn every_sampled_field_resolves_on_this_kernel() {
         ("sk_err", layout.sock.sk_err, sock["sk_err"].0),
         ("sk_flags", layout.sock.sk_flags, common["skc_flags"].0),
         ("sk_lock", layout.sock.sk_lock_owned.wrapping_sub(4), sock["sk_lock"].0),
+        ("prior_cwnd", layout.sock.prior_cwnd, pahole("tcp_sock")["prior_cwnd"].0),
     ];
     for (name, ours, theirs) in optional {
         assert_eq!(ours, theirs, "{name}");

@@ -210,6 +210,7 @@ impl Layout {
         sock.sk_err = opt("sock", "sk_err");
         sock.sk_flags = opt("sock", "__sk_common.skc_flags");
         sock.sk_lock_owned = opt("sock", "sk_lock.owned");
+        sock.prior_cwnd = opt("tcp_sock", "prior_cwnd");
         sock.net = opt("sock", "__sk_common.skc_net.net");
         sock.net_inum = opt("net", "ns.inum");
 
