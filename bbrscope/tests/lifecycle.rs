@@ -8,7 +8,7 @@ mod common;
 use std::{
     io::{Read as _, Write as _},
     net::{Shutdown, SocketAddr, TcpListener, TcpStream},
-    os::fd::AsRawFd as _,
+    os::{fd::AsRawFd as _, unix::fs::MetadataExt as _},
     thread,
     time::{Duration, Instant},
 };
@@ -431,10 +431,7 @@ fn owner_filters_select_by_process_and_namespace() {
     let link = Link::new("own");
     let listener = listener_in(&link.b, &link.b_ip, "cubic");
     let to = listener.local_addr().unwrap();
-    let netns_ino = {
-        use std::os::unix::fs::MetadataExt as _;
-        std::fs::metadata(format!("/run/netns/{}", link.a.name)).unwrap().ino()
-    };
+    let netns_ino = std::fs::metadata(format!("/run/netns/{}", link.a.name)).unwrap().ino();
     let port = to.port().to_string();
     let mut mine = Stream::start(&["--port", &port, "--pid", &std::process::id().to_string()]);
     let other_pid = Stream::start(&["--port", &port, "--pid", "1"]);
@@ -472,6 +469,11 @@ fn owner_filters_select_by_process_and_namespace() {
 /// A pre-fork worker: a child process named `name` that accepts one connection on `listener`,
 /// reads its request, answers 20 kB and exits.
 fn fork_worker(listener: &TcpListener, name: &str) -> libc::pid_t {
+    fork_worker_paced(listener, name, 1, 0)
+}
+
+/// As [`fork_worker`], answering with `chunks` writes of 20,000 bytes, `pause_ms` apart.
+fn fork_worker_paced(listener: &TcpListener, name: &str, chunks: usize, pause_ms: i64) -> libc::pid_t {
     let name = std::ffi::CString::new(name).unwrap();
     let fd = listener.as_raw_fd();
     // SAFETY: fork in a threaded process: the child calls only async-signal-safe functions
@@ -486,13 +488,17 @@ fn fork_worker(listener: &TcpListener, name: &str) -> libc::pid_t {
             let mut buf = [0u8; 64];
             libc::read(c, buf.as_mut_ptr().cast(), buf.len());
             let response = [0x5au8; 20_000];
-            let mut off = 0;
-            while off < response.len() {
-                let n = libc::write(c, response[off..].as_ptr().cast(), response.len() - off);
-                if n <= 0 {
-                    break;
+            let pause = libc::timespec { tv_sec: 0, tv_nsec: pause_ms * 1_000_000 };
+            for _ in 0..chunks {
+                let mut off = 0;
+                while off < response.len() {
+                    let n = libc::write(c, response[off..].as_ptr().cast(), response.len() - off);
+                    if n <= 0 {
+                        break;
+                    }
+                    off += n as usize;
                 }
-                off += n as usize;
+                libc::nanosleep(&pause, std::ptr::null_mut());
             }
             libc::close(c);
             libc::_exit(0);
@@ -551,6 +557,43 @@ fn a_pre_fork_servers_flows_belong_to_the_workers_that_write_them() {
     assert_eq!(shown[0]["comm"], "bbrs-wk1");
 }
 
+/// A connection open before bbrscope started names the process holding it then (as `ss -p`
+/// does): a forked worker, not the test process that listens; `--comm` selects it by that
+/// name, and another name leaves it out.
+#[test]
+fn a_connection_open_before_the_start_names_the_process_holding_it() {
+    require_root();
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let to = listener.local_addr().unwrap();
+    // 100 x 20 KB, 25 ms apart: about 2.5 s of sending, most of it after bbrscope starts.
+    let worker = fork_worker_paced(&listener, "bbrs-old", 100, 25);
+    let mut c = TcpStream::connect(to).unwrap();
+    c.write_all(b"GET\n").unwrap();
+    let client = c.local_addr().unwrap().to_string();
+    let reader = thread::spawn(move || drain(&mut c));
+    thread::sleep(Duration::from_millis(200));
+    let port = to.port().to_string();
+    let mut mine = Stream::start(&["--port", &port, "--comm", "bbrs-old"]);
+    let other = Stream::start(&["--port", &port, "--comm", "bbrs-none"]);
+    assert_eq!(reader.join().unwrap(), 100 * 20_000);
+    let mut status = 0;
+    // SAFETY: waitpid on our own child with a live status local.
+    assert_eq!(unsafe { libc::waitpid(worker, &mut status, 0) }, worker);
+    mine.wait_for(Duration::from_secs(10), |r| r["type"] == "flow_close" && r["dst"] == client);
+    let (_, mine, _) = mine.stop();
+    let (_, other, _) = other.stop();
+    let open = mine
+        .iter()
+        .find(|r| r["type"] == "flow_open" && r["dst"] == client)
+        .unwrap_or_else(|| panic!("--comm bbrs-old: no flow_open for the worker's connection: {mine:?}"));
+    assert_eq!(u(&open["pid"]), worker as u64, "{open}");
+    assert_eq!(open["comm"], "bbrs-old", "{open}");
+    assert!(open["side"].is_null(), "its opening was not seen: {open}");
+    let own_netns = std::fs::metadata("/proc/self/ns/net").unwrap().ino();
+    assert_eq!(u(&open["netns"]), own_netns, "{open}");
+    assert!(!other.iter().any(|r| r["dst"] == client), "--comm bbrs-none showed bbrs-old's connection: {other:?}");
+}
+
 /// Few connections open at the start are looked up one by one at each poll; many are found in
 /// one dump of every socket: both ways. And in a network namespace other than bbrscope's (a
 /// container's): polled through a sock_diag socket opened inside it.
@@ -587,7 +630,9 @@ fn polled_until_close(idle: usize, ns: Option<&Netns>) {
     let (_, records, _) = stream.stop();
     let open = open_for(&records, local).expect("flow_open of the connection open before the start");
     assert_eq!(open["cc"], "cubic");
-    assert!(open["pid"].is_null() && open["side"].is_null(), "its opening was not seen: {open}");
+    assert!(open["side"].is_null(), "its opening was not seen: {open}");
+    // The process holding it at the start: this test's.
+    assert_eq!(u(&open["pid"]), u64::from(std::process::id()), "{open}");
     let samples: Vec<&Value> = of_flow(&records, "sample", &open["cookie"]).collect();
     assert!(samples.len() >= 4, "polled at 250 ms for ~2.5 s: only {} samples", samples.len());
     let mut last = 0;
@@ -628,11 +673,12 @@ fn the_snapshot_of_open_connections_leaves_out_those_the_kernel_program_watches(
     let after = TcpStream::connect(listener.local_addr().unwrap()).unwrap();
     let (after_served, _) = listener.accept().unwrap();
     let filter = FilterSpec::new(Some(port), None, None, None).unwrap();
-    let snapshot = Existing::snapshot(&filter, observer.socket_storage(), false).unwrap();
+    let owners = Default::default();
+    let snapshot = Existing::snapshot(&filter, &owners, observer.socket_storage(), false).unwrap();
     // Both ends of the connection from before (`--port` matches either end).
     assert_eq!(snapshot.len(), 2, "only the connection open before the attach is polled");
     // Without the storage check both connections would be: the window is real.
-    assert_eq!(Existing::snapshot(&filter, None, false).unwrap().len(), 4);
+    assert_eq!(Existing::snapshot(&filter, &owners, None, false).unwrap().len(), 4);
     drop((before, before_served, after, after_served));
 }
 

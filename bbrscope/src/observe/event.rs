@@ -198,7 +198,8 @@ pub struct OpenEvent {
     pub head: Head,
     pub cc: Name,
     pub owner: Owner,
-    /// When connect() was called or the socket was accepted (CLOCK_MONOTONIC ns).
+    /// When connect() was called or the socket was accepted (CLOCK_MONOTONIC ns); 0 for a
+    /// connection open before bbrscope started (its start was not seen).
     pub start_ns: u64,
     /// Retransmits before the flow was established (SYN or SYN-ACK).
     pub retrans_at_open: u32,

@@ -315,7 +315,8 @@ impl FlowTable {
             // it was lost, the next sample still introduces the flow).
             let (cc, first_bytes_acked) = match ev {
                 Event::Sample(s) => (s.cc, s.metrics.bytes_acked),
-                Event::Open(o) => (o.cc, Some(0)),
+                // A connection open before bbrscope started (start 0): counted from its first sample.
+                Event::Open(o) => (o.cc, (o.start_ns != 0).then_some(0)),
                 _ => return Change::Unknown,
             };
             // The flow started when it was established or accepted: its OPEN record is sent
@@ -328,7 +329,7 @@ impl FlowTable {
             life.note_cc(cc);
             if let Event::Open(o) = ev {
                 life.owner = Some(o.owner.clone());
-                life.start_ns = Some(o.start_ns);
+                life.start_ns = (o.start_ns != 0).then_some(o.start_ns);
                 life.retrans_at_open = o.retrans_at_open;
                 life.summary_only = o.summary_only;
             }
@@ -373,6 +374,10 @@ impl FlowTable {
                 change = Change::Ended;
             }
             Event::Sample(s) => {
+                if flow.metrics.is_none() && flow.first_bytes_acked.is_none() {
+                    // Opened without a baseline (a connection older than bbrscope): its first sample's.
+                    flow.first_bytes_acked = s.metrics.bytes_acked;
+                }
                 if let (Some(prev), Some(now)) = (flow.metrics.as_ref(), s.metrics.bytes_acked) {
                     flow.throughput_bps =
                         rate(prev.bytes_acked, now, flow.last_sample_ns, h.ts_ns).or(flow.throughput_bps);

@@ -230,10 +230,10 @@ impl Live {
             );
         }
         // After attaching: every connection is then either in this snapshot or seen opening.
-        // Owner filters cannot apply to connections whose opening was not seen.
-        let existing = match observer.path == ObserverPath::Sockops && opts.owner.is_empty() {
+        let existing = match observer.path == ObserverPath::Sockops {
             true => match Existing::snapshot(
                 &opts.filter,
+                &opts.owner,
                 observer.socket_storage(),
                 layout.bbr.as_ref().and_then(|b| b.version) == Some(Version::V1),
             ) {

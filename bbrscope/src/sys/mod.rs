@@ -7,4 +7,5 @@ pub mod kconfig;
 pub mod netlink;
 pub mod netns;
 pub mod privileges;
+pub mod procfd;
 pub mod sockdiag;

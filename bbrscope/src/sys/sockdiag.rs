@@ -122,6 +122,8 @@ pub struct Socket {
     pub bbr: Option<BbrInfo>,
     /// The socket holds a value in the socket-storage map the dump asked about.
     pub in_storage: bool,
+    /// The socket's inode, as `/proc/PID/fd` links name it (0 once no file refers to it).
+    pub inode: u64,
 }
 
 /// Every TCP socket in `states` (a bit mask of `1 << tcp_state`) of both address families; with
@@ -210,6 +212,7 @@ fn parse(d: &[u8]) -> Option<Socket> {
         info: None,
         bbr: None,
         in_storage: false,
+        inode: u32::from_ne_bytes(d[68..72].try_into().unwrap()).into(),
     };
     for (kind, v) in attrs(&d[INET_DIAG_MSG_LEN..]) {
         match kind {
@@ -247,6 +250,7 @@ mod tests {
         m[24..28].copy_from_slice(&[198, 51, 100, 7]);
         m[44..48].copy_from_slice(&7u32.to_ne_bytes());
         m[48..52].copy_from_slice(&1u32.to_ne_bytes());
+        m[68..72].copy_from_slice(&4_026_532u32.to_ne_bytes());
         let mut info = vec![0u8; 232];
         info[1] = 3; // recovery
         info[80..84].copy_from_slice(&42u32.to_ne_bytes());
@@ -269,6 +273,7 @@ mod tests {
         assert_eq!(s.src.to_string(), "192.0.2.1:443");
         assert_eq!(s.dst.to_string(), "198.51.100.7:51000");
         assert_eq!(s.cookie, (1 << 32) | 7);
+        assert_eq!(s.inode, 4_026_532);
         assert_eq!(s.cc.as_deref(), Some("cubic"));
         assert!(s.in_storage);
         let i = s.info.unwrap();

@@ -540,35 +540,48 @@ fn check_late(out: &Output, server: SocketAddr, client: SocketAddr) -> Result<(b
     Ok((pass, format!("server's end {s:?}, client's {c:?}")))
 }
 
-/// A forked worker named `bbrs-wk` accepts one connection on this process's listener and
-/// answers it, as a pre-fork server's do. (server, client) addresses and the worker's pid.
-fn pre_fork_worker(port: u16) -> Result<(SocketAddr, SocketAddr, i32)> {
-    let listener = TcpListener::bind(("127.0.0.1", port))?;
+/// A forked child named `name` accepts one connection on `listener` and answers its request
+/// with `chunks` writes of 20,000 bytes `pause_ms` apart, or until the client goes: a pre-fork
+/// server's worker. Its pid.
+fn fork_server(listener: &TcpListener, name: &std::ffi::CStr, chunks: usize, pause_ms: i64) -> Result<i32> {
     let fd = listener.as_raw_fd();
-    // SAFETY: the child calls only async-signal-safe functions (prctl, accept, read, write,
-    // close, _exit) on its own stack.
+    // SAFETY: the child calls only async-signal-safe functions (prctl, accept, read, send,
+    // nanosleep, close, _exit) on its own stack and on `name`, made before the fork.
     let pid = unsafe { libc::fork() };
     ensure!(pid >= 0, "fork: {}", std::io::Error::last_os_error());
     if pid == 0 {
         // SAFETY: as above; each pointer is to a live local of the size given.
         unsafe {
-            libc::prctl(libc::PR_SET_NAME, c"bbrs-wk".as_ptr());
+            libc::prctl(libc::PR_SET_NAME, name.as_ptr());
             let conn = libc::accept(fd, std::ptr::null_mut(), std::ptr::null_mut());
             let mut buf = [0u8; 4];
             libc::read(conn, buf.as_mut_ptr().cast(), buf.len());
             let response = [0x5au8; 20_000];
-            let mut off = 0;
-            while off < response.len() {
-                let n = libc::write(conn, response[off..].as_ptr().cast(), response.len() - off);
-                if n <= 0 {
-                    break;
+            let pause = libc::timespec { tv_sec: 0, tv_nsec: pause_ms * 1_000_000 };
+            'chunks: for _ in 0..chunks {
+                let mut off = 0;
+                while off < response.len() {
+                    // MSG_NOSIGNAL: a client that went is an error here, not a SIGPIPE.
+                    let n = libc::send(conn, response[off..].as_ptr().cast(), response.len() - off, libc::MSG_NOSIGNAL);
+                    if n <= 0 {
+                        break 'chunks;
+                    }
+                    off += n as usize;
                 }
-                off += n as usize;
+                libc::nanosleep(&pause, std::ptr::null_mut());
             }
             libc::close(conn);
             libc::_exit(0);
         }
     }
+    Ok(pid)
+}
+
+/// A pre-fork worker named `bbrs-wk` accepts one connection on this process's listener and
+/// answers it with 20,000 bytes. (server, client) addresses and the worker's pid.
+fn pre_fork_worker(port: u16) -> Result<(SocketAddr, SocketAddr, i32)> {
+    let listener = TcpListener::bind(("127.0.0.1", port))?;
+    let pid = fork_server(&listener, c"bbrs-wk", 1, 0)?;
     let mut c = TcpStream::connect(("127.0.0.1", port))?;
     c.write_all(b"GET\n")?;
     let mut got = Vec::new();
@@ -578,6 +591,59 @@ fn pre_fork_worker(port: u16) -> Result<(SocketAddr, SocketAddr, i32)> {
     unsafe { libc::waitpid(pid, &mut status, 0) };
     ensure!(got.len() == 20_000, "pre-fork worker: client got {} bytes", got.len());
     Ok((SocketAddr::from(([127, 0, 0, 1], port)), c.local_addr()?, pid))
+}
+
+/// A connection opened before bbrscope starts: a forked worker named `bbrs-old` sends on it,
+/// 20,000 bytes every 50 ms, until [`OldConnection::end`] closes the client's end.
+struct OldConnection {
+    server: SocketAddr,
+    client: SocketAddr,
+    pid: i32,
+    reader: std::thread::JoinHandle<()>,
+    conn: TcpStream,
+}
+
+impl OldConnection {
+    fn open(port: u16) -> Result<Self> {
+        let listener = TcpListener::bind(("127.0.0.1", port))?;
+        let pid = fork_server(&listener, c"bbrs-old", usize::MAX, 50)?;
+        let mut conn = TcpStream::connect(("127.0.0.1", port))?;
+        conn.write_all(b"GET\n")?;
+        let mut reading = conn.try_clone()?;
+        let reader = std::thread::spawn(move || {
+            let mut buf = vec![0u8; 1 << 16];
+            while reading.read(&mut buf).is_ok_and(|n| n > 0) {}
+        });
+        Ok(OldConnection {
+            server: SocketAddr::from(([127, 0, 0, 1], port)),
+            client: conn.local_addr()?,
+            pid,
+            reader,
+            conn,
+        })
+    }
+
+    /// Closes the client's end; the worker's next send fails and it exits.
+    fn end(self) -> (SocketAddr, SocketAddr, i32) {
+        let _ = self.conn.shutdown(Shutdown::Both);
+        let _ = self.reader.join();
+        let mut status = 0;
+        // SAFETY: waitpid on our own child, with a live status local.
+        unsafe { libc::waitpid(self.pid, &mut status, 0) };
+        (self.server, self.client, self.pid)
+    }
+}
+
+/// A connection open before the start names the process holding it (read from /proc as `ss -p`
+/// does, so on every kernel, whatever its sock_ops programs can see).
+fn check_old_owner(out: &Output, server: SocketAddr, client: SocketAddr, pid: i32) -> (bool, String) {
+    let Some(open) =
+        out.flow("flow_open", &server.to_string()).into_iter().find(|r| r["dst"] == client.to_string().as_str())
+    else {
+        return (false, "no flow_open for the connection open before the start".into());
+    };
+    let pass = open["pid"].as_i64() == Some(i64::from(pid)) && open["comm"] == "bbrs-old";
+    (pass, format!("worker {pid} bbrs-old; flow_open pid {} comm {}", open["pid"], open["comm"]))
 }
 
 /// The flow's owner is the worker that wrote it, as far as this kernel lets sock_ops programs
@@ -672,6 +738,7 @@ fn preempted_short_flows() -> Result<(bool, String)> {
 /// Returns the observer path bbrscope chose (`stats.observer`).
 fn fidelity(rep: &mut Report, observer: &str, extra: &[&str]) -> Result<Option<String>> {
     let args = [&["--observer", observer, "--interval", "100"], extra].concat();
+    let old = OldConnection::open(5009);
     let stream = Stream::start(&format!("fidelity-{observer}"), &args)?;
     let cubic = bulk(v4(5001), "cubic", BULK_SECS);
     let cubic_src = cubic.as_ref().map(|b| b.local.to_string()).unwrap_or_default();
@@ -682,6 +749,7 @@ fn fidelity(rep: &mut Report, observer: &str, extra: &[&str]) -> Result<Option<S
     let short = short_flow(5003);
     let late = late_request(5007);
     let worker = pre_fork_worker(5008);
+    let old = old.map(OldConnection::end);
     let out = stream.stop()?;
     let path = out.observer();
     rep.send(json!({"kind": "run", "observer_arg": observer, "observer": path, "stderr": out.stderr,
@@ -734,6 +802,11 @@ fn fidelity(rep: &mut Report, observer: &str, extra: &[&str]) -> Result<Option<S
             Ok((server, client, pid)) => rep.check(&p("writer_owner"), check_writer(&out, server, client, pid)),
             Err(e) => rep.test(&p("writer_owner"), false, format!("{e:#}")),
         }
+        let (pass, said) = match old {
+            Ok((server, client, pid)) => check_old_owner(&out, server, client, pid),
+            Err(e) => (false, format!("{e:#}")),
+        };
+        rep.test(&p("old_connection_owner"), pass, said);
     }
     if path.as_deref() == Some("sockops") {
         let (pass, said) = check_sample_clock(&out, &cubic_src);

@@ -3,7 +3,9 @@
 //! they are polled through sock_diag, as `ss -tin` reads them, until they close — in every
 //! network namespace bbrscope can enter, through a sock_diag socket opened inside each (a
 //! socket answers for the namespace it was created in). They get samples and a `flow_close`,
-//! but no owner and no `flow_summary` (their start was not seen).
+//! but no `flow_summary` (their start was not seen). Their owner is the process holding the
+//! socket when bbrscope started, found through /proc as `ss -p` finds it (see
+//! [`crate::sys::procfd`]): the `--comm`/`--pid`/`--netns` filters select them by it.
 
 use std::{
     collections::{HashMap, HashSet},
@@ -15,12 +17,13 @@ use anyhow::Result;
 
 use crate::{
     observe::clock::Clock,
-    observe::event::{Bbr, CaState, Event, Head, Metrics, SampleEvent},
+    observe::event::{Bbr, CaState, Event, Head, Metrics, OpenEvent, Owner, SampleEvent},
     observe::filter::FilterSpec,
     observe::name::Name,
+    observe::session::OwnerFilter,
     sys::{
         netlink::Netlink,
-        netns,
+        netns, procfd,
         sockdiag::{self, CONNECTED, Socket},
     },
 };
@@ -72,6 +75,8 @@ struct Space {
     /// Cookies (unique host-wide) of those still open, with what was last seen.
     open: HashMap<u64, Polled>,
     nl: Netlink,
+    /// The namespace's inode, as flows' owners name it.
+    netns: u32,
 }
 
 impl Space {
@@ -84,6 +89,7 @@ impl Space {
     /// A kernel that cannot say (before 5.2, or without CAP_BPF) leaves that short window open
     /// rather than the snapshot failing: `unseen_storage` gets why.
     fn here(
+        netns: u64,
         filter: &FilterSpec,
         storage: Option<BorrowedFd<'_>>,
         unseen_storage: &mut Option<String>,
@@ -100,15 +106,17 @@ impl Space {
         let open = sockets
             .into_iter()
             .filter(|s| !s.in_storage && filter.may_match(s.src, s.dst))
-            .map(|socket| (socket.cookie, Polled { socket, last: None, shown: false }))
+            .map(|socket| (socket.cookie, Polled { socket, owner: Owner::default(), last: None, shown: false }))
             .collect();
-        Ok(Space { open, nl })
+        Ok(Space { open, nl, netns: netns as u32 })
     }
 }
 
 struct Polled {
     /// As the snapshot found it: what a lookup asks for.
     socket: Socket,
+    /// The process that held it at the start, and its namespace.
+    owner: Owner,
     last: Option<SampleEvent>,
     /// A sample went out: the connection is a flow for the sinks, and gets a `flow_close`.
     shown: bool,
@@ -117,19 +125,40 @@ struct Polled {
 impl Existing {
     /// The connections open now in every network namespace (call once the observer is
     /// attached, so that a connection is either here or seen opening by the observer).
-    pub fn snapshot(filter: &FilterSpec, storage: Option<BorrowedFd<'_>>, bbr_v1: bool) -> Result<Self> {
+    /// Only those whose owner passes `owners` are kept.
+    pub fn snapshot(
+        filter: &FilterSpec,
+        owners: &OwnerFilter,
+        storage: Option<BorrowedFd<'_>>,
+        bbr_v1: bool,
+    ) -> Result<Self> {
         let mut unseen_storage = None;
-        let mut spaces = vec![Space::here(filter, storage, &mut unseen_storage)?];
+        let own = netns::current()?.ino;
+        let mut spaces = vec![Space::here(own, filter, storage, &mut unseen_storage)?];
         let mut unreachable = 0;
         // Namespaces found through /run/netns and /proc/*/ns/net; one that has gone meanwhile
         // has no connections left to poll.
         for ns in netns::all().unwrap_or_default() {
-            match netns::run(&ns, || Space::here(filter, storage, &mut unseen_storage)) {
+            match netns::run(&ns, || Space::here(ns.ino, filter, storage, &mut unseen_storage)) {
                 Ok(space) if !space.open.is_empty() => spaces.push(space),
                 Ok(_) => {}
                 Err(_) if netns::still_there(&ns) => unreachable += 1,
                 Err(_) => {}
             }
+        }
+        let inodes: Vec<u64> = spaces.iter().flat_map(|s| s.open.values().map(|p| p.socket.inode)).collect();
+        let holders = procfd::holders(&inodes);
+        for space in &mut spaces {
+            for p in space.open.values_mut() {
+                let holder = holders.get(&p.socket.inode);
+                p.owner = Owner {
+                    pid: holder.map(|h| h.pid),
+                    comm: holder.map(|h| h.comm),
+                    netns: Some(space.netns),
+                    ..Owner::default()
+                };
+            }
+            space.open.retain(|_, p| owners.passes(&p.owner));
         }
         Ok(Existing { spaces, filter: filter.clone(), unreachable, unseen_storage, bbr_v1 })
     }
@@ -184,6 +213,17 @@ impl Space {
                 None => false,
             };
             if sent {
+                if !slot.shown {
+                    // Who owns it, before its first sample (its start was not seen: no start time).
+                    out.push(Event::Open(Box::new(OpenEvent {
+                        head: ev.head.clone(),
+                        cc: ev.cc,
+                        owner: slot.owner.clone(),
+                        start_ns: 0,
+                        retrans_at_open: 0,
+                        summary_only: false,
+                    })));
+                }
                 ev.head.first = !slot.shown;
                 slot.shown = true;
                 out.push(Event::Sample(Box::new(ev.clone())));
