@@ -395,7 +395,7 @@ pub struct FlowEnd {
     /// ACKs the kernel took its slow path for (SACK blocks, window changes, out of order), each
     /// a callback of the sock_ops program.
     pub slow_path_acks: u32,
-    /// Send-path callbacks: packets built (and MSS checks) while the flow's srtt was longer
+    /// Send-path callbacks: packets built while the flow's srtt was longer
     /// than the sample interval.
     pub send_events: u32,
 }

@@ -25,10 +25,11 @@
 //! - HDR_OPT_LEN_CB (with the WRITE_HDR_OPT flag, since 5.10), only while the flow's srtt is
 //!   longer than `--interval`, or until the process writing to an accepted connection is seen:
 //!   the kernel asks it how much header-option room each packet it builds needs (the program
-//!   reserves none, so nothing is written), on every segment sent and at each MSS check. On a
-//!   long path the ACKs that release new data clock those sends, so samples keep `--interval`
-//!   between round trips; on a short one the RTT callback already comes often enough. The first
-//!   write's MSS check runs in the writer's context: the flow's owner (see `writer`).
+//!   reserves none, so nothing is written), on every segment sent — and at each MSS check,
+//!   where there is no packet and the program returns at once. On a long path the ACKs that
+//!   release new data clock those sends, so samples keep `--interval` between round trips; on a
+//!   short one the RTT callback already comes often enough. A write's first packet is built in
+//!   the writer's context: the flow's owner (see `writer`).
 //!   These three are the per-ACK path, kept to a storage lookup, a few context loads and a
 //!   tick-counter read until a sample is due.
 //! - RETRANS_CB: every retransmission with its error code (failed attempts are not counted).
@@ -180,7 +181,10 @@ pub fn bbrscope_sockops(ctx: SockOpsContext) -> u32 {
         match ops.op {
             BPF_SOCK_OPS_RTT_CB => on_ack(&ctx, ops, sk, Ack::Round),
             BPF_SOCK_OPS_PARSE_HDR_OPT_CB => on_ack(&ctx, ops, sk, Ack::Slow),
-            BPF_SOCK_OPS_HDR_OPT_LEN_CB => on_ack(&ctx, ops, sk, Ack::Send),
+            // Without a packet (skb_tcp_flags 0: every packet has a flag, ACK at least) the kernel
+            // is only checking the MSS (`tcp_current_mss`), about twice per packet sent: nothing
+            // moved, so back at once, before the storage lookup.
+            BPF_SOCK_OPS_HDR_OPT_LEN_CB if ops.skb_tcp_flags != 0 => on_ack(&ctx, ops, sk, Ack::Send),
             BPF_SOCK_OPS_RETRANS_CB => on_retransmit(&ctx, ops, sk),
             BPF_SOCK_OPS_STATE_CB => on_state(&ctx, ops, sk),
             BPF_SOCK_OPS_TCP_CONNECT_CB => on_connect(&ctx, ops, sk),
