@@ -632,3 +632,60 @@ fn experiment_dashboard_keeps_the_flow_views_a_tab_away() {
     assert_eq!(plain.view, View::Flows);
     assert_eq!(key(&mut app, KeyCode::Char('q')), Action::Quit);
 }
+
+/// Where a number with a unit is cut short in a line (`13.9Mb`, `4.9Mbi`, `63µ`, `25.4ms/1.3`):
+/// the text after the cut, else None.
+fn cut_unit(line: &str) -> Option<String> {
+    let c: Vec<char> = line.chars().collect();
+    let rest = |i: usize| c[i..].iter().collect::<String>();
+    for i in 1..c.len() {
+        if !c[i - 1].is_ascii_digit() {
+            continue;
+        }
+        let ok = match c[i] {
+            'k' | 'M' | 'G' if c.get(i + 1) == Some(&'b') => rest(i + 1).starts_with("bit/s"),
+            'µ' | 'm' if c.get(i + 1).is_none_or(|n| !n.is_alphabetic()) => {
+                rest(i).starts_with("µs") || rest(i).starts_with("ms")
+            }
+            _ => true,
+        };
+        if !ok {
+            return Some(rest(i - 1));
+        }
+    }
+    // RTT/MIN: the min after the slash keeps its unit.
+    for (at, _) in line.match_indices("s/") {
+        let after: String = line[at + 2..].chars().take_while(|ch| ch.is_ascii_digit() || *ch == '.').collect();
+        if !after.is_empty() {
+            let unit = &line[at + 2 + after.len()..];
+            if !(unit.starts_with("ms") || unit.starts_with("µs")) {
+                return Some(line[at..].to_string());
+            }
+        }
+    }
+    None
+}
+
+/// At any width from 64 to 160 columns no number on the screen is cut mid-unit: narrow tables
+/// shorten rates (`13.9M` under `BIT/S`) and leave out RTT's min (under 75 columns also the
+/// local port and retransmission rate), and the detail and footer lines drop whole parts; at 80
+/// columns the flows' rates and RTTs are there, shortened.
+#[test]
+fn narrow_terminals_shorten_numbers_instead_of_cutting_them() {
+    assert_eq!(cut_unit("13.9Mb 28"), Some("9Mb 28".into()));
+    assert_eq!(cut_unit("18.5ms/63µ"), Some("3µ".into()));
+    assert_eq!(cut_unit("25.4ms/1.3 3.5"), Some("s/1.3 3.5".into()));
+    assert_eq!(cut_unit("13.9Mbit/s 18.5ms/63µs 925k 1.2 mode"), None);
+    let app = played("cubic-vs-bbr.ndjson");
+    for w in 64..=160 {
+        for line in lines(&render(&app, w, 24, Theme { color: false })) {
+            assert_eq!(cut_unit(&line), None, "at {w} columns: {line}");
+        }
+    }
+    let text = lines(&render(&app, 80, 24, Theme { color: false }));
+    let row = |cc: &str| text.iter().find(|l| l.contains(&format!(" {cc} "))).unwrap().clone();
+    assert!(text[2].contains("BIT/S") && text[2].contains("RTT "), "{}", text[2]);
+    assert!(row("bbr").contains(" 13.9M ") && row("bbr").contains(" 18.5ms "), "{}", row("bbr"));
+    assert!(row("cubic").contains(" 4.87M ") && row("cubic").contains(" 25.4ms "), "{}", row("cubic"));
+    assert!(text.iter().any(|l| l.contains("· retrans 9031")), "the detail's last part, after one left out");
+}

@@ -60,7 +60,7 @@ pub fn draw(f: &mut Frame, area: Rect, app: &App, theme: &Theme) {
     let [words, state, charts] =
         Layout::vertical([Constraint::Length(text_rows), Constraint::Length(1), Constraint::Min(0)]).areas(inner);
     f.render_widget(Paragraph::new(verdict.explain(&flow.cc)).wrap(Wrap { trim: true }).style(theme.warn()), words);
-    f.render_widget(state_line(flow, theme), state);
+    f.render_widget(Line::from(fmt::fit(state_line(flow, theme), state.width.into())), state);
     if charts.height < 5 {
         return;
     }
@@ -129,19 +129,17 @@ pub fn draw(f: &mut Frame, area: Rect, app: &App, theme: &Theme) {
     }
 }
 
-fn state_line<'a>(flow: &Flow, theme: &Theme) -> Line<'a> {
-    let Some(m) = flow.metrics.as_ref() else { return Line::raw("") };
+/// The flow's state in parts, each shown whole or not at all (see [`fmt::fit`]).
+fn state_line(flow: &Flow, theme: &Theme) -> Vec<Span<'static>> {
+    let Some(m) = flow.metrics.as_ref() else { return Vec::new() };
     let opt = |v: Option<u32>| v.map(|v| v.to_string()).unwrap_or("-".into());
-    let mut spans = vec![Span::raw(format!(
-        "cwnd {} ssthresh {} · rtt {} min {} · pacing {} delivery {} · retrans {}",
-        opt(m.cwnd),
-        m.ssthresh.map(|v| v.to_string()).unwrap_or("∞".into()),
-        fmt::opt_ms(m.srtt_us),
-        fmt::opt_ms(m.min_rtt_us),
-        fmt::opt_bps(m.pacing_rate_bps),
-        fmt::opt_bps(m.delivery_rate_bps),
-        opt(m.retrans_total),
-    ))];
+    let mut spans = vec![
+        Span::raw(format!("cwnd {} ssthresh {}", opt(m.cwnd), m.ssthresh.map(|v| v.to_string()).unwrap_or("∞".into()))),
+        Span::raw(format!(" · rtt {} min {}", fmt::opt_ms(m.srtt_us), fmt::opt_ms(m.min_rtt_us))),
+        Span::raw(format!(" · pacing {}", fmt::opt_bps(m.pacing_rate_bps))),
+        Span::raw(format!(" · delivery {}", fmt::opt_bps(m.delivery_rate_bps))),
+        Span::raw(format!(" · retrans {}", opt(m.retrans_total))),
+    ];
     if let Some(b) = &m.bbr {
         spans.push(Span::styled(
             format!(
@@ -160,5 +158,5 @@ fn state_line<'a>(flow: &Flow, theme: &Theme) -> Line<'a> {
     {
         spans.push(Span::styled(format!(" · CUBIC W_max {w}"), theme.cc("cubic")));
     }
-    Line::from(spans)
+    spans
 }

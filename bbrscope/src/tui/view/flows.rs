@@ -17,6 +17,13 @@ use crate::{
 pub fn draw(f: &mut Frame, area: Rect, app: &App, flows: &[&Flow], theme: &Theme) {
     let now = app.view_now();
     let wide = area.width >= 120;
+    // Below this the full columns (87 columns inside the border) would be cut mid-number:
+    // rates are shortened (`48.3M` under `BIT/S`) and RTT loses its min (the detail shows it).
+    let narrow = area.width < 89;
+    // Below this even those do not fit: the local port and the retransmission rate go (the
+    // detail below shows both).
+    let tiny = area.width < 75;
+    let keep = |i: usize| !tiny || (i != 2 && i != 7);
     // Only the rows that fit are built (and diagnosed): with thousands of flows the rest would
     // cost a frame's worth of CPU for nothing.
     let fit = area.height.saturating_sub(3).max(1) as usize;
@@ -31,10 +38,10 @@ pub fn draw(f: &mut Frame, area: Rect, app: &App, flows: &[&Flow], theme: &Theme
         "PEER",
         "LOCAL",
         if experiment { "CC ARM" } else { "CC" },
-        "THRPUT",
+        if narrow { "BIT/S" } else { "THRPUT" },
         "CWND",
-        "RTT/MIN",
-        "RETR/s",
+        if narrow { "RTT" } else { "RTT/MIN" },
+        if narrow { "RTX/s" } else { "RETR/s" },
         "VERDICT",
     ];
     if wide {
@@ -54,8 +61,9 @@ pub fn draw(f: &mut Frame, area: Rect, app: &App, flows: &[&Flow], theme: &Theme
                 _ => theme.dim(),
             };
             let mark = if app.marked.contains(&fl.id) { "◆" } else { " " };
-            let rtt =
-                format!("{}/{}", fmt::opt_ms(m.and_then(|m| m.srtt_us)), fmt::opt_ms(m.and_then(|m| m.min_rtt_us)));
+            let srtt = fmt::opt_ms(m.and_then(|m| m.srtt_us));
+            let rtt = if narrow { srtt } else { format!("{srtt}/{}", fmt::opt_ms(m.and_then(|m| m.min_rtt_us))) };
+            let thrput = if narrow { fmt::opt_bps_short(fl.throughput_bps) } else { fmt::opt_bps(fl.throughput_bps) };
             let retr = fl
                 .retrans_per_s(now.saturating_sub(diagnose::WINDOW_NS))
                 .map(|r| format!("{r:.1}"))
@@ -65,7 +73,7 @@ pub fn draw(f: &mut Frame, area: Rect, app: &App, flows: &[&Flow], theme: &Theme
                 Cell::from(fl.dst.to_string()),
                 Cell::from(format!(":{}", fl.src.port())),
                 Cell::from(Span::styled(cc_cell(fl, experiment), theme.cc(&fl.cc))),
-                Cell::from(fmt::opt_bps(fl.throughput_bps)),
+                Cell::from(thrput),
                 Cell::from(m.and_then(|m| m.cwnd).map(|c| c.to_string()).unwrap_or("-".into())),
                 Cell::from(rtt),
                 Cell::from(retr),
@@ -77,24 +85,42 @@ pub fn draw(f: &mut Frame, area: Rect, app: &App, flows: &[&Flow], theme: &Theme
                     [Cell::from(fmt::opt_bps(m.and_then(|m| m.pacing_rate_bps))), Cell::from(fl.ca_state.as_str())],
                 );
             }
-            let row = Row::new(cells);
+            let row = Row::new(cells.into_iter().enumerate().filter(|(i, _)| keep(*i)).map(|(_, c)| c));
             if fl.closed_ns.is_some() { row.style(theme.dim()) } else { row }
         })
         .collect();
-    let mut widths = vec![
-        Constraint::Length(1),
-        Constraint::Min(16),
-        Constraint::Length(6),
-        Constraint::Length(if experiment { 8 } else { 6 }),
-        Constraint::Length(10),
-        Constraint::Length(6),
-        Constraint::Length(15),
-        Constraint::Length(6),
-        Constraint::Min(13),
-    ];
+    let mut widths = if narrow {
+        // 1 + 15 + 6 + 5 + 5 + 5 + 6 + 5 + 17 and 8 spaces: 73 of the 78 inside 80 columns,
+        // the rest to the peer (a full IPv4 address and port) and the verdict; 60 when tiny.
+        vec![
+            Constraint::Length(1),
+            Constraint::Min(15),
+            Constraint::Length(6),
+            Constraint::Length(if experiment { 8 } else { 5 }),
+            Constraint::Length(5),
+            Constraint::Length(5),
+            Constraint::Length(6),
+            Constraint::Length(5),
+            Constraint::Min(17),
+        ]
+    } else {
+        vec![
+            Constraint::Length(1),
+            Constraint::Min(16),
+            Constraint::Length(6),
+            Constraint::Length(if experiment { 8 } else { 6 }),
+            Constraint::Length(10),
+            Constraint::Length(6),
+            Constraint::Length(15),
+            Constraint::Length(6),
+            Constraint::Min(13),
+        ]
+    };
     if wide {
         widths.splice(7..7, [Constraint::Length(10), Constraint::Length(9)]);
     }
+    let header = header.into_iter().enumerate().filter(|(i, _)| keep(*i)).map(|(_, h)| h);
+    let widths = widths.into_iter().enumerate().filter(|(i, _)| keep(*i)).map(|(_, w)| w);
     let title = Line::from(vec![
         Span::styled(" flows ", theme.title()),
         Span::styled(format!("({}) ", flows.len()), theme.dim()),

@@ -59,12 +59,14 @@ pub fn draw(f: &mut Frame, area: Rect, app: &App, theme: &Theme) {
             spans.push(Span::styled("· no drops ", theme.good()));
         }
     }
+    // The keys stay visible however narrow the terminal; of the rest, the parts that fit, whole.
+    let keys = if app.experiment.is_some() { " ? help  q end the experiment " } else { " ? help  q quit " };
+    let [left, right] = Layout::horizontal([Constraint::Min(0), Constraint::Length(keys.len() as u16)]).areas(area);
+    let mut spans = fmt::fit(spans, left.width.into());
+    // A notice (what this kernel lacks) is long: what fits of it, after the rest.
     if let Some(n) = app.notices.first() {
         spans.push(Span::styled(format!("· {n} "), theme.warn()));
     }
-    // The keys stay visible however narrow the terminal; the rest is cut from the right.
-    let keys = if app.experiment.is_some() { " ? help  q end the experiment " } else { " ? help  q quit " };
-    let [left, right] = Layout::horizontal([Constraint::Min(0), Constraint::Length(keys.len() as u16)]).areas(area);
     f.render_widget(Line::from(spans), left);
     f.render_widget(Line::styled(keys, theme.dim()), right);
 }
