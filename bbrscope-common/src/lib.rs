@@ -95,6 +95,11 @@ pub struct SockLayout {
     pub sk_lock_owned: u32,
     /// `tcp_sock.prior_cwnd`: the window when the kernel last began to reduce it for a loss.
     pub prior_cwnd: u32,
+    /// `sk_socket` (pointer to the `struct socket` a process's file refers to; null once closed)
+    /// and the socket's inode number behind it (`socket_alloc.vfs_inode.i_ino`, from the
+    /// `struct socket`, which `socket_alloc` begins with).
+    pub sk_socket: u32,
+    pub socket_ino: u32,
 }
 
 /// Optional in-kernel filters; each applies only when its bit is set in `flags`.
@@ -243,6 +248,8 @@ impl Config {
                 sk_flags: u32::MAX,
                 sk_lock_owned: u32::MAX,
                 prior_cwnd: u32::MAX,
+                sk_socket: u32::MAX,
+                socket_ino: u32::MAX,
             },
             fields: [FieldSpec { off: 0, len: 0 }; MAX_FIELDS],
             span: Span { off: 0, len: 0 },
@@ -353,7 +360,9 @@ pub struct Owner {
     pub start_ns: u64,
     /// `total_retrans` when the flow was established (SYN/SYN-ACK retransmits).
     pub retrans_at_open: u32,
-    pub _pad2: u32,
+    /// Where the kernel could not name the process (`tgid` 0): the socket's inode, which
+    /// userspace looks up in /proc as `ss -p` does; 0 when not read or already closed.
+    pub sock_ino: u32,
 }
 
 /// A flow's last record on the sock_ops path (`kind::END`): its final sample (whose header is

@@ -504,6 +504,14 @@ fn read_opt<T: Copy + Default>(base: u64, off: u32) -> T {
     if off == u32::MAX { T::default() } else { read(base, off) }
 }
 
+/// The inode number of the socket's file (what `/proc/PID/fd` links name), 0 once the
+/// application closed it. Socket inodes are 32-bit (`get_next_ino`).
+#[inline(always)]
+fn socket_ino(sk: u64) -> u32 {
+    let sock: u64 = read_opt(sk, conf!(sock.sk_socket));
+    if sock == 0 { 0 } else { read_opt::<u64>(sock, conf!(sock.socket_ino)) as u32 }
+}
+
 /// connect(): process context, so the owner is the current task.
 #[inline(always)]
 fn on_connect(ctx: &SockOpsContext, ops: &bpf_sock_ops, sk: *mut bpf_sock) {
@@ -744,7 +752,7 @@ fn fill_owner(o: &mut Owner, s: &SockFlow, cc: &[u8; CC_NAME_LEN]) {
     o._pad = [0; 2];
     o.start_ns = s.start_ns;
     o.retrans_at_open = s.retrans_at_open;
-    o._pad2 = 0;
+    o.sock_ino = if s.tgid == 0 { socket_ino(s.sk) } else { 0 };
 }
 
 /// The benchmark's programs for this path: the same callbacks enabled on the same sockets as

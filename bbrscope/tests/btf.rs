@@ -86,6 +86,8 @@ fn every_sampled_field_resolves_on_this_kernel() {
         ("sk_flags", layout.sock.sk_flags, common["skc_flags"].0),
         ("sk_lock", layout.sock.sk_lock_owned.wrapping_sub(4), sock["sk_lock"].0),
         ("prior_cwnd", layout.sock.prior_cwnd, pahole("tcp_sock")["prior_cwnd"].0),
+        ("sk_socket", layout.sock.sk_socket, sock["sk_socket"].0),
+        ("socket_ino", layout.sock.socket_ino, pahole("socket_alloc")["vfs_inode"].0 + pahole("inode")["i_ino"].0),
     ];
     for (name, ours, theirs) in optional {
         assert_eq!(ours, theirs, "{name}");

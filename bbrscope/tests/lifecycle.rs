@@ -469,27 +469,49 @@ fn owner_filters_select_by_process_and_namespace() {
 /// A pre-fork worker: a child process named `name` that accepts one connection on `listener`,
 /// reads its request, answers 20 kB and exits.
 fn fork_worker(listener: &TcpListener, name: &str) -> libc::pid_t {
-    fork_worker_paced(listener, name, 1, 0)
+    fork_worker_with(listener, name, Work { chunks: 1, ..Work::default() })
 }
 
-/// As [`fork_worker`], answering with `chunks` writes of 20,000 bytes, `pause_ms` apart.
-fn fork_worker_paced(listener: &TcpListener, name: &str, chunks: usize, pause_ms: i64) -> libc::pid_t {
+/// What a forked worker does: waits `wait_ms`, accepts one connection, reads until `request`
+/// bytes came (at least one read), then writes `chunks` x 20,000 bytes, `pause_ms` apart, and
+/// closes.
+#[derive(Clone, Copy, Default)]
+struct Work {
+    wait_ms: i64,
+    request: usize,
+    chunks: usize,
+    pause_ms: i64,
+}
+
+fn fork_worker_with(listener: &TcpListener, name: &str, w: Work) -> libc::pid_t {
     let name = std::ffi::CString::new(name).unwrap();
     let fd = listener.as_raw_fd();
     // SAFETY: fork in a threaded process: the child calls only async-signal-safe functions
-    // (prctl, accept, read, write, close, _exit) on memory made before the fork or on its stack.
+    // (prctl, accept, nanosleep, read, write, close, _exit) on memory made before the fork or on
+    // its stack.
     let pid = unsafe { libc::fork() };
     assert!(pid >= 0, "fork: {}", std::io::Error::last_os_error());
     if pid == 0 {
         // SAFETY: as above; every pointer is to a live local of the right size.
         unsafe {
             libc::prctl(libc::PR_SET_NAME, name.as_ptr());
+            let ms = |ms: i64| libc::timespec { tv_sec: ms / 1000, tv_nsec: ms % 1000 * 1_000_000 };
+            libc::nanosleep(&ms(w.wait_ms), std::ptr::null_mut());
             let c = libc::accept(fd, std::ptr::null_mut(), std::ptr::null_mut());
-            let mut buf = [0u8; 64];
-            libc::read(c, buf.as_mut_ptr().cast(), buf.len());
+            let mut buf = [0u8; 16384];
+            let mut got = 0;
+            loop {
+                let n = libc::read(c, buf.as_mut_ptr().cast(), buf.len());
+                if n <= 0 {
+                    break;
+                }
+                got += n as usize;
+                if got >= w.request {
+                    break;
+                }
+            }
             let response = [0x5au8; 20_000];
-            let pause = libc::timespec { tv_sec: 0, tv_nsec: pause_ms * 1_000_000 };
-            for _ in 0..chunks {
+            for _ in 0..w.chunks {
                 let mut off = 0;
                 while off < response.len() {
                     let n = libc::write(c, response[off..].as_ptr().cast(), response.len() - off);
@@ -498,7 +520,7 @@ fn fork_worker_paced(listener: &TcpListener, name: &str, chunks: usize, pause_ms
                     }
                     off += n as usize;
                 }
-                libc::nanosleep(&pause, std::ptr::null_mut());
+                libc::nanosleep(&ms(w.pause_ms), std::ptr::null_mut());
             }
             libc::close(c);
             libc::_exit(0);
@@ -557,6 +579,47 @@ fn a_pre_fork_servers_flows_belong_to_the_workers_that_write_them() {
     assert_eq!(shown[0]["comm"], "bbrs-wk1");
 }
 
+/// An accepted connection whose writer the kernel did not see — the listener is older than
+/// bbrscope, and the connection's first packets (ACKs of an upload that waited in the accept
+/// queue) were built in softirq, which used up the send-path callbacks that look for it — is
+/// named from /proc (as `ss -p` does) when it is first shown.
+#[test]
+fn a_writer_the_kernel_did_not_see_is_named_from_proc() {
+    require_root();
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    // 1,000-byte segments (announced to the client), so that the upload's ACKs are many.
+    let mss: libc::c_int = 1000;
+    // SAFETY: setsockopt reads an int from a live local.
+    let r = unsafe {
+        libc::setsockopt(
+            listener.as_raw_fd(),
+            libc::IPPROTO_TCP,
+            libc::TCP_MAXSEG,
+            (&mss as *const libc::c_int).cast(),
+            4,
+        )
+    };
+    assert_eq!(r, 0, "TCP_MAXSEG: {}", std::io::Error::last_os_error());
+    let to = listener.local_addr().unwrap();
+    let mut stream = Stream::start(&["--port", &to.port().to_string()]);
+    // Accepts and reads the 2 MB upload only after 300 ms (the kernel ACKs what fits in the
+    // receive buffer meanwhile, from softirq), then answers for about a second.
+    let work = Work { wait_ms: 300, request: 2_000_000, chunks: 20, pause_ms: 50 };
+    let worker = fork_worker_with(&listener, "bbrs-late", work);
+    let mut c = TcpStream::connect(to).unwrap();
+    c.write_all(&vec![1u8; 2_000_000]).unwrap();
+    assert_eq!(drain(&mut c), 20 * 20_000);
+    let client = c.local_addr().unwrap().to_string();
+    let mut status = 0;
+    // SAFETY: waitpid on our own child with a live status local.
+    assert_eq!(unsafe { libc::waitpid(worker, &mut status, 0) }, worker);
+    stream.wait_for(Duration::from_secs(10), |r| r["type"] == "flow_summary" && r["dst"] == client);
+    let (_, records, _) = stream.stop();
+    let sum = summary_of(&records, to, c.local_addr().unwrap()).expect("the worker's flow_summary");
+    assert_eq!(u(&sum["pid"]), worker as u64, "{sum}");
+    assert_eq!(sum["comm"], "bbrs-late", "{sum}");
+}
+
 /// A connection open before bbrscope started names the process holding it then (as `ss -p`
 /// does): a forked worker, not the test process that listens; `--comm` selects it by that
 /// name, and another name leaves it out.
@@ -566,7 +629,7 @@ fn a_connection_open_before_the_start_names_the_process_holding_it() {
     let listener = TcpListener::bind("127.0.0.1:0").unwrap();
     let to = listener.local_addr().unwrap();
     // 100 x 20 KB, 25 ms apart: about 2.5 s of sending, most of it after bbrscope starts.
-    let worker = fork_worker_paced(&listener, "bbrs-old", 100, 25);
+    let worker = fork_worker_with(&listener, "bbrs-old", Work { chunks: 100, pause_ms: 25, ..Work::default() });
     let mut c = TcpStream::connect(to).unwrap();
     c.write_all(b"GET\n").unwrap();
     let client = c.local_addr().unwrap().to_string();

@@ -191,6 +191,9 @@ pub struct Owner {
     pub netns: Option<u32>,
     /// `bbrscope experiment`: the arm (1 = A, 2 = B) the kernel assigned the flow to.
     pub arm: Option<u8>,
+    /// Where the kernel could not name the process: the socket's inode, for a lookup in /proc
+    /// (see [`crate::sys::procfd`]). Never shown.
+    pub sock_ino: Option<u32>,
 }
 
 #[derive(Clone, Debug, PartialEq)]
@@ -366,6 +369,7 @@ fn open(head: Head, o: &bbrscope_common::Owner, summary_only: bool) -> Box<OpenE
             cgroup_id: (o.cgroup_id != 0).then_some(o.cgroup_id),
             netns: (o.netns != 0).then_some(o.netns),
             arm: (o.arm != 0).then_some(o.arm),
+            sock_ino: (o.sock_ino != 0).then_some(o.sock_ino),
         },
         start_ns: o.start_ns,
         retrans_at_open: o.retrans_at_open,

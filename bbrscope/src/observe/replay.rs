@@ -137,6 +137,7 @@ fn summary(head: Head, cc: Name, v: &Value) -> Result<Summary> {
             Some("b") => Some(2),
             _ => None,
         },
+        sock_ino: None,
     };
     let open = OpenEvent {
         head: Head { first: true, ..head.clone() },

@@ -6,7 +6,7 @@ use std::collections::VecDeque;
 use anyhow::{Context as _, Result};
 
 use crate::{
-    observe::event::{Decoder, Event, Metrics, OpenEvent},
+    observe::event::{Decoder, Event, Metrics, OpenEvent, Owner},
     observe::flow::{IdMap, IdSet},
     observe::kernel::existing::Existing,
     observe::kernel::{
@@ -15,7 +15,7 @@ use crate::{
         loader::{Observer, ObserverPath, Options},
     },
     observe::stats::{StatsReport, StatsTracker},
-    sys::privileges,
+    sys::{privileges, procfd},
 };
 
 /// Filters on who owns a flow, checked in userspace when the flow opens (sock_ops path only:
@@ -116,6 +116,8 @@ struct Gate {
     shown: u64,
     /// Events dropped because too many flows or events were waiting (see the constants).
     held_dropped: u64,
+    /// Owners the kernel could not name, looked up in /proc.
+    resolver: procfd::Resolver,
 }
 
 impl Gate {
@@ -128,13 +130,32 @@ impl Gate {
             owner_filtered: 0,
             shown: 0,
             held_dropped: 0,
+            resolver: procfd::Resolver::default(),
+        }
+    }
+
+    /// Fills in from /proc what the kernel could not say of a flow's owner: the process holding
+    /// the socket where it named none (its sock_ops programs cannot see processes, or an
+    /// accepted connection's writer was not seen), or the name of the process it named (the
+    /// process's main thread's, where the kernel would have given the calling thread's).
+    fn complete(&mut self, owner: &mut Owner) {
+        match (owner.pid, owner.sock_ino) {
+            (None, Some(ino)) => {
+                if let Some(h) = self.resolver.holder(ino.into()) {
+                    owner.pid = Some(h.pid);
+                    owner.comm = Some(h.comm);
+                }
+            }
+            (Some(pid), _) if owner.comm.is_none() => owner.comm = procfd::comm(pid),
+            _ => {}
         }
     }
 
     fn route(&mut self, ev: Event, f: &mut impl FnMut(Event)) {
         let id = ev.head().flow;
         match ev {
-            Event::Open(o) => {
+            Event::Open(mut o) => {
+                self.complete(&mut o.owner);
                 let held = self.orphans.map.remove(&id).unwrap_or_default();
                 if self.filter.passes(&o.owner) {
                     if let Some(p) = self.pending.insert(id, Pending { open: o, held }) {

@@ -3,7 +3,12 @@
 //! for each connection. Socket inodes are numbered on one pseudo-filesystem for the whole host,
 //! so the answer does not depend on the network namespace.
 
-use std::{collections::HashMap, fs, path::Path};
+use std::{
+    collections::HashMap,
+    fs,
+    path::Path,
+    time::{Duration, Instant},
+};
 
 use crate::observe::name::Name;
 
@@ -14,43 +19,109 @@ pub struct Holder {
     pub comm: Name,
 }
 
-/// The process holding each of `inodes` (those no process holds are absent). When several hold
-/// one (a forked child inherits its parent's descriptors), the one started last is taken: a
-/// pre-fork server's master opens the listener, and the worker that accepted a connection is
-/// younger than the master.
-///
-/// Costs one readlink per open descriptor of the host: called at start-up, not per flow.
+/// The process holding each of `inodes` (those no process holds are absent), from one pass over
+/// every process's descriptors: called at start-up, not per flow.
 pub fn holders(inodes: &[u64]) -> HashMap<u64, Holder> {
-    let mut found: HashMap<u64, (u64, u32)> = HashMap::new();
     if inodes.is_empty() {
         return HashMap::new();
     }
-    let wanted: std::collections::HashSet<u64> = inodes.iter().copied().collect();
-    let Ok(procs) = fs::read_dir("/proc") else { return HashMap::new() };
-    for entry in procs.flatten() {
-        let Some(pid) = entry.file_name().to_str().and_then(|s| s.parse::<u32>().ok()) else { continue };
-        // A process that exits meanwhile simply has no descriptors left to read.
-        let Ok(fds) = fs::read_dir(entry.path().join("fd")) else { continue };
-        let mut started = None;
-        for fd in fds.flatten() {
-            let Some(ino) = fs::read_link(fd.path()).ok().and_then(|l| socket_inode(&l)) else { continue };
-            if !wanted.contains(&ino) {
-                continue;
+    let mut r = Resolver::default();
+    r.learn(all_pids());
+    inodes.iter().filter_map(|i| Some((*i, r.known.get(i)?.clone()))).collect()
+}
+
+/// Socket inodes to their holders, for flows whose process the kernel could not name: what one
+/// pass over /proc found, kept, searched again only at a bounded rate. When several processes
+/// hold one (a forked child inherits its parent's descriptors) the one started last is taken: a
+/// pre-fork server's master opens the listener, and the worker that accepted a connection is
+/// younger than the master.
+#[derive(Default)]
+pub struct Resolver {
+    known: HashMap<u64, Holder>,
+    /// Processes found holding sockets asked about (a server's workers): searched first, and
+    /// more often than all of them.
+    hot: Vec<u32>,
+    next_hot: Option<Instant>,
+    next_full: Option<Instant>,
+}
+
+/// Processes searched first, at most.
+const HOT_MAX: usize = 64;
+/// A search may take at most this share of the time between searches (a 10 ms pass over a
+/// busy server's descriptors waits 100 ms before the next), and comes at most this often.
+const HOT_DUTY: u32 = 10;
+const HOT_EVERY: Duration = Duration::from_millis(100);
+const FULL_DUTY: u32 = 20;
+const FULL_EVERY: Duration = Duration::from_secs(1);
+/// Sockets remembered at most; past this what is known is forgotten at the next full pass.
+const KNOWN_MAX: usize = 1 << 20;
+
+impl Resolver {
+    /// Who holds socket `ino`, if a search allowed now finds it.
+    pub fn holder(&mut self, ino: u64) -> Option<Holder> {
+        if let Some(h) = self.known.get(&ino) {
+            return Some(h.clone());
+        }
+        let now = Instant::now();
+        if !self.hot.is_empty() && self.next_hot.is_none_or(|t| now >= t) {
+            let took = self.learn(self.hot.clone());
+            self.next_hot = Some(now + (took * HOT_DUTY).max(HOT_EVERY));
+        }
+        if !self.known.contains_key(&ino) && self.next_full.is_none_or(|t| now >= t) {
+            if self.known.len() > KNOWN_MAX {
+                self.known.clear();
             }
-            let start = *started.get_or_insert_with(|| start_time(pid).unwrap_or(0));
-            let slot = found.entry(ino).or_insert((start, pid));
-            if start > slot.0 {
-                *slot = (start, pid);
+            let took = self.learn(all_pids());
+            self.next_full = Some(now + (took * FULL_DUTY).max(FULL_EVERY));
+        }
+        let h = self.known.get(&ino)?.clone();
+        if !self.hot.contains(&h.pid) {
+            if self.hot.len() == HOT_MAX {
+                self.hot.remove(0);
+            }
+            self.hot.push(h.pid);
+        }
+        Some(h)
+    }
+
+    /// Reads the descriptors of `pids` and remembers every socket's holder; how long it took.
+    fn learn(&mut self, pids: impl IntoIterator<Item = u32>) -> Duration {
+        let t0 = Instant::now();
+        let mut found: HashMap<u64, (u64, u32)> = HashMap::new();
+        for pid in pids {
+            // A process that exits meanwhile simply has no descriptors left to read.
+            let Ok(fds) = fs::read_dir(format!("/proc/{pid}/fd")) else { continue };
+            let mut started = None;
+            for fd in fds.flatten() {
+                let Some(ino) = fs::read_link(fd.path()).ok().and_then(|l| socket_inode(&l)) else { continue };
+                let start = *started.get_or_insert_with(|| start_time(pid).unwrap_or(0));
+                let slot = found.entry(ino).or_insert((start, pid));
+                if start > slot.0 {
+                    *slot = (start, pid);
+                }
             }
         }
+        let mut comms: HashMap<u32, Option<Name>> = HashMap::new();
+        for (ino, (_, pid)) in found {
+            let comm = *comms.entry(pid).or_insert_with(|| comm(pid));
+            if let Some(comm) = comm {
+                self.known.insert(ino, Holder { pid, comm });
+            }
+        }
+        t0.elapsed()
     }
-    found
-        .into_iter()
-        .filter_map(|(ino, (_, pid))| {
-            let comm = fs::read_to_string(format!("/proc/{pid}/comm")).ok()?;
-            Some((ino, Holder { pid, comm: Name::new(comm.trim_end_matches('\n')) }))
-        })
-        .collect()
+}
+
+/// Every process's pid.
+fn all_pids() -> Vec<u32> {
+    let Ok(procs) = fs::read_dir("/proc") else { return Vec::new() };
+    procs.flatten().filter_map(|e| e.file_name().to_str()?.parse().ok()).collect()
+}
+
+/// A process's name (`/proc/PID/comm`), as the kernel's `comm` is.
+pub fn comm(pid: u32) -> Option<Name> {
+    let comm = fs::read_to_string(format!("/proc/{pid}/comm")).ok()?;
+    Some(Name::new(comm.trim_end_matches('\n')))
 }
 
 /// The inode in a descriptor's link text, `socket:[12345]`.
@@ -89,5 +160,29 @@ mod tests {
         assert_eq!(found.get(&ino), Some(&Holder { pid: std::process::id(), comm: Name::new(me.trim_end()) }));
         assert!(!found.contains_key(&u64::MAX));
         assert!(start_time(std::process::id()).is_some_and(|t| t > 0));
+    }
+
+    /// A socket opened after the resolver's last pass is found by the next one it allows, and
+    /// one no process holds is not (and does not search again at once).
+    #[test]
+    fn the_resolver_finds_new_sockets_at_a_bounded_rate() {
+        let ino_of = |s: &std::net::UdpSocket| {
+            let fd = std::os::fd::AsRawFd::as_raw_fd(s);
+            fs::metadata(format!("/proc/self/fd/{fd}")).unwrap().ino()
+        };
+        let mut r = Resolver::default();
+        let first = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+        assert_eq!(r.holder(ino_of(&first)).map(|h| h.pid), Some(std::process::id()));
+        assert_eq!(r.hot, [std::process::id()], "the holder is searched first from now on");
+        // Just made: the next pass over this process (the hot one) is 100 ms away at most.
+        let second = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+        let deadline = Instant::now() + Duration::from_secs(2);
+        while r.holder(ino_of(&second)).is_none() {
+            assert!(Instant::now() < deadline, "not found within 2 s");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let t = Instant::now();
+        assert_eq!(r.holder(u64::MAX), None);
+        assert!(t.elapsed() < Duration::from_millis(50), "no pass over /proc right after one");
     }
 }

@@ -577,11 +577,17 @@ fn fork_server(listener: &TcpListener, name: &std::ffi::CStr, chunks: usize, pau
     Ok(pid)
 }
 
-/// A pre-fork worker named `bbrs-wk` accepts one connection on this process's listener and
-/// answers it with 20,000 bytes. (server, client) addresses and the worker's pid.
-fn pre_fork_worker(port: u16) -> Result<(SocketAddr, SocketAddr, i32)> {
+/// A pre-fork worker named `name` accepts one connection on this process's listener and
+/// answers it with `chunks` x 20,000 bytes, `pause_ms` apart. (server, client) addresses and the
+/// worker's pid.
+fn pre_fork_worker(
+    port: u16,
+    name: &std::ffi::CStr,
+    chunks: usize,
+    pause_ms: i64,
+) -> Result<(SocketAddr, SocketAddr, i32)> {
     let listener = TcpListener::bind(("127.0.0.1", port))?;
-    let pid = fork_server(&listener, c"bbrs-wk", 1, 0)?;
+    let pid = fork_server(&listener, name, chunks, pause_ms)?;
     let mut c = TcpStream::connect(("127.0.0.1", port))?;
     c.write_all(b"GET\n")?;
     let mut got = Vec::new();
@@ -589,7 +595,7 @@ fn pre_fork_worker(port: u16) -> Result<(SocketAddr, SocketAddr, i32)> {
     let mut status = 0;
     // SAFETY: waitpid on our own child, with a live status local.
     unsafe { libc::waitpid(pid, &mut status, 0) };
-    ensure!(got.len() == 20_000, "pre-fork worker: client got {} bytes", got.len());
+    ensure!(got.len() == chunks * 20_000, "pre-fork worker: client got {} bytes", got.len());
     Ok((SocketAddr::from(([127, 0, 0, 1], port)), c.local_addr()?, pid))
 }
 
@@ -646,18 +652,20 @@ fn check_old_owner(out: &Output, server: SocketAddr, client: SocketAddr, pid: i3
     (pass, format!("worker {pid} bbrs-old; flow_open pid {} comm {}", open["pid"], open["comm"]))
 }
 
-/// The flow's owner is the worker that wrote it, as far as this kernel lets sock_ops programs
-/// see the current process (else null, and bbrscope said so at start-up).
-fn check_writer(out: &Output, server: SocketAddr, client: SocketAddr, pid: i32) -> Result<(bool, String)> {
+/// The flow's owner is the worker that wrote it (`name`): from the kernel, or from /proc where
+/// the kernel cannot see processes. A short flow (`short`: shown by its summary alone, after its
+/// socket closed) may then have none, with the start-up warning naming the field.
+fn check_writer(out: &Output, w: (SocketAddr, SocketAddr, i32), name: &str, short: bool) -> Result<(bool, String)> {
+    let (server, client, pid) = w;
     let Some(sum) =
         out.flow("flow_summary", &server.to_string()).into_iter().find(|r| r["dst"] == client.to_string().as_str())
     else {
         return Ok((false, "no flow_summary for the worker's flow".into()));
     };
     let warned = |what: &str| out.stderr.iter().any(|l| l.contains("cannot see the process") && l.contains(what));
-    let pid_ok = sum["pid"].as_i64() == Some(i64::from(pid)) || (sum["pid"].is_null() && warned("pid"));
-    let comm_ok = sum["comm"] == "bbrs-wk" || (sum["comm"].is_null() && warned("comm"));
-    Ok((pid_ok && comm_ok, format!("worker {pid} bbrs-wk; flow_summary pid {} comm {}", sum["pid"], sum["comm"])))
+    let pid_ok = sum["pid"].as_i64() == Some(i64::from(pid)) || (short && sum["pid"].is_null() && warned("pid"));
+    let comm_ok = sum["comm"] == name || (short && sum["comm"].is_null() && warned("comm"));
+    Ok((pid_ok && comm_ok, format!("worker {pid} {name}; flow_summary pid {} comm {}", sum["pid"], sum["comm"])))
 }
 
 /// Flows the preemption check answers, and how many clients ask at once.
@@ -748,7 +756,10 @@ fn fidelity(rep: &mut Report, observer: &str, extra: &[&str]) -> Result<Option<S
     let bbr6 = bulk(SocketAddr::from((std::net::Ipv6Addr::LOCALHOST, 5006)), "bbr", V6_SECS);
     let short = short_flow(5003);
     let late = late_request(5007);
-    let worker = pre_fork_worker(5008);
+    let worker = pre_fork_worker(5008, c"bbrs-wk", 1, 0);
+    // 40 x 20 KB, 50 ms apart: shown while its socket is open, so /proc names it where the
+    // kernel cannot.
+    let paced = pre_fork_worker(5010, c"bbrs-px", 40, 50);
     let old = old.map(OldConnection::end);
     let out = stream.stop()?;
     let path = out.observer();
@@ -799,8 +810,12 @@ fn fidelity(rep: &mut Report, observer: &str, extra: &[&str]) -> Result<Option<S
             Err(e) => rep.test(&p("late_request_end"), false, format!("{e:#}")),
         }
         match worker {
-            Ok((server, client, pid)) => rep.check(&p("writer_owner"), check_writer(&out, server, client, pid)),
+            Ok(w) => rep.check(&p("writer_owner"), check_writer(&out, w, "bbrs-wk", true)),
             Err(e) => rep.test(&p("writer_owner"), false, format!("{e:#}")),
+        }
+        match paced {
+            Ok(w) => rep.check(&p("paced_writer_owner"), check_writer(&out, w, "bbrs-px", false)),
+            Err(e) => rep.test(&p("paced_writer_owner"), false, format!("{e:#}")),
         }
         let (pass, said) = match old {
             Ok((server, client, pid)) => check_old_owner(&out, server, client, pid),

@@ -213,6 +213,8 @@ impl Layout {
         sock.prior_cwnd = opt("tcp_sock", "prior_cwnd");
         sock.net = opt("sock", "__sk_common.skc_net.net");
         sock.net_inum = opt("net", "ns.inum");
+        sock.sk_socket = opt("sock", "sk_socket");
+        sock.socket_ino = opt("socket_alloc", "vfs_inode.i_ino");
 
         let mut flags = 0;
         let cgroup_filter = Self::cgroup_chain(btf, &mut sock, &mut flags);

@@ -205,18 +205,6 @@ impl Observer {
                 return Err(UsageError::new(format!("{what}: {why}")).into());
             }
         }
-        if opts.owner.pid.is_some() && sockops.flags & config_flags::SOCKOPS_PID == 0 {
-            return Err(UsageError::new(
-                "--pid needs a kernel whose sock_ops programs can see the current process (about 6.10+)",
-            )
-            .into());
-        }
-        if opts.owner.comm.is_some() && sockops.flags & config_flags::SOCKOPS_COMM == 0 {
-            return Err(UsageError::new(
-                "--comm needs a kernel whose sock_ops programs can read the current process's name (newer than 6.12)",
-            )
-            .into());
-        }
         if opts.receivers {
             flags |= config_flags::RECEIVERS;
         }
@@ -532,13 +520,25 @@ fn sockops_helpers() -> SockopsHelpers {
         } else {
             (!missing.is_empty()).then(|| format!("this kernel's sock_ops programs cannot call {}", missing.join(", ")))
         },
-        owner_note: (!lost.is_empty()).then(|| {
-            format!(
+        // What the kernel cannot say, userspace reads from /proc when a flow is first shown
+        // (`observe::session`, `sys::procfd`): a flow closed by then has no process left to
+        // ask.
+        owner_note: match lost.as_slice() {
+            [] => None,
+            ["comm"] => Some(
+                "this kernel's sock_ops programs cannot see the process's name: flow owners' comm is read from \
+                 /proc when the flow is first shown, null if the process has exited by then (--comm does not select \
+                 those flows)"
+                    .into(),
+            ),
+            _ => Some(
                 "this kernel's sock_ops programs cannot see the process that opens or writes to a connection: flow \
-                 owners' {} are null (--pid/--comm are refused); cgroup and netns are still known",
-                lost.join(" and ")
-            )
-        }),
+                 owners' pid and comm are read from /proc when the flow is first shown (as ss -p does), so a flow \
+                 that closed by then (most short ones) has none and --pid/--comm do not select it; cgroup and netns \
+                 are exact"
+                    .into(),
+            ),
+        },
     }
 }
 

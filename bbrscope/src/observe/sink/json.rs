@@ -959,6 +959,7 @@ mod tests {
                 cgroup_id: Some(10 + i as u64),
                 netns: Some(4026531840),
                 arm: [None, Some(1), Some(2)][i % 3],
+                sock_ino: None,
             };
             if i != 5 {
                 evs.push(Event::Open(Box::new(OpenEvent {
