@@ -588,18 +588,7 @@ fn a_writer_the_kernel_did_not_see_is_named_from_proc() {
     require_root();
     let listener = TcpListener::bind("127.0.0.1:0").unwrap();
     // 1,000-byte segments (announced to the client), so that the upload's ACKs are many.
-    let mss: libc::c_int = 1000;
-    // SAFETY: setsockopt reads an int from a live local.
-    let r = unsafe {
-        libc::setsockopt(
-            listener.as_raw_fd(),
-            libc::IPPROTO_TCP,
-            libc::TCP_MAXSEG,
-            (&mss as *const libc::c_int).cast(),
-            4,
-        )
-    };
-    assert_eq!(r, 0, "TCP_MAXSEG: {}", std::io::Error::last_os_error());
+    setsockopt_int(listener.as_raw_fd(), libc::IPPROTO_TCP, libc::TCP_MAXSEG, 1000, "TCP_MAXSEG");
     let to = listener.local_addr().unwrap();
     let mut stream = Stream::start(&["--port", &to.port().to_string()]);
     // Accepts and reads the 2 MB upload only after 300 ms (the kernel ACKs what fits in the
@@ -764,18 +753,7 @@ fn fast_open_server_flows_report_their_rtt() {
     // Client and server Fast Open, in this namespace only.
     ns.exec("sysctl", &["-qw", "net.ipv4.tcp_fastopen=3"]);
     let listener = ns.enter(|| TcpListener::bind("127.0.0.1:0").unwrap());
-    let qlen: libc::c_int = 16;
-    // SAFETY: setsockopt reads an int from a live local.
-    let r = unsafe {
-        libc::setsockopt(
-            listener.as_raw_fd(),
-            libc::IPPROTO_TCP,
-            libc::TCP_FASTOPEN,
-            (&qlen as *const libc::c_int).cast(),
-            4,
-        )
-    };
-    assert_eq!(r, 0, "TCP_FASTOPEN: {}", std::io::Error::last_os_error());
+    setsockopt_int(listener.as_raw_fd(), libc::IPPROTO_TCP, libc::TCP_FASTOPEN, 16, "TCP_FASTOPEN");
     let to = listener.local_addr().unwrap();
     let mut stream = Stream::start(&["--port", &to.port().to_string()]);
     let before = tcp_ext(&ns, "TCPFastOpenPassive");
@@ -851,18 +829,7 @@ fn retransmissions_given_up_after_icmp_unreachable_end_as_timeout() {
     let to = listener.local_addr().unwrap();
     let mut stream = Stream::start(&["--port", &to.port().to_string()]);
     let mut client = connect_in(&link.a, to);
-    let timeout_ms: libc::c_uint = 1500;
-    // SAFETY: setsockopt reads an unsigned int from a live local.
-    let r = unsafe {
-        libc::setsockopt(
-            client.as_raw_fd(),
-            libc::IPPROTO_TCP,
-            libc::TCP_USER_TIMEOUT,
-            (&timeout_ms as *const libc::c_uint).cast(),
-            4,
-        )
-    };
-    assert_eq!(r, 0, "TCP_USER_TIMEOUT: {}", std::io::Error::last_os_error());
+    setsockopt_int(client.as_raw_fd(), libc::IPPROTO_TCP, libc::TCP_USER_TIMEOUT, 1500, "TCP_USER_TIMEOUT");
     let (_conn, _) = listener.accept().unwrap();
     client.write_all(&[1u8; 10_000]).unwrap();
     thread::sleep(Duration::from_millis(200));

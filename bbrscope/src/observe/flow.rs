@@ -366,6 +366,10 @@ impl FlowTable {
         }
         flow.ca_state = h.ca_state;
         match ev {
+            // A second OPEN names the owner found since (see `observe::session`).
+            Event::Open(o) if change == Change::Updated && flow.life.owner.as_ref().is_none_or(|w| w.pid.is_none()) => {
+                flow.life.owner = Some(o.owner.clone());
+            }
             Event::Open(_) => {}
             Event::End(e) => {
                 flow.life.switch_ca(flow.ca_state, h.ts_ns);

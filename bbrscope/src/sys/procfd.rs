@@ -4,7 +4,7 @@
 //! so the answer does not depend on the network namespace.
 
 use std::{
-    collections::HashMap,
+    collections::{HashMap, HashSet},
     fs,
     path::Path,
     time::{Duration, Instant},
@@ -30,49 +30,62 @@ pub fn holders(inodes: &[u64]) -> HashMap<u64, Holder> {
     inodes.iter().filter_map(|i| Some((*i, r.known.get(i)?.clone()))).collect()
 }
 
-/// Socket inodes to their holders, for flows whose process the kernel could not name: what one
-/// pass over /proc found, kept, searched again only at a bounded rate. When several processes
+/// Socket inodes to their holders, for flows whose process the kernel could not name: what the
+/// passes over /proc found, kept, with new passes at a bounded rate. When several processes
 /// hold one (a forked child inherits its parent's descriptors) the one started last is taken: a
 /// pre-fork server's master opens the listener, and the worker that accepted a connection is
 /// younger than the master.
 #[derive(Default)]
 pub struct Resolver {
     known: HashMap<u64, Holder>,
-    /// Processes found holding sockets asked about (a server's workers): searched first, and
-    /// more often than all of them.
+    /// Processes found holding sockets asked about (a server's workers), searched in the quick
+    /// pass with those started since the last listing of /proc.
     hot: Vec<u32>,
-    next_hot: Option<Instant>,
+    /// The processes of the last listing of /proc.
+    listed: HashSet<u32>,
+    next_quick: Option<Instant>,
     next_full: Option<Instant>,
 }
 
-/// Processes searched first, at most.
+/// Processes searched in the quick pass besides new ones, at most.
 const HOT_MAX: usize = 64;
-/// A search may take at most this share of the time between searches (a 10 ms pass over a
-/// busy server's descriptors waits 100 ms before the next), and comes at most this often.
-const HOT_DUTY: u32 = 10;
-const HOT_EVERY: Duration = Duration::from_millis(100);
+/// A pass may take at most 1/DUTY of the time until the next of its kind (a 10 ms pass over a
+/// busy server's descriptors waits 100 ms before the next): at most 10% of a core for quick
+/// passes and 5% for full ones, however many flows ask.
+const QUICK_DUTY: u32 = 10;
+const QUICK_EVERY: Duration = Duration::from_millis(10);
 const FULL_DUTY: u32 = 20;
-const FULL_EVERY: Duration = Duration::from_secs(1);
+const FULL_EVERY: Duration = Duration::from_millis(250);
 /// Sockets remembered at most; past this what is known is forgotten at the next full pass.
 const KNOWN_MAX: usize = 1 << 20;
 
 impl Resolver {
-    /// Who holds socket `ino`, if a search allowed now finds it.
+    /// Who holds socket `ino`, if it is known or a pass allowed now finds it: first the quick
+    /// one (the processes that held the last sockets found, and those started since /proc was
+    /// last listed: a worker forked for the connection), then every process.
     pub fn holder(&mut self, ino: u64) -> Option<Holder> {
         if let Some(h) = self.known.get(&ino) {
             return Some(h.clone());
         }
         let now = Instant::now();
-        if !self.hot.is_empty() && self.next_hot.is_none_or(|t| now >= t) {
-            let took = self.learn(self.hot.clone());
-            self.next_hot = Some(now + (took * HOT_DUTY).max(HOT_EVERY));
+        if self.next_quick.is_none_or(|t| now >= t) {
+            let t0 = Instant::now();
+            let pids = all_pids();
+            let fresh: Vec<u32> =
+                pids.iter().copied().filter(|p| !self.listed.contains(p) || self.hot.contains(p)).collect();
+            self.listed = pids.into_iter().collect();
+            self.learn(fresh);
+            self.next_quick = Some(now + (t0.elapsed() * QUICK_DUTY).max(QUICK_EVERY));
         }
         if !self.known.contains_key(&ino) && self.next_full.is_none_or(|t| now >= t) {
             if self.known.len() > KNOWN_MAX {
                 self.known.clear();
             }
-            let took = self.learn(all_pids());
-            self.next_full = Some(now + (took * FULL_DUTY).max(FULL_EVERY));
+            let t0 = Instant::now();
+            let pids = all_pids();
+            self.listed = pids.iter().copied().collect();
+            self.learn(pids);
+            self.next_full = Some(now + (t0.elapsed() * FULL_DUTY).max(FULL_EVERY));
         }
         let h = self.known.get(&ino)?.clone();
         if !self.hot.contains(&h.pid) {
@@ -84,9 +97,8 @@ impl Resolver {
         Some(h)
     }
 
-    /// Reads the descriptors of `pids` and remembers every socket's holder; how long it took.
-    fn learn(&mut self, pids: impl IntoIterator<Item = u32>) -> Duration {
-        let t0 = Instant::now();
+    /// Reads the descriptors of `pids` and remembers every socket's holder.
+    fn learn(&mut self, pids: impl IntoIterator<Item = u32>) {
         let mut found: HashMap<u64, (u64, u32)> = HashMap::new();
         for pid in pids {
             // A process that exits meanwhile simply has no descriptors left to read.
@@ -108,7 +120,6 @@ impl Resolver {
                 self.known.insert(ino, Holder { pid, comm });
             }
         }
-        t0.elapsed()
     }
 }
 
@@ -162,8 +173,8 @@ mod tests {
         assert!(start_time(std::process::id()).is_some_and(|t| t > 0));
     }
 
-    /// A socket opened after the resolver's last pass is found by the next one it allows, and
-    /// one no process holds is not (and does not search again at once).
+    /// A socket opened after the resolver's last pass is found by the next one it allows; one
+    /// no process holds is not, and asking again at once does not search again.
     #[test]
     fn the_resolver_finds_new_sockets_at_a_bounded_rate() {
         let ino_of = |s: &std::net::UdpSocket| {
@@ -173,16 +184,16 @@ mod tests {
         let mut r = Resolver::default();
         let first = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
         assert_eq!(r.holder(ino_of(&first)).map(|h| h.pid), Some(std::process::id()));
-        assert_eq!(r.hot, [std::process::id()], "the holder is searched first from now on");
-        // Just made: the next pass over this process (the hot one) is 100 ms away at most.
+        assert_eq!(r.hot, [std::process::id()], "the holder is searched in the quick pass from now on");
         let second = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
         let deadline = Instant::now() + Duration::from_secs(2);
         while r.holder(ino_of(&second)).is_none() {
             assert!(Instant::now() < deadline, "not found within 2 s");
-            std::thread::sleep(Duration::from_millis(20));
+            std::thread::sleep(Duration::from_millis(5));
         }
-        let t = Instant::now();
-        assert_eq!(r.holder(u64::MAX), None);
-        assert!(t.elapsed() < Duration::from_millis(50), "no pass over /proc right after one");
+        assert!(r.holder(u64::MAX).is_none());
+        let (quick, full) = (r.next_quick, r.next_full);
+        assert!(r.holder(u64::MAX).is_none());
+        assert_eq!((r.next_quick, r.next_full), (quick, full), "no pass right after one");
     }
 }

@@ -185,6 +185,13 @@ pub fn set_cc_fd(fd: std::os::fd::RawFd, cc: &str) {
     assert_eq!(r, 0, "setsockopt(TCP_CONGESTION, {cc}): {}", std::io::Error::last_os_error());
 }
 
+/// setsockopt of an int option; `what` names it in the panic.
+pub fn setsockopt_int(fd: std::os::fd::RawFd, level: libc::c_int, name: libc::c_int, value: libc::c_int, what: &str) {
+    // SAFETY: the option value is a live int, with its size.
+    let r = unsafe { libc::setsockopt(fd, level, name, (&raw const value).cast(), size_of::<libc::c_int>() as u32) };
+    assert_eq!(r, 0, "setsockopt({what}, {value}): {}", std::io::Error::last_os_error());
+}
+
 /// A listener that accepts connections and discards what it reads, counting bytes.
 pub struct Discard {
     pub addr: SocketAddr,
