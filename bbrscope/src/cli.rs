@@ -87,7 +87,7 @@ pub struct FilterArgs {
     #[arg(long, value_name = "NAME")]
     pub cc: Option<String>,
     /// Only flows of processes with this command name (as in `ps -o comm`: the process that
-    /// called connect(), or listen() for accepted flows; sock_ops observer only)
+    /// opened or writes to the connection, see docs/stream.md; sock_ops observer only)
     #[arg(long, value_name = "NAME", value_parser = parse_comm)]
     pub comm: Option<String>,
     /// Only flows of this process id (the thread group id, as `ps` shows it; sock_ops observer only)
