@@ -7,8 +7,15 @@ use std::path::Path;
 use anyhow::{Context as _, Result};
 use clap::{Command, CommandFactory as _};
 use clap_complete::Shell;
+use clap_mangen::Man;
+use roff::{Roff, bold, roman};
 
-use crate::cli::Cli;
+use crate::{
+    apply::{cgroup, files, lock as apply_lock},
+    cli::Cli,
+    experiment::lock as experiment_lock,
+    tui::app::KEYS,
+};
 
 /// Writes `DIR/man/bbrscope.1` (and one page per subcommand, `bbrscope-stream.1`, ...) and
 /// `DIR/completions/{bbrscope.bash,_bbrscope,bbrscope.fish}`.
@@ -20,7 +27,7 @@ pub fn write(dir: &Path) -> Result<()> {
     let mut cmd = Cli::command().disable_help_subcommand(true);
     // Subcommand pages name themselves `bbrscope-SUB` only once the tree is built.
     cmd.build();
-    clap_mangen::generate_to(cmd.clone(), &man).with_context(|| format!("writing man pages to {}", man.display()))?;
+    pages(&cmd, &man).with_context(|| format!("writing man pages to {}", man.display()))?;
     let comp = dir.join("completions");
     std::fs::create_dir_all(&comp).with_context(|| format!("creating {}", comp.display()))?;
     let mut offered = visible(&cmd);
@@ -29,6 +36,166 @@ pub fn write(dir: &Path) -> Result<()> {
             .with_context(|| format!("writing {shell} completions to {}", comp.display()))?;
     }
     Ok(())
+}
+
+/// One page for `cmd` and one for each visible subcommand, below it: clap's sections, then
+/// those clap does not know (see [`extra`]).
+fn pages(cmd: &Command, dir: &Path) -> std::io::Result<()> {
+    for sub in cmd.get_subcommands().filter(|s| !s.is_hide_set()) {
+        pages(sub, dir)?;
+    }
+    // The page footer holds the source: the short version, not the long one (commit and kernel
+    // side, which garble an 80-column footer; the VERSION section has it).
+    let man = Man::new(cmd.clone()).source(format!("bbrscope {}", env!("CARGO_PKG_VERSION")));
+    let mut out = Vec::new();
+    man.render_title(&mut out)?;
+    man.render_name_section(&mut out)?;
+    man.render_synopsis_section(&mut out)?;
+    man.render_description_section(&mut out)?;
+    if cmd.get_arguments().any(|a| !a.is_hide_set()) {
+        man.render_options_section(&mut out)?;
+    }
+    if cmd.get_subcommands().any(|s| !s.is_hide_set()) {
+        man.render_subcommands_section(&mut out)?;
+    }
+    if cmd.get_after_help().is_some() || cmd.get_after_long_help().is_some() {
+        man.render_extra_section(&mut out)?;
+    }
+    extra(cmd).to_writer(&mut out)?;
+    if cmd.get_version().is_some() {
+        man.render_version_section(&mut out)?;
+    }
+    std::fs::write(dir.join(man.get_filename()), out)
+}
+
+/// A page's sections that clap does not generate: the dashboard's keys, exit status,
+/// environment, files, examples, see also. Keys and file names come from the code that uses
+/// them, so the pages cannot drift from it.
+fn extra(cmd: &Command) -> Roff {
+    let page = cmd.get_display_name().unwrap_or(cmd.get_name());
+    let sub = page.strip_prefix("bbrscope-").unwrap_or("");
+    let mut r = Roff::new();
+    // Left-aligned and unhyphenated: these sections hold commands, paths and option names.
+    r.control("ad", ["l"]).control("nh", []);
+    let tagged = |r: &mut Roff, tag: &str, text: &str| {
+        r.control("TP", []).text([bold(tag)]).text([roman(text)]);
+    };
+    if matches!(sub, "" | "top" | "replay" | "experiment" | "demo") {
+        r.control("SH", ["KEYS"]).text([roman("In the dashboard:")]);
+        for (key, what) in KEYS {
+            tagged(&mut r, key, what);
+        }
+    }
+    r.control("SH", ["EXIT STATUS"]);
+    let statuses: &[(&str, &str)] = match sub {
+        "experiment" => &[
+            ("0", "It ran its course, or was ended by q, Ctrl-C or SIGTERM (the report is printed)."),
+            ("1", "An error: one line on stderr says what failed."),
+            ("2", "Bad input (nothing was started), or the service set its own algorithm (nothing concluded)."),
+            ("3", "The guardrail stopped it: an arm was clearly worse for some client group."),
+        ],
+        "demo" => &[
+            ("0", "It ran its course, or was quit with q."),
+            ("1", "An error, or a signal stopped it (the partial summary is printed)."),
+            ("2", "Bad input: one line names the problem and what would be right; nothing was created."),
+        ],
+        _ => &[
+            ("0", "Success (a closed output pipe ends the command quietly, with 0)."),
+            (
+                "1",
+                "An error: one line on stderr names it and, where something was changed, what and how to \
+                 revert it.",
+            ),
+            ("2", "Bad input: one line names the problem and what would be right; nothing was changed."),
+        ],
+    };
+    for (code, what) in statuses {
+        tagged(&mut r, code, what);
+    }
+    r.control("SH", ["ENVIRONMENT"]);
+    tagged(&mut r, "NO_COLOR", "Set and not empty: no colours in the dashboard or in tables.");
+    if matches!(sub, "" | "apply" | "status" | "revert" | "experiment") {
+        r.control("SH", ["FILES"]);
+        let files: &[(&str, &str)] = &[
+            (files::SYSCTL_DROPIN, "The sysctl.d drop-in apply writes for a persistent system-wide setting."),
+            (files::MODULES_LOAD, "Loads the algorithm's module at boot where apply loaded one."),
+            (files::STATE, "What apply changed, per scope: what revert restores and status lists."),
+            (apply_lock::LOCK, "Held while apply or revert runs."),
+            (cgroup::PIN_DIR, "The programs that set a cgroup's algorithm (apply --cgroup), pinned until revert."),
+            (experiment_lock::LOCK, "The running experiment: its pid, arms and scope (status reads it)."),
+        ];
+        for (path, what) in files {
+            tagged(&mut r, path, what);
+        }
+    }
+    r.control("SH", ["EXAMPLES"]);
+    for (what, lines) in examples(sub) {
+        r.control("PP", []).text([roman(*what)]).control("RS", ["4"]).control("nf", []);
+        for line in *lines {
+            r.text([bold(*line)]);
+        }
+        r.control("fi", []).control("RE", []);
+    }
+    r.control("SH", ["SEE ALSO"]);
+    let mut see: Vec<String> = ["top", "stream", "replay", "demo", "experiment", "apply", "status", "revert", "export"]
+        .iter()
+        .filter(|s| **s != sub)
+        .map(|s| format!("bbrscope-{s}(1)"))
+        .collect();
+    if !sub.is_empty() {
+        see.insert(0, "bbrscope(1)".into());
+    }
+    see.extend(["ss(8)", "tc(8)", "sysctl(8)", "ip-route(8)"].map(String::from));
+    r.text([roman(see.join(", "))]);
+    r
+}
+
+/// A page's examples: what each does, then the command as typed (lines of at most 72
+/// characters, a trailing `\\` continuing one); `sub` is the subcommand, "" for bbrscope(1).
+fn examples(sub: &str) -> &'static [(&'static str, &'static [&'static str])] {
+    match sub {
+        "top" => &[
+            ("Every flow on port 443, live (? lists the keys):", &["bbrscope top --port 443"]),
+            ("The flows of processes named nginx:", &["bbrscope top --comm nginx"]),
+        ],
+        "stream" => &[
+            (
+                "Every response on port 443 as it completes:",
+                &[
+                    "bbrscope stream --port 443 |",
+                    "  jq -c 'select(.type==\"flow_summary\")",
+                    "         | {dst, cc, bytes_acked, duration_s, retrans_total}'",
+                ],
+            ),
+            ("A minute of flows, to replay later:", &["bbrscope stream --duration 60 > flows.ndjson"]),
+        ],
+        "replay" => &[("A recorded stream in the dashboard (no root needed):", &["bbrscope replay flows.ndjson"])],
+        "demo" => &[
+            ("CUBIC and BBR on Google's 1%-loss, 100 ms path, side by side:", &["bbrscope demo"]),
+            ("One BBR flow beside CUBIC flows on one deep-buffered link:", &["bbrscope demo fairness --buffer 8bdp"]),
+        ],
+        "experiment" => &[
+            (
+                "Half of the service's new connections get BBR for 30 minutes; the answer per client group, and \
+                 the apply commands the evidence supports:",
+                &["bbrscope experiment --arms cubic,bbr --port 443 --duration 30m \\", "  --recommend"],
+            ),
+            ("The report of a run recorded with --record, again:", &["bbrscope experiment --analyze run.ndjson"]),
+        ],
+        "apply" => &[
+            ("The checks and the plan for the system; nothing changes:", &["bbrscope apply bbr --dry-run"]),
+            ("BBR and fq for the system, kept across reboots:", &["bbrscope apply bbr --qdisc fq"]),
+            ("BBR for connections to one prefix only:", &["bbrscope apply bbr --route 203.0.113.0/24"]),
+        ],
+        "status" => &[("Defaults, qdiscs, boot configuration, what bbrscope changed:", &["bbrscope status --json"])],
+        "revert" => &[("Undo every scope apply recorded, exactly:", &["bbrscope revert --all"])],
+        "export" => &[("Prometheus metrics at /metrics:", &["bbrscope export --listen 127.0.0.1:9464"])],
+        _ => &[
+            ("The dashboard on a terminal, the JSON stream into a pipe:", &["bbrscope"]),
+            ("Switch the system to BBR, with checks, proof and a way back:", &["bbrscope apply bbr"]),
+            ("Undo it:", &["bbrscope revert"]),
+        ],
+    }
 }
 
 /// The (built) command tree as completions should offer it: without hidden options (`--root`
@@ -71,6 +238,66 @@ mod tests {
             assert!(text.contains("port"), "{shell}: options are offered");
             // clap_complete's fish generator completes no positional values.
             assert!(shell.ends_with("fish") || text.contains("fairness"), "{shell}: presets are offered");
+        }
+    }
+
+    /// Every page renders with man(1) at 80 columns without a line over 80, with the sections
+    /// an admin looks for; the dashboard's keys are on the pages of the commands that show it,
+    /// and the experiment's page has its own exit status 3.
+    #[test]
+    fn pages_render_at_80_columns_with_every_section() {
+        let dir = tempfile::tempdir().unwrap();
+        super::write(dir.path()).unwrap();
+        let mut pages = 0;
+        for entry in std::fs::read_dir(dir.path().join("man")).unwrap() {
+            let path = entry.unwrap().path();
+            let out = std::process::Command::new("man")
+                .arg("-l")
+                .arg(&path)
+                .env("MANWIDTH", "80")
+                .env_remove("MAN_KEEP_FORMATTING")
+                .output()
+                .expect("man(1) runs");
+            assert!(out.status.success(), "{}: {}", path.display(), String::from_utf8_lossy(&out.stderr));
+            let raw = String::from_utf8(out.stdout).unwrap();
+            // Justified lines stretch the spaces between words.
+            let text = raw.lines().map(|l| l.split(' ').filter(|w| !w.is_empty()).collect::<Vec<_>>().join(" "));
+            let text = text.collect::<Vec<_>>().join("\n");
+            let name = path.file_name().unwrap().to_str().unwrap();
+            for line in raw.lines() {
+                assert!(line.chars().count() <= 80, "{name}: a line over 80 columns: {line:?}");
+            }
+            for section in ["SYNOPSIS", "OPTIONS", "EXIT STATUS", "ENVIRONMENT", "EXAMPLES", "SEE ALSO"] {
+                assert!(text.lines().any(|l| l == section), "{name}: no {section} section");
+            }
+            if ["bbrscope.1", "bbrscope-top.1", "bbrscope-replay.1"].contains(&name) {
+                assert!(text.contains("KEYS") && text.contains("select a flow"), "{name}: the dashboard's keys");
+            }
+            if ["bbrscope.1", "bbrscope-apply.1", "bbrscope-revert.1"].contains(&name) {
+                assert!(text.contains("/var/lib/bbrscope/state.json"), "{name}: FILES");
+            }
+            if name == "bbrscope-experiment.1" {
+                assert!(text.contains("guardrail stopped it"), "{name}: exit status 3");
+            }
+            pages += 1;
+        }
+        assert_eq!(pages, 10, "bbrscope(1) and one page per command");
+    }
+
+    /// Every example is a command bbrscope accepts as written (up to a pipe or redirection).
+    #[test]
+    fn every_example_parses() {
+        use clap::Parser as _;
+        for sub in ["", "top", "stream", "replay", "demo", "experiment", "apply", "status", "revert", "export"] {
+            for (what, lines) in super::examples(sub) {
+                let command = lines.join(" ").replace("\\", "");
+                let command = command.split(['|', '>']).next().unwrap();
+                let words: Vec<&str> = command.split_whitespace().collect();
+                assert_eq!(words[0], "bbrscope");
+                if let Err(e) = crate::cli::Cli::try_parse_from(&words) {
+                    panic!("{sub} example {what:?}: {command}: {e}");
+                }
+            }
         }
     }
 }
