@@ -56,8 +56,6 @@ const QUICK_DUTY: u32 = 10;
 const QUICK_EVERY: Duration = Duration::from_millis(10);
 const FULL_DUTY: u32 = 20;
 const FULL_EVERY: Duration = Duration::from_millis(250);
-/// Sockets remembered at most; past this what is known is forgotten at the next full pass.
-const KNOWN_MAX: usize = 1 << 20;
 
 impl Resolver {
     /// Who holds socket `ino`, if it is known or a pass allowed now finds it: first the quick
@@ -78,9 +76,10 @@ impl Resolver {
             self.next_quick = Some(now + (t0.elapsed() * QUICK_DUTY).max(QUICK_EVERY));
         }
         if !self.known.contains_key(&ino) && self.next_full.is_none_or(|t| now >= t) {
-            if self.known.len() > KNOWN_MAX {
-                self.known.clear();
-            }
+            // What a full pass finds is all there is: sockets closed since are forgotten, so
+            // memory follows the host's open sockets and a reused inode number (32-bit, they
+            // wrap) never names a holder of the socket that had it before.
+            self.known.clear();
             let t0 = Instant::now();
             let pids = all_pids();
             self.listed = pids.iter().copied().collect();
