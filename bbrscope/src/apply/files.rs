@@ -49,8 +49,13 @@ pub fn create_dirs(dir: &Path) -> std::io::Result<()> {
     if let Some(parent) = dir.parent() {
         create_dirs(parent)?;
     }
-    std::fs::DirBuilder::new().mode(DIR_MODE).create(dir)?;
-    std::fs::set_permissions(dir, std::fs::Permissions::from_mode(DIR_MODE))
+    match std::fs::DirBuilder::new().mode(DIR_MODE).create(dir) {
+        Ok(()) => std::fs::set_permissions(dir, std::fs::Permissions::from_mode(DIR_MODE)),
+        // Another run made it since the check above: two applies that start together both
+        // create the directory their lock lives in (seen in CI as "File exists").
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists && dir.is_dir() => Ok(()),
+        Err(e) => Err(e),
+    }
 }
 
 /// Replaces the file in one step (write a temporary file beside it, flush, rename), so a crash
@@ -163,6 +168,26 @@ pub fn unwritable(root: &Path, path: &Path) -> Option<String> {
 mod tests {
     use super::*;
     use crate::apply::testroot::TempRoot;
+
+    /// Runs that start together all create the state directory: none fails because another
+    /// made it first.
+    #[test]
+    fn directories_made_at_once_by_several_runs() {
+        let root = TempRoot::new();
+        for round in 0..100 {
+            let dir = root.path().join(format!("r{round}/var/lib/bbrscope"));
+            let start = std::sync::Barrier::new(8);
+            std::thread::scope(|s| {
+                for _ in 0..8 {
+                    s.spawn(|| {
+                        start.wait();
+                        create_dirs(&dir).unwrap();
+                    });
+                }
+            });
+            assert!(dir.is_dir());
+        }
+    }
 
     #[test]
     fn atomic_write_creates_replaces_and_leaves_no_temporary() {
