@@ -219,12 +219,13 @@ pub async fn run(args: ExperimentArgs) -> Result<()> {
             }
             update = monitor.finished() => {
                 let update = update?;
-                if let Some(g) = update.guard.as_ref().filter(|g| g.stop) {
+                let stop = update.guard.as_ref().filter(|g| g.stop).cloned();
+                display.shown.state().update(update);
+                if let Some(g) = stop {
                     stopped_by = Some(format!("stopped early by the guardrail: {}", g.reason));
-                    guard = Some(g.clone());
+                    guard = Some(g);
                     break;
                 }
-                display.shown.state().update(update);
             }
             _ = frame.tick() => {
                 display.shown.state().elapsed = started.elapsed();
@@ -247,6 +248,13 @@ pub async fn run(args: ExperimentArgs) -> Result<()> {
         if args.flows.is_some_and(|n| obs.len() as u64 >= n) {
             break;
         }
+    }
+    // Not on a terminal: a last progress line, so the log says how it ended however soon (the
+    // guardrail can stop a run before the first line period is over).
+    if !display.shows_report() {
+        display.shown.state().elapsed = started.elapsed();
+        display.shown.state().count_open(&table);
+        display.show()?;
     }
     // Detach first: from here on new connections get the default algorithm again. Then give the
     // terminal back, so that the report prints on the normal screen.
