@@ -30,7 +30,7 @@ use crate::{
     observe::flow::{Change, FlowTable},
     observe::kernel::loader::{ExperimentSpec, Options},
     observe::session::Live,
-    observe::sink::json::JsonSink,
+    observe::{pipeline::Sink as _, sink::json::JsonSink},
     sys::{cc, cgroup},
     tui::{
         self, Dashboard,

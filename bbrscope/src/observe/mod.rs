@@ -7,7 +7,9 @@
 //!    [`stats`]), with [`filter`] for what the user asked to see and [`clock`] for timestamps;
 //! 4. [`flow`]: the flow table, each flow from connect to close, named by [`name`];
 //! 5. [`diagnose`]: the verdicts a flow's numbers support;
-//! 6. [`sink`]: where flows go (NDJSON lines); [`replay`] reads such lines back.
+//! 6. [`sink`]: where flows go (NDJSON lines); [`replay`] reads such lines back;
+//! 7. [`pipeline`]: the loop that drives 1–6 into a [`pipeline::Sink`] until a signal or a
+//!    deadline, for the commands that only consume flows.
 
 pub mod clock;
 pub mod diagnose;
@@ -16,6 +18,7 @@ pub mod filter;
 pub mod flow;
 pub mod kernel;
 pub mod name;
+pub mod pipeline;
 pub mod replay;
 pub mod session;
 pub mod sink;

@@ -20,6 +20,7 @@ use crate::{
     observe::clock::Clock,
     observe::event::{Bbr, CaState, Cubic, EndReason, Event, Metrics, tcp_state_name},
     observe::flow::{Change, Flow, FlowTable},
+    observe::pipeline::Sink,
     observe::stats::StatsReport,
     sys::cgroup::CgroupNames,
 };
@@ -433,8 +434,28 @@ impl<W: Write> JsonSink<W> {
         o
     }
 
+    fn write_if_full(&mut self) -> io::Result<()> {
+        if self.buf.len() < WRITE_AT {
+            return Ok(());
+        }
+        self.write_buf()
+    }
+
+    fn write_buf(&mut self) -> io::Result<()> {
+        let r = self.out.write_all(&self.buf);
+        self.buf.clear();
+        r
+    }
+
+    /// The writer, after [`JsonSink::flush`].
+    pub fn writer(&mut self) -> &mut W {
+        &mut self.out
+    }
+}
+
+impl<W: Write> Sink for JsonSink<W> {
     /// Writes what `ev` means, after it has been applied to `table` (with result `change`).
-    pub fn event(&mut self, ev: &Event, change: Change, table: &FlowTable) -> io::Result<()> {
+    fn event(&mut self, ev: &Event, change: Change, table: &FlowTable) -> io::Result<()> {
         let h = ev.head();
         let Some(flow) = table.get(h.flow) else { return Ok(()) };
         let mut buf = std::mem::take(&mut self.buf);
@@ -494,37 +515,19 @@ impl<W: Write> JsonSink<W> {
         self.write_if_full()
     }
 
-    pub fn stats(&mut self, now_ns: u64, stats: &StatsReport) -> io::Result<()> {
+    fn stats(&mut self, now_ns: u64, stats: &StatsReport) -> io::Result<()> {
         let rec = StatsRecord { ty: "stats", ts: self.clock.unix_secs(now_ns), stats };
         serde_json::to_writer(&mut self.buf, &rec)?;
         self.buf.push(b'\n');
         self.write_if_full()
     }
 
-    fn write_if_full(&mut self) -> io::Result<()> {
-        if self.buf.len() < WRITE_AT {
-            return Ok(());
-        }
-        self.write_buf()
-    }
-
-    fn write_buf(&mut self) -> io::Result<()> {
-        let r = self.out.write_all(&self.buf);
-        self.buf.clear();
-        r
-    }
-
     /// Hands every line so far to the writer, and flushes it.
-    pub fn flush(&mut self) -> io::Result<()> {
+    fn flush(&mut self) -> io::Result<()> {
         if !self.buf.is_empty() {
             self.write_buf()?;
         }
         self.out.flush()
-    }
-
-    /// The writer, after [`JsonSink::flush`].
-    pub fn writer(&mut self) -> &mut W {
-        &mut self.out
     }
 }
 
