@@ -71,8 +71,13 @@ fn every_sampled_field_resolves_on_this_kernel() {
     let tcp = pahole("tcp_sock");
     for (i, (field, strukt, path)) in FIELDS.iter().enumerate() {
         if *strukt == "tcp_sock" && !path.contains('.') {
-            let (byte, _) = tcp[*path];
-            assert_eq!(layout.fields[i].off, byte, "{field:?}");
+            // `chrono_stat[2]`: element 2 of a u32 array.
+            let (name, index) = match path.strip_suffix(']').and_then(|p| p.split_once('[')) {
+                Some((name, i)) => (name, i.parse::<u32>().unwrap()),
+                None => (*path, 0),
+            };
+            let (byte, _) = tcp[name];
+            assert_eq!(layout.fields[i].off, byte + 4 * index, "{field:?}");
         }
     }
     // The optional socket members: every one exists on this kernel, at pahole's offset where

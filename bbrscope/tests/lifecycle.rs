@@ -155,6 +155,11 @@ fn short_flows_of_every_size_get_a_summary_equal_to_their_final_tcp_info() {
             ("segs_in", i.segs_in as u64),
             ("data_segs_out", i.data_segs_out as u64),
             ("data_segs_in", i.data_segs_in as u64),
+            // The kernel's chrono counters: once the data is acked no stretch is in progress,
+            // so TCP_INFO's (which adds one) and the socket's final ones agree exactly.
+            ("busy_us", i.busy_us),
+            ("rwnd_limited_us", i.rwnd_limited_us),
+            ("sndbuf_limited_us", i.sndbuf_limited_us),
         ] {
             assert_eq!(u(&sum[key]), want, "{what}: {key} in {sum} vs the application's TCP_INFO {i:?}");
         }

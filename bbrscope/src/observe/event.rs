@@ -142,6 +142,12 @@ pub struct Metrics {
     pub mss: Option<u32>,
     /// The peer's advertised receive window, bytes.
     pub snd_wnd: Option<u32>,
+    /// Time with data outstanding (tcp_info's `busy_time`), and the parts of it the peer's
+    /// receive window or this host's send buffer held the sender back (`rwnd_limited`,
+    /// `sndbuf_limited`), µs: the kernel's chrono counters up to the stretch in progress.
+    pub busy_us: Option<u64>,
+    pub rwnd_limited_us: Option<u64>,
+    pub sndbuf_limited_us: Option<u64>,
     pub bbr: Option<Bbr>,
     pub cubic: Option<Cubic>,
 }
@@ -462,6 +468,7 @@ impl Decoder<'_> {
     fn metrics(&self, vals: &[u64; MAX_FIELDS], cc: &str, ca_priv: &[u8; CA_PRIV_LEN]) -> Metrics {
         let g = |f: Field| self.layout.get(vals, f);
         let g32 = |f: Field| g(f).map(|v| v as u32);
+        let jiffies = |f: Field| Some(g(f)?.saturating_mul(self.layout.jiffy_us?));
         let mss = g32(Field::MssCache);
         let delivery_rate_bps = match (g(Field::RateDelivered), g(Field::RateIntervalUs), mss) {
             // In 128 bits: a record torn by a concurrent writer must not overflow (debug builds
@@ -507,6 +514,9 @@ impl Decoder<'_> {
             delivered: g32(Field::Delivered),
             mss,
             snd_wnd: g32(Field::SndWnd),
+            busy_us: jiffies(Field::ChronoBusy),
+            rwnd_limited_us: jiffies(Field::ChronoRwndLimited),
+            sndbuf_limited_us: jiffies(Field::ChronoSndbufLimited),
             bbr: (cc == "bbr").then(|| self.bbr(ca_priv, mss)).flatten(),
             cubic: (cc == "cubic").then(|| self.cubic(ca_priv)).flatten(),
         }

@@ -16,7 +16,14 @@ pub struct Hz {
     pub source: String,
 }
 
-pub fn discover() -> Option<Hz> {
+/// [`discover`], once per process: the measurement takes 200 ms, and the sample clock and the
+/// decoder both want the answer.
+pub fn discover_once() -> Option<Hz> {
+    static HZ: std::sync::OnceLock<Option<Hz>> = std::sync::OnceLock::new();
+    HZ.get_or_init(discover).clone()
+}
+
+fn discover() -> Option<Hz> {
     let from_config = kconfig::read(&kconfig::release()).and_then(|(text, path)| {
         let hz = kconfig::value(&text, "CONFIG_HZ")?.parse().ok().filter(|&hz| hz > 0)?;
         Some(Hz { hz, source: path })

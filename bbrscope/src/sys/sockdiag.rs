@@ -59,6 +59,10 @@ pub struct TcpInfo {
     pub bytes_sent: Option<u64>,
     pub bytes_retrans: Option<u64>,
     pub snd_wnd: Option<u32>,
+    /// The chrono counters, µs (`tcpi_busy_time`, `tcpi_rwnd_limited`, `tcpi_sndbuf_limited`).
+    pub busy_us: Option<u64>,
+    pub rwnd_limited_us: Option<u64>,
+    pub sndbuf_limited_us: Option<u64>,
 }
 
 impl TcpInfo {
@@ -91,6 +95,9 @@ impl TcpInfo {
             bytes_sent: u64_at(200),
             bytes_retrans: u64_at(208),
             snd_wnd: u32_at(228),
+            busy_us: u64_at(168),
+            rwnd_limited_us: u64_at(176),
+            sndbuf_limited_us: u64_at(184),
         })
     }
 }

@@ -499,6 +499,10 @@ pub struct TcpInfo {
     /// tcpi_delivery_rate, bytes per second, and whether that rate sample was app-limited.
     pub delivery_rate: u64,
     pub delivery_rate_app_limited: bool,
+    /// tcpi_busy_time, tcpi_rwnd_limited, tcpi_sndbuf_limited: µs.
+    pub busy_us: u64,
+    pub rwnd_limited_us: u64,
+    pub sndbuf_limited_us: u64,
 }
 
 pub fn tcp_info(fd: std::os::fd::RawFd) -> TcpInfo {
@@ -529,6 +533,9 @@ pub fn tcp_info(fd: std::os::fd::RawFd) -> TcpInfo {
         delivery_rate: u64_at(160),
         // The bit field after tcpi_snd_wscale/tcpi_rcv_wscale: its lowest bit.
         delivery_rate_app_limited: buf[7] & 1 == 1,
+        busy_us: u64_at(168),
+        rwnd_limited_us: u64_at(176),
+        sndbuf_limited_us: u64_at(184),
     }
 }
 

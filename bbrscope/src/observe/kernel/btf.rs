@@ -331,7 +331,8 @@ impl Btf {
 
     /// Finds `path` (dot-separated member names) inside struct `strukt`. Each step searches
     /// through anonymous struct/union members, and stepping into an array selects element 0, so
-    /// `rtt_min.s.v` names the current minimum of a `struct minmax`.
+    /// `rtt_min.s.v` names the current minimum of a `struct minmax`; a step `name[N]`
+    /// names element N of the array `name` (`chrono_stat[2]`), and fails past its end.
     pub fn member(&self, strukt: &str, path: &str) -> Option<Location> {
         let mut ty = self.struct_id(strukt)?;
         let mut bit_offset = 0;
@@ -341,11 +342,28 @@ impl Btf {
             while let Some(Type::Array { elem, .. }) = self.get(ty) {
                 ty = self.resolve(*elem);
             }
-            let (off, m) = self.find_member(ty, step)?;
+            let (name, index) = match step.strip_suffix(']').and_then(|s| s.split_once('[')) {
+                Some((name, i)) => (name, Some(i.parse::<u32>().ok()?)),
+                None => (step, None),
+            };
+            let (off, m) = self.find_member(ty, name)?;
             bit_offset += off;
-            let bits = if m.bitfield_size != 0 { m.bitfield_size } else { self.size_of(m.ty)? * 8 };
-            loc = Some(Location { bit_offset, bits });
             ty = m.ty;
+            let bits = match index {
+                Some(i) => {
+                    let Type::Array { elem, len } = self.get(self.resolve(ty))? else { return None };
+                    let elem_bits = self.size_of(*elem)? * 8;
+                    if i >= *len {
+                        return None;
+                    }
+                    bit_offset += i * elem_bits;
+                    ty = *elem;
+                    elem_bits
+                }
+                None if m.bitfield_size != 0 => m.bitfield_size,
+                None => self.size_of(m.ty)? * 8,
+            };
+            loc = Some(Location { bit_offset, bits });
         }
         loc
     }
@@ -598,6 +616,15 @@ mod tests {
         let btf = mini_kernel();
         // rtt_min.s[0].v
         assert_eq!(btf.member("tcp_sock", "rtt_min.s.v"), Some(Location { bit_offset: 64 * 8 + 32, bits: 32 }));
+        // An element by index (each `struct minmax_sample` is 8 bytes), and none past the end.
+        assert_eq!(
+            btf.member("tcp_sock", "rtt_min.s[2].v"),
+            Some(Location { bit_offset: (64 + 16) * 8 + 32, bits: 32 })
+        );
+        assert_eq!(btf.member("tcp_sock", "rtt_min.s[3].v"), None);
+        assert_eq!(btf.member("tcp_sock", "rtt_min.s[x].v"), None);
+        // Indexing what is not an array finds nothing.
+        assert_eq!(btf.member("tcp_sock", "icsk_ca_state[0]"), None);
         let state = btf.member("tcp_sock", "icsk_ca_state").unwrap();
         assert_eq!((state.bit_offset, state.bits, state.is_byte_aligned()), (803, 5, false));
         assert_eq!(btf.size_of(btf.member_type("tcp_sock", "rtt_min").unwrap()), Some(24));

@@ -288,6 +288,9 @@ fn sample(s: &Socket, now: u64, bbr_v1: bool) -> Option<SampleEvent> {
         delivered: Some(i.delivered),
         mss: Some(i.snd_mss),
         snd_wnd: i.snd_wnd,
+        busy_us: i.busy_us,
+        rwnd_limited_us: i.rwnd_limited_us,
+        sndbuf_limited_us: i.sndbuf_limited_us,
         bbr,
         cubic: None,
     };

@@ -39,6 +39,11 @@ pub enum Field {
     SegsOut,
     SegsIn,
     DataSegsIn,
+    /// The kernel's own accounting of where a sender's time went (`tcp_chrono`, what
+    /// tcp_info's `busy_time`, `rwnd_limited` and `sndbuf_limited` report), in jiffies.
+    ChronoBusy,
+    ChronoRwndLimited,
+    ChronoSndbufLimited,
 }
 
 /// Where each [`Field`] lives, as (struct, member path) in BTF. All of these structs start at the
@@ -69,6 +74,10 @@ pub const FIELDS: &[(Field, &str, &str)] = &[
     (Field::SegsOut, "tcp_sock", "segs_out"),
     (Field::SegsIn, "tcp_sock", "segs_in"),
     (Field::DataSegsIn, "tcp_sock", "data_segs_in"),
+    // `chrono_stat[i - 1]` accumulates `enum tcp_chrono` value i (TCP_CHRONO_BUSY = 1, ...).
+    (Field::ChronoBusy, "tcp_sock", "chrono_stat[0]"),
+    (Field::ChronoRwndLimited, "tcp_sock", "chrono_stat[1]"),
+    (Field::ChronoSndbufLimited, "tcp_sock", "chrono_stat[2]"),
 ];
 
 /// How to get a value out of the bytes the kernel copied: shift and width in bits.
@@ -151,6 +160,9 @@ pub struct Layout {
     pub cubic: Option<CubicLayout>,
     /// Sampled fields this kernel does not have (reported as null).
     pub missing: Vec<String>,
+    /// Microseconds per jiffy (`USEC_PER_SEC / HZ`, as the kernel converts its chrono counters
+    /// for tcp_info); `None` where HZ could not be found (the chrono fields are then null).
+    pub jiffy_us: Option<u64>,
 }
 
 fn byte_field(loc: Location) -> Option<(FieldSpec, Extract)> {
@@ -243,6 +255,7 @@ impl Layout {
             bbr: Self::bbr(btf),
             cubic: Self::cubic(btf),
             missing,
+            jiffy_us: crate::sys::hz::discover_once().map(|h| 1_000_000 / u64::from(h.hz)),
         })
     }
 

@@ -505,7 +505,7 @@ fn sockops_helpers() -> SockopsHelpers {
     } else {
         lost.push("comm");
     }
-    let hz = if has(BpfHelper::BPF_FUNC_jiffies64) { hz::discover().ok_or(HZ_UNKNOWN) } else { Err(NO_JIFFIES) };
+    let hz = if has(BpfHelper::BPF_FUNC_jiffies64) { hz::discover_once().ok_or(HZ_UNKNOWN) } else { Err(NO_JIFFIES) };
     let clock = match hz {
         Ok(hz) => SampleClock::Jiffies(hz),
         Err(why) if has(BpfHelper::BPF_FUNC_ktime_get_coarse_ns) => SampleClock::Coarse { why },

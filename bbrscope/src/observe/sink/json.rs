@@ -300,6 +300,9 @@ fn metrics(o: &mut Obj, m: &Metrics) {
         .field(k!("delivered"), m.delivered)
         .field(k!("mss"), m.mss)
         .field(k!("snd_wnd"), m.snd_wnd)
+        .field(k!("busy_us"), m.busy_us)
+        .field(k!("rwnd_limited_us"), m.rwnd_limited_us)
+        .field(k!("sndbuf_limited_us"), m.sndbuf_limited_us)
         .object(k!("bbr"), m.bbr.as_ref(), |o, b: &Bbr| {
             o.field(k!("mode"), &b.mode)
                 .field(k!("bw_bps"), b.bw_bps)
@@ -406,6 +409,9 @@ impl<W: Write> JsonSink<W> {
             .field(k!("pacing_rate_bps"), get(|m| m.pacing_rate_bps))
             .field(k!("bbr_bw_bps"), m.and_then(|m| m.bbr.as_ref()).and_then(|b| b.bw_bps))
             .field(k!("mss"), get32(|m| m.mss))
+            .field(k!("busy_us"), get(|m| m.busy_us))
+            .field(k!("rwnd_limited_us"), get(|m| m.rwnd_limited_us))
+            .field(k!("sndbuf_limited_us"), get(|m| m.sndbuf_limited_us))
             .field(k!("samples"), e.samples)
             .field(k!("rtt_events"), e.rtt_events)
             .field(k!("slow_path_acks"), e.slow_path_acks)
@@ -563,6 +569,9 @@ mod tests {
             delivered: Some(5),
             mss: Some(1448),
             snd_wnd: Some(65535),
+            busy_us: Some(400_000),
+            rwnd_limited_us: Some(0),
+            sndbuf_limited_us: Some(100_000),
             bbr: Some(Bbr {
                 mode: Some("probe_bw".into()),
                 bw_bps: Some(9_000_000),
@@ -706,6 +715,9 @@ mod tests {
             pacing_rate_bps: Option<u64>,
             bbr_bw_bps: Option<u64>,
             mss: Option<u32>,
+            busy_us: Option<u64>,
+            rwnd_limited_us: Option<u64>,
+            sndbuf_limited_us: Option<u64>,
             samples: u32,
             rtt_events: u64,
             slow_path_acks: u32,
@@ -816,6 +828,9 @@ mod tests {
                 pacing_rate_bps: get(|m| m.pacing_rate_bps),
                 bbr_bw_bps: m.and_then(|m| m.bbr.as_ref()).and_then(|b| b.bw_bps),
                 mss: get32(|m| m.mss),
+                busy_us: get(|m| m.busy_us),
+                rwnd_limited_us: get(|m| m.rwnd_limited_us),
+                sndbuf_limited_us: get(|m| m.sndbuf_limited_us),
                 samples: e.samples,
                 rtt_events: e.rtt_events,
                 slow_path_acks: e.slow_path_acks,
