@@ -60,6 +60,9 @@ pub enum Command {
                       guardrail."
     )]
     Experiment(crate::cmd::experiment::ExperimentArgs),
+    /// Which settings beyond the algorithm hold this host's flows back (initial window, send buffer, restart after idle), from flows watched for --duration (root)
+    #[command(allow_negative_numbers = true)]
+    Advise(crate::cmd::advise::AdviseArgs),
     /// Switch congestion control for the system, a network namespace, a cgroup or a route: checks, plan, change, proof on a real socket (root)
     Apply(crate::cmd::apply::ApplyArgs),
     /// Congestion control as it stands: defaults, allowed list, qdiscs, boot configuration, live flows per algorithm, and what bbrscope changed

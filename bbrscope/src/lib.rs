@@ -5,9 +5,10 @@
 //! dashboard, the experiment). Around it, one folder per area: [`apply`] changes the system's
 //! congestion control, [`experiment`] runs and judges randomized A/B tests, [`demo`] compares
 //! CUBIC and BBR on an emulated path, [`export`] serves Prometheus metrics, [`tui`] draws the
-//! dashboard; [`cmd`] holds one module per subcommand, [`sys`] the calls to the OS; [`units`] and
+//! dashboard, [`advise`] weighs the settings beyond the algorithm against observed flows; [`cmd`] holds one module per subcommand, [`sys`] the calls to the OS; [`units`] and
 //! [`quantile`] are the one place each for units (parse and format) and quantiles.
 
+pub mod advise;
 pub mod apply;
 pub mod cli;
 pub mod cmd;

@@ -66,6 +66,7 @@ fn main() -> ExitCode {
             Some(Command::Experiment(args)) => cmd::experiment::run(args).await,
             Some(Command::Apply(args)) => cmd::apply::run(args),
             Some(Command::Status(args)) => cmd::status::run(args),
+            Some(Command::Advise(args)) => cmd::advise::run(args).await,
             Some(Command::Revert(args)) => cmd::revert::run(args),
             Some(Command::Export(args)) => cmd::export::run(args).await,
             // Plain `bbrscope`: the dashboard on a terminal, the JSON stream into a pipe.

@@ -60,6 +60,8 @@ fn every_subcommand_exits_as_the_readme_says() {
         (vec!["status", "--bogus"], Out::Null, As::Root, 2, "unexpected argument"),
         (vec!["export", "--listen", "127.0.0.1:99999"], Out::Null, As::Root, 2, "not an address and port"),
         (vec!["export", "--listen", busy.as_str()], Out::Null, As::Root, 2, "in use"),
+        (vec!["advise", "--duration", "0"], Out::Null, As::Root, 2, "'0' must be longer than zero"),
+        (vec!["advise", "--port", "0"], Out::Null, As::Root, 2, "port 0 matches no TCP flow"),
         // A missing kernel feature: this kernel has no such qdisc.
         (vec!["apply", "bbr", "--qdisc", "nosuchqdisc", "--dry-run", r[0], r[1]], Out::Null, As::Root, 2, "cannot create qdisc"),
         // A missing privilege.
@@ -74,6 +76,8 @@ fn every_subcommand_exits_as_the_readme_says() {
         (vec!["status", "--json", r[0], r[1]], Out::Full, As::Root, 1, "No space left on device"),
         (vec!["status", r[0], r[1]], Out::ClosedPipe, As::Root, 0, ""),
         (vec!["stream", "--duration", "2"], Out::ClosedPipe, As::Root, 0, ""),
+        (vec!["advise", "--duration", "1", "--json"], Out::Full, As::Root, 1, "No space left on device"),
+        (vec!["advise", "--duration", "1"], Out::ClosedPipe, As::Root, 0, ""),
         (vec!["status", r[0], r[1]], Out::Closed, As::Root, 2, "standard output is closed"),
         (vec!["status", r[0], r[1]], Out::Null, As::Root, 0, ""),
     ];
@@ -123,9 +127,16 @@ fn every_subcommand_exits_as_the_readme_says() {
         if *code == 0 {
             // Success is quiet on stderr, except that a stream says when it stops.
             assert!(err.lines().all(|l| !l.contains("error")), "{row}: {err}");
-        } else {
+        } else if *code == 2 {
+            // Bad input: one line, before anything was done.
             assert_eq!(err.trim_end().lines().count(), 1, "{row}: one line: {err}");
             assert!(err.starts_with("bbrscope: "), "{row}: {err}");
+        } else {
+            // A failure while working: one error line, last, after what the command said it was
+            // doing (`advise` says when it starts watching).
+            let lines: Vec<&str> = err.trim_end().lines().collect();
+            assert_eq!(lines.iter().filter(|l| l.contains("error")).count(), 1, "{row}: one error line: {err}");
+            assert!(lines.last().is_some_and(|l| l.starts_with("bbrscope: error")), "{row}: {err}");
         }
     }
 }
@@ -152,6 +163,7 @@ fn a_stderr_that_cannot_be_written_changes_nothing() {
         (vec!["status", "--root", &root], 0),
         (vec!["stream", "--duration", "1"], 0),
         (vec!["export", "--listen", "127.0.0.1:0", "--duration", "2"], 0),
+        (vec!["advise", "--duration", "2"], 0),
         (vec!["experiment", "--arms", "cubic,bbr", "--port", "1", "--duration", "3s", "--headless"], 0),
     ];
     for (args, code) in &table {

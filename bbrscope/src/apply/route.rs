@@ -21,6 +21,7 @@ const RTA_PRIORITY: u16 = 6;
 const RTA_METRICS: u16 = 8;
 const RTA_CACHEINFO: u16 = 12;
 const RTA_TABLE: u16 = 15;
+const RTAX_INITCWND: u16 = 11;
 const RTAX_CC_ALGO: u16 = 16;
 const RT_TABLE_MAIN: u32 = 254;
 const RT_TABLE_LOCAL: u32 = 255;
@@ -55,6 +56,8 @@ impl std::fmt::Display for RouteKey {
 pub struct Route {
     pub key: RouteKey,
     pub cc: Option<String>,
+    /// The route's initial congestion window (`initcwnd`), packets; `None`: the kernel's 10.
+    pub initcwnd: Option<u32>,
     pub gateway: Option<IpAddr>,
     pub oif: Option<u32>,
     header: Vec<u8>,
@@ -81,8 +84,11 @@ impl Route {
             None if family == libc::AF_INET as u8 => IpAddr::from([0u8; 4]),
             None => IpAddr::from([0u8; 16]),
         };
-        let cc = get(RTA_METRICS)
-            .and_then(|m| crate::sys::netlink::attrs(m).find(|(t, _)| *t == RTAX_CC_ALGO).map(|(_, v)| cstr(v)));
+        let metric = |kind: u16| {
+            get(RTA_METRICS).and_then(|m| crate::sys::netlink::attrs(m).find(|(t, _)| *t == kind).map(|(_, v)| v))
+        };
+        let cc = metric(RTAX_CC_ALGO).map(cstr);
+        let initcwnd = metric(RTAX_INITCWND).and_then(u32_of);
         Some(Route {
             key: RouteKey {
                 prefix: IpNet::new(dst, dst_len).ok()?,
@@ -90,6 +96,7 @@ impl Route {
                 metric: get(RTA_PRIORITY).and_then(u32_of),
             },
             cc,
+            initcwnd,
             gateway: get(RTA_GATEWAY).and_then(addr),
             oif: get(RTA_OIF).and_then(u32_of),
             header: data[..RTMSG_LEN].to_vec(),

@@ -1,5 +1,6 @@
 //! One module per subcommand.
 
+pub mod advise;
 pub mod apply;
 pub mod demo;
 pub mod experiment;

@@ -190,6 +190,13 @@ fn examples(sub: &str) -> &'static [(&'static str, &'static [&'static str])] {
         "status" => &[("Defaults, qdiscs, boot configuration, what bbrscope changed:", &["bbrscope status --json"])],
         "revert" => &[("Undo every scope apply recorded, exactly:", &["bbrscope revert --all"])],
         "export" => &[("Prometheus metrics at /metrics:", &["bbrscope export --listen 127.0.0.1:9464"])],
+        "advise" => &[
+            (
+                "Five minutes of the service on port 443, then what holds its flows back:",
+                &["bbrscope advise --port 443 --duration 5m"],
+            ),
+            ("The same as JSON, each finding with its numbers:", &["bbrscope advise --duration 60 --json"]),
+        ],
         _ => &[
             ("The dashboard on a terminal, the JSON stream into a pipe:", &["bbrscope"]),
             ("Switch the system to BBR, with checks, proof and a way back:", &["bbrscope apply bbr"]),
@@ -281,14 +288,16 @@ mod tests {
             }
             pages += 1;
         }
-        assert_eq!(pages, 10, "bbrscope(1) and one page per command");
+        assert_eq!(pages, 11, "bbrscope(1) and one page per command");
     }
 
     /// Every example is a command bbrscope accepts as written (up to a pipe or redirection).
     #[test]
     fn every_example_parses() {
         use clap::Parser as _;
-        for sub in ["", "top", "stream", "replay", "demo", "experiment", "apply", "status", "revert", "export"] {
+        for sub in
+            ["", "top", "stream", "replay", "demo", "experiment", "apply", "status", "revert", "export", "advise"]
+        {
             for (what, lines) in super::examples(sub) {
                 let command = lines.join(" ").replace("\\", "");
                 let command = command.split(['|', '>']).next().unwrap();

@@ -454,7 +454,7 @@ impl Decoder<'_> {
 
     fn sample(&self, s: &Sample) -> Box<SampleEvent> {
         let cc = Name::from_kernel(&s.cc);
-        let metrics = self.metrics(&s.vals, &cc, &s.ca_priv);
+        let metrics = self.metrics(&s.vals, &cc, &s.ca_priv, s.hdr.ts_ns);
         Box::new(SampleEvent {
             head: head(&s.hdr),
             closing: s.hdr.kind != kind::SAMPLE,
@@ -465,10 +465,21 @@ impl Decoder<'_> {
         })
     }
 
-    fn metrics(&self, vals: &[u64; MAX_FIELDS], cc: &str, ca_priv: &[u8; CA_PRIV_LEN]) -> Metrics {
+    fn metrics(&self, vals: &[u64; MAX_FIELDS], cc: &str, ca_priv: &[u8; CA_PRIV_LEN], ts_ns: u64) -> Metrics {
         let g = |f: Field| self.layout.get(vals, f);
         let g32 = |f: Field| g(f).map(|v| v as u32);
-        let jiffies = |f: Field| Some(g(f)?.saturating_mul(self.layout.jiffy_us?));
+        // The kernel's chrono counters (jiffies), each with the stretch in progress added as
+        // tcp_info does (type 1 busy, 2 receive-window-, 3 send-buffer-limited).
+        let stretch = match (g(Field::ChronoType), g(Field::ChronoStart), self.layout.jiffies) {
+            (Some(t), Some(start), Some(clock)) if t > 0 => {
+                Some((t, u64::from(clock.jiffies32_at(ts_ns).wrapping_sub(start as u32))))
+            }
+            _ => None,
+        };
+        let jiffies = |f: Field, t: u64| {
+            let ongoing = stretch.filter(|&(kind, _)| kind == t).map_or(0, |(_, j)| j);
+            Some(g(f)?.saturating_add(ongoing).saturating_mul(self.layout.jiffy_us?))
+        };
         let mss = g32(Field::MssCache);
         let delivery_rate_bps = match (g(Field::RateDelivered), g(Field::RateIntervalUs), mss) {
             // In 128 bits: a record torn by a concurrent writer must not overflow (debug builds
@@ -514,9 +525,14 @@ impl Decoder<'_> {
             delivered: g32(Field::Delivered),
             mss,
             snd_wnd: g32(Field::SndWnd),
-            busy_us: jiffies(Field::ChronoBusy),
-            rwnd_limited_us: jiffies(Field::ChronoRwndLimited),
-            sndbuf_limited_us: jiffies(Field::ChronoSndbufLimited),
+            // tcp_info's busy time is all three: the kernel counts each stretch in one of them.
+            busy_us: [Field::ChronoBusy, Field::ChronoRwndLimited, Field::ChronoSndbufLimited]
+                .into_iter()
+                .zip(1..)
+                .map(|(f, t)| jiffies(f, t))
+                .sum::<Option<u64>>(),
+            rwnd_limited_us: jiffies(Field::ChronoRwndLimited, 2),
+            sndbuf_limited_us: jiffies(Field::ChronoSndbufLimited, 3),
             bbr: (cc == "bbr").then(|| self.bbr(ca_priv, mss)).flatten(),
             cubic: (cc == "cubic").then(|| self.cubic(ca_priv)).flatten(),
         }

@@ -31,6 +31,33 @@ fn discover() -> Option<Hz> {
     from_config.or_else(|| measure().map(|hz| Hz { hz, source: "measured".into() }))
 }
 
+/// The tick counter against CLOCK_MONOTONIC, so a record's timestamp converts to the `jiffies`
+/// the kernel stamped its TCP chrono counters with: jiffies = `base` + ns × hz / 10⁹ (mod 2³²),
+/// within a tick (the tick may run a little late on an idle CPU).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct JiffyClock {
+    pub hz: u32,
+    base: u64,
+}
+
+impl JiffyClock {
+    /// The low 32 bits of jiffies (`tcp_jiffies32`) at CLOCK_MONOTONIC time `ns`.
+    pub fn jiffies32_at(&self, ns: u64) -> u32 {
+        (self.base.wrapping_add((u128::from(ns) * u128::from(self.hz) / 1_000_000_000) as u64)) as u32
+    }
+}
+
+/// [`JiffyClock`] from one reading of /proc/timer_list (root only), once per process.
+pub fn jiffy_clock() -> Option<JiffyClock> {
+    static CLOCK: std::sync::OnceLock<Option<JiffyClock>> = std::sync::OnceLock::new();
+    *CLOCK.get_or_init(|| {
+        let hz = discover_once()?.hz;
+        let (ns, jiffies) = timer_list()?;
+        let elapsed = (u128::from(ns) * u128::from(hz) / 1_000_000_000) as u64;
+        Some(JiffyClock { hz, base: jiffies.wrapping_sub(elapsed) })
+    })
+}
+
 /// How long the measurement watches the tick counter: long enough that its error (a tick at
 /// either end) is within `TOLERANCE_TICKS` of the nearest known rate.
 const MEASURE_FOR: Duration = Duration::from_millis(200);
@@ -76,6 +103,19 @@ fn snap(measured: f64, seconds: f64) -> Option<u32> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The clock, read again later, agrees with the tick counter within two ticks.
+    #[test]
+    fn the_jiffy_clock_follows_the_tick_counter() {
+        let Some(clock) = jiffy_clock() else {
+            crate::output::errln!("skipped: no HZ or /proc/timer_list (root only)");
+            return;
+        };
+        std::thread::sleep(Duration::from_millis(300));
+        let (ns, jiffies) = timer_list().unwrap();
+        let drift = clock.jiffies32_at(ns).wrapping_sub(jiffies as u32) as i32;
+        assert!(drift.abs() <= 2, "{drift} ticks off");
+    }
 
     #[test]
     fn measured_rates_snap_to_the_nearest_known_one_within_their_error() {

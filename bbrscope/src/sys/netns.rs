@@ -140,6 +140,35 @@ pub fn all() -> Result<Vec<Netns>> {
     Ok(found.into_values().collect())
 }
 
+/// The namespace with inode `ino`: this one, a named one, one a process runs in, or else one a
+/// process only holds open (a container runtime's, or a test's: `lsns` misses those, and a
+/// descriptor to it is as good a way in as any). `None` once nothing holds it.
+pub fn find(ino: u64) -> Option<Netns> {
+    if let Some(ns) = current().ok().filter(|n| n.ino == ino) {
+        return Some(ns);
+    }
+    if let Some(ns) = all().ok()?.into_iter().find(|n| n.ino == ino) {
+        return Some(ns);
+    }
+    let target = format!("net:[{ino}]");
+    for entry in std::fs::read_dir("/proc").ok()?.flatten() {
+        let name = entry.file_name();
+        let Some(pid) = name.to_str().filter(|s| s.bytes().all(|b| b.is_ascii_digit())) else { continue };
+        let Ok(fds) = std::fs::read_dir(format!("/proc/{pid}/fd")) else { continue };
+        for fd in fds.flatten() {
+            if std::fs::read_link(fd.path()).is_ok_and(|l| l.as_os_str() == target.as_str()) {
+                let comm = std::fs::read_to_string(format!("/proc/{pid}/comm")).unwrap_or_default();
+                return Some(Netns {
+                    label: format!("ino:{ino} (held by pid {pid} {})", comm.trim()),
+                    path: fd.path(),
+                    ino,
+                });
+            }
+        }
+    }
+    None
+}
+
 /// Whether `ns` still names the namespace it named when recorded.
 pub fn still_there(ns: &Netns) -> bool {
     ino_of(&ns.path).is_ok_and(|i| i == ns.ino)

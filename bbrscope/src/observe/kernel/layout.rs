@@ -44,6 +44,9 @@ pub enum Field {
     ChronoBusy,
     ChronoRwndLimited,
     ChronoSndbufLimited,
+    /// The stretch in progress: since when (jiffies) and of which kind (`enum tcp_chrono`).
+    ChronoStart,
+    ChronoType,
 }
 
 /// Where each [`Field`] lives, as (struct, member path) in BTF. All of these structs start at the
@@ -78,6 +81,8 @@ pub const FIELDS: &[(Field, &str, &str)] = &[
     (Field::ChronoBusy, "tcp_sock", "chrono_stat[0]"),
     (Field::ChronoRwndLimited, "tcp_sock", "chrono_stat[1]"),
     (Field::ChronoSndbufLimited, "tcp_sock", "chrono_stat[2]"),
+    (Field::ChronoStart, "tcp_sock", "chrono_start"),
+    (Field::ChronoType, "tcp_sock", "chrono_type"),
 ];
 
 /// How to get a value out of the bytes the kernel copied: shift and width in bits.
@@ -163,6 +168,9 @@ pub struct Layout {
     /// Microseconds per jiffy (`USEC_PER_SEC / HZ`, as the kernel converts its chrono counters
     /// for tcp_info); `None` where HZ could not be found (the chrono fields are then null).
     pub jiffy_us: Option<u64>,
+    /// The tick counter against the records' clock, for the chrono stretch in progress at a
+    /// sample (without it the counters stop at the last completed stretch).
+    pub jiffies: Option<crate::sys::hz::JiffyClock>,
 }
 
 fn byte_field(loc: Location) -> Option<(FieldSpec, Extract)> {
@@ -256,6 +264,7 @@ impl Layout {
             cubic: Self::cubic(btf),
             missing,
             jiffy_us: crate::sys::hz::discover_once().map(|h| 1_000_000 / u64::from(h.hz)),
+            jiffies: crate::sys::hz::jiffy_clock(),
         })
     }
 

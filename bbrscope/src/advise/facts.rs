@@ -1,0 +1,215 @@
+//! What `advise` keeps of each observed flow: a [`Sink`] over the observer's events that turns
+//! every flow into one [`FlowFacts`] when it ends (or when the window closes on it).
+
+use std::{io, net::IpAddr};
+
+use crate::observe::{
+    event::{Event, Metrics},
+    flow::{Change, Flow, FlowTable, IdMap},
+    pipeline::Sink,
+    stats::StatsReport,
+};
+
+/// The kernel's lower bound on the retransmission timeout (`TCP_RTO_MIN`, 200 ms): a send after a
+/// silence longer than the timeout restarts an idle connection's window.
+const RTO_MIN_US: u64 = 200_000;
+
+/// A window restarted after idle (`tcp_cwnd_restart`): the window before the silence and the one
+/// the next sample found.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Restart {
+    pub before: u32,
+    pub after: u32,
+}
+
+/// One flow, as the findings need it.
+#[derive(Clone, Debug, PartialEq)]
+pub struct FlowFacts {
+    pub dst: IpAddr,
+    /// The flow's network namespace (inode); `None` where the observer could not tell.
+    pub netns: Option<u32>,
+    /// The algorithm it started on.
+    pub cc: String,
+    /// Seen from its start to its close: its byte count is the whole flow's.
+    pub whole: bool,
+    /// Data bytes this host sent and the peer acknowledged (SYN and FIN excluded).
+    pub sent: u64,
+    pub mss: Option<u32>,
+    pub min_rtt_us: Option<u32>,
+    pub busy_us: Option<u64>,
+    pub sndbuf_limited_us: Option<u64>,
+    pub rwnd_limited_us: Option<u64>,
+    /// The highest delivery rate of a sample that was not application-limited, bits/s.
+    pub delivery_max_bps: Option<u64>,
+    /// Silences longer than the retransmission timeout followed by new data: a keep-alive
+    /// connection between responses.
+    pub idle_gaps: u32,
+    pub restarts: Vec<Restart>,
+}
+
+/// The previous sample of a flow, for what the next one says about the time between.
+#[derive(Clone, Copy, Debug)]
+struct Last {
+    ts_ns: u64,
+    cwnd: u32,
+    rto_us: u64,
+    data_segs_out: u32,
+    retrans: u32,
+}
+
+#[derive(Default)]
+struct Partial {
+    last: Option<Last>,
+    /// A silence longer than the timeout ended: the sample before it, and the smallest window
+    /// seen since, until new data shows the connection sent again (a restart happens at that
+    /// first send: the first sample after the silence may come from the send path, before the
+    /// data is counted).
+    silence: Option<(Last, u32)>,
+    delivery_max_bps: Option<u64>,
+    idle_gaps: u32,
+    restarts: Vec<Restart>,
+}
+
+/// Collects [`FlowFacts`] from the observer's events.
+#[derive(Default)]
+pub struct Collector {
+    open: IdMap<Partial>,
+    pub done: Vec<FlowFacts>,
+}
+
+impl Collector {
+    fn sample(&mut self, id: u64, ts_ns: u64, m: &Metrics) {
+        let p = self.open.entry(id).or_default();
+        if m.delivery_app_limited == Some(false)
+            && let Some(rate) = m.delivery_rate_bps
+        {
+            p.delivery_max_bps = Some(p.delivery_max_bps.map_or(rate, |r| r.max(rate)));
+        }
+        let (Some(cwnd), Some(segs), Some(retrans)) = (m.cwnd, m.data_segs_out, m.retrans_total) else { return };
+        if let Some(last) = p.last
+            && ts_ns.saturating_sub(last.ts_ns) / 1000 > last.rto_us
+            && retrans == last.retrans
+        {
+            p.silence = Some((last, cwnd));
+        }
+        if let Some((before, low)) = p.silence {
+            let low = low.min(cwnd);
+            if retrans != before.retrans {
+                // A loss, not a silence, is what the window went through.
+                p.silence = None;
+            } else if segs > before.data_segs_out {
+                p.idle_gaps += 1;
+                if low < before.cwnd {
+                    p.restarts.push(Restart { before: before.cwnd, after: low });
+                }
+                p.silence = None;
+            } else {
+                p.silence = Some((before, low));
+            }
+        }
+        // RTO = srtt + max(4 rttvar, 200 ms), as tcp_set_rto computes it.
+        let rto_us = u64::from(m.srtt_us.unwrap_or(0)) + (4 * u64::from(m.rttvar_us.unwrap_or(0))).max(RTO_MIN_US);
+        p.last = Some(Last { ts_ns, cwnd, rto_us, data_segs_out: segs, retrans });
+    }
+
+    fn finish_flow(&mut self, flow: &Flow) {
+        let p = self.open.remove(&flow.id).unwrap_or_default();
+        let Some(m) = flow.metrics.as_ref() else { return };
+        let owner = flow.life.owner.as_ref();
+        // The SYN of an active opener and the FIN are counted in bytes_acked.
+        let syn_fin = if owner.and_then(|o| o.side) == Some("connect") { 2 } else { 1 };
+        self.done.push(FlowFacts {
+            dst: flow.dst.ip().to_canonical(),
+            netns: owner.and_then(|o| o.netns),
+            cc: flow.life.ccs.first().copied().unwrap_or(flow.cc).to_string(),
+            whole: flow.life.start_ns.is_some() && flow.life.end.is_some(),
+            sent: m.bytes_acked.unwrap_or(0).saturating_sub(syn_fin),
+            mss: m.mss,
+            min_rtt_us: m.min_rtt_us,
+            busy_us: m.busy_us,
+            sndbuf_limited_us: m.sndbuf_limited_us,
+            rwnd_limited_us: m.rwnd_limited_us,
+            delivery_max_bps: p.delivery_max_bps,
+            idle_gaps: p.idle_gaps,
+            restarts: p.restarts,
+        });
+    }
+
+    /// The window closed: flows still open count with what was seen of them.
+    pub fn finish(&mut self, table: &FlowTable) {
+        for flow in table.iter() {
+            self.finish_flow(flow);
+        }
+        self.open.clear();
+    }
+}
+
+impl Sink for Collector {
+    fn event(&mut self, ev: &Event, change: Change, table: &FlowTable) -> io::Result<()> {
+        let id = ev.head().flow;
+        match ev {
+            Event::Sample(s) => self.sample(id, s.head.ts_ns, &s.metrics),
+            Event::End(_) if change == Change::Ended => {
+                if let Some(flow) = table.get(id) {
+                    self.finish_flow(flow);
+                }
+            }
+            _ => {}
+        }
+        Ok(())
+    }
+
+    fn stats(&mut self, _now_ns: u64, _stats: &StatsReport) -> io::Result<()> {
+        Ok(())
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn metrics(cwnd: u32, segs: u32, retrans: u32) -> Metrics {
+        // Every field absent is every field unknown.
+        let mut m: Metrics = serde_json::from_str("{}").unwrap();
+        (m.cwnd, m.data_segs_out, m.retrans_total, m.srtt_us, m.rttvar_us) =
+            (Some(cwnd), Some(segs), Some(retrans), Some(110_000), Some(3_000));
+        m
+    }
+
+    /// A keep-alive CUBIC connection as the observer sampled it on a 100 ms path (bbrscope
+    /// stream, 300 KB responses 1.5 s apart): the first sample after each silence comes from the
+    /// send path with the restarted window and the data not yet counted.
+    #[test]
+    fn a_restart_is_the_window_after_a_silence_once_data_flows_again() {
+        let trace = [
+            (0, 10, 10, 0),
+            (100, 20, 30, 0),
+            (200, 40, 70, 0),
+            (300, 80, 150, 0),
+            (400, 160, 208, 0),
+            (1_940, 10, 208, 0),
+            (2_040, 10, 218, 0),
+            (2_140, 20, 238, 0),
+            (2_240, 160, 416, 0),
+            // The client's FIN after its last pause: a silence with no data after it.
+            (3_800, 218, 416, 0),
+            (3_900, 114, 416, 0),
+        ];
+        let mut c = Collector::default();
+        for (ms, cwnd, segs, retrans) in trace {
+            c.sample(7, ms * 1_000_000, &metrics(cwnd, segs, retrans));
+        }
+        let p = &c.open[&7];
+        assert_eq!((p.idle_gaps, p.restarts.as_slice()), (1, &[Restart { before: 160, after: 10 }][..]));
+        // A retransmission in the silence: a loss, not an idle restart.
+        let mut c = Collector::default();
+        for (ms, cwnd, segs, retrans) in [(0, 160, 208, 0), (1_500, 10, 208, 1), (1_600, 10, 218, 1)] {
+            c.sample(7, ms * 1_000_000, &metrics(cwnd, segs, retrans));
+        }
+        assert_eq!((c.open[&7].idle_gaps, c.open[&7].restarts.len()), (0, 0));
+    }
+}

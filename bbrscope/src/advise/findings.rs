@@ -1,0 +1,592 @@
+//! The checks `advise` makes, each from this host's own flows and its namespace's settings: one
+//! [`Finding`] per check, namespace and client group, saying what limits the flows, by how much,
+//! and what to change; or that nothing does (also a finding), or that too few flows were seen to
+//! say either.
+
+use std::{collections::BTreeMap, net::IpAddr};
+
+use ipnet::IpNet;
+use serde::Serialize;
+
+use super::facts::FlowFacts;
+use crate::experiment::decide::{band_label, band_of};
+
+/// The kernel's initial congestion window (`TCP_INIT_CWND`) where a route sets none.
+pub const KERNEL_IW: u32 = 10;
+/// The larger initial window the initial-window check prices: within every common client's
+/// first receive window (64 KB), and what large CDNs have run at for years.
+pub const CANDIDATE_IW: u32 = 32;
+/// Fewer flows than this in a group: too few to size its responses.
+const MIN_RESPONSES: usize = 20;
+/// Share of a group's responses that must need more round trips than the larger window would
+/// for a finding.
+const MIN_SHARE: f64 = 0.10;
+/// A saving smaller than this per affected response is not worth a change (ms).
+const MIN_SAVING_MS: f64 = 5.0;
+/// A flow is send-buffer- (receive-window-) limited when that is this share of its busy time.
+const LIMITED_SHARE: f64 = 0.2;
+/// Busy time below which a flow says nothing about buffers (µs).
+const MIN_BUSY_US: u64 = 10_000;
+/// Window restarts needed before the idle check names them.
+const MIN_RESTARTS: usize = 2;
+/// RTT band edges, ms: the experiment's.
+const RTT_BANDS_MS: [f64; 3] = [10.0, 50.0, 150.0];
+
+/// A namespace's settings the checks weigh the flows against.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct Settings {
+    /// `ip netns` name, `this namespace`, `pid N (comm)` or `ino:N`.
+    pub netns: String,
+    /// Its inode, as the flows' `netns` field gives it (`None`: the observer could not tell).
+    pub netns_ino: Option<u32>,
+    pub tcp_wmem: Option<[u64; 3]>,
+    pub tcp_rmem: Option<[u64; 3]>,
+    pub tcp_slow_start_after_idle: Option<bool>,
+    /// Routes with their own `initcwnd`.
+    pub initcwnd_routes: Vec<(IpNet, u32)>,
+}
+
+impl Settings {
+    /// The initial window a connection to `ip` starts with: the most specific route's
+    /// `initcwnd`, else the kernel's.
+    pub fn initcwnd_for(&self, ip: IpAddr) -> u32 {
+        self.initcwnd_routes
+            .iter()
+            .filter(|(net, _)| net.contains(&ip))
+            .max_by_key(|(net, _)| net.prefix_len())
+            .map_or(KERNEL_IW, |&(_, iw)| iw)
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Check {
+    InitialWindow,
+    SendBuffer,
+    IdleRestart,
+}
+
+impl Check {
+    fn title(self) -> &'static str {
+        match self {
+            Check::InitialWindow => "initial window vs response sizes",
+            Check::SendBuffer => "send buffer vs the path",
+            Check::IdleRestart => "window restart after idle",
+        }
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Status {
+    /// The flows are held back, by the numbers given.
+    Found,
+    /// Enough flows, and this setting does not hold them back.
+    None,
+    /// Too few flows of the kind the check needs to say either.
+    TooFew,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct Finding {
+    pub check: Check,
+    pub status: Status,
+    pub netns: String,
+    pub netns_ino: Option<u32>,
+    pub group: String,
+    /// Flows the check examined, and of those the ones held back.
+    pub flows: usize,
+    pub affected: usize,
+    /// The numbers behind `evidence`, by name (for scripts).
+    pub numbers: BTreeMap<&'static str, f64>,
+    /// What was measured, in a sentence.
+    pub evidence: String,
+    /// What to change, where there is something to change.
+    pub change: Option<String>,
+}
+
+impl Finding {
+    pub fn title(&self) -> &'static str {
+        self.check.title()
+    }
+}
+
+/// Round trips slow start needs to deliver `segs` segments from an initial window of `iw` (the
+/// window doubles each round trip: the kernel grows it by the segments each ACK covers).
+pub fn rounds(segs: u64, iw: u32) -> u32 {
+    let (mut window, mut sent, mut k) = (u64::from(iw.max(1)), u64::from(iw.max(1)), 1);
+    while sent < segs {
+        window *= 2;
+        sent += window;
+        k += 1;
+    }
+    k
+}
+
+fn median(v: &mut [f64]) -> f64 {
+    crate::quantile::type7(sorted(v), 0.5)
+}
+
+fn sorted(v: &mut [f64]) -> &[f64] {
+    v.sort_by(f64::total_cmp);
+    v
+}
+
+/// Every check over `flows`, per namespace (as `settings_of` names and describes them).
+pub fn all(flows: &[FlowFacts], settings_of: &dyn Fn(Option<u32>) -> Settings) -> Vec<Finding> {
+    let mut by_ns: BTreeMap<Option<u32>, Vec<&FlowFacts>> = BTreeMap::new();
+    for f in flows {
+        by_ns.entry(f.netns).or_default().push(f);
+    }
+    let mut out = Vec::new();
+    for (ns, flows) in by_ns {
+        let s = settings_of(ns);
+        out.extend(initial_window(&flows, &s));
+        out.push(send_buffer(&flows, &s));
+        out.push(idle_restart(&flows, &s));
+    }
+    out
+}
+
+/// Responses (whole flows, one response each: no silence between sends) that need more round
+/// trips than a larger initial window would take, per RTT band.
+pub fn initial_window(flows: &[&FlowFacts], s: &Settings) -> Vec<Finding> {
+    struct Response {
+        band: usize,
+        dst: IpAddr,
+        sent: u64,
+        now: u32,
+        with_larger: u32,
+        iw: u32,
+        rtt_ms: f64,
+    }
+    let responses: Vec<Response> = flows
+        .iter()
+        .filter(|f| f.whole && f.idle_gaps == 0 && f.sent > 0)
+        .filter_map(|f| {
+            let (mss, rtt) = (u64::from(f.mss.filter(|&m| m > 0)?), f.min_rtt_us?);
+            let segs = f.sent.div_ceil(mss);
+            let iw = s.initcwnd_for(f.dst);
+            Some(Response {
+                band: band_of(Some(rtt), &RTT_BANDS_MS),
+                dst: f.dst,
+                sent: f.sent,
+                now: rounds(segs, iw),
+                with_larger: rounds(segs, iw.max(CANDIDATE_IW)),
+                iw,
+                rtt_ms: f64::from(rtt) / 1e3,
+            })
+        })
+        .collect();
+    let mut groups: Vec<(String, Vec<&Response>)> = vec![("all flows".into(), responses.iter().collect())];
+    for band in 1..=RTT_BANDS_MS.len() + 1 {
+        let members: Vec<&Response> = responses.iter().filter(|r| r.band == band).collect();
+        if !members.is_empty() {
+            groups.push((band_label(band, &RTT_BANDS_MS), members));
+        }
+    }
+    let many_bands = groups.len() > 2;
+    groups
+        .into_iter()
+        // With one band, its finding is the whole's.
+        .filter(|(label, _)| many_bands || label != "all flows" || responses.is_empty())
+        .map(|(group, members)| {
+            let base = Finding {
+                check: Check::InitialWindow,
+                status: Status::TooFew,
+                netns: s.netns.clone(),
+                netns_ino: s.netns_ino,
+                group,
+                flows: members.len(),
+                affected: 0,
+                numbers: BTreeMap::new(),
+                evidence: String::new(),
+                change: None,
+            };
+            if members.len() < MIN_RESPONSES {
+                return Finding {
+                    evidence: format!(
+                        "{} whole responses seen (at least {MIN_RESPONSES} needed to size them)",
+                        members.len()
+                    ),
+                    ..base
+                };
+            }
+            let affected: Vec<&&Response> = members.iter().filter(|r| r.with_larger < r.now).collect();
+            let share = affected.len() as f64 / members.len() as f64;
+            let extra: Vec<f64> = members.iter().map(|r| f64::from(r.now - 1)).collect();
+            let mut saved_ms: Vec<f64> = affected.iter().map(|r| f64::from(r.now - r.with_larger) * r.rtt_ms).collect();
+            let mut sizes: Vec<f64> = members.iter().map(|r| r.sent as f64).collect();
+            let mut rtts: Vec<f64> = members.iter().map(|r| r.rtt_ms).collect();
+            let iw = members.iter().map(|r| r.iw).min().unwrap_or(KERNEL_IW);
+            let size_median = median(&mut sizes);
+            let size_p90 = crate::quantile::type7(sorted(&mut sizes), 0.9);
+            let rtt_median = median(&mut rtts);
+            let extra_mean = extra.iter().sum::<f64>() / extra.len() as f64;
+            let saved_median = if saved_ms.is_empty() { 0.0 } else { median(&mut saved_ms) };
+            let mut numbers = BTreeMap::from([
+                ("responses", members.len() as f64),
+                ("initcwnd", f64::from(iw)),
+                ("response_bytes_median", size_median),
+                ("response_bytes_p90", size_p90),
+                ("min_rtt_ms_median", rtt_median),
+                ("extra_round_trips_mean", extra_mean),
+                ("share_helped", share),
+                ("candidate_initcwnd", f64::from(CANDIDATE_IW)),
+                ("saved_ms_median", saved_median),
+            ]);
+            numbers.retain(|_, v| v.is_finite());
+            let evidence = format!(
+                "{} of {} responses ({:.0}%) need more round trips than an initial window of {CANDIDATE_IW} \
+                 would take (now {iw}; responses median {}, p90 {}; {:.2} round trips beyond the first on average); \
+                 at their minimum RTT (median {rtt_median:.1} ms) a window of {CANDIDATE_IW} would save a median \
+                 {saved_median:.0} ms on each of them",
+                affected.len(),
+                members.len(),
+                share * 100.0,
+                crate::units::fmt_bytes(size_median),
+                crate::units::fmt_bytes(size_p90),
+                extra_mean,
+            );
+            let found = share >= MIN_SHARE && saved_median >= MIN_SAVING_MS;
+            let change = found.then(|| {
+                let mut nets: BTreeMap<IpNet, usize> = BTreeMap::new();
+                for r in &affected {
+                    let len = if r.dst.is_ipv4() { 24 } else { 48 };
+                    *nets.entry(IpNet::new(r.dst, len).expect("valid length").trunc()).or_default() += 1;
+                }
+                let mut nets: Vec<_> = nets.into_iter().collect();
+                nets.sort_by_key(|(n, c)| (std::cmp::Reverse(*c), *n));
+                let top: Vec<String> = nets.iter().take(3).map(|(n, c)| format!("{n} ({c})")).collect();
+                format!(
+                    "an initial window of {CANDIDATE_IW} on the routes to these clients (`ip route change PREFIX ... \
+                     initcwnd {CANDIDATE_IW}`; most affected: {}); the saving assumes no loss in the first round \
+                     trips and a client receive window of at least {CANDIDATE_IW} segments: measure it with an \
+                     experiment before applying it widely",
+                    top.join(", ")
+                )
+            });
+            Finding {
+                status: if found { Status::Found } else { Status::None },
+                affected: affected.len(),
+                numbers,
+                evidence,
+                change,
+                ..base
+            }
+        })
+        .collect()
+}
+
+/// Flows whose sending this host's send buffer held back (the kernel's sndbuf-limited time).
+pub fn send_buffer(flows: &[&FlowFacts], s: &Settings) -> Finding {
+    let busy: Vec<&&FlowFacts> = flows.iter().filter(|f| f.busy_us.is_some_and(|b| b >= MIN_BUSY_US)).collect();
+    let share = |f: &FlowFacts, part: Option<u64>| part.unwrap_or(0) as f64 / f.busy_us.unwrap_or(1).max(1) as f64;
+    let limited: Vec<&&&FlowFacts> = busy.iter().filter(|f| share(f, f.sndbuf_limited_us) >= LIMITED_SHARE).collect();
+    let mut rwnd_shares: Vec<f64> =
+        busy.iter().map(|f| share(f, f.rwnd_limited_us)).filter(|&s| s >= LIMITED_SHARE).collect();
+    let rwnd = rwnd_shares.len();
+    let rwnd_median = if rwnd_shares.is_empty() { 0.0 } else { median(&mut rwnd_shares) };
+    let base = Finding {
+        check: Check::SendBuffer,
+        status: Status::TooFew,
+        netns: s.netns.clone(),
+        netns_ino: s.netns_ino,
+        group: "all flows".into(),
+        flows: busy.len(),
+        affected: limited.len(),
+        numbers: BTreeMap::new(),
+        evidence: String::new(),
+        change: None,
+    };
+    if busy.is_empty() {
+        return Finding {
+            evidence: "no flow kept data in flight for 10 ms or more (nothing to say about buffers)".into(),
+            ..base
+        };
+    }
+    let wmem_max = s.tcp_wmem.map(|w| w[2]);
+    let rwnd_note = if rwnd > 0 {
+        format!(
+            "; {rwnd} were held back by their peer's receive window instead (median {:.0}% of the time; the \
+             client's setting, not this host's)",
+            rwnd_median * 100.0
+        )
+    } else {
+        String::new()
+    };
+    if limited.is_empty() {
+        return Finding {
+            status: Status::None,
+            numbers: BTreeMap::from([
+                ("flows_busy", busy.len() as f64),
+                ("rwnd_limited_flows", rwnd as f64),
+                ("rwnd_limited_share_median", rwnd_median),
+            ]),
+            evidence: format!(
+                "none of {} flows with data in flight spent {:.0}% of that time limited by the send buffer{rwnd_note}",
+                busy.len(),
+                LIMITED_SHARE * 100.0
+            ),
+            ..base
+        };
+    }
+    let mut shares: Vec<f64> = limited.iter().map(|f| share(f, f.sndbuf_limited_us)).collect();
+    let mut bdps: Vec<f64> = limited
+        .iter()
+        .filter_map(|f| Some(f.delivery_max_bps? as f64 / 8.0 * f64::from(f.min_rtt_us?) / 1e6))
+        .collect();
+    let mut rtts: Vec<f64> = limited.iter().filter_map(|f| Some(f64::from(f.min_rtt_us?) / 1e3)).collect();
+    let share_median = median(&mut shares);
+    let bdp_max = sorted(&mut bdps).last().copied().unwrap_or(0.0);
+    let rtt_median = if rtts.is_empty() { f64::NAN } else { median(&mut rtts) };
+    let worst: Vec<String> = {
+        let mut l: Vec<_> = limited.iter().collect();
+        l.sort_by(|a, b| share(b, b.sndbuf_limited_us).total_cmp(&share(a, a.sndbuf_limited_us)));
+        l.iter().take(3).map(|f| format!("{} {:.0}%", f.dst, share(f, f.sndbuf_limited_us) * 100.0)).collect()
+    };
+    let mut numbers = BTreeMap::from([
+        ("flows_busy", busy.len() as f64),
+        ("sndbuf_limited_share_median", share_median),
+        ("bdp_bytes_max", bdp_max),
+        ("min_rtt_ms_median", rtt_median),
+        ("rwnd_limited_flows", rwnd as f64),
+        ("rwnd_limited_share_median", rwnd_median),
+    ]);
+    if let Some(w) = wmem_max {
+        numbers.insert("tcp_wmem_max", w as f64);
+    }
+    numbers.retain(|_, v| v.is_finite());
+    let cap = match (wmem_max, rtt_median.is_finite()) {
+        (Some(w), true) => format!(
+            "; tcp_wmem's maximum, {}, bounds what a flow keeps unacknowledged (less the kernel's overhead), so \
+             at {rtt_median:.0} ms a flow gets at most about {}",
+            crate::units::fmt_bytes(w as f64),
+            crate::units::fmt_rate(w as f64 * 8.0 / (rtt_median / 1e3))
+        ),
+        _ => String::new(),
+    };
+    Finding {
+        status: Status::Found,
+        numbers,
+        evidence: format!(
+            "{} of {} flows with data in flight spent at least {:.0}% of that time waiting for send-buffer space \
+             (median {:.0}%; {}); their delivered rate × minimum RTT peaked at {}{cap}{rwnd_note}",
+            limited.len(),
+            busy.len(),
+            LIMITED_SHARE * 100.0,
+            share_median * 100.0,
+            worst.join(", "),
+            crate::units::fmt_bytes(bdp_max),
+        ),
+        change: wmem_max.map(|w| {
+            let wmem = s.tcp_wmem.expect("read with its maximum");
+            let to = (w * 4).clamp(4 << 20, 64 << 20).max(w);
+            format!(
+                "raise tcp_wmem's maximum in this namespace (net.ipv4.tcp_wmem = \"{} {} {to}\", now \"{} {} {w}\"); \
+                 it does not apply to sockets whose application sets SO_SNDBUF itself",
+                wmem[0], wmem[1], wmem[0], wmem[1]
+            )
+        }),
+        ..base
+    }
+}
+
+/// Keep-alive flows whose window the kernel restarted after a silence (CUBIC, Reno and the other
+/// algorithms without their own `cong_control`; BBR keeps its model across idle).
+pub fn idle_restart(flows: &[&FlowFacts], s: &Settings) -> Finding {
+    let keepalive: Vec<&&FlowFacts> = flows.iter().filter(|f| f.idle_gaps > 0 && !f.cc.starts_with("bbr")).collect();
+    let restarts: Vec<_> = keepalive.iter().flat_map(|f| f.restarts.iter().map(move |r| (r, f.min_rtt_us))).collect();
+    let affected = keepalive.iter().filter(|f| !f.restarts.is_empty()).count();
+    let base = Finding {
+        check: Check::IdleRestart,
+        status: Status::TooFew,
+        netns: s.netns.clone(),
+        netns_ino: s.netns_ino,
+        group: "all flows".into(),
+        flows: keepalive.len(),
+        affected,
+        numbers: BTreeMap::new(),
+        evidence: String::new(),
+        change: None,
+    };
+    let setting = match s.tcp_slow_start_after_idle {
+        Some(true) => "tcp_slow_start_after_idle is 1",
+        Some(false) => "tcp_slow_start_after_idle is 0",
+        None => "tcp_slow_start_after_idle could not be read",
+    };
+    if keepalive.is_empty() {
+        return Finding {
+            evidence: format!(
+                "no connection (not on BBR) fell silent for longer than its retransmission timeout and sent again; {setting}"
+            ),
+            ..base
+        };
+    }
+    if restarts.len() < MIN_RESTARTS || s.tcp_slow_start_after_idle == Some(false) {
+        return Finding {
+            status: Status::None,
+            numbers: BTreeMap::from([("keepalive_flows", keepalive.len() as f64), ("restarts", restarts.len() as f64)]),
+            evidence: format!(
+                "{} keep-alive flows sent again after a silence; {} window restarts seen; {setting}",
+                keepalive.len(),
+                restarts.len()
+            ),
+            ..base
+        };
+    }
+    let mut before: Vec<f64> = restarts.iter().map(|(r, _)| f64::from(r.before)).collect();
+    let mut after: Vec<f64> = restarts.iter().map(|(r, _)| f64::from(r.after)).collect();
+    // Regrowing from the restart window to the one before takes log2(before/after) round trips
+    // in slow start: what a response needing the old window pays, at most.
+    let mut cost_rtts: Vec<f64> =
+        restarts.iter().map(|(r, _)| (f64::from(r.before) / f64::from(r.after.max(1))).log2().max(0.0)).collect();
+    let mut cost_ms: Vec<f64> = restarts
+        .iter()
+        .filter_map(|(r, rtt)| {
+            Some((f64::from(r.before) / f64::from(r.after.max(1))).log2().max(0.0) * f64::from((*rtt)?) / 1e3)
+        })
+        .collect();
+    let (b, a, rt) = (median(&mut before), median(&mut after), median(&mut cost_rtts));
+    let ms = if cost_ms.is_empty() { f64::NAN } else { median(&mut cost_ms) };
+    let mut numbers = BTreeMap::from([
+        ("keepalive_flows", keepalive.len() as f64),
+        ("restarts", restarts.len() as f64),
+        ("cwnd_before_median", b),
+        ("cwnd_after_median", a),
+        ("round_trips_median", rt),
+        ("ms_median", ms),
+    ]);
+    numbers.retain(|_, v| v.is_finite());
+    Finding {
+        status: Status::Found,
+        numbers,
+        evidence: format!(
+            "{} window restarts after idle on {affected} of {} keep-alive flows ({setting}): the window went from a \
+             median {b:.0} to {a:.0} packets at the next sample; a response that needed the old window takes up to \
+             {rt:.1} more round trips{}",
+            restarts.len(),
+            keepalive.len(),
+            if ms.is_finite() { format!(" (about {ms:.0} ms at these clients' RTT)") } else { String::new() },
+        ),
+        change: Some(
+            "net.ipv4.tcp_slow_start_after_idle = 0 in this namespace (keep-alive connections then resume with the \
+             window they had; BBR flows are not affected either way)"
+                .into(),
+        ),
+        ..base
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::advise::facts::Restart;
+
+    fn flow(sent: u64, rtt_ms: u32) -> FlowFacts {
+        FlowFacts {
+            dst: "198.18.1.2".parse().unwrap(),
+            netns: Some(1),
+            cc: "cubic".into(),
+            whole: true,
+            sent,
+            mss: Some(1448),
+            min_rtt_us: Some(rtt_ms * 1000),
+            busy_us: None,
+            sndbuf_limited_us: None,
+            rwnd_limited_us: None,
+            delivery_max_bps: None,
+            idle_gaps: 0,
+            restarts: vec![],
+        }
+    }
+
+    fn settings() -> Settings {
+        Settings {
+            netns: "test".into(),
+            tcp_wmem: Some([4096, 16384, 4 << 20]),
+            tcp_slow_start_after_idle: Some(true),
+            ..Settings::default()
+        }
+    }
+
+    #[test]
+    fn slow_start_rounds() {
+        // 10, then 20 more (30), then 40 more (70).
+        assert_eq!(rounds(1, 10), 1);
+        assert_eq!(rounds(10, 10), 1);
+        assert_eq!(rounds(11, 10), 2);
+        assert_eq!(rounds(30, 10), 2);
+        assert_eq!(rounds(31, 10), 3);
+        assert_eq!(rounds(70, 10), 3);
+        assert_eq!(rounds(42, 32), 2);
+        assert_eq!(rounds(0, 10), 1);
+    }
+
+    #[test]
+    fn responses_of_20_to_60_kb_on_a_long_path_need_a_larger_initial_window() {
+        // 20–60 KB: 14–42 segments, 2–3 round trips from 10, 1–2 from 32.
+        let flows: Vec<FlowFacts> = (0..40).map(|i| flow(20_000 + i * 1000, 100)).collect();
+        let refs: Vec<&FlowFacts> = flows.iter().collect();
+        let f = initial_window(&refs, &settings());
+        assert_eq!(f.len(), 1, "one RTT band: the whole is its finding: {f:?}");
+        let f = &f[0];
+        assert_eq!((f.status, f.flows), (Status::Found, 40), "{f:?}");
+        // 20.0–28.9 KB (≤ 20 segments... ) all need 2 from 10 and 1 from 32 (≤ 32 segments:
+        // 46,336 bytes); beyond, 3 from 10 (> 30 segments: 43,440 bytes) and 2 from 32.
+        assert_eq!(f.affected, 40);
+        assert_eq!(f.numbers["saved_ms_median"], 100.0);
+        assert!(f.change.as_deref().unwrap().contains("198.18.1.0/24 (40)"), "{f:?}");
+    }
+
+    #[test]
+    fn small_responses_or_short_paths_are_no_finding() {
+        let small: Vec<FlowFacts> = (0..40).map(|_| flow(10_000, 100)).collect();
+        let refs: Vec<&FlowFacts> = small.iter().collect();
+        assert_eq!(initial_window(&refs, &settings())[0].status, Status::None);
+        // Large responses on a 1 ms path: a round trip saved is under 5 ms.
+        let near: Vec<FlowFacts> = (0..40).map(|_| flow(40_000, 1)).collect();
+        let refs: Vec<&FlowFacts> = near.iter().collect();
+        assert_eq!(initial_window(&refs, &settings())[0].status, Status::None);
+        // Too few to say.
+        let few: Vec<FlowFacts> = (0..5).map(|_| flow(40_000, 100)).collect();
+        let refs: Vec<&FlowFacts> = few.iter().collect();
+        assert_eq!(initial_window(&refs, &settings())[0].status, Status::TooFew);
+        // A route that already starts at 32: nothing to gain.
+        let mut s = settings();
+        s.initcwnd_routes = vec![("198.18.0.0/15".parse().unwrap(), 32)];
+        let flows: Vec<FlowFacts> = (0..40).map(|_| flow(40_000, 100)).collect();
+        let refs: Vec<&FlowFacts> = flows.iter().collect();
+        assert_eq!(initial_window(&refs, &s)[0].status, Status::None);
+    }
+
+    #[test]
+    fn send_buffer_limited_flows_are_named_with_their_share() {
+        let mut f = flow(50 << 20, 100);
+        (f.busy_us, f.sndbuf_limited_us, f.delivery_max_bps) = (Some(5_000_000), Some(4_000_000), Some(8_000_000));
+        let ok = FlowFacts { busy_us: Some(5_000_000), sndbuf_limited_us: Some(0), ..flow(1 << 20, 100) };
+        let finding = send_buffer(&[&f, &ok], &settings());
+        assert_eq!((finding.status, finding.flows, finding.affected), (Status::Found, 2, 1), "{finding:?}");
+        assert_eq!(finding.numbers["sndbuf_limited_share_median"], 0.8);
+        assert!(finding.evidence.contains("198.18.1.2 80%"), "{}", finding.evidence);
+        assert!(finding.change.as_deref().unwrap().contains("\"4096 16384 16777216\""), "{finding:?}");
+        assert_eq!(send_buffer(&[&ok], &settings()).status, Status::None);
+        assert_eq!(send_buffer(&[], &settings()).status, Status::TooFew);
+    }
+
+    #[test]
+    fn idle_restarts_count_only_where_the_kernel_restarts() {
+        let mut f = flow(1 << 20, 100);
+        f.idle_gaps = 3;
+        f.restarts = vec![Restart { before: 80, after: 20 }; 3];
+        let finding = idle_restart(&[&f], &settings());
+        assert_eq!(finding.status, Status::Found, "{finding:?}");
+        assert_eq!(finding.numbers["round_trips_median"], 2.0);
+        assert_eq!(finding.numbers["ms_median"], 200.0);
+        // With the setting off, or on BBR, it is not this.
+        let off = Settings { tcp_slow_start_after_idle: Some(false), ..settings() };
+        assert_eq!(idle_restart(&[&f], &off).status, Status::None);
+        let bbr = FlowFacts { cc: "bbr".into(), ..f.clone() };
+        assert_eq!(idle_restart(&[&bbr], &settings()).status, Status::TooFew);
+    }
+}

@@ -1,0 +1,131 @@
+//! `bbrscope advise`: which TCP settings beyond the algorithm hold this host's flows back — the
+//! initial window against response sizes, the send buffer against the path, the window restart
+//! after idle — each from the flows observed over a window ([`facts`]) weighed against their
+//! namespace's settings ([`findings`]).
+
+pub mod facts;
+pub mod findings;
+
+use std::{collections::BTreeMap, time::Duration};
+
+use anyhow::Result;
+use serde::Serialize;
+
+use crate::{
+    observe::{
+        flow::FlowTable,
+        kernel::loader::Options,
+        pipeline::{self, Settings as LoopSettings, Signals},
+        session::Live,
+    },
+    sys::netns,
+};
+use facts::{Collector, FlowFacts};
+use findings::{Finding, Settings, Status};
+
+/// What `advise` found.
+#[derive(Debug, Serialize)]
+pub struct Advice {
+    /// How long flows were watched, seconds.
+    pub window_s: f64,
+    /// Flows seen (ended in the window, or open at its end).
+    pub flows: usize,
+    pub findings: Vec<Finding>,
+    /// The settings the flows were weighed against, per namespace.
+    pub settings: Vec<Settings>,
+}
+
+/// Watches flows for `duration` (or until a signal) and weighs them.
+pub async fn live(opts: &Options, duration: Duration) -> Result<Advice> {
+    let mut signals = Signals::catch()?;
+    let mut live = Live::start("bbrscope advise", opts)?;
+    for note in live.degraded() {
+        crate::output::errln!("bbrscope: warning: {note}");
+    }
+    crate::output::errln!(
+        "bbrscope: advise: watching flows for {} s ({} observer; Ctrl-C weighs what was seen so far)",
+        duration.as_secs_f64(),
+        live.path().as_str()
+    );
+    let started = std::time::Instant::now();
+    let mut table = FlowTable::new(0);
+    let mut collector = Collector::default();
+    let settings = LoopSettings { duration: Some(duration), stats: None };
+    // The collector writes nothing: no write can fail.
+    pipeline::run(&mut live, &mut signals, &mut table, &mut collector, settings).await??;
+    drop(live);
+    collector.finish(&table);
+    Ok(weigh(collector.done, started.elapsed().as_secs_f64()))
+}
+
+/// The findings over `flows`, with each namespace's settings read now.
+pub fn weigh(flows: Vec<FlowFacts>, window_s: f64) -> Advice {
+    let mut read: BTreeMap<Option<u32>, Settings> = BTreeMap::new();
+    for f in &flows {
+        read.entry(f.netns).or_insert_with(|| settings_of(f.netns));
+    }
+    let findings = findings::all(&flows, &|ns| read.get(&ns).cloned().unwrap_or_default());
+    Advice { window_s, flows: flows.len(), findings, settings: read.into_values().collect() }
+}
+
+/// The settings of namespace `ino` (this one for `None`), read from inside it.
+fn settings_of(ino: Option<u32>) -> Settings {
+    let ns = match ino {
+        None => netns::current().ok(),
+        Some(i) => netns::find(u64::from(i)),
+    };
+    let Some(ns) = ns else {
+        let netns = format!("ino:{} (gone: its settings could not be read)", ino.unwrap_or(0));
+        return Settings { netns, netns_ino: ino, ..Settings::default() };
+    };
+    let label = ns.label.clone();
+    let read = netns::run(&ns, || Ok(read_settings(label.clone())));
+    Settings { netns_ino: ino, ..read.unwrap_or(Settings { netns: label, ..Settings::default() }) }
+}
+
+/// The calling thread's namespace's settings.
+fn read_settings(netns: String) -> Settings {
+    let sysctl = |key: &str| crate::apply::sysctl::read(key).ok().flatten();
+    let triple = |key: &str| -> Option<[u64; 3]> {
+        let v: Vec<u64> = sysctl(key)?.split_whitespace().filter_map(|w| w.parse().ok()).collect();
+        v.try_into().ok()
+    };
+    let mut routes = crate::apply::route::dump(libc::AF_INET as u8).unwrap_or_default();
+    routes.extend(crate::apply::route::dump(libc::AF_INET6 as u8).unwrap_or_default());
+    Settings {
+        netns,
+        netns_ino: None,
+        tcp_wmem: triple("net.ipv4.tcp_wmem"),
+        tcp_rmem: triple("net.ipv4.tcp_rmem"),
+        tcp_slow_start_after_idle: sysctl("net.ipv4.tcp_slow_start_after_idle").map(|v| v != "0"),
+        initcwnd_routes: routes.into_iter().filter_map(|r| Some((r.key.prefix, r.initcwnd?))).collect(),
+    }
+}
+
+/// The advice for people: each finding's check, group, status, evidence and change.
+pub fn render(a: &Advice) -> String {
+    use std::fmt::Write as _;
+    let mut out = format!("bbrscope advise: {} flows over {:.0} s\n", a.flows, a.window_s);
+    if a.flows == 0 {
+        out.push_str("\nNo flows were seen: nothing to weigh (run it while the service has traffic, or longer).\n");
+    }
+    let mut last_ns = None;
+    for f in &a.findings {
+        if last_ns != Some(&f.netns) {
+            let _ = writeln!(out, "\n{}:", f.netns);
+            last_ns = Some(&f.netns);
+        }
+        let mark = match f.status {
+            Status::Found => "FINDING",
+            Status::None => "ok",
+            Status::TooFew => "too few flows",
+        };
+        let group = if f.group == "all flows" { String::new() } else { format!(" [{}]", f.group) };
+        let _ = writeln!(out, "  {}{group}: {mark}", f.title());
+        let _ = writeln!(out, "    {}", f.evidence);
+        if let Some(change) = &f.change {
+            let _ = writeln!(out, "    change: {change}");
+        }
+    }
+    out
+}

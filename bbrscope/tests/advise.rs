@@ -1,0 +1,254 @@
+//! `bbrscope advise`, as root, on emulated long paths in namespaces the tests make: each finding
+//! against a cause built into the scenario (response sizes, a send buffer, idle gaps), its numbers
+//! against the clients' own log and the server's getsockopt(TCP_INFO), and the same scenario with
+//! the cause removed (the setting changed in the test's namespace) found clear.
+
+mod common;
+
+use std::{
+    io::{BufRead as _, BufReader, Read as _, Write as _},
+    net::{SocketAddr, TcpListener, TcpStream},
+    os::fd::AsRawFd as _,
+    process::{Child, Stdio},
+    thread,
+    time::{Duration, Instant},
+};
+
+use bbrscope::{
+    advise::findings::rounds,
+    demo::emulator::{Link, LinkConfig, LossSpec},
+};
+use common::*;
+use serde_json::Value;
+
+/// An emulated path of `rtt_ms` at 20 Mbit/s with a BDP of buffer, no loss.
+fn path(index: u8, rtt_ms: u64) -> Link {
+    let rate_bps = 20_000_000;
+    let rtt = Duration::from_millis(rtt_ms);
+    let bdp = (rate_bps as f64 / 8.0 * rtt.as_secs_f64()) as u64;
+    let cfg = LinkConfig { rate_bps, rtt, buffer_bytes: bdp.max(64 << 10), loss: LossSpec::NONE, seed: index as u64 };
+    Link::new(index, &cfg).expect("emulated path")
+}
+
+/// A server on `port` in the path's sender namespace answering each `SIZE\n` line of a
+/// connection with SIZE bytes (one response per line: keep-alive when the client sends more),
+/// with algorithm `cc`. Each connection's TCP_INFO, read after its last response was acked, goes
+/// to `infos`.
+fn serve(link: &Link, port: u16, cc: &'static str, infos: std::sync::mpsc::Sender<TcpInfo>) -> SocketAddr {
+    let addr = SocketAddr::new(link.sender_addr.into(), port);
+    let listener = link.sender.run(move || Ok(TcpListener::bind(addr)?)).unwrap();
+    set_cc_fd(listener.as_raw_fd(), cc);
+    thread::spawn(move || {
+        for conn in listener.incoming() {
+            let Ok(mut c) = conn else { break };
+            let infos = infos.clone();
+            thread::spawn(move || {
+                let mut reader = BufReader::new(c.try_clone().unwrap());
+                let mut line = String::new();
+                while reader.read_line(&mut line).is_ok_and(|n| n > 0) {
+                    let size: usize = line.trim().parse().unwrap_or(0);
+                    line.clear();
+                    if c.write_all(&vec![0x5a; size]).is_err() {
+                        return;
+                    }
+                }
+                // Once the last response is acked no chrono stretch is in progress: the counters
+                // are the ones the connection closes with.
+                let start = Instant::now();
+                while tcp_info(c.as_raw_fd()).unacked > 0 && start.elapsed() < Duration::from_secs(30) {
+                    thread::sleep(Duration::from_millis(5));
+                }
+                let _ = infos.send(tcp_info(c.as_raw_fd()));
+            });
+        }
+    });
+    addr
+}
+
+/// Starts `bbrscope advise --json --port PORT --duration SECS` and waits until it watches.
+fn start_advise(port: u16, secs: u64) -> Child {
+    let mut child = bbrscope()
+        .args(["advise", "--json", "--port", &port.to_string(), "--duration", &secs.to_string()])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut err = BufReader::new(child.stderr.take().unwrap());
+    let mut line = String::new();
+    let start = Instant::now();
+    while !line.contains("watching flows") {
+        line.clear();
+        assert!(err.read_line(&mut line).unwrap() > 0, "advise ended before watching");
+        assert!(start.elapsed() < Duration::from_secs(30), "advise never started");
+    }
+    // The rest of stderr, so that a full pipe never blocks it.
+    thread::spawn(move || std::io::copy(&mut err, &mut std::io::sink()));
+    child
+}
+
+fn finish_advise(mut child: Child) -> Value {
+    let status = wait_timeout(&mut child, Duration::from_secs(60)).expect("advise ends at its --duration");
+    assert!(status.success(), "{status}");
+    let mut out = String::new();
+    child.stdout.take().unwrap().read_to_string(&mut out).unwrap();
+    serde_json::from_str(&out).unwrap_or_else(|e| panic!("{e}: {out}"))
+}
+
+/// The findings of `check` in `advice` for the namespace of the path's server.
+fn findings<'a>(advice: &'a Value, check: &str, link: &Link) -> Vec<&'a Value> {
+    use std::os::unix::fs::MetadataExt as _;
+    let ino = link.sender.run(|| Ok(std::fs::metadata("/proc/thread-self/ns/net")?.ino())).unwrap();
+    advice["findings"].as_array().unwrap().iter().filter(|f| f["check"] == check && f["netns_ino"] == ino).collect()
+}
+
+fn port_for(base: u16) -> u16 {
+    base + (std::process::id() % 10_000) as u16
+}
+
+/// In the sender namespace of `link`: writes a sysctl there (never in the test's own namespace).
+fn sysctl_in(link: &Link, key: &str, value: &str) {
+    let (path, value) = (format!("/proc/sys/{}", key.replace('.', "/")), value.to_string());
+    link.sender.run(move || Ok(std::fs::write(&path, value)?)).unwrap();
+}
+
+#[test]
+fn responses_of_20_to_60_kb_over_100_ms_need_round_trips_a_larger_initial_window_saves() {
+    require_root();
+    let link = path(41, 100);
+    let port = port_for(41_000);
+    let (tx, _rx) = std::sync::mpsc::channel();
+    let server = serve(&link, port, "cubic", tx);
+    let advise = start_advise(port, 14);
+    // The clients' own log: one response per connection, 20–60 KB.
+    let until = Instant::now() + Duration::from_secs(10);
+    let log: Vec<usize> = thread::scope(|s| {
+        let clients: Vec<_> = (0..4)
+            .map(|t| {
+                let link = &link;
+                s.spawn(move || {
+                    let mut got = Vec::new();
+                    let mut i = t;
+                    while Instant::now() < until {
+                        let size = 20_000 + (i * 7_919) % 40_000;
+                        i += 4;
+                        let mut c = link.receiver.run(move || Ok(TcpStream::connect(server)?)).unwrap();
+                        c.write_all(format!("{size}\n").as_bytes()).unwrap();
+                        c.shutdown(std::net::Shutdown::Write).unwrap();
+                        let mut buf = Vec::new();
+                        c.read_to_end(&mut buf).unwrap();
+                        assert_eq!(buf.len(), size);
+                        got.push(size);
+                    }
+                    got
+                })
+            })
+            .collect();
+        clients.into_iter().flat_map(|c| c.join().unwrap()).collect()
+    });
+    let advice = finish_advise(advise);
+    let iw = findings(&advice, "initial_window", &link);
+    assert_eq!(iw.len(), 1, "one client group (RTT 50–150 ms): {advice:#}");
+    let f = iw[0];
+    assert_eq!(f["group"], "RTT 50–150 ms", "{f:#}");
+    assert_eq!(f["status"], "found", "{f:#}");
+    // Every response the clients got was seen whole (the window outlasts the traffic).
+    assert_eq!(f["flows"].as_u64().unwrap() as usize, log.len(), "{f:#}");
+    // Each needs fewer round trips from 32 segments than from 10 (by construction: 14–42
+    // segments of 1448 bytes), as the test counts from its own log.
+    let helped =
+        log.iter().filter(|&&s| rounds(s.div_ceil(1448) as u64, 32) < rounds(s.div_ceil(1448) as u64, 10)).count();
+    assert_eq!(helped, log.len());
+    assert_eq!(f["affected"].as_u64().unwrap() as usize, helped, "{f:#}");
+    // One round trip saved each, at the path's configured 100 ms.
+    let saved = f["numbers"]["saved_ms_median"].as_f64().unwrap();
+    assert!((99.0..=110.0).contains(&saved), "{f:#}");
+    let want_extra =
+        log.iter().map(|&s| f64::from(rounds(s.div_ceil(1448) as u64, 10) - 1)).sum::<f64>() / log.len() as f64;
+    let extra = f["numbers"]["extra_round_trips_mean"].as_f64().unwrap();
+    assert!((extra - want_extra).abs() < 1e-9, "{extra} vs the log's {want_extra}: {f:#}");
+    // The clients' /24, with every response in it.
+    let net = format!("{}.0/24 ({})", link.receiver_addr.to_string().rsplit_once('.').unwrap().0, log.len());
+    assert!(f["change"].as_str().unwrap().contains(&net), "{net}: {f:#}");
+}
+
+/// One bulk response of `size` bytes over `link` on a fresh connection; the server's TCP_INFO
+/// once it was acked.
+fn bulk(link: &Link, port: u16, size: usize) -> TcpInfo {
+    let (tx, rx) = std::sync::mpsc::channel();
+    let server = serve(link, port, "cubic", tx);
+    let mut c = link.receiver.run(move || Ok(TcpStream::connect(server)?)).unwrap();
+    c.write_all(format!("{size}\n").as_bytes()).unwrap();
+    c.shutdown(std::net::Shutdown::Write).unwrap();
+    let mut buf = Vec::new();
+    c.read_to_end(&mut buf).unwrap();
+    assert_eq!(buf.len(), size);
+    rx.recv_timeout(Duration::from_secs(30)).unwrap()
+}
+
+#[test]
+fn a_receive_window_smaller_than_the_path_is_measured_as_the_kernel_counts_it() {
+    require_root();
+    let link = path(42, 60);
+    // The clients' receive buffer: 16 KB on a 150 KB path, so the server waits on their window
+    // most of the time. (A small tcp_wmem on the server is not a reliable cause here: the kernel
+    // counts send-buffer-limited time only when its write queue is empty, and on this path it
+    // read 0 even where a 128 KB tcp_wmem made a 5 MB response 1.7x slower.)
+    let (path, value) = ("/proc/sys/net/ipv4/tcp_rmem", "4096 16384 16384");
+    link.receiver.run(move || Ok(std::fs::write(path, value)?)).unwrap();
+    let port = port_for(42_000);
+    let advise = start_advise(port, 12);
+    let info = bulk(&link, port, 1_000_000);
+    let advice = finish_advise(advise);
+    let f = findings(&advice, "send_buffer", &link);
+    assert_eq!(f.len(), 1, "{advice:#}");
+    let f = f[0];
+    // The kernel's own account, as the server's TCP_INFO gives it: mostly receive-window-limited.
+    let truth = info.rwnd_limited_us as f64 / info.busy_us as f64;
+    assert!(truth > 0.5, "the scenario holds the sender back: {info:?}");
+    // Not this host's buffer: no change to make here, and the peers' windows named.
+    assert_eq!((f["status"].as_str(), f["affected"].as_u64()), (Some("none"), Some(0)), "{f:#}");
+    assert_eq!(f["numbers"]["rwnd_limited_flows"], 1.0, "{f:#}");
+    let share = f["numbers"]["rwnd_limited_share_median"].as_f64().unwrap();
+    assert!((share - truth).abs() < 0.02, "advise {share} vs TCP_INFO {truth}: {f:#}");
+    assert!(f["evidence"].as_str().unwrap().contains("peer's receive window"), "{f:#}");
+}
+
+/// A keep-alive client: `n` responses of `size` bytes on one connection, `gap` apart.
+fn keepalive(link: &Link, port: u16, n: usize, size: usize, gap: Duration) {
+    let (tx, _rx) = std::sync::mpsc::channel();
+    let server = serve(link, port, "cubic", tx);
+    let mut c = link.receiver.run(move || Ok(TcpStream::connect(server)?)).unwrap();
+    let mut buf = vec![0u8; size];
+    for _ in 0..n {
+        c.write_all(format!("{size}\n").as_bytes()).unwrap();
+        c.read_exact(&mut buf).unwrap();
+        thread::sleep(gap);
+    }
+}
+
+#[test]
+fn keepalive_gaps_restart_the_window_unless_slow_start_after_idle_is_off() {
+    require_root();
+    let link = path(43, 100);
+    let port = port_for(43_000);
+    // The kernel's default in a new namespace: 1.
+    let advise = start_advise(port, 18);
+    keepalive(&link, port, 6, 300_000, Duration::from_millis(1500));
+    let advice = finish_advise(advise);
+    let f = findings(&advice, "idle_restart", &link)[0];
+    assert_eq!(f["status"], "found", "{f:#}");
+    assert_eq!(f["flows"], 1, "{f:#}");
+    // Five silences of 1.5 s, each well over the timeout (~300 ms at 100 ms RTT).
+    let restarts = f["numbers"]["restarts"].as_f64().unwrap();
+    assert!((4.0..=5.0).contains(&restarts), "{f:#}");
+    assert!(f["change"].as_str().unwrap().contains("tcp_slow_start_after_idle = 0"), "{f:#}");
+
+    sysctl_in(&link, "net.ipv4.tcp_slow_start_after_idle", "0");
+    let port = port + 1;
+    let advise = start_advise(port, 18);
+    keepalive(&link, port, 6, 300_000, Duration::from_millis(1500));
+    let advice = finish_advise(advise);
+    let f = findings(&advice, "idle_restart", &link)[0];
+    assert_eq!(f["status"], "none", "{f:#}");
+    assert_eq!(f["numbers"]["restarts"], 0.0, "{f:#}");
+}
