@@ -131,12 +131,7 @@ fn responses_of_20_to_60_kb_over_100_ms_need_round_trips_a_larger_initial_window
                     while Instant::now() < until {
                         let size = 20_000 + (i * 7_919) % 40_000;
                         i += 4;
-                        let mut c = link.receiver.run(move || Ok(TcpStream::connect(server)?)).unwrap();
-                        c.write_all(format!("{size}\n").as_bytes()).unwrap();
-                        c.shutdown(std::net::Shutdown::Write).unwrap();
-                        let mut buf = Vec::new();
-                        c.read_to_end(&mut buf).unwrap();
-                        assert_eq!(buf.len(), size);
+                        fetch(link, server, size);
                         got.push(size);
                     }
                     got
@@ -176,13 +171,19 @@ fn responses_of_20_to_60_kb_over_100_ms_need_round_trips_a_larger_initial_window
 fn bulk(link: &Link, port: u16, size: usize) -> TcpInfo {
     let (tx, rx) = std::sync::mpsc::channel();
     let server = serve(link, port, "cubic", tx);
+    fetch(link, server, size);
+    rx.recv_timeout(Duration::from_secs(30)).unwrap()
+}
+
+/// One response of `size` bytes from `server`, on a connection of its own from the path's client
+/// namespace; all of it arrives.
+fn fetch(link: &Link, server: SocketAddr, size: usize) {
     let mut c = link.receiver.run(move || Ok(TcpStream::connect(server)?)).unwrap();
     c.write_all(format!("{size}\n").as_bytes()).unwrap();
     c.shutdown(std::net::Shutdown::Write).unwrap();
     let mut buf = Vec::new();
     c.read_to_end(&mut buf).unwrap();
     assert_eq!(buf.len(), size);
-    rx.recv_timeout(Duration::from_secs(30)).unwrap()
 }
 
 #[test]
