@@ -191,9 +191,9 @@ fn a_receive_window_smaller_than_the_path_is_measured_as_the_kernel_counts_it() 
     require_root();
     let link = path(42, 60);
     // The clients' receive buffer: 16 KB on a 150 KB path, so the server waits on their window
-    // most of the time. (A small tcp_wmem on the server is not a reliable cause here: the kernel
-    // counts send-buffer-limited time only when its write queue is empty, and on this path it
-    // read 0 even where a 128 KB tcp_wmem made a 5 MB response 1.7x slower.)
+    // most of the time. (A small tcp_wmem on the server is not a cause here: on this path a 128 KB
+    // maximum let 968 KB go unacknowledged, the device taking GSO segments that grow past the
+    // buffer check, and the kernel counted no send-buffer-limited time.)
     let (path, value) = ("/proc/sys/net/ipv4/tcp_rmem", "4096 16384 16384");
     link.receiver.run(move || Ok(std::fs::write(path, value)?)).unwrap();
     let port = port_for(42_000);

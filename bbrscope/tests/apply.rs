@@ -313,6 +313,21 @@ fn netns_scope_and_the_allowed_list_rule() {
     assert_eq!(loopback_connection(&ns), (algo.clone(), algo.clone()));
     let o = fx.bbrscope(None, &["status", "--netns", name]);
     assert!(o.stdout.contains(&format!("netns {name} -> {algo}: the default is {algo}")), "{o}");
+    // The settings advise weighs flows against, as this namespace has them (set by the test).
+    ns.exec("sysctl", &["-qw", "net.ipv4.tcp_slow_start_after_idle=0", "net.ipv4.tcp_wmem=4096 16384 131072"]);
+    ns.exec("ip", &["route", "add", "198.51.100.0/24", "dev", "lo", "initcwnd", "32"]);
+    let o = fx.bbrscope(None, &["status", "--netns", name, "--json"]).ok();
+    let status: serde_json::Value = serde_json::from_str(&o.stdout).unwrap();
+    let tuning = &status["namespaces"][0]["tuning"];
+    assert_eq!(tuning["tcp_slow_start_after_idle"], false, "{tuning}");
+    assert_eq!(tuning["tcp_wmem"], serde_json::json!([4096, 16384, 131072]), "{tuning}");
+    assert_eq!(
+        tuning["initcwnd_routes"],
+        serde_json::json!([{"prefix": "198.51.100.0/24", "initcwnd": 32}]),
+        "{tuning}"
+    );
+    let o = fx.bbrscope(None, &["status", "--netns", name]).ok();
+    assert!(o.stdout.contains("route            198.51.100.0/24 initcwnd 32"), "{o}");
     fx.bbrscope(None, &["revert", "--netns", name]).ok();
     assert_eq!(ns.cc(), before);
 

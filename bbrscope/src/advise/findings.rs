@@ -32,30 +32,64 @@ const MIN_RESTARTS: usize = 2;
 /// RTT band edges, ms: the experiment's.
 const RTT_BANDS_MS: [f64; 3] = [10.0, 50.0, 150.0];
 
-/// A namespace's settings the checks weigh the flows against.
+/// The settings beyond the algorithm that the checks weigh flows against, as one namespace has
+/// them (also shown by `status`).
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct Knobs {
+    pub tcp_wmem: Option<[u64; 3]>,
+    pub tcp_rmem: Option<[u64; 3]>,
+    pub tcp_slow_start_after_idle: Option<bool>,
+    /// Routes with their own initial window.
+    pub initcwnd_routes: Vec<InitcwndRoute>,
+}
+
+#[derive(Clone, Copy, Debug, Serialize)]
+pub struct InitcwndRoute {
+    pub prefix: IpNet,
+    pub initcwnd: u32,
+}
+
+impl Knobs {
+    /// The calling thread's namespace's settings.
+    pub fn read() -> Knobs {
+        let sysctl = |key: &str| crate::apply::sysctl::read(key).ok().flatten();
+        let triple = |key: &str| -> Option<[u64; 3]> {
+            let v: Vec<u64> = sysctl(key)?.split_whitespace().filter_map(|w| w.parse().ok()).collect();
+            v.try_into().ok()
+        };
+        let mut routes = crate::apply::route::dump(libc::AF_INET as u8).unwrap_or_default();
+        routes.extend(crate::apply::route::dump(libc::AF_INET6 as u8).unwrap_or_default());
+        Knobs {
+            tcp_wmem: triple("net.ipv4.tcp_wmem"),
+            tcp_rmem: triple("net.ipv4.tcp_rmem"),
+            tcp_slow_start_after_idle: sysctl("net.ipv4.tcp_slow_start_after_idle").map(|v| v != "0"),
+            initcwnd_routes: routes
+                .into_iter()
+                .filter_map(|r| Some(InitcwndRoute { prefix: r.key.prefix, initcwnd: r.initcwnd? }))
+                .collect(),
+        }
+    }
+
+    /// The initial window a connection to `ip` starts with: the most specific route's
+    /// `initcwnd`, else the kernel's.
+    pub fn initcwnd_for(&self, ip: IpAddr) -> u32 {
+        self.initcwnd_routes
+            .iter()
+            .filter(|r| r.prefix.contains(&ip))
+            .max_by_key(|r| r.prefix.prefix_len())
+            .map_or(KERNEL_IW, |r| r.initcwnd)
+    }
+}
+
+/// A namespace's settings, named.
 #[derive(Clone, Debug, Default, Serialize)]
 pub struct Settings {
     /// `ip netns` name, `this namespace`, `pid N (comm)` or `ino:N`.
     pub netns: String,
     /// Its inode, as the flows' `netns` field gives it (`None`: the observer could not tell).
     pub netns_ino: Option<u32>,
-    pub tcp_wmem: Option<[u64; 3]>,
-    pub tcp_rmem: Option<[u64; 3]>,
-    pub tcp_slow_start_after_idle: Option<bool>,
-    /// Routes with their own `initcwnd`.
-    pub initcwnd_routes: Vec<(IpNet, u32)>,
-}
-
-impl Settings {
-    /// The initial window a connection to `ip` starts with: the most specific route's
-    /// `initcwnd`, else the kernel's.
-    pub fn initcwnd_for(&self, ip: IpAddr) -> u32 {
-        self.initcwnd_routes
-            .iter()
-            .filter(|(net, _)| net.contains(&ip))
-            .max_by_key(|(net, _)| net.prefix_len())
-            .map_or(KERNEL_IW, |&(_, iw)| iw)
-    }
+    #[serde(flatten)]
+    pub knobs: Knobs,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
@@ -166,7 +200,7 @@ pub fn initial_window(flows: &[&FlowFacts], s: &Settings) -> Vec<Finding> {
         .filter_map(|f| {
             let (mss, rtt) = (u64::from(f.mss.filter(|&m| m > 0)?), f.min_rtt_us?);
             let segs = f.sent.div_ceil(mss);
-            let iw = s.initcwnd_for(f.dst);
+            let iw = s.knobs.initcwnd_for(f.dst);
             Some(Response {
                 band: band_of(Some(rtt), &RTT_BANDS_MS),
                 dst: f.dst,
@@ -305,7 +339,7 @@ pub fn send_buffer(flows: &[&FlowFacts], s: &Settings) -> Finding {
             ..base
         };
     }
-    let wmem_max = s.tcp_wmem.map(|w| w[2]);
+    let wmem_max = s.knobs.tcp_wmem.map(|w| w[2]);
     let rwnd_note = if rwnd > 0 {
         format!(
             "; {rwnd} were held back by their peer's receive window instead (median {:.0}% of the time; the \
@@ -380,7 +414,7 @@ pub fn send_buffer(flows: &[&FlowFacts], s: &Settings) -> Finding {
             crate::units::fmt_bytes(bdp_max),
         ),
         change: wmem_max.map(|w| {
-            let wmem = s.tcp_wmem.expect("read with its maximum");
+            let wmem = s.knobs.tcp_wmem.expect("read with its maximum");
             let to = (w * 4).clamp(4 << 20, 64 << 20).max(w);
             format!(
                 "raise tcp_wmem's maximum in this namespace (net.ipv4.tcp_wmem = \"{} {} {to}\", now \"{} {} {w}\"); \
@@ -410,7 +444,7 @@ pub fn idle_restart(flows: &[&FlowFacts], s: &Settings) -> Finding {
         evidence: String::new(),
         change: None,
     };
-    let setting = match s.tcp_slow_start_after_idle {
+    let setting = match s.knobs.tcp_slow_start_after_idle {
         Some(true) => "tcp_slow_start_after_idle is 1",
         Some(false) => "tcp_slow_start_after_idle is 0",
         None => "tcp_slow_start_after_idle could not be read",
@@ -423,7 +457,7 @@ pub fn idle_restart(flows: &[&FlowFacts], s: &Settings) -> Finding {
             ..base
         };
     }
-    if restarts.len() < MIN_RESTARTS || s.tcp_slow_start_after_idle == Some(false) {
+    if restarts.len() < MIN_RESTARTS || s.knobs.tcp_slow_start_after_idle == Some(false) {
         return Finding {
             status: Status::None,
             numbers: BTreeMap::from([("keepalive_flows", keepalive.len() as f64), ("restarts", restarts.len() as f64)]),
@@ -504,9 +538,12 @@ mod tests {
     fn settings() -> Settings {
         Settings {
             netns: "test".into(),
-            tcp_wmem: Some([4096, 16384, 4 << 20]),
-            tcp_slow_start_after_idle: Some(true),
-            ..Settings::default()
+            netns_ino: Some(1),
+            knobs: Knobs {
+                tcp_wmem: Some([4096, 16384, 4 << 20]),
+                tcp_slow_start_after_idle: Some(true),
+                ..Knobs::default()
+            },
         }
     }
 
@@ -554,7 +591,7 @@ mod tests {
         assert_eq!(initial_window(&refs, &settings())[0].status, Status::TooFew);
         // A route that already starts at 32: nothing to gain.
         let mut s = settings();
-        s.initcwnd_routes = vec![("198.18.0.0/15".parse().unwrap(), 32)];
+        s.knobs.initcwnd_routes = vec![InitcwndRoute { prefix: "198.18.0.0/15".parse().unwrap(), initcwnd: 32 }];
         let flows: Vec<FlowFacts> = (0..40).map(|_| flow(40_000, 100)).collect();
         let refs: Vec<&FlowFacts> = flows.iter().collect();
         assert_eq!(initial_window(&refs, &s)[0].status, Status::None);
@@ -584,7 +621,8 @@ mod tests {
         assert_eq!(finding.numbers["round_trips_median"], 2.0);
         assert_eq!(finding.numbers["ms_median"], 200.0);
         // With the setting off, or on BBR, it is not this.
-        let off = Settings { tcp_slow_start_after_idle: Some(false), ..settings() };
+        let mut off = settings();
+        off.knobs.tcp_slow_start_after_idle = Some(false);
         assert_eq!(idle_restart(&[&f], &off).status, Status::None);
         let bbr = FlowFacts { cc: "bbr".into(), ..f.clone() };
         assert_eq!(idle_restart(&[&bbr], &settings()).status, Status::TooFew);

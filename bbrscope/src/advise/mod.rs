@@ -78,28 +78,8 @@ fn settings_of(ino: Option<u32>) -> Settings {
         let netns = format!("ino:{} (gone: its settings could not be read)", ino.unwrap_or(0));
         return Settings { netns, netns_ino: ino, ..Settings::default() };
     };
-    let label = ns.label.clone();
-    let read = netns::run(&ns, || Ok(read_settings(label.clone())));
-    Settings { netns_ino: ino, ..read.unwrap_or(Settings { netns: label, ..Settings::default() }) }
-}
-
-/// The calling thread's namespace's settings.
-fn read_settings(netns: String) -> Settings {
-    let sysctl = |key: &str| crate::apply::sysctl::read(key).ok().flatten();
-    let triple = |key: &str| -> Option<[u64; 3]> {
-        let v: Vec<u64> = sysctl(key)?.split_whitespace().filter_map(|w| w.parse().ok()).collect();
-        v.try_into().ok()
-    };
-    let mut routes = crate::apply::route::dump(libc::AF_INET as u8).unwrap_or_default();
-    routes.extend(crate::apply::route::dump(libc::AF_INET6 as u8).unwrap_or_default());
-    Settings {
-        netns,
-        netns_ino: None,
-        tcp_wmem: triple("net.ipv4.tcp_wmem"),
-        tcp_rmem: triple("net.ipv4.tcp_rmem"),
-        tcp_slow_start_after_idle: sysctl("net.ipv4.tcp_slow_start_after_idle").map(|v| v != "0"),
-        initcwnd_routes: routes.into_iter().filter_map(|r| Some((r.key.prefix, r.initcwnd?))).collect(),
-    }
+    let knobs = netns::run(&ns, || Ok(findings::Knobs::read())).unwrap_or_default();
+    Settings { netns: ns.label, netns_ino: ino, knobs }
 }
 
 /// The advice for people: each finding's check, group, status, evidence and change.

@@ -38,6 +38,8 @@ pub struct Namespace {
     pub default_qdisc: Option<String>,
     pub qdiscs: Vec<RootQdisc>,
     pub routes_with_congctl: Vec<RouteCc>,
+    /// The settings beyond the algorithm `bbrscope advise` weighs flows against.
+    pub tuning: crate::advise::findings::Knobs,
     /// Live TCP connections per algorithm (a sock_diag snapshot, as `ss -ti` sees them).
     pub flows: BTreeMap<String, u64>,
     /// Why `flows` could not be read (e.g. no tcp_diag module), when it could not.
@@ -115,6 +117,7 @@ fn namespace(ns: &Netns, state: &State) -> Result<Namespace> {
                     congctl: r.cc.unwrap_or_default(),
                 })
                 .collect(),
+            tuning: crate::advise::findings::Knobs::read(),
             flows: flows.as_ref().cloned().unwrap_or_default(),
             flows_unknown: flows.err().map(|e| format!("{e:#} (is the tcp_diag module loaded?)")),
         })

@@ -51,6 +51,21 @@ fn print_namespace(n: &Namespace) -> Result<(), OutputError> {
         let by = if r.by_bbrscope { " (set by bbrscope)" } else { "" };
         outln!("  route            {} congctl {}{by}", r.route, r.congctl)?;
     }
+    let t = &n.tuning;
+    let triple = |v: Option<[u64; 3]>| v.map_or("unknown".into(), |[a, b, c]| format!("{a} {b} {c}"));
+    outln!("  tcp_wmem         {}", triple(t.tcp_wmem))?;
+    outln!("  tcp_rmem         {}", triple(t.tcp_rmem))?;
+    if let Some(on) = t.tcp_slow_start_after_idle {
+        let what = if on {
+            "on (tcp_slow_start_after_idle 1: a keep-alive connection restarts from the initial window)"
+        } else {
+            "off (tcp_slow_start_after_idle 0)"
+        };
+        outln!("  idle restart     {what}")?;
+    }
+    for r in &t.initcwnd_routes {
+        outln!("  route            {} initcwnd {}", r.prefix, r.initcwnd)?;
+    }
     if let Some(why) = &n.flows_unknown {
         return outln!("  live flows       unknown: {why}");
     }
