@@ -119,27 +119,8 @@ fn responses_of_20_to_60_kb_over_100_ms_need_round_trips_a_larger_initial_window
     let (tx, _rx) = std::sync::mpsc::channel();
     let server = serve(&link, port, "cubic", tx);
     let advise = start_advise(port, 14);
-    // The clients' own log: one response per connection, 20–60 KB.
-    let until = Instant::now() + Duration::from_secs(10);
-    let log: Vec<usize> = thread::scope(|s| {
-        let clients: Vec<_> = (0..4)
-            .map(|t| {
-                let link = &link;
-                s.spawn(move || {
-                    let mut got = Vec::new();
-                    let mut i = t;
-                    while Instant::now() < until {
-                        let size = 20_000 + (i * 7_919) % 40_000;
-                        i += 4;
-                        fetch(link, server, size);
-                        got.push(size);
-                    }
-                    got
-                })
-            })
-            .collect();
-        clients.into_iter().flat_map(|c| c.join().unwrap()).collect()
-    });
+    let timed = clients(&link, server, Duration::from_secs(10));
+    let log: Vec<usize> = timed.iter().map(|&(size, _)| size).collect();
     let advice = finish_advise(advise);
     let iw = findings(&advice, "initial_window", &link);
     assert_eq!(iw.len(), 1, "one client group (RTT 50–150 ms): {advice:#}");
@@ -164,6 +145,68 @@ fn responses_of_20_to_60_kb_over_100_ms_need_round_trips_a_larger_initial_window
     // The clients' /24, with every response in it.
     let net = format!("{}.0/24 ({})", link.receiver_addr.to_string().rsplit_once('.').unwrap().0, log.len());
     assert!(f["change"].as_str().unwrap().contains(&net), "{net}: {f:#}");
+
+    // The claim itself: the same clients with the larger window on the route to them (set in the
+    // test's namespace, as the change says) finish each response about one round trip sooner.
+    let dest = link.receiver_addr.to_string();
+    let via = link.sender.run(|| ip(&["route", "get", &dest])).unwrap();
+    let dev = via.split_whitespace().skip_while(|w| *w != "dev").nth(1).expect("a device").to_string();
+    link.sender.run(|| ip(&["route", "replace", &format!("{dest}/32"), "dev", &dev, "initcwnd", "32"])).unwrap();
+    let advise = start_advise(port, 14);
+    let after = clients(&link, server, Duration::from_secs(10));
+    // And advise, reading the route's window, finds nothing more to gain.
+    let advice = finish_advise(advise);
+    let f = findings(&advice, "initial_window", &link)[0];
+    assert_eq!(
+        (f["status"].as_str(), f["affected"].as_u64(), f["numbers"]["initcwnd"].as_f64()),
+        (Some("none"), Some(0), Some(32.0)),
+        "{f:#}"
+    );
+    let mean_ms = |v: &[(usize, Duration)]| v.iter().map(|(_, d)| d.as_secs_f64() * 1e3).sum::<f64>() / v.len() as f64;
+    let measured = mean_ms(&timed) - mean_ms(&after);
+    eprintln!(
+        "initcwnd 10 → 32: {:.0} → {:.0} ms mean per response; advise said {saved} ms",
+        mean_ms(&timed),
+        mean_ms(&after)
+    );
+    assert!(
+        (0.7 * saved..=1.3 * saved).contains(&measured),
+        "advise said {saved} ms per response; the clients measured {measured:.0} ms ({:.0} → {:.0} ms mean)",
+        mean_ms(&timed),
+        mean_ms(&after)
+    );
+}
+
+/// Four clients fetching 20–60 KB responses from `server` one after another for `secs`; each
+/// response's size and the time from connect() to its last byte, as the client measured it.
+fn clients(link: &Link, server: SocketAddr, secs: Duration) -> Vec<(usize, Duration)> {
+    let until = Instant::now() + secs;
+    thread::scope(|s| {
+        let workers: Vec<_> = (0..4)
+            .map(|t| {
+                s.spawn(move || {
+                    let mut got = Vec::new();
+                    let mut i = t;
+                    while Instant::now() < until {
+                        let size = 20_000 + (i * 7_919) % 40_000;
+                        i += 4;
+                        let start = Instant::now();
+                        fetch(link, server, size);
+                        got.push((size, start.elapsed()));
+                    }
+                    got
+                })
+            })
+            .collect();
+        workers.into_iter().flat_map(|w| w.join().unwrap()).collect()
+    })
+}
+
+/// `ip ARGS` in the calling thread's namespace; its output.
+fn ip(args: &[&str]) -> anyhow::Result<String> {
+    let o = std::process::Command::new("ip").args(args).output()?;
+    anyhow::ensure!(o.status.success(), "ip {args:?}: {}", String::from_utf8_lossy(&o.stderr));
+    Ok(String::from_utf8_lossy(&o.stdout).into_owned())
 }
 
 /// One bulk response of `size` bytes over `link` on a fresh connection; the server's TCP_INFO
