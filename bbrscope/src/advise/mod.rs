@@ -109,3 +109,46 @@ pub fn render(a: &Advice) -> String {
     }
     out
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use findings::{Check, Finding};
+
+    fn finding(check: Check, status: Status, group: &str, change: Option<&str>) -> Finding {
+        Finding {
+            check,
+            status,
+            netns: "web".into(),
+            netns_ino: Some(7),
+            group: group.into(),
+            flows: 40,
+            affected: 40,
+            numbers: BTreeMap::new(),
+            evidence: "the numbers".into(),
+            change: change.map(str::to_string),
+        }
+    }
+
+    #[test]
+    fn the_text_names_each_check_its_status_evidence_and_change() {
+        let advice = Advice {
+            window_s: 60.0,
+            flows: 40,
+            findings: vec![
+                finding(Check::InitialWindow, Status::Found, "RTT 50–150 ms", Some("initcwnd 32")),
+                finding(Check::SendBuffer, Status::None, "all flows", None),
+                finding(Check::IdleRestart, Status::TooFew, "all flows", None),
+            ],
+            settings: vec![],
+        };
+        let text = render(&advice);
+        let want = "bbrscope advise: 40 flows over 60 s\n\nweb:\n  \
+                    initial window vs response sizes [RTT 50–150 ms]: FINDING\n    the numbers\n    change: initcwnd 32\n  \
+                    send buffer vs the path: ok\n    the numbers\n  \
+                    window restart after idle: too few flows\n    the numbers\n";
+        assert_eq!(text, want);
+        let none = render(&Advice { window_s: 5.0, flows: 0, findings: vec![], settings: vec![] });
+        assert!(none.contains("No flows were seen"), "{none}");
+    }
+}
