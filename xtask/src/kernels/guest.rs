@@ -501,14 +501,27 @@ fn late_request(port: u16) -> Result<(SocketAddr, SocketAddr)> {
     let mut req = [0u8; 4];
     conn.read_exact(&mut req)?;
     // More than the client reads, without blocking, then close(): FIN_WAIT1 until the client
-    // has read it all, which it never does.
+    // has read it all, which it never does. Written until the client's window and the send
+    // buffer are both full (a first "would block" can come while ACKs are still opening the
+    // window): if everything fitted in the client's buffer, the FIN would reach it before the
+    // late request, and the client reads an orderly end-of-file even though the server's
+    // kernel resets (the FIN is seen first: `SOCK_DONE` before `sk_err`).
     conn.set_nonblocking(true)?;
     let chunk = vec![0x5a; 64 << 10];
     let mut sent = 0;
-    while let Ok(n) = conn.write(&chunk) {
-        sent += n;
-        if sent > 4 << 20 {
-            break;
+    let full_for = Duration::from_millis(300);
+    let mut blocked_since: Option<std::time::Instant> = None;
+    while sent <= 4 << 20 && blocked_since.is_none_or(|t| t.elapsed() < full_for) {
+        match conn.write(&chunk) {
+            Ok(n) => {
+                sent += n;
+                blocked_since = None;
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                blocked_since.get_or_insert_with(std::time::Instant::now);
+                thread::sleep(Duration::from_millis(5));
+            }
+            Err(e) => return Err(e.into()),
         }
     }
     drop(conn);
