@@ -7,7 +7,6 @@ use crate::observe::{
     event::{Event, Metrics},
     flow::{Change, Flow, FlowTable, IdMap},
     pipeline::Sink,
-    stats::StatsReport,
 };
 
 /// The kernel's lower bound on the retransmission timeout (`TCP_RTO_MIN`, 200 ms): a send after a
@@ -156,14 +155,6 @@ impl Sink for Collector {
             }
             _ => {}
         }
-        Ok(())
-    }
-
-    fn stats(&mut self, _now_ns: u64, _stats: &StatsReport) -> io::Result<()> {
-        Ok(())
-    }
-
-    fn flush(&mut self) -> io::Result<()> {
         Ok(())
     }
 }

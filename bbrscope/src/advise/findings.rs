@@ -50,26 +50,6 @@ pub struct InitcwndRoute {
 }
 
 impl Knobs {
-    /// The calling thread's namespace's settings.
-    pub fn read() -> Knobs {
-        let sysctl = |key: &str| crate::apply::sysctl::read(key).ok().flatten();
-        let triple = |key: &str| -> Option<[u64; 3]> {
-            let v: Vec<u64> = sysctl(key)?.split_whitespace().filter_map(|w| w.parse().ok()).collect();
-            v.try_into().ok()
-        };
-        let mut routes = crate::apply::route::dump(libc::AF_INET as u8).unwrap_or_default();
-        routes.extend(crate::apply::route::dump(libc::AF_INET6 as u8).unwrap_or_default());
-        Knobs {
-            tcp_wmem: triple("net.ipv4.tcp_wmem"),
-            tcp_rmem: triple("net.ipv4.tcp_rmem"),
-            tcp_slow_start_after_idle: sysctl("net.ipv4.tcp_slow_start_after_idle").map(|v| v != "0"),
-            initcwnd_routes: routes
-                .into_iter()
-                .filter_map(|r| Some(InitcwndRoute { prefix: r.key.prefix, initcwnd: r.initcwnd? }))
-                .collect(),
-        }
-    }
-
     /// The initial window a connection to `ip` starts with: the most specific route's
     /// `initcwnd`, else the kernel's.
     pub fn initcwnd_for(&self, ip: IpAddr) -> u32 {

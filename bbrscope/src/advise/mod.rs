@@ -21,7 +21,7 @@ use crate::{
     sys::netns,
 };
 use facts::{Collector, FlowFacts};
-use findings::{Finding, Settings, Status};
+use findings::{Finding, InitcwndRoute, Knobs, Settings, Status};
 
 /// What `advise` found.
 #[derive(Debug, Serialize)]
@@ -78,8 +78,28 @@ fn settings_of(ino: Option<u32>) -> Settings {
         let netns = format!("ino:{} (gone: its settings could not be read)", ino.unwrap_or(0));
         return Settings { netns, netns_ino: ino, ..Settings::default() };
     };
-    let knobs = netns::run(&ns, || Ok(findings::Knobs::read())).unwrap_or_default();
+    let knobs = netns::run(&ns, || Ok(read_knobs())).unwrap_or_default();
     Settings { netns: ns.label, netns_ino: ino, knobs }
+}
+
+/// The calling thread's namespace's settings beyond the algorithm (also shown by `status`).
+pub fn read_knobs() -> Knobs {
+    let sysctl = |key: &str| crate::apply::sysctl::read(key).ok().flatten();
+    let triple = |key: &str| -> Option<[u64; 3]> {
+        let v: Vec<u64> = sysctl(key)?.split_whitespace().filter_map(|w| w.parse().ok()).collect();
+        v.try_into().ok()
+    };
+    let mut routes = crate::apply::route::dump(libc::AF_INET as u8).unwrap_or_default();
+    routes.extend(crate::apply::route::dump(libc::AF_INET6 as u8).unwrap_or_default());
+    Knobs {
+        tcp_wmem: triple("net.ipv4.tcp_wmem"),
+        tcp_rmem: triple("net.ipv4.tcp_rmem"),
+        tcp_slow_start_after_idle: sysctl("net.ipv4.tcp_slow_start_after_idle").map(|v| v != "0"),
+        initcwnd_routes: routes
+            .into_iter()
+            .filter_map(|r| Some(InitcwndRoute { prefix: r.key.prefix, initcwnd: r.initcwnd? }))
+            .collect(),
+    }
 }
 
 /// The advice for people: each finding's check, group, status, evidence and change.

@@ -117,7 +117,7 @@ fn namespace(ns: &Netns, state: &State) -> Result<Namespace> {
                     congctl: r.cc.unwrap_or_default(),
                 })
                 .collect(),
-            tuning: crate::advise::findings::Knobs::read(),
+            tuning: crate::advise::read_knobs(),
             flows: flows.as_ref().cloned().unwrap_or_default(),
             flows_unknown: flows.err().map(|e| format!("{e:#} (is the tcp_diag module loaded?)")),
         })

@@ -27,10 +27,15 @@ pub trait Sink {
     /// `ev` after the flow table took it (`change` says what it changed). A flow whose summary
     /// arrived ([`Change::Ended`]) is removed from `table` right after this call.
     fn event(&mut self, ev: &Event, change: Change, table: &FlowTable) -> io::Result<()>;
-    /// The observer's own cost, every stats period (see [`Settings::stats`]).
-    fn stats(&mut self, now_ns: u64, stats: &StatsReport) -> io::Result<()>;
-    /// After every batch: what the sink holds goes out.
-    fn flush(&mut self) -> io::Result<()>;
+    /// The observer's own cost, every stats period (see [`Settings::stats`]); by default
+    /// ignored.
+    fn stats(&mut self, _now_ns: u64, _stats: &StatsReport) -> io::Result<()> {
+        Ok(())
+    }
+    /// After every batch: what the sink holds goes out (nothing, for a sink that writes nothing).
+    fn flush(&mut self) -> io::Result<()> {
+        Ok(())
+    }
 }
 
 /// How long the loop runs and how often it reports.
