@@ -289,6 +289,8 @@ fn socket_cc(s: &impl AsRawFd) -> String {
 /// are only ever appended, so these offsets hold on every kernel.
 #[derive(Debug, Clone, Copy)]
 struct TcpInfo {
+    /// tcpi_ca_state: 0 open, 1 disorder, 2 CWR, 3 recovery, 4 loss.
+    ca_state: u8,
     unacked: u32,
     rtt_us: u32,
     cwnd: u32,
@@ -313,6 +315,7 @@ fn tcp_info(s: &impl AsRawFd) -> Result<TcpInfo> {
     // snd_ssthresh snd_cwnd(@80) ... total_retrans(@100); u64s: pacing_rate max_pacing_rate
     // bytes_acked(@120) bytes_received; u32s: segs_out segs_in notsent_bytes min_rtt(@148).
     Ok(TcpInfo {
+        ca_state: buf[1],
         unacked: u32_at(24),
         rtt_us: u32_at(68),
         cwnd: u32_at(80),
@@ -335,6 +338,8 @@ struct Snap {
     cwnd: Option<u32>,
     rtt_us: Option<f64>,
     minrtt_us: Option<f64>,
+    /// The socket was reducing its window (CWR, recovery, loss) when read: only TCP_INFO says so.
+    reducing: bool,
 }
 
 const CC_NAMES: &[&str] = &[
@@ -366,7 +371,8 @@ fn ss(local: SocketAddr) -> Result<Option<Snap>> {
     if text.trim().is_empty() {
         return Ok(None);
     }
-    let mut snap = Snap { src: "ss", t, half, cc: None, cwnd: None, rtt_us: None, minrtt_us: None };
+    let mut snap =
+        Snap { src: "ss", t, half, cc: None, cwnd: None, rtt_us: None, minrtt_us: None, reducing: false };
     let ms = |v: &str| v.parse::<f64>().ok().map(|m| m * 1000.0);
     for tok in text.split_whitespace() {
         if snap.cc.is_none() && CC_NAMES.contains(&tok) {
@@ -436,6 +442,7 @@ fn bulk(to: SocketAddr, cc: &str, secs: f64) -> Result<Bulk> {
                 cwnd: Some(info.cwnd),
                 rtt_us: Some(f64::from(info.rtt_us)),
                 minrtt_us: Some(f64::from(info.min_rtt_us)),
+                reducing: info.ca_state >= 2,
             });
         }
         i += 1;
@@ -887,6 +894,11 @@ fn check_cc(out: &Output, b: &Bulk, expected: &str) -> Result<(bool, String)> {
 /// [half the samples' minimum, twice their maximum]: loose for noise, but a wrong field or
 /// offset (a pointer, a byte count, zero) lands far outside. 75% of readings must agree (one
 /// transient of four is allowed), and min_rtt, which only moves down, must match closely.
+/// A window read while the socket reduces it (CWR, recovery, loss) is left out of the cwnd
+/// comparison: BBR then holds cwnd at the packets in flight for about one round trip
+/// (bbr_set_cwnd_to_recover_or_restore), 12 ms here, so a 100 ms sampler sees it only by chance —
+/// the matrix caught TCP_INFO at 12–22 beside samples at 46–105, 1–5 readings a run, on every
+/// kernel and both observer paths. Its srtt is still compared.
 fn check_vs_kernel(out: &Output, b: &Bulk) -> Result<(bool, String)> {
     let samples = out.flow("sample", &b.local.to_string());
     if samples.is_empty() {
@@ -907,8 +919,7 @@ fn check_vs_kernel(out: &Output, b: &Bulk) -> Result<(bool, String)> {
         let cw = s.cwnd.map(f64::from).unwrap_or(-1.0);
         let rt = s.rtt_us.unwrap_or(-1.0);
         let ok = n > 0
-            && cw >= cmin * 0.5 - 2.0
-            && cw <= cmax * 2.0 + 2.0
+            && (s.reducing || (cw >= cmin * 0.5 - 2.0 && cw <= cmax * 2.0 + 2.0))
             && rt >= rmin * 0.5 - 2000.0
             && rt <= rmax * 2.0 + 2000.0;
         if ok {
@@ -939,13 +950,15 @@ fn check_vs_kernel(out: &Output, b: &Bulk) -> Result<(bool, String)> {
     let n = b.snaps.len();
     let ss_n = b.snaps.iter().filter(|s| s.src == "ss").count();
     let ss_agree = agree_by.get("ss").copied().unwrap_or(0);
+    let reducing = b.snaps.iter().filter(|s| s.reducing).count();
     let pass = n >= 3 && ss_n >= 1 && ss_agree * 2 >= ss_n && agree * 4 >= n * 3 && min_ok;
     notes.truncate(3);
     Ok((
         pass,
         format!(
-            "{agree}/{n} readings agree ({ss_agree}/{ss_n} ss, the rest TCP_INFO), {} samples; min_rtt kernel \
-             {before:?} before / {after:?} after vs bbrscope {bs_min:?} us; {}",
+            "{agree}/{n} readings agree ({ss_agree}/{ss_n} ss, the rest TCP_INFO; {reducing} while reducing the \
+             window, srtt only), {} samples; min_rtt kernel {before:?} before / {after:?} after vs bbrscope \
+             {bs_min:?} us; {}",
             samples.len(),
             notes.join("; ")
         ),
