@@ -105,10 +105,29 @@ fn port_for(base: u16) -> u16 {
     base + (std::process::id() % 10_000) as u16
 }
 
-/// In the sender namespace of `link`: writes a sysctl there (never in the test's own namespace).
-fn sysctl_in(link: &Link, key: &str, value: &str) {
-    let (path, value) = (format!("/proc/sys/{}", key.replace('.', "/")), value.to_string());
-    link.sender.run(move || Ok(std::fs::write(&path, value)?)).unwrap();
+/// Runs the `bbrscope apply` command a finding's change gives (the first in backquotes), with a
+/// temporary directory standing in for / (`--root`); then `bbrscope revert` with the same scope
+/// options when `revert` is set. Returns the command's arguments after `apply`.
+fn run_change(change: &str, root: &std::path::Path) -> Vec<String> {
+    let cmd = change.split('`').nth(1).unwrap_or_else(|| panic!("no command in {change:?}"));
+    assert!(!cmd.contains(['"', '\'']), "no quoting to undo: {cmd}");
+    let args: Vec<String> = cmd.split_whitespace().map(str::to_string).collect();
+    assert_eq!(&args[..2], ["bbrscope", "apply"], "{cmd}");
+    let o = bbrscope().args(&args[1..]).arg("--root").arg(root).output().unwrap();
+    assert!(o.status.success(), "{cmd}: {}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr));
+    args[2..].to_vec()
+}
+
+/// `bbrscope revert` for the scope options of an `apply` command (its --netns and --route).
+fn revert_change(apply_args: &[String], root: &std::path::Path) {
+    let mut args = vec!["revert".to_string()];
+    for (i, a) in apply_args.iter().enumerate() {
+        if a == "--netns" || a == "--route" {
+            args.extend([a.clone(), apply_args[i + 1].clone()]);
+        }
+    }
+    let o = bbrscope().args(&args).arg("--root").arg(root).output().unwrap();
+    assert!(o.status.success(), "{args:?}: {}", String::from_utf8_lossy(&o.stderr));
 }
 
 #[test]
@@ -142,16 +161,18 @@ fn responses_of_20_to_60_kb_over_100_ms_need_round_trips_a_larger_initial_window
         log.iter().map(|&s| f64::from(rounds(s.div_ceil(1448) as u64, 10) - 1)).sum::<f64>() / log.len() as f64;
     let extra = f["numbers"]["extra_round_trips_mean"].as_f64().unwrap();
     assert!((extra - want_extra).abs() < 1e-9, "{extra} vs the log's {want_extra}: {f:#}");
-    // The clients' /24, with every response in it.
-    let net = format!("{}.0/24 ({})", link.receiver_addr.to_string().rsplit_once('.').unwrap().0, log.len());
-    assert!(f["change"].as_str().unwrap().contains(&net), "{net}: {f:#}");
+    // The clients' /24, with every response in it; the route they are reached by is the same /24.
+    let net = format!("{}.0/24", link.receiver_addr.to_string().rsplit_once('.').unwrap().0);
+    let change = f["change"].as_str().unwrap();
+    assert!(change.contains(&format!("{net} ({})", log.len())), "{net}: {f:#}");
+    assert!(change.contains(&format!("`bbrscope apply --route {net} --initcwnd 32 --netns ")), "{change}");
 
-    // The claim itself: the same clients with the larger window on the route to them (set in the
-    // test's namespace, as the change says) finish each response about one round trip sooner.
-    let dest = link.receiver_addr.to_string();
-    let via = link.sender.run(|| ip(&["route", "get", &dest])).unwrap();
-    let dev = via.split_whitespace().skip_while(|w| *w != "dev").nth(1).expect("a device").to_string();
-    link.sender.run(|| ip(&["route", "replace", &format!("{dest}/32"), "dev", &dev, "initcwnd", "32"])).unwrap();
+    // The claim itself: the same clients, after the command the change gives (run as written),
+    // finish each response about one round trip sooner.
+    let root = tempfile::tempdir().unwrap();
+    let applied = run_change(change, root.path());
+    let routes = link.sender.run(|| ip(&["route", "show", &net])).unwrap();
+    assert!(routes.contains("initcwnd 32"), "{routes}");
     let advise = start_advise(port, 14);
     let after = clients(&link, server, Duration::from_secs(10));
     // And advise, reading the route's window, finds nothing more to gain.
@@ -175,6 +196,9 @@ fn responses_of_20_to_60_kb_over_100_ms_need_round_trips_a_larger_initial_window
         mean_ms(&timed),
         mean_ms(&after)
     );
+    revert_change(&applied, root.path());
+    let routes = link.sender.run(|| ip(&["route", "show", &net])).unwrap();
+    assert!(!routes.contains("initcwnd"), "revert takes it off: {routes}");
 }
 
 /// Four clients fetching 20–60 KB responses from `server` one after another for `secs`; each
@@ -285,9 +309,15 @@ fn keepalive_gaps_restart_the_window_unless_slow_start_after_idle_is_off() {
     // Five silences of 1.5 s, each well over the timeout (~300 ms at 100 ms RTT).
     let restarts = f["numbers"]["restarts"].as_f64().unwrap();
     assert!((4.0..=5.0).contains(&restarts), "{f:#}");
-    assert!(f["change"].as_str().unwrap().contains("tcp_slow_start_after_idle = 0"), "{f:#}");
+    let change = f["change"].as_str().unwrap();
+    assert!(change.contains("`bbrscope apply --sysctl net.ipv4.tcp_slow_start_after_idle=0 --netns "), "{f:#}");
+    let idle = || link.sender.run(|| Ok(std::fs::read_to_string("/proc/sys/net/ipv4/tcp_slow_start_after_idle")?));
+    assert_eq!(idle().unwrap().trim(), "1");
 
-    sysctl_in(&link, "net.ipv4.tcp_slow_start_after_idle", "0");
+    // The change as given, run: the same keep-alive client then has no restart to find.
+    let root = tempfile::tempdir().unwrap();
+    let applied = run_change(change, root.path());
+    assert_eq!(idle().unwrap().trim(), "0");
     let port = port + 1;
     let advise = start_advise(port, 18);
     keepalive(&link, port, 6, 300_000, Duration::from_millis(1500));
@@ -295,4 +325,6 @@ fn keepalive_gaps_restart_the_window_unless_slow_start_after_idle_is_off() {
     let f = findings(&advice, "idle_restart", &link)[0];
     assert_eq!(f["status"], "none", "{f:#}");
     assert_eq!(f["numbers"]["restarts"], 0.0, "{f:#}");
+    revert_change(&applied, root.path());
+    assert_eq!(idle().unwrap().trim(), "1", "revert restores the namespace's own value");
 }

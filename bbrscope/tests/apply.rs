@@ -11,7 +11,10 @@ mod common;
 use std::{
     fmt,
     net::{Ipv4Addr, SocketAddr, TcpListener, TcpStream},
-    os::{fd::AsRawFd as _, unix::process::CommandExt as _},
+    os::{
+        fd::{AsRawFd as _, FromRawFd as _},
+        unix::process::CommandExt as _,
+    },
     path::{Path, PathBuf},
     process::{Command, Stdio},
     time::Duration,
@@ -231,7 +234,10 @@ fn boot_files_are_read_in_order_and_never_edited() {
     assert!(fx.path("usr/lib/sysctl.d/50-vendor.conf").exists());
 
     let o = fx.bbrscope(Some(&ns), &["apply", &algo, "--no-persist"]).ok();
-    assert!(o.stdout.contains("the next boot gives cubic (/etc/sysctl.conf:2)"), "{o}");
+    assert!(
+        o.stdout.contains("the next boot gives net.ipv4.tcp_congestion_control = cubic (/etc/sysctl.conf:2)"),
+        "{o}"
+    );
     assert!(!fx.path(DROPIN).exists(), "--no-persist writes no drop-in");
     fx.bbrscope(Some(&ns), &["revert"]).ok();
     fx.assert_host_unchanged();
@@ -375,6 +381,19 @@ fn bad_input_exits_2_and_changes_nothing() {
         (vec!["revert", "--cgroup", "/sys/fs/cgroup/no-such-cgroup-here"], "does not exist"),
         (vec!["revert", "--cgroup", "/tmp", "--netns", "x"], "cannot be combined"),
         (vec!["revert", "--route", "203.0.113.9/24"], "host bits set"),
+        (vec!["apply", "--sysctl", "net.ipv4.ip_forward=1"], "not a setting bbrscope changes"),
+        (vec!["apply", "--sysctl", "net.ipv4.tcp_wmem=4096 16384"], "expected three byte counts"),
+        (vec!["apply", "--sysctl", "net.ipv4.tcp_slow_start_after_idle=2"], "expected one integer from 0 to 1"),
+        (vec!["apply", "--sysctl", "net.ipv4.tcp_congestion_control=reno"], "give the algorithm"),
+        (vec!["apply", "--sysctl", "tcp_wmem"], "expected KEY=VALUE"),
+        (vec!["apply", "--sysctl", "net.ipv4.tcp_fastopen=3", "--route", "203.0.113.0/24"], "sets a namespace's"),
+        (vec!["apply", "--route", "203.0.113.0/24", "--initcwnd", "0"], "expected 1 to 128 segments"),
+        (vec!["apply", "--route", "203.0.113.0/24", "--initcwnd", "100000"], "expected 1 to 128 segments"),
+        (vec!["apply", "--route", "203.0.113.0/24", "--initrwnd", "lots"], "--initrwnd"),
+        (vec!["apply", "--initcwnd", "32"], "--route"),
+        (vec!["apply", "--cgroup", "/sys/fs/cgroup", "--sysctl", "net.ipv4.tcp_fastopen=3"], "sets a namespace's"),
+        (vec!["apply", "--allow", "--sysctl", "net.ipv4.tcp_fastopen=3"], "--allow is about an algorithm"),
+        (vec!["apply"], "ALGORITHM"),
     ];
     // A qdisc this kernel cannot create is refused by name, like one that exists nowhere.
     let kernel = apply::algo::Kernel::discover().unwrap();
@@ -893,6 +912,149 @@ fn a_killed_run_is_reconciled_by_the_next() {
     assert!(o.stdout.contains(&format!("got {algo}")), "then applies from the rolled-back state: {o}");
     fx.bbrscope(Some(&ns), &["revert"]).ok();
     assert_eq!(ns.cc(), before, "the value before the killed run is what revert restores");
+    assert!(!fx.path(STATE).exists());
+    fx.assert_host_unchanged();
+}
+
+/// The settings beside the algorithm (`--sysctl`) in a namespace the test makes: each reads as
+/// set from inside it (`sysctl`, and a new socket's send buffer, which the kernel takes from
+/// tcp_wmem's middle value), the record keeps the algorithm applied later beside them, status
+/// tells when one drifts, and revert restores the namespace's own values exactly.
+#[test]
+fn sysctls_beside_the_algorithm_apply_per_namespace_and_revert_exactly() {
+    let fx = Fixture::new();
+    let ns = Netns::new("tune");
+    let name = ns.name.as_str();
+    let read = |key: &str| ns.exec("sysctl", &["-n", key]).split_whitespace().collect::<Vec<_>>().join(" ");
+    let (wmem, idle, cc) = (read("net.ipv4.tcp_wmem"), read("net.ipv4.tcp_slow_start_after_idle"), ns.cc());
+    let sndbuf = || {
+        // Unconnected: once established, the kernel grows the buffer with the window.
+        ns.enter(|| {
+            // SAFETY: socket(2) with constant arguments; the descriptor is owned at once below.
+            let fd = unsafe { libc::socket(libc::AF_INET, libc::SOCK_STREAM, 0) };
+            assert!(fd >= 0);
+            // SAFETY: a fresh descriptor nothing else owns.
+            let fd = unsafe { std::os::fd::OwnedFd::from_raw_fd(fd) };
+            let mut v = 0i32;
+            let mut len = std::mem::size_of::<i32>() as libc::socklen_t;
+            // SAFETY: getsockopt into a local i32 whose size is passed; the fd is borrowed.
+            let r = unsafe {
+                libc::getsockopt(fd.as_raw_fd(), libc::SOL_SOCKET, libc::SO_SNDBUF, (&raw mut v).cast(), &mut len)
+            };
+            assert_eq!(r, 0);
+            v
+        })
+    };
+    let tuned = ["--sysctl", "net.ipv4.tcp_wmem=4096 32768 131072", "--sysctl", "net.ipv4.tcp_slow_start_after_idle=0"];
+
+    let o = fx.bbrscope(None, &[&["apply", "--netns", name][..], &tuned].concat()).ok();
+    assert_eq!(read("net.ipv4.tcp_wmem"), "4096 32768 131072", "{o}");
+    assert_eq!(read("net.ipv4.tcp_slow_start_after_idle"), "0");
+    assert_eq!(sndbuf(), 32768, "a new socket's send buffer is tcp_wmem's middle value");
+    assert_eq!(ns.cc(), cc, "no algorithm named, none changed");
+    assert!(o.stdout.contains(&format!("verified: net.ipv4.tcp_wmem reads 4096 32768 131072 in {name}")), "{o}");
+    assert!(o.stdout.contains(&format!("set net.ipv4.tcp_wmem = 4096 32768 131072 (was {wmem})")), "{o}");
+    let o = fx.bbrscope(None, &[&["apply", "--netns", name][..], &tuned].concat()).ok();
+    assert!(o.stdout.contains("already in place"), "{o}");
+
+    // An algorithm applied afterwards joins the same record; revert later undoes both.
+    let algo = other_algorithm(&cc, true);
+    fx.bbrscope(None, &["apply", &algo, "--netns", name]).ok();
+    let o = fx.bbrscope(None, &["status", "--netns", name]).ok();
+    assert!(
+        o.stdout.contains(&format!(
+            "netns {name} -> {algo}: the default is {algo}; net.ipv4.tcp_wmem is 4096 32768 131072; \
+             net.ipv4.tcp_slow_start_after_idle is 0"
+        )),
+        "{o}"
+    );
+    ns.exec("sysctl", &["-qw", "net.ipv4.tcp_slow_start_after_idle=1"]);
+    let o = fx.bbrscope(None, &["status", "--json"]).ok();
+    let status: serde_json::Value = serde_json::from_str(&o.stdout).unwrap();
+    let warned = status["warnings"].to_string();
+    assert!(
+        warned.contains(
+            "bbrscope set net.ipv4.tcp_slow_start_after_idle = 0, but net.ipv4.tcp_slow_start_after_idle is 1"
+        ),
+        "{warned}"
+    );
+    ns.exec("sysctl", &["-qw", "net.ipv4.tcp_slow_start_after_idle=0"]);
+
+    fx.bbrscope(None, &["revert", "--netns", name]).ok();
+    assert_eq!((read("net.ipv4.tcp_wmem"), read("net.ipv4.tcp_slow_start_after_idle"), ns.cc()), (wmem, idle, cc));
+    assert!(!fx.path(STATE).exists());
+
+    // net.core's buffer maxima are the host's (read-only in other namespaces): refused in this one.
+    let o = fx.bbrscope(None, &["apply", "--netns", name, "--sysctl", "net.core.wmem_max=8388608"]);
+    assert_eq!(o.code, Some(2), "{o}");
+    assert!(
+        o.stdout.contains(&format!(
+            "net.core.wmem_max is the host's: only the initial network namespace can change it, not {name}"
+        )),
+        "{o}"
+    );
+    assert!(!fx.path(STATE).exists());
+    fx.assert_host_unchanged();
+}
+
+/// On the system scope a setting beside the algorithm is persisted in bbrscope's drop-in next
+/// to it; a later apply of the algorithm keeps the line, revert removes the file.
+#[test]
+fn a_system_sysctl_is_persisted_beside_the_algorithm() {
+    let fx = Fixture::new();
+    let ns = Netns::new("tunesys");
+    let idle = ns.exec("sysctl", &["-n", "net.ipv4.tcp_slow_start_after_idle"]).trim().to_string();
+    let algo = other_algorithm(&ns.cc(), true);
+    fx.bbrscope(Some(&ns), &["apply", "--sysctl", "net.ipv4.tcp_slow_start_after_idle=0"]).ok();
+    let written = std::fs::read_to_string(fx.path(DROPIN)).unwrap();
+    assert!(written.ends_with("\nnet.ipv4.tcp_slow_start_after_idle = 0\n"), "{written}");
+    assert!(!written.contains("tcp_congestion_control"), "{written}");
+    fx.bbrscope(Some(&ns), &["apply", &algo]).ok();
+    let written = std::fs::read_to_string(fx.path(DROPIN)).unwrap();
+    assert!(
+        written.contains("net.ipv4.tcp_slow_start_after_idle = 0\n")
+            && written.contains(&format!("net.ipv4.tcp_congestion_control = {algo}\n")),
+        "{written}"
+    );
+    fx.bbrscope(Some(&ns), &["revert"]).ok();
+    assert_eq!(ns.exec("sysctl", &["-n", "net.ipv4.tcp_slow_start_after_idle"]).trim(), idle);
+    assert!(!fx.path(DROPIN).exists() && !fx.path(STATE).exists());
+    fx.assert_host_unchanged();
+}
+
+/// `--route PREFIX --initcwnd N`: the route keeps everything else, a new connection over it
+/// starts with that window (its TCP_INFO), connections elsewhere keep the kernel's 10, and
+/// revert takes the metric off again.
+#[test]
+fn a_routes_initial_window_is_set_proven_on_a_connection_and_reverted() {
+    let fx = Fixture::new();
+    let link = Link::new("iw");
+    let prefix = link.prefix();
+    let first_cwnd = |to: SocketAddr| {
+        link.a.enter(|| {
+            let c = TcpStream::connect(to).unwrap();
+            common::tcp_info(c.as_raw_fd()).snd_cwnd
+        })
+    };
+    let b: Ipv4Addr = link.b_ip.parse().unwrap();
+    let far = link.b.enter(|| TcpListener::bind((b, 0)).unwrap());
+    let near = link.a.enter(|| TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).unwrap());
+    assert_eq!(first_cwnd(far.local_addr().unwrap()), 10, "the kernel's initial window before");
+
+    let args = ["apply", "--netns", &link.a.name, "--route", &prefix, "--initcwnd", "32"];
+    let o = fx.bbrscope(None, &args).ok();
+    assert!(o.stdout.contains("gives initcwnd 32"), "verified by the kernel's route lookup: {o}");
+    let routes = link.a.exec("ip", &["route", "show", &prefix]);
+    assert!(routes.contains("initcwnd 32") && routes.contains("proto kernel"), "{routes}");
+    assert_eq!(first_cwnd(far.local_addr().unwrap()), 32, "a new connection over the route");
+    assert_eq!(first_cwnd(near.local_addr().unwrap()), 10, "other destinations keep the kernel's");
+    let o = fx.bbrscope(None, &args).ok();
+    assert!(o.stdout.contains("already in place"), "{o}");
+
+    fx.bbrscope(None, &["revert", "--netns", &link.a.name, "--route", &prefix]).ok();
+    let routes = link.a.exec("ip", &["route", "show", &prefix]);
+    assert!(!routes.contains("initcwnd"), "{routes}");
+    assert_eq!(first_cwnd(far.local_addr().unwrap()), 10);
     assert!(!fx.path(STATE).exists());
     fx.assert_host_unchanged();
 }

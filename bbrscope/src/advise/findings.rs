@@ -41,6 +41,9 @@ pub struct Knobs {
     pub tcp_slow_start_after_idle: Option<bool>,
     /// Routes with their own initial window.
     pub initcwnd_routes: Vec<InitcwndRoute>,
+    /// Every unicast route's prefix: the route a client is reached by is the most specific one.
+    #[serde(skip)]
+    pub routes: Vec<IpNet>,
 }
 
 #[derive(Clone, Copy, Debug, Serialize)]
@@ -59,6 +62,11 @@ impl Knobs {
             .max_by_key(|r| r.prefix.prefix_len())
             .map_or(KERNEL_IW, |r| r.initcwnd)
     }
+
+    /// The prefix of the route a connection to `ip` takes (the most specific that holds it).
+    pub fn route_for(&self, ip: IpAddr) -> Option<IpNet> {
+        self.routes.iter().filter(|p| p.contains(&ip)).max_by_key(|p| p.prefix_len()).copied()
+    }
 }
 
 /// A namespace's settings, named.
@@ -70,6 +78,10 @@ pub struct Settings {
     pub netns_ino: Option<u32>,
     #[serde(flatten)]
     pub knobs: Knobs,
+    /// The `bbrscope apply` options that name the namespace (" --netns NAME", or "" for
+    /// bbrscope's own), for the commands a change gives.
+    #[serde(skip)]
+    pub scope: String,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
@@ -264,20 +276,44 @@ pub fn initial_window(flows: &[&FlowFacts], s: &Settings) -> Vec<Finding> {
             );
             let found = share >= MIN_SHARE && saved_median >= MIN_SAVING_MS;
             let change = found.then(|| {
-                let mut nets: BTreeMap<IpNet, usize> = BTreeMap::new();
-                for r in &affected {
-                    let len = if r.dst.is_ipv4() { 24 } else { 48 };
-                    *nets.entry(IpNet::new(r.dst, len).expect("valid length").trunc()).or_default() += 1;
-                }
-                let mut nets: Vec<_> = nets.into_iter().collect();
-                nets.sort_by_key(|(n, c)| (std::cmp::Reverse(*c), *n));
-                let top: Vec<String> = nets.iter().take(3).map(|(n, c)| format!("{n} ({c})")).collect();
+                let top = |key: &dyn Fn(IpAddr) -> Option<IpNet>| {
+                    let mut nets: BTreeMap<IpNet, usize> = BTreeMap::new();
+                    for r in &affected {
+                        if let Some(n) = key(r.dst) {
+                            *nets.entry(n).or_default() += 1;
+                        }
+                    }
+                    let mut nets: Vec<_> = nets.into_iter().collect();
+                    nets.sort_by_key(|(n, c)| (std::cmp::Reverse(*c), *n));
+                    nets.truncate(3);
+                    nets
+                };
+                let clients = top(&|ip| {
+                    let len = if ip.is_ipv4() { 24 } else { 48 };
+                    Some(IpNet::new(ip, len).expect("valid length").trunc())
+                });
+                let clients: Vec<String> = clients.iter().map(|(n, c)| format!("{n} ({c})")).collect();
+                let routes: Vec<String> = top(&|ip| s.knobs.route_for(ip))
+                    .iter()
+                    .map(|(n, c)| {
+                        let default = if n.prefix_len() == 0 {
+                            ", the default route: every destination without a route of its own"
+                        } else {
+                            ""
+                        };
+                        format!(
+                            "`bbrscope apply --route {n} --initcwnd {CANDIDATE_IW}{}` ({c} of them{default})",
+                            s.scope
+                        )
+                    })
+                    .collect();
+                let routes = if routes.is_empty() { "no route found for them".to_string() } else { routes.join("; ") };
                 format!(
-                    "an initial window of {CANDIDATE_IW} on the routes to these clients (`ip route change PREFIX ... \
-                     initcwnd {CANDIDATE_IW}`; most affected: {}); the saving assumes no loss in the first round \
-                     trips and a client receive window of at least {CANDIDATE_IW} segments: measure it with an \
-                     experiment before applying it widely",
-                    top.join(", ")
+                    "an initial window of {CANDIDATE_IW} on the routes these clients are reached by: {routes}; most \
+                     affected clients: {}. The saving assumes no loss in the first round trips and a client receive \
+                     window of at least {CANDIDATE_IW} segments: measure it with an experiment before applying it \
+                     widely",
+                    clients.join(", ")
                 )
             });
             Finding {
@@ -397,9 +433,10 @@ pub fn send_buffer(flows: &[&FlowFacts], s: &Settings) -> Finding {
             let wmem = s.knobs.tcp_wmem.expect("read with its maximum");
             let to = (w * 4).clamp(4 << 20, 64 << 20).max(w);
             format!(
-                "raise tcp_wmem's maximum in this namespace (net.ipv4.tcp_wmem = \"{} {} {to}\", now \"{} {} {w}\"); \
-                 it does not apply to sockets whose application sets SO_SNDBUF itself",
-                wmem[0], wmem[1], wmem[0], wmem[1]
+                "raise tcp_wmem's maximum (now \"{} {} {w}\"): `bbrscope apply --sysctl \
+                 net.ipv4.tcp_wmem=\"{} {} {to}\"{}`; it does not apply to sockets whose application sets SO_SNDBUF \
+                 itself",
+                wmem[0], wmem[1], wmem[0], wmem[1], s.scope
             )
         }),
         ..base
@@ -483,11 +520,11 @@ pub fn idle_restart(flows: &[&FlowFacts], s: &Settings) -> Finding {
             keepalive.len(),
             if ms.is_finite() { format!(" (about {ms:.0} ms at these clients' RTT)") } else { String::new() },
         ),
-        change: Some(
-            "net.ipv4.tcp_slow_start_after_idle = 0 in this namespace (keep-alive connections then resume with the \
-             window they had; BBR flows are not affected either way)"
-                .into(),
-        ),
+        change: Some(format!(
+            "`bbrscope apply --sysctl net.ipv4.tcp_slow_start_after_idle=0{}` (keep-alive connections then resume \
+             with the window they had; BBR flows are not affected either way)",
+            s.scope
+        )),
         ..base
     }
 }
@@ -524,6 +561,7 @@ mod tests {
                 tcp_slow_start_after_idle: Some(true),
                 ..Knobs::default()
             },
+            scope: String::new(),
         }
     }
 
@@ -545,7 +583,10 @@ mod tests {
         // 20–60 KB: 14–42 segments, 2–3 round trips from 10, 1–2 from 32.
         let flows: Vec<FlowFacts> = (0..40).map(|i| flow(20_000 + i * 1000, 100)).collect();
         let refs: Vec<&FlowFacts> = flows.iter().collect();
-        let f = initial_window(&refs, &settings());
+        let mut s = settings();
+        s.knobs.routes = vec!["0.0.0.0/0".parse().unwrap(), "198.18.0.0/15".parse().unwrap()];
+        s.scope = " --netns web".into();
+        let f = initial_window(&refs, &s);
         assert_eq!(f.len(), 1, "one RTT band: the whole is its finding: {f:?}");
         let f = &f[0];
         assert_eq!((f.status, f.flows), (Status::Found, 40), "{f:?}");
@@ -553,7 +594,13 @@ mod tests {
         // 46,336 bytes); beyond, 3 from 10 (> 30 segments: 43,440 bytes) and 2 from 32.
         assert_eq!(f.affected, 40);
         assert_eq!(f.numbers["saved_ms_median"], 100.0);
-        assert!(f.change.as_deref().unwrap().contains("198.18.1.0/24 (40)"), "{f:?}");
+        let change = f.change.as_deref().unwrap();
+        assert!(change.contains("198.18.1.0/24 (40)"), "{f:?}");
+        // The command for the most specific route that carries them, in their namespace.
+        assert!(
+            change.contains("`bbrscope apply --route 198.18.0.0/15 --initcwnd 32 --netns web` (40 of them)"),
+            "{change}"
+        );
     }
 
     #[test]

@@ -79,7 +79,8 @@ fn settings_of(ino: Option<u32>) -> Settings {
         return Settings { netns, netns_ino: ino, ..Settings::default() };
     };
     let knobs = netns::run(&ns, || Ok(read_knobs())).unwrap_or_default();
-    Settings { netns: ns.label, netns_ino: ino, knobs }
+    let scope = ns.arg().map(|a| format!(" --netns {a}")).unwrap_or_default();
+    Settings { netns: ns.label, netns_ino: ino, knobs, scope }
 }
 
 /// The calling thread's namespace's settings beyond the algorithm (also shown by `status`).
@@ -95,6 +96,7 @@ pub fn read_knobs() -> Knobs {
         tcp_wmem: triple("net.ipv4.tcp_wmem"),
         tcp_rmem: triple("net.ipv4.tcp_rmem"),
         tcp_slow_start_after_idle: sysctl("net.ipv4.tcp_slow_start_after_idle").map(|v| v != "0"),
+        routes: routes.iter().map(|r| r.key.prefix).collect(),
         initcwnd_routes: routes
             .into_iter()
             .filter_map(|r| Some(InitcwndRoute { prefix: r.key.prefix, initcwnd: r.initcwnd? }))

@@ -9,7 +9,11 @@ use std::path::{Path, PathBuf};
 use anyhow::{Context as _, Result};
 use serde::{Deserialize, Serialize};
 
-use super::{algo, cgroup, files, qdisc, route, route::RouteKey, sysctl};
+use super::{
+    algo, cgroup, files, qdisc, route,
+    route::{RouteKey, Window},
+    sysctl,
+};
 use crate::sys::netns::{self, Netns};
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -31,6 +35,8 @@ pub enum Change {
     CgroupLink { cgroup: PathBuf, cgroup_ino: u64, pin: PathBuf, algorithm: String, replaced: Option<String> },
     /// A route's congctl.
     RouteCc { netns: Netns, route: RouteKey, from: Option<String>, to: String },
+    /// A route's initial congestion or receive window.
+    RouteWindow { netns: Netns, route: RouteKey, window: Window, from: Option<u32>, to: u32 },
 }
 
 /// What undoing one change did.
@@ -73,6 +79,10 @@ impl Change {
             Change::RouteCc { netns, route, from, to } => {
                 format!("set congctl {to} on route {route} (was {}) in {netns}", or_none(from))
             }
+            Change::RouteWindow { netns, route, window, from, to } => {
+                let was = from.map_or_else(|| "unset".to_string(), |f| f.to_string());
+                format!("set {} {to} on route {route} (was {was}) in {netns}", window.name())
+            }
         }
     }
 
@@ -86,6 +96,7 @@ impl Change {
             Change::MountBpffs => "bpffs".into(),
             Change::CgroupLink { pin, .. } => format!("pin {}", pin.display()),
             Change::RouteCc { netns, route, .. } => format!("route {} {route}", netns.ino),
+            Change::RouteWindow { netns, route, window, .. } => format!("{} {} {route}", window.name(), netns.ino),
         }
     }
 
@@ -98,6 +109,7 @@ impl Change {
             | (Change::DefaultQdisc { from, .. }, Change::DefaultQdisc { from: f, .. }) => *f = from.clone(),
             (Change::File { from, .. }, Change::File { from: f, .. }) => *f = from.clone(),
             (Change::RouteCc { from, .. }, Change::RouteCc { from: f, .. }) => *f = from.clone(),
+            (Change::RouteWindow { from, .. }, Change::RouteWindow { from: f, .. }) => *f = *from,
             (Change::CgroupLink { replaced, .. }, Change::CgroupLink { replaced: r, .. }) => *r = replaced.clone(),
             _ => {}
         }
@@ -126,6 +138,10 @@ impl Change {
             Change::RouteCc { netns, route, to, .. } => netns::run(netns, || {
                 let r = route::get(route)?.with_context(|| format!("route {route} is gone"))?;
                 route::set_cc(&r, Some(to))
+            }),
+            Change::RouteWindow { netns, route, window, to, .. } => netns::run(netns, || {
+                let r = route::get(route)?.with_context(|| format!("route {route} is gone"))?;
+                route::set_window(&r, *window, Some(*to))
             }),
         }
     }
@@ -225,6 +241,27 @@ impl Change {
                     } else {
                         route::set_cc(&r, from.as_deref())?;
                         Ok(Undone::Restored(format!("route {route} congctl {}", or_none(from))))
+                    }
+                })
+            }
+            Change::RouteWindow { netns, route, window, from, to } => {
+                if !netns::still_there(netns) {
+                    return Ok(Undone::Nothing(format!("{netns} no longer exists")));
+                }
+                let name = window.name();
+                let shown = |v: Option<u32>| v.map_or_else(|| "unset".to_string(), |v| v.to_string());
+                netns::run(netns, || {
+                    let Some(r) = route::get(route)? else {
+                        return Ok(Undone::Nothing(format!("route {route} is gone")));
+                    };
+                    let now = r.window(*window);
+                    if now == *from {
+                        Ok(Undone::Nothing(format!("route {route} already has {name} {}", shown(*from))))
+                    } else if now != Some(*to) && !force {
+                        Ok(Undone::Kept(format!("route {route} now has {name} {}: left alone", shown(now))))
+                    } else {
+                        route::set_window(&r, *window, *from)?;
+                        Ok(Undone::Restored(format!("route {route} {name} {}", shown(*from))))
                     }
                 })
             }

@@ -11,10 +11,11 @@ use super::{
     cgroup,
     change::Change,
     files, qdisc, route,
+    route::Window,
     scope::Scope,
     state::State,
     sysctl,
-    sysctl_d::{self, BootConfig},
+    sysctl_d::BootConfig,
 };
 use crate::sys::netns::{self, Netns};
 
@@ -38,14 +39,40 @@ pub struct Check {
 #[derive(Clone, Debug, Serialize)]
 pub struct Plan {
     pub scope: Scope,
-    pub algorithm: String,
+    /// The algorithm this run sets (None: only settings beside it).
+    pub algorithm: Option<String>,
+    /// The settings beside the algorithm this run sets in this scope.
+    pub settings: Vec<Setting>,
     pub checks: Vec<Check>,
     pub changes: Vec<Change>,
+}
+
+/// A setting beside the algorithm: a TCP sysctl of a namespace, or a route's initial window.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum Setting {
+    Sysctl { key: String, value: String },
+    Route { window: Window, value: u32 },
+}
+
+impl std::fmt::Display for Setting {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Setting::Sysctl { key, value } => write!(f, "{key} = {value}"),
+            Setting::Route { window, value } => write!(f, "{} {value}", window.name()),
+        }
+    }
 }
 
 impl Plan {
     pub fn blocked(&self) -> bool {
         self.checks.iter().any(|c| c.level == Level::Block)
+    }
+
+    /// What this run sets here, in words: the algorithm, then the other settings.
+    pub fn target(&self) -> String {
+        let settings = self.settings.iter().map(ToString::to_string);
+        self.algorithm.iter().cloned().chain(settings).collect::<Vec<_>>().join(", ")
     }
 
     fn check(&mut self, level: Level, topic: &'static str, text: impl Into<String>) {
@@ -56,7 +83,11 @@ impl Plan {
 /// What the user asked for, beyond the scope.
 #[derive(Clone, Debug)]
 pub struct Options {
-    pub algorithm: String,
+    pub algorithm: Option<String>,
+    /// `--sysctl`: tunable settings (see [`sysctl::TUNABLE`]), checked and in their recorded form.
+    pub sysctls: Vec<(String, String)>,
+    /// `--initcwnd`/`--initrwnd`: route scopes only.
+    pub windows: Vec<(Window, u32)>,
     /// Write the boot-time configuration (system scope only).
     pub persist: bool,
     /// Add the algorithm to the host's allowed list when a namespace needs it.
@@ -97,15 +128,32 @@ impl Host {
 }
 
 pub fn plan(scope: &Scope, opts: &Options, host: &Host) -> Result<Plan> {
-    let mut p =
-        Plan { scope: scope.clone(), algorithm: opts.algorithm.clone(), checks: Vec::new(), changes: Vec::new() };
+    let settings = match scope {
+        Scope::System { .. } | Scope::Netns { .. } => {
+            opts.sysctls.iter().map(|(key, value)| Setting::Sysctl { key: key.clone(), value: value.clone() }).collect()
+        }
+        Scope::Route { .. } => opts.windows.iter().map(|&(window, value)| Setting::Route { window, value }).collect(),
+        Scope::Cgroup { .. } => Vec::new(),
+    };
+    let mut p = Plan {
+        scope: scope.clone(),
+        algorithm: opts.algorithm.clone(),
+        settings,
+        checks: Vec::new(),
+        changes: Vec::new(),
+    };
     privileges(&mut p, host);
-    let provision = host.kernel.require(&opts.algorithm)?;
-    algorithm(&mut p, &provision);
+    let provision = opts.algorithm.as_deref().map(|a| host.kernel.require(a)).transpose()?;
+    if let Some(provision) = &provision {
+        algorithm(&mut p, provision);
+    }
     match scope {
         Scope::System { netns } => {
             namespace(&mut p, netns, true);
-            default_cc(&mut p, netns, opts, host)?;
+            if let Some(algo) = &opts.algorithm {
+                default_cc(&mut p, netns, algo, opts, host)?;
+            }
+            tunables(&mut p, netns, opts)?;
             let qdisc = if netns::is_initial(netns) {
                 qdiscs(&mut p, opts, host)?
             } else {
@@ -118,20 +166,31 @@ pub fn plan(scope: &Scope, opts: &Options, host: &Host) -> Result<Plan> {
                 }
                 None
             };
-            boot(&mut p, opts, qdisc, &provision, &host.kernel)?;
-            sock_ops_programs(&mut p);
+            boot(&mut p, opts, qdisc, provision.as_ref(), &host.kernel)?;
+            if opts.algorithm.is_some() {
+                sock_ops_programs(&mut p);
+            }
         }
         Scope::Netns { netns } => {
             namespace(&mut p, netns, false);
-            default_cc(&mut p, netns, opts, host)?;
-            p.check(Level::Info, "persistence", format!("{netns}'s setting lives as long as the namespace (set it from whatever creates the namespace to keep it)"));
-            sock_ops_programs(&mut p);
+            if let Some(algo) = &opts.algorithm {
+                default_cc(&mut p, netns, algo, opts, host)?;
+            }
+            tunables(&mut p, netns, opts)?;
+            p.check(Level::Info, "persistence", format!("{netns}'s settings live as long as the namespace (set them from whatever creates the namespace to keep them)"));
+            if opts.algorithm.is_some() {
+                sock_ops_programs(&mut p);
+            }
         }
-        Scope::Cgroup { path, ino } => cgroup_scope(&mut p, path, *ino, &opts.algorithm, host)?,
-        Scope::Route { netns, prefix } => route_scope(&mut p, netns, prefix, &opts.algorithm)?,
+        Scope::Cgroup { path, ino } => {
+            // The command line refuses a cgroup without an algorithm before any plan is made.
+            let algo = opts.algorithm.as_deref().unwrap_or_default();
+            cgroup_scope(&mut p, path, *ino, algo, host)?;
+        }
+        Scope::Route { netns, prefix } => route_scope(&mut p, netns, prefix, opts.algorithm.as_deref(), &opts.windows)?,
     }
     // A module must be loaded before anything names its algorithm.
-    if let Provision::Loadable { module } = &provision
+    if let Some(Provision::Loadable { module }) = &provision
         && !p.changes.is_empty()
     {
         p.changes.insert(0, Change::LoadModule { module: module.clone() });
@@ -157,7 +216,7 @@ fn privileges(p: &mut Plan, host: &Host) {
 }
 
 fn algorithm(p: &mut Plan, provision: &Provision) {
-    let name = &p.algorithm;
+    let name = p.algorithm.as_deref().unwrap_or_default();
     let text = match provision {
         Provision::BuiltIn => format!("{name} is built into the kernel (it never shows in lsmod)"),
         Provision::Loaded { module } => format!("{name} is provided by module {module}, loaded"),
@@ -179,8 +238,8 @@ fn namespace(p: &mut Plan, netns: &Netns, system: bool) {
 }
 
 /// The live default of a namespace, and the allowed-list rule outside the initial one.
-fn default_cc(p: &mut Plan, netns: &Netns, opts: &Options, host: &Host) -> Result<()> {
-    let algo = opts.algorithm.clone();
+fn default_cc(p: &mut Plan, netns: &Netns, algo: &str, opts: &Options, host: &Host) -> Result<()> {
+    let algo = algo.to_string();
     let (current, allowed, unwritable, routes) = netns::run(netns, || {
         Ok((
             sysctl::read(sysctl::CC)?.unwrap_or_default(),
@@ -247,6 +306,39 @@ fn default_cc(p: &mut Plan, netns: &Netns, opts: &Options, host: &Host) -> Resul
     Ok(())
 }
 
+/// `--sysctl` settings in one namespace: each must exist there and be writable.
+fn tunables(p: &mut Plan, netns: &Netns, opts: &Options) -> Result<()> {
+    for (key, value) in &opts.sysctls {
+        // The kernel shows other namespaces the host's net.core buffer maxima (read-only) or none.
+        if key.starts_with("net.core.") && !netns::is_initial(netns) {
+            p.check(
+                Level::Block,
+                "sysctl",
+                format!("{key} is the host's: only the initial network namespace can change it, not {netns}"),
+            );
+            continue;
+        }
+        let (now, unwritable) = netns::run(netns, || Ok((sysctl::read(key)?, sysctl::unwritable(key))))?;
+        match now {
+            None => p.check(Level::Block, "sysctl", format!("{netns} has no {key} (an older kernel?)")),
+            Some(now) if now == *value => p.check(Level::Ok, "sysctl", format!("{key} is already {value} in {netns}")),
+            Some(now) => match unwritable {
+                Some(why) => p.check(Level::Block, "sysctl", why),
+                None => {
+                    p.check(Level::Info, "sysctl", format!("{key} is {now} in {netns}"));
+                    p.changes.push(Change::Sysctl {
+                        netns: netns.clone(),
+                        key: key.clone(),
+                        from: now,
+                        to: value.clone(),
+                    });
+                }
+            },
+        }
+    }
+    Ok(())
+}
+
 /// Returns the qdisc that will be the default, when `--qdisc` asked for one this kernel has.
 fn qdiscs(p: &mut Plan, opts: &Options, host: &Host) -> Result<Option<String>> {
     let roots = qdisc::roots()?;
@@ -289,7 +381,7 @@ fn qdiscs(p: &mut Plan, opts: &Options, host: &Host) -> Result<Option<String>> {
             }
             return Ok(Some(q.clone()));
         }
-        (None, fq) if p.algorithm == "bbr" => {
+        (None, fq) if p.algorithm.as_deref() == Some("bbr") => {
             let has = match fq {
                 Some(true) => "this kernel has fq (--qdisc fq makes it the default)",
                 Some(false) => "this kernel has no fq qdisc",
@@ -303,30 +395,51 @@ fn qdiscs(p: &mut Plan, opts: &Options, host: &Host) -> Result<Option<String>> {
 }
 
 /// The boot-time configuration: our drop-in (and modules-load entry), and who would win.
-fn boot(p: &mut Plan, opts: &Options, qdisc: Option<String>, provision: &Provision, kernel: &Kernel) -> Result<()> {
+fn boot(
+    p: &mut Plan,
+    opts: &Options,
+    qdisc: Option<String>,
+    provision: Option<&Provision>,
+    kernel: &Kernel,
+) -> Result<()> {
     let config = BootConfig::load(&opts.root);
     let dropin = Path::new(files::SYSCTL_DROPIN);
     let existing = files::read(&opts.root, dropin)?;
+    // What this run sets, as the drop-in would say it: the algorithm, the qdisc, the tunables.
+    let ours: Vec<(String, String)> = p
+        .algorithm
+        .iter()
+        .map(|a| (sysctl::CC.to_string(), a.clone()))
+        .chain(qdisc.map(|q| (sysctl::DEFAULT_QDISC.to_string(), q)))
+        .chain(opts.sysctls.iter().cloned())
+        .collect();
     if !opts.persist {
-        let next = describe_effective(&config, sysctl::CC, kernel);
-        p.check(Level::Warn, "boot", format!("not persisted (--no-persist): the next boot gives {next}"));
+        for (key, _) in &ours {
+            let next = describe_effective(&config, key, kernel);
+            p.check(Level::Warn, "boot", format!("not persisted (--no-persist): the next boot gives {key} = {next}"));
+        }
         return Ok(());
     }
-    // Keep a qdisc line from an earlier apply unless this run sets one.
-    let qdisc = qdisc.or_else(|| {
-        existing.as_deref().and_then(|t| t.lines().find_map(|l| sysctl_d::assignment(l, sysctl::DEFAULT_QDISC)))
-    });
-    let mut text = format!("{}{} = {}\n", files::HEADER, sysctl::CC, p.algorithm);
-    if let Some(q) = &qdisc {
-        text.push_str(&format!("{} = {q}\n", sysctl::DEFAULT_QDISC));
+    // The drop-in keeps what earlier applies put there, with this run's values for its keys.
+    let mut lines: Vec<(String, String)> = existing
+        .as_deref()
+        .filter(|t| t.starts_with(files::HEADER))
+        .map(|t| {
+            t.lines()
+                .filter(|l| !l.starts_with('#'))
+                .filter_map(|l| l.split_once('=').map(|(k, v)| (k.trim().to_string(), v.trim().to_string())))
+                .collect()
+        })
+        .unwrap_or_default();
+    for (key, value) in &ours {
+        match lines.iter_mut().find(|(k, _)| k == key) {
+            Some(line) => line.1.clone_from(value),
+            None => lines.push((key.clone(), value.clone())),
+        }
     }
+    let text = lines.iter().fold(files::HEADER.to_string(), |t, (k, v)| t + &format!("{k} = {v}\n"));
     let with = config.with_dropin(dropin, Some(&text));
-    let mut keys = vec![sysctl::CC];
-    if text.contains(sysctl::DEFAULT_QDISC) {
-        keys.push(sysctl::DEFAULT_QDISC);
-    }
-    for key in keys {
-        let ours = if key == sysctl::CC { p.algorithm.clone() } else { qdisc.clone().unwrap_or_default() };
+    for (key, value) in &ours {
         match with.effective(key) {
             Some(a) if a.file != dropin => p.check(
                 Level::Warn,
@@ -345,8 +458,7 @@ fn boot(p: &mut Plan, opts: &Options, qdisc: Option<String>, provision: &Provisi
                 Level::Ok,
                 "boot",
                 format!(
-                    "the next boot gives {key} = {} from {} (today's files give {})",
-                    ours,
+                    "the next boot gives {key} = {value} from {} (today's files give {})",
                     dropin.display(),
                     describe_effective(&config.with_dropin(dropin, None), key, kernel)
                 ),
@@ -370,7 +482,7 @@ fn boot(p: &mut Plan, opts: &Options, qdisc: Option<String>, provision: &Provisi
         }
         None => {}
     }
-    if let Some(module) = provision.module() {
+    if let Some(module) = provision.and_then(Provision::module) {
         let path = Path::new(files::MODULES_LOAD);
         let text = format!("{}{module}\n", files::HEADER);
         let existing = files::read(&opts.root, path)?;
@@ -455,7 +567,7 @@ fn cgroup_scope(p: &mut Plan, path: &Path, ino: u64, algo: &str, host: &Host) ->
             inherited.join(", ")
         ));
     }
-    let recorded = host.state.find(&p.scope).map(|e| e.algorithm.clone());
+    let recorded = host.state.find(&p.scope).and_then(|e| e.algorithm.clone());
     let replaced = if pin.exists() {
         match &recorded {
             Some(a) if a == algo => {
@@ -491,7 +603,13 @@ fn cgroup_scope(p: &mut Plan, path: &Path, ino: u64, algo: &str, host: &Host) ->
     Ok(())
 }
 
-fn route_scope(p: &mut Plan, netns: &Netns, prefix: &ipnet::IpNet, algo: &str) -> Result<()> {
+fn route_scope(
+    p: &mut Plan,
+    netns: &Netns,
+    prefix: &ipnet::IpNet,
+    algo: Option<&str>,
+    windows: &[(Window, u32)],
+) -> Result<()> {
     let found = netns::run(netns, || route::find(prefix))?;
     let Some(r) = found else {
         p.check(
@@ -505,11 +623,59 @@ fn route_scope(p: &mut Plan, netns: &Netns, prefix: &ipnet::IpNet, algo: &str) -
         return Ok(());
     };
     let via = r.gateway.map(|g| format!(" via {g}")).unwrap_or_default();
-    p.check(Level::Ok, "route", format!("{}{via} in {netns}, congctl {}", r.key, r.cc.as_deref().unwrap_or("none")));
-    if r.cc.as_deref() == Some(algo) {
-        return Ok(());
+    let shown = |v: Option<u32>| v.map_or_else(|| "unset".to_string(), |v| v.to_string());
+    p.check(
+        Level::Ok,
+        "route",
+        format!(
+            "{}{via} in {netns}, congctl {}, initcwnd {}, initrwnd {}",
+            r.key,
+            r.cc.as_deref().unwrap_or("none"),
+            shown(r.initcwnd),
+            shown(r.initrwnd)
+        ),
+    );
+    let mut keep = Vec::new();
+    if let Some(algo) = algo
+        && r.cc.as_deref() != Some(algo)
+    {
+        keep.push(format!("congctl {algo}"));
+        p.changes.push(Change::RouteCc {
+            netns: netns.clone(),
+            route: r.key.clone(),
+            from: r.cc.clone(),
+            to: algo.into(),
+        });
     }
-    p.check(Level::Info, "persistence", "the kernel forgets route settings at reboot: add `congctl ALGO` to the route in your network configuration to keep it");
-    p.changes.push(Change::RouteCc { netns: netns.clone(), route: r.key, from: r.cc, to: algo.into() });
+    for &(window, to) in windows {
+        let from = r.window(window);
+        if from == Some(to) {
+            p.check(Level::Ok, window.name(), format!("route {} already has {} {to}", r.key, window.name()));
+            continue;
+        }
+        if window == Window::Initcwnd && to > 10 {
+            p.check(
+                Level::Info,
+                "initcwnd",
+                format!(
+                    "a first flight of {to} segments (~{} KB) arrives whole only where the client's receive window \
+                     and the path's queues take it: prove it with `bbrscope experiment` before widening it",
+                    to as usize * 1448 / 1000
+                ),
+            );
+        }
+        keep.push(format!("{} {to}", window.name()));
+        p.changes.push(Change::RouteWindow { netns: netns.clone(), route: r.key.clone(), window, from, to });
+    }
+    if !keep.is_empty() {
+        p.check(
+            Level::Info,
+            "persistence",
+            format!(
+                "the kernel forgets route settings at reboot: add `{}` to the route in your network configuration to keep it",
+                keep.join(" ")
+            ),
+        );
+    }
     Ok(())
 }

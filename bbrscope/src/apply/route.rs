@@ -1,5 +1,6 @@
-//! Per-route congestion control (`ip route ... congctl ALGO`, the RTAX_CC_ALGO route metric)
-//! through rtnetlink, in the calling thread's network namespace.
+//! Per-route settings (`ip route ... congctl ALGO initcwnd N initrwnd N`, the RTAX_CC_ALGO,
+//! RTAX_INITCWND and RTAX_INITRWND route metrics) through rtnetlink, in the calling thread's
+//! network namespace.
 //!
 //! A route is changed by sending it back whole with NLM_F_REPLACE: every attribute as dumped,
 //! only the metric changed, so its nexthop, source, protocol and other metrics stay as they were.
@@ -22,6 +23,7 @@ const RTA_METRICS: u16 = 8;
 const RTA_CACHEINFO: u16 = 12;
 const RTA_TABLE: u16 = 15;
 const RTAX_INITCWND: u16 = 11;
+const RTAX_INITRWND: u16 = 14;
 const RTAX_CC_ALGO: u16 = 16;
 const RT_TABLE_MAIN: u32 = 254;
 const RT_TABLE_LOCAL: u32 = 255;
@@ -51,6 +53,37 @@ impl std::fmt::Display for RouteKey {
     }
 }
 
+/// A route's initial window, in segments: the congestion window a new connection starts with
+/// (`initcwnd`, the kernel's default 10 — RFC 6928) or the receive window it first advertises
+/// (`initrwnd`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Window {
+    Initcwnd,
+    Initrwnd,
+}
+
+impl Window {
+    /// The largest value `apply` sets. Google's initial-window studies and the CDNs that raised
+    /// theirs stayed at or below 100 segments; a larger first burst lands whole in one queue.
+    pub const MAX: u32 = 128;
+
+    fn rtax(self) -> u16 {
+        match self {
+            Window::Initcwnd => RTAX_INITCWND,
+            Window::Initrwnd => RTAX_INITRWND,
+        }
+    }
+
+    /// The name `ip route` gives it.
+    pub fn name(self) -> &'static str {
+        match self {
+            Window::Initcwnd => "initcwnd",
+            Window::Initrwnd => "initrwnd",
+        }
+    }
+}
+
 /// A route as dumped, kept raw so it can be sent back unchanged but for its metrics.
 #[derive(Clone, Debug)]
 pub struct Route {
@@ -58,6 +91,8 @@ pub struct Route {
     pub cc: Option<String>,
     /// The route's initial congestion window (`initcwnd`), packets; `None`: the kernel's 10.
     pub initcwnd: Option<u32>,
+    /// The route's initial receive window (`initrwnd`), packets; `None`: the kernel's choice.
+    pub initrwnd: Option<u32>,
     pub gateway: Option<IpAddr>,
     pub oif: Option<u32>,
     header: Vec<u8>,
@@ -89,6 +124,7 @@ impl Route {
         };
         let cc = metric(RTAX_CC_ALGO).map(cstr);
         let initcwnd = metric(RTAX_INITCWND).and_then(u32_of);
+        let initrwnd = metric(RTAX_INITRWND).and_then(u32_of);
         Some(Route {
             key: RouteKey {
                 prefix: IpNet::new(dst, dst_len).ok()?,
@@ -97,6 +133,7 @@ impl Route {
             },
             cc,
             initcwnd,
+            initrwnd,
             gateway: get(RTA_GATEWAY).and_then(addr),
             oif: get(RTA_OIF).and_then(u32_of),
             header: data[..RTMSG_LEN].to_vec(),
@@ -104,12 +141,19 @@ impl Route {
         })
     }
 
+    pub fn window(&self, w: Window) -> Option<u32> {
+        match w {
+            Window::Initcwnd => self.initcwnd,
+            Window::Initrwnd => self.initrwnd,
+        }
+    }
+
     fn unicast(&self) -> bool {
         self.header[7] == RTN_UNICAST && self.key.table != RT_TABLE_LOCAL
     }
 
-    /// The message that replaces this route with `cc` as its congctl (None removes it).
-    fn with_cc(&self, cc: Option<&str>) -> Vec<u8> {
+    /// The message that replaces this route with metric `kind` set to `value` (None removes it).
+    fn with_metric(&self, kind: u16, value: Option<&[u8]>) -> Vec<u8> {
         let mut msg = self.header.clone();
         // Dumped status flags (linkdown, offload, ...) are refused on input; onlink is a setting.
         let flags = u32::from_ne_bytes(msg[8..12].try_into().unwrap()) & RTNH_F_ONLINK;
@@ -121,7 +165,7 @@ impl Route {
                 RTA_CACHEINFO => {}
                 RTA_METRICS => {
                     metrics_seen = true;
-                    out.put_nested(RTA_METRICS, &metrics_with_cc(v, cc));
+                    out.put_nested(RTA_METRICS, &metrics_with(v, kind, value));
                 }
                 _ => {
                     out.put(*t, v);
@@ -129,24 +173,29 @@ impl Route {
             }
         }
         if !metrics_seen {
-            out.put_nested(RTA_METRICS, &metrics_with_cc(&[], cc));
+            out.put_nested(RTA_METRICS, &metrics_with(&[], kind, value));
         }
         msg.extend_from_slice(&out.0);
         msg
     }
 }
 
-fn metrics_with_cc(metrics: &[u8], cc: Option<&str>) -> Attrs {
+fn metrics_with(metrics: &[u8], kind: u16, value: Option<&[u8]>) -> Attrs {
     let mut m = Attrs::default();
     for (t, v) in attrs(metrics) {
-        if t != RTAX_CC_ALGO {
+        if t != kind {
             m.put(t, v);
         }
     }
-    if let Some(cc) = cc {
-        m.put_str(RTAX_CC_ALGO, cc);
+    if let Some(v) = value {
+        m.put(kind, v);
     }
     m
+}
+
+/// A congctl metric's value: the name, NUL-terminated.
+fn cc_value(cc: &str) -> Vec<u8> {
+    [cc.as_bytes(), &[0]].concat()
 }
 
 fn family_of(net: &IpNet) -> u8 {
@@ -200,15 +249,25 @@ pub fn get(key: &RouteKey) -> Result<Option<Route>> {
 }
 
 pub fn set_cc(route: &Route, cc: Option<&str>) -> Result<()> {
+    replace(route, &route.with_metric(RTAX_CC_ALGO, cc.map(cc_value).as_deref()), "congctl")
+}
+
+/// Sets (None: removes) one of the route's initial windows.
+pub fn set_window(route: &Route, w: Window, value: Option<u32>) -> Result<()> {
+    let bytes = value.map(u32::to_ne_bytes);
+    replace(route, &route.with_metric(w.rtax(), bytes.as_ref().map(|b| &b[..])), w.name())
+}
+
+fn replace(route: &Route, msg: &[u8], what: &str) -> Result<()> {
     let mut nl = Netlink::open(NETLINK_ROUTE)?;
-    nl.request(RTM_NEWROUTE, NLM_F_REPLACE, &route.with_cc(cc))
-        .with_context(|| format!("changing the congctl of route {}", route.key))?;
+    nl.request(RTM_NEWROUTE, NLM_F_REPLACE, msg)
+        .with_context(|| format!("changing the {what} of route {}", route.key))?;
     Ok(())
 }
 
 /// What the kernel's route lookup (as `ip route get`) gives a new connection to `addr`: whether
-/// the address is local (then the route does not apply) and the congctl.
-pub fn lookup(addr: IpAddr) -> Result<(bool, Option<String>)> {
+/// the address is local (then the route does not apply), and the route with its metrics.
+pub fn lookup(addr: IpAddr) -> Result<(bool, Option<Route>)> {
     let mut nl = Netlink::open(NETLINK_ROUTE)?;
     let mut req = vec![0u8; RTMSG_LEN];
     let bytes = match addr {
@@ -228,19 +287,19 @@ pub fn lookup(addr: IpAddr) -> Result<(bool, Option<String>)> {
     req.extend_from_slice(&a.0);
     let msgs = nl.request(RTM_GETROUTE, 0, &req).with_context(|| format!("looking up the route to {addr}"))?;
     let r = msgs.iter().filter(|m| m.kind == RTM_NEWROUTE).find_map(|m| Route::parse(&m.data));
-    Ok(r.map(|r| (r.header[7] == RTN_LOCAL, r.cc)).unwrap_or((false, None)))
+    Ok(r.map(|r| (r.header[7] == RTN_LOCAL, Some(r))).unwrap_or((false, None)))
 }
 
-/// The congctl a new connection into `net` gets, and the address looked up: the first of its
+/// The route a new connection into `net` gets, and the address looked up: the first of its
 /// addresses that is not one of this host's own (those are reached over loopback).
-pub fn lookup_in(net: &IpNet) -> Result<(IpAddr, Option<String>)> {
+pub fn lookup_in(net: &IpNet) -> Result<(IpAddr, Option<Route>)> {
     let mut last = (net.addr(), None);
     for addr in net.hosts().take(16) {
-        let (local, cc) = lookup(addr)?;
+        let (local, route) = lookup(addr)?;
         if !local {
-            return Ok((addr, cc));
+            return Ok((addr, route));
         }
-        last = (addr, cc);
+        last = (addr, route);
     }
     Ok(last)
 }
@@ -276,7 +335,7 @@ mod tests {
     #[test]
     fn replacement_keeps_everything_but_the_congctl() {
         let r = Route::parse(&dumped(Some("cubic"))).unwrap();
-        let msg = r.with_cc(Some("bbr"));
+        let msg = r.with_metric(RTAX_CC_ALGO, Some(&cc_value("bbr")));
         let back = Route::parse(&msg).unwrap();
         assert_eq!(back.cc.as_deref(), Some("bbr"));
         assert_eq!(back.key, r.key);
@@ -285,8 +344,12 @@ mod tests {
         assert!(!back.attrs.iter().any(|(t, _)| *t == RTA_CACHEINFO));
         let metrics = back.attrs.iter().find(|(t, _)| *t == RTA_METRICS).unwrap();
         assert!(attrs(&metrics.1).any(|(t, v)| t == 2 && u32_of(v) == Some(1400)), "other metrics kept");
-        assert_eq!(Route::parse(&r.with_cc(None)).unwrap().cc, None);
+        assert_eq!(Route::parse(&r.with_metric(RTAX_CC_ALGO, None)).unwrap().cc, None);
         let bare = Route::parse(&dumped(None)).unwrap();
-        assert_eq!(Route::parse(&bare.with_cc(Some("reno"))).unwrap().cc.as_deref(), Some("reno"));
+        let reno = bare.with_metric(RTAX_CC_ALGO, Some(&cc_value("reno")));
+        assert_eq!(Route::parse(&reno).unwrap().cc.as_deref(), Some("reno"));
+        let iw = Route::parse(&reno).unwrap().with_metric(RTAX_INITCWND, Some(&32u32.to_ne_bytes()));
+        let iw = Route::parse(&iw).unwrap();
+        assert_eq!((iw.initcwnd, iw.cc.as_deref()), (Some(32), Some("reno")), "the congctl kept beside initcwnd");
     }
 }

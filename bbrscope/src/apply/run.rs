@@ -9,10 +9,11 @@ use serde::Serialize;
 
 use super::{
     change::{Change, Undone},
-    plan::Plan,
+    plan::{Plan, Setting},
     route,
     scope::Scope,
     state::State,
+    sysctl,
     verify::{self, Probe},
 };
 use crate::sys::netns;
@@ -35,10 +36,10 @@ pub fn execute(plan: &Plan, root: &Path) -> Result<Outcome> {
     }
     let before = State::load(root)?;
     let mut intent = before.clone();
-    intent.intend(&plan.scope, &plan.algorithm, plan.changes.clone());
+    intent.intend(&plan.scope, plan.algorithm.as_deref(), plan.changes.clone());
     intent.save(root).context("recording the intended change (nothing was changed)")?;
     let mut after = before.clone();
-    after.record(&plan.scope, &plan.algorithm, plan.changes.clone());
+    after.record(&plan.scope, plan.algorithm.as_deref(), plan.changes.clone());
     for (i, change) in plan.changes.iter().enumerate() {
         if let Err(e) = change.apply(root) {
             // The failed change may have got halfway (a replaced link detached, say); undoing
@@ -90,7 +91,8 @@ pub fn reconcile(root: &Path) -> Result<Option<String>> {
         state.save(root)?;
         notes.push(format!(
             "an earlier apply of {} to {} was interrupted midway: what it had changed was rolled back",
-            pending.algorithm, pending.scope
+            pending.what(),
+            pending.scope
         ));
     }
     if let Some(entry) = state.reverting.clone() {
@@ -112,31 +114,75 @@ pub fn rollback(done: &[Change], root: &Path) -> Vec<anyhow::Error> {
 /// What one scope's verification found.
 #[derive(Clone, Debug, Serialize)]
 pub struct Verification {
+    /// New connections and the algorithm each got (none when the run set no algorithm).
     pub probes: Vec<Probe>,
-    /// The connection the change is about got the algorithm.
+    /// Each other setting as the kernel gives it now.
+    pub settings: Vec<ReadBack>,
+    /// The connection the change is about got the algorithm, and every setting reads as set.
     pub ok: bool,
 }
 
-/// Opens a connection where the change applies and reports what it got. For a route, whose
-/// addresses are elsewhere, the kernel's route lookup stands in: bbrscope sends no traffic to
-/// other networks.
-pub fn verify(scope: &Scope, algorithm: &str) -> Result<Verification> {
-    let probes = match scope {
-        Scope::System { netns } | Scope::Netns { netns } => vec![netns::run(netns, verify::loopback)?],
-        Scope::Cgroup { path, .. } => {
-            let (inside, outside) = verify::in_cgroup(path)?;
-            vec![inside, outside]
-        }
-        Scope::Route { netns, prefix } => {
-            let (addr, cc) = netns::run(netns, || route::lookup_in(prefix))?;
-            vec![Probe {
-                algorithm: cc.unwrap_or_else(|| "the namespace default".into()),
-                how: format!("kernel route lookup for a new connection to {addr} (no traffic sent)"),
-            }]
-        }
-    };
-    let ok = probes[0].algorithm == algorithm;
-    Ok(Verification { probes, ok })
+/// A setting read back where it was set.
+#[derive(Clone, Debug, Serialize)]
+pub struct ReadBack {
+    pub setting: String,
+    /// What the kernel says, in words.
+    pub reads: String,
+    pub ok: bool,
+}
+
+impl Verification {
+    /// One line per thing that did not hold.
+    pub fn failures(&self, plan: &Plan) -> Vec<String> {
+        let algo = plan.algorithm.as_deref().filter(|a| self.probes.first().is_some_and(|p| p.algorithm != *a));
+        let algo = algo.map(|a| format!("{}: a new connection got {}, not {a}", plan.scope, self.probes[0].algorithm));
+        let settings =
+            self.settings.iter().filter(|s| !s.ok).map(|s| format!("{}: {}, not {}", plan.scope, s.reads, s.setting));
+        algo.into_iter().chain(settings).collect()
+    }
+}
+
+/// Opens a connection where the change applies and reports what it got, and reads each other
+/// setting back. For a route, whose addresses are elsewhere, the kernel's route lookup stands
+/// in: bbrscope sends no traffic to other networks.
+pub fn verify(plan: &Plan) -> Result<Verification> {
+    let lookup = |netns, prefix| netns::run(netns, || route::lookup_in(prefix));
+    let mut probes = Vec::new();
+    if plan.algorithm.is_some() {
+        probes = match &plan.scope {
+            Scope::System { netns } | Scope::Netns { netns } => vec![netns::run(netns, verify::loopback)?],
+            Scope::Cgroup { path, .. } => {
+                let (inside, outside) = verify::in_cgroup(path)?;
+                vec![inside, outside]
+            }
+            Scope::Route { netns, prefix } => {
+                let (addr, route) = lookup(netns, prefix)?;
+                vec![Probe {
+                    algorithm: route.and_then(|r| r.cc).unwrap_or_else(|| "the namespace default".into()),
+                    how: format!("kernel route lookup for a new connection to {addr} (no traffic sent)"),
+                }]
+            }
+        };
+    }
+    let mut settings = Vec::new();
+    for s in &plan.settings {
+        let (reads, ok) = match (s, &plan.scope) {
+            (Setting::Sysctl { key, value }, Scope::System { netns } | Scope::Netns { netns }) => {
+                let now = netns::run(netns, || sysctl::read(key))?.unwrap_or_default();
+                (format!("{key} reads {now} in {netns}"), now == *value)
+            }
+            (Setting::Route { window, value }, Scope::Route { netns, prefix }) => {
+                let (addr, route) = lookup(netns, prefix)?;
+                let now = route.and_then(|r| r.window(*window));
+                let shown = now.map_or_else(|| "unset".to_string(), |v| v.to_string());
+                (format!("the kernel's route lookup for {addr} gives {} {shown}", window.name()), now == Some(*value))
+            }
+            _ => continue,
+        };
+        settings.push(ReadBack { setting: s.to_string(), reads, ok });
+    }
+    let ok = plan.algorithm.as_ref().is_none_or(|a| probes[0].algorithm == *a) && settings.iter().all(|s| s.ok);
+    Ok(Verification { probes, settings, ok })
 }
 
 /// Undoes one recorded scope, newest change first. Changes that failed to undo, or that were

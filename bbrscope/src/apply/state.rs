@@ -25,11 +25,19 @@ use super::{
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Entry {
     pub scope: Scope,
-    pub algorithm: String,
+    /// The algorithm set there (None: only settings beside it, `--sysctl` or a route's window).
+    pub algorithm: Option<String>,
     /// Seconds since the epoch of the latest apply.
     pub applied_at: u64,
     /// In the order they were made; undone in reverse.
     pub changes: Vec<Change>,
+}
+
+impl Entry {
+    /// What was set, in words: the algorithm, else the settings.
+    pub fn what(&self) -> String {
+        self.algorithm.clone().unwrap_or_else(|| "its settings".into())
+    }
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -73,6 +81,13 @@ impl State {
         for c in self.entries.iter().chain(&self.pending).chain(&self.reverting).flat_map(|e| &e.changes) {
             match c {
                 Change::Sysctl { key, .. } if key == sysctl::CC || key == sysctl::ALLOWED => {}
+                // A tunable's values are numbers, whatever the kernel had before bbrscope.
+                Change::Sysctl { key, from, to, .. } if sysctl::TUNABLE.iter().any(|(k, _)| k == key) => {
+                    let numbers = |v: &str| !v.is_empty() && v.split(' ').all(|w| w.parse::<u64>().is_ok());
+                    if !numbers(from) || !numbers(to) {
+                        return Err(format!("it gives {key} a value bbrscope would not write ({from:?}, {to:?})"));
+                    }
+                }
                 Change::Sysctl { key, .. } => return Err(format!("it names {key}, a setting bbrscope never changes")),
                 Change::File { path, .. } if !own(path) => {
                     return Err(format!("it names {}, a file bbrscope does not own", path.display()));
@@ -96,6 +111,7 @@ impl State {
                 | Change::LoadModule { .. }
                 | Change::DefaultQdisc { .. }
                 | Change::RouteCc { .. }
+                | Change::RouteWindow { .. }
                 | Change::MountBpffs => {}
             }
         }
@@ -114,18 +130,20 @@ impl State {
     }
 
     /// Records changes about to be made to `scope`, merged with earlier ones there so the
-    /// original values are kept.
-    pub fn record(&mut self, scope: &Scope, algorithm: &str, changes: Vec<Change>) {
+    /// original values are kept. A run that sets no algorithm keeps the one recorded.
+    pub fn record(&mut self, scope: &Scope, algorithm: Option<&str>, changes: Vec<Change>) {
         let now = now();
         match self.entries.iter_mut().find(|e| e.scope.same(scope)) {
             Some(e) => {
                 change::merge(&mut e.changes, changes);
-                e.algorithm = algorithm.to_string();
+                if let Some(a) = algorithm {
+                    e.algorithm = Some(a.to_string());
+                }
                 e.applied_at = now;
             }
             None => self.entries.push(Entry {
                 scope: scope.clone(),
-                algorithm: algorithm.to_string(),
+                algorithm: algorithm.map(str::to_string),
                 applied_at: now,
                 changes,
             }),
@@ -133,9 +151,9 @@ impl State {
     }
 
     /// The changes a run is about to make, before it makes them.
-    pub fn intend(&mut self, scope: &Scope, algorithm: &str, changes: Vec<Change>) {
+    pub fn intend(&mut self, scope: &Scope, algorithm: Option<&str>, changes: Vec<Change>) {
         self.pending =
-            Some(Entry { scope: scope.clone(), algorithm: algorithm.to_string(), applied_at: now(), changes });
+            Some(Entry { scope: scope.clone(), algorithm: algorithm.map(str::to_string), applied_at: now(), changes });
     }
 
     pub fn remove(&mut self, scope: &Scope) -> Option<Entry> {
@@ -169,13 +187,20 @@ mod tests {
         };
         let mut st = State::load(root.path()).unwrap();
         assert_eq!(st, State::default());
-        st.record(&scope, "bbr", vec![set("cubic", "bbr")]);
-        st.record(&scope, "reno", vec![set("bbr", "reno")]);
+        st.record(&scope, Some("bbr"), vec![set("cubic", "bbr")]);
+        st.record(&scope, Some("reno"), vec![set("bbr", "reno")]);
+        let idle = Change::Sysctl {
+            netns: netns.clone(),
+            key: "net.ipv4.tcp_slow_start_after_idle".into(),
+            from: "1".into(),
+            to: "0".into(),
+        };
+        st.record(&scope, None, vec![idle.clone()]);
         st.save(root.path()).unwrap();
         let back = State::load(root.path()).unwrap();
         let e = back.find(&scope).unwrap();
-        assert_eq!(e.algorithm, "reno");
-        assert_eq!(e.changes, vec![set("cubic", "reno")], "revert goes back to the first recorded value");
+        assert_eq!(e.algorithm.as_deref(), Some("reno"), "a run setting no algorithm keeps the recorded one");
+        assert_eq!(e.changes, vec![set("cubic", "reno"), idle], "revert goes back to the first recorded value");
 
         let mut back = back;
         assert!(back.remove(&scope).is_some());
@@ -202,6 +227,7 @@ mod tests {
             (r#"{"kind":"file","path":"/etc/sysctl.conf","from":null,"to":"x"}"#.to_string(), "/etc/sysctl.conf, a file bbrscope does not own"),
             (format!(r#"{{"kind":"file","path":"{}","from":"net.ipv4.ip_forward = 1\n","to":"{header}x"}}"#, files::SYSCTL_DROPIN), "content bbrscope did not write"),
             (format!(r#"{{"kind":"sysctl","netns":{ns},"key":"kernel.core_pattern","from":"core","to":"|/tmp/x"}}"#), "kernel.core_pattern"),
+            (format!(r#"{{"kind":"sysctl","netns":{ns},"key":"net.ipv4.tcp_wmem","from":"4096 16384 4194304","to":"1; reboot"}}"#), "a value bbrscope would not write"),
             (r#"{"kind":"cgroup_link","cgroup":"/","cgroup_ino":1,"pin":"/sys/fs/bpf/other","algorithm":"bbr","replaced":null}"#.to_string(), "a pin outside"),
             (r#"{"kind":"load_module","module":"../../tmp/evil"}"#.to_string(), "not a congestion-control module"),
         ];

@@ -8,7 +8,9 @@ use serde::Serialize;
 
 use super::{
     algo::Kernel,
-    cgroup, diag, files,
+    cgroup,
+    change::Change,
+    diag, files,
     qdisc::{self, RootQdisc},
     route,
     scope::Scope,
@@ -59,7 +61,8 @@ pub struct Boot {
 #[derive(Serialize)]
 pub struct Recorded {
     pub scope: Scope,
-    pub algorithm: String,
+    /// The algorithm bbrscope set there (null: only other settings).
+    pub algorithm: Option<String>,
     pub applied_at: u64,
     /// What holds now, in words.
     pub now: String,
@@ -124,34 +127,54 @@ fn namespace(ns: &Netns, state: &State) -> Result<Namespace> {
     })
 }
 
-/// What holds now for a recorded scope, and a warning when it is not what bbrscope set.
+/// What holds now for a recorded scope, and a warning for each thing that is not what bbrscope
+/// set.
 fn now_of(e: &Entry, warnings: &mut Vec<String>) -> String {
-    let mut drifted = |now: String, holds: bool| {
+    let mut drifted = |set: &str, now: String, holds: bool| {
         if !holds {
-            warnings.push(format!("{}: bbrscope set {}, but {now}", e.scope, e.algorithm));
+            warnings.push(format!("{}: bbrscope set {set}, but {now}", e.scope));
         }
         now
     };
+    let algo = e.algorithm.as_deref();
+    let mut parts = Vec::new();
     match &e.scope {
+        Scope::System { netns } | Scope::Netns { netns } | Scope::Route { netns, .. } if !netns::still_there(netns) => {
+            return drifted(&e.what(), format!("namespace {netns} no longer exists"), false);
+        }
         Scope::System { netns } | Scope::Netns { netns } => {
-            if !netns::still_there(netns) {
-                return drifted(format!("namespace {netns} no longer exists"), false);
+            if let Some(algo) = algo {
+                parts.push(match netns::run(netns, || sysctl::read(sysctl::CC)) {
+                    Ok(v) => {
+                        let v = v.unwrap_or_default();
+                        drifted(algo, format!("the default is {v}"), v == algo)
+                    }
+                    Err(err) => format!("unreadable: {err:#}"),
+                });
             }
-            match netns::run(netns, || sysctl::read(sysctl::CC)) {
-                Ok(v) => {
-                    let v = v.unwrap_or_default();
-                    drifted(format!("the default is {v}"), v == e.algorithm)
+            for c in &e.changes {
+                if let Change::Sysctl { key, to, .. } = c
+                    && sysctl::TUNABLE.iter().any(|(k, _)| k == key)
+                {
+                    parts.push(match netns::run(netns, || sysctl::read(key)) {
+                        Ok(v) => {
+                            let v = v.unwrap_or_default();
+                            drifted(&format!("{key} = {to}"), format!("{key} is {v}"), v == *to)
+                        }
+                        Err(err) => format!("unreadable: {err:#}"),
+                    });
                 }
-                Err(err) => format!("unreadable: {err:#}"),
             }
         }
         Scope::Cgroup { ino, path } => {
             let pin = cgroup::pin_path(*ino);
+            let what = e.what();
             // A removed cgroup's link stays pinned but applies to nothing: its directory (the
             // same inode, not a new cgroup of the same name) is what the pin is for.
             let exists = std::fs::metadata(path).is_ok_and(|m| std::os::unix::fs::MetadataExt::ino(&m) == *ino);
             if !exists {
                 return drifted(
+                    &what,
                     format!(
                         "cgroup {} no longer exists: the link pinned at {} applies to nothing (`bbrscope revert --cgroup {}` removes it)",
                         path.display(),
@@ -161,25 +184,37 @@ fn now_of(e: &Entry, warnings: &mut Vec<String>) -> String {
                     false,
                 );
             }
-            match cgroup::pinned_program(&pin) {
+            parts.push(match cgroup::pinned_program(&pin) {
                 Some(id) => format!("program id {id} attached, link pinned at {}", pin.display()),
-                None => drifted(format!("nothing pinned at {} (reboot, or removed by hand)", pin.display()), false),
-            }
-        }
-        Scope::Route { netns, prefix } => {
-            if !netns::still_there(netns) {
-                return drifted(format!("namespace {netns} no longer exists"), false);
-            }
-            match netns::run(netns, || route::find(prefix)) {
-                Ok(Some(r)) => {
-                    let cc = r.cc.unwrap_or_else(|| "none".into());
-                    drifted(format!("route {} has congctl {cc}", r.key), cc == e.algorithm)
+                None => {
+                    drifted(&what, format!("nothing pinned at {} (reboot, or removed by hand)", pin.display()), false)
                 }
-                Ok(None) => drifted(format!("there is no route for {prefix} any more"), false),
-                Err(err) => format!("unreadable: {err:#}"),
-            }
+            });
         }
+        Scope::Route { netns, prefix } => match netns::run(netns, || route::find(prefix)) {
+            Ok(Some(r)) => {
+                if let Some(algo) = algo {
+                    let cc = r.cc.clone().unwrap_or_else(|| "none".into());
+                    parts.push(drifted(algo, format!("route {} has congctl {cc}", r.key), cc == algo));
+                }
+                for c in &e.changes {
+                    if let Change::RouteWindow { window, to, .. } = c {
+                        let now = r.window(*window);
+                        let shown = now.map_or_else(|| "unset".to_string(), |v| v.to_string());
+                        let name = window.name();
+                        parts.push(drifted(
+                            &format!("{name} {to}"),
+                            format!("route {} has {name} {shown}", r.key),
+                            now == Some(*to),
+                        ));
+                    }
+                }
+            }
+            Ok(None) => return drifted(&e.what(), format!("there is no route for {prefix} any more"), false),
+            Err(err) => return format!("unreadable: {err:#}"),
+        },
     }
+    parts.join("; ")
 }
 
 /// Everything `bbrscope status` shows: each scope as it stands now, what the next boot sets, what
@@ -249,7 +284,8 @@ pub fn gather(root: &Path, netns: Option<&str>) -> Result<Status> {
         warnings.push(format!(
             "an apply of {} to {} is in progress or was interrupted midway: the next `bbrscope apply` or `revert` \
              rolls back what an interrupted one changed",
-            p.algorithm, p.scope
+            p.what(),
+            p.scope
         ));
     }
     if let Some(r) = &state.reverting {

@@ -107,7 +107,7 @@ fn read_below(root: &Path, path: &Path) -> String {
 
 /// The value if `line` assigns `key`. Follows sysctl.d(5): `#`/`;` comments, a leading `-`
 /// (ignore failures), `/` as separator, and glob patterns in keys.
-pub fn assignment(line: &str, key: &str) -> Option<String> {
+fn assignment(line: &str, key: &str) -> Option<String> {
     let line = line.trim();
     if line.is_empty() || line.starts_with('#') || line.starts_with(';') {
         return None;

@@ -42,8 +42,8 @@ pub enum Ending {
     /// A change failed: every scope was rolled back; the message says what failed, and any
     /// rollback that failed too.
     Failed(String),
-    /// Applied and recorded, but a new connection did not get the algorithm (or could not be
-    /// checked): one line per scope.
+    /// Applied and recorded, but a new connection did not get the algorithm or a setting does
+    /// not read as set (or could not be checked): one line each.
     Unverified(Vec<String>),
 }
 
@@ -66,7 +66,9 @@ pub fn apply(req: &Request, note: &mut dyn FnMut(&str)) -> Result<Transaction> {
     let opts = &req.options;
     let root = &opts.root;
     let kernel = Kernel::discover()?;
-    kernel.require(&opts.algorithm)?;
+    if let Some(algo) = &opts.algorithm {
+        kernel.require(algo)?;
+    }
     if let Some(q) = &opts.qdisc {
         kernel.require_qdisc(q)?;
     }
@@ -104,14 +106,9 @@ pub fn apply(req: &Request, note: &mut dyn FnMut(&str)) -> Result<Transaction> {
     let made = made(&reports);
     let mut unverified = Vec::new();
     for r in &mut reports {
-        match run::verify(&r.plan.scope, &r.plan.algorithm) {
+        match run::verify(&r.plan) {
             Ok(v) => {
-                if !v.ok {
-                    unverified.push(format!(
-                        "{}: a new connection got {}, not {}",
-                        r.plan.scope, v.probes[0].algorithm, r.plan.algorithm
-                    ));
-                }
+                unverified.extend(v.failures(&r.plan));
                 r.verification = Some(v);
             }
             Err(e) => unverified.push(format!("{}: verification failed: {e:#}", r.plan.scope)),
@@ -162,7 +159,7 @@ fn made(reports: &[ScopeReport]) -> Option<String> {
             format!(
                 "{} now uses {} (`bbrscope revert{}` undoes it)",
                 r.plan.scope,
-                r.plan.algorithm,
+                r.plan.target(),
                 revert_hint(&r.plan.scope)
             )
         })

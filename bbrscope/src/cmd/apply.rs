@@ -9,8 +9,10 @@ use clap::Args;
 use crate::{
     apply::{
         plan::{Level, Options},
+        route::Window,
         run::Outcome,
         scope::{Scope, Spec},
+        sysctl,
         transaction::{self, Ending, Request, ScopeReport},
     },
     error::{UsageError, usage},
@@ -47,10 +49,22 @@ impl ScopeArgs {
 
 #[derive(Debug, Args)]
 pub struct ApplyArgs {
-    /// Congestion-control algorithm, e.g. bbr or cubic
-    pub algorithm: String,
+    /// Congestion-control algorithm, e.g. bbr or cubic (optional with --sysctl, --initcwnd or --initrwnd)
+    #[arg(required_unless_present_any = ["sysctl", "initcwnd", "initrwnd", "qdisc"])]
+    pub algorithm: Option<String>,
     #[command(flatten)]
     pub scope: ScopeArgs,
+    /// Also set a TCP setting of the namespace, e.g. net.ipv4.tcp_slow_start_after_idle=0 (repeatable;
+    /// tcp_wmem, tcp_rmem, wmem_max, rmem_max, tcp_slow_start_after_idle, tcp_notsent_lowat,
+    /// tcp_no_metrics_save, tcp_mtu_probing, tcp_fastopen)
+    #[arg(long, value_name = "KEY=VALUE")]
+    pub sysctl: Vec<String>,
+    /// With --route: the route's initial congestion window, in segments (1-128; the kernel's default is 10)
+    #[arg(long, value_name = "SEGMENTS", requires = "route")]
+    pub initcwnd: Option<u32>,
+    /// With --route: the route's initial receive window, in segments (1-128)
+    #[arg(long, value_name = "SEGMENTS", requires = "route")]
+    pub initrwnd: Option<u32>,
     /// Run the checks and show the plan; change nothing
     #[arg(long)]
     pub dry_run: bool,
@@ -82,8 +96,31 @@ fn apply(args: ApplyArgs) -> Result<()> {
     if !args.scope.is_system() && args.qdisc.is_some() {
         usage!("--qdisc is for the system scope (net.core.default_qdisc is host-wide)");
     }
+    let sysctls = args.sysctl.iter().map(|a| sysctl::tunable(a)).collect::<Result<Vec<_>, String>>();
+    let sysctls = sysctls.map_err(UsageError::new)?;
+    if !sysctls.is_empty() && (args.scope.cgroup.is_some() || args.scope.route.is_some()) {
+        usage!("--sysctl sets a namespace's setting: give no --cgroup or --route (the system, or --netns NAME)");
+    }
+    if args.algorithm.is_none() && args.scope.cgroup.is_some() {
+        usage!("--cgroup sets an algorithm: name it, e.g. `bbrscope apply bbr --cgroup PATH`");
+    }
+    if args.algorithm.is_none() && args.allow {
+        usage!("--allow is about an algorithm: name it, e.g. `bbrscope apply bbr --netns NAME --allow`");
+    }
+    let mut windows = Vec::new();
+    for (window, value) in [(Window::Initcwnd, args.initcwnd), (Window::Initrwnd, args.initrwnd)] {
+        match value {
+            Some(v) if !(1..=Window::MAX).contains(&v) => {
+                usage!("--{} {v}: expected 1 to {} segments (the kernel's default is 10)", window.name(), Window::MAX)
+            }
+            Some(v) => windows.push((window, v)),
+            None => {}
+        }
+    }
     let options = Options {
         algorithm: args.algorithm.clone(),
+        sysctls,
+        windows,
         persist: args.scope.is_system() && !args.no_persist,
         allow: args.allow,
         qdisc: args.qdisc.clone(),
@@ -116,7 +153,7 @@ fn print(reports: &[ScopeReport], json: bool) -> Result<(), OutputError> {
     }
     for r in reports {
         let p = &r.plan;
-        outln!("{} -> {}", p.scope, p.algorithm)?;
+        outln!("{} -> {}", p.scope, p.target())?;
         for c in &p.checks {
             let level = match c.level {
                 Level::Ok => "ok",
@@ -147,7 +184,10 @@ fn print(reports: &[ScopeReport], json: bool) -> Result<(), OutputError> {
                 let label = if i == 0 { "verified:" } else { "contrast:" };
                 outln!("  {label} {} got {}", probe.how, probe.algorithm)?;
             }
-            if !matches!(p.scope, Scope::Route { .. }) {
+            for s in &v.settings {
+                outln!("  {} {}", if s.ok { "verified:" } else { "NOT SET: " }, s.reads)?;
+            }
+            if !v.probes.is_empty() && !matches!(p.scope, Scope::Route { .. }) {
                 outln!("  existing connections keep the algorithm they started with")?;
             }
         }

@@ -93,7 +93,10 @@ fn print(s: &Status) -> Result<(), OutputError> {
     } else {
         outln!("changed by bbrscope:")?;
         for r in &s.bbrscope {
-            outln!("  {} -> {}: {}", r.scope, r.algorithm, r.now)?;
+            match &r.algorithm {
+                Some(a) => outln!("  {} -> {a}: {}", r.scope, r.now)?,
+                None => outln!("  {}: {}", r.scope, r.now)?,
+            }
         }
     }
     match &s.experiment {

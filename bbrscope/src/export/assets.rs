@@ -186,6 +186,15 @@ fn examples(sub: &str) -> &'static [(&'static str, &'static [&'static str])] {
             ("The checks and the plan for the system; nothing changes:", &["bbrscope apply bbr --dry-run"]),
             ("BBR and fq for the system, kept across reboots:", &["bbrscope apply bbr --qdisc fq"]),
             ("BBR for connections to one prefix only:", &["bbrscope apply bbr --route 203.0.113.0/24"]),
+            (
+                "Keep-alive connections resume with their window after a pause (what advise's idle_restart \
+                 finding says):",
+                &["bbrscope apply --sysctl net.ipv4.tcp_slow_start_after_idle=0"],
+            ),
+            (
+                "A first flight of 32 segments to one prefix (what advise's initial_window finding says):",
+                &["bbrscope apply --route 203.0.113.0/24 --initcwnd 32"],
+            ),
         ],
         "status" => &[("Defaults, qdiscs, boot configuration, what bbrscope changed:", &["bbrscope status --json"])],
         "revert" => &[("Undo every scope apply recorded, exactly:", &["bbrscope revert --all"])],

@@ -169,6 +169,20 @@ pub fn find(ino: u64) -> Option<Netns> {
     None
 }
 
+impl Netns {
+    /// How `bbrscope apply --netns` names this namespace in a command to run later: None for the
+    /// caller's own, the `ip netns` name, else its path (valid while what holds it open lives).
+    pub fn arg(&self) -> Option<String> {
+        if current().is_ok_and(|c| c.ino == self.ino) {
+            None
+        } else if self.path.starts_with(NAMED_DIR) {
+            Some(self.label.clone())
+        } else {
+            Some(self.path.display().to_string())
+        }
+    }
+}
+
 /// Whether `ns` still names the namespace it named when recorded.
 pub fn still_there(ns: &Netns) -> bool {
     ino_of(&ns.path).is_ok_and(|i| i == ns.ino)

@@ -371,8 +371,7 @@ fn ss(local: SocketAddr) -> Result<Option<Snap>> {
     if text.trim().is_empty() {
         return Ok(None);
     }
-    let mut snap =
-        Snap { src: "ss", t, half, cc: None, cwnd: None, rtt_us: None, minrtt_us: None, reducing: false };
+    let mut snap = Snap { src: "ss", t, half, cc: None, cwnd: None, rtt_us: None, minrtt_us: None, reducing: false };
     let ms = |v: &str| v.parse::<f64>().ok().map(|m| m * 1000.0);
     for tok in text.split_whitespace() {
         if snap.cc.is_none() && CC_NAMES.contains(&tok) {
