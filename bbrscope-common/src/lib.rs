@@ -162,6 +162,8 @@ pub struct Experiment {
     pub _pad2: u32,
     /// The two arms' algorithms (NUL-padded); arm A is index 0.
     pub cc: [[u8; CC_NAME_LEN]; 2],
+    /// The two arms' initial congestion windows, segments (0: the route's or the kernel's).
+    pub iw: [u32; 2],
     /// Connections in scope: this local port (0: any), this cgroup (id 0: any); the
     /// destination ranges are in the `EXP_DST` map when `experiment_flags::DST` is set.
     pub port: u16,
@@ -259,6 +261,7 @@ impl Config {
                 sample_pct: 0,
                 _pad2: 0,
                 cc: [[0; CC_NAME_LEN]; 2],
+                iw: [0; 2],
                 port: 0,
                 _pad: 0,
                 cgroup_level: 0,

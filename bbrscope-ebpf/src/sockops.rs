@@ -72,6 +72,8 @@ const TCP_CLOSE: u32 = 7;
 const SOCK_DEAD: u64 = 1;
 const SOL_TCP: i32 = 6;
 const TCP_CONGESTION: i32 = 13;
+/// bpf_setsockopt's own option: the connection's initial congestion window, before data is sent.
+const TCP_BPF_IW: i32 = 1001;
 const BPF_SK_STORAGE_GET_F_CREATE: u64 = 1;
 const CONNECT_CB_FLAGS: u32 = BPF_SOCK_OPS_STATE_CB_FLAG | BPF_SOCK_OPS_RETRANS_CB_FLAG;
 const OUR_CB_FLAGS: u32 = BPF_SOCK_OPS_RTT_CB_FLAG | CONNECT_CB_FLAGS;
@@ -609,6 +611,19 @@ fn assign_arm(ctx: &SockOpsContext, s: &mut SockFlow) {
     }
     let b = pick % 100 < conf!(experiment.split_pct);
     let arm = if b { 1 } else { 0 };
+    // The window first: setting the algorithm then initialises it (BBR takes its first pacing
+    // rate from the window it finds).
+    let mut iw: u32 = conf!(experiment.iw[arm]);
+    if iw != 0 {
+        // SAFETY: a sock_ops context at an established callback, before any data was sent
+        // (where the kernel allows TCP_BPF_IW); `iw` is a readable u32 of the length passed.
+        let err =
+            unsafe { bpf_setsockopt(ctx.ops as *mut c_void, SOL_TCP, TCP_BPF_IW, (&raw mut iw) as *mut c_void, 4) };
+        if err != 0 {
+            count(counter::ARM_FAILED);
+            return;
+        }
+    }
     let mut name: [u8; CC_NAME_LEN] = conf!(experiment.cc[arm]);
     // SAFETY: a sock_ops context at an established callback, where the kernel allows setting
     // TCP_CONGESTION; `name` is a readable NUL-padded buffer of the length passed.

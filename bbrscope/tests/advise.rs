@@ -328,3 +328,35 @@ fn keepalive_gaps_restart_the_window_unless_slow_start_after_idle_is_off() {
     revert_change(&applied, root.path());
     assert_eq!(idle().unwrap().trim(), "1", "revert restores the namespace's own value");
 }
+
+#[test]
+#[ignore]
+fn scratch_sndbuf() {
+    require_root();
+    for (gso, wmem) in [(false, "4096 16384 65536"), (true, "4096 16384 65536")] {
+        let link = path(44, 60);
+        link.sender.run(|| Ok(std::fs::write("/proc/sys/net/ipv4/tcp_autocorking", "0")?)).unwrap();
+        if !gso {
+            link.sender.run(|| ip(&["link", "set", "dev", "emu0", "gso_max_segs", "1"])).unwrap();
+            let _ = link.sender.run(|| {
+                let o =
+                    std::process::Command::new("ethtool").args(["-K", "emu0", "tso", "off", "gso", "off"]).output()?;
+                Ok(String::from_utf8_lossy(&o.stderr).into_owned())
+            });
+        }
+        let w = wmem.to_string();
+        link.sender.run(move || Ok(std::fs::write("/proc/sys/net/ipv4/tcp_wmem", w)?)).unwrap();
+        let port = port_for(44_000);
+        let t = Instant::now();
+        let info = bulk(&link, port, 3_000_000);
+        eprintln!(
+            "gso {gso} wmem {wmem}: {:.2}s busy {} sndbuf_lim {} rwnd_lim {} retrans {}",
+            t.elapsed().as_secs_f64(),
+            info.busy_us,
+            info.sndbuf_limited_us,
+            info.rwnd_limited_us,
+            info.total_retrans
+        );
+        drop(link);
+    }
+}

@@ -53,7 +53,7 @@ fn every_subcommand_exits_as_the_readme_says() {
         (vec!["stream", "--interval", "-1"], Out::Null, As::Root, 2, "'-1' is not an interval: give milliseconds"),
         (vec!["replay", "/no/such/capture.ndjson"], Out::Null, As::Root, 2, "cannot read"),
         (vec!["demo", "--rate", "50"], Out::Null, As::Root, 2, "needs a unit"),
-        (vec!["experiment", "--arms", "cubic"], Out::Null, As::Root, 2, "two algorithms"),
+        (vec!["experiment", "--arms", "cubic"], Out::Null, As::Root, 2, "two arms"),
         (vec!["apply"], Out::Null, As::Root, 2, "<ALGORITHM>"),
         (vec!["apply", "bbr", "--persist", "--no-persist", r[0], r[1]], Out::Null, As::Root, 2, "cannot be used with"),
         (vec!["revert", "--netns", "no-such-ns", r[0], r[1]], Out::Null, As::Root, 2, "no network namespace"),

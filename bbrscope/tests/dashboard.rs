@@ -509,7 +509,7 @@ fn experiment_app() -> App {
         .filter_map(|l| Observation::from_summary(&serde_json::from_str(l).unwrap()))
         .collect();
     let spec = ExperimentSpec {
-        arms: ["cubic".into(), "bbr".into()],
+        arms: ["cubic", "bbr"].map(|a| bbrscope::experiment::Arm::parse(a).unwrap()),
         split_pct: 50,
         sample_pct: 100,
         port: Some(443),

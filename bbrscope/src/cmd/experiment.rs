@@ -13,9 +13,9 @@ use clap::Args;
 use tokio::signal::unix::{SignalKind, signal};
 
 use crate::{
-    error::{Exit, usage},
+    error::{Exit, UsageError, usage},
     experiment::{
-        Observation,
+        Arm, Observation,
         analysis::PrefixList,
         decide::Rule,
         glue::{self, Setup},
@@ -41,7 +41,8 @@ use ratatui::crossterm::event::{KeyCode, KeyModifiers};
 
 #[derive(Debug, Args)]
 pub struct ExperimentArgs {
-    /// The two algorithms, arm A then arm B (e.g. cubic,bbr; the same twice for an A/A check).
+    /// The two arms, A then B: algorithms (e.g. cubic,bbr; the same twice for an A/A check), each
+    /// optionally with an initial window of N segments set on its connections (bbr,bbr+iw32).
     /// With --analyze: the arms of a recording that does not name them
     #[arg(long, value_name = "A,B", value_delimiter = ',', num_args = 1, required_unless_present = "analyze")]
     pub arms: Vec<String>,
@@ -135,7 +136,7 @@ pub async fn run(args: ExperimentArgs) -> Result<()> {
         None => Limit::Time(args.duration.unwrap_or(DEFAULT_DURATION)),
     };
     let setup = Setup {
-        arms: Some(spec.arms.clone()),
+        arms: Some(spec.arms.each_ref().map(ToString::to_string)),
         split_pct: spec.split_pct,
         scope: InScope {
             known: true,
@@ -150,7 +151,7 @@ pub async fn run(args: ExperimentArgs) -> Result<()> {
     let state = LiveExperiment::new(&spec, limit, !args.no_guardrail);
     let _lock = lock::acquire(&lock::Running {
         pid: std::process::id(),
-        arms: spec.arms.clone(),
+        arms: spec.arms.each_ref().map(ToString::to_string),
         split_pct: spec.split_pct,
         sample_pct: spec.sample_pct,
         scope: state.scope.clone(),
@@ -393,14 +394,18 @@ fn in_arm(ev: &Event, table: &FlowTable) -> bool {
 
 fn validate(args: &ExperimentArgs) -> Result<ExperimentSpec> {
     let [a, b] = args.arms.as_slice() else {
-        usage!("--arms takes two algorithms, arm A then arm B (e.g. --arms cubic,bbr)");
+        usage!("--arms takes two arms, A then B (e.g. --arms cubic,bbr or --arms bbr,bbr+iw32)");
     };
     let available = cc::available()?;
-    for arm in [a, b] {
-        if !available.iter().any(|x| x == arm) {
-            usage!("--arms: '{arm}' is not an available algorithm (available: {})", available.join(", "));
+    let mut arms = Vec::new();
+    for label in [a, b] {
+        let arm = Arm::parse(label).map_err(UsageError::new)?;
+        if !available.contains(&arm.cc) {
+            usage!("--arms: '{}' is not an available algorithm (available: {})", arm.cc, available.join(", "));
         }
+        arms.push(arm);
     }
+    let arms: [Arm; 2] = arms.try_into().expect("two arms");
     if !(args.guardrail_pct > 0.0 && args.guardrail_pct <= 1000.0) {
         usage!("--guardrail-pct must be a percentage above 0 (e.g. 20)");
     }
@@ -424,7 +429,7 @@ fn validate(args: &ExperimentArgs) -> Result<ExperimentSpec> {
     }
     let cgroup = args.cgroup.as_deref().map(cgroup::resolve).transpose()?;
     Ok(ExperimentSpec {
-        arms: [a.clone(), b.clone()],
+        arms,
         split_pct: args.split,
         sample_pct: args.sample,
         port: args.port,

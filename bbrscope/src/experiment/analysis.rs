@@ -493,7 +493,7 @@ pub fn arm_names(obs: &[Observation]) -> [String; 2] {
 
 /// Whether a flow ran its arm's algorithm, and only that.
 pub fn ran_its_arm(o: &Observation, names: &[String; 2]) -> bool {
-    !o.switched && names.get(o.arm).is_some_and(|n| *n == o.cc)
+    !o.switched && names.get(o.arm).is_some_and(|n| super::Arm::cc_of(n) == o.cc)
 }
 
 fn integrity(obs: &[Observation], names: &[String; 2]) -> Integrity {

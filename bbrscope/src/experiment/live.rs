@@ -73,7 +73,7 @@ pub struct LiveExperiment {
 impl LiveExperiment {
     pub fn new(spec: &crate::observe::kernel::loader::ExperimentSpec, limit: Limit, guardrail: bool) -> Self {
         LiveExperiment {
-            arms: spec.arms.clone(),
+            arms: spec.arms.each_ref().map(ToString::to_string),
             split_pct: spec.split_pct,
             sample_pct: spec.sample_pct,
             scope: scope_words(spec),

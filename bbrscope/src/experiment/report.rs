@@ -363,6 +363,22 @@ pub fn recommend(a: &Analysis, ctx: &Context) -> Recommendation {
     }
     let cc = a.arms[arm].cc.clone();
     let other = &a.arms[1 - arm].cc;
+    // An arm with an initial window applies as a route setting beside its algorithm; no other
+    // scope of `apply` sets a window.
+    let iw = super::Arm::iw_of(&cc);
+    let algo = super::Arm::cc_of(&cc);
+    let route_cmd = |net: &IpNet| {
+        let window = iw.map(|n| format!(" --initcwnd {n}")).unwrap_or_default();
+        format!("bbrscope apply {algo} --route {net}{window}")
+    };
+    let iw_note = |notes: &mut Vec<String>| {
+        if let Some(n) = iw {
+            notes.push(format!(
+                "{cc}'s initial window of {n} is a route setting (`bbrscope apply --route PREFIX --initcwnd {n}`): \
+                 run the experiment with --dst naming the clients' prefixes to get commands for their routes"
+            ));
+        }
+    };
     let against: Vec<&str> =
         a.groups.iter().filter(|g| g.verdict.better_arm() == Some(1 - arm)).map(|g| g.label.as_str()).collect();
     let mut notes = Vec::new();
@@ -391,7 +407,7 @@ pub fn recommend(a: &Analysis, ctx: &Context) -> Recommendation {
         let (kind, commands): (Scope, Vec<String>) = if !scope.known {
             notes.push(format!(
                 "the recording does not say which connections the experiment covered: apply {cc} at the scope it \
-                 ran on (bbrscope apply {cc} --route/--cgroup/--netns), not wider"
+                 ran on (bbrscope apply {algo} --route/--cgroup/--netns), not wider"
             ));
             (Scope::None, vec![])
         } else if !scope.dst.is_empty() {
@@ -402,7 +418,10 @@ pub fn recommend(a: &Analysis, ctx: &Context) -> Recommendation {
                     scope.words()
                 ));
             }
-            (Scope::Routes, scope.dst.iter().map(|n| format!("bbrscope apply {cc} --route {n}")).collect())
+            (Scope::Routes, scope.dst.iter().map(route_cmd).collect())
+        } else if iw.is_some() {
+            iw_note(&mut notes);
+            (Scope::None, vec![])
         } else if let Some(c) = &scope.cgroup {
             (Scope::Cgroup, vec![format!("bbrscope apply {cc} --cgroup {c}")])
         } else if let Some(port) = scope.port {
@@ -446,7 +465,7 @@ pub fn recommend(a: &Analysis, ctx: &Context) -> Recommendation {
         match g.kind {
             GroupKind::Prefix | GroupKind::List if routes_allowed => {
                 for net in g.prefixes.iter().filter(|n| scope.dst.is_empty() || within_dst(n)) {
-                    let c = format!("bbrscope apply {cc} --route {net}");
+                    let c = route_cmd(net);
                     if !commands.contains(&c) {
                         commands.push(c);
                         evidence.push(conclusion(a, g));
@@ -877,6 +896,30 @@ mod tests {
                 assert!(why.starts_with(arm) && !why.contains("less than the"), "{cmd}: {why}");
             }
         }
+    }
+
+    /// `bbr` vs `bbr+iw32`, every flow running BBR: the flows count as their arms', and the
+    /// winning window becomes a route setting beside the algorithm, only where routes are named.
+    #[test]
+    fn an_initial_window_arm_is_recommended_as_a_route_setting() {
+        let mut obs = synth(&[pop([203, 0, 113], 100.0, 0.6)], 5);
+        for o in &mut obs {
+            o.cc = "bbr".into();
+        }
+        let opts = Options { arms: Some(["bbr".into(), "bbr+iw32".into()]), ..Options::default() };
+        let a = analyze(&obs, &opts);
+        assert!(!a.integrity.overridden && a.integrity.excluded == [0, 0], "{:?}", a.integrity);
+        let dst = Context {
+            scope: InScope { known: true, dst: vec!["203.0.113.0/24".parse().unwrap()], ..InScope::default() },
+            ..Context::default()
+        };
+        let r = recommend(&a, &dst);
+        assert_eq!(r.commands, vec!["bbrscope apply bbr --route 203.0.113.0/24 --initcwnd 32".to_string()], "{r:?}");
+        assert_eq!(r.arm.as_deref(), Some("bbr+iw32"));
+        // Every connection, or a port: no `apply` scope sets a window there; the note says how.
+        let r = recommend(&a, &everything());
+        assert!(r.commands.is_empty(), "{r:?}");
+        assert!(r.notes.iter().any(|n| n.contains("--initcwnd 32") && n.contains("--dst")), "{r:?}");
     }
 
     #[test]

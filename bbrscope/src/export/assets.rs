@@ -180,6 +180,14 @@ fn examples(sub: &str) -> &'static [(&'static str, &'static [&'static str])] {
                  the apply commands the evidence supports:",
                 &["bbrscope experiment --arms cubic,bbr --port 443 --duration 30m \\", "  --recommend"],
             ),
+            (
+                "Does an initial window of 32 segments speed up responses to two client networks? (The \
+                 recommendation is a route command per prefix that gains.)",
+                &[
+                    "bbrscope experiment --arms bbr,bbr+iw32 --port 443 \\",
+                    "  --dst 203.0.113.0/24,198.51.100.0/24 --recommend",
+                ],
+            ),
             ("The report of a run recorded with --record, again:", &["bbrscope experiment --analyze run.ndjson"]),
         ],
         "apply" => &[

@@ -56,8 +56,8 @@ pub struct Options {
 /// What `bbrscope experiment` asks of the kernel program.
 #[derive(Clone, Debug, PartialEq)]
 pub struct ExperimentSpec {
-    /// Arm A's and arm B's algorithm.
-    pub arms: [String; 2],
+    /// Arm A's and arm B's algorithm and initial window.
+    pub arms: [crate::experiment::Arm; 2],
     /// Percent of connections in scope given arm B.
     pub split_pct: u32,
     /// Percent of connections in scope that join the experiment (the rest are untouched).
@@ -433,9 +433,10 @@ fn experiment_config(spec: Option<&ExperimentSpec>) -> bbrscope_common::Experime
     }
     e.split_pct = spec.split_pct;
     e.sample_pct = spec.sample_pct;
-    for (slot, name) in e.cc.iter_mut().zip(&spec.arms) {
-        let n = name.len().min(CC_NAME_LEN - 1);
-        slot[..n].copy_from_slice(&name.as_bytes()[..n]);
+    for ((slot, iw), arm) in e.cc.iter_mut().zip(&mut e.iw).zip(&spec.arms) {
+        let n = arm.cc.len().min(CC_NAME_LEN - 1);
+        slot[..n].copy_from_slice(&arm.cc.as_bytes()[..n]);
+        *iw = arm.iw.unwrap_or(0);
     }
     e.port = spec.port.unwrap_or(0);
     if let Some(cg) = &spec.cgroup {
