@@ -86,6 +86,52 @@ fn reports_cubic_and_bbr_flows_with_their_algorithm() {
     assert!(records.iter().any(|r| r["type"] == "stats" && r["drops_total"] == 0 && r["evicted_total"] == 0));
 }
 
+/// The send buffer as the socket has it: with SO_SNDBUF set by the application the kernel keeps
+/// `sk_sndbuf` fixed (at twice the value asked), so every sample must report exactly what
+/// getsockopt(SO_SNDBUF) says; what is queued and what is unsent stay within it.
+#[test]
+fn samples_report_the_send_buffer_the_socket_has() {
+    use std::os::fd::AsRawFd as _;
+    require_root();
+    let server = Discard::bind("127.0.0.1:0");
+    let port = server.addr.port().to_string();
+    let stream = Stream::start(&["--port", &port, "--interval", "50"]);
+    let c = TcpStream::connect(server.addr).unwrap();
+    let sockopt = |set: Option<i32>| {
+        let mut v = set.unwrap_or(0);
+        let mut len = std::mem::size_of::<i32>() as libc::socklen_t;
+        // SAFETY: set/getsockopt on a live descriptor with a local i32 whose size is passed.
+        let r = unsafe {
+            match set {
+                Some(_) => {
+                    libc::setsockopt(c.as_raw_fd(), libc::SOL_SOCKET, libc::SO_SNDBUF, (&raw const v).cast(), len)
+                }
+                None => {
+                    libc::getsockopt(c.as_raw_fd(), libc::SOL_SOCKET, libc::SO_SNDBUF, (&raw mut v).cast(), &mut len)
+                }
+            }
+        };
+        assert_eq!(r, 0, "{}", std::io::Error::last_os_error());
+        v
+    };
+    sockopt(Some(48 << 10));
+    let sndbuf = sockopt(None) as u64;
+    let local = c.local_addr().unwrap();
+    Sender::run(c, Duration::from_millis(1000), None).join();
+    let mut stream = stream;
+    stream.wait_for(Duration::from_secs(10), |r| r["type"] == "flow_close" && r["src"] == local.to_string());
+    let (code, records, stderr) = stream.stop();
+    assert_eq!(code, 0, "stderr: {stderr}");
+    let open = open_for(&records, local).expect("flow_open");
+    let samples = samples_of(&records, &open["cookie"]);
+    assert!(samples.len() >= 5, "{} samples", samples.len());
+    for s in &samples {
+        assert_eq!(u(&s["sndbuf_bytes"]), sndbuf, "{s}");
+        assert!(u(&s["notsent_bytes"]) <= sndbuf && u(&s["wmem_queued_bytes"]) <= 2 * sndbuf, "{s}");
+    }
+    assert!(samples.iter().any(|s| u(&s["wmem_queued_bytes"]) > 0), "a bulk sender has data queued");
+}
+
 #[test]
 fn agrees_with_ss_for_the_same_socket() {
     require_root();

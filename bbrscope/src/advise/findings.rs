@@ -328,11 +328,13 @@ pub fn initial_window(flows: &[&FlowFacts], s: &Settings) -> Vec<Finding> {
         .collect()
 }
 
-/// Flows whose sending this host's send buffer held back (the kernel's sndbuf-limited time).
+/// Flows whose sending this host's send buffer held back: the larger of the kernel's
+/// sndbuf-limited share of the busy time and the share of samples bound by the buffer.
 pub fn send_buffer(flows: &[&FlowFacts], s: &Settings) -> Finding {
     let busy: Vec<&&FlowFacts> = flows.iter().filter(|f| f.busy_us.is_some_and(|b| b >= MIN_BUSY_US)).collect();
     let share = |f: &FlowFacts, part: Option<u64>| part.unwrap_or(0) as f64 / f.busy_us.unwrap_or(1).max(1) as f64;
-    let limited: Vec<&&&FlowFacts> = busy.iter().filter(|f| share(f, f.sndbuf_limited_us) >= LIMITED_SHARE).collect();
+    let sndbuf_share = |f: &FlowFacts| share(f, f.sndbuf_limited_us).max(f.buffer_bound_share.unwrap_or(0.0));
+    let limited: Vec<&&&FlowFacts> = busy.iter().filter(|f| sndbuf_share(f) >= LIMITED_SHARE).collect();
     let mut rwnd_shares: Vec<f64> =
         busy.iter().map(|f| share(f, f.rwnd_limited_us)).filter(|&s| s >= LIMITED_SHARE).collect();
     let rwnd = rwnd_shares.len();
@@ -381,7 +383,9 @@ pub fn send_buffer(flows: &[&FlowFacts], s: &Settings) -> Finding {
             ..base
         };
     }
-    let mut shares: Vec<f64> = limited.iter().map(|f| share(f, f.sndbuf_limited_us)).collect();
+    let mut shares: Vec<f64> = limited.iter().map(|f| sndbuf_share(f)).collect();
+    let mut kernel: Vec<f64> = limited.iter().map(|f| share(f, f.sndbuf_limited_us)).collect();
+    let kernel_median = median(&mut kernel);
     let mut bdps: Vec<f64> = limited
         .iter()
         .filter_map(|f| Some(f.delivery_max_bps? as f64 / 8.0 * f64::from(f.min_rtt_us?) / 1e6))
@@ -392,12 +396,13 @@ pub fn send_buffer(flows: &[&FlowFacts], s: &Settings) -> Finding {
     let rtt_median = if rtts.is_empty() { f64::NAN } else { median(&mut rtts) };
     let worst: Vec<String> = {
         let mut l: Vec<_> = limited.iter().collect();
-        l.sort_by(|a, b| share(b, b.sndbuf_limited_us).total_cmp(&share(a, a.sndbuf_limited_us)));
-        l.iter().take(3).map(|f| format!("{} {:.0}%", f.dst, share(f, f.sndbuf_limited_us) * 100.0)).collect()
+        l.sort_by(|a, b| sndbuf_share(b).total_cmp(&sndbuf_share(a)));
+        l.iter().take(3).map(|f| format!("{} {:.0}%", f.dst, sndbuf_share(f) * 100.0)).collect()
     };
     let mut numbers = BTreeMap::from([
         ("flows_busy", busy.len() as f64),
         ("sndbuf_limited_share_median", share_median),
+        ("kernel_sndbuf_limited_share_median", kernel_median),
         ("bdp_bytes_max", bdp_max),
         ("min_rtt_ms_median", rtt_median),
         ("rwnd_limited_flows", rwnd as f64),
@@ -421,11 +426,14 @@ pub fn send_buffer(flows: &[&FlowFacts], s: &Settings) -> Finding {
         numbers,
         evidence: format!(
             "{} of {} flows with data in flight spent at least {:.0}% of that time waiting for send-buffer space \
-             (median {:.0}%; {}); their delivered rate × minimum RTT peaked at {}{cap}{rwnd_note}",
+             (median {:.0}%, by the samples that found the buffer full and nothing unsent; the kernel's own \
+             count, which misses most of it, {:.0}%; {}); their delivered rate × minimum RTT peaked at \
+             {}{cap}{rwnd_note}",
             limited.len(),
             busy.len(),
             LIMITED_SHARE * 100.0,
             share_median * 100.0,
+            kernel_median * 100.0,
             worst.join(", "),
             crate::units::fmt_bytes(bdp_max),
         ),
@@ -545,6 +553,7 @@ mod tests {
             min_rtt_us: Some(rtt_ms * 1000),
             busy_us: None,
             sndbuf_limited_us: None,
+            buffer_bound_share: None,
             rwnd_limited_us: None,
             delivery_max_bps: None,
             idle_gaps: 0,

@@ -148,6 +148,12 @@ pub struct Metrics {
     pub busy_us: Option<u64>,
     pub rwnd_limited_us: Option<u64>,
     pub sndbuf_limited_us: Option<u64>,
+    /// The send buffer's size and the bytes queued in it, sent or not (`ss -m`'s `tb` and `w`:
+    /// `sk_sndbuf`, `sk_wmem_queued`, both counting each packet's overhead), and the bytes the
+    /// application wrote that are not sent yet (`notsent` in ss, `tcpi_notsent_bytes`).
+    pub sndbuf_bytes: Option<u32>,
+    pub wmem_queued_bytes: Option<u32>,
+    pub notsent_bytes: Option<u32>,
     pub bbr: Option<Bbr>,
     pub cubic: Option<Cubic>,
 }
@@ -533,6 +539,12 @@ impl Decoder<'_> {
                 .sum::<Option<u64>>(),
             rwnd_limited_us: jiffies(Field::ChronoRwndLimited, 2),
             sndbuf_limited_us: jiffies(Field::ChronoSndbufLimited, 3),
+            sndbuf_bytes: g32(Field::SkSndbuf),
+            wmem_queued_bytes: g32(Field::SkWmemQueued),
+            notsent_bytes: match (g32(Field::WriteSeq), g32(Field::SndNxt)) {
+                (Some(w), Some(n)) => Some(w.wrapping_sub(n)).filter(|&b| b <= i32::MAX as u32),
+                _ => None,
+            },
             bbr: (cc == "bbr").then(|| self.bbr(ca_priv, mss)).flatten(),
             cubic: (cc == "cubic").then(|| self.cubic(ca_priv)).flatten(),
         }

@@ -291,6 +291,10 @@ fn sample(s: &Socket, now: u64, bbr_v1: bool) -> Option<SampleEvent> {
         busy_us: i.busy_us,
         rwnd_limited_us: i.rwnd_limited_us,
         sndbuf_limited_us: i.sndbuf_limited_us,
+        // Not in tcp_info (sock_diag's meminfo would have the buffer): the first sample has them.
+        sndbuf_bytes: None,
+        wmem_queued_bytes: None,
+        notsent_bytes: None,
         bbr,
         cubic: None,
     };

@@ -47,6 +47,12 @@ pub enum Field {
     /// The stretch in progress: since when (jiffies) and of which kind (`enum tcp_chrono`).
     ChronoStart,
     ChronoType,
+    /// The send buffer: its size and what is queued in it (`ss -m`'s `tb` and `w`), and the
+    /// sequence numbers that say how much of the queue is not sent yet (`notsent`).
+    SkSndbuf,
+    SkWmemQueued,
+    WriteSeq,
+    SndNxt,
 }
 
 /// Where each [`Field`] lives, as (struct, member path) in BTF. All of these structs start at the
@@ -83,6 +89,10 @@ pub const FIELDS: &[(Field, &str, &str)] = &[
     (Field::ChronoSndbufLimited, "tcp_sock", "chrono_stat[2]"),
     (Field::ChronoStart, "tcp_sock", "chrono_start"),
     (Field::ChronoType, "tcp_sock", "chrono_type"),
+    (Field::SkSndbuf, "sock", "sk_sndbuf"),
+    (Field::SkWmemQueued, "sock", "sk_wmem_queued"),
+    (Field::WriteSeq, "tcp_sock", "write_seq"),
+    (Field::SndNxt, "tcp_sock", "snd_nxt"),
 ];
 
 /// How to get a value out of the bytes the kernel copied: shift and width in bits.

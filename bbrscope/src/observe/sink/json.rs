@@ -303,6 +303,9 @@ fn metrics(o: &mut Obj, m: &Metrics) {
         .field(k!("busy_us"), m.busy_us)
         .field(k!("rwnd_limited_us"), m.rwnd_limited_us)
         .field(k!("sndbuf_limited_us"), m.sndbuf_limited_us)
+        .field(k!("sndbuf_bytes"), m.sndbuf_bytes)
+        .field(k!("wmem_queued_bytes"), m.wmem_queued_bytes)
+        .field(k!("notsent_bytes"), m.notsent_bytes)
         .object(k!("bbr"), m.bbr.as_ref(), |o, b: &Bbr| {
             o.field(k!("mode"), &b.mode)
                 .field(k!("bw_bps"), b.bw_bps)
@@ -572,6 +575,9 @@ mod tests {
             busy_us: Some(400_000),
             rwnd_limited_us: Some(0),
             sndbuf_limited_us: Some(100_000),
+            sndbuf_bytes: Some(87_040),
+            wmem_queued_bytes: Some(46_080),
+            notsent_bytes: Some(0),
             bbr: Some(Bbr {
                 mode: Some("probe_bw".into()),
                 bw_bps: Some(9_000_000),
