@@ -935,14 +935,7 @@ fn sysctls_beside_the_algorithm_apply_per_namespace_and_revert_exactly() {
             assert!(fd >= 0);
             // SAFETY: a fresh descriptor nothing else owns.
             let fd = unsafe { std::os::fd::OwnedFd::from_raw_fd(fd) };
-            let mut v = 0i32;
-            let mut len = std::mem::size_of::<i32>() as libc::socklen_t;
-            // SAFETY: getsockopt into a local i32 whose size is passed; the fd is borrowed.
-            let r = unsafe {
-                libc::getsockopt(fd.as_raw_fd(), libc::SOL_SOCKET, libc::SO_SNDBUF, (&raw mut v).cast(), &mut len)
-            };
-            assert_eq!(r, 0);
-            v
+            common::sndbuf(fd.as_raw_fd(), None)
         })
     };
     let tuned = ["--sysctl", "net.ipv4.tcp_wmem=4096 32768 131072", "--sysctl", "net.ipv4.tcp_slow_start_after_idle=0"];

@@ -97,25 +97,7 @@ fn samples_report_the_send_buffer_the_socket_has() {
     let port = server.addr.port().to_string();
     let stream = Stream::start(&["--port", &port, "--interval", "50"]);
     let c = TcpStream::connect(server.addr).unwrap();
-    let sockopt = |set: Option<i32>| {
-        let mut v = set.unwrap_or(0);
-        let mut len = std::mem::size_of::<i32>() as libc::socklen_t;
-        // SAFETY: set/getsockopt on a live descriptor with a local i32 whose size is passed.
-        let r = unsafe {
-            match set {
-                Some(_) => {
-                    libc::setsockopt(c.as_raw_fd(), libc::SOL_SOCKET, libc::SO_SNDBUF, (&raw const v).cast(), len)
-                }
-                None => {
-                    libc::getsockopt(c.as_raw_fd(), libc::SOL_SOCKET, libc::SO_SNDBUF, (&raw mut v).cast(), &mut len)
-                }
-            }
-        };
-        assert_eq!(r, 0, "{}", std::io::Error::last_os_error());
-        v
-    };
-    sockopt(Some(48 << 10));
-    let sndbuf = sockopt(None) as u64;
+    let sndbuf = sndbuf(c.as_raw_fd(), Some(48 << 10)) as u64;
     let local = c.local_addr().unwrap();
     Sender::run(c, Duration::from_millis(1000), None).join();
     let mut stream = stream;

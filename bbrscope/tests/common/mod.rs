@@ -505,6 +505,22 @@ pub struct TcpInfo {
     pub sndbuf_limited_us: u64,
 }
 
+/// A socket's send buffer (`SO_SNDBUF`: the kernel's `sk_sndbuf`), after setting it to `set`
+/// when given (the kernel doubles what is asked and stops growing it).
+pub fn sndbuf(fd: std::os::fd::RawFd, set: Option<i32>) -> i32 {
+    let len = std::mem::size_of::<i32>() as libc::socklen_t;
+    if let Some(v) = set {
+        // SAFETY: setsockopt from a local i32 whose size is passed, on a descriptor the caller holds.
+        let r = unsafe { libc::setsockopt(fd, libc::SOL_SOCKET, libc::SO_SNDBUF, (&raw const v).cast(), len) };
+        assert_eq!(r, 0, "setsockopt(SO_SNDBUF): {}", std::io::Error::last_os_error());
+    }
+    let (mut v, mut len) = (0i32, len);
+    // SAFETY: getsockopt into a local i32 whose size is passed, on a descriptor the caller holds.
+    let r = unsafe { libc::getsockopt(fd, libc::SOL_SOCKET, libc::SO_SNDBUF, (&raw mut v).cast(), &mut len) };
+    assert_eq!(r, 0, "getsockopt(SO_SNDBUF): {}", std::io::Error::last_os_error());
+    v
+}
+
 pub fn tcp_info(fd: std::os::fd::RawFd) -> TcpInfo {
     let mut buf = [0u8; 256];
     let mut len = buf.len() as libc::socklen_t;
