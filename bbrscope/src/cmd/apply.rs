@@ -29,7 +29,7 @@ pub struct ScopeArgs {
     #[arg(long, value_name = "PATH")]
     pub cgroup: Option<PathBuf>,
     /// A route prefix such as 203.0.113.0/24, or several separated by commas: each route's congctl
-    /// (with --netns: in that namespace)
+    /// and, with --initcwnd/--initrwnd, its initial windows (with --netns: in that namespace)
     #[arg(long, value_name = "PREFIX[,PREFIX...]")]
     pub route: Option<String>,
     /// Stand-in for / when reading and writing files (tests)
