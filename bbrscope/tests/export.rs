@@ -739,8 +739,12 @@ fn the_package_runs_under_systemd_in_a_debian_guest() {
     put("etc/machine-id", &format!("{:032x}\n", rand_u128()), 0o444);
     put("etc/hostname", "bbrscope-guest\n", 0o644);
     let serial = out_dir.path().join("serial.ndjson");
+    // 30 minutes for all of the guest's boots (xtask's default is 15): alone it needs about 6, but
+    // next to this file's other tests (a 10,000-connection flood, Prometheus) a CI run on 2 cores
+    // starved it past 15 with its exporter answering no scrape within curl's 5 s (2026-11-27;
+    // the same commit passed alone in 515 s).
     let boot = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()))
-        .args(["xtask", "boot", "--root"])
+        .args(["xtask", "boot", "--timeout", "1800", "--root"])
         .arg(r)
         .arg("--serial")
         .arg(&serial)
