@@ -35,6 +35,19 @@ fn path(index: u8, rtt_ms: u64) -> Link {
 /// with algorithm `cc`. Each connection's TCP_INFO, read after its last response was acked, goes
 /// to `infos`.
 fn serve(link: &Link, port: u16, cc: &'static str, infos: std::sync::mpsc::Sender<TcpInfo>) -> SocketAddr {
+    serve_paced(link, port, cc, infos, None)
+}
+
+/// [`serve`], writing each response in pieces of `pace.0` bytes `pace.1` apart when given (an
+/// application that produces its response as it goes: a template rendered in parts, a proxy
+/// relaying an upstream).
+fn serve_paced(
+    link: &Link,
+    port: u16,
+    cc: &'static str,
+    infos: std::sync::mpsc::Sender<TcpInfo>,
+    pace: Option<(usize, Duration)>,
+) -> SocketAddr {
     let addr = SocketAddr::new(link.sender_addr.into(), port);
     let listener = link.sender.run(move || Ok(TcpListener::bind(addr)?)).unwrap();
     set_cc_fd(listener.as_raw_fd(), cc);
@@ -48,8 +61,14 @@ fn serve(link: &Link, port: u16, cc: &'static str, infos: std::sync::mpsc::Sende
                 while reader.read_line(&mut line).is_ok_and(|n| n > 0) {
                     let size: usize = line.trim().parse().unwrap_or(0);
                     line.clear();
-                    if c.write_all(&vec![0x5a; size]).is_err() {
-                        return;
+                    let (piece, gap) = pace.unwrap_or((size.max(1), Duration::ZERO));
+                    for (i, part) in vec![0x5a; size].chunks(piece).enumerate() {
+                        if i > 0 {
+                            thread::sleep(gap);
+                        }
+                        if c.write_all(part).is_err() {
+                            return;
+                        }
                     }
                 }
                 // Once the last response is acked no chrono stretch is in progress: the counters
@@ -390,4 +409,77 @@ fn a_send_buffer_smaller_than_the_path_is_found_and_the_change_fixes_it() {
     assert_eq!((f["status"].as_str(), f["affected"].as_u64()), (Some("none"), Some(0)), "bbr: {f:#}");
     revert_change(&applied, root.path());
     assert_eq!(wmem(), small, "revert restores the namespace's own value");
+}
+
+/// The initial-window check on clients it must leave alone, each known by construction to gain
+/// nothing from a larger window — and proven so: the test sets `initcwnd 32` on their route and
+/// the clients' own clock shows no saving (less than a fifth of the round trip the check would
+/// price). `what` names the scenario; `pace` makes the server write each response in pieces;
+/// `client_rmem` is the clients' namespace's tcp_rmem.
+fn initial_window_gains_nothing(
+    index: u8,
+    what: &str,
+    pace: Option<(usize, Duration)>,
+    client_rmem: Option<&'static str>,
+) {
+    let link = path(index, 100);
+    if let Some(rmem) = client_rmem {
+        link.receiver.run(move || Ok(std::fs::write("/proc/sys/net/ipv4/tcp_rmem", rmem)?)).unwrap();
+    }
+    let port = port_for(u16::from(index) * 1000);
+    let (tx, _rx) = std::sync::mpsc::channel();
+    let server = serve_paced(&link, port, "cubic", tx, pace);
+    let advise = start_advise(port, 14);
+    let before = clients(&link, server, Duration::from_secs(10));
+    let advice = finish_advise(advise);
+    let f = findings(&advice, "initial_window", &link)[0].clone();
+
+    let net = format!("{}.0/24", link.receiver_addr.to_string().rsplit_once('.').unwrap().0);
+    // The route as it is, with the window added (the namespace is the test's).
+    let route = link.sender.run(|| ip(&["route", "show", &net])).unwrap();
+    let mut args = vec!["route", "change"];
+    args.extend(route.split_whitespace());
+    args.extend(["initcwnd", "32"]);
+    link.sender.run(|| ip(&args).map(drop)).unwrap();
+    let after = clients(&link, server, Duration::from_secs(10));
+    let mean_ms = |v: &[(usize, Duration)]| v.iter().map(|(_, d)| d.as_secs_f64() * 1e3).sum::<f64>() / v.len() as f64;
+    let (b, a) = (mean_ms(&before), mean_ms(&after));
+    eprintln!(
+        "{what}: initcwnd 10 → 32: {b:.0} → {a:.0} ms mean per response; advise: {} {}",
+        f["status"], f["evidence"]
+    );
+    assert!(b - a < 20.0, "{what}: the scenario must gain nothing from the window: {b:.0} → {a:.0} ms");
+    assert_ne!(f["status"], "found", "{what}: {f:#}");
+}
+
+/// A server that writes each 20–60 KB response in 4 KB pieces 50 ms apart: its responses take
+/// the time the application takes, not round trips of slow start.
+#[test]
+fn responses_the_application_paces_are_not_held_back_by_the_initial_window() {
+    require_root();
+    initial_window_gains_nothing(45, "paced responses", Some((4096, Duration::from_millis(50))), None);
+}
+
+/// Clients whose receive buffer is 16 KB: their window, not the sender's, limits each round trip.
+#[test]
+fn clients_with_small_receive_windows_are_not_held_back_by_the_initial_window() {
+    require_root();
+    initial_window_gains_nothing(46, "16 KB client windows", None, Some("4096 16384 16384"));
+}
+
+/// A keep-alive connection serving 40 KB responses 50 ms apart with the kernel's buffer settings:
+/// each response fits the send buffer the kernel sized for the connection, far below tcp_wmem's
+/// maximum, so raising that maximum changes nothing (by construction: the buffer never reached it).
+#[test]
+fn keepalive_responses_that_fit_the_buffer_are_not_send_buffer_bound() {
+    require_root();
+    let link = path(47, 60);
+    link.sender.run(|| ip(&["link", "set", "dev", "emu0", "gso_max_segs", "1"])).unwrap();
+    let port = port_for(47_000);
+    let advise = start_advise(port, 14);
+    keepalive(&link, port, 60, 40_000, Duration::from_millis(50));
+    let advice = finish_advise(advise);
+    let f = findings(&advice, "send_buffer", &link)[0];
+    eprintln!("keep-alive 40 KB: {} {}", f["status"], f["evidence"]);
+    assert_eq!((f["status"].as_str(), f["affected"].as_u64()), (Some("none"), Some(0)), "{f:#}");
 }

@@ -39,6 +39,12 @@ pub struct FlowFacts {
     pub sent: u64,
     pub mss: Option<u32>,
     pub min_rtt_us: Option<u32>,
+    /// The smoothed RTT the flow ended with.
+    pub srtt_us: Option<u32>,
+    /// The peer's receive window at the first sample (from the handshake, for a flow seen from
+    /// its start): what the first flight may fill, whatever the congestion window.
+    pub peer_wnd_first: Option<u32>,
+    /// Time with data outstanding (the kernel's busy chrono), µs.
     pub busy_us: Option<u64>,
     pub sndbuf_limited_us: Option<u64>,
     pub rwnd_limited_us: Option<u64>,
@@ -47,6 +53,9 @@ pub struct FlowFacts {
     /// waiting for space. `None` for a flow that never had more to send than the buffer holds
     /// (twice its largest size), or with fewer than 5 such samples.
     pub buffer_bound_share: Option<f64>,
+    /// The largest send buffer (`sk_sndbuf`) a sample saw: the kernel sizes it to about two
+    /// congestion windows, up to tcp_wmem's maximum.
+    pub sndbuf_max: Option<u32>,
     /// The highest delivery rate of a sample that was not application-limited, bits/s.
     pub delivery_max_bps: Option<u64>,
     /// Silences longer than the retransmission timeout followed by new data: a keep-alive
@@ -80,6 +89,7 @@ struct Partial {
     sending: u32,
     bound: u32,
     sndbuf_max: u32,
+    peer_wnd_first: Option<u32>,
 }
 
 /// Collects [`FlowFacts`] from the observer's events.
@@ -92,6 +102,7 @@ pub struct Collector {
 impl Collector {
     fn sample(&mut self, id: u64, ts_ns: u64, m: &Metrics) {
         let p = self.open.entry(id).or_default();
+        p.peer_wnd_first = p.peer_wnd_first.or(m.snd_wnd.filter(|&w| w > 0));
         if m.delivery_app_limited == Some(false)
             && let Some(rate) = m.delivery_rate_bps
         {
@@ -152,11 +163,14 @@ impl Collector {
             sent,
             mss: m.mss,
             min_rtt_us: m.min_rtt_us,
+            srtt_us: m.srtt_us,
+            peer_wnd_first: p.peer_wnd_first,
             busy_us: m.busy_us,
             sndbuf_limited_us: m.sndbuf_limited_us,
             rwnd_limited_us: m.rwnd_limited_us,
             buffer_bound_share: (p.sending >= MIN_SENDING_SAMPLES && sent > 2 * u64::from(p.sndbuf_max))
                 .then(|| f64::from(p.bound) / f64::from(p.sending)),
+            sndbuf_max: (p.sndbuf_max > 0).then_some(p.sndbuf_max),
             delivery_max_bps: p.delivery_max_bps,
             idle_gaps: p.idle_gaps,
             restarts: p.restarts,

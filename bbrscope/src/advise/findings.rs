@@ -29,6 +29,12 @@ const LIMITED_SHARE: f64 = 0.2;
 const MIN_BUSY_US: u64 = 10_000;
 /// Window restarts needed before the idle check names them.
 const MIN_RESTARTS: usize = 2;
+/// A response took about the round trips slow start explains when its busy time (data or a FIN
+/// outstanding) is at most its round trips at its smoothed RTT, one more for the FIN (a server
+/// that closes after the response was acked, or a client that closes first, waits a round trip
+/// for it), and this many RTTs, or [`SLACK_MIN_US`] where that is more (a delayed ACK).
+const SLACK_RTTS: f64 = 0.5;
+const SLACK_MIN_US: f64 = 40_000.0;
 /// RTT band edges, ms: the experiment's.
 const RTT_BANDS_MS: [f64; 3] = [10.0, 50.0, 150.0];
 
@@ -185,6 +191,11 @@ pub fn initial_window(flows: &[&FlowFacts], s: &Settings) -> Vec<Finding> {
         with_larger: u32,
         iw: u32,
         rtt_ms: f64,
+        /// Took about the time its round trips explain: slow start, not the application or the
+        /// peer, set its pace.
+        window_bound: bool,
+        /// The peer's first window held the first flight below the larger window.
+        peer_capped: bool,
     }
     let responses: Vec<Response> = flows
         .iter()
@@ -193,14 +204,32 @@ pub fn initial_window(flows: &[&FlowFacts], s: &Settings) -> Vec<Finding> {
             let (mss, rtt) = (u64::from(f.mss.filter(|&m| m > 0)?), f.min_rtt_us?);
             let segs = f.sent.div_ceil(mss);
             let iw = s.knobs.initcwnd_for(f.dst);
+            // A first flight larger than the peer's window waits for it: the larger window is
+            // worth only what the peer lets out (a 16 KB receive buffer, an older client).
+            let peer_segs = f.peer_wnd_first.map_or(u64::MAX, |w| u64::from(w) / mss);
+            let larger = u64::from(iw.max(CANDIDATE_IW)).min(peer_segs).max(u64::from(iw)) as u32;
+            let now = rounds(segs, iw);
+            // Busy for longer than its round trips explain: a response the application wrote
+            // as it went, or that the peer's window or a loss held back — a larger window
+            // saves it nothing that can be counted on (measured: 4 KB pieces 40 ms apart, and
+            // clients with 16 KB receive buffers, took the same time with a window of 32).
+            let window_bound = match (f.busy_us, f.srtt_us) {
+                (Some(busy), Some(srtt)) => {
+                    let srtt = f64::from(srtt);
+                    busy as f64 <= f64::from(now + 1) * srtt + (SLACK_RTTS * srtt).max(SLACK_MIN_US)
+                }
+                _ => true,
+            };
             Some(Response {
                 band: band_of(Some(rtt), &RTT_BANDS_MS),
                 dst: f.dst,
                 sent: f.sent,
-                now: rounds(segs, iw),
-                with_larger: rounds(segs, iw.max(CANDIDATE_IW)),
+                now,
+                with_larger: rounds(segs, larger),
                 iw,
                 rtt_ms: f64::from(rtt) / 1e3,
+                window_bound,
+                peer_capped: larger < iw.max(CANDIDATE_IW),
             })
         })
         .collect();
@@ -238,8 +267,11 @@ pub fn initial_window(flows: &[&FlowFacts], s: &Settings) -> Vec<Finding> {
                     ..base
                 };
             }
-            let affected: Vec<&&Response> = members.iter().filter(|r| r.with_larger < r.now).collect();
+            let affected: Vec<&&Response> =
+                members.iter().filter(|r| r.window_bound && r.with_larger < r.now).collect();
             let share = affected.len() as f64 / members.len() as f64;
+            let not_bound = members.iter().filter(|r| !r.window_bound).count();
+            let capped = members.iter().filter(|r| r.peer_capped).count();
             let extra: Vec<f64> = members.iter().map(|r| f64::from(r.now - 1)).collect();
             let mut saved_ms: Vec<f64> = affected.iter().map(|r| f64::from(r.now - r.with_larger) * r.rtt_ms).collect();
             let mut sizes: Vec<f64> = members.iter().map(|r| r.sent as f64).collect();
@@ -260,13 +292,29 @@ pub fn initial_window(flows: &[&FlowFacts], s: &Settings) -> Vec<Finding> {
                 ("share_helped", share),
                 ("candidate_initcwnd", f64::from(CANDIDATE_IW)),
                 ("saved_ms_median", saved_median),
+                ("responses_not_window_bound", not_bound as f64),
+                ("responses_peer_window_capped", capped as f64),
             ]);
             numbers.retain(|_, v| v.is_finite());
+            let mut unexplained = Vec::new();
+            if not_bound > 0 {
+                unexplained.push(format!(
+                    "{not_bound} took longer than their round trips explain (the application's pace, the peer's \
+                     window or a loss set it)"
+                ));
+            }
+            if capped > 0 {
+                unexplained.push(format!(
+                    "{capped} are priced at their peer's first receive window, below {CANDIDATE_IW} segments"
+                ));
+            }
+            let unexplained =
+                if unexplained.is_empty() { String::new() } else { format!("; not counted: {}", unexplained.join(", ")) };
             let evidence = format!(
-                "{} of {} responses ({:.0}%) need more round trips than an initial window of {CANDIDATE_IW} \
-                 would take (now {iw}; responses median {}, p90 {}; {:.2} round trips beyond the first on average); \
+                "{} of {} responses ({:.0}%) would take fewer round trips from an initial window of \
+                 {CANDIDATE_IW} (now {iw}; responses median {}, p90 {}; {:.2} round trips beyond the first on average); \
                  at their minimum RTT (median {rtt_median:.1} ms) a window of {CANDIDATE_IW} would save a median \
-                 {saved_median:.0} ms on each of them",
+                 {saved_median:.0} ms on each of them{unexplained}",
                 affected.len(),
                 members.len(),
                 share * 100.0,
@@ -334,7 +382,19 @@ pub fn send_buffer(flows: &[&FlowFacts], s: &Settings) -> Finding {
     let busy: Vec<&&FlowFacts> = flows.iter().filter(|f| f.busy_us.is_some_and(|b| b >= MIN_BUSY_US)).collect();
     let share = |f: &FlowFacts, part: Option<u64>| part.unwrap_or(0) as f64 / f.busy_us.unwrap_or(1).max(1) as f64;
     let sndbuf_share = |f: &FlowFacts| share(f, f.sndbuf_limited_us).max(f.buffer_bound_share.unwrap_or(0.0));
-    let limited: Vec<&&&FlowFacts> = busy.iter().filter(|f| sndbuf_share(f) >= LIMITED_SHARE).collect();
+    let wmem_max = s.knobs.tcp_wmem.map(|w| w[2]);
+    // The kernel sizes a flow's buffer to about two congestion windows and stops at tcp_wmem's
+    // maximum: only a buffer that reached the maximum is the setting's doing. Below it, a full
+    // buffer is a response that fits it, or a window the buffer follows (measured: a keep-alive
+    // connection's 40 KB responses filled a 90 KB buffer in every sample, with the maximum at
+    // 4 MB, and raising it would change nothing).
+    let at_ceiling = |f: &FlowFacts| match (f.sndbuf_max, wmem_max) {
+        (Some(b), Some(max)) => u64::from(b) >= max,
+        _ => true,
+    };
+    let limited: Vec<&&&FlowFacts> =
+        busy.iter().filter(|f| sndbuf_share(f) >= LIMITED_SHARE && at_ceiling(f)).collect();
+    let below = busy.iter().filter(|f| sndbuf_share(f) >= LIMITED_SHARE && !at_ceiling(f)).count();
     let mut rwnd_shares: Vec<f64> =
         busy.iter().map(|f| share(f, f.rwnd_limited_us)).filter(|&s| s >= LIMITED_SHARE).collect();
     let rwnd = rwnd_shares.len();
@@ -357,7 +417,14 @@ pub fn send_buffer(flows: &[&FlowFacts], s: &Settings) -> Finding {
             ..base
         };
     }
-    let wmem_max = s.knobs.tcp_wmem.map(|w| w[2]);
+    let below_note = if below > 0 {
+        format!(
+            "; {below} filled a send buffer the kernel had sized below tcp_wmem's maximum (a response that fits it, \
+             or a buffer following the congestion window: not the setting's doing)"
+        )
+    } else {
+        String::new()
+    };
     let rwnd_note = if rwnd > 0 {
         format!(
             "; {rwnd} were held back by their peer's receive window instead (median {:.0}% of the time; the \
@@ -372,11 +439,13 @@ pub fn send_buffer(flows: &[&FlowFacts], s: &Settings) -> Finding {
             status: Status::None,
             numbers: BTreeMap::from([
                 ("flows_busy", busy.len() as f64),
+                ("full_below_maximum_flows", below as f64),
                 ("rwnd_limited_flows", rwnd as f64),
                 ("rwnd_limited_share_median", rwnd_median),
             ]),
             evidence: format!(
-                "none of {} flows with data in flight spent {:.0}% of that time limited by the send buffer{rwnd_note}",
+                "none of {} flows with data in flight spent {:.0}% of that time limited by a send buffer at \
+                 tcp_wmem's maximum{below_note}{rwnd_note}",
                 busy.len(),
                 LIMITED_SHARE * 100.0
             ),
@@ -401,6 +470,7 @@ pub fn send_buffer(flows: &[&FlowFacts], s: &Settings) -> Finding {
     };
     let mut numbers = BTreeMap::from([
         ("flows_busy", busy.len() as f64),
+        ("full_below_maximum_flows", below as f64),
         ("sndbuf_limited_share_median", share_median),
         ("kernel_sndbuf_limited_share_median", kernel_median),
         ("bdp_bytes_max", bdp_max),
@@ -425,10 +495,10 @@ pub fn send_buffer(flows: &[&FlowFacts], s: &Settings) -> Finding {
         status: Status::Found,
         numbers,
         evidence: format!(
-            "{} of {} flows with data in flight spent at least {:.0}% of that time waiting for send-buffer space \
-             (median {:.0}%, by the samples that found the buffer full and nothing unsent; the kernel's own \
+            "{} of {} flows with data in flight spent at least {:.0}% of that time waiting for space in a send buffer at \
+             tcp_wmem's maximum (median {:.0}%, by the samples that found the buffer full and nothing unsent; the kernel's own \
              count, which misses most of it, {:.0}%; {}); their delivered rate × minimum RTT peaked at \
-             {}{cap}{rwnd_note}",
+             {}{cap}{below_note}{rwnd_note}",
             limited.len(),
             busy.len(),
             LIMITED_SHARE * 100.0,
@@ -551,9 +621,12 @@ mod tests {
             sent,
             mss: Some(1448),
             min_rtt_us: Some(rtt_ms * 1000),
+            srtt_us: Some(rtt_ms * 1000),
+            peer_wnd_first: None,
             busy_us: None,
             sndbuf_limited_us: None,
             buffer_bound_share: None,
+            sndbuf_max: None,
             rwnd_limited_us: None,
             delivery_max_bps: None,
             idle_gaps: 0,
@@ -631,6 +704,46 @@ mod tests {
         let flows: Vec<FlowFacts> = (0..40).map(|_| flow(40_000, 100)).collect();
         let refs: Vec<&FlowFacts> = flows.iter().collect();
         assert_eq!(initial_window(&refs, &s)[0].status, Status::None);
+    }
+
+    #[test]
+    fn responses_slower_than_their_round_trips_or_capped_by_the_peer_are_not_counted() {
+        // 40 KB over 100 ms: 28 segments, 2 round trips from 10, 1 from 32.
+        let timed = |busy_ms: u64, peer_wnd: Option<u32>| FlowFacts {
+            busy_us: Some(busy_ms * 1000),
+            peer_wnd_first: peer_wnd,
+            ..flow(40_000, 100)
+        };
+        let run = |f: FlowFacts| {
+            let flows = vec![f; 40];
+            let refs: Vec<&FlowFacts> = flows.iter().collect();
+            initial_window(&refs, &settings()).remove(0)
+        };
+        // Two round trips, the FIN's and a delayed ACK's worth: slow start set the pace.
+        let f = run(timed(345, Some(65_535)));
+        assert_eq!((f.status, f.affected), (Status::Found, 40), "{f:?}");
+        // Written as it went: 400 ms for two round trips.
+        let f = run(timed(400, Some(65_535)));
+        assert_eq!((f.status, f.affected), (Status::None, 0), "{f:?}");
+        assert_eq!(f.numbers["responses_not_window_bound"], 40.0);
+        assert!(f.evidence.contains("40 took longer than their round trips explain"), "{}", f.evidence);
+        // A peer whose first window is 11 segments: 28 segments need 2 round trips from 11 too.
+        let f = run(timed(200, Some(16_000)));
+        assert_eq!((f.status, f.affected, f.numbers["responses_peer_window_capped"]), (Status::None, 0, 40.0));
+        // A first window of 29 segments: all 28 in the first round trip, still the saving.
+        let f = run(timed(200, Some(43_000)));
+        assert_eq!((f.status, f.affected, f.numbers["responses_peer_window_capped"]), (Status::Found, 40, 40.0));
+    }
+
+    #[test]
+    fn a_full_buffer_below_the_maximum_is_not_the_settings_doing() {
+        let mut f = flow(50 << 20, 100);
+        (f.busy_us, f.buffer_bound_share, f.sndbuf_max) = (Some(5_000_000), Some(0.9), Some(90_000));
+        let finding = send_buffer(&[&f], &settings());
+        assert_eq!((finding.status, finding.affected), (Status::None, 0), "{finding:?}");
+        assert_eq!(finding.numbers["full_below_maximum_flows"], 1.0);
+        f.sndbuf_max = Some(4 << 20);
+        assert_eq!(send_buffer(&[&f], &settings()).status, Status::Found);
     }
 
     #[test]
