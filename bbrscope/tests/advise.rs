@@ -483,3 +483,50 @@ fn keepalive_responses_that_fit_the_buffer_are_not_send_buffer_bound() {
     eprintln!("keep-alive 40 KB: {} {}", f["status"], f["evidence"]);
     assert_eq!((f["status"].as_str(), f["affected"].as_u64()), (Some("none"), Some(0)), "{f:#}");
 }
+
+/// A bulk sender with the kernel's `tcp_notsent_lowat` (off) keeps far more written than sent
+/// on a 150 KB path; advise names the queue and how long its bytes wait; the command its change
+/// gives, run as written, bounds the queue at no cost in transfer time; revert restores it.
+#[test]
+fn a_deep_unsent_queue_is_found_and_the_low_water_mark_bounds_it() {
+    require_root();
+    let link = path(48, 60);
+    let lowat = || {
+        let v = link.sender.run(|| Ok(std::fs::read_to_string("/proc/sys/net/ipv4/tcp_notsent_lowat")?)).unwrap();
+        v.trim().to_string()
+    };
+    let default = lowat();
+    let port = port_for(48_000);
+    let advise = start_advise(port, 12);
+    let start = Instant::now();
+    bulk(&link, port, 6_000_000, "cubic");
+    let before = start.elapsed();
+    let advice = finish_advise(advise);
+    let f = findings(&advice, "unsent_queue", &link)[0].clone();
+    eprintln!("unsent queue, lowat {default}: 6 MB in {before:.2?}: {} {}", f["status"], f["evidence"]);
+    assert_eq!((f["status"].as_str(), f["affected"].as_u64()), (Some("found"), Some(1)), "{f:#}");
+    let change = f["change"].as_str().unwrap();
+    assert!(change.contains("`bbrscope apply --sysctl net.ipv4.tcp_notsent_lowat=131072 --netns "), "{change}");
+
+    let root = tempfile::tempdir().unwrap();
+    let applied = run_change(change, root.path());
+    assert_eq!(lowat(), "131072");
+    let port = port + 1;
+    let advise = start_advise(port, 12);
+    let start = Instant::now();
+    bulk(&link, port, 6_000_000, "cubic");
+    let after = start.elapsed();
+    let advice = finish_advise(advise);
+    let g = findings(&advice, "unsent_queue", &link)[0].clone();
+    eprintln!("unsent queue, lowat 131072: 6 MB in {after:.2?}: {} {}", g["status"], g["evidence"]);
+    assert_eq!((g["status"].as_str(), g["affected"].as_u64()), (Some("none"), Some(0)), "{g:#}");
+    // Bounded by the mark (a write's pieces may add up to 64 KB past it before the writer waits).
+    let unsent = g["numbers"]["unsent_bytes_median"].as_f64().unwrap();
+    assert!(unsent <= (192 << 10) as f64, "{g:#}");
+    assert!(f["numbers"]["unsent_bytes_median"].as_f64().unwrap() > 2.0 * unsent, "{f:#}");
+    // The same data in the same time: the queue was not what kept the path full.
+    let ratio = after.as_secs_f64() / before.as_secs_f64();
+    assert!((0.85..=1.15).contains(&ratio), "{before:?} → {after:?}");
+    revert_change(&applied, root.path());
+    assert_eq!(lowat(), default, "revert restores the namespace's own value");
+}

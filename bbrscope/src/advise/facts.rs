@@ -56,6 +56,10 @@ pub struct FlowFacts {
     /// The largest send buffer (`sk_sndbuf`) a sample saw: the kernel sizes it to about two
     /// congestion windows, up to tcp_wmem's maximum.
     pub sndbuf_max: Option<u32>,
+    /// Of the samples with data in flight (at least 5): the median of the bytes written and not
+    /// yet sent, and of the time they wait to be sent at the flow's delivery rate then, ms.
+    pub unsent_median: Option<f64>,
+    pub unsent_wait_ms_median: Option<f64>,
     /// The highest delivery rate of a sample that was not application-limited, bits/s.
     pub delivery_max_bps: Option<u64>,
     /// Silences longer than the retransmission timeout followed by new data: a keep-alive
@@ -90,6 +94,10 @@ struct Partial {
     bound: u32,
     sndbuf_max: u32,
     peer_wnd_first: Option<u32>,
+    /// Per sample with data in flight: unsent bytes, and the wait they mean where the delivery
+    /// rate is known.
+    unsent: Vec<f64>,
+    unsent_wait_ms: Vec<f64>,
 }
 
 /// Collects [`FlowFacts`] from the observer's events.
@@ -117,6 +125,10 @@ impl Collector {
         {
             p.sending += 1;
             p.sndbuf_max = p.sndbuf_max.max(buf);
+            p.unsent.push(f64::from(notsent));
+            if let Some(rate) = m.delivery_rate_bps.filter(|&r| r > 0) {
+                p.unsent_wait_ms.push(f64::from(notsent) * 8.0 / rate as f64 * 1e3);
+            }
             if notsent < mss && u64::from(queued) * 2 >= u64::from(buf) && flight < cwnd {
                 p.bound += 1;
             }
@@ -149,7 +161,13 @@ impl Collector {
     }
 
     fn finish_flow(&mut self, flow: &Flow) {
-        let p = self.open.remove(&flow.id).unwrap_or_default();
+        let mut p = self.open.remove(&flow.id).unwrap_or_default();
+        let enough = p.sending >= MIN_SENDING_SAMPLES;
+        let median = |v: &mut Vec<f64>| {
+            v.sort_by(f64::total_cmp);
+            (enough && !v.is_empty()).then(|| crate::quantile::type7(v, 0.5))
+        };
+        let (unsent_median, unsent_wait_ms_median) = (median(&mut p.unsent), median(&mut p.unsent_wait_ms));
         let Some(m) = flow.metrics.as_ref() else { return };
         let owner = flow.life.owner.as_ref();
         // The SYN of an active opener and the FIN are counted in bytes_acked.
@@ -168,9 +186,11 @@ impl Collector {
             busy_us: m.busy_us,
             sndbuf_limited_us: m.sndbuf_limited_us,
             rwnd_limited_us: m.rwnd_limited_us,
-            buffer_bound_share: (p.sending >= MIN_SENDING_SAMPLES && sent > 2 * u64::from(p.sndbuf_max))
+            buffer_bound_share: (enough && sent > 2 * u64::from(p.sndbuf_max))
                 .then(|| f64::from(p.bound) / f64::from(p.sending)),
             sndbuf_max: (p.sndbuf_max > 0).then_some(p.sndbuf_max),
+            unsent_median,
+            unsent_wait_ms_median,
             delivery_max_bps: p.delivery_max_bps,
             idle_gaps: p.idle_gaps,
             restarts: p.restarts,

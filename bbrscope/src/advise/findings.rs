@@ -35,6 +35,13 @@ const MIN_RESTARTS: usize = 2;
 /// for it), and this many RTTs, or [`SLACK_MIN_US`] where that is more (a delayed ACK).
 const SLACK_RTTS: f64 = 0.5;
 const SLACK_MIN_US: f64 = 40_000.0;
+/// The `tcp_notsent_lowat` the unsent-queue check suggests: what Google and Cloudflare run
+/// HTTP/2 servers with, and above a 20 Mbit/s × 50 ms path's BDP.
+pub const CANDIDATE_LOWAT: u64 = 128 << 10;
+/// A flow's unsent queue is deep when its median is at least this many times the candidate
+/// and its bytes wait at least [`MIN_UNSENT_WAIT_MS`] to be sent.
+const DEEP_UNSENT: f64 = 2.0;
+const MIN_UNSENT_WAIT_MS: f64 = 50.0;
 /// RTT band edges, ms: the experiment's.
 const RTT_BANDS_MS: [f64; 3] = [10.0, 50.0, 150.0];
 
@@ -45,6 +52,9 @@ pub struct Knobs {
     pub tcp_wmem: Option<[u64; 3]>,
     pub tcp_rmem: Option<[u64; 3]>,
     pub tcp_slow_start_after_idle: Option<bool>,
+    /// Bytes left unsent below which a writer is woken (the kernel's default, 4294967295, is
+    /// "off").
+    pub tcp_notsent_lowat: Option<u64>,
     /// Routes with their own initial window.
     pub initcwnd_routes: Vec<InitcwndRoute>,
     /// Every unicast route's prefix: the route a client is reached by is the most specific one.
@@ -95,6 +105,7 @@ pub struct Settings {
 pub enum Check {
     InitialWindow,
     SendBuffer,
+    UnsentQueue,
     IdleRestart,
 }
 
@@ -103,6 +114,7 @@ impl Check {
         match self {
             Check::InitialWindow => "initial window vs response sizes",
             Check::SendBuffer => "send buffer vs the path",
+            Check::UnsentQueue => "unsent data queued in the socket",
             Check::IdleRestart => "window restart after idle",
         }
     }
@@ -175,6 +187,7 @@ pub fn all(flows: &[FlowFacts], settings_of: &dyn Fn(Option<u32>) -> Settings) -
         let s = settings_of(ns);
         out.extend(initial_window(&flows, &s));
         out.push(send_buffer(&flows, &s));
+        out.push(unsent_queue(&flows, &s));
         out.push(idle_restart(&flows, &s));
     }
     out
@@ -521,6 +534,100 @@ pub fn send_buffer(flows: &[&FlowFacts], s: &Settings) -> Finding {
     }
 }
 
+/// Flows that keep much more written than sent: with `tcp_notsent_lowat` off (the kernel's
+/// default) a writer may fill the whole send buffer ahead of the network, and what it writes
+/// next — a more urgent response on the same HTTP/2 connection, a fresher frame — waits behind
+/// it, while the buffer holds the memory.
+pub fn unsent_queue(flows: &[&FlowFacts], s: &Settings) -> Finding {
+    let sending: Vec<&&FlowFacts> = flows.iter().filter(|f| f.unsent_median.is_some()).collect();
+    let deep: Vec<&&&FlowFacts> = sending
+        .iter()
+        .filter(|f| {
+            f.unsent_median.is_some_and(|u| u >= DEEP_UNSENT * CANDIDATE_LOWAT as f64)
+                && f.unsent_wait_ms_median.is_some_and(|w| w >= MIN_UNSENT_WAIT_MS)
+        })
+        .collect();
+    let lowat = s.knobs.tcp_notsent_lowat;
+    let base = Finding {
+        check: Check::UnsentQueue,
+        status: Status::TooFew,
+        netns: s.netns.clone(),
+        netns_ino: s.netns_ino,
+        group: "all flows".into(),
+        flows: sending.len(),
+        affected: deep.len(),
+        numbers: BTreeMap::new(),
+        evidence: String::new(),
+        change: None,
+    };
+    let setting = match lowat {
+        Some(l) if l >= u64::from(u32::MAX) => "tcp_notsent_lowat is off (4294967295)".to_string(),
+        Some(l) => format!("tcp_notsent_lowat is {l}"),
+        None => "tcp_notsent_lowat could not be read".to_string(),
+    };
+    if sending.is_empty() {
+        return Finding { evidence: format!("no flow had data in flight in 5 samples or more; {setting}"), ..base };
+    }
+    let mut numbers = BTreeMap::from([("flows_sending", sending.len() as f64), ("deep_flows", deep.len() as f64)]);
+    if let Some(l) = lowat {
+        numbers.insert("tcp_notsent_lowat", l as f64);
+    }
+    let already = lowat.is_some_and(|l| l <= CANDIDATE_LOWAT);
+    if deep.is_empty() || already {
+        let mut unsent: Vec<f64> = sending.iter().filter_map(|f| f.unsent_median).collect();
+        let mut wait: Vec<f64> = sending.iter().filter_map(|f| f.unsent_wait_ms_median).collect();
+        let u = median(&mut unsent);
+        let w = if wait.is_empty() { f64::NAN } else { median(&mut wait) };
+        numbers.extend([("unsent_bytes_median", u), ("unsent_wait_ms_median", w)]);
+        numbers.retain(|_, v| v.is_finite());
+        let why = if deep.is_empty() {
+            format!(
+                "none of {} flows with data in flight kept a median of {} or more unsent that waited {MIN_UNSENT_WAIT_MS:.0} \
+                 ms or more to be sent (the flows' medians: {} unsent{})",
+                sending.len(),
+                crate::units::fmt_bytes(DEEP_UNSENT * CANDIDATE_LOWAT as f64),
+                crate::units::fmt_bytes(u),
+                if w.is_finite() { format!(", waiting {w:.0} ms") } else { String::new() },
+            )
+        } else {
+            format!(
+                "{} flows kept deep unsent queues, but the setting is already at or below {CANDIDATE_LOWAT}",
+                deep.len()
+            )
+        };
+        return Finding { status: Status::None, numbers, evidence: format!("{why}; {setting}"), ..base };
+    }
+    let mut unsent: Vec<f64> = deep.iter().filter_map(|f| f.unsent_median).collect();
+    let mut wait: Vec<f64> = deep.iter().filter_map(|f| f.unsent_wait_ms_median).collect();
+    let (u, w) = (median(&mut unsent), median(&mut wait));
+    numbers.extend([
+        ("unsent_bytes_median", u),
+        ("unsent_wait_ms_median", w),
+        ("candidate_lowat", CANDIDATE_LOWAT as f64),
+    ]);
+    numbers.retain(|_, v| v.is_finite());
+    Finding {
+        status: Status::Found,
+        numbers,
+        evidence: format!(
+            "{} of {} flows with data in flight kept a median {} written and not yet sent, which waited a median \
+             {w:.0} ms to be sent at the flow's delivery rate: anything the application writes next waits that long \
+             behind it ({setting})",
+            deep.len(),
+            sending.len(),
+            crate::units::fmt_bytes(u),
+        ),
+        change: Some(format!(
+            "`bbrscope apply --sysctl net.ipv4.tcp_notsent_lowat={CANDIDATE_LOWAT}{}` (a writer is then let in only \
+             while less than {} is unsent: more, smaller writes, the same data sent; it applies to every socket of the \
+             namespace that does not set TCP_NOTSENT_LOWAT itself)",
+            s.scope,
+            crate::units::fmt_bytes(CANDIDATE_LOWAT as f64)
+        )),
+        ..base
+    }
+}
+
 /// Keep-alive flows whose window the kernel restarted after a silence (CUBIC, Reno and the other
 /// algorithms without their own `cong_control`; BBR keeps its model across idle).
 pub fn idle_restart(flows: &[&FlowFacts], s: &Settings) -> Finding {
@@ -627,6 +734,8 @@ mod tests {
             sndbuf_limited_us: None,
             buffer_bound_share: None,
             sndbuf_max: None,
+            unsent_median: None,
+            unsent_wait_ms_median: None,
             rwnd_limited_us: None,
             delivery_max_bps: None,
             idle_gaps: 0,
@@ -758,6 +867,26 @@ mod tests {
         assert!(finding.change.as_deref().unwrap().contains("\"4096 16384 16777216\""), "{finding:?}");
         assert_eq!(send_buffer(&[&ok], &settings()).status, Status::None);
         assert_eq!(send_buffer(&[], &settings()).status, Status::TooFew);
+    }
+
+    #[test]
+    fn deep_unsent_queues_are_found_unless_the_low_water_mark_is_set() {
+        let mut f = flow(50 << 20, 60);
+        (f.unsent_median, f.unsent_wait_ms_median) = (Some(1.5e6), Some(600.0));
+        let shallow = FlowFacts { unsent_median: Some(20e3), unsent_wait_ms_median: Some(8.0), ..f.clone() };
+        let mut s = settings();
+        s.knobs.tcp_notsent_lowat = Some(u64::from(u32::MAX));
+        let finding = unsent_queue(&[&f, &shallow], &s);
+        assert_eq!((finding.status, finding.flows, finding.affected), (Status::Found, 2, 1), "{finding:?}");
+        assert_eq!(finding.numbers["unsent_wait_ms_median"], 600.0);
+        assert!(finding.change.as_deref().unwrap().contains("tcp_notsent_lowat=131072`"), "{finding:?}");
+        assert_eq!(unsent_queue(&[&shallow], &s).status, Status::None);
+        // A deep queue that drains fast (a fast path): nothing waits long.
+        let fast = FlowFacts { unsent_wait_ms_median: Some(10.0), ..f.clone() };
+        assert_eq!(unsent_queue(&[&fast], &s).status, Status::None);
+        s.knobs.tcp_notsent_lowat = Some(16384);
+        assert_eq!(unsent_queue(&[&f], &s).status, Status::None);
+        assert_eq!(unsent_queue(&[], &s).status, Status::TooFew);
     }
 
     #[test]

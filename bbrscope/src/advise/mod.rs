@@ -1,6 +1,6 @@
 //! `bbrscope advise`: which TCP settings beyond the algorithm hold this host's flows back — the
-//! initial window against response sizes, the send buffer against the path, the window restart
-//! after idle — each from the flows observed over a window ([`facts`]) weighed against their
+//! initial window against response sizes, the send buffer against the path, unsent data queued
+//! in the socket, the window restart after idle — each from the flows observed over a window ([`facts`]) weighed against their
 //! namespace's settings ([`findings`]).
 
 pub mod facts;
@@ -96,6 +96,7 @@ pub fn read_knobs() -> Knobs {
         tcp_wmem: triple("net.ipv4.tcp_wmem"),
         tcp_rmem: triple("net.ipv4.tcp_rmem"),
         tcp_slow_start_after_idle: sysctl("net.ipv4.tcp_slow_start_after_idle").map(|v| v != "0"),
+        tcp_notsent_lowat: sysctl("net.ipv4.tcp_notsent_lowat").and_then(|v| v.parse().ok()),
         routes: routes.iter().map(|r| r.key.prefix).collect(),
         initcwnd_routes: routes
             .into_iter()

@@ -63,6 +63,10 @@ fn print_namespace(n: &Namespace) -> Result<(), OutputError> {
         };
         outln!("  idle restart     {what}")?;
     }
+    if let Some(l) = t.tcp_notsent_lowat {
+        let what = if l >= u64::from(u32::MAX) { format!("off ({l})") } else { l.to_string() };
+        outln!("  notsent_lowat    {what}")?;
+    }
     for r in &t.initcwnd_routes {
         outln!("  route            {} initcwnd {}", r.prefix, r.initcwnd)?;
     }
