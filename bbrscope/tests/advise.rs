@@ -530,3 +530,42 @@ fn a_deep_unsent_queue_is_found_and_the_low_water_mark_bounds_it() {
     revert_change(&applied, root.path());
     assert_eq!(lowat(), default, "revert restores the namespace's own value");
 }
+
+/// `advise --from`: the 20–60 KB responses over 100 ms, recorded with `bbrscope stream` while a
+/// live `advise` watched the same clients, weigh to the same initial-window finding — every
+/// response the clients logged, the same ones helped, the same saving.
+#[test]
+fn a_recording_weighs_as_the_live_flows_did() {
+    require_root();
+    let link = path(49, 100);
+    let port = port_for(49_000);
+    let (tx, _rx) = std::sync::mpsc::channel();
+    let server = serve(&link, port, "cubic", tx);
+    let stream = Stream::start(&["--port", &port.to_string()]);
+    let advise = start_advise(port, 10);
+    let log = clients(&link, server, Duration::from_secs(6));
+    let live = finish_advise(advise);
+    thread::sleep(Duration::from_millis(500));
+    let (code, records, _) = stream.stop();
+    assert_eq!(code, 0);
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("capture.ndjson");
+    let text: String = records.iter().map(|r| format!("{r}\n")).collect();
+    std::fs::write(&file, text).unwrap();
+    let out = bbrscope().args(["advise", "--json", "--from"]).arg(&file).output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let recorded: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(recorded["recording"], file.display().to_string());
+    let (a, b) = (findings(&live, "initial_window", &link)[0], findings(&recorded, "initial_window", &link)[0]);
+    eprintln!("live: {}\nrecorded: {}", a["evidence"], b["evidence"]);
+    assert_eq!(b["status"], "found", "{b:#}");
+    assert_eq!(b["flows"].as_u64().unwrap() as usize, log.len(), "{b:#}");
+    for key in ["flows", "affected", "status", "change"] {
+        assert_eq!(a[key], b[key], "{key}: live {a:#}\nrecorded {b:#}");
+    }
+    assert_eq!(a["numbers"]["saved_ms_median"], b["numbers"]["saved_ms_median"], "{a:#}\n{b:#}");
+    // The text says what was weighed, and against what.
+    let out = bbrscope().args(["advise", "--from"]).arg(&file).output().unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("(weighed against this host's settings, read now)"), "{text}");
+}

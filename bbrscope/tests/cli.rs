@@ -62,6 +62,10 @@ fn every_subcommand_exits_as_the_readme_says() {
         (vec!["export", "--listen", busy.as_str()], Out::Null, As::Root, 2, "in use"),
         (vec!["advise", "--duration", "0"], Out::Null, As::Root, 2, "'0' must be longer than zero"),
         (vec!["advise", "--port", "0"], Out::Null, As::Root, 2, "port 0 matches no TCP flow"),
+        (vec!["advise", "--from", "/no/such/capture.ndjson"], Out::Null, As::Root, 2, "cannot read"),
+        (vec!["advise", "--from", "/etc/hostname", "--port", "443"], Out::Null, As::Root, 2, "filter when recording instead"),
+        (vec!["advise", "--from", "/etc/hostname", "--duration", "5"], Out::Null, As::Root, 2, "cannot be used with"),
+        (vec!["advise", "--from", "/bin/sh"], Out::Null, As::Root, 2, "is not a bbrscope stream recording"),
         // A missing kernel feature: this kernel has no such qdisc.
         (vec!["apply", "bbr", "--qdisc", "nosuchqdisc", "--dry-run", r[0], r[1]], Out::Null, As::Root, 2, "cannot create qdisc"),
         // A missing privilege.

@@ -4,9 +4,10 @@
 use std::{io, net::IpAddr};
 
 use crate::observe::{
-    event::{Event, Metrics},
+    event::{Event, Metrics, Owner},
     flow::{Change, Flow, FlowTable, IdMap},
     pipeline::Sink,
+    replay::Summary,
 };
 
 /// The kernel's lower bound on the retransmission timeout (`TCP_RTO_MIN`, 200 ms): a send after a
@@ -160,7 +161,27 @@ impl Collector {
         p.last = Some(Last { ts_ns, cwnd, rto_us, data_segs_out: segs, retrans });
     }
 
+    /// A flow that ended (or is still open when the window closes), as the observer saw it.
     fn finish_flow(&mut self, flow: &Flow) {
+        let whole = flow.life.start_ns.is_some() && flow.life.end.is_some();
+        self.push(flow, flow.life.owner.as_ref(), whole);
+    }
+
+    /// A recorded flow's summary: its end, with the owner and start the summary gives (a
+    /// replayed flow has no OPEN record of its own).
+    pub fn summary(&mut self, table: &mut FlowTable, s: &Summary) {
+        let id = s.open.head.flow;
+        if table.get(id).is_none() {
+            table.apply(&Event::Open(Box::new(s.open.clone())));
+        }
+        // The summary's counters are the flow's final ones; not a sample of its buffer.
+        table.apply(&Event::Sample(Box::new(s.close.clone())));
+        if let Some(flow) = table.remove(id) {
+            self.push(&flow, Some(&s.open.owner), s.start_known);
+        }
+    }
+
+    fn push(&mut self, flow: &Flow, owner: Option<&Owner>, whole: bool) {
         let mut p = self.open.remove(&flow.id).unwrap_or_default();
         let enough = p.sending >= MIN_SENDING_SAMPLES;
         let median = |v: &mut Vec<f64>| {
@@ -169,7 +190,6 @@ impl Collector {
         };
         let (unsent_median, unsent_wait_ms_median) = (median(&mut p.unsent), median(&mut p.unsent_wait_ms));
         let Some(m) = flow.metrics.as_ref() else { return };
-        let owner = flow.life.owner.as_ref();
         // The SYN of an active opener and the FIN are counted in bytes_acked.
         let syn_fin = if owner.and_then(|o| o.side) == Some("connect") { 2 } else { 1 };
         let sent = m.bytes_acked.unwrap_or(0).saturating_sub(syn_fin);
@@ -177,7 +197,7 @@ impl Collector {
             dst: flow.dst.ip().to_canonical(),
             netns: owner.and_then(|o| o.netns),
             cc: flow.life.ccs.first().copied().unwrap_or(flow.cc).to_string(),
-            whole: flow.life.start_ns.is_some() && flow.life.end.is_some(),
+            whole,
             sent,
             mss: m.mss,
             min_rtt_us: m.min_rtt_us,

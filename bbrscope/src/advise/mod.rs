@@ -13,9 +13,10 @@ use serde::Serialize;
 
 use crate::{
     observe::{
-        flow::FlowTable,
+        flow::{Change, FlowTable},
         kernel::loader::Options,
-        pipeline::{self, Settings as LoopSettings, Signals},
+        pipeline::{self, Settings as LoopSettings, Signals, Sink as _},
+        replay::{Reader, Record, Skipped},
         session::Live,
     },
     sys::netns,
@@ -26,8 +27,10 @@ use findings::{Finding, InitcwndRoute, Knobs, Settings, Status};
 /// What `advise` found.
 #[derive(Debug, Serialize)]
 pub struct Advice {
-    /// How long flows were watched, seconds.
+    /// How long flows were watched, seconds (for a recording: from its first record to its last).
     pub window_s: f64,
+    /// The recording weighed (`--from`); `None` for flows watched live.
+    pub recording: Option<String>,
     /// Flows seen (ended in the window, or open at its end).
     pub flows: usize,
     pub findings: Vec<Finding>,
@@ -58,6 +61,41 @@ pub async fn live(opts: &Options, duration: Duration) -> Result<Advice> {
     Ok(weigh(collector.done, started.elapsed().as_secs_f64()))
 }
 
+/// Weighs the flows of a `bbrscope stream` recording (`name` is what the advice calls it), and
+/// says what was skipped of it. The settings are read from this host, now: a recording does
+/// not carry them.
+pub fn recorded(input: impl std::io::BufRead, name: &str) -> Result<(Advice, Skipped)> {
+    let mut reader = Reader::of_file(input);
+    let mut table = FlowTable::new(0);
+    let mut collector = Collector::default();
+    let mut span: Option<(u64, u64)> = None;
+    while let Some(record) = reader.next_record()? {
+        let ts = record.ts_ns();
+        span = Some(span.map_or((ts, ts), |(a, b)| (a.min(ts), b.max(ts))));
+        match record {
+            Record::Event(ev) => {
+                let change = table.apply(&ev);
+                // The collector writes nothing: no write can fail.
+                collector.event(&ev, change, &table)?;
+                if change == Change::Ended {
+                    table.remove(ev.head().flow);
+                }
+            }
+            Record::Summary(s) => collector.summary(&mut table, &s),
+            Record::Stats(..) => {}
+        }
+    }
+    let Some((first, last)) = span else {
+        let skipped = reader.skipped.describe().map(|s| format!("; {s}")).unwrap_or_default();
+        anyhow::bail!("no flow records in it (record one with `bbrscope stream > FILE`){skipped}")
+    };
+    collector.finish(&table);
+    let window_s = last.saturating_sub(first) as f64 / 1e9;
+    let mut advice = weigh(collector.done, window_s);
+    advice.recording = Some(name.to_string());
+    Ok((advice, reader.skipped))
+}
+
 /// The findings over `flows`, with each namespace's settings read now.
 pub fn weigh(flows: Vec<FlowFacts>, window_s: f64) -> Advice {
     let mut read: BTreeMap<Option<u32>, Settings> = BTreeMap::new();
@@ -65,7 +103,7 @@ pub fn weigh(flows: Vec<FlowFacts>, window_s: f64) -> Advice {
         read.entry(f.netns).or_insert_with(|| settings_of(f.netns));
     }
     let findings = findings::all(&flows, &|ns| read.get(&ns).cloned().unwrap_or_default());
-    Advice { window_s, flows: flows.len(), findings, settings: read.into_values().collect() }
+    Advice { window_s, recording: None, flows: flows.len(), findings, settings: read.into_values().collect() }
 }
 
 /// The settings of namespace `ino` (this one for `None`), read from inside it.
@@ -108,7 +146,13 @@ pub fn read_knobs() -> Knobs {
 /// The advice for people: each finding's check, group, status, evidence and change.
 pub fn render(a: &Advice) -> String {
     use std::fmt::Write as _;
-    let mut out = format!("bbrscope advise: {} flows over {:.0} s\n", a.flows, a.window_s);
+    let mut out = format!("bbrscope advise: {} flows over {:.0} s", a.flows, a.window_s);
+    match &a.recording {
+        Some(name) => {
+            let _ = writeln!(out, " of {name} (weighed against this host's settings, read now)");
+        }
+        None => out.push('\n'),
+    }
     if a.flows == 0 {
         out.push_str("\nNo flows were seen: nothing to weigh (run it while the service has traffic, or longer).\n");
     }
@@ -157,6 +201,7 @@ mod tests {
     fn the_text_names_each_check_its_status_evidence_and_change() {
         let advice = Advice {
             window_s: 60.0,
+            recording: None,
             flows: 40,
             findings: vec![
                 finding(Check::InitialWindow, Status::Found, "RTT 50–150 ms", Some("initcwnd 32")),
@@ -171,7 +216,7 @@ mod tests {
                     send buffer vs the path: ok\n    the numbers\n  \
                     window restart after idle: too few flows\n    the numbers\n";
         assert_eq!(text, want);
-        let none = render(&Advice { window_s: 5.0, flows: 0, findings: vec![], settings: vec![] });
+        let none = render(&Advice { window_s: 5.0, recording: None, flows: 0, findings: vec![], settings: vec![] });
         assert!(none.contains("No flows were seen"), "{none}");
     }
 }

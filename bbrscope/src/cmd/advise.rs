@@ -1,14 +1,15 @@
 //! `bbrscope advise`: watch flows for a while, then say which settings beyond the algorithm hold
 //! them back (docs/advise.md).
 
-use std::time::Duration;
+use std::{io::BufReader, path::PathBuf, time::Duration};
 
 use anyhow::Result;
 use clap::Args;
 
 use crate::{
     cli::ObserveArgs,
-    output::{self, outln},
+    error::usage,
+    output::{self, errln, outln},
 };
 
 #[derive(Debug, Args)]
@@ -19,14 +20,49 @@ pub struct AdviseArgs {
     /// what was seen so far)
     #[arg(long, value_name = "TIME", default_value = "60", value_parser = crate::units::duration, allow_negative_numbers = true)]
     pub duration: Duration,
+    /// Weigh the flows of a recording (`bbrscope stream > FILE`; - for stdin) instead of
+    /// watching live ones, against this host's settings as they are now
+    #[arg(long, value_name = "FILE", conflicts_with = "duration")]
+    pub from: Option<PathBuf>,
     /// Print as JSON
     #[arg(long)]
     pub json: bool,
 }
 
 pub async fn run(args: AdviseArgs) -> Result<()> {
-    let opts = args.observe.options()?;
-    let advice = crate::advise::live(&opts, args.duration).await?;
+    let advice = match &args.from {
+        Some(file) => {
+            let f = &args.observe.filter;
+            let filtered = f.port.is_some()
+                || f.addr.is_some()
+                || f.cgroup.is_some()
+                || f.cc.is_some()
+                || f.comm.is_some()
+                || f.pid.is_some()
+                || f.netns.is_some();
+            if filtered {
+                usage!(
+                    "--from weighs every flow of the recording: filter when recording instead \
+                     (`bbrscope stream --port 443 > FILE`)"
+                );
+            }
+            let name = file.display().to_string();
+            let (advice, skipped) = if name == "-" {
+                crate::advise::recorded(BufReader::new(std::io::stdin().lock()), "standard input")
+            } else {
+                match std::fs::File::open(file) {
+                    Ok(f) => crate::advise::recorded(BufReader::new(f), &name),
+                    Err(e) => usage!("cannot read {name}: {e} (give a file written by `bbrscope stream`)"),
+                }
+            }
+            .map_err(|e| crate::error::UsageError::new(format!("{name} is not a bbrscope stream recording: {e:#}")))?;
+            if let Some(s) = skipped.describe() {
+                errln!("bbrscope: advise: {name}: {s}");
+            }
+            advice
+        }
+        None => crate::advise::live(&args.observe.options()?, args.duration).await?,
+    };
     output::guard(|| {
         if args.json {
             outln!("{}", serde_json::to_string_pretty(&advice)?)?;

@@ -39,6 +39,8 @@ pub struct Summary {
     /// The final state, as far as the summary has it (no window, no loss counts: it has
     /// the final counters, RTTs and rates).
     pub close: SampleEvent,
+    /// The flow's start was seen (`start_ts` given): the recording has it whole.
+    pub start_known: bool,
 }
 
 impl Record {
@@ -148,7 +150,7 @@ fn summary(head: Head, cc: Name, v: &Value) -> Result<Summary> {
         summary_only: true,
     };
     let close = SampleEvent { head, closing: true, cc, acks: 0, retrans_coalesced: 0, metrics };
-    Ok(Summary { open, close })
+    Ok(Summary { open, close, start_known: f.start_ts.is_some() })
 }
 
 /// One line of `bbrscope stream` output. `Ok(None)` for lines that carry nothing to replay
