@@ -569,3 +569,65 @@ fn a_recording_weighs_as_the_live_flows_did() {
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(text.contains("(weighed against this host's settings, read now)"), "{text}");
 }
+
+/// What `advise` cannot tell, the experiment it names measures. A server writing each 20–60 KB
+/// response in 8 KB pieces 25 ms apart finishes writing about when slow start's first round trip
+/// ends: by the observer's samples (one per round trip) the responses look window-bound, and
+/// advise prices a round trip saved on each (measured: 86 of 88 counted, 98 ms claimed per
+/// response) — yet a window of 32 saves nothing (the test sets it on the route: 460 → 459 ms).
+/// The finding's change says to measure it first, and `bbrscope experiment --arms
+/// cubic,cubic+iw32` on the same clients finds no saving that matters and recommends nothing.
+#[test]
+fn a_service_paced_like_slow_start_is_caught_by_the_experiment_advise_names() {
+    require_root();
+    let link = path(50, 100);
+    let port = port_for(50_000);
+    let (tx, _rx) = std::sync::mpsc::channel();
+    let server = serve_paced(&link, port, "cubic", tx, Some((8192, Duration::from_millis(25))));
+    let advise = start_advise(port, 14);
+    let before = clients(&link, server, Duration::from_secs(10));
+    let advice = finish_advise(advise);
+    let f = findings(&advice, "initial_window", &link)[0].clone();
+    eprintln!("paced like slow start: advise: {} {}", f["status"], f["evidence"]);
+    if f["status"] == "found" {
+        assert!(f["change"].as_str().unwrap().contains("measure it with an experiment"), "{f:#}");
+    }
+
+    let mut child = bbrscope()
+        .args(["experiment", "--arms", "cubic,cubic+iw32", "--port", &port.to_string(), "--duration", "5m"])
+        .args(["--json", "--no-guardrail", "--recommend"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut err = BufReader::new(child.stderr.take().unwrap());
+    let mut line = String::new();
+    err.read_line(&mut line).unwrap();
+    assert!(line.contains("experiment running"), "{line}");
+    thread::spawn(move || std::io::copy(&mut err, &mut std::io::sink()));
+    clients(&link, server, Duration::from_secs(30));
+    thread::sleep(Duration::from_secs(1));
+    // SAFETY: kill(2) on our own child's pid.
+    unsafe { libc::kill(child.id() as i32, libc::SIGINT) };
+    let status = wait_timeout(&mut child, Duration::from_secs(60)).expect("the experiment ends on SIGINT");
+    let mut out = String::new();
+    child.stdout.take().unwrap().read_to_string(&mut out).unwrap();
+    let report: Value = serde_json::from_str(&out).unwrap_or_else(|e| panic!("{e} ({status}): {out}"));
+    let net = format!("{}.0/24", link.receiver_addr.to_string().rsplit_once('.').unwrap().0);
+    let g = report["groups"].as_array().unwrap().iter().find(|g| g["label"] == net.as_str()).unwrap();
+    eprintln!("paced like slow start: experiment: {}", g["conclusion"]);
+    assert_ne!(g["answer"]["practical"], true, "{}", g["conclusion"]);
+    assert!(report["recommend"]["commands"].as_array().unwrap().is_empty(), "{}", report["recommend"]);
+
+    // By construction, and measured: the window changes nothing for these responses.
+    let route = link.sender.run(|| ip(&["route", "show", &net])).unwrap();
+    let mut args = vec!["route", "change"];
+    args.extend(route.split_whitespace());
+    args.extend(["initcwnd", "32"]);
+    link.sender.run(|| ip(&args).map(drop)).unwrap();
+    let after = clients(&link, server, Duration::from_secs(10));
+    let mean_ms = |v: &[(usize, Duration)]| v.iter().map(|(_, d)| d.as_secs_f64() * 1e3).sum::<f64>() / v.len() as f64;
+    let (b, a) = (mean_ms(&before), mean_ms(&after));
+    eprintln!("paced like slow start: initcwnd 10 → 32: {b:.0} → {a:.0} ms mean per response");
+    assert!(b - a < 20.0, "the scenario must gain nothing from the window: {b:.0} → {a:.0} ms");
+}
