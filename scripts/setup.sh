@@ -45,6 +45,12 @@ if ! rustup toolchain list | grep -q "^${NIGHTLY}"; then
   log "installing Rust toolchain ${NIGHTLY}"
   rustup toolchain install "$NIGHTLY" --profile minimal -c rust-src -c clippy -c rustfmt
 fi
+# The static binary's target (`cargo xtask dist --static`): musl's libc, linked in.
+MUSL="$(uname -m)-unknown-linux-musl"
+if ! rustup target list --toolchain "$NIGHTLY" --installed | grep -qx "$MUSL"; then
+  log "adding the Rust target ${MUSL}"
+  rustup target add --toolchain "$NIGHTLY" "$MUSL"
+fi
 
 want="bpf-linker v${BPF_LINKER_VERSION}"
 if ! cargo +"$NIGHTLY" install --list 2>/dev/null | grep -q "^${want}:"; then

@@ -159,7 +159,8 @@ fn connect_with_cc(to: SocketAddrV4, cc: &str) -> Result<TcpStream> {
     setsockopt_bytes(sock.as_raw_fd(), libc::IPPROTO_TCP, libc::TCP_CONGESTION, cc.as_bytes())
         .with_context(|| format!("setting congestion control {cc} on the demo socket (TCP_CONGESTION)"))?;
     // connect() honours the send timeout.
-    let timeout = libc::timeval { tv_sec: CONNECT_TIMEOUT.as_secs() as libc::time_t, tv_usec: 0 };
+    // `time_t`, whose width differs between libcs.
+    let timeout = libc::timeval { tv_sec: CONNECT_TIMEOUT.as_secs() as _, tv_usec: 0 };
     setsockopt_bytes(sock.as_raw_fd(), libc::SOL_SOCKET, libc::SO_SNDTIMEO, as_bytes(&timeout))?;
     let addr = libc::sockaddr_in {
         sin_family: libc::AF_INET as libc::sa_family_t,

@@ -15,6 +15,11 @@ pub struct DistArgs {
     /// Where to put the .deb (default: TARGET_DIR/dist)
     #[arg(long, value_name = "DIR")]
     out: Option<PathBuf>,
+    /// A static binary, with musl's libc linked in: the package then depends on no libc and the
+    /// binary runs on any distribution of this architecture, however old its userland (needs
+    /// `rustup target add ARCH-unknown-linux-musl`, which scripts/setup.sh does)
+    #[arg(long = "static")]
+    static_libc: bool,
 }
 
 fn workspace() -> PathBuf {
@@ -61,20 +66,22 @@ pub fn run_dist(args: DistArgs) -> Result<()> {
     let ws = workspace();
     let target = target_dir(&ws);
     let commit = git_commit(&ws);
-    eprintln!("dist: building bbrscope (profile dist: release + LTO, stripped) at {commit}");
-    let status = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()))
-        .args(["build", "--profile", "dist", "-p", "bbrscope", "--bin", "bbrscope"])
-        .env("BBRSCOPE_GIT_COMMIT", &commit)
-        .current_dir(&ws)
-        .status()
-        .context("running cargo build")?;
+    let musl = format!("{}-unknown-linux-musl", std::env::consts::ARCH);
+    let how = if args.static_libc { format!(", static: {musl}") } else { String::new() };
+    eprintln!("dist: building bbrscope (profile dist: release + LTO, stripped{how}) at {commit}");
+    let mut build = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()));
+    build.args(["build", "--profile", "dist", "-p", "bbrscope", "--bin", "bbrscope"]);
+    if args.static_libc {
+        build.args(["--target", &musl]);
+    }
+    let status = build.env("BBRSCOPE_GIT_COMMIT", &commit).current_dir(&ws).status().context("running cargo build")?;
     ensure!(status.success(), "cargo build --profile dist failed");
-    let bin = target.join("dist/bbrscope");
+    let bin = if args.static_libc { target.join(&musl).join("dist/bbrscope") } else { target.join("dist/bbrscope") };
     let version_line = run(Command::new(&bin).arg("--version"))?;
     let version = version_line.split_whitespace().nth(1).context("bbrscope --version printed no version")?.to_string();
 
     let out = args.out.unwrap_or_else(|| target.join("dist"));
-    let stage = target.join("dist-stage");
+    let stage = target.join(if args.static_libc { "dist-stage-static" } else { "dist-stage" });
     let _ = std::fs::remove_dir_all(&stage);
     let gen_dir = stage.join("gen");
     run(Command::new(&bin).arg("export").arg("--dist-assets").arg(&gen_dir))?;
@@ -131,9 +138,11 @@ pub fn run_dist(args: DistArgs) -> Result<()> {
     let debian = root.join("DEBIAN");
     std::fs::create_dir_all(&debian)?;
     let arch = run(Command::new("dpkg").arg("--print-architecture"))?.trim().to_string();
-    let depends = match glibc_needed(&root.join("usr/bin/bbrscope"))? {
-        Some((maj, min)) => format!("libc6 (>= {maj}.{min})"),
-        None => "libc6".into(),
+    // A static binary needs no package at all; a dynamic one the glibc its symbols name.
+    let depends = match (args.static_libc, glibc_needed(&root.join("usr/bin/bbrscope"))?) {
+        (true, _) => String::new(),
+        (false, Some((maj, min))) => format!("Depends: libc6 (>= {maj}.{min})\n"),
+        (false, None) => "Depends: libc6\n".into(),
     };
     let size_kb = run(Command::new("du").args(["-sk"]).arg(&root))?
         .split_whitespace()
@@ -144,7 +153,7 @@ pub fn run_dist(args: DistArgs) -> Result<()> {
         debian.join("control"),
         format!(
             "Package: bbrscope\nVersion: {full_version}\nArchitecture: {arch}\nMaintainer: {}\n\
-             Installed-Size: {size_kb}\nDepends: {depends}\nRecommends: bash-completion\n\
+             Installed-Size: {size_kb}\n{depends}Recommends: bash-completion\n\
              Section: net\nPriority: optional\nHomepage: https://github.com/bbrscope/bbrscope\n\
              Description: live TCP congestion-control observer and configurator (eBPF)\n \
              See what CUBIC and BBR are doing to every TCP flow, prove which one serves\n \

@@ -310,7 +310,8 @@ impl Pump {
         let next = [self.forward.front(), self.back.front()].into_iter().flatten().map(|&(t, _)| t).min();
         // All zero disarms; a time already past fires at once.
         let at = next.map_or(libc::timespec { tv_sec: 0, tv_nsec: 0 }, |t| libc::timespec {
-            tv_sec: (t / 1_000_000_000) as libc::time_t,
+            // `time_t`, whose width differs between libcs.
+            tv_sec: (t / 1_000_000_000) as _,
             tv_nsec: (t % 1_000_000_000) as libc::c_long,
         });
         let spec = libc::itimerspec { it_interval: libc::timespec { tv_sec: 0, tv_nsec: 0 }, it_value: at };
@@ -326,7 +327,11 @@ impl Pump {
 /// over the traffic being emulated (senders, receivers, the observer) on a busy machine. Without
 /// the privilege it stays a normal thread: timing is then only as good as the scheduler's.
 fn realtime_priority() {
-    let param = libc::sched_param { sched_priority: REALTIME_PRIORITY };
+    // musl's `sched_param` has more members than glibc's (the sporadic server's, unused by
+    // SCHED_FIFO): all of them zero but the priority.
+    // SAFETY: a plain C struct of integers and timespecs, for which all-zero bytes are valid.
+    let mut param: libc::sched_param = unsafe { std::mem::zeroed() };
+    param.sched_priority = REALTIME_PRIORITY;
     // SAFETY: plain syscall on this thread (pid 0).
     unsafe { libc::sched_setscheduler(0, libc::SCHED_FIFO, &param) };
 }

@@ -64,8 +64,10 @@ fn control_socket() -> io::Result<OwnedFd> {
 }
 
 fn ioctl(sock: &OwnedFd, request: libc::c_ulong, req: &mut libc::ifreq) -> io::Result<()> {
+    // The request numbers are `c_ulong` in libc; the call takes glibc's `c_ulong` or musl's `c_int`
+    // (`libc::Ioctl`), and every number here fits both.
     // SAFETY: every request used here takes a `struct ifreq`.
-    check(unsafe { libc::ioctl(sock.as_raw_fd(), request, req as *mut libc::ifreq) }).map(drop)
+    check(unsafe { libc::ioctl(sock.as_raw_fd(), request as libc::Ioctl, req as *mut libc::ifreq) }).map(drop)
 }
 
 fn ifreq(name: &CStr) -> libc::ifreq {
