@@ -181,7 +181,7 @@ fn responses_of_20_to_60_kb_over_100_ms_need_round_trips_a_larger_initial_window
     let extra = f["numbers"]["extra_round_trips_mean"].as_f64().unwrap();
     assert!((extra - want_extra).abs() < 1e-9, "{extra} vs the log's {want_extra}: {f:#}");
     // The clients' /24, with every response in it; the route they are reached by is the same /24.
-    let net = format!("{}.0/24", link.receiver_addr.to_string().rsplit_once('.').unwrap().0);
+    let net = client_net(&link);
     let change = f["change"].as_str().unwrap();
     assert!(change.contains(&format!("{net} ({})", log.len())), "{net}: {f:#}");
     assert!(change.contains(&format!("`bbrscope apply --route {net} --initcwnd 32 --netns ")), "{change}");
@@ -202,7 +202,6 @@ fn responses_of_20_to_60_kb_over_100_ms_need_round_trips_a_larger_initial_window
         (Some("none"), Some(0), Some(32.0)),
         "{f:#}"
     );
-    let mean_ms = |v: &[(usize, Duration)]| v.iter().map(|(_, d)| d.as_secs_f64() * 1e3).sum::<f64>() / v.len() as f64;
     let measured = mean_ms(&timed) - mean_ms(&after);
     eprintln!(
         "initcwnd 10 → 32: {:.0} → {:.0} ms mean per response; advise said {saved} ms",
@@ -259,6 +258,26 @@ fn bulk(link: &Link, port: u16, size: usize, cc: &'static str) -> TcpInfo {
     let server = serve(link, port, cc, tx);
     fetch(link, server, size);
     rx.recv_timeout(Duration::from_secs(30)).unwrap()
+}
+
+/// [`bulk`] while `advise` watches for `secs`: the transfer's time by the test's clock, the
+/// finding of `check` for the path's namespace, and the server's TCP_INFO.
+fn advised_bulk(
+    link: &Link,
+    port: u16,
+    size: usize,
+    cc: &'static str,
+    secs: u64,
+    check: &str,
+) -> (Duration, Value, TcpInfo) {
+    let advise = start_advise(port, secs);
+    let start = Instant::now();
+    let info = bulk(link, port, size, cc);
+    let took = start.elapsed();
+    let advice = finish_advise(advise);
+    let f = findings(&advice, check, link);
+    assert_eq!(f.len(), 1, "{advice:#}");
+    (took, f[0].clone(), info)
 }
 
 /// One response of `size` bytes from `server`, on a connection of its own from the path's client
@@ -366,14 +385,7 @@ fn a_send_buffer_smaller_than_the_path_is_found_and_the_change_fixes_it() {
         v.split_whitespace().collect::<Vec<_>>().join(" ")
     };
     let port = port_for(44_000);
-    let advise = start_advise(port, 16);
-    let start = Instant::now();
-    let info = bulk(&link, port, 3_000_000, "cubic");
-    let before = start.elapsed();
-    let advice = finish_advise(advise);
-    let f = findings(&advice, "send_buffer", &link);
-    assert_eq!(f.len(), 1, "{advice:#}");
-    let f = f[0];
+    let (before, f, info) = advised_bulk(&link, port, 3_000_000, "cubic", 16, "send_buffer");
     assert_eq!((f["status"].as_str(), f["affected"].as_u64()), (Some("found"), Some(1)), "{f:#}");
     let share = f["numbers"]["sndbuf_limited_share_median"].as_f64().unwrap();
     assert!(share >= 0.5, "bound most of the time: {f:#}");
@@ -387,13 +399,7 @@ fn a_send_buffer_smaller_than_the_path_is_found_and_the_change_fixes_it() {
     let root = tempfile::tempdir().unwrap();
     let applied = run_change(change, root.path());
     assert_eq!(wmem(), "4096 16384 4194304");
-    let port = port + 1;
-    let advise = start_advise(port, 12);
-    let start = Instant::now();
-    bulk(&link, port, 3_000_000, "cubic");
-    let after = start.elapsed();
-    let advice = finish_advise(advise);
-    let f = findings(&advice, "send_buffer", &link)[0];
+    let (after, f, _) = advised_bulk(&link, port + 1, 3_000_000, "cubic", 12, "send_buffer");
     eprintln!(
         "64 KB → 4 MB tcp_wmem: 3 MB in {before:.2?} → {after:.2?}; kernel's sndbuf-limited share {kernel:.3}, advise's {share:.2}"
     );
@@ -401,14 +407,31 @@ fn a_send_buffer_smaller_than_the_path_is_found_and_the_change_fixes_it() {
     assert!(after * 2 < before, "the buffer was the bound: {before:?} → {after:?}");
     // BBR keeps fewer packets in flight than its window allows (it paces): with room in the
     // buffer, data waits unsent, and that is not the buffer's doing either.
-    let port = port + 1;
-    let advise = start_advise(port, 8);
-    bulk(&link, port, 3_000_000, "bbr");
-    let advice = finish_advise(advise);
-    let f = findings(&advice, "send_buffer", &link)[0];
+    let (_, f, _) = advised_bulk(&link, port + 2, 3_000_000, "bbr", 8, "send_buffer");
     assert_eq!((f["status"].as_str(), f["affected"].as_u64()), (Some("none"), Some(0)), "bbr: {f:#}");
     revert_change(&applied, root.path());
     assert_eq!(wmem(), small, "revert restores the namespace's own value");
+}
+
+/// The clients' /24 on `link` (the route the server reaches them by).
+fn client_net(link: &Link) -> String {
+    format!("{}.0/24", link.receiver_addr.to_string().rsplit_once('.').unwrap().0)
+}
+
+/// Sets `initcwnd 32` on the server's route to the clients, as it is otherwise (the namespace is
+/// the test's): the change an initial-window finding would make, made by the test.
+fn set_initcwnd_32(link: &Link) {
+    let net = client_net(link);
+    let route = link.sender.run(|| ip(&["route", "show", &net])).unwrap();
+    let mut args = vec!["route", "change"];
+    args.extend(route.split_whitespace());
+    args.extend(["initcwnd", "32"]);
+    link.sender.run(|| ip(&args).map(drop)).unwrap();
+}
+
+/// The clients' mean time per response, ms.
+fn mean_ms(v: &[(usize, Duration)]) -> f64 {
+    v.iter().map(|(_, d)| d.as_secs_f64() * 1e3).sum::<f64>() / v.len() as f64
 }
 
 /// The initial-window check on clients it must leave alone, each known by construction to gain
@@ -434,15 +457,8 @@ fn initial_window_gains_nothing(
     let advice = finish_advise(advise);
     let f = findings(&advice, "initial_window", &link)[0].clone();
 
-    let net = format!("{}.0/24", link.receiver_addr.to_string().rsplit_once('.').unwrap().0);
-    // The route as it is, with the window added (the namespace is the test's).
-    let route = link.sender.run(|| ip(&["route", "show", &net])).unwrap();
-    let mut args = vec!["route", "change"];
-    args.extend(route.split_whitespace());
-    args.extend(["initcwnd", "32"]);
-    link.sender.run(|| ip(&args).map(drop)).unwrap();
+    set_initcwnd_32(&link);
     let after = clients(&link, server, Duration::from_secs(10));
-    let mean_ms = |v: &[(usize, Duration)]| v.iter().map(|(_, d)| d.as_secs_f64() * 1e3).sum::<f64>() / v.len() as f64;
     let (b, a) = (mean_ms(&before), mean_ms(&after));
     eprintln!(
         "{what}: initcwnd 10 → 32: {b:.0} → {a:.0} ms mean per response; advise: {} {}",
@@ -497,12 +513,7 @@ fn a_deep_unsent_queue_is_found_and_the_low_water_mark_bounds_it() {
     };
     let default = lowat();
     let port = port_for(48_000);
-    let advise = start_advise(port, 12);
-    let start = Instant::now();
-    bulk(&link, port, 6_000_000, "cubic");
-    let before = start.elapsed();
-    let advice = finish_advise(advise);
-    let f = findings(&advice, "unsent_queue", &link)[0].clone();
+    let (before, f, _) = advised_bulk(&link, port, 6_000_000, "cubic", 12, "unsent_queue");
     eprintln!("unsent queue, lowat {default}: 6 MB in {before:.2?}: {} {}", f["status"], f["evidence"]);
     assert_eq!((f["status"].as_str(), f["affected"].as_u64()), (Some("found"), Some(1)), "{f:#}");
     let change = f["change"].as_str().unwrap();
@@ -511,13 +522,7 @@ fn a_deep_unsent_queue_is_found_and_the_low_water_mark_bounds_it() {
     let root = tempfile::tempdir().unwrap();
     let applied = run_change(change, root.path());
     assert_eq!(lowat(), "131072");
-    let port = port + 1;
-    let advise = start_advise(port, 12);
-    let start = Instant::now();
-    bulk(&link, port, 6_000_000, "cubic");
-    let after = start.elapsed();
-    let advice = finish_advise(advise);
-    let g = findings(&advice, "unsent_queue", &link)[0].clone();
+    let (after, g, _) = advised_bulk(&link, port + 1, 6_000_000, "cubic", 12, "unsent_queue");
     eprintln!("unsent queue, lowat 131072: 6 MB in {after:.2?}: {} {}", g["status"], g["evidence"]);
     assert_eq!((g["status"].as_str(), g["affected"].as_u64()), (Some("none"), Some(0)), "{g:#}");
     // Bounded by the mark (a write's pieces may add up to 64 KB past it before the writer waits).
@@ -613,20 +618,15 @@ fn a_service_paced_like_slow_start_is_caught_by_the_experiment_advise_names() {
     let mut out = String::new();
     child.stdout.take().unwrap().read_to_string(&mut out).unwrap();
     let report: Value = serde_json::from_str(&out).unwrap_or_else(|e| panic!("{e} ({status}): {out}"));
-    let net = format!("{}.0/24", link.receiver_addr.to_string().rsplit_once('.').unwrap().0);
+    let net = client_net(&link);
     let g = report["groups"].as_array().unwrap().iter().find(|g| g["label"] == net.as_str()).unwrap();
     eprintln!("paced like slow start: experiment: {}", g["conclusion"]);
     assert_ne!(g["answer"]["practical"], true, "{}", g["conclusion"]);
     assert!(report["recommend"]["commands"].as_array().unwrap().is_empty(), "{}", report["recommend"]);
 
     // By construction, and measured: the window changes nothing for these responses.
-    let route = link.sender.run(|| ip(&["route", "show", &net])).unwrap();
-    let mut args = vec!["route", "change"];
-    args.extend(route.split_whitespace());
-    args.extend(["initcwnd", "32"]);
-    link.sender.run(|| ip(&args).map(drop)).unwrap();
+    set_initcwnd_32(&link);
     let after = clients(&link, server, Duration::from_secs(10));
-    let mean_ms = |v: &[(usize, Duration)]| v.iter().map(|(_, d)| d.as_secs_f64() * 1e3).sum::<f64>() / v.len() as f64;
     let (b, a) = (mean_ms(&before), mean_ms(&after));
     eprintln!("paced like slow start: initcwnd 10 → 32: {b:.0} → {a:.0} ms mean per response");
     assert!(b - a < 20.0, "the scenario must gain nothing from the window: {b:.0} → {a:.0} ms");
