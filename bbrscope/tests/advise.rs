@@ -621,7 +621,8 @@ fn a_service_paced_like_slow_start_is_caught_by_the_experiment_advise_names() {
     let net = client_net(&link);
     let g = report["groups"].as_array().unwrap().iter().find(|g| g["label"] == net.as_str()).unwrap();
     eprintln!("paced like slow start: experiment: {}", g["conclusion"]);
-    assert_ne!(g["answer"]["practical"], true, "{}", g["conclusion"]);
+    // It does not confirm the saving (the window is no better: within noise, or worse).
+    assert_ne!(g["verdict"], "b_better", "{}", g["conclusion"]);
     assert!(report["recommend"]["commands"].as_array().unwrap().is_empty(), "{}", report["recommend"]);
 
     // By construction, and measured: the window changes nothing for these responses.
