@@ -1,7 +1,8 @@
 //! `bbrscope advise`: which TCP settings beyond the algorithm hold this host's flows back — the
 //! initial window against response sizes, the send buffer against the path, unsent data queued
-//! in the socket, the window restart after idle — each from the flows observed over a window ([`facts`]) weighed against their
-//! namespace's settings ([`findings`]).
+//! in the socket, the window restart after idle — each from the flows observed over a window
+//! ([`facts`]) or read from a recording, weighed against their namespace's settings
+//! ([`findings`]).
 
 pub mod facts;
 pub mod findings;
