@@ -31,7 +31,9 @@ const DASHBOARD: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../packaging/grafa
 /// The Debian guest's boots run alone: beside this file's load tests (a 10,000-connection flood,
 /// slow clients, Prometheus) on a 2-core machine the guest's exporter answered no scrape within
 /// 5 s and a CI run's boot passed its 15-minute limit (2026-11-27; alone it needs about 6). The
-/// load tests share the machine with each other (read); the boot takes it whole (write).
+/// load tests share the machine with each other (read); the boot takes it whole (write), as do
+/// the `dist` builds (an LTO build of both cores for minutes: a CI run's slow-client test, next
+/// to the static build, missed its 2 s scrape bound).
 static MACHINE: std::sync::RwLock<()> = std::sync::RwLock::new(());
 
 fn load_test() -> std::sync::RwLockReadGuard<'static, ()> {
@@ -418,6 +420,7 @@ fn build_deb_with(options: &[&str]) -> (tempfile::TempDir, PathBuf) {
     // One at a time: `dist` rebuilds its staging directory in the target directory.
     static DIST: std::sync::Mutex<()> = std::sync::Mutex::new(());
     let _one = DIST.lock().unwrap_or_else(|e| e.into_inner());
+    let _machine = MACHINE.write().unwrap_or_else(|e| e.into_inner());
     let ws = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..");
     // The target directory this test was built in (CARGO_TARGET_DIR or the workspace's), so
     // the release build reuses what is there.
