@@ -69,6 +69,8 @@ fn main() -> ExitCode {
             Some(Command::Advise(args)) => cmd::advise::run(args).await,
             Some(Command::Revert(args)) => cmd::revert::run(args),
             Some(Command::Export(args)) => cmd::export::run(args).await,
+            Some(Command::Man(args)) => cmd::docs::man(&args),
+            Some(Command::Completions(args)) => cmd::docs::completions(&args),
             // Plain `bbrscope`: the dashboard on a terminal, the JSON stream into a pipe.
             None => {
                 let sub = if std::io::stdout().is_terminal() { "top" } else { "stream" };

@@ -127,7 +127,6 @@ pub fn exit_when_stuck_after_signal(grace: std::time::Duration) {
 }
 
 /// `print!` that returns `Result<(), OutputError>` instead of panicking.
-#[allow(unused_macros)] // for commands that print partial lines
 macro_rules! out {
     ($($arg:tt)*) => {
         $crate::output::write_fmt(format_args!($($arg)*))
@@ -144,7 +143,6 @@ macro_rules! outln {
     };
 }
 
-#[allow(unused_imports)] // `out!` is for commands that print partial lines
 pub(crate) use {out, outln};
 
 #[cfg(test)]

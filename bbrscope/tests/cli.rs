@@ -66,6 +66,8 @@ fn every_subcommand_exits_as_the_readme_says() {
         (vec!["advise", "--from", "/etc/hostname", "--port", "443"], Out::Null, As::Root, 2, "filter when recording instead"),
         (vec!["advise", "--from", "/etc/hostname", "--duration", "5"], Out::Null, As::Root, 2, "cannot be used with"),
         (vec!["advise", "--from", "/bin/sh"], Out::Null, As::Root, 2, "is not a bbrscope stream recording"),
+        (vec!["completions", "tcsh"], Out::Null, As::Root, 2, "possible values: bash"),
+        (vec!["man"], Out::Null, As::Root, 2, "<DIR>"),
         // A missing kernel feature: this kernel has no such qdisc.
         (vec!["apply", "bbr", "--qdisc", "nosuchqdisc", "--dry-run", r[0], r[1]], Out::Null, As::Root, 2, "cannot create qdisc"),
         // A missing privilege.
@@ -82,6 +84,10 @@ fn every_subcommand_exits_as_the_readme_says() {
         (vec!["stream", "--duration", "2"], Out::ClosedPipe, As::Root, 0, ""),
         (vec!["advise", "--duration", "1", "--json"], Out::Full, As::Root, 1, "No space left on device"),
         (vec!["advise", "--duration", "1"], Out::ClosedPipe, As::Root, 0, ""),
+        (vec!["completions", "bash"], Out::Full, As::Root, 1, "No space left on device"),
+        (vec!["completions", "zsh"], Out::ClosedPipe, As::Root, 0, ""),
+        (vec!["completions", "fish"], Out::Null, As::Root, 0, ""),
+        (vec!["man", "/proc/no-such-dir"], Out::Null, As::Root, 1, "creating /proc/no-such-dir"),
         (vec!["status", r[0], r[1]], Out::Closed, As::Root, 2, "standard output is closed"),
         (vec!["status", r[0], r[1]], Out::Null, As::Root, 0, ""),
     ];

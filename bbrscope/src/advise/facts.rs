@@ -6,7 +6,7 @@ use std::{io, net::IpAddr};
 use crate::observe::{
     event::{Event, Metrics, Owner},
     flow::{Change, Flow, FlowTable, IdMap},
-    pipeline::Sink,
+    pipeline::{NoSide, Sink},
     replay::Summary,
 };
 
@@ -227,6 +227,7 @@ impl Collector {
 }
 
 impl Sink for Collector {
+    type Side = NoSide;
     fn event(&mut self, ev: &Event, change: Change, table: &FlowTable) -> io::Result<()> {
         let id = ev.head().flow;
         match ev {

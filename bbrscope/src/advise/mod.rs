@@ -16,7 +16,7 @@ use crate::{
     observe::{
         flow::{Change, FlowTable},
         kernel::loader::Options,
-        pipeline::{self, Settings as LoopSettings, Signals, Sink as _},
+        pipeline::{self, NoSide, Retention, Settings as LoopSettings, Signals, Sink as _},
         replay::{Reader, Record, Skipped},
         session::Live,
     },
@@ -54,9 +54,9 @@ pub async fn live(opts: &Options, duration: Duration) -> Result<Advice> {
     let started = std::time::Instant::now();
     let mut table = FlowTable::new(0);
     let mut collector = Collector::default();
-    let settings = LoopSettings { duration: Some(duration), stats: None };
+    let settings = LoopSettings { duration: Some(duration), stats: None, retention: Retention::WATCH };
     // The collector writes nothing: no write can fail.
-    pipeline::run(&mut live, &mut signals, &mut table, &mut collector, settings).await??;
+    pipeline::run(&mut live, &mut signals, &mut table, &mut collector, &mut NoSide, settings).await??;
     drop(live);
     collector.finish(&table);
     Ok(weigh(collector.done, started.elapsed().as_secs_f64()))

@@ -5,12 +5,11 @@ use std::{
     fs::File,
     io::{BufReader, IsTerminal as _},
     path::{Path, PathBuf},
-    time::{Duration, Instant},
+    time::Duration,
 };
 
 use anyhow::{Context as _, Result};
 use clap::Args;
-use tokio::signal::unix::{SignalKind, signal};
 
 use crate::{
     error::{Exit, UsageError, usage},
@@ -23,21 +22,16 @@ use crate::{
         live::{Limit, LiveExperiment, Monitor},
         lock, record,
         report::InScope,
+        watch::{self, Watch, Watched},
     },
     observe::clock::Clock,
-    observe::event::Event,
     observe::filter::{FilterSpec, Net},
-    observe::flow::{Change, FlowTable},
     observe::kernel::loader::{ExperimentSpec, Options},
+    observe::pipeline::Signals,
     observe::session::Live,
-    observe::{pipeline::Sink as _, sink::json::JsonSink},
+    observe::sink::json::JsonSink,
     sys::{cc, cgroup},
-    tui::{
-        self, Dashboard,
-        app::{Action, App},
-    },
 };
-use ratatui::crossterm::event::{KeyCode, KeyModifiers};
 
 #[derive(Debug, Args)]
 pub struct ExperimentArgs {
@@ -161,18 +155,17 @@ pub async fn run(args: ExperimentArgs) -> Result<()> {
         record: args.record.as_ref().map(|p| p.display().to_string()),
     })?;
     // Before anything is attached: a signal from here on ends the experiment cleanly.
-    let mut sigint = signal(SignalKind::interrupt())?;
-    let mut sigterm = signal(SignalKind::terminate())?;
+    let mut signals = Signals::catch()?;
     let opts = Options {
         filter: FilterSpec { port: args.port, cgroup: spec.cgroup.clone(), ..FilterSpec::default() },
         experiment: Some(spec.clone()),
         ..Options::default()
     };
-    let mut live = Live::start("bbrscope experiment", &opts)?;
+    let live = Live::start("bbrscope experiment", &opts)?;
     for note in live.degraded() {
         crate::output::errln!("bbrscope: warning: {note}");
     }
-    let mut recorder = match &args.record {
+    let recorder = match &args.record {
         Some(p) => Some(JsonSink::new(record::create(p, &setup)?, Clock::new())),
         None => None,
     };
@@ -184,86 +177,9 @@ pub async fn run(args: ExperimentArgs) -> Result<()> {
         spec.sample_pct,
         if std::io::stdout().is_terminal() && !args.headless { "q in the dashboard" } else { "Ctrl-C" }
     );
-    let mut display = Display::new(args.headless, state, live.degraded().to_vec())?;
-    let mut monitor = Monitor::new(setup.clone(), display.shows_report());
-    let started = Instant::now();
-    let deadline = tokio::time::sleep(args.duration.unwrap_or(DEFAULT_DURATION));
-    tokio::pin!(deadline);
-    let mut check = tokio::time::interval(Monitor::PERIOD);
-    let mut frame = tokio::time::interval(display.period());
-    let mut table = FlowTable::new(0);
-    let mut obs: Vec<Observation> = Vec::new();
-    let mut stopped_by = None;
-    let mut guard = None;
-    loop {
-        let mut write_err = None;
-        tokio::select! {
-            batch = live.next_batch(|ev| {
-                let change = table.apply(&ev);
-                display.shown.on_event(&ev);
-                if let Some(rec) = recorder.as_mut()
-                    && in_arm(&ev, &table)
-                    && write_err.is_none()
-                {
-                    write_err = rec.event(&ev, change, &table).err();
-                }
-                if change == Change::Ended
-                    && let Some(o) = table.remove(ev.head().flow).as_ref().and_then(Observation::from_flow)
-                {
-                    display.shown.state().flow_finished(o.arm);
-                    obs.push(o);
-                }
-            }) => { batch?; }
-            _ = check.tick() => {
-                table.prune(Clock::monotonic_ns().saturating_sub(5_000_000_000), 0);
-                monitor.maybe_start(&obs, started.elapsed());
-            }
-            update = monitor.finished() => {
-                let update = update?;
-                let stop = update.guard.as_ref().filter(|g| g.stop).cloned();
-                display.shown.state().update(update);
-                if let Some(g) = stop {
-                    stopped_by = Some(format!("stopped early by the guardrail: {}", g.reason));
-                    guard = Some(g);
-                    break;
-                }
-            }
-            _ = frame.tick() => {
-                display.shown.state().elapsed = started.elapsed();
-                display.shown.state().count_open(&table);
-                display.show()?;
-            }
-            key = input(&mut display.dash) => {
-                if let Some(why) = display.key(key)? {
-                    stopped_by = Some(why);
-                    break;
-                }
-            }
-            _ = sigint.recv() => { stopped_by = Some("stopped by Ctrl-C".into()); break; }
-            _ = sigterm.recv() => { stopped_by = Some("stopped by SIGTERM".into()); break; }
-            _ = &mut deadline => break,
-        }
-        if let Some(e) = write_err {
-            return Err(anyhow::Error::new(e).context("writing the --record file"));
-        }
-        if args.flows.is_some_and(|n| obs.len() as u64 >= n) {
-            break;
-        }
-    }
-    // Not on a terminal: a last progress line, so the log says how it ended however soon (the
-    // guardrail can stop a run before the first line period is over).
-    if !display.shows_report() {
-        display.shown.state().elapsed = started.elapsed();
-        display.shown.state().count_open(&table);
-        display.show()?;
-    }
-    // Detach first: from here on new connections get the default algorithm again. Then give the
-    // terminal back, so that the report prints on the normal screen.
-    drop(live);
-    drop(display);
-    if let Some(mut rec) = recorder {
-        rec.flush().context("writing the --record file")?;
-    }
+    let watch = Watch { headless: args.headless, state, setup: setup.clone(), flows: args.flows, recorder };
+    let Watched { obs, stopped_by, guard } =
+        watch::run(live, &mut signals, watch, args.duration.unwrap_or(DEFAULT_DURATION)).await?;
     if let Some(p) = &args.record {
         record::end(p, stopped_by.as_deref(), guard.as_ref())?;
     }
@@ -296,101 +212,6 @@ fn prefix_lists(args: &ExperimentArgs) -> Result<Vec<PrefixList>> {
 
 /// Ten minutes, unless `--duration` or `--flows` says otherwise.
 const DEFAULT_DURATION: Duration = Duration::from_secs(600);
-
-/// What shows the experiment while it runs: the dashboard on a terminal (the flow views and the
-/// experiment's own, which it opens on), a progress line on stderr every [`LINE_PERIOD`] when
-/// stdout is not a terminal (a log, a pipe), nothing with `--headless`. Like `bbrscope demo`.
-/// The terminal and what it shows are apart so that the loop can wait for a key while the
-/// observer's events update the state.
-struct Display {
-    dash: Option<Box<Dashboard>>,
-    shown: Shown,
-}
-
-enum Shown {
-    Off(Box<LiveExperiment>),
-    Lines(Box<LiveExperiment>),
-    Dashboard(Box<App>),
-}
-
-/// How often a progress line is written when stdout is not a terminal.
-const LINE_PERIOD: Duration = Duration::from_secs(10);
-
-impl Shown {
-    fn state(&mut self) -> &mut LiveExperiment {
-        match self {
-            Shown::Off(x) | Shown::Lines(x) => x,
-            Shown::Dashboard(app) => app.experiment.as_mut().expect("a dashboard of an experiment"),
-        }
-    }
-
-    fn on_event(&mut self, ev: &Event) {
-        if let Shown::Dashboard(app) = self {
-            app.apply(ev);
-        }
-    }
-}
-
-impl Display {
-    fn new(headless: bool, state: LiveExperiment, notices: Vec<String>) -> Result<Self> {
-        let (dash, shown) = if headless {
-            (None, Shown::Off(Box::new(state)))
-        } else if !std::io::stdout().is_terminal() {
-            (None, Shown::Lines(Box::new(state)))
-        } else {
-            let app = App::new("live", notices, None).with_experiment(state);
-            (Some(Box::new(Dashboard::new()?)), Shown::Dashboard(Box::new(app)))
-        };
-        Ok(Display { dash, shown })
-    }
-
-    /// Whether the live report is shown (it costs an analysis every [`Monitor::PERIOD`]).
-    fn shows_report(&self) -> bool {
-        self.dash.is_some()
-    }
-
-    fn period(&self) -> Duration {
-        if self.dash.is_some() { Duration::from_millis(1000 / tui::FPS) } else { LINE_PERIOD }
-    }
-
-    fn show(&mut self) -> Result<()> {
-        match (&mut self.shown, &mut self.dash) {
-            (Shown::Lines(x), _) => crate::output::errln!("{}", x.progress_line()),
-            (Shown::Dashboard(app), Some(dash)) => {
-                app.tick(Clock::monotonic_ns());
-                dash.draw(app)?;
-            }
-            _ => {}
-        }
-        Ok(())
-    }
-
-    /// A key in the dashboard; why the experiment ends if it is q, or Ctrl-C (a key in raw mode,
-    /// meaning what the signal means). Other keys work as in `bbrscope top`.
-    fn key(&mut self, input: tui::Input) -> Result<Option<String>> {
-        let (Shown::Dashboard(app), Some(dash)) = (&mut self.shown, &mut self.dash) else { return Ok(None) };
-        let ctrl_c = matches!(&input, tui::Input::Key(k)
-            if k.code == KeyCode::Char('c') && k.modifiers.contains(KeyModifiers::CONTROL));
-        if tui::handle(app, input) == Action::Quit {
-            return Ok(Some(if ctrl_c { "stopped by Ctrl-C" } else { "stopped with q" }.into()));
-        }
-        dash.draw(app)?;
-        Ok(None)
-    }
-}
-
-/// The dashboard's next input; never completes without a dashboard.
-async fn input(dash: &mut Option<Box<Dashboard>>) -> tui::Input {
-    match dash {
-        Some(d) => d.input().await,
-        None => std::future::pending().await,
-    }
-}
-
-/// Whether `ev` belongs to a flow of the experiment (it has an arm).
-fn in_arm(ev: &Event, table: &FlowTable) -> bool {
-    table.get(ev.head().flow).and_then(|f| f.life.owner.as_ref()).is_some_and(|o| o.arm.is_some())
-}
 
 fn validate(args: &ExperimentArgs) -> Result<ExperimentSpec> {
     let [a, b] = args.arms.as_slice() else {

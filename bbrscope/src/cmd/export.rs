@@ -1,12 +1,11 @@
 //! `bbrscope export`: a long-running Prometheus exporter. It watches flows as `stream` does and
 //! serves their aggregates by algorithm at `/metrics` (docs/export.md).
 
-use std::{net::SocketAddr, path::PathBuf, sync::Arc, time::Duration};
+use std::{net::SocketAddr, sync::Arc, time::Duration};
 
 use anyhow::{Context as _, Result};
 use clap::Args;
 use prometheus_client::registry::Registry;
-use tokio::signal::unix::{SignalKind, signal};
 
 use crate::{
     cli::ObserveArgs,
@@ -14,27 +13,13 @@ use crate::{
         http,
         metrics::{ExportMetrics, ScopeOptions},
     },
-    observe::clock::Clock,
     observe::flow::FlowTable,
+    observe::pipeline::{self, NoSide, Retention, Settings, Signals},
     observe::session::Live,
 };
 
-/// Closed flows are kept this long so late events (the summary after the final sample) still
-/// find their flow.
-const CLOSED_LINGER: Duration = Duration::from_secs(5);
-/// Flows silent this long are forgotten (their close may have been lost).
-const SILENT_FORGET: Duration = Duration::from_secs(300);
-/// How often bbrscope's own cost, the default algorithm and the flow table are refreshed.
+/// How often bbrscope's own cost and the default algorithms are refreshed.
 const TICK: Duration = Duration::from_secs(1);
-/// Connections held at once. A scrape takes milliseconds, so more is a flood or clients that
-/// connect and trickle (each is held up to the request deadline). When all are taken, a new
-/// connection takes the place of the oldest one: a scraper, which sends its request as it
-/// connects, is answered however many slow clients hold connections (slowloris), where waiting
-/// in the kernel's accept queue behind them would time it out.
-const MAX_CONNECTIONS: usize = 64;
-/// After a failed accept (out of file descriptors), no accept for this long: the listener stays
-/// readable, so accepting again at once would spin a core.
-const ACCEPT_BACKOFF: Duration = Duration::from_millis(100);
 
 #[derive(Debug, Args)]
 pub struct ExportArgs {
@@ -55,9 +40,6 @@ pub struct ExportArgs {
     /// Stop after this long: seconds, or 90s, 10m, 2h (default: run until SIGINT or SIGTERM)
     #[arg(long, value_name = "TIME", value_parser = crate::units::duration, allow_negative_numbers = true)]
     pub duration: Option<Duration>,
-    /// Write man pages and shell completions to DIR and exit (used to build the package)
-    #[arg(long, value_name = "DIR", hide = true)]
-    pub dist_assets: Option<PathBuf>,
 }
 
 fn parse_listen(s: &str) -> Result<SocketAddr, String> {
@@ -65,12 +47,8 @@ fn parse_listen(s: &str) -> Result<SocketAddr, String> {
 }
 
 pub async fn run(args: ExportArgs) -> Result<()> {
-    if let Some(dir) = &args.dist_assets {
-        return crate::export::assets::write(dir);
-    }
     let opts = args.observe.options()?;
-    let mut sigint = signal(SignalKind::interrupt())?;
-    let mut sigterm = signal(SignalKind::terminate())?;
+    let mut signals = Signals::catch()?;
     // Bind before loading programs: a taken port is a usage error, and nothing is attached yet.
     let listener = match tokio::net::TcpListener::bind(args.listen).await {
         Ok(l) => l,
@@ -99,45 +77,13 @@ pub async fn run(args: ExportArgs) -> Result<()> {
     }
     crate::output::errln!("bbrscope: serving metrics at http://{bound}/metrics ({} observer)", live.path().as_str());
 
-    let mut table = FlowTable::new(0);
-    let mut tick = tokio::time::interval_at(tokio::time::Instant::now() + TICK, TICK);
-    let deadline = tokio::time::sleep(args.duration.unwrap_or(Duration::from_secs(365 * 86400)));
-    tokio::pin!(deadline);
-    // The connections being served, oldest first.
-    let mut held: std::collections::VecDeque<tokio::task::JoinHandle<()>> = std::collections::VecDeque::new();
-    let mut accept_after = tokio::time::Instant::now();
-    loop {
-        // Guards are evaluated once per turn; the ring's batches end a turn at least every
-        // drain period, so an expired back-off is noticed within it.
-        let may_accept = tokio::time::Instant::now() >= accept_after;
-        tokio::select! {
-            batch = live.next_batch(|ev| { metrics.on_event(&mut table, &ev); }) => batch?,
-            conn = listener.accept(), if may_accept => match conn {
-                Ok((conn, _)) => {
-                    held.retain(|h| !h.is_finished());
-                    if held.len() >= MAX_CONNECTIONS
-                        && let Some(oldest) = held.pop_front()
-                    {
-                        oldest.abort();
-                    }
-                    held.push_back(tokio::spawn(http::serve(conn, registry.clone())));
-                }
-                // E.g. out of file descriptors: the client's loss, and a pause, not a spin.
-                Err(_) => accept_after = tokio::time::Instant::now() + ACCEPT_BACKOFF,
-            },
-            _ = tick.tick() => {
-                let now = Clock::monotonic_ns();
-                table.prune(
-                    now.saturating_sub(CLOSED_LINGER.as_nanos() as u64),
-                    now.saturating_sub(SILENT_FORGET.as_nanos() as u64),
-                );
-                metrics.prune(&table);
-                metrics.on_stats(&live.stats(table.len())?);
-            }
-            _ = sigint.recv() => break,
-            _ = sigterm.recv() => break,
-            _ = &mut deadline => break,
-        }
-    }
+    // The scrapes are served by a task of their own, from the registry the loop's sink counts into.
+    let server = tokio::spawn(http::accept(listener, registry));
+    let settings = Settings { duration: args.duration, stats: Some(TICK), retention: Retention::WATCH };
+    let result =
+        pipeline::run(&mut live, &mut signals, &mut FlowTable::new(0), &mut metrics, &mut NoSide, settings).await;
+    server.abort();
+    // The metrics sink writes nothing itself (the HTTP task does): no write error to tell apart.
+    result??;
     Ok(())
 }

@@ -3,6 +3,7 @@
 pub mod advise;
 pub mod apply;
 pub mod demo;
+pub mod docs;
 pub mod experiment;
 pub mod export;
 pub mod replay;

@@ -8,7 +8,7 @@ use crate::{
     cli::StreamArgs,
     observe::clock::Clock,
     observe::flow::FlowTable,
-    observe::pipeline::{self, Settings, Signals},
+    observe::pipeline::{self, NoSide, Retention, Settings, Signals},
     observe::session::Live,
     observe::sink::{json::JsonSink, queued::QueuedWriter},
 };
@@ -28,9 +28,11 @@ pub async fn run(args: StreamArgs) -> Result<()> {
     let settings = Settings {
         duration: args.duration,
         stats: (args.stats_interval > 0.0).then(|| Duration::from_secs_f64(args.stats_interval)),
+        retention: Retention::WATCH,
     };
-    let result = pipeline::run(&mut live, &mut signals, &mut FlowTable::new(0), &mut sink, settings).await?;
-    match result.and_then(|()| sink.writer().finish()) {
+    let result =
+        pipeline::run(&mut live, &mut signals, &mut FlowTable::new(0), &mut sink, &mut NoSide, settings).await?;
+    match result.and_then(|_| sink.writer().finish()) {
         // The reader went away (e.g. `| head`): a normal way for a stream to end.
         Err(e) if e.kind() == io::ErrorKind::BrokenPipe => Ok(()),
         other => Ok(other?),

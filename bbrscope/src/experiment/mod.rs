@@ -19,6 +19,7 @@ pub mod lock;
 pub mod plot;
 pub mod record;
 pub mod report;
+pub mod watch;
 
 use std::net::{IpAddr, SocketAddr};
 

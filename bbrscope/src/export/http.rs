@@ -1,17 +1,28 @@
 //! A minimal HTTP/1.1 responder for `GET /metrics`: enough for Prometheus and curl, nothing a
 //! scrape does not need (one request per connection, no keep-alive, no bodies in).
 
-use std::{sync::Arc, time::Duration};
+use std::{collections::VecDeque, sync::Arc, time::Duration};
 
 use prometheus_client::registry::Registry;
 use tokio::{
     io::{AsyncReadExt as _, AsyncWriteExt as _},
-    net::TcpStream,
+    net::{TcpListener, TcpStream},
+    task::JoinHandle,
 };
 
 /// OpenMetrics text, which Prometheus negotiates and parses (it is a superset of its text format
 /// for everything exported here).
 pub const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
+
+/// Connections held at once. A scrape takes milliseconds, so more is a flood or clients that
+/// connect and trickle (each is held up to the request deadline). When all are taken, a new
+/// connection takes the place of the oldest one: a scraper, which sends its request as it
+/// connects, is answered however many slow clients hold connections (slowloris), where waiting
+/// in the kernel's accept queue behind them would time it out.
+const MAX_CONNECTIONS: usize = 64;
+/// After a failed accept (out of file descriptors), no accept for this long: the listener stays
+/// readable, so accepting again at once would spin a core.
+const ACCEPT_BACKOFF: Duration = Duration::from_millis(100);
 
 /// A request head larger than this is not a scrape.
 const MAX_HEAD: usize = 8 << 10;
@@ -25,6 +36,28 @@ pub fn render(registry: &Registry) -> String {
     // Writing into a String cannot fail; the encoder's Result is for other writers.
     let _ = prometheus_client::encoding::text::encode(&mut body, registry);
     body
+}
+
+/// Accepts scrapes on `listener` and serves each from a task of its own, for as long as the
+/// task running this is not aborted (the connections' tasks end with the runtime).
+pub async fn accept(listener: TcpListener, registry: Arc<Registry>) {
+    // The connections being served, oldest first.
+    let mut held: VecDeque<JoinHandle<()>> = VecDeque::new();
+    loop {
+        match listener.accept().await {
+            Ok((conn, _)) => {
+                held.retain(|h| !h.is_finished());
+                if held.len() >= MAX_CONNECTIONS
+                    && let Some(oldest) = held.pop_front()
+                {
+                    oldest.abort();
+                }
+                held.push_back(tokio::spawn(serve(conn, registry.clone())));
+            }
+            // E.g. out of file descriptors: the client's loss, and a pause, not a spin.
+            Err(_) => tokio::time::sleep(ACCEPT_BACKOFF).await,
+        }
+    }
 }
 
 /// Serves one connection: reads the request head, answers, closes.

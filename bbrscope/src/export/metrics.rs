@@ -4,12 +4,13 @@
 //! Memory and series are bounded whatever the number of flows: nothing here is per flow. Byte
 //! and segment counters advance with each sample (so long-lived flows count as they go); what
 //! needs a whole flow (completion time, RTT, goodput, time per congestion state) is observed once,
-//! when the flow ends. The per-flow state this needs is the [`FlowTable`]'s, which the command
-//! prunes as `stream` does.
+//! when the flow ends. The per-flow state this needs is the [`FlowTable`]'s, which the observer's
+//! loop prunes as for `stream`.
 
 use std::{
     collections::{HashMap, HashSet},
     hash::BuildHasherDefault,
+    io,
     sync::Arc,
 };
 
@@ -29,6 +30,7 @@ use crate::{
     apply::sysctl,
     observe::event::{Event, Metrics},
     observe::flow::{Change, Flow, FlowTable, IdHasher, IdSet},
+    observe::pipeline::{NoSide, Sink},
     observe::stats::StatsReport,
     sys::{cgroup::CgroupNames, netns},
 };
@@ -280,6 +282,8 @@ pub struct ExportMetrics {
     /// Flows whose end has been counted: a flow can close twice over (its final sample, then its
     /// summary); it is counted at the first that is final. Pruned with the flow table.
     ended: IdSet,
+    /// The flow of the event being applied, as it was before ([`Sink::before`]).
+    before: Option<Before>,
 }
 
 impl ExportMetrics {
@@ -329,6 +333,7 @@ impl ExportMetrics {
                 uncached: None,
             },
             ended: IdSet::default(),
+            before: None,
         };
         #[rustfmt::skip]
         let families: Vec<FamilyRow> = vec![
@@ -377,10 +382,9 @@ impl ExportMetrics {
         m
     }
 
-    /// Applies `ev` to `table` (as `stream` does) and counts what it means.
-    pub fn on_event(&mut self, table: &mut FlowTable, ev: &Event) -> Change {
-        let id = ev.head().flow;
-        let before = table.get(id).map(|f| Before {
+    /// What the flow of `ev` was before the table takes it: the base its counters advance from.
+    fn before(table: &FlowTable, ev: &Event) -> Option<Before> {
+        table.get(ev.head().flow).map(|f| Before {
             counts: match (&f.metrics, f.life.start_ns) {
                 (Some(m), _) => Some(Counts::of(m)),
                 // Opened, not sampled yet: seen from its start, so everything counts from zero.
@@ -389,9 +393,14 @@ impl ExportMetrics {
             },
             sample_ns: f.last_sample_ns,
             bbr_mode: f.metrics.as_ref().and_then(|m| m.bbr.as_ref()).and_then(|b| b.mode.clone()),
-        });
-        let change = table.apply(ev);
-        let Some(flow) = table.get(id) else { return change };
+        })
+    }
+
+    /// Counts what `ev` meant, after the table took it (with `change`); `before` is
+    /// [`Self::before`]'s.
+    fn count(&mut self, table: &FlowTable, ev: &Event, change: Change, before: Option<Before>) {
+        let id = ev.head().flow;
+        let Some(flow) = table.get(id) else { return };
         // A flow is final at its summary (sock_ops path), or at its last sample when no summary
         // will come (tracepoint path; connections open before bbrscope started).
         let fin = change == Change::Ended || (change == Change::Closed && flow.life.start_ns.is_none());
@@ -430,10 +439,9 @@ impl ExportMetrics {
             Self::flow_ended(fam, series, flow);
         }
         if change == Change::Ended {
-            table.remove(id);
+            // The loop removes the flow from the table after this.
             self.ended.remove(&id);
         }
-        change
     }
 
     fn flow_ended(fam: &FlowFamilies, series: &mut Series, flow: &Flow) {
@@ -468,13 +476,8 @@ impl ExportMetrics {
         }
     }
 
-    /// Forgets ended flows the table no longer holds (the table is pruned by the caller).
-    pub fn prune(&mut self, table: &FlowTable) {
-        self.ended.retain(|id| table.get(*id).is_some());
-    }
-
     /// bbrscope's own cost from a stats report, and the gauges read now.
-    pub fn on_stats(&mut self, r: &StatsReport) {
+    fn on_stats(&mut self, r: &StatsReport) {
         self.events.inc_by(r.events_per_s * r.interval_s);
         self.records.inc_by(r.records_per_s * r.interval_s);
         let totals = [
@@ -503,6 +506,7 @@ impl ExportMetrics {
         self.refresh_default_cc();
     }
 
+    /// Names the observer path in `bbrscope_observer_info`.
     pub fn set_observer(&self, path: &str) {
         let labels = ObserverLabels { observer: path.to_string() };
         if self.observer.get(&labels).is_none() {
@@ -637,6 +641,32 @@ impl FlowLabels {
 }
 
 /// The size bucket of a response of `bytes` (its index in [`SIZE_BUCKETS`]).
+/// The exporter is a sink of the observer's loop: every event counted as it comes; the HTTP task
+/// renders the registry the counts live in.
+impl Sink for ExportMetrics {
+    type Side = NoSide;
+
+    fn before(&mut self, ev: &Event, table: &FlowTable) {
+        self.before = Self::before(table, ev);
+    }
+
+    fn event(&mut self, ev: &Event, change: Change, table: &FlowTable) -> io::Result<()> {
+        let before = self.before.take();
+        self.count(table, ev, change, before);
+        Ok(())
+    }
+
+    fn stats(&mut self, _now_ns: u64, stats: &StatsReport) -> io::Result<()> {
+        self.on_stats(stats);
+        Ok(())
+    }
+
+    /// Forgets ended flows the table no longer holds.
+    fn pruned(&mut self, table: &FlowTable) {
+        self.ended.retain(|id| table.get(*id).is_some());
+    }
+}
+
 pub fn size_bucket(bytes: u64) -> usize {
     SIZE_BUCKETS.iter().position(|(_, max)| bytes < *max).unwrap_or(SIZE_BUCKETS.len() - 1)
 }

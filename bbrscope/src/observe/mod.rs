@@ -8,8 +8,11 @@
 //! 4. [`flow`]: the flow table, each flow from connect to close, named by [`name`];
 //! 5. [`diagnose`]: the verdicts a flow's numbers support;
 //! 6. [`sink`]: where flows go (NDJSON lines); [`replay`] reads such lines back;
-//! 7. [`pipeline`]: the loop that drives 1–6 into a [`pipeline::Sink`] until a signal or a
-//!    deadline, for the commands that only consume flows.
+//! 7. [`pipeline`]: the loop that drives 1–6 into a [`pipeline::Sink`] until a signal, a
+//!    deadline or the sink ends it: `stream` (NDJSON), `advise` (its facts), `export` (the
+//!    Prometheus metrics) and `experiment` (observations, with its analyses, keys and frames as
+//!    the sink's [`pipeline::Side`]). The dashboard (`top`) keeps a loop of its own for now: it
+//!    shows ended flows for a while and draws from a table it owns, which replay feeds too.
 
 pub mod clock;
 pub mod diagnose;

@@ -1,9 +1,11 @@
 //! The observer's event loop: the next batch of kernel records → the flow table → a [`Sink`];
 //! the flow table pruned and the observer's own cost reported on a tick; ended by SIGINT,
-//! SIGTERM or a deadline. Commands that only consume flows (`stream`, `advise`) hand it a sink
-//! and get the loop, its retention policy and its signal handling written once.
+//! SIGTERM, a deadline or the sink. Every command that watches live flows (`stream`, `advise`,
+//! `export`, `experiment`) hands it a sink, and gets the loop, the retention policy and the
+//! signal handling written once. What else a command waits for (the exporter's HTTP clients run
+//! as a task of their own; the experiment's keys, frames and analyses) is the sink's [`Side`].
 
-use std::{io, time::Duration};
+use std::{convert::Infallible, future::Future, io, time::Duration};
 
 use anyhow::Result;
 use tokio::signal::unix::{SignalKind, signal};
@@ -16,14 +18,71 @@ use crate::observe::{
     stats::StatsReport,
 };
 
-/// Closed flows are kept this long so late events (the summary after the final sample) still
-/// find their flow's name.
-pub const CLOSED_LINGER: Duration = Duration::from_secs(5);
-/// Flows silent this long are forgotten (their close may have been lost).
-pub const SILENT_FORGET: Duration = Duration::from_secs(300);
+/// How long the flow table keeps a flow. The one policy of every live command; only what it
+/// does with flows that go quiet differs.
+#[derive(Clone, Copy, Debug)]
+pub struct Retention {
+    /// Closed flows are kept this long, so that late events (the summary after the final
+    /// sample) still find their flow.
+    pub closed: Duration,
+    /// Flows silent this long are forgotten (their close may have been lost); `None`: kept until
+    /// they end.
+    pub silent: Option<Duration>,
+}
+
+impl Retention {
+    /// `stream`, `advise`, `export`: a flow silent for five minutes is forgotten, so that lost
+    /// closes cannot grow the table without bound.
+    pub const WATCH: Retention = Retention { closed: Duration::from_secs(5), silent: Some(Duration::from_secs(300)) };
+    /// `experiment`: a flow's arm is needed when it ends, however long it was idle (the flows
+    /// are only those in the experiment's scope, and the run is bounded in time).
+    pub const UNTIL_END: Retention = Retention { closed: Duration::from_secs(5), silent: None };
+}
+
+/// What the loop does after a turn.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Control {
+    Continue,
+    Stop,
+}
+
+/// Why the loop ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum End {
+    Interrupt,
+    Terminate,
+    Deadline,
+    /// The sink said stop ([`Sink::woken`] or [`Sink::done`]).
+    Sink,
+}
+
+/// What a command waits for beside the observer's records: keys, a frame clock, a computation
+/// in flight. Kept apart from its [`Sink`] so that the loop can wait for both at once; what it
+/// delivers is handed to [`Sink::woken`] with both.
+pub trait Side {
+    type Wake;
+    /// The next wake-up. Cancel-safe: when a batch of records comes first the future is dropped
+    /// and asked for again.
+    fn next(&mut self) -> impl Future<Output = Self::Wake>;
+}
+
+/// Nothing beside the observer.
+pub struct NoSide;
+
+impl Side for NoSide {
+    type Wake = Infallible;
+    async fn next(&mut self) -> Infallible {
+        std::future::pending().await
+    }
+}
 
 /// What consumes the observed flows, one event at a time.
 pub trait Sink {
+    /// What else the command waits for ([`NoSide`]: nothing).
+    type Side: Side;
+    /// Called before the flow table takes `ev` (what a flow was before an event, for sinks that
+    /// count differences).
+    fn before(&mut self, _ev: &Event, _table: &FlowTable) {}
     /// `ev` after the flow table took it (`change` says what it changed). A flow whose summary
     /// arrived ([`Change::Ended`]) is removed from `table` right after this call.
     fn event(&mut self, ev: &Event, change: Change, table: &FlowTable) -> io::Result<()>;
@@ -36,6 +95,21 @@ pub trait Sink {
     fn flush(&mut self) -> io::Result<()> {
         Ok(())
     }
+    /// After the table was pruned (once a second).
+    fn pruned(&mut self, _table: &FlowTable) {}
+    /// What its [`Side`] delivered; [`Control::Stop`] ends the loop.
+    fn woken(
+        &mut self,
+        _wake: <Self::Side as Side>::Wake,
+        _side: &mut Self::Side,
+        _table: &FlowTable,
+    ) -> Result<Control> {
+        Ok(Control::Continue)
+    }
+    /// Asked after every turn: whether the sink has seen all it wanted.
+    fn done(&self) -> bool {
+        false
+    }
 }
 
 /// How long the loop runs and how often it reports.
@@ -45,6 +119,7 @@ pub struct Settings {
     pub duration: Option<Duration>,
     /// How often [`Sink::stats`] is called; `None`: never.
     pub stats: Option<Duration>,
+    pub retention: Retention,
 }
 
 /// How often the flow table is pruned.
@@ -63,25 +138,29 @@ impl Signals {
     }
 }
 
-/// Drives `live` into `sink` until a signal or the deadline. A write error ends the loop and is
-/// returned as it is (a closed pipe is the caller's to call normal).
-pub async fn run(
+/// Drives `live` into `sink` until a signal, the deadline or the sink ends it. A write error ends
+/// the loop and is returned as it is (a closed pipe is the caller's to call normal); an error of
+/// the observer or of [`Sink::woken`] is the outer one.
+pub async fn run<S: Sink>(
     live: &mut Live,
     signals: &mut Signals,
     table: &mut FlowTable,
-    sink: &mut impl Sink,
+    sink: &mut S,
+    side: &mut S::Side,
     settings: Settings,
-) -> Result<io::Result<()>> {
+) -> Result<io::Result<End>> {
     let after = |period| tokio::time::interval_at(tokio::time::Instant::now() + period, period);
     let mut prune_tick = after(PRUNE_PERIOD);
     // Never due without a stats period (an interval must have one; this one is never reached).
     let mut stats_tick = after(settings.stats.unwrap_or(Duration::from_secs(u64::MAX / 4)));
     let deadline = tokio::time::sleep(settings.duration.unwrap_or(Duration::from_secs(u64::MAX / 4)));
     tokio::pin!(deadline);
-    let result: io::Result<()> = loop {
+    let forget = |now: u64, d: Duration| now.saturating_sub(d.as_nanos() as u64);
+    let result: io::Result<End> = loop {
         let mut write_err = None;
         tokio::select! {
             batch = live.next_batch(|ev| {
+                sink.before(&ev, table);
                 let change = table.apply(&ev);
                 if write_err.is_none() {
                     write_err = sink.event(&ev, change, table).err();
@@ -92,17 +171,22 @@ pub async fn run(
             }) => { batch?; }
             _ = prune_tick.tick() => {
                 let now = Clock::monotonic_ns();
-                table.prune(
-                    now.saturating_sub(CLOSED_LINGER.as_nanos() as u64),
-                    now.saturating_sub(SILENT_FORGET.as_nanos() as u64),
-                );
+                let r = settings.retention;
+                // Silent before time 0: none.
+                table.prune(forget(now, r.closed), r.silent.map_or(0, |d| forget(now, d)));
+                sink.pruned(table);
             }
             _ = stats_tick.tick() => {
                 write_err = sink.stats(Clock::monotonic_ns(), &live.stats(table.len())?).err();
             }
-            _ = signals.int.recv() => break Ok(()),
-            _ = signals.term.recv() => break Ok(()),
-            _ = &mut deadline => break Ok(()),
+            wake = side.next() => {
+                if sink.woken(wake, side, table)? == Control::Stop {
+                    break Ok(End::Sink);
+                }
+            }
+            _ = signals.int.recv() => break Ok(End::Interrupt),
+            _ = signals.term.recv() => break Ok(End::Terminate),
+            _ = &mut deadline => break Ok(End::Deadline),
         }
         if let Some(e) = write_err {
             break Err(e);
@@ -110,6 +194,9 @@ pub async fn run(
         if let Err(e) = sink.flush() {
             break Err(e);
         }
+        if sink.done() {
+            break Ok(End::Sink);
+        }
     };
-    Ok(result.and_then(|()| sink.flush()))
+    Ok(result.and_then(|end| sink.flush().map(|()| end)))
 }

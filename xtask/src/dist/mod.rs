@@ -84,7 +84,13 @@ pub fn run_dist(args: DistArgs) -> Result<()> {
     let stage = target.join(if args.static_libc { "dist-stage-static" } else { "dist-stage" });
     let _ = std::fs::remove_dir_all(&stage);
     let gen_dir = stage.join("gen");
-    run(Command::new(&bin).arg("export").arg("--dist-assets").arg(&gen_dir))?;
+    // The pages and completions from the binary itself, so they describe exactly what it parses.
+    run(Command::new(&bin).arg("man").arg(gen_dir.join("man")))?;
+    let comp = gen_dir.join("completions");
+    std::fs::create_dir_all(&comp)?;
+    for (shell, file) in [("bash", "bbrscope.bash"), ("zsh", "_bbrscope"), ("fish", "bbrscope.fish")] {
+        std::fs::write(comp.join(file), run(Command::new(&bin).args(["completions", shell]))?)?;
+    }
     let root = stage.join("root");
     let pkg = &ws.join("packaging");
     let put = |from: &Path, to: &str, mode: u32| -> Result<()> {
@@ -108,7 +114,6 @@ pub fn run_dist(args: DistArgs) -> Result<()> {
         // -n: no name or time stamp inside, so the same input gives the same package.
         run(Command::new("gzip").args(["-9nf"]).arg(root.join(&dest)))?;
     }
-    let comp = gen_dir.join("completions");
     put(&comp.join("bbrscope.bash"), "usr/share/bash-completion/completions/bbrscope", 0o644)?;
     put(&comp.join("_bbrscope"), "usr/share/zsh/vendor-completions/_bbrscope", 0o644)?;
     put(&comp.join("bbrscope.fish"), "usr/share/fish/vendor_completions.d/bbrscope.fish", 0o644)?;

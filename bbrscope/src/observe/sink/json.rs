@@ -20,7 +20,7 @@ use crate::{
     observe::clock::Clock,
     observe::event::{Bbr, CaState, Cubic, EndReason, Event, Metrics, tcp_state_name},
     observe::flow::{Change, Flow, FlowTable},
-    observe::pipeline::Sink,
+    observe::pipeline::{NoSide, Sink},
     observe::stats::StatsReport,
     sys::cgroup::CgroupNames,
 };
@@ -463,6 +463,7 @@ impl<W: Write> JsonSink<W> {
 }
 
 impl<W: Write> Sink for JsonSink<W> {
+    type Side = NoSide;
     /// Writes what `ev` means, after it has been applied to `table` (with result `change`).
     fn event(&mut self, ev: &Event, change: Change, table: &FlowTable) -> io::Result<()> {
         let h = ev.head();

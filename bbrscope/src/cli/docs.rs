@@ -1,8 +1,9 @@
 //! Man pages and shell completions generated from the clap definitions the binary parses with,
-//! so the installed documentation cannot drift from the binary (written by `cargo xtask dist`
-//! through the hidden `bbrscope export --dist-assets DIR`).
+//! so the documentation cannot drift from the binary: `bbrscope man DIR` and `bbrscope
+//! completions SHELL`, which `cargo xtask dist` runs for the package and anyone can run where the
+//! package is not installed (the static binary alone).
 
-use std::path::Path;
+use std::{io::Write, path::Path};
 
 use anyhow::{Context as _, Result};
 use clap::{Command, CommandFactory as _};
@@ -17,25 +18,26 @@ use crate::{
     tui::app::KEYS,
 };
 
-/// Writes `DIR/man/bbrscope.1` (and one page per subcommand, `bbrscope-stream.1`, ...) and
-/// `DIR/completions/{bbrscope.bash,_bbrscope,bbrscope.fish}`.
-pub fn write(dir: &Path) -> Result<()> {
-    let man = dir.join("man");
-    std::fs::create_dir_all(&man).with_context(|| format!("creating {}", man.display()))?;
+/// The command tree the pages and completions describe.
+fn tree() -> Command {
     // No pages or completions for clap's `help` subcommand (`bbrscope-help-stream.1`, ...):
     // `bbrscope help X` still works, it just is not documented twice.
     let mut cmd = Cli::command().disable_help_subcommand(true);
     // Subcommand pages name themselves `bbrscope-SUB` only once the tree is built.
     cmd.build();
-    pages(&cmd, &man).with_context(|| format!("writing man pages to {}", man.display()))?;
-    let comp = dir.join("completions");
-    std::fs::create_dir_all(&comp).with_context(|| format!("creating {}", comp.display()))?;
-    let mut offered = visible(&cmd);
-    for shell in [Shell::Bash, Shell::Zsh, Shell::Fish] {
-        clap_complete::generate_to(shell, &mut offered, "bbrscope", &comp)
-            .with_context(|| format!("writing {shell} completions to {}", comp.display()))?;
-    }
-    Ok(())
+    cmd
+}
+
+/// Writes `DIR/bbrscope.1` and one page per subcommand (`bbrscope-stream.1`, ...), creating
+/// `DIR` if needed.
+pub fn write_man(dir: &Path) -> Result<()> {
+    std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+    pages(&tree(), dir).with_context(|| format!("writing man pages to {}", dir.display()))
+}
+
+/// The completion script for `shell`.
+pub fn completions(shell: Shell, out: &mut impl Write) {
+    clap_complete::generate(shell, &mut visible(&tree()), "bbrscope", out);
 }
 
 /// One page for `cmd` and one for each visible subcommand, below it: clap's sections, then
@@ -137,11 +139,24 @@ fn extra(cmd: &Command) -> Roff {
         r.control("fi", []).control("RE", []);
     }
     r.control("SH", ["SEE ALSO"]);
-    let mut see: Vec<String> = ["top", "stream", "replay", "demo", "experiment", "apply", "status", "revert", "export"]
-        .iter()
-        .filter(|s| **s != sub)
-        .map(|s| format!("bbrscope-{s}(1)"))
-        .collect();
+    let mut see: Vec<String> = [
+        "top",
+        "stream",
+        "replay",
+        "demo",
+        "experiment",
+        "advise",
+        "apply",
+        "status",
+        "revert",
+        "export",
+        "man",
+        "completions",
+    ]
+    .iter()
+    .filter(|s| **s != sub)
+    .map(|s| format!("bbrscope-{s}(1)"))
+    .collect();
     if !sub.is_empty() {
         see.insert(0, "bbrscope(1)".into());
     }
@@ -214,6 +229,14 @@ fn examples(sub: &str) -> &'static [(&'static str, &'static [&'static str])] {
             ),
             ("The same as JSON, each finding with its numbers:", &["bbrscope advise --duration 60 --json"]),
         ],
+        "man" => &[(
+            "The pages where the package is not installed (the static binary alone):",
+            &["bbrscope man /tmp/man && man -l /tmp/man/bbrscope-top.1"],
+        )],
+        "completions" => &[(
+            "Tab completion in bash, for every user:",
+            &["bbrscope completions bash > /etc/bash_completion.d/bbrscope"],
+        )],
         _ => &[
             ("The dashboard on a terminal, the JSON stream into a pipe:", &["bbrscope"]),
             ("Switch the system to BBR, with checks, proof and a way back:", &["bbrscope apply bbr"]),
@@ -223,7 +246,7 @@ fn examples(sub: &str) -> &'static [(&'static str, &'static [&'static str])] {
 }
 
 /// The (built) command tree as completions should offer it: without hidden options (`--root`
-/// is for tests, `--dist-assets` for packaging), which clap_complete's generators would list.
+/// is for tests), which clap_complete's generators would list.
 fn visible(cmd: &Command) -> Command {
     // The built tree already holds --help and --version: no second copy of either.
     let mut out = Command::new(cmd.get_name().to_string())
@@ -248,20 +271,25 @@ fn visible(cmd: &Command) -> Command {
 
 #[cfg(test)]
 mod tests {
+    use clap_complete::Shell;
+
     #[test]
     fn writes_pages_and_completions() {
         let dir = tempfile::tempdir().unwrap();
-        super::write(dir.path()).unwrap();
-        for f in ["man/bbrscope.1", "man/bbrscope-export.1", "completions/bbrscope.bash", "completions/_bbrscope"] {
-            assert!(dir.path().join(f).is_file(), "{f}");
+        let man = dir.path().join("man");
+        super::write_man(&man).unwrap();
+        for f in ["bbrscope.1", "bbrscope-export.1", "bbrscope-man.1", "bbrscope-completions.1"] {
+            assert!(man.join(f).is_file(), "{f}");
         }
-        assert!(dir.path().join("completions/bbrscope.fish").is_file());
-        for shell in ["bbrscope.bash", "_bbrscope", "bbrscope.fish"] {
-            let text = std::fs::read_to_string(dir.path().join("completions").join(shell)).unwrap();
-            assert!(!text.contains("--root") && !text.contains("dist-assets"), "{shell} offers a hidden option");
+        for shell in [Shell::Bash, Shell::Zsh, Shell::Fish] {
+            let mut text = Vec::new();
+            super::completions(shell, &mut text);
+            let text = String::from_utf8(text).unwrap();
+            assert!(!text.contains("--root"), "{shell} offers a hidden option");
             assert!(text.contains("port"), "{shell}: options are offered");
+            assert!(text.contains("completions"), "{shell}: subcommands are offered");
             // clap_complete's fish generator completes no positional values.
-            assert!(shell.ends_with("fish") || text.contains("fairness"), "{shell}: presets are offered");
+            assert!(shell == Shell::Fish || text.contains("fairness"), "{shell}: presets are offered");
         }
     }
 
@@ -271,9 +299,9 @@ mod tests {
     #[test]
     fn pages_render_at_80_columns_with_every_section() {
         let dir = tempfile::tempdir().unwrap();
-        super::write(dir.path()).unwrap();
+        super::write_man(dir.path()).unwrap();
         let mut pages = 0;
-        for entry in std::fs::read_dir(dir.path().join("man")).unwrap() {
+        for entry in std::fs::read_dir(dir.path()).unwrap() {
             let path = entry.unwrap().path();
             let out = std::process::Command::new("man")
                 .arg("-l")
@@ -305,19 +333,31 @@ mod tests {
             }
             pages += 1;
         }
-        assert_eq!(pages, 11, "bbrscope(1) and one page per command");
+        assert_eq!(pages, 13, "bbrscope(1) and one page per command");
     }
 
-    /// Every example is a command bbrscope accepts as written (up to a pipe or redirection).
+    /// Every example is a command bbrscope accepts as written (up to a pipe, a redirection or `&&`).
     #[test]
     fn every_example_parses() {
         use clap::Parser as _;
-        for sub in
-            ["", "top", "stream", "replay", "demo", "experiment", "apply", "status", "revert", "export", "advise"]
-        {
+        for sub in [
+            "",
+            "top",
+            "stream",
+            "replay",
+            "demo",
+            "experiment",
+            "apply",
+            "status",
+            "revert",
+            "export",
+            "advise",
+            "man",
+            "completions",
+        ] {
             for (what, lines) in super::examples(sub) {
                 let command = lines.join(" ").replace("\\", "");
-                let command = command.split(['|', '>']).next().unwrap();
+                let command = command.split(['|', '>', '&']).next().unwrap();
                 let words: Vec<&str> = command.split_whitespace().collect();
                 assert_eq!(words[0], "bbrscope");
                 if let Err(e) = crate::cli::Cli::try_parse_from(&words) {

@@ -1,4 +1,7 @@
-//! Command-line interface.
+//! Command-line interface: the clap types, the flags → options step, and ([`docs`]) the man
+//! pages and completions generated from them.
+
+pub mod docs;
 
 use std::{path::PathBuf, time::Duration};
 
@@ -72,6 +75,23 @@ pub enum Command {
     /// Prometheus exporter: flows, bytes, retransmits, completion times and RTT by algorithm at /metrics (root; docs/export.md)
     #[command(allow_negative_numbers = true)]
     Export(crate::cmd::export::ExportArgs),
+    /// Write the man pages (bbrscope.1 and one per command) into a directory: to read them where the package is not installed (man -l DIR/bbrscope-top.1)
+    Man(ManArgs),
+    /// Print the tab-completion script for a shell (bash, zsh, fish, elvish, powershell)
+    Completions(CompletionsArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct ManArgs {
+    /// Directory to write the pages to (created if missing)
+    #[arg(value_name = "DIR")]
+    pub dir: PathBuf,
+}
+
+#[derive(Debug, Args)]
+pub struct CompletionsArgs {
+    #[arg(value_name = "SHELL")]
+    pub shell: clap_complete::Shell,
 }
 
 /// Which flows to watch. All given filters must match; they run in the kernel.

@@ -1,0 +1,267 @@
+//! The experiment while it runs: the observer's loop ([`pipeline::run`]) with the experiment as
+//! its sink — each finished flow of an arm becomes an [`Observation`] (and every record of the
+//! arms' flows goes to `--record`) — and as its side: the guardrail's and the live report's
+//! analyses off the loop ([`Monitor`]), the dashboard's keys and frames, or a progress line.
+
+use std::{
+    fs::File,
+    io::{self, IsTerminal as _},
+    time::{Duration, Instant},
+};
+
+use anyhow::{Context as _, Result};
+use ratatui::crossterm::event::{KeyCode, KeyModifiers};
+use tokio::time::Interval;
+
+use crate::{
+    experiment::{
+        Observation,
+        glue::Setup,
+        guardrail::GuardDecision,
+        live::{LiveExperiment, Monitor, Update},
+    },
+    observe::{
+        clock::Clock,
+        event::Event,
+        flow::{Change, FlowTable},
+        pipeline::{self, Control, End, Retention, Settings, Side, Signals, Sink},
+        session::Live,
+        sink::json::JsonSink,
+    },
+    tui::{
+        self, Dashboard,
+        app::{Action, App},
+    },
+};
+
+/// How often a progress line is written when stdout is not a terminal.
+const LINE_PERIOD: Duration = Duration::from_secs(10);
+
+/// What a live experiment starts from.
+pub struct Watch {
+    /// No live display (else the dashboard on a terminal, progress lines elsewhere).
+    pub headless: bool,
+    pub state: LiveExperiment,
+    pub setup: Setup,
+    /// Stop after this many finished flows of the experiment.
+    pub flows: Option<u64>,
+    /// `--record`: every record of the arms' flows.
+    pub recorder: Option<JsonSink<File>>,
+}
+
+/// How it went.
+pub struct Watched {
+    pub obs: Vec<Observation>,
+    /// Why it ended before its time or flow count, if it did.
+    pub stopped_by: Option<String>,
+    /// The guardrail's decision that stopped it.
+    pub guard: Option<GuardDecision>,
+}
+
+/// Runs the experiment `live` carries until `duration`, its flow count, a signal, q in the
+/// dashboard or the guardrail ends it. The kernel side is detached (`live` dropped) before the
+/// terminal is given back, so the report that follows prints on the normal screen while new
+/// connections already get the default algorithm again.
+pub async fn run(mut live: Live, signals: &mut Signals, watch: Watch, duration: Duration) -> Result<Watched> {
+    let (dash, shown) = if watch.headless {
+        (None, Shown::Off(Box::new(watch.state)))
+    } else if !io::stdout().is_terminal() {
+        (None, Shown::Lines(Box::new(watch.state)))
+    } else {
+        let app = App::new("live", live.degraded().to_vec(), None).with_experiment(watch.state);
+        (Some(Box::new(Dashboard::new()?)), Shown::Dashboard(Box::new(app)))
+    };
+    // The live report costs an analysis every period: only when it is shown.
+    let shows_report = dash.is_some();
+    let frame = if shows_report { Duration::from_millis(1000 / tui::FPS) } else { LINE_PERIOD };
+    let mut side = Watching {
+        monitor: Monitor::new(watch.setup, shows_report),
+        check: tokio::time::interval(Monitor::PERIOD),
+        frame: tokio::time::interval(frame),
+        dash,
+    };
+    let mut sink = Experiment {
+        shown,
+        obs: Vec::new(),
+        recorder: watch.recorder,
+        flows: watch.flows,
+        started: Instant::now(),
+        stopped_by: None,
+        guard: None,
+    };
+    let mut table = FlowTable::new(0);
+    let settings = Settings { duration: Some(duration), stats: None, retention: Retention::UNTIL_END };
+    let end = pipeline::run(&mut live, signals, &mut table, &mut sink, &mut side, settings)
+        .await?
+        .context("writing the --record file")?;
+    match end {
+        End::Interrupt => sink.stopped_by = Some("stopped by Ctrl-C".into()),
+        End::Terminate => sink.stopped_by = Some("stopped by SIGTERM".into()),
+        End::Deadline | End::Sink => {}
+    }
+    // Not on a terminal: a last progress line, so the log says how it ended however soon (the
+    // guardrail can stop a run before the first line period is over).
+    if !shows_report {
+        sink.frame(&mut side.dash, &table)?;
+    }
+    drop(live);
+    drop(side);
+    if let Some(rec) = sink.recorder.as_mut() {
+        rec.flush().context("writing the --record file")?;
+    }
+    Ok(Watched { obs: sink.obs, stopped_by: sink.stopped_by, guard: sink.guard })
+}
+
+/// The experiment's state as the loop's sink.
+struct Experiment {
+    shown: Shown,
+    obs: Vec<Observation>,
+    recorder: Option<JsonSink<File>>,
+    flows: Option<u64>,
+    started: Instant,
+    stopped_by: Option<String>,
+    guard: Option<GuardDecision>,
+}
+
+/// What the experiment waits for beside the observer. The terminal is here, apart from what it
+/// shows, so that the loop can wait for a key while the observer's events update the state.
+struct Watching {
+    monitor: Monitor,
+    /// When the monitor may start an analysis.
+    check: Interval,
+    /// When the dashboard is drawn, or a progress line written.
+    frame: Interval,
+    dash: Option<Box<Dashboard>>,
+}
+
+enum Wake {
+    Analysed(Box<Result<Update>>),
+    Check,
+    Frame,
+    Key(tui::Input),
+}
+
+impl Side for Watching {
+    type Wake = Wake;
+
+    async fn next(&mut self) -> Wake {
+        tokio::select! {
+            update = self.monitor.finished() => Wake::Analysed(Box::new(update)),
+            _ = self.check.tick() => Wake::Check,
+            _ = self.frame.tick() => Wake::Frame,
+            key = input(&mut self.dash) => Wake::Key(key),
+        }
+    }
+}
+
+impl Sink for Experiment {
+    type Side = Watching;
+
+    fn event(&mut self, ev: &Event, change: Change, table: &FlowTable) -> io::Result<()> {
+        if let Shown::Dashboard(app) = &mut self.shown {
+            app.apply(ev);
+        }
+        if let Some(rec) = self.recorder.as_mut()
+            && in_arm(ev, table)
+        {
+            rec.event(ev, change, table)?;
+        }
+        if change == Change::Ended
+            && let Some(o) = table.get(ev.head().flow).and_then(Observation::from_flow)
+        {
+            self.shown.state().flow_finished(o.arm);
+            self.obs.push(o);
+        }
+        Ok(())
+    }
+
+    fn woken(&mut self, wake: Wake, side: &mut Watching, table: &FlowTable) -> Result<Control> {
+        match wake {
+            Wake::Analysed(update) => {
+                let update = (*update)?;
+                let stop = update.guard.as_ref().filter(|g| g.stop).cloned();
+                self.shown.state().update(update);
+                if let Some(g) = stop {
+                    self.stopped_by = Some(format!("stopped early by the guardrail: {}", g.reason));
+                    self.guard = Some(g);
+                    return Ok(Control::Stop);
+                }
+            }
+            Wake::Check => side.monitor.maybe_start(&self.obs, self.started.elapsed()),
+            Wake::Frame => self.frame(&mut side.dash, table)?,
+            Wake::Key(key) => {
+                if let Some(why) = self.key(&mut side.dash, key)? {
+                    self.stopped_by = Some(why);
+                    return Ok(Control::Stop);
+                }
+            }
+        }
+        Ok(Control::Continue)
+    }
+
+    fn done(&self) -> bool {
+        self.flows.is_some_and(|n| self.obs.len() as u64 >= n)
+    }
+}
+
+impl Experiment {
+    /// The dashboard drawn, or a progress line written.
+    fn frame(&mut self, dash: &mut Option<Box<Dashboard>>, table: &FlowTable) -> Result<()> {
+        let state = self.shown.state();
+        state.elapsed = self.started.elapsed();
+        state.count_open(table);
+        match (&mut self.shown, dash) {
+            (Shown::Lines(x), _) => crate::output::errln!("{}", x.progress_line()),
+            (Shown::Dashboard(app), Some(dash)) => {
+                app.tick(Clock::monotonic_ns());
+                dash.draw(app)?;
+            }
+            _ => {}
+        }
+        Ok(())
+    }
+
+    /// A key in the dashboard; why the experiment ends if it is q, or Ctrl-C (a key in raw mode,
+    /// meaning what the signal means). Other keys work as in `bbrscope top`.
+    fn key(&mut self, dash: &mut Option<Box<Dashboard>>, input: tui::Input) -> Result<Option<String>> {
+        let (Shown::Dashboard(app), Some(dash)) = (&mut self.shown, dash) else { return Ok(None) };
+        let ctrl_c = matches!(&input, tui::Input::Key(k)
+            if k.code == KeyCode::Char('c') && k.modifiers.contains(KeyModifiers::CONTROL));
+        if tui::handle(app, input) == Action::Quit {
+            return Ok(Some(if ctrl_c { "stopped by Ctrl-C" } else { "stopped with q" }.into()));
+        }
+        dash.draw(app)?;
+        Ok(None)
+    }
+}
+
+/// What shows the experiment while it runs: the dashboard on a terminal (the flow views and the
+/// experiment's own, which it opens on), a progress line on stderr every [`LINE_PERIOD`] when
+/// stdout is not a terminal (a log, a pipe), nothing with `--headless`. Like `bbrscope demo`.
+enum Shown {
+    Off(Box<LiveExperiment>),
+    Lines(Box<LiveExperiment>),
+    Dashboard(Box<App>),
+}
+
+impl Shown {
+    fn state(&mut self) -> &mut LiveExperiment {
+        match self {
+            Shown::Off(x) | Shown::Lines(x) => x,
+            Shown::Dashboard(app) => app.experiment.as_mut().expect("a dashboard of an experiment"),
+        }
+    }
+}
+
+/// The dashboard's next input; never completes without a dashboard.
+async fn input(dash: &mut Option<Box<Dashboard>>) -> tui::Input {
+    match dash {
+        Some(d) => d.input().await,
+        None => std::future::pending().await,
+    }
+}
+
+/// Whether `ev` belongs to a flow of the experiment (it has an arm).
+fn in_arm(ev: &Event, table: &FlowTable) -> bool {
+    table.get(ev.head().flow).and_then(|f| f.life.owner.as_ref()).is_some_and(|o| o.arm.is_some())
+}
