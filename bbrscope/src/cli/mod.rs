@@ -1,7 +1,14 @@
 //! Command-line interface: the clap types, the flags → options step, and ([`docs`]) the man
 //! pages and completions generated from them.
 
+pub mod advise;
+pub mod apply;
+pub mod demo;
 pub mod docs;
+pub mod experiment;
+pub mod export;
+pub mod revert;
+pub mod status;
 
 use std::{path::PathBuf, time::Duration};
 
@@ -51,7 +58,7 @@ pub enum Command {
     Replay(ReplayArgs),
     /// CUBIC vs BBR on an emulated long, lossy path, with the published numbers beside it (root)
     #[command(allow_negative_numbers = true)]
-    Demo(crate::cmd::demo::DemoArgs),
+    Demo(demo::DemoArgs),
     /// Will BBR help my traffic? A randomized A/B of two algorithms on this host's new connections, with the answer per client group (root; --analyze FILE re-analyses a recording)
     #[command(
         allow_negative_numbers = true,
@@ -62,19 +69,19 @@ pub enum Command {
                       error; 2 bad input, or the service set its own algorithm (nothing concluded); 3 stopped by the \
                       guardrail."
     )]
-    Experiment(crate::cmd::experiment::ExperimentArgs),
+    Experiment(experiment::ExperimentArgs),
     /// Which settings beyond the algorithm hold this host's flows back (initial window, send buffer, restart after idle), from flows watched for --duration (root)
     #[command(allow_negative_numbers = true)]
-    Advise(crate::cmd::advise::AdviseArgs),
+    Advise(advise::AdviseArgs),
     /// Switch congestion control for the system, a network namespace, a cgroup or a route: checks, plan, change, proof on a real socket (root)
-    Apply(crate::cmd::apply::ApplyArgs),
+    Apply(apply::ApplyArgs),
     /// Congestion control as it stands: defaults, allowed list, qdiscs, boot configuration, live flows per algorithm, and what bbrscope changed
-    Status(crate::cmd::status::StatusArgs),
+    Status(status::StatusArgs),
     /// Undo what `bbrscope apply` did for a scope, exactly as recorded (root)
-    Revert(crate::cmd::revert::RevertArgs),
+    Revert(revert::RevertArgs),
     /// Prometheus exporter: flows, bytes, retransmits, completion times and RTT by algorithm at /metrics (root; docs/export.md)
     #[command(allow_negative_numbers = true)]
-    Export(crate::cmd::export::ExportArgs),
+    Export(export::ExportArgs),
     /// Write the man pages (bbrscope.1 and one per command) into a directory: to read them where the package is not installed (man -l DIR/bbrscope-top.1)
     Man(ManArgs),
     /// Print the tab-completion script for a shell (bash, zsh, fish, elvish, powershell)

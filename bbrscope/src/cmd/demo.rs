@@ -1,11 +1,11 @@
 //! `bbrscope demo`: CUBIC vs BBR on an emulated long, lossy path (see `crate::demo`).
 
-use std::{path::PathBuf, time::Duration};
+use std::time::Duration;
 
 use anyhow::{Result, bail};
-use clap::Args;
 
 use crate::{
+    cli::demo::DemoArgs,
     demo::{
         Conditions,
         emulator::{LossSpec, MTU},
@@ -18,7 +18,7 @@ use crate::{
     observe::kernel::bbr_version,
     output::{self, outln},
     sys::{cc, privileges},
-    units::{self, Buffer, Rate, fmt_rate, fmt_us},
+    units::{Buffer, fmt_rate, fmt_us},
 };
 
 /// The fastest link the userspace emulator will try: it moves every packet through one thread.
@@ -30,66 +30,6 @@ const MAX_RTT: Duration = Duration::from_secs(10);
 /// Runs longer than this in total need `--yes`.
 const LONG_RUN: Duration = Duration::from_secs(3600);
 const MAX_ALGOS: usize = 8;
-
-#[derive(Debug, Args)]
-#[command(after_help = "Presets (the options override their values):\n  \
-    cross-border  10 Mbit/s (assumed), 167 ms, 10% loss, 1 BDP, 60 s  — the seed article's VPS path\n  \
-    google-lossy  50 Mbit/s, 100 ms, 1% loss, 1 BDP, 30 s          — Google's BBR announcement; default\n  \
-    bufferbloat   10 Mbit/s, 40 ms, no loss, 1000 packets, 30 s     — compare RTT, not throughput\n  \
-    sawtooth      20 Mbit/s, 40 ms, no loss, 1 BDP, 30 s            — CUBIC's teeth vs BBR's flat line\n  \
-    fairness      10 Mbit/s, 40 ms, no loss, 0.5 and 8 BDP, 4 x 90 s — 1 BBR vs 1 and 3 CUBIC through ONE \
-    link, shares beside a published model; --algos names the incumbent then the challenger, --buffer \
-    runs one buffer instead of two, --plot writes one figure per round (FILE-1.svg, ...)\n\n\
-    Needs root: builds two throwaway network namespaces per link joined by a userspace link \
-    emulator (TUN), and observes the flows with eBPF. Nothing is left behind, however it ends.")]
-pub struct DemoArgs {
-    /// A published setup to reproduce (default: google-lossy)
-    #[arg(value_enum, ignore_case = true)]
-    pub preset: Option<PresetName>,
-    /// Bottleneck rate, with tc(8)'s units: 50mbit (megabits/s), 800kbit, 1gbit; 50mbps or 50MB/s
-    /// are megaBYTES per second, as tc reads them
-    #[arg(long, value_parser = units::rate, allow_hyphen_values = true)]
-    pub rate: Option<Rate>,
-    /// Round-trip propagation delay, e.g. 100ms
-    #[arg(long, value_parser = units::rtt, allow_hyphen_values = true)]
-    pub rtt: Option<Duration>,
-    /// Random loss on the data direction, e.g. 1% or 0.01
-    #[arg(long, value_parser = units::loss, allow_hyphen_values = true)]
-    pub loss: Option<f64>,
-    /// Make losses bursty (Gilbert–Elliott) with this mean burst length, in packets
-    #[arg(long, value_name = "PACKETS")]
-    pub loss_burst: Option<f64>,
-    /// Bottleneck drop-tail queue: bytes (150000, 64KB), packets (1000pkt) or BDPs (2bdp)
-    #[arg(long, value_parser = units::buffer, allow_hyphen_values = true)]
-    pub buffer: Option<Buffer>,
-    /// How long each flow runs: a bare number is seconds; 30s, 2m also
-    #[arg(long, value_parser = units::duration, allow_hyphen_values = true)]
-    pub duration: Option<Duration>,
-    /// Algorithms to compare, comma-separated (set per socket; the system default is untouched)
-    #[arg(long, value_delimiter = ',', default_value = "cubic,bbr")]
-    pub algos: Vec<String>,
-    /// Seed of the random loss: the same seed drops the same packets
-    #[arg(long, default_value_t = 1)]
-    pub seed: u64,
-    /// Run the comparison N times; medians are reported, with each run's goodput
-    #[arg(long, value_name = "N", default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=100))]
-    pub repeat: u32,
-    /// One algorithm after the other instead of all at once
-    #[arg(long)]
-    pub sequential: bool,
-    /// No live display
-    #[arg(long)]
-    pub headless: bool,
-    /// Print the summary as one JSON object (type "demo_summary") instead of a table
-    #[arg(long)]
-    pub json: bool,
-    /// Write goodput, cwnd and RTT over time for all flows to FILE.svg or FILE.png
-    #[arg(long, value_name = "FILE")]
-    pub plot: Option<PathBuf>,
-    /// Allow a demo that runs longer than an hour in total
-    #[arg(long)]
-    pub yes: bool,
-}
 
 pub async fn run(args: DemoArgs) -> Result<()> {
     let name = args.preset.unwrap_or(PresetName::GoogleLossy);

@@ -1,14 +1,13 @@
 //! `bbrscope export`: a long-running Prometheus exporter. It watches flows as `stream` does and
 //! serves their aggregates by algorithm at `/metrics` (docs/export.md).
 
-use std::{net::SocketAddr, sync::Arc, time::Duration};
+use std::{sync::Arc, time::Duration};
 
 use anyhow::{Context as _, Result};
-use clap::Args;
 use prometheus_client::registry::Registry;
 
 use crate::{
-    cli::ObserveArgs,
+    cli::export::ExportArgs,
     export::{
         http,
         metrics::{ExportMetrics, ScopeOptions},
@@ -20,31 +19,6 @@ use crate::{
 
 /// How often bbrscope's own cost and the default algorithms are refreshed.
 const TICK: Duration = Duration::from_secs(1);
-
-#[derive(Debug, Args)]
-pub struct ExportArgs {
-    #[command(flatten)]
-    pub observe: ObserveArgs,
-    /// Address and port to serve /metrics on (loopback by default; give e.g. 0.0.0.0:9580 or
-    /// [::]:9580 to let a Prometheus on another host scrape it)
-    #[arg(long, value_name = "ADDR:PORT", default_value = "127.0.0.1:9580", value_parser = parse_listen)]
-    pub listen: SocketAddr,
-    /// Also label the flow metrics by cgroup (path below the cgroup v2 mount): at most 32 values,
-    /// the first seen; flows of later cgroups count as `other`
-    #[arg(long)]
-    pub by_cgroup: bool,
-    /// Also label the flow metrics by network namespace (`ip netns` name, `initial`, or
-    /// `ino:N`): at most 32 values, the first seen; later ones count as `other`
-    #[arg(long)]
-    pub by_netns: bool,
-    /// Stop after this long: seconds, or 90s, 10m, 2h (default: run until SIGINT or SIGTERM)
-    #[arg(long, value_name = "TIME", value_parser = crate::units::duration, allow_negative_numbers = true)]
-    pub duration: Option<Duration>,
-}
-
-fn parse_listen(s: &str) -> Result<SocketAddr, String> {
-    s.parse().map_err(|_| format!("'{s}' is not an address and port (e.g. 127.0.0.1:9580, 0.0.0.0:9580, [::1]:9580)"))
-}
 
 pub async fn run(args: ExportArgs) -> Result<()> {
     let opts = args.observe.options()?;

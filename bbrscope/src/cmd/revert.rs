@@ -4,31 +4,15 @@
 use std::path::Path;
 
 use anyhow::Result;
-use clap::Args;
 use serde::Serialize;
 
-use super::apply::ScopeArgs;
 use crate::{
     apply::{change::Undone, interrupt, lock::Lock, run, scope, scope::Scope, state::State},
+    cli::revert::RevertArgs,
     error::usage,
     output::{self, OutputError, outln},
     sys::netns,
 };
-
-#[derive(Debug, Args)]
-pub struct RevertArgs {
-    #[command(flatten)]
-    pub scope: ScopeArgs,
-    /// Revert every scope bbrscope has changed
-    #[arg(long, conflicts_with_all = ["netns", "cgroup", "route"])]
-    pub all: bool,
-    /// Restore recorded values even where someone changed them since bbrscope did
-    #[arg(long)]
-    pub force: bool,
-    /// Print the result as JSON
-    #[arg(long)]
-    pub json: bool,
-}
 
 #[derive(Serialize)]
 struct Step {

@@ -1,27 +1,12 @@
 //! `bbrscope status`: congestion control as it stands, per scope, and what bbrscope changed.
 
-use std::path::PathBuf;
-
 use anyhow::Result;
-use clap::Args;
 
 use crate::{
     apply::status::{self, Namespace, Status},
+    cli::status::StatusArgs,
     output::{self, OutputError, outln},
 };
-
-#[derive(Debug, Args)]
-pub struct StatusArgs {
-    /// Also show a network namespace: an `ip netns` name, a path such as /proc/PID/ns/net, or `all`
-    #[arg(long, value_name = "NAME|PATH|all")]
-    pub netns: Option<String>,
-    /// Print as JSON
-    #[arg(long)]
-    pub json: bool,
-    /// Stand-in for / when reading files (tests)
-    #[arg(long, hide = true, default_value = "/")]
-    pub root: PathBuf,
-}
 
 pub fn run(args: StatusArgs) -> Result<()> {
     output::guard(|| {
