@@ -37,15 +37,7 @@ pub async fn run(args: ExperimentArgs) -> Result<()> {
     let rule = rule(&args)?;
     let prefix_lists = prefix_lists(&args)?;
     if let Some(file) = &args.analyze {
-        let capture = read_capture(file)?;
-        let mut setup = capture.setup;
-        setup.rule = rule;
-        setup.prefix_lists = prefix_lists;
-        if let [a, b] = args.arms.as_slice() {
-            setup.arms = Some([a.clone(), b.clone()]);
-        }
-        setup.guardrail_pct = setup.guardrail_pct.or(Some(args.guardrail_pct));
-        return finish(&args, &capture.obs, &setup, capture.stopped_by, capture.guard, true);
+        return analyze(&args, file, rule, prefix_lists);
     }
     let spec = validate(&args)?;
     let limit = match args.flows {
@@ -55,28 +47,13 @@ pub async fn run(args: ExperimentArgs) -> Result<()> {
     let setup = Setup {
         arms: Some(spec.arms.each_ref().map(ToString::to_string)),
         split_pct: spec.split_pct,
-        scope: InScope {
-            known: true,
-            port: spec.port,
-            cgroup: spec.cgroup.as_ref().map(|c| c.path.display().to_string()),
-            dst: spec.dst.clone(),
-        },
+        scope: scope(&spec),
         rule,
         guardrail_pct: (!args.no_guardrail).then_some(args.guardrail_pct),
         prefix_lists,
     };
     let state = LiveExperiment::new(&spec, limit, !args.no_guardrail);
-    let _lock = lock::acquire(&lock::Running {
-        pid: std::process::id(),
-        arms: spec.arms.each_ref().map(ToString::to_string),
-        split_pct: spec.split_pct,
-        sample_pct: spec.sample_pct,
-        scope: state.scope.clone(),
-        started_at: std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs()),
-        ends: state.ends(),
-        guardrail: !args.no_guardrail,
-        record: args.record.as_ref().map(|p| p.display().to_string()),
-    })?;
+    let _lock = lock::acquire(&running(&args, &spec, &state))?;
     // Before anything is attached: a signal from here on ends the experiment cleanly.
     let mut signals = Signals::catch()?;
     let opts = Options {
@@ -107,6 +84,45 @@ pub async fn run(args: ExperimentArgs) -> Result<()> {
         record::end(p, stopped_by.as_deref(), guard.as_ref())?;
     }
     finish(&args, &obs, &setup, stopped_by, guard, false)
+}
+
+/// `--analyze FILE`: the report of a recorded run, with this invocation's rule and groups (and
+/// its arms, where the recording does not name them).
+fn analyze(args: &ExperimentArgs, file: &Path, rule: Rule, prefix_lists: Vec<PrefixList>) -> Result<()> {
+    let capture = read_capture(file)?;
+    let mut setup = capture.setup;
+    setup.rule = rule;
+    setup.prefix_lists = prefix_lists;
+    if let [a, b] = args.arms.as_slice() {
+        setup.arms = Some([a.clone(), b.clone()]);
+    }
+    setup.guardrail_pct = setup.guardrail_pct.or(Some(args.guardrail_pct));
+    finish(args, &capture.obs, &setup, capture.stopped_by, capture.guard, true)
+}
+
+/// What the lock file says of this run (`status` shows it).
+fn running(args: &ExperimentArgs, spec: &ExperimentSpec, state: &LiveExperiment) -> lock::Running {
+    lock::Running {
+        pid: std::process::id(),
+        arms: spec.arms.each_ref().map(ToString::to_string),
+        split_pct: spec.split_pct,
+        sample_pct: spec.sample_pct,
+        scope: state.scope.clone(),
+        started_at: std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs()),
+        ends: state.ends(),
+        guardrail: !args.no_guardrail,
+        record: args.record.as_ref().map(|p| p.display().to_string()),
+    }
+}
+
+/// The connections the experiment covers, as its report names them.
+fn scope(spec: &ExperimentSpec) -> InScope {
+    InScope {
+        known: true,
+        port: spec.port,
+        cgroup: spec.cgroup.as_ref().map(|c| c.path.display().to_string()),
+        dst: spec.dst.clone(),
+    }
 }
 
 /// `--delta` and `--min-effect-ms` as the decision's rule.
