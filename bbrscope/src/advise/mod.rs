@@ -124,13 +124,13 @@ fn settings_of(ino: Option<u32>) -> Settings {
 
 /// The calling thread's namespace's settings beyond the algorithm (also shown by `status`).
 pub fn read_knobs() -> Knobs {
-    let sysctl = |key: &str| crate::apply::sysctl::read(key).ok().flatten();
+    let sysctl = |key: &str| crate::sys::sysctl::read(key).ok().flatten();
     let triple = |key: &str| -> Option<[u64; 3]> {
         let v: Vec<u64> = sysctl(key)?.split_whitespace().filter_map(|w| w.parse().ok()).collect();
         v.try_into().ok()
     };
-    let mut routes = crate::apply::route::dump(libc::AF_INET as u8).unwrap_or_default();
-    routes.extend(crate::apply::route::dump(libc::AF_INET6 as u8).unwrap_or_default());
+    let mut routes = crate::sys::route::dump(libc::AF_INET as u8).unwrap_or_default();
+    routes.extend(crate::sys::route::dump(libc::AF_INET6 as u8).unwrap_or_default());
     Knobs {
         tcp_wmem: triple("net.ipv4.tcp_wmem"),
         tcp_rmem: triple("net.ipv4.tcp_rmem"),

@@ -9,12 +9,12 @@ use std::path::{Path, PathBuf};
 use anyhow::{Context as _, Result};
 use serde::{Deserialize, Serialize};
 
-use super::{
-    algo, cgroup, files, qdisc, route,
-    route::{RouteKey, Window},
+use super::{algo, cgroup, files, qdisc};
+use crate::sys::netns::{self, Netns};
+use crate::sys::{
+    route::{self, RouteKey, Window},
     sysctl,
 };
-use crate::sys::netns::{self, Netns};
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "kind", rename_all = "snake_case")]

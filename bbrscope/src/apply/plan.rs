@@ -10,14 +10,16 @@ use super::{
     algo::{Kernel, Provision},
     cgroup,
     change::Change,
-    files, qdisc, route,
-    route::Window,
+    files, qdisc,
     scope::Scope,
     state::State,
-    sysctl,
     sysctl_d::BootConfig,
 };
 use crate::sys::netns::{self, Netns};
+use crate::sys::{
+    route::{self, Window},
+    sysctl,
+};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]

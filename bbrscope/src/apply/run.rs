@@ -10,13 +10,12 @@ use serde::Serialize;
 use super::{
     change::{Change, Undone},
     plan::{Plan, Setting},
-    route,
     scope::Scope,
     state::State,
-    sysctl,
     verify::{self, Probe},
 };
 use crate::sys::netns;
+use crate::sys::{route, sysctl};
 
 #[derive(Clone, Debug, Serialize)]
 #[serde(rename_all = "snake_case")]

@@ -19,8 +19,8 @@ use super::{
     change::{self, Change},
     files,
     scope::Scope,
-    sysctl,
 };
+use crate::sys::sysctl;
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Entry {
@@ -169,10 +169,7 @@ fn now() -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::{
-        apply::{sysctl, testroot::TempRoot},
-        sys::netns::Netns,
-    };
+    use crate::{apply::testroot::TempRoot, sys::netns::Netns};
 
     #[test]
     fn records_merge_and_persist() {

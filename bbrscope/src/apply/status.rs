@@ -12,16 +12,17 @@ use super::{
     change::Change,
     diag, files,
     qdisc::{self, RootQdisc},
-    route,
     scope::Scope,
     state::{Entry, State},
-    sysctl,
     sysctl_d::BootConfig,
 };
 use crate::{
     experiment::lock,
     observe::kernel::bbr_version::{self, BbrImpl},
-    sys::netns::{self, Netns},
+    sys::{
+        netns::{self, Netns},
+        route, sysctl,
+    },
 };
 
 #[derive(Serialize)]

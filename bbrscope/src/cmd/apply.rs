@@ -6,15 +6,14 @@ use anyhow::Result;
 use crate::{
     apply::{
         plan::{Level, Options},
-        route::Window,
         run::Outcome,
         scope::{Scope, Spec},
-        sysctl,
         transaction::{self, Ending, Request, ScopeReport},
     },
     cli::apply::{ApplyArgs, ScopeArgs},
     error::{UsageError, usage},
     output::{self, OutputError, outln},
+    sys::{route::Window, sysctl},
 };
 
 impl ScopeArgs {

@@ -25,56 +25,9 @@ use std::net::{IpAddr, SocketAddr};
 
 use serde_json::Value;
 
-/// One arm: an algorithm, and optionally the connection's initial congestion window, which
-/// the kernel program sets before any data is sent (`bbr+iw32`: BBR starting from 32 segments).
-/// Reports name an arm by its label, the way it was given.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Arm {
-    pub cc: String,
-    pub iw: Option<u32>,
-}
-
-impl Arm {
-    /// `CC` or `CC+iwN`; the error says what is wrong (the algorithm is checked elsewhere).
-    pub fn parse(label: &str) -> Result<Arm, String> {
-        let (cc, iw) = match label.split_once('+') {
-            None => (label, None),
-            Some((cc, rest)) => {
-                let n = rest.strip_prefix("iw").and_then(|n| n.parse::<u32>().ok());
-                match n {
-                    Some(n) if (1..=crate::apply::route::Window::MAX).contains(&n) => (cc, Some(n)),
-                    _ => {
-                        return Err(format!(
-                            "--arms: '{label}': an arm is an algorithm, optionally with an initial window of 1 to {} \
-                             segments, e.g. bbr or bbr+iw32",
-                            crate::apply::route::Window::MAX
-                        ));
-                    }
-                }
-            }
-        };
-        Ok(Arm { cc: cc.to_string(), iw })
-    }
-
-    /// The algorithm part of an arm's label (`bbr` of `bbr+iw32`).
-    pub fn cc_of(label: &str) -> &str {
-        label.split_once('+').map_or(label, |(cc, _)| cc)
-    }
-
-    /// The initial window an arm's label sets, if any.
-    pub fn iw_of(label: &str) -> Option<u32> {
-        Arm::parse(label).ok()?.iw
-    }
-}
-
-impl std::fmt::Display for Arm {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self.iw {
-            Some(iw) => write!(f, "{}+iw{iw}", self.cc),
-            None => f.write_str(&self.cc),
-        }
-    }
-}
+/// Arms are set up in the kernel, which is configured with them: their type lives with the
+/// loader's experiment settings.
+pub use crate::observe::kernel::loader::Arm;
 
 /// One finished flow of the experiment: what its `flow_summary` says.
 #[derive(Clone, Debug, PartialEq)]

@@ -27,11 +27,11 @@ use prometheus_client::{
 };
 
 use crate::{
-    apply::sysctl,
     observe::event::{Event, Metrics},
     observe::flow::{Change, Flow, FlowTable, IdHasher, IdSet},
     observe::pipeline::{NoSide, Sink},
     observe::stats::StatsReport,
+    sys::sysctl,
     sys::{cgroup::CgroupNames, netns},
 };
 

@@ -12,7 +12,7 @@ use bbrscope_common::{
 use serde::{Deserialize, Serialize};
 
 use crate::observe::kernel::layout::{Field, Layout};
-pub use crate::observe::name::Name;
+pub use crate::sys::name::Name;
 
 /// `TCP_INFINITE_SSTHRESH`: ssthresh before the first loss.
 const INFINITE_SSTHRESH: u64 = 0x7fff_ffff;

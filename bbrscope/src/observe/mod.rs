@@ -5,7 +5,8 @@
 //! 2. [`event`]: decoding the kernel's records into events;
 //! 3. [`session`]: one observation run (what is attached, its filters, its own cost in
 //!    [`stats`]), with [`filter`] for what the user asked to see and [`clock`] for timestamps;
-//! 4. [`flow`]: the flow table, each flow from connect to close, named by [`name`];
+//! 4. [`flow`]: the flow table, each flow from connect to close (names of algorithms and
+//!    commands held inline: [`crate::sys::name`]);
 //! 5. [`diagnose`]: the verdicts a flow's numbers support;
 //! 6. [`sink`]: where flows go (NDJSON lines); [`replay`] reads such lines back;
 //! 7. [`pipeline`]: the loop that drives 1–6 into a [`pipeline::Sink`] until a signal, a
@@ -20,7 +21,6 @@ pub mod event;
 pub mod filter;
 pub mod flow;
 pub mod kernel;
-pub mod name;
 pub mod pipeline;
 pub mod replay;
 pub mod session;

@@ -17,8 +17,8 @@ use crate::{
     observe::event::{
         Bbr, CaState, CongStateEvent, Event, Head, Metrics, OpenEvent, Owner, RetransmitEvent, SampleEvent,
     },
-    observe::name::Name,
     observe::stats::StatsReport,
+    sys::name::Name,
 };
 
 #[derive(Clone, Debug, PartialEq)]

@@ -111,7 +111,8 @@ pub fn resolve(path: &Path) -> Result<Cgroup> {
 #[derive(Default)]
 pub struct CgroupNames {
     mount: Option<PathBuf>,
-    names: crate::observe::flow::IdMap<String>,
+    // A few lookups per flow (its open and summary lines): the standard hasher is cheap enough.
+    names: std::collections::HashMap<u64, String>,
     walked: Option<std::time::Instant>,
 }
 

@@ -10,7 +10,7 @@ use std::{
     time::{Duration, Instant},
 };
 
-use crate::observe::name::Name;
+use crate::sys::name::Name;
 
 /// A process holding a socket.
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -19,8 +19,8 @@ use crate::{
     observe::clock::Clock,
     observe::event::{Bbr, CaState, Event, Head, Metrics, OpenEvent, Owner, SampleEvent},
     observe::filter::FilterSpec,
-    observe::name::Name,
     observe::session::OwnerFilter,
+    sys::name::Name,
     sys::{
         netlink::Netlink,
         netns, procfd,

@@ -53,11 +53,62 @@ pub struct Options {
     pub experiment: Option<ExperimentSpec>,
 }
 
+/// One arm: an algorithm, and optionally the connection's initial congestion window, which
+/// the kernel program sets before any data is sent (`bbr+iw32`: BBR starting from 32 segments).
+/// Reports name an arm by its label, the way it was given.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Arm {
+    pub cc: String,
+    pub iw: Option<u32>,
+}
+
+impl Arm {
+    /// `CC` or `CC+iwN`; the error says what is wrong (the algorithm is checked elsewhere).
+    pub fn parse(label: &str) -> Result<Arm, String> {
+        let (cc, iw) = match label.split_once('+') {
+            None => (label, None),
+            Some((cc, rest)) => {
+                let n = rest.strip_prefix("iw").and_then(|n| n.parse::<u32>().ok());
+                match n {
+                    Some(n) if (1..=crate::sys::route::Window::MAX).contains(&n) => (cc, Some(n)),
+                    _ => {
+                        return Err(format!(
+                            "--arms: '{label}': an arm is an algorithm, optionally with an initial window of 1 to {} \
+                             segments, e.g. bbr or bbr+iw32",
+                            crate::sys::route::Window::MAX
+                        ));
+                    }
+                }
+            }
+        };
+        Ok(Arm { cc: cc.to_string(), iw })
+    }
+
+    /// The algorithm part of an arm's label (`bbr` of `bbr+iw32`).
+    pub fn cc_of(label: &str) -> &str {
+        label.split_once('+').map_or(label, |(cc, _)| cc)
+    }
+
+    /// The initial window an arm's label sets, if any.
+    pub fn iw_of(label: &str) -> Option<u32> {
+        Arm::parse(label).ok()?.iw
+    }
+}
+
+impl std::fmt::Display for Arm {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self.iw {
+            Some(iw) => write!(f, "{}+iw{iw}", self.cc),
+            None => f.write_str(&self.cc),
+        }
+    }
+}
+
 /// What `bbrscope experiment` asks of the kernel program.
 #[derive(Clone, Debug, PartialEq)]
 pub struct ExperimentSpec {
     /// Arm A's and arm B's algorithm and initial window.
-    pub arms: [crate::experiment::Arm; 2],
+    pub arms: [Arm; 2],
     /// Percent of connections in scope given arm B.
     pub split_pct: u32,
     /// Percent of connections in scope that join the experiment (the rest are untouched).

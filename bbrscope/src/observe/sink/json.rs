@@ -117,7 +117,7 @@ impl Json for String {
     }
 }
 
-impl Json for crate::observe::name::Name {
+impl Json for crate::sys::name::Name {
     #[inline]
     fn write(&self, out: &mut Vec<u8>) {
         self.as_str().write(out)
@@ -669,7 +669,7 @@ mod tests {
         struct OwnerJson {
             side: Option<String>,
             pid: Option<u32>,
-            comm: Option<crate::observe::name::Name>,
+            comm: Option<crate::sys::name::Name>,
             cgroup: Option<String>,
             cgroup_id: Option<u64>,
             netns: Option<u32>,
@@ -693,7 +693,7 @@ mod tests {
             end: EndReason,
             #[serde(flatten)]
             owner: OwnerJson,
-            ccs: &'a [crate::observe::name::Name],
+            ccs: &'a [crate::sys::name::Name],
             bbr_modes: &'a [std::sync::Arc<str>],
             bytes_sent: Option<u64>,
             bytes_acked: Option<u64>,

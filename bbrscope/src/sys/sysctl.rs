@@ -1,5 +1,6 @@
 //! Live kernel settings under /proc/sys, read and written in the calling thread's network
-//! namespace (see [`crate::sys::netns::run`]).
+//! namespace (see [`crate::sys::netns::run`]), and the allow-list of those `apply --sysctl` may
+//! write ([`TUNABLE`]).
 
 use std::{io, path::PathBuf};
 

@@ -1,0 +1,150 @@
+//! The source tree's shape, checked like behaviour (README, "Layout"): which top-level folder of
+//! bbrscope/src may use which — the OS door (`sys`) uses no feature, the observer pipeline
+//! (`observe`) uses only `sys` and the leaves, features use the pipeline, commands use features —
+//! and commands stay thin. Read from the sources as text; no root needed.
+
+use std::{
+    collections::{BTreeMap, BTreeSet},
+    path::{Path, PathBuf},
+};
+
+fn src() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("src")
+}
+
+fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
+    for entry in std::fs::read_dir(dir).unwrap() {
+        let path = entry.unwrap().path();
+        if path.is_dir() {
+            rust_files(&path, out);
+        } else if path.extension().is_some_and(|e| e == "rs") {
+            out.push(path);
+        }
+    }
+}
+
+/// The top-level module a file belongs to (`observe` for src/observe/kernel/btf.rs).
+fn top(path: &Path) -> String {
+    let rel = path.strip_prefix(src()).unwrap();
+    let first = rel.components().next().unwrap().as_os_str().to_string_lossy().into_owned();
+    first.trim_end_matches(".rs").to_string()
+}
+
+/// Code without its unit tests and comments: what the module itself uses.
+fn code(path: &Path) -> String {
+    let text = std::fs::read_to_string(path).unwrap();
+    let text = text.split("#[cfg(test)]").next().unwrap();
+    text.lines().map(|l| l.split("//").next().unwrap()).collect::<Vec<_>>().join("\n")
+}
+
+/// Top-level module → the top-level modules it names (`crate::x`, or `x::` first in a `use
+/// crate::{...}` group).
+fn uses() -> BTreeMap<String, BTreeSet<String>> {
+    let mut files = Vec::new();
+    rust_files(&src(), &mut files);
+    let modules: BTreeSet<String> = files.iter().map(|f| top(f)).collect();
+    let mut graph: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+    for f in &files {
+        let from = top(f);
+        if from == "main" || from == "lib" {
+            continue;
+        }
+        let text = code(f);
+        let mut named = Vec::new();
+        for part in text.split("crate::").skip(1) {
+            named.push(part.split(|c: char| !c.is_alphanumeric() && c != '_').next().unwrap().to_string());
+        }
+        // `use crate::{\n    apply::{...},\n    sys::netns,\n};`: each group line's first name.
+        for group in text.split("use crate::{").skip(1) {
+            for line in group.split("};").next().unwrap().lines() {
+                let word = line.trim().split(|c: char| !c.is_alphanumeric() && c != '_').next().unwrap();
+                named.push(word.to_string());
+            }
+        }
+        let to = graph.entry(from.clone()).or_default();
+        to.extend(named.into_iter().filter(|m| modules.contains(m) && *m != from));
+    }
+    graph
+}
+
+/// What each top-level module may use: layers downwards, never up. A module not listed is a leaf
+/// (units, quantile, rng, error, output, figure) and may use only other leaves.
+const LAYERS: &[(&str, &[&str])] = &[
+    ("sys", &[]),
+    ("observe", &["sys"]),
+    ("export", &["observe", "sys"]),
+    ("advise", &["observe", "sys", "experiment"]),
+    ("experiment", &["observe", "sys", "tui"]),
+    ("tui", &["observe", "experiment"]),
+    ("demo", &["observe", "sys", "tui"]),
+    ("apply", &["observe", "sys", "advise", "experiment"]),
+    ("cli", &["observe", "apply", "demo", "experiment", "tui"]),
+    ("cmd", &["cli", "observe", "sys", "advise", "apply", "demo", "experiment", "export", "tui"]),
+];
+
+/// The one circle left, and why: the dashboard draws a running experiment (tui uses
+/// experiment's live state), and the experiment's live run shows itself in the dashboard
+/// (experiment/watch.rs uses tui). Breaking it means the run drawing through a trait the
+/// dashboard implements.
+const KNOWN_CIRCLES: &[(&str, &str)] = &[("experiment", "tui")];
+
+const LEAVES: &[&str] = &["units", "quantile", "rng", "error", "output", "figure"];
+
+#[test]
+fn modules_use_only_the_layers_below_them() {
+    let graph = uses();
+    let mut wrong = Vec::new();
+    for (from, to) in &graph {
+        let allowed: &[&str] = match LAYERS.iter().find(|(m, _)| m == from) {
+            Some((_, allowed)) => allowed,
+            None if LEAVES.contains(&from.as_str()) => &[],
+            None => {
+                wrong.push(format!("{from}: a top-level module the layout does not place"));
+                continue;
+            }
+        };
+        for t in to {
+            if !allowed.contains(&t.as_str()) && !LEAVES.contains(&t.as_str()) {
+                wrong.push(format!("{from} uses {t}"));
+            }
+        }
+    }
+    assert!(wrong.is_empty(), "uses against the layout (README, Layout):\n{}", wrong.join("\n"));
+}
+
+#[test]
+fn no_circle_between_modules_but_the_known_one() {
+    let graph = uses();
+    let mut circles = BTreeSet::new();
+    for (a, to) in &graph {
+        for b in to {
+            if graph.get(b).is_some_and(|back| back.contains(a)) {
+                circles.insert(if a < b { (a.clone(), b.clone()) } else { (b.clone(), a.clone()) });
+            }
+        }
+    }
+    let known: BTreeSet<(String, String)> = KNOWN_CIRCLES.iter().map(|(a, b)| (a.to_string(), b.to_string())).collect();
+    assert_eq!(circles, known, "two modules that use each other");
+}
+
+/// A command turns options into one library call and prints: no function in cmd/ over 60 lines.
+#[test]
+fn commands_are_thin() {
+    let mut files = Vec::new();
+    rust_files(&src().join("cmd"), &mut files);
+    let mut long = Vec::new();
+    for f in files {
+        let text = std::fs::read_to_string(&f).unwrap();
+        let lines: Vec<&str> = text.lines().collect();
+        for (i, line) in lines.iter().enumerate() {
+            let head = line.trim_start_matches("pub ").trim_start_matches("async ");
+            if head.starts_with("fn ") {
+                let len = lines[i..].iter().position(|l| *l == "}").unwrap() + 1;
+                if len > 60 {
+                    long.push(format!("{}: {} ({len} lines)", f.display(), head.split('(').next().unwrap()));
+                }
+            }
+        }
+    }
+    assert!(long.is_empty(), "{}", long.join("\n"));
+}
