@@ -25,7 +25,9 @@ APT_PACKAGES=(llvm-${LLVM_MAJOR}-dev libpolly-${LLVM_MAJOR}-dev libzstd-dev zlib
               # bbrscope/tests/export.rs: the .deb is checked by lintian --pedantic.
               lintian
               # bbrscope/tests/stream.rs: the README's jq examples run on real output.
-              jq)
+              jq
+              # cargo xtask dist: musl-gcc compiles the static binary's allocator (mimalloc).
+              musl-tools)
 
 log() { printf 'setup: %s\n' "$*" >&2; }
 
@@ -45,7 +47,7 @@ if ! rustup toolchain list | grep -q "^${NIGHTLY}"; then
   log "installing Rust toolchain ${NIGHTLY}"
   rustup toolchain install "$NIGHTLY" --profile minimal -c rust-src -c clippy -c rustfmt
 fi
-# The static binary's target (`cargo xtask dist --static`): musl's libc, linked in.
+# The shipped binary's target (`cargo xtask dist`): static, musl's libc linked in.
 MUSL="$(uname -m)-unknown-linux-musl"
 if ! rustup target list --toolchain "$NIGHTLY" --installed | grep -qx "$MUSL"; then
   log "adding the Rust target ${MUSL}"

@@ -43,7 +43,7 @@ enum Task {
     /// A whole Debian system (a root directory with systemd) booted under a Debian kernel in
     /// QEMU until it powers off; its /dev/ttyS1 goes to a file (root; for bbrscope/tests/export.rs)
     Boot(kernels::system::BootArgs),
-    /// Release binary, man pages, shell completions and a .deb with the systemd units (TARGET/dist)
+    /// Static release binary, man pages, shell completions and a .deb with the systemd units (TARGET/dist)
     Dist(dist::DistArgs),
 }
 

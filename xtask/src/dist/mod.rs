@@ -1,6 +1,8 @@
-//! `cargo xtask dist`: the shipped binary (profile `dist`: release with LTO, stripped) and a
-//! Debian package around it (binary, man pages, shell completions, systemd units, defaults file),
-//! so that installing bbrscope needs no Rust toolchain. The package is assembled in a staging directory and built with `dpkg-deb`.
+//! `cargo xtask dist`: the shipped binary (profile `dist`: release with LTO, stripped; static,
+//! with musl's libc linked in, so it runs on any distribution of its architecture however old
+//! its userland) and a Debian package around it (binary, man pages, shell completions, systemd
+//! units, defaults file) that depends on no other package, so that installing bbrscope needs no
+//! Rust toolchain. The package is assembled in a staging directory and built with `dpkg-deb`.
 
 use std::{
     path::{Path, PathBuf},
@@ -15,11 +17,6 @@ pub struct DistArgs {
     /// Where to put the .deb (default: TARGET_DIR/dist)
     #[arg(long, value_name = "DIR")]
     out: Option<PathBuf>,
-    /// A static binary, with musl's libc linked in: the package then depends on no libc and the
-    /// binary runs on any distribution of this architecture, however old its userland (needs
-    /// `rustup target add ARCH-unknown-linux-musl`, which scripts/setup.sh does)
-    #[arg(long = "static")]
-    static_libc: bool,
 }
 
 fn workspace() -> PathBuf {
@@ -48,40 +45,29 @@ fn git_commit(ws: &Path) -> String {
     if dirty { format!("{head}-dirty") } else { head }
 }
 
-/// The newest glibc symbol version the binary needs: the package's libc6 dependency, so that
-/// dpkg refuses to install it where it could not run.
-fn glibc_needed(bin: &Path) -> Result<Option<(u32, u32)>> {
-    let syms = run(Command::new("objdump").arg("-T").arg(bin))?;
-    Ok(syms
-        .split(|c: char| c.is_whitespace() || c == '(' || c == ')')
-        .filter_map(|w| w.strip_prefix("GLIBC_"))
-        .filter_map(|v| {
-            let mut it = v.split('.');
-            Some((it.next()?.parse().ok()?, it.next().unwrap_or("0").parse().ok()?))
-        })
-        .max())
-}
-
 pub fn run_dist(args: DistArgs) -> Result<()> {
     let ws = workspace();
     let target = target_dir(&ws);
     let commit = git_commit(&ws);
+    // Needs `rustup target add ARCH-unknown-linux-musl` and musl-gcc (scripts/setup.sh).
     let musl = format!("{}-unknown-linux-musl", std::env::consts::ARCH);
-    let how = if args.static_libc { format!(", static: {musl}") } else { String::new() };
-    eprintln!("dist: building bbrscope (profile dist: release + LTO, stripped{how}) at {commit}");
-    let mut build = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()));
-    build.args(["build", "--profile", "dist", "-p", "bbrscope", "--bin", "bbrscope"]);
-    if args.static_libc {
-        build.args(["--target", &musl]);
-    }
-    let status = build.env("BBRSCOPE_GIT_COMMIT", &commit).current_dir(&ws).status().context("running cargo build")?;
+    eprintln!("dist: building bbrscope (profile dist: release + LTO, stripped, static: {musl}) at {commit}");
+    let status = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()))
+        .args(["build", "--profile", "dist", "-p", "bbrscope", "--bin", "bbrscope", "--target", &musl])
+        // The C half of the allocator (mimalloc) is compiled for musl by Debian's musl-gcc
+        // wrapper (package musl-tools), which cc-rs does not look for by itself.
+        .env(format!("CC_{}", musl.replace('-', "_")), "musl-gcc")
+        .env("BBRSCOPE_GIT_COMMIT", &commit)
+        .current_dir(&ws)
+        .status()
+        .context("running cargo build")?;
     ensure!(status.success(), "cargo build --profile dist failed");
-    let bin = if args.static_libc { target.join(&musl).join("dist/bbrscope") } else { target.join("dist/bbrscope") };
+    let bin = target.join(&musl).join("dist/bbrscope");
     let version_line = run(Command::new(&bin).arg("--version"))?;
     let version = version_line.split_whitespace().nth(1).context("bbrscope --version printed no version")?.to_string();
 
     let out = args.out.unwrap_or_else(|| target.join("dist"));
-    let stage = target.join(if args.static_libc { "dist-stage-static" } else { "dist-stage" });
+    let stage = target.join("dist-stage");
     let _ = std::fs::remove_dir_all(&stage);
     let gen_dir = stage.join("gen");
     // The pages and completions from the binary itself, so they describe exactly what it parses.
@@ -143,12 +129,6 @@ pub fn run_dist(args: DistArgs) -> Result<()> {
     let debian = root.join("DEBIAN");
     std::fs::create_dir_all(&debian)?;
     let arch = run(Command::new("dpkg").arg("--print-architecture"))?.trim().to_string();
-    // A static binary needs no package at all; a dynamic one the glibc its symbols name.
-    let depends = match (args.static_libc, glibc_needed(&root.join("usr/bin/bbrscope"))?) {
-        (true, _) => String::new(),
-        (false, Some((maj, min))) => format!("Depends: libc6 (>= {maj}.{min})\n"),
-        (false, None) => "Depends: libc6\n".into(),
-    };
     let size_kb = run(Command::new("du").args(["-sk"]).arg(&root))?
         .split_whitespace()
         .next()
@@ -158,7 +138,7 @@ pub fn run_dist(args: DistArgs) -> Result<()> {
         debian.join("control"),
         format!(
             "Package: bbrscope\nVersion: {full_version}\nArchitecture: {arch}\nMaintainer: {}\n\
-             Installed-Size: {size_kb}\n{depends}Recommends: bash-completion\n\
+             Installed-Size: {size_kb}\nRecommends: bash-completion\n\
              Section: net\nPriority: optional\nHomepage: https://github.com/bbrscope/bbrscope\n\
              Description: live TCP congestion-control observer and configurator (eBPF)\n \
              See what CUBIC and BBR are doing to every TCP flow, prove which one serves\n \
