@@ -1,4 +1,5 @@
-# The two commands in README.md. Both install what they need first (scripts/setup.sh, idempotent).
+# The two commands in README.md. Each installs what it needs first (scripts/setup.sh, idempotent):
+# `run` only what building needs, `test` the test tools too.
 #   make run [ARGS="stream --duration 10"]   build and run bbrscope (as root)
 #   make test                                 the whole test suite (as root: it loads BPF programs),
 #                                             then the kernel matrix (cargo xtask kernels, QEMU)
@@ -9,7 +10,8 @@ ARGS ?= top
 setup:
 	@scripts/setup.sh
 
-run: setup
+run:
+	@scripts/setup.sh build
 	cargo build --release -p bbrscope
 	./target/release/bbrscope $(ARGS)
 

@@ -1,5 +1,9 @@
 #!/usr/bin/env bash
-# Installs everything bbrscope's build and tests need on a Debian 12 (bookworm) machine, as root.
+# Installs what bbrscope needs on a Debian 12 (bookworm) machine, as root:
+#   scripts/setup.sh build   what building it needs (make run): the pinned nightly, bpf-linker
+#                            and the LLVM it is built against
+#   scripts/setup.sh         that, and what the tests, the kernel matrix and the package need
+#                            (make test): QEMU, Prometheus, Ansible, debootstrap, musl, ...
 # Idempotent: each step checks first, so a second run installs nothing.
 # See docs/toolchain.md for why these exact versions: bpf-linker's LLVM must match the
 # LLVM inside the nightly that compiles the eBPF crate (LLVM 22 here), or linking fails with
@@ -9,8 +13,9 @@ set -euo pipefail
 NIGHTLY="$(sed -n 's/^channel *= *"\(.*\)"/\1/p' "$(dirname "$0")/../rust-toolchain.toml")"
 LLVM_MAJOR=22
 BPF_LINKER_VERSION=0.13.0
-APT_PACKAGES=(llvm-${LLVM_MAJOR}-dev libpolly-${LLVM_MAJOR}-dev libzstd-dev zlib1g-dev
-              iproute2 nftables tmux bpftrace procps dwarves bpftool fonts-dejavu-core
+# bpf-linker is built against these.
+BUILD_PACKAGES=(llvm-${LLVM_MAJOR}-dev libpolly-${LLVM_MAJOR}-dev libzstd-dev zlib1g-dev)
+TEST_PACKAGES=(iproute2 nftables tmux bpftrace procps dwarves bpftool fonts-dejavu-core
               # cargo xtask kernels: boots Debian kernels under QEMU with a busybox guest.
               qemu-system-x86 busybox-static xz-utils
               # bbrscope/tests/export.rs: a real Prometheus scrapes `bbrscope export`.
@@ -31,6 +36,12 @@ APT_PACKAGES=(llvm-${LLVM_MAJOR}-dev libpolly-${LLVM_MAJOR}-dev libzstd-dev zlib
 
 log() { printf 'setup: %s\n' "$*" >&2; }
 
+case "${1:-all}" in
+  build) APT_PACKAGES=("${BUILD_PACKAGES[@]}") ;;
+  all) APT_PACKAGES=("${BUILD_PACKAGES[@]}" "${TEST_PACKAGES[@]}") ;;
+  *) echo "usage: scripts/setup.sh [build]  (build: only what building bbrscope needs)" >&2; exit 2 ;;
+esac
+
 missing=()
 for p in "${APT_PACKAGES[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")
@@ -49,7 +60,7 @@ if ! rustup toolchain list | grep -q "^${NIGHTLY}"; then
 fi
 # The shipped binary's target (`cargo xtask dist`): static, musl's libc linked in.
 MUSL="$(uname -m)-unknown-linux-musl"
-if ! rustup target list --toolchain "$NIGHTLY" --installed | grep -qx "$MUSL"; then
+if [ "${1:-all}" = all ] && ! rustup target list --toolchain "$NIGHTLY" --installed | grep -qx "$MUSL"; then
   log "adding the Rust target ${MUSL}"
   rustup target add --toolchain "$NIGHTLY" "$MUSL"
 fi
