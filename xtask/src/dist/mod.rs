@@ -5,6 +5,7 @@
 //! Rust toolchain. The package is assembled in a staging directory and built with `dpkg-deb`.
 
 use std::{
+    io::Write as _,
     path::{Path, PathBuf},
     process::Command,
 };
@@ -51,7 +52,11 @@ pub fn run_dist(args: DistArgs) -> Result<()> {
     let commit = git_commit(&ws);
     // Needs `rustup target add ARCH-unknown-linux-musl` and musl-gcc (scripts/setup.sh).
     let musl = format!("{}-unknown-linux-musl", std::env::consts::ARCH);
-    eprintln!("dist: building bbrscope (profile dist: release + LTO, stripped, static: {musl}) at {commit}");
+    // A progress line only: a stderr that cannot be written (closed, full) must not stop the build.
+    let _ = writeln!(
+        std::io::stderr(),
+        "dist: building bbrscope (profile dist: release + LTO, stripped, static: {musl}) at {commit}"
+    );
     let status = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()))
         .args(["build", "--profile", "dist", "-p", "bbrscope", "--bin", "bbrscope", "--target", &musl])
         // The C half of the allocator (mimalloc) is compiled for musl by Debian's musl-gcc
