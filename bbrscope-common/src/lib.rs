@@ -6,6 +6,12 @@
 //! decodes them with the same knowledge it used to build the config.
 #![no_std]
 
+#[cfg(feature = "sockopt")]
+extern crate std;
+
+#[cfg(feature = "sockopt")]
+pub mod sockopt;
+
 /// Socket fields copied generically into every [`Sample`] (see [`FieldSpec`]).
 pub const MAX_FIELDS: usize = 36;
 /// `TCP_CA_NAME_MAX` in the kernel.

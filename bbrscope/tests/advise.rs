@@ -8,7 +8,6 @@ mod common;
 use std::{
     io::{BufRead as _, BufReader, Read as _, Write as _},
     net::{SocketAddr, TcpListener, TcpStream},
-    os::fd::AsRawFd as _,
     process::{Child, Stdio},
     thread,
     time::{Duration, Instant},
@@ -50,7 +49,7 @@ fn serve_paced(
 ) -> SocketAddr {
     let addr = SocketAddr::new(link.sender_addr.into(), port);
     let listener = link.sender.run(move || Ok(TcpListener::bind(addr)?)).unwrap();
-    set_cc_fd(listener.as_raw_fd(), cc);
+    set_cc(&listener, cc);
     thread::spawn(move || {
         for conn in listener.incoming() {
             let Ok(mut c) = conn else { break };
@@ -74,10 +73,10 @@ fn serve_paced(
                 // Once the last response is acked no chrono stretch is in progress: the counters
                 // are the ones the connection closes with.
                 let start = Instant::now();
-                while tcp_info(c.as_raw_fd()).unacked > 0 && start.elapsed() < Duration::from_secs(30) {
+                while tcp_info(&c).unacked > 0 && start.elapsed() < Duration::from_secs(30) {
                     thread::sleep(Duration::from_millis(5));
                 }
-                let _ = infos.send(tcp_info(c.as_raw_fd()));
+                let _ = infos.send(tcp_info(&c));
             });
         }
     });
@@ -309,7 +308,7 @@ fn a_receive_window_smaller_than_the_path_is_measured_as_the_kernel_counts_it() 
     assert_eq!(f.len(), 1, "{advice:#}");
     let f = f[0];
     // The kernel's own account, as the server's TCP_INFO gives it: mostly receive-window-limited.
-    let truth = info.rwnd_limited_us as f64 / info.busy_us as f64;
+    let truth = info.rwnd_limited_us.unwrap() as f64 / info.busy_us.unwrap() as f64;
     assert!(truth > 0.5, "the scenario holds the sender back: {info:?}");
     // Not this host's buffer: no change to make here, and the peers' windows named.
     assert_eq!((f["status"].as_str(), f["affected"].as_u64()), (Some("none"), Some(0)), "{f:#}");
@@ -390,7 +389,7 @@ fn a_send_buffer_smaller_than_the_path_is_found_and_the_change_fixes_it() {
     let share = f["numbers"]["sndbuf_limited_share_median"].as_f64().unwrap();
     assert!(share >= 0.5, "bound most of the time: {f:#}");
     // The kernel's own count, beside it: far smaller (it misses most of the wait).
-    let kernel = info.sndbuf_limited_us as f64 / info.busy_us as f64;
+    let kernel = info.sndbuf_limited_us.unwrap() as f64 / info.busy_us.unwrap() as f64;
     assert!((f["numbers"]["kernel_sndbuf_limited_share_median"].as_f64().unwrap() - kernel).abs() < 0.05, "{f:#}");
     assert_eq!(f["numbers"]["tcp_wmem_max"], 65536.0, "{f:#}");
     let change = f["change"].as_str().unwrap();

@@ -11,10 +11,7 @@ mod common;
 use std::{
     fmt,
     net::{Ipv4Addr, SocketAddr, TcpListener, TcpStream},
-    os::{
-        fd::{AsRawFd as _, FromRawFd as _},
-        unix::process::CommandExt as _,
-    },
+    os::{fd::FromRawFd as _, unix::process::CommandExt as _},
     path::{Path, PathBuf},
     process::{Command, Stdio},
     time::Duration,
@@ -126,8 +123,8 @@ impl fmt::Display for Run {
     }
 }
 
-fn congestion_of(fd: i32) -> String {
-    apply::verify::congestion_of(fd).unwrap()
+fn congestion_of(fd: impl std::os::fd::AsFd) -> String {
+    bbrscope::sys::sockopt::congestion(fd).unwrap()
 }
 
 /// Connects to `listener` from inside `from` and returns the client's algorithm by getsockopt
@@ -137,7 +134,7 @@ fn client_algorithm(from: &Netns, listener: TcpListener) -> (String, String) {
     from.enter(|| {
         let c = TcpStream::connect(addr).unwrap();
         let _s = listener.accept().unwrap();
-        (congestion_of(c.as_raw_fd()), ss_algorithm(&format!("dport = :{}", addr.port())))
+        (congestion_of(&c), ss_algorithm(&format!("dport = :{}", addr.port())))
     })
 }
 
@@ -484,7 +481,7 @@ fn inside_and_outside(cgroup: &Path) -> (String, String) {
     }
     let outside = TcpStream::connect(addr).unwrap();
     let _a = l.accept().unwrap();
-    (inside, congestion_of(outside.as_raw_fd()))
+    (inside, congestion_of(&outside))
 }
 
 #[test]
@@ -935,7 +932,7 @@ fn sysctls_beside_the_algorithm_apply_per_namespace_and_revert_exactly() {
             assert!(fd >= 0);
             // SAFETY: a fresh descriptor nothing else owns.
             let fd = unsafe { std::os::fd::OwnedFd::from_raw_fd(fd) };
-            common::sndbuf(fd.as_raw_fd(), None)
+            common::sndbuf(&fd, None)
         })
     };
     let tuned = ["--sysctl", "net.ipv4.tcp_wmem=4096 32768 131072", "--sysctl", "net.ipv4.tcp_slow_start_after_idle=0"];
@@ -1026,7 +1023,7 @@ fn a_routes_initial_window_is_set_proven_on_a_connection_and_reverted() {
     let first_cwnd = |to: SocketAddr| {
         link.a.enter(|| {
             let c = TcpStream::connect(to).unwrap();
-            common::tcp_info(c.as_raw_fd()).snd_cwnd
+            common::tcp_info(&c).snd_cwnd
         })
     };
     let b: Ipv4Addr = link.b_ip.parse().unwrap();

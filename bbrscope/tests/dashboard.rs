@@ -6,7 +6,7 @@ use std::time::Duration;
 use bbrscope::{
     observe::replay::{Record, parse_all},
     tui::{
-        Feed,
+        Feed, Panel,
         app::{Action, App, Playback, View},
         theme::Theme,
         view,
@@ -35,8 +35,13 @@ fn played(name: &str) -> App {
 }
 
 fn render(app: &App, w: u16, h: u16, theme: Theme) -> Buffer {
+    render_with(app, None, w, h, theme)
+}
+
+/// The dashboard with a command's panel (a running experiment's).
+fn render_with(app: &App, panel: Option<&dyn Panel>, w: u16, h: u16, theme: Theme) -> Buffer {
     let mut term = Terminal::new(TestBackend::new(w, h)).unwrap();
-    term.draw(|f| view::draw(f, app, &theme)).unwrap();
+    term.draw(|f| view::draw(f, app, panel, &theme)).unwrap();
     term.backend().buffer().clone()
 }
 
@@ -493,8 +498,9 @@ fn a_pipe_plays_as_it_arrives() {
 // path, 198.18.64.0/24, and a short clean one, 198.18.65.0/24; bbrscope/tests/experiment.rs
 // `record_the_fixture` made it).
 
-/// The dashboard of an experiment 75 s into its 10 minutes, its analysis on the recorded flows.
-fn experiment_app() -> App {
+/// The dashboard of an experiment 75 s into its 10 minutes, its analysis on the recorded flows:
+/// the app and the experiment, its panel.
+fn experiment_app() -> (App, bbrscope::experiment::live::LiveExperiment) {
     use bbrscope::{
         experiment::{
             Observation, glue,
@@ -536,14 +542,14 @@ fn experiment_app() -> App {
             at: Duration::from_secs(74),
         }),
     });
-    App::new("live", Vec::new(), None).with_experiment(x)
+    (App::new("live", Vec::new(), None).with_panel("experiment"), x)
 }
 
 #[test]
 fn experiment_view_shows_both_arms_the_groups_and_verdicts() {
-    let app = experiment_app();
-    assert_eq!(app.view, View::Experiment, "an experiment's dashboard opens on its view");
-    let text = lines(&render(&app, 120, 40, Theme { color: true })).join("\n");
+    let (app, x) = experiment_app();
+    assert_eq!(app.view, View::Panel, "an experiment's dashboard opens on its view");
+    let text = lines(&render_with(&app, Some(&x), 120, 40, Theme { color: true })).join("\n");
     for want in [
         "cubic (A) vs bbr (B) · 50% to B · port 443 · 1:15 of 10:00 (8:45 left)",
         "guardrail",
@@ -574,8 +580,8 @@ fn experiment_view_shows_both_arms_the_groups_and_verdicts() {
 
 #[test]
 fn experiment_view_is_readable_at_80x24_without_colour() {
-    let mut app = experiment_app();
-    let buf = render(&app, 80, 24, Theme { color: false });
+    let (mut app, x) = experiment_app();
+    let buf = render_with(&app, Some(&x), 80, 24, Theme { color: false });
     let text = lines(&buf);
     let all = text.join("\n");
     for y in 0..24 {
@@ -602,23 +608,23 @@ fn experiment_view_is_readable_at_80x24_without_colour() {
     assert!(all.contains("groups (5; ↑↓ scroll)"), "{all}");
     assert!(first_group(&text).starts_with("│all flows "), "{all}");
     key(&mut app, KeyCode::Down);
-    let after = lines(&render(&app, 80, 24, Theme { color: false }));
+    let after = lines(&render_with(&app, Some(&x), 80, 24, Theme { color: false }));
     assert!(first_group(&after).starts_with("│RTT <10 ms "), "{}", after.join("\n"));
 }
 
 #[test]
 fn experiment_dashboard_keeps_the_flow_views_a_tab_away() {
-    let mut app = experiment_app();
+    let (mut app, _) = experiment_app();
     key(&mut app, KeyCode::Tab);
     assert_eq!(app.view, View::Flows);
     key(&mut app, KeyCode::Tab);
     assert_eq!(app.view, View::Compare);
     key(&mut app, KeyCode::Tab);
-    assert_eq!(app.view, View::Experiment);
+    assert_eq!(app.view, View::Panel);
     key(&mut app, KeyCode::Char('c'));
     assert_eq!(app.view, View::Compare);
     key(&mut app, KeyCode::Char('e'));
-    assert_eq!(app.view, View::Experiment);
+    assert_eq!(app.view, View::Panel);
     key(&mut app, KeyCode::Char('?'));
     let text = lines(&render(&app, 100, 30, Theme { color: true })).join("\n");
     assert!(text.contains("experiment view"), "{text}");

@@ -126,39 +126,16 @@ fn every_connection_gets_an_arm_and_the_arms_algorithm() {
 
 /// A TCP socket bound to `local` (SO_REUSEADDR), not yet connected.
 fn socket_bound_to(local: SocketAddr) -> std::os::fd::OwnedFd {
-    use std::os::fd::FromRawFd as _;
-    // SAFETY: socket(2) with constant arguments; the descriptor is owned from here on.
-    let fd = unsafe { std::os::fd::OwnedFd::from_raw_fd(libc::socket(libc::AF_INET, libc::SOCK_STREAM, 0)) };
-    let addr = sockaddr_in(local);
-    use std::os::fd::AsRawFd as _;
-    let one: i32 = 1;
-    // SAFETY: valid descriptor, option value and address of the sizes passed.
-    let ok = unsafe {
-        libc::setsockopt(fd.as_raw_fd(), libc::SOL_SOCKET, libc::SO_REUSEADDR, (&raw const one).cast(), 4) == 0
-            && libc::bind(fd.as_raw_fd(), (&raw const addr).cast(), size_of::<libc::sockaddr_in>() as u32) == 0
-    };
-    assert!(ok, "binding {local}: {}", std::io::Error::last_os_error());
+    use rustix::net::{AddressFamily, SocketType, bind, socket, sockopt::set_socket_reuseaddr};
+    let fd = socket(AddressFamily::INET, SocketType::STREAM, None).expect("socket");
+    set_socket_reuseaddr(&fd, true).expect("SO_REUSEADDR");
+    bind(&fd, &local).unwrap_or_else(|e| panic!("binding {local}: {e}"));
     fd
-}
-
-/// An IPv4 socket address as the kernel takes it.
-fn sockaddr_in(a: SocketAddr) -> libc::sockaddr_in {
-    let SocketAddr::V4(v4) = a else { panic!("IPv4 only") };
-    libc::sockaddr_in {
-        sin_family: libc::AF_INET as u16,
-        sin_port: v4.port().to_be(),
-        sin_addr: libc::in_addr { s_addr: u32::from(*v4.ip()).to_be() },
-        sin_zero: [0; 8],
-    }
 }
 
 /// Connects a bound socket to `to`.
 fn connect_from(fd: std::os::fd::OwnedFd, to: SocketAddr) -> TcpStream {
-    use std::os::fd::AsRawFd as _;
-    let addr = sockaddr_in(to);
-    // SAFETY: valid descriptor and address of the size passed.
-    let r = unsafe { libc::connect(fd.as_raw_fd(), (&raw const addr).cast(), size_of::<libc::sockaddr_in>() as u32) };
-    assert_eq!(r, 0, "connect to {to}: {}", std::io::Error::last_os_error());
+    rustix::net::connect(&fd, &to).unwrap_or_else(|e| panic!("connect to {to}: {e}"));
     TcpStream::from(fd)
 }
 

@@ -62,7 +62,7 @@ fn drain(s: &mut TcpStream) -> u64 {
 fn listener_in(ns: &Netns, ip: &str, cc: &str) -> TcpListener {
     let ip = ip.to_string();
     let l = ns.enter(move || TcpListener::bind((ip.as_str(), 0)).expect("bind"));
-    set_cc_fd(l.as_raw_fd(), cc);
+    set_cc(&l, cc);
     l
 }
 
@@ -104,8 +104,8 @@ fn short_flows_of_every_size_get_a_summary_equal_to_their_final_tcp_info() {
             conn.write_all(&vec![0x5a; size]).unwrap();
             conn.shutdown(Shutdown::Write).unwrap();
             drain(&mut conn);
-            let info = final_tcp_info(conn.as_raw_fd());
-            let bbr_bw = bbr_bw_bytes_per_s(conn.as_raw_fd());
+            let info = final_tcp_info(&conn);
+            let bbr_bw = bbr_bw_bytes_per_s(&conn);
             assert_eq!(reader.join().unwrap(), size as u64, "the client got the whole response");
             served.push(Served { server: conn.local_addr().unwrap(), client: client_addr, cc, size, info, bbr_bw });
         }
@@ -146,10 +146,10 @@ fn short_flows_of_every_size_get_a_summary_equal_to_their_final_tcp_info() {
         assert_eq!(sum["end"], "fin", "{what}: {sum}");
         let i = &f.info;
         for (key, want) in [
-            ("bytes_sent", i.bytes_sent),
+            ("bytes_sent", i.bytes_sent.unwrap()),
             ("bytes_acked", i.bytes_acked),
             ("bytes_received", i.bytes_received),
-            ("bytes_retrans", i.bytes_retrans),
+            ("bytes_retrans", i.bytes_retrans.unwrap()),
             ("retrans_total", i.total_retrans as u64),
             ("segs_out", i.segs_out as u64),
             ("segs_in", i.segs_in as u64),
@@ -157,16 +157,16 @@ fn short_flows_of_every_size_get_a_summary_equal_to_their_final_tcp_info() {
             ("data_segs_in", i.data_segs_in as u64),
             // The kernel's chrono counters: once the data is acked no stretch is in progress,
             // so TCP_INFO's (which adds one) and the socket's final ones agree exactly.
-            ("busy_us", i.busy_us),
-            ("rwnd_limited_us", i.rwnd_limited_us),
-            ("sndbuf_limited_us", i.sndbuf_limited_us),
+            ("busy_us", i.busy_us.unwrap()),
+            ("rwnd_limited_us", i.rwnd_limited_us.unwrap()),
+            ("sndbuf_limited_us", i.sndbuf_limited_us.unwrap()),
         ] {
             assert_eq!(u(&sum[key]), want, "{what}: {key} in {sum} vs the application's TCP_INFO {i:?}");
         }
         // The final rates and MSS, as TCP_INFO and TCP_CC_INFO give them in bytes (per second).
         assert_eq!(u(&sum["mss"]), i.snd_mss as u64, "{what}: {sum}");
         assert_eq!(u(&sum["delivery_rate_bps"]) / 8, i.delivery_rate, "{what}: {sum}");
-        assert_eq!(sum["delivery_app_limited"], i.delivery_rate_app_limited, "{what}: {sum}");
+        assert_eq!(sum["delivery_app_limited"], i.app_limited, "{what}: {sum}");
         match i.pacing_rate {
             u64::MAX => assert!(sum["pacing_rate_bps"].is_null(), "{what}: {sum}"),
             rate => assert_eq!(u(&sum["pacing_rate_bps"]), rate * 8, "{what}: {sum}"),
@@ -278,18 +278,7 @@ fn resets_are_told_apart_from_orderly_closes() {
     read_request(&mut conn);
     conn.write_all(&vec![0x5a; 100_000]).unwrap();
     // SO_LINGER with a zero timeout: close() aborts with a reset.
-    let linger = libc::linger { l_onoff: 1, l_linger: 0 };
-    // SAFETY: a valid socket and a correctly sized option value.
-    let r = unsafe {
-        libc::setsockopt(
-            conn.as_raw_fd(),
-            libc::SOL_SOCKET,
-            libc::SO_LINGER,
-            (&raw const linger).cast(),
-            size_of::<libc::linger>() as libc::socklen_t,
-        )
-    };
-    assert_eq!(r, 0);
+    bbrscope::sys::sockopt::set_reset_on_close(&conn).unwrap();
     let server_addr = conn.local_addr().unwrap();
     drop(conn);
     let got = drain(&mut client);
@@ -341,7 +330,7 @@ fn a_sender_in_close_wait_is_sampled_until_its_last_byte_is_acked() {
         }
     }
     let acked = loop {
-        let i = tcp_info(conn.as_raw_fd());
+        let i = tcp_info(&conn);
         if i.unacked == 0 && i.bytes_acked >= SIZE as u64 {
             break i;
         }
@@ -394,7 +383,7 @@ fn fifty_parallel_flows_under_startup_loss_lose_no_retransmit() {
                 c.write_all(&vec![0x5a; SIZE]).unwrap();
                 c.shutdown(Shutdown::Write).unwrap();
                 drain(&mut c);
-                (local, final_tcp_info(c.as_raw_fd()))
+                (local, final_tcp_info(&c))
             })
         })
         .collect();
@@ -593,7 +582,7 @@ fn a_writer_the_kernel_did_not_see_is_named_from_proc() {
     require_root();
     let listener = TcpListener::bind("127.0.0.1:0").unwrap();
     // 1,000-byte segments (announced to the client), so that the upload's ACKs are many.
-    setsockopt_int(listener.as_raw_fd(), libc::IPPROTO_TCP, libc::TCP_MAXSEG, 1000, "TCP_MAXSEG");
+    setsockopt_int(&listener, libc::IPPROTO_TCP, libc::TCP_MAXSEG, 1000, "TCP_MAXSEG");
     let to = listener.local_addr().unwrap();
     let mut stream = Stream::start(&["--port", &to.port().to_string()]);
     // Accepts and reads the 2 MB upload only after 300 ms (the kernel ACKs what fits in the
@@ -758,7 +747,7 @@ fn fast_open_server_flows_report_their_rtt() {
     // Client and server Fast Open, in this namespace only.
     ns.exec("sysctl", &["-qw", "net.ipv4.tcp_fastopen=3"]);
     let listener = ns.enter(|| TcpListener::bind("127.0.0.1:0").unwrap());
-    setsockopt_int(listener.as_raw_fd(), libc::IPPROTO_TCP, libc::TCP_FASTOPEN, 16, "TCP_FASTOPEN");
+    setsockopt_int(&listener, libc::IPPROTO_TCP, libc::TCP_FASTOPEN, 16, "TCP_FASTOPEN");
     let to = listener.local_addr().unwrap();
     let mut stream = Stream::start(&["--port", &to.port().to_string()]);
     let before = tcp_ext(&ns, "TCPFastOpenPassive");
@@ -770,7 +759,7 @@ fn fast_open_server_flows_report_their_rtt() {
                 let _ = conn.read(&mut buf).unwrap();
                 conn.write_all(&[7u8; 20_000]).unwrap();
                 thread::sleep(Duration::from_millis(50));
-                let info = tcp_info(conn.as_raw_fd());
+                let info = tcp_info(&conn);
                 (peer, info.rtt_us)
             })
             .collect::<Vec<_>>()
@@ -834,7 +823,7 @@ fn retransmissions_given_up_after_icmp_unreachable_end_as_timeout() {
     let to = listener.local_addr().unwrap();
     let mut stream = Stream::start(&["--port", &to.port().to_string()]);
     let mut client = connect_in(&link.a, to);
-    setsockopt_int(client.as_raw_fd(), libc::IPPROTO_TCP, libc::TCP_USER_TIMEOUT, 1500, "TCP_USER_TIMEOUT");
+    setsockopt_int(&client, libc::IPPROTO_TCP, libc::TCP_USER_TIMEOUT, 1500, "TCP_USER_TIMEOUT");
     let (_conn, _) = listener.accept().unwrap();
     client.write_all(&[1u8; 10_000]).unwrap();
     thread::sleep(Duration::from_millis(200));
@@ -986,7 +975,7 @@ fn bulk_over(link: &bbrscope::demo::emulator::Link, cc: &str, secs: u64) -> (Soc
         let mut p = Polled { cwnd_max: 0, srtt_min_us: u32::MAX, srtt_max_us: 0, changes: Vec::new(), writes_end: 0.0 };
         let mut last = (0, 0, 0);
         while !stop.load(std::sync::atomic::Ordering::Relaxed) {
-            let i = tcp_info(poll.as_raw_fd());
+            let i = tcp_info(&poll);
             let now = (i.bytes_acked, i.total_retrans, i.snd_cwnd);
             if now != last {
                 p.changes.push(unix_now());
@@ -1009,7 +998,7 @@ fn bulk_over(link: &bbrscope::demo::emulator::Link, cc: &str, secs: u64) -> (Soc
     let writes_end = unix_now();
     stream.shutdown(Shutdown::Write).unwrap();
     assert!(receiver.join().unwrap() > 0);
-    final_tcp_info(stream.as_raw_fd());
+    final_tcp_info(&stream);
     done.store(true, std::sync::atomic::Ordering::Relaxed);
     let mut polled = poller.join().unwrap();
     polled.writes_end = writes_end;

@@ -91,13 +91,12 @@ fn reports_cubic_and_bbr_flows_with_their_algorithm() {
 /// getsockopt(SO_SNDBUF) says; what is queued and what is unsent stay within it.
 #[test]
 fn samples_report_the_send_buffer_the_socket_has() {
-    use std::os::fd::AsRawFd as _;
     require_root();
     let server = Discard::bind("127.0.0.1:0");
     let port = server.addr.port().to_string();
     let stream = Stream::start(&["--port", &port, "--interval", "50"]);
     let c = TcpStream::connect(server.addr).unwrap();
-    let sndbuf = sndbuf(c.as_raw_fd(), Some(48 << 10)) as u64;
+    let sndbuf = sndbuf(&c, Some(48 << 10)) as u64;
     let local = c.local_addr().unwrap();
     Sender::run(c, Duration::from_millis(1000), None).join();
     let mut stream = stream;

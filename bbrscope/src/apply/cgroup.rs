@@ -8,10 +8,7 @@
 use std::{
     ffi::CString,
     fs::File,
-    os::{
-        fd::{AsRawFd as _, FromRawFd as _, OwnedFd},
-        unix::ffi::OsStrExt as _,
-    },
+    os::{fd::AsFd as _, unix::ffi::OsStrExt as _},
     path::{Path, PathBuf},
 };
 
@@ -25,7 +22,10 @@ use aya::{
     },
 };
 use bbrscope_common::CC_NAME_LEN;
+use rustix::mount::{MountFlags, UnmountFlags};
 use serde::Serialize;
+
+use crate::sys::bpf;
 
 static OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/bbrscope-setcc"));
 
@@ -34,12 +34,9 @@ pub const PROGRAM_NAME: &str = "bbrscope_setcc";
 pub const BPFFS: &str = "/sys/fs/bpf";
 /// bbrscope's own directory in bpffs; nothing else is created or removed in bpffs.
 pub const PIN_DIR: &str = "/sys/fs/bpf/bbrscope";
-const BPF_FS_MAGIC: i64 = 0xcafe_4a11;
+const BPF_FS_MAGIC: u64 = 0xcafe_4a11;
 const PRELOADED: &[&str] = &["maps.debug", "progs.debug"];
 
-const BPF_OBJ_GET: i32 = 7;
-const BPF_PROG_QUERY: i32 = 16;
-const BPF_LINK_DETACH: i32 = 34;
 const BPF_CGROUP_SOCK_OPS: u32 = 3;
 const BPF_F_QUERY_EFFECTIVE: u32 = 1;
 const BPF_F_ALLOW_MULTI: u32 = 2;
@@ -50,22 +47,14 @@ pub fn pin_path(cgroup_ino: u64) -> PathBuf {
 }
 
 pub fn bpffs_mounted() -> bool {
-    let Ok(c) = CString::new(BPFFS) else { return false };
-    // SAFETY: statfs is plain C data, valid when zeroed, and statfs(2) fills it from a
-    // NUL-terminated path that outlives the call.
-    let mut st: libc::statfs = unsafe { std::mem::zeroed() };
-    // SAFETY: as above.
-    unsafe { libc::statfs(c.as_ptr(), &mut st) == 0 && st.f_type as i64 == BPF_FS_MAGIC }
+    rustix::fs::statfs(BPFFS).is_ok_and(|st| u64::try_from(st.f_type) == Ok(BPF_FS_MAGIC))
 }
 
 pub fn mount_bpffs() -> Result<()> {
     std::fs::create_dir_all(BPFFS).with_context(|| format!("creating {BPFFS}"))?;
-    let (src, dst, fs) = (c"bpf", CString::new(BPFFS)?, c"bpf");
-    // SAFETY: NUL-terminated strings that outlive the call; no mount data.
-    if unsafe { libc::mount(src.as_ptr(), dst.as_ptr(), fs.as_ptr(), 0, std::ptr::null()) } != 0 {
-        return Err(std::io::Error::last_os_error()).context("mounting bpffs at /sys/fs/bpf");
-    }
-    Ok(())
+    rustix::mount::mount("bpf", BPFFS, "bpf", MountFlags::empty(), None)
+        .map_err(std::io::Error::from)
+        .context("mounting bpffs at /sys/fs/bpf")
 }
 
 /// Unmounts bpffs if bbrscope mounted it and nothing is pinned there any more (the kernel's
@@ -79,22 +68,10 @@ pub fn unmount_bpffs_if_empty() -> Result<bool> {
     if pinned {
         return Ok(false);
     }
-    let dst = CString::new(BPFFS)?;
-    // SAFETY: a NUL-terminated path that outlives the call.
-    if unsafe { libc::umount2(dst.as_ptr(), libc::MNT_DETACH) } != 0 {
-        return Err(std::io::Error::last_os_error()).context("unmounting /sys/fs/bpf");
-    }
+    rustix::mount::unmount(BPFFS, UnmountFlags::DETACH)
+        .map_err(std::io::Error::from)
+        .context("unmounting /sys/fs/bpf")?;
     Ok(true)
-}
-
-/// bpf(2) with a hand-packed `union bpf_attr` of 64 bytes: each command's fields at the offsets
-/// of include/uapi/linux/bpf.h, the rest zero (the kernel refuses non-zero bytes it does not
-/// know). Pointers stored in `attr` are the caller's to keep valid during the call.
-fn bpf(cmd: i32, attr: &mut [u64; 8]) -> std::io::Result<i64> {
-    // SAFETY: `attr` is 64 writable bytes, the size passed; the kernel reads and writes only
-    // within them, and through pointers inside them that the callers keep alive (see below).
-    let r = unsafe { libc::syscall(libc::SYS_bpf, cmd, attr.as_mut_ptr(), size_of_val(attr) as u32) };
-    if r < 0 { Err(std::io::Error::last_os_error()) } else { Ok(r) }
 }
 
 /// A sock_ops program that runs for sockets of a cgroup.
@@ -115,17 +92,9 @@ impl Attached {
 pub fn attached(cgroup: &Path, effective: bool) -> Result<(Vec<Attached>, bool)> {
     let dir = File::open(cgroup).with_context(|| format!("opening {}", cgroup.display()))?;
     let mut ids = [0u32; 64];
-    // union bpf_attr for BPF_PROG_QUERY: target_fd, attach_type, query_flags, attach_flags,
-    // prog_ids (pointer), prog_cnt.
-    let mut attr = [0u64; 8];
-    attr[0] = dir.as_raw_fd() as u64 | (BPF_CGROUP_SOCK_OPS as u64) << 32;
-    attr[1] = if effective { BPF_F_QUERY_EFFECTIVE as u64 } else { 0 };
-    attr[2] = ids.as_mut_ptr() as u64;
-    attr[3] = ids.len() as u64;
-    // `ids` outlives the call and holds prog_cnt entries, as the kernel is told.
-    bpf(BPF_PROG_QUERY, &mut attr).context("querying the cgroup's sock_ops programs")?;
-    let attach_flags = (attr[1] >> 32) as u32;
-    let count = (attr[3] as u32) as usize;
+    let flags = if effective { BPF_F_QUERY_EFFECTIVE } else { 0 };
+    let bpf::Query { count, attach_flags } = bpf::prog_query(dir.as_fd(), BPF_CGROUP_SOCK_OPS, flags, &mut ids)
+        .context("querying the cgroup's sock_ops programs")?;
     let names: Vec<(u32, String)> =
         loaded_programs().flatten().map(|p| (p.id(), p.name_as_str().unwrap_or_default().to_string())).collect();
     let progs = ids[..count.min(ids.len())]
@@ -178,25 +147,14 @@ pub fn detach(pin: &Path) -> Result<bool> {
     if !pin.exists() {
         return Ok(false);
     }
-    let fd = obj_get(pin)?;
+    let path = CString::new(pin.as_os_str().as_bytes())?;
+    let fd = bpf::obj_get(&path).with_context(|| format!("opening {}", pin.display()))?;
     // Detach explicitly: another holder of the link (a tool inspecting it) would otherwise keep
     // it attached after the pin is gone.
-    let mut attr = [0u64; 8];
-    attr[0] = fd.as_raw_fd() as u64;
-    bpf(BPF_LINK_DETACH, &mut attr).with_context(|| format!("detaching the link pinned at {}", pin.display()))?;
+    bpf::link_detach(fd.as_fd()).with_context(|| format!("detaching the link pinned at {}", pin.display()))?;
     PinnedLink::from_pin(pin)?.unpin().with_context(|| format!("removing {}", pin.display()))?;
     let _ = std::fs::remove_dir(PIN_DIR);
     Ok(true)
-}
-
-fn obj_get(pin: &Path) -> Result<OwnedFd> {
-    let c = CString::new(pin.as_os_str().as_bytes())?;
-    let mut attr = [0u64; 8];
-    attr[0] = c.as_ptr() as u64;
-    // `c` (pathname) outlives the call.
-    let fd = bpf(BPF_OBJ_GET, &mut attr).with_context(|| format!("opening {}", pin.display()))?;
-    // SAFETY: BPF_OBJ_GET returned a new descriptor that nothing else owns.
-    Ok(unsafe { OwnedFd::from_raw_fd(fd as i32) })
 }
 
 /// The program id behind a pinned link, for status.

@@ -149,18 +149,12 @@ pub fn remove(root: &Path, path: &Path) -> Result<()> {
 
 /// Why `path` could not be written, found without writing (missing privileges, read-only /etc).
 pub fn unwritable(root: &Path, path: &Path) -> Option<String> {
-    use std::os::unix::ffi::OsStrExt as _;
     // The nearest existing ancestor decides: missing directories are created.
     let mut dir = below(root, path);
     while !dir.exists() {
         dir = dir.parent()?.to_path_buf();
     }
-    let c = std::ffi::CString::new(dir.as_os_str().as_bytes()).ok()?;
-    // SAFETY: a NUL-terminated path that outlives the call.
-    if unsafe { libc::access(c.as_ptr(), libc::W_OK) } == 0 {
-        return None;
-    }
-    let e = std::io::Error::last_os_error();
+    let e = std::io::Error::from(rustix::fs::access(&dir, rustix::fs::Access::WRITE_OK).err()?);
     Some(format!("cannot write {}: {e} (run as root; is the filesystem read-only?)", path.display()))
 }
 
@@ -210,12 +204,11 @@ mod tests {
         use std::os::unix::fs::PermissionsExt as _;
         for umask in [0o000, 0o077] {
             let root = TempRoot::new();
-            // SAFETY: umask(2) cannot fail; restored below (tests in this process share it).
-            let old = unsafe { libc::umask(umask) };
+            // Restored below (tests in this process share it).
+            let old = rustix::process::umask(rustix::fs::Mode::from_raw_mode(umask));
             write_atomic(root.path(), Path::new(STATE), "{}").unwrap();
             write_atomic(root.path(), Path::new(SYSCTL_DROPIN), "x\n").unwrap();
-            // SAFETY: as above.
-            unsafe { libc::umask(old) };
+            rustix::process::umask(old);
             let mode = |p: &str| std::fs::metadata(root.path().join(p)).unwrap().permissions().mode() & 0o7777;
             assert_eq!(mode("var/lib/bbrscope/state.json"), 0o644, "umask {umask:o}");
             assert_eq!(mode("var/lib/bbrscope"), 0o755, "umask {umask:o}");

@@ -8,9 +8,9 @@
 //! root's applies up.
 
 use std::{
-    fs::{File, OpenOptions},
+    fs::{File, OpenOptions, TryLockError},
     io::{Read as _, Seek as _, Write as _},
-    os::{fd::AsRawFd as _, unix::fs::OpenOptionsExt as _},
+    os::unix::fs::OpenOptionsExt as _,
     path::Path,
 };
 
@@ -28,15 +28,13 @@ pub struct Lock {
     _file: File,
 }
 
-fn flock(file: &File, op: libc::c_int) -> std::io::Result<()> {
+/// Waits for the lock (std's `File::lock` is flock(2) LOCK_EX on Linux), past signals that
+/// interrupt the wait.
+fn lock(file: &File) -> std::io::Result<()> {
     loop {
-        // SAFETY: flock on a file descriptor this function borrows, open for the call's duration.
-        if unsafe { libc::flock(file.as_raw_fd(), op) } == 0 {
-            return Ok(());
-        }
-        let e = std::io::Error::last_os_error();
-        if e.kind() != std::io::ErrorKind::Interrupted {
-            return Err(e);
+        match file.lock() {
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            r => return r,
         }
     }
 }
@@ -73,8 +71,8 @@ impl Lock {
             }
             Err(e) => return Err(e).with_context(|| format!("opening {LOCK}")),
         };
-        if let Err(e) = flock(&file, libc::LOCK_EX | libc::LOCK_NB) {
-            if e.kind() != std::io::ErrorKind::WouldBlock {
+        if let Err(e) = file.try_lock() {
+            if let TryLockError::Error(e) = e {
                 return Err(e).with_context(|| format!("locking {LOCK}"));
             }
             let mut holder = String::new();
@@ -82,7 +80,7 @@ impl Lock {
             let holder = holder.trim();
             let who = if holder.is_empty() { String::new() } else { format!(" (pid {holder})") };
             crate::output::errln!("bbrscope: waiting for another bbrscope apply or revert{who} to finish");
-            flock(&file, libc::LOCK_EX).with_context(|| format!("locking {LOCK}"))?;
+            lock(&file).with_context(|| format!("locking {LOCK}"))?;
         }
         // Who holds it, for the message above; best effort.
         let _ = (|| -> std::io::Result<()> {
@@ -106,13 +104,9 @@ mod tests {
         let first = Lock::acquire(root.path()).unwrap();
         let path = files::below(root.path(), Path::new(LOCK));
         let other = File::open(&path).unwrap();
-        assert_eq!(
-            flock(&other, libc::LOCK_EX | libc::LOCK_NB).unwrap_err().kind(),
-            std::io::ErrorKind::WouldBlock,
-            "held"
-        );
+        assert_eq!(other.try_lock().unwrap_err().to_string(), TryLockError::WouldBlock.to_string(), "held");
         drop(first);
-        flock(&other, libc::LOCK_EX | libc::LOCK_NB).unwrap();
+        other.try_lock().unwrap();
     }
 
     /// A link left at the lock's name (the audit had a killed run's lock truncate its target):

@@ -11,7 +11,6 @@ pub mod cgroup;
 pub mod change;
 pub mod diag;
 pub mod files;
-pub mod interrupt;
 pub mod lock;
 pub mod plan;
 pub mod qdisc;

@@ -7,14 +7,17 @@ use serde::Serialize;
 
 use super::{
     algo::Kernel,
-    files, interrupt,
+    files,
     lock::Lock,
     plan::{self, Host, Options, Plan},
     run::{self, Outcome, Verification},
     scope::{self, Scope, Spec},
     state::State,
 };
-use crate::{error::usage, sys::netns};
+use crate::{
+    error::usage,
+    sys::{netns, signal},
+};
 
 /// What the user asked for.
 pub struct Request<'a> {
@@ -123,7 +126,7 @@ pub fn apply(req: &Request, note: &mut dyn FnMut(&str)) -> Result<Transaction> {
 /// rolled itself back; the scopes before it are undone too, the record is put back, `reports`
 /// is cut after the failed one, and the returned message says what happened.
 fn change(reports: &mut Vec<ScopeReport>, root: &std::path::Path) -> Result<Option<String>> {
-    let deferred = interrupt::defer();
+    let deferred = signal::defer();
     let before = State::load(root)?;
     for i in 0..reports.len() {
         match run::execute(&reports[i].plan, root) {

@@ -234,8 +234,7 @@ fn preflight(args: &DemoArgs, cond: &Conditions, rounds: u32) -> Result<()> {
     {
         usage!("{e}");
     }
-    // SAFETY: geteuid has no preconditions.
-    if unsafe { libc::geteuid() } != 0 {
+    if !rustix::process::geteuid().is_root() {
         usage!("bbrscope demo needs root: it creates network namespaces and TUN devices and loads eBPF programs");
     }
     privileges::require_tracing("bbrscope demo")?;

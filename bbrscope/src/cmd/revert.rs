@@ -7,7 +7,7 @@ use anyhow::Result;
 use serde::Serialize;
 
 use crate::{
-    apply::{change::Undone, interrupt, lock::Lock, run, scope, scope::Scope, state::State},
+    apply::{change::Undone, lock::Lock, run, scope, scope::Scope, state::State},
     cli::revert::RevertArgs,
     error::usage,
     output::{self, OutputError, outln},
@@ -112,7 +112,7 @@ fn revert(args: RevertArgs) -> Result<()> {
     let mut out = Vec::new();
     let mut failures = 0;
     // Ctrl-C waits until every selected scope is reverted and the record says so.
-    let deferred = interrupt::defer();
+    let deferred = crate::sys::signal::defer();
     for s in scopes {
         let steps = match run::revert(&mut state, &s, &root, args.force) {
             Ok(steps) => steps,

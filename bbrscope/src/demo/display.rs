@@ -70,7 +70,7 @@ impl Display {
             Display::Dashboard(dash, app) => {
                 app.source = format!("{label} · {:.0}/{:.0} s", elapsed.as_secs_f64(), total.as_secs_f64());
                 app.tick(Clock::monotonic_ns());
-                dash.draw(app)
+                dash.draw(app, None)
             }
         }
     }
@@ -87,7 +87,7 @@ impl Display {
             if tui::handle(app, input) == Action::Quit {
                 return Ok(if ctrl_c { Stop::Interrupted("Ctrl-C") } else { Stop::Quit });
             }
-            dash.draw(app)?;
+            dash.draw(app, None)?;
         }
     }
 

@@ -5,7 +5,6 @@
 use std::{
     io::{ErrorKind, Read as _, Write as _},
     net::{SocketAddr, SocketAddrV4, TcpListener, TcpStream},
-    os::fd::{AsRawFd, FromRawFd as _, OwnedFd},
     sync::{
         Arc,
         atomic::{AtomicBool, AtomicU64, Ordering::Relaxed},
@@ -15,8 +14,10 @@ use std::{
 };
 
 use anyhow::{Context as _, Result, anyhow};
+use rustix::net::{AddressFamily, SocketFlags, SocketType, socket_with};
 
 use super::emulator::Link;
+use crate::sys::sockopt;
 
 /// How long to wait for the handshake (SYNs cross the lossy direction).
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(15);
@@ -96,27 +97,8 @@ impl BulkFlow {
     }
 
     pub fn tcp_stats(&self) -> Result<TcpStats> {
-        // SAFETY: tcp_info is plain old data; the kernel fills at most `len` bytes of it.
-        let mut info: libc::tcp_info = unsafe { std::mem::zeroed() };
-        let mut len = size_of::<libc::tcp_info>() as libc::socklen_t;
-        // SAFETY: getsockopt writes at most `len` bytes into `info`, which outlives the call.
-        let ret = unsafe {
-            libc::getsockopt(
-                self.stream.as_raw_fd(),
-                libc::IPPROTO_TCP,
-                libc::TCP_INFO,
-                (&mut info as *mut libc::tcp_info).cast(),
-                &mut len,
-            )
-        };
-        if ret != 0 {
-            return Err(std::io::Error::last_os_error()).context("reading TCP_INFO");
-        }
-        Ok(TcpStats {
-            retransmits: info.tcpi_total_retrans,
-            data_segs_out: info.tcpi_data_segs_out,
-            mss: info.tcpi_snd_mss,
-        })
+        let info = sockopt::tcp_info(&self.stream).context("reading TCP_INFO")?;
+        Ok(TcpStats { retransmits: info.total_retrans, data_segs_out: info.data_segs_out, mss: info.snd_mss })
     }
 }
 
@@ -125,8 +107,7 @@ impl BulkFlow {
 impl Drop for BulkFlow {
     fn drop(&mut self) {
         self.stop.store(true, Relaxed);
-        let linger = libc::linger { l_onoff: 1, l_linger: 0 };
-        let _ = setsockopt_bytes(self.stream.as_raw_fd(), libc::SOL_SOCKET, libc::SO_LINGER, as_bytes(&linger));
+        let _ = sockopt::set_reset_on_close(&self.stream);
         for t in self.threads.drain(..) {
             let _ = t.join();
         }
@@ -149,47 +130,14 @@ fn receive(mut conn: TcpStream, received: &AtomicU64, stop: &AtomicBool) {
 
 /// A TCP connection to `to` whose congestion control is `cc`, chosen before the handshake.
 fn connect_with_cc(to: SocketAddrV4, cc: &str) -> Result<TcpStream> {
-    // SAFETY: plain syscall; the descriptor is owned right away.
-    let fd = unsafe { libc::socket(libc::AF_INET, libc::SOCK_STREAM | libc::SOCK_CLOEXEC, 0) };
-    if fd < 0 {
-        return Err(std::io::Error::last_os_error()).context("creating a socket");
-    }
-    // SAFETY: `fd` is fresh and owned by nobody else.
-    let sock = unsafe { OwnedFd::from_raw_fd(fd) };
-    setsockopt_bytes(sock.as_raw_fd(), libc::IPPROTO_TCP, libc::TCP_CONGESTION, cc.as_bytes())
+    let sock = socket_with(AddressFamily::INET, SocketType::STREAM, SocketFlags::CLOEXEC, None)
+        .map_err(std::io::Error::from)
+        .context("creating a socket")?;
+    sockopt::set_congestion(&sock, cc)
         .with_context(|| format!("setting congestion control {cc} on the demo socket (TCP_CONGESTION)"))?;
     // connect() honours the send timeout.
-    // `time_t`, whose width differs between libcs.
-    let timeout = libc::timeval { tv_sec: CONNECT_TIMEOUT.as_secs() as _, tv_usec: 0 };
-    setsockopt_bytes(sock.as_raw_fd(), libc::SOL_SOCKET, libc::SO_SNDTIMEO, as_bytes(&timeout))?;
-    let addr = libc::sockaddr_in {
-        sin_family: libc::AF_INET as libc::sa_family_t,
-        sin_port: to.port().to_be(),
-        sin_addr: libc::in_addr { s_addr: u32::from(*to.ip()).to_be() },
-        sin_zero: [0; 8],
-    };
-    // SAFETY: a valid sockaddr_in of the length given.
-    let ret = unsafe {
-        libc::connect(
-            sock.as_raw_fd(),
-            (&addr as *const libc::sockaddr_in).cast(),
-            size_of::<libc::sockaddr_in>() as libc::socklen_t,
-        )
-    };
-    if ret != 0 {
-        let e = std::io::Error::last_os_error();
-        return Err(anyhow!("connecting across the emulated link to {to}: {e}"));
-    }
+    sockopt::set_send_timeout(&sock, CONNECT_TIMEOUT)?;
+    rustix::net::connect(&sock, &SocketAddr::V4(to))
+        .map_err(|e| anyhow!("connecting across the emulated link to {to}: {}", std::io::Error::from(e)))?;
     Ok(TcpStream::from(sock))
-}
-
-fn setsockopt_bytes(fd: libc::c_int, level: libc::c_int, name: libc::c_int, value: &[u8]) -> std::io::Result<()> {
-    // SAFETY: the kernel reads `value.len()` bytes from a valid slice.
-    let ret = unsafe { libc::setsockopt(fd, level, name, value.as_ptr().cast(), value.len() as libc::socklen_t) };
-    if ret == 0 { Ok(()) } else { Err(std::io::Error::last_os_error()) }
-}
-
-fn as_bytes<T>(v: &T) -> &[u8] {
-    // SAFETY: viewing a plain C struct as its bytes, for the kernel to copy.
-    unsafe { std::slice::from_raw_parts((v as *const T).cast(), size_of::<T>()) }
 }

@@ -6,7 +6,7 @@
 //! holds the running experiment's description as JSON, and whether an experiment runs is the
 //! kernel's word, not the file's: a lock on the file's inode in /proc/locks.
 
-use std::{fs::File, io::Write as _, os::fd::AsRawFd as _, os::unix::fs::MetadataExt as _};
+use std::{fs::File, io::Write as _, os::unix::fs::MetadataExt as _};
 
 use anyhow::{Context as _, Result};
 use serde::{Deserialize, Serialize};
@@ -40,8 +40,11 @@ pub struct Running {
 /// description; the lock lasts as long as the returned file is open.
 pub fn acquire(running: &Running) -> Result<File> {
     let f = open_lock()?;
-    // SAFETY: flock on a descriptor this function owns.
-    if unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } != 0 {
+    // flock(2) LOCK_EX | LOCK_NB on Linux; the kernel drops it with the last descriptor.
+    if let Err(e) = f.try_lock() {
+        if let std::fs::TryLockError::Error(e) = e {
+            return Err(e).with_context(|| format!("locking {LOCK}"));
+        }
         let pid = holder(&f).map(|p| format!(" (pid {p})")).unwrap_or_default();
         usage!("an experiment is already running{pid}: two would fight over new connections' algorithms");
     }

@@ -16,6 +16,7 @@ pub mod analysis;
 pub mod decide;
 pub mod live;
 pub mod lock;
+mod panel;
 pub mod plot;
 pub mod record;
 pub mod report;

@@ -68,8 +68,8 @@ pub async fn run(mut live: Live, signals: &mut Signals, watch: Watch, duration: 
     } else if !io::stdout().is_terminal() {
         (None, Shown::Lines(Box::new(watch.state)))
     } else {
-        let app = App::new("live", live.degraded().to_vec(), None).with_experiment(watch.state);
-        (Some(Box::new(Dashboard::new()?)), Shown::Dashboard(Box::new(app)))
+        let app = App::new("live", live.degraded().to_vec(), None).with_panel("experiment");
+        (Some(Box::new(Dashboard::new()?)), Shown::Dashboard(Box::new(app), Box::new(watch.state)))
     };
     // The live report costs an analysis every period: only when it is shown.
     let shows_report = dash.is_some();
@@ -158,7 +158,7 @@ impl Sink for Experiment {
     type Side = Watching;
 
     fn event(&mut self, ev: &Event, change: Change, table: &FlowTable) -> io::Result<()> {
-        if let Shown::Dashboard(app) = &mut self.shown {
+        if let Shown::Dashboard(app, _) = &mut self.shown {
             app.apply(ev);
         }
         if let Some(rec) = self.recorder.as_mut()
@@ -212,9 +212,9 @@ impl Experiment {
         state.count_open(table);
         match (&mut self.shown, dash) {
             (Shown::Lines(x), _) => crate::output::errln!("{}", x.progress_line()),
-            (Shown::Dashboard(app), Some(dash)) => {
+            (Shown::Dashboard(app, x), Some(dash)) => {
                 app.tick(Clock::monotonic_ns());
-                dash.draw(app)?;
+                dash.draw(app, Some(&**x))?;
             }
             _ => {}
         }
@@ -224,13 +224,13 @@ impl Experiment {
     /// A key in the dashboard; why the experiment ends if it is q, or Ctrl-C (a key in raw mode,
     /// meaning what the signal means). Other keys work as in `bbrscope top`.
     fn key(&mut self, dash: &mut Option<Box<Dashboard>>, input: tui::Input) -> Result<Option<String>> {
-        let (Shown::Dashboard(app), Some(dash)) = (&mut self.shown, dash) else { return Ok(None) };
+        let (Shown::Dashboard(app, x), Some(dash)) = (&mut self.shown, dash) else { return Ok(None) };
         let ctrl_c = matches!(&input, tui::Input::Key(k)
             if k.code == KeyCode::Char('c') && k.modifiers.contains(KeyModifiers::CONTROL));
         if tui::handle(app, input) == Action::Quit {
             return Ok(Some(if ctrl_c { "stopped by Ctrl-C" } else { "stopped with q" }.into()));
         }
-        dash.draw(app)?;
+        dash.draw(app, Some(&**x))?;
         Ok(None)
     }
 }
@@ -241,14 +241,13 @@ impl Experiment {
 enum Shown {
     Off(Box<LiveExperiment>),
     Lines(Box<LiveExperiment>),
-    Dashboard(Box<App>),
+    Dashboard(Box<App>, Box<LiveExperiment>),
 }
 
 impl Shown {
     fn state(&mut self) -> &mut LiveExperiment {
         match self {
-            Shown::Off(x) | Shown::Lines(x) => x,
-            Shown::Dashboard(app) => app.experiment.as_mut().expect("a dashboard of an experiment"),
+            Shown::Off(x) | Shown::Lines(x) | Shown::Dashboard(_, x) => x,
         }
     }
 }

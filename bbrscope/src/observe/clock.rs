@@ -1,10 +1,9 @@
 //! Converting the kernel's CLOCK_MONOTONIC timestamps to wall-clock time.
 
-fn now(clock: libc::clockid_t) -> i128 {
-    // SAFETY: timespec is plain C data, valid when zeroed.
-    let mut ts: libc::timespec = unsafe { std::mem::zeroed() };
-    // SAFETY: clock_gettime writes only the timespec passed, which outlives the call.
-    unsafe { libc::clock_gettime(clock, &mut ts) };
+use rustix::time::{ClockId, clock_gettime};
+
+fn now(clock: ClockId) -> i128 {
+    let ts = clock_gettime(clock);
     ts.tv_sec as i128 * 1_000_000_000 + ts.tv_nsec as i128
 }
 
@@ -16,7 +15,7 @@ pub struct Clock {
 
 impl Clock {
     pub fn new() -> Self {
-        Clock { offset_ns: now(libc::CLOCK_REALTIME) - now(libc::CLOCK_MONOTONIC) }
+        Clock { offset_ns: now(ClockId::Realtime) - now(ClockId::Monotonic) }
     }
 
     /// A fixed offset, for replaying recordings and for tests.
@@ -25,7 +24,7 @@ impl Clock {
     }
 
     pub fn monotonic_ns() -> u64 {
-        now(libc::CLOCK_MONOTONIC) as u64
+        now(ClockId::Monotonic) as u64
     }
 
     /// Unix time in seconds.

@@ -87,14 +87,11 @@ pub struct StatsTracker {
     bbr_version: Option<&'static str>,
 }
 
-/// User + system CPU time of this process.
+/// User + system CPU time of this process, all threads (CLOCK_PROCESS_CPUTIME_ID: what
+/// getrusage(RUSAGE_SELF) sums, at nanosecond resolution).
 pub fn process_cpu_time() -> Duration {
-    // SAFETY: rusage is plain C data, valid when zeroed.
-    let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
-    // SAFETY: getrusage writes only the rusage passed, which outlives the call.
-    unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut ru) };
-    let tv = |t: libc::timeval| Duration::new(t.tv_sec as u64, t.tv_usec as u32 * 1000);
-    tv(ru.ru_utime) + tv(ru.ru_stime)
+    let t = rustix::time::clock_gettime(rustix::time::ClockId::ProcessCPUTime);
+    Duration::new(t.tv_sec as u64, t.tv_nsec as u32)
 }
 
 impl StatsTracker {

@@ -3,11 +3,15 @@
 //! so it is looked up in /proc/self/mountinfo.
 
 use std::{
-    os::unix::fs::MetadataExt as _,
+    ffi::CString,
+    io::Read as _,
+    net::SocketAddrV4,
+    os::{fd::AsRawFd as _, unix::fs::MetadataExt as _},
     path::{Path, PathBuf},
 };
 
-use anyhow::Result;
+use anyhow::{Context as _, Result, bail};
+use bbrscope_common::CC_NAME_LEN;
 
 use crate::error::usage;
 
@@ -148,6 +152,76 @@ impl CgroupNames {
         }
         self.names.get(&id).map(String::as_str)
     }
+}
+
+/// The congestion-control algorithm of a connection to `to` made by a child process placed in
+/// `cgroup` (a sock_ops program attached there runs for it; a whole process, not a thread, must
+/// move). The child is forked and makes only system calls (no allocation, no locks another thread
+/// of this process could have held at the fork), then `_exit`s; its connection waits in `to`'s
+/// listen queue.
+pub fn congestion_of_connection_from(cgroup: &Path, to: SocketAddrV4) -> Result<String> {
+    let procs = CString::new(cgroup.join("cgroup.procs").as_os_str().as_encoded_bytes())?;
+    let sin = libc::sockaddr_in {
+        sin_family: libc::AF_INET as libc::sa_family_t,
+        sin_port: to.port().to_be(),
+        sin_addr: libc::in_addr { s_addr: u32::from(*to.ip()).to_be() },
+        sin_zero: [0; 8],
+    };
+    let (rd, wr) =
+        rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC).map_err(std::io::Error::from).context("pipe")?;
+    // SAFETY: the child runs only `child_probe` (system calls on memory prepared above) and then
+    // _exit, which skips destructors and atexit handlers.
+    let pid = unsafe { libc::fork() };
+    if pid < 0 {
+        return Err(std::io::Error::last_os_error()).context("fork");
+    }
+    if pid == 0 {
+        // SAFETY: see the fork above.
+        unsafe { libc::_exit(child_probe(&procs, &sin, wr.as_raw_fd())) };
+    }
+    drop(wr);
+    // The child's exit closes the pipe, so this returns whatever happens to it.
+    let mut out = Vec::new();
+    let read = std::fs::File::from(rd).read_to_end(&mut out);
+    let status = rustix::process::Pid::from_raw(pid)
+        .and_then(|pid| rustix::process::waitpid(Some(pid), rustix::process::WaitOptions::empty()).ok().flatten());
+    read.context("reading the child's result")?;
+    let code = status.and_then(|(_, s)| s.exit_status()).unwrap_or(0);
+    if code != 0 {
+        bail!("the verification process could not {}", CHILD_STEPS.get(code as usize).unwrap_or(&"run"));
+    }
+    Ok(String::from_utf8_lossy(&out).trim_end_matches('\0').to_string())
+}
+
+/// What the child's exit status means (its index).
+const CHILD_STEPS: &[&str] = &["run", "join the cgroup", "create a socket", "connect", "read TCP_CONGESTION"];
+
+/// The forked child: join the cgroup, connect, write the algorithm's name to `out`.
+fn child_probe(procs: &CString, sin: &libc::sockaddr_in, out: i32) -> i32 {
+    // SAFETY: system calls on pointers to the caller's live data and a local buffer, with their
+    // lengths; no allocation (this runs in a forked child).
+    unsafe {
+        let f = libc::open(procs.as_ptr(), libc::O_WRONLY);
+        if f < 0 || libc::write(f, b"0".as_ptr().cast(), 1) != 1 {
+            return 1;
+        }
+        libc::close(f);
+        let s = libc::socket(libc::AF_INET, libc::SOCK_STREAM, 0);
+        if s < 0 {
+            return 2;
+        }
+        if libc::connect(s, (sin as *const libc::sockaddr_in).cast(), size_of::<libc::sockaddr_in>() as u32) != 0 {
+            return 3;
+        }
+        let mut buf = [0u8; CC_NAME_LEN];
+        let mut len = CC_NAME_LEN as libc::socklen_t;
+        if libc::getsockopt(s, libc::IPPROTO_TCP, libc::TCP_CONGESTION, buf.as_mut_ptr().cast(), &mut len) != 0 {
+            return 4;
+        }
+        libc::write(out, buf.as_ptr().cast(), len as usize);
+        libc::close(s);
+    }
+    0
 }
 
 #[cfg(test)]

@@ -8,11 +8,15 @@
 use std::{
     collections::BTreeMap,
     fs::File,
-    os::{fd::AsRawFd as _, unix::fs::MetadataExt as _},
+    os::{
+        fd::{AsFd as _, AsRawFd as _},
+        unix::fs::MetadataExt as _,
+    },
     path::{Path, PathBuf},
 };
 
 use anyhow::{Context as _, Result};
+use rustix::thread::{LinkNameSpaceType, UnshareFlags, move_into_link_name_space};
 use serde::{Deserialize, Serialize};
 
 use crate::error::usage;
@@ -188,6 +192,15 @@ pub fn still_there(ns: &Netns) -> bool {
     ino_of(&ns.path).is_ok_and(|i| i == ns.ino)
 }
 
+/// Moves the calling thread into a new, empty network namespace (only `lo`, down), leaving the
+/// rest of the process where it is. The namespace lives while something holds it: the thread, or
+/// a descriptor of /proc/thread-self/ns/net opened before the thread ends.
+pub fn unshare_thread() -> std::io::Result<()> {
+    // SAFETY: rustix marks unshare unsafe for CLONE_FILES (descriptors seen by other threads
+    // could vanish from this one's table); only CLONE_NEWNET is passed.
+    unsafe { rustix::thread::unshare_unsafe(UnshareFlags::NEWNET) }.map_err(std::io::Error::from)
+}
+
 /// Runs `f` inside `ns`: inline when it is the caller's namespace, otherwise on a thread that
 /// joins it first.
 pub fn run<T: Send>(ns: &Netns, f: impl FnOnce() -> Result<T> + Send) -> Result<T> {
@@ -200,10 +213,9 @@ pub fn run<T: Send>(ns: &Netns, f: impl FnOnce() -> Result<T> + Send) -> Result<
             if file.metadata()?.ino() != ns.ino {
                 anyhow::bail!("network namespace {ns} was replaced since it was looked up");
             }
-            // SAFETY: setns on a descriptor `file` keeps open; it changes only this thread,
-            // which ends with the closure.
-            if unsafe { libc::setns(file.as_raw_fd(), libc::CLONE_NEWNET) } != 0 {
-                let e = std::io::Error::last_os_error();
+            // It changes only this thread, which ends with the closure.
+            if let Err(e) = move_into_link_name_space(file.as_fd(), Some(LinkNameSpaceType::Network)) {
+                let e = std::io::Error::from(e);
                 if e.raw_os_error() == Some(libc::EPERM) {
                     // A missing privilege, not a runtime failure (README: exit 2).
                     usage!("entering network namespace {ns} needs CAP_SYS_ADMIN: run as root");

@@ -30,77 +30,9 @@ const SOCKID_LEN: usize = 48;
 /// Connection states that have a congestion controller: all but LISTEN, TIME_WAIT and CLOSE.
 pub const CONNECTED: u32 = (1 << 1) | (1 << 2) | (1 << 3) | (1 << 4) | (1 << 5) | (1 << 8) | (1 << 9) | (1 << 11);
 
-/// `struct tcp_info` fields (uapi linux/tcp.h offsets, which only ever grow at the end).
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct TcpInfo {
-    pub ca_state: u8,
-    pub app_limited: bool,
-    pub snd_mss: u32,
-    pub unacked: u32,
-    pub sacked: u32,
-    pub lost: u32,
-    pub retrans: u32,
-    pub rtt_us: u32,
-    pub rttvar_us: u32,
-    pub snd_ssthresh: u32,
-    pub snd_cwnd: u32,
-    pub total_retrans: u32,
-    pub pacing_rate: u64,
-    pub bytes_acked: u64,
-    pub bytes_received: u64,
-    pub segs_out: u32,
-    pub segs_in: u32,
-    pub min_rtt_us: u32,
-    pub data_segs_in: u32,
-    pub data_segs_out: u32,
-    pub delivery_rate: u64,
-    pub delivered: u32,
-    /// Fields newer kernels add; `None` where the kernel's tcp_info is shorter.
-    pub bytes_sent: Option<u64>,
-    pub bytes_retrans: Option<u64>,
-    pub snd_wnd: Option<u32>,
-    /// The chrono counters, µs (`tcpi_busy_time`, `tcpi_rwnd_limited`, `tcpi_sndbuf_limited`).
-    pub busy_us: Option<u64>,
-    pub rwnd_limited_us: Option<u64>,
-    pub sndbuf_limited_us: Option<u64>,
-}
-
-impl TcpInfo {
-    pub fn parse(b: &[u8]) -> Option<Self> {
-        let u32_at = |o: usize| b.get(o..o + 4).map(|s| u32::from_ne_bytes(s.try_into().unwrap()));
-        let u64_at = |o: usize| b.get(o..o + 8).map(|s| u64::from_ne_bytes(s.try_into().unwrap()));
-        Some(TcpInfo {
-            ca_state: *b.get(1)?,
-            app_limited: b.get(7)? & 1 != 0,
-            snd_mss: u32_at(16)?,
-            unacked: u32_at(24)?,
-            sacked: u32_at(28)?,
-            lost: u32_at(32)?,
-            retrans: u32_at(36)?,
-            rtt_us: u32_at(68)?,
-            rttvar_us: u32_at(72)?,
-            snd_ssthresh: u32_at(76)?,
-            snd_cwnd: u32_at(80)?,
-            total_retrans: u32_at(100)?,
-            pacing_rate: u64_at(104)?,
-            bytes_acked: u64_at(120)?,
-            bytes_received: u64_at(128)?,
-            segs_out: u32_at(136)?,
-            segs_in: u32_at(140)?,
-            min_rtt_us: u32_at(148)?,
-            data_segs_in: u32_at(152)?,
-            data_segs_out: u32_at(156)?,
-            delivery_rate: u64_at(160)?,
-            delivered: u32_at(192)?,
-            bytes_sent: u64_at(200),
-            bytes_retrans: u64_at(208),
-            snd_wnd: u32_at(228),
-            busy_us: u64_at(168),
-            rwnd_limited_us: u64_at(176),
-            sndbuf_limited_us: u64_at(184),
-        })
-    }
-}
+/// `struct tcp_info` fields, parsed by the socket-option door (one parser for getsockopt and
+/// INET_DIAG_INFO).
+pub use super::sockopt::TcpInfo;
 
 /// BBR's own report (`struct tcp_bbr_info`): bandwidth in bytes/s, gains in 1/256.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -4,7 +4,6 @@
 use ratatui::crossterm::event::{KeyCode, KeyEvent, KeyModifiers};
 
 use crate::{
-    experiment::live::LiveExperiment,
     observe::event::Event,
     observe::flow::{Flow, FlowTable},
     observe::replay::Summary,
@@ -25,8 +24,9 @@ pub const WINDOWS: [u64; 6] = [10, 30, 60, 120, 300, 600];
 pub enum View {
     Flows,
     Compare,
-    /// A running experiment's arms and groups (`bbrscope experiment` only).
-    Experiment,
+    /// The command's own view ([`crate::tui::Panel`]): a running experiment's arms and groups
+    /// (`bbrscope experiment` only).
+    Panel,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -110,9 +110,11 @@ pub struct App {
     pub source: String,
     pub notices: Vec<String>,
     pub playback: Option<Playback>,
-    /// The experiment this dashboard watches, if any.
-    pub experiment: Option<LiveExperiment>,
-    /// The first group the experiment view lists (↑/↓ there scroll the groups).
+    /// The name of the command's own view, drawn by its [`crate::tui::Panel`] (`experiment`), if
+    /// it has one. The one panel is a running experiment's, whose flows carry their arm: the
+    /// flow list shows it.
+    pub panel: Option<&'static str>,
+    /// The first row the panel lists (↑/↓ there scroll; the experiment's groups).
     pub group_scroll: usize,
 }
 
@@ -136,15 +138,15 @@ impl App {
             source: source.into(),
             notices,
             playback,
-            experiment: None,
+            panel: None,
             group_scroll: 0,
         }
     }
 
-    /// The dashboard of a running experiment: its view first.
-    pub fn with_experiment(mut self, experiment: LiveExperiment) -> Self {
-        self.experiment = Some(experiment);
-        self.view = View::Experiment;
+    /// A dashboard with a panel of its command's, `name`d, which it opens on.
+    pub fn with_panel(mut self, name: &'static str) -> Self {
+        self.panel = Some(name);
+        self.view = View::Panel;
         self
     }
 
@@ -152,8 +154,8 @@ impl App {
     fn next_view(&self) -> View {
         match self.view {
             View::Flows => View::Compare,
-            View::Compare if self.experiment.is_some() => View::Experiment,
-            View::Compare | View::Experiment => View::Flows,
+            View::Compare if self.panel.is_some() => View::Panel,
+            View::Compare | View::Panel => View::Flows,
         }
     }
 
@@ -281,11 +283,11 @@ impl App {
                 self.keep_selection_visible();
             }
             KeyCode::Esc if self.view == View::Compare => self.view = View::Flows,
-            KeyCode::Up | KeyCode::Char('k') if self.view == View::Experiment => {
+            KeyCode::Up | KeyCode::Char('k') if self.view == View::Panel => {
                 self.group_scroll = self.group_scroll.saturating_sub(1)
             }
-            KeyCode::Down | KeyCode::Char('j') if self.view == View::Experiment => self.group_scroll += 1,
-            KeyCode::Char('e') if self.experiment.is_some() => self.view = View::Experiment,
+            KeyCode::Down | KeyCode::Char('j') if self.view == View::Panel => self.group_scroll += 1,
+            KeyCode::Char('e') if self.panel.is_some() => self.view = View::Panel,
             KeyCode::Char('?') | KeyCode::Char('h') | KeyCode::F(1) => self.help = true,
             KeyCode::Up | KeyCode::Char('k') => self.move_selection(-1),
             KeyCode::Down | KeyCode::Char('j') => self.move_selection(1),

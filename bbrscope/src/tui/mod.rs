@@ -17,8 +17,9 @@ use std::{
 
 use anyhow::Result;
 use ratatui::{
-    DefaultTerminal,
+    DefaultTerminal, Frame,
     crossterm::event::{self, Event as TermEvent, KeyEventKind},
+    layout::Rect,
 };
 use tokio::{
     signal::unix::{SignalKind, signal},
@@ -36,6 +37,14 @@ use crate::{
     observe::session::Live,
 };
 pub use ratatui::crossterm::event::Event as Input;
+
+/// A view of the command's own that the dashboard shows beside its flow views (Tab, `e`): a
+/// running experiment's arms and groups. The dashboard knows it only as this, so the feature
+/// that owns a panel uses the dashboard and never the other way round.
+pub trait Panel {
+    /// Draws into `area`, its rows scrolled by `scroll` (↑/↓ in the panel).
+    fn draw(&self, f: &mut Frame, area: Rect, scroll: usize, theme: &Theme);
+}
 
 /// Redraws per second, whatever the event rate.
 pub const FPS: u64 = 15;
@@ -80,9 +89,10 @@ impl Dashboard {
         }
     }
 
-    pub fn draw(&mut self, app: &App) -> Result<()> {
+    /// Draws `app`, and `panel` when its view is open.
+    pub fn draw(&mut self, app: &App, panel: Option<&dyn Panel>) -> Result<()> {
         let theme = &self.theme;
-        self.term.draw(|f| view::draw(f, app, theme))?;
+        self.term.draw(|f| view::draw(f, app, panel, theme))?;
         Ok(())
     }
 }
@@ -340,7 +350,7 @@ pub async fn run(source: &mut Source, mut app: App) -> Result<()> {
             _ = sigint.recv() => return Ok(()),
         }
         if redraw {
-            dash.draw(&app)?;
+            dash.draw(&app, None)?;
         }
     }
 }

@@ -7,7 +7,7 @@ pub mod prometheus;
 use std::{
     io::{BufRead as _, BufReader, Read as _, Write as _},
     net::{SocketAddr, TcpListener, TcpStream},
-    os::fd::AsRawFd as _,
+    os::fd::{AsFd, AsRawFd as _},
     process::{Child, Command, Stdio},
     sync::{
         Arc, Mutex,
@@ -17,6 +17,7 @@ use std::{
     time::{Duration, Instant},
 };
 
+use bbrscope::sys::sockopt;
 use serde_json::Value;
 
 /// Root tests must run (CI runs as root); failing loudly beats skipping silently.
@@ -172,24 +173,15 @@ pub fn open_for(records: &[Value], local: SocketAddr) -> Option<Value> {
     records.iter().find(|r| r["type"] == "flow_open" && r["src"] == local.to_string()).cloned()
 }
 
-pub fn set_cc(stream: &TcpStream, cc: &str) {
-    set_cc_fd(stream.as_raw_fd(), cc)
-}
-
 /// setsockopt(TCP_CONGESTION) on any TCP socket (a listener's algorithm is inherited by the
 /// connections it accepts).
-pub fn set_cc_fd(fd: std::os::fd::RawFd, cc: &str) {
-    let r =
-        // SAFETY: the option value is `cc`'s bytes, with their length.
-        unsafe { libc::setsockopt(fd, libc::IPPROTO_TCP, libc::TCP_CONGESTION, cc.as_ptr().cast(), cc.len() as u32) };
-    assert_eq!(r, 0, "setsockopt(TCP_CONGESTION, {cc}): {}", std::io::Error::last_os_error());
+pub fn set_cc(fd: impl AsFd, cc: &str) {
+    sockopt::set_congestion(fd, cc).unwrap_or_else(|e| panic!("setsockopt(TCP_CONGESTION, {cc}): {e}"));
 }
 
 /// setsockopt of an int option; `what` names it in the panic.
-pub fn setsockopt_int(fd: std::os::fd::RawFd, level: libc::c_int, name: libc::c_int, value: libc::c_int, what: &str) {
-    // SAFETY: the option value is a live int, with its size.
-    let r = unsafe { libc::setsockopt(fd, level, name, (&raw const value).cast(), size_of::<libc::c_int>() as u32) };
-    assert_eq!(r, 0, "setsockopt({what}, {value}): {}", std::io::Error::last_os_error());
+pub fn setsockopt_int(fd: impl AsFd, level: libc::c_int, name: libc::c_int, value: libc::c_int, what: &str) {
+    sockopt::set_int(fd, level, name, value).unwrap_or_else(|e| panic!("setsockopt({what}, {value}): {e}"));
 }
 
 /// A listener that accepts connections and discards what it reads, counting bytes.
@@ -473,110 +465,40 @@ pub fn parse_bps(s: &str) -> f64 {
     num.parse::<f64>().expect("bps number") * mult
 }
 
-/// The kernel's `struct tcp_info` (uapi linux/tcp.h) for one socket, read by the test itself with
-/// getsockopt(TCP_INFO): the reference bbrscope is checked against. Offsets are the uapi's, which
-/// only ever grows at the end.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct TcpInfo {
-    pub state: u8,
-    pub unacked: u32,
-    /// Smoothed RTT, µs (tcpi_rtt).
-    pub rtt_us: u32,
-    pub snd_cwnd: u32,
-    pub total_retrans: u32,
-    pub bytes_acked: u64,
-    pub bytes_received: u64,
-    pub segs_out: u32,
-    pub segs_in: u32,
-    pub data_segs_in: u32,
-    pub data_segs_out: u32,
-    pub bytes_sent: u64,
-    pub bytes_retrans: u64,
-    /// tcpi_snd_mss, bytes.
-    pub snd_mss: u32,
-    /// tcpi_pacing_rate, bytes per second (u64::MAX: unlimited).
-    pub pacing_rate: u64,
-    /// tcpi_delivery_rate, bytes per second, and whether that rate sample was app-limited.
-    pub delivery_rate: u64,
-    pub delivery_rate_app_limited: bool,
-    /// tcpi_busy_time, tcpi_rwnd_limited, tcpi_sndbuf_limited: µs.
-    pub busy_us: u64,
-    pub rwnd_limited_us: u64,
-    pub sndbuf_limited_us: u64,
-}
+/// The kernel's `struct tcp_info` for one socket, read by the test itself with
+/// getsockopt(TCP_INFO) (bbrscope's `sockopt` door, which copies fields by their uapi offsets and
+/// computes nothing): the reference bbrscope is checked against.
+pub use bbrscope::sys::sockopt::TcpInfo;
 
 /// A socket's send buffer (`SO_SNDBUF`: the kernel's `sk_sndbuf`), after setting it to `set`
 /// when given (the kernel doubles what is asked and stops growing it).
-pub fn sndbuf(fd: std::os::fd::RawFd, set: Option<i32>) -> i32 {
-    let len = std::mem::size_of::<i32>() as libc::socklen_t;
+pub fn sndbuf(fd: impl AsFd, set: Option<usize>) -> usize {
     if let Some(v) = set {
-        // SAFETY: setsockopt from a local i32 whose size is passed, on a descriptor the caller holds.
-        let r = unsafe { libc::setsockopt(fd, libc::SOL_SOCKET, libc::SO_SNDBUF, (&raw const v).cast(), len) };
-        assert_eq!(r, 0, "setsockopt(SO_SNDBUF): {}", std::io::Error::last_os_error());
+        sockopt::set_send_buffer(fd.as_fd(), v).unwrap_or_else(|e| panic!("setsockopt(SO_SNDBUF): {e}"));
     }
-    let (mut v, mut len) = (0i32, len);
-    // SAFETY: getsockopt into a local i32 whose size is passed, on a descriptor the caller holds.
-    let r = unsafe { libc::getsockopt(fd, libc::SOL_SOCKET, libc::SO_SNDBUF, (&raw mut v).cast(), &mut len) };
-    assert_eq!(r, 0, "getsockopt(SO_SNDBUF): {}", std::io::Error::last_os_error());
-    v
+    sockopt::send_buffer(fd).unwrap_or_else(|e| panic!("getsockopt(SO_SNDBUF): {e}"))
 }
 
-pub fn tcp_info(fd: std::os::fd::RawFd) -> TcpInfo {
-    let mut buf = [0u8; 256];
-    let mut len = buf.len() as libc::socklen_t;
-    // SAFETY: the kernel writes at most `len` bytes into `buf` and updates `len`.
-    let r = unsafe { libc::getsockopt(fd, libc::IPPROTO_TCP, libc::TCP_INFO, buf.as_mut_ptr().cast(), &mut len) };
-    assert_eq!(r, 0, "getsockopt(TCP_INFO): {}", std::io::Error::last_os_error());
-    assert!(len as usize >= 216, "this kernel's tcp_info is too short ({len} bytes)");
-    let u32_at = |o: usize| u32::from_ne_bytes(buf[o..o + 4].try_into().unwrap());
-    let u64_at = |o: usize| u64::from_ne_bytes(buf[o..o + 8].try_into().unwrap());
-    TcpInfo {
-        state: buf[0],
-        unacked: u32_at(24),
-        rtt_us: u32_at(68),
-        snd_cwnd: u32_at(80),
-        total_retrans: u32_at(100),
-        bytes_acked: u64_at(120),
-        bytes_received: u64_at(128),
-        segs_out: u32_at(136),
-        segs_in: u32_at(140),
-        data_segs_in: u32_at(152),
-        data_segs_out: u32_at(156),
-        bytes_sent: u64_at(200),
-        bytes_retrans: u64_at(208),
-        snd_mss: u32_at(16),
-        pacing_rate: u64_at(104),
-        delivery_rate: u64_at(160),
-        // The bit field after tcpi_snd_wscale/tcpi_rcv_wscale: its lowest bit.
-        delivery_rate_app_limited: buf[7] & 1 == 1,
-        busy_us: u64_at(168),
-        rwnd_limited_us: u64_at(176),
-        sndbuf_limited_us: u64_at(184),
-    }
+pub fn tcp_info(fd: impl AsFd) -> TcpInfo {
+    let info = sockopt::tcp_info(fd).unwrap_or_else(|e| panic!("getsockopt(TCP_INFO): {e}"));
+    assert!(info.len >= 216, "this kernel's tcp_info is too short ({} bytes)", info.len);
+    info
 }
 
 /// BBR's bandwidth estimate in bytes per second, as the kernel reports it through
-/// getsockopt(TCP_CC_INFO) (`struct tcp_bbr_info`: bbr_bw_lo, bbr_bw_hi); `None` for an algorithm
-/// that reports nothing there.
-pub fn bbr_bw_bytes_per_s(fd: std::os::fd::RawFd) -> Option<u64> {
-    const TCP_CC_INFO: libc::c_int = 26;
-    let mut buf = [0u8; 64];
-    let mut len = buf.len() as libc::socklen_t;
-    // SAFETY: the kernel writes at most `len` bytes into `buf` and updates `len`.
-    let r = unsafe { libc::getsockopt(fd, libc::IPPROTO_TCP, TCP_CC_INFO, buf.as_mut_ptr().cast(), &mut len) };
-    assert_eq!(r, 0, "getsockopt(TCP_CC_INFO): {}", std::io::Error::last_os_error());
-    let u32_at = |o: usize| u32::from_ne_bytes(buf[o..o + 4].try_into().unwrap()) as u64;
-    (len >= 20).then(|| u32_at(0) | u32_at(4) << 32)
+/// getsockopt(TCP_CC_INFO); `None` for an algorithm that reports nothing there.
+pub fn bbr_bw_bytes_per_s(fd: impl AsFd) -> Option<u64> {
+    sockopt::bbr_bandwidth(fd).unwrap_or_else(|e| panic!("getsockopt(TCP_CC_INFO): {e}"))
 }
 
 /// `TCP_CLOSE` in `enum tcp_state`.
 pub const TCP_CLOSE: u8 = 7;
 
 /// Waits until the socket reaches TCP_CLOSE (its counters are then final) and returns them.
-pub fn final_tcp_info(fd: std::os::fd::RawFd) -> TcpInfo {
+pub fn final_tcp_info(fd: impl AsFd) -> TcpInfo {
     let start = Instant::now();
     loop {
-        let info = tcp_info(fd);
+        let info = tcp_info(fd.as_fd());
         if info.state == TCP_CLOSE {
             return info;
         }

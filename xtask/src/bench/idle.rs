@@ -19,7 +19,9 @@ use std::{
 
 use anyhow::{Context as _, Result, bail};
 
-use super::{scenarios::tie_to_parent, workload::setsockopt};
+use bbrscope_common::sockopt;
+
+use super::scenarios::tie_to_parent;
 
 /// `xtask idle-peer`: accepts connections on a loopback port (printed on stdout), reads and
 /// discards what arrives, and closes connections the other end closed. Runs until killed.
@@ -158,8 +160,7 @@ impl Flows {
             let s = TcpStream::connect(to).with_context(|| format!("idle flow {i} of {n} to {to}"))?;
             s.set_nonblocking(true)?;
             // Closing then resets the connection: no TIME_WAIT sockets hold on to the ports.
-            let linger = libc::linger { l_onoff: 1, l_linger: 0 };
-            setsockopt(&s, libc::SOL_SOCKET, libc::SO_LINGER, linger, "SO_LINGER")?;
+            sockopt::set_reset_on_close(&s).context("setsockopt(SO_LINGER)")?;
             streams.push(s);
         }
         let stop = Arc::new(AtomicBool::new(false));

@@ -19,13 +19,12 @@ use std::{
 };
 
 use anyhow::{Context as _, Result, bail};
-use bbrscope_common::counter;
+use bbrscope_common::{counter, sockopt};
 use serde::Serialize;
 
 use super::{
     measure,
     scenarios::{Setup, bbrscope_stream, tie_to_parent},
-    workload::setsockopt,
 };
 
 /// Connection pairs per holder process: two descriptors each, under the 20,000 limit.
@@ -48,7 +47,7 @@ pub fn hold_main(pairs: usize, ip: Ipv4Addr) -> Result<()> {
         for _ in batch {
             let s = TcpStream::connect(addr).with_context(|| format!("connection {} to {addr}", held.len() / 2))?;
             // Closing resets: no TIME_WAIT sockets, no FIN exchange for 100,000 sockets at exit.
-            setsockopt(&s, libc::SOL_SOCKET, libc::SO_LINGER, libc::linger { l_onoff: 1, l_linger: 0 }, "SO_LINGER")?;
+            sockopt::set_reset_on_close(&s).context("setsockopt(SO_LINGER)")?;
             held.push(s);
         }
         for _ in batch {

@@ -5,7 +5,6 @@
 use std::{
     io::{Read as _, Write as _},
     net::{Ipv4Addr, Shutdown, TcpListener, TcpStream},
-    os::fd::AsRawFd as _,
     sync::{
         Arc,
         atomic::{AtomicBool, AtomicU64, Ordering},
@@ -14,6 +13,7 @@ use std::{
 };
 
 use anyhow::{Context as _, Result, bail};
+use bbrscope_common::sockopt;
 use serde::Serialize;
 
 use super::net::{Netns, Veth};
@@ -71,29 +71,10 @@ fn within<T: Send + 'static>(ns: Option<&Netns>, f: impl FnOnce() -> Result<T> +
     }
 }
 
-/// `setsockopt` with `value`'s bytes; `what` names the option in errors.
-fn setsockopt_bytes(stream: &TcpStream, level: i32, name: i32, value: &[u8], what: &str) -> Result<()> {
-    // SAFETY: setsockopt(2) reads value.len() bytes from the slice, which lives through the call.
-    let r = unsafe {
-        libc::setsockopt(stream.as_raw_fd(), level, name, value.as_ptr().cast(), value.len() as libc::socklen_t)
-    };
-    if r != 0 {
-        bail!("setsockopt({what}): {}", std::io::Error::last_os_error());
-    }
-    Ok(())
-}
-
-/// `setsockopt` with a plain value (an integer or a C struct).
-pub fn setsockopt<T: Copy>(stream: &TcpStream, level: i32, name: i32, value: T, what: &str) -> Result<()> {
-    // SAFETY: any initialised `Copy` value can be viewed as its bytes.
-    let bytes = unsafe { std::slice::from_raw_parts((&raw const value).cast::<u8>(), std::mem::size_of::<T>()) };
-    setsockopt_bytes(stream, level, name, bytes, what)
-}
-
 fn set_cc(stream: &TcpStream, cc: &str) -> Result<()> {
     // Root may pick any available algorithm per socket, also one missing from
     // net.ipv4.tcp_allowed_congestion_control (cubic on these machines).
-    setsockopt_bytes(stream, libc::IPPROTO_TCP, libc::TCP_CONGESTION, cc.as_bytes(), "TCP_CONGESTION")
+    sockopt::set_congestion(stream, cc).with_context(|| format!("setsockopt(TCP_CONGESTION, {cc})"))
 }
 
 const WRITE_CHUNK: usize = 128 << 10;
@@ -119,7 +100,8 @@ impl Bulk {
                     let s = TcpStream::connect(addr).with_context(|| format!("connecting to {addr}"))?;
                     set_cc(&s, cc)?;
                     if let Some(bps) = max_bps {
-                        setsockopt(&s, libc::SOL_SOCKET, libc::SO_MAX_PACING_RATE, bps / 8, "SO_MAX_PACING_RATE")?;
+                        sockopt::set_u64(&s, libc::SOL_SOCKET, libc::SO_MAX_PACING_RATE, bps / 8)
+                            .context("setsockopt(SO_MAX_PACING_RATE)")?;
                     }
                     Ok(s)
                 })

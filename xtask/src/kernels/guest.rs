@@ -7,7 +7,7 @@ use std::{
     fs,
     io::{Read, Write},
     net::{Shutdown, SocketAddr, TcpListener, TcpStream},
-    os::fd::{AsRawFd, FromRawFd},
+    os::fd::{AsFd, AsRawFd},
     path::PathBuf,
     process::{Child, Command, Stdio},
     thread,
@@ -15,6 +15,8 @@ use std::{
 };
 
 use anyhow::{Context as _, Result, bail, ensure};
+use bbrscope_common::sockopt::{self, TcpInfo};
+use rustix::net::{AddressFamily, SocketFlags, SocketType, socket_with};
 use serde_json::{Value, json};
 
 const BBRSCOPE: &str = "/usr/bin/bbrscope";
@@ -217,112 +219,23 @@ fn read_lines(p: &PathBuf) -> Vec<String> {
 
 /// A client socket to `to` with its algorithm set before connect, as applications do.
 fn connect_cc(to: SocketAddr, cc: &str) -> Result<TcpStream> {
-    let family = if to.is_ipv4() { libc::AF_INET } else { libc::AF_INET6 };
-    // SAFETY: the fd is fresh from socket() and owned by the TcpStream made right away; the
-    // option and address pointers are to live locals with the lengths passed.
-    unsafe {
-        let fd = libc::socket(family, libc::SOCK_STREAM | libc::SOCK_CLOEXEC, 0);
-        if fd < 0 {
-            bail!("socket: {}", std::io::Error::last_os_error());
-        }
-        let stream = TcpStream::from_raw_fd(fd);
-        let r = libc::setsockopt(
-            fd,
-            libc::IPPROTO_TCP,
-            libc::TCP_CONGESTION,
-            cc.as_ptr().cast(),
-            cc.len() as libc::socklen_t,
-        );
-        if r != 0 {
-            bail!("setsockopt TCP_CONGESTION {cc}: {}", std::io::Error::last_os_error());
-        }
-        let r = match to {
-            SocketAddr::V4(a) => {
-                let addr = libc::sockaddr_in {
-                    sin_family: libc::AF_INET as u16,
-                    sin_port: a.port().to_be(),
-                    sin_addr: libc::in_addr { s_addr: u32::from_ne_bytes(a.ip().octets()) },
-                    sin_zero: [0; 8],
-                };
-                libc::connect(
-                    fd,
-                    (&addr as *const libc::sockaddr_in).cast(),
-                    std::mem::size_of::<libc::sockaddr_in>() as libc::socklen_t,
-                )
-            }
-            SocketAddr::V6(a) => {
-                let addr = libc::sockaddr_in6 {
-                    sin6_family: libc::AF_INET6 as u16,
-                    sin6_port: a.port().to_be(),
-                    sin6_flowinfo: 0,
-                    sin6_addr: libc::in6_addr { s6_addr: a.ip().octets() },
-                    sin6_scope_id: 0,
-                };
-                libc::connect(
-                    fd,
-                    (&addr as *const libc::sockaddr_in6).cast(),
-                    std::mem::size_of::<libc::sockaddr_in6>() as libc::socklen_t,
-                )
-            }
-        };
-        if r != 0 {
-            bail!("connect {to}: {}", std::io::Error::last_os_error());
-        }
-        Ok(stream)
-    }
+    let family = if to.is_ipv4() { AddressFamily::INET } else { AddressFamily::INET6 };
+    let fd = socket_with(family, SocketType::STREAM, SocketFlags::CLOEXEC, None).context("socket")?;
+    sockopt::set_congestion(&fd, cc).with_context(|| format!("setsockopt TCP_CONGESTION {cc}"))?;
+    rustix::net::connect(&fd, &to).with_context(|| format!("connect {to}"))?;
+    Ok(TcpStream::from(fd))
 }
 
-fn socket_cc(s: &impl AsRawFd) -> String {
-    let mut buf = [0u8; 16];
-    let mut len = buf.len() as libc::socklen_t;
-    // SAFETY: getsockopt into a local buffer whose length is passed; the fd is borrowed.
-    let r = unsafe {
-        libc::getsockopt(s.as_raw_fd(), libc::IPPROTO_TCP, libc::TCP_CONGESTION, buf.as_mut_ptr().cast(), &mut len)
-    };
-    if r != 0 {
-        return String::new();
-    }
-    String::from_utf8_lossy(&buf[..len as usize]).trim_end_matches('\0').to_string()
+fn socket_cc(s: &impl AsFd) -> String {
+    sockopt::congestion(s).unwrap_or_default()
 }
 
-/// The fields of `struct tcp_info` the checks need. The layout is uapi (linux/tcp.h): fields
-/// are only ever appended, so these offsets hold on every kernel.
-#[derive(Debug, Clone, Copy)]
-struct TcpInfo {
-    /// tcpi_ca_state: 0 open, 1 disorder, 2 CWR, 3 recovery, 4 loss.
-    ca_state: u8,
-    unacked: u32,
-    rtt_us: u32,
-    cwnd: u32,
-    total_retrans: u32,
-    bytes_acked: u64,
-    min_rtt_us: u32,
-}
-
-fn tcp_info(s: &impl AsRawFd) -> Result<TcpInfo> {
-    let mut buf = [0u8; 256];
-    let mut len = buf.len() as libc::socklen_t;
-    // SAFETY: getsockopt into a local buffer whose length is passed; the fd is borrowed.
-    let r = unsafe {
-        libc::getsockopt(s.as_raw_fd(), libc::IPPROTO_TCP, libc::TCP_INFO, buf.as_mut_ptr().cast(), &mut len)
-    };
-    if r != 0 || len < 152 {
-        bail!("TCP_INFO: {} (len {len})", std::io::Error::last_os_error());
-    }
-    let u32_at = |o: usize| u32::from_ne_bytes(buf[o..o + 4].try_into().unwrap());
-    let u64_at = |o: usize| u64::from_ne_bytes(buf[o..o + 8].try_into().unwrap());
-    // 8 one-byte fields, then u32s from @8: rto ato snd_mss rcv_mss unacked(@24) ... rtt(@68) rttvar
-    // snd_ssthresh snd_cwnd(@80) ... total_retrans(@100); u64s: pacing_rate max_pacing_rate
-    // bytes_acked(@120) bytes_received; u32s: segs_out segs_in notsent_bytes min_rtt(@148).
-    Ok(TcpInfo {
-        ca_state: buf[1],
-        unacked: u32_at(24),
-        rtt_us: u32_at(68),
-        cwnd: u32_at(80),
-        total_retrans: u32_at(100),
-        bytes_acked: u64_at(120),
-        min_rtt_us: u32_at(148),
-    })
+/// getsockopt(TCP_INFO), from a kernel that fills at least the fields the checks read (up to
+/// tcpi_min_rtt).
+fn tcp_info(s: &impl AsFd) -> Result<TcpInfo> {
+    let info = sockopt::tcp_info(s).context("TCP_INFO")?;
+    ensure!(info.len >= 152, "TCP_INFO: {} bytes", info.len);
+    Ok(info)
 }
 
 /// One `ss -tin` reading of a socket.
@@ -438,7 +351,7 @@ fn bulk(to: SocketAddr, cc: &str, secs: f64) -> Result<Bulk> {
                 t: (t0 + t1) / 2.0,
                 half: (t1 - t0) / 2.0,
                 cc: None,
-                cwnd: Some(info.cwnd),
+                cwnd: Some(info.snd_cwnd),
                 rtt_us: Some(f64::from(info.rtt_us)),
                 minrtt_us: Some(f64::from(info.min_rtt_us)),
                 reducing: info.ca_state >= 2,

@@ -7,14 +7,8 @@ mod link_model;
 mod loss;
 mod mover;
 mod netns;
-mod tun;
 
-use std::{
-    ffi::CStr,
-    io,
-    net::Ipv4Addr,
-    os::fd::{FromRawFd, OwnedFd},
-};
+use std::{ffi::CStr, net::Ipv4Addr, os::fd::OwnedFd};
 
 use anyhow::{Context as _, Result};
 use ipnet::Ipv4Net;
@@ -25,6 +19,8 @@ pub use mover::LinkCounters;
 pub use netns::Netns;
 
 use mover::Mover;
+
+use crate::sys::tun;
 
 const DEVICE: &CStr = c"emu0";
 /// Generous, so the TUN ring never drops before the mover reads: the only queue that may drop
@@ -86,13 +82,4 @@ fn endpoint(ns: &Netns, addr: Ipv4Addr) -> Result<OwnedFd> {
         tun::configure(DEVICE, addr, 24, TXQUEUELEN).context("configuring the TUN device")?;
         Ok(fd)
     })
-}
-
-fn check(ret: libc::c_int) -> io::Result<libc::c_int> {
-    if ret < 0 { Err(io::Error::last_os_error()) } else { Ok(ret) }
-}
-
-fn owned(fd: libc::c_int) -> io::Result<OwnedFd> {
-    // SAFETY: a fresh descriptor from the kernel, owned from here on.
-    check(fd).map(|fd| unsafe { OwnedFd::from_raw_fd(fd) })
 }

@@ -6,7 +6,8 @@
 use std::{
     collections::VecDeque,
     io,
-    os::fd::{AsRawFd, OwnedFd},
+    num::NonZeroU64,
+    os::fd::OwnedFd,
     sync::{
         Arc,
         atomic::{AtomicBool, AtomicU64, Ordering::Relaxed},
@@ -15,19 +16,19 @@ use std::{
 };
 
 use anyhow::{Result, anyhow};
+use rustix::{
+    event::epoll,
+    time::{Itimerspec, TimerfdClockId, TimerfdFlags, TimerfdTimerFlags, Timespec},
+};
 use serde::Serialize;
 
-use super::{
-    check,
-    link_model::{DataPath, LinkConfig, Verdict},
-    owned,
-};
-use crate::observe::clock::Clock;
+use super::link_model::{DataPath, LinkConfig, Verdict};
+use crate::{observe::clock::Clock, sys};
 
 /// How often the thread looks at its stop flag when no packet or timer wakes it.
-const STOP_POLL_MS: i32 = 100;
+const STOP_POLL: Timespec = Timespec { tv_sec: 0, tv_nsec: 100_000_000 };
 /// Above normal threads, well below the kernel's own real-time threads (50 and up).
-const REALTIME_PRIORITY: libc::c_int = 10;
+const REALTIME_PRIORITY: i32 = 10;
 /// Larger than any packet a TUN device without offloads hands over.
 const READ_BUF: usize = 65_536;
 
@@ -194,18 +195,16 @@ const TIMER: u64 = 2;
 impl Pump {
     fn new(sender: OwnedFd, receiver: OwnedFd, cfg: &LinkConfig, stats: Arc<Stats>) -> io::Result<Self> {
         // Timer slack defaults to 50 us per thread; packet release times need ~1 us.
-        // SAFETY: plain prctl on this thread.
-        unsafe { libc::prctl(libc::PR_SET_TIMERSLACK, 1 as libc::c_ulong) };
-        realtime_priority();
-        // SAFETY: plain syscalls; descriptors are owned immediately.
+        rustix::thread::set_current_timer_slack(NonZeroU64::new(1))?;
+        // Releasing packets on time wins over the traffic being emulated (senders, receivers,
+        // the observer) on a busy machine. Without the privilege it stays a normal thread:
+        // timing is then only as good as the scheduler's.
+        let _ = sys::thread::realtime(REALTIME_PRIORITY);
         let timer =
-            owned(unsafe { libc::timerfd_create(libc::CLOCK_MONOTONIC, libc::TFD_NONBLOCK | libc::TFD_CLOEXEC) })?;
-        // SAFETY: epoll_create1 takes no pointers; the descriptor is owned right away.
-        let epoll = owned(unsafe { libc::epoll_create1(libc::EPOLL_CLOEXEC) })?;
+            rustix::time::timerfd_create(TimerfdClockId::Monotonic, TimerfdFlags::NONBLOCK | TimerfdFlags::CLOEXEC)?;
+        let epoll = epoll::create(epoll::CreateFlags::CLOEXEC)?;
         for (fd, token) in [(&sender, SENDER), (&receiver, RECEIVER), (&timer, TIMER)] {
-            let mut ev = libc::epoll_event { events: libc::EPOLLIN as u32, u64: token };
-            // SAFETY: registering descriptors we own for the life of `epoll`.
-            check(unsafe { libc::epoll_ctl(epoll.as_raw_fd(), libc::EPOLL_CTL_ADD, fd.as_raw_fd(), &mut ev) })?;
+            epoll::add(&epoll, fd, epoll::EventData::new_u64(token), epoll::EventFlags::IN)?;
         }
         Ok(Pump {
             sender,
@@ -222,19 +221,15 @@ impl Pump {
 
     fn run(mut self, stop: &AtomicBool) -> io::Result<()> {
         let mut buf = vec![0u8; READ_BUF];
-        let mut events = [libc::epoll_event { events: 0, u64: 0 }; 4];
+        let mut events = [epoll::Event { flags: epoll::EventFlags::empty(), data: epoll::EventData::new_u64(0) }; 4];
         while !stop.load(Relaxed) {
-            // SAFETY: `events` is a writable array of the length passed.
-            let n = unsafe { libc::epoll_wait(self.epoll.as_raw_fd(), events.as_mut_ptr(), 4, STOP_POLL_MS) };
-            if n < 0 {
-                let e = io::Error::last_os_error();
-                if e.kind() == io::ErrorKind::Interrupted {
-                    continue;
-                }
-                return Err(e);
-            }
-            for ev in &events[..n as usize] {
-                match ev.u64 {
+            let n = match epoll::wait(&self.epoll, &mut events, Some(&STOP_POLL)) {
+                Ok(n) => n,
+                Err(rustix::io::Errno::INTR) => continue,
+                Err(e) => return Err(e.into()),
+            };
+            for ev in &events[..n] {
+                match ev.data.u64() {
                     SENDER => self.take_data(&mut buf)?,
                     RECEIVER => self.take_return(&mut buf)?,
                     _ => drain_timer(&self.timer),
@@ -293,9 +288,7 @@ impl Pump {
                 if late > 1_000_000 {
                     s.late_over_ms.fetch_add(1, Relaxed);
                 }
-                // SAFETY: writing an initialised buffer to a descriptor we own.
-                let w = unsafe { libc::write(out.as_raw_fd(), pkt.as_ptr().cast(), pkt.len()) };
-                if w < 0 {
+                if rustix::io::write(out, &pkt).is_err() {
                     s.write_errors.fetch_add(1, Relaxed);
                 } else if forward {
                     s.delivered.fetch_add(1, Relaxed);
@@ -309,50 +302,28 @@ impl Pump {
     fn arm_timer(&self) -> io::Result<()> {
         let next = [self.forward.front(), self.back.front()].into_iter().flatten().map(|&(t, _)| t).min();
         // All zero disarms; a time already past fires at once.
-        let at = next.map_or(libc::timespec { tv_sec: 0, tv_nsec: 0 }, |t| libc::timespec {
-            // `time_t`, whose width differs between libcs.
-            tv_sec: (t / 1_000_000_000) as _,
-            tv_nsec: (t % 1_000_000_000) as libc::c_long,
-        });
-        let spec = libc::itimerspec { it_interval: libc::timespec { tv_sec: 0, tv_nsec: 0 }, it_value: at };
-        // SAFETY: valid itimerspec for a timerfd we own.
-        check(unsafe {
-            libc::timerfd_settime(self.timer.as_raw_fd(), libc::TFD_TIMER_ABSTIME, &spec, std::ptr::null_mut())
-        })
-        .map(drop)
+        let zero = Timespec { tv_sec: 0, tv_nsec: 0 };
+        let at =
+            next.map_or(zero, |t| Timespec { tv_sec: (t / 1_000_000_000) as i64, tv_nsec: (t % 1_000_000_000) as _ });
+        let spec = Itimerspec { it_interval: zero, it_value: at };
+        rustix::time::timerfd_settime(&self.timer, TimerfdTimerFlags::ABSTIME, &spec).map(drop).map_err(io::Error::from)
     }
-}
-
-/// Runs this thread under SCHED_FIFO (low real-time priority), so releasing packets on time wins
-/// over the traffic being emulated (senders, receivers, the observer) on a busy machine. Without
-/// the privilege it stays a normal thread: timing is then only as good as the scheduler's.
-fn realtime_priority() {
-    // musl's `sched_param` has more members than glibc's (the sporadic server's, unused by
-    // SCHED_FIFO): all of them zero but the priority.
-    // SAFETY: a plain C struct of integers and timespecs, for which all-zero bytes are valid.
-    let mut param: libc::sched_param = unsafe { std::mem::zeroed() };
-    param.sched_priority = REALTIME_PRIORITY;
-    // SAFETY: plain syscall on this thread (pid 0).
-    unsafe { libc::sched_setscheduler(0, libc::SCHED_FIFO, &param) };
 }
 
 /// One packet from a non-blocking TUN descriptor, or `None` when there are no more.
 fn read_packet(fd: &OwnedFd, buf: &mut [u8]) -> io::Result<Option<usize>> {
-    // SAFETY: `buf` is writable for its length.
-    let n = unsafe { libc::read(fd.as_raw_fd(), buf.as_mut_ptr().cast(), buf.len()) };
-    if n >= 0 {
-        return Ok(Some(n as usize));
-    }
-    let e = io::Error::last_os_error();
-    match e.kind() {
-        io::ErrorKind::WouldBlock => Ok(None),
-        io::ErrorKind::Interrupted => read_packet(fd, buf),
-        _ => Err(e),
+    loop {
+        match rustix::io::read(fd, &mut *buf) {
+            Ok(n) => return Ok(Some(n)),
+            Err(rustix::io::Errno::AGAIN) => return Ok(None),
+            Err(rustix::io::Errno::INTR) => {}
+            Err(e) => return Err(e.into()),
+        }
     }
 }
 
 fn drain_timer(timer: &OwnedFd) {
-    let mut expirations = 0u64;
-    // SAFETY: an 8-byte read into a u64, as timerfd requires; EAGAIN is fine.
-    unsafe { libc::read(timer.as_raw_fd(), (&mut expirations as *mut u64).cast(), 8) };
+    // The expiration count (8 bytes, as timerfd requires) is not needed; EAGAIN is fine.
+    let mut expirations = [0u8; 8];
+    let _ = rustix::io::read(timer, &mut expirations);
 }

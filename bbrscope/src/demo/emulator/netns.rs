@@ -4,11 +4,14 @@
 
 use std::{
     fs::File,
-    os::fd::{AsRawFd, OwnedFd},
+    os::fd::{AsFd as _, OwnedFd},
     thread,
 };
 
 use anyhow::{Context as _, Result, anyhow};
+use rustix::thread::{LinkNameSpaceType, move_into_link_name_space};
+
+use crate::sys;
 
 pub struct Netns(OwnedFd);
 
@@ -16,10 +19,7 @@ impl Netns {
     /// A new, empty namespace (only `lo`, down).
     pub fn new() -> Result<Self> {
         on_thread(|| {
-            // SAFETY: plain syscall; it only changes the namespace of this short-lived thread.
-            if unsafe { libc::unshare(libc::CLONE_NEWNET) } != 0 {
-                return Err(std::io::Error::last_os_error()).context("creating a network namespace (unshare)");
-            }
+            sys::netns::unshare_thread().context("creating a network namespace (unshare)")?;
             let file = File::open("/proc/thread-self/ns/net").context("opening the new namespace")?;
             Ok(Netns(file.into()))
         })
@@ -29,10 +29,9 @@ impl Netns {
     /// and stay here when used from other threads.
     pub fn run<T: Send>(&self, f: impl FnOnce() -> Result<T> + Send) -> Result<T> {
         on_thread(|| {
-            // SAFETY: plain syscall on a descriptor we own; affects only this thread.
-            if unsafe { libc::setns(self.0.as_raw_fd(), libc::CLONE_NEWNET) } != 0 {
-                return Err(std::io::Error::last_os_error()).context("entering the emulator's network namespace");
-            }
+            move_into_link_name_space(self.0.as_fd(), Some(LinkNameSpaceType::Network))
+                .map_err(std::io::Error::from)
+                .context("entering the emulator's network namespace")?;
             f()
         })
     }

@@ -32,7 +32,7 @@ pub fn draw(f: &mut Frame, area: Rect, app: &App, flows: &[&Flow], theme: &Theme
     let shown = &flows[offset.min(flows.len())..(offset + fit).min(flows.len())];
     // In an experiment the arm goes beside the algorithm: in an A/A run it is all that tells
     // the arms apart.
-    let experiment = app.experiment.is_some();
+    let experiment = app.panel.is_some();
     let mut header = vec![
         "",
         "PEER",

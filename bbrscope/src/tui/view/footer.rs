@@ -60,7 +60,10 @@ pub fn draw(f: &mut Frame, area: Rect, app: &App, theme: &Theme) {
         }
     }
     // The keys stay visible however narrow the terminal; of the rest, the parts that fit, whole.
-    let keys = if app.experiment.is_some() { " ? help  q end the experiment " } else { " ? help  q quit " };
+    let keys = match app.panel {
+        Some(name) => format!(" ? help  q end the {name} "),
+        None => " ? help  q quit ".to_string(),
+    };
     let [left, right] = Layout::horizontal([Constraint::Min(0), Constraint::Length(keys.len() as u16)]).areas(area);
     let mut spans = fmt::fit(spans, left.width.into());
     // A notice (what this kernel lacks) is long: what fits of it, after the rest.

@@ -4,7 +4,6 @@
 mod chart;
 mod compare;
 mod detail;
-mod experiment;
 mod flows;
 mod footer;
 mod help;
@@ -17,6 +16,7 @@ use ratatui::{
 
 pub use self::detail::CHARTS;
 use super::{
+    Panel,
     app::{App, View, WINDOWS},
     theme::Theme,
 };
@@ -24,7 +24,8 @@ use super::{
 /// The detail pane needs this many rows to show its charts.
 const DETAIL_MIN_ROWS: u16 = 12;
 
-pub fn draw(f: &mut Frame, app: &App, theme: &Theme) {
+/// The dashboard; `panel` is drawn in [`View::Panel`] (the running experiment's view).
+pub fn draw(f: &mut Frame, app: &App, panel: Option<&dyn Panel>, theme: &Theme) {
     let [header, body, footer] =
         Layout::vertical([Constraint::Length(1), Constraint::Min(0), Constraint::Length(1)]).areas(f.area());
     draw_header(f, header, app, theme);
@@ -42,7 +43,11 @@ pub fn draw(f: &mut Frame, app: &App, theme: &Theme) {
             }
         }
         View::Compare => compare::draw(f, body, app, theme),
-        View::Experiment => experiment::draw(f, body, app, theme),
+        View::Panel => {
+            if let Some(p) = panel {
+                p.draw(f, body, app.group_scroll, theme);
+            }
+        }
     }
     footer::draw(f, footer, app, theme);
     if app.help {
@@ -74,8 +79,8 @@ fn draw_header(f: &mut Frame, area: ratatui::layout::Rect, app: &App, theme: &Th
     if app.view == View::Compare {
         spans.push(Span::styled(" · compare", theme.title()));
     }
-    if app.view == View::Experiment {
-        spans.push(Span::styled(" · experiment", theme.title()));
+    if let (View::Panel, Some(name)) = (app.view, app.panel) {
+        spans.push(Span::styled(format!(" · {name}"), theme.title()));
     }
     f.render_widget(Line::from(spans), area);
 }

@@ -1,6 +1,6 @@
 //! TUN devices and interface settings through the classic ioctls: enough for one IPv4 address,
 //! a txqueuelen and `up`, without a netlink dependency. Must run on a thread inside the target
-//! namespace (see [`super::netns::Netns::run`]).
+//! namespace (the demo's `Netns::run`).
 
 use std::{
     ffi::CStr,
@@ -13,7 +13,7 @@ use std::{
     },
 };
 
-use super::{check, owned};
+use rustix::net::{AddressFamily, SocketFlags, SocketType, socket_with};
 
 /// A TUN device that exists while `fd` is open (not persistent). No `IFF_VNET_HDR` and no
 /// TUNSETOFFLOAD: the kernel keeps checksum and segmentation offloads off for it, so every read
@@ -59,15 +59,18 @@ fn up_with(sock: &OwnedFd, name: &CStr) -> io::Result<()> {
 }
 
 fn control_socket() -> io::Result<OwnedFd> {
-    // SAFETY: plain syscall.
-    owned(unsafe { libc::socket(libc::AF_INET, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC, 0) })
+    Ok(socket_with(AddressFamily::INET, SocketType::DGRAM, SocketFlags::CLOEXEC, None)?)
+}
+
+fn check(ret: libc::c_int) -> io::Result<()> {
+    if ret < 0 { Err(io::Error::last_os_error()) } else { Ok(()) }
 }
 
 fn ioctl(sock: &OwnedFd, request: libc::c_ulong, req: &mut libc::ifreq) -> io::Result<()> {
     // The request numbers are `c_ulong` in libc; the call takes glibc's `c_ulong` or musl's `c_int`
     // (`libc::Ioctl`), and every number here fits both.
     // SAFETY: every request used here takes a `struct ifreq`.
-    check(unsafe { libc::ioctl(sock.as_raw_fd(), request as libc::Ioctl, req as *mut libc::ifreq) }).map(drop)
+    check(unsafe { libc::ioctl(sock.as_raw_fd(), request as libc::Ioctl, req as *mut libc::ifreq) })
 }
 
 fn ifreq(name: &CStr) -> libc::ifreq {

@@ -1,8 +1,7 @@
-//! A running experiment: where it stands (progress, guardrail, split), the arms side by side on
+//! A running experiment as a panel of the dashboard ([`crate::tui::Panel`]): where it stands (progress, guardrail, split), the arms side by side on
 //! the flows so far (completion time by response size, retransmit rate, srtt, each with B's
 //! difference and its interval), and one line per client group with its verdict. Everything
-//! comes from the experiment's own analysis ([`crate::experiment::live`]); nothing is computed
-//! here.
+//! comes from the experiment's own analysis ([`super::live`]); nothing is computed here.
 
 use ratatui::{
     Frame,
@@ -12,20 +11,23 @@ use ratatui::{
     widgets::{Block, Cell, Paragraph, Row, Table},
 };
 
-use crate::{
-    experiment::{
-        analysis::{Metric, MetricKind, Verdict},
-        live::{LiveExperiment, clock},
-        report::{self, Report},
-    },
-    tui::{app::App, theme::Theme},
+use super::{
+    analysis::{Metric, MetricKind, Verdict},
+    live::{LiveExperiment, clock},
+    report::{self, Report},
 };
+use crate::tui::{Panel, theme::Theme};
 
 /// Rows above the tables: the experiment, the guardrail, the analysis.
 const STATUS_ROWS: u16 = 3;
 
-pub fn draw(f: &mut Frame, area: Rect, app: &App, theme: &Theme) {
-    let Some(x) = &app.experiment else { return };
+impl Panel for LiveExperiment {
+    fn draw(&self, f: &mut Frame, area: Rect, scroll: usize, theme: &Theme) {
+        draw(f, area, self, scroll, theme);
+    }
+}
+
+fn draw(f: &mut Frame, area: Rect, x: &LiveExperiment, scroll: usize, theme: &Theme) {
     let rep = x.latest.as_ref().map(|a| &a.report);
     let arm_rows = rep.map_or(0, |r| arm_metrics(r).len() as u16);
     // The arms' table gets what it needs, leaving the groups at least four rows.
@@ -37,7 +39,7 @@ pub fn draw(f: &mut Frame, area: Rect, app: &App, theme: &Theme) {
     match rep {
         Some(r) => {
             draw_arms(f, arms, x, r, theme);
-            draw_groups(f, groups, app.group_scroll, r, theme);
+            draw_groups(f, groups, scroll, r, theme);
         }
         None => f.render_widget(
             Paragraph::new(format!(
