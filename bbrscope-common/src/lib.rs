@@ -485,7 +485,7 @@ pub mod counter {
 
 #[cfg(feature = "user")]
 mod pod {
-    use super::*;
+    use super::{Config, FieldSpec};
     // SAFETY: repr(C) structs of integers and arrays of them, with explicit padding fields: every
     // bit pattern is valid and there are no pointers.
     unsafe impl aya::Pod for Config {}

@@ -176,7 +176,8 @@ pub fn set_u64(fd: impl AsFd, level: i32, name: i32, value: u64) -> io::Result<(
 fn set<T: Copy + Into<i128>>(fd: impl AsFd, level: i32, name: i32, value: &T) -> io::Result<()> {
     let len = size_of::<T>() as libc::socklen_t;
     // SAFETY: the kernel reads `len` bytes from `value`, a live integer of that size.
-    let r = unsafe { libc::setsockopt(fd.as_fd().as_raw_fd(), level, name, (value as *const T).cast(), len) };
+    let r =
+        unsafe { libc::setsockopt(fd.as_fd().as_raw_fd(), level, name, core::ptr::from_ref::<T>(value).cast(), len) };
     if r == 0 { Ok(()) } else { Err(io::Error::last_os_error()) }
 }
 
@@ -185,6 +186,6 @@ fn get(fd: impl AsFd, level: i32, name: i32, buf: &mut [u8]) -> io::Result<usize
     let mut len = buf.len() as libc::socklen_t;
     // SAFETY: the kernel writes at most `len` bytes into `buf`, which outlives the call, and
     // stores the length it wrote in `len`.
-    let r = unsafe { libc::getsockopt(fd.as_fd().as_raw_fd(), level, name, buf.as_mut_ptr().cast(), &mut len) };
+    let r = unsafe { libc::getsockopt(fd.as_fd().as_raw_fd(), level, name, buf.as_mut_ptr().cast(), &raw mut len) };
     if r == 0 { Ok(len as usize) } else { Err(io::Error::last_os_error()) }
 }

@@ -7,7 +7,7 @@ use aya_ebpf::helpers::{
 
 /// CLOCK_MONOTONIC, ns: the timestamp of every record.
 #[inline(always)]
-pub fn now_ns() -> u64 {
+pub(crate) fn now_ns() -> u64 {
     // SAFETY: a helper without arguments; it only reads the clock.
     unsafe { bpf_ktime_get_ns() }
 }
@@ -15,7 +15,7 @@ pub fn now_ns() -> u64 {
 /// CLOCK_MONOTONIC_COARSE, ns (one tick's precision, a few loads instead of a clock-source read).
 /// Not allowed in tracing programs; the sock_ops path paces samples by it where `jiffies` cannot.
 #[inline(always)]
-pub fn coarse_ns() -> u64 {
+pub(crate) fn coarse_ns() -> u64 {
     // SAFETY: a helper without arguments; it only reads the clock.
     unsafe { bpf_ktime_get_coarse_ns() }
 }
@@ -23,7 +23,7 @@ pub fn coarse_ns() -> u64 {
 /// The kernel's tick counter: the same precision as the coarse clock, but on 64-bit JITs the
 /// verifier replaces the call by one load of `jiffies_64`, so no helper call on the per-ACK path.
 #[inline(always)]
-pub fn jiffies() -> u64 {
+pub(crate) fn jiffies() -> u64 {
     // SAFETY: a helper without arguments; it only reads the tick counter.
     unsafe { bpf_jiffies64() }
 }

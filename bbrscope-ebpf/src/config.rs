@@ -17,17 +17,17 @@ macro_rules! conf {
 pub(crate) use conf;
 
 #[inline(always)]
-pub fn load<T>(field: *const T) -> T {
+pub(crate) fn load<T>(field: *const T) -> T {
     // SAFETY: `field` points into the CONFIG global, which lives for the program's lifetime.
     unsafe { core::ptr::read_volatile(field) }
 }
 
 #[inline(always)]
-pub fn has_flag(flag: u32) -> bool {
+pub(crate) fn has_flag(flag: u32) -> bool {
     conf!(flags) & flag != 0
 }
 
 #[inline(always)]
-pub fn interval_ns() -> u64 {
+pub(crate) fn interval_ns() -> u64 {
     conf!(interval_ns)
 }

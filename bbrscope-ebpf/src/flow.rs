@@ -18,7 +18,7 @@ use crate::{
 };
 
 #[repr(u8)]
-pub enum Status {
+pub(crate) enum Status {
     Passed = 1,
     Rejected = 2,
     /// sock_ops path: connect() or listen() seen, filters not yet applied.
@@ -29,7 +29,7 @@ pub enum Status {
 
 /// `status` and `acks` first: the fields every ACK touches.
 #[repr(C)]
-pub struct FlowState {
+pub(crate) struct FlowState {
     pub status: u8,
     /// Userspace has had a record for this flow (it knows the flow exists).
     pub announced: u8,
@@ -79,7 +79,7 @@ static NEXT_ID: PerCpuArray<Ids> = PerCpuArray::with_max_entries(1, 0);
 /// # Safety
 /// `p` points into this CPU's value of a map, 8-byte aligned.
 #[inline(always)]
-pub unsafe fn xadd(p: *mut u64, n: u64) {
+pub(crate) unsafe fn xadd(p: *mut u64, n: u64) {
     // SAFETY: the caller's.
     unsafe { atomic_xadd::<u64, u64, { Relaxed }>(p, n) };
 }
@@ -93,12 +93,12 @@ pub unsafe fn xadd(p: *mut u64, n: u64) {
 /// # Safety
 /// `counts` is this CPU's value of a map.
 #[inline(always)]
-pub unsafe fn claim<const N: usize>(counts: *mut [u64; N]) -> Option<usize> {
+pub(crate) unsafe fn claim<const N: usize>(counts: *mut [u64; N]) -> Option<usize> {
     let mut slot = 0;
     while slot < N {
         // SAFETY: the caller's; `slot < N`.
         unsafe {
-            let c = (counts as *mut u64).add(slot);
+            let c = counts.cast::<u64>().add(slot);
             xadd(c, 1);
             // A plain load (BPF has no atomic one before v4): it reads the location the add
             // wrote, so it cannot be moved above it, and all of this runs on one CPU.
@@ -117,7 +117,7 @@ pub unsafe fn claim<const N: usize>(counts: *mut [u64; N]) -> Option<usize> {
 /// # Safety
 /// `count` is the count of a slot this program claimed, on the same CPU.
 #[inline(always)]
-pub unsafe fn release(count: *mut u64) {
+pub(crate) unsafe fn release(count: *mut u64) {
     // SAFETY: the caller's.
     unsafe { xadd(count, u64::MAX) };
 }
@@ -127,7 +127,7 @@ pub unsafe fn release(count: *mut u64) {
 /// that interrupts those three instructions costs one count of an informational rate
 /// (`stats.events_per_s`), never a drop or a record count.
 #[inline(always)]
-pub fn count_per_segment(index: u32) {
+pub(crate) fn count_per_segment(index: u32) {
     if let Some(c) = COUNTERS.get_ptr_mut(index) {
         // SAFETY: a valid slot of this CPU's counters; a lost increment is accepted (above).
         unsafe { *c += 1 };
@@ -135,12 +135,12 @@ pub fn count_per_segment(index: u32) {
 }
 
 #[inline(always)]
-pub fn count(index: u32) {
-    add(index, 1)
+pub(crate) fn count(index: u32) {
+    add(index, 1);
 }
 
 #[inline(always)]
-pub fn add(index: u32, n: u64) {
+pub(crate) fn add(index: u32, n: u64) {
     if let Some(c) = COUNTERS.get_ptr_mut(index) {
         // SAFETY: a valid slot of this CPU's counters.
         unsafe { xadd(c, n) };
@@ -148,14 +148,14 @@ pub fn add(index: u32, n: u64) {
 }
 
 #[inline(always)]
-pub fn get(sk: u64) -> Option<&'static mut FlowState> {
+pub(crate) fn get(sk: u64) -> Option<&'static mut FlowState> {
     // SAFETY: the map returned a valid pointer to this flow's value; it stays valid for the
     // program's run (LRU eviction frees entries only after an RCU grace period).
     FLOWS.get_ptr_mut(&sk).map(|p| unsafe { &mut *p })
 }
 
 #[inline(always)]
-pub fn forget(sk: u64) {
+pub(crate) fn forget(sk: u64) {
     if FLOWS.remove(&sk).is_ok() {
         count(counter::FLOWS_FORGOTTEN);
     }
@@ -164,7 +164,7 @@ pub fn forget(sk: u64) {
 /// Starts tracking `sk` (unless it only receives, or a filter rejects it: then it is tracked as
 /// rejected so later events cost one lookup).
 #[inline(never)]
-pub fn create(sk: u64) {
+pub(crate) fn create(sk: u64) {
     // Until the peer has acked data (beyond the SYN), a socket is only receiving: unless asked
     // for receivers, it takes no slot in the table, so a server's receiving sockets cannot
     // crowd out its senders.
@@ -193,7 +193,7 @@ pub fn create(sk: u64) {
         st.status = Status::Rejected as u8;
         count(counter::FLOWS_FILTERED);
     }
-    if FLOWS.insert(&sk, &st, BPF_NOEXIST as u64).is_err() {
+    if FLOWS.insert(&sk, &st, u64::from(BPF_NOEXIST)).is_err() {
         count(counter::STATE_FULL);
     }
 }
@@ -201,23 +201,23 @@ pub fn create(sk: u64) {
 #[inline(always)]
 fn next_id() -> u64 {
     // SAFETY: a helper without arguments.
-    let cpu = unsafe { bpf_get_smp_processor_id() } as u64;
+    let cpu = u64::from(unsafe { bpf_get_smp_processor_id() });
     let Some(ids) = NEXT_ID.get_ptr_mut(0) else { return 0 };
     // SAFETY: this CPU's value of the map; the sequence of a claimed slot is this program's
     // alone until it is released (a program interrupted between reading and writing a shared
     // sequence would hand out the interrupting one's id again).
     unsafe {
         let Some(slot) = claim(&raw mut (*ids).users) else { return 0 };
-        let seq = (&raw mut (*ids).seq as *mut u64).add(slot);
+        let seq = (&raw mut (*ids).seq).cast::<u64>().add(slot);
         *seq += 1;
         let id = (*seq << 14) | ((slot as u64) << 12) | (cpu & 0xfff);
-        release((&raw mut (*ids).users as *mut u64).add(slot));
+        release((&raw mut (*ids).users).cast::<u64>().add(slot));
         id
     }
 }
 
 #[inline(always)]
-pub fn passes(sk: u64, t: &Tuple) -> bool {
+pub(crate) fn passes(sk: u64, t: &Tuple) -> bool {
     let flags = conf!(filter.flags);
     if flags & filter_flags::PORT != 0 {
         let port = conf!(filter.port);
@@ -251,7 +251,7 @@ fn in_net(addr: &[u8; 16]) -> bool {
 /// Whether the socket's cgroup (v2, recorded at socket creation, so this holds in softirq
 /// context where `current` is unrelated) is cgroup `want_id` (at `want_level`) or below it.
 #[inline(always)]
-pub fn in_cgroup(sk: u64, want_id: u64, want_level: u32) -> bool {
+pub(crate) fn in_cgroup(sk: u64, want_id: u64, want_level: u32) -> bool {
     let cgrp: u64 = read(sk, conf!(sock.cgroup));
     if cgrp == 0 {
         return false;
@@ -273,7 +273,7 @@ pub fn in_cgroup(sk: u64, want_id: u64, want_level: u32) -> bool {
 
 /// The cgroup v2 id of the socket's cgroup (0 where the kernel does not record it, before 5.15).
 #[inline(always)]
-pub fn cgroup_id(sk: u64) -> u64 {
+pub(crate) fn cgroup_id(sk: u64) -> u64 {
     if conf!(sock.cgroup) == u32::MAX {
         return 0;
     }
@@ -287,7 +287,7 @@ pub fn cgroup_id(sk: u64) -> u64 {
 
 /// Whether the flow's current algorithm passes the `--cc` filter (it can change mid-flow).
 #[inline(always)]
-pub fn cc_passes(cc: &[u8; CC_NAME_LEN]) -> bool {
+pub(crate) fn cc_passes(cc: &[u8; CC_NAME_LEN]) -> bool {
     if conf!(filter.flags) & filter_flags::CC == 0 {
         return true;
     }

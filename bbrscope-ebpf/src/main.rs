@@ -37,7 +37,7 @@ const TCP_CLOSE: i32 = 7;
 /// Every incoming segment on an established socket. The hot path: one map lookup, and a clock
 /// read only for flows being watched; the socket is read only when the flow's sample is due.
 #[raw_tracepoint(tracepoint = "tcp_probe")]
-pub fn tcp_probe(ctx: RawTracePointContext) -> i32 {
+pub(crate) fn tcp_probe(ctx: RawTracePointContext) -> i32 {
     flow::count_per_segment(counter::PROBE_EVENTS);
     let sk: u64 = ctx.arg(0);
     let Some(st) = flow::get(sk) else {
@@ -66,7 +66,7 @@ pub fn tcp_probe(ctx: RawTracePointContext) -> i32 {
 
 /// `tcp_retransmit_skb(sk, skb[, err])`: one record per retransmission, capped per interval.
 #[raw_tracepoint(tracepoint = "tcp_retransmit_skb")]
-pub fn tcp_retransmit_skb(ctx: RawTracePointContext) -> i32 {
+pub(crate) fn tcp_retransmit_skb(ctx: RawTracePointContext) -> i32 {
     // Since 2025 the tracepoint also fires for failed attempts, which never reached the wire.
     if has_flag(config_flags::RETRANS_HAS_ERR) && ctx.arg::<i32>(2) != 0 {
         return 0;
@@ -83,7 +83,7 @@ pub fn tcp_retransmit_skb(ctx: RawTracePointContext) -> i32 {
 /// `tcp_cong_state_set(sk, ca_state)` (6.2, and backported to Debian 12's 6.1; found from BTF): fires
 /// before the socket's state is updated.
 #[raw_tracepoint(tracepoint = "tcp_cong_state_set")]
-pub fn tcp_cong_state_set(ctx: RawTracePointContext) -> i32 {
+pub(crate) fn tcp_cong_state_set(ctx: RawTracePointContext) -> i32 {
     let sk: u64 = ctx.arg(0);
     let state = ctx.arg::<u64>(1) as u8;
     let Some(st) = flow::get(sk) else {
@@ -100,7 +100,7 @@ pub fn tcp_cong_state_set(ctx: RawTracePointContext) -> i32 {
 /// (set when bbrscope's sock_ops program saw the socket open). State changes are rare (loss,
 /// recovery), so this costs nothing per ACK.
 #[raw_tracepoint(tracepoint = "tcp_cong_state_set")]
-pub fn cong_state_by_cookie(ctx: RawTracePointContext) -> i32 {
+pub(crate) fn cong_state_by_cookie(ctx: RawTracePointContext) -> i32 {
     let sk: u64 = ctx.arg(0);
     let new = ctx.arg::<u64>(1) as u8;
     let off = conf!(sock.cookie);
@@ -121,7 +121,7 @@ pub fn cong_state_by_cookie(ctx: RawTracePointContext) -> i32 {
 /// `inet_sock_set_state(sk, oldstate, newstate)`: final sample at close, and forgetting stale
 /// state when a socket address is reused for a new connection.
 #[raw_tracepoint(tracepoint = "inet_sock_set_state")]
-pub fn inet_sock_set_state(ctx: RawTracePointContext) -> i32 {
+pub(crate) fn inet_sock_set_state(ctx: RawTracePointContext) -> i32 {
     let sk: u64 = ctx.arg(0);
     let new_state = ctx.arg::<u64>(2) as i32;
     if new_state == TCP_ESTABLISHED {
@@ -140,6 +140,6 @@ pub fn inet_sock_set_state(ctx: RawTracePointContext) -> i32 {
 
 /// The benchmark's floor for the tracepoint path: attached to tcp_probe, does nothing.
 #[raw_tracepoint(tracepoint = "tcp_probe")]
-pub fn floor_tcp_probe(_ctx: RawTracePointContext) -> i32 {
+pub(crate) fn floor_tcp_probe(_ctx: RawTracePointContext) -> i32 {
     0
 }

@@ -20,28 +20,28 @@ use crate::{
 
 /// Size is set by userspace (`--ring-size`).
 #[map]
-pub static EVENTS: RingBuf = RingBuf::with_byte_size(1 << 20, 0);
+pub(crate) static EVENTS: RingBuf = RingBuf::with_byte_size(1 << 20, 0);
 
 /// How to submit a record: without waking userspace (which reads the ring on a short timer)
 /// until `wake_bytes` wait in the ring, so that a burst costs one wake-up, not one per record.
 #[inline(always)]
-pub fn wake() -> u64 {
-    let threshold = conf!(wake_bytes) as u64;
+pub(crate) fn wake() -> u64 {
+    let threshold = u64::from(conf!(wake_bytes));
     if threshold == 0 {
         // Not asked for: the kernel's own policy (wake when the reader has caught up).
         0
-    } else if EVENTS.query(BPF_RB_AVAIL_DATA as u64) < threshold {
-        BPF_RB_NO_WAKEUP as u64
+    } else if EVENTS.query(u64::from(BPF_RB_AVAIL_DATA)) < threshold {
+        u64::from(BPF_RB_NO_WAKEUP)
     } else {
         // Forced: the kernel's own policy would not wake a reader that is behind, and this one
         // is behind because it was not woken.
-        BPF_RB_FORCE_WAKEUP as u64
+        u64::from(BPF_RB_FORCE_WAKEUP)
     }
 }
 
 /// Every record's head, from the flow's state.
 #[inline(always)]
-pub fn fill_header(h: &mut RecordHeader, kind: u8, st: &FlowState, ca_state: u8, now: u64) {
+pub(crate) fn fill_header(h: &mut RecordHeader, kind: u8, st: &FlowState, ca_state: u8, now: u64) {
     let flags = if st.announced == 0 { FLAG_FIRST } else { 0 };
     head(h, kind, flags, st.id, &st.t, ca_state, st.tcp_state, now);
 }
@@ -70,7 +70,7 @@ fn head(h: &mut RecordHeader, kind: u8, flags: u8, id: u64, t: &Tuple, ca_state:
 /// nothing is `in_flight` (loss recovery can hold the acked count still for seconds while the
 /// flow sends) unless receivers were asked for.
 #[inline(always)]
-pub fn sample_due(kind: u8, span: &Span, st: &mut FlowState, cc: &[u8; CC_NAME_LEN], in_flight: bool) -> bool {
+pub(crate) fn sample_due(kind: u8, span: &Span, st: &mut FlowState, cc: &[u8; CC_NAME_LEN], in_flight: bool) -> bool {
     if !cc_passes(cc) {
         return false;
     }
@@ -86,7 +86,7 @@ pub fn sample_due(kind: u8, span: &Span, st: &mut FlowState, cc: &[u8; CC_NAME_L
 
 /// The socket's `icsk_ca_ops` (its congestion-control algorithm's operations).
 #[inline(always)]
-pub fn ca_ops(span: &Span) -> u64 {
+pub(crate) fn ca_ops(span: &Span) -> u64 {
     span.bytes(conf!(sock.ca_ops), 8)
 }
 
@@ -94,16 +94,16 @@ pub fn ca_ops(span: &Span) -> u64 {
 /// in the socket's storage), so that the name is read again only when an application switches
 /// algorithms.
 #[repr(C)]
-pub struct CcCache {
+pub(crate) struct CcCache {
     pub ops: u64,
     pub name: [u8; CC_NAME_LEN],
 }
 
 impl CcCache {
-    pub const EMPTY: CcCache = CcCache { ops: 0, name: [0; CC_NAME_LEN] };
+    pub(crate) const EMPTY: CcCache = CcCache { ops: 0, name: [0; CC_NAME_LEN] };
 
     #[inline(always)]
-    pub fn name(&mut self, ops: u64) -> [u8; CC_NAME_LEN] {
+    pub(crate) fn name(&mut self, ops: u64) -> [u8; CC_NAME_LEN] {
         if ops != self.ops {
             self.ops = ops;
             self.name = sock::cc_name_at(ops);
@@ -114,7 +114,7 @@ impl CcCache {
 
 /// A periodic sample (`kind::SAMPLE`) or the final one (`kind::CLOSE`); whether one was sent.
 #[inline(never)]
-pub fn sample(kind: u8, sk: u64, st: &mut FlowState, now: u64) -> bool {
+pub(crate) fn sample(kind: u8, sk: u64, st: &mut FlowState, now: u64) -> bool {
     let Some(span) = Span::read(sk) else {
         count(counter::RING_FULL);
         return false;
@@ -126,7 +126,7 @@ pub fn sample(kind: u8, sk: u64, st: &mut FlowState, now: u64) -> bool {
 
 /// Sends a sample `sample_due` allowed; whether the ring had room.
 #[inline(always)]
-pub fn send_sample(kind: u8, span: &Span, st: &mut FlowState, cc: &[u8; CC_NAME_LEN], now: u64) -> bool {
+pub(crate) fn send_sample(kind: u8, span: &Span, st: &mut FlowState, cc: &[u8; CC_NAME_LEN], now: u64) -> bool {
     let Some(mut entry) = EVENTS.reserve::<Sample>(0) else {
         count(counter::RING_FULL);
         return false;
@@ -143,7 +143,14 @@ const _: () = assert!(core::mem::offset_of!(Sample, ca_priv).is_multiple_of(8) &
 /// Fills a sample record in place (in the ring: a sample is about 500 bytes, the BPF stack 512)
 /// from the socket's span, and starts the flow's next interval.
 #[inline(always)]
-pub fn write_sample(s: &mut Sample, kind: u8, span: &Span, st: &mut FlowState, cc: &[u8; CC_NAME_LEN], now: u64) {
+pub(crate) fn write_sample(
+    s: &mut Sample,
+    kind: u8,
+    span: &Span,
+    st: &mut FlowState,
+    cc: &[u8; CC_NAME_LEN],
+    now: u64,
+) {
     fill_header(&mut s.hdr, kind, st, span.bits(conf!(sock.ca_state)) as u8, now);
     s.cc = *cc;
     s.acks = st.acks;
@@ -155,7 +162,8 @@ pub fn write_sample(s: &mut Sample, kind: u8, span: &Span, st: &mut FlowState, c
     }
     // SAFETY: `ca_priv` is at a multiple of 8 in the record (asserted above), which the ring
     // aligns to 8, and is `CA_PRIV_LEN` bytes long: a valid, aligned `[u64; CA_PRIV_LEN / 8]`.
-    span.priv_words(conf!(sock.ca_priv), unsafe { &mut *(&raw mut s.ca_priv as *mut [u64; CA_PRIV_LEN / 8]) });
+    #[expect(clippy::cast_ptr_alignment, reason = "aligned to 8, as the SAFETY note says")]
+    span.priv_words(conf!(sock.ca_priv), unsafe { &mut *(&raw mut s.ca_priv).cast::<[u64; CA_PRIV_LEN / 8]>() });
     st.announced = 1;
     st.acks = 0;
     st.event_records = 0;
@@ -173,7 +181,7 @@ fn announced(st: &FlowState) -> bool {
 /// (and reported in the next sample) so that heavy loss cannot flood the ring. Whether a record
 /// was sent.
 #[inline(always)]
-pub fn retransmit(sk: u64, st: &mut FlowState, total: u32, now: u64) -> bool {
+pub(crate) fn retransmit(sk: u64, st: &mut FlowState, total: u32, now: u64) -> bool {
     let segs = total.wrapping_sub(st.last_total_retrans);
     st.last_total_retrans = total;
     if !announced(st) {
@@ -204,7 +212,7 @@ pub fn retransmit(sk: u64, st: &mut FlowState, total: u32, now: u64) -> bool {
 }
 
 #[inline(always)]
-pub fn cong_state(sk: u64, st: &mut FlowState, new: u8, now: u64) {
+pub(crate) fn cong_state(sk: u64, st: &mut FlowState, new: u8, now: u64) {
     let old = st.ca_state;
     st.ca_state = new;
     if !announced(st) {
@@ -227,7 +235,7 @@ pub fn cong_state(sk: u64, st: &mut FlowState, new: u8, now: u64) {
 /// knows the flow from its OPEN record, holds changes that come before it for a while, and
 /// drops cookies it never learns).
 #[inline(always)]
-pub fn cong_state_by_cookie(sk: u64, cookie: u64, old: u8, new: u8, now: u64) {
+pub(crate) fn cong_state_by_cookie(sk: u64, cookie: u64, old: u8, new: u8, now: u64) {
     send_cong_state(sk, cookie, 0, &sock::tuple(sk), 0, old, new, now);
 }
 

@@ -8,30 +8,30 @@ use crate::config::conf;
 const AF_INET: u16 = 2;
 
 #[inline(always)]
-pub fn read<T: Copy + Default>(base: u64, off: u32) -> T {
+pub(crate) fn read<T: Copy + Default>(base: u64, off: u32) -> T {
     // SAFETY: bpf_probe_read_kernel checks the address itself and fails (0 here) on a bad one.
-    unsafe { bpf_probe_read_kernel((base + off as u64) as *const T) }.unwrap_or_default()
+    unsafe { bpf_probe_read_kernel((base + u64::from(off)) as *const T) }.unwrap_or_default()
 }
 
 #[inline(always)]
-pub fn read_bits(base: u64, f: BitField) -> u32 {
+pub(crate) fn read_bits(base: u64, f: BitField) -> u32 {
     let word: u32 = read(base, f.off);
     (word >> f.shift) & ((1u32 << f.bits) - 1)
 }
 
 #[inline(always)]
-pub fn ca_state(sk: u64) -> u8 {
+pub(crate) fn ca_state(sk: u64) -> u8 {
     read_bits(sk, conf!(sock.ca_state)) as u8
 }
 
 /// The name of the congestion-control algorithm whose `struct tcp_congestion_ops` is at `ops`
 /// (a socket's `icsk_ca_ops`); zeros when there is none or it cannot be read.
 #[inline(always)]
-pub fn cc_name_at(ops: u64) -> [u8; CC_NAME_LEN] {
+pub(crate) fn cc_name_at(ops: u64) -> [u8; CC_NAME_LEN] {
     let mut out = [0u8; CC_NAME_LEN];
     if ops != 0
         // SAFETY: as in `read`: the helper checks the address and fails on a bad one.
-        && unsafe { bpf_probe_read_kernel_buf((ops + conf!(sock.ca_ops_name) as u64) as *const u8, &mut out) }.is_err()
+        && unsafe { bpf_probe_read_kernel_buf((ops + u64::from(conf!(sock.ca_ops_name))) as *const u8, &mut out) }.is_err()
     {
         out = [0; CC_NAME_LEN];
     }
@@ -41,7 +41,7 @@ pub fn cc_name_at(ops: u64) -> [u8; CC_NAME_LEN] {
 /// The socket's addresses as IPv4-mapped IPv6 for AF_INET, so filters compare one form.
 #[repr(C)]
 #[derive(Clone, Copy)]
-pub struct Tuple {
+pub(crate) struct Tuple {
     pub family: u8,
     pub sport: u16,
     pub dport: u16,
@@ -50,7 +50,7 @@ pub struct Tuple {
 }
 
 #[inline(always)]
-pub fn tuple(sk: u64) -> Tuple {
+pub(crate) fn tuple(sk: u64) -> Tuple {
     let family: u16 = read(sk, conf!(sock.family));
     let sport: u16 = read(sk, conf!(sock.num));
     let dport: u16 = u16::from_be(read(sk, conf!(sock.dport)));

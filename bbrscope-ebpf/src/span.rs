@@ -31,7 +31,7 @@ const SLACK: usize = CA_PRIV_LEN / 8 + 3;
 const LEVELS: usize = 4;
 
 #[repr(C)]
-pub struct Scratch {
+pub(crate) struct Scratch {
     /// Per buffer: programs on this CPU that have added themselves (see the module's comment).
     users: [u64; LEVELS],
     levels: [[u64; WORDS + SLACK]; LEVELS],
@@ -41,7 +41,7 @@ pub struct Scratch {
 static SCRATCH: PerCpuArray<Scratch> = PerCpuArray::with_max_entries(1, 0);
 
 /// The socket's span as read at one instant; gives its buffer back when dropped.
-pub struct Span {
+pub(crate) struct Span {
     words: *const u64,
     /// The count of the buffer `words` is in.
     users: *mut u64,
@@ -55,19 +55,19 @@ impl Span {
     /// rare). A failed read (a bad address, which a live socket never is) leaves zeros, as a
     /// failed read per field did.
     #[inline(always)]
-    pub fn read(sk: u64) -> Option<Span> {
+    pub(crate) fn read(sk: u64) -> Option<Span> {
         let s = SCRATCH.get_ptr_mut(0)?;
         // SAFETY: `s` is this CPU's value of the map (the program cannot migrate); the buffer
         // of a claimed slot is this program's alone until `drop` releases it.
         unsafe {
             let level = claim(&raw mut (*s).users)?;
-            let words = (&raw mut (*s).levels as *mut [u64; WORDS + SLACK]).add(level) as *mut u64;
+            let words = (&raw mut (*s).levels).cast::<[u64; WORDS + SLACK]>().add(level).cast::<u64>();
             let len = conf!(span.len);
             let off = conf!(span.off);
             if len as usize <= SPAN_BUF {
-                bpf_probe_read_kernel(words as *mut c_void, len, (sk + off as u64) as *const c_void);
+                bpf_probe_read_kernel(words.cast::<c_void>(), len, (sk + u64::from(off)) as *const c_void);
             }
-            Some(Span { words, users: (&raw mut (*s).users as *mut u64).add(level), off })
+            Some(Span { words, users: (&raw mut (*s).users).cast::<u64>().add(level), off })
         }
     }
 
@@ -82,7 +82,7 @@ impl Span {
     /// `len` bytes (1..=8) at socket offset `off`, zero-extended (little-endian), as
     /// `bpf_probe_read_kernel` of those bytes into a zeroed `u64` gave.
     #[inline(always)]
-    pub fn bytes(&self, off: u32, len: u32) -> u64 {
+    pub(crate) fn bytes(&self, off: u32, len: u32) -> u64 {
         let rel = off.wrapping_sub(self.off);
         let (lo, hi) = self.words_at(rel);
         let shift = (rel & 7) * 8;
@@ -95,19 +95,19 @@ impl Span {
 
     /// A sample's field slot: 0 when this kernel lacks the field.
     #[inline(always)]
-    pub fn field(&self, f: FieldSpec) -> u64 {
+    pub(crate) fn field(&self, f: FieldSpec) -> u64 {
         if f.len > 0 && f.len <= 8 { self.bytes(f.off, f.len) } else { 0 }
     }
 
     #[inline(always)]
-    pub fn bits(&self, f: BitField) -> u32 {
+    pub(crate) fn bits(&self, f: BitField) -> u32 {
         let word = self.bytes(f.off, 4) as u32;
         (word >> f.shift) & ((1u32 << f.bits) - 1)
     }
 
     /// `CA_PRIV_LEN` bytes at socket offset `off` (a multiple of 8: userspace checks), as words.
     #[inline(always)]
-    pub fn priv_words(&self, off: u32, out: &mut [u64; CA_PRIV_LEN / 8]) {
+    pub(crate) fn priv_words(&self, off: u32, out: &mut [u64; CA_PRIV_LEN / 8]) {
         let w = ((off.wrapping_sub(self.off) >> 3) as usize) & (WORDS - 1);
         let mut i = 0;
         while i < CA_PRIV_LEN / 8 {

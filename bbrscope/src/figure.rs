@@ -8,7 +8,7 @@ use anyhow::{Context as _, Result, bail};
 
 /// Whether `path` names a format a figure can be written as, and can be written, checked before
 /// anything runs (a run takes minutes; finding out at the end loses it).
-pub fn check_path(path: &Path) -> Result<(), String> {
+pub(crate) fn check_path(path: &Path) -> Result<(), String> {
     match path.extension().and_then(|e| e.to_str()).map(str::to_ascii_lowercase).as_deref() {
         Some("svg" | "png") => {}
         _ => return Err(format!("--plot {}: the file must end in .svg or .png", path.display())),
@@ -33,7 +33,7 @@ pub fn check_path(path: &Path) -> Result<(), String> {
 }
 
 /// Writes `svg` to `path`, as SVG or PNG by its extension.
-pub fn write(path: &Path, svg: &str) -> Result<()> {
+pub(crate) fn write(path: &Path, svg: &str) -> Result<()> {
     let bytes = if path.extension().is_some_and(|e| e.eq_ignore_ascii_case("png")) {
         png(svg)?
     } else {
@@ -62,7 +62,7 @@ fn png(svg: &str) -> Result<Vec<u8>> {
 
 /// A plotting area: its left and top edges, width and height, in SVG units.
 #[derive(Clone, Copy, Debug)]
-pub struct Area {
+pub(crate) struct Area {
     pub x: f64,
     pub y: f64,
     pub w: f64,
@@ -71,7 +71,7 @@ pub struct Area {
 
 impl Area {
     /// A horizontal grid line at height `y`, labelled left of the area.
-    pub fn y_tick(&self, s: &mut String, y: f64, label: &str) {
+    pub(crate) fn y_tick(&self, s: &mut String, y: f64, label: &str) {
         let _ = writeln!(
             s,
             r##"<line x1="{:.1}" y1="{y:.1}" x2="{:.1}" y2="{y:.1}" stroke="#e5e5e5"/><text x="{:.1}" y="{:.1}" text-anchor="end">{}</text>"##,
@@ -84,7 +84,7 @@ impl Area {
     }
 
     /// A vertical grid line at `x`, labelled below the area.
-    pub fn x_tick(&self, s: &mut String, x: f64, label: &str) {
+    pub(crate) fn x_tick(&self, s: &mut String, x: f64, label: &str) {
         let _ = writeln!(
             s,
             r##"<line x1="{x:.1}" y1="{:.1}" x2="{x:.1}" y2="{:.1}" stroke="#e5e5e5"/><text x="{x:.1}" y="{:.1}" text-anchor="middle">{}</text>"##,
@@ -96,7 +96,7 @@ impl Area {
     }
 
     /// The area's frame and its y-axis title, written vertically `title_dx` left of the area.
-    pub fn frame(&self, s: &mut String, y_title: &str, title_dx: f64) {
+    pub(crate) fn frame(&self, s: &mut String, y_title: &str, title_dx: f64) {
         let (tx, ty) = (self.x - title_dx, self.y + self.h / 2.0);
         let _ = writeln!(
             s,
@@ -110,7 +110,7 @@ impl Area {
     }
 }
 
-pub fn escape(s: &str) -> String {
+pub(crate) fn escape(s: &str) -> String {
     s.replace('&', "&amp;").replace('<', "&lt;").replace('>', "&gt;")
 }
 

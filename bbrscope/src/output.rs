@@ -118,7 +118,7 @@ pub fn exit_when_stuck_after_signal(grace: std::time::Duration) {
             crate::output::errln!(
                 "bbrscope: stopping on a signal, but standard output has not been read for a while: \
                  exiting without writing what is left"
-            )
+            );
         });
         std::thread::sleep(std::time::Duration::from_millis(100));
         std::process::exit(1)

@@ -9,7 +9,7 @@
 //! and [`upper_median`] of integers, for the dashboard's verdicts.
 
 /// Nearest-rank quantile (`q` in 0..=1) of unsorted values; `None` when there are none.
-pub fn nearest_rank(values: &[f64], q: f64) -> Option<f64> {
+pub(crate) fn nearest_rank(values: &[f64], q: f64) -> Option<f64> {
     if values.is_empty() {
         return None;
     }
@@ -20,7 +20,7 @@ pub fn nearest_rank(values: &[f64], q: f64) -> Option<f64> {
 }
 
 /// The quantile `q` of sorted, non-empty data, linear between order statistics ("type 7").
-pub fn type7(sorted: &[f64], q: f64) -> f64 {
+pub(crate) fn type7(sorted: &[f64], q: f64) -> f64 {
     let h = (sorted.len() - 1) as f64 * q;
     let lo = h.floor() as usize;
     let frac = h - lo as f64;
@@ -36,7 +36,7 @@ pub fn type7(sorted: &[f64], q: f64) -> f64 {
 /// instead would over-weight the short-RTT moments: a CUBIC flow with a 1 s queue gives one
 /// sample a second against 25 a second before the queue grew. Samples spanning no time at all
 /// fall back to [`nearest_rank`].
-pub fn over_time(samples: &[(u64, f64)], end: u64, q: f64) -> Option<f64> {
+pub(crate) fn over_time(samples: &[(u64, f64)], end: u64, q: f64) -> Option<f64> {
     let mut held: Vec<(f64, u64)> = samples
         .iter()
         .zip(samples.iter().skip(1).map(|s| s.0).chain([end]))
@@ -58,7 +58,7 @@ pub fn over_time(samples: &[(u64, f64)], end: u64, q: f64) -> Option<f64> {
 }
 
 /// The middle value, the upper of the two middle ones for an even count; `None` when empty.
-pub fn upper_median<T: Ord + Copy>(mut v: Vec<T>) -> Option<T> {
+pub(crate) fn upper_median<T: Ord + Copy>(mut v: Vec<T>) -> Option<T> {
     if v.is_empty() {
         return None;
     }

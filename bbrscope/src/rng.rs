@@ -72,7 +72,7 @@ mod tests {
         let n = 100_000;
         let xs: Vec<f64> = (0..n).map(|_| r.uniform()).collect();
         assert!(xs.iter().all(|&x| x > 0.0 && x < 1.0));
-        let mean = xs.iter().sum::<f64>() / n as f64;
+        let mean = xs.iter().sum::<f64>() / f64::from(n);
         assert!((mean - 0.5).abs() < 0.005, "{mean}");
     }
 
@@ -81,12 +81,12 @@ mod tests {
         let mut rng = Rng::new(3);
         let n = 50_000;
         let g: Vec<f64> = (0..n).map(|_| rng.gamma(4.0)).collect();
-        let mean = g.iter().sum::<f64>() / n as f64;
-        let var = g.iter().map(|x| (x - mean).powi(2)).sum::<f64>() / n as f64;
+        let mean = g.iter().sum::<f64>() / f64::from(n);
+        let var = g.iter().map(|x| (x - mean).powi(2)).sum::<f64>() / f64::from(n);
         assert!((mean - 4.0).abs() < 0.05 && (var - 4.0).abs() < 0.15, "gamma(4): mean {mean} var {var}");
         let z: Vec<f64> = (0..n).map(|_| rng.normal()).collect();
-        let zm = z.iter().sum::<f64>() / n as f64;
-        let zv = z.iter().map(|x| (x - zm).powi(2)).sum::<f64>() / n as f64;
+        let zm = z.iter().sum::<f64>() / f64::from(n);
+        let zv = z.iter().map(|x| (x - zm).powi(2)).sum::<f64>() / f64::from(n);
         assert!(zm.abs() < 0.02 && (zv - 1.0).abs() < 0.03, "normal: mean {zm} var {zv}");
     }
 }

@@ -25,7 +25,8 @@ fn path(index: u8, rtt_ms: u64) -> Link {
     let rate_bps = 20_000_000;
     let rtt = Duration::from_millis(rtt_ms);
     let bdp = (rate_bps as f64 / 8.0 * rtt.as_secs_f64()) as u64;
-    let cfg = LinkConfig { rate_bps, rtt, buffer_bytes: bdp.max(64 << 10), loss: LossSpec::NONE, seed: index as u64 };
+    let cfg =
+        LinkConfig { rate_bps, rtt, buffer_bytes: bdp.max(64 << 10), loss: LossSpec::NONE, seed: u64::from(index) };
     Link::new(index, &cfg).expect("emulated path")
 }
 
@@ -526,7 +527,7 @@ fn a_deep_unsent_queue_is_found_and_the_low_water_mark_bounds_it() {
     assert_eq!((g["status"].as_str(), g["affected"].as_u64()), (Some("none"), Some(0)), "{g:#}");
     // Bounded by the mark (a write's pieces may add up to 64 KB past it before the writer waits).
     let unsent = g["numbers"]["unsent_bytes_median"].as_f64().unwrap();
-    assert!(unsent <= (192 << 10) as f64, "{g:#}");
+    assert!(unsent <= f64::from(192 << 10), "{g:#}");
     assert!(f["numbers"]["unsent_bytes_median"].as_f64().unwrap() > 2.0 * unsent, "{f:#}");
     // The same data in the same time: the queue was not what kept the path full.
     let ratio = after.as_secs_f64() / before.as_secs_f64();

@@ -191,7 +191,7 @@ impl Fleet {
         let v: Value = serde_json::from_slice(&out.stdout).unwrap();
         let n = v["namespaces"].as_array().and_then(|a| a.iter().find(|n| n["namespace"] == ns.name.as_str()));
         let default = n.map(|n| n["default"].as_str().unwrap_or("").to_string()).unwrap_or_default();
-        (default, v["bbrscope"].as_array().map_or(0, |a| a.len()))
+        (default, v["bbrscope"].as_array().map_or(0, std::vec::Vec::len))
     }
 
     /// The namespaces' default algorithms, read by the test in each namespace.

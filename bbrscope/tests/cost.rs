@@ -22,7 +22,7 @@ const SEND: Duration = Duration::from_secs(2);
 static TRAFFIC: Mutex<()> = Mutex::new(());
 
 fn traffic() -> MutexGuard<'static, ()> {
-    TRAFFIC.lock().unwrap_or_else(|e| e.into_inner())
+    TRAFFIC.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
 fn num(v: &Value) -> f64 {

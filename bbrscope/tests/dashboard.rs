@@ -95,7 +95,7 @@ fn cubic_sawtooth_shows_as_teeth() {
     assert_eq!(flow.cc, "cubic");
     // In the data: many multiplicative decreases of about 30%.
     let cwnd: Vec<u32> = flow.history.iter().filter_map(|p| p.cwnd).collect();
-    let cuts = cwnd.windows(2).filter(|w| (w[1] as f64) < w[0] as f64 * 0.85).count();
+    let cuts = cwnd.windows(2).filter(|w| f64::from(w[1]) < f64::from(w[0]) * 0.85).count();
     assert!(cuts >= 10, "expected many CUBIC reductions, found {cuts}: {cwnd:?}");
 
     // On screen: find the cwnd chart and count peaks along its top edge.

@@ -27,7 +27,7 @@ static SERIAL: Mutex<()> = Mutex::new(());
 /// Root check plus the lock for tests that move traffic.
 fn heavy() -> MutexGuard<'static, ()> {
     require_root();
-    SERIAL.lock().unwrap_or_else(|e| e.into_inner())
+    SERIAL.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
 /// A scratch file name; each test removes what it wrote.
@@ -138,8 +138,8 @@ fn emulator_idle_rtt_is_within_1_ms_of_configured() {
     // median's bound is the emulator's own lateness limit plus that noise: 2 ms.
     let ms = Duration::from_millis;
     assert!(min >= ms(100), "{rtts:?}");
-    assert!(q1 - ms(100) < ms(1), "{rtts:?}");
-    assert!(median - ms(100) < ms(2), "{rtts:?}");
+    assert!(q1.checked_sub(ms(100)).unwrap() < ms(1), "{rtts:?}");
+    assert!(median.checked_sub(ms(100)).unwrap() < ms(2), "{rtts:?}");
 }
 
 #[test]
@@ -159,27 +159,27 @@ fn emulator_random_loss_matches_configured_and_seeds_reproduce() {
             let c = link.close().unwrap();
             let lost: BTreeSet<u32> = (0..n).filter(|s| !got.contains(s)).collect();
             // The emulator's own counters agree with what the receiver saw.
-            assert_eq!(c.data_packets, n as u64, "only the test's packets crossed the link");
+            assert_eq!(c.data_packets, u64::from(n), "only the test's packets crossed the link");
             assert_eq!(c.lost, lost.len() as u64);
             lost_sets.push(lost);
         }
         assert_eq!(lost_sets[0], lost_sets[1], "same seed, same losses");
         let p = loss.rate;
-        let sigma = (n as f64 * p * (1.0 - p)).sqrt();
+        let sigma = (f64::from(n) * p * (1.0 - p)).sqrt();
         let lost = lost_sets[0].len() as f64;
-        eprintln!("loss {loss:?}: {lost} of {n} lost, expected {:.0} +- {sigma:.0} (1 sigma)", n as f64 * p);
+        eprintln!("loss {loss:?}: {lost} of {n} lost, expected {:.0} +- {sigma:.0} (1 sigma)", f64::from(n) * p);
         lost_sets.swap_remove(0)
     };
     let independent = check(LossSpec { rate: 0.05, burst: None });
-    let sigma = (n as f64 * 0.05 * 0.95).sqrt();
-    assert!((independent.len() as f64 - n as f64 * 0.05).abs() < 4.0 * sigma, "{}", independent.len());
+    let sigma = (f64::from(n) * 0.05 * 0.95).sqrt();
+    assert!((independent.len() as f64 - f64::from(n) * 0.05).abs() < 4.0 * sigma, "{}", independent.len());
     let bursty = check(LossSpec { rate: 0.05, burst: Some(4.0) });
     // Gilbert losses come in runs of 4 on average; their total has a wider spread (runs, not
     // packets, are the independent unit), so allow 25% around the mean rate.
     let runs = bursty.iter().filter(|&&s| s == 0 || !bursty.contains(&(s - 1))).count();
     let mean_run = bursty.len() as f64 / runs as f64;
     eprintln!("bursty: mean run {mean_run:.2} packets");
-    assert!((bursty.len() as f64 / (n as f64 * 0.05) - 1.0).abs() < 0.25, "{}", bursty.len());
+    assert!((bursty.len() as f64 / (f64::from(n) * 0.05) - 1.0).abs() < 0.25, "{}", bursty.len());
     assert!((mean_run - 4.0).abs() < 1.0, "{mean_run}");
 }
 

@@ -19,7 +19,7 @@ use serde_json::Value;
 static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
 fn turn() -> std::sync::MutexGuard<'static, ()> {
-    ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner())
+    ONE_AT_A_TIME.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
 /// A server answering "SIZE\n" with SIZE bytes, then closing (an HTTP-like response).
@@ -208,7 +208,7 @@ fn population(index: u8, rtt_ms: u64, loss: f64, port: u16) -> Population {
         rtt,
         buffer_bytes: bdp.max(64 << 10),
         loss: LossSpec { rate: loss, burst: None },
-        seed: index as u64,
+        seed: u64::from(index),
     };
     let link = Link::new(index, &cfg).expect("emulated path");
     let server = SocketAddr::new(link.sender_addr.into(), port);
@@ -949,9 +949,9 @@ fn harness(capture: &bbrscope::experiment::record::Capture, draws: usize, seed: 
             })
             .collect();
         let a = analysis::analyze(&drawn, &opts);
-        apply += !report::recommend(&a, &ctx).commands.is_empty() as usize;
-        verdict += a.groups.iter().any(|g| g.verdict.better_arm().is_some()) as usize;
-        guard += guardrail::replay(&drawn, &StopRule::default(), &names, 2.0).stopped_at_s.is_some() as usize;
+        apply += usize::from(!report::recommend(&a, &ctx).commands.is_empty());
+        verdict += usize::from(a.groups.iter().any(|g| g.verdict.better_arm().is_some()));
+        guard += usize::from(guardrail::replay(&drawn, &StopRule::default(), &names, 2.0).stopped_at_s.is_some());
         for (i, factor) in [0.7, 0.9].into_iter().enumerate() {
             let planted: Vec<Observation> = drawn
                 .iter()
@@ -961,11 +961,10 @@ fn harness(capture: &bbrscope::experiment::record::Capture, draws: usize, seed: 
                 })
                 .collect();
             let a = analysis::analyze(&planted, &opts);
-            found[i] += a
-                .groups
-                .iter()
-                .any(|g| g.kind == GroupKind::Rtt && g.label == "RTT 10–50 ms" && g.verdict.better_arm() == Some(1))
-                as usize;
+            found[i] +=
+                usize::from(a.groups.iter().any(|g| {
+                    g.kind == GroupKind::Rtt && g.label == "RTT 10–50 ms" && g.verdict.better_arm() == Some(1)
+                }));
         }
     }
     let share = |n: usize| n as f64 / draws as f64;

@@ -38,7 +38,7 @@ static MACHINE: std::sync::RwLock<()> = std::sync::RwLock::new(());
 
 fn load_test() -> std::sync::RwLockReadGuard<'static, ()> {
     require_root();
-    MACHINE.read().unwrap_or_else(|e| e.into_inner())
+    MACHINE.read().unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
 /// Sends `bytes` with `cc` from namespace `a` to `to`, closes, and waits for the peer's close so
@@ -217,7 +217,7 @@ fn a_flood_of_silent_connections_neither_spins_nor_outlives_itself() {
             unsafe {
                 c.pre_exec(move || {
                     let lim = libc::rlimit { rlim_cur: nofile, rlim_max: nofile };
-                    if libc::setrlimit(libc::RLIMIT_NOFILE, &lim) != 0 {
+                    if libc::setrlimit(libc::RLIMIT_NOFILE, &raw const lim) != 0 {
                         return Err(std::io::Error::last_os_error());
                     }
                     Ok(())
@@ -270,7 +270,7 @@ fn slow_clients_do_not_starve_prometheus() {
         s.spawn(|| {
             let mut conns: Vec<Option<TcpStream>> = (0..300).map(|_| TcpStream::connect(addr).ok()).collect();
             while !stop.load(Ordering::Relaxed) {
-                for c in conns.iter_mut() {
+                for c in &mut conns {
                     let alive = c.as_mut().is_some_and(|c| c.write_all(b"G").is_ok());
                     if !alive {
                         *c = TcpStream::connect(addr).ok();
@@ -399,7 +399,7 @@ fn default_cc_is_reported_per_named_namespace() {
     let body = wait_for(&exporter, &line(&host_cc), &line(other));
     // One series per namespace: the exporter's own and the named ones, each once.
     let series = body.lines().filter(|l| l.starts_with("bbrscope_default_cc_info{")).count();
-    let named = std::fs::read_dir("/run/netns").map_or(0, |d| d.count());
+    let named = std::fs::read_dir("/run/netns").map_or(0, std::iter::Iterator::count);
     assert!(series >= 2 && series <= 1 + named, "{series} series, {named} named namespaces:\n{body}");
     assert_eq!(tcp_congestion_control(), host_cc);
 }
@@ -414,8 +414,8 @@ fn target_dir() -> PathBuf {
 fn build_deb() -> (tempfile::TempDir, PathBuf) {
     // One at a time: `dist` rebuilds its staging directory in the target directory.
     static DIST: std::sync::Mutex<()> = std::sync::Mutex::new(());
-    let _one = DIST.lock().unwrap_or_else(|e| e.into_inner());
-    let _machine = MACHINE.write().unwrap_or_else(|e| e.into_inner());
+    let _one = DIST.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+    let _machine = MACHINE.write().unwrap_or_else(std::sync::PoisonError::into_inner);
     let ws = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..");
     // The target directory this test was built in (CARGO_TARGET_DIR or the workspace's), so
     // the release build reuses what is there.
@@ -466,7 +466,7 @@ const ROOT_PACKAGES: &str =
 /// debootstrap's output is kept here as a tar (next to the kernel matrix's cache) and reused for
 /// a week: making it takes ~1.5 min, unpacking it seconds.
 const ROOT_CACHE: &str = "/var/cache/bbrscope-kernels/debian-root";
-const ROOT_MAX_AGE: Duration = Duration::from_secs(7 * 24 * 3600);
+const ROOT_MAX_AGE: Duration = Duration::from_hours(168);
 
 /// A fresh Debian root (the release this machine runs, minimal base plus [`ROOT_PACKAGES`]),
 /// unpacked from the cache or made by debootstrap, deleted on drop.
@@ -478,7 +478,7 @@ impl DebianRoot {
     fn new() -> DebianRoot {
         // One debootstrap at a time: the tests running in parallel share its cached result.
         static CACHE: std::sync::Mutex<()> = std::sync::Mutex::new(());
-        let _one = CACHE.lock().unwrap_or_else(|e| e.into_inner());
+        let _one = CACHE.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         let os = std::fs::read_to_string("/etc/os-release").unwrap_or_default();
         let suite = os.lines().find_map(|l| l.strip_prefix("VERSION_CODENAME=")).unwrap_or("bookworm").to_string();
         let dir = tempfile::Builder::new().prefix("bbrscope-debroot-").tempdir().unwrap();
@@ -756,7 +756,7 @@ fn the_package_runs_under_systemd_in_a_debian_guest() {
     let serial = out_dir.path().join("serial.ndjson");
     // The boots alone (see MACHINE); 30 minutes for all of them (xtask's default is 15, alone
     // they need about 6–12), in case other test binaries share the machine.
-    let _machine = MACHINE.write().unwrap_or_else(|e| e.into_inner());
+    let _machine = MACHINE.write().unwrap_or_else(std::sync::PoisonError::into_inner);
     let boot = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()))
         .args(["xtask", "boot", "--timeout", "1800", "--root"])
         .arg(r)

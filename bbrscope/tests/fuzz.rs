@@ -9,7 +9,7 @@ use bbrscope::{apply::sysctl_d::BootConfig, observe::kernel::btf::Btf, observe::
 /// `input` with a few bytes flipped, inserted or removed, or cut short.
 fn mutate(rng: &mut Rng, input: &[u8]) -> Vec<u8> {
     let mut v = input.to_vec();
-    for _ in 0..1 + rng.below(4) {
+    for _ in 0..=rng.below(4) {
         match rng.below(4) {
             0 if !v.is_empty() => {
                 let i = rng.below(v.len());

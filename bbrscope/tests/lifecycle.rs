@@ -44,7 +44,7 @@ fn reported_retrans(records: &[Value], cookie: &Value) -> u64 {
 /// Reads from `s` until `b'\n'` (a request line).
 fn read_request(s: &mut TcpStream) {
     let mut b = [0u8; 1];
-    while s.read(&mut b).map(|n| n == 1 && b[0] != b'\n').unwrap_or(false) {}
+    while s.read(&mut b).is_ok_and(|n| n == 1 && b[0] != b'\n') {}
 }
 
 fn drain(s: &mut TcpStream) -> u64 {
@@ -150,11 +150,11 @@ fn short_flows_of_every_size_get_a_summary_equal_to_their_final_tcp_info() {
             ("bytes_acked", i.bytes_acked),
             ("bytes_received", i.bytes_received),
             ("bytes_retrans", i.bytes_retrans.unwrap()),
-            ("retrans_total", i.total_retrans as u64),
-            ("segs_out", i.segs_out as u64),
-            ("segs_in", i.segs_in as u64),
-            ("data_segs_out", i.data_segs_out as u64),
-            ("data_segs_in", i.data_segs_in as u64),
+            ("retrans_total", u64::from(i.total_retrans)),
+            ("segs_out", u64::from(i.segs_out)),
+            ("segs_in", u64::from(i.segs_in)),
+            ("data_segs_out", u64::from(i.data_segs_out)),
+            ("data_segs_in", u64::from(i.data_segs_in)),
             // The kernel's chrono counters: once the data is acked no stretch is in progress,
             // so TCP_INFO's (which adds one) and the socket's final ones agree exactly.
             ("busy_us", i.busy_us.unwrap()),
@@ -164,7 +164,7 @@ fn short_flows_of_every_size_get_a_summary_equal_to_their_final_tcp_info() {
             assert_eq!(u(&sum[key]), want, "{what}: {key} in {sum} vs the application's TCP_INFO {i:?}");
         }
         // The final rates and MSS, as TCP_INFO and TCP_CC_INFO give them in bytes (per second).
-        assert_eq!(u(&sum["mss"]), i.snd_mss as u64, "{what}: {sum}");
+        assert_eq!(u(&sum["mss"]), u64::from(i.snd_mss), "{what}: {sum}");
         assert_eq!(u(&sum["delivery_rate_bps"]) / 8, i.delivery_rate, "{what}: {sum}");
         assert_eq!(sum["delivery_app_limited"], i.app_limited, "{what}: {sum}");
         match i.pacing_rate {
@@ -180,9 +180,9 @@ fn short_flows_of_every_size_get_a_summary_equal_to_their_final_tcp_info() {
         assert!(sum["duration_s"].as_f64().unwrap() > 0.0, "{what}");
         // The final srtt and cwnd are among the values the summary's min/max range over.
         let (srtt_min, srtt_max) = (u(&sum["srtt_min_us"]), u(&sum["srtt_max_us"]));
-        let final_srtt = i.rtt_us as u64;
+        let final_srtt = u64::from(i.rtt_us);
         assert!(srtt_min <= final_srtt && final_srtt <= srtt_max, "{what}: final srtt {final_srtt} µs, {sum}");
-        assert!(u(&sum["cwnd_max"]) >= (i.snd_cwnd as u64).max(2), "{what}: final cwnd {}, {sum}", i.snd_cwnd);
+        assert!(u(&sum["cwnd_max"]) >= u64::from(i.snd_cwnd).max(2), "{what}: final cwnd {}, {sum}", i.snd_cwnd);
         assert!(u(&sum["samples"]) >= 1, "{what}: {sum}");
         let state_s = &sum["ca_state_s"];
         let total: f64 =
@@ -352,7 +352,7 @@ fn a_sender_in_close_wait_is_sampled_until_its_last_byte_is_acked() {
     assert!(most >= SIZE as u64 * 3 / 4, "samples in CLOSE_WAIT stopped at {most} bytes acked of {SIZE}");
     // The final counters: the data the application saw acked, plus the FIN.
     assert_eq!(u(&sum["bytes_acked"]), acked.bytes_acked + 1, "{sum}");
-    assert_eq!(u(&sum["retrans_total"]), acked.total_retrans as u64, "{sum} vs {acked:?}");
+    assert_eq!(u(&sum["retrans_total"]), u64::from(acked.total_retrans), "{sum} vs {acked:?}");
     assert!(acked.total_retrans > 0, "2% loss should cause retransmits");
     assert_eq!(
         reported_retrans(&records, cookie),
@@ -399,7 +399,7 @@ fn fifty_parallel_flows_under_startup_loss_lose_no_retransmit() {
     let mut total = 0;
     for (local, info) in &log {
         let sum = summary_of(&records, *local, b_addr).unwrap_or_else(|| panic!("no flow_summary for {local}"));
-        assert_eq!(u(&sum["retrans_total"]), info.total_retrans as u64, "{sum} vs {info:?}");
+        assert_eq!(u(&sum["retrans_total"]), u64::from(info.total_retrans), "{sum} vs {info:?}");
         assert_eq!(u(&sum["bytes_acked"]), info.bytes_acked, "{sum} vs {info:?}");
         // The data, the SYN and the FIN (an active opener counts its SYN as acked).
         assert_eq!(u(&sum["bytes_acked"]), SIZE as u64 + 2);
@@ -550,7 +550,7 @@ fn a_pre_fork_servers_flows_belong_to_the_workers_that_write_them() {
     for (pid, _) in &workers {
         let mut status = 0;
         // SAFETY: waitpid on our own child with a live status local.
-        assert_eq!(unsafe { libc::waitpid(*pid, &mut status, 0) }, *pid);
+        assert_eq!(unsafe { libc::waitpid(*pid, &raw mut status, 0) }, *pid);
     }
     let last = clients.last().unwrap().to_string();
     all.wait_for(Duration::from_secs(10), |r| r["type"] == "flow_summary" && r["dst"] == last);
@@ -595,7 +595,7 @@ fn a_writer_the_kernel_did_not_see_is_named_from_proc() {
     let client = c.local_addr().unwrap().to_string();
     let mut status = 0;
     // SAFETY: waitpid on our own child with a live status local.
-    assert_eq!(unsafe { libc::waitpid(worker, &mut status, 0) }, worker);
+    assert_eq!(unsafe { libc::waitpid(worker, &raw mut status, 0) }, worker);
     stream.wait_for(Duration::from_secs(10), |r| r["type"] == "flow_summary" && r["dst"] == client);
     let (_, records, _) = stream.stop();
     let sum = summary_of(&records, to, c.local_addr().unwrap()).expect("the worker's flow_summary");
@@ -624,7 +624,7 @@ fn a_connection_open_before_the_start_names_the_process_holding_it() {
     assert_eq!(reader.join().unwrap(), 100 * 20_000);
     let mut status = 0;
     // SAFETY: waitpid on our own child with a live status local.
-    assert_eq!(unsafe { libc::waitpid(worker, &mut status, 0) }, worker);
+    assert_eq!(unsafe { libc::waitpid(worker, &raw mut status, 0) }, worker);
     mine.wait_for(Duration::from_secs(10), |r| r["type"] == "flow_close" && r["dst"] == client);
     let (_, mine, _) = mine.stop();
     let (_, other, _) = other.stop();
@@ -787,7 +787,7 @@ fn fast_open_server_flows_report_their_rtt() {
                         req.as_ptr().cast(),
                         req.len(),
                         libc::MSG_FASTOPEN,
-                        (&addr as *const libc::sockaddr_in).cast(),
+                        (&raw const addr).cast(),
                         size_of::<libc::sockaddr_in>() as libc::socklen_t,
                     )
                 };
@@ -1033,7 +1033,7 @@ fn on_a_long_lossy_path_samples_keep_their_cadence_and_the_extremes_are_right() 
         let sum = summary_of(&records, *local, *peer).unwrap_or_else(|| panic!("{cc}: no flow_summary"));
         let ts: Vec<f64> = of_flow(&records, "sample", &sum["cookie"]).map(|r| r["ts"].as_f64().unwrap()).collect();
         let gaps: Vec<f64> = ts.windows(2).map(|w| w[1] - w[0]).collect();
-        let max_gap = gaps.iter().cloned().fold(0.0, f64::max);
+        let max_gap = gaps.iter().copied().fold(0.0, f64::max);
         let dur = sum["duration_s"].as_f64().unwrap();
         let (cwnd_max, srtt_min, srtt_max) =
             (u(&sum["cwnd_max"]) as u32, u(&sum["srtt_min_us"]) as u32, u(&sum["srtt_max_us"]) as u32);

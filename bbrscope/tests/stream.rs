@@ -127,7 +127,7 @@ fn agrees_with_ss_for_the_same_socket() {
         let before = SystemTime::now().duration_since(UNIX_EPOCH).unwrap().as_secs_f64();
         let ss = ss_info(sender.local, None).expect("ss shows the socket");
         let after = SystemTime::now().duration_since(UNIX_EPOCH).unwrap().as_secs_f64();
-        snapshots.push(((before + after) / 2.0, ss));
+        snapshots.push((f64::midpoint(before, after), ss));
     }
     let local = sender.local;
     sender.join();
@@ -161,14 +161,14 @@ fn agrees_with_ss_for_the_same_socket() {
         let mut ok = true;
         for (key, ss_val, slack) in checks {
             let vals: Vec<f64> = near.iter().map(|s| s[key].as_f64().unwrap()).collect();
-            let lo = vals.iter().cloned().fold(f64::MAX, f64::min) * 0.9 - slack;
-            let hi = vals.iter().cloned().fold(f64::MIN, f64::max) * 1.1 + slack;
+            let lo = vals.iter().copied().fold(f64::MAX, f64::min) * 0.9 - slack;
+            let hi = vals.iter().copied().fold(f64::MIN, f64::max) * 1.1 + slack;
             if !(lo..=hi).contains(&ss_val) {
                 ok = false;
                 disagreements.push(format!("{key}: ss {ss_val}, bbrscope {lo:.0}..{hi:.0} around t={t}"));
             }
         }
-        agreed += ok as usize;
+        agreed += usize::from(ok);
     }
     // Per snapshot, not per field: pacing rate follows srtt, so one outlying instant can put both
     // outside (CI once saw exactly that, with the other four snapshots agreeing).
@@ -715,9 +715,9 @@ fn without_sock_diag(cmd: &mut std::process::Command) {
     // (the kernel copies it).
     unsafe {
         cmd.pre_exec(move || {
-            let prog = libc::sock_fprog { len: filter.len() as u16, filter: filter.as_ptr() as *mut _ };
+            let prog = libc::sock_fprog { len: filter.len() as u16, filter: filter.as_ptr().cast_mut() };
             if libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0
-                || libc::prctl(libc::PR_SET_SECCOMP, libc::SECCOMP_MODE_FILTER, &prog as *const libc::sock_fprog) != 0
+                || libc::prctl(libc::PR_SET_SECCOMP, libc::SECCOMP_MODE_FILTER, &raw const prog) != 0
             {
                 return Err(std::io::Error::last_os_error());
             }

@@ -170,7 +170,7 @@ fn replay_of_dev_zero_is_refused_in_bounded_memory() {
     // SAFETY: zeroed rusage is a valid value for wait4 to fill.
     let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
     // SAFETY: our own child, valid pointers to locals; reaps it (its stderr pipe stays readable).
-    assert_eq!(unsafe { libc::wait4(pid, &mut status, 0, &mut usage) }, pid);
+    assert_eq!(unsafe { libc::wait4(pid, &raw mut status, 0, &raw mut usage) }, pid);
     let mut err = String::new();
     std::io::Read::read_to_string(&mut child.stderr.unwrap(), &mut err).unwrap();
     assert!(libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 2, "status {status}: {err}");

@@ -25,7 +25,7 @@ const TCP_CONGESTION: i32 = 13;
 static CC: [u8; CC_NAME_LEN] = [0; CC_NAME_LEN];
 
 #[sock_ops]
-pub fn bbrscope_setcc(ctx: SockOpsContext) -> u32 {
+pub(crate) fn bbrscope_setcc(ctx: SockOpsContext) -> u32 {
     let op = ctx.op();
     if op == BPF_SOCK_OPS_ACTIVE_ESTABLISHED_CB || op == BPF_SOCK_OPS_PASSIVE_ESTABLISHED_CB {
         // A stack copy: the helper reads the name from memory the verifier knows to be readable,
@@ -37,7 +37,7 @@ pub fn bbrscope_setcc(ctx: SockOpsContext) -> u32 {
         // SAFETY: a sock_ops context at an established callback, where setting TCP_CONGESTION is
         // allowed; `name` is readable for the length passed.
         unsafe {
-            bpf_setsockopt(ctx.ops as *mut _, SOL_TCP, TCP_CONGESTION, name.as_mut_ptr() as *mut _, CC_NAME_LEN as i32)
+            bpf_setsockopt(ctx.ops.cast(), SOL_TCP, TCP_CONGESTION, name.as_mut_ptr().cast(), CC_NAME_LEN as i32)
         };
     }
     // 1 lets the other sock_ops programs of the cgroup run and keeps their replies.

@@ -103,7 +103,7 @@ struct Partial {
 
 /// Collects [`FlowFacts`] from the observer's events.
 #[derive(Default)]
-pub struct Collector {
+pub(crate) struct Collector {
     open: IdMap<Partial>,
     pub done: Vec<FlowFacts>,
 }
@@ -169,7 +169,7 @@ impl Collector {
 
     /// A recorded flow's summary: its end, with the owner and start the summary gives (a
     /// replayed flow has no OPEN record of its own).
-    pub fn summary(&mut self, table: &mut FlowTable, s: &Summary) {
+    pub(crate) fn summary(&mut self, table: &mut FlowTable, s: &Summary) {
         let id = s.open.head.flow;
         if table.get(id).is_none() {
             table.apply(&Event::Open(Box::new(s.open.clone())));
@@ -218,7 +218,7 @@ impl Collector {
     }
 
     /// The window closed: flows still open count with what was seen of them.
-    pub fn finish(&mut self, table: &FlowTable) {
+    pub(crate) fn finish(&mut self, table: &FlowTable) {
         for flow in table.iter() {
             self.finish_flow(flow);
         }

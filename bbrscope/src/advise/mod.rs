@@ -4,7 +4,7 @@
 //! ([`facts`]) or read from a recording, weighed against their namespace's settings
 //! ([`findings`]).
 
-pub mod facts;
+pub(crate) mod facts;
 pub mod findings;
 
 use std::{collections::BTreeMap, time::Duration};

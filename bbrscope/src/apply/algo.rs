@@ -65,7 +65,7 @@ impl Kernel {
     #[cfg(test)]
     pub fn from_parts(registered: &[&str], config: Option<&str>, modules_dep: Option<&str>) -> Self {
         Kernel {
-            registered: registered.iter().map(|s| s.to_string()).collect(),
+            registered: registered.iter().map(std::string::ToString::to_string).collect(),
             config: config.map(str::to_string),
             modules_dep: modules_dep.map(str::to_string),
         }
@@ -171,7 +171,7 @@ impl Kernel {
 
     /// The qdiscs this kernel can make a device's default, as far as it says.
     pub fn default_qdiscs(&self) -> Vec<String> {
-        let mut all: Vec<String> = BUILTIN_QDISCS.iter().map(|s| s.to_string()).collect();
+        let mut all: Vec<String> = BUILTIN_QDISCS.iter().map(std::string::ToString::to_string).collect();
         let from_config = self.config.as_deref().into_iter().flat_map(|c| c.lines()).filter_map(|l| {
             let (opt, v) = l.strip_prefix("CONFIG_NET_SCH_")?.split_once('=')?;
             matches!(v, "y" | "m").then(|| opt.to_ascii_lowercase())
@@ -272,7 +272,10 @@ mod tests {
         );
 
         let usage = |k: &Kernel, q: &str| {
-            k.require_qdisc(q).unwrap_err().downcast_ref::<crate::error::UsageError>().map(|u| u.to_string())
+            k.require_qdisc(q)
+                .unwrap_err()
+                .downcast_ref::<crate::error::UsageError>()
+                .map(std::string::ToString::to_string)
         };
         assert!(usage(&k, "nosuchqdisc").unwrap().contains("fq_codel"), "names what would be right");
         assert!(usage(&k, "ingress").unwrap().contains("cannot be a default"));

@@ -18,7 +18,7 @@ use crate::sys::{
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "kind", rename_all = "snake_case")]
-pub enum Change {
+pub(crate) enum Change {
     /// A live setting under /proc/sys in a network namespace.
     Sysctl { netns: Netns, key: String, from: String, to: String },
     /// `net.core.default_qdisc` (initial namespace only), then the default re-applied to the
@@ -42,7 +42,7 @@ pub enum Change {
 /// What undoing one change did.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 #[serde(tag = "result", content = "detail", rename_all = "snake_case")]
-pub enum Undone {
+pub(crate) enum Undone {
     Restored(String),
     /// Nothing to do (already as before, or gone).
     Nothing(String),
@@ -50,12 +50,12 @@ pub enum Undone {
     Kept(String),
 }
 
-fn or_none(v: &Option<String>) -> &str {
-    v.as_deref().unwrap_or("none")
+fn or_none(v: Option<&str>) -> &str {
+    v.unwrap_or("none")
 }
 
 impl Change {
-    pub fn describe(&self) -> String {
+    pub(crate) fn describe(&self) -> String {
         match self {
             Change::Sysctl { netns, key, from, to } => format!("set {key} = {to} (was {from}) in {netns}"),
             Change::DefaultQdisc { from, to, interfaces } => {
@@ -77,7 +77,7 @@ impl Change {
                 )
             }
             Change::RouteCc { netns, route, from, to } => {
-                format!("set congctl {to} on route {route} (was {}) in {netns}", or_none(from))
+                format!("set congctl {to} on route {route} (was {}) in {netns}", or_none(from.as_deref()))
             }
             Change::RouteWindow { netns, route, window, from, to } => {
                 let was = from.map_or_else(|| "unset".to_string(), |f| f.to_string());
@@ -106,11 +106,11 @@ impl Change {
         let mut newer = newer;
         match (&*self, &mut newer) {
             (Change::Sysctl { from, .. }, Change::Sysctl { from: f, .. })
-            | (Change::DefaultQdisc { from, .. }, Change::DefaultQdisc { from: f, .. }) => *f = from.clone(),
-            (Change::File { from, .. }, Change::File { from: f, .. }) => *f = from.clone(),
-            (Change::RouteCc { from, .. }, Change::RouteCc { from: f, .. }) => *f = from.clone(),
+            | (Change::DefaultQdisc { from, .. }, Change::DefaultQdisc { from: f, .. }) => f.clone_from(from),
+            (Change::File { from, .. }, Change::File { from: f, .. }) => f.clone_from(from),
+            (Change::RouteCc { from, .. }, Change::RouteCc { from: f, .. }) => f.clone_from(from),
             (Change::RouteWindow { from, .. }, Change::RouteWindow { from: f, .. }) => *f = *from,
-            (Change::CgroupLink { replaced, .. }, Change::CgroupLink { replaced: r, .. }) => *r = replaced.clone(),
+            (Change::CgroupLink { replaced, .. }, Change::CgroupLink { replaced: r, .. }) => r.clone_from(replaced),
             _ => {}
         }
         if let (Change::DefaultQdisc { interfaces: old, .. }, Change::DefaultQdisc { interfaces: new, .. }) =
@@ -125,7 +125,7 @@ impl Change {
         *self = newer;
     }
 
-    pub fn apply(&self, root: &Path) -> Result<()> {
+    pub(crate) fn apply(&self, root: &Path) -> Result<()> {
         match self {
             Change::Sysctl { netns, key, to, .. } => netns::run(netns, || {
                 sysctl::write(key, to).map_err(|e| explain_write(key, to, e)).with_context(|| format!("in {netns}"))
@@ -146,7 +146,7 @@ impl Change {
         }
     }
 
-    pub fn revert(&self, root: &Path, force: bool) -> Result<Undone> {
+    pub(crate) fn revert(&self, root: &Path, force: bool) -> Result<Undone> {
         match self {
             Change::Sysctl { netns, key, from, to } => {
                 if !netns::still_there(netns) {
@@ -235,12 +235,15 @@ impl Change {
                         return Ok(Undone::Nothing(format!("route {route} is gone")));
                     };
                     if r.cc == *from {
-                        Ok(Undone::Nothing(format!("route {route} already has congctl {}", or_none(from))))
+                        Ok(Undone::Nothing(format!("route {route} already has congctl {}", or_none(from.as_deref()))))
                     } else if r.cc.as_deref() != Some(to) && !force {
-                        Ok(Undone::Kept(format!("route {route} now has congctl {}: left alone", or_none(&r.cc))))
+                        Ok(Undone::Kept(format!(
+                            "route {route} now has congctl {}: left alone",
+                            or_none(r.cc.as_deref())
+                        )))
                     } else {
                         route::set_cc(&r, from.as_deref())?;
-                        Ok(Undone::Restored(format!("route {route} congctl {}", or_none(from))))
+                        Ok(Undone::Restored(format!("route {route} congctl {}", or_none(from.as_deref()))))
                     }
                 })
             }
@@ -270,7 +273,7 @@ impl Change {
 }
 
 /// Adds `newer` changes to a recorded list, superseding same-target ones.
-pub fn merge(recorded: &mut Vec<Change>, newer: Vec<Change>) {
+pub(crate) fn merge(recorded: &mut Vec<Change>, newer: Vec<Change>) {
     for c in newer {
         match recorded.iter_mut().find(|r| r.target() == c.target()) {
             Some(r) => r.absorb(c),

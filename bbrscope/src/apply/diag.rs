@@ -11,7 +11,7 @@ use anyhow::Result;
 use crate::sys::sockdiag::{self, CONNECTED};
 
 /// Connections per algorithm name, both address families.
-pub fn flows_by_algorithm() -> Result<BTreeMap<String, u64>> {
+pub(crate) fn flows_by_algorithm() -> Result<BTreeMap<String, u64>> {
     let mut counts = BTreeMap::new();
     for s in sockdiag::dump(CONNECTED, false)? {
         *counts.entry(s.cc.unwrap_or_else(|| "unknown".into())).or_insert(0) += 1;

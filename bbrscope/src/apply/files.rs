@@ -10,22 +10,22 @@ use anyhow::{Context as _, Result};
 
 /// The sysctl drop-in bbrscope owns. "99-zz-" sorts it after the usual late files (Debian's
 /// 99-sysctl.conf link to /etc/sysctl.conf among them), so it wins unless a file says otherwise.
-pub const SYSCTL_DROPIN: &str = "/etc/sysctl.d/99-zz-bbrscope.conf";
+pub(crate) const SYSCTL_DROPIN: &str = "/etc/sysctl.d/99-zz-bbrscope.conf";
 /// Loads an algorithm's module at boot (systemd-modules-load and Debian's kmod both read it).
-pub const MODULES_LOAD: &str = "/etc/modules-load.d/bbrscope.conf";
+pub(crate) const MODULES_LOAD: &str = "/etc/modules-load.d/bbrscope.conf";
 /// Where `revert` finds what to undo.
-pub const STATE: &str = "/var/lib/bbrscope/state.json";
+pub(crate) const STATE: &str = "/var/lib/bbrscope/state.json";
 
-pub const HEADER: &str = "# Written by bbrscope (`bbrscope apply`). `bbrscope revert` removes it.\n\
+pub(crate) const HEADER: &str = "# Written by bbrscope (`bbrscope apply`). `bbrscope revert` removes it.\n\
                           # bbrscope owns this file: edit it and bbrscope will leave it alone.\n";
 
 /// A system path (/etc/...) below `root`.
-pub fn below(root: &Path, path: &Path) -> PathBuf {
+pub(crate) fn below(root: &Path, path: &Path) -> PathBuf {
     root.join(path.strip_prefix("/").unwrap_or(path))
 }
 
 /// The file's content, None when there is no such file.
-pub fn read(root: &Path, path: &Path) -> Result<Option<String>> {
+pub(crate) fn read(root: &Path, path: &Path) -> Result<Option<String>> {
     use std::io::ErrorKind::{NotADirectory, NotFound};
     match std::fs::read_to_string(below(root, path)) {
         Ok(s) => Ok(Some(s)),
@@ -41,7 +41,7 @@ const FILE_MODE: u32 = 0o644;
 const DIR_MODE: u32 = 0o755;
 
 /// Creates the missing directories of `dir` with [`DIR_MODE`].
-pub fn create_dirs(dir: &Path) -> std::io::Result<()> {
+pub(crate) fn create_dirs(dir: &Path) -> std::io::Result<()> {
     use std::os::unix::fs::{DirBuilderExt as _, PermissionsExt as _};
     if dir.exists() {
         return Ok(());
@@ -61,7 +61,7 @@ pub fn create_dirs(dir: &Path) -> std::io::Result<()> {
 /// Replaces the file in one step (write a temporary file beside it, flush, rename), so a crash
 /// leaves the old or the new content, never half of one. The temporary file is created new
 /// (never through a link someone left at its name) with the file's mode set explicitly.
-pub fn write_atomic(root: &Path, path: &Path, contents: &str) -> Result<()> {
+pub(crate) fn write_atomic(root: &Path, path: &Path, contents: &str) -> Result<()> {
     use std::os::unix::fs::{OpenOptionsExt as _, PermissionsExt as _};
     let target = below(root, path);
     let dir = target.parent().context("a file path has a parent")?;
@@ -90,7 +90,7 @@ pub fn write_atomic(root: &Path, path: &Path, contents: &str) -> Result<()> {
 
 /// Whether `path` (below the root) and its directory can be written by root alone: a record
 /// that another user could have written is not trusted. (Files that do not exist are fine.)
-pub fn roots_alone(root: &Path, path: &Path) -> Result<(), String> {
+pub(crate) fn roots_alone(root: &Path, path: &Path) -> Result<(), String> {
     use std::os::unix::fs::MetadataExt as _;
     let target = below(root, path);
     for p in [target.as_path(), target.parent().unwrap_or(Path::new("/"))] {
@@ -119,7 +119,7 @@ fn temporary(target: &Path, pid: u32) -> PathBuf {
 /// Removes temporary files of bbrscope's own files that a killed run left (`.NAME.bbrscope-PID`
 /// beside them). Only called under the apply lock, when no other run can be writing one. Best
 /// effort: a leftover that cannot be removed does no harm beyond taking space.
-pub fn remove_stale_temporaries(root: &Path) {
+pub(crate) fn remove_stale_temporaries(root: &Path) {
     for own in [STATE, SYSCTL_DROPIN, MODULES_LOAD] {
         let target = below(root, Path::new(own));
         let (Some(dir), Some(name)) = (target.parent(), target.file_name()) else { continue };
@@ -138,7 +138,7 @@ pub fn remove_stale_temporaries(root: &Path) {
     }
 }
 
-pub fn remove(root: &Path, path: &Path) -> Result<()> {
+pub(crate) fn remove(root: &Path, path: &Path) -> Result<()> {
     match std::fs::remove_file(below(root, path)) {
         Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
             Err(e).with_context(|| format!("removing {}", path.display()))
@@ -148,7 +148,7 @@ pub fn remove(root: &Path, path: &Path) -> Result<()> {
 }
 
 /// Why `path` could not be written, found without writing (missing privileges, read-only /etc).
-pub fn unwritable(root: &Path, path: &Path) -> Option<String> {
+pub(crate) fn unwritable(root: &Path, path: &Path) -> Option<String> {
     // The nearest existing ancestor decides: missing directories are created.
     let mut dir = below(root, path);
     while !dir.exists() {

@@ -20,11 +20,11 @@ use super::files;
 use crate::error::UsageError;
 
 /// The lock file, beside the state file.
-pub const LOCK: &str = "/var/lib/bbrscope/lock";
+pub(crate) const LOCK: &str = "/var/lib/bbrscope/lock";
 
 /// Held until dropped (the kernel releases a flock when its file is closed, also when the
 /// process dies however it dies).
-pub struct Lock {
+pub(crate) struct Lock {
     _file: File,
 }
 
@@ -42,7 +42,7 @@ fn lock(file: &File) -> std::io::Result<()> {
 impl Lock {
     /// Takes the lock below `root`, waiting while another run holds it (saying so on stderr).
     /// Then removes temporary files a killed run may have left, as no other writer can be busy.
-    pub fn acquire(root: &Path) -> Result<Lock> {
+    pub(crate) fn acquire(root: &Path) -> Result<Lock> {
         let path = files::below(root, Path::new(LOCK));
         // The directory with its explicit mode (never from the umask); the lock never opened
         // through a link left at its name.

@@ -8,19 +8,19 @@
 
 pub mod algo;
 pub mod cgroup;
-pub mod change;
-pub mod diag;
-pub mod files;
-pub mod lock;
-pub mod plan;
+pub(crate) mod change;
+pub(crate) mod diag;
+pub(crate) mod files;
+pub(crate) mod lock;
+pub(crate) mod plan;
 pub mod qdisc;
-pub mod run;
-pub mod scope;
-pub mod state;
-pub mod status;
+pub(crate) mod run;
+pub(crate) mod scope;
+pub(crate) mod state;
+pub(crate) mod status;
 pub mod sysctl_d;
-pub mod transaction;
-pub mod verify;
+pub(crate) mod transaction;
+pub(crate) mod verify;
 
 #[cfg(test)]
 mod testroot;

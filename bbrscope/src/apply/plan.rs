@@ -23,7 +23,7 @@ use crate::sys::{
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
-pub enum Level {
+pub(crate) enum Level {
     Ok,
     Info,
     Warn,
@@ -32,14 +32,14 @@ pub enum Level {
 }
 
 #[derive(Clone, Debug, Serialize)]
-pub struct Check {
+pub(crate) struct Check {
     pub level: Level,
     pub topic: &'static str,
     pub text: String,
 }
 
 #[derive(Clone, Debug, Serialize)]
-pub struct Plan {
+pub(crate) struct Plan {
     pub scope: Scope,
     /// The algorithm this run sets (None: only settings beside it).
     pub algorithm: Option<String>,
@@ -52,7 +52,7 @@ pub struct Plan {
 /// A setting beside the algorithm: a TCP sysctl of a namespace, or a route's initial window.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 #[serde(tag = "kind", rename_all = "snake_case")]
-pub enum Setting {
+pub(crate) enum Setting {
     Sysctl { key: String, value: String },
     Route { window: Window, value: u32 },
 }
@@ -67,12 +67,12 @@ impl std::fmt::Display for Setting {
 }
 
 impl Plan {
-    pub fn blocked(&self) -> bool {
+    pub(crate) fn blocked(&self) -> bool {
         self.checks.iter().any(|c| c.level == Level::Block)
     }
 
     /// What this run sets here, in words: the algorithm, then the other settings.
-    pub fn target(&self) -> String {
+    pub(crate) fn target(&self) -> String {
         let settings = self.settings.iter().map(ToString::to_string);
         self.algorithm.iter().cloned().chain(settings).collect::<Vec<_>>().join(", ")
     }
@@ -84,7 +84,7 @@ impl Plan {
 
 /// What the user asked for, beyond the scope.
 #[derive(Clone, Debug)]
-pub struct Options {
+pub(crate) struct Options {
     pub algorithm: Option<String>,
     /// `--sysctl`: tunable settings (see [`sysctl::TUNABLE`]), checked and in their recorded form.
     pub sysctls: Vec<(String, String)>,
@@ -101,7 +101,7 @@ pub struct Options {
 }
 
 /// Facts shared by every scope of one run.
-pub struct Host {
+pub(crate) struct Host {
     pub kernel: Kernel,
     pub state: State,
     /// Effective capabilities of bbrscope.
@@ -114,7 +114,7 @@ const CAP_SYS_ADMIN: u32 = 21;
 const CAP_BPF: u32 = 39;
 
 impl Host {
-    pub fn discover(root: &Path) -> Result<Host> {
+    pub(crate) fn discover(root: &Path) -> Result<Host> {
         let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
         let caps = status
             .lines()
@@ -129,7 +129,7 @@ impl Host {
     }
 }
 
-pub fn plan(scope: &Scope, opts: &Options, host: &Host) -> Result<Plan> {
+pub(crate) fn plan(scope: &Scope, opts: &Options, host: &Host) -> Result<Plan> {
     let settings = match scope {
         Scope::System { .. } | Scope::Netns { .. } => {
             opts.sysctls.iter().map(|(key, value)| Setting::Sysctl { key: key.clone(), value: value.clone() }).collect()

@@ -19,7 +19,7 @@ use crate::sys::{route, sysctl};
 
 #[derive(Clone, Debug, Serialize)]
 #[serde(rename_all = "snake_case")]
-pub enum Outcome {
+pub(crate) enum Outcome {
     DryRun,
     AlreadyInPlace,
     Applied,
@@ -29,7 +29,7 @@ pub enum Outcome {
 /// (so a run killed midway is rolled back by the next, see [`reconcile`]) and becomes a recorded
 /// entry once every change is made. If a change fails, the ones made before it are undone in
 /// reverse order and the state file is put back.
-pub fn execute(plan: &Plan, root: &Path) -> Result<Outcome> {
+pub(crate) fn execute(plan: &Plan, root: &Path) -> Result<Outcome> {
     if plan.changes.is_empty() {
         return Ok(Outcome::AlreadyInPlace);
     }
@@ -70,7 +70,7 @@ fn undo(done: &[Change], before: &State, root: &Path, mut msg: String) -> String
 /// the state file's `pending` intent, so the record and the machine agree again. Returns a line
 /// for the user when there was something to reconcile. Only under the apply lock, where no
 /// other run can be in progress.
-pub fn reconcile(root: &Path) -> Result<Option<String>> {
+pub(crate) fn reconcile(root: &Path) -> Result<Option<String>> {
     let mut state = State::load(root)?;
     let mut notes = Vec::new();
     if let Some(pending) = state.pending.take() {
@@ -106,13 +106,13 @@ pub fn reconcile(root: &Path) -> Result<Option<String>> {
     Ok((!notes.is_empty()).then(|| notes.join("; ")))
 }
 
-pub fn rollback(done: &[Change], root: &Path) -> Vec<anyhow::Error> {
+pub(crate) fn rollback(done: &[Change], root: &Path) -> Vec<anyhow::Error> {
     done.iter().rev().filter_map(|c| c.revert(root, true).err()).collect()
 }
 
 /// What one scope's verification found.
 #[derive(Clone, Debug, Serialize)]
-pub struct Verification {
+pub(crate) struct Verification {
     /// New connections and the algorithm each got (none when the run set no algorithm).
     pub probes: Vec<Probe>,
     /// Each other setting as the kernel gives it now.
@@ -123,7 +123,7 @@ pub struct Verification {
 
 /// A setting read back where it was set.
 #[derive(Clone, Debug, Serialize)]
-pub struct ReadBack {
+pub(crate) struct ReadBack {
     pub setting: String,
     /// What the kernel says, in words.
     pub reads: String,
@@ -132,7 +132,7 @@ pub struct ReadBack {
 
 impl Verification {
     /// One line per thing that did not hold.
-    pub fn failures(&self, plan: &Plan) -> Vec<String> {
+    pub(crate) fn failures(&self, plan: &Plan) -> Vec<String> {
         let algo = plan.algorithm.as_deref().filter(|a| self.probes.first().is_some_and(|p| p.algorithm != *a));
         let algo = algo.map(|a| format!("{}: a new connection got {}, not {a}", plan.scope, self.probes[0].algorithm));
         let settings =
@@ -144,7 +144,7 @@ impl Verification {
 /// Opens a connection where the change applies and reports what it got, and reads each other
 /// setting back. For a route, whose addresses are elsewhere, the kernel's route lookup stands
 /// in: bbrscope sends no traffic to other networks.
-pub fn verify(plan: &Plan) -> Result<Verification> {
+pub(crate) fn verify(plan: &Plan) -> Result<Verification> {
     let lookup = |netns, prefix| netns::run(netns, || route::lookup_in(prefix));
     let mut probes = Vec::new();
     if plan.algorithm.is_some() {
@@ -189,7 +189,7 @@ pub fn verify(plan: &Plan) -> Result<Verification> {
 /// still restore them); the scope's record goes once nothing is left. The entry becomes the
 /// `reverting` intent in one write before anything is undone, so a kill in between leaves the
 /// intent, not a claim, and [`reconcile`] finishes it.
-pub fn revert(
+pub(crate) fn revert(
     state: &mut State,
     scope: &Scope,
     root: &Path,

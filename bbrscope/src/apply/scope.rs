@@ -13,7 +13,7 @@ use crate::{error::usage, sys::cgroup};
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "type", rename_all = "snake_case")]
-pub enum Scope {
+pub(crate) enum Scope {
     System { netns: Netns },
     Netns { netns: Netns },
     Cgroup { path: PathBuf, ino: u64 },
@@ -34,7 +34,7 @@ impl std::fmt::Display for Scope {
 
 impl Scope {
     /// Same object (by identity, not by name).
-    pub fn same(&self, other: &Scope) -> bool {
+    pub(crate) fn same(&self, other: &Scope) -> bool {
         match (self, other) {
             (Scope::System { netns: a }, Scope::System { netns: b })
             | (Scope::Netns { netns: a }, Scope::Netns { netns: b }) => a.ino == b.ino,
@@ -46,7 +46,7 @@ impl Scope {
 
     /// The network namespace the scope's sysctls, routes and sockets live in (none for a
     /// cgroup, which spans namespaces).
-    pub fn netns(&self) -> Option<&Netns> {
+    pub(crate) fn netns(&self) -> Option<&Netns> {
         match self {
             Scope::System { netns } | Scope::Netns { netns } | Scope::Route { netns, .. } => Some(netns),
             Scope::Cgroup { .. } => None,
@@ -64,7 +64,7 @@ pub struct Spec<'a> {
 
 /// Resolves and validates the options into scopes (several for `--netns all`). Every bad input
 /// is a usage error, found before anything is read or changed.
-pub fn resolve(spec: &Spec) -> Result<Vec<Scope>> {
+pub(crate) fn resolve(spec: &Spec) -> Result<Vec<Scope>> {
     if spec.cgroup.is_some() && (spec.netns.is_some() || spec.route.is_some()) {
         usage!(
             "--cgroup cannot be combined with --netns or --route: a cgroup's sockets get the algorithm in every namespace"
@@ -96,7 +96,7 @@ pub fn resolve(spec: &Spec) -> Result<Vec<Scope>> {
 
 /// One prefix or several separated by commas (e.g. the prefixes an experiment found to gain):
 /// each is its own scope, checked, changed, verified and recorded on its own.
-pub fn parse_prefixes(s: &str) -> Result<Vec<IpNet>> {
+pub(crate) fn parse_prefixes(s: &str) -> Result<Vec<IpNet>> {
     let prefixes: Vec<IpNet> =
         s.split(',').map(str::trim).filter(|p| !p.is_empty()).map(parse_prefix).collect::<Result<_>>()?;
     if prefixes.is_empty() {
@@ -106,7 +106,7 @@ pub fn parse_prefixes(s: &str) -> Result<Vec<IpNet>> {
 }
 
 /// A route prefix in CIDR form, with no host bits set (as `ip route` demands).
-pub fn parse_prefix(s: &str) -> Result<IpNet> {
+pub(crate) fn parse_prefix(s: &str) -> Result<IpNet> {
     let Ok(net) = s.parse::<IpNet>() else {
         usage!("'{s}' is not a route prefix: use CIDR notation, e.g. 203.0.113.0/24 or 2001:db8::/32");
     };
@@ -124,7 +124,10 @@ mod tests {
     #[test]
     fn a_route_list_is_one_scope_per_prefix() {
         let p = parse_prefixes("203.0.113.0/24, 2001:db8::/32,").unwrap();
-        assert_eq!(p.iter().map(|n| n.to_string()).collect::<Vec<_>>(), ["203.0.113.0/24", "2001:db8::/32"]);
+        assert_eq!(
+            p.iter().map(std::string::ToString::to_string).collect::<Vec<_>>(),
+            ["203.0.113.0/24", "2001:db8::/32"]
+        );
         assert!(parse_prefixes("203.0.113.0/24,203.0.113.7/24").is_err());
         assert!(parse_prefixes(",").is_err());
     }

@@ -23,7 +23,7 @@ use super::{
 use crate::sys::sysctl;
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Entry {
+pub(crate) struct Entry {
     pub scope: Scope,
     /// The algorithm set there (None: only settings beside it, `--sysctl` or a route's window).
     pub algorithm: Option<String>,
@@ -35,13 +35,13 @@ pub struct Entry {
 
 impl Entry {
     /// What was set, in words: the algorithm, else the settings.
-    pub fn what(&self) -> String {
+    pub(crate) fn what(&self) -> String {
         self.algorithm.clone().unwrap_or_else(|| "its settings".into())
     }
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct State {
+pub(crate) struct State {
     pub entries: Vec<Entry>,
     /// The changes of a run in progress, or of one killed before it finished.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -52,14 +52,14 @@ pub struct State {
 }
 
 impl State {
-    pub fn path() -> PathBuf {
+    pub(crate) fn path() -> PathBuf {
         PathBuf::from(files::STATE)
     }
 
     /// The record, checked before anything acts on it: root's alone, and naming only what
     /// bbrscope can have changed. Anything else was planted or edited by hand, and `apply`,
     /// `revert` and `status` refuse it in one line rather than write or delete what it names.
-    pub fn load(root: &Path) -> Result<State> {
+    pub(crate) fn load(root: &Path) -> Result<State> {
         let refuse = |why: String| -> anyhow::Error {
             crate::error::UsageError::new(format!(
                 "refusing {}: {why}; bbrscope did not write it so: inspect it, and remove it by hand if it is not yours",
@@ -118,20 +118,20 @@ impl State {
         Ok(())
     }
 
-    pub fn save(&self, root: &Path) -> Result<()> {
+    pub(crate) fn save(&self, root: &Path) -> Result<()> {
         if self.entries.is_empty() && self.pending.is_none() && self.reverting.is_none() {
             return files::remove(root, &Self::path());
         }
         files::write_atomic(root, &Self::path(), &(serde_json::to_string_pretty(self)? + "\n"))
     }
 
-    pub fn find(&self, scope: &Scope) -> Option<&Entry> {
+    pub(crate) fn find(&self, scope: &Scope) -> Option<&Entry> {
         self.entries.iter().find(|e| e.scope.same(scope))
     }
 
     /// Records changes about to be made to `scope`, merged with earlier ones there so the
     /// original values are kept. A run that sets no algorithm keeps the one recorded.
-    pub fn record(&mut self, scope: &Scope, algorithm: Option<&str>, changes: Vec<Change>) {
+    pub(crate) fn record(&mut self, scope: &Scope, algorithm: Option<&str>, changes: Vec<Change>) {
         let now = now();
         match self.entries.iter_mut().find(|e| e.scope.same(scope)) {
             Some(e) => {
@@ -151,19 +151,19 @@ impl State {
     }
 
     /// The changes a run is about to make, before it makes them.
-    pub fn intend(&mut self, scope: &Scope, algorithm: Option<&str>, changes: Vec<Change>) {
+    pub(crate) fn intend(&mut self, scope: &Scope, algorithm: Option<&str>, changes: Vec<Change>) {
         self.pending =
             Some(Entry { scope: scope.clone(), algorithm: algorithm.map(str::to_string), applied_at: now(), changes });
     }
 
-    pub fn remove(&mut self, scope: &Scope) -> Option<Entry> {
+    pub(crate) fn remove(&mut self, scope: &Scope) -> Option<Entry> {
         let i = self.entries.iter().position(|e| e.scope.same(scope))?;
         Some(self.entries.remove(i))
     }
 }
 
 fn now() -> u64 {
-    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0)
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs())
 }
 
 #[cfg(test)]

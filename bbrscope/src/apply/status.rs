@@ -26,14 +26,14 @@ use crate::{
 };
 
 #[derive(Serialize)]
-pub struct RouteCc {
+pub(crate) struct RouteCc {
     pub route: String,
     pub congctl: String,
     pub by_bbrscope: bool,
 }
 
 #[derive(Serialize)]
-pub struct Namespace {
+pub(crate) struct Namespace {
     pub namespace: String,
     pub initial: bool,
     pub default: String,
@@ -51,7 +51,7 @@ pub struct Namespace {
 }
 
 #[derive(Serialize)]
-pub struct Boot {
+pub(crate) struct Boot {
     /// What the next boot sets net.ipv4.tcp_congestion_control to.
     pub value: Option<String>,
     /// Where that comes from (None: no file sets it, the kernel's built-in default applies).
@@ -60,7 +60,7 @@ pub struct Boot {
 }
 
 #[derive(Serialize)]
-pub struct Recorded {
+pub(crate) struct Recorded {
     pub scope: Scope,
     /// The algorithm bbrscope set there (null: only other settings).
     pub algorithm: Option<String>,
@@ -72,7 +72,7 @@ pub struct Recorded {
 
 /// Which observer `stream`/`top` use on this machine, checked by loading the program.
 #[derive(Serialize)]
-pub struct ObserverStatus {
+pub(crate) struct ObserverStatus {
     /// "sockops", "tracepoint", or null when it could not be checked.
     pub path: Option<&'static str>,
     /// Why not sockops, or why it could not be checked.
@@ -80,7 +80,7 @@ pub struct ObserverStatus {
 }
 
 #[derive(Serialize)]
-pub struct Status {
+pub(crate) struct Status {
     pub available: Vec<String>,
     /// Which BBR the kernel runs (v1 mainline, or Google's v2/v3), told from its BTF layout.
     pub bbr: BbrImpl,
@@ -221,7 +221,7 @@ fn now_of(e: &Entry, warnings: &mut Vec<String>) -> String {
 /// Everything `bbrscope status` shows: each scope as it stands now, what the next boot sets, what
 /// bbrscope recorded and whether the machine still has it, which observer would load, and the
 /// running experiment. Only reads. `netns`: also show this namespace (a name, a path, or `all`).
-pub fn gather(root: &Path, netns: Option<&str>) -> Result<Status> {
+pub(crate) fn gather(root: &Path, netns: Option<&str>) -> Result<Status> {
     let state = State::load(root)?;
     let own = netns::current()?;
     let system = namespace(&own, &state)?;
@@ -278,7 +278,7 @@ pub fn gather(root: &Path, netns: Option<&str>) -> Result<Status> {
             scope: e.scope.clone(),
             algorithm: e.algorithm.clone(),
             applied_at: e.applied_at,
-            changes: e.changes.iter().map(|c| c.describe()).collect(),
+            changes: e.changes.iter().map(super::change::Change::describe).collect(),
         })
         .collect();
     if let Some(p) = &state.pending {

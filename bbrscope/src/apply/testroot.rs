@@ -2,18 +2,18 @@
 
 use std::path::Path;
 
-pub struct TempRoot(tempfile::TempDir);
+pub(super) struct TempRoot(tempfile::TempDir);
 
 impl TempRoot {
-    pub fn new() -> Self {
+    pub(super) fn new() -> Self {
         TempRoot(tempfile::Builder::new().prefix("bbrscope-root-").tempdir().expect("temporary directory"))
     }
 
-    pub fn path(&self) -> &Path {
+    pub(super) fn path(&self) -> &Path {
         self.0.path()
     }
 
-    pub fn write(&self, rel: &str, text: &str) {
+    pub(super) fn write(&self, rel: &str, text: &str) {
         let p = self.0.path().join(rel);
         std::fs::create_dir_all(p.parent().unwrap()).unwrap();
         std::fs::write(p, text).unwrap();

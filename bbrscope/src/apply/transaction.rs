@@ -20,7 +20,7 @@ use crate::{
 };
 
 /// What the user asked for.
-pub struct Request<'a> {
+pub(crate) struct Request<'a> {
     pub scope: Spec<'a>,
     pub options: Options,
     /// Check and plan only; change nothing (and take no lock: it only reads).
@@ -29,7 +29,7 @@ pub struct Request<'a> {
 
 /// One scope's plan and what became of it.
 #[derive(Serialize)]
-pub struct ScopeReport {
+pub(crate) struct ScopeReport {
     #[serde(flatten)]
     pub plan: Plan,
     pub outcome: Option<Outcome>,
@@ -37,7 +37,7 @@ pub struct ScopeReport {
 }
 
 /// How the transaction ended.
-pub enum Ending {
+pub(crate) enum Ending {
     /// Every scope applied (or already in place) and verified, or a dry run.
     Done,
     /// The checks blocked it: nothing was changed.
@@ -50,7 +50,7 @@ pub enum Ending {
     Unverified(Vec<String>),
 }
 
-pub struct Transaction {
+pub(crate) struct Transaction {
     /// The scopes' reports (up to the one that failed, when one did).
     pub reports: Vec<ScopeReport>,
     pub ending: Ending,
@@ -61,7 +61,7 @@ pub struct Transaction {
 /// Runs one apply. `Err` only before anything changed (bad scope, unknown algorithm, a busy
 /// lock); everything after is in the [`Transaction`]. `note` gets a line for the user when an
 /// earlier interrupted run is reconciled or a namespace vanishes while being checked.
-pub fn apply(req: &Request, note: &mut dyn FnMut(&str)) -> Result<Transaction> {
+pub(crate) fn apply(req: &Request, note: &mut dyn FnMut(&str)) -> Result<Transaction> {
     let scopes = scope::resolve(&req.scope)?;
     if scopes.is_empty() {
         usage!("no network namespaces found besides bbrscope's own");
@@ -171,7 +171,7 @@ fn made(reports: &[ScopeReport]) -> Option<String> {
 }
 
 /// The `bbrscope revert` options that name `scope`.
-pub fn revert_hint(scope: &Scope) -> String {
+pub(crate) fn revert_hint(scope: &Scope) -> String {
     match scope {
         Scope::System { .. } => String::new(),
         Scope::Netns { netns } => format!(" --netns {}", netns.label),

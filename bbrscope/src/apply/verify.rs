@@ -15,7 +15,7 @@ use crate::sys::{self, sockopt};
 
 /// What a verification connection got.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
-pub struct Probe {
+pub(crate) struct Probe {
     /// The connecting side's algorithm (the side the change is about).
     pub algorithm: String,
     /// How it was obtained, in words.
@@ -25,7 +25,7 @@ pub struct Probe {
 /// A loopback connection in the calling thread's namespace. A namespace whose loopback is down
 /// (fresh `ip netns add`) cannot connect; a new, unconnected socket gets the same default then,
 /// and the result says so.
-pub fn loopback() -> Result<Probe> {
+pub(crate) fn loopback() -> Result<Probe> {
     let connected = (|| -> std::io::Result<Probe> {
         let listener = TcpListener::bind((Ipv4Addr::LOCALHOST, 0))?;
         let addr = listener.local_addr()?;
@@ -54,7 +54,7 @@ pub fn loopback() -> Result<Probe> {
 /// for sockets of processes in the cgroup, and a whole process (not a thread) must move there.
 /// The child is forked and only makes system calls (no allocation), which is safe in a
 /// multi-threaded parent. The accepting side stays in bbrscope's cgroup, for contrast.
-pub fn in_cgroup(cgroup: &Path) -> Result<(Probe, Probe)> {
+pub(crate) fn in_cgroup(cgroup: &Path) -> Result<(Probe, Probe)> {
     let listener = TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).context("listening on loopback for verification")?;
     let addr = match listener.local_addr()? {
         SocketAddr::V4(a) => a,

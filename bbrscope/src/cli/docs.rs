@@ -30,13 +30,13 @@ fn tree() -> Command {
 
 /// Writes `DIR/bbrscope.1` and one page per subcommand (`bbrscope-stream.1`, ...), creating
 /// `DIR` if needed.
-pub fn write_man(dir: &Path) -> Result<()> {
+pub(crate) fn write_man(dir: &Path) -> Result<()> {
     std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
     pages(&tree(), dir).with_context(|| format!("writing man pages to {}", dir.display()))
 }
 
 /// The completion script for `shell`.
-pub fn completions(shell: Shell, out: &mut impl Write) {
+pub(crate) fn completions(shell: Shell, out: &mut impl Write) {
     clap_complete::generate(shell, &mut visible(&tree()), "bbrscope", out);
 }
 
@@ -356,7 +356,7 @@ mod tests {
             "completions",
         ] {
             for (what, lines) in super::examples(sub) {
-                let command = lines.join(" ").replace("\\", "");
+                let command = lines.join(" ").replace('\\', "");
                 let command = command.split(['|', '>', '&']).next().unwrap();
                 let words: Vec<&str> = command.split_whitespace().collect();
                 assert_eq!(words[0], "bbrscope");

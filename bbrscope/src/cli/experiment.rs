@@ -80,7 +80,7 @@ pub struct ExperimentArgs {
 
 /// "90", "90s", "10m", "2h".
 fn parse_span(s: &str) -> Result<Duration, String> {
-    crate::units::duration_up_to(s, Duration::from_secs(30 * 86400), "30 days")
+    crate::units::duration_up_to(s, Duration::from_hours(720), "30 days")
 }
 
 #[cfg(test)]

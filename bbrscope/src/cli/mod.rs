@@ -1,14 +1,14 @@
 //! Command-line interface: the clap types, the flags → options step, and ([`docs`]) the man
 //! pages and completions generated from them.
 
-pub mod advise;
-pub mod apply;
-pub mod demo;
-pub mod docs;
-pub mod experiment;
-pub mod export;
-pub mod revert;
-pub mod status;
+pub(crate) mod advise;
+pub(crate) mod apply;
+pub(crate) mod demo;
+pub(crate) mod docs;
+pub(crate) mod experiment;
+pub(crate) mod export;
+pub(crate) mod revert;
+pub(crate) mod status;
 
 use std::{path::PathBuf, time::Duration};
 

@@ -114,7 +114,7 @@ fn print(reports: &[ScopeReport], json: bool) -> Result<(), OutputError> {
             Some(Outcome::DryRun) => outln!("  dry run: nothing changed")?,
             Some(Outcome::AlreadyInPlace) => outln!("  already in place: nothing changed")?,
             Some(Outcome::Applied) => {
-                outln!("  applied (recorded for `bbrscope revert{}`)", transaction::revert_hint(&p.scope))?
+                outln!("  applied (recorded for `bbrscope revert{}`)", transaction::revert_hint(&p.scope))?;
             }
             None => {}
         }

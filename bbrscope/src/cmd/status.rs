@@ -107,7 +107,7 @@ fn print(s: &Status) -> Result<(), OutputError> {
                 x.ends,
                 if x.guardrail { "on" } else { "off" },
                 x.record.as_deref().map(|r| format!("; recording to {r}")).unwrap_or_default()
-            )?
+            )?;
         }
     }
     for w in &s.warnings {

@@ -10,7 +10,7 @@ pub async fn run(args: TopArgs) -> Result<()> {
         // The dashboard restores the terminal when it is dropped, however its loop ends.
         Some(d) => tokio::select! {
             r = tui::top(&opts) => r,
-            _ = tokio::time::sleep(d) => Ok(()),
+            () = tokio::time::sleep(d) => Ok(()),
         },
         None => tui::top(&opts).await,
     }

@@ -20,7 +20,7 @@ use crate::{
     },
 };
 
-pub enum Display {
+pub(crate) enum Display {
     Off,
     Lines(Progress),
     Dashboard(Box<Dashboard>, Box<App>),
@@ -28,7 +28,7 @@ pub enum Display {
 
 impl Display {
     /// `run` is how long each round lasts: the charts show a whole round.
-    pub fn new(headless: bool, notices: Vec<String>, run: Duration) -> Result<Self> {
+    pub(crate) fn new(headless: bool, notices: Vec<String>, run: Duration) -> Result<Self> {
         if headless {
             return Ok(Display::Off);
         }
@@ -42,25 +42,25 @@ impl Display {
     }
 
     /// Whether [`Display::on_event`] wants the observer's events.
-    pub fn wants_events(&self) -> bool {
+    pub(crate) fn wants_events(&self) -> bool {
         matches!(self, Display::Dashboard(..))
     }
 
     /// How often to call [`Display::draw`].
-    pub fn period(&self) -> Duration {
+    pub(crate) fn period(&self) -> Duration {
         match self {
             Display::Dashboard(..) => Duration::from_millis(1000 / tui::FPS),
             _ => progress::PERIOD,
         }
     }
 
-    pub fn on_event(&mut self, ev: &Event) {
+    pub(crate) fn on_event(&mut self, ev: &Event) {
         if let Display::Dashboard(_, app) = self {
             app.apply(ev);
         }
     }
 
-    pub fn draw(&mut self, label: &str, elapsed: Duration, total: Duration, rows: &[Row]) -> Result<()> {
+    pub(crate) fn draw(&mut self, label: &str, elapsed: Duration, total: Duration, rows: &[Row]) -> Result<()> {
         match self {
             Display::Off => Ok(()),
             Display::Lines(p) => {
@@ -78,7 +78,7 @@ impl Display {
     /// Completes when the user asks to stop: q (a normal end) or Ctrl-C, which in the dashboard's
     /// raw mode is a key rather than SIGINT and means the same as the signal. Other keys work as in
     /// `bbrscope top`. Never completes without a dashboard.
-    pub async fn stop_requested(&mut self) -> Result<Stop> {
+    pub(crate) async fn stop_requested(&mut self) -> Result<Stop> {
         let Display::Dashboard(dash, app) = self else { return std::future::pending().await };
         loop {
             let input = dash.input().await;
@@ -93,7 +93,7 @@ impl Display {
 
     /// Removes live output before the summary is printed (the dashboard leaves the screen when
     /// the display is dropped).
-    pub fn clear(&mut self) {
+    pub(crate) fn clear(&mut self) {
         if let Display::Lines(p) = self {
             p.clear();
         }

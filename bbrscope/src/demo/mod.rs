@@ -3,16 +3,16 @@
 //! [`run`] observes them with the eBPF observer, [`model`] says what theory expects, and
 //! [`summary`] / [`plot`] report.
 
-pub mod display;
+pub(crate) mod display;
 pub mod emulator;
-pub mod fairness;
-pub mod model;
-pub mod plot;
-pub mod presets;
-pub mod progress;
-pub mod run;
-pub mod summary;
-pub mod traffic;
+pub(crate) mod fairness;
+pub(crate) mod model;
+pub(crate) mod plot;
+pub(crate) mod presets;
+pub(crate) mod progress;
+pub(crate) mod run;
+pub(crate) mod summary;
+pub(crate) mod traffic;
 
 use std::time::Duration;
 
@@ -49,7 +49,7 @@ impl Conditions {
             rtt: self.rtt,
             buffer_bytes: self.buffer_bytes,
             loss: LossSpec { rate: self.loss, burst: self.loss_burst },
-            seed: self.seed.wrapping_add(repeat as u64),
+            seed: self.seed.wrapping_add(u64::from(repeat)),
         }
     }
 

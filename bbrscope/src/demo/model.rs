@@ -14,9 +14,9 @@
 use serde::Serialize;
 
 /// IPv4 + TCP + timestamp option: what a full segment adds to its MSS on the wire.
-pub const HEADER_BYTES: f64 = 52.0;
+pub(crate) const HEADER_BYTES: f64 = 52.0;
 /// CUBIC's multiplicative decrease (beta_cubic = 717/1024).
-pub const CUBIC_BETA: f64 = 0.7;
+pub(crate) const CUBIC_BETA: f64 = 0.7;
 /// Linux's minimum RTO, added to the RTT for PFTK's T0.
 const MIN_RTO_S: f64 = 0.2;
 /// Above this random loss BBRv1's bandwidth probing can no longer refresh its estimate.
@@ -58,7 +58,7 @@ impl Path {
 }
 
 /// PFTK with timeouts (b = 1, T0 = RTT + 200 ms), bits per second.
-pub fn pftk_bps(mss: f64, rtt_s: f64, p: f64) -> f64 {
+pub(crate) fn pftk_bps(mss: f64, rtt_s: f64, p: f64) -> f64 {
     let b = 1.0;
     let t0 = rtt_s + MIN_RTO_S;
     let segs_per_s = 1.0
@@ -69,7 +69,7 @@ pub fn pftk_bps(mss: f64, rtt_s: f64, p: f64) -> f64 {
 
 /// Mean utilisation of a link whose window saws linearly between `beta` and 1 times
 /// (BDP + buffer), the buffer given in BDPs.
-pub fn sawtooth_utilisation(buffer_bdp: f64, beta: f64) -> f64 {
+pub(crate) fn sawtooth_utilisation(buffer_bdp: f64, beta: f64) -> f64 {
     let (hi, lo) = (1.0 + buffer_bdp, beta * (1.0 + buffer_bdp));
     if lo >= 1.0 {
         return 1.0;
@@ -78,7 +78,7 @@ pub fn sawtooth_utilisation(buffer_bdp: f64, beta: f64) -> f64 {
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize)]
-pub struct Prediction {
+pub(crate) struct Prediction {
     /// Which model, in words.
     pub model: &'static str,
     pub goodput_bps: Option<f64>,
@@ -90,7 +90,7 @@ pub struct Prediction {
 
 /// The prediction for algorithm `cc` on `path`. BBR is modelled as BBRv1 (mainline Linux);
 /// everything else as a loss-based (Reno-friendly CUBIC) sender.
-pub fn predict(cc: &str, path: &Path) -> Prediction {
+pub(crate) fn predict(cc: &str, path: &Path) -> Prediction {
     let cap = path.goodput_capacity_bps();
     let us = |s: f64| s * 1e6;
     if cc == "bbr" {

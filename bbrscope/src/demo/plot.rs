@@ -40,12 +40,12 @@ fn colour(cc: &str, i: usize) -> &'static str {
 }
 
 /// Writes the chart of `runs` (one round) to `path`, as SVG or PNG by its extension.
-pub fn write(path: &Path, title: &str, duration_s: f64, runs: &[&FlowRun]) -> Result<()> {
+pub(crate) fn write(path: &Path, title: &str, duration_s: f64, runs: &[&FlowRun]) -> Result<()> {
     figure::write(path, &svg(title, duration_s, runs))
 }
 
 /// `path` with `-k` before its extension: one figure per round ("fair.svg" -> "fair-2.svg").
-pub fn numbered(path: &Path, k: usize) -> PathBuf {
+pub(crate) fn numbered(path: &Path, k: usize) -> PathBuf {
     let stem = path.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_default();
     let ext = path.extension().map(|e| format!(".{}", e.to_string_lossy())).unwrap_or_default();
     path.with_file_name(format!("{stem}-{k}{ext}"))
@@ -85,7 +85,7 @@ fn points(
     out.into_iter().map(|(k, sum, n)| ((k + 0.5) * b, sum / n as f64)).collect()
 }
 
-pub fn svg(title: &str, duration_s: f64, runs: &[&FlowRun]) -> String {
+pub(crate) fn svg(title: &str, duration_s: f64, runs: &[&FlowRun]) -> String {
     let mut s = String::new();
     let _ = write!(
         s,
@@ -128,7 +128,7 @@ pub fn svg(title: &str, duration_s: f64, runs: &[&FlowRun]) -> String {
             top: TOP + GOODPUT_H + GAP + CWND_H + GAP,
             height: RTT_H,
             label: "smoothed RTT (ms)",
-            value: |p| p.srtt_us.map(|v| v as f64 / 1e3),
+            value: |p| p.srtt_us.map(|v| f64::from(v) / 1e3),
             bucket_s: None,
             averages: false,
         },
@@ -179,7 +179,7 @@ fn draw_panel(s: &mut String, panel: &Panel, duration_s: f64, runs: &[&FlowRun])
         let y = y_of(*avg);
         let _ = writeln!(
             s,
-            r##"<line x1="{LEFT}" y1="{y:.1}" x2="{:.1}" y2="{y:.1}" stroke="{c}" stroke-width="1" stroke-dasharray="6 4"/><text x="{:.1}" y="{:.1}" text-anchor="end" fill="{c}">{} average {}</text>"##,
+            r#"<line x1="{LEFT}" y1="{y:.1}" x2="{:.1}" y2="{y:.1}" stroke="{c}" stroke-width="1" stroke-dasharray="6 4"/><text x="{:.1}" y="{:.1}" text-anchor="end" fill="{c}">{} average {}</text>"#,
             LEFT + w,
             LEFT + w - 6.0,
             y - 5.0,
@@ -191,11 +191,12 @@ fn draw_panel(s: &mut String, panel: &Panel, duration_s: f64, runs: &[&FlowRun])
 }
 
 /// Round tick positions from 0 to `max` (steps of 1, 2 or 5 x 10^n, about five of them).
+#[expect(clippy::maybe_infinite_iter, reason = "take_while ends it at `max`")]
 fn ticks(max: f64) -> Vec<f64> {
     let raw = max / 5.0;
     let mag = 10f64.powf(raw.log10().floor());
     let step = [1.0, 2.0, 5.0, 10.0].into_iter().map(|m| m * mag).find(|&s| s >= raw).unwrap_or(10.0 * mag);
-    (0..).map(|i| i as f64 * step).take_while(|&v| v <= max + 1e-9).collect()
+    (0..).map(|i| f64::from(i) * step).take_while(|&v| v <= max + 1e-9).collect()
 }
 
 fn tick_label(v: f64) -> String {

@@ -9,12 +9,12 @@ use std::{
 use crate::units::{fmt_rate, fmt_us};
 
 /// How often the caller should call [`Progress::draw`].
-pub const PERIOD: Duration = Duration::from_millis(500);
+pub(crate) const PERIOD: Duration = Duration::from_millis(500);
 /// Draws between lines when stderr is not a terminal.
 const PLAIN_EVERY: u32 = 10;
 
 /// One flow's live state.
-pub struct Row<'a> {
+pub(crate) struct Row<'a> {
     pub cc: &'a str,
     /// Bytes the receiver has read since the start.
     pub received: u64,
@@ -23,7 +23,7 @@ pub struct Row<'a> {
     pub retransmits: Option<u32>,
 }
 
-pub struct Progress {
+pub(crate) struct Progress {
     tty: bool,
     /// Lines drawn last time (to move back over them).
     drawn: usize,
@@ -38,7 +38,7 @@ impl Default for Progress {
 }
 
 impl Progress {
-    pub fn draw(&mut self, label: &str, elapsed: Duration, total: Duration, rows: &[Row]) {
+    pub(crate) fn draw(&mut self, label: &str, elapsed: Duration, total: Duration, rows: &[Row]) {
         self.draws += 1;
         if self.prev.len() != rows.len() {
             self.prev = vec![(Duration::ZERO, 0); rows.len()];
@@ -55,7 +55,7 @@ impl Progress {
                 fmt_rate(avg),
                 fmt_rate(now),
                 opt(row.cwnd),
-                row.srtt_us.map_or("-".to_string(), |v| fmt_us(v as f64)),
+                row.srtt_us.map_or("-".to_string(), |v| fmt_us(f64::from(v))),
                 opt(row.retransmits),
             );
         }
@@ -70,7 +70,7 @@ impl Progress {
     }
 
     /// Removes the live lines (on a terminal) before the summary is printed.
-    pub fn clear(&mut self) {
+    pub(crate) fn clear(&mut self) {
         if self.tty && self.drawn > 0 {
             let _ = write!(std::io::stderr(), "{}\x1b[J", "\x1b[A".repeat(self.drawn));
         }

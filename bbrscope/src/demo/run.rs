@@ -27,10 +27,10 @@ use crate::{
 };
 
 /// Observer sample period per flow: fine enough to see every CUBIC tooth and BBR's PROBE_RTT.
-pub const SAMPLE_PERIOD: Duration = Duration::from_millis(50);
+pub(crate) const SAMPLE_PERIOD: Duration = Duration::from_millis(50);
 
 /// What one flow did in one round.
-pub struct FlowRun {
+pub(crate) struct FlowRun {
     pub cc: String,
     /// Bytes the receiver read per second of the run, times 8.
     pub goodput_bps: f64,
@@ -49,7 +49,7 @@ pub struct FlowRun {
 
 /// Why a round ended before its time.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Stop {
+pub(crate) enum Stop {
     /// The user pressed q in the dashboard: a normal end (exit 0), with what ran so far.
     Quit,
     /// A signal (or Ctrl-C in the dashboard): the summary so far, then exit 1 like iperf3.
@@ -58,7 +58,7 @@ pub enum Stop {
 
 impl Stop {
     /// How the run was stopped, in words: "q", "SIGINT", "Ctrl-C".
-    pub fn by(self) -> &'static str {
+    pub(crate) fn by(self) -> &'static str {
         match self {
             Stop::Quit => "q",
             Stop::Interrupted(s) => s,
@@ -92,12 +92,12 @@ impl Watch {
     }
 
     /// What this kernel lacks, in words.
-    pub fn degraded(&self) -> &[String] {
+    pub(crate) fn degraded(&self) -> &[String] {
         self.live.degraded()
     }
 
     /// Keep events for the display (see [`Watch::take_events`]).
-    pub fn forward_events(&mut self, on: bool) {
+    pub(crate) fn forward_events(&mut self, on: bool) {
         self.forward = on;
     }
 
@@ -138,7 +138,7 @@ impl Interrupt {
 }
 
 /// One round: which flows, over which path, for how long.
-pub struct RoundSpec<'a> {
+pub(crate) struct RoundSpec<'a> {
     pub cond: &'a Conditions,
     pub algos: &'a [String],
     pub repeat: u32,
@@ -149,10 +149,10 @@ pub struct RoundSpec<'a> {
 }
 
 /// How often each flow's received bytes are recorded (goodput and shares over time).
-pub const RECEIVED_PERIOD: Duration = Duration::from_secs(1);
+pub(crate) const RECEIVED_PERIOD: Duration = Duration::from_secs(1);
 
 /// The observer, the display and the signal handlers that every round of one demo shares.
-pub struct Session {
+pub(crate) struct Session {
     watch: Watch,
     display: Display,
     interrupt: Interrupt,
@@ -161,7 +161,7 @@ pub struct Session {
 impl Session {
     /// Starts the observer and the display for rounds of at most `longest_run`; `warn` gets a
     /// line for each observer feature this kernel lacks.
-    pub fn open(headless: bool, longest_run: Duration, warn: &mut dyn FnMut(&str)) -> Result<Self> {
+    pub(crate) fn open(headless: bool, longest_run: Duration, warn: &mut dyn FnMut(&str)) -> Result<Self> {
         let mut watch = Watch::start(demo_port(), longest_run)?;
         for note in watch.degraded() {
             warn(note);
@@ -173,12 +173,12 @@ impl Session {
     }
 
     /// Runs one round (see [`round`]).
-    pub async fn round(&mut self, spec: &RoundSpec<'_>) -> Result<(Vec<FlowRun>, Option<Stop>)> {
+    pub(crate) async fn round(&mut self, spec: &RoundSpec<'_>) -> Result<(Vec<FlowRun>, Option<Stop>)> {
         round(spec, &mut self.watch, &mut self.display, &mut self.interrupt).await
     }
 
     /// Closes the dashboard, so what follows prints on the normal screen.
-    pub fn close(self) {}
+    pub(crate) fn close(self) {}
 }
 
 /// Runs `spec.algos` at the same time for `cond.duration` or until stopped; what the flows did
@@ -238,7 +238,7 @@ async fn round(
                 }).collect();
                 display.draw(spec.label, start.elapsed(), cond.duration, &rows)?;
             }
-            _ = &mut deadline => break None,
+            () = &mut deadline => break None,
             sig = interrupt.recv() => break Some(Stop::Interrupted(sig)),
             r = display.stop_requested() => break Some(r?),
         }
@@ -279,12 +279,12 @@ async fn round(
 
 /// The receiving port of this process's demo flows: distinct per process, so concurrent demos
 /// (each in its own namespaces) are told apart by the observer.
-pub fn demo_port() -> u16 {
+pub(crate) fn demo_port() -> u16 {
     20_000 + (std::process::id() % 40_000) as u16
 }
 
 /// A whole demo: its rounds (all algorithms at once, or one after the other), repeated.
-pub struct Rounds<'a> {
+pub(crate) struct Rounds<'a> {
     pub cond: &'a Conditions,
     pub algos: &'a [String],
     pub repeat: u32,
@@ -295,7 +295,7 @@ pub struct Rounds<'a> {
 }
 
 /// Every flow's run, and why the demo ended early (with how long its last round ran).
-pub struct Ran {
+pub(crate) struct Ran {
     pub runs: Vec<FlowRun>,
     pub stopped: Option<(Stop, Duration)>,
 }
@@ -303,7 +303,7 @@ pub struct Ran {
 /// Runs every round under one observer and one display; `warn` gets a line for each observer
 /// feature this kernel lacks. The dashboard (unless headless) is closed when this returns, so
 /// the summary prints on the normal screen.
-pub async fn all(r: &Rounds<'_>, warn: &mut dyn FnMut(&str)) -> Result<Ran> {
+pub(crate) async fn all(r: &Rounds<'_>, warn: &mut dyn FnMut(&str)) -> Result<Ran> {
     let mut session = Session::open(r.headless, r.cond.duration, warn)?;
     let mut runs = Vec::new();
     let mut stopped = None;

@@ -23,7 +23,7 @@ const DEFAULT_MSS: u32 = 1448;
 
 /// What was measured of a flow: one run's values, or their combination over repetitions.
 #[derive(Clone, Debug, Serialize)]
-pub struct Measured {
+pub(crate) struct Measured {
     pub goodput_bps: f64,
     pub retransmits: u32,
     /// srtt's median and 95th percentile over the run's time ([`quantile::over_time`]).
@@ -49,7 +49,7 @@ impl Measured {
         let med = |f: &dyn Fn(&Measured) -> Option<f64>| median(runs.iter().filter_map(|r| f(r)));
         Measured {
             goodput_bps: med(&|r| Some(r.goodput_bps)).unwrap_or(0.0),
-            retransmits: med(&|r| Some(r.retransmits as f64)).unwrap_or(0.0) as u32,
+            retransmits: med(&|r| Some(f64::from(r.retransmits))).unwrap_or(0.0) as u32,
             srtt_p50_us: med(&|r| r.srtt_p50_us),
             srtt_p95_us: med(&|r| r.srtt_p95_us),
             cwnd_min: runs.iter().filter_map(|r| r.cwnd_min).min(),
@@ -63,7 +63,7 @@ impl Measured {
 
 /// One flow in one round.
 #[derive(Clone, Debug, Serialize)]
-pub struct RunStats {
+pub(crate) struct RunStats {
     #[serde(flatten)]
     pub measured: Measured,
     pub samples: usize,
@@ -73,7 +73,7 @@ pub struct RunStats {
 
 impl RunStats {
     /// `run`'s numbers; "after start-up" is its second half, of the time it actually ran.
-    pub fn of(run: &FlowRun) -> Self {
+    pub(crate) fn of(run: &FlowRun) -> Self {
         let duration = run.elapsed;
         let end = run.start_ns + duration.as_nanos() as u64;
         let srtt: Vec<(u64, f64)> = run.series.iter().filter_map(|p| Some((p.ts_ns, f64::from(p.srtt_us?)))).collect();
@@ -112,18 +112,22 @@ impl RunStats {
 /// previous one, as ssthresh over that peak (CUBIC: ~0.7). HyStart leaving slow start at
 /// ssthresh = cwnd is no decrease. Landing on ssthresh is what fast recovery does; BBR's PROBE_RTT dips to 4
 /// packets and its ssthresh (set to the BDP estimate when leaving STARTUP) are not counted.
-pub fn reductions<T>(samples: impl IntoIterator<Item = (T, Option<u32>, Option<u32>)>) -> Vec<(T, f64)> {
+pub(crate) fn reductions<T>(samples: impl IntoIterator<Item = (T, Option<u32>, Option<u32>)>) -> Vec<(T, f64)> {
     let mut out = Vec::new();
     let (mut peak, mut armed) = (0u32, false);
     for (at, cwnd, ssthresh) in samples {
         let Some(cwnd) = cwnd else { continue };
         peak = peak.max(cwnd);
         match ssthresh {
-            Some(s) if armed && s as f64 <= 0.9 * peak as f64 && (cwnd as f64 - s as f64).abs() <= 0.1 * s as f64 => {
-                out.push((at, (s as f64 / peak as f64 * 1000.0).round() / 1000.0));
+            Some(s)
+                if armed
+                    && f64::from(s) <= 0.9 * f64::from(peak)
+                    && (f64::from(cwnd) - f64::from(s)).abs() <= 0.1 * f64::from(s) =>
+            {
+                out.push((at, (f64::from(s) / f64::from(peak) * 1000.0).round() / 1000.0));
                 (armed, peak) = (false, cwnd);
             }
-            s if s.is_none_or(|s| cwnd as f64 > 1.1 * s as f64) => armed = true,
+            s if s.is_none_or(|s| f64::from(cwnd) > 1.1 * f64::from(s)) => armed = true,
             _ => {}
         }
     }
@@ -136,7 +140,7 @@ fn median(values: impl Iterator<Item = f64>) -> Option<f64> {
 
 /// One algorithm over all repetitions (medians where there were several).
 #[derive(Clone, Debug, Serialize)]
-pub struct AlgoResult {
+pub(crate) struct AlgoResult {
     pub cc: String,
     #[serde(flatten)]
     pub measured: Measured,
@@ -152,7 +156,7 @@ pub struct AlgoResult {
 impl AlgoResult {
     fn new(cc: &str, runs: Vec<RunStats>, cond: &Conditions) -> Self {
         let Prediction { model, goodput_bps, goodput_range_bps, srtt_range_us } =
-            model::predict(cc, &cond.path(runs[0].mss as f64));
+            model::predict(cc, &cond.path(f64::from(runs[0].mss)));
         let mut emulator = LinkCounters::default();
         for r in &runs {
             emulator.add(&r.emulator);
@@ -172,7 +176,7 @@ impl AlgoResult {
 
 /// BBR against CUBIC, measured and modelled.
 #[derive(Clone, Debug, Serialize)]
-pub struct Ratios {
+pub(crate) struct Ratios {
     pub goodput_bbr_over_cubic: f64,
     pub predicted_goodput_bbr_over_cubic: Option<(f64, f64)>,
     pub srtt_p50_cubic_over_bbr: Option<f64>,
@@ -180,7 +184,7 @@ pub struct Ratios {
 }
 
 #[derive(Clone, Debug, Serialize)]
-pub struct PresetInfo {
+pub(crate) struct PresetInfo {
     pub name: &'static str,
     /// Some of the preset's path values were overridden on the command line.
     pub modified: bool,
@@ -189,7 +193,7 @@ pub struct PresetInfo {
 }
 
 #[derive(Clone, Debug, Serialize)]
-pub struct RunConditions {
+pub(crate) struct RunConditions {
     #[serde(flatten)]
     pub path: Conditions,
     pub buffer_bdp: f64,
@@ -200,7 +204,7 @@ pub struct RunConditions {
 
 /// A demo stopped before its time (q, Ctrl-C, a signal): the numbers cover what ran.
 #[derive(Clone, Debug, PartialEq, Serialize)]
-pub struct StoppedEarly {
+pub(crate) struct StoppedEarly {
     /// "q", "Ctrl-C", "SIGINT", "SIGTERM".
     pub by: String,
     /// How long the round that was stopped had run, of `conditions.duration_s`.
@@ -209,10 +213,10 @@ pub struct StoppedEarly {
 
 /// The widest line [`Summary::to_table`] prints: fits an 80-column terminal's wider cousins
 /// and any 100-column one without wrapping.
-pub const TABLE_WIDTH: usize = 100;
+pub(crate) const TABLE_WIDTH: usize = 100;
 
 #[derive(Clone, Debug, Serialize)]
-pub struct Summary {
+pub(crate) struct Summary {
     #[serde(rename = "type")]
     pub kind: &'static str,
     pub preset: PresetInfo,
@@ -232,7 +236,13 @@ pub struct Summary {
 impl Summary {
     /// `runs` holds every round's flows, in any order; results follow `algos`. `modified`: the
     /// command line overrode some of the preset's path.
-    pub fn new(preset: &Preset, modified: bool, conditions: RunConditions, algos: &[String], runs: &[FlowRun]) -> Self {
+    pub(crate) fn new(
+        preset: &Preset,
+        modified: bool,
+        conditions: RunConditions,
+        algos: &[String],
+        runs: &[FlowRun],
+    ) -> Self {
         let results: Vec<AlgoResult> = algos
             .iter()
             .map(|cc| runs.iter().filter(|r| &r.cc == cc).map(RunStats::of).collect::<Vec<_>>())
@@ -255,24 +265,24 @@ impl Summary {
     }
 
     /// Names the kernel's BBR implementation in the report.
-    pub fn bbr(mut self, bbr: Option<BbrImpl>) -> Self {
+    pub(crate) fn bbr(mut self, bbr: Option<BbrImpl>) -> Self {
         self.bbr = bbr;
         self
     }
 
     /// Marks the summary as covering a run stopped early.
-    pub fn stopped(mut self, stopped: Option<StoppedEarly>) -> Self {
+    pub(crate) fn stopped(mut self, stopped: Option<StoppedEarly>) -> Self {
         self.stopped_early = stopped;
         self
     }
 
-    pub fn to_json(&self) -> String {
+    pub(crate) fn to_json(&self) -> String {
         serde_json::to_string(self).expect("the summary serialises")
     }
 
     /// The human-readable report, no line wider than [`TABLE_WIDTH`]: prose is wrapped and the
     /// numbers come in narrow tables (goodput; RTT and cwnd; the emulator's counters in two).
-    pub fn to_table(&self) -> String {
+    pub(crate) fn to_table(&self) -> String {
         let c = &self.conditions;
         let p = &c.path;
         let mut out = String::new();

@@ -27,7 +27,7 @@ const CHUNK: usize = 256 << 10;
 
 /// The sender's view of the connection at one moment (`TCP_INFO`).
 #[derive(Clone, Copy, Debug)]
-pub struct TcpStats {
+pub(crate) struct TcpStats {
     /// Segments retransmitted over the connection's life (`tcpi_total_retrans`).
     pub retransmits: u32,
     /// Segments with data sent, retransmissions included (`tcpi_data_segs_out`).
@@ -36,7 +36,7 @@ pub struct TcpStats {
 }
 
 /// One bulk flow over one emulated link.
-pub struct BulkFlow {
+pub(crate) struct BulkFlow {
     pub cc: String,
     /// The sender's address, as the observer reports it.
     pub local: SocketAddr,
@@ -49,7 +49,7 @@ pub struct BulkFlow {
 impl BulkFlow {
     /// Connects one sender per algorithm in `ccs` to one receiver on `port` across `link`
     /// (several senders on one link share its bottleneck); sends nothing yet.
-    pub fn connect_all(link: &Link, port: u16, ccs: &[String]) -> Result<Vec<Self>> {
+    pub(crate) fn connect_all(link: &Link, port: u16, ccs: &[String]) -> Result<Vec<Self>> {
         let to = SocketAddrV4::new(link.receiver_addr, port);
         let listener = link.receiver.run(|| TcpListener::bind(to).with_context(|| format!("listening on {to}")))?;
         ccs.iter().map(|cc| Self::connect(&listener, link, to, cc)).collect()
@@ -74,7 +74,7 @@ impl BulkFlow {
     }
 
     /// Starts sending as fast as the algorithm lets it.
-    pub fn start(&mut self) -> Result<()> {
+    pub(crate) fn start(&mut self) -> Result<()> {
         let (stream, stop) = (self.stream.clone(), self.stop.clone());
         self.threads.push(std::thread::Builder::new().name("bbrscope-send".into()).spawn(move || {
             let chunk = vec![0u8; CHUNK];
@@ -92,11 +92,11 @@ impl BulkFlow {
     }
 
     /// Bytes the receiving application has read so far.
-    pub fn received(&self) -> u64 {
+    pub(crate) fn received(&self) -> u64 {
         self.received.load(Relaxed)
     }
 
-    pub fn tcp_stats(&self) -> Result<TcpStats> {
+    pub(crate) fn tcp_stats(&self) -> Result<TcpStats> {
         let info = sockopt::tcp_info(&self.stream).context("reading TCP_INFO")?;
         Ok(TcpStats { retransmits: info.total_retrans, data_segs_out: info.data_segs_out, mss: info.snd_mss })
     }

@@ -338,7 +338,7 @@ impl Metric {
     /// The arm this metric's significant difference favours (0 = A, 1 = B).
     pub fn better_arm(&self) -> Option<usize> {
         let d = self.diff.as_ref().filter(|d| d.significant)?;
-        Some(if (d.estimate > 0.0) == self.higher_is_better { 1 } else { 0 })
+        Some(usize::from((d.estimate > 0.0) == self.higher_is_better))
     }
 }
 
@@ -628,7 +628,7 @@ fn seed_for(seed: u64, key: &str) -> u64 {
     // FNV-1a over the name, then mixed with the user's seed.
     let mut h: u64 = 0xcbf29ce484222325;
     for b in key.bytes() {
-        h = (h ^ b as u64).wrapping_mul(0x100000001b3);
+        h = (h ^ u64::from(b)).wrapping_mul(0x100000001b3);
     }
     Rng::new(seed ^ h).next_u64()
 }
@@ -699,7 +699,7 @@ fn secondary_metrics(obs: &[Observation], g: &Group, opts: &Options) -> Vec<Metr
     let goodput = values(obs, &g.members, |o| o.goodput_bps.map(|x| x as f64));
     let srtt = values(obs, &g.members, |o| o.srtt_median_us.map(f64::from));
     let inflation = values(obs, &g.members, |o| match (o.srtt_median_us, o.min_rtt_us) {
-        (Some(s), Some(m)) if m > 0 => Some(s as f64 / m as f64),
+        (Some(s), Some(m)) if m > 0 => Some(f64::from(s) / f64::from(m)),
         _ => None,
     });
     let other = |key: &str, label: &str, kind, q, unit, higher_is_better, values| QuantileSpec {
@@ -730,7 +730,7 @@ fn retrans_metric(obs: &[Observation], members: &[usize], opts: &Options) -> Met
     for &i in members {
         let o = &obs[i];
         if let Some(arm) = flows.get_mut(o.arm) {
-            arm.push((o.retrans as f64, o.data_segs_out as f64));
+            arm.push((f64::from(o.retrans), f64::from(o.data_segs_out)));
         }
     }
     let n = [flows[0].len(), flows[1].len()];
@@ -885,14 +885,14 @@ pub fn normal_quantile(p: f64) -> f64 {
     let cdf = |x: f64| 0.5 * erfc(-x / std::f64::consts::SQRT_2);
     let (mut lo, mut hi) = (-40.0, 40.0);
     for _ in 0..200 {
-        let mid = (lo + hi) / 2.0;
+        let mid = f64::midpoint(lo, hi);
         if cdf(mid) < p {
             lo = mid;
         } else {
             hi = mid;
         }
     }
-    (lo + hi) / 2.0
+    f64::midpoint(lo, hi)
 }
 
 #[cfg(test)]
@@ -944,7 +944,7 @@ pub(crate) mod tests {
                         goodput_bps: Some((bytes as f64 * 8.0 / duration_s) as u64),
                         srtt_median_us: Some((p.rtt_ms * 1e3 * (1.1 + 0.2 * rng.uniform())) as u32),
                         min_rtt_us: Some((p.rtt_ms * 1e3) as u32),
-                        retrans: (rng.uniform() * rng.uniform() * segs as f64 * 0.05) as u32,
+                        retrans: (rng.uniform() * rng.uniform() * f64::from(segs) * 0.05) as u32,
                         data_segs_out: segs,
                         cgroup_id: Some(7),
                         cgroup: Some("/system.slice/nginx.service".into()),
@@ -1098,7 +1098,7 @@ pub(crate) mod tests {
                 1000 + rep,
             );
             let a = analyze(&obs, &opts);
-            any += a.groups.iter().any(|g| g.verdict.better_arm().is_some()) as usize;
+            any += usize::from(a.groups.iter().any(|g| g.verdict.better_arm().is_some()));
         }
         crate::output::errln!("A/A: {any}/{reps} experiments call some group different");
         assert!(any as f64 / reps as f64 <= 0.05, "{any}/{reps}");
@@ -1117,7 +1117,7 @@ pub(crate) mod tests {
         assert!(!a.integrity.overridden);
         assert_eq!(group(&a, "203.0.113.0/24").verdict, Verdict::BBetter);
         // On every flow (`--arms reno,bbr`, the service sets cubic): nothing is concluded.
-        for o in obs.iter_mut() {
+        for o in &mut obs {
             o.cc = "cubic".into();
         }
         let a = analyze(&obs, &Options { arms: Some(["reno".into(), "bbr".into()]), ..Options::default() });

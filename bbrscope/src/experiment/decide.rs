@@ -34,11 +34,11 @@ use super::{Observation, analysis::Bucket};
 /// Flows per arm a stratum needs before it counts. Below this a stratum's sample variance is too
 /// unstable for the normal approximation the interval rests on (A/A runs with 5 per arm gave
 /// intervals that missed zero several times too often).
-pub const MIN_CELL: usize = 10;
+pub(crate) const MIN_CELL: usize = 10;
 
 /// The mixing scale of the confidence sequence, in log-ratio units: tightest for effects of
 /// about 15%. Smaller values make early looks stricter and late ones looser.
-pub const TAU: f64 = 0.15;
+pub(crate) const TAU: f64 = 0.15;
 
 /// Shortest completion time counted (the log of 0 is not a time).
 const FLOOR_S: f64 = 1e-6;
@@ -77,19 +77,19 @@ type Key = (usize, Bucket);
 /// The strata of one group, filled as flows finish (cheap enough to keep per look: O(1) a
 /// flow, O(strata) an estimate).
 #[derive(Clone, Debug, Default)]
-pub struct Strata {
+pub(crate) struct Strata {
     cells: std::collections::BTreeMap<Key, [Moments; 2]>,
     /// Flows per arm added.
     pub flows: [usize; 2],
 }
 
 /// The band of minimum RTT a flow is in: 0 unknown, then 1.. by the edges (ms).
-pub fn band_of(min_rtt_us: Option<u32>, edges_ms: &[f64]) -> usize {
-    min_rtt_us.map_or(0, |r| 1 + edges_ms.iter().filter(|&&e| r as f64 / 1e3 >= e).count())
+pub(crate) fn band_of(min_rtt_us: Option<u32>, edges_ms: &[f64]) -> usize {
+    min_rtt_us.map_or(0, |r| 1 + edges_ms.iter().filter(|&&e| f64::from(r) / 1e3 >= e).count())
 }
 
 /// A band's name: `RTT <10 ms`, `RTT 10–50 ms`, `RTT ≥150 ms`, `RTT unknown`.
-pub fn band_label(band: usize, edges_ms: &[f64]) -> String {
+pub(crate) fn band_label(band: usize, edges_ms: &[f64]) -> String {
     let Some(b) = band.checked_sub(1) else { return "RTT unknown".into() };
     match (b.checked_sub(1).map(|j| edges_ms[j]), edges_ms.get(b)) {
         (None, Some(hi)) => format!("RTT <{hi} ms"),
@@ -100,7 +100,7 @@ pub fn band_label(band: usize, edges_ms: &[f64]) -> String {
 }
 
 impl Strata {
-    pub fn add(&mut self, o: &Observation, rtt_bands_ms: &[f64]) {
+    pub(crate) fn add(&mut self, o: &Observation, rtt_bands_ms: &[f64]) {
         let key = (band_of(o.min_rtt_us, rtt_bands_ms), Bucket::of(o.bytes));
         if let Some(m) = self.cells.entry(key).or_default().get_mut(o.arm) {
             m.push(o.client_s());
@@ -109,7 +109,7 @@ impl Strata {
     }
 
     /// The stratified estimate, if any stratum has [`MIN_CELL`] flows in both arms.
-    pub fn estimate(&self) -> Option<Estimate> {
+    pub(crate) fn estimate(&self) -> Option<Estimate> {
         let (mut included, mut time_all, mut time_in) = (0usize, 0.0, 0.0);
         let mut flows_in = [0usize; 2];
         for [a, b] in self.cells.values() {
@@ -144,7 +144,7 @@ impl Strata {
 
 /// The stratified estimate of B's effect on completion time.
 #[derive(Clone, Copy, Debug, PartialEq)]
-pub struct Estimate {
+pub(crate) struct Estimate {
     /// ln(B/A): the time-weighted mean over strata of the log ratio of geometric means.
     pub log_ratio: f64,
     /// Its variance.
@@ -160,7 +160,7 @@ pub struct Estimate {
 
 /// Half-width of the normal-mixture confidence sequence at level `1 − alpha` for an estimator of
 /// variance `v` (mixing variance `TAU²`): valid at every look at once.
-pub fn cs_half_width(v: f64, alpha: f64) -> f64 {
+pub(crate) fn cs_half_width(v: f64, alpha: f64) -> f64 {
     let t2 = TAU * TAU;
     (v * (v + t2) / t2 * ((v + t2) / (v * alpha * alpha)).ln()).sqrt()
 }
@@ -226,7 +226,7 @@ impl Default for Rule {
 }
 
 /// The answer for an estimate judged at `alpha` (already shared across the family).
-pub fn answer(est: Option<Estimate>, alpha: f64, rule: &Rule) -> Answer {
+pub(crate) fn answer(est: Option<Estimate>, alpha: f64, rule: &Rule) -> Answer {
     let none = Answer {
         outcome: Outcome::TooFewFlows,
         effect_pct: None,

@@ -248,7 +248,7 @@ mod tests {
             // 1,200 flows finishing 10 ms apart: a look every 200 flows, six looks.
             let r = replay(&obs, &StopRule::default(), &names(), 2.0);
             assert!(r.looks >= 6 || r.stopped_at_s.is_some(), "{r:?}");
-            stops += r.stopped_at_s.is_some() as usize;
+            stops += usize::from(r.stopped_at_s.is_some());
         }
         crate::output::errln!("A/A guardrail: {stops}/{runs} runs stopped");
         assert!(stops as f64 / runs as f64 <= 0.05, "{stops}/{runs}");

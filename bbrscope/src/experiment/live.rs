@@ -183,7 +183,10 @@ fn scope_words(spec: &crate::observe::kernel::loader::ExperimentSpec) -> String 
         parts.push(format!("cgroup {}", c.path.display()));
     }
     if !spec.dst.is_empty() {
-        parts.push(format!("to {}", spec.dst.iter().map(|n| n.to_string()).collect::<Vec<_>>().join(", ")));
+        parts.push(format!(
+            "to {}",
+            spec.dst.iter().map(std::string::ToString::to_string).collect::<Vec<_>>().join(", ")
+        ));
     }
     if parts.is_empty() { "every new connection".into() } else { parts.join(", ") }
 }

@@ -13,11 +13,11 @@ use serde::{Deserialize, Serialize};
 
 use crate::error::usage;
 
-pub const LOCK: &str = "/run/bbrscope-experiment.lock";
+pub(crate) const LOCK: &str = "/run/bbrscope-experiment.lock";
 
 /// A running experiment as `bbrscope status` lists it.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub struct Running {
+pub(crate) struct Running {
     pub pid: u32,
     /// Arm A's and arm B's algorithm.
     pub arms: [String; 2],
@@ -38,7 +38,7 @@ pub struct Running {
 
 /// Takes the lock for `running` (exit 2 if another experiment holds it) and writes its
 /// description; the lock lasts as long as the returned file is open.
-pub fn acquire(running: &Running) -> Result<File> {
+pub(crate) fn acquire(running: &Running) -> Result<File> {
     let f = open_lock()?;
     // flock(2) LOCK_EX | LOCK_NB on Linux; the kernel drops it with the last descriptor.
     if let Err(e) = f.try_lock() {
@@ -107,7 +107,7 @@ fn holder_in(locks: &str, ino: u64) -> Option<u32> {
 
 /// The experiment running now, if one is: the lock file's description, provided a process holds
 /// the lock (its pid from the kernel). `Err` if the description cannot be read.
-pub fn running() -> Result<Option<Running>> {
+pub(crate) fn running() -> Result<Option<Running>> {
     // Only root's own lock file counts (see `open_lock`): a planted one, or a link, is no experiment.
     let root_only =
         std::fs::symlink_metadata(LOCK).is_ok_and(|m| m.file_type().is_file() && m.uid() == 0 && m.mode() & 0o077 == 0);

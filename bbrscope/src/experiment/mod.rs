@@ -13,14 +13,14 @@ pub mod glue;
 pub mod guardrail;
 
 pub mod analysis;
-pub mod decide;
+pub(crate) mod decide;
 pub mod live;
-pub mod lock;
+pub(crate) mod lock;
 mod panel;
-pub mod plot;
+pub(crate) mod plot;
 pub mod record;
 pub mod report;
-pub mod watch;
+pub(crate) mod watch;
 
 use std::net::{IpAddr, SocketAddr};
 
@@ -111,7 +111,8 @@ impl Observation {
             end_ts: Some(
                 std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0.0, |d| d.as_secs_f64()),
             ),
-            goodput_bps: (duration_ns > 0).then(|| (acked as u128 * 8_000_000_000 / duration_ns as u128) as u64),
+            goodput_bps: (duration_ns > 0)
+                .then(|| (u128::from(acked) * 8_000_000_000 / u128::from(duration_ns)) as u64),
             srtt_median_us: flow.life.srtt_median_us().or(m.srtt_us),
             min_rtt_us: m.min_rtt_us,
             retrans: m.retrans_total.unwrap_or(0),

@@ -29,7 +29,7 @@ const STYLE: [(&str, &str); 2] = [("#d62728", ""), ("#1f77b4", r#" stroke-dashar
 
 /// The figure: one panel per group of `analysis` that has flows in both arms, in the analysis's
 /// order, at most `max_panels`.
-pub fn svg(obs: &[Observation], analysis: &Analysis, max_panels: usize) -> String {
+pub(crate) fn svg(obs: &[Observation], analysis: &Analysis, max_panels: usize) -> String {
     let names = [&analysis.arms[0].cc, &analysis.arms[1].cc];
     let groups: Vec<&GroupResult> =
         analysis.groups.iter().filter(|g| g.arms.iter().all(|a| a.flows > 0)).take(max_panels.max(1)).collect();

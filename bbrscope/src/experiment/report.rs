@@ -598,9 +598,9 @@ impl Report {
             for m in &r.metrics {
                 let (diff, ci) = match (&m.diff, m.status, m.needs) {
                     (Some(d), _, _) => (fmt_diff(d), fmt_interval(d)),
-                    (None, Status::TooFewFlows, Some(n)) => ("".into(), format!("needs {} per arm", fmt_count(n))),
-                    (None, Status::TooFewFlows, None) => ("".into(), "too few flows".into()),
-                    (None, Status::Ok, _) => ("".into(), "n/a".into()),
+                    (None, Status::TooFewFlows, Some(n)) => (String::new(), format!("needs {} per arm", fmt_count(n))),
+                    (None, Status::TooFewFlows, None) => (String::new(), "too few flows".into()),
+                    (None, Status::Ok, _) => (String::new(), "n/a".into()),
                 };
                 let mark = if m.diff.as_ref().is_some_and(|d| d.significant) { "*" } else { "" };
                 let _ = writeln!(

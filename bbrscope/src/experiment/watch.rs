@@ -38,7 +38,7 @@ use crate::{
 const LINE_PERIOD: Duration = Duration::from_secs(10);
 
 /// What a live experiment starts from.
-pub struct Watch {
+pub(crate) struct Watch {
     /// No live display (else the dashboard on a terminal, progress lines elsewhere).
     pub headless: bool,
     pub state: LiveExperiment,
@@ -50,7 +50,7 @@ pub struct Watch {
 }
 
 /// How it went.
-pub struct Watched {
+pub(crate) struct Watched {
     pub obs: Vec<Observation>,
     /// Why it ended before its time or flow count, if it did.
     pub stopped_by: Option<String>,
@@ -62,7 +62,7 @@ pub struct Watched {
 /// dashboard or the guardrail ends it. The kernel side is detached (`live` dropped) before the
 /// terminal is given back, so the report that follows prints on the normal screen while new
 /// connections already get the default algorithm again.
-pub async fn run(mut live: Live, signals: &mut Signals, watch: Watch, duration: Duration) -> Result<Watched> {
+pub(crate) async fn run(mut live: Live, signals: &mut Signals, watch: Watch, duration: Duration) -> Result<Watched> {
     let (dash, shown) = if watch.headless {
         (None, Shown::Off(Box::new(watch.state)))
     } else if !io::stdout().is_terminal() {

@@ -12,7 +12,7 @@ use tokio::{
 
 /// OpenMetrics text, which Prometheus negotiates and parses (it is a superset of its text format
 /// for everything exported here).
-pub const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
+pub(crate) const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
 
 /// Connections held at once. A scrape takes milliseconds, so more is a flood or clients that
 /// connect and trickle (each is held up to the request deadline). When all are taken, a new
@@ -31,7 +31,7 @@ const MAX_HEAD: usize = 8 << 10;
 const HEAD_DEADLINE: Duration = Duration::from_secs(2);
 
 /// Renders the registry's current values.
-pub fn render(registry: &Registry) -> String {
+pub(crate) fn render(registry: &Registry) -> String {
     let mut body = String::with_capacity(16 << 10);
     // Writing into a String cannot fail; the encoder's Result is for other writers.
     let _ = prometheus_client::encoding::text::encode(&mut body, registry);
@@ -40,7 +40,7 @@ pub fn render(registry: &Registry) -> String {
 
 /// Accepts scrapes on `listener` and serves each from a task of its own, for as long as the
 /// task running this is not aborted (the connections' tasks end with the runtime).
-pub async fn accept(listener: TcpListener, registry: Arc<Registry>) {
+pub(crate) async fn accept(listener: TcpListener, registry: Arc<Registry>) {
     // The connections being served, oldest first.
     let mut held: VecDeque<JoinHandle<()>> = VecDeque::new();
     loop {
@@ -61,7 +61,7 @@ pub async fn accept(listener: TcpListener, registry: Arc<Registry>) {
 }
 
 /// Serves one connection: reads the request head, answers, closes.
-pub async fn serve(mut conn: TcpStream, registry: Arc<Registry>) {
+pub(crate) async fn serve(mut conn: TcpStream, registry: Arc<Registry>) {
     let mut head = Vec::with_capacity(1024);
     let mut buf = [0u8; 1024];
     let read = tokio::time::timeout(HEAD_DEADLINE, async {

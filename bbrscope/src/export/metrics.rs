@@ -37,14 +37,14 @@ use crate::{
 
 /// Distinct `cc` label values kept; further algorithms are counted as `other`. The kernel has a
 /// handful of algorithms, so this only guards against a pathological kernel or decoder bug.
-pub const MAX_CC_LABELS: usize = 16;
+pub(crate) const MAX_CC_LABELS: usize = 16;
 /// Distinct `cgroup` and `netns` label values kept (each), with `--by-cgroup` / `--by-netns`:
 /// the first ones seen; flows of later ones count under `other`.
-pub const MAX_SCOPE_LABELS: usize = 32;
+pub(crate) const MAX_SCOPE_LABELS: usize = 32;
 
 /// Which opt-in labels the flow metrics carry.
 #[derive(Clone, Copy, Debug, Default)]
-pub struct ScopeOptions {
+pub(crate) struct ScopeOptions {
     pub cgroup: bool,
     pub netns: bool,
 }
@@ -78,17 +78,17 @@ impl CappedLabel {
 /// (/run/netns) in name order up to this many in all. A hard cap rather than an `other` bucket:
 /// a default algorithm cannot be summed, and hosts with more named namespaces than this are
 /// container hosts whose namespaces come and go (their flows are still counted by `cc`).
-pub const MAX_NETNS_LABELS: usize = 32;
+pub(crate) const MAX_NETNS_LABELS: usize = 32;
 
 /// Response-size buckets of the completion-time histogram: (label, upper bound in bytes).
-pub const SIZE_BUCKETS: [(&str, u64); 4] =
+pub(crate) const SIZE_BUCKETS: [(&str, u64); 4] =
     [("lt16k", 16 << 10), ("16k-256k", 256 << 10), ("256k-4m", 4 << 20), ("ge4m", u64::MAX)];
 
 /// The congestion states, in `Life::ca_ns` order.
 const CA_STATES: [&str; 5] = ["open", "disorder", "cwr", "recovery", "loss"];
 
 #[derive(Clone, Debug, Default, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct CcLabels {
+pub(crate) struct CcLabels {
     pub cc: String,
     #[prometheus(flatten)]
     pub scope: ScopeLabels,
@@ -97,7 +97,7 @@ pub struct CcLabels {
 /// The opt-in `cgroup` and `netns` labels of the flow metrics: absent (not even empty) unless
 /// `--by-cgroup` / `--by-netns` asked for them.
 #[derive(Clone, Debug, Default, Hash, PartialEq, Eq)]
-pub struct ScopeLabels {
+pub(crate) struct ScopeLabels {
     pub cgroup: Option<String>,
     pub netns: Option<String>,
 }
@@ -114,39 +114,39 @@ impl EncodeLabelSet for ScopeLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct CcStateLabels {
+pub(crate) struct CcStateLabels {
     #[prometheus(flatten)]
     pub cc: CcLabels,
     pub state: String,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct CcModeLabels {
+pub(crate) struct CcModeLabels {
     #[prometheus(flatten)]
     pub cc: CcLabels,
     pub mode: String,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct CcSizeLabels {
+pub(crate) struct CcSizeLabels {
     #[prometheus(flatten)]
     pub cc: CcLabels,
     pub size_bucket: String,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct NetnsCcLabels {
+pub(crate) struct NetnsCcLabels {
     pub netns: String,
     pub cc: String,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct ObserverLabels {
+pub(crate) struct ObserverLabels {
     pub observer: String,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct BuildLabels {
+pub(crate) struct BuildLabels {
     pub version: String,
     pub commit: String,
 }
@@ -258,7 +258,7 @@ struct FlowFamilies {
     goodput: HistFamily<CcLabels>,
 }
 
-pub struct ExportMetrics {
+pub(crate) struct ExportMetrics {
     flows: FlowFamilies,
     default_cc: Family<NetnsCcLabels, Gauge>,
     /// The label sets `default_cc` holds now.
@@ -288,7 +288,7 @@ pub struct ExportMetrics {
 
 impl ExportMetrics {
     /// Registers every metric in `registry`; the flow metrics carry the labels `scopes` asks for.
-    pub fn new(registry: &mut Registry, scopes: ScopeOptions) -> Self {
+    pub(crate) fn new(registry: &mut Registry, scopes: ScopeOptions) -> Self {
         let flows = FlowFamilies {
             flows_opened: Family::default(),
             flows_closed: Family::default(),
@@ -459,16 +459,15 @@ impl ExportMetrics {
         };
         let duration = duration_ns as f64 / 1e9;
         let m = flow.metrics.as_ref();
-        let bytes =
-            m.and_then(|m| m.bytes_acked).map(|b| b.saturating_sub(flow.first_bytes_acked.unwrap_or(0))).unwrap_or(0);
+        let bytes = m.and_then(|m| m.bytes_acked).map_or(0, |b| b.saturating_sub(flow.first_bytes_acked.unwrap_or(0)));
         let bucket = size_bucket(bytes);
         let size_bucket = || CcSizeLabels { cc: labels.clone(), size_bucket: SIZE_BUCKETS[bucket].0.to_string() };
         series.completion[bucket].get(&fam.completion, size_bucket).observe(duration);
         let srtt_us = flow.life.srtt_median_us().or(m.and_then(|m| m.srtt_us));
         if let Some(srtt) = srtt_us.filter(|&s| s > 0) {
-            series.srtt.get(&fam.srtt, || labels.clone()).observe(srtt as f64 / 1e6);
+            series.srtt.get(&fam.srtt, || labels.clone()).observe(f64::from(srtt) / 1e6);
             if let Some(min) = m.and_then(|m| m.min_rtt_us).filter(|&v| v > 0) {
-                series.inflation.get(&fam.inflation, || labels.clone()).observe(srtt as f64 / min as f64);
+                series.inflation.get(&fam.inflation, || labels.clone()).observe(f64::from(srtt) / f64::from(min));
             }
         }
         if duration > 0.0 && bytes > 0 {
@@ -507,7 +506,7 @@ impl ExportMetrics {
     }
 
     /// Names the observer path in `bbrscope_observer_info`.
-    pub fn set_observer(&self, path: &str) {
+    pub(crate) fn set_observer(&self, path: &str) {
         let labels = ObserverLabels { observer: path.to_string() };
         if self.observer.get(&labels).is_none() {
             self.observer.clear();
@@ -518,7 +517,7 @@ impl ExportMetrics {
     /// Reads the default algorithm of bbrscope's namespace and of each named one (it may be
     /// changed at any time, e.g. by `apply`). A namespace that cannot be entered (no
     /// CAP_SYS_ADMIN, as under the systemd unit) or that went away meanwhile is left out.
-    pub fn refresh_default_cc(&mut self) {
+    pub(crate) fn refresh_default_cc(&mut self) {
         let mut now = Vec::new();
         let own = netns::current().ok();
         if let Ok(Some(cc)) = sysctl::read(sysctl::CC) {
@@ -667,7 +666,7 @@ impl Sink for ExportMetrics {
     }
 }
 
-pub fn size_bucket(bytes: u64) -> usize {
+pub(crate) fn size_bucket(bytes: u64) -> usize {
     SIZE_BUCKETS.iter().position(|(_, max)| bytes < *max).unwrap_or(SIZE_BUCKETS.len() - 1)
 }
 

@@ -1,5 +1,5 @@
 //! `bbrscope export`: Prometheus metrics of every flow, aggregated by congestion-control
 //! algorithm (see docs/export.md).
 
-pub mod http;
-pub mod metrics;
+pub(crate) mod http;
+pub(crate) mod metrics;

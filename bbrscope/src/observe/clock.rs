@@ -4,32 +4,33 @@ use rustix::time::{ClockId, clock_gettime};
 
 fn now(clock: ClockId) -> i128 {
     let ts = clock_gettime(clock);
-    ts.tv_sec as i128 * 1_000_000_000 + ts.tv_nsec as i128
+    i128::from(ts.tv_sec) * 1_000_000_000 + i128::from(ts.tv_nsec)
 }
 
 #[derive(Clone, Copy, Debug)]
-pub struct Clock {
+pub(crate) struct Clock {
     /// CLOCK_REALTIME - CLOCK_MONOTONIC, read once: later NTP steps do not reorder events.
     offset_ns: i128,
 }
 
 impl Clock {
-    pub fn new() -> Self {
+    pub(crate) fn new() -> Self {
         Clock { offset_ns: now(ClockId::Realtime) - now(ClockId::Monotonic) }
     }
 
-    /// A fixed offset, for replaying recordings and for tests.
-    pub fn with_offset(offset_ns: i128) -> Self {
+    /// A fixed offset, for tests.
+    #[cfg(test)]
+    pub(crate) fn with_offset(offset_ns: i128) -> Self {
         Clock { offset_ns }
     }
 
-    pub fn monotonic_ns() -> u64 {
+    pub(crate) fn monotonic_ns() -> u64 {
         now(ClockId::Monotonic) as u64
     }
 
     /// Unix time in seconds.
-    pub fn unix_secs(&self, mono_ns: u64) -> f64 {
-        let ns = mono_ns as i128 + self.offset_ns;
+    pub(crate) fn unix_secs(&self, mono_ns: u64) -> f64 {
+        let ns = i128::from(mono_ns) + self.offset_ns;
         // i128 to f64 is a software routine, i64 to f64 one instruction; both round the same
         // integer to the same double (correctly rounded), and every date until 2262 fits.
         match i64::try_from(ns) {
@@ -52,11 +53,11 @@ mod tests {
     /// The fast conversion gives the same doubles as converting the exact 128-bit sum.
     #[test]
     fn unix_seconds_round_like_the_exact_sum() {
-        let offsets = [0i128, 1_795_409_178_787_404_123 - 23_000_000_000_000, -5, i64::MAX as i128];
+        let offsets = [0i128, 1_795_409_178_787_404_123 - 23_000_000_000_000, -5, i128::from(i64::MAX)];
         for off in offsets {
             let c = Clock::with_offset(off);
             for mono in [0u64, 1, 999, (1 << 53) + 1, 23_456_789_012_345, u64::MAX / 3, u64::MAX] {
-                let exact = (mono as i128 + off) as f64 / 1e9;
+                let exact = (i128::from(mono) + off) as f64 / 1e9;
                 assert_eq!(c.unix_secs(mono).to_bits(), exact.to_bits(), "{mono} + {off}");
             }
         }

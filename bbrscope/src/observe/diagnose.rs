@@ -10,7 +10,7 @@ use crate::{
 };
 
 /// How far back the verdict looks.
-pub const WINDOW_NS: u64 = 5_000_000_000;
+pub(crate) const WINDOW_NS: u64 = 5_000_000_000;
 /// Loss rate (retransmitted / sent segments) above which a loss-based algorithm is limited by it
 /// on any path longer than a LAN (Mathis: at 0.1% and 50 ms, a 1448-byte MSS allows ~9 Mbit/s).
 const LOSS_LIMITED: f64 = 0.001;
@@ -20,7 +20,7 @@ const EXTREME_INFLATION: u32 = 10;
 const BBR_LOSS_CEILING: f64 = 0.15;
 
 #[derive(Clone, Debug, PartialEq)]
-pub enum Verdict {
+pub(crate) enum Verdict {
     /// Not enough samples yet.
     Measuring,
     Closed,
@@ -61,7 +61,7 @@ pub enum Verdict {
 
 /// The smoothed RTT (median of the window) and the minimum it is judged against.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Rtt {
+pub(crate) struct Rtt {
     pub srtt_us: Option<u32>,
     pub min_rtt_us: Option<u32>,
 }
@@ -71,7 +71,12 @@ impl Rtt {
     fn words(&self) -> String {
         match (self.srtt_us, self.min_rtt_us) {
             (Some(s), Some(m)) => {
-                format!("RTT {} against a {} minimum ({:.1}x)", human_us(s), human_us(m), s as f64 / m.max(1) as f64)
+                format!(
+                    "RTT {} against a {} minimum ({:.1}x)",
+                    human_us(s),
+                    human_us(m),
+                    f64::from(s) / f64::from(m.max(1))
+                )
             }
             (Some(s), None) => format!("RTT {}", human_us(s)),
             _ => "RTT not measured yet".into(),
@@ -81,7 +86,7 @@ impl Rtt {
     /// No standing queue: within 50% (or 5 ms) of the minimum.
     fn queue_free(&self) -> bool {
         match (self.srtt_us, self.min_rtt_us) {
-            (Some(s), Some(m)) => (s as f64) <= m as f64 * 1.5 || s.saturating_sub(m) < 5_000,
+            (Some(s), Some(m)) => f64::from(s) <= f64::from(m) * 1.5 || s.saturating_sub(m) < 5_000,
             _ => true,
         }
     }
@@ -101,7 +106,7 @@ fn pct(loss: f64) -> String {
 
 impl Verdict {
     /// A few words for a table column.
-    pub fn label(&self) -> String {
+    pub(crate) fn label(&self) -> String {
         match self {
             Verdict::Measuring => "measuring".into(),
             Verdict::Closed => "closed".into(),
@@ -119,7 +124,7 @@ impl Verdict {
 
     /// One sentence for someone who has never read about congestion control. Every number it
     /// states is the one the verdict was made from (a property test holds it to that).
-    pub fn explain(&self, cc: &str) -> String {
+    pub(crate) fn explain(&self, cc: &str) -> String {
         match self {
             Verdict::Measuring => "Collecting samples…".into(),
             Verdict::Closed => "The connection has closed.".into(),
@@ -190,8 +195,8 @@ impl Verdict {
 fn human_us(us: u32) -> String {
     match us {
         us if us < 1_000 => format!("{us} µs"),
-        us if us < 10_000 => format!("{:.1} ms", us as f64 / 1e3),
-        us => format!("{:.0} ms", us as f64 / 1e3),
+        us if us < 10_000 => format!("{:.1} ms", f64::from(us) / 1e3),
+        us => format!("{:.0} ms", f64::from(us) / 1e3),
     }
 }
 
@@ -200,7 +205,7 @@ fn fraction(points: &[&Point], pred: impl Fn(&Point) -> bool) -> f64 {
 }
 
 /// The verdict for `flow` over the last [`WINDOW_NS`] before `now_ns`.
-pub fn diagnose(flow: &Flow, now_ns: u64) -> Verdict {
+pub(crate) fn diagnose(flow: &Flow, now_ns: u64) -> Verdict {
     if flow.closed_ns.is_some() {
         return Verdict::Closed;
     }
@@ -214,7 +219,7 @@ pub fn diagnose(flow: &Flow, now_ns: u64) -> Verdict {
     }
     let (first, last) = (recent[0], recent[recent.len() - 1]);
     let loss = match (first.retrans_total, last.retrans_total, first.data_segs_out, last.data_segs_out) {
-        (Some(r0), Some(r1), Some(s0), Some(s1)) if s1 > s0 => r1.saturating_sub(r0) as f64 / (s1 - s0) as f64,
+        (Some(r0), Some(r1), Some(s0), Some(s1)) if s1 > s0 => f64::from(r1.saturating_sub(r0)) / f64::from(s1 - s0),
         _ => 0.0,
     };
     let srtt = crate::quantile::upper_median(recent.iter().filter_map(|p| p.srtt_us).collect());
@@ -335,15 +340,15 @@ mod tests {
             let cc = ["cubic", "bbr", "reno"][case % 3];
             let per_sample = (rng.uniform().powi(3) * 40.0) as u32;
             let min = 1_000 + (rng.uniform() * 200_000.0) as u32;
-            let srtt = (min as f64 * (1.0 + rng.uniform().powi(2) * 29.0)) as u32;
+            let srtt = (f64::from(min) * (1.0 + rng.uniform().powi(2) * 29.0)) as u32;
             let (rwnd, app) = (rng.uniform() < 0.1, rng.uniform() < 0.1);
             let v = verdict(cc, |i, p| {
                 p.retrans_total = Some(i as u32 * per_sample);
                 (p.min_rtt_us, p.srtt_us) = (Some(min), Some(srtt));
                 (p.rwnd_limited, p.app_limited) = (rwnd, app);
             });
-            let loss = per_sample as f64 / 100.0;
-            let ratio = srtt as f64 / min as f64;
+            let loss = f64::from(per_sample) / 100.0;
+            let ratio = f64::from(srtt) / f64::from(min);
             let text = v.explain(cc);
             let near_min = ratio <= 1.5 || srtt - min < 5_000;
             if text.contains("no loss") || v.label() == "healthy" {

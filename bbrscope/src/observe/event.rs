@@ -408,8 +408,8 @@ impl Decoder<'_> {
                     segs: r.segs,
                     retrans_total: r.total_retrans,
                     cwnd: r.snd_cwnd,
-                    ssthresh: ssthresh(r.snd_ssthresh as u64),
-                }))
+                    ssthresh: ssthresh(u64::from(r.snd_ssthresh)),
+                }));
             }
             kind::CONG_STATE => {
                 let c: CongState = read(bytes)?;
@@ -418,12 +418,12 @@ impl Decoder<'_> {
                     from: CaState::from_raw(c.old),
                     to: CaState::from_raw(c.new),
                     cwnd: c.snd_cwnd,
-                    ssthresh: ssthresh(c.snd_ssthresh as u64),
-                }))
+                    ssthresh: ssthresh(u64::from(c.snd_ssthresh)),
+                }));
             }
             kind::OPEN => {
                 let o: FlowOpen = read(bytes)?;
-                f(Event::Open(open(head(&o.hdr), &o.owner, false)))
+                f(Event::Open(open(head(&o.hdr), &o.owner, false)));
             }
             kind::END => {
                 let c: FlowClose = read(bytes)?;
@@ -451,7 +451,7 @@ impl Decoder<'_> {
                     retrans_coalesced: e.retrans_coalesced,
                     samples: e.samples,
                     retrans_failed: e.retrans_failed,
-                })))
+                })));
             }
             _ => return None,
         }
@@ -510,7 +510,7 @@ impl Decoder<'_> {
             min_rtt_us: g32(Field::MinRttUs).filter(|&v| v != u32::MAX),
             // ~0 means "no pacing limit".
             pacing_rate_bps: g(Field::PacingRate)
-                .filter(|&v| v != u64::MAX && v != u32::MAX as u64)
+                .filter(|&v| v != u64::MAX && v != u64::from(u32::MAX))
                 .map(|v| v.saturating_mul(8)),
             delivery_rate_bps,
             delivery_app_limited: g(Field::RateAppLimited).map(|v| v != 0),
@@ -542,7 +542,7 @@ impl Decoder<'_> {
             sndbuf_bytes: g32(Field::SkSndbuf),
             wmem_queued_bytes: g32(Field::SkWmemQueued),
             notsent_bytes: match (g32(Field::WriteSeq), g32(Field::SndNxt)) {
-                (Some(w), Some(n)) => Some(w.wrapping_sub(n)).filter(|&b| b <= i32::MAX as u32),
+                (Some(w), Some(n)) => Some(w.wrapping_sub(n)).filter(|&b| i32::try_from(b).is_ok()),
                 _ => None,
             },
             bbr: (cc == "bbr").then(|| self.bbr(ca_priv, mss)).flatten(),
@@ -557,11 +557,10 @@ impl Decoder<'_> {
             l.mode_names
                 .iter()
                 .find(|(v, _)| *v == m as i64)
-                .map(|(_, n)| n.clone())
-                .unwrap_or_else(|| format!("mode_{m}").into())
+                .map_or_else(|| format!("mode_{m}").into(), |(_, n)| n.clone())
         });
         let bw_bps = match (r(&l.bw), mss) {
-            (Some(bw), Some(mss)) => Some(((bw as u128 * mss as u128 * 8_000_000) >> BBR_BW_SCALE) as u64),
+            (Some(bw), Some(mss)) => Some(((u128::from(bw) * u128::from(mss) * 8_000_000) >> BBR_BW_SCALE) as u64),
             _ => None,
         };
         Some(Bbr {

@@ -71,7 +71,7 @@ impl Net {
     pub fn contains(&self, ip: IpAddr) -> bool {
         let ip = match ip {
             IpAddr::V6(v6) => v6.to_ipv4_mapped().map_or(ip, IpAddr::V4),
-            v4 => v4,
+            v4 @ IpAddr::V4(_) => v4,
         };
         self.0.contains(&ip)
     }
@@ -80,8 +80,8 @@ impl Net {
     /// filter compares.
     pub fn mapped_net_and_mask(&self) -> ([u8; 16], [u8; 16]) {
         let (addr, prefix) = match self.0 {
-            IpNet::V4(n) => (n.network().to_ipv6_mapped().octets(), 96 + n.prefix_len() as u32),
-            IpNet::V6(n) => (n.network().octets(), n.prefix_len() as u32),
+            IpNet::V4(n) => (n.network().to_ipv6_mapped().octets(), 96 + u32::from(n.prefix_len())),
+            IpNet::V6(n) => (n.network().octets(), u32::from(n.prefix_len())),
         };
         let mask_bits: u128 = if prefix == 0 { 0 } else { u128::MAX << (128 - prefix) };
         let mask = mask_bits.to_be_bytes();

@@ -18,7 +18,7 @@ use crate::observe::event::{CaState, EndEvent, Event, Metrics, Name, Owner};
 /// multiplication by an odd constant is a bijection of the low bits (consecutive ids land in
 /// distinct buckets) and mixes them into the high ones (hashbrown's tag bits).
 #[derive(Clone, Copy, Default)]
-pub struct IdHasher(u64);
+pub(crate) struct IdHasher(u64);
 
 const ID_MIX: u64 = 0x9e37_79b9_7f4a_7c15;
 
@@ -29,7 +29,7 @@ impl Hasher for IdHasher {
 
     fn write(&mut self, bytes: &[u8]) {
         for &b in bytes {
-            self.0 = (self.0.rotate_left(8) ^ b as u64).wrapping_mul(ID_MIX);
+            self.0 = (self.0.rotate_left(8) ^ u64::from(b)).wrapping_mul(ID_MIX);
         }
     }
 
@@ -39,8 +39,8 @@ impl Hasher for IdHasher {
 }
 
 /// Maps and sets keyed by flow id.
-pub type IdMap<V> = HashMap<u64, V, BuildHasherDefault<IdHasher>>;
-pub type IdSet = HashSet<u64, BuildHasherDefault<IdHasher>>;
+pub(crate) type IdMap<V> = HashMap<u64, V, BuildHasherDefault<IdHasher>>;
+pub(crate) type IdSet = HashSet<u64, BuildHasherDefault<IdHasher>>;
 
 /// BBR's state machine, for colouring history without a string per point.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -215,7 +215,7 @@ impl Flow {
     pub fn mean_goodput_bps(&self) -> Option<u64> {
         let acked = self.metrics.as_ref()?.bytes_acked?.checked_sub(self.first_bytes_acked?)?;
         let dt = self.last_ns.checked_sub(self.first_ns).filter(|&d| d > 0)?;
-        Some((acked as u128 * 8 * 1_000_000_000 / dt as u128) as u64)
+        Some((u128::from(acked) * 8 * 1_000_000_000 / u128::from(dt)) as u64)
     }
 
     pub fn duration_ns(&self) -> u64 {
@@ -236,14 +236,14 @@ impl Flow {
         let last = pts.last()?;
         let dt = (last.ts_ns - first.ts_ns) as f64 / 1e9;
         let segs = last.retrans_total?.saturating_sub(first.retrans_total?);
-        (dt > 0.0).then(|| segs as f64 / dt)
+        (dt > 0.0).then(|| f64::from(segs) / dt)
     }
 
     /// srtt / min RTT now: how much queueing inflates the RTT (1.0 = none).
     pub fn rtt_inflation(&self) -> Option<f64> {
         let m = self.metrics.as_ref()?;
         let (s, min) = (m.srtt_us?, m.min_rtt_us?);
-        (min > 0).then(|| s as f64 / min as f64)
+        (min > 0).then(|| f64::from(s) / f64::from(min))
     }
 }
 
@@ -261,7 +261,7 @@ pub enum Change {
 }
 
 /// The least history a flow keeps however many flows share the budget.
-pub const MIN_HISTORY: usize = 16;
+pub(crate) const MIN_HISTORY: usize = 16;
 
 pub struct FlowTable {
     flows: IdMap<Flow>,
@@ -401,7 +401,7 @@ impl FlowTable {
             }
             Event::Retransmit(r) => {
                 flow.retransmits += 1;
-                flow.retrans_segs += r.segs as u64;
+                flow.retrans_segs += u64::from(r.segs);
                 if keep > 0 {
                     let mark = Mark::Retransmit { ts_ns: h.ts_ns, segs: r.segs, cwnd: r.cwnd };
                     push_bounded(&mut flow.marks, keep, mark);
@@ -441,13 +441,13 @@ impl FlowTable {
 fn rate(prev_bytes: Option<u64>, now_bytes: u64, prev_ns: u64, now_ns: u64) -> Option<u64> {
     let dt = now_ns.checked_sub(prev_ns).filter(|&d| d > 0)?;
     let db = now_bytes.checked_sub(prev_bytes?)?;
-    Some((db as u128 * 8 * 1_000_000_000 / dt as u128) as u64)
+    Some((u128::from(db) * 8 * 1_000_000_000 / u128::from(dt)) as u64)
 }
 
 fn point(ts_ns: u64, m: &Metrics, throughput_bps: Option<u64>) -> Point {
     let rwnd_limited = match (m.snd_wnd, m.in_flight, m.mss, m.cwnd) {
         (Some(wnd), Some(inflight), Some(mss), Some(cwnd)) if mss > 0 => {
-            let window_full = (inflight as u64 + 1) * mss as u64 >= wnd as u64;
+            let window_full = (u64::from(inflight) + 1) * u64::from(mss) >= u64::from(wnd);
             window_full && inflight.saturating_add(1) < cwnd
         }
         _ => false,
@@ -478,13 +478,13 @@ fn push_bounded<T>(q: &mut VecDeque<T>, cap: usize, item: T) {
 }
 
 #[cfg(test)]
-pub mod tests {
+pub(crate) mod tests {
     use super::*;
 
     /// A flow with the given history, for tests of what reads flows.
-    pub fn flow_with(cc: &str, history: Vec<Point>) -> Flow {
-        let first_ns = history.first().map(|p| p.ts_ns).unwrap_or(0);
-        let last_ns = history.last().map(|p| p.ts_ns).unwrap_or(0);
+    pub(crate) fn flow_with(cc: &str, history: Vec<Point>) -> Flow {
+        let first_ns = history.first().map_or(0, |p| p.ts_ns);
+        let last_ns = history.last().map_or(0, |p| p.ts_ns);
         Flow {
             id: 1,
             src: "10.0.0.1:443".parse().unwrap(),

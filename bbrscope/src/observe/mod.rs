@@ -15,14 +15,14 @@
 //!    the sink's [`pipeline::Side`]). The dashboard (`top`) keeps a loop of its own for now: it
 //!    shows ended flows for a while and draws from a table it owns, which replay feeds too.
 
-pub mod clock;
-pub mod diagnose;
+pub(crate) mod clock;
+pub(crate) mod diagnose;
 pub mod event;
 pub mod filter;
-pub mod flow;
+pub(crate) mod flow;
 pub mod kernel;
-pub mod pipeline;
+pub(crate) mod pipeline;
 pub mod replay;
-pub mod session;
-pub mod sink;
-pub mod stats;
+pub(crate) mod session;
+pub(crate) mod sink;
+pub(crate) mod stats;

@@ -21,7 +21,7 @@ use crate::observe::{
 /// How long the flow table keeps a flow. The one policy of every live command; only what it
 /// does with flows that go quiet differs.
 #[derive(Clone, Copy, Debug)]
-pub struct Retention {
+pub(crate) struct Retention {
     /// Closed flows are kept this long, so that late events (the summary after the final
     /// sample) still find their flow.
     pub closed: Duration,
@@ -33,22 +33,23 @@ pub struct Retention {
 impl Retention {
     /// `stream`, `advise`, `export`: a flow silent for five minutes is forgotten, so that lost
     /// closes cannot grow the table without bound.
-    pub const WATCH: Retention = Retention { closed: Duration::from_secs(5), silent: Some(Duration::from_secs(300)) };
+    pub(crate) const WATCH: Retention =
+        Retention { closed: Duration::from_secs(5), silent: Some(Duration::from_secs(300)) };
     /// `experiment`: a flow's arm is needed when it ends, however long it was idle (the flows
     /// are only those in the experiment's scope, and the run is bounded in time).
-    pub const UNTIL_END: Retention = Retention { closed: Duration::from_secs(5), silent: None };
+    pub(crate) const UNTIL_END: Retention = Retention { closed: Duration::from_secs(5), silent: None };
 }
 
 /// What the loop does after a turn.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Control {
+pub(crate) enum Control {
     Continue,
     Stop,
 }
 
 /// Why the loop ended.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum End {
+pub(crate) enum End {
     Interrupt,
     Terminate,
     Deadline,
@@ -59,7 +60,7 @@ pub enum End {
 /// What a command waits for beside the observer's records: keys, a frame clock, a computation
 /// in flight. Kept apart from its [`Sink`] so that the loop can wait for both at once; what it
 /// delivers is handed to [`Sink::woken`] with both.
-pub trait Side {
+pub(crate) trait Side {
     type Wake;
     /// The next wake-up. Cancel-safe: when a batch of records comes first the future is dropped
     /// and asked for again.
@@ -67,7 +68,7 @@ pub trait Side {
 }
 
 /// Nothing beside the observer.
-pub struct NoSide;
+pub(crate) struct NoSide;
 
 impl Side for NoSide {
     type Wake = Infallible;
@@ -77,7 +78,7 @@ impl Side for NoSide {
 }
 
 /// What consumes the observed flows, one event at a time.
-pub trait Sink {
+pub(crate) trait Sink {
     /// What else the command waits for ([`NoSide`]: nothing).
     type Side: Side;
     /// Called before the flow table takes `ev` (what a flow was before an event, for sinks that
@@ -114,7 +115,7 @@ pub trait Sink {
 
 /// How long the loop runs and how often it reports.
 #[derive(Clone, Copy, Debug)]
-pub struct Settings {
+pub(crate) struct Settings {
     /// Stop after this long (default: until a signal).
     pub duration: Option<Duration>,
     /// How often [`Sink::stats`] is called; `None`: never.
@@ -127,13 +128,13 @@ const PRUNE_PERIOD: Duration = Duration::from_secs(1);
 
 /// SIGINT and SIGTERM, caught from [`Signals::catch`] on: taken before the programs are
 /// attached, so that a signal during start-up still ends the run through its cleanup.
-pub struct Signals {
+pub(crate) struct Signals {
     int: tokio::signal::unix::Signal,
     term: tokio::signal::unix::Signal,
 }
 
 impl Signals {
-    pub fn catch() -> io::Result<Self> {
+    pub(crate) fn catch() -> io::Result<Self> {
         Ok(Signals { int: signal(SignalKind::interrupt())?, term: signal(SignalKind::terminate())? })
     }
 }
@@ -141,7 +142,7 @@ impl Signals {
 /// Drives `live` into `sink` until a signal, the deadline or the sink ends it. A write error ends
 /// the loop and is returned as it is (a closed pipe is the caller's to call normal); an error of
 /// the observer or of [`Sink::woken`] is the outer one.
-pub async fn run<S: Sink>(
+pub(crate) async fn run<S: Sink>(
     live: &mut Live,
     signals: &mut Signals,
     table: &mut FlowTable,
@@ -186,7 +187,7 @@ pub async fn run<S: Sink>(
             }
             _ = signals.int.recv() => break Ok(End::Interrupt),
             _ = signals.term.recv() => break Ok(End::Terminate),
-            _ = &mut deadline => break Ok(End::Deadline),
+            () = &mut deadline => break Ok(End::Deadline),
         }
         if let Some(e) = write_err {
             break Err(e);

@@ -261,12 +261,13 @@ impl Live {
     /// Checks privileges, loads and attaches the programs. `what` names the command in errors.
     pub fn start(what: &str, opts: &Options) -> Result<Self> {
         privileges::require_tracing(what)?;
-        let bpf_stats = match opts.bpf_stats {
-            true => Some(
+        let bpf_stats = if opts.bpf_stats {
+            Some(
                 aya::sys::enable_stats(aya::sys::Stats::RunTime)
                     .context("enabling BPF run-time statistics (needs Linux 5.8+)")?,
-            ),
-            false => None,
+            )
+        } else {
+            None
         };
         let mut observer = Observer::start(opts)?;
         let layout = observer.layout.clone();
@@ -277,8 +278,8 @@ impl Live {
             );
         }
         // After attaching: every connection is then either in this snapshot or seen opening.
-        let existing = match observer.path == ObserverPath::Sockops {
-            true => match Existing::snapshot(
+        let existing = if observer.path == ObserverPath::Sockops {
+            match Existing::snapshot(
                 &opts.filter,
                 &opts.owner,
                 observer.socket_storage(),
@@ -289,12 +290,13 @@ impl Live {
                 Err(e) => {
                     observer.degraded.push(format!(
                         "connections open before the start are not shown: the kernel cannot list sockets ({e:#}; \
-                         sock_diag needs the inet_diag and tcp_diag modules); new connections are"
+                     sock_diag needs the inet_diag and tcp_diag modules); new connections are"
                     ));
                     None
                 }
-            },
-            false => None,
+            }
+        } else {
+            None
         };
         if let Some(why) = existing.as_ref().and_then(|e| e.unseen_storage.as_ref()) {
             observer.degraded.push(format!(

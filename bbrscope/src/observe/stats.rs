@@ -79,7 +79,7 @@ struct Snapshot {
     probe_runtime: Option<(Duration, u64)>,
 }
 
-pub struct StatsTracker {
+pub(crate) struct StatsTracker {
     prev: Snapshot,
     max_flows: u64,
     path: &'static str,
@@ -89,13 +89,13 @@ pub struct StatsTracker {
 
 /// User + system CPU time of this process, all threads (CLOCK_PROCESS_CPUTIME_ID: what
 /// getrusage(RUSAGE_SELF) sums, at nanosecond resolution).
-pub fn process_cpu_time() -> Duration {
+pub(crate) fn process_cpu_time() -> Duration {
     let t = rustix::time::clock_gettime(rustix::time::ClockId::ProcessCPUTime);
     Duration::new(t.tv_sec as u64, t.tv_nsec as u32)
 }
 
 impl StatsTracker {
-    pub fn new(
+    pub(crate) fn new(
         counters: Counters,
         records: u64,
         probe_runtime: Option<(Duration, u64)>,
@@ -106,7 +106,7 @@ impl StatsTracker {
     ) -> Self {
         StatsTracker {
             prev: Snapshot { at: Instant::now(), counters, records, cpu: process_cpu_time(), probe_runtime },
-            max_flows: max_flows as u64,
+            max_flows: u64::from(max_flows),
             path,
             clock,
             bbr_version,
@@ -114,7 +114,7 @@ impl StatsTracker {
     }
 
     /// The report for the time since the previous call.
-    pub fn report(
+    pub(crate) fn report(
         &mut self,
         counters: Counters,
         records: u64,

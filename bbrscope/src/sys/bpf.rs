@@ -23,7 +23,7 @@ fn bpf(cmd: i32, attr: &mut [u64; 8]) -> io::Result<i64> {
 }
 
 /// What BPF_PROG_QUERY answered.
-pub struct Query {
+pub(crate) struct Query {
     /// How many programs are attached (may exceed the ids filled in).
     pub count: usize,
     /// The attach flags of the target's own programs (BPF_F_ALLOW_MULTI …).
@@ -32,7 +32,12 @@ pub struct Query {
 
 /// BPF_PROG_QUERY: the programs of `attach_type` attached to `target` (with `query_flags`),
 /// their ids written into `ids`.
-pub fn prog_query(target: BorrowedFd<'_>, attach_type: u32, query_flags: u32, ids: &mut [u32]) -> io::Result<Query> {
+pub(crate) fn prog_query(
+    target: BorrowedFd<'_>,
+    attach_type: u32,
+    query_flags: u32,
+    ids: &mut [u32],
+) -> io::Result<Query> {
     // union bpf_attr for BPF_PROG_QUERY: target_fd, attach_type, query_flags, attach_flags,
     // prog_ids (pointer), prog_cnt.
     let mut attr = [0u64; 8];
@@ -45,14 +50,14 @@ pub fn prog_query(target: BorrowedFd<'_>, attach_type: u32, query_flags: u32, id
 }
 
 /// BPF_LINK_DETACH: the link stops running, whoever else still holds it.
-pub fn link_detach(link: BorrowedFd<'_>) -> io::Result<()> {
+pub(crate) fn link_detach(link: BorrowedFd<'_>) -> io::Result<()> {
     let mut attr = [0u64; 8];
     attr[0] = link.as_raw_fd() as u64;
     bpf(BPF_LINK_DETACH, &mut attr).map(drop)
 }
 
 /// BPF_OBJ_GET: a new descriptor for the object pinned at `path`.
-pub fn obj_get(path: &CStr) -> io::Result<OwnedFd> {
+pub(crate) fn obj_get(path: &CStr) -> io::Result<OwnedFd> {
     let mut attr = [0u64; 8];
     attr[0] = path.as_ptr() as u64;
     let fd = bpf(BPF_OBJ_GET, &mut attr)?;

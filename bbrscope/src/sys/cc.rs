@@ -3,10 +3,10 @@
 
 use anyhow::{Context as _, Result};
 
-pub const AVAILABLE: &str = "/proc/sys/net/ipv4/tcp_available_congestion_control";
+pub(crate) const AVAILABLE: &str = "/proc/sys/net/ipv4/tcp_available_congestion_control";
 
 /// Algorithms registered with the kernel right now (built in, or modules already loaded).
-pub fn available() -> Result<Vec<String>> {
+pub(crate) fn available() -> Result<Vec<String>> {
     let text = std::fs::read_to_string(AVAILABLE).with_context(|| format!("reading {AVAILABLE}"))?;
     Ok(text.split_whitespace().map(str::to_string).collect())
 }

@@ -77,7 +77,7 @@ fn statfs_type(path: &Path) -> std::io::Result<i64> {
     // SAFETY: statfs is plain C data, valid when zeroed.
     let mut st: libc::statfs = unsafe { std::mem::zeroed() };
     // SAFETY: `c` is a NUL-terminated path and `st` outlives the call.
-    if unsafe { libc::statfs(c.as_ptr(), &mut st) } != 0 {
+    if unsafe { libc::statfs(c.as_ptr(), &raw mut st) } != 0 {
         return Err(std::io::Error::last_os_error());
     }
     Ok(st.f_type as i64)
@@ -90,10 +90,7 @@ pub fn resolve(path: &Path) -> Result<Cgroup> {
         Some(m) => format!("cgroup v2 is mounted at {}", m.mount_point.display()),
         None => "this system has no cgroup v2 mounted".to_string(),
     };
-    let canon = match path.canonicalize() {
-        Ok(p) => p,
-        Err(_) => usage!("cgroup {} does not exist ({hint})", path.display()),
-    };
+    let Ok(canon) = path.canonicalize() else { usage!("cgroup {} does not exist ({hint})", path.display()) };
     let meta = std::fs::metadata(&canon)?;
     if !meta.is_dir() {
         usage!("{} is not a cgroup directory ({hint})", path.display());
@@ -210,12 +207,14 @@ fn child_probe(procs: &CString, sin: &libc::sockaddr_in, out: i32) -> i32 {
         if s < 0 {
             return 2;
         }
-        if libc::connect(s, (sin as *const libc::sockaddr_in).cast(), size_of::<libc::sockaddr_in>() as u32) != 0 {
+        if libc::connect(s, std::ptr::from_ref::<libc::sockaddr_in>(sin).cast(), size_of::<libc::sockaddr_in>() as u32)
+            != 0
+        {
             return 3;
         }
         let mut buf = [0u8; CC_NAME_LEN];
         let mut len = CC_NAME_LEN as libc::socklen_t;
-        if libc::getsockopt(s, libc::IPPROTO_TCP, libc::TCP_CONGESTION, buf.as_mut_ptr().cast(), &mut len) != 0 {
+        if libc::getsockopt(s, libc::IPPROTO_TCP, libc::TCP_CONGESTION, buf.as_mut_ptr().cast(), &raw mut len) != 0 {
             return 4;
         }
         libc::write(out, buf.as_ptr().cast(), len as usize);

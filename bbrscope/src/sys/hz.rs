@@ -18,7 +18,7 @@ pub struct Hz {
 
 /// [`discover`], once per process: the measurement takes 200 ms, and the sample clock and the
 /// decoder both want the answer.
-pub fn discover_once() -> Option<Hz> {
+pub(crate) fn discover_once() -> Option<Hz> {
     static HZ: std::sync::OnceLock<Option<Hz>> = std::sync::OnceLock::new();
     HZ.get_or_init(discover).clone()
 }
@@ -48,7 +48,7 @@ impl JiffyClock {
 }
 
 /// [`JiffyClock`] from one reading of /proc/timer_list (root only), once per process.
-pub fn jiffy_clock() -> Option<JiffyClock> {
+pub(crate) fn jiffy_clock() -> Option<JiffyClock> {
     static CLOCK: std::sync::OnceLock<Option<JiffyClock>> = std::sync::OnceLock::new();
     *CLOCK.get_or_init(|| {
         let hz = discover_once()?.hz;
@@ -96,8 +96,8 @@ fn snap(measured: f64, seconds: f64) -> Option<u32> {
     KNOWN
         .iter()
         .copied()
-        .min_by(|a, b| (*a as f64 - measured).abs().total_cmp(&(*b as f64 - measured).abs()))
-        .filter(|&k| (k as f64 - measured).abs() <= tolerance)
+        .min_by(|a, b| (f64::from(*a) - measured).abs().total_cmp(&(f64::from(*b) - measured).abs()))
+        .filter(|&k| (f64::from(k) - measured).abs() <= tolerance)
 }
 
 #[cfg(test)]

@@ -4,7 +4,7 @@ use std::io::Read as _;
 
 /// The configuration text and where it was read: /proc/config.gz (CONFIG_IKCONFIG_PROC), else
 /// /boot/config-<release> (most distributions).
-pub fn read(release: &str) -> Option<(String, String)> {
+pub(crate) fn read(release: &str) -> Option<(String, String)> {
     if let Ok(gz) = std::fs::File::open("/proc/config.gz") {
         let mut text = String::new();
         if flate2::read::GzDecoder::new(gz).read_to_string(&mut text).is_ok() {
@@ -16,12 +16,12 @@ pub fn read(release: &str) -> Option<(String, String)> {
 }
 
 /// The running kernel's release (`uname -r`).
-pub fn release() -> String {
+pub(crate) fn release() -> String {
     std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default().trim().to_string()
 }
 
 /// The value of `CONFIG_<name>=...` in a configuration text.
-pub fn value<'a>(config: &'a str, name: &str) -> Option<&'a str> {
+pub(crate) fn value<'a>(config: &'a str, name: &str) -> Option<&'a str> {
     config.lines().find_map(|l| l.strip_prefix(name)?.strip_prefix('='))
 }
 

@@ -1,20 +1,20 @@
 //! Facts about the running system that several commands need.
 
-pub mod bpf;
-pub mod cc;
+pub(crate) mod bpf;
+pub(crate) mod cc;
 pub mod cgroup;
-pub mod hz;
-pub mod kconfig;
-pub mod name;
-pub mod netlink;
-pub mod netns;
-pub mod privileges;
-pub mod procfd;
-pub mod route;
-pub mod signal;
-pub mod sockdiag;
+pub(crate) mod hz;
+pub(crate) mod kconfig;
+pub(crate) mod name;
+pub(crate) mod netlink;
+pub(crate) mod netns;
+pub(crate) mod privileges;
+pub(crate) mod procfd;
+pub(crate) mod route;
+pub(crate) mod signal;
+pub(crate) mod sockdiag;
 pub mod start;
-pub mod thread;
-pub mod tun;
+pub(crate) mod thread;
+pub(crate) mod tun;
 pub use bbrscope_common::sockopt;
-pub mod sysctl;
+pub(crate) mod sysctl;

@@ -109,7 +109,7 @@ impl Ord for Name {
 /// As the `str`, so that maps keyed by `Name` can be looked up by `&str` (`Borrow`).
 impl hash::Hash for Name {
     fn hash<H: hash::Hasher>(&self, h: &mut H) {
-        self.as_str().hash(h)
+        self.as_str().hash(h);
     }
 }
 

@@ -9,16 +9,14 @@ use std::{
     os::fd::{AsRawFd as _, FromRawFd as _, OwnedFd},
 };
 
-pub const NETLINK_ROUTE: i32 = 0;
-pub const NETLINK_SOCK_DIAG: i32 = 4;
+pub(crate) const NETLINK_ROUTE: i32 = 0;
+pub(crate) const NETLINK_SOCK_DIAG: i32 = 4;
 
-pub const NLM_F_REQUEST: u16 = 0x1;
-pub const NLM_F_MULTI: u16 = 0x2;
-pub const NLM_F_ACK: u16 = 0x4;
-pub const NLM_F_DUMP: u16 = 0x300;
-pub const NLM_F_REPLACE: u16 = 0x100;
-pub const NLM_F_EXCL: u16 = 0x200;
-pub const NLM_F_CREATE: u16 = 0x400;
+pub(crate) const NLM_F_REQUEST: u16 = 0x1;
+pub(crate) const NLM_F_ACK: u16 = 0x4;
+pub(crate) const NLM_F_DUMP: u16 = 0x300;
+pub(crate) const NLM_F_REPLACE: u16 = 0x100;
+pub(crate) const NLM_F_CREATE: u16 = 0x400;
 
 const NLMSG_ERROR: u16 = 2;
 const NLMSG_DONE: u16 = 3;
@@ -29,19 +27,19 @@ const NLMSGERR_ATTR_MSG: u16 = 1;
 const HDR: usize = 16;
 
 /// One reply message: its type and the bytes after the netlink header.
-pub struct Message {
+pub(crate) struct Message {
     pub kind: u16,
     pub data: Vec<u8>,
 }
 
-pub struct Netlink {
+pub(crate) struct Netlink {
     fd: OwnedFd,
     seq: u32,
 }
 
 impl Netlink {
     /// A socket in the calling thread's network namespace.
-    pub fn open(protocol: i32) -> io::Result<Self> {
+    pub(crate) fn open(protocol: i32) -> io::Result<Self> {
         // SAFETY: socket(2) takes no pointers.
         let fd = unsafe { libc::socket(libc::AF_NETLINK, libc::SOCK_RAW | libc::SOCK_CLOEXEC, protocol) };
         if fd < 0 {
@@ -67,7 +65,7 @@ impl Netlink {
     /// Sends one request and collects the replies: all parts of a dump, or the reply to a get,
     /// or nothing for an acknowledged change. A kernel error becomes an `io::Error` carrying
     /// the kernel's message when it gave one.
-    pub fn request(&mut self, kind: u16, flags: u16, payload: &[u8]) -> io::Result<Vec<Message>> {
+    pub(crate) fn request(&mut self, kind: u16, flags: u16, payload: &[u8]) -> io::Result<Vec<Message>> {
         self.seq = self.seq.wrapping_add(1);
         let seq = self.seq;
         let len = HDR + payload.len();
@@ -115,7 +113,6 @@ impl Netlink {
                     return Err(io::Error::new(io::ErrorKind::InvalidData, "truncated netlink message"));
                 }
                 let mkind = u16::from_ne_bytes(rest[4..6].try_into().unwrap());
-                let mflags = u16::from_ne_bytes(rest[6..8].try_into().unwrap());
                 let mseq = u32::from_ne_bytes(rest[8..12].try_into().unwrap());
                 let body = &rest[HDR..mlen];
                 rest = &rest[align(mlen).min(rest.len())..];
@@ -136,10 +133,7 @@ impl Netlink {
                     }
                     _ => {
                         out.push(Message { kind: mkind, data: body.to_vec() });
-                        if !dump && mflags & NLM_F_MULTI == 0 {
-                            // A get's reply; its ACK follows.
-                            continue;
-                        }
+                        // A dump part, or a get's reply (its ACK follows).
                     }
                 }
             }
@@ -165,7 +159,7 @@ const fn align(n: usize) -> usize {
 }
 
 /// Iterates over netlink attributes as (type, value), flags stripped from the type.
-pub fn attrs(mut buf: &[u8]) -> impl Iterator<Item = (u16, &[u8])> {
+pub(crate) fn attrs(mut buf: &[u8]) -> impl Iterator<Item = (u16, &[u8])> {
     std::iter::from_fn(move || {
         if buf.len() < 4 {
             return None;
@@ -182,21 +176,21 @@ pub fn attrs(mut buf: &[u8]) -> impl Iterator<Item = (u16, &[u8])> {
 }
 
 /// A NUL-terminated string attribute.
-pub fn cstr(v: &[u8]) -> String {
+pub(crate) fn cstr(v: &[u8]) -> String {
     let end = v.iter().position(|&b| b == 0).unwrap_or(v.len());
     String::from_utf8_lossy(&v[..end]).into_owned()
 }
 
-pub fn u32_of(v: &[u8]) -> Option<u32> {
+pub(crate) fn u32_of(v: &[u8]) -> Option<u32> {
     Some(u32::from_ne_bytes(v.get(..4)?.try_into().ok()?))
 }
 
 /// Builds a run of attributes (possibly nested).
 #[derive(Default)]
-pub struct Attrs(pub Vec<u8>);
+pub(crate) struct Attrs(pub Vec<u8>);
 
 impl Attrs {
-    pub fn put(&mut self, kind: u16, value: &[u8]) -> &mut Self {
+    pub(crate) fn put(&mut self, kind: u16, value: &[u8]) -> &mut Self {
         let len = 4 + value.len();
         self.0.extend_from_slice(&(len as u16).to_ne_bytes());
         self.0.extend_from_slice(&kind.to_ne_bytes());
@@ -205,13 +199,13 @@ impl Attrs {
         self
     }
 
-    pub fn put_str(&mut self, kind: u16, s: &str) -> &mut Self {
+    pub(crate) fn put_str(&mut self, kind: u16, s: &str) -> &mut Self {
         let mut v = s.as_bytes().to_vec();
         v.push(0);
         self.put(kind, &v)
     }
 
-    pub fn put_nested(&mut self, kind: u16, inner: &Attrs) -> &mut Self {
+    pub(crate) fn put_nested(&mut self, kind: u16, inner: &Attrs) -> &mut Self {
         self.put(kind | NLA_F_NESTED, &inner.0)
     }
 }

@@ -26,7 +26,7 @@ const NAMED_DIR: &str = "/run/netns";
 /// A network namespace as the user named it, with the identity (inode) it had when found, so a
 /// later `revert` can tell whether the name still refers to the same namespace.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Netns {
+pub(crate) struct Netns {
     /// What the user sees: an `ip netns` name, "pid N (comm)", a path, or "this namespace".
     pub label: String,
     pub path: PathBuf,
@@ -44,7 +44,7 @@ fn ino_of(path: &Path) -> std::io::Result<u64> {
 }
 
 /// The namespace bbrscope itself runs in (its main thread's).
-pub fn current() -> Result<Netns> {
+pub(crate) fn current() -> Result<Netns> {
     let path = PathBuf::from("/proc/self/ns/net");
     let ino = ino_of(&path).context("reading /proc/self/ns/net")?;
     Ok(Netns { label: "this namespace".into(), path, ino })
@@ -57,13 +57,13 @@ const INITIAL_NETNS_INO: u64 = 0xEFFF_FFF9;
 /// Whether `ns` is the host's initial namespace: the fixed inode, or, outside a container, the
 /// namespace of PID 1 (inside a container PID 1 is the container's init, in the container's
 /// namespace).
-pub fn is_initial(ns: &Netns) -> bool {
+pub(crate) fn is_initial(ns: &Netns) -> bool {
     ns.ino == INITIAL_NETNS_INO
         || (!is_container() && ino_of(Path::new("/proc/1/ns/net")).is_ok_and(|pid1| pid1 == ns.ino))
 }
 
 /// Signs of running inside a container (Docker, Podman, systemd-nspawn, LXC).
-pub fn is_container() -> bool {
+pub(crate) fn is_container() -> bool {
     Path::new("/.dockerenv").exists()
         || Path::new("/run/.containerenv").exists()
         || std::fs::read("/proc/1/environ")
@@ -71,7 +71,7 @@ pub fn is_container() -> bool {
 }
 
 /// Resolves `--netns NAME|PATH`.
-pub fn resolve(spec: &str) -> Result<Netns> {
+pub(crate) fn resolve(spec: &str) -> Result<Netns> {
     let named = Path::new(NAMED_DIR).join(spec);
     let (path, label) = if !spec.contains('/') && named.exists() {
         (named, spec.to_string())
@@ -108,7 +108,7 @@ fn is_netns_file(file: &File) -> bool {
 }
 
 /// The namespaces named in /run/netns (`ip netns`), by name.
-pub fn named_namespaces() -> Vec<Netns> {
+pub(crate) fn named_namespaces() -> Vec<Netns> {
     let Ok(dir) = std::fs::read_dir(NAMED_DIR) else { return Vec::new() };
     let mut out: Vec<Netns> = dir
         .flatten()
@@ -124,7 +124,7 @@ pub fn named_namespaces() -> Vec<Netns> {
 
 /// `--netns all`: every namespace other than bbrscope's own that has a name in /run/netns or a
 /// process in it (containers rarely register a name), each once.
-pub fn all() -> Result<Vec<Netns>> {
+pub(crate) fn all() -> Result<Vec<Netns>> {
     let own = current()?.ino;
     let mut found: BTreeMap<u64, Netns> = BTreeMap::new();
     for ns in named_namespaces() {
@@ -147,7 +147,7 @@ pub fn all() -> Result<Vec<Netns>> {
 /// The namespace with inode `ino`: this one, a named one, one a process runs in, or else one a
 /// process only holds open (a container runtime's, or a test's: `lsns` misses those, and a
 /// descriptor to it is as good a way in as any). `None` once nothing holds it.
-pub fn find(ino: u64) -> Option<Netns> {
+pub(crate) fn find(ino: u64) -> Option<Netns> {
     if let Some(ns) = current().ok().filter(|n| n.ino == ino) {
         return Some(ns);
     }
@@ -176,7 +176,7 @@ pub fn find(ino: u64) -> Option<Netns> {
 impl Netns {
     /// How `bbrscope apply --netns` names this namespace in a command to run later: None for the
     /// caller's own, the `ip netns` name, else its path (valid while what holds it open lives).
-    pub fn arg(&self) -> Option<String> {
+    pub(crate) fn arg(&self) -> Option<String> {
         if current().is_ok_and(|c| c.ino == self.ino) {
             None
         } else if self.path.starts_with(NAMED_DIR) {
@@ -188,14 +188,14 @@ impl Netns {
 }
 
 /// Whether `ns` still names the namespace it named when recorded.
-pub fn still_there(ns: &Netns) -> bool {
+pub(crate) fn still_there(ns: &Netns) -> bool {
     ino_of(&ns.path).is_ok_and(|i| i == ns.ino)
 }
 
 /// Moves the calling thread into a new, empty network namespace (only `lo`, down), leaving the
 /// rest of the process where it is. The namespace lives while something holds it: the thread, or
 /// a descriptor of /proc/thread-self/ns/net opened before the thread ends.
-pub fn unshare_thread() -> std::io::Result<()> {
+pub(crate) fn unshare_thread() -> std::io::Result<()> {
     // SAFETY: rustix marks unshare unsafe for CLONE_FILES (descriptors seen by other threads
     // could vanish from this one's table); only CLONE_NEWNET is passed.
     unsafe { rustix::thread::unshare_unsafe(UnshareFlags::NEWNET) }.map_err(std::io::Error::from)
@@ -203,7 +203,7 @@ pub fn unshare_thread() -> std::io::Result<()> {
 
 /// Runs `f` inside `ns`: inline when it is the caller's namespace, otherwise on a thread that
 /// joins it first.
-pub fn run<T: Send>(ns: &Netns, f: impl FnOnce() -> Result<T> + Send) -> Result<T> {
+pub(crate) fn run<T: Send>(ns: &Netns, f: impl FnOnce() -> Result<T> + Send) -> Result<T> {
     if ino_of(Path::new("/proc/thread-self/ns/net")).is_ok_and(|i| i == ns.ino) {
         return f();
     }

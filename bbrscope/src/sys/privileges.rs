@@ -20,24 +20,24 @@ fn has(caps: u64, cap: u32) -> bool {
 }
 
 /// Tracing needs CAP_BPF and CAP_PERFMON (5.8+), or CAP_SYS_ADMIN (any kernel).
-pub fn can_trace(caps: u64) -> bool {
+pub(crate) fn can_trace(caps: u64) -> bool {
     has(caps, CAP_SYS_ADMIN) || (has(caps, CAP_BPF) && has(caps, CAP_PERFMON))
 }
 
 /// Loading a sock_ops program (a networking program type) needs CAP_NET_ADMIN or CAP_SYS_ADMIN
 /// besides what tracing needs; without it the kernel refuses every helper probe, which must not
 /// read as a kernel that lacks the helpers.
-pub fn can_load_sockops(caps: u64) -> bool {
+pub(crate) fn can_load_sockops(caps: u64) -> bool {
     has(caps, CAP_SYS_ADMIN) || has(caps, CAP_NET_ADMIN)
 }
 
 /// This process's effective capabilities (0 if they cannot be read).
-pub fn effective_caps() -> u64 {
+pub(crate) fn effective_caps() -> u64 {
     let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
     effective_caps_in(&status).unwrap_or(0)
 }
 
-pub fn require_tracing(what: &str) -> Result<()> {
+pub(crate) fn require_tracing(what: &str) -> Result<()> {
     if !can_trace(effective_caps()) {
         usage!("{what} needs root, or the capabilities CAP_BPF and CAP_PERFMON (CAP_SYS_ADMIN on kernels before 5.8)");
     }

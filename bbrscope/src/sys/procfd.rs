@@ -14,14 +14,14 @@ use crate::sys::name::Name;
 
 /// A process holding a socket.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Holder {
+pub(crate) struct Holder {
     pub pid: u32,
     pub comm: Name,
 }
 
 /// The process holding each of `inodes` (those no process holds are absent), from one pass over
 /// every process's descriptors: called at start-up, not per flow.
-pub fn holders(inodes: &[u64]) -> HashMap<u64, Holder> {
+pub(crate) fn holders(inodes: &[u64]) -> HashMap<u64, Holder> {
     if inodes.is_empty() {
         return HashMap::new();
     }
@@ -36,7 +36,7 @@ pub fn holders(inodes: &[u64]) -> HashMap<u64, Holder> {
 /// pre-fork server's master opens the listener, and the worker that accepted a connection is
 /// younger than the master.
 #[derive(Default)]
-pub struct Resolver {
+pub(crate) struct Resolver {
     known: HashMap<u64, Holder>,
     /// Processes found holding sockets asked about (a server's workers), searched in the quick
     /// pass with those started since the last listing of /proc.
@@ -61,7 +61,7 @@ impl Resolver {
     /// Who holds socket `ino`, if it is known or a pass allowed now finds it: first the quick
     /// one (the processes that held the last sockets found, and those started since /proc was
     /// last listed: a worker forked for the connection), then every process.
-    pub fn holder(&mut self, ino: u64) -> Option<Holder> {
+    pub(crate) fn holder(&mut self, ino: u64) -> Option<Holder> {
         if let Some(h) = self.known.get(&ino) {
             return Some(h.clone());
         }
@@ -129,7 +129,7 @@ fn all_pids() -> Vec<u32> {
 }
 
 /// A process's name (`/proc/PID/comm`), as the kernel's `comm` is.
-pub fn comm(pid: u32) -> Option<Name> {
+pub(crate) fn comm(pid: u32) -> Option<Name> {
     let comm = fs::read_to_string(format!("/proc/{pid}/comm")).ok()?;
     Some(Name::new(comm.trim_end_matches('\n')))
 }

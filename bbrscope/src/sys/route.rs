@@ -16,7 +16,6 @@ use crate::sys::netlink::{Attrs, NETLINK_ROUTE, NLM_F_DUMP, NLM_F_REPLACE, Netli
 const RTM_NEWROUTE: u16 = 24;
 const RTM_GETROUTE: u16 = 26;
 const RTA_DST: u16 = 1;
-const RTA_OIF: u16 = 4;
 const RTA_GATEWAY: u16 = 5;
 const RTA_PRIORITY: u16 = 6;
 const RTA_METRICS: u16 = 8;
@@ -34,7 +33,7 @@ const RTMSG_LEN: usize = 12;
 
 /// Enough to find a route again: the kernel matches a replace on these.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct RouteKey {
+pub(crate) struct RouteKey {
     pub prefix: IpNet,
     pub table: u32,
     pub metric: Option<u32>,
@@ -58,7 +57,7 @@ impl std::fmt::Display for RouteKey {
 /// (`initrwnd`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
-pub enum Window {
+pub(crate) enum Window {
     Initcwnd,
     Initrwnd,
 }
@@ -66,7 +65,7 @@ pub enum Window {
 impl Window {
     /// The largest value `apply` sets. Google's initial-window studies and the CDNs that raised
     /// theirs stayed at or below 100 segments; a larger first burst lands whole in one queue.
-    pub const MAX: u32 = 128;
+    pub(crate) const MAX: u32 = 128;
 
     fn rtax(self) -> u16 {
         match self {
@@ -76,7 +75,7 @@ impl Window {
     }
 
     /// The name `ip route` gives it.
-    pub fn name(self) -> &'static str {
+    pub(crate) fn name(self) -> &'static str {
         match self {
             Window::Initcwnd => "initcwnd",
             Window::Initrwnd => "initrwnd",
@@ -86,7 +85,7 @@ impl Window {
 
 /// A route as dumped, kept raw so it can be sent back unchanged but for its metrics.
 #[derive(Clone, Debug)]
-pub struct Route {
+pub(crate) struct Route {
     pub key: RouteKey,
     pub cc: Option<String>,
     /// The route's initial congestion window (`initcwnd`), packets; `None`: the kernel's 10.
@@ -94,7 +93,6 @@ pub struct Route {
     /// The route's initial receive window (`initrwnd`), packets; `None`: the kernel's choice.
     pub initrwnd: Option<u32>,
     pub gateway: Option<IpAddr>,
-    pub oif: Option<u32>,
     header: Vec<u8>,
     attrs: Vec<(u16, Vec<u8>)>,
 }
@@ -128,20 +126,19 @@ impl Route {
         Some(Route {
             key: RouteKey {
                 prefix: IpNet::new(dst, dst_len).ok()?,
-                table: get(RTA_TABLE).and_then(u32_of).unwrap_or(table_hdr as u32),
+                table: get(RTA_TABLE).and_then(u32_of).unwrap_or(u32::from(table_hdr)),
                 metric: get(RTA_PRIORITY).and_then(u32_of),
             },
             cc,
             initcwnd,
             initrwnd,
             gateway: get(RTA_GATEWAY).and_then(addr),
-            oif: get(RTA_OIF).and_then(u32_of),
             header: data[..RTMSG_LEN].to_vec(),
             attrs,
         })
     }
 
-    pub fn window(&self, w: Window) -> Option<u32> {
+    pub(crate) fn window(&self, w: Window) -> Option<u32> {
         match w {
             Window::Initcwnd => self.initcwnd,
             Window::Initrwnd => self.initrwnd,
@@ -206,7 +203,7 @@ fn family_of(net: &IpNet) -> u8 {
 }
 
 /// Unicast routes of this namespace (all tables but `local`) of one address family.
-pub fn dump(family: u8) -> Result<Vec<Route>> {
+pub(crate) fn dump(family: u8) -> Result<Vec<Route>> {
     let mut nl = Netlink::open(NETLINK_ROUTE)?;
     let mut req = vec![0u8; RTMSG_LEN];
     req[0] = family;
@@ -220,7 +217,7 @@ pub fn dump(family: u8) -> Result<Vec<Route>> {
 }
 
 /// Routes of both families that set a congctl.
-pub fn with_congctl() -> Result<Vec<Route>> {
+pub(crate) fn with_congctl() -> Result<Vec<Route>> {
     let mut all = dump(libc::AF_INET as u8)?;
     all.extend(dump(libc::AF_INET6 as u8)?);
     all.retain(|r| r.cc.is_some());
@@ -228,7 +225,7 @@ pub fn with_congctl() -> Result<Vec<Route>> {
 }
 
 /// The route for exactly `net`: the main table's if there is one, else the only one.
-pub fn find(net: &IpNet) -> Result<Option<Route>> {
+pub(crate) fn find(net: &IpNet) -> Result<Option<Route>> {
     let mut found: Vec<Route> = dump(family_of(net))?.into_iter().filter(|r| r.key.prefix == *net).collect();
     if let Some(i) = found.iter().position(|r| r.key.table == RT_TABLE_MAIN) {
         return Ok(Some(found.swap_remove(i)));
@@ -244,16 +241,16 @@ pub fn find(net: &IpNet) -> Result<Option<Route>> {
 }
 
 /// Finds the route `key` names again (for revert and re-apply).
-pub fn get(key: &RouteKey) -> Result<Option<Route>> {
+pub(crate) fn get(key: &RouteKey) -> Result<Option<Route>> {
     Ok(dump(family_of(&key.prefix))?.into_iter().find(|r| r.key == *key))
 }
 
-pub fn set_cc(route: &Route, cc: Option<&str>) -> Result<()> {
+pub(crate) fn set_cc(route: &Route, cc: Option<&str>) -> Result<()> {
     replace(route, &route.with_metric(RTAX_CC_ALGO, cc.map(cc_value).as_deref()), "congctl")
 }
 
 /// Sets (None: removes) one of the route's initial windows.
-pub fn set_window(route: &Route, w: Window, value: Option<u32>) -> Result<()> {
+pub(crate) fn set_window(route: &Route, w: Window, value: Option<u32>) -> Result<()> {
     let bytes = value.map(u32::to_ne_bytes);
     replace(route, &route.with_metric(w.rtax(), bytes.as_ref().map(|b| &b[..])), w.name())
 }
@@ -267,7 +264,7 @@ fn replace(route: &Route, msg: &[u8], what: &str) -> Result<()> {
 
 /// What the kernel's route lookup (as `ip route get`) gives a new connection to `addr`: whether
 /// the address is local (then the route does not apply), and the route with its metrics.
-pub fn lookup(addr: IpAddr) -> Result<(bool, Option<Route>)> {
+pub(crate) fn lookup(addr: IpAddr) -> Result<(bool, Option<Route>)> {
     let mut nl = Netlink::open(NETLINK_ROUTE)?;
     let mut req = vec![0u8; RTMSG_LEN];
     let bytes = match addr {
@@ -287,12 +284,12 @@ pub fn lookup(addr: IpAddr) -> Result<(bool, Option<Route>)> {
     req.extend_from_slice(&a.0);
     let msgs = nl.request(RTM_GETROUTE, 0, &req).with_context(|| format!("looking up the route to {addr}"))?;
     let r = msgs.iter().filter(|m| m.kind == RTM_NEWROUTE).find_map(|m| Route::parse(&m.data));
-    Ok(r.map(|r| (r.header[7] == RTN_LOCAL, Some(r))).unwrap_or((false, None)))
+    Ok(r.map_or((false, None), |r| (r.header[7] == RTN_LOCAL, Some(r))))
 }
 
 /// The route a new connection into `net` gets, and the address looked up: the first of its
 /// addresses that is not one of this host's own (those are reached over loopback).
-pub fn lookup_in(net: &IpNet) -> Result<(IpAddr, Option<Route>)> {
+pub(crate) fn lookup_in(net: &IpNet) -> Result<(IpAddr, Option<Route>)> {
     let mut last = (net.addr(), None);
     for addr in net.hosts().take(16) {
         let (local, route) = lookup(addr)?;
@@ -323,12 +320,19 @@ mod tests {
         msg
     }
 
+    const RTA_OIF: u16 = 4;
+
+    /// The route's output device, from its attributes.
+    fn oif(r: &Route) -> Option<u32> {
+        r.attrs.iter().find(|(t, _)| *t == RTA_OIF).and_then(|(_, v)| u32_of(v))
+    }
+
     #[test]
     fn parses_a_dumped_route() {
         let r = Route::parse(&dumped(Some("cubic"))).unwrap();
         assert_eq!(r.key, RouteKey { prefix: "198.18.5.0/24".parse().unwrap(), table: 254, metric: None });
         assert_eq!(r.cc.as_deref(), Some("cubic"));
-        assert_eq!(r.oif, Some(7));
+        assert_eq!(oif(&r), Some(7));
         assert!(r.unicast());
     }
 
@@ -339,7 +343,7 @@ mod tests {
         let back = Route::parse(&msg).unwrap();
         assert_eq!(back.cc.as_deref(), Some("bbr"));
         assert_eq!(back.key, r.key);
-        assert_eq!(back.oif, Some(7));
+        assert_eq!(oif(&back), Some(7), "the output device kept");
         assert_eq!(u32::from_ne_bytes(msg[8..12].try_into().unwrap()), RTNH_F_ONLINK, "status flags dropped");
         assert!(!back.attrs.iter().any(|(t, _)| *t == RTA_CACHEINFO));
         let metrics = back.attrs.iter().find(|(t, _)| *t == RTA_METRICS).unwrap();

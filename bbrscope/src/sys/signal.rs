@@ -21,12 +21,12 @@ extern "C" fn note(sig: libc::c_int) {
 }
 
 /// A section with termination signals held off, until [`Deferred::end`] or drop.
-pub struct Deferred {
+pub(crate) struct Deferred {
     previous: Vec<(libc::c_int, libc::sigaction)>,
 }
 
 /// Starts holding the signals off.
-pub fn defer() -> Deferred {
+pub(crate) fn defer() -> Deferred {
     NOTED.store(0, Ordering::SeqCst);
     let mut previous = Vec::new();
     for sig in SIGNALS {
@@ -36,9 +36,9 @@ pub fn defer() -> Deferred {
             let mut act: libc::sigaction = std::mem::zeroed();
             act.sa_sigaction = note as extern "C" fn(libc::c_int) as libc::sighandler_t;
             act.sa_flags = libc::SA_RESTART;
-            libc::sigemptyset(&mut act.sa_mask);
+            libc::sigemptyset(&raw mut act.sa_mask);
             let mut old: libc::sigaction = std::mem::zeroed();
-            if libc::sigaction(sig, &act, &mut old) == 0 {
+            if libc::sigaction(sig, &raw const act, &raw mut old) == 0 {
                 previous.push((sig, old));
             }
         }
@@ -48,13 +48,13 @@ pub fn defer() -> Deferred {
 
 impl Deferred {
     /// Whether a termination signal arrived so far.
-    pub fn interrupted(&self) -> bool {
+    pub(crate) fn interrupted(&self) -> bool {
         NOTED.load(Ordering::SeqCst) != 0
     }
 
     /// Ends the section. If a signal arrived meanwhile, says on stderr what state the run left
     /// (`left`), then lets the signal end the process.
-    pub fn end(self, left: &str) {
+    pub(crate) fn end(self, left: &str) {
         if self.interrupted() {
             crate::output::errln!("bbrscope: interrupted: {left}");
         }
@@ -66,7 +66,7 @@ impl Drop for Deferred {
     fn drop(&mut self) {
         for (sig, old) in self.previous.drain(..) {
             // SAFETY: restores a disposition sigaction returned for this signal.
-            unsafe { libc::sigaction(sig, &old, std::ptr::null_mut()) };
+            unsafe { libc::sigaction(sig, &raw const old, std::ptr::null_mut()) };
         }
         let sig = NOTED.swap(0, Ordering::SeqCst);
         if sig != 0 {

@@ -28,15 +28,16 @@ const INET_DIAG_MSG_LEN: usize = 72;
 /// `struct inet_diag_sockid`: at offset 4 of a reply (`inet_diag_msg`), 8 of a request.
 const SOCKID_LEN: usize = 48;
 /// Connection states that have a congestion controller: all but LISTEN, TIME_WAIT and CLOSE.
-pub const CONNECTED: u32 = (1 << 1) | (1 << 2) | (1 << 3) | (1 << 4) | (1 << 5) | (1 << 8) | (1 << 9) | (1 << 11);
+pub(crate) const CONNECTED: u32 =
+    (1 << 1) | (1 << 2) | (1 << 3) | (1 << 4) | (1 << 5) | (1 << 8) | (1 << 9) | (1 << 11);
 
 /// `struct tcp_info` fields, parsed by the socket-option door (one parser for getsockopt and
 /// INET_DIAG_INFO).
-pub use super::sockopt::TcpInfo;
+pub(crate) use super::sockopt::TcpInfo;
 
 /// BBR's own report (`struct tcp_bbr_info`): bandwidth in bytes/s, gains in 1/256.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct BbrInfo {
+pub(crate) struct BbrInfo {
     pub bw_bytes_per_s: u64,
     pub min_rtt_us: u32,
     pub pacing_gain: u32,
@@ -45,7 +46,7 @@ pub struct BbrInfo {
 
 /// One socket of a dump.
 #[derive(Clone, Debug)]
-pub struct Socket {
+pub(crate) struct Socket {
     pub family: u8,
     /// `struct inet_diag_sockid` as the kernel wrote it (ports, addresses, interface, cookie):
     /// what a later [`lookup`] of this one socket sends back.
@@ -67,14 +68,19 @@ pub struct Socket {
 
 /// Every TCP socket in `states` (a bit mask of `1 << tcp_state`) of both address families; with
 /// `details`, each with its tcp_info, algorithm and the algorithm's own info.
-pub fn dump(states: u32, details: bool) -> Result<Vec<Socket>> {
+pub(crate) fn dump(states: u32, details: bool) -> Result<Vec<Socket>> {
     dump_on(&mut open()?, states, details, None)
 }
 
 /// As [`dump`], on a sock_diag socket from [`open`]: it answers for the namespace it was
 /// opened in, whichever the calling thread is in now. With `storage` (a socket-storage map),
 /// each socket says whether it holds a value there (`in_storage`); needs CAP_BPF.
-pub fn dump_on(nl: &mut Netlink, states: u32, details: bool, storage: Option<BorrowedFd<'_>>) -> Result<Vec<Socket>> {
+pub(crate) fn dump_on(
+    nl: &mut Netlink,
+    states: u32,
+    details: bool,
+    storage: Option<BorrowedFd<'_>>,
+) -> Result<Vec<Socket>> {
     let mut out = Vec::new();
     for family in [libc::AF_INET as u8, libc::AF_INET6 as u8] {
         let mut req = request(family, states, details, &[0; SOCKID_LEN]);
@@ -95,7 +101,7 @@ pub fn dump_on(nl: &mut Netlink, states: u32, details: bool, storage: Option<Bor
 /// kernel matches the cookie too, so a new socket on the same ports is not taken for it).
 /// Cheaper than a dump when few sockets are wanted among many: the kernel looks it up by its
 /// addresses instead of walking every socket.
-pub fn lookup(nl: &mut Netlink, s: &Socket) -> Result<Option<Socket>> {
+pub(crate) fn lookup(nl: &mut Netlink, s: &Socket) -> Result<Option<Socket>> {
     let req = request(s.family, u32::MAX, true, &s.id);
     match nl.request(SOCK_DIAG_BY_FAMILY, 0, &req) {
         Ok(msgs) => Ok(msgs.iter().find_map(|m| parse(&m.data))),
@@ -106,7 +112,7 @@ pub fn lookup(nl: &mut Netlink, s: &Socket) -> Result<Option<Socket>> {
 
 /// A sock_diag socket for [`lookup`] and [`dump_on`], in the calling thread's namespace (for good:
 /// a socket belongs to the namespace it was created in).
-pub fn open() -> Result<Netlink> {
+pub(crate) fn open() -> Result<Netlink> {
     Netlink::open(NETLINK_SOCK_DIAG).context("opening a sock_diag socket")
 }
 
@@ -138,8 +144,8 @@ fn parse(d: &[u8]) -> Option<Socket> {
             a.to_ipv4_mapped().map_or(IpAddr::V6(a), IpAddr::V4)
         }
     };
-    let cookie_lo = u32::from_ne_bytes(d[44..48].try_into().unwrap()) as u64;
-    let cookie_hi = u32::from_ne_bytes(d[48..52].try_into().unwrap()) as u64;
+    let cookie_lo = u64::from(u32::from_ne_bytes(d[44..48].try_into().unwrap()));
+    let cookie_hi = u64::from(u32::from_ne_bytes(d[48..52].try_into().unwrap()));
     let mut s = Socket {
         family,
         id: d[4..4 + SOCKID_LEN].try_into().unwrap(),
@@ -162,7 +168,7 @@ fn parse(d: &[u8]) -> Option<Socket> {
             INET_DIAG_BBRINFO if v.len() >= 20 => {
                 let w = |i: usize| u32::from_ne_bytes(v[i * 4..i * 4 + 4].try_into().unwrap());
                 s.bbr = Some(BbrInfo {
-                    bw_bytes_per_s: w(0) as u64 | ((w(1) as u64) << 32),
+                    bw_bytes_per_s: u64::from(w(0)) | (u64::from(w(1)) << 32),
                     min_rtt_us: w(2),
                     pacing_gain: w(3),
                     cwnd_gain: w(4),

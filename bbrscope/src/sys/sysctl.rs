@@ -6,18 +6,18 @@ use std::{io, path::PathBuf};
 
 use anyhow::Result;
 
-pub const CC: &str = "net.ipv4.tcp_congestion_control";
-pub const ALLOWED: &str = "net.ipv4.tcp_allowed_congestion_control";
-pub const DEFAULT_QDISC: &str = "net.core.default_qdisc";
+pub(crate) const CC: &str = "net.ipv4.tcp_congestion_control";
+pub(crate) const ALLOWED: &str = "net.ipv4.tcp_allowed_congestion_control";
+pub(crate) const DEFAULT_QDISC: &str = "net.core.default_qdisc";
 
-pub fn path(key: &str) -> PathBuf {
+pub(crate) fn path(key: &str) -> PathBuf {
     PathBuf::from("/proc/sys").join(key.replace('.', "/"))
 }
 
 /// The value, or None when this namespace has no such setting (e.g. net.core.default_qdisc
 /// outside the initial namespace). Several numbers (tcp_wmem's three) come back separated by
 /// one space, as they are written and recorded (the kernel prints tabs).
-pub fn read(key: &str) -> Result<Option<String>> {
+pub(crate) fn read(key: &str) -> Result<Option<String>> {
     match std::fs::read_to_string(path(key)) {
         Ok(v) => Ok(Some(normal(&v))),
         Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
@@ -25,13 +25,13 @@ pub fn read(key: &str) -> Result<Option<String>> {
     }
 }
 
-pub fn write(key: &str, value: &str) -> io::Result<()> {
+pub(crate) fn write(key: &str, value: &str) -> io::Result<()> {
     std::fs::write(path(key), value)
 }
 
 /// Why a write would fail, found without writing: a read-only /proc/sys (containers) or no
 /// permission. None when it looks writable.
-pub fn unwritable(key: &str) -> Option<String> {
+pub(crate) fn unwritable(key: &str) -> Option<String> {
     use std::os::unix::ffi::OsStrExt as _;
     let p = path(key);
     let c = std::ffi::CString::new(p.as_os_str().as_bytes()).ok()?;
@@ -44,7 +44,7 @@ pub fn unwritable(key: &str) -> Option<String> {
         Some(libc::EROFS) => format!(
             "/proc/sys is mounted read-only here (typical in containers), so {key} cannot be changed from inside"
         ),
-        Some(libc::EACCES) | Some(libc::EPERM) => {
+        Some(libc::EACCES | libc::EPERM) => {
             format!("no permission to change {key}: run as root (or with CAP_NET_ADMIN)")
         }
         Some(libc::ENOENT) => format!("this namespace has no {key}"),
@@ -53,7 +53,7 @@ pub fn unwritable(key: &str) -> Option<String> {
 }
 
 /// A value as bbrscope records and compares it: its words separated by one space.
-pub fn normal(value: &str) -> String {
+pub(crate) fn normal(value: &str) -> String {
     value.split_whitespace().collect::<Vec<_>>().join(" ")
 }
 
@@ -61,7 +61,7 @@ pub fn normal(value: &str) -> String {
 /// flows against and the ones the usual BBR guides set beside it, each with the values it
 /// accepts. Anything else is refused: bbrscope is a TCP tool, and a typo in a key must not
 /// become a write to some other part of /proc/sys.
-pub const TUNABLE: &[(&str, Accepts)] = &[
+pub(crate) const TUNABLE: &[(&str, Accepts)] = &[
     ("net.ipv4.tcp_wmem", Accepts::Buffer),
     ("net.ipv4.tcp_rmem", Accepts::Buffer),
     ("net.core.wmem_max", Accepts::Range(4096, i32::MAX as u64)),
@@ -76,7 +76,7 @@ pub const TUNABLE: &[(&str, Accepts)] = &[
 
 /// The values a tunable setting takes.
 #[derive(Clone, Copy, Debug)]
-pub enum Accepts {
+pub(crate) enum Accepts {
     /// One integer in this range.
     Range(u64, u64),
     /// Three byte counts, min ≤ default ≤ max (tcp_wmem, tcp_rmem).
@@ -85,7 +85,7 @@ pub enum Accepts {
 
 /// Checks `KEY=VALUE` for `apply --sysctl`: the key on [`TUNABLE`], the value one it accepts.
 /// Returns the key and the value as recorded ([`normal`]); the error is the line for the user.
-pub fn tunable(arg: &str) -> Result<(String, String), String> {
+pub(crate) fn tunable(arg: &str) -> Result<(String, String), String> {
     let Some((key, value)) = arg.split_once('=') else {
         return Err(format!("--sysctl {arg:?}: expected KEY=VALUE, e.g. net.ipv4.tcp_slow_start_after_idle=0"));
     };
@@ -101,7 +101,7 @@ pub fn tunable(arg: &str) -> Result<(String, String), String> {
     let numbers: Option<Vec<u64>> = value.split(' ').map(|w| w.parse().ok()).collect();
     let ok = match (accepts, numbers.as_deref()) {
         (Accepts::Range(lo, hi), Some(&[v])) => (*lo..=*hi).contains(&v),
-        (Accepts::Buffer, Some(&[min, def, max])) => 1 <= min && min <= def && def <= max && max <= i32::MAX as u64,
+        (Accepts::Buffer, Some(&[min, def, max])) => 1 <= min && min <= def && def <= max && i32::try_from(max).is_ok(),
         _ => false,
     };
     if !ok {
@@ -115,7 +115,7 @@ pub fn tunable(arg: &str) -> Result<(String, String), String> {
 }
 
 /// A space-separated list setting (the allowed and available algorithm lists).
-pub fn words(value: &str) -> Vec<String> {
+pub(crate) fn words(value: &str) -> Vec<String> {
     value.split_whitespace().map(str::to_string).collect()
 }
 

@@ -18,7 +18,7 @@ use rustix::net::{AddressFamily, SocketFlags, SocketType, socket_with};
 /// A TUN device that exists while `fd` is open (not persistent). No `IFF_VNET_HDR` and no
 /// TUNSETOFFLOAD: the kernel keeps checksum and segmentation offloads off for it, so every read
 /// is one IP packet of at most the MTU, and loss applies per packet.
-pub fn create(name: &CStr) -> io::Result<OwnedFd> {
+pub(crate) fn create(name: &CStr) -> io::Result<OwnedFd> {
     let file = OpenOptions::new()
         .read(true)
         .write(true)
@@ -32,12 +32,12 @@ pub fn create(name: &CStr) -> io::Result<OwnedFd> {
 }
 
 /// Addresses `name` with `addr/prefix`, sets its transmit queue length and brings it up.
-pub fn configure(name: &CStr, addr: Ipv4Addr, prefix: u8, txqueuelen: u32) -> io::Result<()> {
+pub(crate) fn configure(name: &CStr, addr: Ipv4Addr, prefix: u8, txqueuelen: u32) -> io::Result<()> {
     let sock = control_socket()?;
     let mut req = ifreq(name);
     req.ifr_ifru.ifru_addr = sockaddr_in(addr);
     ioctl(&sock, libc::SIOCSIFADDR, &mut req)?;
-    let mask = Ipv4Addr::from(u32::MAX.checked_shl(32 - prefix as u32).unwrap_or(0));
+    let mask = Ipv4Addr::from(u32::MAX.checked_shl(32 - u32::from(prefix)).unwrap_or(0));
     req.ifr_ifru.ifru_netmask = sockaddr_in(mask);
     ioctl(&sock, libc::SIOCSIFNETMASK, &mut req)?;
     req.ifr_ifru.ifru_metric = txqueuelen as libc::c_int; // ifr_qlen shares the int slot
@@ -46,7 +46,7 @@ pub fn configure(name: &CStr, addr: Ipv4Addr, prefix: u8, txqueuelen: u32) -> io
 }
 
 /// Brings an interface up (e.g. `lo`).
-pub fn up(name: &CStr) -> io::Result<()> {
+pub(crate) fn up(name: &CStr) -> io::Result<()> {
     up_with(&control_socket()?, name)
 }
 
@@ -70,7 +70,7 @@ fn ioctl(sock: &OwnedFd, request: libc::c_ulong, req: &mut libc::ifreq) -> io::R
     // The request numbers are `c_ulong` in libc; the call takes glibc's `c_ulong` or musl's `c_int`
     // (`libc::Ioctl`), and every number here fits both.
     // SAFETY: every request used here takes a `struct ifreq`.
-    check(unsafe { libc::ioctl(sock.as_raw_fd(), request as libc::Ioctl, req as *mut libc::ifreq) })
+    check(unsafe { libc::ioctl(sock.as_raw_fd(), request as libc::Ioctl, std::ptr::from_mut::<libc::ifreq>(req)) })
 }
 
 fn ifreq(name: &CStr) -> libc::ifreq {

@@ -218,11 +218,11 @@ impl App {
         let key = |f: &Flow| -> i128 {
             let m = f.metrics.as_ref();
             match self.sort {
-                SortKey::Throughput => f.throughput_bps.unwrap_or(0) as i128,
-                SortKey::Cwnd => m.and_then(|m| m.cwnd).unwrap_or(0) as i128,
-                SortKey::Rtt => m.and_then(|m| m.srtt_us).unwrap_or(0) as i128,
-                SortKey::Retransmits => f.retrans_segs as i128,
-                SortKey::Age => -(f.first_ns as i128),
+                SortKey::Throughput => i128::from(f.throughput_bps.unwrap_or(0)),
+                SortKey::Cwnd => i128::from(m.and_then(|m| m.cwnd).unwrap_or(0)),
+                SortKey::Rtt => i128::from(m.and_then(|m| m.srtt_us).unwrap_or(0)),
+                SortKey::Retransmits => i128::from(f.retrans_segs),
+                SortKey::Age => -i128::from(f.first_ns),
                 SortKey::Algorithm => 0,
             }
         };
@@ -284,11 +284,11 @@ impl App {
             }
             KeyCode::Esc if self.view == View::Compare => self.view = View::Flows,
             KeyCode::Up | KeyCode::Char('k') if self.view == View::Panel => {
-                self.group_scroll = self.group_scroll.saturating_sub(1)
+                self.group_scroll = self.group_scroll.saturating_sub(1);
             }
             KeyCode::Down | KeyCode::Char('j') if self.view == View::Panel => self.group_scroll += 1,
             KeyCode::Char('e') if self.panel.is_some() => self.view = View::Panel,
-            KeyCode::Char('?') | KeyCode::Char('h') | KeyCode::F(1) => self.help = true,
+            KeyCode::Char('?' | 'h') | KeyCode::F(1) => self.help = true,
             KeyCode::Up | KeyCode::Char('k') => self.move_selection(-1),
             KeyCode::Down | KeyCode::Char('j') => self.move_selection(1),
             KeyCode::PageUp => self.move_selection(-10),
@@ -300,7 +300,7 @@ impl App {
             KeyCode::Char('/') => self.editing_filter = true,
             KeyCode::Char('c') => self.view = if self.view == View::Compare { View::Flows } else { View::Compare },
             KeyCode::Tab => self.view = self.next_view(),
-            KeyCode::Char(' ') | KeyCode::Char('m') => {
+            KeyCode::Char(' ' | 'm') => {
                 if let Some(id) = self.selected {
                     if let Some(i) = self.marked.iter().position(|&m| m == id) {
                         self.marked.remove(i);
@@ -313,8 +313,8 @@ impl App {
                 }
             }
             KeyCode::Char('t') => self.chart_tab = (self.chart_tab + 1) % crate::tui::view::CHARTS,
-            KeyCode::Char('+') | KeyCode::Char('=') => self.window = self.window.saturating_sub(1),
-            KeyCode::Char('-') | KeyCode::Char('_') => self.window = (self.window + 1).min(WINDOWS.len() - 1),
+            KeyCode::Char('+' | '=') => self.window = self.window.saturating_sub(1),
+            KeyCode::Char('-' | '_') => self.window = (self.window + 1).min(WINDOWS.len() - 1),
             KeyCode::Char('p') => match &mut self.playback {
                 Some(p) => p.paused = !p.paused,
                 None => self.frozen_at = if self.frozen_at.is_some() { None } else { Some(self.now_ns) },

@@ -5,13 +5,13 @@ use ratatui::text::Span;
 
 use crate::units::fmt_rate_compact;
 
-pub fn opt_bps(v: Option<u64>) -> String {
-    v.map(fmt_rate_compact).unwrap_or_else(|| "-".into())
+pub(super) fn opt_bps(v: Option<u64>) -> String {
+    v.map_or_else(|| "-".into(), fmt_rate_compact)
 }
 
 /// A rate in bit/s in at most 5 characters, for narrow columns headed `BIT/S`: `925k`, `48.3M`,
 /// `1.20G` (as btop and bottom shorten; never a unit cut in half).
-pub fn opt_bps_short(v: Option<u64>) -> String {
+pub(super) fn opt_bps_short(v: Option<u64>) -> String {
     let Some(v) = v.map(|b| b as f64) else { return "-".into() };
     // Thresholds just under each power, so that 999.7k reads 1.00M, not 1000k.
     let (scaled, prefix) = match v {
@@ -29,7 +29,7 @@ pub fn opt_bps_short(v: Option<u64>) -> String {
 
 /// The parts of a line that fit in `width` columns, each whole or not at all, in their order: a
 /// narrow terminal loses the parts that do not fit instead of showing one cut mid-number.
-pub fn fit(parts: Vec<Span<'static>>, width: usize) -> Vec<Span<'static>> {
+pub(super) fn fit(parts: Vec<Span<'static>>, width: usize) -> Vec<Span<'static>> {
     let mut left = width;
     parts
         .into_iter()
@@ -44,20 +44,20 @@ pub fn fit(parts: Vec<Span<'static>>, width: usize) -> Vec<Span<'static>> {
         .collect()
 }
 
-pub fn ms(us: u32) -> String {
+pub(super) fn ms(us: u32) -> String {
     match us {
         us if us < 1_000 => format!("{us}µs"),
-        us if us >= 100_000 => format!("{:.0}ms", us as f64 / 1e3),
-        us if us >= 10_000 => format!("{:.1}ms", us as f64 / 1e3),
-        us => format!("{:.2}ms", us as f64 / 1e3),
+        us if us >= 100_000 => format!("{:.0}ms", f64::from(us) / 1e3),
+        us if us >= 10_000 => format!("{:.1}ms", f64::from(us) / 1e3),
+        us => format!("{:.2}ms", f64::from(us) / 1e3),
     }
 }
 
-pub fn opt_ms(us: Option<u32>) -> String {
-    us.map(ms).unwrap_or_else(|| "-".into())
+pub(super) fn opt_ms(us: Option<u32>) -> String {
+    us.map_or_else(|| "-".into(), ms)
 }
 
-pub fn count(v: f64) -> String {
+pub(super) fn count(v: f64) -> String {
     match v {
         v if v >= 1e6 => format!("{:.1}M", v / 1e6),
         v if v >= 1e3 => format!("{:.1}k", v / 1e3),

@@ -2,7 +2,7 @@
 //! TCP traffic on loopback or in network namespaces the tests create, and cleaning up.
 #![allow(dead_code)] // each test binary uses a different subset
 
-pub mod prometheus;
+pub(crate) mod prometheus;
 
 use std::{
     io::{BufRead as _, BufReader, Read as _, Write as _},
@@ -21,19 +21,19 @@ use bbrscope::sys::sockopt;
 use serde_json::Value;
 
 /// Root tests must run (CI runs as root); failing loudly beats skipping silently.
-pub fn require_root() {
+pub(crate) fn require_root() {
     // SAFETY: geteuid takes no arguments.
     let euid = unsafe { libc::geteuid() };
     assert_eq!(euid, 0, "this test loads BPF programs and creates network namespaces: run it as root");
 }
 
 /// /dev/full: every write fails with ENOSPC.
-pub fn full() -> std::fs::File {
+pub(crate) fn full() -> std::fs::File {
     std::fs::OpenOptions::new().write(true).open("/dev/full").unwrap()
 }
 
 /// The write end of a pipe whose read end is already closed: every write fails with EPIPE.
-pub fn closed_pipe() -> std::os::fd::OwnedFd {
+pub(crate) fn closed_pipe() -> std::os::fd::OwnedFd {
     use std::os::fd::{FromRawFd as _, OwnedFd};
     let mut fds = [0; 2];
     // SAFETY: pipe2 fills the two-element array it is given.
@@ -44,12 +44,12 @@ pub fn closed_pipe() -> std::os::fd::OwnedFd {
     write
 }
 
-pub fn bbrscope() -> Command {
+pub(crate) fn bbrscope() -> Command {
     Command::new(env!("CARGO_BIN_EXE_bbrscope"))
 }
 
 /// A running `bbrscope stream`, its NDJSON collected in the background.
-pub struct Stream {
+pub(crate) struct Stream {
     child: Child,
     lines: Arc<Mutex<Vec<Value>>>,
     /// While set, the test stops reading bbrscope's output (as a reader that pauses would).
@@ -61,7 +61,7 @@ pub struct Stream {
 impl Stream {
     /// Starts `bbrscope stream ARGS --stats-interval 0.1` and waits until it is attached (its
     /// first `stats` record).
-    pub fn start(args: &[&str]) -> Stream {
+    pub(crate) fn start(args: &[&str]) -> Stream {
         let mut child = bbrscope()
             .arg("stream")
             .args(args)
@@ -98,16 +98,16 @@ impl Stream {
 
     /// Stops (true) or resumes reading bbrscope's output: while stopped, its pipe fills and its
     /// writes block.
-    pub fn pause_reading(&self, paused: bool) {
+    pub(crate) fn pause_reading(&self, paused: bool) {
         self.paused.store(paused, std::sync::atomic::Ordering::Relaxed);
     }
 
-    pub fn records(&self) -> Vec<Value> {
+    pub(crate) fn records(&self) -> Vec<Value> {
         self.lines.lock().unwrap().clone()
     }
 
     /// Waits until a record matches `pred` (panics with what was seen after `timeout`).
-    pub fn wait_for(&mut self, timeout: Duration, pred: impl Fn(&Value) -> bool) -> Value {
+    pub(crate) fn wait_for(&mut self, timeout: Duration, pred: impl Fn(&Value) -> bool) -> Value {
         let start = Instant::now();
         loop {
             if let Some(v) = self.lines.lock().unwrap().iter().find(|v| pred(v)) {
@@ -131,7 +131,7 @@ impl Stream {
     }
 
     /// Sends SIGINT, waits for exit, and returns (exit code, records, stderr).
-    pub fn stop(mut self) -> (i32, Vec<Value>, String) {
+    pub(crate) fn stop(mut self) -> (i32, Vec<Value>, String) {
         // SAFETY: kill(2) on our own child's pid.
         unsafe { libc::kill(self.child.id() as i32, libc::SIGINT) };
         let status = wait_timeout(&mut self.child, Duration::from_secs(10)).expect("bbrscope did not exit on SIGINT");
@@ -140,7 +140,7 @@ impl Stream {
         (status.code().unwrap_or(-1), self.records(), stderr)
     }
 
-    pub fn pid(&self) -> u32 {
+    pub(crate) fn pid(&self) -> u32 {
         self.child.id()
     }
 }
@@ -152,7 +152,7 @@ impl Drop for Stream {
     }
 }
 
-pub fn wait_timeout(child: &mut Child, timeout: Duration) -> Option<std::process::ExitStatus> {
+pub(crate) fn wait_timeout(child: &mut Child, timeout: Duration) -> Option<std::process::ExitStatus> {
     let start = Instant::now();
     while start.elapsed() < timeout {
         if let Ok(Some(s)) = child.try_wait() {
@@ -164,35 +164,39 @@ pub fn wait_timeout(child: &mut Child, timeout: Duration) -> Option<std::process
 }
 
 /// Records of `ty` for flow `cookie`.
-pub fn of_flow<'a>(records: &'a [Value], ty: &'a str, cookie: &'a Value) -> impl Iterator<Item = &'a Value> + 'a {
+pub(crate) fn of_flow<'a>(
+    records: &'a [Value],
+    ty: &'a str,
+    cookie: &'a Value,
+) -> impl Iterator<Item = &'a Value> + 'a {
     records.iter().filter(move |r| r["type"] == ty && &r["cookie"] == cookie)
 }
 
 /// The flow_open record whose `src` or `dst` is `addr`.
-pub fn open_for(records: &[Value], local: SocketAddr) -> Option<Value> {
+pub(crate) fn open_for(records: &[Value], local: SocketAddr) -> Option<Value> {
     records.iter().find(|r| r["type"] == "flow_open" && r["src"] == local.to_string()).cloned()
 }
 
 /// setsockopt(TCP_CONGESTION) on any TCP socket (a listener's algorithm is inherited by the
 /// connections it accepts).
-pub fn set_cc(fd: impl AsFd, cc: &str) {
+pub(crate) fn set_cc(fd: impl AsFd, cc: &str) {
     sockopt::set_congestion(fd, cc).unwrap_or_else(|e| panic!("setsockopt(TCP_CONGESTION, {cc}): {e}"));
 }
 
 /// setsockopt of an int option; `what` names it in the panic.
-pub fn setsockopt_int(fd: impl AsFd, level: libc::c_int, name: libc::c_int, value: libc::c_int, what: &str) {
+pub(crate) fn setsockopt_int(fd: impl AsFd, level: libc::c_int, name: libc::c_int, value: libc::c_int, what: &str) {
     sockopt::set_int(fd, level, name, value).unwrap_or_else(|e| panic!("setsockopt({what}, {value}): {e}"));
 }
 
 /// A listener that accepts connections and discards what it reads, counting bytes.
-pub struct Discard {
+pub(crate) struct Discard {
     pub addr: SocketAddr,
     pub received: Arc<AtomicU64>,
     stop: Arc<AtomicBool>,
 }
 
 impl Discard {
-    pub fn bind(addr: &str) -> Discard {
+    pub(crate) fn bind(addr: &str) -> Discard {
         let listener = TcpListener::bind(addr).expect("bind discard server");
         let addr = listener.local_addr().unwrap();
         let received = Arc::new(AtomicU64::new(0));
@@ -231,20 +235,20 @@ impl Drop for Discard {
 /// Connects to `to` with algorithm `cc` and sends for `duration`, at most `rate_bytes_per_s`
 /// (None: as fast as possible). Returns the connected stream's local address via the handle's
 /// first message and bytes sent at the end.
-pub struct Sender {
+pub(crate) struct Sender {
     pub local: SocketAddr,
     handle: JoinHandle<u64>,
 }
 
 impl Sender {
-    pub fn start(to: SocketAddr, cc: &str, duration: Duration, rate_bytes_per_s: Option<u64>) -> Sender {
+    pub(crate) fn start(to: SocketAddr, cc: &str, duration: Duration, rate_bytes_per_s: Option<u64>) -> Sender {
         let stream = TcpStream::connect(to).expect("connect");
         set_cc(&stream, cc);
         Self::run(stream, duration, rate_bytes_per_s)
     }
 
     /// Sends on an already connected stream (e.g. one created inside a network namespace).
-    pub fn run(mut stream: TcpStream, duration: Duration, rate_bytes_per_s: Option<u64>) -> Sender {
+    pub(crate) fn run(mut stream: TcpStream, duration: Duration, rate_bytes_per_s: Option<u64>) -> Sender {
         let local = stream.local_addr().unwrap();
         let handle = thread::spawn(move || {
             let chunk = vec![0x5au8; 64 << 10];
@@ -268,26 +272,26 @@ impl Sender {
         Sender { local, handle }
     }
 
-    pub fn join(self) -> u64 {
+    pub(crate) fn join(self) -> u64 {
         self.handle.join().unwrap()
     }
 }
 
 /// A name no other test (of this or a concurrent run) uses: `bbrs-TAG-PID-N`.
-pub fn unique_name(tag: &str) -> String {
+pub(crate) fn unique_name(tag: &str) -> String {
     static SEQ: AtomicU64 = AtomicU64::new(0);
     format!("bbrs-{tag}-{}-{}", std::process::id(), SEQ.fetch_add(1, Ordering::Relaxed))
 }
 
 /// Runs `cmd ARGS`, asserts that it succeeded and returns its stdout.
-pub fn run(cmd: &str, args: &[&str]) -> String {
+pub(crate) fn run(cmd: &str, args: &[&str]) -> String {
     let out = Command::new(cmd).args(args).output().unwrap_or_else(|e| panic!("{cmd}: {e}"));
     assert!(out.status.success(), "{cmd} {}: {}", args.join(" "), String::from_utf8_lossy(&out.stderr));
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
 /// `program`, to run inside `netns` (through `ip netns exec`) or, with None, here.
-pub fn command_in(netns: Option<&Netns>, program: &str) -> Command {
+pub(crate) fn command_in(netns: Option<&Netns>, program: &str) -> Command {
     match netns {
         Some(ns) => {
             let mut c = Command::new("ip");
@@ -299,7 +303,7 @@ pub fn command_in(netns: Option<&Netns>, program: &str) -> Command {
 }
 
 /// The default congestion-control algorithm of the calling thread's network namespace.
-pub fn tcp_congestion_control() -> String {
+pub(crate) fn tcp_congestion_control() -> String {
     let path = "/proc/sys/net/ipv4/tcp_congestion_control";
     std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{path}: {e}")).trim().to_string()
 }
@@ -313,12 +317,12 @@ fn join_netns(path: &str) {
 }
 
 /// A network namespace made for one test (`ip netns add`, loopback up), deleted on drop.
-pub struct Netns {
+pub(crate) struct Netns {
     pub name: String,
 }
 
 impl Netns {
-    pub fn new(tag: &str) -> Netns {
+    pub(crate) fn new(tag: &str) -> Netns {
         let name = unique_name(tag);
         run("ip", &["netns", "add", &name]);
         let ns = Netns { name };
@@ -327,7 +331,7 @@ impl Netns {
     }
 
     /// Runs `cmd ARGS` inside this namespace, asserts that it succeeded and returns its stdout.
-    pub fn exec(&self, cmd: &str, args: &[&str]) -> String {
+    pub(crate) fn exec(&self, cmd: &str, args: &[&str]) -> String {
         let mut full = vec!["netns", "exec", &self.name, cmd];
         full.extend_from_slice(args);
         run("ip", &full)
@@ -335,7 +339,7 @@ impl Netns {
 
     /// Runs `f` on a thread inside this namespace (sockets it creates live there; the calling
     /// thread stays where it is).
-    pub fn enter<T: Send>(&self, f: impl FnOnce() -> T + Send) -> T {
+    pub(crate) fn enter<T: Send>(&self, f: impl FnOnce() -> T + Send) -> T {
         let path = self.path();
         thread::scope(|s| {
             s.spawn(|| {
@@ -349,7 +353,7 @@ impl Netns {
 
     /// Runs `f` on a new thread inside this namespace, in the background (threads it spawns
     /// start there too).
-    pub fn spawn<T: Send + 'static>(&self, f: impl FnOnce() -> T + Send + 'static) -> JoinHandle<T> {
+    pub(crate) fn spawn<T: Send + 'static>(&self, f: impl FnOnce() -> T + Send + 'static) -> JoinHandle<T> {
         let path = self.path();
         thread::spawn(move || {
             join_netns(&path);
@@ -358,12 +362,12 @@ impl Netns {
     }
 
     /// /run/netns/NAME
-    pub fn path(&self) -> String {
+    pub(crate) fn path(&self) -> String {
         format!("/run/netns/{}", self.name)
     }
 
     /// This namespace's default congestion-control algorithm (its tcp_congestion_control).
-    pub fn cc(&self) -> String {
+    pub(crate) fn cc(&self) -> String {
         self.enter(tcp_congestion_control)
     }
 }
@@ -377,7 +381,7 @@ impl Drop for Netns {
 /// Two namespaces joined by a veth pair: `a` at 10.199.N.1, `b` at 10.199.N.2, on the kernel's
 /// connected route for 10.199.N.0/24 ([`Link::prefix`]). Addresses exist only inside these
 /// namespaces.
-pub struct Link {
+pub(crate) struct Link {
     pub a: Netns,
     pub b: Netns,
     pub a_ip: String,
@@ -390,10 +394,10 @@ pub struct Link {
 static LINK_SEQ: AtomicU64 = AtomicU64::new(1);
 
 impl Link {
-    pub fn new(tag: &str) -> Link {
+    pub(crate) fn new(tag: &str) -> Link {
         let a = Netns::new(&format!("{tag}a"));
         let b = Netns::new(&format!("{tag}b"));
-        let n = (std::process::id() as u64 * 7 + LINK_SEQ.fetch_add(1, Ordering::Relaxed)) % 250 + 1;
+        let n = (u64::from(std::process::id()) * 7 + LINK_SEQ.fetch_add(1, Ordering::Relaxed)) % 250 + 1;
         let (va, vb) =
             (format!("va{n}x{}", std::process::id() % 10000), format!("vb{n}x{}", std::process::id() % 10000));
         run("ip", &["link", "add", &va, "netns", &a.name, "type", "veth", "peer", "name", &vb, "netns", &b.name]);
@@ -407,20 +411,20 @@ impl Link {
 
     /// One TCP segment per packet both ways (no GSO super-packets), so that a loss rate applied
     /// per packet is a loss rate per segment.
-    pub fn one_segment_per_packet(&self) {
+    pub(crate) fn one_segment_per_packet(&self) {
         self.a.exec("ip", &["link", "set", "dev", &self.a_dev, "gso_max_segs", "1"]);
         self.b.exec("ip", &["link", "set", "dev", &self.b_dev, "gso_max_segs", "1"]);
     }
 
     /// The /24 both ends are on: "10.199.N.0/24".
-    pub fn prefix(&self) -> String {
+    pub(crate) fn prefix(&self) -> String {
         let (net, _) = self.a_ip.rsplit_once('.').unwrap();
         format!("{net}.0/24")
     }
 }
 
 /// Parses `ss -tinH` output for the socket with local address `local` into key -> value.
-pub fn ss_info(local: SocketAddr, netns: Option<&Netns>) -> Option<std::collections::HashMap<String, String>> {
+pub(crate) fn ss_info(local: SocketAddr, netns: Option<&Netns>) -> Option<std::collections::HashMap<String, String>> {
     let out = command_in(netns, "ss").args(["-tinH", "state", "established"]).output().ok()?;
     let text = String::from_utf8_lossy(&out.stdout);
     let mut lines = text.lines();
@@ -454,7 +458,7 @@ pub fn ss_info(local: SocketAddr, netns: Option<&Netns>) -> Option<std::collecti
 }
 
 /// "12.3Mbps" -> 12_300_000.0
-pub fn parse_bps(s: &str) -> f64 {
+pub(crate) fn parse_bps(s: &str) -> f64 {
     let s = s.trim_end_matches("bps");
     let (num, mult) = match s.chars().last() {
         Some('K') => (&s[..s.len() - 1], 1e3),
@@ -468,18 +472,18 @@ pub fn parse_bps(s: &str) -> f64 {
 /// The kernel's `struct tcp_info` for one socket, read by the test itself with
 /// getsockopt(TCP_INFO) (bbrscope's `sockopt` door, which copies fields by their uapi offsets and
 /// computes nothing): the reference bbrscope is checked against.
-pub use bbrscope::sys::sockopt::TcpInfo;
+pub(crate) use bbrscope::sys::sockopt::TcpInfo;
 
 /// A socket's send buffer (`SO_SNDBUF`: the kernel's `sk_sndbuf`), after setting it to `set`
 /// when given (the kernel doubles what is asked and stops growing it).
-pub fn sndbuf(fd: impl AsFd, set: Option<usize>) -> usize {
+pub(crate) fn sndbuf(fd: impl AsFd, set: Option<usize>) -> usize {
     if let Some(v) = set {
         sockopt::set_send_buffer(fd.as_fd(), v).unwrap_or_else(|e| panic!("setsockopt(SO_SNDBUF): {e}"));
     }
     sockopt::send_buffer(fd).unwrap_or_else(|e| panic!("getsockopt(SO_SNDBUF): {e}"))
 }
 
-pub fn tcp_info(fd: impl AsFd) -> TcpInfo {
+pub(crate) fn tcp_info(fd: impl AsFd) -> TcpInfo {
     let info = sockopt::tcp_info(fd).unwrap_or_else(|e| panic!("getsockopt(TCP_INFO): {e}"));
     assert!(info.len >= 216, "this kernel's tcp_info is too short ({} bytes)", info.len);
     info
@@ -487,15 +491,15 @@ pub fn tcp_info(fd: impl AsFd) -> TcpInfo {
 
 /// BBR's bandwidth estimate in bytes per second, as the kernel reports it through
 /// getsockopt(TCP_CC_INFO); `None` for an algorithm that reports nothing there.
-pub fn bbr_bw_bytes_per_s(fd: impl AsFd) -> Option<u64> {
+pub(crate) fn bbr_bw_bytes_per_s(fd: impl AsFd) -> Option<u64> {
     sockopt::bbr_bandwidth(fd).unwrap_or_else(|e| panic!("getsockopt(TCP_CC_INFO): {e}"))
 }
 
 /// `TCP_CLOSE` in `enum tcp_state`.
-pub const TCP_CLOSE: u8 = 7;
+pub(crate) const TCP_CLOSE: u8 = 7;
 
 /// Waits until the socket reaches TCP_CLOSE (its counters are then final) and returns them.
-pub fn final_tcp_info(fd: impl AsFd) -> TcpInfo {
+pub(crate) fn final_tcp_info(fd: impl AsFd) -> TcpInfo {
     let start = Instant::now();
     loop {
         let info = tcp_info(fd.as_fd());
@@ -509,7 +513,7 @@ pub fn final_tcp_info(fd: impl AsFd) -> TcpInfo {
 
 /// Drops `percent`% of packets longer than 200 bytes (data, not handshakes or bare ACKs) arriving
 /// on TCP port `port` in namespace `ns`, with nftables' in-kernel random numbers.
-pub fn drop_data_packets(ns: &Netns, port: u16, percent: u32, sport: bool) {
+pub(crate) fn drop_data_packets(ns: &Netns, port: u16, percent: u32, sport: bool) {
     let dir = if sport { "sport" } else { "dport" };
     ns.exec("nft", &["add", "table", "inet", "bbrs"]);
     ns.exec("nft", &["add chain inet bbrs input { type filter hook input priority 0; }"]);
@@ -521,17 +525,17 @@ pub fn drop_data_packets(ns: &Netns, port: u16, percent: u32, sport: bool) {
     );
 }
 
-pub fn tmux(args: &[&str]) -> String {
+pub(crate) fn tmux(args: &[&str]) -> String {
     let out = Command::new("tmux").args(args).output().expect("tmux (installed by scripts/setup.sh)");
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
 /// `bbrscope ARGS` in a detached tmux session of the given size; killed on drop. After bbrscope
 /// exits, the pane prints its exit status and whether the tty is back in cooked mode (icanon).
-pub struct Session(pub String);
+pub(crate) struct Session(pub String);
 
 impl Session {
-    pub fn start(tag: &str, width: u16, height: u16, args: &str) -> Session {
+    pub(crate) fn start(tag: &str, width: u16, height: u16, args: &str) -> Session {
         let name = format!("bbrscope-{tag}-{}", std::process::id());
         let cmd = format!(
             "{} {args}; echo EXIT=$?; stty -a | grep -o -- ' -\\?icanon'; sleep 60",
@@ -541,11 +545,11 @@ impl Session {
         Session(name)
     }
 
-    pub fn keys(&self, keys: &str) {
+    pub(crate) fn keys(&self, keys: &str) {
         tmux(&["send-keys", "-t", &self.0, keys]);
     }
 
-    pub fn wait_screen(&self, what: &str, pred: impl Fn(&str) -> bool) -> String {
+    pub(crate) fn wait_screen(&self, what: &str, pred: impl Fn(&str) -> bool) -> String {
         let start = std::time::Instant::now();
         loop {
             let text = tmux(&["capture-pane", "-p", "-t", &self.0]);
@@ -558,7 +562,7 @@ impl Session {
     }
 
     /// The screen once bbrscope has exited and the tty check has printed.
-    pub fn wait_exit(&self) -> String {
+    pub(crate) fn wait_exit(&self) -> String {
         self.wait_screen("exit and the tty check", |t| t.contains("EXIT=") && t.contains("icanon"))
     }
 }

@@ -16,12 +16,12 @@ use serde_json::Value;
 use super::{bbrscope, wait_timeout};
 
 /// A port free on loopback right now (the kernel's pick; released for the child to bind).
-pub fn free_port() -> u16 {
+pub(crate) fn free_port() -> u16 {
     TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
 }
 
 /// GET over HTTP/1.0 (so the server delimits the body by closing, never chunked): (status, body).
-pub fn http_get(addr: SocketAddr, target: &str) -> std::io::Result<(u16, String)> {
+pub(crate) fn http_get(addr: SocketAddr, target: &str) -> std::io::Result<(u16, String)> {
     let mut s = TcpStream::connect_timeout(&addr, Duration::from_secs(2))?;
     s.set_read_timeout(Some(Duration::from_secs(10)))?;
     write!(s, "GET {target} HTTP/1.0\r\nHost: {addr}\r\n\r\n")?;
@@ -32,7 +32,7 @@ pub fn http_get(addr: SocketAddr, target: &str) -> std::io::Result<(u16, String)
     Ok((status, body))
 }
 
-pub fn urlencode(s: &str) -> String {
+pub(crate) fn urlencode(s: &str) -> String {
     s.bytes()
         .map(|b| match b {
             b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => (b as char).to_string(),
@@ -43,16 +43,16 @@ pub fn urlencode(s: &str) -> String {
 
 /// A Prometheus server on loopback with its data in a temporary directory; killed (and the
 /// directory removed) on drop, however the test ends.
-pub struct Prometheus {
+pub(crate) struct Prometheus {
     child: Child,
     pub addr: SocketAddr,
-    _dir: tempfile::TempDir,
+    dir: tempfile::TempDir,
 }
 
 impl Prometheus {
     /// Starts Prometheus scraping `targets` every second (job `bbrscope`; each target's
     /// `instance` label is its ADDR:PORT).
-    pub fn start(targets: &[SocketAddr]) -> Prometheus {
+    pub(crate) fn start(targets: &[SocketAddr]) -> Prometheus {
         let bin = ["/usr/bin/prometheus", "/usr/local/bin/prometheus"]
             .into_iter()
             .find(|p| Path::new(p).exists())
@@ -78,7 +78,7 @@ impl Prometheus {
             .stderr(log)
             .spawn()
             .expect("spawn prometheus");
-        let p = Prometheus { child, addr, _dir: dir };
+        let p = Prometheus { child, addr, dir };
         let start = Instant::now();
         while !matches!(http_get(p.addr, "/-/ready"), Ok((200, _))) {
             assert!(start.elapsed() < Duration::from_secs(60), "prometheus not ready: {}", p.log());
@@ -87,12 +87,12 @@ impl Prometheus {
         p
     }
 
-    pub fn log(&self) -> String {
-        std::fs::read_to_string(self._dir.path().join("prometheus.log")).unwrap_or_default()
+    pub(crate) fn log(&self) -> String {
+        std::fs::read_to_string(self.dir.path().join("prometheus.log")).unwrap_or_default()
     }
 
     /// Waits until Prometheus has scraped every one of its `n` targets successfully.
-    pub fn wait_up(&self, n: usize) {
+    pub(crate) fn wait_up(&self, n: usize) {
         let start = Instant::now();
         while self.query("up{job=\"bbrscope\"} == 1").len() < n {
             assert!(
@@ -105,7 +105,7 @@ impl Prometheus {
     }
 
     /// An instant query: the `data.result` vector.
-    pub fn query(&self, q: &str) -> Vec<Value> {
+    pub(crate) fn query(&self, q: &str) -> Vec<Value> {
         let (status, body) = http_get(self.addr, &format!("/api/v1/query?query={}", urlencode(q))).unwrap();
         let v: Value = serde_json::from_str(&body).unwrap_or_else(|e| panic!("{q}: {e}: {body}"));
         assert!(status == 200 && v["status"] == "success", "{q}: {status} {body}");
@@ -113,7 +113,7 @@ impl Prometheus {
     }
 
     /// `sum by (cc) (METRIC)` as cc -> value.
-    pub fn by_cc(&self, metric: &str) -> HashMap<String, f64> {
+    pub(crate) fn by_cc(&self, metric: &str) -> HashMap<String, f64> {
         self.query(&format!("sum by (cc) ({metric})"))
             .iter()
             .map(|r| (r["metric"]["cc"].as_str().unwrap_or("").to_string(), value(r)))
@@ -128,12 +128,12 @@ impl Drop for Prometheus {
     }
 }
 
-pub fn value(r: &Value) -> f64 {
+pub(crate) fn value(r: &Value) -> f64 {
     r["value"][1].as_str().and_then(|s| s.parse().ok()).unwrap_or(f64::NAN)
 }
 
 /// A running `bbrscope export`, killed on drop.
-pub struct Exporter {
+pub(crate) struct Exporter {
     child: Child,
     pub addr: SocketAddr,
 }
@@ -141,21 +141,20 @@ pub struct Exporter {
 impl Exporter {
     /// On port 0: the kernel picks a free port as the exporter binds (no race with other tests),
     /// and the exporter must then announce the port it got, not `:0`.
-    pub fn start(args: &[&str]) -> Exporter {
+    pub(crate) fn start(args: &[&str]) -> Exporter {
         Exporter::start_with(args, |_| {})
     }
 
     /// As [`Exporter::start`], with the command adjusted first (e.g. resource limits).
-    pub fn start_with(args: &[&str], adjust: impl FnOnce(&mut Command)) -> Exporter {
+    pub(crate) fn start_with(args: &[&str], adjust: impl FnOnce(&mut Command)) -> Exporter {
         let mut cmd = bbrscope();
         cmd.args(["export", "--listen", "127.0.0.1:0"]).args(args).stdout(Stdio::null()).stderr(Stdio::piped());
         adjust(&mut cmd);
         let mut child = cmd.spawn().expect("spawn bbrscope export");
         let mut lines = BufReader::new(child.stderr.take().unwrap()).lines();
         let addr = loop {
-            let line = match lines.next() {
-                Some(Ok(line)) => line,
-                _ => panic!("bbrscope export exited without announcing its address: {:?}", child.wait()),
+            let Some(Ok(line)) = lines.next() else {
+                panic!("bbrscope export exited without announcing its address: {:?}", child.wait())
             };
             eprintln!("{line}");
             if let Some(rest) = line.strip_prefix("bbrscope: serving metrics at http://") {
@@ -185,7 +184,7 @@ impl Exporter {
 }
 
 impl Exporter {
-    pub fn pid(&self) -> u32 {
+    pub(crate) fn pid(&self) -> u32 {
         self.child.id()
     }
 }

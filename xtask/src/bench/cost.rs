@@ -31,29 +31,29 @@ use super::{
 /// Busy flows at every level (one at the 1-flow level): unpaced loopback bulk flows, as in the
 /// throughput part, so most events come from the same traffic at every level and only the idle
 /// flows around them change.
-pub const BUSY_FLOWS: usize = 4;
+pub(super) const BUSY_FLOWS: usize = 4;
 /// Each idle flow sends this often: often enough that the idle flows' events (and the cache
 /// misses a flow table would take on them) are a visible share of all events.
-pub const IDLE_PERIOD: Duration = Duration::from_secs(1);
+pub(super) const IDLE_PERIOD: Duration = Duration::from_secs(1);
 /// From opening the flows to measuring: connection set-up callbacks are over, every idle flow has
 /// sent at least five times. The sock_ops program gives an accepted connection up to four
 /// send-path callbacks to show the process using it; an idle flow's peer only sends ACKs, from
 /// softirq, one per idle period, so those are over after four periods. They are a cost per flow,
 /// once, not per ACK: this part measures the steady state.
-pub const WARMUP: Duration = Duration::from_millis(5500);
+pub(super) const WARMUP: Duration = Duration::from_millis(5500);
 
 /// The two observer paths, as `--observer` names them.
-pub const PATHS: [&str; 2] = ["sockops", "tracepoint"];
+pub(super) const PATHS: [&str; 2] = ["sockops", "tracepoint"];
 
 /// The real program's sample interval in `Program::Check` runs: longer than any run, so no
 /// sample is ever due (`stream --interval` takes at most this).
-pub const NEVER_DUE_MS: &str = "60000";
+pub(super) const NEVER_DUE_MS: &str = "60000";
 /// The share of runs that must send a record for the per-record cost to be worked out.
 const MIN_RECORD_SHARE: f64 = 0.05;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
-pub enum Program {
+pub(crate) enum Program {
     /// The empty program on the same attach points.
     Floor,
     /// sock_ops only: the socket-storage lookup and an ACK count, nothing else.
@@ -92,7 +92,7 @@ impl Program {
 
 /// One observer run: attach, open the flows, measure, close.
 #[derive(Debug, Serialize)]
-pub struct CostRun {
+pub(crate) struct CostRun {
     pub path: &'static str,
     pub program: Program,
     pub flows: usize,
@@ -120,7 +120,7 @@ pub struct CostRun {
 
 /// One path at one flow count: every program's runs of every round.
 #[derive(Debug, Serialize)]
-pub struct CostLevel {
+pub(crate) struct CostLevel {
     pub path: &'static str,
     pub flows: usize,
     pub busy_flows: usize,
@@ -155,14 +155,20 @@ pub struct CostLevel {
 }
 
 #[derive(Debug, Serialize)]
-pub struct CostResult {
+pub(crate) struct CostResult {
     pub rounds: u32,
     pub seconds: f64,
     pub levels: Vec<CostLevel>,
     pub runs: Vec<CostRun>,
 }
 
-pub fn run(setup: &Setup, paths: &[&'static str], levels: &[usize], rounds: u32, seconds: f64) -> Result<CostResult> {
+pub(super) fn run(
+    setup: &Setup,
+    paths: &[&'static str],
+    levels: &[usize],
+    rounds: u32,
+    seconds: f64,
+) -> Result<CostResult> {
     let total: usize = paths.iter().map(|p| Program::on(p).len()).sum::<usize>() * levels.len() * rounds as usize;
     let mut done = 0;
     let mut runs = Vec::new();

@@ -19,11 +19,11 @@ use super::{
     workload::{Bulk, Ends, PathKind},
 };
 
-pub const ARGS: [&str; 4] = ["--ring-size", "4K", "--interval", "1"];
-pub const FLOWS: usize = 100;
+pub(super) const ARGS: [&str; 4] = ["--ring-size", "4K", "--interval", "1"];
+pub(super) const FLOWS: usize = 100;
 
 #[derive(Debug, Serialize)]
-pub struct ForcedDrops {
+pub(crate) struct ForcedDrops {
     pub observer: Observer,
     pub args: String,
     pub flows: usize,
@@ -35,12 +35,12 @@ pub struct ForcedDrops {
 }
 
 impl ForcedDrops {
-    pub fn reported_exactly(&self) -> bool {
+    pub(crate) fn reported_exactly(&self) -> bool {
         self.kernel_drops > 0 && self.reported_drops == Some(self.kernel_drops)
     }
 }
 
-pub fn run(setup: &Setup, observer: Observer, seconds: f64) -> Result<ForcedDrops> {
+pub(super) fn run(setup: &Setup, observer: Observer, seconds: f64) -> Result<ForcedDrops> {
     let (traced, tap) = match observer {
         Observer::Stream => {
             let args = [&ARGS[..], &["--stats-interval", "0.2"]].concat();

@@ -26,7 +26,7 @@ const AFTER_CLOSE: Duration = Duration::from_secs(7);
 
 /// The exporter at one number of flows.
 #[derive(Debug, Serialize)]
-pub struct ExportResult {
+pub(crate) struct ExportResult {
     pub flows: usize,
     /// While the flows are open: time for one GET /metrics (connect to last byte), ms.
     pub scrape_ms: Option<Spread>,
@@ -93,7 +93,7 @@ impl Drop for Exporter {
 }
 
 /// GET /metrics over HTTP/1.0: the body.
-pub fn scrape(addr: SocketAddr) -> Result<String> {
+pub(super) fn scrape(addr: SocketAddr) -> Result<String> {
     let mut s = TcpStream::connect_timeout(&addr, Duration::from_secs(2))?;
     s.set_read_timeout(Some(Duration::from_secs(10)))?;
     write!(s, "GET /metrics HTTP/1.0\r\nHost: {addr}\r\n\r\n")?;
@@ -125,12 +125,12 @@ fn flows_counted(body: &str) -> f64 {
 }
 
 /// A counter's value summed over its labels.
-pub fn counter_sum(body: &str, name: &str) -> f64 {
+pub(super) fn counter_sum(body: &str, name: &str) -> f64 {
     let prefix = format!("{name}{{");
     body.lines().filter(|l| l.starts_with(&prefix)).filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok()).sum()
 }
 
-pub fn run(setup: &Setup, flows: usize) -> Result<ExportResult> {
+pub(super) fn run(setup: &Setup, flows: usize) -> Result<ExportResult> {
     let peer = idle::Peer::start()?;
     // Only the benchmark's idle flows count (not the scrapes themselves).
     let exporter = Exporter::start(setup, peer.addr.port())?;
@@ -141,7 +141,7 @@ pub fn run(setup: &Setup, flows: usize) -> Result<ExportResult> {
     thread::sleep(TRICKLE_PERIOD * 2);
     let (t0, cpu0) = (Instant::now(), measure::cpu_time(pid)?);
     let (scrape_ms, body) = timed_scrapes(exporter.addr)?;
-    let cpu_cores = (measure::cpu_time(pid)? - cpu0).as_secs_f64() / t0.elapsed().as_secs_f64();
+    let cpu_cores = measure::cpu_time(pid)?.checked_sub(cpu0).unwrap().as_secs_f64() / t0.elapsed().as_secs_f64();
     let rss_open = measure::memory(pid)?.rss;
     drop(idle_flows);
     thread::sleep(AFTER_CLOSE);
@@ -166,7 +166,7 @@ pub fn run(setup: &Setup, flows: usize) -> Result<ExportResult> {
 }
 
 /// Series independent of the number of flows: the same count at every level, open and closed.
-pub fn targets(r: &[ExportResult], out: &mut Vec<Target>) {
+pub(super) fn targets(r: &[ExportResult], out: &mut Vec<Target>) {
     if r.len() < 2 {
         return;
     }
@@ -179,7 +179,7 @@ pub fn targets(r: &[ExportResult], out: &mut Vec<Target>) {
     });
 }
 
-pub fn section(r: &[ExportResult]) -> String {
+pub(super) fn section(r: &[ExportResult]) -> String {
     let mut md = String::new();
     let _ = writeln!(
         md,

@@ -25,7 +25,7 @@ use super::scenarios::tie_to_parent;
 
 /// `xtask idle-peer`: accepts connections on a loopback port (printed on stdout), reads and
 /// discards what arrives, and closes connections the other end closed. Runs until killed.
-pub fn peer_main() -> Result<()> {
+pub(super) fn peer_main() -> Result<()> {
     let listener = TcpListener::bind((Ipv4Addr::LOCALHOST, 0))?;
     // std listens with a backlog of 128; listening again raises it, so a burst of 10,000
     // connects is not dropped and retried a second later.
@@ -89,7 +89,7 @@ impl Epoll {
     fn add(&self, fd: i32) -> Result<()> {
         let mut ev = libc::epoll_event { events: libc::EPOLLIN as u32, u64: fd as u64 };
         // SAFETY: epoll_ctl(2) on our epoll fd with a pointer to a live, initialised epoll_event.
-        if unsafe { libc::epoll_ctl(self.0, libc::EPOLL_CTL_ADD, fd, &mut ev) } != 0 {
+        if unsafe { libc::epoll_ctl(self.0, libc::EPOLL_CTL_ADD, fd, &raw mut ev) } != 0 {
             bail!("epoll_ctl: {}", std::io::Error::last_os_error());
         }
         Ok(())
@@ -117,13 +117,13 @@ impl Drop for Epoll {
 }
 
 /// The `idle-peer` process; killed on drop.
-pub struct Peer {
+pub(super) struct Peer {
     child: Child,
     pub addr: SocketAddr,
 }
 
 impl Peer {
-    pub fn start() -> Result<Peer> {
+    pub(super) fn start() -> Result<Peer> {
         // This very binary, even if a rebuild has replaced the file since it started.
         let mut cmd = Command::new("/proc/self/exe");
         cmd.arg("idle-peer").stdin(Stdio::null()).stdout(Stdio::piped());
@@ -148,13 +148,13 @@ const TRICKLE: [u8; 64] = [0x2e; 64];
 const BATCH: usize = 100;
 
 /// Idle flows to a [`Peer`], each sending [`TRICKLE`] once per `period`; closed on drop.
-pub struct Flows {
+pub(super) struct Flows {
     stop: Arc<AtomicBool>,
     trickle: Option<JoinHandle<()>>,
 }
 
 impl Flows {
-    pub fn open(to: SocketAddr, n: usize, period: Duration) -> Result<Flows> {
+    pub(super) fn open(to: SocketAddr, n: usize, period: Duration) -> Result<Flows> {
         let mut streams = Vec::with_capacity(n);
         for i in 0..n {
             let s = TcpStream::connect(to).with_context(|| format!("idle flow {i} of {n} to {to}"))?;

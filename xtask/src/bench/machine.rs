@@ -5,7 +5,7 @@ use std::{fs, path::Path, process::Command};
 use serde::Serialize;
 
 #[derive(Debug, Serialize)]
-pub struct Machine {
+pub(crate) struct Machine {
     pub date_utc: String,
     pub kernel: String,
     pub cpu_model: String,
@@ -25,7 +25,7 @@ fn output(cmd: &mut Command) -> Option<String> {
 }
 
 impl Machine {
-    pub fn describe(root: &Path, bbrscope: &Path) -> Machine {
+    pub(crate) fn describe(root: &Path, bbrscope: &Path) -> Machine {
         let cpuinfo = fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
         let meminfo = fs::read_to_string("/proc/meminfo").unwrap_or_default();
         let mem_kib: f64 = meminfo
@@ -49,8 +49,8 @@ impl Machine {
                 .find_map(|l| l.strip_prefix("model name"))
                 .map(|v| v.trim_start_matches([' ', '\t', ':']).to_string())
                 .unwrap_or_default(),
-            cores: std::thread::available_parallelism().map_or(0, |n| n.get()),
-            memory_gib: mem_kib / (1 << 20) as f64,
+            cores: std::thread::available_parallelism().map_or(0, std::num::NonZero::get),
+            memory_gib: mem_kib / f64::from(1 << 20),
             virtual_machine: cpuinfo
                 .lines()
                 .any(|l| l.starts_with("flags") && l.split_whitespace().any(|f| f == "hypervisor")),

@@ -12,12 +12,12 @@ use bbrscope_common::counter;
 /// Keeps the kernel's BPF run-time statistics (run_time_ns, run_cnt per program) on for as long
 /// as it lives. They cost every BPF program on the machine two clock reads per run, observers
 /// measured here included; without them there is no per-event cost to report.
-pub struct RunTimeStats {
+pub(super) struct RunTimeStats {
     _fd: OwnedFd,
 }
 
 impl RunTimeStats {
-    pub fn enable() -> Result<Self> {
+    pub(super) fn enable() -> Result<Self> {
         let fd = aya::sys::enable_stats(aya::sys::Stats::RunTime).context("BPF_ENABLE_STATS (run time)")?;
         Ok(RunTimeStats { _fd: fd })
     }
@@ -26,7 +26,7 @@ impl RunTimeStats {
 /// TCP segments this network namespace has received (`Tcp: InSegs` in /proc/net/snmp): every
 /// incoming segment of every socket, which tcp_probe runs on and the sock_ops callbacks are a
 /// subset of.
-pub fn tcp_in_segs() -> Result<u64> {
+pub(super) fn tcp_in_segs() -> Result<u64> {
     let text = fs::read_to_string("/proc/net/snmp").context("/proc/net/snmp")?;
     let mut tcp = text.lines().filter(|l| l.starts_with("Tcp:"));
     let (names, values) = (tcp.next().context("no Tcp: line")?, tcp.next().context("no Tcp: values")?);
@@ -36,13 +36,13 @@ pub fn tcp_in_segs() -> Result<u64> {
 
 /// CPU time of a process's threads, in nanoseconds (/proc/PID/task/TID/schedstat): clock
 /// ticks, in /proc/PID/stat, are too coarse for an observer that uses a few ms per second.
-pub fn cpu_time(pid: u32) -> Result<Duration> {
+pub(super) fn cpu_time(pid: u32) -> Result<Duration> {
     schedstat(pid, 0)
 }
 
 /// Time the process's threads waited on a run queue (runnable, not running), summed: how long
 /// other work kept it from a CPU.
-pub fn run_delay(pid: u32) -> Result<Duration> {
+pub(super) fn run_delay(pid: u32) -> Result<Duration> {
     schedstat(pid, 1)
 }
 
@@ -87,7 +87,7 @@ fn clock_ticks_per_s() -> u64 {
 /// people's work on the machine, which competes with the runs. (A process that ended counts in
 /// its parent's children's time, so the difference of two readings covers it too. Kernel
 /// threads are left out: they also carry the benchmark's own network processing.)
-pub fn others_cpu_time() -> Duration {
+pub(super) fn others_cpu_time() -> Duration {
     const KTHREADD: u32 = 2;
     let mut procs: HashMap<u32, ProcStat> = HashMap::new();
     for entry in fs::read_dir("/proc").into_iter().flatten().flatten() {
@@ -111,23 +111,23 @@ pub fn others_cpu_time() -> Duration {
 }
 
 /// Time all CPUs together have spent busy (not idle or waiting for I/O) since boot.
-pub fn busy_cpu_time() -> Result<Duration> {
+pub(super) fn busy_cpu_time() -> Result<Duration> {
     let stat = fs::read_to_string("/proc/stat")?;
     let line = stat.lines().next().filter(|l| l.starts_with("cpu ")).context("no cpu line in /proc/stat")?;
     // user nice system idle iowait irq softirq steal (guest time is already in user).
-    let ticks: Vec<u64> = line.split_whitespace().skip(1).take(8).map(|v| v.parse()).collect::<Result<_, _>>()?;
+    let ticks: Vec<u64> = line.split_whitespace().skip(1).take(8).map(str::parse).collect::<Result<_, _>>()?;
     let busy: u64 = ticks.iter().enumerate().filter(|&(i, _)| i != 3 && i != 4).map(|(_, t)| t).sum();
     Ok(Duration::from_nanos(busy * 1_000_000_000 / clock_ticks_per_s()))
 }
 
 /// Resident memory of a process now and at its peak, in bytes.
 #[derive(Clone, Copy, Debug)]
-pub struct Memory {
+pub(super) struct Memory {
     pub rss: u64,
     pub peak: u64,
 }
 
-pub fn memory(pid: u32) -> Result<Memory> {
+pub(super) fn memory(pid: u32) -> Result<Memory> {
     let status = fs::read_to_string(format!("/proc/{pid}/status")).with_context(|| format!("process {pid}"))?;
     let kib = |key: &str| -> Result<u64> {
         let line = status.lines().find(|l| l.starts_with(key)).with_context(|| format!("no {key} in status"))?;
@@ -182,7 +182,7 @@ fn bpf_fds(pid: u32) -> Result<Vec<BpfFd>> {
 
 /// Cumulative run time and run count of one program (kernel BPF statistics).
 #[derive(Clone, Copy, Debug, Default)]
-pub struct RunStats {
+pub(super) struct RunStats {
     pub run_time_ns: u64,
     pub runs: u64,
 }
@@ -190,7 +190,7 @@ pub struct RunStats {
 /// An observer's program on the per-ACK path: bbrscope's raw tracepoint and bpftrace's
 /// tracepoint program are both named after the tracepoint; bbrscope's sock_ops program and the
 /// benchmark's reference programs (floor, lookup) have names of their own.
-pub struct ProbeProgram {
+pub(super) struct ProbeProgram {
     pid: u32,
     fd: u32,
     pub id: u32,
@@ -200,9 +200,9 @@ pub struct ProbeProgram {
 const PER_ACK_NAMES: [&str; 5] = ["tcp_probe", "bbrscope_sockop", "floor_sockops", "lookup_sockops", "floor_tcp_probe"];
 
 impl ProbeProgram {
-    pub const NAME: &str = "tcp_probe";
+    pub(super) const NAME: &str = "tcp_probe";
 
-    pub fn find(pid: u32) -> Result<Option<ProbeProgram>> {
+    pub(super) fn find(pid: u32) -> Result<Option<ProbeProgram>> {
         let progs: Vec<BpfFd> = bpf_fds(pid)?.into_iter().filter(|f| f.object == Object::Program).collect();
         if progs.is_empty() {
             return Ok(None);
@@ -211,7 +211,7 @@ impl ProbeProgram {
         Ok(progs.into_iter().find(|p| named.contains(&p.id)).map(|p| ProbeProgram { pid, fd: p.fd, id: p.id }))
     }
 
-    pub fn stats(&self) -> Result<RunStats> {
+    pub(super) fn stats(&self) -> Result<RunStats> {
         let info = fdinfo(self.pid, self.fd)?;
         Ok(RunStats { run_time_ns: field(&info, "run_time_ns")?, runs: field(&info, "run_cnt")? })
     }
@@ -231,12 +231,12 @@ fn program_ids(keep: impl Fn(&str) -> bool) -> Vec<u32> {
 }
 
 /// Ids of every loaded program named tcp_probe, whoever loaded it.
-pub fn probe_program_ids() -> Result<Vec<u32>> {
+pub(super) fn probe_program_ids() -> Result<Vec<u32>> {
     Ok(program_ids(|name| name == ProbeProgram::NAME))
 }
 
 /// Memory the kernel has locked for the maps a process holds (their `memlock` in fdinfo).
-pub fn map_memory(pid: u32) -> Result<u64> {
+pub(super) fn map_memory(pid: u32) -> Result<u64> {
     let mut total = 0;
     for f in bpf_fds(pid)?.into_iter().filter(|f| f.object == Object::Map) {
         total += field(&fdinfo(pid, f.fd)?, "memlock")?;
@@ -245,13 +245,13 @@ pub fn map_memory(pid: u32) -> Result<u64> {
 }
 
 /// bbrscope's per-CPU COUNTERS map, opened by id from the process that owns it.
-pub struct Counters(PerCpuArray<MapData, u64>);
+pub(super) struct Counters(PerCpuArray<MapData, u64>);
 
 /// The counters summed over CPUs, indexed by `bbrscope_common::counter`.
-pub type CounterValues = [u64; counter::COUNT as usize];
+pub(super) type CounterValues = [u64; counter::COUNT as usize];
 
 impl Counters {
-    pub fn find(pid: u32) -> Result<Counters> {
+    pub(super) fn find(pid: u32) -> Result<Counters> {
         for f in bpf_fds(pid)?.into_iter().filter(|f| f.object == Object::Map) {
             let map = MapData::from_id(f.id)?;
             if map.info()?.name_as_str() == Some("COUNTERS") {
@@ -261,7 +261,7 @@ impl Counters {
         bail!("process {pid} holds no COUNTERS map")
     }
 
-    pub fn read(&self) -> Result<CounterValues> {
+    pub(super) fn read(&self) -> Result<CounterValues> {
         let mut values = [0; counter::COUNT as usize];
         // A bbrscope built before a counter was added has fewer: those read as 0.
         let len = self.0.len() as usize;
@@ -273,7 +273,7 @@ impl Counters {
 }
 
 /// Records bbrscope's programs wrote into the ring buffer, from the counters.
-pub fn records(c: &CounterValues) -> u64 {
+pub(super) fn records(c: &CounterValues) -> u64 {
     [counter::SAMPLES, counter::RETRANSMITS, counter::CONG_STATES, counter::CLOSES, counter::OPENS, counter::ENDS]
         .iter()
         .map(|&i| c[i as usize])

@@ -34,7 +34,7 @@ use self::{
 };
 
 #[derive(Debug, Args)]
-pub struct BenchArgs {
+pub(crate) struct BenchArgs {
     /// A short run (about 2 minutes): loopback and cubic only, 2 rounds, a shorter scale test
     #[arg(long)]
     quick: bool,
@@ -94,7 +94,7 @@ pub struct BenchArgs {
 /// The benchmark's parts.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, clap::ValueEnum)]
 #[serde(rename_all = "snake_case")]
-pub enum Part {
+pub(crate) enum Part {
     /// Throughput and cost of each observer on bulk flows
     Throughput,
     /// Drops forced with a tiny ring buffer, and whether they are reported
@@ -115,7 +115,7 @@ pub enum Part {
 
 /// What one invocation runs.
 #[derive(Debug, Serialize)]
-pub struct Plan {
+pub(crate) struct Plan {
     pub quick: bool,
     pub repeats: u32,
     pub seconds: f64,
@@ -205,28 +205,28 @@ impl Plan {
 
 /// Median and range of a set of measurements.
 #[derive(Clone, Copy, Debug, Serialize)]
-pub struct Spread {
+pub(crate) struct Spread {
     pub median: f64,
     pub min: f64,
     pub max: f64,
 }
 
 impl Spread {
-    pub fn of(values: &[f64]) -> Option<Spread> {
+    pub(crate) fn of(values: &[f64]) -> Option<Spread> {
         let mut v: Vec<f64> = values.iter().copied().filter(|x| x.is_finite()).collect();
         if v.is_empty() {
             return None;
         }
         v.sort_by(f64::total_cmp);
         let n = v.len();
-        let median = if n % 2 == 1 { v[n / 2] } else { (v[n / 2 - 1] + v[n / 2]) / 2.0 };
+        let median = if n % 2 == 1 { v[n / 2] } else { f64::midpoint(v[n / 2 - 1], v[n / 2]) };
         Some(Spread { median, min: v[0], max: v[n - 1] })
     }
 }
 
 /// Everything the benchmark found, as written to latest.json.
 #[derive(Debug, Serialize)]
-pub struct Results {
+pub(crate) struct Results {
     pub targets: Vec<report::Target>,
     pub machine: machine::Machine,
     pub plan: Plan,
@@ -244,7 +244,7 @@ pub struct Results {
     pub duration_s: f64,
 }
 
-pub fn run(args: BenchArgs) -> Result<()> {
+pub(crate) fn run(args: BenchArgs) -> Result<()> {
     // SAFETY: geteuid takes no arguments and cannot fail.
     if unsafe { libc::geteuid() } != 0 {
         bail!("the benchmark loads BPF programs and creates network namespaces: run it as root");
@@ -371,12 +371,12 @@ pub fn run(args: BenchArgs) -> Result<()> {
 }
 
 /// `xtask idle-peer`: the far ends of the scale test's idle flows, in a process of their own.
-pub fn idle_peer() -> Result<()> {
+pub(crate) fn idle_peer() -> Result<()> {
     idle::peer_main()
 }
 
 /// `xtask hold-sockets PAIRS IP`: a share of the sockets part's idle connections.
-pub fn hold_sockets(pairs: usize, ip: std::net::Ipv4Addr) -> Result<()> {
+pub(crate) fn hold_sockets(pairs: usize, ip: std::net::Ipv4Addr) -> Result<()> {
     sockets::hold_main(pairs, ip)
 }
 
@@ -384,12 +384,12 @@ pub fn hold_sockets(pairs: usize, ip: std::net::Ipv4Addr) -> Result<()> {
 fn raise_open_file_limit() -> Result<()> {
     let mut lim = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
     // SAFETY: `lim` is a valid rlimit that outlives the call.
-    if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) } != 0 {
+    if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &raw mut lim) } != 0 {
         bail!("getrlimit: {}", std::io::Error::last_os_error());
     }
     lim.rlim_cur = lim.rlim_max;
     // SAFETY: as above, a valid rlimit read only during the call.
-    if unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &lim) } != 0 {
+    if unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &raw const lim) } != 0 {
         bail!("setrlimit: {}", std::io::Error::last_os_error());
     }
     Ok(())

@@ -16,7 +16,7 @@ fn ip(args: &[&str]) -> Result<()> {
 }
 
 /// A network namespace (`ip netns add`), deleted on drop.
-pub struct Netns {
+pub(super) struct Netns {
     name: String,
 }
 
@@ -34,13 +34,13 @@ impl Netns {
     }
 
     /// The namespace's file, for [`setns`].
-    pub fn path(&self) -> String {
+    pub(super) fn path(&self) -> String {
         format!("/run/netns/{}", self.name)
     }
 
     /// Runs `f` on a thread inside this namespace. A socket keeps the namespace it was created
     /// in, so what `f` creates can be used from any thread afterwards.
-    pub fn run<T: Send + 'static>(&self, f: impl FnOnce() -> Result<T> + Send + 'static) -> Result<T> {
+    pub(super) fn run<T: Send + 'static>(&self, f: impl FnOnce() -> Result<T> + Send + 'static) -> Result<T> {
         let path = self.path();
         thread::spawn(move || {
             setns(&path)?;
@@ -53,7 +53,7 @@ impl Netns {
 
 /// Moves the calling thread into the namespace at `path`: sockets it creates, and processes it
 /// spawns, live there.
-pub fn setns(path: &str) -> Result<()> {
+pub(super) fn setns(path: &str) -> Result<()> {
     let ns = File::open(path).with_context(|| format!("opening {path}"))?;
     // SAFETY: setns(2) on the fd of a namespace file held open for the call; no memory is passed.
     if unsafe { libc::setns(ns.as_raw_fd(), libc::CLONE_NEWNET) } != 0 {
@@ -69,14 +69,14 @@ impl Drop for Netns {
 }
 
 /// Two namespaces joined by a veth pair: senders in one, receivers in the other.
-pub struct Veth {
+pub(super) struct Veth {
     pub sender: Netns,
     pub receiver: Netns,
     pub receiver_ip: Ipv4Addr,
 }
 
 impl Veth {
-    pub fn create() -> Result<Veth> {
+    pub(super) fn create() -> Result<Veth> {
         let sender = Netns::create("tx")?;
         let receiver = Netns::create("rx")?;
         // Interface names are at most 15 bytes.
@@ -93,7 +93,7 @@ impl Veth {
 }
 
 /// Deletes namespaces left by benchmark runs whose process is gone.
-pub fn remove_stale() -> Result<()> {
+pub(super) fn remove_stale() -> Result<()> {
     let Ok(dir) = std::fs::read_dir("/run/netns") else { return Ok(()) };
     for entry in dir.flatten() {
         let name = entry.file_name().to_string_lossy().into_owned();

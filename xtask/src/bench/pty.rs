@@ -35,7 +35,7 @@ impl Output {
     }
 }
 
-pub struct Pty {
+pub(super) struct Pty {
     master: File,
     output: Arc<Mutex<Output>>,
     size: Mutex<(u16, u16)>,
@@ -44,11 +44,13 @@ pub struct Pty {
 impl Pty {
     /// Spawns `cmd` on a new `cols` x `rows` terminal, which becomes its controlling terminal
     /// and its standard input, output and error.
-    pub fn spawn(cmd: &mut Command, cols: u16, rows: u16) -> Result<(Child, Pty)> {
+    pub(super) fn spawn(cmd: &mut Command, cols: u16, rows: u16) -> Result<(Child, Pty)> {
         let (mut master, mut slave) = (-1, -1);
         let size = libc::winsize { ws_row: rows, ws_col: cols, ws_xpixel: 0, ws_ypixel: 0 };
         // SAFETY: openpty(3) writes two fds into the two ints and reads the winsize; both live through the call.
-        let r = unsafe { libc::openpty(&mut master, &mut slave, std::ptr::null_mut(), std::ptr::null(), &size) };
+        let r = unsafe {
+            libc::openpty(&raw mut master, &raw mut slave, std::ptr::null_mut(), std::ptr::null(), &raw const size)
+        };
         if r != 0 {
             bail!("openpty: {}", std::io::Error::last_os_error());
         }
@@ -87,7 +89,7 @@ impl Pty {
         Ok((child, Pty { master, output, size: Mutex::new((cols, rows)) }))
     }
 
-    pub fn send(&self, keys: &[u8]) -> Result<()> {
+    pub(super) fn send(&self, keys: &[u8]) -> Result<()> {
         (&self.master).write_all(keys)?;
         Ok(())
     }
@@ -95,7 +97,7 @@ impl Pty {
     /// The whole screen as the program draws it next. A program like the dashboard only redraws
     /// what changed, so text that stays put is not in its recent output; a change of the
     /// terminal's width (SIGWINCH) makes it draw everything again.
-    pub fn redraw(&self) -> Result<String> {
+    pub(super) fn redraw(&self) -> Result<String> {
         let since = self.position();
         let mut size = self.size.lock().unwrap();
         let cols = if size.0.is_multiple_of(2) { size.0 + 1 } else { size.0 - 1 };
@@ -111,18 +113,18 @@ impl Pty {
     }
 
     /// Output after `since`, as text (escape sequences included).
-    pub fn text_since(&self, since: u64) -> String {
+    pub(super) fn text_since(&self, since: u64) -> String {
         String::from_utf8_lossy(self.output.lock().unwrap().after(since)).into_owned()
     }
 
     /// Bytes of output so far: a position to search from.
-    pub fn position(&self) -> u64 {
+    pub(super) fn position(&self) -> u64 {
         self.output.lock().unwrap().total
     }
 
     /// Waits until output after `since` contains `needle`; returns how long that took, or None
     /// after `timeout`.
-    pub fn wait_for(&self, since: u64, needle: &str, timeout: Duration) -> Option<Duration> {
+    pub(super) fn wait_for(&self, since: u64, needle: &str, timeout: Duration) -> Option<Duration> {
         let start = Instant::now();
         let mut from = since;
         while start.elapsed() < timeout {
@@ -140,14 +142,14 @@ impl Pty {
     }
 
     /// The latest output as text (escape sequences included), for error messages.
-    pub fn tail_text(&self, bytes: usize) -> String {
+    pub(super) fn tail_text(&self, bytes: usize) -> String {
         self.text_since(self.position().saturating_sub(bytes as u64))
     }
 }
 
 /// Screen output without its control sequences (colours, cursor moves), so text drawn in one
 /// go reads as it does on the screen. Cells the program skipped with a cursor move are missing.
-pub fn plain(output: &str) -> String {
+pub(super) fn plain(output: &str) -> String {
     let mut out = String::with_capacity(output.len());
     let mut chars = output.chars().peekable();
     while let Some(c) = chars.next() {
@@ -170,7 +172,7 @@ pub fn plain(output: &str) -> String {
 }
 
 /// The last number written right after `label` in `text` ("drops 12").
-pub fn number_after(text: &str, label: &str) -> Option<u64> {
+pub(super) fn number_after(text: &str, label: &str) -> Option<u64> {
     text.rmatch_indices(label).find_map(|(i, _)| {
         let digits: String = text[i + label.len()..].chars().take_while(char::is_ascii_digit).collect();
         digits.parse().ok()

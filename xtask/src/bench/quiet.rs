@@ -13,21 +13,21 @@ use std::{
 /// overlapped).
 static DONT_WAIT: AtomicBool = AtomicBool::new(false);
 
-pub fn dont_wait() {
+pub(super) fn dont_wait() {
     DONT_WAIT.store(true, Ordering::Relaxed);
 }
 
 /// Whether runs that QEMU overlapped are measured again.
-pub fn waits() -> bool {
+pub(super) fn waits() -> bool {
     !DONT_WAIT.load(Ordering::Relaxed)
 }
 
 /// Longer than this, and the benchmark measures anyway (the report says how long it waited and
 /// whether QEMU was still running).
-const MAX_WAIT: Duration = Duration::from_secs(20 * 60);
+const MAX_WAIT: Duration = Duration::from_mins(20);
 
 /// Whether a QEMU system emulator runs on this machine.
-pub fn qemu_running() -> bool {
+pub(super) fn qemu_running() -> bool {
     Command::new("pgrep").args(["-f", "qemu-system"]).output().is_ok_and(|o| o.status.success())
 }
 
@@ -35,7 +35,7 @@ pub fn qemu_running() -> bool {
 const QUIET_FOR: Duration = Duration::from_secs(10);
 
 /// Polls until no QEMU has run for [`QUIET_FOR`] (at most [`MAX_WAIT`]); returns the time waited.
-pub fn wait_for_quiet() -> Duration {
+pub(super) fn wait_for_quiet() -> Duration {
     let start = Instant::now();
     if !waits() {
         return Duration::ZERO;

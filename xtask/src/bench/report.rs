@@ -23,7 +23,7 @@ use super::{
 
 /// One of the targets and how this run did against it (`met: None`: not measured).
 #[derive(Debug, Serialize)]
-pub struct Target {
+pub(crate) struct Target {
     pub target: String,
     pub result: String,
     pub met: Option<bool>,
@@ -32,15 +32,15 @@ pub struct Target {
 const RSS_LIMIT: u64 = 100 << 20;
 const MIN_RATIO: f64 = 0.97;
 /// The cost target: the per-ACK program at most this multiple of the empty program.
-pub const MAX_FLOOR_RATIO: f64 = 1.5;
+pub(super) const MAX_FLOOR_RATIO: f64 = 1.5;
 /// "Flat" per-event cost: at the most flows, at most this multiple of the cost at one flow.
-pub const FLAT_RATIO: f64 = 1.25;
+pub(super) const FLAT_RATIO: f64 = 1.25;
 /// bbrscope's own per-ACK work: its per-ACK check at most this multiple of the bare storage
 /// lookup (`lookup-sockops`) in the same round.
-pub const OWN_WORK_RATIO: f64 = 1.25;
+pub(super) const OWN_WORK_RATIO: f64 = 1.25;
 /// Short flows: bbrscope's userspace under this share of one core at this rate.
-pub const SHORT_CPU: f64 = 0.05;
-pub const SHORT_RATE: f64 = 5000.0;
+pub(super) const SHORT_CPU: f64 = 0.05;
+pub(super) const SHORT_RATE: f64 = 5000.0;
 
 fn cost_targets(c: &CostResult, out: &mut Vec<Target>) {
     let ns = |s: Option<Spread>| spread(s, |v| format!("{v:.0}"));
@@ -203,7 +203,7 @@ fn bytes(v: Option<f64>) -> String {
     v.map_or("–".into(), |v| format!("{v:.0} B"))
 }
 
-pub fn targets(r: &Results) -> Vec<Target> {
+pub(super) fn targets(r: &Results) -> Vec<Target> {
     let mut out = Vec::new();
     let single_loopback = r.workloads.iter().filter(|w| w.workload.path == PathKind::Loopback && w.workload.flows == 1);
     for w in single_loopback {
@@ -331,7 +331,7 @@ fn rss_verdict(s: &ScaleResult) -> (bool, String) {
     let mut result = format!("peak {}", mb(s.rss_peak_bytes));
     let mut met = s.rss_peak_bytes < RSS_LIMIT;
     if growth > FLAT_BYTES_PER_MIN {
-        let _ = write!(result, ", growing {:.1} MB/min", growth / (1 << 20) as f64);
+        let _ = write!(result, ", growing {:.1} MB/min", growth / f64::from(1 << 20));
         if s.rss_end_bytes < RSS_LIMIT {
             let minutes = (RSS_LIMIT - s.rss_end_bytes) as f64 / growth;
             let _ = write!(result, ": 100 MB after about {minutes:.0} more min");
@@ -354,7 +354,7 @@ fn pct(ratio: f64) -> String {
 }
 
 fn mb(bytes: u64) -> String {
-    format!("{:.1} MB", bytes as f64 / (1 << 20) as f64)
+    format!("{:.1} MB", bytes as f64 / f64::from(1 << 20))
 }
 
 fn bps(v: f64) -> String {
@@ -429,7 +429,7 @@ fn scale_row(s: &ScaleResult) -> String {
         s.untracked.to_string(),
         s.flows_active.map_or("–".into(), |n| n.to_string()),
         format!("{} → {} ({})", mb(s.rss_idle_bytes), mb(s.rss_end_bytes), mb(s.rss_peak_bytes)),
-        format!("{:.1} MB/min", s.rss_growth_bytes_per_min / (1 << 20) as f64),
+        format!("{:.1} MB/min", s.rss_growth_bytes_per_min / f64::from(1 << 20)),
         format!("{} → {}", mb(s.map_bytes_idle), mb(s.map_bytes_loaded)),
         cores(s.cpu_cores),
         count(s.events_per_s),
@@ -441,7 +441,7 @@ fn scale_row(s: &ScaleResult) -> String {
     ])
 }
 
-pub fn markdown(r: &Results) -> String {
+pub(super) fn markdown(r: &Results) -> String {
     let m = &r.machine;
     let p = &r.plan;
     let mut md = String::new();
@@ -836,7 +836,7 @@ fn sockets_section(r: &SocketsResult) -> String {
             if x.with_bbrscope { "attached".into() } else { "none".into() },
             format!("{} ({})", x.sockets, x.ss_sockets),
             format!("{:.1} s", x.open_s),
-            format!("{:.1} MB", growth / (1 << 20) as f64),
+            format!("{:.1} MB", growth / f64::from(1 << 20)),
             format!("{:.0} B", growth / x.sockets as f64),
             if x.ss_sockets > 0 { format!("{:.0} B", x.optmem_bytes as f64 / x.ss_sockets as f64) } else { na() },
             x.tracked.map_or_else(na, |n| n.to_string()),
@@ -860,7 +860,7 @@ fn sockets_section(r: &SocketsResult) -> String {
 }
 
 /// Writes latest.md and latest.json into `dir`.
-pub fn write(r: &Results, dir: &Path) -> Result<(PathBuf, PathBuf)> {
+pub(super) fn write(r: &Results, dir: &Path) -> Result<(PathBuf, PathBuf)> {
     fs::create_dir_all(dir)?;
     let (md, json) = (dir.join("latest.md"), dir.join("latest.json"));
     fs::write(&md, markdown(r))?;

@@ -30,18 +30,18 @@ const BUSY_FLOWS: usize = 4;
 /// throughput test's job; here the question is what 10,000 flows cost.
 const BUSY_BPS: u64 = 200_000_000;
 /// A key answered later than this means the dashboard is not responsive.
-pub const RESPONSIVE: Duration = Duration::from_millis(250);
+pub(super) const RESPONSIVE: Duration = Duration::from_millis(250);
 const KEY_PROBES: usize = 6;
 
 #[derive(Clone, Debug, Serialize)]
-pub struct Case {
+pub(crate) struct Case {
     pub observer: Observer,
     /// `--max-flows` (None: bbrscope's default).
     pub max_flows: Option<u32>,
 }
 
 #[derive(Debug, Serialize)]
-pub struct ScaleResult {
+pub(crate) struct ScaleResult {
     pub case: Case,
     pub idle_flows: usize,
     pub busy_flows: usize,
@@ -77,12 +77,12 @@ pub struct ScaleResult {
 
 /// The latest `stats` record of a `bbrscope stream` whose output is piped here; other records
 /// are skipped without parsing.
-pub struct StatsTap {
+pub(super) struct StatsTap {
     latest: Arc<Mutex<Option<(Instant, Value)>>>,
 }
 
 impl StatsTap {
-    pub fn new(out: ChildStdout) -> StatsTap {
+    pub(super) fn new(out: ChildStdout) -> StatsTap {
         let latest = Arc::new(Mutex::new(None));
         let sink = latest.clone();
         thread::spawn(move || {
@@ -99,7 +99,7 @@ impl StatsTap {
     }
 
     /// The first stats record that arrives after `after`, waiting up to `timeout`.
-    pub fn next_after(&self, after: Instant, timeout: Duration) -> Option<Value> {
+    pub(super) fn next_after(&self, after: Instant, timeout: Duration) -> Option<Value> {
         let start = Instant::now();
         while start.elapsed() < timeout {
             if let Some((at, v)) = &*self.latest.lock().unwrap()
@@ -113,7 +113,7 @@ impl StatsTap {
     }
 }
 
-pub fn run(setup: &Setup, case: &Case, flows: usize, seconds: f64) -> Result<ScaleResult> {
+pub(super) fn run(setup: &Setup, case: &Case, flows: usize, seconds: f64) -> Result<ScaleResult> {
     let max_flows = case.max_flows.map(|n| n.to_string());
     let mut args = Vec::new();
     if let Some(n) = &max_flows {
@@ -190,7 +190,7 @@ pub fn run(setup: &Setup, case: &Case, flows: usize, seconds: f64) -> Result<Sca
         rss_growth_bytes_per_min: growth,
         map_bytes_idle,
         map_bytes_loaded,
-        cpu_cores: (cpu1 - cpu0).as_secs_f64() / dt,
+        cpu_cores: cpu1.checked_sub(cpu0).unwrap().as_secs_f64() / dt,
         events_per_s: delta(counter::PROBE_EVENTS),
         records_per_s: (measure::records(&c1) - measure::records(&c0)) as f64 / dt,
         drops: c1[counter::RING_FULL as usize],

@@ -27,7 +27,7 @@ use super::{
 
 /// Per-flow state keyed by socket, from the same tcp_probe fields bbrscope samples, printed
 /// every 100 ms (bbrscope's default sample interval) and nothing per event.
-pub const BPFTRACE_SCRIPT: &str = include_str!("tcp_probe.bt");
+pub(super) const BPFTRACE_SCRIPT: &str = include_str!("tcp_probe.bt");
 
 /// The dashboard's terminal.
 const COLS: u16 = 120;
@@ -38,7 +38,7 @@ const HELP_TEXT: &str = "keys";
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
-pub enum Observer {
+pub(crate) enum Observer {
     /// Nothing attached: the slots every other one is compared with.
     Baseline,
     /// Nothing attached either, but measured as an observer is: how far apart two slots with
@@ -52,10 +52,10 @@ pub enum Observer {
 
 impl Observer {
     /// Those measured against the baseline.
-    pub const MEASURED: [Observer; 5] =
+    pub(crate) const MEASURED: [Observer; 5] =
         [Observer::Control, Observer::Stream, Observer::Dashboard, Observer::Bpftrace, Observer::SsPoll];
 
-    pub fn label(self) -> &'static str {
+    pub(crate) fn label(self) -> &'static str {
         match self {
             Observer::Baseline => "nothing (baseline)",
             Observer::Control => "nothing (A/A control)",
@@ -68,7 +68,7 @@ impl Observer {
 }
 
 /// What starting an observer needs.
-pub struct Setup<'a> {
+pub(super) struct Setup<'a> {
     pub bbrscope: &'a Path,
     pub pinger: &'a Pinger,
     /// Where the bpftrace script is written (None: bpftrace is not installed).
@@ -88,7 +88,7 @@ pub(super) fn tie_to_parent(cmd: &mut Command) -> &mut Command {
 }
 
 /// An observer in its own process, whose tcp_probe program is attached.
-pub struct Traced {
+pub(super) struct Traced {
     pub child: Child,
     pub pty: Option<Pty>,
     stderr: Option<JoinHandle<String>>,
@@ -98,17 +98,17 @@ pub struct Traced {
 }
 
 impl Traced {
-    pub const STOP_WAIT: Duration = Duration::from_secs(10);
+    pub(super) const STOP_WAIT: Duration = Duration::from_secs(10);
 
     /// Spawns `cmd` (stdin and stdout already chosen) and waits until its tcp_probe program
     /// runs: found among its file descriptors and seen to fire on a ping.
-    pub fn spawn(mut cmd: Command, pinger: &Pinger) -> Result<Traced> {
+    pub(super) fn spawn(mut cmd: Command, pinger: &Pinger) -> Result<Traced> {
         let child = tie_to_parent(cmd.stderr(Stdio::piped())).spawn().with_context(|| format!("starting {cmd:?}"))?;
         Self::attach(child, None, pinger)
     }
 
     /// Spawns `cmd` on a terminal of its own.
-    pub fn spawn_on_terminal(mut cmd: Command, pinger: &Pinger) -> Result<Traced> {
+    pub(super) fn spawn_on_terminal(mut cmd: Command, pinger: &Pinger) -> Result<Traced> {
         let (child, pty) = Pty::spawn(tie_to_parent(&mut cmd), COLS, ROWS)?;
         Self::attach(child, Some(pty), pinger)
     }
@@ -144,12 +144,12 @@ impl Traced {
         Ok(Traced { child, pty, stderr, probe, counters })
     }
 
-    pub fn pid(&self) -> u32 {
+    pub(super) fn pid(&self) -> u32 {
         self.child.id()
     }
 
     /// Fails, with what the observer said, if it has exited.
-    pub fn check_alive(&mut self) -> Result<()> {
+    pub(super) fn check_alive(&mut self) -> Result<()> {
         if let Some(status) = self.child.try_wait()? {
             bail!("observer exited ({status}): {}", said(&mut self.stderr, self.pty.as_ref()));
         }
@@ -159,7 +159,7 @@ impl Traced {
     /// Asks the observer to stop (SIGTERM, which bbrscope and bpftrace handle) and returns how
     /// long it took to exit, or None if it had not exited after [`Self::STOP_WAIT`] and was
     /// killed.
-    pub fn stop(mut self) -> Result<Option<Duration>> {
+    pub(super) fn stop(mut self) -> Result<Option<Duration>> {
         self.check_alive()?;
         // SAFETY: kill(2) on the pid of our own child, not yet reaped (so not reused).
         unsafe { libc::kill(self.pid() as i32, libc::SIGTERM) };
@@ -174,7 +174,7 @@ impl Traced {
     }
 
     /// [`Self::stop`], failing if the observer did not exit in time.
-    pub fn stop_in_time(self) -> Result<()> {
+    pub(super) fn stop_in_time(self) -> Result<()> {
         let pid = self.pid();
         match self.stop()? {
             Some(_) => Ok(()),
@@ -184,7 +184,7 @@ impl Traced {
 
     /// Times the dashboard's answer to a key: opens its help, waits for it on the screen, closes
     /// it again. None if the help did not appear within `timeout`.
-    pub fn key_latency(&self, timeout: Duration) -> Result<Option<Duration>> {
+    pub(super) fn key_latency(&self, timeout: Duration) -> Result<Option<Duration>> {
         let pty = self.pty.as_ref().context("key latency needs the dashboard's terminal")?;
         let since = pty.position();
         pty.send(b"?")?;
@@ -225,31 +225,31 @@ fn with_path<'a>(args: &[&'a str]) -> Vec<&'a str> {
 }
 
 /// `bbrscope stream` with its records going to `stdout`.
-pub fn bbrscope_stream(setup: &Setup, args: &[&str], stdout: Stdio) -> Result<Traced> {
+pub(super) fn bbrscope_stream(setup: &Setup, args: &[&str], stdout: Stdio) -> Result<Traced> {
     let mut cmd = Command::new(setup.bbrscope);
     cmd.arg("stream").args(with_path(args)).stdin(Stdio::null()).stdout(stdout);
     Traced::spawn(cmd, setup.pinger)
 }
 
 /// `bbrscope top` on a terminal.
-pub fn bbrscope_top(setup: &Setup, args: &[&str]) -> Result<Traced> {
+pub(super) fn bbrscope_top(setup: &Setup, args: &[&str]) -> Result<Traced> {
     let mut cmd = Command::new(setup.bbrscope);
     cmd.arg("top").args(with_path(args)).env("TERM", "xterm-256color");
     Traced::spawn_on_terminal(cmd, setup.pinger)
 }
 
 /// `ss -tin` run every 100 ms, its CPU time (collected from each run) and number of polls.
-pub struct SsPoller {
+pub(super) struct SsPoller {
     stop: Arc<AtomicBool>,
     cpu_ns: Arc<AtomicU64>,
     thread: JoinHandle<Result<()>>,
 }
 
 impl SsPoller {
-    pub const PERIOD: Duration = Duration::from_millis(100);
+    pub(super) const PERIOD: Duration = Duration::from_millis(100);
 
     /// Polls the sockets of the namespace at `netns` (None: this one).
-    pub fn start(netns: Option<String>) -> SsPoller {
+    pub(super) fn start(netns: Option<String>) -> SsPoller {
         let (stop, cpu_ns) = (Arc::new(AtomicBool::new(false)), Arc::new(AtomicU64::new(0)));
         let (stopped, cpu) = (stop.clone(), cpu_ns.clone());
         let thread = thread::spawn(move || {
@@ -270,11 +270,11 @@ impl SsPoller {
         SsPoller { stop, cpu_ns, thread }
     }
 
-    pub fn cpu_time(&self) -> Duration {
+    pub(super) fn cpu_time(&self) -> Duration {
         Duration::from_nanos(self.cpu_ns.load(Ordering::Relaxed))
     }
 
-    pub fn stop(self) -> Result<()> {
+    pub(super) fn stop(self) -> Result<()> {
         self.stop.store(true, Ordering::Relaxed);
         self.thread.join().map_err(|_| anyhow::anyhow!("ss poller panicked"))?
     }
@@ -286,7 +286,7 @@ fn reap(child: Child) -> Result<Duration> {
     // SAFETY: rusage is plain integers, for which all-zero bytes are valid.
     let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
     // SAFETY: wait4(2) on our own child, writing into two live locals.
-    if unsafe { libc::wait4(child.id() as i32, &mut status, 0, &mut usage) } < 0 {
+    if unsafe { libc::wait4(child.id() as i32, &raw mut status, 0, &raw mut usage) } < 0 {
         bail!("wait4: {}", std::io::Error::last_os_error());
     }
     let tv = |t: libc::timeval| Duration::new(t.tv_sec as u64, t.tv_usec as u32 * 1000);
@@ -294,7 +294,7 @@ fn reap(child: Child) -> Result<Duration> {
 }
 
 /// An observer while it watches.
-pub enum Running {
+pub(super) enum Running {
     Nothing,
     Traced(Traced),
     Ss(SsPoller),
@@ -302,14 +302,14 @@ pub enum Running {
 
 /// What an observer has consumed so far (cumulative; the benchmark takes differences).
 #[derive(Clone, Copy, Default)]
-pub struct Consumed {
+pub(super) struct Consumed {
     pub cpu: Option<Duration>,
     pub probe: Option<RunStats>,
     pub counters: Option<CounterValues>,
 }
 
 impl Running {
-    pub fn start(observer: Observer, setup: &Setup, netns: Option<String>) -> Result<Running> {
+    pub(super) fn start(observer: Observer, setup: &Setup, netns: Option<String>) -> Result<Running> {
         Ok(match observer {
             Observer::Baseline | Observer::Control => Running::Nothing,
             Observer::Stream => Running::Traced(bbrscope_stream(setup, &[], Stdio::null())?),
@@ -324,7 +324,7 @@ impl Running {
         })
     }
 
-    pub fn consumed(&mut self) -> Result<Consumed> {
+    pub(super) fn consumed(&mut self) -> Result<Consumed> {
         Ok(match self {
             Running::Nothing => Consumed::default(),
             Running::Ss(p) => Consumed { cpu: Some(p.cpu_time()), ..Consumed::default() },
@@ -340,7 +340,7 @@ impl Running {
     }
 
     /// The observer's own tcp_probe program, to tell it from others on the machine.
-    pub fn probe_id(&self) -> Option<u32> {
+    pub(super) fn probe_id(&self) -> Option<u32> {
         match self {
             Running::Traced(t) => Some(t.probe.id),
             _ => None,
@@ -349,7 +349,7 @@ impl Running {
 
     /// Stops the observer; false if it had to be killed after not exiting in time (a finding for
     /// the report, not a reason to abandon the benchmark).
-    pub fn stop(self) -> Result<bool> {
+    pub(super) fn stop(self) -> Result<bool> {
         match self {
             Running::Nothing => Ok(true),
             Running::Traced(t) => Ok(t.stop()?.is_some()),

@@ -33,8 +33,8 @@ use super::{
     workload::PathKind,
 };
 
-pub const MIN_BYTES: u64 = 10_000;
-pub const MAX_BYTES: u64 = 200_000;
+pub(super) const MIN_BYTES: u64 = 10_000;
+pub(super) const MAX_BYTES: u64 = 200_000;
 /// Concurrent clients and server threads: enough that a flow waiting on its peer does not hold
 /// back the rate.
 const CLIENTS: usize = 32;
@@ -42,7 +42,7 @@ const SERVERS: usize = 16;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
-pub enum ShortObserver {
+pub(crate) enum ShortObserver {
     Nothing,
     /// `bbrscope stream --observer sockops` into a file.
     Sockops,
@@ -51,7 +51,7 @@ pub enum ShortObserver {
 }
 
 impl ShortObserver {
-    pub fn label(self) -> &'static str {
+    pub(crate) fn label(self) -> &'static str {
         match self {
             ShortObserver::Nothing => "nothing",
             ShortObserver::Sockops => "bbrscope stream --observer sockops > file",
@@ -61,7 +61,7 @@ impl ShortObserver {
 }
 
 #[derive(Debug, Serialize)]
-pub struct ShortResult {
+pub(crate) struct ShortResult {
     pub path: PathKind,
     pub observer: ShortObserver,
     pub target_per_s: f64,
@@ -200,7 +200,7 @@ fn workload(
                 {
                     return;
                 }
-                client(addr, &next, start, rate, until, &log)
+                client(addr, &next, start, rate, until, &log);
             })
         })
         .collect();
@@ -219,7 +219,7 @@ fn workload(
     Ok((addr, log, elapsed))
 }
 
-pub fn run(
+pub(super) fn run(
     setup: &Setup,
     path: PathKind,
     observer: ShortObserver,

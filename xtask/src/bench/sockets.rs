@@ -34,7 +34,7 @@ const SETTLE: Duration = Duration::from_secs(2);
 
 /// `xtask hold-sockets PAIRS IP`: connects PAIRS loopback connections to a listener of its own
 /// on IP, says "ready" on stdout, and holds them until its stdin closes.
-pub fn hold_main(pairs: usize, ip: Ipv4Addr) -> Result<()> {
+pub(super) fn hold_main(pairs: usize, ip: Ipv4Addr) -> Result<()> {
     let listener = TcpListener::bind((ip, 0))?;
     // SAFETY: listen(2) on the fd of a listener this function owns; no memory is passed.
     if unsafe { libc::listen(listener.as_raw_fd(), 4096) } != 0 {
@@ -131,7 +131,7 @@ fn optmem() -> Result<(u64, u64)> {
 }
 
 #[derive(Debug, Serialize)]
-pub struct SocketsRun {
+pub(crate) struct SocketsRun {
     pub with_bbrscope: bool,
     pub round: u32,
     pub sockets: usize,
@@ -157,7 +157,7 @@ pub struct SocketsRun {
 }
 
 #[derive(Debug, Serialize)]
-pub struct SocketsResult {
+pub(crate) struct SocketsResult {
     pub sockets: usize,
     pub runs: Vec<SocketsRun>,
     /// Per socket: slab growth without bbrscope (the socket's own kernel memory), and what
@@ -168,7 +168,7 @@ pub struct SocketsResult {
     pub optmem_per_socket: Option<f64>,
 }
 
-pub fn run(setup: &Setup, sockets: usize, rounds: u32) -> Result<SocketsResult> {
+pub(super) fn run(setup: &Setup, sockets: usize, rounds: u32) -> Result<SocketsResult> {
     let mut runs = Vec::new();
     for round in 0..rounds {
         // Without first in even rounds: slab drift over time does not favour one side.

@@ -24,15 +24,15 @@ use super::{
 
 /// A pair whose slots other people's processes used more CPU in than this (1.0 = one core) is
 /// measured again, at most `RETRIES` times.
-pub const DISTURBED_CORES: f64 = 0.15;
-pub const RETRIES: u32 = 2;
+pub(super) const DISTURBED_CORES: f64 = 0.15;
+pub(super) const RETRIES: u32 = 2;
 /// Before measuring: after an observer attached (its first samples and frames), and after it
 /// detached.
-pub const SETTLE: Duration = Duration::from_millis(200);
+pub(super) const SETTLE: Duration = Duration::from_millis(200);
 
 /// One slot with an observer attached, and the slots without one on either side of it.
 #[derive(Debug, Serialize)]
-pub struct Pair {
+pub(crate) struct Pair {
     pub observer: Observer,
     pub round: u32,
     pub observed_bps: f64,
@@ -52,7 +52,7 @@ pub struct Pair {
 
 /// What an observer cost over a slot (None: does not apply to this observer).
 #[derive(Debug, Serialize)]
-pub struct Costs {
+pub(crate) struct Costs {
     /// The observer's own CPU time per second (1.0 = one core).
     pub cpu_cores: Option<f64>,
     /// Time in the observer's tcp_probe program per second: paid on the CPUs moving the traffic.
@@ -118,7 +118,7 @@ impl Costs {
 }
 
 #[derive(Debug, Serialize)]
-pub struct Summary {
+pub(crate) struct Summary {
     pub observer: Observer,
     pub throughput_bps: Spread,
     /// Per pair: throughput with this observer / mean throughput without, either side of it.
@@ -133,7 +133,7 @@ pub struct Summary {
 }
 
 #[derive(Debug, Serialize)]
-pub struct WorkloadResult {
+pub(crate) struct WorkloadResult {
     pub workload: Workload,
     pub label: String,
     pub summaries: Vec<Summary>,
@@ -141,7 +141,7 @@ pub struct WorkloadResult {
 }
 
 impl WorkloadResult {
-    pub fn summary(&self, observer: Observer) -> Option<&Summary> {
+    pub(crate) fn summary(&self, observer: Observer) -> Option<&Summary> {
         self.summaries.iter().find(|s| s.observer == observer)
     }
 }
@@ -182,13 +182,18 @@ fn summarize(pairs: &[Pair], observers: &[Observer]) -> Vec<Summary> {
 
 /// Runs every workload of the plan: `plan.repeats` rounds, each a slot without an observer, then
 /// for each observer a slot with it and one without.
-pub fn run(plan: &Plan, observers: &[Observer], setup: &Setup, veth: Option<&Veth>) -> Result<Vec<WorkloadResult>> {
+pub(super) fn run(
+    plan: &Plan,
+    observers: &[Observer],
+    setup: &Setup,
+    veth: Option<&Veth>,
+) -> Result<Vec<WorkloadResult>> {
     let total = plan.workloads.len() * plan.repeats as usize * observers.len();
     let mut done = 0;
     let mut results = Vec::new();
     for w in &plan.workloads {
         let ends = Ends::of(w.path, veth)?;
-        let ss_netns = ends.sender.map(|ns| ns.path());
+        let ss_netns = ends.sender.map(super::net::Netns::path);
         let bulk = Bulk::start(w.flows, w.cc, ends, None)?;
         thread::sleep(Duration::from_secs_f64(plan.warmup_s));
         let mut pairs = Vec::new();
@@ -248,7 +253,7 @@ fn measure_pair(
         observer,
         round,
         observed_bps: observed.bps,
-        baseline_bps: (before.bps + after.bps) / 2.0,
+        baseline_bps: f64::midpoint(before.bps, after.bps),
         costs: observed.costs,
         foreign_probes,
         others_cpu_cores,

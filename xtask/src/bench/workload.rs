@@ -20,20 +20,20 @@ use super::net::{Netns, Veth};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "lowercase")]
-pub enum PathKind {
+pub(crate) enum PathKind {
     Loopback,
     Veth,
 }
 
 #[derive(Clone, Copy, Debug, Serialize)]
-pub struct Workload {
+pub(crate) struct Workload {
     pub path: PathKind,
     pub flows: usize,
     pub cc: &'static str,
 }
 
 impl Workload {
-    pub fn label(&self) -> String {
+    pub(crate) fn label(&self) -> String {
         let path = match self.path {
             PathKind::Loopback => "loopback",
             PathKind::Veth => "veth",
@@ -45,14 +45,14 @@ impl Workload {
 
 /// Where each end of a flow lives: namespaces (None: this one) and the receiver's address.
 #[derive(Clone, Copy)]
-pub struct Ends<'a> {
+pub(super) struct Ends<'a> {
     pub sender: Option<&'a Netns>,
     pub receiver: Option<&'a Netns>,
     pub receiver_ip: Ipv4Addr,
 }
 
 impl<'a> Ends<'a> {
-    pub fn of(path: PathKind, veth: Option<&'a Veth>) -> Result<Ends<'a>> {
+    pub(super) fn of(path: PathKind, veth: Option<&'a Veth>) -> Result<Ends<'a>> {
         Ok(match path {
             PathKind::Loopback => Ends { sender: None, receiver: None, receiver_ip: Ipv4Addr::LOCALHOST },
             PathKind::Veth => {
@@ -81,7 +81,7 @@ const WRITE_CHUNK: usize = 128 << 10;
 const READ_BUF: usize = 256 << 10;
 
 /// Bulk flows in progress.
-pub struct Bulk {
+pub(super) struct Bulk {
     received: Arc<AtomicU64>,
     stop: Arc<AtomicBool>,
     threads: Vec<JoinHandle<()>>,
@@ -90,7 +90,7 @@ pub struct Bulk {
 impl Bulk {
     /// `flows` connections sending as fast as they can, or paced by the kernel at `max_bps`
     /// each (SO_MAX_PACING_RATE: TCP's internal pacing, no qdisc needed).
-    pub fn start(flows: usize, cc: &'static str, ends: Ends, max_bps: Option<u64>) -> Result<Bulk> {
+    pub(super) fn start(flows: usize, cc: &'static str, ends: Ends, max_bps: Option<u64>) -> Result<Bulk> {
         let ip = ends.receiver_ip;
         let listener = within(ends.receiver, move || Ok(TcpListener::bind((ip, 0))?))?;
         let addr = listener.local_addr()?;
@@ -119,26 +119,26 @@ impl Bulk {
             let (received, cpu) = (received.clone(), cpu(2 * i + 1));
             threads.push(thread::spawn(move || {
                 pin_current_thread(cpu);
-                read_counting(conn, &received)
+                read_counting(conn, &received);
             }));
         }
         for (i, s) in senders.into_iter().enumerate() {
             let (stop, cpu) = (stop.clone(), cpu(2 * i));
             threads.push(thread::spawn(move || {
                 pin_current_thread(cpu);
-                write_until(s, &stop)
+                write_until(s, &stop);
             }));
         }
         Ok(Bulk { received, stop, threads })
     }
 
     /// Bytes the receivers have read so far.
-    pub fn received(&self) -> u64 {
+    pub(super) fn received(&self) -> u64 {
         self.received.load(Ordering::Relaxed)
     }
 
     /// Stops the senders; receivers read what is in flight until end of stream.
-    pub fn stop(self) {
+    pub(super) fn stop(self) {
         self.stop.store(true, Ordering::Relaxed);
         for t in self.threads {
             let _ = t.join();
@@ -151,7 +151,7 @@ fn allowed_cpus() -> Result<Vec<usize>> {
     // SAFETY: cpu_set_t is a bit array, for which all-zero bytes are the empty set.
     let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
     // SAFETY: sched_getaffinity(2) writes at most size_of::<cpu_set_t>() bytes into the local set.
-    if unsafe { libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &mut set) } != 0 {
+    if unsafe { libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &raw mut set) } != 0 {
         bail!("sched_getaffinity: {}", std::io::Error::last_os_error());
     }
     // SAFETY: CPU_ISSET reads bit c of the set, c < CPU_SETSIZE.
@@ -170,7 +170,7 @@ fn pin_current_thread(cpu: usize) {
     // sched_setaffinity reads it.
     unsafe {
         libc::CPU_SET(cpu, &mut set);
-        libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set);
+        libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &raw const set);
     }
 }
 
@@ -196,14 +196,14 @@ fn write_until(mut s: TcpStream, stop: &AtomicBool) {
 
 /// A quiet loopback connection that sends one byte on demand: a way to make tcp_probe fire, to
 /// tell when an observer's program is attached; and new connections on demand, for sock_ops.
-pub struct Pinger {
+pub(super) struct Pinger {
     client: TcpStream,
     server: TcpStream,
     listener: TcpListener,
 }
 
 impl Pinger {
-    pub fn new() -> Result<Pinger> {
+    pub(super) fn new() -> Result<Pinger> {
         let listener = TcpListener::bind((Ipv4Addr::LOCALHOST, 0))?;
         let client = TcpStream::connect(listener.local_addr()?)?;
         let (server, _) = listener.accept()?;
@@ -211,7 +211,7 @@ impl Pinger {
     }
 
     /// Opens a connection, sends a byte each way, and closes it.
-    pub fn connect(&self) -> Result<()> {
+    pub(super) fn connect(&self) -> Result<()> {
         let mut client = TcpStream::connect(self.listener.local_addr()?)?;
         let (mut server, _) = self.listener.accept()?;
         client.write_all(b"p")?;
@@ -221,7 +221,7 @@ impl Pinger {
         Ok(())
     }
 
-    pub fn ping(&self) -> Result<()> {
+    pub(super) fn ping(&self) -> Result<()> {
         (&self.client).write_all(b"p")?;
         (&self.server).read_exact(&mut [0u8; 1])?;
         Ok(())

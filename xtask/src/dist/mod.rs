@@ -14,7 +14,7 @@ use anyhow::{Context as _, Result, bail, ensure};
 use clap::Args;
 
 #[derive(Args)]
-pub struct DistArgs {
+pub(crate) struct DistArgs {
     /// Where to put the .deb (default: TARGET_DIR/dist)
     #[arg(long, value_name = "DIR")]
     out: Option<PathBuf>,
@@ -25,7 +25,7 @@ fn workspace() -> PathBuf {
 }
 
 fn target_dir(ws: &Path) -> PathBuf {
-    std::env::var_os("CARGO_TARGET_DIR").map(PathBuf::from).unwrap_or_else(|| ws.join("target"))
+    std::env::var_os("CARGO_TARGET_DIR").map_or_else(|| ws.join("target"), PathBuf::from)
 }
 
 fn run(cmd: &mut Command) -> Result<String> {
@@ -39,14 +39,13 @@ fn run(cmd: &mut Command) -> Result<String> {
 /// The commit the binary is built from, with `-dirty` when the tree has uncommitted changes.
 fn git_commit(ws: &Path) -> String {
     let head = run(Command::new("git").args(["rev-parse", "--short=12", "HEAD"]).current_dir(ws))
-        .map(|s| s.trim().to_string())
-        .unwrap_or_else(|_| "unknown".into());
+        .map_or_else(|_| "unknown".into(), |s| s.trim().to_string());
     let dirty = run(Command::new("git").args(["status", "--porcelain", "--untracked-files=no"]).current_dir(ws))
         .is_ok_and(|s| !s.trim().is_empty());
     if dirty { format!("{head}-dirty") } else { head }
 }
 
-pub fn run_dist(args: DistArgs) -> Result<()> {
+pub(crate) fn run_dist(args: DistArgs) -> Result<()> {
     let ws = workspace();
     let target = target_dir(&ws);
     let commit = git_commit(&ws);

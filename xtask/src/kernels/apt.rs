@@ -27,7 +27,7 @@ const SOURCES: &[(&str, &str)] = &[
 const KEYRING: &str = "/usr/share/keyrings/debian-archive-keyring.gpg";
 
 /// Lists older than this are fetched again; within it a rerun needs no network for lists.
-const LISTS_MAX_AGE: Duration = Duration::from_secs(12 * 3600);
+const LISTS_MAX_AGE: Duration = Duration::from_hours(12);
 
 /// The modules the guest needs: netem and fq for the path, bbr to observe, htcp for `apply` to
 /// load (it must not be preloaded: the test is that bbrscope loads it).
@@ -35,23 +35,23 @@ const LISTS_MAX_AGE: Duration = Duration::from_secs(12 * 3600);
 /// autoloads it through modprobe aliases, which the guest does not ship.
 /// veth for the route test's path and the netem side of the emulator cross-check, tun for the
 /// demo's emulator.
-pub const PRELOAD: &[&str] = &["tcp_bbr", "sch_netem", "sch_fq", "tcp_diag", "veth", "tun"];
+pub(super) const PRELOAD: &[&str] = &["tcp_bbr", "sch_netem", "sch_fq", "tcp_diag", "veth", "tun"];
 /// htcp for the system-wide `apply`, vegas for `apply --netns --allow`: both must be loaded by
 /// bbrscope, so neither is preloaded.
-pub const ON_DEMAND: &[&str] = &["tcp_htcp", "tcp_vegas"];
+pub(super) const ON_DEMAND: &[&str] = &["tcp_htcp", "tcp_vegas"];
 /// What a whole Debian system (`cargo xtask boot`) needs to mount its root file system, an ext4
 /// image on a virtio disk: loaded by its initramfs, in this order (dependencies first). Where the
 /// kernel has one built in (virtio_pci from 6.12) or lacks it (crc32c_generic from 6.14), it is
 /// skipped.
-pub const BOOT: &[&str] = &["crc32c_generic", "virtio_pci", "virtio_blk", "ext4"];
+pub(super) const BOOT: &[&str] = &["crc32c_generic", "virtio_pci", "virtio_blk", "ext4"];
 
-pub struct Apt {
+pub(super) struct Apt {
     root: PathBuf,
 }
 
 /// One installable kernel image package.
 #[derive(Debug, Clone)]
-pub struct Candidate {
+pub(super) struct Candidate {
     pub package: String,
     pub version: String,
     /// Upstream version numbers (6.12.117 -> [6, 12, 117]), for choosing the newest.
@@ -61,34 +61,34 @@ pub struct Candidate {
 }
 
 impl Candidate {
-    pub fn upstream_str(&self) -> String {
+    pub(super) fn upstream_str(&self) -> String {
         self.upstream.iter().map(u32::to_string).collect::<Vec<_>>().join(".")
     }
 }
 
 /// A kernel extracted into the cache, ready to boot.
 #[derive(Debug, Clone)]
-pub struct Kernel {
+pub(super) struct Kernel {
     pub release: String,
     pub version: String,
     pub dir: PathBuf,
 }
 
 impl Kernel {
-    pub fn vmlinuz(&self) -> PathBuf {
+    pub(super) fn vmlinuz(&self) -> PathBuf {
         self.dir.join("vmlinuz")
     }
     /// Everything under it goes to /lib/modules/<release>/ in the guest.
-    pub fn modules(&self) -> PathBuf {
+    pub(super) fn modules(&self) -> PathBuf {
         self.dir.join("modules")
     }
-    pub fn config(&self) -> PathBuf {
+    pub(super) fn config(&self) -> PathBuf {
         self.dir.join("config")
     }
 }
 
 impl Apt {
-    pub fn new(cache: &Path) -> Result<Apt> {
+    pub(super) fn new(cache: &Path) -> Result<Apt> {
         let root = cache.join("apt");
         for d in ["lists/partial", "archives/partial", "etc"] {
             fs::create_dir_all(root.join(d))?;
@@ -141,7 +141,7 @@ impl Apt {
         c
     }
 
-    pub fn update(&self, force: bool) -> Result<()> {
+    pub(super) fn update(&self, force: bool) -> Result<()> {
         let stamp = self.root.join("lists/.updated");
         let fresh = fs::metadata(&stamp)
             .and_then(|m| m.modified())
@@ -160,7 +160,7 @@ impl Apt {
     }
 
     /// Every generic amd64 kernel image apt can install from the private sources.
-    pub fn candidates(&self) -> Result<Vec<Candidate>> {
+    pub(super) fn candidates(&self) -> Result<Vec<Candidate>> {
         let out = self.cmd("apt-cache").args(["pkgnames", "linux-image-"]).output()?;
         let names: Vec<String> =
             String::from_utf8_lossy(&out.stdout).lines().filter(|n| is_generic_image(n)).map(str::to_string).collect();
@@ -172,7 +172,7 @@ impl Apt {
         let mut found = Vec::new();
         for rec in text.split("\n\n") {
             let field = |name: &str| {
-                rec.lines().find_map(|l| l.strip_prefix(name).and_then(|v| v.strip_prefix(':')).map(|v| v.trim()))
+                rec.lines().find_map(|l| l.strip_prefix(name).and_then(|v| v.strip_prefix(':')).map(str::trim))
             };
             let (Some(package), Some(version)) = (field("Package"), field("Version")) else { continue };
             let upstream = upstream_numbers(version);
@@ -209,7 +209,7 @@ impl Apt {
 
     /// Downloads the image (and its parts) and extracts vmlinuz, the kernel configuration and
     /// the modules the guest needs, decompressed, with a modules.dep for just those.
-    pub fn prepare(&self, cache: &Path, c: &Candidate) -> Result<Kernel> {
+    pub(super) fn prepare(&self, cache: &Path, c: &Candidate) -> Result<Kernel> {
         let dir = cache.join("kernels").join(format!("{}_{}", c.package, c.version));
         // The marker holds the release and the module set: a changed set re-extracts.
         let ready = dir.join("release");
@@ -228,9 +228,12 @@ impl Apt {
         fs::create_dir_all(&raw)?;
         // Debian's packages carry no modules.dep (depmod runs at install), so dependencies come
         // from each module's own `depends=` (modinfo), fetched name by name until closed.
-        let mut pats: Vec<String> =
-            ["*vmlinuz*", "*/boot/config-*", "*/modules.builtin"].iter().map(|s| s.to_string()).collect();
-        let mut want: Vec<String> = PRELOAD.iter().chain(ON_DEMAND).chain(BOOT).map(|s| s.to_string()).collect();
+        let mut pats: Vec<String> = ["*vmlinuz*", "*/boot/config-*", "*/modules.builtin"]
+            .iter()
+            .map(std::string::ToString::to_string)
+            .collect();
+        let mut want: Vec<String> =
+            PRELOAD.iter().chain(ON_DEMAND).chain(BOOT).map(std::string::ToString::to_string).collect();
         let mut skipped = BTreeSet::new();
         let mut found: BTreeMap<String, (PathBuf, Vec<String>)> = BTreeMap::new();
         let mods = dir.join("modules");
@@ -386,7 +389,7 @@ fn upstream_numbers(version: &str) -> Vec<u32> {
 }
 
 /// The newest candidate whose upstream version starts with `selector` ("5.10", "6", "7.2").
-pub fn choose<'a>(cands: &'a [Candidate], selector: &str) -> Option<&'a Candidate> {
+pub(super) fn choose<'a>(cands: &'a [Candidate], selector: &str) -> Option<&'a Candidate> {
     let want: Vec<u32> = selector.split('.').filter_map(|p| p.parse().ok()).collect();
     cands.iter().filter(|c| c.upstream.starts_with(&want)).max_by_key(|c| (c.upstream.clone(), natural(&c.package)))
 }

@@ -66,7 +66,7 @@ impl Report {
     }
 }
 
-pub fn main() -> Result<()> {
+pub(crate) fn main() -> Result<()> {
     let out = fs::OpenOptions::new().write(true).open("/dev/ttyS1").context("opening /dev/ttyS1")?;
     let mut rep = Report { out, start: Instant::now() };
     let release = fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default();
@@ -132,7 +132,7 @@ fn v4(port: u16) -> SocketAddr {
 }
 
 fn now() -> f64 {
-    SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_secs_f64()).unwrap_or(0.0)
+    SystemTime::now().duration_since(UNIX_EPOCH).map_or(0.0, |d| d.as_secs_f64())
 }
 
 /// A running `bbrscope stream`, its output in files.
@@ -279,7 +279,7 @@ fn ss(local: SocketAddr) -> Result<Option<Snap>> {
     let t0 = now();
     let out = Command::new(SS).args(["-tinH", "src", &local.to_string()]).output()?;
     let t1 = now();
-    let (t, half) = ((t0 + t1) / 2.0, (t1 - t0) / 2.0);
+    let (t, half) = (f64::midpoint(t0, t1), (t1 - t0) / 2.0);
     let text = String::from_utf8_lossy(&out.stdout);
     if text.trim().is_empty() {
         return Ok(None);
@@ -348,7 +348,7 @@ fn bulk(to: SocketAddr, cc: &str, secs: f64) -> Result<Bulk> {
             let t1 = now();
             snaps.push(Snap {
                 src: "tcp_info",
-                t: (t0 + t1) / 2.0,
+                t: f64::midpoint(t0, t1),
                 half: (t1 - t0) / 2.0,
                 cc: None,
                 cwnd: Some(info.snd_cwnd),
@@ -500,7 +500,7 @@ fn fork_server(listener: &TcpListener, name: &std::ffi::CStr, chunks: usize, pau
                     }
                     off += n as usize;
                 }
-                libc::nanosleep(&pause, std::ptr::null_mut());
+                libc::nanosleep(&raw const pause, std::ptr::null_mut());
             }
             libc::close(conn);
             libc::_exit(0);
@@ -526,7 +526,7 @@ fn pre_fork_worker(
     c.read_to_end(&mut got)?;
     let mut status = 0;
     // SAFETY: waitpid on our own child, with a live status local.
-    unsafe { libc::waitpid(pid, &mut status, 0) };
+    unsafe { libc::waitpid(pid, &raw mut status, 0) };
     ensure!(got.len() == chunks * 20_000, "pre-fork worker: client got {} bytes", got.len());
     Ok((SocketAddr::from(([127, 0, 0, 1], port)), c.local_addr()?, pid))
 }
@@ -567,7 +567,7 @@ impl OldConnection {
         let _ = self.reader.join();
         let mut status = 0;
         // SAFETY: waitpid on our own child, with a live status local.
-        unsafe { libc::waitpid(self.pid, &mut status, 0) };
+        unsafe { libc::waitpid(self.pid, &raw mut status, 0) };
         (self.server, self.client, self.pid)
     }
 }
@@ -824,11 +824,11 @@ fn check_vs_kernel(out: &Output, b: &Bulk) -> Result<(bool, String)> {
             samples.iter().filter(|r| r["ts"].as_f64().is_some_and(|t| (t - s.t).abs() <= 0.3 + s.half)).collect();
         let range = |k: &str| {
             let v: Vec<f64> = near.iter().filter_map(|r| r[k].as_f64()).collect();
-            (v.iter().cloned().fold(f64::MAX, f64::min), v.iter().cloned().fold(f64::MIN, f64::max), v.len())
+            (v.iter().copied().fold(f64::MAX, f64::min), v.iter().copied().fold(f64::MIN, f64::max), v.len())
         };
         let (cmin, cmax, n) = range("cwnd");
         let (rmin, rmax, _) = range("srtt_us");
-        let cw = s.cwnd.map(f64::from).unwrap_or(-1.0);
+        let cw = s.cwnd.map_or(-1.0, f64::from);
         let rt = s.rtt_us.unwrap_or(-1.0);
         let ok = n > 0
             && (s.reducing || (cw >= cmin * 0.5 - 2.0 && cw <= cmax * 2.0 + 2.0))
@@ -1226,7 +1226,7 @@ fn scopes(rep: &mut Report) -> Result<()> {
         Ok(())
     });
     fs::create_dir_all(CGROUP)?;
-    let pins = || fs::read_dir("/sys/fs/bpf/bbrscope").map(|d| d.count()).unwrap_or(0);
+    let pins = || fs::read_dir("/sys/fs/bpf/bbrscope").map_or(0, std::iter::Iterator::count);
     let (ok, text) = run_bbrscope(&["apply", "bbr", "--cgroup", CGROUP])?;
     let (inside, outside) = (probe_cc(local, Some(CGROUP))?, probe_cc(local, None)?);
     rep.test(
@@ -1285,13 +1285,13 @@ fn scopes(rep: &mut Report) -> Result<()> {
 
 /// On the kernel command line: the deliberate break (`cargo xtask kernels --break host-btf`):
 /// every stream reads the layout from `BREAK_BTF`, the host's BTF, not the guest kernel's.
-pub const BREAK_FLAG: &str = "bbrscope.break=host-btf";
-pub const BREAK_BTF: &str = "/boot/break-vmlinux.btf";
+pub(crate) const BREAK_FLAG: &str = "bbrscope.break=host-btf";
+pub(crate) const BREAK_BTF: &str = "/boot/break-vmlinux.btf";
 /// On the kernel command line: the kernel preempts kernel code (one kernel of the matrix boots
 /// so; its guest runs [`preempted_short_flows`] too).
-pub const PREEMPT_FLAG: &str = "preempt=full";
+pub(crate) const PREEMPT_FLAG: &str = "preempt=full";
 /// On the kernel command line: run [`crosscheck`] in this guest.
-pub const CROSSCHECK_FLAG: &str = "bbrscope.crosscheck";
+pub(crate) const CROSSCHECK_FLAG: &str = "bbrscope.crosscheck";
 /// The cross-check's path: slow enough for a TCG guest to carry without its CPU becoming the
 /// bottleneck, long enough that the guest's timer lateness (a few ms under TCG) is a small part
 /// of the RTT, lossy enough that CUBIC is loss-limited and BBR is not.

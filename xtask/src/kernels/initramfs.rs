@@ -19,14 +19,14 @@ const BOOT_INIT: &str = include_str!("../../../bbrscope/tests/guest/boot.sh");
 
 /// The host's files the guest runs, and where they go in the guest. iproute2's `tc` and `ss` are
 /// the real ones: busybox's `tc` applet cannot set up netem.
-pub struct Payload {
+pub(super) struct Payload {
     pub bbrscope: PathBuf,
     pub driver: PathBuf,
     /// `--break host-btf`: this BTF goes in as the guest's [`super::guest::BREAK_BTF`].
     pub break_btf: Option<PathBuf>,
 }
 
-pub fn build(kernel: &Kernel, payload: &Payload, out: &Path) -> Result<()> {
+pub(super) fn build(kernel: &Kernel, payload: &Payload, out: &Path) -> Result<()> {
     let mut c = Cpio::default();
     for d in [
         "bin",
@@ -91,7 +91,7 @@ pub fn build(kernel: &Kernel, payload: &Payload, out: &Path) -> Result<()> {
 /// The initramfs of a whole Debian system (`cargo xtask boot`): busybox, the modules its root
 /// file system needs (listed in the kernel's `boot` file, dependencies first) and an init that
 /// mounts /dev/vda and switches to it.
-pub fn build_boot(kernel: &Kernel, out: &Path) -> Result<()> {
+pub(super) fn build_boot(kernel: &Kernel, out: &Path) -> Result<()> {
     let mut c = Cpio::default();
     for d in ["bin", "dev", "proc", "newroot", "lib", "lib/modules"] {
         c.dir(d);

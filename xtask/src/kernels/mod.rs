@@ -5,9 +5,9 @@
 //! which observer path each kernel got, what bbrscope reported on stderr, and the tests' results.
 
 mod apt;
-pub mod guest;
+pub(crate) mod guest;
 mod initramfs;
-pub mod system;
+pub(crate) mod system;
 
 use std::{
     fmt::Write as _,
@@ -29,7 +29,7 @@ const DEFAULT_KERNELS: &[&str] = &["5.10", "6.1", "6.12", "6", "7"];
 const PREEMPT_KERNEL: &str = "6.12.";
 
 #[derive(Debug, Args)]
-pub struct KernelsArgs {
+pub(crate) struct KernelsArgs {
     /// Run only this kernel: the newest Debian kernel whose version starts with VERSION
     /// (e.g. 5.10, 6.1, 6.12, 6 for the newest 6.x, 7.2.13); repeat for several
     #[arg(long = "kernel", value_name = "VERSION")]
@@ -94,7 +94,7 @@ impl Outcome {
     }
 }
 
-pub fn run(args: KernelsArgs) -> Result<()> {
+pub(crate) fn run(args: KernelsArgs) -> Result<()> {
     let started = Instant::now();
     for tool in ["qemu-system-x86_64", "busybox", "apt-get", "dpkg-deb", "xz", "ldd"] {
         if Command::new("sh").args(["-c", &format!("command -v {tool}")]).stdout(Stdio::null()).status()?.code()
@@ -116,7 +116,7 @@ pub fn run(args: KernelsArgs) -> Result<()> {
     let cands = apt.candidates()?;
     eprintln!("kernels: {} kernel images known to apt ({:.0} s)", cands.len(), t.elapsed().as_secs_f64());
     let selectors: Vec<String> = if args.kernels.is_empty() {
-        DEFAULT_KERNELS.iter().map(|s| s.to_string()).collect()
+        DEFAULT_KERNELS.iter().map(std::string::ToString::to_string).collect()
     } else {
         args.kernels.clone()
     };
@@ -338,7 +338,7 @@ fn report(outcomes: &[Outcome], total: f64) -> String {
         s,
         "Kernel matrix, {} on {} x {cpu} (host Linux {}), QEMU TCG, {total:.0} s in all.\n",
         String::from_utf8_lossy(&date).trim(),
-        std::thread::available_parallelism().map(|n| n.get()).unwrap_or(0),
+        std::thread::available_parallelism().map_or(0, std::num::NonZero::get),
         host.trim()
     );
     let _ = writeln!(

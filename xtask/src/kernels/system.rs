@@ -18,7 +18,7 @@ use clap::Args;
 use super::{initramfs, qemu};
 
 #[derive(Debug, Args)]
-pub struct BootArgs {
+pub(crate) struct BootArgs {
     /// The root file system to boot (a Debian root with systemd); its /lib/modules gets the
     /// kernel's modules, otherwise it is copied, not changed
     #[arg(long, value_name = "DIR")]
@@ -38,7 +38,7 @@ pub struct BootArgs {
     timeout: u64,
 }
 
-pub fn run(args: BootArgs) -> Result<()> {
+pub(crate) fn run(args: BootArgs) -> Result<()> {
     ensure!(
         args.root.join("lib/systemd/systemd").exists(),
         "{} has no lib/systemd/systemd: not a Debian root with systemd",

@@ -24,7 +24,7 @@ impl LinkConfig {
 
 /// What happens to a packet entering the data direction.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Verdict {
+pub(super) enum Verdict {
     Lost,
     QueueFull,
     /// Leaves the emulator at `release_ns` after waiting `queue_ns` behind earlier packets.
@@ -35,7 +35,7 @@ pub enum Verdict {
 }
 
 /// Loss, then the bottleneck, then the delay line.
-pub struct DataPath {
+pub(super) struct DataPath {
     loss: Loss,
     rate_bps: u64,
     buffer_bytes: u64,
@@ -48,7 +48,7 @@ pub struct DataPath {
 }
 
 impl DataPath {
-    pub fn new(cfg: &LinkConfig) -> Self {
+    pub(super) fn new(cfg: &LinkConfig) -> Self {
         DataPath {
             loss: Loss::new(cfg.loss, cfg.seed),
             rate_bps: cfg.rate_bps,
@@ -61,12 +61,12 @@ impl DataPath {
 
     /// Bytes waiting for (or in) the bottleneck at `now_ns`, as a fluid: the part of a packet
     /// already serialised no longer occupies the queue.
-    pub fn backlog_bytes(&self, now_ns: u64) -> u64 {
-        let ahead_ns = self.busy_until_ns.saturating_sub(now_ns) as u128;
-        (ahead_ns * self.rate_bps as u128 / 8_000_000_000) as u64
+    pub(super) fn backlog_bytes(&self, now_ns: u64) -> u64 {
+        let ahead_ns = u128::from(self.busy_until_ns.saturating_sub(now_ns));
+        (ahead_ns * u128::from(self.rate_bps) / 8_000_000_000) as u64
     }
 
-    pub fn arrive(&mut self, now_ns: u64, bytes: usize) -> Verdict {
+    pub(super) fn arrive(&mut self, now_ns: u64, bytes: usize) -> Verdict {
         if self.loss.drop_next() {
             return Verdict::Lost;
         }
@@ -75,7 +75,7 @@ impl DataPath {
         }
         let start = self.busy_until_ns.max(now_ns);
         let bit_ns = bytes as u128 * 8 * 1_000_000_000 + self.remainder;
-        let rate = self.rate_bps as u128;
+        let rate = u128::from(self.rate_bps);
         self.remainder = bit_ns % rate;
         self.busy_until_ns = start + (bit_ns / rate) as u64;
         Verdict::Deliver { release_ns: self.busy_until_ns + self.delay_ns, queue_ns: start - now_ns }

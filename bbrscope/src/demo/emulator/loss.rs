@@ -38,7 +38,7 @@ fn gilbert_enter_bad(rate: f64, burst: f64) -> f64 {
 
 /// Decides, packet by packet, which are lost.
 #[derive(Clone, Debug)]
-pub struct Loss {
+pub(super) struct Loss {
     rng: Rng,
     kind: Kind,
 }
@@ -56,7 +56,7 @@ enum Kind {
 }
 
 impl Loss {
-    pub fn new(spec: LossSpec, seed: u64) -> Self {
+    pub(super) fn new(spec: LossSpec, seed: u64) -> Self {
         let kind = match spec.burst {
             _ if spec.rate == 0.0 => Kind::None,
             None => Kind::Bernoulli(spec.rate),
@@ -68,7 +68,7 @@ impl Loss {
     }
 
     /// Whether the next packet is lost.
-    pub fn drop_next(&mut self) -> bool {
+    pub(super) fn drop_next(&mut self) -> bool {
         match &mut self.kind {
             Kind::None => false,
             Kind::Bernoulli(p) => self.rng.uniform() < *p,

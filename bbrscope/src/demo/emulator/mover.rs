@@ -135,7 +135,7 @@ impl Stats {
 }
 
 /// The running mover thread. Dropping it stops the thread, which closes the TUN devices.
-pub struct Mover {
+pub(super) struct Mover {
     stop: Arc<AtomicBool>,
     stats: Arc<Stats>,
     thread: Option<JoinHandle<io::Result<()>>>,
@@ -143,7 +143,7 @@ pub struct Mover {
 
 impl Mover {
     /// Moves packets from `sender` through the data direction into `receiver`, and back.
-    pub fn start(sender: OwnedFd, receiver: OwnedFd, cfg: &LinkConfig) -> Result<Self> {
+    pub(super) fn start(sender: OwnedFd, receiver: OwnedFd, cfg: &LinkConfig) -> Result<Self> {
         let stop = Arc::new(AtomicBool::new(false));
         let stats = Arc::new(Stats::default());
         let (s, st, cfg) = (stop.clone(), stats.clone(), *cfg);
@@ -153,12 +153,12 @@ impl Mover {
         Ok(Mover { stop, stats, thread: Some(thread) })
     }
 
-    pub fn counters(&self) -> LinkCounters {
+    pub(super) fn counters(&self) -> LinkCounters {
         self.stats.snapshot()
     }
 
     /// Stops the thread and reports how it ended.
-    pub fn stop(&mut self) -> Result<()> {
+    pub(super) fn stop(&mut self) -> Result<()> {
         self.stop.store(true, Relaxed);
         match self.thread.take().map(JoinHandle::join) {
             None | Some(Ok(Ok(()))) => Ok(()),

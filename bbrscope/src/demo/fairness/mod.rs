@@ -3,8 +3,8 @@
 //! article repeats, shown on this kernel, with [`model`]'s prediction of BBR's share beside it.
 //! The other presets give each algorithm its own identical link; here they compete.
 
-pub mod model;
-pub mod summary;
+pub(crate) mod model;
+pub(crate) mod summary;
 
 use std::time::Duration;
 
@@ -18,19 +18,19 @@ use super::{
 
 /// The buffers the preset compares, in BDPs: shallow (BBR is rate-limited and loss-blind, CUBIC
 /// backs off) and deep (CUBIC fills the queue; BBR becomes window-limited).
-pub const BUFFERS_BDP: [f64; 2] = [0.5, 8.0];
+pub(crate) const BUFFERS_BDP: [f64; 2] = [0.5, 8.0];
 /// How many incumbent flows meet the one challenger.
-pub const INCUMBENTS: [u32; 2] = [1, 3];
+pub(crate) const INCUMBENTS: [u32; 2] = [1, 3];
 
 /// One configuration of the shared bottleneck.
 #[derive(Clone, Copy, Debug, PartialEq, Serialize)]
-pub struct Scenario {
+pub(crate) struct Scenario {
     pub buffer_bytes: u64,
     pub incumbents: u32,
 }
 
 /// What to run: `challenger` against `incumbent` flows in every scenario, `repeat` times.
-pub struct Setup<'a> {
+pub(crate) struct Setup<'a> {
     /// The path; its buffer is replaced by each scenario's.
     pub cond: &'a Conditions,
     pub challenger: &'a str,
@@ -43,13 +43,13 @@ pub struct Setup<'a> {
 }
 
 /// One scenario's round: its flows, the challenger first.
-pub struct Round {
+pub(crate) struct Round {
     pub scenario: Scenario,
     pub repeat: u32,
     pub flows: Vec<FlowRun>,
 }
 
-pub struct Ran {
+pub(crate) struct Ran {
     pub rounds: Vec<Round>,
     /// Why the demo ended early, and how long its last round ran.
     pub stopped: Option<(Stop, Duration)>,
@@ -66,7 +66,7 @@ impl Setup<'_> {
 
 /// Every scenario, `repeat` times, under one observer and one display; `warn` gets a line for
 /// each observer feature this kernel lacks.
-pub async fn run(setup: &Setup<'_>, warn: &mut dyn FnMut(&str)) -> Result<Ran> {
+pub(crate) async fn run(setup: &Setup<'_>, warn: &mut dyn FnMut(&str)) -> Result<Ran> {
     let mut session = run::Session::open(setup.headless, setup.cond.duration, warn)?;
     let mut rounds = Vec::new();
     let total = setup.scenarios.len() as u32 * setup.repeat;

@@ -30,24 +30,24 @@ const PAPER_MEDIAN_ERROR: f64 = 0.05;
 
 /// The bottleneck the flows share.
 #[derive(Clone, Copy, Debug, PartialEq)]
-pub struct Bottleneck {
+pub(crate) struct Bottleneck {
     pub rate_bps: f64,
     pub rtt_s: f64,
     pub buffer_bytes: f64,
 }
 
 impl Bottleneck {
-    pub fn bdp_bytes(&self) -> f64 {
+    pub(crate) fn bdp_bytes(&self) -> f64 {
         self.rate_bps / 8.0 * self.rtt_s
     }
 
-    pub fn buffer_bdp(&self) -> f64 {
+    pub(crate) fn buffer_bdp(&self) -> f64 {
         self.buffer_bytes / self.bdp_bytes()
     }
 }
 
 #[derive(Clone, Debug, Serialize, PartialEq)]
-pub struct Share {
+pub(crate) struct Share {
     /// The BBR flows' fraction of the bottleneck's goodput.
     pub bbr: f64,
     /// The paper's median error around it, clipped to 0..1.
@@ -57,7 +57,7 @@ pub struct Share {
 }
 
 /// The model's BBR share for `bbr_flows` BBR flows over `window_s` seconds of competition.
-pub fn bbr_share(b: &Bottleneck, bbr_flows: u32, window_s: f64) -> Share {
+pub(crate) fn bbr_share(b: &Bottleneck, bbr_flows: u32, window_s: f64) -> Share {
     let q = b.buffer_bytes / MTU as f64;
     let c = b.rate_bps / 8.0 / MTU as f64;
     let x = b.buffer_bdp();

@@ -29,7 +29,7 @@ const LOSS_BASED: [&str; 2] = ["cubic", "reno"];
 
 /// One algorithm's side of a round.
 #[derive(Clone, Debug, Serialize)]
-pub struct Side {
+pub(crate) struct Side {
     pub cc: String,
     pub flows: u32,
     /// Fraction of all the flows' goodput over the measured window.
@@ -45,7 +45,7 @@ pub struct Side {
 
 /// One scenario's round, measured.
 #[derive(Clone, Debug, Serialize)]
-pub struct RoundResult {
+pub(crate) struct RoundResult {
     pub buffer_bytes: u64,
     pub buffer_bdp: f64,
     pub incumbents: u32,
@@ -68,7 +68,7 @@ pub struct RoundResult {
 }
 
 #[derive(Serialize)]
-pub struct Summary {
+pub(crate) struct Summary {
     #[serde(rename = "type")]
     pub kind: &'static str,
     pub challenger: String,
@@ -84,7 +84,7 @@ pub struct Summary {
 }
 
 impl Summary {
-    pub fn new(cond: &Conditions, challenger: &str, incumbent: &str, bbr: BbrImpl, ran: &Ran) -> Self {
+    pub(crate) fn new(cond: &Conditions, challenger: &str, incumbent: &str, bbr: BbrImpl, ran: &Ran) -> Self {
         let model_note = if challenger != "bbr" || !LOSS_BASED.contains(&incumbent) {
             Some(format!("the model is of BBR against loss-based flows, not {challenger} against {incumbent}"))
         } else if bbr.version != Some(Version::V1) {
@@ -105,16 +105,16 @@ impl Summary {
         }
     }
 
-    pub fn stopped(mut self, stopped: Option<StoppedEarly>) -> Self {
+    pub(crate) fn stopped(mut self, stopped: Option<StoppedEarly>) -> Self {
         self.stopped_early = stopped;
         self
     }
 
-    pub fn to_json(&self) -> String {
+    pub(crate) fn to_json(&self) -> String {
         serde_json::to_string(self).expect("the summary serializes")
     }
 
-    pub fn to_table(&self) -> String {
+    pub(crate) fn to_table(&self) -> String {
         let (ch, inc) = (&self.challenger, &self.incumbent);
         let p = &self.path;
         let mut out = String::new();

@@ -32,7 +32,7 @@ impl Version {
 
 /// What is known of the kernel's BBR, and how it is known.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
-pub struct BbrImpl {
+pub(crate) struct BbrImpl {
     /// Null when it cannot be told (not loaded, no BTF, or a layout none of the known ones).
     pub version: Option<Version>,
     /// The evidence, or why there is none, in words.
@@ -41,7 +41,7 @@ pub struct BbrImpl {
 
 impl BbrImpl {
     /// "v1 (mainline: struct bbr has lt_bw, no inflight_hi; built in)" or "unknown (why)".
-    pub fn describe(&self) -> String {
+    pub(crate) fn describe(&self) -> String {
         match self.version {
             Some(v) => format!("{} ({})", v.label(), self.how),
             None => format!("unknown ({})", self.how),
@@ -50,7 +50,7 @@ impl BbrImpl {
 }
 
 /// The running kernel's BBR, read from its BTF (never fails: what is missing is said).
-pub fn running() -> BbrImpl {
+pub(crate) fn running() -> BbrImpl {
     let unknown = |how: String| BbrImpl { version: None, how };
     let registered = crate::sys::cc::available().unwrap_or_default();
     if !registered.iter().any(|a| a == "bbr" || a == "bbr2") {
@@ -75,7 +75,7 @@ pub fn running() -> BbrImpl {
 }
 
 /// The version whose `struct bbr` this BTF holds; `source` says where the BTF came from.
-pub fn classify(btf: &Btf, source: &str) -> BbrImpl {
+pub(crate) fn classify(btf: &Btf, source: &str) -> BbrImpl {
     if btf.struct_id("bbr").is_none() {
         return BbrImpl { version: None, how: format!("no struct bbr in the BTF of {source}") };
     }

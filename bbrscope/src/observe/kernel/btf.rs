@@ -204,7 +204,7 @@ impl Btf {
                     let mut values = Vec::with_capacity(vlen);
                     for _ in 0..vlen {
                         let n = r.u32()?;
-                        let v = r.u32()? as i32 as i64;
+                        let v = i64::from(r.u32()? as i32);
                         values.push((string_at(n), v));
                     }
                     Type::Enum { size: size_or_type, values }
@@ -213,8 +213,8 @@ impl Btf {
                     let mut values = Vec::with_capacity(vlen);
                     for _ in 0..vlen {
                         let n = r.u32()?;
-                        let lo = r.u32()? as u64;
-                        let hi = r.u32()? as u64;
+                        let lo = u64::from(r.u32()?);
+                        let hi = u64::from(r.u32()?);
                         values.push((string_at(n), (hi << 32 | lo) as i64));
                     }
                     Type::Enum { size: size_or_type, values }
@@ -382,10 +382,7 @@ impl Btf {
     }
 
     fn find_member(&self, ty: u32, name: &str) -> Option<(u32, &Member)> {
-        let members = match self.get(ty)? {
-            Type::Struct { members, .. } | Type::Union { members, .. } => members,
-            _ => return None,
-        };
+        let (Type::Struct { members, .. } | Type::Union { members, .. }) = self.get(ty)? else { return None };
         for m in members {
             if m.name == name {
                 return Some((m.bit_offset, m));
@@ -418,7 +415,7 @@ impl Btf {
     }
 
     pub fn name(&self, id: u32) -> &str {
-        self.names.get(id as usize).map(String::as_str).unwrap_or("")
+        self.names.get(id as usize).map_or("", String::as_str)
     }
 }
 

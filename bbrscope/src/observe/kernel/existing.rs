@@ -254,8 +254,8 @@ fn sample(s: &Socket, now: u64, bbr_v1: bool) -> Option<SampleEvent> {
                 mode: state.map(|(mode, ..)| Arc::from(mode)),
                 bw_bps: Some(b.bw_bytes_per_s * 8),
                 min_rtt_us: Some(b.min_rtt_us),
-                pacing_gain: (b.pacing_gain != 0).then(|| b.pacing_gain as f64 / BBR_UNIT),
-                cwnd_gain: (b.cwnd_gain != 0).then(|| b.cwnd_gain as f64 / BBR_UNIT),
+                pacing_gain: (b.pacing_gain != 0).then(|| f64::from(b.pacing_gain) / BBR_UNIT),
+                cwnd_gain: (b.cwnd_gain != 0).then(|| f64::from(b.cwnd_gain) / BBR_UNIT),
                 full_bw_reached: state.and_then(|(_, full, _)| full),
                 cycle_idx: state.and_then(|(.., idx)| idx),
             })

@@ -16,7 +16,7 @@ const HOOKS: &[(&str, Option<&str>)] = &[
 ];
 
 #[derive(Debug, PartialEq, Eq)]
-pub struct HookPlan {
+pub(crate) struct HookPlan {
     pub attach: Vec<&'static str>,
     /// `config_flags` the programs need for this kernel's tracepoints.
     pub flags: u32,
@@ -24,7 +24,7 @@ pub struct HookPlan {
 }
 
 /// `arity(name)` is the tracepoint's argument count, `None` if the kernel lacks it.
-pub fn plan(arity: impl Fn(&str) -> Option<usize>) -> Result<HookPlan> {
+pub(crate) fn plan(arity: impl Fn(&str) -> Option<usize>) -> Result<HookPlan> {
     let mut p = HookPlan { attach: Vec::new(), flags: 0, degraded: Vec::new() };
     for &(tp, lost_without) in HOOKS {
         match (arity(tp), lost_without) {

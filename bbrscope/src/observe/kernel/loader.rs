@@ -506,8 +506,8 @@ fn fill_experiment_ranges(ebpf: &mut Ebpf, ranges: &[ipnet::IpNet]) -> Result<()
     let mut map: LpmTrie<_, [u8; 16], u8> = LpmTrie::try_from(ebpf.map_mut("EXP_DST").context("EXP_DST map missing")?)?;
     for net in ranges {
         let (addr, prefix) = match net {
-            ipnet::IpNet::V4(n) => (n.network().to_ipv6_mapped().octets(), 96 + n.prefix_len() as u32),
-            ipnet::IpNet::V6(n) => (n.network().octets(), n.prefix_len() as u32),
+            ipnet::IpNet::V4(n) => (n.network().to_ipv6_mapped().octets(), 96 + u32::from(n.prefix_len())),
+            ipnet::IpNet::V6(n) => (n.network().octets(), u32::from(n.prefix_len())),
         };
         map.insert(&Key::new(prefix, addr), &1, 0)
             .with_context(|| format!("adding {net} to the experiment's scope"))?;
@@ -567,10 +567,10 @@ fn sockops_helpers() -> SockopsHelpers {
     SockopsHelpers {
         flags,
         clock,
-        unavailable: if !allowed {
-            Some("sock_ops programs need CAP_NET_ADMIN (or CAP_SYS_ADMIN), which this process lacks".into())
-        } else {
+        unavailable: if allowed {
             (!missing.is_empty()).then(|| format!("this kernel's sock_ops programs cannot call {}", missing.join(", ")))
+        } else {
+            Some("sock_ops programs need CAP_NET_ADMIN (or CAP_SYS_ADMIN), which this process lacks".into())
         },
         // What the kernel cannot say, userspace reads from /proc when a flow is first shown
         // (`observe::session`, `sys::procfd`): a flow closed by then has no process left to
@@ -687,7 +687,7 @@ impl SampleClock {
     fn period(&self, interval: Duration) -> u64 {
         let ns = interval.as_nanos() as u64;
         match self {
-            SampleClock::Jiffies(hz) => (ns * hz.hz as u64).div_ceil(1_000_000_000).max(1),
+            SampleClock::Jiffies(hz) => (ns * u64::from(hz.hz)).div_ceil(1_000_000_000).max(1),
             _ => ns,
         }
     }

@@ -70,14 +70,14 @@ fn write_int(out: &mut Vec<u8>, mut v: u64) {
 impl Json for u64 {
     #[inline]
     fn write(&self, out: &mut Vec<u8>) {
-        write_int(out, *self)
+        write_int(out, *self);
     }
 }
 
 impl Json for u32 {
     #[inline]
     fn write(&self, out: &mut Vec<u8>) {
-        write_int(out, *self as u64)
+        write_int(out, u64::from(*self));
     }
 }
 
@@ -113,28 +113,28 @@ impl Json for str {
 impl Json for String {
     #[inline]
     fn write(&self, out: &mut Vec<u8>) {
-        self.as_str().write(out)
+        self.as_str().write(out);
     }
 }
 
 impl Json for crate::sys::name::Name {
     #[inline]
     fn write(&self, out: &mut Vec<u8>) {
-        self.as_str().write(out)
+        self.as_str().write(out);
     }
 }
 
 impl Json for std::sync::Arc<str> {
     #[inline]
     fn write(&self, out: &mut Vec<u8>) {
-        (**self).write(out)
+        (**self).write(out);
     }
 }
 
 impl<T: Json + ?Sized> Json for &T {
     #[inline]
     fn write(&self, out: &mut Vec<u8>) {
-        (**self).write(out)
+        (**self).write(out);
     }
 }
 
@@ -176,21 +176,21 @@ struct Plain(&'static str);
 impl Json for Plain {
     #[inline]
     fn write(&self, out: &mut Vec<u8>) {
-        plain(out, self.0)
+        plain(out, self.0);
     }
 }
 
 impl Json for CaState {
     #[inline]
     fn write(&self, out: &mut Vec<u8>) {
-        plain(out, self.as_str())
+        plain(out, self.as_str());
     }
 }
 
 impl Json for EndReason {
     #[inline]
     fn write(&self, out: &mut Vec<u8>) {
-        plain(out, self.as_str())
+        plain(out, self.as_str());
     }
 }
 
@@ -206,10 +206,10 @@ impl Json for SocketAddr {
                     if i > 0 {
                         out.push(b'.');
                     }
-                    write_int(out, octet as u64);
+                    write_int(out, u64::from(octet));
                 }
                 out.push(b':');
-                write_int(out, a.port() as u64);
+                write_int(out, u64::from(a.port()));
             }
             SocketAddr::V6(_) => {
                 let _ = write!(out, "{self}");
@@ -263,12 +263,11 @@ impl<'a> Obj<'a> {
     }
 
     fn end(self) {
-        match self.out.len() == self.start {
-            true => self.out.extend_from_slice(b"{}"),
-            false => {
-                self.out[self.start] = b'{';
-                self.out.push(b'}');
-            }
+        if self.out.len() == self.start {
+            self.out.extend_from_slice(b"{}");
+        } else {
+            self.out[self.start] = b'{';
+            self.out.push(b'}');
         }
     }
 }
@@ -329,7 +328,7 @@ struct StatsRecord<'a> {
     stats: &'a StatsReport,
 }
 
-pub struct JsonSink<W: Write> {
+pub(crate) struct JsonSink<W: Write> {
     out: W,
     /// Lines not yet handed to `out`.
     buf: Vec<u8>,
@@ -340,7 +339,7 @@ pub struct JsonSink<W: Write> {
 impl<W: Write> JsonSink<W> {
     /// `out` gets large writes (about [`WRITE_AT`] bytes, and what is left at each `flush`): it
     /// needs no buffer of its own.
-    pub fn new(out: W, clock: Clock) -> Self {
+    pub(crate) fn new(out: W, clock: Clock) -> Self {
         JsonSink { out, buf: Vec::with_capacity(WRITE_AT + 4096), clock, cgroups: CgroupNames::new() }
     }
 
@@ -369,7 +368,7 @@ impl<W: Write> JsonSink<W> {
         let start = flow.life.start_ns.unwrap_or(flow.first_ns);
         let duration_ns = e.head.ts_ns.saturating_sub(start);
         let goodput_bps = match get(|m| m.bytes_acked) {
-            Some(b) if duration_ns > 0 => Some((b as u128 * 8 * 1_000_000_000 / duration_ns as u128) as u64),
+            Some(b) if duration_ns > 0 => Some((u128::from(b) * 8 * 1_000_000_000 / u128::from(duration_ns)) as u64),
             _ => None,
         };
         o.field(k!("start_ts"), flow.life.start_ns.map(|s| self.clock.unix_secs(s)))
@@ -457,7 +456,7 @@ impl<W: Write> JsonSink<W> {
     }
 
     /// The writer, after [`JsonSink::flush`].
-    pub fn writer(&mut self) -> &mut W {
+    pub(crate) fn writer(&mut self) -> &mut W {
         &mut self.out
     }
 }
@@ -618,7 +617,7 @@ mod tests {
     /// Integers come out as their `Display` (which is what serde_json's itoa writes too).
     #[test]
     fn integers_are_written_in_decimal() {
-        let mut values = vec![0, u64::MAX, u32::MAX as u64, u32::MAX as u64 + 1];
+        let mut values = vec![0, u64::MAX, u64::from(u32::MAX), u64::from(u32::MAX) + 1];
         for p in 0..20 {
             let t = 10u64.pow(p);
             values.extend([t - 1, t, t + 1, t.saturating_mul(9).saturating_add(9)]);
@@ -792,7 +791,9 @@ mod tests {
             let secs = |i: usize| flow.life.ca_ns[i] as f64 / 1e9;
             let duration_ns = end_ns.saturating_sub(start);
             let goodput_bps = match get(|m| m.bytes_acked) {
-                Some(b) if duration_ns > 0 => Some((b as u128 * 8 * 1_000_000_000 / duration_ns as u128) as u64),
+                Some(b) if duration_ns > 0 => {
+                    Some((u128::from(b) * 8 * 1_000_000_000 / u128::from(duration_ns)) as u64)
+                }
                 _ => None,
             };
             Some(Summary {
@@ -866,7 +867,7 @@ mod tests {
         }
 
         /// What the serde-derived sink wrote for `ev`.
-        pub fn lines(
+        pub(super) fn lines(
             clock: &Clock,
             cgroups: &mut CgroupNames,
             ev: &Event,

@@ -1,4 +1,4 @@
 //! Where decoded events go: newline-delimited JSON (`stream`), the dashboard (`top`).
 
-pub mod json;
-pub mod queued;
+pub(crate) mod json;
+pub(crate) mod queued;

@@ -15,13 +15,13 @@ use std::{
 /// flows a second. Beyond it, writing waits for the thread as a plain write would.
 const QUEUED: usize = 1024;
 
-pub struct QueuedWriter {
+pub(crate) struct QueuedWriter {
     tx: Option<SyncSender<Vec<u8>>>,
     thread: Option<JoinHandle<io::Result<()>>>,
 }
 
 impl QueuedWriter {
-    pub fn new(mut out: impl Write + Send + 'static) -> io::Result<Self> {
+    pub(crate) fn new(mut out: impl Write + Send + 'static) -> io::Result<Self> {
         let (tx, rx) = sync_channel::<Vec<u8>>(QUEUED);
         let thread = std::thread::Builder::new().name("output".into()).spawn(move || {
             for piece in rx {
@@ -34,7 +34,7 @@ impl QueuedWriter {
     }
 
     /// Waits until everything handed over is written: the writer's first error, if any.
-    pub fn finish(&mut self) -> io::Result<()> {
+    pub(crate) fn finish(&mut self) -> io::Result<()> {
         drop(self.tx.take());
         match self.thread.take().map(JoinHandle::join) {
             None | Some(Ok(Ok(()))) => Ok(()),

@@ -11,7 +11,7 @@ use ratatui::{
 
 use crate::tui::theme::Theme;
 
-pub struct Series {
+pub(super) struct Series {
     pub name: String,
     pub style: Style,
     pub points: Vec<(f64, f64)>,
@@ -20,11 +20,11 @@ pub struct Series {
 }
 
 impl Series {
-    pub fn line(name: impl Into<String>, style: Style, points: Vec<(f64, f64)>) -> Self {
+    pub(super) fn line(name: impl Into<String>, style: Style, points: Vec<(f64, f64)>) -> Self {
         Series { name: name.into(), style, points, scatter: false }
     }
 
-    pub fn dots(name: impl Into<String>, style: Style, points: Vec<(f64, f64)>) -> Self {
+    pub(super) fn dots(name: impl Into<String>, style: Style, points: Vec<(f64, f64)>) -> Self {
         Series { name: name.into(), style, points, scatter: true }
     }
 }
@@ -34,25 +34,25 @@ impl Series {
 const LINE_MARKERS: [(Marker, &str); 3] = [(Marker::Braille, "⣀"), (Marker::Dot, "•"), (Marker::Bar, "▄")];
 
 /// x in seconds relative to now (negative = past).
-pub fn rel_s(ts_ns: u64, now_ns: u64) -> f64 {
+pub(super) fn rel_s(ts_ns: u64, now_ns: u64) -> f64 {
     -((now_ns.saturating_sub(ts_ns)) as f64 / 1e9)
 }
 
 /// The y-axis top for the values of `series`: 10% above the highest.
-pub fn auto_top(series: &[Series]) -> f64 {
+pub(super) fn auto_top(series: &[Series]) -> f64 {
     series.iter().flat_map(|s| s.points.iter().map(|p| p.1)).fold(0.0f64, f64::max) * 1.1
 }
 
 /// A top that follows the bulk of `values` rather than its extremes: the `q` quantile plus a
 /// quarter. A start-up burst or a pacing rate of thousands of Mbit/s before the first RTT sample
 /// would otherwise flatten the line that matters; values above are clipped to the top edge.
-pub fn quantile_top(values: impl Iterator<Item = f64>, q: f64) -> Option<f64> {
+pub(super) fn quantile_top(values: impl Iterator<Item = f64>, q: f64) -> Option<f64> {
     let v: Vec<f64> = values.filter(|v| v.is_finite()).collect();
     crate::quantile::nearest_rank(&v, q).map(|top| top * 1.25)
 }
 
 /// Decimals that keep the axis labels 0, top/2 and top distinct (not "0.0 / 0.1 / 0.1").
-pub fn decimals(top: f64) -> usize {
+pub(super) fn decimals(top: f64) -> usize {
     if top <= 0.0 || !top.is_finite() {
         return 1;
     }
@@ -61,13 +61,13 @@ pub fn decimals(top: f64) -> usize {
 
 /// The unit for times up to `max_us`: µs below a millisecond (loopback), else ms. Returns the
 /// unit's name and microseconds per unit.
-pub fn time_unit(max_us: f64) -> (&'static str, f64) {
+pub(super) fn time_unit(max_us: f64) -> (&'static str, f64) {
     if max_us < 1_000.0 { ("µs", 1.0) } else { ("ms", 1_000.0) }
 }
 
 /// Draws `series` over the last `window_s` seconds with y from 0 to `y_top` (or just above the
 /// highest value); values above the top are drawn on it.
-pub fn draw(
+pub(super) fn draw(
     f: &mut Frame,
     area: Rect,
     title: &str,

@@ -101,7 +101,7 @@ fn bucketed(
         .collect()
 }
 
-pub fn draw(f: &mut Frame, area: Rect, app: &App, theme: &Theme) {
+pub(super) fn draw(f: &mut Frame, area: Rect, app: &App, theme: &Theme) {
     let groups = groups(app, theme);
     if groups.len() < 2 {
         let msg = "Compare needs flows with two different algorithms (e.g. one CUBIC, one BBR), \

@@ -38,7 +38,7 @@ fn owner(flow: &Flow) -> Option<String> {
     (!parts.is_empty()).then(|| parts.join(" "))
 }
 
-pub fn draw(f: &mut Frame, area: Rect, app: &App, theme: &Theme) {
+pub(super) fn draw(f: &mut Frame, area: Rect, app: &App, theme: &Theme) {
     let Some(flow) = app.selected_flow() else {
         return;
     };
@@ -88,8 +88,8 @@ pub fn draw(f: &mut Frame, area: Rect, app: &App, theme: &Theme) {
                 let mut states = Vec::new();
                 for m in flow.marks.iter().filter(|m| m.ts_ns() >= since) {
                     match m {
-                        Mark::Retransmit { ts_ns, cwnd, .. } => retrans.push((rel_s(*ts_ns, now), *cwnd as f64)),
-                        Mark::State { ts_ns, cwnd, .. } => states.push((rel_s(*ts_ns, now), *cwnd as f64)),
+                        Mark::Retransmit { ts_ns, cwnd, .. } => retrans.push((rel_s(*ts_ns, now), f64::from(*cwnd))),
+                        Mark::State { ts_ns, cwnd, .. } => states.push((rel_s(*ts_ns, now), f64::from(*cwnd))),
                     }
                 }
                 let cwnd = vec![
@@ -103,10 +103,10 @@ pub fn draw(f: &mut Frame, area: Rect, app: &App, theme: &Theme) {
             }
             1 => {
                 let max_us = pts.iter().filter_map(|p| p.srtt_us.max(p.min_rtt_us)).max().unwrap_or(0);
-                let (unit, per) = chart::time_unit(max_us as f64);
+                let (unit, per) = chart::time_unit(f64::from(max_us));
                 let rtt = vec![
-                    Series::line("srtt", theme.fg(Color::Green), xy(&|p| p.srtt_us.map(|v| v as f64 / per))),
-                    Series::line("min rtt", theme.fg(Color::Gray), xy(&|p| p.min_rtt_us.map(|v| v as f64 / per))),
+                    Series::line("srtt", theme.fg(Color::Green), xy(&|p| p.srtt_us.map(|v| f64::from(v) / per))),
+                    Series::line("min rtt", theme.fg(Color::Gray), xy(&|p| p.min_rtt_us.map(|v| f64::from(v) / per))),
                 ];
                 chart::draw(f, area, &format!(" RTT ({unit}) {hint}"), &rtt, window_s, None, theme);
             }
@@ -132,9 +132,9 @@ pub fn draw(f: &mut Frame, area: Rect, app: &App, theme: &Theme) {
 /// The flow's state in parts, each shown whole or not at all (see [`fmt::fit`]).
 fn state_line(flow: &Flow, theme: &Theme) -> Vec<Span<'static>> {
     let Some(m) = flow.metrics.as_ref() else { return Vec::new() };
-    let opt = |v: Option<u32>| v.map(|v| v.to_string()).unwrap_or("-".into());
+    let opt = |v: Option<u32>| v.map_or("-".into(), |v| v.to_string());
     let mut spans = vec![
-        Span::raw(format!("cwnd {} ssthresh {}", opt(m.cwnd), m.ssthresh.map(|v| v.to_string()).unwrap_or("∞".into()))),
+        Span::raw(format!("cwnd {} ssthresh {}", opt(m.cwnd), m.ssthresh.map_or("∞".into(), |v| v.to_string()))),
         Span::raw(format!(" · rtt {} min {}", fmt::opt_ms(m.srtt_us), fmt::opt_ms(m.min_rtt_us))),
         Span::raw(format!(" · pacing {}", fmt::opt_bps(m.pacing_rate_bps))),
         Span::raw(format!(" · delivery {}", fmt::opt_bps(m.delivery_rate_bps))),

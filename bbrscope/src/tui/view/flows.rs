@@ -14,7 +14,7 @@ use crate::{
 };
 
 /// `flows`: `app.visible()`, computed once per frame by the caller.
-pub fn draw(f: &mut Frame, area: Rect, app: &App, flows: &[&Flow], theme: &Theme) {
+pub(super) fn draw(f: &mut Frame, area: Rect, app: &App, flows: &[&Flow], theme: &Theme) {
     let now = app.view_now();
     let wide = area.width >= 120;
     // Below this the full columns (87 columns inside the border) would be cut mid-number:
@@ -64,17 +64,15 @@ pub fn draw(f: &mut Frame, area: Rect, app: &App, flows: &[&Flow], theme: &Theme
             let srtt = fmt::opt_ms(m.and_then(|m| m.srtt_us));
             let rtt = if narrow { srtt } else { format!("{srtt}/{}", fmt::opt_ms(m.and_then(|m| m.min_rtt_us))) };
             let thrput = if narrow { fmt::opt_bps_short(fl.throughput_bps) } else { fmt::opt_bps(fl.throughput_bps) };
-            let retr = fl
-                .retrans_per_s(now.saturating_sub(diagnose::WINDOW_NS))
-                .map(|r| format!("{r:.1}"))
-                .unwrap_or("-".into());
+            let retr =
+                fl.retrans_per_s(now.saturating_sub(diagnose::WINDOW_NS)).map_or("-".into(), |r| format!("{r:.1}"));
             let mut cells = vec![
                 Cell::from(mark),
                 Cell::from(fl.dst.to_string()),
                 Cell::from(format!(":{}", fl.src.port())),
                 Cell::from(Span::styled(cc_cell(fl, experiment), theme.cc(&fl.cc))),
                 Cell::from(thrput),
-                Cell::from(m.and_then(|m| m.cwnd).map(|c| c.to_string()).unwrap_or("-".into())),
+                Cell::from(m.and_then(|m| m.cwnd).map_or("-".into(), |c| c.to_string())),
                 Cell::from(rtt),
                 Cell::from(retr),
                 Cell::from(Span::styled(verdict.label(), verdict_style)),

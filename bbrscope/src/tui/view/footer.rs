@@ -8,7 +8,7 @@ use ratatui::{
 
 use crate::tui::{app::App, fmt, theme::Theme};
 
-pub fn draw(f: &mut Frame, area: Rect, app: &App, theme: &Theme) {
+pub(super) fn draw(f: &mut Frame, area: Rect, app: &App, theme: &Theme) {
     let mut spans = Vec::new();
     if let Some(p) = &app.playback {
         let state = if p.finished {

@@ -9,7 +9,7 @@ use ratatui::{
 
 use crate::tui::{app::KEYS, theme::Theme};
 
-pub fn draw(f: &mut Frame, area: Rect, theme: &Theme) {
+pub(super) fn draw(f: &mut Frame, area: Rect, theme: &Theme) {
     let width = area.width.saturating_sub(4).min(84);
     let height = area.height.saturating_sub(2).min(KEYS.len() as u16 + 9);
     let [_, mid, _] =
