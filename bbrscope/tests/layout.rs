@@ -78,7 +78,7 @@ const LAYERS: &[(&str, &[&str])] = &[
     ("experiment", &["observe", "sys", "tui"]),
     ("demo", &["observe", "sys", "tui"]),
     ("apply", &["observe", "sys", "advise", "experiment"]),
-    ("cli", &["observe", "apply", "demo", "experiment", "tui"]),
+    ("cli", &["observe", "sys", "apply", "demo", "experiment", "tui"]),
     ("cmd", &["cli", "observe", "sys", "advise", "apply", "demo", "experiment", "export", "tui"]),
 ];
 

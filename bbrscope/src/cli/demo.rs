@@ -2,12 +2,24 @@
 
 use std::{path::PathBuf, time::Duration};
 
+use anyhow::Result;
 use clap::Args;
 
 use crate::{
-    demo::presets::PresetName,
-    units::{self, Buffer, Rate},
+    demo::{
+        Conditions,
+        emulator::{LossSpec, MTU},
+        presets::{Preset, PresetName},
+    },
+    error::usage,
+    sys::cc,
+    units::{self, Buffer, Rate, fmt_rate, fmt_us},
 };
+
+/// The fastest link the userspace emulator will try: it moves every packet through one thread.
+const MAX_RATE_BPS: u64 = 1_000_000_000;
+const MAX_RTT: Duration = Duration::from_secs(10);
+const MAX_ALGOS: usize = 8;
 
 #[derive(Debug, Args)]
 #[command(after_help = "Presets (the options override their values):\n  \
@@ -67,4 +79,77 @@ pub struct DemoArgs {
     /// Allow a demo that runs longer than an hour in total
     #[arg(long)]
     pub yes: bool,
+}
+
+impl DemoArgs {
+    /// The path the options and the preset describe, checked: what the emulator can do, and a
+    /// buffer that holds at least one packet.
+    pub(crate) fn conditions(&self, preset: &Preset) -> Result<(Conditions, LossSpec)> {
+        let rate_bps = self.rate.map_or(preset.rate_bps, |r| r.bps);
+        let rtt = self.rtt.unwrap_or(preset.rtt);
+        let loss = LossSpec { rate: self.loss.unwrap_or(preset.loss), burst: self.loss_burst };
+        let duration = self.duration.unwrap_or(preset.duration);
+        if rate_bps > MAX_RATE_BPS {
+            usage!(
+                "--rate {}: the built-in emulator moves packets in userspace; use at most {}",
+                fmt_rate(rate_bps as f64),
+                fmt_rate(MAX_RATE_BPS as f64)
+            );
+        }
+        if rtt > MAX_RTT {
+            usage!(
+                "--rtt {}: round trips above {} s are not a network path",
+                fmt_us(rtt.as_micros() as f64),
+                MAX_RTT.as_secs()
+            );
+        }
+        if let Err(e) = loss.check() {
+            usage!("{e}");
+        }
+        let mut cond = Conditions {
+            rate_bps,
+            rtt,
+            loss: loss.rate,
+            loss_burst: loss.burst,
+            buffer_bytes: 0,
+            duration,
+            seed: self.seed,
+        };
+        cond.buffer_bytes = self.buffer.unwrap_or(preset.buffer).bytes(cond.bdp_bytes());
+        if cond.buffer_bytes < MTU {
+            if self.buffer.is_some() {
+                usage!("--buffer: {} bytes cannot hold one {MTU}-byte packet", cond.buffer_bytes);
+            }
+            // The buffer came from the preset (in BDPs): what is too small is the rate or the RTT.
+            usage!(
+                "--rate {} with a {} RTT makes a bandwidth-delay product of {:.0} bytes, less than one {MTU}-byte \
+                 packet: raise --rate or --rtt, or give --buffer",
+                fmt_rate(rate_bps as f64),
+                fmt_us(rtt.as_micros() as f64),
+                cond.bdp_bytes()
+            );
+        }
+        Ok((cond, loss))
+    }
+
+    /// The requested algorithms, each available on this kernel and named once.
+    pub(crate) fn algorithms(&self) -> Result<Vec<String>> {
+        let algos: Vec<String> = self.algos.iter().map(|a| a.trim().to_string()).filter(|a| !a.is_empty()).collect();
+        if algos.is_empty() || algos.len() > MAX_ALGOS {
+            usage!("--algos: name 1 to {MAX_ALGOS} algorithms, e.g. cubic,bbr");
+        }
+        let available = cc::available()?;
+        for (i, a) in algos.iter().enumerate() {
+            if !available.contains(a) {
+                usage!(
+                    "--algos: {a} is not available on this kernel (available: {}; a module may need `modprobe tcp_{a}`)",
+                    available.join(", ")
+                );
+            }
+            if algos[..i].contains(a) {
+                usage!("--algos: {a} is named twice");
+            }
+        }
+        Ok(algos)
+    }
 }

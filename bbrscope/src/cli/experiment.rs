@@ -2,9 +2,18 @@
 
 use std::{path::PathBuf, time::Duration};
 
+use anyhow::Result;
 use clap::Args;
 
-use crate::observe::filter::Net;
+use crate::{
+    error::{UsageError, usage},
+    experiment::{Arm, analysis::PrefixList, decide::Rule},
+    observe::{
+        filter::Net,
+        kernel::loader::{ExperimentSpec, MAX_EXPERIMENT_RANGES},
+    },
+    sys::{cc, cgroup},
+};
 
 #[derive(Debug, Args)]
 pub struct ExperimentArgs {
@@ -81,6 +90,87 @@ pub struct ExperimentArgs {
 /// "90", "90s", "10m", "2h".
 fn parse_span(s: &str) -> Result<Duration, String> {
     crate::units::duration_up_to(s, Duration::from_hours(720), "30 days")
+}
+
+impl ExperimentArgs {
+    /// `--delta` and `--min-effect-ms` as the decision's rule.
+    pub(crate) fn rule(&self) -> Result<Rule> {
+        if !(self.delta > 0.0 && self.delta < 100.0) {
+            usage!("--delta must be a percentage above 0 and below 100 (e.g. 5): the smallest change that matters");
+        }
+        if !(self.min_effect_ms >= 0.0 && self.min_effect_ms.is_finite()) {
+            usage!("--min-effect-ms must be 0 or more milliseconds (e.g. 5)");
+        }
+        Ok(Rule { delta: self.delta / 100.0, min_abs_s: self.min_effect_ms / 1e3, ..Rule::default() })
+    }
+
+    /// `--prefix-list`'s groups, read and checked.
+    pub(crate) fn prefix_lists(&self) -> Result<Vec<PrefixList>> {
+        let Some(p) = &self.prefix_list else { return Ok(Vec::new()) };
+        let text = match std::fs::read_to_string(p) {
+            Ok(t) => t,
+            Err(e) => usage!("--prefix-list {}: {e}", p.display()),
+        };
+        match PrefixList::parse(&text) {
+            Ok(l) if !l.is_empty() => Ok(l),
+            Ok(_) => usage!("--prefix-list {}: no groups (one `LABEL CIDR [CIDR...]` per line)", p.display()),
+            Err(e) => usage!("--prefix-list {}: {e}", p.display()),
+        }
+    }
+
+    /// What the kernel side is told: the arms (each an available algorithm), the split and
+    /// the scope, checked.
+    pub(crate) fn spec(&self) -> Result<ExperimentSpec> {
+        let [a, b] = self.arms.as_slice() else {
+            usage!("--arms takes two arms, A then B (e.g. --arms cubic,bbr or --arms bbr,bbr+iw32)");
+        };
+        let available = cc::available()?;
+        let mut arms = Vec::new();
+        for label in [a, b] {
+            let arm = Arm::parse(label).map_err(UsageError::new)?;
+            if !available.contains(&arm.cc) {
+                usage!("--arms: '{}' is not an available algorithm (available: {})", arm.cc, available.join(", "));
+            }
+            arms.push(arm);
+        }
+        let arms: [Arm; 2] = arms.try_into().expect("two arms");
+        if !(self.guardrail_pct > 0.0 && self.guardrail_pct <= 1000.0) {
+            usage!("--guardrail-pct must be a percentage above 0 (e.g. 20)");
+        }
+        if self.dst.len() > MAX_EXPERIMENT_RANGES {
+            usage!(
+                "--dst: {} ranges, the kernel's scope holds at most {}: give wider prefixes",
+                self.dst.len(),
+                MAX_EXPERIMENT_RANGES
+            );
+        }
+        if let Some(p) = &self.plot {
+            crate::experiment::glue::check_plot_path(p)?;
+        }
+        let pins = pinned_cgroup_programs();
+        if !pins.is_empty() {
+            usage!(
+                "bbrscope apply --cgroup programs are in place ({}): they set the algorithm of new connections too, \
+                 so the experiment's arms would not be what was assigned; revert them first (bbrscope revert --cgroup PATH)",
+                pins.join(", ")
+            );
+        }
+        let cgroup = self.cgroup.as_deref().map(cgroup::resolve).transpose()?;
+        Ok(ExperimentSpec {
+            arms,
+            split_pct: self.split,
+            sample_pct: self.sample,
+            port: self.port,
+            cgroup,
+            dst: self.dst.iter().map(|n| n.0).collect(),
+        })
+    }
+}
+
+/// Links `bbrscope apply --cgroup` pinned (they set algorithms on new connections).
+fn pinned_cgroup_programs() -> Vec<String> {
+    let Ok(dir) = std::fs::read_dir(crate::apply::cgroup::PIN_DIR) else { return Vec::new() };
+    dir.flatten().map(|e| e.path().display().to_string()).collect()
 }
 
 #[cfg(test)]

@@ -8,37 +8,33 @@ use crate::{
     cli::demo::DemoArgs,
     demo::{
         Conditions,
-        emulator::{LossSpec, MTU},
+        emulator::MTU,
         fairness, plot,
-        presets::{Preset, PresetName},
+        presets::PresetName,
         run::{self, FlowRun, Stop},
         summary::{RunConditions, StoppedEarly, Summary},
     },
     error::usage,
     observe::kernel::bbr_version,
     output::{self, outln},
-    sys::{cc, privileges},
+    sys::privileges,
     units::{Buffer, fmt_rate, fmt_us},
 };
 
-/// The fastest link the userspace emulator will try: it moves every packet through one thread.
-const MAX_RATE_BPS: u64 = 1_000_000_000;
 /// Above this, release timing degraded on a 2-core VM (measured: mean lateness 20 us at
 /// 200 Mbit/s, 500-700 us with 3-4% of packets over 1 ms late at 500 Mbit/s and 1 Gbit/s).
 const ACCURATE_RATE_BPS: u64 = 200_000_000;
-const MAX_RTT: Duration = Duration::from_secs(10);
 /// Runs longer than this in total need `--yes`.
 const LONG_RUN: Duration = Duration::from_secs(3600);
-const MAX_ALGOS: usize = 8;
 
 pub async fn run(args: DemoArgs) -> Result<()> {
     let name = args.preset.unwrap_or(PresetName::GoogleLossy);
     let preset = name.preset();
-    let (cond, loss) = conditions(&args, &preset)?;
+    let (cond, loss) = args.conditions(&preset)?;
     if name == PresetName::Fairness {
         return fairness(&args, cond).await;
     }
-    let algos = check_algos(&args.algos)?;
+    let algos = args.algorithms()?;
     preflight(&args, &cond, if args.sequential { algos.len() as u32 } else { 1 })?;
     let title = path_title(&cond, true);
     let rounds = run::Rounds {
@@ -72,7 +68,7 @@ async fn fairness(args: &DemoArgs, cond: Conditions) -> Result<()> {
     if args.sequential {
         usage!("--sequential: the fairness preset runs its flows together through one link; drop --sequential");
     }
-    let algos = check_algos(&args.algos)?;
+    let algos = args.algorithms()?;
     let [incumbent, challenger] = algos.as_slice() else {
         usage!("--algos: the fairness preset takes two, the incumbent then the challenger, e.g. cubic,bbr");
     };
@@ -166,56 +162,6 @@ fn ended(stopped: Option<(Stop, Duration)>, duration: Duration) -> Result<()> {
     }
 }
 
-/// The path the options and the preset describe, checked: what the emulator can do, and a
-/// buffer that holds at least one packet.
-fn conditions(args: &DemoArgs, preset: &Preset) -> Result<(Conditions, LossSpec)> {
-    let rate_bps = args.rate.map_or(preset.rate_bps, |r| r.bps);
-    let rtt = args.rtt.unwrap_or(preset.rtt);
-    let loss = LossSpec { rate: args.loss.unwrap_or(preset.loss), burst: args.loss_burst };
-    let duration = args.duration.unwrap_or(preset.duration);
-    if rate_bps > MAX_RATE_BPS {
-        usage!(
-            "--rate {}: the built-in emulator moves packets in userspace; use at most {}",
-            fmt_rate(rate_bps as f64),
-            fmt_rate(MAX_RATE_BPS as f64)
-        );
-    }
-    if rtt > MAX_RTT {
-        usage!(
-            "--rtt {}: round trips above {} s are not a network path",
-            fmt_us(rtt.as_micros() as f64),
-            MAX_RTT.as_secs()
-        );
-    }
-    if let Err(e) = loss.check() {
-        usage!("{e}");
-    }
-    let mut cond = Conditions {
-        rate_bps,
-        rtt,
-        loss: loss.rate,
-        loss_burst: loss.burst,
-        buffer_bytes: 0,
-        duration,
-        seed: args.seed,
-    };
-    cond.buffer_bytes = args.buffer.unwrap_or(preset.buffer).bytes(cond.bdp_bytes());
-    if cond.buffer_bytes < MTU {
-        if args.buffer.is_some() {
-            usage!("--buffer: {} bytes cannot hold one {MTU}-byte packet", cond.buffer_bytes);
-        }
-        // The buffer came from the preset (in BDPs): what is too small is the rate or the RTT.
-        usage!(
-            "--rate {} with a {} RTT makes a bandwidth-delay product of {:.0} bytes, less than one {MTU}-byte \
-             packet: raise --rate or --rtt, or give --buffer",
-            fmt_rate(rate_bps as f64),
-            fmt_us(rtt.as_micros() as f64),
-            cond.bdp_bytes()
-        );
-    }
-    Ok((cond, loss))
-}
-
 /// Everything else checked before anything is built (run length, plot path, root, tracing
 /// privileges), with the notes the options deserve; `rounds` per repetition.
 fn preflight(args: &DemoArgs, cond: &Conditions, rounds: u32) -> Result<()> {
@@ -286,25 +232,4 @@ fn summary_out(json: bool, as_json: impl FnOnce() -> String, as_table: impl FnOn
         output::out!("{}", as_table())?;
     }
     Ok(())
-}
-
-/// The requested algorithms, each available on this kernel and named once.
-fn check_algos(requested: &[String]) -> Result<Vec<String>> {
-    let algos: Vec<String> = requested.iter().map(|a| a.trim().to_string()).filter(|a| !a.is_empty()).collect();
-    if algos.is_empty() || algos.len() > MAX_ALGOS {
-        usage!("--algos: name 1 to {MAX_ALGOS} algorithms, e.g. cubic,bbr");
-    }
-    let available = cc::available()?;
-    for (i, a) in algos.iter().enumerate() {
-        if !available.contains(a) {
-            usage!(
-                "--algos: {a} is not available on this kernel (available: {}; a module may need `modprobe tcp_{a}`)",
-                available.join(", ")
-            );
-        }
-        if algos[..i].contains(a) {
-            usage!("--algos: {a} is named twice");
-        }
-    }
-    Ok(algos)
 }

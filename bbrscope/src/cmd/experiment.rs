@@ -12,9 +12,9 @@ use anyhow::{Context as _, Result};
 
 use crate::{
     cli::experiment::ExperimentArgs,
-    error::{Exit, UsageError, usage},
+    error::{Exit, usage},
     experiment::{
-        Arm, Observation,
+        Observation,
         analysis::PrefixList,
         decide::Rule,
         glue::{self, Setup},
@@ -30,16 +30,15 @@ use crate::{
     observe::pipeline::Signals,
     observe::session::Live,
     observe::sink::json::JsonSink,
-    sys::{cc, cgroup},
 };
 
 pub async fn run(args: ExperimentArgs) -> Result<()> {
-    let rule = rule(&args)?;
-    let prefix_lists = prefix_lists(&args)?;
+    let rule = args.rule()?;
+    let prefix_lists = args.prefix_lists()?;
     if let Some(file) = &args.analyze {
         return analyze(&args, file, rule, prefix_lists);
     }
-    let spec = validate(&args)?;
+    let spec = args.spec()?;
     let limit = match args.flows {
         Some(n) => Limit::Flows(n),
         None => Limit::Time(args.duration.unwrap_or(DEFAULT_DURATION)),
@@ -125,84 +124,8 @@ fn scope(spec: &ExperimentSpec) -> InScope {
     }
 }
 
-/// `--delta` and `--min-effect-ms` as the decision's rule.
-fn rule(args: &ExperimentArgs) -> Result<Rule> {
-    if !(args.delta > 0.0 && args.delta < 100.0) {
-        usage!("--delta must be a percentage above 0 and below 100 (e.g. 5): the smallest change that matters");
-    }
-    if !(args.min_effect_ms >= 0.0 && args.min_effect_ms.is_finite()) {
-        usage!("--min-effect-ms must be 0 or more milliseconds (e.g. 5)");
-    }
-    Ok(Rule { delta: args.delta / 100.0, min_abs_s: args.min_effect_ms / 1e3, ..Rule::default() })
-}
-
-fn prefix_lists(args: &ExperimentArgs) -> Result<Vec<PrefixList>> {
-    let Some(p) = &args.prefix_list else { return Ok(Vec::new()) };
-    let text = match std::fs::read_to_string(p) {
-        Ok(t) => t,
-        Err(e) => usage!("--prefix-list {}: {e}", p.display()),
-    };
-    match PrefixList::parse(&text) {
-        Ok(l) if !l.is_empty() => Ok(l),
-        Ok(_) => usage!("--prefix-list {}: no groups (one `LABEL CIDR [CIDR...]` per line)", p.display()),
-        Err(e) => usage!("--prefix-list {}: {e}", p.display()),
-    }
-}
-
 /// Ten minutes, unless `--duration` or `--flows` says otherwise.
 const DEFAULT_DURATION: Duration = Duration::from_secs(600);
-
-fn validate(args: &ExperimentArgs) -> Result<ExperimentSpec> {
-    let [a, b] = args.arms.as_slice() else {
-        usage!("--arms takes two arms, A then B (e.g. --arms cubic,bbr or --arms bbr,bbr+iw32)");
-    };
-    let available = cc::available()?;
-    let mut arms = Vec::new();
-    for label in [a, b] {
-        let arm = Arm::parse(label).map_err(UsageError::new)?;
-        if !available.contains(&arm.cc) {
-            usage!("--arms: '{}' is not an available algorithm (available: {})", arm.cc, available.join(", "));
-        }
-        arms.push(arm);
-    }
-    let arms: [Arm; 2] = arms.try_into().expect("two arms");
-    if !(args.guardrail_pct > 0.0 && args.guardrail_pct <= 1000.0) {
-        usage!("--guardrail-pct must be a percentage above 0 (e.g. 20)");
-    }
-    if args.dst.len() > crate::observe::kernel::loader::MAX_EXPERIMENT_RANGES {
-        usage!(
-            "--dst: {} ranges, the kernel's scope holds at most {}: give wider prefixes",
-            args.dst.len(),
-            crate::observe::kernel::loader::MAX_EXPERIMENT_RANGES
-        );
-    }
-    if let Some(p) = &args.plot {
-        crate::experiment::glue::check_plot_path(p)?;
-    }
-    let pins = pinned_cgroup_programs();
-    if !pins.is_empty() {
-        usage!(
-            "bbrscope apply --cgroup programs are in place ({}): they set the algorithm of new connections too, \
-             so the experiment's arms would not be what was assigned; revert them first (bbrscope revert --cgroup PATH)",
-            pins.join(", ")
-        );
-    }
-    let cgroup = args.cgroup.as_deref().map(cgroup::resolve).transpose()?;
-    Ok(ExperimentSpec {
-        arms,
-        split_pct: args.split,
-        sample_pct: args.sample,
-        port: args.port,
-        cgroup,
-        dst: args.dst.iter().map(|n| n.0).collect(),
-    })
-}
-
-/// Links `bbrscope apply --cgroup` pinned (they set algorithms on new connections).
-fn pinned_cgroup_programs() -> Vec<String> {
-    let Ok(dir) = std::fs::read_dir(crate::apply::cgroup::PIN_DIR) else { return Vec::new() };
-    dir.flatten().map(|e| e.path().display().to_string()).collect()
-}
 
 /// The flows of a recorded experiment.
 fn read_capture(path: &Path) -> Result<record::Capture> {
