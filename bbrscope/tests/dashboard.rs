@@ -1,10 +1,16 @@
 //! The dashboard rendered with ratatui's test backend from recorded `bbrscope stream` captures
 //! (tests/fixtures, made with scripts/record-fixture.sh). No root needed.
 
-use std::time::Duration;
+use std::{
+    ops::{Deref, DerefMut},
+    time::Duration,
+};
 
 use bbrscope::{
-    observe::replay::{Record, parse_all},
+    observe::{
+        flow::{Flow, FlowTable},
+        replay::{Record, parse_all},
+    },
     tui::{
         Feed, Panel,
         app::{Action, App, Playback, View},
@@ -25,23 +31,62 @@ fn fixture(name: &str) -> Vec<Record> {
     parse_all(&std::fs::read_to_string(&path).unwrap()).unwrap().records
 }
 
+/// A dashboard's state with the flow table it shows (live, the observer's loop owns the table;
+/// in a replay, the test, as `bbrscope replay` does).
+struct Dash {
+    app: App,
+    table: FlowTable,
+}
+
+impl Deref for Dash {
+    type Target = App;
+    fn deref(&self) -> &App {
+        &self.app
+    }
+}
+
+impl DerefMut for Dash {
+    fn deref_mut(&mut self) -> &mut App {
+        &mut self.app
+    }
+}
+
+impl Dash {
+    fn new(app: App) -> Self {
+        Dash { app, table: App::table() }
+    }
+
+    /// Plays `real` of `feed`'s recording.
+    fn play(&mut self, feed: &mut Feed, real: Duration) {
+        feed.advance(&mut self.app, &mut self.table, real);
+    }
+
+    fn visible(&self) -> Vec<&Flow> {
+        self.app.visible(&self.table)
+    }
+
+    fn selected_flow(&self) -> Option<&Flow> {
+        self.app.selected_flow(&self.table)
+    }
+}
+
 /// An app that has played the whole recording.
-fn played(name: &str) -> App {
+fn played(name: &str) -> Dash {
     let records = fixture(name);
     let mut feed = Feed::new(records);
-    let mut app = App::new(name, Vec::new(), Some(Playback::new(1.0, false)));
-    feed.advance(&mut app, Duration::from_secs(3600));
+    let mut app = Dash::new(App::new(name, Vec::new(), Some(Playback::new(1.0, false))));
+    app.play(&mut feed, Duration::from_secs(3600));
     app
 }
 
-fn render(app: &App, w: u16, h: u16, theme: Theme) -> Buffer {
+fn render(app: &Dash, w: u16, h: u16, theme: Theme) -> Buffer {
     render_with(app, None, w, h, theme)
 }
 
 /// The dashboard with a command's panel (a running experiment's).
-fn render_with(app: &App, panel: Option<&dyn Panel>, w: u16, h: u16, theme: Theme) -> Buffer {
+fn render_with(d: &Dash, panel: Option<&dyn Panel>, w: u16, h: u16, theme: Theme) -> Buffer {
     let mut term = Terminal::new(TestBackend::new(w, h)).unwrap();
-    term.draw(|f| view::draw(f, app, panel, &theme)).unwrap();
+    term.draw(|f| view::draw(f, &d.app, &d.table, panel, &theme)).unwrap();
     term.backend().buffer().clone()
 }
 
@@ -49,8 +94,8 @@ fn lines(buf: &Buffer) -> Vec<String> {
     (0..buf.area.height).map(|y| (0..buf.area.width).map(|x| buf[(x, y)].symbol().to_string()).collect()).collect()
 }
 
-fn key(app: &mut App, code: KeyCode) -> Action {
-    app.on_key(KeyEvent::new(code, KeyModifiers::NONE))
+fn key(d: &mut Dash, code: KeyCode) -> Action {
+    d.app.on_key(KeyEvent::new(code, KeyModifiers::NONE), &d.table)
 }
 
 #[test]
@@ -133,8 +178,8 @@ fn compare_view_puts_cubic_and_bbr_side_by_side() {
         .unwrap();
     let mut feed = Feed::new(records.into_iter().filter(|r| r.ts_ns() <= last_sample).collect());
     app = {
-        let mut a = App::new("x", Vec::new(), app.playback.clone());
-        feed.advance(&mut a, Duration::from_secs(3600));
+        let mut a = Dash::new(App::new("x", Vec::new(), app.playback.clone()));
+        a.play(&mut feed, Duration::from_secs(3600));
         a
     };
     key(&mut app, KeyCode::Char('c'));
@@ -154,8 +199,8 @@ fn selected_flow_explains_its_verdict() {
     let records = fixture("cubic-sawtooth.ndjson");
     let mid = records[records.len() / 2].ts_ns();
     let mut feed = Feed::new(records.into_iter().filter(|r| r.ts_ns() <= mid).collect());
-    let mut live = App::new("x", Vec::new(), app.playback.take());
-    feed.advance(&mut live, Duration::from_secs(3600));
+    let mut live = Dash::new(App::new("x", Vec::new(), app.playback.take()));
+    live.play(&mut feed, Duration::from_secs(3600));
     let text = lines(&render(&live, 120, 40, Theme { color: true })).join("\n");
     // CUBIC filling a drop-tail queue: loss while the RTT is inflated (congestion, not random).
     assert!(text.contains("Loss-limited at a full queue"), "{text}");
@@ -209,11 +254,11 @@ fn keys_sort_filter_and_replay_controls() {
     // Paused playback does not move.
     let records = fixture("cubic-vs-bbr.ndjson");
     let mut feed = Feed::new(records);
-    let mut paused = App::new("x", Vec::new(), Some(Playback::new(1.0, true)));
-    feed.advance(&mut paused, Duration::from_secs(5));
+    let mut paused = Dash::new(App::new("x", Vec::new(), Some(Playback::new(1.0, true))));
+    paused.play(&mut feed, Duration::from_secs(5));
     assert_eq!(paused.playback.as_ref().unwrap().position_s, 0.0);
     paused.playback.as_mut().unwrap().paused = false;
-    feed.advance(&mut paused, Duration::from_secs(5));
+    paused.play(&mut feed, Duration::from_secs(5));
     assert!((paused.playback.as_ref().unwrap().position_s - 5.0).abs() < 0.01);
 }
 
@@ -221,18 +266,18 @@ fn keys_sort_filter_and_replay_controls() {
 // Issue 13: what the dashboard got wrong.
 
 /// The cubic-vs-bbr recording up to its middle, while both flows send.
-fn mid_recording() -> App {
+fn mid_recording() -> Dash {
     let records = fixture("cubic-vs-bbr.ndjson");
     let mid = records[records.len() / 2].ts_ns();
     let mut feed = Feed::new(records.into_iter().filter(|r| r.ts_ns() <= mid).collect());
-    let mut app = App::new("x", Vec::new(), Some(Playback::new(1.0, false)));
-    feed.advance(&mut app, Duration::from_secs(3600));
+    let mut app = Dash::new(App::new("x", Vec::new(), Some(Playback::new(1.0, false))));
+    app.play(&mut feed, Duration::from_secs(3600));
     app
 }
 
 /// `flows` sample lines of NDJSON, one every 100 ms for `secs` seconds; `extra(flow, i)` adds
 /// each sample's metric fields.
-fn synthetic(flows: &[(u64, &str)], secs: u64, extra: impl Fn(u64, u64) -> String) -> App {
+fn synthetic(flows: &[(u64, &str)], secs: u64, extra: impl Fn(u64, u64) -> String) -> Dash {
     let mut text = String::new();
     for i in 0..secs * 10 {
         for &(cookie, cc) in flows {
@@ -245,8 +290,8 @@ fn synthetic(flows: &[(u64, &str)], secs: u64, extra: impl Fn(u64, u64) -> Strin
         }
     }
     let mut feed = Feed::new(parse_all(&text).unwrap().records);
-    let mut app = App::new("synthetic", Vec::new(), Some(Playback::new(1.0, false)));
-    feed.advance(&mut app, Duration::from_secs(3600));
+    let mut app = Dash::new(App::new("synthetic", Vec::new(), Some(Playback::new(1.0, false))));
+    app.play(&mut feed, Duration::from_secs(3600));
     app
 }
 
@@ -445,9 +490,9 @@ fn damaged_recording_replays_and_the_footer_counts_what_was_skipped() {
     let last = lines_in.pop().unwrap();
     let damaged = format!("{}\n{}", lines_in.join("\n"), &last[..last.len() / 2]);
     let mut feed = Feed::from_reader(std::io::Cursor::new(damaged.into_bytes()));
-    let mut app = App::new("damaged", Vec::new(), Some(Playback::new(1.0, false)));
+    let mut app = Dash::new(App::new("damaged", Vec::new(), Some(Playback::new(1.0, false))));
     for _ in 0..100 {
-        feed.advance(&mut app, Duration::from_secs(3600));
+        app.play(&mut feed, Duration::from_secs(3600));
         if app.playback.as_ref().unwrap().finished {
             break;
         }
@@ -471,12 +516,12 @@ fn a_pipe_plays_as_it_arrives() {
     let (reader, mut writer) = std::io::pipe().unwrap();
     let mut feed = Feed::from_reader(std::io::BufReader::new(reader));
     writer.write_all((head.join("\n") + "\n").as_bytes()).unwrap();
-    let mut app = App::new("-", Vec::new(), Some(Playback::new(64.0, false)));
-    let waiting = |app: &App| app.playback.as_ref().unwrap().waiting;
+    let mut app = Dash::new(App::new("-", Vec::new(), Some(Playback::new(64.0, false))));
+    let waiting = |app: &Dash| app.playback.as_ref().unwrap().waiting;
     let start = std::time::Instant::now();
     while !(waiting(&app) && app.table.len() == 2) {
         assert!(start.elapsed() < Duration::from_secs(10), "the first half never played");
-        feed.advance(&mut app, Duration::from_secs(1));
+        app.play(&mut feed, Duration::from_secs(1));
         std::thread::sleep(Duration::from_millis(10));
     }
     let screen = lines(&render(&app, 120, 30, Theme { color: true })).join("\n");
@@ -486,7 +531,7 @@ fn a_pipe_plays_as_it_arrives() {
     drop(writer);
     while !app.playback.as_ref().unwrap().finished {
         assert!(start.elapsed() < Duration::from_secs(20), "the second half never played");
-        feed.advance(&mut app, Duration::from_secs(1));
+        app.play(&mut feed, Duration::from_secs(1));
         std::thread::sleep(Duration::from_millis(10));
     }
     let screen = lines(&render(&app, 120, 30, Theme { color: true })).join("\n");
@@ -500,7 +545,7 @@ fn a_pipe_plays_as_it_arrives() {
 
 /// The dashboard of an experiment 75 s into its 10 minutes, its analysis on the recorded flows:
 /// the app and the experiment, its panel.
-fn experiment_app() -> (App, bbrscope::experiment::live::LiveExperiment) {
+fn experiment_app() -> (Dash, bbrscope::experiment::live::LiveExperiment) {
     use bbrscope::{
         experiment::{
             Observation, glue,
@@ -542,7 +587,7 @@ fn experiment_app() -> (App, bbrscope::experiment::live::LiveExperiment) {
             at: Duration::from_secs(74),
         }),
     });
-    (App::new("live", Vec::new(), None).with_panel("experiment"), x)
+    (Dash::new(App::new("live", Vec::new(), None).with_panel("experiment")), x)
 }
 
 #[test]

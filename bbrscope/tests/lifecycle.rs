@@ -212,11 +212,12 @@ fn replays_every_flow(records: &[Value], served: &[Served]) {
     assert_eq!(recording.skipped.lines, 0, "{:?}", recording.skipped);
     let mut feed = Feed::new(recording.records);
     let mut app = App::new("recorded", Vec::new(), Some(Playback::new(1.0, false)));
+    let mut table = App::table();
     // The whole recording (a few seconds: closed flows stay listed 10 s).
-    feed.advance(&mut app, Duration::from_secs(3600));
+    feed.advance(&mut app, &mut table, Duration::from_secs(3600));
     for f in served {
         let what = format!("replay of the {} {} B response", f.cc, f.size);
-        let flow = app.table.iter().find(|fl| fl.src == f.server && fl.dst == f.client);
+        let flow = table.iter().find(|fl| fl.src == f.server && fl.dst == f.client);
         let flow = flow.unwrap_or_else(|| panic!("{what}: not in the dashboard"));
         assert!(flow.closed_ns.is_some(), "{what}: not closed");
         assert_eq!(flow.metrics.as_ref().and_then(|m| m.bytes_acked), Some(f.info.bytes_acked), "{what}");

@@ -12,8 +12,7 @@ use super::{
     run::Stop,
 };
 use crate::{
-    observe::clock::Clock,
-    observe::event::Event,
+    observe::{clock::Clock, flow::FlowTable},
     tui::{
         self, Dashboard,
         app::{Action, App, View, WINDOWS},
@@ -41,11 +40,6 @@ impl Display {
         Ok(Display::Dashboard(Box::new(Dashboard::new()?), Box::new(app)))
     }
 
-    /// Whether [`Display::on_event`] wants the observer's events.
-    pub(crate) fn wants_events(&self) -> bool {
-        matches!(self, Display::Dashboard(..))
-    }
-
     /// How often to call [`Display::draw`].
     pub(crate) fn period(&self) -> Duration {
         match self {
@@ -54,13 +48,15 @@ impl Display {
         }
     }
 
-    pub(crate) fn on_event(&mut self, ev: &Event) {
-        if let Display::Dashboard(_, app) = self {
-            app.apply(ev);
-        }
-    }
-
-    pub(crate) fn draw(&mut self, label: &str, elapsed: Duration, total: Duration, rows: &[Row]) -> Result<()> {
+    /// Shows the round: `rows` on a progress line, `table` in the dashboard.
+    pub(crate) fn draw(
+        &mut self,
+        label: &str,
+        elapsed: Duration,
+        total: Duration,
+        rows: &[Row],
+        table: &FlowTable,
+    ) -> Result<()> {
         match self {
             Display::Off => Ok(()),
             Display::Lines(p) => {
@@ -69,26 +65,32 @@ impl Display {
             }
             Display::Dashboard(dash, app) => {
                 app.source = format!("{label} · {:.0}/{:.0} s", elapsed.as_secs_f64(), total.as_secs_f64());
-                app.tick(Clock::monotonic_ns());
-                dash.draw(app, None)
+                app.tick(Clock::monotonic_ns(), table);
+                dash.draw(app, table, None)
             }
         }
     }
 
-    /// Completes when the user asks to stop: q (a normal end) or Ctrl-C, which in the dashboard's
-    /// raw mode is a key rather than SIGINT and means the same as the signal. Other keys work as in
-    /// `bbrscope top`. Never completes without a dashboard.
-    pub(crate) async fn stop_requested(&mut self) -> Result<Stop> {
-        let Display::Dashboard(dash, app) = self else { return std::future::pending().await };
-        loop {
-            let input = dash.input().await;
-            let ctrl_c = matches!(&input, tui::Input::Key(k)
-                if k.code == KeyCode::Char('c') && k.modifiers.contains(KeyModifiers::CONTROL));
-            if tui::handle(app, input) == Action::Quit {
-                return Ok(if ctrl_c { Stop::Interrupted("Ctrl-C") } else { Stop::Quit });
-            }
-            dash.draw(app, None)?;
+    /// The dashboard's next input; never completes without a dashboard.
+    pub(crate) async fn input(&mut self) -> tui::Input {
+        match self {
+            Display::Dashboard(dash, _) => dash.input().await,
+            _ => std::future::pending().await,
         }
+    }
+
+    /// What `input` does to the dashboard showing `table`; whether the user asked to stop: q (a
+    /// normal end) or Ctrl-C, which in the dashboard's raw mode is a key rather than SIGINT and
+    /// means the same as the signal. Other keys work as in `bbrscope top`.
+    pub(crate) fn key(&mut self, input: tui::Input, table: &FlowTable) -> Result<Option<Stop>> {
+        let Display::Dashboard(dash, app) = self else { return Ok(None) };
+        let ctrl_c = matches!(&input, tui::Input::Key(k)
+            if k.code == KeyCode::Char('c') && k.modifiers.contains(KeyModifiers::CONTROL));
+        if tui::handle(app, input, table) == Action::Quit {
+            return Ok(Some(if ctrl_c { Stop::Interrupted("Ctrl-C") } else { Stop::Quit }));
+        }
+        dash.draw(app, table, None)?;
+        Ok(None)
     }
 
     /// Removes live output before the summary is printed (the dashboard leaves the screen when

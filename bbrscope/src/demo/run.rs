@@ -8,7 +8,7 @@ use std::{
 
 use anyhow::Result;
 use ipnet::IpNet;
-use tokio::signal::unix::{Signal, SignalKind, signal};
+use tokio::time::Interval;
 
 use super::{
     Conditions,
@@ -18,12 +18,16 @@ use super::{
     traffic::{BulkFlow, TcpStats},
 };
 use crate::{
-    observe::clock::Clock,
-    observe::event::Event,
-    observe::filter::{FilterSpec, Net},
-    observe::flow::{FlowTable, Point},
-    observe::kernel::loader::Options,
-    observe::session::Live,
+    observe::{
+        clock::Clock,
+        event::Event,
+        filter::{FilterSpec, Net},
+        flow::{Change, Flow, FlowTable, Point},
+        kernel::loader::Options,
+        pipeline::{self, Control, End, Retention, Settings, Side, Signals, Sink},
+        session::Live,
+    },
+    tui,
 };
 
 /// Observer sample period per flow: fine enough to see every CUBIC tooth and BBR's PROBE_RTT.
@@ -70,15 +74,17 @@ impl Stop {
 /// emulator's address range.
 struct Watch {
     live: Live,
+    /// The flows of the round that runs, with their history for the whole round.
     table: FlowTable,
     history: usize,
     port: u16,
-    /// Events kept for the display since it last took them (only when it wants them).
-    pending: Vec<Event>,
-    forward: bool,
 }
 
 impl Watch {
+    /// The round's flows are kept to its end, however long one stalls on a lossy link, and
+    /// listed when closed (the dashboard compares them until the round is over).
+    const RETENTION: Retention = Retention { silent: None, ..Retention::DASHBOARD };
+
     fn start(port: u16, longest_run: Duration) -> Result<Self> {
         let range = Net(IpNet::V4(emulator::ADDRESSES));
         let opts = Options {
@@ -88,53 +94,18 @@ impl Watch {
         };
         let live = Live::start("bbrscope demo", &opts)?;
         let history = (longest_run.as_millis() / SAMPLE_PERIOD.as_millis()) as usize + 1000;
-        Ok(Watch { live, table: FlowTable::new(history), history, port, pending: Vec::new(), forward: false })
+        Ok(Watch { live, table: FlowTable::new(history), history, port })
     }
 
     /// What this kernel lacks, in words.
     pub(crate) fn degraded(&self) -> &[String] {
         self.live.degraded()
     }
-
-    /// Keep events for the display (see [`Watch::take_events`]).
-    pub(crate) fn forward_events(&mut self, on: bool) {
-        self.forward = on;
-    }
-
-    async fn pump(&mut self) -> Result<()> {
-        let (table, pending, forward) = (&mut self.table, &mut self.pending, self.forward);
-        self.live
-            .next_batch(|ev| {
-                table.apply(&ev);
-                if forward {
-                    pending.push(ev);
-                }
-            })
-            .await
-    }
-
-    fn flow(&self, flow: &BulkFlow) -> Option<&crate::observe::flow::Flow> {
-        self.table.iter().find(|f| f.src == flow.local)
-    }
 }
 
-/// SIGINT and SIGTERM, caught so the round can stop its flows and links before exiting.
-struct Interrupt {
-    int: Signal,
-    term: Signal,
-}
-
-impl Interrupt {
-    fn new() -> Result<Self> {
-        Ok(Interrupt { int: signal(SignalKind::interrupt())?, term: signal(SignalKind::terminate())? })
-    }
-
-    async fn recv(&mut self) -> &'static str {
-        tokio::select! {
-            _ = self.int.recv() => "SIGINT",
-            _ = self.term.recv() => "SIGTERM",
-        }
-    }
+/// The sending side of `flow` in `table`.
+fn flow_of<'t>(table: &'t FlowTable, flow: &BulkFlow) -> Option<&'t Flow> {
+    table.iter().find(|f| f.src == flow.local)
 }
 
 /// One round: which flows, over which path, for how long.
@@ -155,26 +126,25 @@ pub(crate) const RECEIVED_PERIOD: Duration = Duration::from_secs(1);
 pub(crate) struct Session {
     watch: Watch,
     display: Display,
-    interrupt: Interrupt,
+    signals: Signals,
 }
 
 impl Session {
     /// Starts the observer and the display for rounds of at most `longest_run`; `warn` gets a
     /// line for each observer feature this kernel lacks.
     pub(crate) fn open(headless: bool, longest_run: Duration, warn: &mut dyn FnMut(&str)) -> Result<Self> {
-        let mut watch = Watch::start(demo_port(), longest_run)?;
+        let signals = Signals::catch()?;
+        let watch = Watch::start(demo_port(), longest_run)?;
         for note in watch.degraded() {
             warn(note);
         }
-        let interrupt = Interrupt::new()?;
         let display = Display::new(headless, watch.degraded().to_vec(), longest_run)?;
-        watch.forward_events(display.wants_events());
-        Ok(Session { watch, display, interrupt })
+        Ok(Session { watch, display, signals })
     }
 
     /// Runs one round (see [`round`]).
     pub(crate) async fn round(&mut self, spec: &RoundSpec<'_>) -> Result<(Vec<FlowRun>, Option<Stop>)> {
-        round(spec, &mut self.watch, &mut self.display, &mut self.interrupt).await
+        round(spec, &mut self.watch, &mut self.display, &mut self.signals).await
     }
 
     /// Closes the dashboard, so what follows prints on the normal screen.
@@ -188,7 +158,7 @@ async fn round(
     spec: &RoundSpec<'_>,
     watch: &mut Watch,
     display: &mut Display,
-    interrupt: &mut Interrupt,
+    signals: &mut Signals,
 ) -> Result<(Vec<FlowRun>, Option<Stop>)> {
     let (cond, algos) = (spec.cond, spec.algos);
     let cfg = cond.link(spec.repeat);
@@ -206,43 +176,29 @@ async fn round(
     for f in &mut flows {
         f.start()?;
     }
-    let mut received: Vec<Vec<(f64, u64)>> = vec![Vec::new(); flows.len()];
-    let mut tick = tokio::time::interval(display.period());
-    let mut sample = tokio::time::interval(RECEIVED_PERIOD);
-    let deadline = tokio::time::sleep(cond.duration);
-    tokio::pin!(deadline);
-    let stop = loop {
-        tokio::select! {
-            r = watch.pump() => {
-                r?;
-                for ev in watch.pending.drain(..) {
-                    display.on_event(&ev);
-                }
-            }
-            _ = sample.tick() => {
-                let t = start.elapsed().as_secs_f64();
-                for (series, f) in received.iter_mut().zip(&flows) {
-                    series.push((t, f.received()));
-                }
-            }
-            _ = tick.tick() => {
-                let rows: Vec<Row> = flows.iter().map(|f| {
-                    let m = watch.flow(f).and_then(|fl| fl.metrics.as_ref());
-                    Row {
-                        cc: &f.cc,
-                        received: f.received(),
-                        cwnd: m.and_then(|m| m.cwnd),
-                        srtt_us: m.and_then(|m| m.srtt_us),
-                        retransmits: m.and_then(|m| m.retrans_total),
-                    }
-                }).collect();
-                display.draw(spec.label, start.elapsed(), cond.duration, &rows)?;
-            }
-            () = &mut deadline => break None,
-            sig = interrupt.recv() => break Some(Stop::Interrupted(sig)),
-            r = display.stop_requested() => break Some(r?),
-        }
+    let mut sink = Round {
+        flows: &flows,
+        received: vec![Vec::new(); flows.len()],
+        start,
+        label: spec.label,
+        total: cond.duration,
+        stop: None,
     };
+    let mut pace = Pace {
+        sample: tokio::time::interval(RECEIVED_PERIOD),
+        frame: tokio::time::interval(display.period()),
+        display,
+    };
+    let settings = Settings { duration: Some(cond.duration), stats: None, retention: Watch::RETENTION };
+    // The round writes nothing but its display, whose errors are the loop's own.
+    let end = pipeline::run(&mut watch.live, signals, &mut watch.table, &mut sink, &mut pace, settings).await??;
+    let stop = match end {
+        End::Deadline => None,
+        End::Interrupt => Some(Stop::Interrupted("SIGINT")),
+        End::Terminate => Some(Stop::Interrupted("SIGTERM")),
+        End::Sink => sink.stop,
+    };
+    let Round { mut received, .. } = sink;
     let elapsed = start.elapsed();
     let measured = flows.iter().map(|f| Ok((f.received(), f.tcp_stats()?))).collect::<Result<Vec<_>>>()?;
     for (series, (bytes, _)) in received.iter_mut().zip(&measured) {
@@ -251,7 +207,9 @@ async fn round(
     display.clear();
     let series: Vec<Vec<Point>> = flows
         .iter()
-        .map(|f| watch.flow(f).map(|fl| fl.history.iter().filter(|p| p.ts_ns >= start_ns).cloned().collect()))
+        .map(|f| {
+            flow_of(&watch.table, f).map(|fl| fl.history.iter().filter(|p| p.ts_ns >= start_ns).cloned().collect())
+        })
         .map(Option::unwrap_or_default)
         .collect();
     drop(flows);
@@ -275,6 +233,88 @@ async fn round(
         })
         .collect();
     Ok((runs, stop))
+}
+
+/// One round as the sink of the observer's loop: the flows' received bytes sampled, the display
+/// drawn from the loop's table, until its time is up, a signal, q or Ctrl-C.
+struct Round<'a> {
+    flows: &'a [BulkFlow],
+    /// Per flow: (seconds since the start, bytes received), every [`RECEIVED_PERIOD`].
+    received: Vec<Vec<(f64, u64)>>,
+    start: Instant,
+    label: &'a str,
+    total: Duration,
+    /// Why the display ended the round (q, or Ctrl-C in its raw mode).
+    stop: Option<Stop>,
+}
+
+/// What a round waits for beside the observer: the received-bytes clock, the display's frames
+/// and its keys.
+struct Pace<'a> {
+    sample: Interval,
+    frame: Interval,
+    display: &'a mut Display,
+}
+
+enum Wake {
+    Sample,
+    Frame,
+    Input(tui::Input),
+}
+
+impl Side for Pace<'_> {
+    type Wake = Wake;
+
+    async fn next(&mut self) -> Wake {
+        tokio::select! {
+            _ = self.sample.tick() => Wake::Sample,
+            _ = self.frame.tick() => Wake::Frame,
+            input = self.display.input() => Wake::Input(input),
+        }
+    }
+}
+
+impl<'a> Sink for Round<'a> {
+    type Side = Pace<'a>;
+
+    fn event(&mut self, _ev: &Event, _change: Change, _table: &FlowTable) -> std::io::Result<()> {
+        Ok(())
+    }
+
+    fn woken(&mut self, wake: Wake, pace: &mut Pace<'a>, table: &FlowTable) -> Result<Control> {
+        match wake {
+            Wake::Sample => {
+                let t = self.start.elapsed().as_secs_f64();
+                for (series, f) in self.received.iter_mut().zip(self.flows) {
+                    series.push((t, f.received()));
+                }
+            }
+            Wake::Frame => {
+                let rows: Vec<Row> = self
+                    .flows
+                    .iter()
+                    .map(|f| {
+                        let m = flow_of(table, f).and_then(|fl| fl.metrics.as_ref());
+                        Row {
+                            cc: &f.cc,
+                            received: f.received(),
+                            cwnd: m.and_then(|m| m.cwnd),
+                            srtt_us: m.and_then(|m| m.srtt_us),
+                            retransmits: m.and_then(|m| m.retrans_total),
+                        }
+                    })
+                    .collect();
+                pace.display.draw(self.label, self.start.elapsed(), self.total, &rows, table)?;
+            }
+            Wake::Input(input) => {
+                self.stop = pace.display.key(input, table)?;
+                if self.stop.is_some() {
+                    return Ok(Control::Stop);
+                }
+            }
+        }
+        Ok(Control::Continue)
+    }
 }
 
 /// The receiving port of this process's demo flows: distinct per process, so concurrent demos

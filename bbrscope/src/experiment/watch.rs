@@ -89,8 +89,14 @@ pub(crate) async fn run(mut live: Live, signals: &mut Signals, watch: Watch, dur
         stopped_by: None,
         guard: None,
     };
-    let mut table = FlowTable::new(0);
-    let settings = Settings { duration: Some(duration), stats: None, retention: Retention::UNTIL_END };
+    // The dashboard draws the loop's table: then it keeps each flow's history, and a finished
+    // flow listed for a while.
+    let (mut table, retention) = if shows_report {
+        (App::table(), Retention { keep_ended: true, closed: Retention::DASHBOARD.closed, ..Retention::UNTIL_END })
+    } else {
+        (FlowTable::new(0), Retention::UNTIL_END)
+    };
+    let settings = Settings { duration: Some(duration), stats: None, retention };
     let end = pipeline::run(&mut live, signals, &mut table, &mut sink, &mut side, settings)
         .await?
         .context("writing the --record file")?;
@@ -158,9 +164,6 @@ impl Sink for Experiment {
     type Side = Watching;
 
     fn event(&mut self, ev: &Event, change: Change, table: &FlowTable) -> io::Result<()> {
-        if let Shown::Dashboard(app, _) = &mut self.shown {
-            app.apply(ev);
-        }
         if let Some(rec) = self.recorder.as_mut()
             && in_arm(ev, table)
         {
@@ -190,7 +193,7 @@ impl Sink for Experiment {
             Wake::Check => side.monitor.maybe_start(&self.obs, self.started.elapsed()),
             Wake::Frame => self.frame(&mut side.dash, table)?,
             Wake::Key(key) => {
-                if let Some(why) = self.key(&mut side.dash, key)? {
+                if let Some(why) = self.key(&mut side.dash, key, table)? {
                     self.stopped_by = Some(why);
                     return Ok(Control::Stop);
                 }
@@ -213,8 +216,8 @@ impl Experiment {
         match (&mut self.shown, dash) {
             (Shown::Lines(x), _) => crate::output::errln!("{}", x.progress_line()),
             (Shown::Dashboard(app, x), Some(dash)) => {
-                app.tick(Clock::monotonic_ns());
-                dash.draw(app, Some(&**x))?;
+                app.tick(Clock::monotonic_ns(), table);
+                dash.draw(app, table, Some(&**x))?;
             }
             _ => {}
         }
@@ -223,14 +226,19 @@ impl Experiment {
 
     /// A key in the dashboard; why the experiment ends if it is q, or Ctrl-C (a key in raw mode,
     /// meaning what the signal means). Other keys work as in `bbrscope top`.
-    fn key(&mut self, dash: &mut Option<Box<Dashboard>>, input: tui::Input) -> Result<Option<String>> {
+    fn key(
+        &mut self,
+        dash: &mut Option<Box<Dashboard>>,
+        input: tui::Input,
+        table: &FlowTable,
+    ) -> Result<Option<String>> {
         let (Shown::Dashboard(app, x), Some(dash)) = (&mut self.shown, dash) else { return Ok(None) };
         let ctrl_c = matches!(&input, tui::Input::Key(k)
             if k.code == KeyCode::Char('c') && k.modifiers.contains(KeyModifiers::CONTROL));
-        if tui::handle(app, input) == Action::Quit {
+        if tui::handle(app, input, table) == Action::Quit {
             return Ok(Some(if ctrl_c { "stopped by Ctrl-C" } else { "stopped with q" }.into()));
         }
-        dash.draw(app, Some(&**x))?;
+        dash.draw(app, table, Some(&**x))?;
         Ok(None)
     }
 }

@@ -11,15 +11,16 @@
 //! 6. [`sink`]: where flows go (NDJSON lines); [`replay`] reads such lines back;
 //! 7. [`pipeline`]: the loop that drives 1–6 into a [`pipeline::Sink`] until a signal, a
 //!    deadline or the sink ends it: `stream` (NDJSON), `advise` (its facts), `export` (the
-//!    Prometheus metrics) and `experiment` (observations, with its analyses, keys and frames as
-//!    the sink's [`pipeline::Side`]). The dashboard (`top`) keeps a loop of its own for now: it
-//!    shows ended flows for a while and draws from a table it owns, which replay feeds too.
+//!    Prometheus metrics), `top` (the dashboard, drawn from the loop's table on its frames), the
+//!    demo's rounds and `experiment` (observations, with its analyses, keys and frames as the
+//!    sink's [`pipeline::Side`]). One [`pipeline::Retention`] policy says how long the table keeps
+//!    a flow. `replay` has no observer: it plays a recording into the same dashboard.
 
 pub(crate) mod clock;
 pub(crate) mod diagnose;
 pub mod event;
 pub mod filter;
-pub(crate) mod flow;
+pub mod flow;
 pub mod kernel;
 pub(crate) mod pipeline;
 pub mod replay;

@@ -19,25 +19,42 @@ use crate::observe::{
 };
 
 /// How long the flow table keeps a flow. The one policy of every live command; only what it
-/// does with flows that go quiet differs.
+/// does with flows that go quiet or end differs.
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct Retention {
     /// Closed flows are kept this long, so that late events (the summary after the final
-    /// sample) still find their flow.
+    /// sample) still find their flow, and a dashboard lists them dimmed.
     pub closed: Duration,
     /// Flows silent this long are forgotten (their close may have been lost); `None`: kept until
     /// they end.
     pub silent: Option<Duration>,
+    /// A flow whose summary arrived stays until `closed` has passed (a dashboard lists it);
+    /// otherwise it is removed as soon as its sink has seen the summary.
+    pub keep_ended: bool,
 }
 
 impl Retention {
     /// `stream`, `advise`, `export`: a flow silent for five minutes is forgotten, so that lost
     /// closes cannot grow the table without bound.
     pub(crate) const WATCH: Retention =
-        Retention { closed: Duration::from_secs(5), silent: Some(Duration::from_secs(300)) };
+        Retention { closed: Duration::from_secs(5), silent: Some(Duration::from_secs(300)), keep_ended: false };
     /// `experiment`: a flow's arm is needed when it ends, however long it was idle (the flows
     /// are only those in the experiment's scope, and the run is bounded in time).
-    pub(crate) const UNTIL_END: Retention = Retention { closed: Duration::from_secs(5), silent: None };
+    pub(crate) const UNTIL_END: Retention =
+        Retention { closed: Duration::from_secs(5), silent: None, keep_ended: false };
+    /// The dashboard (`top`, `replay`, an experiment's or a demo's): a closed flow stays listed,
+    /// dimmed, for ten seconds; a silent one for the longest chart window
+    /// ([`crate::tui::app::WINDOWS`]), so that its chart can still be read.
+    pub(crate) const DASHBOARD: Retention =
+        Retention { closed: Duration::from_secs(10), silent: Some(Duration::from_secs(600)), keep_ended: true };
+
+    /// Forgets what this policy no longer keeps at `now_ns` (on the table's own clock: the
+    /// kernel's live, the recording's in a replay).
+    pub(crate) fn prune(&self, table: &mut FlowTable, now_ns: u64) {
+        let before = |d: Duration| now_ns.saturating_sub(d.as_nanos() as u64);
+        // Silent before time 0: none.
+        table.prune(before(self.closed), self.silent.map_or(0, before));
+    }
 }
 
 /// What the loop does after a turn.
@@ -137,6 +154,14 @@ impl Signals {
     pub(crate) fn catch() -> io::Result<Self> {
         Ok(Signals { int: signal(SignalKind::interrupt())?, term: signal(SignalKind::terminate())? })
     }
+
+    /// The next of them: [`End::Interrupt`] or [`End::Terminate`].
+    pub(crate) async fn recv(&mut self) -> End {
+        tokio::select! {
+            _ = self.int.recv() => End::Interrupt,
+            _ = self.term.recv() => End::Terminate,
+        }
+    }
 }
 
 /// Drives `live` into `sink` until a signal, the deadline or the sink ends it. A write error ends
@@ -156,7 +181,6 @@ pub(crate) async fn run<S: Sink>(
     let mut stats_tick = after(settings.stats.unwrap_or(Duration::from_secs(u64::MAX / 4)));
     let deadline = tokio::time::sleep(settings.duration.unwrap_or(Duration::from_secs(u64::MAX / 4)));
     tokio::pin!(deadline);
-    let forget = |now: u64, d: Duration| now.saturating_sub(d.as_nanos() as u64);
     let result: io::Result<End> = loop {
         let mut write_err = None;
         tokio::select! {
@@ -166,15 +190,12 @@ pub(crate) async fn run<S: Sink>(
                 if write_err.is_none() {
                     write_err = sink.event(&ev, change, table).err();
                 }
-                if change == Change::Ended {
+                if change == Change::Ended && !settings.retention.keep_ended {
                     table.remove(ev.head().flow);
                 }
             }) => { batch?; }
             _ = prune_tick.tick() => {
-                let now = Clock::monotonic_ns();
-                let r = settings.retention;
-                // Silent before time 0: none.
-                table.prune(forget(now, r.closed), r.silent.map_or(0, |d| forget(now, d)));
+                settings.retention.prune(table, Clock::monotonic_ns());
                 sink.pruned(table);
             }
             _ = stats_tick.tick() => {
@@ -185,8 +206,7 @@ pub(crate) async fn run<S: Sink>(
                     break Ok(End::Sink);
                 }
             }
-            _ = signals.int.recv() => break Ok(End::Interrupt),
-            _ = signals.term.recv() => break Ok(End::Terminate),
+            end = signals.recv() => break Ok(end),
             () = &mut deadline => break Ok(End::Deadline),
         }
         if let Some(e) = write_err {

@@ -453,18 +453,20 @@ mod tests {
         assert_eq!((s.open.start_ns, s.close.head.ts_ns), (11_500_000_000, 12_000_000_000));
         assert_eq!((s.close.metrics.srtt_us, s.close.metrics.mss), (Some(100), Some(1448)));
         assert_eq!(s.close.metrics.bbr.as_ref().and_then(|b| b.bw_bps), Some(8_000_000));
-        let mut app = crate::tui::app::App::new("test", Vec::new(), None);
+        let mut table = crate::tui::app::App::table();
         for r in &recording.records {
             match r {
-                Record::Event(ev) => app.apply(ev),
-                Record::Summary(s) => app.apply_summary(s),
+                Record::Event(ev) => {
+                    table.apply(ev);
+                }
+                Record::Summary(s) => crate::tui::play_summary(&mut table, s),
                 Record::Stats(..) => {}
             }
         }
-        let live = app.table.get(1).unwrap();
+        let live = table.get(1).unwrap();
         let m = live.metrics.as_ref().unwrap();
         assert_eq!((m.cwnd, m.bytes_acked), (Some(12), Some(900_000)), "its flow_close's final state");
-        let alone = app.table.get(2).unwrap();
+        let alone = table.get(2).unwrap();
         assert_eq!((alone.first_ns, alone.closed_ns), (11_500_000_000, Some(12_000_000_000)));
         let m = alone.metrics.as_ref().unwrap();
         assert_eq!((m.bytes_acked, m.retrans_total, m.min_rtt_us), (Some(15001), Some(0), Some(70)));

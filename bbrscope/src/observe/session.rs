@@ -243,7 +243,7 @@ fn push_capped(held: &mut Vec<Event>, ev: Event, cap: usize, dropped: &mut u64) 
     held.push(ev);
 }
 
-pub struct Live {
+pub(crate) struct Live {
     /// Holds the kernel's BPF run-time statistics on while bbrscope runs (`--bpf-stats`); the
     /// kernel turns them off again when this closes, whatever way bbrscope exits.
     _bpf_stats: Option<std::os::fd::OwnedFd>,
@@ -259,7 +259,7 @@ pub struct Live {
 
 impl Live {
     /// Checks privileges, loads and attaches the programs. `what` names the command in errors.
-    pub fn start(what: &str, opts: &Options) -> Result<Self> {
+    pub(crate) fn start(what: &str, opts: &Options) -> Result<Self> {
         privileges::require_tracing(what)?;
         let bpf_stats = if opts.bpf_stats {
             Some(
@@ -339,13 +339,13 @@ impl Live {
     }
 
     /// What this kernel lacks, in words.
-    pub fn degraded(&self) -> &[String] {
+    pub(crate) fn degraded(&self) -> &[String] {
         &self.observer.degraded
     }
 
     /// Waits for records (or the next poll of connections open before the start), then decodes
     /// each and passes it to `f`.
-    pub async fn next_batch(&mut self, mut f: impl FnMut(Event)) -> Result<()> {
+    pub(crate) async fn next_batch(&mut self, mut f: impl FnMut(Event)) -> Result<()> {
         if let Some(existing) = self.existing.as_mut().filter(|e| !e.is_empty()) {
             tokio::select! {
                 biased;
@@ -385,12 +385,12 @@ impl Live {
     }
 
     /// Which kernel path observes flows.
-    pub fn path(&self) -> ObserverPath {
+    pub(crate) fn path(&self) -> ObserverPath {
         self.observer.path
     }
 
     /// Cost and health since the previous call.
-    pub fn stats(&mut self, flows_active: usize) -> Result<StatsReport> {
+    pub(crate) fn stats(&mut self, flows_active: usize) -> Result<StatsReport> {
         let counters = self.observer.counters()?;
         let mut r = self.tracker.report(counters, self.records, self.observer.probe_runtime(), flows_active);
         r.flows_filtered_total += self.gate.owner_filtered;

@@ -4,9 +4,7 @@
 use ratatui::crossterm::event::{KeyCode, KeyEvent, KeyModifiers};
 
 use crate::{
-    observe::event::Event,
     observe::flow::{Flow, FlowTable},
-    observe::replay::Summary,
     observe::stats::StatsReport,
 };
 
@@ -15,9 +13,8 @@ pub const HISTORY_POINTS: usize = 12_000;
 /// Points kept over all flows (about 25 MB): a few flows keep their full history; 10,000 flows
 /// keep about 20 points each.
 pub const HISTORY_BUDGET: usize = 200_000;
-/// Closed flows stay listed (dimmed) this long.
-pub const CLOSED_LINGER_NS: u64 = 10_000_000_000;
-/// Chart windows `+`/`-` step through, in seconds.
+/// Chart windows `+`/`-` step through, in seconds (a silent flow is kept for the longest:
+/// [`crate::observe::pipeline::Retention`]'s dashboard policy).
 pub const WINDOWS: [u64; 6] = [10, 30, 60, 120, 300, 600];
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -87,8 +84,11 @@ pub enum Action {
     Quit,
 }
 
+/// What the dashboard shows and how: selection, sort, filter, view, zoom. The flows themselves
+/// are in a [`FlowTable`] that whoever feeds the dashboard owns and prunes (the observer's loop
+/// live, the recording's [`crate::tui::Feed`] in a replay); every method that needs them is
+/// handed it.
 pub struct App {
-    pub table: FlowTable,
     /// The time the display shows as "now" (CLOCK_MONOTONIC ns live; recording time in replay).
     pub now_ns: u64,
     /// Live view frozen at this time (`p`); events keep being recorded.
@@ -121,7 +121,6 @@ pub struct App {
 impl App {
     pub fn new(source: impl Into<String>, notices: Vec<String>, playback: Option<Playback>) -> Self {
         App {
-            table: FlowTable::new(HISTORY_POINTS).with_budget(HISTORY_BUDGET),
             now_ns: 0,
             frozen_at: None,
             stats: None,
@@ -159,17 +158,10 @@ impl App {
         }
     }
 
-    pub fn apply(&mut self, ev: &Event) {
-        self.table.apply(ev);
-    }
-
-    /// A recorded `flow_summary`: it opens and closes its flow, unless the recording showed the
-    /// flow already (then its `flow_open` ... `flow_close` did).
-    pub fn apply_summary(&mut self, s: &Summary) {
-        if self.table.get(s.close.head.flow).is_none() {
-            self.table.apply(&Event::Open(Box::new(s.open.clone())));
-            self.table.apply(&Event::Sample(Box::new(s.close.clone())));
-        }
+    /// The flow table a dashboard draws from: each flow's history for the longest chart window,
+    /// within one budget over all flows.
+    pub fn table() -> FlowTable {
+        FlowTable::new(HISTORY_POINTS).with_budget(HISTORY_BUDGET)
     }
 
     /// The time charts end at.
@@ -181,32 +173,27 @@ impl App {
         WINDOWS[self.window] * 1_000_000_000
     }
 
-    /// Advances "now" and forgets flows long gone.
-    pub fn tick(&mut self, now_ns: u64) {
+    /// Advances "now" to `now_ns`; what `table` no longer holds is neither selected nor marked.
+    pub fn tick(&mut self, now_ns: u64, table: &FlowTable) {
         self.now_ns = now_ns;
-        let forget_before = now_ns.saturating_sub(CLOSED_LINGER_NS);
-        // Silent flows are kept for the longest chart window.
-        let silent_before = now_ns.saturating_sub(WINDOWS[WINDOWS.len() - 1] * 1_000_000_000);
-        self.table.prune(forget_before, silent_before);
-        self.keep_selection_visible();
-        self.marked.retain(|id| self.table.get(*id).is_some());
+        self.keep_selection_visible(table);
+        self.marked.retain(|id| table.get(*id).is_some());
     }
 
     /// The selection is always a listed flow: after a filter hides it (or it is forgotten) the
     /// first listed flow is selected, or none, so the detail pane never shows a flow the list
     /// does not.
-    fn keep_selection_visible(&mut self) {
-        let visible = self.visible();
+    fn keep_selection_visible(&mut self, table: &FlowTable) {
+        let visible = self.visible(table);
         if self.selected.is_none_or(|id| !visible.iter().any(|f| f.id == id)) {
             self.selected = visible.first().map(|f| f.id);
         }
     }
 
-    /// Flows shown in the list: filtered, sorted, closed ones only while they linger.
-    pub fn visible(&self) -> Vec<&Flow> {
+    /// Flows of `table` shown in the list: filtered, sorted, closed ones last.
+    pub fn visible<'t>(&self, table: &'t FlowTable) -> Vec<&'t Flow> {
         let needle = self.filter.to_lowercase();
-        let mut flows: Vec<&Flow> = self
-            .table
+        let mut flows: Vec<&Flow> = table
             .iter()
             .filter(|f| {
                 needle.is_empty()
@@ -235,12 +222,12 @@ impl App {
         flows
     }
 
-    pub fn selected_flow(&self) -> Option<&Flow> {
-        self.selected.and_then(|id| self.table.get(id))
+    pub fn selected_flow<'t>(&self, table: &'t FlowTable) -> Option<&'t Flow> {
+        self.selected.and_then(|id| table.get(id))
     }
 
-    fn move_selection(&mut self, delta: isize) {
-        let ids: Vec<u64> = self.visible().iter().map(|f| f.id).collect();
+    fn move_selection(&mut self, delta: isize, table: &FlowTable) {
+        let ids: Vec<u64> = self.visible(table).iter().map(|f| f.id).collect();
         if ids.is_empty() {
             self.selected = None;
             return;
@@ -250,7 +237,8 @@ impl App {
         self.selected = Some(ids[next]);
     }
 
-    pub fn on_key(&mut self, key: KeyEvent) -> Action {
+    /// What `key` does, to a dashboard showing `table`.
+    pub fn on_key(&mut self, key: KeyEvent, table: &FlowTable) -> Action {
         let ctrl = key.modifiers.contains(KeyModifiers::CONTROL);
         if ctrl && key.code == KeyCode::Char('c') {
             return Action::Quit;
@@ -268,7 +256,7 @@ impl App {
                 KeyCode::Char(c) => self.filter.push(c),
                 _ => {}
             }
-            self.keep_selection_visible();
+            self.keep_selection_visible(table);
             return Action::Continue;
         }
         if self.help {
@@ -280,7 +268,7 @@ impl App {
             KeyCode::Char('q') => return Action::Quit,
             KeyCode::Esc if !self.filter.is_empty() => {
                 self.filter.clear();
-                self.keep_selection_visible();
+                self.keep_selection_visible(table);
             }
             KeyCode::Esc if self.view == View::Compare => self.view = View::Flows,
             KeyCode::Up | KeyCode::Char('k') if self.view == View::Panel => {
@@ -289,12 +277,12 @@ impl App {
             KeyCode::Down | KeyCode::Char('j') if self.view == View::Panel => self.group_scroll += 1,
             KeyCode::Char('e') if self.panel.is_some() => self.view = View::Panel,
             KeyCode::Char('?' | 'h') | KeyCode::F(1) => self.help = true,
-            KeyCode::Up | KeyCode::Char('k') => self.move_selection(-1),
-            KeyCode::Down | KeyCode::Char('j') => self.move_selection(1),
-            KeyCode::PageUp => self.move_selection(-10),
-            KeyCode::PageDown => self.move_selection(10),
-            KeyCode::Home | KeyCode::Char('g') => self.move_selection(isize::MIN / 2),
-            KeyCode::End | KeyCode::Char('G') => self.move_selection(isize::MAX / 2),
+            KeyCode::Up | KeyCode::Char('k') => self.move_selection(-1, table),
+            KeyCode::Down | KeyCode::Char('j') => self.move_selection(1, table),
+            KeyCode::PageUp => self.move_selection(-10, table),
+            KeyCode::PageDown => self.move_selection(10, table),
+            KeyCode::Home | KeyCode::Char('g') => self.move_selection(isize::MIN / 2, table),
+            KeyCode::End | KeyCode::Char('G') => self.move_selection(isize::MAX / 2, table),
             KeyCode::Char('s') => self.sort = self.sort.next(),
             KeyCode::Char('S') => self.sort_ascending = !self.sort_ascending,
             KeyCode::Char('/') => self.editing_filter = true,

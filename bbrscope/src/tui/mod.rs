@@ -1,4 +1,9 @@
-//! `bbrscope top` and `bbrscope replay`: the live dashboard, fed by the kernel or by a recording.
+//! `bbrscope top` and `bbrscope replay`: the dashboard, fed by the kernel or by a recording.
+//!
+//! Live, the dashboard is a sink of the observer's loop ([`crate::observe::pipeline`]): the loop
+//! keeps the flow table (with [`Retention::DASHBOARD`]) and the dashboard draws it on its frames.
+//! A recording has no observer: [`Feed`] plays it into a table of its own on a virtual clock,
+//! and [`replay`] draws that.
 
 pub mod app;
 mod fmt;
@@ -7,7 +12,7 @@ pub mod view;
 
 use std::{
     collections::VecDeque,
-    io::{BufRead, IsTerminal as _},
+    io::{self, BufRead, IsTerminal as _},
     sync::{
         Arc,
         atomic::{AtomicBool, Ordering},
@@ -21,10 +26,7 @@ use ratatui::{
     crossterm::event::{self, Event as TermEvent, KeyEventKind},
     layout::Rect,
 };
-use tokio::{
-    signal::unix::{SignalKind, signal},
-    sync::mpsc,
-};
+use tokio::{sync::mpsc, time::Interval};
 
 use self::{
     app::{Action, App, Playback},
@@ -32,9 +34,15 @@ use self::{
 };
 use crate::{
     error::usage,
-    observe::clock::Clock,
-    observe::replay::{Reader, Record, Skipped},
-    observe::session::Live,
+    observe::{
+        clock::Clock,
+        event::Event,
+        flow::{Change, FlowTable},
+        pipeline::{self, Control, Retention, Settings, Side, Signals, Sink},
+        replay::{Reader, Record, Skipped, Summary},
+        session::Live,
+        stats::StatsReport,
+    },
 };
 pub use ratatui::crossterm::event::Event as Input;
 
@@ -89,18 +97,18 @@ impl Dashboard {
         }
     }
 
-    /// Draws `app`, and `panel` when its view is open.
-    pub fn draw(&mut self, app: &App, panel: Option<&dyn Panel>) -> Result<()> {
+    /// Draws `app` showing `table`, and `panel` when its view is open.
+    pub fn draw(&mut self, app: &App, table: &FlowTable, panel: Option<&dyn Panel>) -> Result<()> {
         let theme = &self.theme;
-        self.term.draw(|f| view::draw(f, app, panel, theme))?;
+        self.term.draw(|f| view::draw(f, app, table, panel, theme))?;
         Ok(())
     }
 }
 
-/// Applies terminal input to the app (anything but a key only redraws).
-pub fn handle(app: &mut App, ev: TermEvent) -> Action {
+/// Applies terminal input to the app showing `table` (anything but a key only redraws).
+pub fn handle(app: &mut App, ev: TermEvent, table: &FlowTable) -> Action {
     match ev {
-        TermEvent::Key(k) if k.kind != KeyEventKind::Release => app.on_key(k),
+        TermEvent::Key(k) if k.kind != KeyEventKind::Release => app.on_key(k, table),
         _ => Action::Continue,
     }
 }
@@ -267,9 +275,10 @@ impl Feed {
         self.span.map_or(0.0, |(a, b)| (b - a) as f64 / 1e9)
     }
 
-    /// Moves the virtual clock `real` * speed forward and applies everything now due. While the
-    /// input is open the clock stops at the latest record that has arrived.
-    pub fn advance(&mut self, app: &mut App, real: Duration) {
+    /// Moves the virtual clock `real` * speed forward and plays everything now due into `table`,
+    /// which is pruned at recording time as the live dashboard's is. While the input is open
+    /// the clock stops at the latest record that has arrived.
+    pub fn advance(&mut self, app: &mut App, table: &mut FlowTable, real: Duration) {
         let Some(p) = app.playback.clone() else { return };
         self.pull();
         let Some((start, latest)) = self.span else {
@@ -284,15 +293,18 @@ impl Feed {
         self.pos_ns = self.pos_ns.min(latest);
         while let Some(r) = self.pending.front().filter(|r| r.ts_ns() <= self.pos_ns) {
             match r {
-                Record::Event(ev) => app.apply(ev),
-                Record::Summary(s) => app.apply_summary(s),
+                Record::Event(ev) => {
+                    table.apply(ev);
+                }
+                Record::Summary(s) => play_summary(table, s),
                 Record::Stats(_, s) => app.stats = Some((**s).clone()),
             }
             self.pending.pop_front();
             self.pull();
         }
         let finished = self.ended && self.pending.is_empty();
-        app.tick(self.pos_ns);
+        Retention::DASHBOARD.prune(table, self.pos_ns);
+        app.tick(self.pos_ns, table);
         if let Some(pb) = &mut app.playback {
             pb.finished = finished;
             pb.waiting = !self.ended && self.pos_ns >= latest;
@@ -303,74 +315,113 @@ impl Feed {
     }
 }
 
-pub enum Source {
-    Live(Box<Live>),
-    Replay(Feed),
+/// A recorded `flow_summary`: it opens and closes its flow, unless the recording showed the flow
+/// already (then its `flow_open` ... `flow_close` did).
+pub fn play_summary(table: &mut FlowTable, s: &Summary) {
+    if table.get(s.close.head.flow).is_none() {
+        table.apply(&Event::Open(Box::new(s.open.clone())));
+        table.apply(&Event::Sample(Box::new(s.close.clone())));
+    }
 }
 
-pub async fn run(source: &mut Source, mut app: App) -> Result<()> {
-    let mut sigterm = signal(SignalKind::terminate())?;
-    let mut sigint = signal(SignalKind::interrupt())?;
-    let mut dash = Dashboard::new()?;
-    let mut frame = tokio::time::interval(Duration::from_millis(1000 / FPS));
-    let mut stats_tick = tokio::time::interval(Duration::from_secs(1));
-    let mut last_frame = Instant::now();
+/// What a dashboard waits for beside the flows: its terminal's input and its frame clock.
+pub(crate) struct Screen {
+    pub dash: Dashboard,
+    frame: Interval,
+}
 
-    loop {
-        let mut redraw = false;
-        let live_batch = async {
-            match &mut *source {
-                Source::Live(live) => live.next_batch(|ev| app.apply(&ev)).await,
-                Source::Replay(_) => std::future::pending().await,
-            }
-        };
+impl Screen {
+    /// The dashboard on the terminal, drawn [`FPS`] times a second.
+    pub(crate) fn new() -> Result<Self> {
+        Ok(Screen { dash: Dashboard::new()?, frame: tokio::time::interval(Duration::from_millis(1000 / FPS)) })
+    }
+}
+
+pub(crate) enum Wake {
+    Frame,
+    Input(TermEvent),
+}
+
+impl Side for Screen {
+    type Wake = Wake;
+
+    async fn next(&mut self) -> Wake {
         tokio::select! {
-            r = live_batch => r?,
-            ev = dash.input() => {
-                if handle(&mut app, ev) == Action::Quit {
-                    return Ok(());
-                }
-                redraw = true;
-            }
-            _ = frame.tick() => {
-                let elapsed = last_frame.elapsed();
-                last_frame = Instant::now();
-                match &mut *source {
-                    Source::Live(_) => app.tick(Clock::monotonic_ns()),
-                    Source::Replay(feed) => feed.advance(&mut app, elapsed),
-                }
-                redraw = true;
-            }
-            _ = stats_tick.tick() => {
-                if let Source::Live(live) = &mut *source {
-                    app.stats = Some(live.stats(app.table.len())?);
-                }
-            }
-            _ = sigterm.recv() => return Ok(()),
-            _ = sigint.recv() => return Ok(()),
-        }
-        if redraw {
-            dash.draw(&app, None)?;
+            _ = self.frame.tick() => Wake::Frame,
+            ev = self.dash.input() => Wake::Input(ev),
         }
     }
 }
 
-/// The dashboard over live kernel events.
-pub async fn top(opts: &crate::observe::kernel::loader::Options) -> Result<()> {
-    let live = Live::start("bbrscope top", opts)?;
-    let app = App::new("live", live.degraded().to_vec(), None);
-    run(&mut Source::Live(Box::new(live)), app).await
+/// `bbrscope top`: the dashboard as the sink of the observer's loop. Events only change the
+/// table; the frames draw it.
+struct Top {
+    app: App,
 }
 
-/// The dashboard over a recording; the feed is handed back for what it skipped.
-pub async fn replay(feed: Feed, name: &str, speed: f64, paused: bool) -> Result<Feed> {
+impl Sink for Top {
+    type Side = Screen;
+
+    fn event(&mut self, _ev: &Event, _change: Change, _table: &FlowTable) -> io::Result<()> {
+        Ok(())
+    }
+
+    fn stats(&mut self, _now_ns: u64, stats: &StatsReport) -> io::Result<()> {
+        self.app.stats = Some(stats.clone());
+        Ok(())
+    }
+
+    fn woken(&mut self, wake: Wake, screen: &mut Screen, table: &FlowTable) -> Result<Control> {
+        match wake {
+            Wake::Frame => self.app.tick(Clock::monotonic_ns(), table),
+            Wake::Input(ev) => {
+                if handle(&mut self.app, ev, table) == Action::Quit {
+                    return Ok(Control::Stop);
+                }
+            }
+        }
+        screen.dash.draw(&self.app, table, None)?;
+        Ok(Control::Continue)
+    }
+}
+
+/// The dashboard over live kernel events, until q, a signal or `duration`.
+pub async fn top(opts: &crate::observe::kernel::loader::Options, duration: Option<Duration>) -> Result<()> {
+    let mut signals = Signals::catch()?;
+    let mut live = Live::start("bbrscope top", opts)?;
+    let mut sink = Top { app: App::new("live", live.degraded().to_vec(), None) };
+    let mut screen = Screen::new()?;
+    let settings = Settings { duration, stats: Some(Duration::from_secs(1)), retention: Retention::DASHBOARD };
+    // The dashboard writes nothing but the screen, whose errors are the loop's own.
+    pipeline::run(&mut live, &mut signals, &mut App::table(), &mut sink, &mut screen, settings).await??;
+    Ok(())
+}
+
+/// The dashboard over a recording until q or a signal; the feed is handed back for what it
+/// skipped.
+pub async fn replay(mut feed: Feed, name: &str, speed: f64, paused: bool) -> Result<Feed> {
+    let mut signals = Signals::catch()?;
     let mut playback = Playback::new(speed, paused);
     playback.length_s = feed.length_s();
-    let app = App::new(name, Vec::new(), Some(playback));
-    let mut source = Source::Replay(feed);
-    run(&mut source, app).await?;
-    match source {
-        Source::Replay(feed) => Ok(feed),
-        Source::Live(_) => unreachable!("a replay source stays one"),
+    let mut app = App::new(name, Vec::new(), Some(playback));
+    let mut table = App::table();
+    let mut screen = Screen::new()?;
+    let mut last_frame = Instant::now();
+    loop {
+        tokio::select! {
+            wake = screen.next() => match wake {
+                Wake::Frame => {
+                    feed.advance(&mut app, &mut table, last_frame.elapsed());
+                    last_frame = Instant::now();
+                }
+                Wake::Input(ev) => {
+                    if handle(&mut app, ev, &table) == Action::Quit {
+                        return Ok(feed);
+                    }
+                }
+            },
+            _ = signals.recv() => return Ok(feed),
+        }
+        screen.dash.draw(&app, &table, None)?;
     }
 }

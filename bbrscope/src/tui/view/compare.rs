@@ -12,7 +12,7 @@ use ratatui::{
 use super::chart::{self, Series, rel_s};
 use crate::{
     observe::diagnose,
-    observe::flow::Flow,
+    observe::flow::{Flow, FlowTable},
     tui::{app::App, theme::Theme},
 };
 
@@ -24,18 +24,18 @@ struct Group<'a> {
 
 /// The two sides: the marked flows if two are marked, else flows grouped by algorithm (CUBIC and
 /// BBR first, otherwise the two most common).
-fn groups<'a>(app: &'a App, theme: &Theme) -> Vec<Group<'a>> {
+fn groups<'a>(app: &App, table: &'a FlowTable, theme: &Theme) -> Vec<Group<'a>> {
     if app.marked.len() == 2 {
         return app
             .marked
             .iter()
-            .filter_map(|id| app.table.get(*id))
+            .filter_map(|id| table.get(*id))
             .map(|fl| Group { label: format!("{} {}", fl.cc, fl.dst), style: theme.cc(&fl.cc), flows: vec![fl] })
             .collect();
     }
     // Flows still open; once a replay (or a demo round) has ended and every flow has closed,
     // the closed ones that are still listed, so the comparison stays on screen.
-    let visible = app.visible();
+    let visible = app.visible(table);
     let open: Vec<&Flow> = visible.iter().copied().filter(|f| f.closed_ns.is_none()).collect();
     let algos_of =
         |flows: &[&Flow]| flows.iter().map(|f| f.cc.as_str()).collect::<std::collections::BTreeSet<_>>().len();
@@ -101,8 +101,8 @@ fn bucketed(
         .collect()
 }
 
-pub(super) fn draw(f: &mut Frame, area: Rect, app: &App, theme: &Theme) {
-    let groups = groups(app, theme);
+pub(super) fn draw(f: &mut Frame, area: Rect, app: &App, table: &FlowTable, theme: &Theme) {
+    let groups = groups(app, table, theme);
     if groups.len() < 2 {
         let msg = "Compare needs flows with two different algorithms (e.g. one CUBIC, one BBR), \
                    or two flows marked with space. Esc: back.";

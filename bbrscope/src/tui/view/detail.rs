@@ -12,7 +12,7 @@ use ratatui::{
 use super::chart::{self, Series, rel_s};
 use crate::{
     observe::diagnose,
-    observe::flow::{Flow, Mark},
+    observe::flow::{Flow, FlowTable, Mark},
     tui::{app::App, fmt, theme::Theme},
 };
 
@@ -38,8 +38,8 @@ fn owner(flow: &Flow) -> Option<String> {
     (!parts.is_empty()).then(|| parts.join(" "))
 }
 
-pub(super) fn draw(f: &mut Frame, area: Rect, app: &App, theme: &Theme) {
-    let Some(flow) = app.selected_flow() else {
+pub(super) fn draw(f: &mut Frame, area: Rect, app: &App, table: &FlowTable, theme: &Theme) {
+    let Some(flow) = app.selected_flow(table) else {
         return;
     };
     let now = app.view_now();

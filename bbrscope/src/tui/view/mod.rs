@@ -20,18 +20,20 @@ use super::{
     app::{App, View, WINDOWS},
     theme::Theme,
 };
+use crate::observe::flow::FlowTable;
 
 /// The detail pane needs this many rows to show its charts.
 const DETAIL_MIN_ROWS: u16 = 12;
 
-/// The dashboard; `panel` is drawn in [`View::Panel`] (the running experiment's view).
-pub fn draw(f: &mut Frame, app: &App, panel: Option<&dyn Panel>, theme: &Theme) {
+/// The dashboard showing `table`; `panel` is drawn in [`View::Panel`] (the running experiment's
+/// view).
+pub fn draw(f: &mut Frame, app: &App, table: &FlowTable, panel: Option<&dyn Panel>, theme: &Theme) {
     let [header, body, footer] =
         Layout::vertical([Constraint::Length(1), Constraint::Min(0), Constraint::Length(1)]).areas(f.area());
-    draw_header(f, header, app, theme);
+    draw_header(f, header, app, table, theme);
     match app.view {
         View::Flows => {
-            let flows = app.visible();
+            let flows = app.visible(table);
             let rows = (flows.len() as u16).saturating_add(3);
             let max_list = body.height.saturating_sub(DETAIL_MIN_ROWS).max(body.height * 2 / 5);
             let [list, detail] =
@@ -39,10 +41,10 @@ pub fn draw(f: &mut Frame, app: &App, panel: Option<&dyn Panel>, theme: &Theme) 
             flows::draw(f, list, app, &flows, theme);
             // Only a listed flow (see App::keep_selection_visible; this holds between ticks too).
             if app.selected.is_some_and(|id| flows.iter().any(|fl| fl.id == id)) {
-                detail::draw(f, detail, app, theme);
+                detail::draw(f, detail, app, table, theme);
             }
         }
-        View::Compare => compare::draw(f, body, app, theme),
+        View::Compare => compare::draw(f, body, app, table, theme),
         View::Panel => {
             if let Some(p) = panel {
                 p.draw(f, body, app.group_scroll, theme);
@@ -55,8 +57,8 @@ pub fn draw(f: &mut Frame, app: &App, panel: Option<&dyn Panel>, theme: &Theme) 
     }
 }
 
-fn draw_header(f: &mut Frame, area: ratatui::layout::Rect, app: &App, theme: &Theme) {
-    let live = app.table.iter().filter(|fl| fl.closed_ns.is_none()).count();
+fn draw_header(f: &mut Frame, area: ratatui::layout::Rect, app: &App, table: &FlowTable, theme: &Theme) {
+    let live = table.iter().filter(|fl| fl.closed_ns.is_none()).count();
     let mut spans = vec![
         Span::styled(" bbrscope ", theme.title()),
         Span::raw(format!(
