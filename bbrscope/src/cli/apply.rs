@@ -2,7 +2,14 @@
 
 use std::path::PathBuf;
 
+use anyhow::Result;
 use clap::Args;
+
+use crate::{
+    apply::{plan::Options, scope::Spec, transaction::Request},
+    error::{UsageError, usage},
+    sys::{route::Window, sysctl},
+};
 
 /// Where a change applies (no option: the system, i.e. bbrscope's own network namespace).
 #[derive(Debug, Args, Clone, Default)]
@@ -58,4 +65,63 @@ pub struct ApplyArgs {
     /// Print the plan and result as JSON
     #[arg(long)]
     pub json: bool,
+}
+
+impl ScopeArgs {
+    pub fn spec(&self) -> Spec<'_> {
+        Spec { netns: self.netns.as_deref(), cgroup: self.cgroup.as_deref(), route: self.route.as_deref() }
+    }
+
+    pub fn is_system(&self) -> bool {
+        self.netns.is_none() && self.cgroup.is_none() && self.route.is_none()
+    }
+}
+
+impl ApplyArgs {
+    /// The change asked for, with every combination that cannot mean anything refused before
+    /// anything is read or changed.
+    pub(crate) fn request(&self) -> Result<Request<'_>> {
+        let scope = &self.scope;
+        if !scope.is_system() && self.persist {
+            usage!("--persist is for the system scope: namespaces, cgroups and routes do not outlive a reboot as such");
+        }
+        if !scope.is_system() && self.qdisc.is_some() {
+            usage!("--qdisc is for the system scope (net.core.default_qdisc is host-wide)");
+        }
+        let sysctls = self.sysctl.iter().map(|a| sysctl::tunable(a)).collect::<Result<Vec<_>, String>>();
+        let sysctls = sysctls.map_err(UsageError::new)?;
+        if !sysctls.is_empty() && (scope.cgroup.is_some() || scope.route.is_some()) {
+            usage!("--sysctl sets a namespace's setting: give no --cgroup or --route (the system, or --netns NAME)");
+        }
+        if self.algorithm.is_none() && scope.cgroup.is_some() {
+            usage!("--cgroup sets an algorithm: name it, e.g. `bbrscope apply bbr --cgroup PATH`");
+        }
+        if self.algorithm.is_none() && self.allow {
+            usage!("--allow is about an algorithm: name it, e.g. `bbrscope apply bbr --netns NAME --allow`");
+        }
+        let mut windows = Vec::new();
+        for (window, value) in [(Window::Initcwnd, self.initcwnd), (Window::Initrwnd, self.initrwnd)] {
+            match value {
+                Some(v) if !(1..=Window::MAX).contains(&v) => {
+                    usage!(
+                        "--{} {v}: expected 1 to {} segments (the kernel's default is 10)",
+                        window.name(),
+                        Window::MAX
+                    )
+                }
+                Some(v) => windows.push((window, v)),
+                None => {}
+            }
+        }
+        let options = Options {
+            algorithm: self.algorithm.clone(),
+            sysctls,
+            windows,
+            persist: scope.is_system() && !self.no_persist,
+            allow: self.allow,
+            qdisc: self.qdisc.clone(),
+            root: scope.root.clone(),
+        };
+        Ok(Request { scope: scope.spec(), options, dry_run: self.dry_run })
+    }
 }

@@ -5,69 +5,22 @@ use anyhow::Result;
 
 use crate::{
     apply::{
-        plan::{Level, Options},
+        plan::Level,
         run::Outcome,
-        scope::{Scope, Spec},
-        transaction::{self, Ending, Request, ScopeReport},
+        scope::Scope,
+        transaction::{self, Ending, ScopeReport},
     },
-    cli::apply::{ApplyArgs, ScopeArgs},
-    error::{UsageError, usage},
+    cli::apply::ApplyArgs,
+    error::UsageError,
     output::{self, OutputError, outln},
-    sys::{route::Window, sysctl},
 };
-
-impl ScopeArgs {
-    pub fn spec(&self) -> Spec<'_> {
-        Spec { netns: self.netns.as_deref(), cgroup: self.cgroup.as_deref(), route: self.route.as_deref() }
-    }
-
-    pub fn is_system(&self) -> bool {
-        self.netns.is_none() && self.cgroup.is_none() && self.route.is_none()
-    }
-}
 
 pub fn run(args: ApplyArgs) -> Result<()> {
     output::guard(|| apply(args))
 }
 
 fn apply(args: ApplyArgs) -> Result<()> {
-    if !args.scope.is_system() && args.persist {
-        usage!("--persist is for the system scope: namespaces, cgroups and routes do not outlive a reboot as such");
-    }
-    if !args.scope.is_system() && args.qdisc.is_some() {
-        usage!("--qdisc is for the system scope (net.core.default_qdisc is host-wide)");
-    }
-    let sysctls = args.sysctl.iter().map(|a| sysctl::tunable(a)).collect::<Result<Vec<_>, String>>();
-    let sysctls = sysctls.map_err(UsageError::new)?;
-    if !sysctls.is_empty() && (args.scope.cgroup.is_some() || args.scope.route.is_some()) {
-        usage!("--sysctl sets a namespace's setting: give no --cgroup or --route (the system, or --netns NAME)");
-    }
-    if args.algorithm.is_none() && args.scope.cgroup.is_some() {
-        usage!("--cgroup sets an algorithm: name it, e.g. `bbrscope apply bbr --cgroup PATH`");
-    }
-    if args.algorithm.is_none() && args.allow {
-        usage!("--allow is about an algorithm: name it, e.g. `bbrscope apply bbr --netns NAME --allow`");
-    }
-    let mut windows = Vec::new();
-    for (window, value) in [(Window::Initcwnd, args.initcwnd), (Window::Initrwnd, args.initrwnd)] {
-        match value {
-            Some(v) if !(1..=Window::MAX).contains(&v) => {
-                usage!("--{} {v}: expected 1 to {} segments (the kernel's default is 10)", window.name(), Window::MAX)
-            }
-            Some(v) => windows.push((window, v)),
-            None => {}
-        }
-    }
-    let options = Options {
-        algorithm: args.algorithm.clone(),
-        sysctls,
-        windows,
-        persist: args.scope.is_system() && !args.no_persist,
-        allow: args.allow,
-        qdisc: args.qdisc.clone(),
-        root: args.scope.root.clone(),
-    };
-    let request = Request { scope: args.scope.spec(), options, dry_run: args.dry_run };
+    let request = args.request()?;
     let t = transaction::apply(&request, &mut |note| output::errln!("bbrscope: {note}"))?;
     let printed = print(&t.reports, args.json);
     match t.ending {
