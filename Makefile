@@ -21,7 +21,11 @@ test: setup
 	cargo clippy --all-targets -- -D warnings
 	# The kernel programs, for their own target (not a default member: see Cargo.toml).
 	cd bbrscope-ebpf && cargo clippy --target bpfel-unknown-none -Z build-std=core --release --lib --bins -- -D warnings
-	# The default members: the eBPF crate only builds for the BPF target (via bbrscope's build script).
+	# The library's root-free tests (bbrscope/tests/library), as nobody: none may come to need root.
+	scripts/test-library.sh
+	# Unit tests and the black-box tests, as root (they load BPF programs, make namespaces); this
+	# runs the library's tests again, a few seconds. The default members: the eBPF crate only
+	# builds for the BPF target (via bbrscope's build script).
 	cargo test --all-targets -- --test-threads=2
 	# bbrscope on Debian's kernels 5.10 to 7.x under QEMU (docs/kernel-matrix.md; a few minutes).
 	cargo xtask kernels

@@ -1,6 +1,6 @@
 //! Parsers of outside input against random and mutated input: they may refuse it, never panic,
-//! never hang. Seeded, so a failure reproduces; bounded, so the suite stays fast. (No root needed
-//! except to read the kernel's BTF, which the test suite has anyway.)
+//! never hang. Seeded, so a failure reproduces; bounded, so the suite stays fast. The kernel's
+//! BTF is world-readable: no root needed.
 
 use std::{path::Path, time::Instant};
 
