@@ -434,6 +434,11 @@ fn bad_input_exits_2_before_anything_is_created() {
         (&["--rate", "50Mb"], "size, not a rate"),
         // A rate too slow for the preset's 1 BDP buffer names --rate, not --buffer.
         (&["--rate", "50kbit", "--rtt", "10ms"], "raise --rate or --rtt"),
+        // The fairness preset: its flows share one link, an incumbent and a challenger, and each
+        // of its buffers holds a packet.
+        (&["fairness", "--sequential"], "drop --sequential"),
+        (&["fairness", "--algos", "cubic"], "takes two, the incumbent then the challenger"),
+        (&["fairness", "--rate", "2mbit", "--rtt", "5ms"], "625 bytes at 0.5 BDP"),
     ] {
         let err = usage_error(args);
         assert!(err.contains(says), "demo {args:?}: expected '{says}' in: {err}");

@@ -9,6 +9,7 @@ use crate::{
     demo::{
         Conditions,
         emulator::{LossSpec, MTU},
+        fairness::BUFFERS_BDP,
         presets::{Preset, PresetName},
     },
     error::usage,
@@ -82,6 +83,35 @@ pub struct DemoArgs {
 }
 
 impl DemoArgs {
+    /// The fairness preset's incumbent and challenger (`--algos`), its flows together through one
+    /// link.
+    pub(crate) fn fairness_pair(&self) -> Result<[String; 2]> {
+        if self.sequential {
+            usage!("--sequential: the fairness preset runs its flows together through one link; drop --sequential");
+        }
+        match <[String; 2]>::try_from(self.algorithms()?) {
+            Ok(pair) => Ok(pair),
+            Err(_) => {
+                usage!("--algos: the fairness preset takes two, the incumbent then the challenger, e.g. cubic,bbr")
+            }
+        }
+    }
+
+    /// The fairness preset's buffers, in bytes: `--buffer`'s one (in `cond`), or the preset's
+    /// two at `cond`'s BDP; each must hold a packet.
+    pub(crate) fn fairness_buffers(&self, cond: &Conditions) -> Result<Vec<u64>> {
+        let buffers: Vec<u64> = match self.buffer {
+            Some(_) => vec![cond.buffer_bytes],
+            None => BUFFERS_BDP.iter().map(|x| Buffer::Bdp(*x).bytes(cond.bdp_bytes())).collect(),
+        };
+        if let Some(b) = buffers.iter().find(|b| **b < MTU) {
+            usage!(
+                "--rate and --rtt make a buffer of {b} bytes at 0.5 BDP, less than one {MTU}-byte packet: raise them"
+            );
+        }
+        Ok(buffers)
+    }
+
     /// The path the options and the preset describe, checked: what the emulator can do, and a
     /// buffer that holds at least one packet.
     pub(crate) fn conditions(&self, preset: &Preset) -> Result<(Conditions, LossSpec)> {

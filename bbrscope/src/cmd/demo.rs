@@ -7,9 +7,7 @@ use anyhow::{Result, bail};
 use crate::{
     cli::demo::DemoArgs,
     demo::{
-        Conditions,
-        emulator::MTU,
-        fairness, plot,
+        Conditions, fairness, plot,
         presets::PresetName,
         run::{self, FlowRun, Stop},
         summary::{RunConditions, StoppedEarly, Summary},
@@ -18,7 +16,7 @@ use crate::{
     observe::kernel::bbr_version,
     output::{self, outln},
     sys::privileges,
-    units::{Buffer, fmt_rate, fmt_us},
+    units::{fmt_rate, fmt_us},
 };
 
 /// Above this, release timing degraded on a 2-core VM (measured: mean lateness 20 us at
@@ -65,20 +63,8 @@ pub async fn run(args: DemoArgs) -> Result<()> {
 /// `demo fairness`: the challenger against one and several incumbents through one link, at
 /// each buffer (the preset's two, or `--buffer`'s one).
 async fn fairness(args: &DemoArgs, cond: Conditions) -> Result<()> {
-    if args.sequential {
-        usage!("--sequential: the fairness preset runs its flows together through one link; drop --sequential");
-    }
-    let algos = args.algorithms()?;
-    let [incumbent, challenger] = algos.as_slice() else {
-        usage!("--algos: the fairness preset takes two, the incumbent then the challenger, e.g. cubic,bbr");
-    };
-    let buffers: Vec<u64> = match args.buffer {
-        Some(_) => vec![cond.buffer_bytes],
-        None => fairness::BUFFERS_BDP.iter().map(|x| Buffer::Bdp(*x).bytes(cond.bdp_bytes())).collect(),
-    };
-    if let Some(b) = buffers.iter().find(|b| **b < MTU) {
-        usage!("--rate and --rtt make a buffer of {b} bytes at 0.5 BDP, less than one {MTU}-byte packet: raise them");
-    }
+    let [incumbent, challenger] = &args.fairness_pair()?;
+    let buffers = args.fairness_buffers(&cond)?;
     let scenarios: Vec<fairness::Scenario> = buffers
         .iter()
         .flat_map(|&buffer_bytes| {
