@@ -183,11 +183,40 @@ pub fn congestion_of_connection_from(cgroup: &Path, to: SocketAddrV4) -> Result<
     let status = rustix::process::Pid::from_raw(pid)
         .and_then(|pid| rustix::process::waitpid(Some(pid), rustix::process::WaitOptions::empty()).ok().flatten());
     read.context("reading the child's result")?;
-    let code = status.and_then(|(_, s)| s.exit_status()).unwrap_or(0);
-    if code != 0 {
-        bail!("the verification process could not {}", CHILD_STEPS.get(code as usize).unwrap_or(&"run"));
+    let end = match status {
+        Some((_, s)) => match (s.exit_status(), s.terminating_signal()) {
+            (Some(code), _) => ChildEnd::Exited(code),
+            (None, Some(sig)) => ChildEnd::Killed(sig),
+            (None, None) => ChildEnd::Lost,
+        },
+        None => ChildEnd::Lost,
+    };
+    if let Some(why) = end.failure() {
+        bail!("the verification process {why}");
     }
     Ok(String::from_utf8_lossy(&out).trim_end_matches('\0').to_string())
+}
+
+/// How the forked child ended.
+#[derive(Clone, Copy, Debug)]
+enum ChildEnd {
+    Exited(i32),
+    Killed(i32),
+    /// No status to read (waitpid failed): its result cannot be trusted.
+    Lost,
+}
+
+impl ChildEnd {
+    /// What went wrong, in words, or `None` when it ran to the end. A child killed by a signal
+    /// (the OOM killer, an admin's kill) failed, whatever it wrote before.
+    fn failure(self) -> Option<String> {
+        match self {
+            ChildEnd::Exited(0) => None,
+            ChildEnd::Exited(code) => Some(format!("could not {}", CHILD_STEPS.get(code as usize).unwrap_or(&"run"))),
+            ChildEnd::Killed(sig) => Some(format!("was killed by signal {sig}")),
+            ChildEnd::Lost => Some("ended without an exit status".to_string()),
+        }
+    }
 }
 
 /// What the child's exit status means (its index).
@@ -226,6 +255,17 @@ fn child_probe(procs: &CString, sin: &libc::sockaddr_in, out: i32) -> i32 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Only a child that exited 0 counts as a verification; one killed by a signal is a failure
+    /// however it ended (before, a kill read as exit 0).
+    #[test]
+    fn the_probe_succeeds_only_when_its_child_exits_0() {
+        assert_eq!(ChildEnd::Exited(0).failure(), None);
+        assert_eq!(ChildEnd::Exited(3).failure().as_deref(), Some("could not connect"));
+        assert_eq!(ChildEnd::Exited(99).failure().as_deref(), Some("could not run"));
+        assert_eq!(ChildEnd::Killed(9).failure().as_deref(), Some("was killed by signal 9"));
+        assert!(ChildEnd::Lost.failure().is_some());
+    }
 
     #[test]
     fn finds_cgroup2_in_hybrid_mountinfo() {
