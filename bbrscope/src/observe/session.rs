@@ -158,7 +158,7 @@ impl Gate {
                 None => false,
             },
             (Some(pid), _) if owner.comm.is_none() => {
-                owner.comm = procfd::comm(pid);
+                owner.comm = self.resolver.comm(pid);
                 true
             }
             _ => true,

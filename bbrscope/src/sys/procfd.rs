@@ -45,7 +45,18 @@ pub(crate) struct Resolver {
     listed: HashSet<u32>,
     next_quick: Option<Instant>,
     next_full: Option<Instant>,
+    /// Names of processes the kernel named by pid alone (where sock_ops programs may ask for the
+    /// pid but not the name: 6.12 in the kernel matrix), each read from /proc at most once per
+    /// [`COMM_TTL`]: a server's flows come from a few workers, and a /proc read per flow (a few
+    /// µs) is a tenth of a core at tens of thousands of flows a second.
+    comms: HashMap<u32, (Option<Name>, Instant)>,
 }
+
+/// How long a process's name read from /proc is taken as its name: a renamed process
+/// (`prctl(PR_SET_NAME)`, exec) or a reused pid is named right within this.
+const COMM_TTL: Duration = Duration::from_secs(1);
+/// Names cached at most (entries past their time are dropped first, then all).
+const COMMS_MAX: usize = 4096;
 
 /// Processes searched in the quick pass besides new ones, at most.
 const HOT_MAX: usize = 64;
@@ -94,6 +105,28 @@ impl Resolver {
             self.hot.push(h.pid);
         }
         Some(h)
+    }
+
+    /// The name of process `pid` (see [`Resolver::comms`]).
+    pub(crate) fn comm(&mut self, pid: u32) -> Option<Name> {
+        self.comm_at(pid, Instant::now())
+    }
+
+    fn comm_at(&mut self, pid: u32, now: Instant) -> Option<Name> {
+        if let Some((name, read)) = self.comms.get(&pid)
+            && now.saturating_duration_since(*read) < COMM_TTL
+        {
+            return *name;
+        }
+        if self.comms.len() >= COMMS_MAX {
+            self.comms.retain(|_, (_, read)| now.saturating_duration_since(*read) < COMM_TTL);
+            if self.comms.len() >= COMMS_MAX {
+                self.comms.clear();
+            }
+        }
+        let name = comm(pid);
+        self.comms.insert(pid, (name, now));
+        name
     }
 
     /// Reads the descriptors of `pids` and remembers every socket's holder.
@@ -194,5 +227,28 @@ mod tests {
         let (quick, full) = (r.next_quick, r.next_full);
         assert!(r.holder(u64::MAX).is_none());
         assert_eq!((r.next_quick, r.next_full), (quick, full), "no pass right after one");
+    }
+
+    /// A process's name is read once per COMM_TTL: asked again within it, the name read is
+    /// given even after the process is gone (so /proc was not read); after it, /proc is read
+    /// again and says the process is gone.
+    #[test]
+    fn process_names_are_read_once_a_second() {
+        let mut child = std::process::Command::new("sleep").arg("30").spawn().unwrap();
+        let pid = child.id();
+        let mut r = Resolver::default();
+        let t0 = Instant::now();
+        assert_eq!(r.comm_at(pid, t0).map(|n| n.to_string()).as_deref(), Some("sleep"));
+        child.kill().unwrap();
+        child.wait().unwrap();
+        assert!(comm(pid).is_none(), "gone from /proc");
+        assert_eq!(r.comm_at(pid, t0 + COMM_TTL / 2).map(|n| n.to_string()).as_deref(), Some("sleep"));
+        assert_eq!(r.comm_at(pid, t0 + COMM_TTL).map(|n| n.to_string()), None);
+        // Bounded: a full cache drops what is past its time, then everything.
+        for p in 0..COMMS_MAX as u32 {
+            r.comms.insert(u32::MAX - p, (None, t0));
+        }
+        r.comm_at(std::process::id(), t0 + COMM_TTL * 2);
+        assert!(r.comms.len() <= 2, "{} names kept", r.comms.len());
     }
 }
