@@ -475,14 +475,20 @@ struct DebianRoot {
 }
 
 impl DebianRoot {
+    /// The release this machine runs, with [`ROOT_PACKAGES`].
     fn new() -> DebianRoot {
+        let os = std::fs::read_to_string("/etc/os-release").unwrap_or_default();
+        let suite = os.lines().find_map(|l| l.strip_prefix("VERSION_CODENAME=")).unwrap_or("bookworm");
+        DebianRoot::of(suite, ROOT_PACKAGES)
+    }
+
+    /// Debian `suite`'s minimal base with `packages` (comma-separated).
+    fn of(suite: &str, packages: &str) -> DebianRoot {
         // One debootstrap at a time: the tests running in parallel share its cached result.
         static CACHE: std::sync::Mutex<()> = std::sync::Mutex::new(());
         let _one = CACHE.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-        let os = std::fs::read_to_string("/etc/os-release").unwrap_or_default();
-        let suite = os.lines().find_map(|l| l.strip_prefix("VERSION_CODENAME=")).unwrap_or("bookworm").to_string();
         let dir = tempfile::Builder::new().prefix("bbrscope-debroot-").tempdir().unwrap();
-        let tar = Path::new(ROOT_CACHE).join(format!("{suite}-{}.tar", ROOT_PACKAGES.replace(',', "+")));
+        let tar = Path::new(ROOT_CACHE).join(format!("{suite}-{}.tar", packages.replace(',', "+")));
         let fresh = std::fs::metadata(&tar)
             .and_then(|m| m.modified())
             .ok()
@@ -500,7 +506,7 @@ impl DebianRoot {
             return DebianRoot { dir };
         }
         let out = Command::new("debootstrap")
-            .args(["--variant=minbase", &format!("--include={ROOT_PACKAGES}"), &suite])
+            .args(["--variant=minbase", &format!("--include={packages}"), suite])
             .arg(dir.path())
             .output()
             .expect("debootstrap is not installed: run scripts/setup.sh (Debian package `debootstrap`)");
@@ -728,8 +734,69 @@ fn the_package_runs_under_systemd_in_a_debian_guest() {
     require_root();
     let (out_dir, deb) = build_deb();
     let root = DebianRoot::new();
+    let booted = boot_checks(&root, &deb, "6.1", include_str!("guest/system-check.sh"), out_dir.path());
+    booted.assert_all(SYSTEM_CHECKS, &["1", "2", "3"]);
+}
+
+/// What `old-userland-check.sh` reports, in order.
+const OLD_USERLAND_CHECKS: &[&str] = &[
+    "old_userland",
+    "dpkg_install",
+    "status_reads_kernel",
+    "stream_counts_flows",
+    "top_in_a_pty",
+    "apply_system_and_revert",
+    "apply_netns_and_revert",
+    "purge_is_clean",
+];
+
+/// What the old-userland root holds beyond debootstrap's minimal base: systemd as PID 1 (with
+/// udev and kmod: modules), iproute2 (`ip netns`), procps (sysctl).
+const OLD_ROOT_PACKAGES: &str = "systemd,systemd-sysv,udev,kmod,iproute2,procps";
+
+/// The static package where the glibc build cannot start: Debian 11 (glibc 2.31, systemd 247)
+/// booted by `cargo xtask boot` under Debian 11's own kernel, 5.10. bbrscope/tests/guest/
+/// old-userland-check.sh, run at boot, installs it with dpkg, reads `status`, watches real
+/// cubic and bbr flows with `stream` (each summarised, every byte acked), runs `top` on a
+/// terminal, applies and reverts the system's and a namespace's algorithm (read back from
+/// sysctl), and purges it.
+#[test]
+fn the_static_package_runs_on_debian_11_and_its_5_10_kernel() {
+    require_root();
+    let (out_dir, deb) = build_deb();
+    let root = DebianRoot::of("bullseye", OLD_ROOT_PACKAGES);
+    let booted = boot_checks(&root, &deb, "5.10", include_str!("guest/old-userland-check.sh"), out_dir.path());
+    booted.assert_all(OLD_USERLAND_CHECKS, &["1"]);
+}
+
+/// A guest's run of its check script: what it reported over its second serial port.
+struct Booted {
+    success: bool,
+    /// (name, passed, evidence) per check, in order.
+    results: Vec<(String, bool, String)>,
+    /// The phases that finished.
+    done: Vec<String>,
+    console_tail: String,
+}
+
+impl Booted {
+    fn assert_all(&self, names: &[&str], phases: &[&str]) {
+        let tail = &self.console_tail;
+        assert!(self.success, "cargo xtask boot failed; console tail:\n{tail}");
+        let reported: Vec<&str> = self.results.iter().map(|r| r.0.as_str()).collect();
+        assert_eq!(reported, names, "checks reported (phases done: {:?}); console tail:\n{tail}", self.done);
+        let failed: Vec<&str> = self.results.iter().filter(|r| !r.1).map(|r| r.0.as_str()).collect();
+        assert!(failed.is_empty(), "failed in the guest: {failed:?}");
+        assert_eq!(self.done, phases, "the boots finished");
+    }
+}
+
+/// `root` with the package `deb`, `script` run at boot by a unit of its own (with the checks'
+/// helpers, guest/lib.sh), booted by `cargo xtask boot` under Debian's newest `kernel` in QEMU
+/// until it powers off.
+fn boot_checks(root: &DebianRoot, deb: &Path, kernel: &str, script: &str, out: &Path) -> Booted {
     let r = root.path();
-    std::fs::copy(&deb, r.join("root/bbrscope.deb")).unwrap();
+    std::fs::copy(deb, r.join("root/bbrscope.deb")).unwrap();
     let put = |path: &str, text: &str, mode: u32| {
         use std::os::unix::fs::PermissionsExt as _;
         let p = r.join(path);
@@ -737,28 +804,29 @@ fn the_package_runs_under_systemd_in_a_debian_guest() {
         std::fs::write(&p, text).unwrap();
         std::fs::set_permissions(&p, std::fs::Permissions::from_mode(mode)).unwrap();
     };
-    put("usr/local/sbin/bbrscope-system-check", include_str!("guest/system-check.sh"), 0o755);
+    put("usr/local/lib/bbrscope-check.sh", include_str!("guest/lib.sh"), 0o644);
+    put("usr/local/sbin/bbrscope-check", script, 0o755);
     put(
-        "etc/systemd/system/bbrscope-system-check.service",
-        "[Unit]\nDescription=bbrscope/tests/export.rs: the package under systemd\nAfter=multi-user.target\n\n\
-         [Service]\nType=oneshot\nTimeoutStartSec=infinity\nExecStart=/usr/local/sbin/bbrscope-system-check\n\
+        "etc/systemd/system/bbrscope-check.service",
+        "[Unit]\nDescription=bbrscope/tests/export.rs: the package in a booted Debian\nAfter=multi-user.target\n\n\
+         [Service]\nType=oneshot\nTimeoutStartSec=infinity\nExecStart=/usr/local/sbin/bbrscope-check\n\
          StandardOutput=journal+console\n\n[Install]\nWantedBy=multi-user.target\n",
         0o644,
     );
     std::os::unix::fs::symlink(
-        "/etc/systemd/system/bbrscope-system-check.service",
-        r.join("etc/systemd/system/multi-user.target.wants/bbrscope-system-check.service"),
+        "/etc/systemd/system/bbrscope-check.service",
+        r.join("etc/systemd/system/multi-user.target.wants/bbrscope-check.service"),
     )
     .unwrap();
     // Not a first boot (systemd-firstboot would wait for answers on the console).
     put("etc/machine-id", &format!("{:032x}\n", rand_u128()), 0o444);
     put("etc/hostname", "bbrscope-guest\n", 0o644);
-    let serial = out_dir.path().join("serial.ndjson");
+    let serial = out.join("serial.ndjson");
     // The boots alone (see MACHINE); 30 minutes for all of them (xtask's default is 15, alone
     // they need about 6–12), in case other test binaries share the machine.
     let _machine = MACHINE.write().unwrap_or_else(std::sync::PoisonError::into_inner);
     let boot = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()))
-        .args(["xtask", "boot", "--timeout", "1800", "--root"])
+        .args(["xtask", "boot", "--timeout", "1800", "--kernel", kernel, "--root"])
         .arg(r)
         .arg("--serial")
         .arg(&serial)
@@ -770,29 +838,24 @@ fn the_package_runs_under_systemd_in_a_debian_guest() {
     let text = std::fs::read_to_string(&serial).unwrap_or_default();
     let console = std::fs::read_to_string(format!("{}.console", serial.display())).unwrap_or_default();
     let tail: Vec<&str> = console.lines().rev().take(30).collect::<Vec<_>>().into_iter().rev().collect();
-    let mut results: Vec<(String, bool, String)> = Vec::new();
+    let mut results = Vec::new();
     let mut done = Vec::new();
     for line in text.lines() {
         let Ok(v) = serde_json::from_str::<Value>(line.trim()) else { continue };
         match v["kind"].as_str() {
             Some("test") => results.push((
-                v["name"].as_str().unwrap_or("?").into(),
+                v["name"].as_str().unwrap_or("?").to_string(),
                 v["pass"].as_bool().unwrap_or(false),
-                v["detail"].as_str().unwrap_or("").into(),
+                v["detail"].as_str().unwrap_or("").to_string(),
             )),
             Some("done") => done.push(v["phase"].as_str().unwrap_or("?").to_string()),
             _ => {}
         }
     }
     for (name, pass, detail) in &results {
-        eprintln!("system: {} {name}: {detail}", if *pass { "pass" } else { "FAIL" });
+        eprintln!("guest: {} {name}: {detail}", if *pass { "pass" } else { "FAIL" });
     }
-    assert!(boot.success(), "cargo xtask boot failed; console tail:\n{}", tail.join("\n"));
-    let names: Vec<&str> = results.iter().map(|r| r.0.as_str()).collect();
-    assert_eq!(names, SYSTEM_CHECKS, "checks reported (phases done: {done:?}); console tail:\n{}", tail.join("\n"));
-    let failed: Vec<&str> = results.iter().filter(|r| !r.1).map(|r| r.0.as_str()).collect();
-    assert!(failed.is_empty(), "failed in the guest: {failed:?}");
-    assert_eq!(done, ["1", "2", "3"], "the three boots finished");
+    Booted { success: boot.success(), results, done, console_tail: tail.join("\n") }
 }
 
 /// 128 random bits from the kernel (a machine id).
