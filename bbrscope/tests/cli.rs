@@ -202,3 +202,34 @@ fn usage_errors_point_to_the_subcommands_help() {
         assert!(err.lines().count() == 1 && err.trim_end().ends_with(pointer), "{args:?}: {err}");
     }
 }
+
+/// bash completion, loaded from `bbrscope completions bash` and run as bash runs it on TAB:
+/// subcommands, and algorithm names wherever an algorithm is asked for (the algorithms Linux
+/// ships; any other name is still accepted when typed).
+#[test]
+fn bash_completes_subcommands_and_algorithm_names() {
+    let dir = tempfile::tempdir().unwrap();
+    let script = dir.path().join("bbrscope.bash");
+    let out = bbrscope().args(["completions", "bash"]).output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    std::fs::write(&script, &out.stdout).unwrap();
+    let complete = |line: &str| -> String {
+        let program = r#"source "$1"; spec=$(complete -p bbrscope); fn=${spec##*-F }; fn=${fn%% *}
+            read -ra w <<<"$2"; [[ $2 == *" " ]] && w+=("")
+            COMP_WORDS=("${w[@]}"); COMP_CWORD=$((${#w[@]} - 1)); COMP_LINE=$2; COMP_POINT=${#2}
+            "$fn" bbrscope "${w[-1]}" "${w[-2]}"; echo "${COMPREPLY[*]}""#;
+        let out =
+            std::process::Command::new("bash").args(["-c", program, "bash"]).arg(&script).arg(line).output().unwrap();
+        assert!(out.status.success(), "{line}: {}", String::from_utf8_lossy(&out.stderr));
+        String::from_utf8_lossy(&out.stdout).trim().to_string()
+    };
+    assert_eq!(complete("bbrscope ap"), "apply");
+    assert_eq!(complete("bbrscope apply cu"), "cubic");
+    assert_eq!(complete("bbrscope apply --netns x we"), "westwood");
+    assert_eq!(complete("bbrscope stream --cc bb"), "bbr");
+    assert_eq!(complete("bbrscope top --cc ve"), "vegas veno");
+    assert_eq!(complete("bbrscope demo --algos hy"), "hybla");
+    // Typed names the list lacks are still taken (checked against the kernel's list when used).
+    let out = bbrscope().args(["stream", "--cc", "some-out-of-tree-cc", "--help"]).output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+}

@@ -6,7 +6,7 @@
 use std::{io::Write, path::Path};
 
 use anyhow::{Context as _, Result};
-use clap::{Command, CommandFactory as _};
+use clap::{Command, CommandFactory as _, builder::PossibleValuesParser};
 use clap_complete::Shell;
 use clap_mangen::Man;
 use roff::{Roff, bold, roman};
@@ -15,6 +15,7 @@ use crate::{
     apply::{cgroup, files, lock as apply_lock},
     cli::Cli,
     experiment::lock as experiment_lock,
+    sys::cc,
     tui::app::KEYS,
 };
 
@@ -245,6 +246,10 @@ fn examples(sub: &str) -> &'static [(&'static str, &'static [&'static str])] {
     }
 }
 
+/// Arguments that name congestion-control algorithms: `apply ALGORITHM`, `--cc`, the demo's
+/// `--algos`.
+const ALGORITHM_ARGS: [&str; 3] = ["algorithm", "cc", "algos"];
+
 /// The (built) command tree as completions should offer it: without hidden options (`--root`
 /// is for tests), which clap_complete's generators would list.
 fn visible(cmd: &Command) -> Command {
@@ -261,7 +266,13 @@ fn visible(cmd: &Command) -> Command {
         out = out.long_version(v.to_string());
     }
     for arg in cmd.get_arguments().filter(|a| !a.is_hide_set()) {
-        out = out.arg(arg.clone());
+        let mut arg = arg.clone();
+        // Completed with the algorithms Linux ships; the parser itself takes any name (a host may
+        // have an out-of-tree one), which is checked against the kernel's list when used.
+        if ALGORITHM_ARGS.contains(&arg.get_id().as_str()) {
+            arg = arg.value_parser(PossibleValuesParser::new(cc::MAINLINE));
+        }
+        out = out.arg(arg);
     }
     for sub in cmd.get_subcommands().filter(|s| !s.is_hide_set()) {
         out = out.subcommand(visible(sub));

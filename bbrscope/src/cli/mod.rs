@@ -84,7 +84,7 @@ pub enum Command {
     Export(export::ExportArgs),
     /// Write the man pages (bbrscope.1 and one per command) into a directory: to read them where the package is not installed (man -l DIR/bbrscope-top.1)
     Man(ManArgs),
-    /// Print the tab-completion script for a shell (bash, zsh, fish, elvish, powershell)
+    /// Print the tab-completion script for a shell (bash, zsh, fish, elvish, powershell): subcommands, options, presets, and the algorithms Linux ships where an algorithm is asked for
     Completions(CompletionsArgs),
 }
 
