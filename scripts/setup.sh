@@ -33,12 +33,25 @@ TEST_PACKAGES=(iproute2 nftables tmux bpftrace procps dwarves bpftool fonts-deja
               jq
               # cargo xtask dist: musl-gcc compiles the static binary's allocator (mimalloc).
               musl-tools)
+# cargo xtask dist --arch aarch64 on an x86_64 machine: the cross gcc compiles the allocator
+# against musl's arm64 headers (musl-dev:arm64, so arm64 becomes a foreign dpkg architecture)
+# and links; qemu-user-static runs the binary to write its pages and completions.
+ARM64_PACKAGES=(gcc-aarch64-linux-gnu musl-dev:arm64 qemu-user-static)
 
 log() { printf 'setup: %s\n' "$*" >&2; }
 
 case "${1:-all}" in
   build) APT_PACKAGES=("${BUILD_PACKAGES[@]}") ;;
-  all) APT_PACKAGES=("${BUILD_PACKAGES[@]}" "${TEST_PACKAGES[@]}") ;;
+  all)
+    APT_PACKAGES=("${BUILD_PACKAGES[@]}" "${TEST_PACKAGES[@]}")
+    if [ "$(uname -m)" = x86_64 ]; then
+      APT_PACKAGES+=("${ARM64_PACKAGES[@]}")
+      if ! dpkg --print-foreign-architectures | grep -qx arm64; then
+        log "adding arm64 as a foreign dpkg architecture (for musl-dev:arm64)"
+        dpkg --add-architecture arm64
+      fi
+    fi
+    ;;
   *) echo "usage: scripts/setup.sh [build]  (build: only what building bbrscope needs)" >&2; exit 2 ;;
 esac
 
@@ -58,12 +71,16 @@ if ! rustup toolchain list | grep -q "^${NIGHTLY}"; then
   log "installing Rust toolchain ${NIGHTLY}"
   rustup toolchain install "$NIGHTLY" --profile minimal -c rust-src -c clippy -c rustfmt
 fi
-# The shipped binary's target (`cargo xtask dist`): static, musl's libc linked in.
-MUSL="$(uname -m)-unknown-linux-musl"
-if [ "${1:-all}" = all ] && ! rustup target list --toolchain "$NIGHTLY" --installed | grep -qx "$MUSL"; then
-  log "adding the Rust target ${MUSL}"
-  rustup target add --toolchain "$NIGHTLY" "$MUSL"
-fi
+# The shipped binaries' targets (`cargo xtask dist`): static, musl's libc linked in; from an
+# x86_64 machine, aarch64 too.
+MUSL=("$(uname -m)-unknown-linux-musl")
+[ "$(uname -m)" = x86_64 ] && MUSL+=(aarch64-unknown-linux-musl)
+for t in "${MUSL[@]}"; do
+  if [ "${1:-all}" = all ] && ! rustup target list --toolchain "$NIGHTLY" --installed | grep -qx "$t"; then
+    log "adding the Rust target ${t}"
+    rustup target add --toolchain "$NIGHTLY" "$t"
+  fi
+done
 
 want="bpf-linker v${BPF_LINKER_VERSION}"
 if ! cargo +"$NIGHTLY" install --list 2>/dev/null | grep -q "^${want}:"; then

@@ -18,6 +18,79 @@ pub(crate) struct DistArgs {
     /// Where to put the .deb (default: TARGET_DIR/dist)
     #[arg(long, value_name = "DIR")]
     out: Option<PathBuf>,
+    /// The architecture to build for: this machine's, or aarch64 cross-built from x86_64
+    /// (Debian's gcc-aarch64-linux-gnu and musl-dev:arm64; the binary runs here under
+    /// qemu-aarch64-static to write its pages and completions)
+    #[arg(long, value_enum, default_value_t = Arch::host())]
+    arch: Arch,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+enum Arch {
+    #[value(name = "x86_64")]
+    X86_64,
+    Aarch64,
+}
+
+impl Arch {
+    fn host() -> Arch {
+        if std::env::consts::ARCH == "aarch64" { Arch::Aarch64 } else { Arch::X86_64 }
+    }
+
+    fn name(self) -> &'static str {
+        match self {
+            Arch::X86_64 => "x86_64",
+            Arch::Aarch64 => "aarch64",
+        }
+    }
+
+    /// Debian's name for it, in the package's control file and file name.
+    fn debian(self) -> &'static str {
+        match self {
+            Arch::X86_64 => "amd64",
+            Arch::Aarch64 => "arm64",
+        }
+    }
+
+    fn cross(self) -> bool {
+        self != Arch::host()
+    }
+
+    /// A command running a program built for this architecture here.
+    fn runner(self, bin: &Path) -> Command {
+        if self.cross() {
+            let mut c = Command::new(format!("qemu-{}-static", self.name()));
+            c.arg(bin);
+            c
+        } else {
+            Command::new(bin)
+        }
+    }
+
+    /// `tool` (strip, ...) of the binutils for this architecture.
+    fn tool(self, tool: &str) -> String {
+        if self.cross() { format!("{}-linux-gnu-{tool}", self.name()) } else { tool.to_string() }
+    }
+
+    /// The environment of a cargo build for `{arch}-unknown-linux-musl`: the C half of the
+    /// allocator (mimalloc) compiled against musl's headers, which cc-rs does not find by
+    /// itself. Here Debian's musl-gcc wrapper (package musl-tools) does it; for another
+    /// architecture there is no such wrapper, so the cross gcc is pointed at musl-dev's headers
+    /// of that architecture (and its own, for stddef.h and the like), and links.
+    fn build_env(self, cmd: &mut Command) -> Result<()> {
+        let triple = format!("{}_unknown_linux_musl", self.name());
+        if !self.cross() {
+            cmd.env(format!("CC_{triple}"), "musl-gcc");
+            return Ok(());
+        }
+        let gcc = format!("{}-linux-gnu-gcc", self.name());
+        let own = run(Command::new(&gcc).arg("-print-file-name=include"))?;
+        let cflags = format!("-nostdinc -isystem /usr/include/{}-linux-musl -isystem {}", self.name(), own.trim());
+        cmd.env(format!("CC_{triple}"), &gcc)
+            .env(format!("CFLAGS_{triple}"), cflags)
+            .env(format!("CARGO_TARGET_{}_LINKER", triple.to_uppercase()), &gcc);
+        Ok(())
+    }
 }
 
 fn workspace() -> PathBuf {
@@ -49,37 +122,34 @@ pub(crate) fn run_dist(args: DistArgs) -> Result<()> {
     let ws = workspace();
     let target = target_dir(&ws);
     let commit = git_commit(&ws);
-    // Needs `rustup target add ARCH-unknown-linux-musl` and musl-gcc (scripts/setup.sh).
-    let musl = format!("{}-unknown-linux-musl", std::env::consts::ARCH);
+    let arch = args.arch;
+    // Needs `rustup target add ARCH-unknown-linux-musl` and musl-gcc, or for aarch64 the cross
+    // tools (scripts/setup.sh).
+    let musl = format!("{}-unknown-linux-musl", arch.name());
     // A progress line only: a stderr that cannot be written (closed, full) must not stop the build.
     let _ = writeln!(
         std::io::stderr(),
         "dist: building bbrscope (profile dist: release + LTO, stripped, static: {musl}) at {commit}"
     );
-    let status = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()))
-        .args(["build", "--profile", "dist", "-p", "bbrscope", "--bin", "bbrscope", "--target", &musl])
-        // The C half of the allocator (mimalloc) is compiled for musl by Debian's musl-gcc
-        // wrapper (package musl-tools), which cc-rs does not look for by itself.
-        .env(format!("CC_{}", musl.replace('-', "_")), "musl-gcc")
-        .env("BBRSCOPE_GIT_COMMIT", &commit)
-        .current_dir(&ws)
-        .status()
-        .context("running cargo build")?;
+    let mut build = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()));
+    build.args(["build", "--profile", "dist", "-p", "bbrscope", "--bin", "bbrscope", "--target", &musl]);
+    arch.build_env(&mut build)?;
+    let status = build.env("BBRSCOPE_GIT_COMMIT", &commit).current_dir(&ws).status().context("running cargo build")?;
     ensure!(status.success(), "cargo build --profile dist failed");
     let bin = target.join(&musl).join("dist/bbrscope");
-    let version_line = run(Command::new(&bin).arg("--version"))?;
+    let version_line = run(arch.runner(&bin).arg("--version"))?;
     let version = version_line.split_whitespace().nth(1).context("bbrscope --version printed no version")?.to_string();
 
     let out = args.out.unwrap_or_else(|| target.join("dist"));
-    let stage = target.join("dist-stage");
+    let stage = target.join(format!("dist-stage-{}", arch.name()));
     let _ = std::fs::remove_dir_all(&stage);
     let gen_dir = stage.join("gen");
     // The pages and completions from the binary itself, so they describe exactly what it parses.
-    run(Command::new(&bin).arg("man").arg(gen_dir.join("man")))?;
+    run(arch.runner(&bin).arg("man").arg(gen_dir.join("man")))?;
     let comp = gen_dir.join("completions");
     std::fs::create_dir_all(&comp)?;
     for (shell, file) in [("bash", "bbrscope.bash"), ("zsh", "_bbrscope"), ("fish", "bbrscope.fish")] {
-        std::fs::write(comp.join(file), run(Command::new(&bin).args(["completions", shell]))?)?;
+        std::fs::write(comp.join(file), run(arch.runner(&bin).args(["completions", shell]))?)?;
     }
     let root = stage.join("root");
     let pkg = &ws.join("packaging");
@@ -93,7 +163,7 @@ pub(crate) fn run_dist(args: DistArgs) -> Result<()> {
     };
     put(&bin, "usr/bin/bbrscope", 0o755)?;
     // .comment holds only the compilers' version strings.
-    run(Command::new("strip")
+    run(Command::new(arch.tool("strip"))
         .args(["--strip-unneeded", "--remove-section=.comment"])
         .arg(root.join("usr/bin/bbrscope")))?;
     for page in std::fs::read_dir(gen_dir.join("man"))? {
@@ -132,7 +202,6 @@ pub(crate) fn run_dist(args: DistArgs) -> Result<()> {
 
     let debian = root.join("DEBIAN");
     std::fs::create_dir_all(&debian)?;
-    let arch = run(Command::new("dpkg").arg("--print-architecture"))?.trim().to_string();
     let size_kb = run(Command::new("du").args(["-sk"]).arg(&root))?
         .split_whitespace()
         .next()
@@ -141,7 +210,7 @@ pub(crate) fn run_dist(args: DistArgs) -> Result<()> {
     std::fs::write(
         debian.join("control"),
         format!(
-            "Package: bbrscope\nVersion: {full_version}\nArchitecture: {arch}\nMaintainer: {}\n\
+            "Package: bbrscope\nVersion: {full_version}\nArchitecture: {}\nMaintainer: {}\n\
              Installed-Size: {size_kb}\nRecommends: bash-completion\n\
              Section: net\nPriority: optional\nHomepage: https://github.com/bbrscope/bbrscope\n\
              Description: live TCP congestion-control observer and configurator (eBPF)\n \
@@ -149,6 +218,7 @@ pub(crate) fn run_dist(args: DistArgs) -> Result<()> {
              your clients better with a randomized experiment on real connections, switch\n \
              algorithms safely per system, namespace, cgroup or route, and export\n \
              per-algorithm metrics to Prometheus.\n",
+            arch.debian(),
             maintainer()
         ),
     )?;
@@ -221,7 +291,7 @@ pub(crate) fn run_dist(args: DistArgs) -> Result<()> {
     std::fs::write(debian.join("md5sums"), sums)?;
 
     std::fs::create_dir_all(&out)?;
-    let deb = out.join(format!("bbrscope_{full_version}_{arch}.deb"));
+    let deb = out.join(format!("bbrscope_{full_version}_{}.deb", arch.debian()));
     run(Command::new("dpkg-deb").args(["--root-owner-group", "-Zxz", "--build"]).arg(&root).arg(&deb))?;
     println!("{}", deb.display());
     Ok(())
