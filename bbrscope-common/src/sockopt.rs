@@ -17,6 +17,9 @@ use std::{
 /// `TCP_CC_INFO` (linux/tcp.h; absent from the libc crate).
 const TCP_CC_INFO: i32 = 26;
 
+/// `TCP_CLOSE` in `enum tcp_state` ([`TcpInfo::state`]): a socket's counters are final there.
+pub const TCP_CLOSE: u8 = 7;
+
 /// The fields of `struct tcp_info` (linux/tcp.h) that bbrscope reads, from getsockopt(TCP_INFO)
 /// ([`tcp_info`]) or a sock_diag reply's INET_DIAG_INFO ([`TcpInfo::parse`]). The layout is
 /// uapi: fields are only ever appended, so these offsets hold on every kernel; the ones that

@@ -495,15 +495,12 @@ pub(crate) fn bbr_bw_bytes_per_s(fd: impl AsFd) -> Option<u64> {
     sockopt::bbr_bandwidth(fd).unwrap_or_else(|e| panic!("getsockopt(TCP_CC_INFO): {e}"))
 }
 
-/// `TCP_CLOSE` in `enum tcp_state`.
-pub(crate) const TCP_CLOSE: u8 = 7;
-
 /// Waits until the socket reaches TCP_CLOSE (its counters are then final) and returns them.
 pub(crate) fn final_tcp_info(fd: impl AsFd) -> TcpInfo {
     let start = Instant::now();
     loop {
         let info = tcp_info(fd.as_fd());
-        if info.state == TCP_CLOSE {
+        if info.state == sockopt::TCP_CLOSE {
             return info;
         }
         assert!(start.elapsed() < Duration::from_secs(10), "socket never closed: {info:?}");

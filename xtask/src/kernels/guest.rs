@@ -448,6 +448,15 @@ fn late_request(port: u16) -> Result<(SocketAddr, SocketAddr)> {
     c.read_exact(&mut first)?;
     thread::sleep(Duration::from_millis(200));
     c.write_all(b"GET /late\n")?;
+    // Not read until the reset has come: reading opens the client's window, and the server's
+    // kernel would send the rest and its FIN. Under TCG the late request can wait in one CPU's
+    // backlog while the window update, from the other CPU, goes first: the FIN then beats the
+    // reset, and the client sees an end-of-file (seen once on 6.1 in CI).
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while tcp_info(&c)?.state != sockopt::TCP_CLOSE {
+        ensure!(Instant::now() < deadline, "late request: no reset within 10 s");
+        thread::sleep(Duration::from_millis(10));
+    }
     let mut buf = vec![0u8; 1 << 20];
     loop {
         match c.read(&mut buf) {
