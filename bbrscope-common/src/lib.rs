@@ -6,11 +6,13 @@
 //! decodes them with the same knowledge it used to build the config.
 #![no_std]
 
-#[cfg(feature = "sockopt")]
+#[cfg(any(feature = "sockopt", feature = "worker"))]
 extern crate std;
 
 #[cfg(feature = "sockopt")]
 pub mod sockopt;
+#[cfg(feature = "worker")]
+pub mod worker;
 
 /// Socket fields copied generically into every [`Sample`] (see [`FieldSpec`]).
 pub const MAX_FIELDS: usize = 36;

@@ -6,13 +6,15 @@
 mod common;
 
 use std::{
+    ffi::{CStr, CString},
     io::{Read as _, Write as _},
     net::{Shutdown, SocketAddr, TcpListener, TcpStream},
-    os::{fd::AsRawFd as _, unix::fs::MetadataExt as _},
+    os::unix::fs::MetadataExt as _,
     thread,
     time::{Duration, Instant},
 };
 
+use bbrscope_common::worker::{self, Work};
 use common::*;
 use serde_json::Value;
 
@@ -463,65 +465,12 @@ fn owner_filters_select_by_process_and_namespace() {
 
 /// A pre-fork worker: a child process named `name` that accepts one connection on `listener`,
 /// reads its request, answers 20 kB and exits.
-fn fork_worker(listener: &TcpListener, name: &str) -> libc::pid_t {
+fn fork_worker(listener: &TcpListener, name: &CStr) -> libc::pid_t {
     fork_worker_with(listener, name, Work { chunks: 1, ..Work::default() })
 }
 
-/// What a forked worker does: waits `wait_ms`, accepts one connection, reads until `request`
-/// bytes came (at least one read), then writes `chunks` x 20,000 bytes, `pause_ms` apart, and
-/// closes.
-#[derive(Clone, Copy, Default)]
-struct Work {
-    wait_ms: i64,
-    request: usize,
-    chunks: usize,
-    pause_ms: i64,
-}
-
-fn fork_worker_with(listener: &TcpListener, name: &str, w: Work) -> libc::pid_t {
-    let name = std::ffi::CString::new(name).unwrap();
-    let fd = listener.as_raw_fd();
-    // SAFETY: fork in a threaded process: the child calls only async-signal-safe functions
-    // (prctl, accept, nanosleep, read, write, close, _exit) on memory made before the fork or on
-    // its stack.
-    let pid = unsafe { libc::fork() };
-    assert!(pid >= 0, "fork: {}", std::io::Error::last_os_error());
-    if pid == 0 {
-        // SAFETY: as above; every pointer is to a live local of the right size.
-        unsafe {
-            libc::prctl(libc::PR_SET_NAME, name.as_ptr());
-            let ms = |ms: i64| libc::timespec { tv_sec: ms / 1000, tv_nsec: ms % 1000 * 1_000_000 };
-            libc::nanosleep(&ms(w.wait_ms), std::ptr::null_mut());
-            let c = libc::accept(fd, std::ptr::null_mut(), std::ptr::null_mut());
-            let mut buf = [0u8; 16384];
-            let mut got = 0;
-            loop {
-                let n = libc::read(c, buf.as_mut_ptr().cast(), buf.len());
-                if n <= 0 {
-                    break;
-                }
-                got += n as usize;
-                if got >= w.request {
-                    break;
-                }
-            }
-            let response = [0x5au8; 20_000];
-            for _ in 0..w.chunks {
-                let mut off = 0;
-                while off < response.len() {
-                    let n = libc::write(c, response[off..].as_ptr().cast(), response.len() - off);
-                    if n <= 0 {
-                        break;
-                    }
-                    off += n as usize;
-                }
-                libc::nanosleep(&ms(w.pause_ms), std::ptr::null_mut());
-            }
-            libc::close(c);
-            libc::_exit(0);
-        }
-    }
-    pid
+fn fork_worker_with(listener: &TcpListener, name: &CStr, w: Work) -> libc::pid_t {
+    worker::fork(listener, name, w).expect("fork")
 }
 
 /// A pre-fork server whose listener is older than bbrscope (so it has no owner): three workers
@@ -538,7 +487,7 @@ fn a_pre_fork_servers_flows_belong_to_the_workers_that_write_them() {
     let workers: Vec<(libc::pid_t, String)> = (0..3)
         .map(|i| {
             let name = format!("bbrs-wk{i}");
-            (fork_worker(&listener, &name), name)
+            (fork_worker(&listener, &CString::new(name.clone()).unwrap()), name)
         })
         .collect();
     let mut clients = Vec::new();
@@ -589,7 +538,7 @@ fn a_writer_the_kernel_did_not_see_is_named_from_proc() {
     // Accepts and reads the 2 MB upload only after 300 ms (the kernel ACKs what fits in the
     // receive buffer meanwhile, from softirq), then answers for about a second.
     let work = Work { wait_ms: 300, request: 2_000_000, chunks: 20, pause_ms: 50 };
-    let worker = fork_worker_with(&listener, "bbrs-late", work);
+    let worker = fork_worker_with(&listener, c"bbrs-late", work);
     let mut c = TcpStream::connect(to).unwrap();
     c.write_all(&vec![1u8; 2_000_000]).unwrap();
     assert_eq!(drain(&mut c), 20 * 20_000);
@@ -613,7 +562,7 @@ fn a_connection_open_before_the_start_names_the_process_holding_it() {
     let listener = TcpListener::bind("127.0.0.1:0").unwrap();
     let to = listener.local_addr().unwrap();
     // 100 x 20 KB, 25 ms apart: about 2.5 s of sending, most of it after bbrscope starts.
-    let worker = fork_worker_with(&listener, "bbrs-old", Work { chunks: 100, pause_ms: 25, ..Work::default() });
+    let worker = fork_worker_with(&listener, c"bbrs-old", Work { chunks: 100, pause_ms: 25, ..Work::default() });
     let mut c = TcpStream::connect(to).unwrap();
     c.write_all(b"GET\n").unwrap();
     let client = c.local_addr().unwrap().to_string();

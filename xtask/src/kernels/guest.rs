@@ -15,7 +15,10 @@ use std::{
 };
 
 use anyhow::{Context as _, Result, bail, ensure};
-use bbrscope_common::sockopt::{self, TcpInfo};
+use bbrscope_common::{
+    sockopt::{self, TcpInfo},
+    worker,
+};
 use rustix::net::{AddressFamily, SocketFlags, SocketType, socket_with};
 use serde_json::{Value, json};
 
@@ -107,6 +110,9 @@ pub(crate) fn main() -> Result<()> {
         let model = fs::read_to_string("/sys/kernel/debug/sched/preempt").unwrap_or_default();
         rep.test("preempt/model", model.contains("(full)"), format!("sched/preempt: {}", model.trim()));
         rep.check("preempt/short_flows", preempted_short_flows());
+    }
+    if let Err(e) = long_path(&mut rep) {
+        rep.test("auto/long_path_cadence", false, format!("{e:#}"));
     }
     if let Err(e) = port_filter(&mut rep) {
         rep.test("auto/port_filter", false, format!("{e:#}"));
@@ -481,41 +487,12 @@ fn check_late(out: &Output, server: SocketAddr, client: SocketAddr) -> Result<(b
     Ok((pass, format!("server's end {s:?}, client's {c:?}")))
 }
 
-/// A forked child named `name` accepts one connection on `listener` and answers its request
-/// with `chunks` writes of 20,000 bytes `pause_ms` apart, or until the client goes: a pre-fork
-/// server's worker. Its pid.
+/// A pre-fork server's worker named `name`: accepts one connection on `listener` and answers
+/// its request with `chunks` writes of 20,000 bytes `pause_ms` apart, or until the client goes.
+/// Its pid.
 fn fork_server(listener: &TcpListener, name: &std::ffi::CStr, chunks: usize, pause_ms: i64) -> Result<i32> {
-    let fd = listener.as_raw_fd();
-    // SAFETY: the child calls only async-signal-safe functions (prctl, accept, read, send,
-    // nanosleep, close, _exit) on its own stack and on `name`, made before the fork.
-    let pid = unsafe { libc::fork() };
-    ensure!(pid >= 0, "fork: {}", std::io::Error::last_os_error());
-    if pid == 0 {
-        // SAFETY: as above; each pointer is to a live local of the size given.
-        unsafe {
-            libc::prctl(libc::PR_SET_NAME, name.as_ptr());
-            let conn = libc::accept(fd, std::ptr::null_mut(), std::ptr::null_mut());
-            let mut buf = [0u8; 4];
-            libc::read(conn, buf.as_mut_ptr().cast(), buf.len());
-            let response = [0x5au8; 20_000];
-            let pause = libc::timespec { tv_sec: 0, tv_nsec: pause_ms * 1_000_000 };
-            'chunks: for _ in 0..chunks {
-                let mut off = 0;
-                while off < response.len() {
-                    // MSG_NOSIGNAL: a client that went is an error here, not a SIGPIPE.
-                    let n = libc::send(conn, response[off..].as_ptr().cast(), response.len() - off, libc::MSG_NOSIGNAL);
-                    if n <= 0 {
-                        break 'chunks;
-                    }
-                    off += n as usize;
-                }
-                libc::nanosleep(&raw const pause, std::ptr::null_mut());
-            }
-            libc::close(conn);
-            libc::_exit(0);
-        }
-    }
-    Ok(pid)
+    let work = worker::Work { request: 4, chunks, pause_ms, ..worker::Work::default() };
+    worker::fork(listener, name, work).context("fork")
 }
 
 /// A pre-fork worker named `name` accepts one connection on this process's listener and
@@ -1319,23 +1296,32 @@ const XC_REPEAT: usize = 2;
 const XC_TOLERANCE: f64 = 0.30;
 const XC_ALGOS: [&str; 2] = ["cubic", "bbr"];
 
-/// One netem path per algorithm, all at once (as the demo runs them): a veth pair between two
-/// namespaces; the data direction (sender's egress) is loss, then the rate behind a drop-tail
-/// queue of `XC_BUFFER_PKTS`; the return direction carries the whole RTT as delay. GSO is cut to
-/// one segment so netem rates and drops real packets, as the emulator's TUN devices do.
-/// Returns each algorithm's goodput (bits/s) and netem's mean packet size (bytes).
-fn netem_goodput() -> Result<(Vec<f64>, f64)> {
-    let mut setups = Vec::new();
-    for (i, cc) in XC_ALGOS.iter().enumerate() {
-        let (snd, rcv) = (format!("xc-snd{i}"), format!("xc-rcv{i}"));
-        ip(&["netns", "add", &snd])?;
-        ip(&["netns", "add", &rcv])?;
+/// A path through netem: a veth pair between two namespaces of its own (sender
+/// [`NetemPath::SENDER`], receiver [`NetemPath::RECEIVER`]; both removed on drop). The data
+/// direction (the sender's egress) has the loss, then the rate behind a drop-tail queue of
+/// `buffer_pkts`; the return direction carries the whole RTT as delay. GSO is cut to one
+/// segment so netem rates and drops real packets, as the emulator's TUN devices do. Both
+/// namespaces get the emulator's socket buffers (demo/emulator/mod.rs).
+struct NetemPath {
+    snd: String,
+    rcv: String,
+}
+
+impl NetemPath {
+    const SENDER: &str = "10.78.0.1";
+    const RECEIVER: &str = "10.78.0.2";
+
+    fn new(tag: &str, loss: &str, rate: &str, rtt: &str, buffer_pkts: u32) -> Result<NetemPath> {
+        let path = NetemPath { snd: format!("{tag}-snd"), rcv: format!("{tag}-rcv") };
+        let (snd, rcv) = (path.snd.as_str(), path.rcv.as_str());
+        ip(&["netns", "add", snd])?;
+        ip(&["netns", "add", rcv])?;
         ip(&[
             "link",
             "add",
             "xs0",
             "netns",
-            &snd,
+            snd,
             "gso_max_segs",
             "1",
             "type",
@@ -1344,22 +1330,21 @@ fn netem_goodput() -> Result<(Vec<f64>, f64)> {
             "name",
             "xr0",
             "netns",
-            &rcv,
+            rcv,
             "gso_max_segs",
             "1",
         ])?;
-        for (ns, dev, addr) in [(&snd, "xs0", "10.78.0.1/24"), (&rcv, "xr0", "10.78.0.2/24")] {
-            ip(&["-n", ns, "addr", "add", addr, "dev", dev])?;
+        for (ns, dev, addr) in [(snd, "xs0", Self::SENDER), (rcv, "xr0", Self::RECEIVER)] {
+            ip(&["-n", ns, "addr", "add", &format!("{addr}/24"), "dev", dev])?;
             ip(&["-n", ns, "link", "set", dev, "up"])?;
             ip(&["-n", ns, "link", "set", "lo", "up"])?;
-            // The emulator's namespaces get the same socket buffers (demo/emulator/mod.rs).
             in_netns(ns, || {
                 fs::write("/proc/sys/net/ipv4/tcp_wmem", "4096 16384 4194304")?;
                 fs::write("/proc/sys/net/ipv4/tcp_rmem", "4096 131072 33554432")?;
                 Ok(())
             })?;
         }
-        let limit = XC_BUFFER_PKTS.to_string();
+        let limit = buffer_pkts.to_string();
         // `-14`: netem counts the Ethernet header, the emulator only IP bytes.
         let tc = |ns: &str, args: &[&str]| -> Result<()> {
             let out = Command::new(IP).args(["netns", "exec", ns, TC, "qdisc", "add", "dev"]).args(args).output()?;
@@ -1368,16 +1353,39 @@ fn netem_goodput() -> Result<(Vec<f64>, f64)> {
             }
             Ok(())
         };
-        tc(&snd, &["xs0", "root", "netem", "loss", XC_LOSS, "rate", XC_RATE, "-14", "limit", &limit])?;
-        tc(&rcv, &["xr0", "root", "netem", "delay", XC_RTT, "limit", "100000"])?;
-        let listener = in_netns(&rcv, || Ok(TcpListener::bind("10.78.0.2:5020")?))?;
-        setups.push((snd, rcv, cc.to_string(), listener));
+        tc(snd, &["xs0", "root", "netem", "loss", loss, "rate", rate, "-14", "limit", &limit])?;
+        tc(rcv, &["xr0", "root", "netem", "delay", rtt, "limit", "100000"])?;
+        Ok(path)
+    }
+
+    /// A listener on the receiver's side.
+    fn listen(&self, port: u16) -> Result<TcpListener> {
+        in_netns(&self.rcv, move || Ok(TcpListener::bind((Self::RECEIVER, port))?))
+    }
+}
+
+impl Drop for NetemPath {
+    fn drop(&mut self) {
+        for ns in [&self.snd, &self.rcv] {
+            let _ = ip(&["netns", "del", ns]);
+        }
+    }
+}
+
+/// One netem path per algorithm, all at once (as the demo runs them), with `XC_BUFFER_PKTS`.
+/// Returns each algorithm's goodput (bits/s) and netem's mean packet size (bytes).
+fn netem_goodput() -> Result<(Vec<f64>, f64)> {
+    let mut setups = Vec::new();
+    for (i, cc) in XC_ALGOS.iter().enumerate() {
+        let path = NetemPath::new(&format!("xc{i}"), XC_LOSS, XC_RATE, XC_RTT, XC_BUFFER_PKTS)?;
+        let listener = path.listen(5020)?;
+        setups.push((path, cc.to_string(), listener));
     }
     let deadline = Instant::now() + Duration::from_secs(XC_SECS);
     let start = Instant::now();
     let flows: Vec<_> = setups
         .iter()
-        .map(|(snd, _, cc, listener)| {
+        .map(|(path, cc, listener)| {
             let listener = listener.try_clone()?;
             let receiver = thread::spawn(move || -> Result<u64> {
                 let (mut s, _) = listener.accept()?;
@@ -1396,10 +1404,10 @@ fn netem_goodput() -> Result<(Vec<f64>, f64)> {
             });
             let cc = cc.clone();
             let sender = thread::spawn({
-                let snd = snd.clone();
+                let snd = path.snd.clone();
                 move || {
                     in_netns(&snd, move || {
-                        let mut c = connect_cc(SocketAddr::from(([10, 78, 0, 2], 5020)), &cc)?;
+                        let mut c = connect_cc(SocketAddr::new(NetemPath::RECEIVER.parse()?, 5020), &cc)?;
                         let buf = vec![0x5au8; 1 << 16];
                         c.set_write_timeout(Some(Duration::from_millis(200)))?;
                         while Instant::now() < deadline {
@@ -1428,18 +1436,89 @@ fn netem_goodput() -> Result<(Vec<f64>, f64)> {
     }
     // netem's own counters: bytes and packets it sent on the data direction.
     let (mut bytes, mut pkts) = (0f64, 0f64);
-    for (snd, rcv, _, _) in &setups {
-        let out = Command::new(IP).args(["netns", "exec", snd, TC, "-s", "qdisc", "show", "dev", "xs0"]).output()?;
+    for (path, _, _) in &setups {
+        let out =
+            Command::new(IP).args(["netns", "exec", &path.snd, TC, "-s", "qdisc", "show", "dev", "xs0"]).output()?;
         let text = String::from_utf8_lossy(&out.stdout);
         let words: Vec<&str> = text.split_whitespace().collect();
         if let Some(i) = words.iter().position(|w| *w == "Sent") {
             bytes += words.get(i + 1).and_then(|w| w.parse::<f64>().ok()).unwrap_or(0.0);
             pkts += words.get(i + 3).and_then(|w| w.parse::<f64>().ok()).unwrap_or(0.0);
         }
-        ip(&["netns", "del", snd])?;
-        ip(&["netns", "del", rcv])?;
     }
     Ok((goodput, bytes / pkts.max(1.0)))
+}
+
+/// The long path of #21's audit: far clients on a lossy network (150 ms, 3% random loss),
+/// through netem, at a rate TCG keeps up with.
+const LP_RATE: &str = "10mbit";
+const LP_RTT: &str = "150ms";
+const LP_LOSS: &str = "3%";
+/// One BDP (10 Mbit/s x 150 ms) of full-size packets.
+const LP_BUFFER_PKTS: u32 = 125;
+const LP_SECS: f64 = 6.0;
+const LP_INTERVAL_MS: f64 = 100.0;
+/// Samples while the application writes, at least this share of writing time / interval. The
+/// RTT callback alone comes once per 150 ms round trip and never during loss recovery: at most
+/// 2/3 of the due samples, fewer with losses.
+const LP_MIN_SHARE: f64 = 0.8;
+
+/// The sample cadence on a long, lossy path: a BBR bulk flow through netem, watched by
+/// `stream --interval 100`, gets a sample per interval while it writes, not one per round trip
+/// (`auto` observer: the sock_ops path's send-path and slow-path callbacks carry it).
+fn long_path(rep: &mut Report) -> Result<()> {
+    let path = NetemPath::new("lp", LP_LOSS, LP_RATE, LP_RTT, LP_BUFFER_PKTS)?;
+    let listener = path.listen(5030)?;
+    let stream = Stream::start("long-path", &["--interval", "100", "--addr", &format!("{}/32", NetemPath::RECEIVER)])?;
+    let receiver = thread::spawn(move || -> Result<u64> {
+        let (mut s, _) = listener.accept()?;
+        let (mut buf, mut n) = (vec![0u8; 1 << 16], 0u64);
+        loop {
+            match s.read(&mut buf)? {
+                0 => return Ok(n),
+                k => n += k as u64,
+            }
+        }
+    });
+    let to = SocketAddr::new(NetemPath::RECEIVER.parse()?, 5030);
+    let (local, writes_end) = in_netns(&path.snd, move || {
+        let mut c = connect_cc(to, "bbr")?;
+        let local = c.local_addr()?;
+        let buf = vec![0x5au8; 1 << 16];
+        let deadline = Instant::now() + Duration::from_secs_f64(LP_SECS);
+        while Instant::now() < deadline {
+            c.write_all(&buf)?;
+        }
+        let writes_end = now();
+        c.shutdown(Shutdown::Write)?;
+        Ok((local, writes_end))
+    })?;
+    let received = receiver.join().map_err(|_| anyhow::anyhow!("receiver panicked"))??;
+    let out = stream.stop()?;
+    let src = local.to_string();
+    let sum = out.flow("flow_summary", &src).first().copied().cloned().unwrap_or_default();
+    let ts: Vec<f64> = out.flow("sample", &src).iter().filter_map(|r| r["ts"].as_f64()).collect();
+    let first = ts.first().copied().unwrap_or(writes_end);
+    let busy = ts.iter().filter(|&&t| t < writes_end).count();
+    let due = (writes_end - first) * 1000.0 / LP_INTERVAL_MS;
+    let max_gap = ts.windows(2).filter(|w| w[1] < writes_end).map(|w| w[1] - w[0]).fold(0.0, f64::max);
+    let n = |k: &str| sum[k].as_u64().unwrap_or(0);
+    let pass = busy as f64 >= LP_MIN_SHARE * due && n("send_events") > 0 && n("retrans_total") > 0;
+    rep.test(
+        "auto/long_path_cadence",
+        pass,
+        format!(
+            "{busy} samples while writing, {due:.0} due at --interval 100 (need {:.0}%); largest gap {:.0} ms; \
+             rtt_events {}, slow_path_acks {}, send_events {}, retrans {}; {received} bytes received",
+            LP_MIN_SHARE * 100.0,
+            max_gap * 1000.0,
+            n("rtt_events"),
+            n("slow_path_acks"),
+            n("send_events"),
+            n("retrans_total"),
+        ),
+    );
+    Ok(())
 }
 
 fn mean(v: &[f64]) -> f64 {
