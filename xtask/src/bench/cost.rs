@@ -10,22 +10,30 @@
 //! On the sock_ops path a program only gets callbacks for connections opened after it attached,
 //! so every run starts the observer first and opens its flows after: a few busy bulk flows and
 //! the rest idle, each idle flow sending a few bytes every second.
+//!
+//! Loopback's round trips are microseconds, about one ACK each. Where this tool's users are, a
+//! round trip is a hundred milliseconds and many ACKs, losses keep TCP in recovery, and the
+//! sock_ops program runs on callbacks loopback never triggers (slow-path ACKs, packets built
+//! while a sample is due). So the part also times every program on a long lossy path: BBR bulk
+//! flows through the demo's emulator (this kernel has no netem). On the tracepoint path it also
+//! times bpftrace's tcp_probe script, what a user would write by hand, on the same traffic.
 
 use std::{
-    process::Stdio,
+    process::{Command, Stdio},
     thread,
     time::{Duration, Instant},
 };
 
 use anyhow::{Context as _, Result};
+use bbrscope::demo::emulator::{self, LinkConfig, LossSpec};
 use bbrscope_common::counter;
 use serde::Serialize;
 
 use super::{
     Spread, idle, measure, quiet,
-    scenarios::{Setup, bbrscope_stream},
+    scenarios::{Setup, Traced, bbrscope_stream},
     throughput::{RETRIES, SETTLE},
-    workload::{Bulk, Ends, PathKind},
+    workload::{Bulk, Ends, PathKind, Side},
 };
 
 /// Busy flows at every level (one at the 1-flow level): unpaced loopback bulk flows, as in the
@@ -45,6 +53,58 @@ pub(super) const WARMUP: Duration = Duration::from_millis(5500);
 /// The two observer paths, as `--observer` names them.
 pub(super) const PATHS: [&str; 2] = ["sockops", "tracepoint"];
 
+/// The long path: a far client on a lossy network, as in the seed articles and #21's audit
+/// (150 ms, 3% random loss on the data direction, 20 Mbit/s, a one-BDP drop-tail queue).
+fn long_path() -> LinkConfig {
+    LinkConfig {
+        rate_bps: 20_000_000,
+        rtt: Duration::from_millis(150),
+        buffer_bytes: 375_000,
+        loss: LossSpec { rate: 0.03, burst: None },
+        seed: 21,
+    }
+}
+/// Its BBR bulk flows (no idle ones: the long path is about what a busy flow's traffic costs).
+pub(super) const LONG_FLOWS: usize = 2;
+pub(super) const LONG_CC: &str = "bbr";
+/// A run on the long path measures at least this long: 2 s are 13 of its round trips, and
+/// recovery episodes come and go over seconds.
+pub(super) const LONG_SECONDS: f64 = 6.0;
+/// The emulated link's number (its addresses 198.18.<n>.0/24), apart from the tests'.
+const LONG_LINK: u8 = 121;
+
+/// The traffic a cost level runs on.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub(crate) enum Traffic {
+    /// Busy and idle flows on loopback.
+    Loopback,
+    /// [`LONG_FLOWS`] BBR flows through the emulated [`long_path`].
+    LongPath,
+}
+
+/// One level of the part: a traffic and its flows.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+pub(crate) struct Level {
+    pub traffic: Traffic,
+    pub flows: usize,
+}
+
+impl Level {
+    pub(crate) fn loopback(flows: usize) -> Level {
+        Level { traffic: Traffic::Loopback, flows }
+    }
+
+    pub(crate) const LONG_PATH: Level = Level { traffic: Traffic::LongPath, flows: LONG_FLOWS };
+
+    pub(crate) fn label(self) -> String {
+        match self.traffic {
+            Traffic::Loopback => format!("{} flows", self.flows),
+            Traffic::LongPath => format!("{LONG_FLOWS} flows, 150 ms 3% loss"),
+        }
+    }
+}
+
 /// The real program's sample interval in `Program::Check` runs: longer than any run, so no
 /// sample is ever due (`stream --interval` takes at most this).
 pub(super) const NEVER_DUE_MS: &str = "60000";
@@ -62,15 +122,18 @@ pub(crate) enum Program {
     Check,
     /// bbrscope's program.
     Real,
+    /// tracepoint only: bpftrace's tcp_probe script (`scenarios::BPFTRACE_SCRIPT`).
+    Bpftrace,
 }
 
 impl Program {
-    /// The programs measured on a path, in the order of the first round.
-    fn on(path: &str) -> &'static [Program] {
-        if path == "sockops" {
-            &[Program::Floor, Program::Lookup, Program::Check, Program::Real]
-        } else {
-            &[Program::Floor, Program::Check, Program::Real]
+    /// The programs measured on a path, in the order of the first round (bpftrace where it is
+    /// installed).
+    fn on(path: &str, bpftrace: bool) -> &'static [Program] {
+        match (path, bpftrace) {
+            ("sockops", _) => &[Program::Floor, Program::Lookup, Program::Check, Program::Real],
+            (_, true) => &[Program::Floor, Program::Check, Program::Real, Program::Bpftrace],
+            (_, false) => &[Program::Floor, Program::Check, Program::Real],
         }
     }
 
@@ -79,6 +142,7 @@ impl Program {
             Program::Floor => format!("floor-{path}"),
             Program::Lookup => format!("lookup-{path}"),
             Program::Check | Program::Real => path.to_string(),
+            Program::Bpftrace => "bpftrace".to_string(),
         }
     }
 
@@ -95,6 +159,7 @@ impl Program {
 pub(crate) struct CostRun {
     pub path: &'static str,
     pub program: Program,
+    pub traffic: Traffic,
     pub flows: usize,
     pub round: u32,
     pub ns_per_event: Option<f64>,
@@ -122,6 +187,7 @@ pub(crate) struct CostRun {
 #[derive(Debug, Serialize)]
 pub(crate) struct CostLevel {
     pub path: &'static str,
+    pub traffic: Traffic,
     pub flows: usize,
     pub busy_flows: usize,
     pub floor_ns: Option<Spread>,
@@ -148,6 +214,9 @@ pub(crate) struct CostLevel {
     pub real_ns_per_segment: Option<Spread>,
     /// bbrscope's program runs per segment received.
     pub real_runs_per_segment: Option<Spread>,
+    /// tracepoint only, where bpftrace is installed: its tcp_probe program's.
+    pub bpftrace_ns: Option<Spread>,
+    pub bpftrace_ns_per_segment: Option<Spread>,
     pub real_cpu_cores: Option<Spread>,
     pub check_records_per_s: Option<Spread>,
     pub real_records_per_s: Option<Spread>,
@@ -165,17 +234,26 @@ pub(crate) struct CostResult {
 pub(super) fn run(
     setup: &Setup,
     paths: &[&'static str],
-    levels: &[usize],
+    levels: &[Level],
     rounds: u32,
     seconds: f64,
 ) -> Result<CostResult> {
-    let total: usize = paths.iter().map(|p| Program::on(p).len()).sum::<usize>() * levels.len() * rounds as usize;
+    let bpftrace = setup.bpftrace_script.is_some();
+    let total: usize =
+        paths.iter().map(|p| Program::on(p, bpftrace).len()).sum::<usize>() * levels.len() * rounds as usize;
     let mut done = 0;
     let mut runs = Vec::new();
     let mut out = Vec::new();
     for &path in paths {
-        let programs = Program::on(path);
-        for &flows in levels {
+        let programs = Program::on(path, bpftrace);
+        for &level in levels {
+            // The emulated path lives as long as its level: its mover takes a CPU's share.
+            let link = match level.traffic {
+                Traffic::LongPath => {
+                    Some(emulator::Link::new(LONG_LINK, &long_path()).context("the emulated long path")?)
+                }
+                Traffic::Loopback => None,
+            };
             let mut mine = Vec::new();
             for round in 0..rounds {
                 // Each round starts one program later: none always follows another, so a drift
@@ -184,15 +262,16 @@ pub(super) fn run(
                 for program in order {
                     done += 1;
                     eprintln!(
-                        "bench: [{done}/{total}] cost | {} at {flows} flows, round {}",
+                        "bench: [{done}/{total}] cost | {} at {}, round {}",
                         program.label(path),
+                        level.label(),
                         round + 1
                     );
                     let mut attempts = 1;
                     let run = loop {
                         let waited = quiet::wait_for_quiet();
-                        let mut run = run_one(setup, path, program, flows, round, seconds)
-                            .with_context(|| format!("{} at {flows} flows", program.observer(path)))?;
+                        let mut run = run_one(setup, path, program, level, link.as_ref(), round, seconds)
+                            .with_context(|| format!("{} at {}", program.observer(path), level.label()))?;
                         run.waited_s = waited.as_secs_f64();
                         run.attempts = attempts;
                         run.qemu_after = quiet::qemu_running();
@@ -207,14 +286,17 @@ pub(super) fn run(
                     mine.push(run);
                 }
             }
-            out.push(level(path, flows, &mine));
+            if let Some(link) = link {
+                link.close()?;
+            }
+            out.push(summarise(path, level, &mine));
             runs.extend(mine);
         }
     }
     Ok(CostResult { rounds, seconds, levels: out, runs })
 }
 
-fn level(path: &'static str, flows: usize, runs: &[CostRun]) -> CostLevel {
+fn summarise(path: &'static str, level: Level, runs: &[CostRun]) -> CostLevel {
     let of = |p: Program, f: fn(&CostRun) -> Option<f64>| {
         Spread::of(&runs.iter().filter(|r| r.program == p).filter_map(f).collect::<Vec<_>>())
     };
@@ -226,8 +308,9 @@ fn level(path: &'static str, flows: usize, runs: &[CostRun]) -> CostLevel {
     let over_floor = |p: Program| per_round(&|r| Some(r.ns(p)? / r.ns(Program::Floor)?));
     CostLevel {
         path,
-        flows,
-        busy_flows: flows.min(BUSY_FLOWS),
+        traffic: level.traffic,
+        flows: level.flows,
+        busy_flows: busy(level),
         floor_ns: of(Program::Floor, |r| r.ns_per_event),
         lookup_ns: of(Program::Lookup, |r| r.ns_per_event),
         check_ns: of(Program::Check, |r| r.ns_per_event),
@@ -248,10 +331,20 @@ fn level(path: &'static str, flows: usize, runs: &[CostRun]) -> CostLevel {
         floor_ns_per_segment: of(Program::Floor, |r| r.ns_per_segment),
         real_ns_per_segment: of(Program::Real, |r| r.ns_per_segment),
         real_runs_per_segment: of(Program::Real, |r| (r.segs_in_per_s > 0.0).then(|| r.runs_per_s / r.segs_in_per_s)),
+        bpftrace_ns: of(Program::Bpftrace, |r| r.ns_per_event),
+        bpftrace_ns_per_segment: of(Program::Bpftrace, |r| r.ns_per_segment),
         real_cpu_cores: of(Program::Real, |r| Some(r.cpu_cores)),
         check_records_per_s: of(Program::Check, |r| Some(r.records_per_s)),
         real_records_per_s: of(Program::Real, |r| Some(r.records_per_s)),
         drops: runs.iter().filter(|r| matches!(r.program, Program::Real | Program::Check)).map(|r| r.drops).sum(),
+    }
+}
+
+/// A level's busy flows: all of the long path's.
+fn busy(level: Level) -> usize {
+    match level.traffic {
+        Traffic::Loopback => level.flows.min(BUSY_FLOWS),
+        Traffic::LongPath => level.flows,
     }
 }
 
@@ -276,37 +369,63 @@ fn run_one(
     setup: &Setup,
     path: &'static str,
     program: Program,
-    flows: usize,
+    level: Level,
+    link: Option<&emulator::Link>,
     round: u32,
     seconds: f64,
 ) -> Result<CostRun> {
-    let observer = program.observer(path);
-    let mut args = vec!["--observer", &observer, "--stats-interval", "0"];
-    if program == Program::Check {
-        args.extend(["--interval", NEVER_DUE_MS]);
-    }
-    let mut traced = bbrscope_stream(setup, &args, Stdio::null())?;
+    let mut traced = match program {
+        Program::Bpftrace => {
+            let script = setup.bpftrace_script.as_ref().context("bpftrace is not installed")?;
+            let mut cmd = Command::new("bpftrace");
+            cmd.arg(script).stdin(Stdio::null()).stdout(Stdio::null());
+            Traced::spawn(cmd, setup.pinger)?
+        }
+        _ => {
+            let observer = program.observer(path);
+            let mut args = vec!["--observer", &observer, "--stats-interval", "0"];
+            if program == Program::Check {
+                args.extend(["--interval", NEVER_DUE_MS]);
+            }
+            bbrscope_stream(setup, &args, Stdio::null())?
+        }
+    };
     thread::sleep(SETTLE);
-    let busy = flows.min(BUSY_FLOWS);
-    let idle_flows = flows - busy;
+    let busy = busy(level);
+    let idle_flows = level.flows - busy;
     // Idle flows first: once the bulk flows run, they take both CPUs.
     let peer = if idle_flows > 0 { Some(idle::Peer::start()?) } else { None };
     let idle = match &peer {
         Some(p) => Some(idle::Flows::open(p.addr, idle_flows, IDLE_PERIOD)?),
         None => None,
     };
-    let bulk = Bulk::start(busy, "cubic", Ends::of(PathKind::Loopback, None)?, None)?;
+    // The segments the host receives: its own namespace's, and on the long path the emulated
+    // ends' (every namespace's sockets run the programs).
+    let mut sides = vec![Side::Here];
+    let bulk = match link {
+        Some(link) => {
+            let ends = Ends::emulated(link);
+            sides.extend([ends.sender, ends.receiver]);
+            Bulk::start(busy, LONG_CC, ends, None)?
+        }
+        None => Bulk::start(busy, "cubic", Ends::of(PathKind::Loopback, None)?, None)?,
+    };
     thread::sleep(WARMUP);
+    let seconds = if link.is_some() { seconds.max(LONG_SECONDS) } else { seconds };
 
     let pid = traced.pid();
-    let read = |traced: &super::scenarios::Traced| -> Result<_> {
+    let read = |traced: &Traced| -> Result<_> {
+        let mut segs = 0;
+        for side in &sides {
+            segs += side.run(measure::tcp_in_segs)?;
+        }
         Ok((
             Instant::now(),
             traced.probe.stats()?,
             measure::cpu_time(pid)?,
             traced.counters.as_ref().map(measure::Counters::read).transpose()?,
             measure::others_cpu_time(),
-            measure::tcp_in_segs()?,
+            segs,
         ))
     };
     let (t0, s0, cpu0, c0, others0, segs0) = read(&traced)?;
@@ -332,7 +451,8 @@ fn run_one(
     Ok(CostRun {
         path,
         program,
-        flows,
+        traffic: level.traffic,
+        flows: level.flows,
         round,
         ns_per_event: (runs > 0).then(|| bpf_ns as f64 / runs as f64),
         runs_per_s: runs as f64 / dt,

@@ -27,7 +27,8 @@ impl RunTimeStats {
 /// incoming segment of every socket, which tcp_probe runs on and the sock_ops callbacks are a
 /// subset of.
 pub(super) fn tcp_in_segs() -> Result<u64> {
-    let text = fs::read_to_string("/proc/net/snmp").context("/proc/net/snmp")?;
+    // The calling thread's namespace (/proc/net is the main thread's).
+    let text = fs::read_to_string("/proc/thread-self/net/snmp").context("/proc/thread-self/net/snmp")?;
     let mut tcp = text.lines().filter(|l| l.starts_with("Tcp:"));
     let (names, values) = (tcp.next().context("no Tcp: line")?, tcp.next().context("no Tcp: values")?);
     let i = names.split_whitespace().position(|n| n == "InSegs").context("no Tcp InSegs")?;

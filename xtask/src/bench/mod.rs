@@ -63,6 +63,10 @@ pub(crate) struct BenchArgs {
     /// Flow counts of the cost part (comma-separated) [default: 1,100,10000; --quick: 1,1000]
     #[arg(long, value_name = "N,N..", value_delimiter = ',')]
     cost_flows: Vec<usize>,
+    /// Leave out the cost part's long path (BBR flows through the demo's emulator: 150 ms, 3%
+    /// loss), run after the flow counts
+    #[arg(long)]
+    no_long_path: bool,
     /// Observer paths of the cost part (comma-separated) [default: sockops,tracepoint]
     #[arg(long, value_name = "PATH,..", value_delimiter = ',', value_parser = cost::PATHS)]
     cost_paths: Vec<String>,
@@ -102,7 +106,7 @@ pub(crate) enum Part {
     /// 10,000 mostly idle flows: memory and dashboard responsiveness
     Scale,
     /// ns per event of each path's per-ACK program against an empty one (the floor), at 1, 100
-    /// and 10,000 flows
+    /// and 10,000 flows and on an emulated long, lossy path, beside bpftrace
     Cost,
     /// Short request/response flows per second, and whether bbrscope summarises every one
     #[value(name = "short-flows")]
@@ -126,7 +130,7 @@ pub(crate) struct Plan {
     pub scale_cases: Vec<scale::Case>,
     pub forced_drops: bool,
     pub drops_seconds: f64,
-    pub cost_levels: Vec<usize>,
+    pub cost_levels: Vec<cost::Level>,
     pub cost_paths: Vec<&'static str>,
     pub cost_rounds: u32,
     pub cost_seconds: f64,
@@ -186,7 +190,11 @@ impl Plan {
                 (true, false) => args.cost_flows.clone(),
                 (true, true) if args.quick => vec![1, 1000],
                 (true, true) => vec![1, 100, 10_000],
-            },
+            }
+            .into_iter()
+            .map(cost::Level::loopback)
+            .chain((runs(Part::Cost) && !args.no_long_path).then_some(cost::Level::LONG_PATH))
+            .collect(),
             cost_paths: cost::PATHS
                 .into_iter()
                 .filter(|p| args.cost_paths.is_empty() || args.cost_paths.iter().any(|a| a == p))

@@ -193,7 +193,7 @@ pub(super) fn run(
     let mut results = Vec::new();
     for w in &plan.workloads {
         let ends = Ends::of(w.path, veth)?;
-        let ss_netns = ends.sender.map(super::net::Netns::path);
+        let ss_netns = ends.sender.veth_path();
         let bulk = Bulk::start(w.flows, w.cc, ends, None)?;
         thread::sleep(Duration::from_secs_f64(plan.warmup_s));
         let mut pairs = Vec::new();

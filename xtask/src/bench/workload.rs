@@ -13,6 +13,7 @@ use std::{
 };
 
 use anyhow::{Context as _, Result, bail};
+use bbrscope::demo::emulator;
 use bbrscope_common::sockopt;
 use serde::Serialize;
 
@@ -43,31 +44,62 @@ impl Workload {
     }
 }
 
-/// Where each end of a flow lives: namespaces (None: this one) and the receiver's address.
+/// A namespace one end of a flow lives in.
+#[derive(Clone, Copy)]
+pub(super) enum Side<'a> {
+    /// This process's own.
+    Here,
+    /// One end of the veth pair.
+    Veth(&'a Netns),
+    /// One end of the demo's emulated path.
+    Emulated(&'a emulator::Netns),
+}
+
+impl Side<'_> {
+    /// Runs `f` in this namespace: sockets it makes stay there.
+    pub(super) fn run<T: Send + 'static>(self, f: impl FnOnce() -> Result<T> + Send + 'static) -> Result<T> {
+        match self {
+            Side::Here => f(),
+            Side::Veth(ns) => ns.run(f),
+            Side::Emulated(ns) => ns.run(f),
+        }
+    }
+
+    /// The veth end's path under /run/netns (what `ss` is pointed at).
+    pub(super) fn veth_path(self) -> Option<String> {
+        match self {
+            Side::Veth(ns) => Some(ns.path()),
+            Side::Here | Side::Emulated(_) => None,
+        }
+    }
+}
+
+/// Where each end of a flow lives, and the receiver's address.
 #[derive(Clone, Copy)]
 pub(super) struct Ends<'a> {
-    pub sender: Option<&'a Netns>,
-    pub receiver: Option<&'a Netns>,
+    pub sender: Side<'a>,
+    pub receiver: Side<'a>,
     pub receiver_ip: Ipv4Addr,
 }
 
 impl<'a> Ends<'a> {
     pub(super) fn of(path: PathKind, veth: Option<&'a Veth>) -> Result<Ends<'a>> {
         Ok(match path {
-            PathKind::Loopback => Ends { sender: None, receiver: None, receiver_ip: Ipv4Addr::LOCALHOST },
+            PathKind::Loopback => Ends { sender: Side::Here, receiver: Side::Here, receiver_ip: Ipv4Addr::LOCALHOST },
             PathKind::Veth => {
                 let v = veth.context("veth workloads need the veth pair")?;
-                Ends { sender: Some(&v.sender), receiver: Some(&v.receiver), receiver_ip: v.receiver_ip }
+                Ends { sender: Side::Veth(&v.sender), receiver: Side::Veth(&v.receiver), receiver_ip: v.receiver_ip }
             }
         })
     }
-}
 
-/// Runs `f` in `ns`, or here when there is none.
-fn within<T: Send + 'static>(ns: Option<&Netns>, f: impl FnOnce() -> Result<T> + Send + 'static) -> Result<T> {
-    match ns {
-        Some(ns) => ns.run(f),
-        None => f(),
+    /// The two ends of an emulated path.
+    pub(super) fn emulated(link: &'a emulator::Link) -> Ends<'a> {
+        Ends {
+            sender: Side::Emulated(&link.sender),
+            receiver: Side::Emulated(&link.receiver),
+            receiver_ip: link.receiver_addr,
+        }
     }
 }
 
@@ -92,9 +124,9 @@ impl Bulk {
     /// each (SO_MAX_PACING_RATE: TCP's internal pacing, no qdisc needed).
     pub(super) fn start(flows: usize, cc: &'static str, ends: Ends, max_bps: Option<u64>) -> Result<Bulk> {
         let ip = ends.receiver_ip;
-        let listener = within(ends.receiver, move || Ok(TcpListener::bind((ip, 0))?))?;
+        let listener = ends.receiver.run(move || Ok(TcpListener::bind((ip, 0))?))?;
         let addr = listener.local_addr()?;
-        let senders = within(ends.sender, move || {
+        let senders = ends.sender.run(move || {
             (0..flows)
                 .map(|_| {
                     let s = TcpStream::connect(addr).with_context(|| format!("connecting to {addr}"))?;
