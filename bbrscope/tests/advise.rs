@@ -84,10 +84,22 @@ fn serve_paced(
     addr
 }
 
+/// Where the tests' `advise` keeps its advice (`--root`): never the host's /var/lib/bbrscope.
+fn scratch_root() -> &'static std::path::Path {
+    static ROOT: std::sync::OnceLock<tempfile::TempDir> = std::sync::OnceLock::new();
+    ROOT.get_or_init(|| tempfile::tempdir().unwrap()).path()
+}
+
 /// Starts `bbrscope advise --json --port PORT --duration SECS` and waits until it watches.
 fn start_advise(port: u16, secs: u64) -> Child {
+    start_advise_kept(port, secs, scratch_root())
+}
+
+/// [`start_advise`], keeping its advice under `root`.
+fn start_advise_kept(port: u16, secs: u64, root: &std::path::Path) -> Child {
     let mut child = bbrscope()
-        .args(["advise", "--json", "--port", &port.to_string(), "--duration", &secs.to_string()])
+        .args(["advise", "--json", "--port", &port.to_string(), "--duration", &secs.to_string(), "--root"])
+        .arg(root)
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
@@ -337,12 +349,21 @@ fn keepalive_gaps_restart_the_window_unless_slow_start_after_idle_is_off() {
     require_root();
     let link = path(43, 100);
     let port = port_for(43_000);
-    // The kernel's default in a new namespace: 1.
-    let advise = start_advise(port, 18);
+    // The kernel's default in a new namespace: 1. The advice is kept under `root`, for status.
+    let root = tempfile::tempdir().unwrap();
+    let advise = start_advise_kept(port, 18, root.path());
     keepalive(&link, port, 6, 300_000, Duration::from_millis(1500));
     let advice = finish_advise(advise);
     let f = findings(&advice, "idle_restart", &link)[0];
     assert_eq!(f["status"], "found", "{f:#}");
+    let kept = status_advice(root.path());
+    let shown = kept["findings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|k| k["check"] == "window restart after idle" && k["netns"] == f["netns"]);
+    assert_eq!(shown.map(|k| (&k["status"], &k["change"])), Some((&f["status"], &f["change"])), "{kept:#}");
+    assert_eq!(kept["changed_since"], serde_json::json!([]), "{kept:#}");
     assert_eq!(f["flows"], 1, "{f:#}");
     // Five silences of 1.5 s, each well over the timeout (~300 ms at 100 ms RTT).
     let restarts = f["numbers"]["restarts"].as_f64().unwrap();
@@ -352,10 +373,16 @@ fn keepalive_gaps_restart_the_window_unless_slow_start_after_idle_is_off() {
     let idle = || link.sender.run(|| Ok(std::fs::read_to_string("/proc/sys/net/ipv4/tcp_slow_start_after_idle")?));
     assert_eq!(idle().unwrap().trim(), "1");
 
-    // The change as given, run: the same keep-alive client then has no restart to find.
-    let root = tempfile::tempdir().unwrap();
+    // The change as given, run: status says the advice's setting changed since; the same
+    // keep-alive client then has no restart to find.
     let applied = run_change(change, root.path());
     assert_eq!(idle().unwrap().trim(), "0");
+    let kept = status_advice(root.path());
+    let want = format!("{}: tcp_slow_start_after_idle 1 -> 0", f["netns"].as_str().unwrap());
+    assert_eq!(kept["changed_since"], serde_json::json!([want]), "{kept:#}");
+    let text = bbrscope().args(["status", "--root"]).arg(root.path()).output().unwrap();
+    let text = String::from_utf8_lossy(&text.stdout);
+    assert!(text.contains("window restart after idle") && text.contains(&want), "{text}");
     let port = port + 1;
     let advise = start_advise(port, 18);
     keepalive(&link, port, 6, 300_000, Duration::from_millis(1500));
@@ -365,6 +392,14 @@ fn keepalive_gaps_restart_the_window_unless_slow_start_after_idle_is_off() {
     assert_eq!(f["numbers"]["restarts"], 0.0, "{f:#}");
     revert_change(&applied, root.path());
     assert_eq!(idle().unwrap().trim(), "1", "revert restores the namespace's own value");
+}
+
+/// The advice `bbrscope status --json --root ROOT` shows.
+fn status_advice(root: &std::path::Path) -> Value {
+    let o = bbrscope().args(["status", "--json", "--root"]).arg(root).output().unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let v: Value = serde_json::from_slice(&o.stdout).unwrap();
+    v["advice"].clone()
 }
 
 /// A send buffer smaller than the path by construction: a 64 KB tcp_wmem maximum on a 150 KB path
@@ -557,7 +592,8 @@ fn a_recording_weighs_as_the_live_flows_did() {
     let file = dir.path().join("capture.ndjson");
     let text: String = records.iter().map(|r| format!("{r}\n")).collect();
     std::fs::write(&file, text).unwrap();
-    let out = bbrscope().args(["advise", "--json", "--from"]).arg(&file).output().unwrap();
+    let out =
+        bbrscope().args(["advise", "--json", "--from"]).arg(&file).arg("--root").arg(scratch_root()).output().unwrap();
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let recorded: Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(recorded["recording"], file.display().to_string());
@@ -570,7 +606,7 @@ fn a_recording_weighs_as_the_live_flows_did() {
     }
     assert_eq!(a["numbers"]["saved_ms_median"], b["numbers"]["saved_ms_median"], "{a:#}\n{b:#}");
     // The text says what was weighed, and against what.
-    let out = bbrscope().args(["advise", "--from"]).arg(&file).output().unwrap();
+    let out = bbrscope().args(["advise", "--from"]).arg(&file).arg("--root").arg(scratch_root()).output().unwrap();
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(text.contains("(weighed against this host's settings, read now)"), "{text}");
 }

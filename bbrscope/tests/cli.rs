@@ -82,8 +82,8 @@ fn every_subcommand_exits_as_the_readme_says() {
         (vec!["status", "--json", r[0], r[1]], Out::Full, As::Root, 1, "No space left on device"),
         (vec!["status", r[0], r[1]], Out::ClosedPipe, As::Root, 0, ""),
         (vec!["stream", "--duration", "2"], Out::ClosedPipe, As::Root, 0, ""),
-        (vec!["advise", "--duration", "1", "--json"], Out::Full, As::Root, 1, "No space left on device"),
-        (vec!["advise", "--duration", "1"], Out::ClosedPipe, As::Root, 0, ""),
+        (vec!["advise", "--duration", "1", "--json", r[0], r[1]], Out::Full, As::Root, 1, "No space left on device"),
+        (vec!["advise", "--duration", "1", r[0], r[1]], Out::ClosedPipe, As::Root, 0, ""),
         (vec!["completions", "bash"], Out::Full, As::Root, 1, "No space left on device"),
         (vec!["completions", "zsh"], Out::ClosedPipe, As::Root, 0, ""),
         (vec!["completions", "fish"], Out::Null, As::Root, 0, ""),
@@ -173,7 +173,7 @@ fn a_stderr_that_cannot_be_written_changes_nothing() {
         (vec!["status", "--root", &root], 0),
         (vec!["stream", "--duration", "1"], 0),
         (vec!["export", "--listen", "127.0.0.1:0", "--duration", "2"], 0),
-        (vec!["advise", "--duration", "2"], 0),
+        (vec!["advise", "--duration", "2", "--root", &root], 0),
         (vec!["experiment", "--arms", "cubic,bbr", "--port", "1", "--duration", "3s", "--headless"], 0),
     ];
     for (args, code) in &table {

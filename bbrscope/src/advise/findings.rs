@@ -6,7 +6,7 @@
 use std::{collections::BTreeMap, net::IpAddr};
 
 use ipnet::IpNet;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use super::facts::FlowFacts;
 use crate::experiment::decide::{band_label, band_of};
@@ -49,7 +49,7 @@ const RTT_BANDS_MS: [f64; 3] = [10.0, 50.0, 150.0];
 
 /// The settings beyond the algorithm that the checks weigh flows against, as one namespace has
 /// them (also shown by `status`).
-#[derive(Clone, Debug, Default, Serialize)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Knobs {
     pub tcp_wmem: Option<[u64; 3]>,
     pub tcp_rmem: Option<[u64; 3]>,
@@ -64,7 +64,7 @@ pub struct Knobs {
     pub routes: Vec<IpNet>,
 }
 
-#[derive(Clone, Copy, Debug, Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct InitcwndRoute {
     pub prefix: IpNet,
     pub initcwnd: u32,
@@ -84,6 +84,42 @@ impl Knobs {
     /// The prefix of the route a connection to `ip` takes (the most specific that holds it).
     pub fn route_for(&self, ip: IpAddr) -> Option<IpNet> {
         self.routes.iter().filter(|p| p.contains(&ip)).max_by_key(|p| p.prefix_len()).copied()
+    }
+
+    /// What differs from `before`, a setting a line: `tcp_wmem 4096 16384 65536 -> 4096 16384
+    /// 4194304`. (The route list itself is not compared: only routes' initial windows are a
+    /// setting.)
+    pub fn changes_from(&self, before: &Knobs) -> Vec<String> {
+        fn show<T: std::fmt::Debug>(v: Option<T>, f: impl Fn(T) -> String) -> String {
+            v.map_or_else(|| "unknown".into(), f)
+        }
+        let triple = |t: [u64; 3]| format!("{} {} {}", t[0], t[1], t[2]);
+        let mut out = Vec::new();
+        let mut diff = |name: &str, was: String, now: String| {
+            if was != now {
+                out.push(format!("{name} {was} -> {now}"));
+            }
+        };
+        diff("tcp_wmem", show(before.tcp_wmem, triple), show(self.tcp_wmem, triple));
+        diff("tcp_rmem", show(before.tcp_rmem, triple), show(self.tcp_rmem, triple));
+        let on = |b: bool| (if b { "1" } else { "0" }).to_string();
+        diff(
+            "tcp_slow_start_after_idle",
+            show(before.tcp_slow_start_after_idle, on),
+            show(self.tcp_slow_start_after_idle, on),
+        );
+        diff(
+            "tcp_notsent_lowat",
+            show(before.tcp_notsent_lowat, |v| v.to_string()),
+            show(self.tcp_notsent_lowat, |v| v.to_string()),
+        );
+        let routes = |k: &Knobs| {
+            let v: Vec<String> =
+                k.initcwnd_routes.iter().map(|r| format!("{} initcwnd {}", r.prefix, r.initcwnd)).collect();
+            if v.is_empty() { "none".into() } else { v.join(", ") }
+        };
+        diff("routes with an initial window:", routes(before), routes(self));
+        out
     }
 }
 
@@ -720,6 +756,36 @@ pub fn idle_restart(flows: &[&FlowFacts], s: &Settings) -> Finding {
 mod tests {
     use super::*;
     use crate::advise::facts::Restart;
+
+    /// `status` names each setting that changed since an advice, and nothing else: the route
+    /// list is not a setting, an unreadable value is "unknown".
+    #[test]
+    fn changed_settings_are_named_one_a_line() {
+        let before = Knobs {
+            tcp_wmem: Some([4096, 16384, 65536]),
+            tcp_rmem: Some([4096, 131072, 6291456]),
+            tcp_slow_start_after_idle: Some(true),
+            tcp_notsent_lowat: Some(4294967295),
+            initcwnd_routes: vec![],
+            routes: vec!["10.0.0.0/8".parse().unwrap()],
+        };
+        let same = Knobs { routes: vec![], ..before.clone() };
+        assert_eq!(same.changes_from(&before), Vec::<String>::new());
+        let now = Knobs {
+            tcp_wmem: Some([4096, 16384, 4194304]),
+            tcp_slow_start_after_idle: None,
+            initcwnd_routes: vec![InitcwndRoute { prefix: "198.18.0.0/15".parse().unwrap(), initcwnd: 32 }],
+            ..before.clone()
+        };
+        assert_eq!(
+            now.changes_from(&before),
+            [
+                "tcp_wmem 4096 16384 65536 -> 4096 16384 4194304",
+                "tcp_slow_start_after_idle 1 -> unknown",
+                "routes with an initial window: none -> 198.18.0.0/15 initcwnd 32",
+            ]
+        );
+    }
 
     fn flow(sent: u64, rtt_ms: u32) -> FlowFacts {
         FlowFacts {

@@ -107,13 +107,22 @@ pub fn weigh(flows: Vec<FlowFacts>, window_s: f64) -> Advice {
     Advice { window_s, recording: None, flows: flows.len(), findings, settings: read.into_values().collect() }
 }
 
-/// The settings of namespace `ino` (this one for `None`), read from inside it.
-fn settings_of(ino: Option<u32>) -> Settings {
-    let ns = match ino {
+/// Namespace `ino` (this one for `None`), if it is still there.
+fn namespace(ino: Option<u32>) -> Option<netns::Netns> {
+    match ino {
         None => netns::current().ok(),
         Some(i) => netns::find(u64::from(i)),
-    };
-    let Some(ns) = ns else {
+    }
+}
+
+/// The settings of namespace `ino` now (this one for `None`); `None` if it is gone.
+pub(crate) fn knobs_of(ino: Option<u32>) -> Option<Knobs> {
+    netns::run(&namespace(ino)?, || Ok(read_knobs())).ok()
+}
+
+/// The settings of namespace `ino` (this one for `None`), read from inside it.
+fn settings_of(ino: Option<u32>) -> Settings {
+    let Some(ns) = namespace(ino) else {
         let netns = format!("ino:{} (gone: its settings could not be read)", ino.unwrap_or(0));
         return Settings { netns, netns_ino: ino, ..Settings::default() };
     };

@@ -6,6 +6,7 @@
 //! ([`change`]) and records ([`state`]), one run at a time ([`lock`]) and not to be cut short by
 //! Ctrl-C ([`interrupt`]); the other modules each know one part of the system.
 
+pub(crate) mod advice;
 pub mod algo;
 pub mod cgroup;
 pub(crate) mod change;

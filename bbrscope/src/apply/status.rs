@@ -7,6 +7,7 @@ use anyhow::Result;
 use serde::Serialize;
 
 use super::{
+    advice,
     algo::Kernel,
     cgroup,
     change::Change,
@@ -92,6 +93,8 @@ pub(crate) struct Status {
     /// The `bbrscope experiment` running now (it holds the experiment lock), or null. It
     /// attaches nothing that outlives it, so there is nothing else of it to list.
     pub experiment: Option<lock::Running>,
+    /// The last `bbrscope advise`'s findings, and the settings changed since, or null.
+    pub advice: Option<advice::Shown>,
     pub warnings: Vec<String>,
 }
 
@@ -302,5 +305,20 @@ pub(crate) fn gather(root: &Path, netns: Option<&str>) -> Result<Status> {
     };
     let experiment = lock::running()?;
     let bbr = bbr_version::running();
-    Ok(Status { available: kernel.usable(), bbr, observer, system, boot, namespaces, bbrscope, experiment, warnings })
+    let advice = advice::load(root).unwrap_or_else(|why| {
+        warnings.push(why);
+        None
+    });
+    Ok(Status {
+        available: kernel.usable(),
+        bbr,
+        observer,
+        system,
+        boot,
+        namespaces,
+        bbrscope,
+        experiment,
+        advice,
+        warnings,
+    })
 }

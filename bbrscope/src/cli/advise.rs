@@ -21,4 +21,7 @@ pub struct AdviseArgs {
     /// Print as JSON
     #[arg(long)]
     pub json: bool,
+    /// Stand-in for / when keeping the advice for `status` (tests)
+    #[arg(long, hide = true, default_value = "/")]
+    pub root: PathBuf,
 }

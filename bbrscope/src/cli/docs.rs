@@ -12,7 +12,7 @@ use clap_mangen::Man;
 use roff::{Roff, bold, roman};
 
 use crate::{
-    apply::{cgroup, files, lock as apply_lock},
+    apply::{advice, cgroup, files, lock as apply_lock},
     cli::Cli,
     experiment::lock as experiment_lock,
     sys::cc,
@@ -117,12 +117,13 @@ fn extra(cmd: &Command) -> Roff {
     }
     r.control("SH", ["ENVIRONMENT"]);
     tagged(&mut r, "NO_COLOR", "Set and not empty: no colours in the dashboard or in tables.");
-    if matches!(sub, "" | "apply" | "status" | "revert" | "experiment") {
+    if matches!(sub, "" | "apply" | "status" | "revert" | "experiment" | "advise") {
         r.control("SH", ["FILES"]);
         let files: &[(&str, &str)] = &[
             (files::SYSCTL_DROPIN, "The sysctl.d drop-in apply writes for a persistent system-wide setting."),
             (files::MODULES_LOAD, "Loads the algorithm's module at boot where apply loaded one."),
             (files::STATE, "What apply changed, per scope: what revert restores and status lists."),
+            (advice::ADVICE, "The last advise's findings and the settings it weighed (status shows them)."),
             (apply_lock::LOCK, "Held while apply or revert runs."),
             (cgroup::PIN_DIR, "The programs that set a cgroup's algorithm (apply --cgroup), pinned until revert."),
             (experiment_lock::LOCK, "The running experiment: its pid, arms and scope (status reads it)."),

@@ -3,7 +3,10 @@
 use anyhow::Result;
 
 use crate::{
-    apply::status::{self, Namespace, Status},
+    apply::{
+        advice::Shown,
+        status::{self, Namespace, Status},
+    },
     cli::status::StatusArgs,
     output::{self, OutputError, outln},
 };
@@ -110,8 +113,53 @@ fn print(s: &Status) -> Result<(), OutputError> {
             )?;
         }
     }
+    print_advice(s.advice.as_ref())?;
     for w in &s.warnings {
         outln!("warning: {w}")?;
     }
     Ok(())
+}
+
+/// The last `bbrscope advise`: its findings (the checks that found nothing are counted), and
+/// what changed since.
+fn print_advice(a: Option<&Shown>) -> Result<(), OutputError> {
+    let Some(a) = a else {
+        return outln!("advice: none kept (`bbrscope advise` watches the flows and keeps its findings here)");
+    };
+    let k = &a.kept;
+    let age = a.age_s;
+    let when = if age < 3600 {
+        format!("{}m{:02}s ago", age / 60, age % 60)
+    } else {
+        format!("{}h{:02}m ago", age / 3600, age % 3600 / 60)
+    };
+    let of = k.recording.as_deref().map(|r| format!(" of {r}")).unwrap_or_default();
+    if k.flows == 0 {
+        return outln!("advice: from `bbrscope advise` {when}: no flows were seen in its {:.0} s{of}", k.window_s);
+    }
+    let found: Vec<_> = k.findings.iter().filter(|f| f.status == "found").collect();
+    outln!(
+        "advice: from `bbrscope advise` {when} ({} flows over {:.0} s{of}): {} finding(s); {} other check(s) ok or with too few flows",
+        k.flows,
+        k.window_s,
+        found.len(),
+        k.findings.len() - found.len()
+    )?;
+    for f in found {
+        let group = if f.group == "all flows" { String::new() } else { format!(" [{}]", f.group) };
+        outln!("  {}{group} in {}: FINDING", f.check, f.netns)?;
+        outln!("    {}", f.evidence)?;
+        if let Some(change) = &f.change {
+            outln!("    change: {change}")?;
+        }
+    }
+    if a.changed_since.is_empty() {
+        outln!("  settings since: unchanged")
+    } else {
+        outln!("  settings changed since (the findings are of the settings before: run `bbrscope advise` again):")?;
+        for c in &a.changed_since {
+            outln!("    {c}")?;
+        }
+        Ok(())
+    }
 }
