@@ -18,12 +18,13 @@
 //!   path for (`tcp_validate_incoming`): those with SACK blocks — all of loss recovery's — and
 //!   those that change the window or arrive out of order. Header prediction's fast path (a plain
 //!   in-order ACK) runs no sock_ops program at all. Switched on for a flow at its first
-//!   retransmission (loss recovery, when the RTT callback stops), on a path longer than the
-//!   sample interval, and once the application closed it (see `aborts_on_data`): on a short
-//!   path without loss the RTT callback comes often enough, and idle flows' window updates would
-//!   only cost.
-//! - HDR_OPT_LEN_CB (with the WRITE_HDR_OPT flag, since 5.10), only while the flow's srtt is
-//!   longer than `--interval`, or until the process writing to an accepted connection is seen:
+//!   retransmission (loss recovery, when the RTT callback stops), for a sending flow on a path
+//!   longer than the sample interval, and once the application closed it (see
+//!   `aborts_on_data`): on a short path without loss the RTT callback comes often enough, and
+//!   idle flows' window updates would only cost.
+//! - HDR_OPT_LEN_CB (with the WRITE_HDR_OPT flag, since 5.10), only while a flow that sends data
+//!   has an srtt longer than `--interval`, or until the process writing to an accepted
+//!   connection is seen:
 //!   the kernel asks it how much header-option room each packet it builds needs (the program
 //!   reserves none, so nothing is written), on every segment sent — and at each MSS check,
 //!   where there is no packet and the program returns at once. On a long path the ACKs that
@@ -300,14 +301,20 @@ fn writer(s: &mut SockFlow) -> bool {
     true
 }
 
-/// Keeps the send-path callbacks on while they are needed — the flow's srtt is longer than the
-/// sample interval (checked once per round trip: the srtt moves slowly), or its writer is still
-/// to be seen — and off after, unless another program asked for them. A flow on a long path also
-/// gets the slow-path ACK callbacks, for good. `flags`: the socket's callback flags now.
+/// Keeps the send-path callbacks on while they are needed — the flow sends data and its srtt is
+/// longer than the sample interval (checked once per round trip: the srtt moves slowly), or its
+/// writer is still to be seen — and off after, unless another program asked for them. A sending
+/// flow on a long path also gets the slow-path ACK callbacks, for good. `flags`: the socket's
+/// callback flags now.
 #[inline(always)]
 fn send_callbacks(ctx: &SockOpsContext, ops: &bpf_sock_ops, s: &mut SockFlow, flags: u32) {
-    // srtt_us is in 1/8 µs.
-    let long = u64::from(ops.srtt_us) * 125 > interval_ns();
+    // Only a flow that sends has samples to keep on time. A receive-only socket (the near end
+    // of an upload, or of a download this host makes) would otherwise run the program on
+    // every ACK it sends and every out-of-order segment, for nothing: such flows are not
+    // shown without --receivers. A sender's first RTT callback comes when its first data is
+    // acked, before which a long path builds no packet anyway. srtt_us is in 1/8 µs.
+    let sends = ops.data_segs_out != 0 || has_flag(config_flags::RECEIVERS);
+    let long = sends && u64::from(ops.srtt_us) * 125 > interval_ns();
     let write = s.owner_pending != 0 || long;
     let mut want = if long { flags | PARSE_FLAG } else { flags };
     if write {
