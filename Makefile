@@ -2,7 +2,8 @@
 # `run` only what building needs, `test` the test tools too.
 #   make run [ARGS="stream --duration 10"]   build and run bbrscope (as root)
 #   make test                                 the whole test suite (as root: it loads BPF programs),
-#                                             then the kernel matrix (cargo xtask kernels, QEMU)
+#                                             then the kernel matrix (cargo xtask kernels, QEMU,
+#                                             x86_64 and arm64 guests)
 ARGS ?= top
 
 .PHONY: run test setup bench
@@ -29,6 +30,10 @@ test: setup
 	cargo test --all-targets -- --test-threads=2
 	# bbrscope on Debian's kernels 5.10 to 7.x under QEMU (docs/kernel-matrix.md; a few minutes).
 	cargo xtask kernels
+	# The same checks on arm64 guests (Debian's arm64 kernels on qemu-system-aarch64, bbrscope
+	# cross-built static): the oldest and the newest series here, to keep CI within its hour;
+	# `cargo xtask kernels --arch aarch64` runs all five.
+	cargo xtask kernels --arch aarch64 --kernel 5.10 --kernel 7
 
 bench: setup
 	cargo xtask bench

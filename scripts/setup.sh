@@ -36,7 +36,8 @@ TEST_PACKAGES=(iproute2 nftables tmux bpftrace procps dwarves bpftool fonts-deja
 # cargo xtask dist --arch aarch64 on an x86_64 machine: the cross gcc compiles the allocator
 # against musl's arm64 headers (musl-dev:arm64, so arm64 becomes a foreign dpkg architecture)
 # and links; qemu-user-static runs the binary to write its pages and completions.
-ARM64_PACKAGES=(gcc-aarch64-linux-gnu musl-dev:arm64 qemu-user-static)
+# cargo xtask kernels --arch aarch64: qemu-system-arm boots Debian's arm64 kernels.
+ARM64_PACKAGES=(gcc-aarch64-linux-gnu musl-dev:arm64 qemu-user-static qemu-system-arm)
 
 log() { printf 'setup: %s\n' "$*" >&2; }
 

@@ -4,6 +4,7 @@
 // hand their parent (a port, "ready"), so it prints there by design.
 #![allow(clippy::print_stdout, reason = "xtask's reports and its helpers' handshakes are its stdout")]
 
+mod arch;
 mod bench;
 mod dist;
 mod kernels;
@@ -35,7 +36,8 @@ enum Task {
     #[command(hide = true)]
     HoldSockets { pairs: usize, ip: std::net::Ipv4Addr },
     /// bbrscope on Debian's kernels (5.10, 6.1, 6.12, newest 6.x and 7.x) under QEMU: observer
-    /// path, degradations and tests per kernel (root; a few minutes; --kernel VERSION for one)
+    /// path, degradations and tests per kernel (root; a few minutes; --kernel VERSION for one,
+    /// --arch aarch64 for arm64 guests)
     Kernels(kernels::KernelsArgs),
     /// The test driver inside a kernel-matrix guest (run by its /init)
     #[command(hide = true)]
@@ -57,6 +59,11 @@ fn main() -> Result<()> {
         Task::Boot(args) => kernels::system::run(args),
         Task::Dist(args) => dist::run_dist(args),
     }
+}
+
+/// Where cargo puts what it builds for this workspace `ws`.
+pub(crate) fn target_dir(ws: &Path) -> PathBuf {
+    std::env::var_os("CARGO_TARGET_DIR").map_or_else(|| ws.join("target"), PathBuf::from)
 }
 
 /// Builds bbrscope (release) into the target directory this xtask runs from (for `bench` and

@@ -13,6 +13,8 @@ use std::{
 use anyhow::{Context as _, Result, bail, ensure};
 use clap::Args;
 
+use crate::arch::Arch;
+
 #[derive(Args)]
 pub(crate) struct DistArgs {
     /// Where to put the .deb (default: TARGET_DIR/dist)
@@ -25,80 +27,8 @@ pub(crate) struct DistArgs {
     arch: Arch,
 }
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
-enum Arch {
-    #[value(name = "x86_64")]
-    X86_64,
-    Aarch64,
-}
-
-impl Arch {
-    fn host() -> Arch {
-        if std::env::consts::ARCH == "aarch64" { Arch::Aarch64 } else { Arch::X86_64 }
-    }
-
-    fn name(self) -> &'static str {
-        match self {
-            Arch::X86_64 => "x86_64",
-            Arch::Aarch64 => "aarch64",
-        }
-    }
-
-    /// Debian's name for it, in the package's control file and file name.
-    fn debian(self) -> &'static str {
-        match self {
-            Arch::X86_64 => "amd64",
-            Arch::Aarch64 => "arm64",
-        }
-    }
-
-    fn cross(self) -> bool {
-        self != Arch::host()
-    }
-
-    /// A command running a program built for this architecture here.
-    fn runner(self, bin: &Path) -> Command {
-        if self.cross() {
-            let mut c = Command::new(format!("qemu-{}-static", self.name()));
-            c.arg(bin);
-            c
-        } else {
-            Command::new(bin)
-        }
-    }
-
-    /// `tool` (strip, ...) of the binutils for this architecture.
-    fn tool(self, tool: &str) -> String {
-        if self.cross() { format!("{}-linux-gnu-{tool}", self.name()) } else { tool.to_string() }
-    }
-
-    /// The environment of a cargo build for `{arch}-unknown-linux-musl`: the C half of the
-    /// allocator (mimalloc) compiled against musl's headers, which cc-rs does not find by
-    /// itself. Here Debian's musl-gcc wrapper (package musl-tools) does it; for another
-    /// architecture there is no such wrapper, so the cross gcc is pointed at musl-dev's headers
-    /// of that architecture (and its own, for stddef.h and the like), and links.
-    fn build_env(self, cmd: &mut Command) -> Result<()> {
-        let triple = format!("{}_unknown_linux_musl", self.name());
-        if !self.cross() {
-            cmd.env(format!("CC_{triple}"), "musl-gcc");
-            return Ok(());
-        }
-        let gcc = format!("{}-linux-gnu-gcc", self.name());
-        let own = run(Command::new(&gcc).arg("-print-file-name=include"))?;
-        let cflags = format!("-nostdinc -isystem /usr/include/{}-linux-musl -isystem {}", self.name(), own.trim());
-        cmd.env(format!("CC_{triple}"), &gcc)
-            .env(format!("CFLAGS_{triple}"), cflags)
-            .env(format!("CARGO_TARGET_{}_LINKER", triple.to_uppercase()), &gcc);
-        Ok(())
-    }
-}
-
 fn workspace() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).parent().expect("xtask is inside the workspace").to_path_buf()
-}
-
-fn target_dir(ws: &Path) -> PathBuf {
-    std::env::var_os("CARGO_TARGET_DIR").map_or_else(|| ws.join("target"), PathBuf::from)
 }
 
 fn run(cmd: &mut Command) -> Result<String> {
@@ -120,21 +50,20 @@ fn git_commit(ws: &Path) -> String {
 
 pub(crate) fn run_dist(args: DistArgs) -> Result<()> {
     let ws = workspace();
-    let target = target_dir(&ws);
+    let target = crate::target_dir(&ws);
     let commit = git_commit(&ws);
     let arch = args.arch;
     // Needs `rustup target add ARCH-unknown-linux-musl` and musl-gcc, or for aarch64 the cross
     // tools (scripts/setup.sh).
-    let musl = format!("{}-unknown-linux-musl", arch.name());
+    let musl = arch.musl();
     // A progress line only: a stderr that cannot be written (closed, full) must not stop the build.
     let _ = writeln!(
         std::io::stderr(),
         "dist: building bbrscope (profile dist: release + LTO, stripped, static: {musl}) at {commit}"
     );
-    let mut build = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()));
-    build.args(["build", "--profile", "dist", "-p", "bbrscope", "--bin", "bbrscope", "--target", &musl]);
-    arch.build_env(&mut build)?;
-    let status = build.env("BBRSCOPE_GIT_COMMIT", &commit).current_dir(&ws).status().context("running cargo build")?;
+    let mut build = arch.cargo_build(&ws)?;
+    build.args(["--profile", "dist", "-p", "bbrscope", "--bin", "bbrscope"]);
+    let status = build.env("BBRSCOPE_GIT_COMMIT", &commit).status().context("running cargo build")?;
     ensure!(status.success(), "cargo build --profile dist failed");
     let bin = target.join(&musl).join("dist/bbrscope");
     let version_line = run(arch.runner(&bin).arg("--version"))?;

@@ -11,7 +11,9 @@ use std::{
 
 use anyhow::{Context as _, Result, bail};
 
-/// Suites of the Debian archive that serve amd64 kernels worth booting. Buster is archived (404).
+use crate::arch::Arch;
+
+/// Suites of the Debian archive that serve kernels worth booting. Buster is archived (404).
 const SOURCES: &[(&str, &str)] = &[
     ("debian", "bullseye"),
     ("debian-security", "bullseye-security"),
@@ -45,8 +47,16 @@ pub(super) const ON_DEMAND: &[&str] = &["tcp_htcp", "tcp_vegas"];
 /// skipped.
 pub(super) const BOOT: &[&str] = &["crc32c_generic", "virtio_pci", "virtio_blk", "ext4"];
 
+/// The userland of a guest for another architecture than this machine's, whose own tools the
+/// guest cannot run: busybox and iproute2 (`ip`, `ss`, `tc` with netem) from Debian 12 with the
+/// libraries they need, as apt resolves them.
+const USERLAND: &[&str] = &["busybox-static", "iproute2"];
+const USERLAND_SUITE: &str = "bookworm";
+
+/// The Debian archive for one architecture (amd64, arm64).
 pub(super) struct Apt {
     root: PathBuf,
+    arch: &'static str,
 }
 
 /// One installable kernel image package.
@@ -88,8 +98,12 @@ impl Kernel {
 }
 
 impl Apt {
-    pub(super) fn new(cache: &Path) -> Result<Apt> {
-        let root = cache.join("apt");
+    pub(super) fn new(cache: &Path, arch: Arch) -> Result<Apt> {
+        // amd64 keeps the directory it had before there were two.
+        let root = match arch.debian() {
+            "amd64" => cache.join("apt"),
+            other => cache.join(format!("apt-{other}")),
+        };
         for d in ["lists/partial", "archives/partial", "etc"] {
             fs::create_dir_all(root.join(d))?;
         }
@@ -102,7 +116,7 @@ impl Apt {
         if !root.join("status").exists() {
             fs::write(root.join("status"), "")?;
         }
-        Ok(Apt { root })
+        Ok(Apt { root, arch: arch.debian() })
     }
 
     /// Options that point apt at the private tree only. An empty `Dir::State::status` keeps the
@@ -127,7 +141,9 @@ impl Apt {
             "Acquire::IndexTargets::deb::DEP-11-icons-small::DefaultEnabled=false".into(),
             "Acquire::IndexTargets::deb::DEP-11-icons::DefaultEnabled=false".into(),
             "Acquire::IndexTargets::deb::DEP-11-icons-hidpi::DefaultEnabled=false".into(),
-            "APT::Architecture=amd64".into(),
+            format!("APT::Architecture={}", self.arch),
+            // Alone: not also the host's foreign architectures (dpkg --print-foreign-architectures).
+            format!("APT::Architectures={}", self.arch),
             "Debug::NoLocking=1".into(),
         ]
         .into_iter()
@@ -159,13 +175,16 @@ impl Apt {
         Ok(())
     }
 
-    /// Every generic amd64 kernel image apt can install from the private sources.
+    /// Every generic kernel image of the architecture apt can install from the private sources.
     pub(super) fn candidates(&self) -> Result<Vec<Candidate>> {
         let out = self.cmd("apt-cache").args(["pkgnames", "linux-image-"]).output()?;
-        let names: Vec<String> =
-            String::from_utf8_lossy(&out.stdout).lines().filter(|n| is_generic_image(n)).map(str::to_string).collect();
+        let names: Vec<String> = String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .filter(|n| is_generic_image(n, self.arch))
+            .map(str::to_string)
+            .collect();
         if names.is_empty() {
-            bail!("apt knows no linux-image-*-amd64 package: did the private apt-get update fail?");
+            bail!("apt knows no linux-image-*-{} package: did the private apt-get update fail?", self.arch);
         }
         let out = self.cmd("apt-cache").args(["show", "--no-all-versions"]).args(&names).output()?;
         let text = String::from_utf8_lossy(&out.stdout);
@@ -184,7 +203,8 @@ impl Apt {
                 .unwrap_or("")
                 .split(',')
                 .filter_map(|d| d.split_whitespace().next())
-                .filter(|d| d.starts_with("linux-binary-") || d.starts_with("linux-modules-"))
+                // linux-base-* holds the configuration and modules.builtin.
+                .filter(|d| ["linux-binary-", "linux-modules-", "linux-base-"].iter().any(|p| d.starts_with(p)))
                 .map(str::to_string)
                 .collect();
             // A versionless meta-package (linux-image-6.1-amd64) depends on another image: skip it.
@@ -208,12 +228,15 @@ impl Apt {
     }
 
     /// Downloads the image (and its parts) and extracts vmlinuz, the kernel configuration and
-    /// the modules the guest needs, decompressed, with a modules.dep for just those.
-    pub(super) fn prepare(&self, cache: &Path, c: &Candidate) -> Result<Kernel> {
+    /// the modules the guest needs ([`PRELOAD`] and `extra` loaded at boot), decompressed, with a
+    /// modules.dep for just those.
+    pub(super) fn prepare(&self, cache: &Path, c: &Candidate, extra: &[&str]) -> Result<Kernel> {
         let dir = cache.join("kernels").join(format!("{}_{}", c.package, c.version));
         // The marker holds the release and the module set: a changed set re-extracts.
         let ready = dir.join("release");
-        let modset = PRELOAD.iter().chain(ON_DEMAND).chain(BOOT).copied().collect::<Vec<_>>().join(" ");
+        // "+base": extracted since split kernels' linux-base part is fetched too (their config).
+        let modset =
+            PRELOAD.iter().chain(extra).chain(ON_DEMAND).chain(BOOT).copied().collect::<Vec<_>>().join(" ") + " +base";
         if let Some((release, set)) = fs::read_to_string(&ready).ok().as_deref().and_then(|s| s.split_once('\n'))
             && set.trim() == modset
         {
@@ -228,12 +251,12 @@ impl Apt {
         fs::create_dir_all(&raw)?;
         // Debian's packages carry no modules.dep (depmod runs at install), so dependencies come
         // from each module's own `depends=` (modinfo), fetched name by name until closed.
-        let mut pats: Vec<String> = ["*vmlinuz*", "*/boot/config-*", "*/modules.builtin"]
+        let mut pats: Vec<String> = ["*vmlinuz*", "*/boot/config-*", "*/modules/*/config", "*/modules.builtin"]
             .iter()
             .map(std::string::ToString::to_string)
             .collect();
         let mut want: Vec<String> =
-            PRELOAD.iter().chain(ON_DEMAND).chain(BOOT).map(std::string::ToString::to_string).collect();
+            PRELOAD.iter().chain(extra).chain(ON_DEMAND).chain(BOOT).map(std::string::ToString::to_string).collect();
         let mut skipped = BTreeSet::new();
         let mut found: BTreeMap<String, (PathBuf, Vec<String>)> = BTreeMap::new();
         let mods = dir.join("modules");
@@ -297,7 +320,7 @@ impl Apt {
         }
         // insmod order: dependencies first.
         let mut order = Vec::new();
-        for m in PRELOAD {
+        for m in PRELOAD.iter().chain(extra) {
             add_mod(m, &found, &mut order);
         }
         fs::write(mods.join("preload"), order.join("\n") + "\n")?;
@@ -312,7 +335,12 @@ impl Apt {
         })?
         .context("no vmlinuz in the packages")?;
         fs::rename(vmlinuz, dir.join("vmlinuz"))?;
-        if let Some(cfg) = find_file(&raw, |p| p.to_string_lossy().contains("/boot/config-"))? {
+        // /boot/config-<release>, or <release>/config in the modules' directory (split kernels).
+        let config = |p: &Path| {
+            let s = p.to_string_lossy();
+            s.contains("/boot/config-") || (s.contains("/modules/") && s.ends_with("/config"))
+        };
+        if let Some(cfg) = find_file(&raw, config)? {
             fs::rename(cfg, dir.join("config"))?;
         }
         fs::remove_dir_all(&raw)?;
@@ -320,10 +348,52 @@ impl Apt {
         Ok(Kernel { release, version: c.upstream_str(), dir })
     }
 
+    /// [`USERLAND`] and everything it depends on, from [`USERLAND_SUITE`], extracted into one
+    /// root under the cache (once; kept between runs like the kernels).
+    pub(super) fn userland(&self, cache: &Path) -> Result<PathBuf> {
+        let dir = cache.join(format!("userland-{}", self.arch));
+        let root = dir.join("root");
+        let ready = dir.join("ready");
+        let want = format!("{USERLAND_SUITE}: {}", USERLAND.join(" "));
+        if fs::read_to_string(&ready).is_ok_and(|s| s.trim() == want) {
+            return Ok(root);
+        }
+        let _ = fs::remove_dir_all(&dir);
+        let archives = dir.join("archives");
+        fs::create_dir_all(archives.join("partial"))?;
+        // The private status is empty, so apt resolves the whole closure (libc included).
+        let out = self
+            .cmd("apt-get")
+            .args(["-q", "-y", "--no-install-recommends", "--download-only", "install"])
+            .args(["-o", &format!("Dir::Cache::Archives={}", archives.display())])
+            .args(["-o", &format!("APT::Default-Release={USERLAND_SUITE}")])
+            .args(USERLAND)
+            .stdin(Stdio::null())
+            .output()?;
+        if !out.status.success() {
+            bail!(
+                "apt-get --download-only install {}: {}",
+                USERLAND.join(" "),
+                String::from_utf8_lossy(&out.stderr).trim()
+            );
+        }
+        fs::create_dir_all(&root)?;
+        for deb in
+            fs::read_dir(&archives)?.flatten().map(|e| e.path()).filter(|p| p.extension().is_some_and(|e| e == "deb"))
+        {
+            let st = Command::new("dpkg-deb").arg("-x").arg(&deb).arg(&root).status()?;
+            if !st.success() {
+                bail!("dpkg-deb -x {} failed", deb.display());
+            }
+        }
+        fs::write(&ready, want)?;
+        Ok(root)
+    }
+
     fn download(&self, pkg: &str, version: &str) -> Result<PathBuf> {
         let archives = self.root.join("archives");
         // apt names files with the version's ':' escaped; kernels have no epoch.
-        let file = archives.join(format!("{pkg}_{version}_amd64.deb"));
+        let file = archives.join(format!("{pkg}_{version}_{}.deb", self.arch));
         if file.exists() {
             return Ok(file);
         }
@@ -345,7 +415,13 @@ impl Apt {
                 .output()?;
         }
         if !out.status.success() {
-            bail!("apt-get download {pkg}: {}", String::from_utf8_lossy(&out.stderr).trim());
+            // Its errors only: a download as root also warns that it ran unsandboxed.
+            let err = String::from_utf8_lossy(&out.stderr);
+            let errors: Vec<&str> = err.lines().filter(|l| l.starts_with("E:")).collect();
+            bail!(
+                "apt-get download {pkg}: {}",
+                if errors.is_empty() { err.trim().to_string() } else { errors.join(" / ") }
+            );
         }
         let after = debs_of(&archives, pkg);
         if file.exists() {
@@ -375,9 +451,11 @@ fn debs_of(dir: &Path, pkg: &str) -> Vec<PathBuf> {
     v
 }
 
-/// `linux-image-<abi>-amd64`, not the cloud/rt flavours, unsigned twins or debug packages.
-fn is_generic_image(name: &str) -> bool {
-    let Some(abi) = name.strip_prefix("linux-image-").and_then(|n| n.strip_suffix("-amd64")) else { return false };
+/// `linux-image-<abi>-<arch>`, not the cloud/rt flavours, unsigned twins or debug packages.
+fn is_generic_image(name: &str, arch: &str) -> bool {
+    let Some(abi) = name.strip_prefix("linux-image-").and_then(|n| n.strip_suffix(&format!("-{arch}"))) else {
+        return false;
+    };
     abi.starts_with(|c: char| c.is_ascii_digit()) && !abi.ends_with("-cloud") && !abi.ends_with("-rt")
 }
 
@@ -388,10 +466,13 @@ fn upstream_numbers(version: &str) -> Vec<u32> {
     up.split('.').map_while(|p| p.parse().ok()).collect()
 }
 
-/// The newest candidate whose upstream version starts with `selector` ("5.10", "6", "7.2").
-pub(super) fn choose<'a>(cands: &'a [Candidate], selector: &str) -> Option<&'a Candidate> {
+/// The candidates whose upstream version starts with `selector` ("5.10", "6", "7.2"), newest
+/// first.
+pub(super) fn ranked<'a>(cands: &'a [Candidate], selector: &str) -> Vec<&'a Candidate> {
     let want: Vec<u32> = selector.split('.').filter_map(|p| p.parse().ok()).collect();
-    cands.iter().filter(|c| c.upstream.starts_with(&want)).max_by_key(|c| (c.upstream.clone(), natural(&c.package)))
+    let mut v: Vec<&Candidate> = cands.iter().filter(|c| c.upstream.starts_with(&want)).collect();
+    v.sort_by_key(|c| std::cmp::Reverse((c.upstream.clone(), natural(&c.package))));
+    v
 }
 
 /// The numbers in a package name, for ordering ABI bumps (6.1.0-55 < 6.1.0-56) of one version.
@@ -490,10 +571,12 @@ mod tests {
         assert_eq!(upstream_numbers("6.12.117-1~bpo12+1"), [6, 12, 117]);
         assert_eq!(upstream_numbers("7.3~rc7-1~exp1"), [7, 3]);
         assert_eq!(upstream_numbers("5.10.262-1"), [5, 10, 262]);
-        assert!(is_generic_image("linux-image-6.1.0-56-amd64"));
-        assert!(!is_generic_image("linux-image-6.1.0-56-cloud-amd64"));
-        assert!(!is_generic_image("linux-image-6.1.0-56-amd64-unsigned"));
-        assert!(!is_generic_image("linux-image-amd64"));
+        assert!(is_generic_image("linux-image-6.1.0-56-amd64", "amd64"));
+        assert!(!is_generic_image("linux-image-6.1.0-56-amd64", "arm64"));
+        assert!(is_generic_image("linux-image-7.3.4+deb13-arm64", "arm64"));
+        assert!(!is_generic_image("linux-image-6.1.0-56-cloud-amd64", "amd64"));
+        assert!(!is_generic_image("linux-image-6.1.0-56-amd64-unsigned", "amd64"));
+        assert!(!is_generic_image("linux-image-amd64", "amd64"));
         let c = |v: &str| Candidate {
             package: format!("p{v}"),
             version: v.into(),
@@ -501,9 +584,12 @@ mod tests {
             parts: vec![],
         };
         let all = [c("6.1.192-1"), c("6.12.117-1"), c("6.19.14-1"), c("7.3~rc7-1"), c("7.3.4-1")];
-        assert_eq!(choose(&all, "6.1").unwrap().version, "6.1.192-1");
-        assert_eq!(choose(&all, "6").unwrap().version, "6.19.14-1");
-        assert_eq!(choose(&all, "7").unwrap().version, "7.3.4-1");
-        assert!(choose(&all, "5.10").is_none());
+        let newest = |s: &str| ranked(&all, s).first().map(|c| c.version.clone());
+        assert_eq!(newest("6.1").unwrap(), "6.1.192-1");
+        assert_eq!(newest("6").unwrap(), "6.19.14-1");
+        assert_eq!(newest("7").unwrap(), "7.3.4-1");
+        assert!(newest("5.10").is_none());
+        let order: Vec<&str> = ranked(&all, "7").iter().map(|c| c.version.as_str()).collect();
+        assert_eq!(order, ["7.3.4-1", "7.3~rc7-1"]);
     }
 }

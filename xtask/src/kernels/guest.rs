@@ -1,7 +1,8 @@
 //! The test driver inside each guest (`xtask kernel-guest`, started by bbrscope/tests/guest/init.sh):
 //! loopback traffic through netem with bbrscope watching, checked against the kernel's own view
 //! (`ss -tin` through inet_diag, TCP_INFO through getsockopt), never against bbrscope's code.
-//! Results go to /dev/ttyS1 as JSON lines; the host reads them after the VM powers off.
+//! Results go to the device the boot line names ([`RESULTS_FLAG`]: the second serial port on
+//! x86_64, a virtio console on arm64) as JSON lines; the host reads them after the VM powers off.
 
 use std::{
     fs,
@@ -70,12 +71,16 @@ impl Report {
 }
 
 pub(crate) fn main() -> Result<()> {
-    let out = fs::OpenOptions::new().write(true).open("/dev/ttyS1").context("opening /dev/ttyS1")?;
-    let mut rep = Report { out, start: Instant::now() };
-    let release = fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default();
-    rep.send(json!({"kind": "info", "release": release.trim()}));
     let cmdline = fs::read_to_string("/proc/cmdline").unwrap_or_default();
     let flag = |f: &str| cmdline.split_whitespace().any(|w| w == f);
+    let device = cmdline
+        .split_whitespace()
+        .find_map(|w| w.strip_prefix(RESULTS_FLAG).and_then(|v| v.strip_prefix('=')))
+        .unwrap_or("/dev/ttyS1");
+    let out = fs::OpenOptions::new().write(true).open(device).with_context(|| format!("opening {device}"))?;
+    let mut rep = Report { out, start: Instant::now() };
+    let release = fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default();
+    rep.send(json!({"kind": "info", "release": release.trim(), "arch": std::env::consts::ARCH}));
     // A deliberate break: bbrscope reads another kernel's layout, as a tool with offsets
     // hard-coded on its build machine would. Only the data checks run: they must catch it.
     let broken = flag(BREAK_FLAG);
@@ -1278,6 +1283,9 @@ pub(crate) const BREAK_BTF: &str = "/boot/break-vmlinux.btf";
 pub(crate) const PREEMPT_FLAG: &str = "preempt=full";
 /// On the kernel command line: run [`crosscheck`] in this guest.
 pub(crate) const CROSSCHECK_FLAG: &str = "bbrscope.crosscheck";
+/// The boot-line option naming the guest's results device (`bbrscope.results=/dev/hvc0` on
+/// arm64's `virt` machine, whose one UART is the console); the host always sets it.
+pub(crate) const RESULTS_FLAG: &str = "bbrscope.results";
 /// The cross-check's path: slow enough for a TCG guest to carry without its CPU becoming the
 /// bottleneck, long enough that the guest's timer lateness (a few ms under TCG) is a small part
 /// of the RTT, lossy enough that CUBIC is loss-limited and BBR is not.

@@ -17,13 +17,16 @@ const INIT: &str = include_str!("../../../bbrscope/tests/guest/init.sh");
 /// PID 1 of the initramfs that mounts a whole system's root and starts its systemd.
 const BOOT_INIT: &str = include_str!("../../../bbrscope/tests/guest/boot.sh");
 
-/// The host's files the guest runs, and where they go in the guest. iproute2's `tc` and `ss` are
-/// the real ones: busybox's `tc` applet cannot set up netem.
+/// The files the guest runs, and where they go in the guest. iproute2's `tc` and `ss` are the
+/// real ones: busybox's `tc` applet cannot set up netem.
 pub(super) struct Payload {
     pub bbrscope: PathBuf,
     pub driver: PathBuf,
     /// `--break host-btf`: this BTF goes in as the guest's [`super::guest::BREAK_BTF`].
     pub break_btf: Option<PathBuf>,
+    /// Where busybox, iproute2 and their libraries come from for a guest of another
+    /// architecture (a root of Debian packages, `Apt::userland`); none: this machine's own.
+    pub userland: Option<PathBuf>,
 }
 
 pub(super) fn build(kernel: &Kernel, payload: &Payload, out: &Path) -> Result<()> {
@@ -53,27 +56,37 @@ pub(super) fn build(kernel: &Kernel, payload: &Payload, out: &Path) -> Result<()
     c.file("init", INIT.as_bytes(), 0o755);
     c.file("etc/passwd", b"root:x:0:0:root:/:/bin/sh\n", 0o644);
     c.file("etc/group", b"root:x:0:\n", 0o644);
-    let busybox = which("busybox")?;
-    c.host_file("bin/busybox", &busybox, 0o755)?;
+    let tool = |name: &str| match &payload.userland {
+        Some(root) => find_in(root, name),
+        None => which(name),
+    };
+    c.host_file("bin/busybox", &tool("busybox")?, 0o755)?;
     c.symlink("bin/sh", "busybox");
     // The kernel's usermode helper runs /sbin/modprobe when a module is requested.
     c.symlink("sbin/modprobe", "../bin/busybox");
-    let mut libs = BTreeSet::new();
     let tools = [
         ("usr/bin/bbrscope", payload.bbrscope.clone()),
         ("usr/bin/xtask", payload.driver.clone()),
-        ("usr/sbin/tc", which("tc")?),
-        ("usr/sbin/ss", which("ss")?),
-        ("usr/sbin/ip", which("ip")?),
+        ("usr/sbin/tc", tool("tc")?),
+        ("usr/sbin/ss", tool("ss")?),
+        ("usr/sbin/ip", tool("ip")?),
     ];
     for (dst, src) in &tools {
         c.host_file(dst, src, 0o755)?;
-        libs.extend(ldd(src)?);
     }
-    for lib in &libs {
-        let rel = lib.to_string_lossy().trim_start_matches('/').to_string();
-        c.parents(&rel);
-        c.host_file(&rel, lib, 0o755)?;
+    match &payload.userland {
+        Some(root) => add_libraries(&mut c, root)?,
+        None => {
+            let mut libs = BTreeSet::new();
+            for (_, src) in &tools {
+                libs.extend(ldd(src)?);
+            }
+            for lib in &libs {
+                let rel = lib.to_string_lossy().trim_start_matches('/').to_string();
+                c.parents(&rel);
+                c.host_file(&rel, lib, 0o755)?;
+            }
+        }
     }
     let rel = &kernel.release;
     let moddir = format!("lib/modules/{rel}");
@@ -121,6 +134,42 @@ fn add_tree(c: &mut Cpio, dir: &Path, at: &str) -> Result<()> {
             add_tree(c, &e.path(), &name)?;
         } else {
             c.host_file(&name, &e.path(), 0o644)?;
+        }
+    }
+    Ok(())
+}
+
+/// `tool` in a root of extracted packages (bookworm keeps `ip` and `ss` in /bin, `tc` in /sbin).
+fn find_in(root: &Path, tool: &str) -> Result<PathBuf> {
+    ["bin", "sbin", "usr/bin", "usr/sbin"]
+        .iter()
+        .map(|d| root.join(d).join(tool))
+        .find(|p| p.is_file())
+        .with_context(|| format!("no {tool} in {}", root.display()))
+}
+
+/// Every shared library (and the dynamic loader) of a root of extracted packages, at its own
+/// path: the files and links directly in its `lib/<triplet>` and `usr/lib/<triplet>`, and the
+/// loader's link in /lib. Links stay links: the loader's is absolute, and would resolve into
+/// this machine's own /lib if followed here.
+fn add_libraries(c: &mut Cpio, root: &Path) -> Result<()> {
+    for dir in ["lib", "usr/lib"] {
+        for triplet in
+            fs::read_dir(root.join(dir))?.flatten().filter(|e| e.file_name().to_string_lossy().ends_with("-linux-gnu"))
+        {
+            let rel_dir = format!("{dir}/{}", triplet.file_name().to_string_lossy());
+            for e in fs::read_dir(triplet.path())?.flatten() {
+                let name = e.file_name().to_string_lossy().into_owned();
+                if name.contains(".so") && !e.file_type()?.is_dir() {
+                    c.parents(&format!("{rel_dir}/{name}"));
+                    c.copy_entry(&format!("{rel_dir}/{name}"), &e.path())?;
+                }
+            }
+        }
+    }
+    for e in fs::read_dir(root.join("lib"))?.flatten() {
+        if e.file_name().to_string_lossy().starts_with("ld-linux") {
+            c.copy_entry(&format!("lib/{}", e.file_name().to_string_lossy()), &e.path())?;
         }
     }
     Ok(())
@@ -211,6 +260,16 @@ impl Cpio {
         let data = fs::read(src).with_context(|| format!("reading {}", src.display()))?;
         self.file(name, &data, perm);
         Ok(())
+    }
+
+    /// `src` at `name` as it is: a link as the same link, a file with its contents.
+    fn copy_entry(&mut self, name: &str, src: &Path) -> Result<()> {
+        if fs::symlink_metadata(src)?.file_type().is_symlink() {
+            self.symlink(name, &fs::read_link(src)?.to_string_lossy());
+            Ok(())
+        } else {
+            self.host_file(name, src, 0o755)
+        }
     }
 
     fn symlink(&mut self, name: &str, target: &str) {

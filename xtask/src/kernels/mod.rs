@@ -17,19 +17,30 @@ use std::{
     time::{Duration, Instant},
 };
 
-use anyhow::{Context as _, Result, bail};
+use anyhow::{Context as _, Result, bail, ensure};
 use clap::Args;
 use serde_json::Value;
+
+use crate::arch::Arch;
 
 /// The default matrix: Debian 11's and 12's kernels, 6.12 (Debian 13), and the newest 6.x and
 /// 7.x the archive serves (backports, sid, experimental).
 const DEFAULT_KERNELS: &[&str] = &["5.10", "6.1", "6.12", "6", "7"];
+/// A mirror can list a kernel whose files it has not got (seen here: every arm64 5.10 build in
+/// bullseye-security, 5.10.0-39 to -46, answers 404; bullseye's own 5.10.0-32 is served); then
+/// the next older build of the same series boots instead, up to this many tries.
+const FETCH_TRIES: usize = 10;
 /// The kernel booted with full preemption (where cgroup programs can be preempted by another
 /// task's), when its build lets the boot line choose (PREEMPT_DYNAMIC): Debian 13's own, 6.12.
 const PREEMPT_KERNEL: &str = "6.12.";
 
 #[derive(Debug, Args)]
 pub(crate) struct KernelsArgs {
+    /// The guests' architecture: this machine's, or aarch64 (Debian's arm64 kernels on QEMU's
+    /// `virt` machine; bbrscope and the guest's driver cross-built static as `cargo xtask dist
+    /// --arch aarch64` builds bbrscope, busybox and iproute2 from Debian 12's arm64 packages)
+    #[arg(long, value_enum, default_value_t = Arch::host())]
+    arch: Arch,
     /// Run only this kernel: the newest Debian kernel whose version starts with VERSION
     /// (e.g. 5.10, 6.1, 6.12, 6 for the newest 6.x, 7.2.13); repeat for several
     #[arg(long = "kernel", value_name = "VERSION")]
@@ -56,7 +67,8 @@ pub(crate) struct KernelsArgs {
     /// layout differs (5.10; xtask/tests/kernel_break.rs asserts it)
     #[arg(long = "break", value_enum, value_name = "BREAK")]
     break_: Option<Break>,
-    /// Skip the netem-vs-emulator cross-check (it runs on the newest kernel of the selection)
+    /// Skip the netem-vs-emulator cross-check (it runs on the newest kernel of the selection, on
+    /// this machine's architecture only: the emulator is the same code on every architecture)
     #[arg(long)]
     no_crosscheck: bool,
 }
@@ -96,23 +108,36 @@ impl Outcome {
 
 pub(crate) fn run(args: KernelsArgs) -> Result<()> {
     let started = Instant::now();
-    for tool in ["qemu-system-x86_64", "busybox", "apt-get", "dpkg-deb", "xz", "ldd"] {
+    let machine = Machine::of(args.arch);
+    // A guest of this machine's architecture runs this machine's busybox and iproute2.
+    let host_tools: &[&str] = if args.arch.cross() { &[] } else { &["busybox", "ldd"] };
+    for tool in [machine.qemu, "apt-get", "dpkg-deb", "xz"].iter().chain(host_tools) {
         if Command::new("sh").args(["-c", &format!("command -v {tool}")]).stdout(Stdio::null()).status()?.code()
             != Some(0)
         {
-            bail!("{tool} is missing: run scripts/setup.sh (it installs qemu-system-x86 and busybox-static)");
+            bail!(
+                "{tool} is missing: run scripts/setup.sh (it installs qemu-system-x86, qemu-system-arm and \
+                 busybox-static)"
+            );
         }
     }
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).parent().context("workspace root")?.to_path_buf();
-    let bbrscope = match &args.bbrscope {
-        Some(p) => p.clone(),
-        None => crate::build_bbrscope(&root)?,
+    let (built, driver) = if args.arch.cross() {
+        let (b, d) = cross_build(args.arch, &root)?;
+        (Some(b), d)
+    } else {
+        (None, std::env::current_exe()?)
     };
-    let driver = std::env::current_exe()?;
+    let bbrscope = match (&args.bbrscope, built) {
+        (Some(p), _) => p.clone(),
+        (None, Some(b)) => b,
+        (None, None) => crate::build_bbrscope(&root)?,
+    };
     fs::create_dir_all(&args.cache)?;
-    let apt = apt::Apt::new(&args.cache)?;
+    let apt = apt::Apt::new(&args.cache, args.arch)?;
     let t = Instant::now();
     apt.update(args.refresh)?;
+    let userland = if args.arch.cross() { Some(apt.userland(&args.cache)?) } else { None };
     let cands = apt.candidates()?;
     eprintln!("kernels: {} kernel images known to apt ({:.0} s)", cands.len(), t.elapsed().as_secs_f64());
     let selectors: Vec<String> = if args.kernels.is_empty() {
@@ -120,23 +145,28 @@ pub(crate) fn run(args: KernelsArgs) -> Result<()> {
     } else {
         args.kernels.clone()
     };
-    let mut chosen: Vec<&apt::Candidate> = Vec::new();
+    let mut chosen: Vec<Vec<&apt::Candidate>> = Vec::new();
     for s in &selectors {
-        let c = apt::choose(&cands, s).with_context(|| format!("Debian's archive serves no kernel {s}.x for amd64"))?;
-        if !chosen.iter().any(|k| k.package == c.package) {
-            chosen.push(c);
+        let ranked = apt::ranked(&cands, s);
+        ensure!(!ranked.is_empty(), "Debian's archive serves no kernel {s}.x for {}", args.arch.debian());
+        if !chosen.iter().any(|k| k[0].package == ranked[0].package) {
+            chosen.push(ranked);
         }
     }
     let break_btf = args.break_.map(|Break::HostBtf| PathBuf::from("/sys/kernel/btf/vmlinux"));
-    let payload = initramfs::Payload { bbrscope, driver, break_btf };
+    let payload = initramfs::Payload { bbrscope, driver, break_btf, userland };
     let mut outcomes = Vec::new();
-    let newest = chosen.iter().max_by(|a, b| a.upstream.cmp(&b.upstream)).map(|c| c.package.clone());
-    for c in chosen {
+    let newest = chosen.iter().map(|r| r[0]).max_by(|a, b| a.upstream.cmp(&b.upstream)).map(|c| c.package.clone());
+    for ranked in chosen {
+        let c = ranked[0];
         let t = Instant::now();
         eprintln!("kernels: {} {} ...", c.package, c.version);
         // The netem-vs-emulator cross-check takes minutes under TCG: one kernel, the newest.
-        let crosscheck = !args.no_crosscheck && args.break_.is_none() && newest.as_deref() == Some(c.package.as_str());
-        let mut o = match boot_one(&apt, &args, &payload, c, crosscheck) {
+        let crosscheck = !args.no_crosscheck
+            && !args.arch.cross()
+            && args.break_.is_none()
+            && newest.as_deref() == Some(c.package.as_str());
+        let mut o = match boot_one(&apt, &args, &machine, &payload, &ranked, crosscheck) {
             Ok(o) => o,
             Err(e) => Outcome {
                 version: c.upstream_str(),
@@ -158,7 +188,7 @@ pub(crate) fn run(args: KernelsArgs) -> Result<()> {
         outcomes.push(o);
     }
     let total = started.elapsed().as_secs_f64();
-    let md = report(&outcomes, total);
+    let md = report(args.arch, &outcomes, total);
     println!("{md}");
     if let Some(path) = &args.markdown {
         fs::write(path, &md)?;
@@ -170,26 +200,114 @@ pub(crate) fn run(args: KernelsArgs) -> Result<()> {
     Ok(())
 }
 
-/// The newest Debian kernel whose version starts with `selector`, downloaded and extracted into
-/// `cache` (for `cargo xtask boot`, which boots one).
+/// How QEMU runs a guest of one architecture, and where the guest's results come out.
+struct Machine {
+    arch: Arch,
+    qemu: &'static str,
+    /// The machine and CPU QEMU emulates.
+    model: &'static [&'static str],
+    /// The kernel's console device (boot line `console=`).
+    console: &'static str,
+    /// Modules the guest loads at boot for its results channel (when the kernel has them as
+    /// modules; built in, they are skipped).
+    modules: &'static [&'static str],
+}
+
+impl Machine {
+    fn of(arch: Arch) -> Machine {
+        match arch {
+            Arch::X86_64 => {
+                Machine { arch, qemu: "qemu-system-x86_64", model: &["-cpu", "max"], console: "ttyS0", modules: &[] }
+            }
+            // `virt` has one UART (the console), so the results go through a virtio console.
+            // pauth-impdef: QEMU's own pointer-authentication hash, much cheaper under TCG than
+            // the architected QARMA (the guest sees the feature all the same).
+            Arch::Aarch64 => Machine {
+                arch,
+                qemu: "qemu-system-aarch64",
+                model: &["-M", "virt", "-cpu", "max,pauth-impdef=on"],
+                console: "ttyAMA0",
+                modules: &["virtio_mmio", "virtio_console"],
+            },
+        }
+    }
+
+    /// QEMU's options that send the guest's results device ([`guest::RESULTS_FLAG`]) to `file`.
+    fn results(&self, file: &Path) -> Vec<String> {
+        match self.arch {
+            Arch::X86_64 => vec!["-serial".into(), format!("file:{}", file.display())],
+            Arch::Aarch64 => vec![
+                "-device".into(),
+                "virtio-serial-device".into(),
+                "-chardev".into(),
+                format!("file,id=results,path={}", file.display()),
+                "-device".into(),
+                "virtconsole,chardev=results".into(),
+            ],
+        }
+    }
+
+    /// The guest's device for its results, as the kernel names it.
+    fn results_device(&self) -> &'static str {
+        match self.arch {
+            Arch::X86_64 => "/dev/ttyS1",
+            Arch::Aarch64 => "/dev/hvc0",
+        }
+    }
+}
+
+/// bbrscope and this xtask (the guest's driver) built static for `arch`, release profile.
+fn cross_build(arch: Arch, ws: &Path) -> Result<(PathBuf, PathBuf)> {
+    let mut build = arch.cargo_build(ws)?;
+    build.args(["--release", "-p", "bbrscope", "--bin", "bbrscope", "-p", "xtask", "--bin", "xtask"]);
+    ensure!(build.status().context("running cargo build")?.success(), "building for {} failed", arch.musl());
+    let dir = crate::target_dir(ws).join(arch.musl()).join("release");
+    Ok((dir.join("bbrscope"), dir.join("xtask")))
+}
+
+/// The first of `ranked` (newest first, [`FETCH_TRIES`] at most) whose packages the archive
+/// serves, downloaded and extracted into `cache`.
+fn fetch<'a>(
+    apt: &apt::Apt,
+    cache: &Path,
+    ranked: &[&'a apt::Candidate],
+    extra: &[&str],
+) -> Result<(&'a apt::Candidate, apt::Kernel)> {
+    let mut last = None;
+    for c in ranked.iter().take(FETCH_TRIES) {
+        match apt.prepare(cache, c, extra) {
+            Ok(k) => return Ok((c, k)),
+            Err(e) => {
+                eprintln!("kernels: {} {}: {e:#}; trying the next older build", c.package, c.version);
+                last = Some(e);
+            }
+        }
+    }
+    Err(last.context("no candidate kernel")?)
+}
+
+/// The newest Debian kernel of this machine's architecture whose version starts with
+/// `selector`, downloaded and extracted into `cache` (for `cargo xtask boot`, which boots one).
 fn prepare_kernel(cache: &Path, selector: &str) -> Result<apt::Kernel> {
     fs::create_dir_all(cache)?;
-    let apt = apt::Apt::new(cache)?;
+    let arch = Arch::host();
+    let apt = apt::Apt::new(cache, arch)?;
     apt.update(false)?;
     let cands = apt.candidates()?;
-    let c = apt::choose(&cands, selector)
-        .with_context(|| format!("Debian's archive serves no kernel {selector}.x for amd64"))?;
-    apt.prepare(cache, c)
+    let ranked = apt::ranked(&cands, selector);
+    ensure!(!ranked.is_empty(), "Debian's archive serves no kernel {selector}.x for {}", arch.debian());
+    Ok(fetch(&apt, cache, &ranked, Machine::of(arch).modules)?.1)
 }
 
 fn boot_one(
     apt: &apt::Apt,
     args: &KernelsArgs,
+    machine: &Machine,
     payload: &initramfs::Payload,
-    c: &apt::Candidate,
+    ranked: &[&apt::Candidate],
     crosscheck: bool,
 ) -> Result<Outcome> {
-    let kernel = apt.prepare(&args.cache, c)?;
+    let (c, kernel) = fetch(apt, &args.cache, ranked, machine.modules)?;
     let work = args.cache.join("runs").join(&kernel.release);
     fs::create_dir_all(&work)?;
     let initrd = work.join("initrd.cpio");
@@ -199,7 +317,8 @@ fn boot_one(
     let _ = fs::remove_file(&results);
     let preempt = kernel.version.starts_with(PREEMPT_KERNEL)
         && fs::read_to_string(kernel.config()).is_ok_and(|c| c.lines().any(|l| l == "CONFIG_PREEMPT_DYNAMIC=y"));
-    let append = ["console=ttyS0 panic=-1 loglevel=4"]
+    let results_flag = format!("{}={}", guest::RESULTS_FLAG, machine.results_device());
+    let append = [format!("console={} panic=-1 loglevel=4", machine.console).as_str(), results_flag.as_str()]
         .into_iter()
         .chain(crosscheck.then_some(guest::CROSSCHECK_FLAG))
         .chain(preempt.then_some(guest::PREEMPT_FLAG))
@@ -208,6 +327,7 @@ fn boot_one(
         .join(" ");
     let boot = || {
         qemu(
+            machine,
             &kernel,
             &initrd,
             &append,
@@ -277,21 +397,24 @@ fn boot_one(
 }
 
 /// Boots `kernel` with `initrd` under QEMU (TCG, 2 CPUs, no network) until the guest powers off
-/// or `timeout` passes: its console goes to `console`, its second serial port (/dev/ttyS1, the
-/// guest's results) to `results`. `machine`: further QEMU options (memory, disks, -no-reboot).
+/// or `timeout` passes: its console goes to `console`, its results device ([`Machine::results`])
+/// to `results`. `options`: further QEMU options (memory, disks, -no-reboot).
 /// Returns why the guest had to be killed, if it had to.
+#[expect(clippy::too_many_arguments, reason = "one guest's whole description, each named at the call")]
 fn qemu(
+    machine: &Machine,
     kernel: &apt::Kernel,
     initrd: &Path,
     append: &str,
-    machine: &[&str],
+    options: &[&str],
     console: &Path,
     results: &Path,
     timeout: Duration,
 ) -> Result<Option<String>> {
-    let mut qemu = Command::new("qemu-system-x86_64")
-        .args(["-accel", "tcg", "-cpu", "max", "-smp", "2", "-display", "none"])
-        .args(machine)
+    let mut qemu = Command::new(machine.qemu)
+        .args(["-accel", "tcg", "-smp", "2", "-display", "none"])
+        .args(machine.model)
+        .args(options)
         .args(["-monitor", "none", "-nic", "none", "-kernel"])
         .arg(kernel.vmlinuz())
         .arg("-initrd")
@@ -300,12 +423,11 @@ fn qemu(
         .arg(append)
         .arg("-serial")
         .arg(format!("file:{}", console.display()))
-        .arg("-serial")
-        .arg(format!("file:{}", results.display()))
+        .args(machine.results(results))
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .spawn()
-        .context("starting qemu-system-x86_64")?;
+        .with_context(|| format!("starting {}", machine.qemu))?;
     let deadline = Instant::now() + timeout;
     loop {
         if qemu.try_wait()?.is_some() {
@@ -325,7 +447,7 @@ fn qemu(
 }
 
 /// The matrix as markdown: one row per kernel, then every stderr line and every failure.
-fn report(outcomes: &[Outcome], total: f64) -> String {
+fn report(arch: Arch, outcomes: &[Outcome], total: f64) -> String {
     let mut s = String::new();
     let cpu = fs::read_to_string("/proc/cpuinfo")
         .unwrap_or_default()
@@ -336,7 +458,8 @@ fn report(outcomes: &[Outcome], total: f64) -> String {
     let date = Command::new("date").args(["-u", "+%Y-%m-%d %H:%M UTC"]).output().map(|o| o.stdout).unwrap_or_default();
     let _ = writeln!(
         s,
-        "Kernel matrix, {} on {} x {cpu} (host Linux {}), QEMU TCG, {total:.0} s in all.\n",
+        "Kernel matrix ({} guests), {} on {} x {cpu} (host Linux {}), QEMU TCG, {total:.0} s in all.\n",
+        arch.debian(),
         String::from_utf8_lossy(&date).trim(),
         std::thread::available_parallelism().map_or(0, std::num::NonZero::get),
         host.trim()

@@ -15,7 +15,8 @@ use std::{
 use anyhow::{Context as _, Result, bail, ensure};
 use clap::Args;
 
-use super::{initramfs, qemu};
+use super::{Machine, initramfs, qemu};
+use crate::arch::Arch;
 
 #[derive(Debug, Args)]
 pub(crate) struct BootArgs {
@@ -80,10 +81,12 @@ pub(crate) fn run(args: BootArgs) -> Result<()> {
         console.display()
     );
     let drive = format!("file={},format=raw,if=virtio,cache=unsafe", image.display());
+    let machine = Machine::of(Arch::host());
     let error = qemu(
+        &machine,
         &kernel,
         &initrd,
-        "console=ttyS0 panic=-1 loglevel=4",
+        &format!("console={} panic=-1 loglevel=4", machine.console),
         &["-m", "1536", "-drive", &drive],
         &console,
         &args.serial,
