@@ -418,10 +418,8 @@ impl Apt {
             // Its errors only: a download as root also warns that it ran unsandboxed.
             let err = String::from_utf8_lossy(&out.stderr);
             let errors: Vec<&str> = err.lines().filter(|l| l.starts_with("E:")).collect();
-            bail!(
-                "apt-get download {pkg}: {}",
-                if errors.is_empty() { err.trim().to_string() } else { errors.join(" / ") }
-            );
+            let why = if errors.is_empty() { err.trim().to_string() } else { errors.join(" / ") };
+            return Err(NotServed(format!("apt-get download {pkg}: {why}")).into());
         }
         let after = debs_of(&archives, pkg);
         if file.exists() {
@@ -434,6 +432,19 @@ impl Apt {
             .with_context(|| format!("apt-get download {pkg} left no .deb in {}", archives.display()))
     }
 }
+
+/// A package the archive lists but did not hand over (a mirror's 404): the one failure after
+/// which an older build of the same kernel is worth trying.
+#[derive(Debug)]
+pub(super) struct NotServed(String);
+
+impl std::fmt::Display for NotServed {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for NotServed {}
 
 /// The downloaded .deb files of package `pkg`.
 fn debs_of(dir: &Path, pkg: &str) -> Vec<PathBuf> {

@@ -266,7 +266,8 @@ fn cross_build(arch: Arch, ws: &Path) -> Result<(PathBuf, PathBuf)> {
 }
 
 /// The first of `ranked` (newest first, [`FETCH_TRIES`] at most) whose packages the archive
-/// serves, downloaded and extracted into `cache`.
+/// serves, downloaded and extracted into `cache`. Any other failure (a module missing, say) is
+/// the kernel's own and ends the search.
 fn fetch<'a>(
     apt: &apt::Apt,
     cache: &Path,
@@ -277,10 +278,11 @@ fn fetch<'a>(
     for c in ranked.iter().take(FETCH_TRIES) {
         match apt.prepare(cache, c, extra) {
             Ok(k) => return Ok((c, k)),
-            Err(e) => {
+            Err(e) if e.downcast_ref::<apt::NotServed>().is_some() => {
                 eprintln!("kernels: {} {}: {e:#}; trying the next older build", c.package, c.version);
                 last = Some(e);
             }
+            Err(e) => return Err(e),
         }
     }
     Err(last.context("no candidate kernel")?)
