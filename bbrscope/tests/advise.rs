@@ -668,3 +668,57 @@ fn a_service_paced_like_slow_start_is_caught_by_the_experiment_advise_names() {
     eprintln!("paced like slow start: initcwnd 10 → 32: {b:.0} → {a:.0} ms mean per response");
     assert!(b - a < 20.0, "the scenario must gain nothing from the window: {b:.0} → {a:.0} ms");
 }
+
+/// BBR flows leave through the path's device, whose qdisc is not fq (this machine's kernel has
+/// no sch_fq): the pacing check counts them as paced by TCP itself and advises no change; the
+/// device and its qdisc it names are what `ip route get` and `tc qdisc show` (not bbrscope) say.
+/// With no BBR flow, there is nothing to weigh.
+#[test]
+fn bbr_flows_are_counted_by_the_qdisc_that_sends_them_and_nothing_is_advised() {
+    require_root();
+    let link = path(51, 40);
+    let port = port_for(51_000);
+    let peer = link.receiver_addr.to_string();
+    let route = link.sender.run(move || ip(&["route", "get", &peer])).unwrap();
+    let dev = route.split_whitespace().skip_while(|w| *w != "dev").nth(1).unwrap().to_string();
+    let dev2 = dev.clone();
+    let shown = link
+        .sender
+        .run(move || {
+            let o = std::process::Command::new("tc").args(["qdisc", "show", "dev", &dev2, "root"]).output()?;
+            Ok(String::from_utf8_lossy(&o.stdout).into_owned())
+        })
+        .unwrap();
+    let kind = shown.split_whitespace().nth(1).unwrap_or_else(|| panic!("tc qdisc show: {shown}")).to_string();
+    assert_ne!(kind, "fq", "this test is for a device without fq");
+
+    let advise = start_advise(port, 6);
+    let info = bulk(&link, port, 1_000_000, "bbr");
+    let advice = finish_advise(advise);
+    let f = findings(&advice, "pacing", &link);
+    assert_eq!(f.len(), 1, "{advice:#}");
+    let f = f[0];
+    assert_eq!(
+        (f["status"].as_str(), f["flows"].as_u64(), f["change"].as_str()),
+        (Some("none"), Some(1), None),
+        "{f:#}"
+    );
+    assert_eq!(
+        (f["numbers"]["without_fq"].as_f64(), f["numbers"]["with_fq"].as_f64()),
+        (Some(1.0), Some(0.0)),
+        "{f:#}"
+    );
+    let evidence = f["evidence"].as_str().unwrap();
+    assert!(evidence.contains(&format!("{dev} ({kind}): 1")) && evidence.contains("TCP paces itself"), "{evidence}");
+    // The highest pacing rate of the flow's samples, against the kernel's own at its end: BBR's
+    // cruising rate is at most the highest it paced at.
+    let max = f["numbers"]["pacing_rate_max_bps"].as_f64().unwrap();
+    let last = info.pacing_rate as f64 * 8.0;
+    assert!(max >= last * 0.9, "highest {max} against the kernel's last {last}: {f:#}");
+
+    let advise = start_advise(port + 1, 4);
+    bulk(&link, port + 1, 300_000, "cubic");
+    let advice = finish_advise(advise);
+    let f = findings(&advice, "pacing", &link);
+    assert_eq!((f.len(), f[0]["status"].as_str(), f[0]["flows"].as_u64()), (1, Some("too_few"), Some(0)), "{advice:#}");
+}

@@ -585,11 +585,11 @@ fn default_qdisc_is_reapplied_only_where_the_kernel_put_it() {
     let ifb = "bbrs-ifb";
     ns.exec("ip", &["link", "add", ifb, "type", "ifb"]);
     ns.exec("ip", &["link", "set", ifb, "up"]);
-    let root_qdisc = || apply::qdisc::roots().unwrap().into_iter().find(|q| q.ifname == ifb).unwrap();
+    let root_qdisc = || bbrscope::sys::qdisc::roots().unwrap().into_iter().find(|q| q.ifname == ifb).unwrap();
     ns.enter(|| {
         let q = root_qdisc();
         assert!(q.is_kernel_default(), "{q:?}");
-        apply::qdisc::reapply_default(ifb).unwrap();
+        bbrscope::sys::qdisc::reapply_default(ifb).unwrap();
         let again = root_qdisc();
         assert!(again.is_kernel_default() && again.kind == q.kind, "the default came back: {again:?}");
     });

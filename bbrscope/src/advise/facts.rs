@@ -63,10 +63,19 @@ pub struct FlowFacts {
     pub unsent_wait_ms_median: Option<f64>,
     /// The highest delivery rate of a sample that was not application-limited, bits/s.
     pub delivery_max_bps: Option<u64>,
+    /// The highest pacing rate a sample saw, bits/s.
+    pub pacing_max_bps: Option<u64>,
     /// Silences longer than the retransmission timeout followed by new data: a keep-alive
     /// connection between responses.
     pub idle_gaps: u32,
     pub restarts: Vec<Restart>,
+}
+
+impl FlowFacts {
+    /// Ran BBR (any version) from its start.
+    pub fn is_bbr(&self) -> bool {
+        self.cc.starts_with("bbr")
+    }
 }
 
 /// The previous sample of a flow, for what the next one says about the time between.
@@ -88,6 +97,7 @@ struct Partial {
     /// data is counted).
     silence: Option<(Last, u32)>,
     delivery_max_bps: Option<u64>,
+    pacing_max_bps: Option<u64>,
     idle_gaps: u32,
     restarts: Vec<Restart>,
     /// Samples with data in flight, those of them bound by the send buffer, its largest size.
@@ -116,6 +126,9 @@ impl Collector {
             && let Some(rate) = m.delivery_rate_bps
         {
             p.delivery_max_bps = Some(p.delivery_max_bps.map_or(rate, |r| r.max(rate)));
+        }
+        if let Some(rate) = m.pacing_rate_bps {
+            p.pacing_max_bps = Some(p.pacing_max_bps.map_or(rate, |r| r.max(rate)));
         }
         // The kernel counts its sndbuf-limited time only when the final push of a write sends
         // something (tcp_cwnd_validate), which a writer whose data left as it was copied never
@@ -212,6 +225,7 @@ impl Collector {
             unsent_median,
             unsent_wait_ms_median,
             delivery_max_bps: p.delivery_max_bps,
+            pacing_max_bps: p.pacing_max_bps,
             idle_gaps: p.idle_gaps,
             restarts: p.restarts,
         });

@@ -1,13 +1,17 @@
 //! `bbrscope advise`: which TCP settings beyond the algorithm hold this host's flows back — the
 //! initial window against response sizes, the send buffer against the path, unsent data queued
-//! in the socket, the window restart after idle — each from the flows observed over a window
-//! ([`facts`]) or read from a recording, weighed against their namespace's settings
-//! ([`findings`]).
+//! in the socket, the window restart after idle, and what paces BBR flows — each from the flows
+//! observed over a window ([`facts`]) or read from a recording, weighed against their
+//! namespace's settings ([`findings`]).
 
 pub(crate) mod facts;
 pub mod findings;
 
-use std::{collections::BTreeMap, time::Duration};
+use std::{
+    collections::{BTreeMap, BTreeSet},
+    net::IpAddr,
+    time::Duration,
+};
 
 use anyhow::Result;
 use serde::Serialize;
@@ -23,7 +27,7 @@ use crate::{
     sys::netns,
 };
 use facts::{Collector, FlowFacts};
-use findings::{Finding, InitcwndRoute, Knobs, Settings, Status};
+use findings::{Egress, Finding, InitcwndRoute, Knobs, Settings, Status};
 
 /// What `advise` found.
 #[derive(Debug, Serialize)]
@@ -99,10 +103,15 @@ pub fn recorded(input: impl std::io::BufRead, name: &str) -> Result<(Advice, Ski
 
 /// The findings over `flows`, with each namespace's settings read now.
 pub fn weigh(flows: Vec<FlowFacts>, window_s: f64) -> Advice {
-    let mut read: BTreeMap<Option<u32>, Settings> = BTreeMap::new();
+    // Per namespace, the peers of its BBR flows: the pacing check asks how they are reached.
+    let mut peers: BTreeMap<Option<u32>, BTreeSet<IpAddr>> = BTreeMap::new();
     for f in &flows {
-        read.entry(f.netns).or_insert_with(|| settings_of(f.netns));
+        let p = peers.entry(f.netns).or_default();
+        if f.is_bbr() {
+            p.insert(f.dst);
+        }
     }
+    let read: BTreeMap<Option<u32>, Settings> = peers.iter().map(|(&ns, p)| (ns, settings_of(ns, p))).collect();
     let findings = findings::all(&flows, &|ns| read.get(&ns).cloned().unwrap_or_default());
     Advice { window_s, recording: None, flows: flows.len(), findings, settings: read.into_values().collect() }
 }
@@ -120,15 +129,31 @@ pub(crate) fn knobs_of(ino: Option<u32>) -> Option<Knobs> {
     netns::run(&namespace(ino)?, || Ok(read_knobs())).ok()
 }
 
-/// The settings of namespace `ino` (this one for `None`), read from inside it.
-fn settings_of(ino: Option<u32>) -> Settings {
+/// The settings of namespace `ino` (this one for `None`), and how it reaches `peers`, read from
+/// inside it.
+fn settings_of(ino: Option<u32>, peers: &BTreeSet<IpAddr>) -> Settings {
     let Some(ns) = namespace(ino) else {
         let netns = format!("ino:{} (gone: its settings could not be read)", ino.unwrap_or(0));
         return Settings { netns, netns_ino: ino, ..Settings::default() };
     };
-    let knobs = netns::run(&ns, || Ok(read_knobs())).unwrap_or_default();
+    let (knobs, egress) = netns::run(&ns, || Ok((read_knobs(), egress(peers)))).unwrap_or_default();
     let scope = ns.arg().map(|a| format!(" --netns {a}")).unwrap_or_default();
-    Settings { netns: ns.label, netns_ino: ino, knobs, scope }
+    Settings { netns: ns.label, netns_ino: ino, knobs, scope, egress }
+}
+
+/// The device a new connection to each of `peers` leaves through, and the qdisc that sends its
+/// packets, as the calling thread's namespace routes it now (a peer no route leads to is left
+/// out).
+fn egress(peers: &BTreeSet<IpAddr>) -> BTreeMap<IpAddr, Egress> {
+    let Ok(senders) = crate::sys::qdisc::senders() else { return BTreeMap::new() };
+    peers
+        .iter()
+        .filter_map(|&ip| {
+            let (_, route) = crate::sys::route::lookup(ip).ok()?;
+            let q = senders.get(&i32::try_from(route?.oif()?).ok()?)?;
+            Some((ip, Egress { ifname: q.ifname.clone(), qdisc: q.to_string(), fq: q.is_fq() }))
+        })
+        .collect()
 }
 
 /// The calling thread's namespace's settings beyond the algorithm (also shown by `status`).

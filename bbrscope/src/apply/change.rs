@@ -9,9 +9,10 @@ use std::path::{Path, PathBuf};
 use anyhow::{Context as _, Result};
 use serde::{Deserialize, Serialize};
 
-use super::{algo, cgroup, files, qdisc};
+use super::{algo, cgroup, files};
 use crate::sys::netns::{self, Netns};
 use crate::sys::{
+    qdisc,
     route::{self, RouteKey, Window},
     sysctl,
 };

@@ -14,7 +14,6 @@ pub(crate) mod diag;
 pub(crate) mod files;
 pub(crate) mod lock;
 pub(crate) mod plan;
-pub mod qdisc;
 pub(crate) mod run;
 pub(crate) mod scope;
 pub(crate) mod state;

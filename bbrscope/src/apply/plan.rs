@@ -10,13 +10,14 @@ use super::{
     algo::{Kernel, Provision},
     cgroup,
     change::Change,
-    files, qdisc,
+    files,
     scope::Scope,
     state::State,
     sysctl_d::BootConfig,
 };
 use crate::sys::netns::{self, Netns};
 use crate::sys::{
+    qdisc,
     route::{self, Window},
     sysctl,
 };

@@ -12,7 +12,6 @@ use super::{
     cgroup,
     change::Change,
     diag, files,
-    qdisc::{self, RootQdisc},
     scope::Scope,
     state::{Entry, State},
     sysctl_d::BootConfig,
@@ -22,6 +21,7 @@ use crate::{
     observe::kernel::bbr_version::{self, BbrImpl},
     sys::{
         netns::{self, Netns},
+        qdisc::{self, RootQdisc},
         route, sysctl,
     },
 };

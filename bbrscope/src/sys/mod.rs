@@ -10,6 +10,7 @@ pub(crate) mod netlink;
 pub(crate) mod netns;
 pub(crate) mod privileges;
 pub(crate) mod procfd;
+pub mod qdisc;
 pub(crate) mod route;
 pub(crate) mod signal;
 pub(crate) mod sockdiag;

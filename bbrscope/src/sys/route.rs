@@ -16,6 +16,7 @@ use crate::sys::netlink::{Attrs, NETLINK_ROUTE, NLM_F_DUMP, NLM_F_REPLACE, Netli
 const RTM_NEWROUTE: u16 = 24;
 const RTM_GETROUTE: u16 = 26;
 const RTA_DST: u16 = 1;
+const RTA_OIF: u16 = 4;
 const RTA_GATEWAY: u16 = 5;
 const RTA_PRIORITY: u16 = 6;
 const RTA_METRICS: u16 = 8;
@@ -136,6 +137,11 @@ impl Route {
             header: data[..RTMSG_LEN].to_vec(),
             attrs,
         })
+    }
+
+    /// The interface index of the device the route sends through.
+    pub(crate) fn oif(&self) -> Option<u32> {
+        self.attrs.iter().find(|(t, _)| *t == RTA_OIF).and_then(|(_, v)| u32_of(v))
     }
 
     pub(crate) fn window(&self, w: Window) -> Option<u32> {
@@ -320,19 +326,12 @@ mod tests {
         msg
     }
 
-    const RTA_OIF: u16 = 4;
-
-    /// The route's output device, from its attributes.
-    fn oif(r: &Route) -> Option<u32> {
-        r.attrs.iter().find(|(t, _)| *t == RTA_OIF).and_then(|(_, v)| u32_of(v))
-    }
-
     #[test]
     fn parses_a_dumped_route() {
         let r = Route::parse(&dumped(Some("cubic"))).unwrap();
         assert_eq!(r.key, RouteKey { prefix: "198.18.5.0/24".parse().unwrap(), table: 254, metric: None });
         assert_eq!(r.cc.as_deref(), Some("cubic"));
-        assert_eq!(oif(&r), Some(7));
+        assert_eq!(r.oif(), Some(7));
         assert!(r.unicast());
     }
 
@@ -343,7 +342,7 @@ mod tests {
         let back = Route::parse(&msg).unwrap();
         assert_eq!(back.cc.as_deref(), Some("bbr"));
         assert_eq!(back.key, r.key);
-        assert_eq!(oif(&back), Some(7), "the output device kept");
+        assert_eq!(back.oif(), Some(7), "the output device kept");
         assert_eq!(u32::from_ne_bytes(msg[8..12].try_into().unwrap()), RTNH_F_ONLINK, "status flags dropped");
         assert!(!back.attrs.iter().any(|(t, _)| *t == RTA_CACHEINFO));
         let metrics = back.attrs.iter().find(|(t, _)| *t == RTA_METRICS).unwrap();
