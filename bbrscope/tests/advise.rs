@@ -709,7 +709,7 @@ fn bbr_flows_are_counted_by_the_qdisc_that_sends_them_and_nothing_is_advised() {
         "{f:#}"
     );
     let evidence = f["evidence"].as_str().unwrap();
-    assert!(evidence.contains(&format!("{dev} ({kind}): 1")) && evidence.contains("TCP paces itself"), "{evidence}");
+    assert!(evidence.contains(&format!("{dev} with {kind}: 1")) && evidence.contains("TCP paces itself"), "{evidence}");
     // The highest pacing rate of the flow's samples, against the kernel's own at its end: BBR's
     // cruising rate is at most the highest it paced at.
     let max = f["numbers"]["pacing_rate_max_bps"].as_f64().unwrap();

@@ -806,19 +806,19 @@ pub fn pacing(flows: &[&FlowFacts], s: &Settings) -> Finding {
         let v: Vec<String> = devices
             .iter()
             .filter(|(_, (e, _))| e.fq == fq)
-            .map(|(name, (e, n))| format!("{name} ({}): {n}", e.qdisc))
+            .map(|(name, (e, n))| format!("{name} with {}: {n}", e.qdisc))
             .collect();
         v.join(", ")
     };
     let mut parts = Vec::new();
     if without_fq > 0 {
         parts.push(format!(
-            "{without_fq} left through devices without fq ({}), which TCP paces itself (Linux 4.13 and later)",
+            "{without_fq} through devices without fq, which TCP paces itself (Linux 4.13 and later): {}",
             list(false)
         ));
     }
     if with_fq > 0 {
-        parts.push(format!("{with_fq} through fq, which paces them ({})", list(true)));
+        parts.push(format!("{with_fq} through fq, which paces them: {}", list(true)));
     }
     if unknown > 0 {
         parts.push(format!("{unknown} to peers no route leads to now"));
@@ -832,14 +832,15 @@ pub fn pacing(flows: &[&FlowFacts], s: &Settings) -> Finding {
     if let Some(r) = fastest {
         numbers.insert("pacing_rate_max_bps", r as f64);
     }
-    let rate = fastest.map(|r| format!(", at up to {}", crate::units::fmt_rate(r as f64))).unwrap_or_default();
+    let rate = fastest.map(|r| format!(", paced at up to {}", crate::units::fmt_rate(r as f64))).unwrap_or_default();
     Finding {
         status: Status::None,
         numbers,
         evidence: format!(
-            "of {} BBR flows{rate}, {}: BBR's pacing holds either way; fq would take it off TCP's timers, a CPU \
+            "{} BBR flow{}{rate}: {}. BBR's pacing holds either way; fq would take it off TCP's timers, a CPU \
              saving this observer does not measure",
             bbr.len(),
+            if bbr.len() == 1 { "" } else { "s" },
             parts.join("; ")
         ),
         ..base
@@ -1093,9 +1094,13 @@ mod tests {
         assert_eq!((f.status, f.flows, f.affected, f.change.as_deref()), (Status::None, 4, 0, None), "{f:?}");
         assert_eq!((f.numbers["without_fq"], f.numbers["with_fq"]), (2.0, 1.0));
         assert_eq!(f.numbers["pacing_rate_max_bps"], 50e6, "BBR's, not CUBIC's");
-        for part in
-            ["of 4 BBR flows", "eth0 (mq (fq_codel)): 2", "TCP paces itself", "eth1 (fq): 1", "1 to peers no route"]
-        {
+        for part in [
+            "4 BBR flows, paced at up to 50",
+            "eth0 with mq (fq_codel): 2",
+            "TCP paces itself",
+            "eth1 with fq: 1",
+            "1 to peers no route",
+        ] {
             assert!(f.evidence.contains(part), "{part}: {}", f.evidence);
         }
         assert_eq!(pacing(&[&cubic], &s).status, Status::TooFew);

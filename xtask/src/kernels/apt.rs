@@ -203,7 +203,7 @@ impl Apt {
                 .unwrap_or("")
                 .split(',')
                 .filter_map(|d| d.split_whitespace().next())
-                // linux-base-* holds the configuration and modules.builtin.
+                // linux-base-* holds the configuration and modules.builtin (optional: below).
                 .filter(|d| ["linux-binary-", "linux-modules-", "linux-base-"].iter().any(|p| d.starts_with(p)))
                 .map(str::to_string)
                 .collect();
@@ -222,6 +222,11 @@ impl Apt {
                 .lines()
                 .filter_map(|l| l.strip_prefix("Package:").map(|p| p.trim().to_string()))
                 .collect();
+            // The linux-base part (configuration, modules.builtin) only helps: an image whose
+            // archive lacks it (seen: 6.18.15 in trixie-backports, not split) boots without.
+            for c in &mut found {
+                c.parts.retain(|p| !p.starts_with("linux-base-") || have.contains(p));
+            }
             found.retain(|c| c.parts.iter().all(|p| have.contains(p)));
         }
         Ok(found)
