@@ -4,6 +4,16 @@
 // hand their parent (a port, "ready"), so it prints there by design.
 #![allow(clippy::print_stdout, reason = "xtask's reports and its helpers' handshakes are its stdout")]
 
+/// A progress line on stderr. Unlike `eprintln!`, a stderr that cannot be written (closed, a
+/// full disk) does not panic: progress is for the person watching, and the task goes on.
+macro_rules! progress {
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        let _ = writeln!(std::io::stderr(), $($arg)*);
+    }};
+}
+pub(crate) use progress;
+
 mod arch;
 mod bench;
 mod dist;

@@ -145,6 +145,9 @@ fn settings_of(ino: Option<u32>, peers: &BTreeSet<IpAddr>) -> Settings {
 /// packets, as the calling thread's namespace routes it now (a peer no route leads to is left
 /// out).
 fn egress(peers: &BTreeSet<IpAddr>) -> BTreeMap<IpAddr, Egress> {
+    if peers.is_empty() {
+        return BTreeMap::new();
+    }
     let Ok(senders) = crate::sys::qdisc::senders() else { return BTreeMap::new() };
     peers
         .iter()

@@ -261,7 +261,7 @@ pub(super) fn run(
                 let order = (0..programs.len()).map(|i| programs[(i + round as usize) % programs.len()]);
                 for program in order {
                     done += 1;
-                    eprintln!(
+                    crate::progress!(
                         "bench: [{done}/{total}] cost | {} at {}, round {}",
                         program.label(path),
                         level.label(),
@@ -281,7 +281,7 @@ pub(super) fn run(
                             break run;
                         }
                         attempts += 1;
-                        eprintln!("bench:   QEMU started meanwhile: again");
+                        crate::progress!("bench:   QEMU started meanwhile: again");
                     };
                     mine.push(run);
                 }

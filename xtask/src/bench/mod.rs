@@ -314,7 +314,7 @@ pub(crate) fn run(args: BenchArgs) -> Result<()> {
             [shortflows::ShortObserver::Nothing, shortflows::ShortObserver::Sockops, shortflows::ShortObserver::Export]
         {
             waited += quiet::wait_for_quiet();
-            eprintln!("bench: short flows | {path:?}, {}", observer.label());
+            crate::progress!("bench: short flows | {path:?}, {}", observer.label());
             short_flows.push(shortflows::run(
                 &setup,
                 path,
@@ -337,19 +337,24 @@ pub(crate) fn run(args: BenchArgs) -> Result<()> {
     let mut export = Vec::new();
     for &flows in &plan.export_flows {
         waited += quiet::wait_for_quiet();
-        eprintln!("bench: export | {flows} flows");
+        crate::progress!("bench: export | {flows} flows");
         export.push(exporter::run(&setup, flows)?);
     }
 
     let mut forced_drops = Vec::new();
     for observer in [Observer::Stream, Observer::Dashboard].into_iter().filter(|_| plan.forced_drops) {
-        eprintln!("bench: forced drops | {}", observer.label());
+        crate::progress!("bench: forced drops | {}", observer.label());
         forced_drops.push(drops::run(&setup, observer, plan.drops_seconds)?);
     }
     let mut scale = Vec::new();
     for case in &plan.scale_cases {
         waited += quiet::wait_for_quiet();
-        eprintln!("bench: {} flows | {} --max-flows {:?}", plan.scale_flows, case.observer.label(), case.max_flows);
+        crate::progress!(
+            "bench: {} flows | {} --max-flows {:?}",
+            plan.scale_flows,
+            case.observer.label(),
+            case.max_flows
+        );
         scale.push(scale::run(&setup, case, plan.scale_flows, plan.scale_seconds)?);
     }
     let _ = std::fs::remove_dir_all(&work_dir);
@@ -374,7 +379,7 @@ pub(crate) fn run(args: BenchArgs) -> Result<()> {
     let out = args.out.unwrap_or_else(|| root.join("bench/results"));
     let (md, json) = report::write(&results, &out)?;
     print!("{}", std::fs::read_to_string(&md)?);
-    eprintln!("bench: wrote {} and {}", md.display(), json.display());
+    crate::progress!("bench: wrote {} and {}", md.display(), json.display());
     Ok(())
 }
 

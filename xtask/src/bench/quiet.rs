@@ -46,7 +46,7 @@ pub(super) fn wait_for_quiet() -> Duration {
         if qemu_running() {
             quiet_since = None;
             if !said {
-                eprintln!("bench: QEMU is running on this machine: waiting for it to finish before measuring");
+                crate::progress!("bench: QEMU is running on this machine: waiting for it to finish before measuring");
                 said = true;
             }
         } else if !said || quiet_since.get_or_insert_with(Instant::now).elapsed() >= QUIET_FOR {

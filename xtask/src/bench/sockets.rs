@@ -174,7 +174,7 @@ pub(super) fn run(setup: &Setup, sockets: usize, rounds: u32) -> Result<SocketsR
         // Without first in even rounds: slab drift over time does not favour one side.
         let order = if round % 2 == 0 { [false, true] } else { [true, false] };
         for with in order {
-            eprintln!(
+            crate::progress!(
                 "bench: {sockets} idle sockets | {} bbrscope, round {}",
                 if with { "with" } else { "without" },
                 round + 1

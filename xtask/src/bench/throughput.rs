@@ -203,7 +203,7 @@ pub(super) fn run(
             for k in 0..observers.len() {
                 let observer = observers[(k + round as usize) % observers.len()];
                 done += 1;
-                eprintln!("bench: [{done}/{total}] {} | {}", w.label(), observer.label());
+                crate::progress!("bench: [{done}/{total}] {} | {}", w.label(), observer.label());
                 let mut attempts = 1;
                 let (pair, after) = loop {
                     let (mut pair, after) =
@@ -214,7 +214,10 @@ pub(super) fn run(
                         break (pair, after);
                     }
                     attempts += 1;
-                    eprintln!("bench:   other processes used {:.0}% of a core: again", pair.others_cpu_cores * 100.0);
+                    crate::progress!(
+                        "bench:   other processes used {:.0}% of a core: again",
+                        pair.others_cpu_cores * 100.0
+                    );
                 };
                 pairs.push(pair);
                 before = after;
@@ -244,7 +247,11 @@ fn measure_pair(
     let foreign_probes = measure::probe_program_ids()?.into_iter().filter(|&id| Some(id) != own).count();
     let exited = running.stop()?;
     if !exited {
-        eprintln!("bench:   {} did not exit within {:?} of SIGTERM: killed", observer.label(), Traced::STOP_WAIT);
+        crate::progress!(
+            "bench:   {} did not exit within {:?} of SIGTERM: killed",
+            observer.label(),
+            Traced::STOP_WAIT
+        );
     }
     thread::sleep(SETTLE);
     let after = Slot::measure(bulk, &mut Running::Nothing, plan.seconds)?;

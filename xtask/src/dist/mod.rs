@@ -5,7 +5,6 @@
 //! Rust toolchain. The package is assembled in a staging directory and built with `dpkg-deb`.
 
 use std::{
-    io::Write as _,
     path::{Path, PathBuf},
     process::Command,
 };
@@ -56,11 +55,7 @@ pub(crate) fn run_dist(args: DistArgs) -> Result<()> {
     // Needs `rustup target add ARCH-unknown-linux-musl` and musl-gcc, or for aarch64 the cross
     // tools (scripts/setup.sh).
     let musl = arch.musl();
-    // A progress line only: a stderr that cannot be written (closed, full) must not stop the build.
-    let _ = writeln!(
-        std::io::stderr(),
-        "dist: building bbrscope (profile dist: release + LTO, stripped, static: {musl}) at {commit}"
-    );
+    crate::progress!("dist: building bbrscope (profile dist: release + LTO, stripped, static: {musl}) at {commit}");
     let mut build = arch.cargo_build(&ws)?;
     build.args(["--profile", "dist", "-p", "bbrscope", "--bin", "bbrscope"]);
     let status = build.env("BBRSCOPE_GIT_COMMIT", &commit).status().context("running cargo build")?;

@@ -139,7 +139,7 @@ pub(crate) fn run(args: KernelsArgs) -> Result<()> {
     apt.update(args.refresh)?;
     let userland = if args.arch.cross() { Some(apt.userland(&args.cache)?) } else { None };
     let cands = apt.candidates()?;
-    eprintln!("kernels: {} kernel images known to apt ({:.0} s)", cands.len(), t.elapsed().as_secs_f64());
+    crate::progress!("kernels: {} kernel images known to apt ({:.0} s)", cands.len(), t.elapsed().as_secs_f64());
     let selectors: Vec<String> = if args.kernels.is_empty() {
         DEFAULT_KERNELS.iter().map(std::string::ToString::to_string).collect()
     } else {
@@ -160,7 +160,7 @@ pub(crate) fn run(args: KernelsArgs) -> Result<()> {
     for ranked in chosen {
         let c = ranked[0];
         let t = Instant::now();
-        eprintln!("kernels: {} {} ...", c.package, c.version);
+        crate::progress!("kernels: {} {} ...", c.package, c.version);
         // The netem-vs-emulator cross-check takes minutes under TCG: one kernel, the newest.
         let crosscheck = !args.no_crosscheck
             && !args.arch.cross()
@@ -176,7 +176,7 @@ pub(crate) fn run(args: KernelsArgs) -> Result<()> {
             },
         };
         o.seconds = t.elapsed().as_secs_f64();
-        eprintln!(
+        crate::progress!(
             "kernels: {} {}: {} passed, failed {:?}{} ({:.0} s)",
             o.version,
             o.release,
@@ -279,7 +279,7 @@ fn fetch<'a>(
         match apt.prepare(cache, c, extra) {
             Ok(k) => return Ok((c, k)),
             Err(e) if e.downcast_ref::<apt::NotServed>().is_some() => {
-                eprintln!("kernels: {} {}: {e:#}; trying the next older build", c.package, c.version);
+                crate::progress!("kernels: {} {}: {e:#}; trying the next older build", c.package, c.version);
                 last = Some(e);
             }
             Err(e) => return Err(e),
@@ -347,7 +347,7 @@ fn boot_one(
     if fs::read_to_string(&results).unwrap_or_default().trim().is_empty() {
         let tail = fs::read_to_string(&console).unwrap_or_default();
         let why = tail.lines().find(|l| l.contains("Kernel panic") || l.contains("Oops")).unwrap_or("no output");
-        eprintln!(
+        crate::progress!(
             "kernels: {}: the guest died before its driver started ({}); booting it again",
             kernel.release,
             why.trim()

@@ -72,7 +72,7 @@ pub(crate) fn run(args: BootArgs) -> Result<()> {
     initramfs::build_boot(&kernel, &initrd)?;
     let _ = fs::remove_file(&args.serial);
     let console = PathBuf::from(format!("{}.console", args.serial.display()));
-    eprintln!(
+    crate::progress!(
         "boot: Linux {} ({}) with {} ({} MB) under QEMU; console in {}",
         kernel.version,
         kernel.release,
@@ -92,7 +92,7 @@ pub(crate) fn run(args: BootArgs) -> Result<()> {
         &args.serial,
         Duration::from_secs(args.timeout),
     )?;
-    eprintln!("boot: guest ended after {:.0} s", started.elapsed().as_secs_f64());
+    crate::progress!("boot: guest ended after {:.0} s", started.elapsed().as_secs_f64());
     // The disk is thrown away (it is as large as the root), and the initramfs with it.
     fs::remove_dir_all(&work)?;
     if let Some(e) = error {
