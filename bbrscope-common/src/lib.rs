@@ -15,7 +15,7 @@ pub mod sockopt;
 pub mod worker;
 
 /// Socket fields copied generically into every [`Sample`] (see [`FieldSpec`]).
-pub const MAX_FIELDS: usize = 36;
+pub const MAX_FIELDS: usize = 40;
 /// `TCP_CA_NAME_MAX` in the kernel.
 pub const CC_NAME_LEN: usize = 16;
 /// Bytes copied from `icsk_ca_priv` (the congestion-control module's private state; 104 bytes on

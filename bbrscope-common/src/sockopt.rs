@@ -67,6 +67,12 @@ pub struct TcpInfo {
     pub busy_us: Option<u64>,
     pub rwnd_limited_us: Option<u64>,
     pub sndbuf_limited_us: Option<u64>,
+    /// The receive side: tcpi_rcv_ssthresh (the window the receiver may grow its advertisement
+    /// to now, bytes), tcpi_rcv_rtt (the receiver's RTT estimate, µs) and tcpi_rcv_space (the
+    /// most the application read in one of those round trips, bytes).
+    pub rcv_ssthresh: u32,
+    pub rcv_rtt_us: u32,
+    pub rcv_space: u32,
 }
 
 impl TcpInfo {
@@ -107,6 +113,9 @@ impl TcpInfo {
             busy_us: u64_at(168),
             rwnd_limited_us: u64_at(176),
             sndbuf_limited_us: u64_at(184),
+            rcv_ssthresh: u32_at(64)?,
+            rcv_rtt_us: u32_at(92)?,
+            rcv_space: u32_at(96)?,
         })
     }
 }

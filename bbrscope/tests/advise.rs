@@ -722,3 +722,126 @@ fn bbr_flows_are_counted_by_the_qdisc_that_sends_them_and_nothing_is_advised() {
     let f = findings(&advice, "pacing", &link);
     assert_eq!((f.len(), f[0]["status"].as_str(), f[0]["flows"].as_u64()), (1, Some("too_few"), Some(0)), "{advice:#}");
 }
+
+/// The findings of `check` in `advice` for the namespace of the path's client.
+fn client_findings<'a>(advice: &'a Value, check: &str, link: &Link) -> Vec<&'a Value> {
+    use std::os::unix::fs::MetadataExt as _;
+    let ino = link.receiver.run(|| Ok(std::fs::metadata("/proc/thread-self/ns/net")?.ino())).unwrap();
+    advice["findings"].as_array().unwrap().iter().filter(|f| f["check"] == check && f["netns_ino"] == ino).collect()
+}
+
+/// A 3 MB download from the path's server while `advise` watches for `secs`: its time by the
+/// client's clock, the receive-buffer finding for the client's namespace, and the server's
+/// TCP_INFO (whose receive-window-limited time is the truth no bbrscope code computes).
+fn advised_download(link: &Link, port: u16, secs: u64) -> (Duration, Value, TcpInfo) {
+    let advise = start_advise(port, secs);
+    let start = Instant::now();
+    let info = bulk(link, port, 3_000_000, "cubic");
+    let took = start.elapsed();
+    let advice = finish_advise(advise);
+    let f = client_findings(&advice, "receive_buffer", link);
+    assert_eq!(f.len(), 1, "{advice:#}");
+    // The server's namespace received nothing worth weighing.
+    let server = findings(&advice, "receive_buffer", link);
+    assert_eq!(server.iter().map(|f| f["status"].as_str()).collect::<Vec<_>>(), [Some("too_few")], "{advice:#}");
+    (took, f[0].clone(), info)
+}
+
+/// A receive buffer smaller than the path by construction: a 64 KB tcp_rmem maximum in the
+/// client's namespace on a 100 ms path of 20 Mbit/s (250 KB). The server's kernel counts most of
+/// its time as held back by the client's window; advise names the download in the client's
+/// namespace, with the window its buffer allowed. The command its change gives, run as written,
+/// fixes it: the same download then takes less than half as long, the server's kernel counts
+/// little receive-window-limited time, and advise finds nothing; revert restores 64 KB.
+#[test]
+fn a_receive_buffer_smaller_than_the_path_is_found_and_the_change_fixes_it() {
+    require_root();
+    let link = path(52, 100);
+    let small = "4096 65536 65536";
+    link.receiver.run(move || Ok(std::fs::write("/proc/sys/net/ipv4/tcp_rmem", small)?)).unwrap();
+    let rmem = || {
+        let v = link.receiver.run(|| Ok(std::fs::read_to_string("/proc/sys/net/ipv4/tcp_rmem")?)).unwrap();
+        v.split_whitespace().collect::<Vec<_>>().join(" ")
+    };
+    let port = port_for(52_000);
+    let rwnd_share = |i: &TcpInfo| i.rwnd_limited_us.unwrap() as f64 / i.busy_us.unwrap() as f64;
+    let (before, f, info) = advised_download(&link, port, 16);
+    let truth = rwnd_share(&info);
+    assert!(truth > 0.5, "the scenario holds the sender back: {info:?}");
+    assert_eq!((f["status"].as_str(), f["affected"].as_u64()), (Some("found"), Some(1)), "{f:#}");
+    assert_eq!(f["numbers"]["tcp_rmem_max"], 65536.0, "{f:#}");
+    // The window the buffer allowed, and the rate it allows at the path's round trip: what the
+    // client measured, within 15%.
+    let clamp = f["numbers"]["window_clamp_bytes_median"].as_f64().unwrap();
+    assert!(clamp < 65536.0, "{f:#}");
+    let measured = 3_000_000.0 * 8.0 / before.as_secs_f64();
+    let rate = f["numbers"]["receive_rate_bps_median"].as_f64().unwrap();
+    assert!((rate / measured - 1.0).abs() < 0.15, "advise {rate} bit/s vs the client's {measured}: {f:#}");
+    let change = f["change"].as_str().unwrap();
+    assert!(change.contains("`bbrscope apply --sysctl net.ipv4.tcp_rmem=\"4096 65536 6291456\" --netns "), "{change}");
+
+    let root = tempfile::tempdir().unwrap();
+    let applied = run_change(change, root.path());
+    assert_eq!(rmem(), "4096 65536 6291456");
+    let (after, f, info) = advised_download(&link, port + 1, 12);
+    eprintln!(
+        "64 KB → 6 MB tcp_rmem: 3 MB in {before:.2?} → {after:.2?}; server rwnd-limited {truth:.2} → {:.2}",
+        rwnd_share(&info)
+    );
+    assert_eq!((f["status"].as_str(), f["affected"].as_u64()), (Some("none"), Some(0)), "{f:#}");
+    assert!(after * 2 < before, "the buffer was the bound: {before:?} → {after:?}");
+    assert!(rwnd_share(&info) < 0.2, "{info:?}");
+    revert_change(&applied, root.path());
+    assert_eq!(rmem(), small, "revert restores the namespace's own value");
+}
+
+/// A download of `size` bytes that the client reads `piece` bytes at a time, `gap` apart (an
+/// application slower than the path: a player buffering a stream, a proxy relaying to a slower
+/// client); its time by the client's clock.
+fn fetch_slowly(link: &Link, server: SocketAddr, size: usize, piece: usize, gap: Duration) -> Duration {
+    let start = Instant::now();
+    let mut c = link.receiver.run(move || Ok(TcpStream::connect(server)?)).unwrap();
+    c.write_all(format!("{size}\n").as_bytes()).unwrap();
+    c.shutdown(std::net::Shutdown::Write).unwrap();
+    let (mut buf, mut got) = (vec![0u8; piece], 0);
+    while got < size {
+        let n = c.read(&mut buf).unwrap();
+        assert!(n > 0, "the server ended the response early");
+        got += n;
+        thread::sleep(gap);
+    }
+    start.elapsed()
+}
+
+/// The same 64 KB maximum, and a client that reads slower than the path (4 KB every 40 ms, about
+/// 0.8 Mbit/s): the server's kernel still counts most of its time as held back by the client's
+/// window, but the window is closed by the reader, not by the buffer. advise finds nothing, and
+/// by construction it is right: with the maximum at 6 MB the same download takes as long.
+#[test]
+fn a_client_that_reads_slowly_is_not_held_back_by_its_receive_buffer() {
+    require_root();
+    let link = path(53, 100);
+    let port = port_for(53_000);
+    let mut times = Vec::new();
+    for (i, rmem) in ["4096 65536 65536", "4096 65536 6291456"].into_iter().enumerate() {
+        link.receiver.run(move || Ok(std::fs::write("/proc/sys/net/ipv4/tcp_rmem", rmem)?)).unwrap();
+        let port = port + i as u16;
+        let advise = start_advise(port, 10);
+        let (tx, rx) = std::sync::mpsc::channel();
+        let server = serve(&link, port, "cubic", tx);
+        times.push(fetch_slowly(&link, server, 400_000, 4096, Duration::from_millis(40)));
+        let info: TcpInfo = rx.recv_timeout(Duration::from_secs(30)).unwrap();
+        let advice = finish_advise(advise);
+        let f = client_findings(&advice, "receive_buffer", &link);
+        assert_eq!(f.len(), 1, "{advice:#}");
+        assert_eq!((f[0]["status"].as_str(), f[0]["affected"].as_u64()), (Some("none"), Some(0)), "{rmem}: {:#}", f[0]);
+        assert!(f[0]["numbers"]["window_fill_median"].as_f64().unwrap() < 0.5, "{:#}", f[0]);
+        if i == 0 {
+            let share = info.rwnd_limited_us.unwrap() as f64 / info.busy_us.unwrap() as f64;
+            assert!(share > 0.5, "the server waits on the client's window: {info:?}");
+        }
+    }
+    eprintln!("a slow reader with tcp_rmem's maximum at 64 KB, then 6 MB: {:.2?}", times);
+    let ratio = times[1].as_secs_f64() / times[0].as_secs_f64();
+    assert!((0.85..1.15).contains(&ratio), "the buffer was not the bound: {times:?}");
+}

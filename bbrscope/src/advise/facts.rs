@@ -69,6 +69,14 @@ pub struct FlowFacts {
     /// connection between responses.
     pub idle_gaps: u32,
     pub restarts: Vec<Restart>,
+    /// The receive side, as the flow's last sample had it: data bytes received, the receive
+    /// buffer, the most the application read in one of the receiver's round trips (which
+    /// only grows), the receiver's RTT estimate and the largest window it may advertise.
+    pub received: u64,
+    pub rcvbuf: Option<u32>,
+    pub rcv_space: Option<u32>,
+    pub rcv_rtt_us: Option<u32>,
+    pub window_clamp: Option<u32>,
 }
 
 impl FlowFacts {
@@ -228,6 +236,12 @@ impl Collector {
             pacing_max_bps: p.pacing_max_bps,
             idle_gaps: p.idle_gaps,
             restarts: p.restarts,
+            // The peer's SYN and FIN are counted in bytes_received where they came.
+            received: m.bytes_received.unwrap_or(0),
+            rcvbuf: m.rcvbuf_bytes,
+            rcv_space: m.rcv_space_bytes,
+            rcv_rtt_us: m.rcv_rtt_us.filter(|&r| r > 0),
+            window_clamp: m.window_clamp_bytes,
         });
     }
 

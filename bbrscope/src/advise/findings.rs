@@ -44,6 +44,15 @@ pub const CANDIDATE_LOWAT: u64 = 128 << 10;
 /// and its bytes wait at least [`MIN_UNSENT_WAIT_MS`] to be sent.
 const DEEP_UNSENT: f64 = 2.0;
 const MIN_UNSENT_WAIT_MS: f64 = 50.0;
+/// A received flow filled its window when the application read at least this share of the
+/// largest window the receiver may advertise in one of its round trips. Where the buffer can
+/// still grow, autotuning keeps that window at about twice what is read per round trip
+/// (`tcp_rcv_space_adjust`), so an unconstrained flow stays near half of it (measured on the
+/// tests' 100 ms path with the kernel's 6 MB maximum: 0.2); a flow whose buffer stopped at
+/// tcp_rmem's maximum reads all of it (1.03 with a 64 KB maximum, 1.13 with 256 KB).
+const WINDOW_FULL: f64 = 0.8;
+/// The kernel's tcp_rmem maximum (since 4.20: 6 MB), the least a raise suggests.
+const KERNEL_RMEM_MAX: u64 = 6 << 20;
 /// RTT band edges, ms: the experiment's.
 const RTT_BANDS_MS: [f64; 3] = [10.0, 50.0, 150.0];
 
@@ -156,6 +165,7 @@ pub struct Egress {
 pub enum Check {
     InitialWindow,
     SendBuffer,
+    ReceiveBuffer,
     UnsentQueue,
     IdleRestart,
     Pacing,
@@ -166,6 +176,7 @@ impl Check {
         match self {
             Check::InitialWindow => "initial window vs response sizes",
             Check::SendBuffer => "send buffer vs the path",
+            Check::ReceiveBuffer => "receive buffer vs the path",
             Check::UnsentQueue => "unsent data queued in the socket",
             Check::IdleRestart => "window restart after idle",
             Check::Pacing => "pacing of BBR flows",
@@ -240,6 +251,7 @@ pub fn all(flows: &[FlowFacts], settings_of: &dyn Fn(Option<u32>) -> Settings) -
         let s = settings_of(ns);
         out.extend(initial_window(&flows, &s));
         out.push(send_buffer(&flows, &s));
+        out.push(receive_buffer(&flows, &s));
         out.push(unsent_queue(&flows, &s));
         out.push(idle_restart(&flows, &s));
         out.push(pacing(&flows, &s));
@@ -588,6 +600,140 @@ pub fn send_buffer(flows: &[&FlowFacts], s: &Settings) -> Finding {
     }
 }
 
+/// Flows this host received whose window stopped at what `tcp_rmem`'s maximum allows, and was
+/// full: the sender could send no faster than that window per round trip.
+pub fn receive_buffer(flows: &[&FlowFacts], s: &Settings) -> Finding {
+    // A flow that received less than twice its largest window was never held back by it.
+    let receiving: Vec<&&FlowFacts> = flows
+        .iter()
+        .filter(|f| {
+            f.rcv_space.is_some()
+                && f.rcvbuf.is_some()
+                && f.window_clamp.is_some_and(|w| w > 0 && f.received > 2 * u64::from(w))
+        })
+        .collect();
+    let rmem = s.knobs.tcp_rmem;
+    let fill = |f: &FlowFacts| f64::from(f.rcv_space.unwrap_or(0)) / f64::from(f.window_clamp.unwrap_or(1).max(1));
+    // The kernel grows a flow's buffer (and with it the window) from what the application reads
+    // and stops at tcp_rmem's maximum: only a buffer there is the setting's doing. Below it the
+    // buffer was still growing, or the application set SO_RCVBUF itself.
+    let at_ceiling = |f: &FlowFacts| match (f.rcvbuf, rmem) {
+        (Some(b), Some(r)) => u64::from(b) >= r[2],
+        _ => true,
+    };
+    let full: Vec<&&&FlowFacts> = receiving.iter().filter(|f| fill(f) >= WINDOW_FULL).collect();
+    let limited: Vec<&&&FlowFacts> = full.iter().copied().filter(|f| at_ceiling(f)).collect();
+    let below = full.len() - limited.len();
+    let base = Finding {
+        check: Check::ReceiveBuffer,
+        status: Status::TooFew,
+        netns: s.netns.clone(),
+        netns_ino: s.netns_ino,
+        group: "all flows".into(),
+        flows: receiving.len(),
+        affected: limited.len(),
+        numbers: BTreeMap::new(),
+        evidence: String::new(),
+        change: None,
+    };
+    if receiving.is_empty() {
+        return Finding {
+            evidence: "no flow received more than twice the largest window it could advertise (nothing to say \
+                       about receive buffers)"
+                .into(),
+            ..base
+        };
+    }
+    let below_note = if below > 0 {
+        format!(
+            "; {below} filled a window the kernel had sized below tcp_rmem's maximum (a buffer still growing, or an \
+             application that set SO_RCVBUF: not the setting's doing)"
+        )
+    } else {
+        String::new()
+    };
+    let mut fills: Vec<f64> = receiving.iter().map(|f| fill(f)).collect();
+    let fill_median = median(&mut fills);
+    if limited.is_empty() {
+        return Finding {
+            status: Status::None,
+            numbers: BTreeMap::from([
+                ("flows_receiving", receiving.len() as f64),
+                ("full_below_maximum_flows", below as f64),
+                ("window_fill_median", fill_median),
+            ]),
+            evidence: format!(
+                "none of {} flows that received more than twice their window filled a window at tcp_rmem's maximum \
+                 (the application read a median {:.0}% of the largest window per round trip){below_note}",
+                receiving.len(),
+                fill_median * 100.0
+            ),
+            ..base
+        };
+    }
+    let mut clamps: Vec<f64> = limited.iter().filter_map(|f| Some(f64::from(f.window_clamp?))).collect();
+    let mut rtts: Vec<f64> = limited.iter().filter_map(|f| Some(f64::from(f.rcv_rtt_us?) / 1e3)).collect();
+    let mut rates: Vec<f64> = limited
+        .iter()
+        .filter_map(|f| Some(f64::from(f.rcv_space?) * 8.0 / (f64::from(f.rcv_rtt_us?) / 1e6)))
+        .collect();
+    let clamp_median = median(&mut clamps);
+    let rtt_median = if rtts.is_empty() { f64::NAN } else { median(&mut rtts) };
+    let rate_median = if rates.is_empty() { f64::NAN } else { median(&mut rates) };
+    let mut lfills: Vec<f64> = limited.iter().map(|f| fill(f)).collect();
+    let lfill_median = median(&mut lfills);
+    let worst: Vec<String> = {
+        let mut l: Vec<_> = limited.iter().collect();
+        l.sort_by_key(|f| std::cmp::Reverse(f.received));
+        l.iter().take(3).map(|f| format!("{} {}", f.dst, crate::units::fmt_bytes(f.received as f64))).collect()
+    };
+    let mut numbers = BTreeMap::from([
+        ("flows_receiving", receiving.len() as f64),
+        ("full_below_maximum_flows", below as f64),
+        ("window_fill_median", lfill_median),
+        ("window_clamp_bytes_median", clamp_median),
+        ("rcv_rtt_ms_median", rtt_median),
+        ("receive_rate_bps_median", rate_median),
+    ]);
+    if let Some(r) = rmem {
+        numbers.insert("tcp_rmem_max", r[2] as f64);
+    }
+    numbers.retain(|_, v| v.is_finite());
+    let rate = if rate_median.is_finite() && rtt_median.is_finite() {
+        format!(
+            ", so at their {rtt_median:.0} ms round trip they received at most about {} (a median)",
+            crate::units::fmt_rate(rate_median)
+        )
+    } else {
+        String::new()
+    };
+    Finding {
+        status: Status::Found,
+        numbers,
+        evidence: format!(
+            "{} of {} flows this host received filled the largest window their receive buffer allowed in a round \
+             trip (median {:.0}%; {}), with the buffer at tcp_rmem's maximum, {}: their window stopped at a median \
+             {}{rate}; the sender could send no faster{below_note}",
+            limited.len(),
+            receiving.len(),
+            lfill_median * 100.0,
+            worst.join(", "),
+            rmem.map_or_else(|| "unknown".into(), |r| crate::units::fmt_bytes(r[2] as f64)),
+            crate::units::fmt_bytes(clamp_median),
+        ),
+        change: rmem.map(|r| {
+            let to = (r[2] * 4).clamp(KERNEL_RMEM_MAX, 64 << 20).max(r[2]);
+            format!(
+                "raise tcp_rmem's maximum (now \"{} {} {}\"): `bbrscope apply --sysctl \
+                 net.ipv4.tcp_rmem=\"{} {} {to}\"{}`; the kernel grows each flow's buffer only as far as it reads \
+                 fast enough to need it; it does not apply to sockets whose application sets SO_RCVBUF itself",
+                r[0], r[1], r[2], r[0], r[1], s.scope
+            )
+        }),
+        ..base
+    }
+}
+
 /// Flows that keep much more written than sent: with `tcp_notsent_lowat` off (the kernel's
 /// default) a writer may fill the whole send buffer ahead of the network, and what it writes
 /// next — a more urgent response on the same HTTP/2 connection, a fresher frame — waits behind
@@ -904,6 +1050,11 @@ mod tests {
             pacing_max_bps: None,
             idle_gaps: 0,
             restarts: vec![],
+            received: 0,
+            rcvbuf: None,
+            rcv_space: None,
+            rcv_rtt_us: None,
+            window_clamp: None,
         }
     }
 
@@ -1032,6 +1183,59 @@ mod tests {
         assert!(finding.change.as_deref().unwrap().contains("\"4096 16384 16777216\""), "{finding:?}");
         assert_eq!(send_buffer(&[&ok], &settings()).status, Status::None);
         assert_eq!(send_buffer(&[], &settings()).status, Status::TooFew);
+    }
+
+    /// A download as the tests' 100 ms path gave it: a 64 KB maximum held the window at 40 KB
+    /// and the application read all of it each round trip.
+    fn received(rcvbuf: u32, space: u32, clamp: u32) -> FlowFacts {
+        FlowFacts {
+            received: 3_000_000,
+            rcvbuf: Some(rcvbuf),
+            rcv_space: Some(space),
+            rcv_rtt_us: Some(101_000),
+            window_clamp: Some(clamp),
+            ..flow(100, 100)
+        }
+    }
+
+    #[test]
+    fn a_full_window_at_the_receive_buffers_maximum_is_found() {
+        let mut s = settings();
+        s.knobs.tcp_rmem = Some([4096, 65536, 65536]);
+        let held = received(65536, 41_992, 40_960);
+        let f = receive_buffer(&[&held], &s);
+        assert_eq!((f.status, f.flows, f.affected), (Status::Found, 1, 1), "{f:?}");
+        assert_eq!(f.numbers["window_clamp_bytes_median"], 40_960.0);
+        // 41,992 bytes a round trip of 101 ms.
+        assert!((f.numbers["receive_rate_bps_median"] - 3_326_099.0).abs() < 1.0, "{f:?}");
+        assert!(f.change.as_deref().unwrap().contains("net.ipv4.tcp_rmem=\"4096 65536 6291456\""), "{f:?}");
+        // A larger maximum already: four times it.
+        s.knobs.tcp_rmem = Some([4096, 131_072, 6 << 20]);
+        let big = FlowFacts { received: 1 << 30, ..received(6 << 20, 4 << 20, 4 << 20) };
+        let f = receive_buffer(&[&big], &s);
+        assert!(f.change.as_deref().unwrap().contains("\"4096 131072 25165824\""), "{f:?}");
+    }
+
+    #[test]
+    fn a_window_the_reader_leaves_unfilled_or_below_the_maximum_is_not_the_settings_doing() {
+        let mut s = settings();
+        s.knobs.tcp_rmem = Some([4096, 131_072, 6 << 20]);
+        // The kernel's maximum on the same path: the buffer grew to 2.2 MB, a fifth of the
+        // window read per round trip.
+        let free = received(2_202_249, 269_328, 1_376_405);
+        let f = receive_buffer(&[&free], &s);
+        assert_eq!((f.status, f.affected, f.numbers["full_below_maximum_flows"]), (Status::None, 0, 0.0), "{f:?}");
+        // A full window below the maximum (SO_RCVBUF set by the application).
+        let locked = received(65536, 41_992, 40_960);
+        let f = receive_buffer(&[&locked], &s);
+        assert_eq!((f.status, f.affected, f.numbers["full_below_maximum_flows"]), (Status::None, 0, 1.0), "{f:?}");
+        // A slow reader at the maximum: the window is not full.
+        s.knobs.tcp_rmem = Some([4096, 65536, 65536]);
+        let slow = received(65536, 12_000, 40_960);
+        assert_eq!(receive_buffer(&[&slow], &s).status, Status::None);
+        // Less than twice the window received, or a flow that only sent: too few.
+        let small = FlowFacts { received: 60_000, ..received(65536, 41_992, 40_960) };
+        assert_eq!(receive_buffer(&[&small, &flow(1 << 20, 100)], &s).status, Status::TooFew);
     }
 
     #[test]

@@ -154,6 +154,16 @@ pub struct Metrics {
     pub sndbuf_bytes: Option<u32>,
     pub wmem_queued_bytes: Option<u32>,
     pub notsent_bytes: Option<u32>,
+    /// The receive side: the receive buffer (`ss -m`'s `rb`, `sk_rcvbuf`); the most the
+    /// application read in one of the receiver's round trips (`rcv_space` in ss and tcp_info:
+    /// what the kernel sizes the buffer from); the receiver's RTT estimate (`rcv_rtt`, 0 until
+    /// data arrived); the window the receiver may grow its advertisement to now (`rcv_ssthresh`)
+    /// and the largest it may ever advertise (`window_clamp`, set by the buffer).
+    pub rcvbuf_bytes: Option<u32>,
+    pub rcv_space_bytes: Option<u32>,
+    pub rcv_rtt_us: Option<u32>,
+    pub rcv_ssthresh_bytes: Option<u32>,
+    pub window_clamp_bytes: Option<u32>,
     pub bbr: Option<Bbr>,
     pub cubic: Option<Cubic>,
 }
@@ -545,6 +555,11 @@ impl Decoder<'_> {
                 (Some(w), Some(n)) => Some(w.wrapping_sub(n)).filter(|&b| i32::try_from(b).is_ok()),
                 _ => None,
             },
+            rcvbuf_bytes: g32(Field::SkRcvbuf),
+            rcv_space_bytes: g32(Field::RcvSpace),
+            rcv_rtt_us: g32(Field::RcvRtt).map(|v| v >> 3),
+            rcv_ssthresh_bytes: g32(Field::RcvSsthresh),
+            window_clamp_bytes: g32(Field::WindowClamp),
             bbr: (cc == "bbr").then(|| self.bbr(ca_priv, mss)).flatten(),
             cubic: (cc == "cubic").then(|| self.cubic(ca_priv)).flatten(),
         }

@@ -295,6 +295,11 @@ fn sample(s: &Socket, now: u64, bbr_v1: bool) -> Option<SampleEvent> {
         sndbuf_bytes: None,
         wmem_queued_bytes: None,
         notsent_bytes: None,
+        rcvbuf_bytes: None,
+        rcv_space_bytes: Some(i.rcv_space),
+        rcv_rtt_us: Some(i.rcv_rtt_us),
+        rcv_ssthresh_bytes: Some(i.rcv_ssthresh),
+        window_clamp_bytes: None,
         bbr,
         cubic: None,
     };

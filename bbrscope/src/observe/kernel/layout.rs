@@ -53,6 +53,15 @@ pub enum Field {
     SkWmemQueued,
     WriteSeq,
     SndNxt,
+    /// The receive side (`ss -m`'s `rb`; tcp_info's `rcv_space`, `rcv_rtt`, `rcv_ssthresh`):
+    /// the receive buffer, the most the application read in one of the receiver's round trips
+    /// (what autotuning sizes the buffer from), the receiver's RTT estimate (in 1/8 µs), the
+    /// window it may grow its advertisement to now, and the largest it may ever advertise.
+    SkRcvbuf,
+    RcvSpace,
+    RcvRtt,
+    RcvSsthresh,
+    WindowClamp,
 }
 
 /// Where each [`Field`] lives, as (struct, member path) in BTF. All of these structs start at the
@@ -93,6 +102,11 @@ pub const FIELDS: &[(Field, &str, &str)] = &[
     (Field::SkWmemQueued, "sock", "sk_wmem_queued"),
     (Field::WriteSeq, "tcp_sock", "write_seq"),
     (Field::SndNxt, "tcp_sock", "snd_nxt"),
+    (Field::SkRcvbuf, "sock", "sk_rcvbuf"),
+    (Field::RcvSpace, "tcp_sock", "rcvq_space.space"),
+    (Field::RcvRtt, "tcp_sock", "rcv_rtt_est.rtt_us"),
+    (Field::RcvSsthresh, "tcp_sock", "rcv_ssthresh"),
+    (Field::WindowClamp, "tcp_sock", "window_clamp"),
 ];
 
 /// How to get a value out of the bytes the kernel copied: shift and width in bits.

@@ -305,6 +305,11 @@ fn metrics(o: &mut Obj, m: &Metrics) {
         .field(k!("sndbuf_bytes"), m.sndbuf_bytes)
         .field(k!("wmem_queued_bytes"), m.wmem_queued_bytes)
         .field(k!("notsent_bytes"), m.notsent_bytes)
+        .field(k!("rcvbuf_bytes"), m.rcvbuf_bytes)
+        .field(k!("rcv_space_bytes"), m.rcv_space_bytes)
+        .field(k!("rcv_rtt_us"), m.rcv_rtt_us)
+        .field(k!("rcv_ssthresh_bytes"), m.rcv_ssthresh_bytes)
+        .field(k!("window_clamp_bytes"), m.window_clamp_bytes)
         .object(k!("bbr"), m.bbr.as_ref(), |o, b: &Bbr| {
             o.field(k!("mode"), &b.mode)
                 .field(k!("bw_bps"), b.bw_bps)
@@ -578,6 +583,11 @@ mod tests {
             sndbuf_bytes: Some(87_040),
             wmem_queued_bytes: Some(46_080),
             notsent_bytes: Some(0),
+            rcvbuf_bytes: Some(131_072),
+            rcv_space_bytes: Some(14_480),
+            rcv_rtt_us: Some(0),
+            rcv_ssthresh_bytes: Some(64_088),
+            window_clamp_bytes: Some(64_088),
             bbr: Some(Bbr {
                 mode: Some("probe_bw".into()),
                 bw_bps: Some(9_000_000),
