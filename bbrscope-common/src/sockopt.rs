@@ -169,6 +169,22 @@ pub fn send_buffer(fd: impl AsFd) -> io::Result<usize> {
     rustix::net::sockopt::socket_send_buffer_size(fd).map_err(io::Error::from)
 }
 
+/// The socket's receive buffer (`SO_RCVBUF`: the kernel's `sk_rcvbuf`, as autotuning left it).
+pub fn receive_buffer(fd: impl AsFd) -> io::Result<usize> {
+    rustix::net::sockopt::socket_recv_buffer_size(fd).map_err(io::Error::from)
+}
+
+/// The largest window the socket may advertise (`TCP_WINDOW_CLAMP`: the kernel's
+/// `window_clamp`, which autotuning sets from the receive buffer).
+pub fn window_clamp(fd: impl AsFd) -> io::Result<u32> {
+    let mut buf = [0u8; 4];
+    let len = get(fd, libc::IPPROTO_TCP, libc::TCP_WINDOW_CLAMP, &mut buf)?;
+    if len != 4 {
+        return Err(io::Error::new(io::ErrorKind::InvalidData, std::format!("TCP_WINDOW_CLAMP of {len} bytes")));
+    }
+    Ok(u32::from_ne_bytes(buf))
+}
+
 /// Sets `SO_SNDBUF` (the kernel doubles what is asked and stops autotuning the buffer).
 pub fn set_send_buffer(fd: impl AsFd, bytes: usize) -> io::Result<()> {
     rustix::net::sockopt::set_socket_send_buffer_size(fd, bytes).map_err(io::Error::from)

@@ -3,12 +3,14 @@
 mod common;
 
 use std::{
+    io::{Read as _, Write as _},
     net::{SocketAddr, TcpListener, TcpStream},
     process::Stdio,
     thread,
     time::{Duration, SystemTime, UNIX_EPOCH},
 };
 
+use bbrscope::sys::sockopt;
 use common::*;
 use serde_json::Value;
 
@@ -112,6 +114,56 @@ fn samples_report_the_send_buffer_the_socket_has() {
         assert!(u(&s["notsent_bytes"]) <= sndbuf && u(&s["wmem_queued_bytes"]) <= 2 * sndbuf, "{s}");
     }
     assert!(samples.iter().any(|s| u(&s["wmem_queued_bytes"]) > 0), "a bulk sender has data queued");
+}
+
+/// The receive side as the socket has it when a download ends: the client's last record (its
+/// close) reports the receive buffer, the window clamp, rcv_space, rcv_rtt and rcv_ssthresh that
+/// getsockopt gives once everything was read (none of them changes after the last read).
+#[test]
+fn a_download_closes_with_the_receive_side_the_socket_has() {
+    require_root();
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    let stream = Stream::start(&["--port", &addr.port().to_string(), "--interval", "10"]);
+    let server = std::thread::spawn(move || {
+        let (mut s, _) = listener.accept().unwrap();
+        let mut req = [0u8; 4];
+        s.read_exact(&mut req).unwrap();
+        // The request is acked on its own (a delayed ACK, 40 ms): the client's RTT callback, and
+        // with it a sample, so the flow is shown live and ends with a `flow_close` (a flow that
+        // closes before its first sample is its summary alone).
+        thread::sleep(Duration::from_millis(100));
+        s.write_all(&vec![0x5a; 8 << 20]).unwrap();
+    });
+    // A request, then the response: the client sends data, as any download's does.
+    let mut c = TcpStream::connect(addr).unwrap();
+    c.write_all(b"GET\n").unwrap();
+    let mut got = Vec::new();
+    c.read_to_end(&mut got).unwrap();
+    server.join().unwrap();
+    assert_eq!(got.len(), 8 << 20);
+    let (info, rcvbuf, clamp) =
+        (tcp_info(&c), sockopt::receive_buffer(&c).unwrap() as u64, u64::from(sockopt::window_clamp(&c).unwrap()));
+    let local = c.local_addr().unwrap();
+    drop(c);
+    let mut stream = stream;
+    let close =
+        stream.wait_for(Duration::from_secs(10), |r| r["type"] == "flow_close" && r["src"] == local.to_string());
+    let (code, _, stderr) = stream.stop();
+    assert_eq!(code, 0, "stderr: {stderr}");
+    let said = [
+        u(&close["rcvbuf_bytes"]),
+        u(&close["window_clamp_bytes"]),
+        u(&close["rcv_space_bytes"]),
+        u(&close["rcv_rtt_us"]),
+        u(&close["rcv_ssthresh_bytes"]),
+    ];
+    let truth =
+        [rcvbuf, clamp, u64::from(info.rcv_space), u64::from(info.rcv_rtt_us), u64::from(info.rcv_ssthresh)];
+    assert_eq!(said, truth, "rcvbuf, window_clamp, rcv_space, rcv_rtt, rcv_ssthresh: {close}");
+    // Autotuning ran: the buffer grew past tcp_rmem's default. (The FIN counts in
+    // bytes_received.)
+    assert!(rcvbuf > 131_072 && info.bytes_received == (8 << 20) + 1, "{info:?}");
 }
 
 #[test]
