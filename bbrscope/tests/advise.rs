@@ -263,6 +263,13 @@ fn ip(args: &[&str]) -> anyhow::Result<String> {
     Ok(String::from_utf8_lossy(&o.stdout).into_owned())
 }
 
+/// A sysctl of namespace `ns` (`"net/ipv4/tcp_rmem"`), its fields one space apart.
+fn sysctl_of(ns: &bbrscope::demo::emulator::Netns, key: &str) -> String {
+    let path = format!("/proc/sys/{key}");
+    let v = ns.run(move || Ok(std::fs::read_to_string(path)?)).unwrap();
+    v.split_whitespace().collect::<Vec<_>>().join(" ")
+}
+
 /// One bulk response of `size` bytes over `link` on a fresh connection, sent with `cc`; the
 /// server's TCP_INFO once it was acked.
 fn bulk(link: &Link, port: u16, size: usize, cc: &'static str) -> TcpInfo {
@@ -311,8 +318,7 @@ fn a_receive_window_smaller_than_the_path_is_measured_as_the_kernel_counts_it() 
     // most of the time. (A small tcp_wmem on the server is not a cause here: on this path a 128 KB
     // maximum let 968 KB go unacknowledged, the device taking GSO segments that grow past the
     // buffer check, and the kernel counted no send-buffer-limited time.)
-    let (path, value) = ("/proc/sys/net/ipv4/tcp_rmem", "4096 16384 16384");
-    link.receiver.run(move || Ok(std::fs::write(path, value)?)).unwrap();
+    link.receiver.sysctl("net/ipv4/tcp_rmem", "4096 16384 16384").unwrap();
     let port = port_for(42_000);
     let advise = start_advise(port, 12);
     let info = bulk(&link, port, 1_000_000, "cubic");
@@ -370,13 +376,13 @@ fn keepalive_gaps_restart_the_window_unless_slow_start_after_idle_is_off() {
     assert!((4.0..=5.0).contains(&restarts), "{f:#}");
     let change = f["change"].as_str().unwrap();
     assert!(change.contains("`bbrscope apply --sysctl net.ipv4.tcp_slow_start_after_idle=0 --netns "), "{f:#}");
-    let idle = || link.sender.run(|| Ok(std::fs::read_to_string("/proc/sys/net/ipv4/tcp_slow_start_after_idle")?));
-    assert_eq!(idle().unwrap().trim(), "1");
+    let idle = || sysctl_of(&link.sender, "net/ipv4/tcp_slow_start_after_idle");
+    assert_eq!(idle(), "1");
 
     // The change as given, run: status says the advice's setting changed since; the same
     // keep-alive client then has no restart to find.
     let applied = run_change(change, root.path());
-    assert_eq!(idle().unwrap().trim(), "0");
+    assert_eq!(idle(), "0");
     let kept = status_advice(root.path());
     let want = format!("{}: tcp_slow_start_after_idle 1 -> 0", f["netns"].as_str().unwrap());
     assert_eq!(kept["changed_since"], serde_json::json!([want]), "{kept:#}");
@@ -391,7 +397,7 @@ fn keepalive_gaps_restart_the_window_unless_slow_start_after_idle_is_off() {
     assert_eq!(f["status"], "none", "{f:#}");
     assert_eq!(f["numbers"]["restarts"], 0.0, "{f:#}");
     revert_change(&applied, root.path());
-    assert_eq!(idle().unwrap().trim(), "1", "revert restores the namespace's own value");
+    assert_eq!(idle(), "1", "revert restores the namespace's own value");
 }
 
 /// The advice `bbrscope status --json --root ROOT` shows.
@@ -414,11 +420,8 @@ fn a_send_buffer_smaller_than_the_path_is_found_and_the_change_fixes_it() {
     let link = path(44, 60);
     link.sender.run(|| ip(&["link", "set", "dev", "emu0", "gso_max_segs", "1"])).unwrap();
     let small = "4096 16384 65536";
-    link.sender.run(move || Ok(std::fs::write("/proc/sys/net/ipv4/tcp_wmem", small)?)).unwrap();
-    let wmem = || {
-        let v = link.sender.run(|| Ok(std::fs::read_to_string("/proc/sys/net/ipv4/tcp_wmem")?)).unwrap();
-        v.split_whitespace().collect::<Vec<_>>().join(" ")
-    };
+    link.sender.sysctl("net/ipv4/tcp_wmem", small).unwrap();
+    let wmem = || sysctl_of(&link.sender, "net/ipv4/tcp_wmem");
     let port = port_for(44_000);
     let (before, f, info) = advised_bulk(&link, port, 3_000_000, "cubic", 16, "send_buffer");
     assert_eq!((f["status"].as_str(), f["affected"].as_u64()), (Some("found"), Some(1)), "{f:#}");
@@ -482,7 +485,7 @@ fn initial_window_gains_nothing(
 ) {
     let link = path(index, 100);
     if let Some(rmem) = client_rmem {
-        link.receiver.run(move || Ok(std::fs::write("/proc/sys/net/ipv4/tcp_rmem", rmem)?)).unwrap();
+        link.receiver.sysctl("net/ipv4/tcp_rmem", rmem).unwrap();
     }
     let port = port_for(u16::from(index) * 1000);
     let (tx, _rx) = std::sync::mpsc::channel();
@@ -542,10 +545,7 @@ fn keepalive_responses_that_fit_the_buffer_are_not_send_buffer_bound() {
 fn a_deep_unsent_queue_is_found_and_the_low_water_mark_bounds_it() {
     require_root();
     let link = path(48, 60);
-    let lowat = || {
-        let v = link.sender.run(|| Ok(std::fs::read_to_string("/proc/sys/net/ipv4/tcp_notsent_lowat")?)).unwrap();
-        v.trim().to_string()
-    };
+    let lowat = || sysctl_of(&link.sender, "net/ipv4/tcp_notsent_lowat");
     let default = lowat();
     let port = port_for(48_000);
     let (before, f, _) = advised_bulk(&link, port, 6_000_000, "cubic", 12, "unsent_queue");
@@ -758,11 +758,8 @@ fn a_receive_buffer_smaller_than_the_path_is_found_and_the_change_fixes_it() {
     require_root();
     let link = path(52, 100);
     let small = "4096 65536 65536";
-    link.receiver.run(move || Ok(std::fs::write("/proc/sys/net/ipv4/tcp_rmem", small)?)).unwrap();
-    let rmem = || {
-        let v = link.receiver.run(|| Ok(std::fs::read_to_string("/proc/sys/net/ipv4/tcp_rmem")?)).unwrap();
-        v.split_whitespace().collect::<Vec<_>>().join(" ")
-    };
+    link.receiver.sysctl("net/ipv4/tcp_rmem", small).unwrap();
+    let rmem = || sysctl_of(&link.receiver, "net/ipv4/tcp_rmem");
     let port = port_for(52_000);
     let rwnd_share = |i: &TcpInfo| i.rwnd_limited_us.unwrap() as f64 / i.busy_us.unwrap() as f64;
     let (before, f, info) = advised_download(&link, port, 16);
@@ -824,7 +821,7 @@ fn a_client_that_reads_slowly_is_not_held_back_by_its_receive_buffer() {
     let port = port_for(53_000);
     let mut times = Vec::new();
     for (i, rmem) in ["4096 65536 65536", "4096 65536 6291456"].into_iter().enumerate() {
-        link.receiver.run(move || Ok(std::fs::write("/proc/sys/net/ipv4/tcp_rmem", rmem)?)).unwrap();
+        link.receiver.sysctl("net/ipv4/tcp_rmem", rmem).unwrap();
         let port = port + i as u16;
         let advise = start_advise(port, 10);
         let (tx, rx) = std::sync::mpsc::channel();
@@ -841,7 +838,7 @@ fn a_client_that_reads_slowly_is_not_held_back_by_its_receive_buffer() {
             assert!(share > 0.5, "the server waits on the client's window: {info:?}");
         }
     }
-    eprintln!("a slow reader with tcp_rmem's maximum at 64 KB, then 6 MB: {:.2?}", times);
+    eprintln!("a slow reader with tcp_rmem's maximum at 64 KB, then 6 MB: {times:.2?}");
     let ratio = times[1].as_secs_f64() / times[0].as_secs_f64();
     assert!((0.85..1.15).contains(&ratio), "the buffer was not the bound: {times:?}");
 }

@@ -158,8 +158,7 @@ fn a_download_closes_with_the_receive_side_the_socket_has() {
         u(&close["rcv_rtt_us"]),
         u(&close["rcv_ssthresh_bytes"]),
     ];
-    let truth =
-        [rcvbuf, clamp, u64::from(info.rcv_space), u64::from(info.rcv_rtt_us), u64::from(info.rcv_ssthresh)];
+    let truth = [rcvbuf, clamp, u64::from(info.rcv_space), u64::from(info.rcv_rtt_us), u64::from(info.rcv_ssthresh)];
     assert_eq!(said, truth, "rcvbuf, window_clamp, rcv_space, rcv_rtt, rcv_ssthresh: {close}");
     // Autotuning ran: the buffer grew past tcp_rmem's default. (The FIN counts in
     // bytes_received.)

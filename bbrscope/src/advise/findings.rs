@@ -217,6 +217,23 @@ impl Finding {
     pub fn title(&self) -> &'static str {
         self.check.title()
     }
+
+    /// The finding of `check` over all flows of namespace `s`, before the check says more: too
+    /// few flows, nothing measured.
+    fn too_few(check: Check, s: &Settings, flows: usize, affected: usize) -> Finding {
+        Finding {
+            check,
+            status: Status::TooFew,
+            netns: s.netns.clone(),
+            netns_ino: s.netns_ino,
+            group: "all flows".into(),
+            flows,
+            affected,
+            numbers: BTreeMap::new(),
+            evidence: String::new(),
+            change: None,
+        }
+    }
 }
 
 /// Round trips slow start needs to deliver `segs` segments from an initial window of `iw` (the
@@ -233,6 +250,22 @@ pub fn rounds(segs: u64, iw: u32) -> u32 {
 
 fn median(v: &mut [f64]) -> f64 {
     crate::quantile::type7(sorted(v), 0.5)
+}
+
+/// The median, or NaN (left out of a finding's numbers) when there is nothing to take it of.
+fn median_or_nan(v: &mut [f64]) -> f64 {
+    if v.is_empty() { f64::NAN } else { median(v) }
+}
+
+/// The three flows with the most of `key`, each as its peer and `label`: the ones a finding names.
+fn most<'a>(
+    flows: impl Iterator<Item = &'a FlowFacts>,
+    key: impl Fn(&FlowFacts) -> f64,
+    label: impl Fn(&FlowFacts) -> String,
+) -> Vec<String> {
+    let mut l: Vec<&FlowFacts> = flows.collect();
+    l.sort_by(|a, b| key(b).total_cmp(&key(a)));
+    l.iter().take(3).map(|f| format!("{} {}", f.dst, label(f))).collect()
 }
 
 fn sorted(v: &mut [f64]) -> &[f64] {
@@ -478,18 +511,7 @@ pub fn send_buffer(flows: &[&FlowFacts], s: &Settings) -> Finding {
         busy.iter().map(|f| share(f, f.rwnd_limited_us)).filter(|&s| s >= LIMITED_SHARE).collect();
     let rwnd = rwnd_shares.len();
     let rwnd_median = if rwnd_shares.is_empty() { 0.0 } else { median(&mut rwnd_shares) };
-    let base = Finding {
-        check: Check::SendBuffer,
-        status: Status::TooFew,
-        netns: s.netns.clone(),
-        netns_ino: s.netns_ino,
-        group: "all flows".into(),
-        flows: busy.len(),
-        affected: limited.len(),
-        numbers: BTreeMap::new(),
-        evidence: String::new(),
-        change: None,
-    };
+    let base = Finding::too_few(Check::SendBuffer, s, busy.len(), limited.len());
     if busy.is_empty() {
         return Finding {
             evidence: "no flow kept data in flight for 10 ms or more (nothing to say about buffers)".into(),
@@ -541,12 +563,8 @@ pub fn send_buffer(flows: &[&FlowFacts], s: &Settings) -> Finding {
     let mut rtts: Vec<f64> = limited.iter().filter_map(|f| Some(f64::from(f.min_rtt_us?) / 1e3)).collect();
     let share_median = median(&mut shares);
     let bdp_max = sorted(&mut bdps).last().copied().unwrap_or(0.0);
-    let rtt_median = if rtts.is_empty() { f64::NAN } else { median(&mut rtts) };
-    let worst: Vec<String> = {
-        let mut l: Vec<_> = limited.iter().collect();
-        l.sort_by(|a, b| sndbuf_share(b).total_cmp(&sndbuf_share(a)));
-        l.iter().take(3).map(|f| format!("{} {:.0}%", f.dst, sndbuf_share(f) * 100.0)).collect()
-    };
+    let rtt_median = median_or_nan(&mut rtts);
+    let worst = most(limited.iter().map(|f| ***f), sndbuf_share, |f| format!("{:.0}%", sndbuf_share(f) * 100.0));
     let mut numbers = BTreeMap::from([
         ("flows_busy", busy.len() as f64),
         ("full_below_maximum_flows", below as f64),
@@ -603,13 +621,16 @@ pub fn send_buffer(flows: &[&FlowFacts], s: &Settings) -> Finding {
 /// Flows this host received whose window stopped at what `tcp_rmem`'s maximum allows, and was
 /// full: the sender could send no faster than that window per round trip.
 pub fn receive_buffer(flows: &[&FlowFacts], s: &Settings) -> Finding {
-    // A flow that received less than twice its largest window was never held back by it.
+    // A flow that received no more than twice what it read in its busiest round trip took a
+    // round trip or two: its window never held it back. (Not twice its window: autotuning grows
+    // an unhindered flow's window to twice what it reads, so a transfer of a few such windows
+    // would be left out as too short.)
     let receiving: Vec<&&FlowFacts> = flows
         .iter()
         .filter(|f| {
-            f.rcv_space.is_some()
-                && f.rcvbuf.is_some()
-                && f.window_clamp.is_some_and(|w| w > 0 && f.received > 2 * u64::from(w))
+            f.rcvbuf.is_some()
+                && f.window_clamp.is_some_and(|w| w > 0)
+                && f.rcv_space.is_some_and(|r| r > 0 && f.received > 2 * u64::from(r))
         })
         .collect();
     let rmem = s.knobs.tcp_rmem;
@@ -624,21 +645,10 @@ pub fn receive_buffer(flows: &[&FlowFacts], s: &Settings) -> Finding {
     let full: Vec<&&&FlowFacts> = receiving.iter().filter(|f| fill(f) >= WINDOW_FULL).collect();
     let limited: Vec<&&&FlowFacts> = full.iter().copied().filter(|f| at_ceiling(f)).collect();
     let below = full.len() - limited.len();
-    let base = Finding {
-        check: Check::ReceiveBuffer,
-        status: Status::TooFew,
-        netns: s.netns.clone(),
-        netns_ino: s.netns_ino,
-        group: "all flows".into(),
-        flows: receiving.len(),
-        affected: limited.len(),
-        numbers: BTreeMap::new(),
-        evidence: String::new(),
-        change: None,
-    };
+    let base = Finding::too_few(Check::ReceiveBuffer, s, receiving.len(), limited.len());
     if receiving.is_empty() {
         return Finding {
-            evidence: "no flow received more than twice the largest window it could advertise (nothing to say \
+            evidence: "no flow received more than twice what it read in its busiest round trip (nothing to say \
                        about receive buffers)"
                 .into(),
             ..base
@@ -663,8 +673,8 @@ pub fn receive_buffer(flows: &[&FlowFacts], s: &Settings) -> Finding {
                 ("window_fill_median", fill_median),
             ]),
             evidence: format!(
-                "none of {} flows that received more than twice their window filled a window at tcp_rmem's maximum \
-                 (the application read a median {:.0}% of the largest window per round trip){below_note}",
+                "none of {} flows that received for more than a round trip or two filled a window at tcp_rmem's \
+                 maximum (the application read a median {:.0}% of the largest window per round trip){below_note}",
                 receiving.len(),
                 fill_median * 100.0
             ),
@@ -673,20 +683,18 @@ pub fn receive_buffer(flows: &[&FlowFacts], s: &Settings) -> Finding {
     }
     let mut clamps: Vec<f64> = limited.iter().filter_map(|f| Some(f64::from(f.window_clamp?))).collect();
     let mut rtts: Vec<f64> = limited.iter().filter_map(|f| Some(f64::from(f.rcv_rtt_us?) / 1e3)).collect();
-    let mut rates: Vec<f64> = limited
-        .iter()
-        .filter_map(|f| Some(f64::from(f.rcv_space?) * 8.0 / (f64::from(f.rcv_rtt_us?) / 1e6)))
-        .collect();
+    let mut rates: Vec<f64> =
+        limited.iter().filter_map(|f| Some(f64::from(f.rcv_space?) * 8.0 / (f64::from(f.rcv_rtt_us?) / 1e6))).collect();
     let clamp_median = median(&mut clamps);
-    let rtt_median = if rtts.is_empty() { f64::NAN } else { median(&mut rtts) };
-    let rate_median = if rates.is_empty() { f64::NAN } else { median(&mut rates) };
+    let rtt_median = median_or_nan(&mut rtts);
+    let rate_median = median_or_nan(&mut rates);
     let mut lfills: Vec<f64> = limited.iter().map(|f| fill(f)).collect();
     let lfill_median = median(&mut lfills);
-    let worst: Vec<String> = {
-        let mut l: Vec<_> = limited.iter().collect();
-        l.sort_by_key(|f| std::cmp::Reverse(f.received));
-        l.iter().take(3).map(|f| format!("{} {}", f.dst, crate::units::fmt_bytes(f.received as f64))).collect()
-    };
+    let worst = most(
+        limited.iter().map(|f| ***f),
+        |f| f.received as f64,
+        |f| format!("{} received", crate::units::fmt_bytes(f.received as f64)),
+    );
     let mut numbers = BTreeMap::from([
         ("flows_receiving", receiving.len() as f64),
         ("full_below_maximum_flows", below as f64),
@@ -748,18 +756,7 @@ pub fn unsent_queue(flows: &[&FlowFacts], s: &Settings) -> Finding {
         })
         .collect();
     let lowat = s.knobs.tcp_notsent_lowat;
-    let base = Finding {
-        check: Check::UnsentQueue,
-        status: Status::TooFew,
-        netns: s.netns.clone(),
-        netns_ino: s.netns_ino,
-        group: "all flows".into(),
-        flows: sending.len(),
-        affected: deep.len(),
-        numbers: BTreeMap::new(),
-        evidence: String::new(),
-        change: None,
-    };
+    let base = Finding::too_few(Check::UnsentQueue, s, sending.len(), deep.len());
     let setting = match lowat {
         Some(l) if l >= u64::from(u32::MAX) => "tcp_notsent_lowat is off (4294967295)".to_string(),
         Some(l) => format!("tcp_notsent_lowat is {l}"),
@@ -777,7 +774,7 @@ pub fn unsent_queue(flows: &[&FlowFacts], s: &Settings) -> Finding {
         let mut unsent: Vec<f64> = sending.iter().filter_map(|f| f.unsent_median).collect();
         let mut wait: Vec<f64> = sending.iter().filter_map(|f| f.unsent_wait_ms_median).collect();
         let u = median(&mut unsent);
-        let w = if wait.is_empty() { f64::NAN } else { median(&mut wait) };
+        let w = median_or_nan(&mut wait);
         numbers.extend([("unsent_bytes_median", u), ("unsent_wait_ms_median", w)]);
         numbers.retain(|_, v| v.is_finite());
         let why = if deep.is_empty() {
@@ -834,18 +831,7 @@ pub fn idle_restart(flows: &[&FlowFacts], s: &Settings) -> Finding {
     let keepalive: Vec<&&FlowFacts> = flows.iter().filter(|f| f.idle_gaps > 0 && !f.is_bbr()).collect();
     let restarts: Vec<_> = keepalive.iter().flat_map(|f| f.restarts.iter().map(move |r| (r, f.min_rtt_us))).collect();
     let affected = keepalive.iter().filter(|f| !f.restarts.is_empty()).count();
-    let base = Finding {
-        check: Check::IdleRestart,
-        status: Status::TooFew,
-        netns: s.netns.clone(),
-        netns_ino: s.netns_ino,
-        group: "all flows".into(),
-        flows: keepalive.len(),
-        affected,
-        numbers: BTreeMap::new(),
-        evidence: String::new(),
-        change: None,
-    };
+    let base = Finding::too_few(Check::IdleRestart, s, keepalive.len(), affected);
     let setting = match s.knobs.tcp_slow_start_after_idle {
         Some(true) => "tcp_slow_start_after_idle is 1",
         Some(false) => "tcp_slow_start_after_idle is 0",
@@ -884,7 +870,7 @@ pub fn idle_restart(flows: &[&FlowFacts], s: &Settings) -> Finding {
         })
         .collect();
     let (b, a, rt) = (median(&mut before), median(&mut after), median(&mut cost_rtts));
-    let ms = if cost_ms.is_empty() { f64::NAN } else { median(&mut cost_ms) };
+    let ms = median_or_nan(&mut cost_ms);
     let mut numbers = BTreeMap::from([
         ("keepalive_flows", keepalive.len() as f64),
         ("restarts", restarts.len() as f64),
@@ -922,18 +908,7 @@ pub fn idle_restart(flows: &[&FlowFacts], s: &Settings) -> Finding {
 /// save is CPU time in TCP's timers, which the observer does not measure).
 pub fn pacing(flows: &[&FlowFacts], s: &Settings) -> Finding {
     let bbr: Vec<&&FlowFacts> = flows.iter().filter(|f| f.is_bbr()).collect();
-    let base = Finding {
-        check: Check::Pacing,
-        status: Status::TooFew,
-        netns: s.netns.clone(),
-        netns_ino: s.netns_ino,
-        group: "all flows".into(),
-        flows: bbr.len(),
-        affected: 0,
-        numbers: BTreeMap::new(),
-        evidence: String::new(),
-        change: None,
-    };
+    let base = Finding::too_few(Check::Pacing, s, bbr.len(), 0);
     if bbr.is_empty() {
         return Finding { evidence: "no flow ran BBR, the algorithm whose model needs pacing".into(), ..base };
     }
@@ -1233,7 +1208,7 @@ mod tests {
         s.knobs.tcp_rmem = Some([4096, 65536, 65536]);
         let slow = received(65536, 12_000, 40_960);
         assert_eq!(receive_buffer(&[&slow], &s).status, Status::None);
-        // Less than twice the window received, or a flow that only sent: too few.
+        // No more than twice what it read in a round trip received, or a flow that only sent: too few.
         let small = FlowFacts { received: 60_000, ..received(65536, 41_992, 40_960) };
         assert_eq!(receive_buffer(&[&small, &flow(1 << 20, 100)], &s).status, Status::TooFew);
     }

@@ -1,7 +1,7 @@
 //! `bbrscope advise`: which TCP settings beyond the algorithm hold this host's flows back — the
-//! initial window against response sizes, the send buffer against the path, unsent data queued
-//! in the socket, the window restart after idle, and what paces BBR flows — each from the flows
-//! observed over a window ([`facts`]) or read from a recording, weighed against their
+//! initial window against response sizes, the send and receive buffers against the path, unsent
+//! data queued in the socket, the window restart after idle, and what paces BBR flows — each from
+//! the flows observed over a window ([`facts`]) or read from a recording, weighed against their
 //! namespace's settings ([`findings`]).
 
 pub(crate) mod facts;

@@ -70,7 +70,7 @@ pub enum Command {
                       guardrail."
     )]
     Experiment(experiment::ExperimentArgs),
-    /// Which settings beyond the algorithm hold this host's flows back (initial window, send buffer, restart after idle), from flows watched for --duration (root)
+    /// Which settings beyond the algorithm hold this host's flows back (initial window, send and receive buffers, unsent queue, restart after idle, pacing), from flows watched for --duration (root)
     #[command(allow_negative_numbers = true)]
     Advise(advise::AdviseArgs),
     /// Switch congestion control for the system, a network namespace, a cgroup or a route: checks, plan, change, proof on a real socket (root)

@@ -31,6 +31,7 @@ const NETEM: &[&str] = &["delay", "5ms", "loss", "1%"];
 const BULK_SECS: f64 = 4.0;
 const V6_SECS: f64 = 3.0;
 const SHORT_BYTES: usize = 10 * 1024;
+const DOWNLOAD_BYTES: usize = 2 << 20;
 /// The algorithm `apply` must load as a module (the host ships it but does not preload it).
 const MODULE_ALGO: &str = "htcp";
 /// The algorithm `apply --netns --allow` must add to the allowed list (another module, so the
@@ -420,6 +421,57 @@ fn short_flow(port: u16) -> Result<(SocketAddr, TcpInfo)> {
     server.join().map_err(|_| anyhow::anyhow!("server panicked"))?
 }
 
+/// What a download's socket says of its receive side once everything was read (none of it
+/// changes after the last read).
+struct Received {
+    local: SocketAddr,
+    info: TcpInfo,
+    rcvbuf: u64,
+    clamp: u64,
+}
+
+/// A download on `port`: a request in two writes 200 ms apart (the second one's ACK is an RTT
+/// callback after the first sample interval: the flow gets a sample and ends with a
+/// `flow_close`, where a flow that closes before its first sample is its summary alone), then
+/// `DOWNLOAD_BYTES` through netem.
+fn download(port: u16) -> Result<Received> {
+    let listener = TcpListener::bind(("127.0.0.1", port))?;
+    let server = thread::spawn(move || -> Result<()> {
+        let (mut s, _) = listener.accept()?;
+        let mut req = [0u8; 4];
+        s.read_exact(&mut req)?;
+        s.write_all(&vec![0x5a; DOWNLOAD_BYTES])?;
+        Ok(())
+    });
+    let mut c = TcpStream::connect(("127.0.0.1", port))?;
+    c.write_all(b"GE")?;
+    thread::sleep(Duration::from_millis(200));
+    c.write_all(b"T\n")?;
+    let mut got = Vec::new();
+    c.read_to_end(&mut got)?;
+    server.join().map_err(|_| anyhow::anyhow!("server panicked"))??;
+    ensure!(got.len() == DOWNLOAD_BYTES, "download: client got {} bytes, not {DOWNLOAD_BYTES}", got.len());
+    Ok(Received {
+        local: c.local_addr()?,
+        info: tcp_info(&c)?,
+        rcvbuf: sockopt::receive_buffer(&c)? as u64,
+        clamp: u64::from(sockopt::window_clamp(&c)?),
+    })
+}
+
+/// The download's `flow_close` reports the receive side getsockopt gave.
+fn check_received(out: &Output, r: &Received) -> (bool, String) {
+    let Some(close) = out.flow("flow_close", &r.local.to_string()).first().copied() else {
+        return (false, format!("no flow_close for the download's client {}", r.local));
+    };
+    let keys = ["rcvbuf_bytes", "window_clamp_bytes", "rcv_space_bytes", "rcv_rtt_us", "rcv_ssthresh_bytes"];
+    let said: Vec<Option<u64>> = keys.iter().map(|k| close[*k].as_u64()).collect();
+    let truth =
+        [r.rcvbuf, r.clamp, u64::from(r.info.rcv_space), u64::from(r.info.rcv_rtt_us), u64::from(r.info.rcv_ssthresh)];
+    let pass = said.iter().zip(truth).all(|(s, t)| *s == Some(t));
+    (pass, format!("{keys:?}: flow_close {said:?}, getsockopt {truth:?}"))
+}
+
 /// A late request to a server that closed with its response still in flight: the server's
 /// kernel resets the connection itself. (server, client) addresses.
 fn late_request(port: u16) -> Result<(SocketAddr, SocketAddr)> {
@@ -678,6 +730,7 @@ fn fidelity(rep: &mut Report, observer: &str, extra: &[&str]) -> Result<Option<S
     // bbrscope (address family, 16-byte addresses): a shorter bbr flow over ::1 through netem.
     let bbr6 = bulk(SocketAddr::from((std::net::Ipv6Addr::LOCALHOST, 5006)), "bbr", V6_SECS);
     let short = short_flow(5003);
+    let received = download(5011);
     let late = late_request(5007);
     let worker = pre_fork_worker(5008, c"bbrs-wk", 1, 0);
     // 40 x 20 KB, 50 ms apart: shown while its socket is open, so /proc names it where the
@@ -727,6 +780,8 @@ fn fidelity(rep: &mut Report, observer: &str, extra: &[&str]) -> Result<Option<S
         }
         Err(e) => rep.test(&p("short_flow"), false, format!("{e:#}")),
     }
+    let (pass, said) = received.map_or_else(|e| (false, format!("{e:#}")), |r| check_received(&out, &r));
+    rep.test(&p("receive_side"), pass, said);
     if path.as_deref() == Some("sockops") {
         match late {
             Ok((server, client)) => rep.check(&p("late_request_end"), check_late(&out, server, client)),
