@@ -29,7 +29,7 @@ pub const CA_PRIV_LEN: usize = 104;
 pub const SPAN_BUF: usize = 4096;
 
 /// The contiguous bytes of the socket (from the socket pointer) that hold every field a sample
-/// copies: the [`FieldSpec`]s, `ca_ops`, `ca_state`, `bytes_acked` and `ca_priv` of
+/// copies: the [`FieldSpec`]s, `ca_ops`, `ca_state`, `bytes_acked`, `ca_priv` and `sk_socket` of
 /// [`SockLayout`]. `off` is a multiple of 8, `len` at most [`SPAN_BUF`].
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -108,6 +108,10 @@ pub struct SockLayout {
     /// `struct socket`, which `socket_alloc` begins with).
     pub sk_socket: u32,
     pub socket_ino: u32,
+    /// `socket.flags` (`SOCK_NOSPACE` and its neighbours), read through `sk_socket` with every
+    /// sample.
+    pub socket_flags: u32,
+    pub _pad: u32,
 }
 
 /// Optional in-kernel filters; each applies only when its bit is set in `flags`.
@@ -260,6 +264,8 @@ impl Config {
                 prior_cwnd: u32::MAX,
                 sk_socket: u32::MAX,
                 socket_ino: u32::MAX,
+                socket_flags: u32::MAX,
+                _pad: 0,
             },
             fields: [FieldSpec { off: 0, len: 0 }; MAX_FIELDS],
             span: Span { off: 0, len: 0 },
@@ -336,6 +342,11 @@ pub struct Sample {
     /// Segments retransmitted since the previous sample whose retransmit records were suppressed
     /// by the per-interval cap (they still count in `total_retrans`).
     pub retrans_coalesced: u32,
+    /// The low bits of the socket's `struct socket` flags (`SOCK_NOSPACE` is bit 2), valid when
+    /// `socket_flags_read` is 1: the application still has the socket (`sk_socket` set) and
+    /// this kernel's BTF names the member.
+    pub socket_flags: u32,
+    pub socket_flags_read: u32,
     pub vals: [u64; MAX_FIELDS],
     pub ca_priv: [u8; CA_PRIV_LEN],
 }

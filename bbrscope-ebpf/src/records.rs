@@ -155,6 +155,7 @@ pub(crate) fn write_sample(
     s.cc = *cc;
     s.acks = st.acks;
     s.retrans_coalesced = st.retrans_coalesced;
+    (s.socket_flags, s.socket_flags_read) = socket_flags(span);
     let mut i = 0;
     while i < MAX_FIELDS {
         s.vals[i] = span.field(conf!(fields[i]));
@@ -169,6 +170,23 @@ pub(crate) fn write_sample(
     st.event_records = 0;
     st.retrans_coalesced = 0;
     count(counter::SAMPLES);
+}
+
+/// The socket's `struct socket` flags and whether they were read: the pointer comes with the
+/// span, the flags cost one read. The writer's own sign that it waits for space in the send
+/// buffer (`SOCK_NOSPACE`, set by `sk_stream_wait_memory` and by `tcp_poll`, cleared once ACKs
+/// free a third of it) is there: a full buffer alone may be a response that fits.
+#[inline(always)]
+fn socket_flags(span: &Span) -> (u32, u32) {
+    let (at, flags) = (conf!(sock.sk_socket), conf!(sock.socket_flags));
+    if at == u32::MAX || flags == u32::MAX {
+        return (0, 0);
+    }
+    let sock = span.bytes(at, 8);
+    if sock == 0 {
+        return (0, 0);
+    }
+    (sock::read::<u64>(sock, flags) as u32, 1)
 }
 
 #[inline(always)]

@@ -818,27 +818,84 @@ fn fetch_slowly(link: &Link, server: SocketAddr, size: usize, piece: usize, gap:
 fn a_client_that_reads_slowly_is_not_held_back_by_its_receive_buffer() {
     require_root();
     let link = path(53, 100);
-    let port = port_for(53_000);
-    let mut times = Vec::new();
-    for (i, rmem) in ["4096 65536 65536", "4096 65536 6291456"].into_iter().enumerate() {
-        link.receiver.sysctl("net/ipv4/tcp_rmem", rmem).unwrap();
-        let port = port + i as u16;
-        let advise = start_advise(port, 10);
-        let (tx, rx) = std::sync::mpsc::channel();
-        let server = serve(&link, port, "cubic", tx);
-        times.push(fetch_slowly(&link, server, 400_000, 4096, Duration::from_millis(40)));
-        let info: TcpInfo = rx.recv_timeout(Duration::from_secs(30)).unwrap();
-        let advice = finish_advise(advise);
-        let f = client_findings(&advice, "receive_buffer", &link);
-        assert_eq!(f.len(), 1, "{advice:#}");
-        assert_eq!((f[0]["status"].as_str(), f[0]["affected"].as_u64()), (Some("none"), Some(0)), "{rmem}: {:#}", f[0]);
-        assert!(f[0]["numbers"]["window_fill_median"].as_f64().unwrap() < 0.5, "{:#}", f[0]);
-        if i == 0 {
-            let share = info.rwnd_limited_us.unwrap() as f64 / info.busy_us.unwrap() as f64;
-            assert!(share > 0.5, "the server waits on the client's window: {info:?}");
-        }
+    let mut infos = Vec::new();
+    let runs =
+        under_each(&link.receiver, "net/ipv4/tcp_rmem", ["4096 65536 65536", "4096 65536 6291456"], 53_000, |port| {
+            let (tx, rx) = std::sync::mpsc::channel();
+            let server = serve(&link, port, "cubic", tx);
+            let took = fetch_slowly(&link, server, 400_000, 4096, Duration::from_millis(40));
+            infos.push(rx.recv_timeout(Duration::from_secs(30)).unwrap());
+            took
+        });
+    for (rmem, _, advice) in &runs {
+        let f = clear(&client_findings(advice, "receive_buffer", &link), rmem);
+        assert!(f["numbers"]["window_fill_median"].as_f64().unwrap() < 0.5, "{f:#}");
     }
-    eprintln!("a slow reader with tcp_rmem's maximum at 64 KB, then 6 MB: {times:.2?}");
+    let share = infos[0].rwnd_limited_us.unwrap() as f64 / infos[0].busy_us.unwrap() as f64;
+    assert!(share > 0.5, "the server waits on the client's window: {:?}", infos[0]);
+    same_time("a slow reader with tcp_rmem's maximum at 64 KB, then 6 MB", &runs);
+}
+
+/// The same scenario (`run`, given a port of its own, returns its time by the client's clock)
+/// with `key` of namespace `ns` at each of `values` in turn, advise watching each: per value,
+/// the setting, the time, and the advice.
+fn under_each<'a>(
+    ns: &bbrscope::demo::emulator::Netns,
+    key: &str,
+    values: [&'a str; 2],
+    base: u16,
+    mut run: impl FnMut(u16) -> Duration,
+) -> Vec<(&'a str, Duration, Value)> {
+    let port = port_for(base);
+    values
+        .into_iter()
+        .enumerate()
+        .map(|(i, value)| {
+            ns.sysctl(key, value).unwrap();
+            let port = port + i as u16;
+            let advise = start_advise(port, 10);
+            let took = run(port);
+            (value, took, finish_advise(advise))
+        })
+        .collect()
+}
+
+/// The one finding a namespace has for a check, found clear with the setting at `setting`.
+fn clear<'a>(f: &[&'a Value], setting: &str) -> &'a Value {
+    assert_eq!(f.len(), 1, "{f:#?}");
+    assert_eq!((f[0]["status"].as_str(), f[0]["affected"].as_u64()), (Some("none"), Some(0)), "{setting}: {:#}", f[0]);
+    f[0]
+}
+
+/// Two runs of the same transfer, the setting raised for the second, took the same time within
+/// 15%: the setting was not what bound it.
+fn same_time(what: &str, runs: &[(&str, Duration, Value)]) {
+    let times: Vec<Duration> = runs.iter().map(|r| r.1).collect();
+    eprintln!("{what}: {times:.2?}");
     let ratio = times[1].as_secs_f64() / times[0].as_secs_f64();
-    assert!((0.85..1.15).contains(&ratio), "the buffer was not the bound: {times:?}");
+    assert!((0.85..1.15).contains(&ratio), "the setting was not the bound: {times:?}");
+}
+
+/// A writer whose chunks fit the buffer: 12 KB every 150 ms into a 32 KB buffer at tcp_wmem's
+/// maximum (the kernel sizes a new connection's buffer to it at once). Every sample with data in
+/// flight finds the buffer more than half full and nothing unsent, which is what a flow bound by
+/// its buffer looks like; but the writer never waits for space (SOCK_NOSPACE stays clear), and by
+/// construction the buffer is not the bound: with a 4 MB maximum the same response takes as long.
+#[test]
+fn a_writer_whose_chunks_fit_the_buffer_is_not_send_buffer_bound() {
+    require_root();
+    let link = path(54, 60);
+    link.sender.run(|| ip(&["link", "set", "dev", "emu0", "gso_max_segs", "1"])).unwrap();
+    let runs =
+        under_each(&link.sender, "net/ipv4/tcp_wmem", ["4096 16384 32768", "4096 16384 4194304"], 54_000, |port| {
+            let (tx, _rx) = std::sync::mpsc::channel();
+            let server = serve_paced(&link, port, "cubic", tx, Some((12_000, Duration::from_millis(150))));
+            let start = Instant::now();
+            fetch(&link, server, 300_000);
+            start.elapsed()
+        });
+    for (wmem, _, advice) in &runs {
+        clear(&findings(advice, "send_buffer", &link), wmem);
+    }
+    same_time("12 KB chunks 150 ms apart with tcp_wmem's maximum at 32 KB, then 4 MB", &runs);
 }

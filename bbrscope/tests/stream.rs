@@ -114,6 +114,8 @@ fn samples_report_the_send_buffer_the_socket_has() {
         assert!(u(&s["notsent_bytes"]) <= sndbuf && u(&s["wmem_queued_bytes"]) <= 2 * sndbuf, "{s}");
     }
     assert!(samples.iter().any(|s| u(&s["wmem_queued_bytes"]) > 0), "a bulk sender has data queued");
+    // A writer as fast as the buffer lets it waits for space (SOCK_NOSPACE) at some samples.
+    assert!(samples.iter().any(|s| s["nospace"] == true), "the writer never waited: {samples:?}");
 }
 
 /// The receive side as the socket has it when a download ends: the client's last record (its

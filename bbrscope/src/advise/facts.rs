@@ -50,8 +50,8 @@ pub struct FlowFacts {
     pub sndbuf_limited_us: Option<u64>,
     pub rwnd_limited_us: Option<u64>,
     /// Of the samples with data in flight, the share in which the send buffer held the flow
-    /// back: at least half full, none of it unsent, the window not full — the application was
-    /// waiting for space. `None` for a flow that never had more to send than the buffer holds
+    /// back: at least half full, none of it unsent, the window not full, and the writer waiting
+    /// for space (`SOCK_NOSPACE`, where known). `None` for a flow that never had more to send than the buffer holds
     /// (twice its largest size), or with fewer than 5 such samples.
     pub buffer_bound_share: Option<f64>,
     /// The largest send buffer (`sk_sndbuf`) a sample saw: the kernel sizes it to about two
@@ -151,7 +151,13 @@ impl Collector {
             if let Some(rate) = m.delivery_rate_bps.filter(|&r| r > 0) {
                 p.unsent_wait_ms.push(f64::from(notsent) * 8.0 / rate as f64 * 1e3);
             }
-            if notsent < mss && u64::from(queued) * 2 >= u64::from(buf) && flight < cwnd {
+            // And the writer waits for space (SOCK_NOSPACE, where the sample could read it): a
+            // writer that put a chunk in and waits on something else also leaves the buffer
+            // full and nothing unsent (measured: 12 KB written every 150 ms into a 32 KB buffer
+            // at tcp_wmem's maximum looked bound in every sample, and a 4 MB maximum changed
+            // nothing). The kernel grows a buffer only for a writer that waited, so such a
+            // buffer is at the maximum only where the maximum is small.
+            if notsent < mss && u64::from(queued) * 2 >= u64::from(buf) && flight < cwnd && m.nospace != Some(false) {
                 p.bound += 1;
             }
         }

@@ -57,6 +57,10 @@ impl CaState {
     }
 }
 
+/// `SOCK_NOSPACE` in `struct socket`'s flags (include/linux/net.h: bit 2 since Linux 2.6; the
+/// kernel matrix checks it on every kernel it boots: a writer blocked on a full buffer has it).
+const SOCK_NOSPACE: u32 = 1 << 2;
+
 /// What every flow record carries.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Head {
@@ -164,6 +168,10 @@ pub struct Metrics {
     pub rcv_rtt_us: Option<u32>,
     pub rcv_ssthresh_bytes: Option<u32>,
     pub window_clamp_bytes: Option<u32>,
+    /// The writer waits for space in the send buffer: the socket's `SOCK_NOSPACE`, set when a
+    /// write found the buffer full (blocking, or told so by poll) and cleared once ACKs free a
+    /// third of it. `None` once the application closed the socket, or where it cannot be read.
+    pub nospace: Option<bool>,
     pub bbr: Option<Bbr>,
     pub cubic: Option<Cubic>,
 }
@@ -470,7 +478,8 @@ impl Decoder<'_> {
 
     fn sample(&self, s: &Sample) -> Box<SampleEvent> {
         let cc = Name::from_kernel(&s.cc);
-        let metrics = self.metrics(&s.vals, &cc, &s.ca_priv, s.hdr.ts_ns);
+        let mut metrics = self.metrics(&s.vals, &cc, &s.ca_priv, s.hdr.ts_ns);
+        metrics.nospace = (s.socket_flags_read != 0).then_some(s.socket_flags & SOCK_NOSPACE != 0);
         Box::new(SampleEvent {
             head: head(&s.hdr),
             closing: s.hdr.kind != kind::SAMPLE,
@@ -560,6 +569,8 @@ impl Decoder<'_> {
             rcv_rtt_us: g32(Field::RcvRtt).map(|v| v >> 3),
             rcv_ssthresh_bytes: g32(Field::RcvSsthresh),
             window_clamp_bytes: g32(Field::WindowClamp),
+            // Read beside the fields, by the sample (see `sample`).
+            nospace: None,
             bbr: (cc == "bbr").then(|| self.bbr(ca_priv, mss)).flatten(),
             cubic: (cc == "cubic").then(|| self.cubic(ca_priv)).flatten(),
         }

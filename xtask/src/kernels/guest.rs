@@ -472,6 +472,23 @@ fn check_received(out: &Output, r: &Received) -> (bool, String) {
     (pass, format!("{keys:?}: flow_close {said:?}, getsockopt {truth:?}"))
 }
 
+/// `nospace` (the socket's SOCK_NOSPACE, bit 2 of `struct socket`'s flags: a constant of the
+/// kernel's source, not of its BTF) on the kernel at hand: the bulk writer, which writes as fast
+/// as it can, waits for space at some samples; the paced writer (20 KB every 50 ms, always room
+/// in its buffer) never does. (A sample after the application closed its socket cannot read it:
+/// null.)
+fn check_nospace(out: &Output, bulk: &str, paced: &str) -> (bool, String) {
+    let count = |src: &str| {
+        let s = out.flow("sample", src);
+        let set = s.iter().filter(|r| r["nospace"] == true).count();
+        let unread = s.iter().filter(|r| r["nospace"].is_null()).count();
+        (s.len(), set, unread)
+    };
+    let (b, p) = (count(bulk), count(paced));
+    let pass = b.1 > 0 && p.0 > p.2 && p.1 == 0;
+    (pass, format!("(samples, nospace, unread): bulk writer {b:?}, paced writer {p:?}"))
+}
+
 /// A late request to a server that closed with its response still in flight: the server's
 /// kernel resets the connection itself. (server, client) addresses.
 fn late_request(port: u16) -> Result<(SocketAddr, SocketAddr)> {
@@ -782,6 +799,11 @@ fn fidelity(rep: &mut Report, observer: &str, extra: &[&str]) -> Result<Option<S
     }
     let (pass, said) = received.map_or_else(|e| (false, format!("{e:#}")), |r| check_received(&out, &r));
     rep.test(&p("receive_side"), pass, said);
+    let (pass, said) = match &paced {
+        Ok(w) => check_nospace(&out, &cubic_src, &w.0.to_string()),
+        Err(e) => (false, format!("{e:#}")),
+    };
+    rep.test(&p("nospace"), pass, said);
     if path.as_deref() == Some("sockops") {
         match late {
             Ok((server, client)) => rep.check(&p("late_request_end"), check_late(&out, server, client)),

@@ -300,6 +300,7 @@ fn sample(s: &Socket, now: u64, bbr_v1: bool) -> Option<SampleEvent> {
         rcv_rtt_us: Some(i.rcv_rtt_us),
         rcv_ssthresh_bytes: Some(i.rcv_ssthresh),
         window_clamp_bytes: None,
+        nospace: None,
         bbr,
         cubic: None,
     };

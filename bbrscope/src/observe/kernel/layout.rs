@@ -259,6 +259,7 @@ impl Layout {
         sock.net_inum = opt("net", "ns.inum");
         sock.sk_socket = opt("sock", "sk_socket");
         sock.socket_ino = opt("socket_alloc", "vfs_inode.i_ino");
+        sock.socket_flags = opt("socket", "flags");
 
         let mut flags = 0;
         let cgroup_filter = Self::cgroup_chain(btf, &mut sock, &mut flags);
@@ -353,9 +354,15 @@ impl Layout {
 }
 
 /// The one span of the socket a sample reads: every copied field, the congestion-control ops
-/// pointer, the congestion state's bytes (read as 4), `bytes_acked` and the private area.
+/// pointer, the congestion state's bytes (read as 4), `bytes_acked`, the private area and the
+/// `struct socket` pointer.
 fn sample_span(sock: &SockLayout, fields: &[FieldSpec; MAX_FIELDS]) -> Result<Span> {
-    let own = [(sock.ca_ops, 8), (sock.ca_state.off, 4), (sock.bytes_acked, 8), (sock.ca_priv, CA_PRIV_LEN as u32)];
+    let mut own =
+        vec![(sock.ca_ops, 8), (sock.ca_state.off, 4), (sock.bytes_acked, 8), (sock.ca_priv, CA_PRIV_LEN as u32)];
+    // The `struct socket` pointer a sample follows for the writer's flags.
+    if sock.sk_socket != u32::MAX {
+        own.push((sock.sk_socket, 8));
+    }
     if !sock.ca_priv.is_multiple_of(8) {
         bail!(
             "this kernel's icsk_ca_priv is at byte {}, not a multiple of 8 (an array of u64 on every kernel \
@@ -435,6 +442,7 @@ mod tests {
         let s = layout.sock;
         assert!(inside(s.ca_ops, 8) && inside(s.ca_state.off, 4) && inside(s.bytes_acked, 8));
         assert!(inside(s.ca_priv, CA_PRIV_LEN as u32));
+        assert!(s.sk_socket == u32::MAX || inside(s.sk_socket, 8));
         assert!(len as usize <= SPAN_BUF && off.is_multiple_of(8));
     }
 

@@ -310,6 +310,7 @@ fn metrics(o: &mut Obj, m: &Metrics) {
         .field(k!("rcv_rtt_us"), m.rcv_rtt_us)
         .field(k!("rcv_ssthresh_bytes"), m.rcv_ssthresh_bytes)
         .field(k!("window_clamp_bytes"), m.window_clamp_bytes)
+        .field(k!("nospace"), m.nospace)
         .object(k!("bbr"), m.bbr.as_ref(), |o, b: &Bbr| {
             o.field(k!("mode"), &b.mode)
                 .field(k!("bw_bps"), b.bw_bps)
@@ -588,6 +589,7 @@ mod tests {
             rcv_rtt_us: Some(0),
             rcv_ssthresh_bytes: Some(64_088),
             window_clamp_bytes: Some(64_088),
+            nospace: Some(false),
             bbr: Some(Bbr {
                 mode: Some("probe_bw".into()),
                 bw_bps: Some(9_000_000),
