@@ -939,7 +939,8 @@ pub fn pacing(flows: &[&FlowFacts], s: &Settings) -> Finding {
         ));
     }
     if with_fq > 0 {
-        parts.push(format!("{with_fq} through fq, which paces them: {}", list(true)));
+        let them = if with_fq == 1 { "it" } else { "them" };
+        parts.push(format!("{with_fq} through fq, which paces {them}: {}", list(true)));
     }
     if unknown > 0 {
         parts.push(format!("{unknown} to peers no route leads to now"));

@@ -44,6 +44,9 @@ const NS_PEER: &str = "bbrs-peer";
 const CGROUP: &str = "/sys/fs/cgroup/bbrs-test";
 const ROUTE: &str = "10.77.0.0/24";
 const PEER: [u8; 4] = [10, 77, 0, 2];
+/// The fq pacing check's namespace and veth path (fq on the near end).
+const NS_FQ: &str = "bbrs-fq";
+const FQ_PEER: [u8; 4] = [10, 78, 0, 2];
 
 struct Report {
     out: fs::File,
@@ -128,6 +131,9 @@ pub(crate) fn main() -> Result<()> {
     }
     if let Err(e) = apply(&mut rep) {
         rep.test("apply/run", false, format!("{e:#}"));
+    }
+    if let Err(e) = fq_pacing(&mut rep) {
+        rep.test("advise/fq_pacing", false, format!("{e:#}"));
     }
     // The host asks for the netem cross-check on one kernel only (it takes minutes under TCG).
     if flag(CROSSCHECK_FLAG)
@@ -1240,6 +1246,72 @@ fn in_netns<T: Send + 'static>(name: &str, f: impl FnOnce() -> Result<T> + Send 
     })
     .join()
     .map_err(|_| anyhow::anyhow!("netns thread panicked"))?
+}
+
+/// `advise`'s pacing check where fq sends the packets (the development host has no sch_fq, so
+/// only here does this branch run end to end): a BBR flow leaves through a veth whose root qdisc
+/// is fq; advise must count it as paced by fq on that device, with the qdisc `tc` shows there,
+/// and advise no change.
+fn fq_pacing(rep: &mut Report) -> Result<()> {
+    ip(&["netns", "add", NS_FQ])?;
+    ip(&["link", "add", "vf0", "type", "veth", "peer", "name", "vf1", "netns", NS_FQ])?;
+    ip(&["addr", "add", "10.78.0.1/24", "dev", "vf0"])?;
+    ip(&["link", "set", "vf0", "up"])?;
+    ip(&["-n", NS_FQ, "addr", "add", "10.78.0.2/24", "dev", "vf1"])?;
+    ip(&["-n", NS_FQ, "link", "set", "vf1", "up"])?;
+    let tc = |args: &[&str]| -> Result<String> {
+        let o = Command::new(TC).args(args).output()?;
+        ensure!(o.status.success(), "tc {args:?}: {}", String::from_utf8_lossy(&o.stderr).trim());
+        Ok(String::from_utf8_lossy(&o.stdout).into_owned())
+    };
+    tc(&["qdisc", "replace", "dev", "vf0", "root", "fq"])?;
+    let shown = tc(&["qdisc", "show", "dev", "vf0"])?;
+    let peer = SocketAddr::from((FQ_PEER, 5013));
+    let server = in_netns(NS_FQ, move || Ok(TcpListener::bind(peer)?))?;
+    let reader = thread::spawn(move || -> std::io::Result<()> {
+        let (mut s, _) = server.accept()?;
+        let mut buf = vec![0u8; 1 << 16];
+        while s.read(&mut buf)? > 0 {}
+        Ok(())
+    });
+    let root = "/tmp/bbrs-advise";
+    fs::create_dir_all(root)?;
+    let mut advise = Command::new(BBRSCOPE)
+        .args(["advise", "--json", "--port", "5013", "--duration", "8", "--root", root])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()?;
+    let mut err = std::io::BufReader::new(advise.stderr.take().context("advise's stderr")?);
+    let mut said = String::new();
+    // Under TCG attaching takes seconds: the flow starts once advise watches.
+    while !said.contains("watching flows") {
+        let mut line = String::new();
+        ensure!(std::io::BufRead::read_line(&mut err, &mut line)? > 0, "advise ended before watching: {said}");
+        said.push_str(&line);
+    }
+    let mut c = connect_cc(peer, "bbr")?;
+    let chunk = vec![0x5a; 1 << 16];
+    let until = Instant::now() + Duration::from_secs(2);
+    while Instant::now() < until {
+        c.write_all(&chunk)?;
+    }
+    drop(c);
+    reader.join().map_err(|_| anyhow::anyhow!("reader panicked"))??;
+    let out = advise.wait_with_output()?;
+    let advice: Value = serde_json::from_slice(&out.stdout).with_context(|| format!("advise's output: {said}"))?;
+    let pacing: Vec<&Value> =
+        advice["findings"].as_array().into_iter().flatten().filter(|f| f["check"] == "pacing").collect();
+    let f = pacing.first().copied().unwrap_or(&Value::Null);
+    let evidence = f["evidence"].as_str().unwrap_or_default();
+    let pass = pacing.len() == 1
+        && f["status"] == "none"
+        && f["numbers"]["with_fq"] == 1.0
+        && f["numbers"]["without_fq"] == 0.0
+        && evidence.contains("vf0 with fq")
+        && shown.contains("qdisc fq ")
+        && f["change"].is_null();
+    rep.test("advise/fq_pacing", pass, format!("tc: {}; advise: {f}", shown.trim()));
+    Ok(())
 }
 
 /// The algorithm a new connection to `to` gets from the kernel (no setsockopt), while this
