@@ -1233,6 +1233,18 @@ fn ip(args: &[&str]) -> Result<String> {
     Ok(String::from_utf8_lossy(&out.stdout).trim().to_string())
 }
 
+/// A new namespace `ns` reached over a veth pair: `near` here as `NET.1/24`, `far` in `ns` as
+/// `NET.2/24`, both up.
+fn veth_to(ns: &str, (near, far): (&str, &str), net: &str) -> Result<()> {
+    ip(&["netns", "add", ns])?;
+    ip(&["link", "add", near, "type", "veth", "peer", "name", far, "netns", ns])?;
+    ip(&["addr", "add", &format!("{net}.1/24"), "dev", near])?;
+    ip(&["link", "set", near, "up"])?;
+    ip(&["-n", ns, "addr", "add", &format!("{net}.2/24"), "dev", far])?;
+    ip(&["-n", ns, "link", "set", far, "up"])?;
+    Ok(())
+}
+
 /// Runs `f` on a thread that has entered the named network namespace (setns moves only the
 /// calling thread), so the driver itself stays in the initial one.
 fn in_netns<T: Send + 'static>(name: &str, f: impl FnOnce() -> Result<T> + Send + 'static) -> Result<T> {
@@ -1253,12 +1265,7 @@ fn in_netns<T: Send + 'static>(name: &str, f: impl FnOnce() -> Result<T> + Send 
 /// is fq; advise must count it as paced by fq on that device, with the qdisc `tc` shows there,
 /// and advise no change.
 fn fq_pacing(rep: &mut Report) -> Result<()> {
-    ip(&["netns", "add", NS_FQ])?;
-    ip(&["link", "add", "vf0", "type", "veth", "peer", "name", "vf1", "netns", NS_FQ])?;
-    ip(&["addr", "add", "10.78.0.1/24", "dev", "vf0"])?;
-    ip(&["link", "set", "vf0", "up"])?;
-    ip(&["-n", NS_FQ, "addr", "add", "10.78.0.2/24", "dev", "vf1"])?;
-    ip(&["-n", NS_FQ, "link", "set", "vf1", "up"])?;
+    veth_to(NS_FQ, ("vf0", "vf1"), "10.78.0")?;
     let tc = |args: &[&str]| -> Result<String> {
         let o = Command::new(TC).args(args).output()?;
         ensure!(o.status.success(), "tc {args:?}: {}", String::from_utf8_lossy(&o.stderr).trim());
@@ -1390,12 +1397,7 @@ fn scopes(rep: &mut Report) -> Result<()> {
     fs::remove_dir(CGROUP)?;
 
     // route: a veth to a namespace; its connected route gets congctl bbr.
-    ip(&["netns", "add", NS_PEER])?;
-    ip(&["link", "add", "vb0", "type", "veth", "peer", "name", "vb1", "netns", NS_PEER])?;
-    ip(&["addr", "add", "10.77.0.1/24", "dev", "vb0"])?;
-    ip(&["link", "set", "vb0", "up"])?;
-    ip(&["-n", NS_PEER, "addr", "add", "10.77.0.2/24", "dev", "vb1"])?;
-    ip(&["-n", NS_PEER, "link", "set", "vb1", "up"])?;
+    veth_to(NS_PEER, ("vb0", "vb1"), "10.77.0")?;
     let peer = SocketAddr::from((PEER, 5010));
     let server = in_netns(NS_PEER, move || Ok(TcpListener::bind(peer)?))?;
     let acceptor = thread::spawn(move || -> std::io::Result<()> {
