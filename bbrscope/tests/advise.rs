@@ -97,9 +97,15 @@ fn start_advise(port: u16, secs: u64) -> Child {
 
 /// [`start_advise`], keeping its advice under `root`.
 fn start_advise_kept(port: u16, secs: u64, root: &std::path::Path) -> Child {
+    start_advise_with(port, secs, root, &[])
+}
+
+/// [`start_advise_kept`] with more options.
+fn start_advise_with(port: u16, secs: u64, root: &std::path::Path, extra: &[&str]) -> Child {
     let mut child = bbrscope()
         .args(["advise", "--json", "--port", &port.to_string(), "--duration", &secs.to_string(), "--root"])
         .arg(root)
+        .args(extra)
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
@@ -898,4 +904,35 @@ fn a_writer_whose_chunks_fit_the_buffer_is_not_send_buffer_bound() {
         clear(&findings(advice, "send_buffer", &link), wmem);
     }
     same_time("12 KB chunks 150 ms apart with tcp_wmem's maximum at 32 KB, then 4 MB", &runs);
+}
+
+/// A download whose client never sends a byte (the server writes as soon as it accepts): the
+/// sock_ops observer records nothing for a socket that never sent data, unless `--receivers`
+/// asks `advise` for such flows (each at its close, with its namespace). With the 64 KB maximum
+/// of the tests above: no flow of the client's namespace without it, the finding with it.
+#[test]
+fn a_download_that_never_sends_is_weighed_with_receivers() {
+    require_root();
+    let link = path(55, 100);
+    link.receiver.sysctl("net/ipv4/tcp_rmem", "4096 65536 65536").unwrap();
+    let port = port_for(55_000);
+    let addr = SocketAddr::new(link.sender_addr.into(), port);
+    let listener = link.sender.run(move || Ok(TcpListener::bind(addr)?)).unwrap();
+    thread::spawn(move || {
+        for c in listener.incoming() {
+            let Ok(mut c) = c else { break };
+            thread::spawn(move || c.write_all(&vec![0x5a; 1_500_000]));
+        }
+    });
+    for (extra, found) in [(&[][..], None), (&["--receivers"][..], Some("found"))] {
+        let advise = start_advise_with(port, 8, scratch_root(), extra);
+        let mut c = link.receiver.run(move || Ok(TcpStream::connect(addr)?)).unwrap();
+        let mut buf = Vec::new();
+        c.read_to_end(&mut buf).unwrap();
+        assert_eq!(buf.len(), 1_500_000);
+        drop(c);
+        let advice = finish_advise(advise);
+        let f = client_findings(&advice, "receive_buffer", &link);
+        assert_eq!(f.first().and_then(|f| f["status"].as_str()), found, "{extra:?}: {advice:#}");
+    }
 }

@@ -17,7 +17,7 @@ use clap::{Args, Parser, Subcommand};
 
 use crate::{
     observe::filter::{FilterSpec, Net},
-    observe::kernel::loader::{Options, PathChoice},
+    observe::kernel::loader::{Options, PathChoice, Receivers},
     observe::session::OwnerFilter,
 };
 
@@ -192,7 +192,7 @@ impl ObserveArgs {
         let f = &self.filter;
         Ok(Options {
             interval: Duration::from_millis(self.interval),
-            receivers: self.receivers,
+            receivers: if self.receivers { Receivers::Sampled } else { Receivers::No },
             filter: FilterSpec::new(f.port, f.addr, f.cgroup.as_deref(), f.cc.as_deref())?,
             max_flows: self.max_flows,
             ring_bytes: self.ring_size,

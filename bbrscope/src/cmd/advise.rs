@@ -8,6 +8,7 @@ use anyhow::Result;
 use crate::{
     cli::advise::AdviseArgs,
     error::usage,
+    observe::kernel::loader::{PathChoice, Receivers},
     output::{self, errln, outln},
 };
 
@@ -43,7 +44,16 @@ pub async fn run(args: AdviseArgs) -> Result<()> {
             }
             advice
         }
-        None => crate::advise::live(&args.observe.options()?, args.duration).await?,
+        None => {
+            let mut opts = args.observe.options()?;
+            // advise weighs a flow that only receives by its close: the sock_ops path gives that
+            // with the flow's namespace, which the tracepoint path `--receivers` picks for
+            // stream and top cannot tell.
+            if opts.receivers == Receivers::Sampled && opts.path == PathChoice::Auto {
+                opts.receivers = Receivers::AtClose;
+            }
+            crate::advise::live(&opts, args.duration).await?
+        }
     };
     output::guard(|| {
         if args.json {

@@ -12,7 +12,7 @@ use crate::{
     observe::kernel::{
         bbr_version::Version,
         layout::Layout,
-        loader::{Observer, ObserverPath, Options},
+        loader::{Observer, ObserverPath, Options, Receivers},
     },
     observe::stats::{StatsReport, StatsTracker},
     sys::{privileges, procfd},
@@ -103,6 +103,8 @@ impl<V> Held<V> {
 /// sock_ops path: which records reach the sinks, and in what order.
 struct Gate {
     filter: OwnerFilter,
+    /// Flows that only receive are shown too (`Receivers::AtClose`: the kernel sends them).
+    receivers: bool,
     /// The flows shown, so that records of other sockets (filtered out, or the
     /// congestion-state tracepoint's view of untracked sockets) are dropped here.
     open_flows: IdSet,
@@ -128,9 +130,10 @@ struct Gate {
 const UNNAMED_FLOWS: usize = 65_536;
 
 impl Gate {
-    fn new(filter: OwnerFilter) -> Self {
+    fn new(filter: OwnerFilter, receivers: bool) -> Self {
         Gate {
             filter,
+            receivers,
             open_flows: IdSet::default(),
             pending: Held::new(PENDING_FLOWS),
             orphans: Held::new(ORPHAN_FLOWS),
@@ -177,7 +180,7 @@ impl Gate {
                 }
             }
             Event::Sample(s) => {
-                if !self.open_flows.contains(&id) && !sent_data(&s.metrics) {
+                if !self.receivers && !self.open_flows.contains(&id) && !sent_data(&s.metrics) {
                     // Only received so far: not a flow this host sends on, at least not yet.
                     return;
                 }
@@ -332,7 +335,7 @@ impl Live {
             layout,
             records: 0,
             tracker,
-            gate: Gate::new(opts.owner.clone()),
+            gate: Gate::new(opts.owner.clone(), opts.receivers != Receivers::No),
             existing,
             poll,
         })
@@ -436,7 +439,7 @@ mod tests {
     /// that cannot see the flow) is shown after the opening; too many such flows are counted.
     #[test]
     fn state_changes_before_the_opening_are_held_then_shown_in_order() {
-        let mut gate = Gate::new(OwnerFilter::default());
+        let mut gate = Gate::new(OwnerFilter::default(), false);
         let mut out = Vec::new();
         gate.route(cong(5), &mut |e| out.push(e));
         let open = OpenEvent {
@@ -501,7 +504,7 @@ mod tests {
             std::fs::metadata(format!("/proc/self/fd/{fd}")).unwrap().ino() as u32
         };
         let me = procfd::comm(std::process::id()).unwrap();
-        let mut gate = Gate::new(OwnerFilter { comm: Some(me.to_string()), ..OwnerFilter::default() });
+        let mut gate = Gate::new(OwnerFilter { comm: Some(me.to_string()), ..OwnerFilter::default() }, false);
         let mut out = Vec::new();
         let first = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
         // An inode no process holds: both passes run, and find `first`.

@@ -29,10 +29,22 @@ use crate::{error::UsageError, observe::filter::FilterSpec, sys::hz};
 
 static OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/bbrscope"));
 
+/// Which flows that only receive data are observed (a flow that sent data always is).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Receivers {
+    No,
+    /// Sampled as their data arrives (`--receivers`): only tcp_probe fires for them, so this
+    /// takes the tracepoint path.
+    Sampled,
+    /// Each reported at its close, with its owner and namespace, on the sock_ops path (and
+    /// sampled where its send-path callbacks run): what `advise` needs of them.
+    AtClose,
+}
+
 #[derive(Clone, Debug)]
 pub struct Options {
     pub interval: Duration,
-    pub receivers: bool,
+    pub receivers: Receivers,
     pub filter: FilterSpec,
     /// Capacity of the in-kernel flow table (LRU).
     pub max_flows: u32,
@@ -168,7 +180,7 @@ impl Default for Options {
     fn default() -> Self {
         Options {
             interval: Duration::from_millis(100),
-            receivers: false,
+            receivers: Receivers::No,
             filter: FilterSpec::default(),
             max_flows: 65536,
             ring_bytes: 4 << 20,
@@ -256,7 +268,7 @@ impl Observer {
                 return Err(UsageError::new(format!("{what}: {why}")).into());
             }
         }
-        if opts.receivers {
+        if opts.receivers != Receivers::No {
             flags |= config_flags::RECEIVERS;
         }
 
@@ -605,9 +617,11 @@ fn choose_path(opts: &Options) -> std::result::Result<ObserverPath, String> {
         PathChoice::LookupSockops => Ok(ObserverPath::LookupSockops),
         PathChoice::FloorTracepoint => Ok(ObserverPath::FloorTracepoint),
         // Receive-only flows get no RTT callbacks: periodic samples of them need tcp_probe.
-        _ if opts.receivers => Err("--receivers samples flows that only receive, which only the tracepoint \
+        _ if opts.receivers == Receivers::Sampled => {
+            Err("--receivers samples flows that only receive, which only the tracepoint \
                                     path sees: using tracepoints (no short flows, no flow summaries)"
-            .into()),
+                .into())
+        }
         _ => Ok(ObserverPath::Sockops),
     }
 }
