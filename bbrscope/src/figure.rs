@@ -13,23 +13,7 @@ pub(crate) fn check_path(path: &Path) -> Result<(), String> {
         Some("svg" | "png") => {}
         _ => return Err(format!("--plot {}: the file must end in .svg or .png", path.display())),
     }
-    if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty())
-        && !dir.is_dir()
-    {
-        return Err(format!("--plot {}: no directory {}", path.display(), dir.display()));
-    }
-    // Opening for append proves the file can be written without truncating one that exists; a
-    // file made only for the test is removed again.
-    let existed = path.exists();
-    match std::fs::OpenOptions::new().append(true).create(true).open(path) {
-        Ok(_) => {
-            if !existed {
-                let _ = std::fs::remove_file(path);
-            }
-            Ok(())
-        }
-        Err(e) => Err(format!("--plot {}: cannot write it: {e}", path.display())),
-    }
+    crate::newfile::check_writable(path).map_err(|why| format!("--plot {}: {why}", path.display()))
 }
 
 /// Writes `svg` to `path`, as SVG or PNG by its extension.
@@ -39,7 +23,7 @@ pub(crate) fn write(path: &Path, svg: &str) -> Result<()> {
     } else {
         svg.as_bytes().to_vec()
     };
-    std::fs::write(path, bytes).with_context(|| format!("writing {}", path.display()))
+    crate::newfile::write(path, &bytes, crate::newfile::PUBLIC).with_context(|| format!("writing {}", path.display()))
 }
 
 /// Rasterises an SVG figure to PNG with the system's fonts.

@@ -6,7 +6,8 @@
 //! congestion control, [`experiment`] runs and judges randomized A/B tests, [`demo`] compares
 //! CUBIC and BBR on an emulated path, [`export`] serves Prometheus metrics, [`tui`] draws the
 //! dashboard, [`advise`] weighs the settings beyond the algorithm against observed flows; [`cmd`] holds one module per subcommand, [`sys`] the calls to the OS; [`units`] and
-//! [`quantile`] are the one place each for units (parse and format) and quantiles.
+//! [`quantile`] are the one place each for units (parse and format) and quantiles, [`newfile`] for
+//! creating a file.
 
 pub mod advise;
 pub mod apply;
@@ -17,6 +18,7 @@ pub mod error;
 pub mod experiment;
 pub(crate) mod export;
 pub(crate) mod figure;
+pub mod newfile;
 pub mod observe;
 pub mod output;
 pub(crate) mod quantile;

@@ -8,6 +8,8 @@ use std::{
 
 use anyhow::{Context as _, Result};
 
+use crate::newfile::NewFile;
+
 /// The sysctl drop-in bbrscope owns. "99-zz-" sorts it after the usual late files (Debian's
 /// 99-sysctl.conf link to /etc/sysctl.conf among them), so it wins unless a file says otherwise.
 pub(crate) const SYSCTL_DROPIN: &str = "/etc/sysctl.d/99-zz-bbrscope.conf";
@@ -36,7 +38,7 @@ pub(crate) fn read(root: &Path, path: &Path) -> Result<Option<String>> {
 
 /// The mode of every file bbrscope owns, whatever the caller's umask: root writes it, anyone may
 /// read it (`status` as any user shows what was changed; nothing in it is secret).
-const FILE_MODE: u32 = 0o644;
+const FILE_MODE: u32 = crate::newfile::PUBLIC;
 /// The mode of a directory bbrscope creates.
 const DIR_MODE: u32 = 0o755;
 
@@ -58,34 +60,69 @@ pub(crate) fn create_dirs(dir: &Path) -> std::io::Result<()> {
     }
 }
 
-/// Replaces the file in one step (write a temporary file beside it, flush, rename), so a crash
-/// leaves the old or the new content, never half of one. The temporary file is created new
-/// (never through a link someone left at its name) with the file's mode set explicitly.
+/// Replaces the file in one step (a new file beside it, flushed, renamed: see
+/// [`crate::newfile`]), so a crash leaves the old or the new content, never half of one.
 pub(crate) fn write_atomic(root: &Path, path: &Path, contents: &str) -> Result<()> {
-    use std::os::unix::fs::{OpenOptionsExt as _, PermissionsExt as _};
     let target = below(root, path);
     let dir = target.parent().context("a file path has a parent")?;
     create_dirs(dir).with_context(|| format!("creating {}", dir.display()))?;
-    let tmp = temporary(&target, std::process::id());
-    let _ = std::fs::remove_file(&tmp);
-    let mode = FILE_MODE;
     let result = (|| -> std::io::Result<()> {
-        let mut f = std::fs::OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .mode(mode)
-            .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
-            .open(&tmp)?;
-        f.set_permissions(std::fs::Permissions::from_mode(mode))?;
-        f.write_all(contents.as_bytes())?;
-        f.sync_all()?;
-        std::fs::rename(&tmp, &target)?;
+        let mut new = NewFile::create(&target, FILE_MODE)?;
+        new.file().write_all(contents.as_bytes())?;
+        new.file().sync_all()?;
+        new.place()?;
         std::fs::File::open(dir)?.sync_all()
     })();
-    if result.is_err() {
-        let _ = std::fs::remove_file(&tmp);
-    }
     result.with_context(|| format!("writing {}", path.display()))
+}
+
+/// Whether `e` failed for want of space (a full filesystem, or a quota).
+pub(crate) fn no_space(e: &anyhow::Error) -> bool {
+    e.chain()
+        .filter_map(|c| c.downcast_ref::<std::io::Error>())
+        .any(|io| matches!(io.raw_os_error(), Some(libc::ENOSPC | libc::EDQUOT)))
+}
+
+/// Space kept beside the record of changes for the moment the filesystem is full: replacing
+/// the record needs a new file's worth of room, and a revert must not fail for want of it.
+pub(crate) mod reserve {
+    use std::{io::Write as _, path::Path};
+
+    use super::below;
+
+    /// Root's own file beside state.json, never read.
+    pub(crate) const RESERVE: &str = "/var/lib/bbrscope/.reserve";
+    /// At least this much, and twice the record: room for the new record beside the old one.
+    const MIN: usize = 64 << 10;
+
+    /// Makes sure the reserve is there and large enough for a record of `record_len` bytes.
+    /// Best effort: on a full filesystem there is no room to keep, and nothing is left half
+    /// written (a short reserve is removed again).
+    pub(crate) fn keep(root: &Path, record_len: usize) {
+        use std::os::unix::fs::OpenOptionsExt as _;
+        let want = MIN.max(2 * record_len);
+        let path = below(root, Path::new(RESERVE));
+        if std::fs::symlink_metadata(&path).is_ok_and(|m| m.is_file() && m.len() >= want as u64) {
+            return;
+        }
+        let _ = std::fs::remove_file(&path);
+        let made = std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+            .open(&path)
+            // Written, not sized with set_len: a sparse file would reserve nothing.
+            .and_then(|mut f| f.write_all(&vec![0; want]).and_then(|()| f.sync_all()));
+        if made.is_err() {
+            let _ = std::fs::remove_file(&path);
+        }
+    }
+
+    /// Gives the reserve up; whether there was one.
+    pub(crate) fn release(root: &Path) -> bool {
+        std::fs::remove_file(below(root, Path::new(RESERVE))).is_ok()
+    }
 }
 
 /// Whether `path` (below the root) and its directory can be written by root alone: a record
@@ -108,12 +145,6 @@ pub(crate) fn roots_alone(root: &Path, path: &Path) -> Result<(), String> {
         }
     }
     Ok(())
-}
-
-/// The temporary file [`write_atomic`] uses for `target`: `.NAME.bbrscope-PID` beside it.
-fn temporary(target: &Path, pid: u32) -> PathBuf {
-    let name = target.file_name().unwrap_or_default().to_string_lossy();
-    target.with_file_name(format!(".{name}.bbrscope-{pid}"))
 }
 
 /// Removes temporary files of bbrscope's own files that a killed run left (`.NAME.bbrscope-PID`

@@ -44,6 +44,14 @@ impl Lock {
     /// Then removes temporary files a killed run may have left, as no other writer can be busy.
     pub(crate) fn acquire(root: &Path) -> Result<Lock> {
         let path = files::below(root, Path::new(LOCK));
+        // Before anything is created there: a directory others can write would make the record
+        // kept beside the lock one that every later run refuses (see `State::load`).
+        if let Err(why) = files::roots_alone(root, Path::new(LOCK)) {
+            crate::error::usage!(
+                "refusing to keep bbrscope's record of changes in {}: {why}; make it root's alone (chown root, chmod 755) or remove it",
+                Path::new(LOCK).parent().expect("the lock has a directory").display()
+            );
+        }
         // The directory with its explicit mode (never from the umask); the lock never opened
         // through a link left at its name.
         let file = (|| {
@@ -121,5 +129,29 @@ mod tests {
         let e = Lock::acquire(root.path()).err().expect("refused");
         assert!(e.to_string().contains("is a symbolic link"), "{e}");
         assert_eq!(std::fs::read_to_string(root.path().join("target")).unwrap(), "keep\n");
+    }
+
+    /// A state directory others can write (a sticky /tmp-like one, or another user's) is
+    /// refused before anything is created in it: a record kept there would be refused later,
+    /// with the change it records still on the machine.
+    #[test]
+    fn a_directory_others_can_write_is_refused_before_anything_is_made() {
+        use std::os::unix::fs::{PermissionsExt as _, chown};
+        let me = rustix::process::geteuid().as_raw();
+        // Another owner only when root can give it.
+        let cases: &[(u32, u32)] = if me == 0 { &[(0o1777, 0), (0o755, 65534)] } else { &[(0o1777, me)] };
+        for &(mode, owner) in cases {
+            let root = TempRoot::new();
+            let dir = files::below(root.path(), Path::new(LOCK)).parent().unwrap().to_path_buf();
+            std::fs::create_dir_all(&dir).unwrap();
+            std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(mode)).unwrap();
+            chown(&dir, Some(owner), None).unwrap();
+            let e = Lock::acquire(root.path()).err().expect("refused");
+            assert!(e.downcast_ref::<UsageError>().is_some(), "exit 2: {e:#}");
+            assert!(e.to_string().contains("refusing to keep bbrscope's record"), "{e}");
+            assert_eq!(std::fs::read_dir(&dir).unwrap().count(), 0, "nothing made in it");
+            let e = super::super::state::State::load(root.path()).unwrap_err();
+            assert!(e.to_string().contains("can be written by others"), "status says why: {e}");
+        }
     }
 }

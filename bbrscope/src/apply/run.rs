@@ -197,7 +197,7 @@ pub(crate) fn revert(
 ) -> Result<Vec<(String, Result<Undone, String>)>> {
     let Some(entry) = state.remove(scope) else { return Ok(Vec::new()) };
     state.reverting = Some(entry.clone());
-    state.save(root)?;
+    state.save_for_revert(root)?;
     let mut report = Vec::new();
     let mut remaining = Vec::new();
     for change in entry.changes.iter().rev() {
@@ -212,6 +212,6 @@ pub(crate) fn revert(
         state.entries.push(super::state::Entry { changes: remaining, ..entry });
     }
     state.reverting = None;
-    state.save(root)?;
+    state.save_for_revert(root)?;
     Ok(report)
 }

@@ -62,13 +62,15 @@ impl State {
     pub(crate) fn load(root: &Path) -> Result<State> {
         let refuse = |why: String| -> anyhow::Error {
             crate::error::UsageError::new(format!(
-                "refusing {}: {why}; bbrscope did not write it so: inspect it, and remove it by hand if it is not yours",
+                "refusing {}: {why}; bbrscope did not make it so: inspect it, and remove it by hand if it is not yours",
                 files::STATE
             ))
             .into()
         };
-        let Some(text) = files::read(root, &Self::path())? else { return Ok(State::default()) };
+        // The directory too when there is no record yet: one that others can write would be
+        // refused once a record is in it, so nothing is recorded there in the first place.
         files::roots_alone(root, &Self::path()).map_err(refuse)?;
+        let Some(text) = files::read(root, &Self::path())? else { return Ok(State::default()) };
         let state: State = serde_json::from_str(&text).map_err(|e| refuse(format!("not bbrscope's state ({e})")))?;
         state.check().map_err(refuse)?;
         Ok(state)
@@ -119,10 +121,30 @@ impl State {
     }
 
     pub(crate) fn save(&self, root: &Path) -> Result<()> {
+        self.write(root, false)
+    }
+
+    /// [`State::save`] for a revert: when the directory is full, the space kept in reserve by
+    /// the last save is given up for it, so a change can always be undone and its record
+    /// dropped. Only a revert takes it: an apply that could not record would not change anything.
+    pub(crate) fn save_for_revert(&self, root: &Path) -> Result<()> {
+        self.write(root, true)
+    }
+
+    fn write(&self, root: &Path, may_use_reserve: bool) -> Result<()> {
         if self.entries.is_empty() && self.pending.is_none() && self.reverting.is_none() {
+            files::reserve::release(root);
             return files::remove(root, &Self::path());
         }
-        files::write_atomic(root, &Self::path(), &(serde_json::to_string_pretty(self)? + "\n"))
+        let text = serde_json::to_string_pretty(self)? + "\n";
+        if let Err(e) = files::write_atomic(root, &Self::path(), &text) {
+            if !(may_use_reserve && files::no_space(&e) && files::reserve::release(root)) {
+                return Err(e);
+            }
+            files::write_atomic(root, &Self::path(), &text)?;
+        }
+        files::reserve::keep(root, text.len());
+        Ok(())
     }
 
     pub(crate) fn find(&self, scope: &Scope) -> Option<&Entry> {

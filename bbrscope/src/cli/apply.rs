@@ -90,6 +90,11 @@ impl ApplyArgs {
         }
         let sysctls = self.sysctl.iter().map(|a| sysctl::tunable(a)).collect::<Result<Vec<_>, String>>();
         let sysctls = sysctls.map_err(UsageError::new)?;
+        // Twice would be applied twice and recorded twice, the second record holding the first
+        // value as "before": revert would then restore the user's own first value.
+        if let Some((key, _)) = sysctls.iter().enumerate().find_map(|(i, s)| sysctls[..i].iter().find(|t| t.0 == s.0)) {
+            usage!("--sysctl {key} is given twice: give each setting once");
+        }
         if !sysctls.is_empty() && (scope.cgroup.is_some() || scope.route.is_some()) {
             usage!("--sysctl sets a namespace's setting: give no --cgroup or --route (the system, or --netns NAME)");
         }

@@ -68,7 +68,7 @@ fn pages(cmd: &Command, dir: &Path) -> std::io::Result<()> {
     if cmd.get_version().is_some() {
         man.render_version_section(&mut out)?;
     }
-    std::fs::write(dir.join(man.get_filename()), out)
+    crate::newfile::write(&dir.join(man.get_filename()), &out, crate::newfile::PUBLIC)
 }
 
 /// A page's sections that clap does not generate: the dashboard's keys, exit status,

@@ -64,9 +64,13 @@ pub async fn run(args: ExperimentArgs) -> Result<()> {
     for note in live.degraded() {
         crate::output::errln!("bbrscope: warning: {note}");
     }
-    let recorder = match &args.record {
-        Some(p) => Some(JsonSink::new(record::create(p, &setup)?, Clock::new())),
-        None => None,
+    let (recorder, mut record_end) = match &args.record {
+        Some(p) => {
+            let f = record::create(p, &setup)?;
+            let end = f.try_clone().with_context(|| format!("creating {}", p.display()))?;
+            (Some(JsonSink::new(f, Clock::new())), Some(end))
+        }
+        None => (None, None),
     };
     crate::output::errln!(
         "bbrscope: experiment running: {} (arm A) vs {} (arm B), {}% to B, {}% of connections in scope; {} ends it",
@@ -79,8 +83,8 @@ pub async fn run(args: ExperimentArgs) -> Result<()> {
     let watch = Watch { headless: args.headless, state, setup: setup.clone(), flows: args.flows, recorder };
     let Watched { obs, stopped_by, guard } =
         watch::run(live, &mut signals, watch, args.duration.unwrap_or(DEFAULT_DURATION)).await?;
-    if let Some(p) = &args.record {
-        record::end(p, stopped_by.as_deref(), guard.as_ref())?;
+    if let (Some(p), Some(f)) = (&args.record, record_end.as_mut()) {
+        record::end(f, p, stopped_by.as_deref(), guard.as_ref())?;
     }
     finish(&args, &obs, &setup, stopped_by, guard, false)
 }

@@ -16,7 +16,7 @@
 
 use std::{
     collections::HashSet,
-    fs::{File, OpenOptions},
+    fs::File,
     io::{BufRead, Write as _},
     path::Path,
 };
@@ -25,7 +25,10 @@ use anyhow::{Context as _, Result};
 use serde::{Deserialize, Serialize};
 
 use super::{Observation, glue::Setup, guardrail::GuardDecision, report::InScope};
-use crate::observe::replay::{Reader, Skipped};
+use crate::{
+    newfile::{self, NewFile},
+    observe::replay::{Reader, Skipped},
+};
 
 #[derive(Serialize, Deserialize)]
 struct Header {
@@ -43,15 +46,11 @@ struct End {
     guardrail: Option<GuardDecision>,
 }
 
-/// Creates the record file (mode 0600: it names clients) and writes its first line.
+/// Creates the record file (mode 0600: it names clients; a new file, never through a link or
+/// into a file someone else made: see [`crate::newfile`]) and writes its first line.
 pub fn create(path: &Path, setup: &Setup) -> Result<File> {
-    use std::os::unix::fs::OpenOptionsExt as _;
-    let mut f = OpenOptions::new()
-        .write(true)
-        .create(true)
-        .truncate(true)
-        .mode(0o600)
-        .open(path)
+    let mut f = NewFile::create(path, newfile::PRIVATE)
+        .and_then(NewFile::place)
         .with_context(|| format!("creating {}", path.display()))?;
     let header = Header {
         arms: setup.arms.clone().unwrap_or_default(),
@@ -67,9 +66,10 @@ pub fn create(path: &Path, setup: &Setup) -> Result<File> {
     Ok(f)
 }
 
-/// Appends the last line: how the experiment ended.
-pub fn end(path: &Path, stopped_by: Option<&str>, guard: Option<&GuardDecision>) -> Result<()> {
-    let mut f = OpenOptions::new().append(true).open(path).with_context(|| format!("opening {}", path.display()))?;
+/// Appends the last line, how the experiment ended, to `f`: a descriptor of the file
+/// [`create`] made (shared with the recorder, which has flushed), never the path opened again,
+/// where another user could have put a link since.
+pub fn end(f: &mut File, path: &Path, stopped_by: Option<&str>, guard: Option<&GuardDecision>) -> Result<()> {
     let mut v = serde_json::to_value(End { stopped_by: stopped_by.map(str::to_string), guardrail: guard.cloned() })?;
     v["type"] = "experiment_end".into();
     writeln!(f, "{v}").with_context(|| format!("writing {}", path.display()))?;

@@ -98,7 +98,11 @@ pub(crate) fn tunable(arg: &str) -> Result<(String, String), String> {
     let Some((_, accepts)) = TUNABLE.iter().find(|(k, _)| *k == key) else {
         return Err(format!("--sysctl {key}: not a setting bbrscope changes; it changes {}", names()));
     };
-    let numbers: Option<Vec<u64>> = value.split(' ').map(|w| w.parse().ok()).collect();
+    // Decimal digits, no leading zero: the kernel reads "010" as octal (8) and prints "01" back
+    // as "1", and a value recorded otherwise than the kernel prints it reads as "not set" after
+    // the write and is left in place by `revert`. Rust's parser would also take "+1".
+    let decimal = |w: &str| w == "0" || (!w.starts_with('0') && !w.is_empty() && w.bytes().all(|b| b.is_ascii_digit()));
+    let numbers: Option<Vec<u64>> = value.split(' ').map(|w| if decimal(w) { w.parse().ok() } else { None }).collect();
     let ok = match (accepts, numbers.as_deref()) {
         (Accepts::Range(lo, hi), Some(&[v])) => (*lo..=*hi).contains(&v),
         (Accepts::Buffer, Some(&[min, def, max])) => 1 <= min && min <= def && def <= max && i32::try_from(max).is_ok(),
@@ -106,8 +110,8 @@ pub(crate) fn tunable(arg: &str) -> Result<(String, String), String> {
     };
     if !ok {
         let want = match accepts {
-            Accepts::Range(lo, hi) => format!("one integer from {lo} to {hi}"),
-            Accepts::Buffer => "three byte counts, min ≤ default ≤ max, e.g. \"4096 131072 16777216\"".into(),
+            Accepts::Range(lo, hi) => format!("one decimal integer from {lo} to {hi}, no sign or leading zero"),
+            Accepts::Buffer => "three decimal byte counts, min ≤ default ≤ max, e.g. \"4096 131072 16777216\"".into(),
         };
         return Err(format!("--sysctl {key}={value:?}: expected {want}"));
     }
@@ -141,10 +145,19 @@ mod tests {
             "net.ipv4.ip_forward=1",
             "net.ipv4.tcp_congestion_control=bbr",
             "net.ipv4.tcp_wmem",
+            "net.ipv4.tcp_slow_start_after_idle=+1",
+            "net.ipv4.tcp_slow_start_after_idle=-0",
+            "net.core.wmem_max=1e6",
         ] {
             let e = tunable(bad).unwrap_err();
             assert!(e.starts_with("--sysctl "), "{bad}: {e}");
         }
         assert!(tunable("net.ipv4.ip_forward=1").unwrap_err().contains("net.ipv4.tcp_wmem"), "names the list");
+        // The kernel reads a leading zero as octal and prints the value back without it.
+        for octal in ["00", "01", "010"] {
+            let e = tunable(&format!("net.ipv4.tcp_slow_start_after_idle={octal}")).unwrap_err();
+            assert!(e.contains("no sign or leading zero"), "{octal}: {e}");
+        }
+        assert!(tunable("net.ipv4.tcp_rmem=04096 131072 6291456").is_err());
     }
 }
