@@ -665,6 +665,67 @@ fn a_failed_stdout_is_one_line_and_a_closed_pipe_is_quiet() {
     fx.assert_host_unchanged();
 }
 
+/// A state directory that has filled up (here a 256 KiB filesystem of its own, in a mount
+/// namespace of the test's, filled after the apply): revert still undoes the change and drops
+/// its record, taking the space bbrscope kept in reserve beside it.
+#[test]
+fn revert_undoes_a_change_when_the_state_directory_is_full() {
+    let fx = Fixture::new();
+    let ns = Netns::new("full");
+    let name = ns.name.as_str();
+    let before = ns.cc();
+    let algo = other_algorithm(&before, true);
+    let dir = fx.path("var/lib/bbrscope");
+    std::fs::create_dir_all(&dir).unwrap();
+    let bin = env!("CARGO_BIN_EXE_bbrscope");
+    let root = fx.root.path().to_str().unwrap();
+    // The mount goes with the namespace when the script ends: nothing to unmount.
+    let script = format!(
+        "set -e; mount -t tmpfs -o size=256k,mode=755 bbrscope-test {dir}
+         {bin} apply {algo} --netns {name} --root {root} >/dev/null
+         dd if=/dev/zero of={dir}/filler bs=4k 2>/dev/null || true
+         if echo x > {dir}/probe 2>/dev/null; then echo 'not full'; exit 9; fi
+         {bin} revert --netns {name} --root {root} && echo rc=0 || echo rc=$?
+         ls -a {dir}",
+        dir = dir.display()
+    );
+    let out =
+        Command::new("unshare").args(["--mount", "--propagation", "private", "sh", "-c", &script]).output().unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stdout}{stderr}");
+    assert!(stdout.contains("rc=0") && stdout.contains(&format!("netns {name}: reverted")), "{stdout}{stderr}");
+    assert_eq!(ns.cc(), before, "the change was undone");
+    assert!(!stdout.lines().any(|l| l == "state.json"), "the record went with the change: {stdout}");
+    fx.assert_host_unchanged();
+}
+
+/// A state directory another user could write (a sticky 1777 one, or another user's): the
+/// apply is refused up front, exit 2, with nothing changed and nothing made in it, since a
+/// record kept there would be refused by every later run, the change with it.
+#[test]
+fn a_state_directory_others_can_write_is_refused_before_any_change() {
+    use std::os::unix::fs::PermissionsExt as _;
+    let fx = Fixture::new();
+    let ns = Netns::new("sticky");
+    let name = ns.name.as_str();
+    let before = ns.cc();
+    let algo = other_algorithm(&before, true);
+    let dir = fx.path("var/lib/bbrscope");
+    std::fs::create_dir_all(&dir).unwrap();
+    for (mode, owner) in [(0o1777, 0), (0o755, 65534)] {
+        std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(mode)).unwrap();
+        std::os::unix::fs::chown(&dir, Some(owner), None).unwrap();
+        let o = fx.bbrscope(None, &["apply", &algo, "--netns", name]);
+        assert_eq!(o.code, Some(2), "{o}");
+        assert_eq!(o.stderr.lines().count(), 1, "{o}");
+        assert!(o.stderr.contains("refusing") && o.stderr.contains("can be written by others"), "{o}");
+        assert_eq!(ns.cc(), before, "nothing changed");
+        assert_eq!(std::fs::read_dir(&dir).unwrap().count(), 0, "nothing made in it");
+    }
+    fx.assert_host_unchanged();
+}
+
 /// Without root, changing a namespace is a missing privilege: exit 2 and one line, nothing changed.
 #[test]
 fn not_root_is_a_missing_privilege() {

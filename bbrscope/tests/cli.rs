@@ -233,3 +233,57 @@ fn bash_completes_subcommands_and_algorithm_names() {
     let out = bbrscope().args(["stream", "--cc", "some-out-of-tree-cc", "--help"]).output().unwrap();
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
 }
+
+/// Runs `cmd ARGS` as uid/gid 65534 (nobody) with no capabilities, and asserts that it succeeded.
+fn as_nobody(cmd: &str, args: &[&str]) {
+    let out = std::process::Command::new("setpriv")
+        .args(["--reuid=65534", "--regid=65534", "--clear-groups", "--inh-caps=-all", cmd])
+        .args(args)
+        .output()
+        .expect("setpriv (util-linux)");
+    assert!(out.status.success(), "{cmd} {args:?} as nobody: {}", String::from_utf8_lossy(&out.stderr));
+}
+
+/// What root writes where another user can write (a directory that user owns, as in /tmp or a
+/// home): links that user planted at the names are replaced, never followed, and a file that
+/// user made first becomes root's own with the mode bbrscope means. The files: man pages and a
+/// figure (`--plot`); the experiment's `--record` is in tests/experiment.rs.
+#[test]
+fn root_writes_cannot_be_redirected_by_another_user() {
+    use std::os::unix::fs::{MetadataExt as _, PermissionsExt as _};
+    require_root();
+    // The victim lies where only root can write; the user's directory is theirs.
+    let safe = tempfile::tempdir().unwrap();
+    let victim = safe.path().join("victim");
+    std::fs::write(&victim, "root's own\n").unwrap();
+    std::fs::set_permissions(safe.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let theirs = tempfile::tempdir().unwrap();
+    std::os::unix::fs::chown(theirs.path(), Some(65534), Some(65534)).unwrap();
+    std::fs::set_permissions(theirs.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let at = |name: &str| theirs.path().join(name).to_str().unwrap().to_string();
+    let v = victim.to_str().unwrap();
+    as_nobody("ln", &["-s", v, &at("bbrscope.1")]);
+    as_nobody("ln", &["-s", v, &at("plot.svg")]);
+    // A file the user made first, for root to write into.
+    as_nobody("sh", &["-c", &format!("umask 0; : > {}", at("bbrscope-stream.1"))]);
+
+    let out = bbrscope().args(["man", theirs.path().to_str().unwrap()]).output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let fixture = format!("{}/tests/fixtures/experiment-three-groups.ndjson", env!("CARGO_MANIFEST_DIR"));
+    let out = bbrscope().args(["experiment", "--analyze", &fixture, "--plot", &at("plot.svg")]).output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+
+    assert_eq!(std::fs::read_to_string(&victim).unwrap(), "root's own\n", "written through a planted link");
+    for (name, what) in [("bbrscope.1", ".TH"), ("bbrscope-stream.1", ".TH"), ("plot.svg", "<svg")] {
+        let m = std::fs::symlink_metadata(at(name)).unwrap();
+        assert!(m.is_file(), "{name}: not replaced by a file of its own");
+        assert_eq!((m.uid(), m.mode() & 0o7777), (0, 0o644), "{name}: root's, with the mode bbrscope means");
+        assert!(std::fs::read_to_string(at(name)).unwrap().contains(what), "{name}");
+    }
+    let left: Vec<String> = std::fs::read_dir(theirs.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .filter(|n| n.starts_with('.'))
+        .collect();
+    assert!(left.is_empty(), "temporary files left: {left:?}");
+}

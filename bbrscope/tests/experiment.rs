@@ -65,7 +65,14 @@ fn every_connection_gets_an_arm_and_the_arms_algorithm() {
     let listener = TcpListener::bind("127.0.0.1:0").unwrap();
     let to = listener.local_addr().unwrap();
     serve(listener);
-    let record = std::env::temp_dir().join(format!("bbrs-exp-{}.ndjson", std::process::id()));
+    // Recorded into a directory another user owns, who made the file first, open to all (mode
+    // 0666, to read root's record of client addresses): the record is root's own, mode 0600.
+    let theirs = tempfile::tempdir().unwrap();
+    std::os::unix::fs::chown(theirs.path(), Some(65534), Some(65534)).unwrap();
+    let record = theirs.path().join("exp.ndjson");
+    std::fs::write(&record, "").unwrap();
+    std::os::unix::fs::chown(&record, Some(65534), Some(65534)).unwrap();
+    std::fs::set_permissions(&record, std::os::unix::fs::PermissionsExt::from_mode(0o666)).unwrap();
     let child = start_experiment("cubic,bbr", to.port(), &["--no-guardrail", "--record", record.to_str().unwrap()]);
     // The clients' own log.
     const N: usize = 200;
@@ -86,6 +93,9 @@ fn every_connection_gets_an_arm_and_the_arms_algorithm() {
     };
     thread::sleep(Duration::from_millis(500));
     let live = report_of(child);
+    let m = std::fs::symlink_metadata(&record).unwrap();
+    use std::os::unix::fs::MetadataExt as _;
+    assert_eq!((m.uid(), m.mode() & 0o7777), (0, 0o600), "the record is root's, for root alone");
 
     let records: Vec<Value> =
         std::fs::read_to_string(&record).unwrap().lines().map(|l| serde_json::from_str(l).unwrap()).collect();
