@@ -404,6 +404,18 @@ fn keepalive_gaps_restart_the_window_unless_slow_start_after_idle_is_off() {
     assert_eq!(f["numbers"]["restarts"], 0.0, "{f:#}");
     revert_change(&applied, root.path());
     assert_eq!(idle(), "1", "revert restores the namespace's own value");
+
+    // The namespaces gone: status shows the finding, and no command (one without its --netns
+    // would change whichever namespace runs it), saying why.
+    drop(link);
+    let kept = status_advice(root.path());
+    let shown = kept["findings"].as_array().unwrap().iter().find(|k| k["check"] == "window restart after idle");
+    let shown = shown.unwrap_or_else(|| panic!("{kept:#}"));
+    assert!(shown["change"].is_null(), "{kept:#}");
+    assert!(shown["withheld"].as_str().is_some_and(|w| w.contains("namespace is gone")), "{kept:#}");
+    let text = bbrscope().args(["status", "--root"]).arg(root.path()).output().unwrap();
+    let text = String::from_utf8_lossy(&text.stdout);
+    assert!(text.contains("change: none shown: its namespace is gone") && !text.contains("apply --sysctl"), "{text}");
 }
 
 /// The advice `bbrscope status --json --root ROOT` shows.

@@ -145,6 +145,10 @@ pub struct Settings {
     /// bbrscope's own), for the commands a change gives.
     #[serde(skip)]
     pub scope: String,
+    /// The namespace was gone when its settings were to be read: its findings give no command,
+    /// since one without its `--netns` would change another namespace.
+    #[serde(skip)]
+    pub gone: bool,
     /// The device each BBR flow's peer is reached through and the qdisc that sends its packets,
     /// by peer address, as the namespace routes it now.
     #[serde(skip)]
@@ -211,11 +215,21 @@ pub struct Finding {
     pub evidence: String,
     /// What to change, where there is something to change.
     pub change: Option<String>,
+    /// Why a finding shows no change where it would otherwise give one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub withheld: Option<String>,
 }
 
 impl Finding {
     pub fn title(&self) -> &'static str {
         self.check.title()
+    }
+
+    /// Drops the change, if there is one, saying why.
+    pub fn withhold_change(&mut self, why: &str) {
+        if self.change.take().is_some() {
+            self.withheld = Some(why.to_string());
+        }
     }
 
     /// The finding of `check` over all flows of namespace `s`, before the check says more: too
@@ -232,6 +246,7 @@ impl Finding {
             numbers: BTreeMap::new(),
             evidence: String::new(),
             change: None,
+            withheld: None,
         }
     }
 }
@@ -282,15 +297,24 @@ pub fn all(flows: &[FlowFacts], settings_of: &dyn Fn(Option<u32>) -> Settings) -
     let mut out = Vec::new();
     for (ns, flows) in by_ns {
         let s = settings_of(ns);
+        let first = out.len();
         out.extend(initial_window(&flows, &s));
         out.push(send_buffer(&flows, &s));
         out.push(receive_buffer(&flows, &s));
         out.push(unsent_queue(&flows, &s));
         out.push(idle_restart(&flows, &s));
         out.push(pacing(&flows, &s));
+        if s.gone {
+            for f in &mut out[first..] {
+                f.withhold_change(GONE);
+            }
+        }
     }
     out
 }
+
+/// Why a finding of a namespace that is gone gives no command.
+pub const GONE: &str = "its namespace is gone, and the command without the namespace's --netns would change another";
 
 /// Responses (whole flows, one response each: no silence between sends) that need more round
 /// trips than a larger initial window would take, per RTT band.
@@ -369,6 +393,7 @@ pub fn initial_window(flows: &[&FlowFacts], s: &Settings) -> Vec<Finding> {
                 numbers: BTreeMap::new(),
                 evidence: String::new(),
                 change: None,
+                withheld: None,
             };
             if members.len() < MIN_RESPONSES {
                 return Finding {
@@ -1044,6 +1069,7 @@ mod tests {
                 ..Knobs::default()
             },
             scope: String::new(),
+            gone: false,
             egress: BTreeMap::new(),
         }
     }
@@ -1249,6 +1275,21 @@ mod tests {
         assert_eq!(idle_restart(&[&f], &off).status, Status::None);
         let bbr = FlowFacts { cc: "bbr".into(), ..f.clone() };
         assert_eq!(idle_restart(&[&bbr], &settings()).status, Status::TooFew);
+    }
+
+    /// A namespace that was gone when its settings were read: its findings give no command
+    /// (one without its --netns would change advise's own namespace), and say why.
+    #[test]
+    fn a_gone_namespace_gets_no_command() {
+        let mut f = flow(1 << 20, 100);
+        f.idle_gaps = 3;
+        f.restarts = vec![Restart { before: 80, after: 20 }; 3];
+        let here = all(std::slice::from_ref(&f), &|_| settings());
+        let found = here.iter().find(|x| x.status == Status::Found).expect("found");
+        assert!(found.change.is_some() && found.withheld.is_none(), "{found:?}");
+        let gone = all(&[f], &|_| Settings { gone: true, ..settings() });
+        let found = gone.iter().find(|x| x.status == Status::Found).expect("still found");
+        assert_eq!((found.change.as_deref(), found.withheld.as_deref()), (None, Some(GONE)), "{found:?}");
     }
 
     #[test]

@@ -134,11 +134,11 @@ pub(crate) fn knobs_of(ino: Option<u32>) -> Option<Knobs> {
 fn settings_of(ino: Option<u32>, peers: &BTreeSet<IpAddr>) -> Settings {
     let Some(ns) = namespace(ino) else {
         let netns = format!("ino:{} (gone: its settings could not be read)", ino.unwrap_or(0));
-        return Settings { netns, netns_ino: ino, ..Settings::default() };
+        return Settings { netns, netns_ino: ino, gone: true, ..Settings::default() };
     };
     let (knobs, egress) = netns::run(&ns, || Ok((read_knobs(), egress(peers)))).unwrap_or_default();
     let scope = ns.arg().map(|a| format!(" --netns {a}")).unwrap_or_default();
-    Settings { netns: ns.label, netns_ino: ino, knobs, scope, egress }
+    Settings { netns: ns.label, netns_ino: ino, knobs, scope, gone: false, egress }
 }
 
 /// The device a new connection to each of `peers` leaves through, and the qdisc that sends its
@@ -208,6 +208,9 @@ pub fn render(a: &Advice) -> String {
         let group = if f.group == "all flows" { String::new() } else { format!(" [{}]", f.group) };
         let _ = writeln!(out, "  {}{group}: {mark}", f.title());
         let _ = writeln!(out, "    {}", f.evidence);
+        if let Some(why) = &f.withheld {
+            let _ = writeln!(out, "    change: none shown: {why}");
+        }
         if let Some(change) = &f.change {
             let _ = writeln!(out, "    change: {change}");
         }
@@ -232,6 +235,7 @@ mod tests {
             numbers: BTreeMap::new(),
             evidence: "the numbers".into(),
             change: change.map(str::to_string),
+            withheld: None,
         }
     }
 

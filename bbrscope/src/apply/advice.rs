@@ -42,6 +42,9 @@ pub(crate) struct KeptFinding {
     pub group: String,
     pub evidence: String,
     pub change: Option<String>,
+    /// Why no change is shown where the check would give one (its namespace is gone).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub withheld: Option<String>,
 }
 
 #[derive(Debug, Serialize, Deserialize)]
@@ -87,6 +90,7 @@ pub(crate) fn keep(root: &Path, advice: &Advice) -> Result<()> {
             group: f.group.clone(),
             evidence: f.evidence.clone(),
             change: f.change.clone(),
+            withheld: f.withheld.clone(),
         })
         .collect();
     let settings = advice
@@ -114,11 +118,19 @@ pub(crate) fn load(root: &Path) -> Result<Option<Shown>, String> {
         Err(e) => return Err(format!("{ADVICE}: {e:#}")),
     };
     files::roots_alone(root, &path()).map_err(|why| format!("ignoring {ADVICE}: {why}"))?;
-    let kept: Kept = serde_json::from_str(&text).map_err(|e| format!("ignoring {ADVICE}: not bbrscope's ({e})"))?;
+    let mut kept: Kept = serde_json::from_str(&text).map_err(|e| format!("ignoring {ADVICE}: not bbrscope's ({e})"))?;
     let mut changed_since = Vec::new();
     for s in &kept.settings {
         match crate::advise::knobs_of(s.netns_ino) {
-            None => changed_since.push(format!("{}: the namespace is gone", s.netns)),
+            None => {
+                changed_since.push(format!("{}: the namespace is gone", s.netns));
+                // Its commands name a namespace that is not there (or, for advise's own, would
+                // now change whichever namespace runs them): none is shown.
+                for f in kept.findings.iter_mut().filter(|f| f.netns == s.netns && f.change.is_some()) {
+                    f.change = None;
+                    f.withheld = Some(crate::advise::findings::GONE.to_string());
+                }
+            }
             Some(now) => {
                 changed_since.extend(now.changes_from(&s.knobs).into_iter().map(|c| format!("{}: {c}", s.netns)));
             }

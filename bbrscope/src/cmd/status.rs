@@ -149,6 +149,9 @@ fn print_advice(a: Option<&Shown>) -> Result<(), OutputError> {
         let group = if f.group == "all flows" { String::new() } else { format!(" [{}]", f.group) };
         outln!("  {}{group} in {}: FINDING", f.check, f.netns)?;
         outln!("    {}", f.evidence)?;
+        if let Some(why) = &f.withheld {
+            outln!("    change: none shown: {why}")?;
+        }
         if let Some(change) = &f.change {
             outln!("    change: {change}")?;
         }

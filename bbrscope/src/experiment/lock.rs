@@ -88,20 +88,27 @@ fn open_lock() -> Result<File> {
     open(true).with_context(|| format!("creating {LOCK}"))
 }
 
-/// The pid holding an flock on `f`'s inode, as the kernel lists it in /proc/locks
-/// (`1: FLOCK  ADVISORY  WRITE 28738 fe:00:5693454 0 EOF`).
+/// The pid holding an flock on `f`'s file, as the kernel lists it in /proc/locks
+/// (`1: FLOCK  ADVISORY  WRITE 28738 fe:00:5693454 0 EOF`: the device's major and minor in hex,
+/// then the inode). Both the device and the inode must match: an inode number alone is shared
+/// by files on every other filesystem (a user's flock on one of them, or an experiment in
+/// another mount namespace with its own /run, read as this lock's holder).
 fn holder(f: &File) -> Option<u32> {
-    let ino = f.metadata().ok()?.ino();
+    let m = f.metadata().ok()?;
     let locks = std::fs::read_to_string("/proc/locks").ok()?;
-    holder_in(&locks, ino)
+    holder_in(&locks, (libc::major(m.dev()), libc::minor(m.dev())), m.ino())
 }
 
-fn holder_in(locks: &str, ino: u64) -> Option<u32> {
+fn holder_in(locks: &str, dev: (u32, u32), ino: u64) -> Option<u32> {
     locks.lines().find_map(|l| {
         let fields: Vec<&str> = l.split_whitespace().collect();
         // Blocked waiters are listed as "1: -> FLOCK ...": only holders count.
         let [_, "FLOCK", _, _, pid, dev_ino, ..] = fields.as_slice() else { return None };
-        (dev_ino.rsplit(':').next()?.parse::<u64>().ok()? == ino).then(|| pid.parse().ok())?
+        let mut parts = dev_ino.split(':');
+        let mut hex = || u32::from_str_radix(parts.next()?, 16).ok();
+        let (major, minor) = (hex()?, hex()?);
+        let this = (major, minor) == dev && parts.next()?.parse::<u64>().ok()? == ino;
+        this.then(|| pid.parse().ok())?
     })
 }
 
@@ -138,13 +145,35 @@ mod tests {
     use super::*;
 
     #[test]
-    fn the_holder_is_found_by_inode() {
+    fn the_holder_is_found_by_device_and_inode() {
         let locks = "1: FLOCK  ADVISORY  WRITE 28738 fe:00:5693454 0 EOF\n\
                      2: -> FLOCK  ADVISORY  WRITE 999 fe:00:42 0 EOF\n\
                      3: POSIX  ADVISORY  WRITE 777 00:19:42 0 EOF\n\
-                     4: FLOCK  ADVISORY  WRITE 1234 00:19:42 0 EOF\n";
-        assert_eq!(holder_in(locks, 42), Some(1234));
-        assert_eq!(holder_in(locks, 5693454), Some(28738));
-        assert_eq!(holder_in(locks, 7), None);
+                     4: FLOCK  ADVISORY  WRITE 1234 00:19:42 0 EOF\n\
+                     5: FLOCK  ADVISORY  WRITE 4321 00:1a:42 0 EOF\n";
+        assert_eq!(holder_in(locks, (0, 0x19), 42), Some(1234));
+        assert_eq!(holder_in(locks, (0, 0x1a), 42), Some(4321), "the same inode on another device");
+        assert_eq!(holder_in(locks, (0xfe, 0), 5693454), Some(28738));
+        assert_eq!(holder_in(locks, (0xfe, 0), 42), None, "a waiter is no holder");
+        assert_eq!(holder_in(locks, (0, 0x1b), 42), None);
+        assert_eq!(holder_in(locks, (0, 0x19), 7), None);
+    }
+
+    /// Against the kernel: a flock held on a file of another filesystem whose inode number is
+    /// the same as this file's is not this file's holder; one on this file is.
+    #[test]
+    fn a_lock_on_another_filesystems_inode_is_not_this_ones() {
+        let dir = tempfile::tempdir().unwrap();
+        let ours = File::create(dir.path().join("lock")).unwrap();
+        let locks = || std::fs::read_to_string("/proc/locks").unwrap();
+        assert_eq!(holder(&ours), None);
+        let m = ours.metadata().unwrap();
+        let dev = (libc::major(m.dev()), libc::minor(m.dev()));
+        // A lock line for the same inode on a device that is not this file's.
+        let line = format!("1: FLOCK  ADVISORY  WRITE 77 {:02x}:{:02x}:{} 0 EOF\n", dev.0 + 1, dev.1, m.ino());
+        assert_eq!(holder_in(&line, dev, m.ino()), None);
+        let held = File::open(dir.path().join("lock")).unwrap();
+        held.try_lock().unwrap();
+        assert_eq!(holder(&ours), Some(std::process::id()), "{}", locks());
     }
 }
