@@ -174,6 +174,8 @@ fn bad_input_is_refused_before_anything_is_attached() {
         (&["--arms", "cubic,bbr", "--min-effect-ms=-1"], "--min-effect-ms"),
         (&["--arms", "cubic,bbr", "--prefix-list", "/no/such/file"], "--prefix-list /no/such/file"),
         (&["--arms", "cubic,bbr", "--prefix-list", BAD_LIST], "line 2: '10.0.0.0/33' is not a CIDR prefix"),
+        // Read bounded: refused after 4 MiB, in well under the 5 s every case gets.
+        (&["--arms", "cubic,bbr", "--prefix-list", "/dev/zero"], "larger than 4 MiB: not a prefix list"),
         (&["--analyze", BAD_LIST], "has no flow_summary records with an experiment arm"),
         (&["--arms", "cubic,bbr", "--dst", &too_many], "the kernel's scope holds at most 1024"),
     ];
@@ -186,6 +188,9 @@ fn bad_input_is_refused_before_anything_is_attached() {
         assert_eq!(err.trim_end().lines().count(), 1, "{args:?}: {err}");
         assert!(err.contains(needle), "{args:?}: expected '{needle}' in {err}");
         assert!(start.elapsed() < Duration::from_secs(5));
+        if args.contains(&"/dev/zero") {
+            assert!(start.elapsed() < Duration::from_secs(1), "/dev/zero took {:?}", start.elapsed());
+        }
     }
     let _ = std::fs::remove_file(BAD_LIST);
     // A second experiment while one runs.

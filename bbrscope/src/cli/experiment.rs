@@ -7,7 +7,11 @@ use clap::Args;
 
 use crate::{
     error::{UsageError, usage},
-    experiment::{Arm, analysis::PrefixList, decide::Rule},
+    experiment::{
+        Arm,
+        analysis::{PREFIX_LIST_MAX_BYTES, PrefixList},
+        decide::Rule,
+    },
     observe::{
         filter::Net,
         kernel::loader::{ExperimentSpec, MAX_EXPERIMENT_RANGES},
@@ -61,7 +65,8 @@ pub struct ExperimentArgs {
     #[arg(long, value_name = "MS", default_value_t = 5.0)]
     pub min_effect_ms: f64,
     /// Client groups of your own: a file of `LABEL CIDR [CIDR...]` lines (e.g. a country's
-    /// ranges); each is judged, and recommended as routes
+    /// ranges); each is judged, and recommended as routes. At most 100 groups, 10,000 prefixes
+    /// and 4 MiB; labels of up to 64 printable characters
     #[arg(long, value_name = "FILE")]
     pub prefix_list: Option<PathBuf>,
     /// Also write every record of the experiment's flows as NDJSON (re-analyse with --analyze)
@@ -106,10 +111,19 @@ impl ExperimentArgs {
 
     /// `--prefix-list`'s groups, read and checked.
     pub(crate) fn prefix_lists(&self) -> Result<Vec<PrefixList>> {
+        use std::io::Read as _;
         let Some(p) = &self.prefix_list else { return Ok(Vec::new()) };
-        let text = match std::fs::read_to_string(p) {
-            Ok(t) => t,
-            Err(e) => usage!("--prefix-list {}: {e}", p.display()),
+        // Bounded: /dev/zero or a huge file is refused after this much, not read until memory
+        // runs out.
+        let mut bytes = Vec::new();
+        if let Err(e) = std::fs::File::open(p).and_then(|f| f.take(PREFIX_LIST_MAX_BYTES + 1).read_to_end(&mut bytes)) {
+            usage!("--prefix-list {}: {e}", p.display());
+        }
+        if bytes.len() as u64 > PREFIX_LIST_MAX_BYTES {
+            usage!("--prefix-list {}: larger than {} MiB: not a prefix list", p.display(), PREFIX_LIST_MAX_BYTES >> 20);
+        }
+        let Ok(text) = String::from_utf8(bytes) else {
+            usage!("--prefix-list {}: not text (UTF-8)", p.display());
         };
         match PrefixList::parse(&text) {
             Ok(l) if !l.is_empty() => Ok(l),

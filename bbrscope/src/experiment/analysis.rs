@@ -31,7 +31,10 @@
 //! the band is as good as a pre-assignment attribute. Destination prefixes are pre-assignment
 //! attributes proper.
 
-use std::{collections::BTreeMap, net::IpAddr};
+use std::{
+    collections::{BTreeMap, HashMap, HashSet},
+    net::IpAddr,
+};
 
 use ipnet::IpNet;
 use serde::Serialize;
@@ -90,12 +93,26 @@ impl Bucket {
     }
 }
 
-/// A user-given group of client prefixes (e.g. a country's ranges).
+/// A user-given group of client prefixes (e.g. a country's ranges), its prefixes indexed by
+/// length too, so a flow's group is found with one lookup per length the list uses, not one
+/// test per prefix.
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct PrefixList {
     pub label: String,
     pub nets: Vec<IpNet>,
+    #[serde(skip)]
+    by_len: BTreeMap<(bool, u8), HashSet<IpNet>>,
 }
+
+/// What a prefix-list file may hold: a file (or a device such as /dev/zero) past these is
+/// refused before it is read whole or indexed. Every group splits the experiment's error rate
+/// and becomes a verdict and possibly a command, one route per prefix: a list past these is not
+/// something to decide per group.
+pub const PREFIX_LIST_MAX_BYTES: u64 = 4 << 20;
+pub const PREFIX_LIST_MAX_GROUPS: usize = 100;
+pub const PREFIX_LIST_MAX_PREFIXES: usize = 10_000;
+/// A label is printed in reports and terminals: short, and printable characters only.
+const LABEL_MAX_CHARS: usize = 64;
 
 impl PrefixList {
     /// Reads a prefix-list file: one `LABEL CIDR [CIDR...]` per line (CIDRs separated by spaces or
@@ -103,6 +120,8 @@ impl PrefixList {
     /// a group of its own named by its first CIDR. Errors name the line.
     pub fn parse(text: &str) -> Result<Vec<PrefixList>, String> {
         let mut out: Vec<PrefixList> = Vec::new();
+        let mut index: HashMap<String, usize> = HashMap::new();
+        let mut prefixes = 0;
         for (i, line) in text.lines().enumerate() {
             let line = line.split('#').next().unwrap_or("").trim();
             if line.is_empty() {
@@ -110,25 +129,50 @@ impl PrefixList {
             }
             let mut tokens = line.split(|c: char| c.is_whitespace() || c == ',').filter(|t| !t.is_empty()).peekable();
             let first = *tokens.peek().expect("non-empty line");
-            let label = if parse_net(first).is_some() {
-                first.to_string()
-            } else {
+            if parse_net(first).is_none() {
                 tokens.next();
-                first.to_string()
-            };
+                if first.chars().count() > LABEL_MAX_CHARS || first.chars().any(char::is_control) {
+                    return Err(format!("line {}: a label is at most {LABEL_MAX_CHARS} printable characters", i + 1));
+                }
+            }
             let mut nets = Vec::new();
             for t in tokens {
-                nets.push(parse_net(t).ok_or_else(|| format!("line {}: '{t}' is not a CIDR prefix", i + 1))?);
+                nets.push(
+                    parse_net(t)
+                        .ok_or_else(|| format!("line {}: '{}' is not a CIDR prefix", i + 1, t.escape_debug()))?,
+                );
             }
             if nets.is_empty() {
-                return Err(format!("line {}: '{label}' has no prefixes (LABEL CIDR [CIDR...])", i + 1));
+                return Err(format!("line {}: '{first}' has no prefixes (LABEL CIDR [CIDR...])", i + 1));
             }
-            match out.iter_mut().find(|l| l.label == label) {
-                Some(l) => l.nets.extend(nets),
-                None => out.push(PrefixList { label, nets }),
+            prefixes += nets.len();
+            if prefixes > PREFIX_LIST_MAX_PREFIXES {
+                return Err(format!("line {}: more than {PREFIX_LIST_MAX_PREFIXES} prefixes in all", i + 1));
+            }
+            let at = match index.get(first) {
+                Some(&at) => at,
+                None if out.len() == PREFIX_LIST_MAX_GROUPS => {
+                    return Err(format!("line {}: more than {PREFIX_LIST_MAX_GROUPS} groups", i + 1));
+                }
+                None => {
+                    index.insert(first.to_string(), out.len());
+                    out.push(PrefixList { label: first.to_string(), nets: Vec::new(), by_len: BTreeMap::new() });
+                    out.len() - 1
+                }
+            };
+            for n in nets {
+                out[at].by_len.entry((n.addr().is_ipv4(), n.prefix_len())).or_default().insert(n);
+                out[at].nets.push(n);
             }
         }
         Ok(out)
+    }
+
+    /// Whether `ip` lies in one of the list's prefixes.
+    pub fn contains(&self, ip: IpAddr) -> bool {
+        self.by_len.iter().any(|(&(v4, len), nets)| {
+            v4 == ip.is_ipv4() && IpNet::new(ip, len).is_ok_and(|n| nets.contains(&n.trunc()))
+        })
     }
 }
 
@@ -257,13 +301,7 @@ pub fn groups(obs: &[Observation], keep: &[bool], opts: &Options) -> Vec<Group> 
         }
     }
     for list in &opts.prefix_lists {
-        let members = kept()
-            .filter(|(_, o)| {
-                let ip = o.peer.to_canonical();
-                list.nets.iter().any(|n| n.contains(&ip))
-            })
-            .map(|(i, _)| i)
-            .collect();
+        let members = kept().filter(|(_, o)| list.contains(o.peer.to_canonical())).map(|(i, _)| i).collect();
         out.push(Group { kind: GroupKind::List, label: list.label.clone(), nets: list.nets.clone(), members });
     }
     out
@@ -1165,5 +1203,30 @@ pub(crate) mod tests {
         assert!(!cn.members.is_empty() && cn.members.len() < 1200);
         assert!(cn.members.iter().all(|&i| obs[i].peer.to_string().starts_with("203.0.113.")));
         assert_eq!(gs.iter().find(|g| g.label == "near").unwrap().members.len(), 1200);
+    }
+
+    /// Bounded and printable: more groups or prefixes than a decision per group can carry are
+    /// refused by line, quickly (100,000 one-label lines took 92 s when each label was looked
+    /// up in a list); a label with a control character (a terminal escape) is refused.
+    #[test]
+    fn prefix_lists_are_bounded_and_their_labels_printable() {
+        let many: String = (0..100_000).map(|i| format!("g{i} 10.{}.{}.0/24\n", i / 256 % 256, i % 256)).collect();
+        let t = std::time::Instant::now();
+        let e = PrefixList::parse(&many).unwrap_err();
+        assert!(e.contains("line 101: more than 100 groups"), "{e}");
+        assert!(t.elapsed() < std::time::Duration::from_secs(1), "{:?}", t.elapsed());
+        let wide: String = (0..10_001).map(|i| format!("one 10.{}.{}.0/24\n", i / 256 % 256, i % 256)).collect();
+        assert!(PrefixList::parse(&wide).unwrap_err().contains("line 10001: more than 10000 prefixes"));
+        for bad in ["\x1b]0;owned\x07 10.0.0.0/8", &format!("{} 10.0.0.0/8", "x".repeat(65))] {
+            assert!(PrefixList::parse(bad).unwrap_err().contains("printable characters"), "{bad:?}");
+        }
+        let e = PrefixList::parse("ok 10.0.0.0/8 \x1b[2J").unwrap_err();
+        assert!(e.contains("\\u{1b}") && !e.contains('\x1b'), "escaped: {e}");
+        // Membership by the index, IPv4 and IPv6, nested and host prefixes.
+        let l = &PrefixList::parse("a 10.0.0.0/8 10.1.2.3 2001:db8::/32 192.0.2.128/25").unwrap()[0];
+        let ip = |s: &str| s.parse::<IpAddr>().unwrap();
+        assert!(l.contains(ip("10.200.0.1")) && l.contains(ip("10.1.2.3")) && l.contains(ip("2001:db8::9")));
+        assert!(l.contains(ip("192.0.2.200")) && !l.contains(ip("192.0.2.1")) && !l.contains(ip("11.0.0.1")));
+        assert!(!l.contains(ip("2001:db9::1")));
     }
 }
