@@ -53,6 +53,11 @@ fn every_subcommand_exits_as_the_readme_says() {
         (vec!["stream", "--interval", "-1"], Out::Null, As::Root, 2, "'-1' is not an interval: give milliseconds"),
         (vec!["replay", "/no/such/capture.ndjson"], Out::Null, As::Root, 2, "cannot read"),
         (vec!["demo", "--rate", "50"], Out::Null, As::Root, 2, "needs a unit"),
+        // Refused up front, not after the emulator's namespaces are made.
+        (vec!["demo", "--buffer", "1e12"], Out::Null, As::Root, 2, "holds its queue in memory, at most 256 MiB"),
+        (vec!["demo", "--rate", "1gbit", "--rtt", "10s"], Out::Null, As::Root, 2, "give --buffer"),
+        (vec!["advise", "--netns", "0"], Out::Null, As::Root, 2, "0 is no namespace's inode number"),
+        (vec!["advise", "--netns", "/etc/hostname"], Out::Null, As::Root, 2, "not a network namespace file"),
         (vec!["experiment", "--arms", "cubic"], Out::Null, As::Root, 2, "two arms"),
         (vec!["apply"], Out::Null, As::Root, 2, "<ALGORITHM>"),
         (vec!["apply", "bbr", "--persist", "--no-persist", r[0], r[1]], Out::Null, As::Root, 2, "cannot be used with"),
@@ -82,6 +87,8 @@ fn every_subcommand_exits_as_the_readme_says() {
         (vec!["status", "--json", r[0], r[1]], Out::Full, As::Root, 1, "No space left on device"),
         (vec!["status", r[0], r[1]], Out::ClosedPipe, As::Root, 0, ""),
         (vec!["stream", "--duration", "2"], Out::ClosedPipe, As::Root, 0, ""),
+        // A large ring is taken, with a word about what it costs.
+        (vec!["stream", "--duration", "1", "--ring-size", "128M"], Out::Null, As::Root, 0, "--ring-size 128 MiB: the ring is kernel memory"),
         (vec!["advise", "--duration", "1", "--json", r[0], r[1]], Out::Full, As::Root, 1, "No space left on device"),
         (vec!["advise", "--duration", "1", r[0], r[1]], Out::ClosedPipe, As::Root, 0, ""),
         (vec!["completions", "bash"], Out::Full, As::Root, 1, "No space left on device"),

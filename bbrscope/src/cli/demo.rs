@@ -20,6 +20,8 @@ use crate::{
 /// The fastest link the userspace emulator will try: it moves every packet through one thread.
 const MAX_RATE_BPS: u64 = 1_000_000_000;
 const MAX_RTT: Duration = Duration::from_secs(10);
+/// The emulator holds its queue in this process's memory.
+const MAX_BUFFER_BYTES: u64 = 256 << 20;
 const MAX_ALGOS: usize = 8;
 
 #[derive(Debug, Args)]
@@ -146,6 +148,18 @@ impl DemoArgs {
             seed: self.seed,
         };
         cond.buffer_bytes = self.buffer.unwrap_or(preset.buffer).bytes(cond.bdp_bytes());
+        if cond.buffer_bytes > MAX_BUFFER_BYTES {
+            let why = format!("the emulator holds its queue in memory, at most {} MiB", MAX_BUFFER_BYTES >> 20);
+            if self.buffer.is_some() {
+                usage!("--buffer: {} bytes; {why}", cond.buffer_bytes);
+            }
+            usage!(
+                "--rate {} with a {} RTT makes the preset's buffer {} bytes; {why}: lower --rate or --rtt, or give --buffer",
+                fmt_rate(rate_bps as f64),
+                fmt_us(rtt.as_micros() as f64),
+                cond.buffer_bytes
+            );
+        }
         if cond.buffer_bytes < MTU {
             if self.buffer.is_some() {
                 usage!("--buffer: {} bytes cannot hold one {MTU}-byte packet", cond.buffer_bytes);

@@ -123,8 +123,8 @@ pub struct FilterArgs {
     /// Only flows of this process id (the thread group id, as `ps` shows it; sock_ops observer only)
     #[arg(long, value_name = "PID", value_parser = clap::value_parser!(u32).range(1..))]
     pub pid: Option<u32>,
-    /// Only flows in this network namespace: its inode number (`lsns -t net`) or a path such as
-    /// /proc/PID/ns/net or /run/netns/NAME (sock_ops observer only)
+    /// Only flows in this network namespace: its inode number (`lsns -t net`), `ip netns` name,
+    /// or a path such as /proc/PID/ns/net (sock_ops observer only)
     #[arg(long, value_name = "INODE|PATH", value_parser = parse_netns)]
     pub netns: Option<u32>,
 }
@@ -137,16 +137,17 @@ fn parse_comm(s: &str) -> Result<String, String> {
     Ok(s.to_string())
 }
 
-/// A network namespace by inode number or by a path to its nsfs file.
+/// A network namespace by inode number, `ip netns` name, or path to its nsfs file (which must
+/// be one: any other file's inode number would filter for a namespace that is not there).
 fn parse_netns(s: &str) -> Result<u32, String> {
-    use std::os::unix::fs::MetadataExt as _;
-    if let Ok(n) = s.parse::<u32>() {
-        return Ok(n);
+    match s.parse::<u32>() {
+        Ok(0) => Err("0 is no namespace's inode number (see `lsns -t net`)".into()),
+        Ok(n) => Ok(n),
+        Err(_) => {
+            let ns = crate::sys::netns::resolve(s).map_err(|e| format!("{e:#}"))?;
+            u32::try_from(ns.ino).map_err(|_| format!("'{s}': inode {} does not fit the filter's 32 bits", ns.ino))
+        }
     }
-    let meta = std::fs::metadata(s).map_err(|e| {
-        format!("'{s}' is neither a namespace inode number nor a readable path such as /proc/PID/ns/net ({e})")
-    })?;
-    u32::try_from(meta.ino()).map_err(|_| format!("'{s}' is not a network namespace file"))
 }
 
 #[derive(Debug, Args, Clone)]
@@ -190,6 +191,12 @@ impl ObserveArgs {
     /// Validates the filters against the running system and builds loader options.
     pub fn options(&self) -> Result<Options> {
         let f = &self.filter;
+        if self.ring_size > RING_SIZE_NOTED {
+            crate::output::errln!(
+                "bbrscope: note: --ring-size {} MiB: the ring is kernel memory, held for as long as bbrscope runs",
+                self.ring_size >> 20
+            );
+        }
         Ok(Options {
             interval: Duration::from_millis(self.interval),
             receivers: if self.receivers { Receivers::Sampled } else { Receivers::No },
@@ -269,6 +276,9 @@ fn parse_interval_ms(s: &str) -> Result<u64, String> {
         _ => Err(bad()),
     }
 }
+
+/// A ring larger than this is said to cost memory (the default is 4 MiB).
+const RING_SIZE_NOTED: u32 = 64 << 20;
 
 /// A size with an optional K/M/G suffix (powers of 1024).
 pub fn parse_ring_size(s: &str) -> Result<u32, String> {

@@ -53,7 +53,8 @@ impl Link {
         // Room for a sender to keep several times the path's capacity in flight: the TCP
         // buffers of these namespaces only (a new namespace starts from the kernel defaults).
         let bdp = (cfg.rate_bps as f64 / 8.0 * cfg.rtt.as_secs_f64()) as u64 + cfg.buffer_bytes;
-        let max = (4 * bdp).max(4 << 20);
+        // At most what the kernel takes (an int): a 1 Gbit/s path of 10 s would ask for more.
+        let max = (4 * bdp).clamp(4 << 20, i32::MAX as u64);
         for ns in [&sender, &receiver] {
             ns.sysctl("net/ipv4/tcp_wmem", &format!("4096 16384 {max}"))?;
             ns.sysctl("net/ipv4/tcp_rmem", &format!("4096 131072 {}", max.max(32 << 20)))?;
