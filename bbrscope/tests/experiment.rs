@@ -104,6 +104,11 @@ fn every_connection_gets_an_arm_and_the_arms_algorithm() {
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let offline: Value = serde_json::from_slice(&out.stdout).unwrap();
     let _ = std::fs::remove_file(&record);
+    // The header keeps the status quo the guardrail protects: this namespace's default, or null
+    // where namespaces or routes disagree (other tests' namespaces may, meanwhile).
+    let sq = &records[0]["status_quo"];
+    assert!(sq.is_null() || *sq == tcp_congestion_control(), "{}", records[0]);
+    assert!(records[0].get("status_quo").is_some(), "{}", records[0]);
     let summaries: Vec<&Value> = records.iter().filter(|r| r["type"] == "flow_summary").collect();
     // Every response the clients logged is one server-side flow with an arm, and nothing else.
     assert_eq!(summaries.len(), N, "flow summaries vs the clients' log");

@@ -19,9 +19,10 @@ use crate::{
         decide::Rule,
         glue::{self, Setup},
         guardrail::GuardDecision,
-        live::{Limit, LiveExperiment, Monitor},
+        live::{Limit, LiveExperiment},
         lock, record,
         report::InScope,
+        status_quo::StatusQuo,
         watch::{self, Watch, Watched},
     },
     observe::clock::Clock,
@@ -50,6 +51,7 @@ pub async fn run(args: ExperimentArgs) -> Result<()> {
         rule,
         guardrail_pct: (!args.no_guardrail).then_some(args.guardrail_pct),
         prefix_lists,
+        status_quo: StatusQuo::discover().algorithm,
     };
     let state = LiveExperiment::new(&spec, limit, !args.no_guardrail);
     let _lock = lock::acquire(&running(&args, &spec, &state))?;
@@ -159,13 +161,8 @@ fn finish(
     guard: Option<GuardDecision>,
     replaying: bool,
 ) -> Result<()> {
-    let replay = replaying.then(|| {
-        let pct = setup.guardrail_pct.unwrap_or(args.guardrail_pct);
-        let rule =
-            crate::experiment::guardrail::StopRule { margin_pct: pct, alpha: setup.rule.alpha, ..Default::default() };
-        let names = setup.arms.clone().unwrap_or_else(|| crate::experiment::analysis::arm_names(obs));
-        crate::experiment::guardrail::replay(obs, &rule, &names, Monitor::PERIOD.as_secs_f64())
-    });
+    let replay =
+        replaying.then(|| glue::guardrail_replay(obs, setup, setup.guardrail_pct.unwrap_or(args.guardrail_pct)));
     let stopped_by_guard = guard.as_ref().is_some_and(|g| g.stop);
     let rep = glue::finish(
         obs,

@@ -31,6 +31,9 @@ pub struct Setup {
     /// The guardrail's margin, %; `None` with `--no-guardrail`.
     pub guardrail_pct: Option<f64>,
     pub prefix_lists: Vec<PrefixList>,
+    /// What the connections would run without the experiment, when one algorithm is known
+    /// ([`super::status_quo`]): the guardrail watches the arms that differ from it.
+    pub status_quo: Option<String>,
 }
 
 impl Setup {
@@ -39,7 +42,7 @@ impl Setup {
     }
 
     fn stop_rule(&self, pct: f64) -> StopRule {
-        StopRule { margin_pct: pct, alpha: self.rule.alpha, ..StopRule::default() }
+        StopRule { margin_pct: pct, alpha: self.rule.alpha, status_quo: self.status_quo.clone(), ..StopRule::default() }
     }
 }
 
@@ -47,6 +50,12 @@ impl Setup {
 pub fn guardrail(obs: &[Observation], setup: &Setup) -> Option<GuardDecision> {
     let pct = setup.guardrail_pct?;
     Some(guardrail::guardrail(obs, &setup.stop_rule(pct), &setup.names(obs)))
+}
+
+/// What the live guardrail, with margin `pct`, would have done on a recording's flows, looking
+/// as often as the running experiment does.
+pub fn guardrail_replay(obs: &[Observation], setup: &Setup, pct: f64) -> guardrail::Replay {
+    guardrail::replay(obs, &setup.stop_rule(pct), &setup.names(obs), super::live::Monitor::PERIOD.as_secs_f64())
 }
 
 /// The report on the flows so far: the same analysis at the end and while it runs.

@@ -4,7 +4,11 @@
 //! - **Client groups, never a pooled median.** The groups watched are all flows and each band of
 //!   minimum RTT, each measured by the stratified estimate of [`super::decide`] (strata of RTT
 //!   band x response size), so an arm that drew more far-away clients early is not "slower".
-//! - **Both arms.** Arm A slower is as much harm as arm B slower.
+//! - **The arms that moved clients off their status quo** ([`super::status_quo`]), one-sided:
+//!   an arm slower than the status quo harms the clients it was given. The status-quo arm
+//!   slower is what its clients would have had anyway: a big win for the other arm never stops a
+//!   run. Where the status quo is not known (namespaces or routes that disagree, a recording
+//!   made before it was kept), both arms are watched.
 //! - **Stop** when a group's always-valid interval lies wholly on the worse side of zero *and*
 //!   the estimate is worse by more than the margin (`--guardrail-pct`): harm that is both real and
 //!   large. The interval is a confidence sequence at level `1 − α/k` (k the groups watched), so
@@ -29,11 +33,13 @@ pub struct StopRule {
     pub alpha: f64,
     /// The RTT bands watched (edges in ms).
     pub rtt_bands_ms: Vec<f64>,
+    /// The algorithm the experiment's connections would run without it, when one is known.
+    pub status_quo: Option<String>,
 }
 
 impl Default for StopRule {
     fn default() -> Self {
-        StopRule { margin_pct: 20.0, alpha: 0.05, rtt_bands_ms: vec![10.0, 50.0, 150.0] }
+        StopRule { margin_pct: 20.0, alpha: 0.05, rtt_bands_ms: vec![10.0, 50.0, 150.0], status_quo: None }
     }
 }
 
@@ -85,19 +91,27 @@ impl Watch {
                 .enumerate()
                 .map(|(b, s)| (format!("clients at {}", band_label(b, &self.rule.rtt_bands_ms)), s)),
         );
+        let moved = super::status_quo::moved(&self.names, self.rule.status_quo.as_deref());
+        if moved == [false, false] {
+            let sq = self.rule.status_quo.as_deref().unwrap_or_default();
+            let reason = format!("nothing to guard: both arms are the status quo ({sq})");
+            return GuardDecision { stop: false, reason, group: None, worse_arm: None, worse_pct: None };
+        }
         let mut judged = 0;
         for (label, strata) in watched {
             let Some(e) = strata.estimate() else { continue };
             judged += 1;
             let h = cs_half_width(e.var, alpha);
-            // The worse arm's log ratio against the other: B/A for B, A/B for A.
+            // The worse arm's log ratio against the other: B/A for B, A/B for A; an arm that is
+            // the status quo is not watched.
             for (arm, x) in [(1, e.log_ratio), (0, -e.log_ratio)] {
-                if x - h > 0.0 && x >= margin {
+                if moved[arm] && x - h > 0.0 && x >= margin {
                     let pct = |v: f64| (v.exp() - 1.0) * 100.0;
                     let worse = [pct(x), pct(x - h), pct(x + h)];
                     let reason = format!(
                         "{} (arm {}) slower for {label}: completion time {} [{}, {}] vs {} ({} / {} flows); the guardrail \
-                         stops an arm slower by more than {} with its always-valid {:.0}% interval above zero",
+                         stops an arm that moved clients off {} when slower by more than {} with its always-valid {:.0}% \
+                         interval above zero",
                         self.names[arm],
                         ["A", "B"][arm],
                         fmt_pct(worse[0]),
@@ -106,6 +120,10 @@ impl Watch {
                         self.names[1 - arm],
                         fmt_count(e.flows[arm]),
                         fmt_count(e.flows[1 - arm]),
+                        self.rule
+                            .status_quo
+                            .as_deref()
+                            .map_or("their status quo".into(), |sq| format!("the status quo ({sq})")),
                         fmt_pct(self.rule.margin_pct),
                         (1.0 - self.rule.alpha) * 100.0,
                     );
@@ -120,10 +138,22 @@ impl Watch {
             }
         }
         let [a, b] = self.all.flows.map(fmt_count);
+        let arms = match moved {
+            [true, true] => "both arms".to_string(),
+            _ => {
+                let arm = usize::from(moved[1]);
+                format!(
+                    "arm {} ({}), which moved clients off {}",
+                    ["A", "B"][arm],
+                    self.names[arm],
+                    self.names[1 - arm]
+                )
+            }
+        };
         let reason = if judged == 0 {
-            format!("watching: {a} / {b} flows, no stratum has {} per arm yet", super::decide::MIN_CELL)
+            format!("watching {arms}: {a} / {b} flows, no stratum has {} per arm yet", super::decide::MIN_CELL)
         } else {
-            format!("within the guardrail ({judged} client groups checked, {a} / {b} flows)")
+            format!("within the guardrail ({arms}; {judged} client groups checked, {a} / {b} flows)")
         };
         GuardDecision { stop: false, reason, group: None, worse_arm: None, worse_pct: None }
     }
@@ -212,7 +242,7 @@ mod tests {
         assert!(!guardrail(&synth(&[pop([203, 0, 113], 100.0, [1.0, 1.0], 300)], 1), &rule, &names()).stop);
         // Too early to say, however bad it looks.
         let d = guardrail(&synth(&[pop([203, 0, 113], 100.0, [1.0, 3.0], 5)], 1), &rule, &names());
-        assert!(!d.stop && d.reason.starts_with("watching: "), "{d:?}");
+        assert!(!d.stop && d.reason.starts_with("watching both arms: "), "{d:?}");
         // Worse by less than the margin, with many flows: no stop.
         let slightly = synth(&[pop([203, 0, 113], 100.0, [1.0, 1.1], 3000)], 1);
         assert!(!guardrail(&slightly, &rule, &names()).stop);
@@ -223,6 +253,51 @@ mod tests {
             d.stop && d.group.as_deref().is_some_and(|g| g.contains("150")) || d.group.as_deref() == Some("all flows"),
             "{d:?}"
         );
+    }
+
+    fn with_status_quo(sq: &str) -> StopRule {
+        StopRule { status_quo: Some(sq.into()), ..StopRule::default() }
+    }
+
+    /// The status quo (cubic, arm A) slower than a big B win is what its clients would have had
+    /// anyway: the whole run goes its length, looks every 2 s. A worse B still stops, for the
+    /// one group it is worse in, and so does A when the status quo is not known.
+    #[test]
+    fn a_big_win_never_stops_and_a_moved_arm_that_loses_does() {
+        let win = synth(&[pop([203, 0, 113], 200.0, [2.5, 1.0], 400), pop([10, 0, 0], 2.0, [1.0, 1.0], 400)], 3);
+        let r = replay(&win, &with_status_quo("cubic"), &names(), 2.0);
+        assert!(r.stopped_at_s.is_none() && r.looks >= 6, "{r:?}");
+        assert!(r.decision.reason.contains("arm B (bbr), which moved clients off cubic"), "{}", r.decision.reason);
+        assert!(replay(&win, &StopRule::default(), &names(), 2.0).stopped_at_s.is_some(), "unknown: both watched");
+        // B 40% worse for the far group only.
+        let lose = synth(&[pop([203, 0, 113], 200.0, [1.0, 1.4], 400), pop([10, 0, 0], 2.0, [1.0, 1.0], 400)], 4);
+        let d = guardrail(&lose, &with_status_quo("cubic"), &names());
+        assert!(d.stop && d.worse_arm == Some(1), "{d:?}");
+        assert!(d.reason.contains("moved clients off the status quo (cubic)"), "{}", d.reason);
+        // With B the status quo (BBR already the default), A is the arm that moved clients.
+        let d = guardrail(&win, &with_status_quo("bbr"), &names());
+        assert!(d.stop && d.worse_arm == Some(0), "{d:?}");
+        // Both arms the status quo: nothing to guard.
+        let same = ["cubic".to_string(), "cubic".to_string()];
+        assert!(guardrail(&win, &with_status_quo("cubic"), &same).reason.starts_with("nothing to guard"));
+    }
+
+    /// A/A with the status quo known (one arm watched): looks every 2 s over 200 whole runs stop
+    /// at most 5% of them.
+    #[test]
+    fn a_a_runs_watching_the_moved_arm_are_rarely_stopped() {
+        let runs = 200;
+        let stops = (0..runs)
+            .filter(|run| {
+                let obs = synth(
+                    &[pop([203, 0, 113], 200.0, [1.0, 1.0], 300), pop([10, 0, 0], 2.0, [1.0, 1.0], 300)],
+                    900 + run,
+                );
+                replay(&obs, &with_status_quo("cubic"), &names(), 2.0).stopped_at_s.is_some()
+            })
+            .count();
+        crate::output::errln!("A/A guardrail, B watched: {stops}/{runs} runs stopped");
+        assert!(stops as f64 / runs as f64 <= 0.05, "{stops}/{runs}");
     }
 
     /// The audit's false stop: early on, B drew more far clients than A; no group differs.

@@ -20,6 +20,7 @@ mod panel;
 pub(crate) mod plot;
 pub mod record;
 pub mod report;
+pub mod status_quo;
 pub(crate) mod watch;
 
 use std::net::{IpAddr, SocketAddr};

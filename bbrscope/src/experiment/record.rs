@@ -38,6 +38,10 @@ struct Header {
     guardrail_pct: Option<f64>,
     delta_pct: f64,
     min_effect_ms: f64,
+    /// What the connections would have run without the experiment (absent in recordings made
+    /// before it was kept: the guardrail's replay then watches both arms).
+    #[serde(default)]
+    status_quo: Option<String>,
 }
 
 #[derive(Serialize, Deserialize)]
@@ -59,6 +63,7 @@ pub fn create(path: &Path, setup: &Setup) -> Result<File> {
         guardrail_pct: setup.guardrail_pct,
         delta_pct: setup.rule.delta * 100.0,
         min_effect_ms: setup.rule.min_abs_s * 1e3,
+        status_quo: setup.status_quo.clone(),
     };
     let mut v = serde_json::to_value(&header)?;
     v["type"] = "experiment".into();
@@ -141,6 +146,7 @@ pub fn read(input: impl BufRead, is_file: bool) -> Result<Capture> {
                     c.setup.split_pct = h.split_pct;
                     c.setup.scope = h.scope;
                     c.setup.guardrail_pct = h.guardrail_pct;
+                    c.setup.status_quo = h.status_quo;
                 }
                 Ok(_) => {}
                 Err(_) => reader.reject("an experiment header that does not parse"),
