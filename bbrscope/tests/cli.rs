@@ -294,3 +294,30 @@ fn root_writes_cannot_be_redirected_by_another_user() {
         .collect();
     assert!(left.is_empty(), "temporary files left: {left:?}");
 }
+
+/// The README's first hour runs as written: every `bbrscope` command in its code blocks is one
+/// the binary takes, options and all (each parsed with `--help` appended, which prints the help
+/// only once everything before it parsed).
+#[test]
+fn the_readmes_first_hour_parses() {
+    let readme = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../README.md")).unwrap();
+    let section = readme.split("## The first hour").nth(1).unwrap().split("\n## ").next().unwrap();
+    let mut commands = Vec::new();
+    for block in section.split("```sh\n").skip(1) {
+        let code = block.split("```").next().unwrap();
+        for line in code.lines() {
+            let line = line.split('#').next().unwrap();
+            for part in line.split("&&").flat_map(|p| p.split('|')) {
+                let words: Vec<&str> = part.split_whitespace().collect();
+                if words.first() == Some(&"bbrscope") {
+                    commands.push(words[1..].iter().map(ToString::to_string).collect::<Vec<_>>());
+                }
+            }
+        }
+    }
+    assert!(commands.len() >= 7, "{commands:?}");
+    for args in commands {
+        let out = bbrscope().args(&args).arg("--help").output().unwrap();
+        assert!(out.status.success(), "bbrscope {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+    }
+}
