@@ -91,13 +91,16 @@ pub async fn run(args: ExperimentArgs) -> Result<()> {
     finish(&args, &obs, &setup, stopped_by, guard, false)
 }
 
-/// `--analyze FILE`: the report of a recorded run, with this invocation's rule and groups (and
-/// its arms, where the recording does not name them).
+/// `--analyze FILE`: the report of a recorded run, with this invocation's rule, its arms where
+/// the recording does not name them, and the recording's prefix-list groups unless
+/// `--prefix-list` gives others.
 fn analyze(args: &ExperimentArgs, file: &Path, rule: Rule, prefix_lists: Vec<PrefixList>) -> Result<()> {
     let capture = read_capture(file)?;
     let mut setup = capture.setup;
     setup.rule = rule;
-    setup.prefix_lists = prefix_lists;
+    if args.prefix_list.is_some() {
+        setup.prefix_lists = prefix_lists;
+    }
     if let [a, b] = args.arms.as_slice() {
         setup.arms = Some([a.clone(), b.clone()]);
     }

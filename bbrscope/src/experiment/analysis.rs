@@ -168,6 +168,15 @@ impl PrefixList {
         Ok(out)
     }
 
+    /// `lists` as the lines [`PrefixList::parse`] reads back.
+    pub fn to_text(lists: &[PrefixList]) -> String {
+        let line = |l: &PrefixList| {
+            let nets: Vec<String> = l.nets.iter().map(ToString::to_string).collect();
+            format!("{} {}\n", l.label, nets.join(" "))
+        };
+        lists.iter().map(line).collect()
+    }
+
     /// Whether `ip` lies in one of the list's prefixes.
     pub fn contains(&self, ip: IpAddr) -> bool {
         self.by_len.iter().any(|(&(v4, len), nets)| {

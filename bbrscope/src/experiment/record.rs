@@ -24,7 +24,7 @@ use std::{
 use anyhow::{Context as _, Result};
 use serde::{Deserialize, Serialize};
 
-use super::{Observation, glue::Setup, guardrail::GuardDecision, report::InScope};
+use super::{Observation, analysis::PrefixList, glue::Setup, guardrail::GuardDecision, report::InScope};
 use crate::{
     newfile::{self, NewFile},
     observe::replay::{Reader, Skipped},
@@ -42,6 +42,10 @@ struct Header {
     /// before it was kept: the guardrail's replay then watches both arms).
     #[serde(default)]
     status_quo: Option<String>,
+    /// `--prefix-list`'s groups as `LABEL CIDR...` lines, so that `--analyze` judges the same
+    /// family of groups as the live run (absent in older recordings, and when none was given).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    prefix_list: Option<String>,
 }
 
 #[derive(Serialize, Deserialize)]
@@ -64,6 +68,7 @@ pub fn create(path: &Path, setup: &Setup) -> Result<File> {
         delta_pct: setup.rule.delta * 100.0,
         min_effect_ms: setup.rule.min_abs_s * 1e3,
         status_quo: setup.status_quo.clone(),
+        prefix_list: (!setup.prefix_lists.is_empty()).then(|| PrefixList::to_text(&setup.prefix_lists)),
     };
     let mut v = serde_json::to_value(&header)?;
     v["type"] = "experiment".into();
@@ -147,6 +152,12 @@ pub fn read(input: impl BufRead, is_file: bool) -> Result<Capture> {
                     c.setup.scope = h.scope;
                     c.setup.guardrail_pct = h.guardrail_pct;
                     c.setup.status_quo = h.status_quo;
+                    // Checked as when it was given; a header edited into nonsense is not used.
+                    match h.prefix_list.as_deref().map(PrefixList::parse) {
+                        Some(Ok(lists)) => c.setup.prefix_lists = lists,
+                        Some(Err(_)) => reader.reject("an experiment header's prefix list that does not parse"),
+                        None => {}
+                    }
                 }
                 Ok(_) => {}
                 Err(_) => reader.reject("an experiment header that does not parse"),
@@ -222,5 +233,26 @@ mod tests {
         assert_eq!((c.setup.split_pct, c.setup.scope.port), (30, Some(443)));
         assert_eq!(c.stopped_by.as_deref(), Some("stopped by Ctrl-C"));
         assert!(c.notes().iter().any(|n| n.contains("counted once")), "{:?}", c.notes());
+        assert!(c.setup.prefix_lists.is_empty() && c.setup.status_quo.is_none(), "an older header");
+    }
+
+    /// What the header keeps comes back as it was: the status quo and the prefix-list groups
+    /// (so `--analyze` without `--prefix-list` judges the same family as the live run).
+    #[test]
+    fn the_header_keeps_the_status_quo_and_the_prefix_list() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("rec.ndjson");
+        let setup = Setup {
+            arms: Some(["cubic".into(), "bbr".into()]),
+            status_quo: Some("cubic".into()),
+            prefix_lists: PrefixList::parse("far 203.0.113.0/24 2001:db8::/32\nnear 10.0.0.0/8").unwrap(),
+            ..Setup::default()
+        };
+        let mut f = create(&path, &setup).unwrap();
+        end(&mut f, &path, None, None).unwrap();
+        let c = read(std::io::BufReader::new(File::open(&path).unwrap()), true).unwrap();
+        assert_eq!(c.setup.status_quo.as_deref(), Some("cubic"));
+        assert_eq!(c.setup.prefix_lists, setup.prefix_lists);
+        assert_eq!(c.setup.prefix_lists[0].nets.len(), 2);
     }
 }
