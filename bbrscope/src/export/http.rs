@@ -72,12 +72,11 @@ impl Held {
     fn request_in(&self, scratch: &mut [u8]) -> bool {
         // Gone: its task has ended.
         let Some(conn) = self.conn.upgrade() else { return false };
-        if conn.answering.load(Ordering::Relaxed) {
-            return true;
-        }
+        let answering = conn.answering.load(Ordering::Relaxed);
         let flags = RecvFlags::PEEK | RecvFlags::DONTWAIT;
-        let n = rustix::net::recv(&conn.stream, &mut *scratch, flags).map_or(0, |(n, _)| n);
-        request_in(false, &scratch[..n])
+        let waiting =
+            if answering { 0 } else { rustix::net::recv(&conn.stream, &mut *scratch, flags).map_or(0, |(n, _)| n) };
+        request_in(answering, &scratch[..waiting])
     }
 }
 
@@ -160,6 +159,8 @@ async fn serve(conn: Arc<Conn>, registry: Arc<Registry>) {
         Ok(Ok(false)) if head.len() > MAX_HEAD => reply(431, "text/plain", "request header too large\n"),
         _ => return,
     };
+    // Between the read of the head's end and this, the accept loop cannot look: it runs on the
+    // same thread (the runtime has one).
     conn.answering.store(true, Ordering::Relaxed);
     // The scraper may have gone, or not read within the deadline; nothing to tell anyone then.
     let _ = tokio::time::timeout(RESPONSE_DEADLINE, async {
