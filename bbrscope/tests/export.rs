@@ -317,6 +317,167 @@ fn slow_clients_do_not_starve_prometheus() {
     assert!(findings.is_empty(), "promtool check metrics: {findings:?}");
 }
 
+/// GET /metrics over HTTP/1.1 on a connection of its own, sent as it connects as a scraper does.
+/// Bounds are generous: under a flood the connection may wait in the accept queue, or its SYN be
+/// dropped and sent again.
+fn send_scrape(addr: SocketAddr) -> std::io::Result<TcpStream> {
+    let mut s = TcpStream::connect_timeout(&addr, Duration::from_secs(30))?;
+    s.write_all(format!("GET /metrics HTTP/1.1\r\nHost: {addr}\r\n\r\n").as_bytes())?;
+    Ok(s)
+}
+
+/// The response read to the close: what came, and the error the read ended with, if any.
+fn read_response(s: std::io::Result<TcpStream>) -> (Vec<u8>, Option<std::io::Error>) {
+    let mut got = Vec::new();
+    let err = s
+        .and_then(|mut s| {
+            s.set_read_timeout(Some(Duration::from_secs(30)))?;
+            s.read_to_end(&mut got)
+        })
+        .err();
+    (got, err)
+}
+
+/// Connections waiting in the accept queue of the listener on 127.0.0.1:`port` (a listener's
+/// rx_queue in /proc/net/tcp).
+fn accept_queue(port: u16) -> usize {
+    let local = format!("0100007F:{port:04X}");
+    std::fs::read_to_string("/proc/net/tcp")
+        .unwrap()
+        .lines()
+        .map(|l| l.split_whitespace().collect::<Vec<_>>())
+        .find(|f| f.len() > 4 && f[1] == local && f[3] == "0A")
+        .and_then(|f| usize::from_str_radix(f[4].split(':').nth(1)?, 16).ok())
+        .unwrap_or(0)
+}
+
+/// A whole response: its status and body, when the body is as long as its Content-Length says.
+fn whole(resp: &[u8]) -> Option<(u16, &str)> {
+    let resp = std::str::from_utf8(resp).ok()?;
+    let (head, body) = resp.split_once("\r\n\r\n")?;
+    let status = head.strip_prefix("HTTP/1.1 ")?.get(..3)?.parse().ok()?;
+    let len: usize = head.lines().find_map(|l| l.strip_prefix("Content-Length: "))?.parse().ok()?;
+    (body.len() == len).then_some((status, body))
+}
+
+/// A flood of silent connections, as fast as four threads open them (thousands a second; at most
+/// 2,000 open, each thread closing its oldest as it goes), with a scrape every 2 s: each newcomer
+/// takes the place of a silent connection, never of a scrape, so every scrape is answered whole.
+/// (Newcomers took the oldest connection's place, whatever it was: at 7,700-12,600 connections/s,
+/// 1 scrape of 12 to 3 of 5 came back reset or empty, #39.)
+#[test]
+fn every_scrape_is_answered_under_a_flood_of_silent_connections() {
+    use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+    let _machine = load_test();
+    let exporter = Exporter::start(&["--port", "9"]);
+    let addr = exporter.addr;
+    let (stop, hold, opened) = (AtomicBool::new(false), AtomicBool::new(false), AtomicUsize::new(0));
+    let t0 = Instant::now();
+    let scrapes = thread::scope(|s| {
+        for _ in 0..4 {
+            s.spawn(|| {
+                let mut open = std::collections::VecDeque::with_capacity(500);
+                while !stop.load(Ordering::Relaxed) {
+                    if hold.load(Ordering::Relaxed) {
+                        thread::sleep(Duration::from_millis(1));
+                        continue;
+                    }
+                    // A SYN the full accept queue dropped is sent again only after a second: a new
+                    // connection instead.
+                    let Ok(c) = TcpStream::connect_timeout(&addr, Duration::from_millis(100)) else {
+                        continue;
+                    };
+                    // Closed with a reset: no TIME_WAIT left holding loopback's ports.
+                    let _ = rustix::net::sockopt::set_socket_linger(&c, Some(Duration::ZERO));
+                    opened.fetch_add(1, Ordering::Relaxed);
+                    if open.len() == 500 {
+                        open.pop_front();
+                    }
+                    open.push_back(c);
+                }
+            });
+        }
+        thread::sleep(Duration::from_secs(1));
+        let pid = rustix::process::Pid::from_raw(exporter.pid() as i32).unwrap();
+        // Fails only if the exporter has exited, which the scrapes then show.
+        let signal = |sig| {
+            let _ = rustix::process::kill_process(pid, sig);
+        };
+        let queued = || accept_queue(addr.port());
+        // Waits (10 s at most) until `done`.
+        let wait = |done: &dyn Fn() -> bool| {
+            let t = Instant::now();
+            while !done() && t.elapsed() < Duration::from_secs(10) {
+                thread::sleep(Duration::from_millis(5));
+            }
+        };
+        // Judged after the flood is stopped (a failed assertion inside the scope would wait
+        // forever for the flood's threads).
+        let scrapes: Vec<_> = (1..=6)
+            .map(|i| {
+                // The scrape waits in the accept queue with the flood piling up behind it, which
+                // the accept loop then takes in a burst before the scrape's task runs: as when the
+                // exporter falls behind a flood (#39 saw it at 7,700-12,600/s; the test's debug
+                // build on a busy machine keeps up with what four threads open, so it is stopped
+                // meanwhile). Without the stop the previous policy passed; with it, its first
+                // scrape came back reset, 0 bytes. The flood pauses while the queue empties, so
+                // that the scrape finds room at its head.
+                hold.store(true, Ordering::Relaxed);
+                wait(&|| queued() == 0);
+                signal(rustix::process::Signal::STOP);
+                let ahead = queued();
+                let sent = send_scrape(addr);
+                hold.store(false, Ordering::Relaxed);
+                wait(&|| queued() > ahead + 100);
+                let behind = queued().saturating_sub(ahead + 1);
+                signal(rustix::process::Signal::CONT);
+                let got = read_response(sent);
+                thread::sleep((t0 + Duration::from_secs(1 + 2 * i)).saturating_duration_since(Instant::now()));
+                (got, behind)
+            })
+            .collect();
+        stop.store(true, Ordering::Relaxed);
+        scrapes
+    });
+    let opened = opened.into_inner();
+    let rate = opened as f64 / t0.elapsed().as_secs_f64();
+    eprintln!("flood: {opened} silent connections, {rate:.0}/s");
+    for (i, ((got, err), behind)) in scrapes.iter().enumerate() {
+        let said = String::from_utf8_lossy(got);
+        // Enough to take its place, 64 times over, in a burst before its task runs.
+        assert!(*behind >= 100, "scrape {i}: only {behind} connections piled up behind it");
+        assert!(err.is_none(), "scrape {i} under the flood ended in {err:?} after {} bytes: {said}", got.len());
+        assert!(matches!(whole(got), Some((200, b)) if b.ends_with("# EOF\n")), "scrape {i} under the flood: {said}");
+    }
+}
+
+/// 1,000 scrapes outstanding at once: each is answered whole, 200 with the metrics or 503 with
+/// Retry-After when every connection held is being answered; none is closed empty. (2,000 at
+/// once were 64 answered and 1,936 closed empty, #39.) One thread connects and sends each request
+/// before the next connects, then reads them all: among many threads, one descheduled between its
+/// connect and its send would look silent while others connect, and a silent connection is the
+/// one a newcomer takes the place of.
+#[test]
+fn simultaneous_scrapes_are_each_answered_200_or_503() {
+    let _machine = load_test();
+    let exporter = Exporter::start(&["--port", "9"]);
+    const N: usize = 1000;
+    let sent: Vec<_> = (0..N).map(|_| send_scrape(exporter.addr)).collect();
+    let (mut ok, mut busy, mut other) = (0, 0, Vec::new());
+    for (i, (got, err)) in sent.into_iter().map(read_response).enumerate() {
+        let said = String::from_utf8_lossy(&got);
+        match (whole(&got), &err) {
+            (Some((200, body)), None) if body.ends_with("# EOF\n") => ok += 1,
+            (Some((503, _)), None) if said.contains("\r\nRetry-After: 1\r\n") => busy += 1,
+            _ => other.push(format!("scrape {i}: {err:?} after {} bytes: {said:.200}", got.len())),
+        }
+    }
+    eprintln!("{N} scrapes at once: {ok} answered 200, {busy} 503, {} otherwise", other.len());
+    assert!(other.is_empty(), "{} of {N} scrapes not answered whole:\n{}", other.len(), other.join("\n"));
+    assert_eq!(ok + busy, N);
+    assert!(ok >= 64, "only {ok} of {N} scrapes answered 200");
+}
+
 /// Listening beyond loopback is said (in a namespace the test made: nothing listens on the host).
 #[test]
 fn a_listen_beyond_loopback_is_warned_about() {

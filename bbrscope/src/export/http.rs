@@ -1,11 +1,19 @@
 //! A minimal HTTP/1.1 responder for `GET /metrics`: enough for Prometheus and curl, nothing a
 //! scrape does not need (one request per connection, no keep-alive, no bodies in).
 
-use std::{collections::VecDeque, sync::Arc, time::Duration};
+use std::{
+    collections::VecDeque,
+    io::ErrorKind,
+    sync::{
+        Arc, Weak,
+        atomic::{AtomicBool, Ordering},
+    },
+    time::Duration,
+};
 
 use prometheus_client::registry::Registry;
+use rustix::net::{RecvFlags, SendFlags, Shutdown};
 use tokio::{
-    io::{AsyncReadExt as _, AsyncWriteExt as _},
     net::{TcpListener, TcpStream},
     task::JoinHandle,
 };
@@ -16,9 +24,13 @@ pub(crate) const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0
 
 /// Connections held at once. A scrape takes milliseconds, so more is a flood or clients that
 /// connect and trickle (each is held up to the request deadline). When all are taken, a new
-/// connection takes the place of the oldest one: a scraper, which sends its request as it
-/// connects, is answered however many slow clients hold connections (slowloris), where waiting
-/// in the kernel's accept queue behind them would time it out.
+/// connection takes the place of the oldest one whose request head is not in (silent or
+/// trickling: slowloris), so a scraper, which sends its request as it connects, is answered
+/// however many such clients hold connections, where waiting in the kernel's accept queue behind
+/// them would time it out. A connection whose request is in is never evicted (it is being
+/// answered; evicting it closed scrapes empty under a flood): when every held connection has its
+/// request in, the newcomer is answered 503 at once, and Prometheus scrapes again at its next
+/// interval.
 const MAX_CONNECTIONS: usize = 64;
 /// After a failed accept (out of file descriptors), no accept for this long: the listener stays
 /// readable, so accepting again at once would spin a core.
@@ -29,6 +41,9 @@ const MAX_HEAD: usize = 8 << 10;
 /// The whole request head must arrive within this from the accept: a scraper sends it at once, a
 /// client that sends nothing or trickles (slowloris) loses its connection.
 const HEAD_DEADLINE: Duration = Duration::from_secs(2);
+/// The client must take the whole response within this: a connection being answered is never
+/// evicted, so one that does not read must not keep its place longer.
+const RESPONSE_DEADLINE: Duration = Duration::from_secs(10);
 
 /// Renders the registry's current values.
 pub(crate) fn render(registry: &Registry) -> String {
@@ -38,21 +53,66 @@ pub(crate) fn render(registry: &Registry) -> String {
     body
 }
 
+/// A connection, owned by the task serving it. The accept loop holds it weakly, to look at its
+/// socket: the socket closes when the task ends or is aborted, whatever the loop holds.
+struct Conn {
+    stream: TcpStream,
+    /// The task has the request and is answering it.
+    answering: AtomicBool,
+}
+
+/// A held connection, as the accept loop sees it.
+struct Held {
+    task: JoinHandle<()>,
+    conn: Weak<Conn>,
+}
+
+impl Held {
+    /// Whether its request is in, looking into the socket (`scratch` takes the peek).
+    fn request_in(&self, scratch: &mut [u8]) -> bool {
+        // Gone: its task has ended.
+        let Some(conn) = self.conn.upgrade() else { return false };
+        let answering = conn.answering.load(Ordering::Relaxed);
+        let flags = RecvFlags::PEEK | RecvFlags::DONTWAIT;
+        let waiting =
+            if answering { 0 } else { rustix::net::recv(&conn.stream, &mut *scratch, flags).map_or(0, |(n, _)| n) };
+        request_in(answering, &scratch[..waiting])
+    }
+}
+
+/// Whether a connection's request is in, and so not to be evicted: its task is answering it, or
+/// the end of its head waits in the socket (`waiting`, peeked) for a task that has not run yet (a
+/// scraper sends its request as it connects; under a flood the accept loop takes many connections
+/// before their tasks run). Bytes that end a line may end a head the task has read the start of;
+/// a trickler's bytes end one only until its task reads them.
+fn request_in(answering: bool, waiting: &[u8]) -> bool {
+    answering || waiting.ends_with(b"\n")
+}
+
 /// Accepts scrapes on `listener` and serves each from a task of its own, for as long as the
 /// task running this is not aborted (the connections' tasks end with the runtime).
 pub(crate) async fn accept(listener: TcpListener, registry: Arc<Registry>) {
     // The connections being served, oldest first.
-    let mut held: VecDeque<JoinHandle<()>> = VecDeque::new();
+    let mut held: VecDeque<Held> = VecDeque::with_capacity(MAX_CONNECTIONS);
+    // Room for a peek at a request head, or for reading one before a 503.
+    let mut scratch = vec![0u8; MAX_HEAD];
+    let busy = reply(503, "text/plain", "busy: every connection is being answered; retry\n");
     loop {
         match listener.accept().await {
-            Ok((conn, _)) => {
-                held.retain(|h| !h.is_finished());
-                if held.len() >= MAX_CONNECTIONS
-                    && let Some(oldest) = held.pop_front()
-                {
-                    oldest.abort();
+            Ok((stream, _)) => {
+                held.retain(|h| !h.task.is_finished());
+                if held.len() >= MAX_CONNECTIONS {
+                    let Some(victim) = held.iter().position(|h| !h.request_in(&mut scratch)) else {
+                        refuse(&stream, &busy, &mut scratch);
+                        continue;
+                    };
+                    if let Some(h) = held.remove(victim) {
+                        h.task.abort();
+                    }
                 }
-                held.push_back(tokio::spawn(serve(conn, registry.clone())));
+                let conn = Arc::new(Conn { stream, answering: AtomicBool::new(false) });
+                let weak = Arc::downgrade(&conn);
+                held.push_back(Held { task: tokio::spawn(serve(conn, registry.clone())), conn: weak });
             }
             // E.g. out of file descriptors: the client's loss, and a pause, not a spin.
             Err(_) => tokio::time::sleep(ACCEPT_BACKOFF).await,
@@ -60,13 +120,27 @@ pub(crate) async fn accept(listener: TcpListener, registry: Arc<Registry>) {
     }
 }
 
+/// Answers `busy` without waiting (a fresh socket's send buffer takes it whole) and closes. What
+/// the client sent is read first: closing over unread bytes resets the connection, and the client
+/// could lose the answer with it.
+fn refuse(stream: &TcpStream, busy: &[u8], scratch: &mut [u8]) {
+    let _ = rustix::net::recv(stream, scratch, RecvFlags::DONTWAIT);
+    let _ = rustix::net::send(stream, busy, SendFlags::DONTWAIT | SendFlags::NOSIGNAL);
+    let _ = rustix::net::shutdown(stream, Shutdown::Write);
+}
+
 /// Serves one connection: reads the request head, answers, closes.
-pub(crate) async fn serve(mut conn: TcpStream, registry: Arc<Registry>) {
+async fn serve(conn: Arc<Conn>, registry: Arc<Registry>) {
+    let s = &conn.stream;
     let mut head = Vec::with_capacity(1024);
     let mut buf = [0u8; 1024];
     let read = tokio::time::timeout(HEAD_DEADLINE, async {
         loop {
-            let n = conn.read(&mut buf).await?;
+            s.readable().await?;
+            let n = match s.try_read(&mut buf) {
+                Err(e) if e.kind() == ErrorKind::WouldBlock => continue,
+                n => n?,
+            };
             if n == 0 {
                 return Ok::<bool, std::io::Error>(false);
             }
@@ -85,9 +159,24 @@ pub(crate) async fn serve(mut conn: TcpStream, registry: Arc<Registry>) {
         Ok(Ok(false)) if head.len() > MAX_HEAD => reply(431, "text/plain", "request header too large\n"),
         _ => return,
     };
-    // The scraper may have gone; nothing to tell anyone then.
-    let _ = conn.write_all(&response).await;
-    let _ = conn.shutdown().await;
+    // Between the read of the head's end and this, the accept loop cannot look: it runs on the
+    // same thread (the runtime has one).
+    conn.answering.store(true, Ordering::Relaxed);
+    // The scraper may have gone, or not read within the deadline; nothing to tell anyone then.
+    let _ = tokio::time::timeout(RESPONSE_DEADLINE, async {
+        let mut left = &response[..];
+        while !left.is_empty() {
+            s.writable().await?;
+            match s.try_write(left) {
+                Ok(n) => left = &left[n..],
+                Err(e) if e.kind() == ErrorKind::WouldBlock => {}
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(())
+    })
+    .await;
+    let _ = rustix::net::shutdown(s, Shutdown::Write);
 }
 
 fn respond(head: &[u8], registry: &Registry) -> Vec<u8> {
@@ -120,10 +209,13 @@ fn reply(status: u16, content_type: &str, body: &str) -> Vec<u8> {
         200 => "OK",
         404 => "Not Found",
         405 => "Method Not Allowed",
+        503 => "Service Unavailable",
         _ => "Request Header Fields Too Large",
     };
+    // Busy now, not for long: a client may retry in a second.
+    let retry = if status == 503 { "Retry-After: 1\r\n" } else { "" };
     let mut r = format!(
-        "HTTP/1.1 {status} {reason}\r\nContent-Type: {content_type}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+        "HTTP/1.1 {status} {reason}\r\nContent-Type: {content_type}\r\nContent-Length: {}\r\n{retry}Connection: close\r\n\r\n",
         body.len()
     )
     .into_bytes();
@@ -151,5 +243,32 @@ mod tests {
         assert!(head.ends_with("\r\n\r\n"), "{head}");
         assert!(String::from_utf8(respond(b"GET /x HTTP/1.1\r\n\r\n", &reg)).unwrap().contains(" 404 "));
         assert!(String::from_utf8(respond(b"POST /metrics HTTP/1.1\r\n\r\n", &reg)).unwrap().contains(" 405 "));
+    }
+
+    #[test]
+    fn busy_is_a_whole_response() {
+        let busy = String::from_utf8(reply(503, "text/plain", "busy\n")).unwrap();
+        assert!(busy.starts_with("HTTP/1.1 503 Service Unavailable\r\n"), "{busy}");
+        assert!(busy.contains("\r\nRetry-After: 1\r\n") && busy.contains("\r\nConnection: close\r\n"), "{busy}");
+        assert!(busy.ends_with("Content-Length: 5\r\nRetry-After: 1\r\nConnection: close\r\n\r\nbusy\n"), "{busy}");
+        assert!(!String::from_utf8(reply(200, "text/plain", "")).unwrap().contains("Retry-After"));
+    }
+
+    /// Which connections a newcomer may take the place of.
+    #[test]
+    fn a_connection_with_its_request_in_is_never_evicted() {
+        // Being answered: whatever is in its socket.
+        assert!(request_in(true, b""));
+        assert!(request_in(true, b"G"));
+        // A scraper whose task has not run: its head waits whole.
+        assert!(request_in(false, b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n"));
+        // The end of a head whose start the task has read, however it was cut.
+        for tail in [&b"\n"[..], b"\r\n", b"\n\r\n", b"x\r\n\r\n"] {
+            assert!(request_in(false, tail), "{tail:?}");
+        }
+        // Silent, or trickling (slowloris): evicted.
+        assert!(!request_in(false, b""));
+        assert!(!request_in(false, b"G"));
+        assert!(!request_in(false, b"GET /metrics HTTP/1.1\r"));
     }
 }
