@@ -189,9 +189,10 @@ fn replay_of_dev_zero_is_refused_in_bounded_memory() {
 }
 
 /// Issue 39 (10, 11): at 80x24, one BBR flow on a 20 Mbit/s tbf path between namespaces of the
-/// test's own. Its THRPUT is within 10% of the goodput the receiver counted over the seconds
-/// before each look (the flow is steady: tbf's rate, whatever the CPU's load), where a single
-/// ~100 ms sample read anywhere from 0 to 45 Mbit/s; and the detail shows BBR's mode.
+/// test's own. Its THRPUT is within 10% of the goodput the test itself reads off the sending
+/// socket (TCP_INFO's bytes_acked, every 20 ms) over a second that ended shortly before the
+/// look, where a single ~100 ms sample read anywhere from 0 to 45 Mbit/s. The detail shows
+/// BBR's mode.
 #[test]
 fn at_80x24_a_bbr_flow_shows_its_mode_and_a_throughput_over_a_second() {
     require_root();
@@ -209,15 +210,23 @@ fn at_80x24_a_bbr_flow_shows_its_mode_and_a_throughput_over_a_second() {
     s.keys("Enter");
     let stream = link.a.enter(|| TcpStream::connect(server.addr).unwrap());
     set_cc(&stream, "bbr");
+    let socket = stream.try_clone().unwrap();
     let sender = Sender::run(stream, Duration::from_secs(15), None);
-    // The receiver's count every 50 ms: the truth each look is checked against.
-    let counts = Arc::new(Mutex::new(Vec::<(Instant, u64)>::new()));
-    let (log, received, done) = (counts.clone(), server.received.clone(), Arc::new(AtomicBool::new(false)));
+    // The kernel's count, not the receiver's reads: a reader starved by a busy CPU catches up
+    // in bursts (+9% over 2 s under stress-ng); the acked count does not wait for it.
+    let acked = Arc::new(Mutex::new(Vec::<(Instant, u64)>::new()));
+    let (log, done) = (acked.clone(), Arc::new(AtomicBool::new(false)));
     let stop = done.clone();
     let counter = std::thread::spawn(move || {
         while !stop.load(Ordering::Relaxed) {
-            log.lock().unwrap().push((Instant::now(), received.load(Ordering::Relaxed)));
-            std::thread::sleep(Duration::from_millis(50));
+            let before = Instant::now();
+            let bytes = tcp_info(&socket).bytes_acked;
+            let after = Instant::now();
+            // A read preempted on a busy CPU has no exact time: left out.
+            if after - before < Duration::from_millis(2) {
+                log.lock().unwrap().push((after, bytes));
+            }
+            std::thread::sleep(Duration::from_millis(20));
         }
     });
     let row =
@@ -233,12 +242,20 @@ fn at_80x24_a_bbr_flow_shows_its_mode_and_a_throughput_over_a_second() {
         let cells: Vec<&str> = r.split_whitespace().collect();
         let at = cells.iter().position(|c| *c == "bbr").unwrap();
         let shown = parse_short_rate(cells[at + 1]).unwrap_or_else(|| panic!("no rate in {r}"));
-        // Goodput the receiver counted over the 2 s before the look (the dashboard's second
-        // ended at most a sample and a frame before it; the flow is steady).
-        let log = counts.lock().unwrap().clone();
-        let end = log.iter().rev().find(|(t, _)| *t <= seen).unwrap();
-        let start = log.iter().rev().find(|(t, _)| end.0.duration_since(*t) >= Duration::from_secs(2)).unwrap();
-        let truth = (end.1 - start.1) as f64 * 8.0 / end.0.duration_since(start.0).as_secs_f64();
+        // The dashboard's second ended at the last sample (100 ms apart) before the last frame
+        // (67 ms apart, later on a busy CPU) before the capture: the goodput over each second
+        // that ended up to 0.5 s before the look bounds what it can rightly show.
+        let log = acked.lock().unwrap().clone();
+        let truths: Vec<f64> = log
+            .iter()
+            .filter(|(t, _)| *t <= seen && seen - *t <= Duration::from_millis(500))
+            .filter_map(|end| {
+                let start = log.iter().rev().find(|(t, _)| end.0 - *t >= Duration::from_secs(1))?;
+                Some((end.1 - start.1) as f64 * 8.0 / (end.0 - start.0).as_secs_f64())
+            })
+            .collect();
+        assert!(truths.len() >= 5, "the counter thread fell behind: {truths:?}");
+        let truth = truths.iter().fold((f64::MAX, 0.0f64), |(lo, hi), &v| (lo.min(v), hi.max(v)));
         looks.push((shown, truth));
         let mode =
             ["startup", "drain", "probe_bw", "probe_rtt"].iter().any(|m| text.contains(&format!("BBR {m} gain")));
@@ -247,9 +264,9 @@ fn at_80x24_a_bbr_flow_shows_its_mode_and_a_throughput_over_a_second() {
     }
     done.store(true, Ordering::Relaxed);
     counter.join().unwrap();
-    eprintln!("THRPUT vs receiver (bit/s): {looks:?}");
-    for (shown, truth) in &looks {
-        assert!((shown / truth - 1.0).abs() <= 0.10, "THRPUT {shown} vs {truth} counted: {looks:?}");
+    eprintln!("THRPUT vs acked over a second (bit/s): {looks:?}");
+    for &(shown, (lo, hi)) in &looks {
+        assert!(shown >= lo * 0.9 && shown <= hi * 1.1, "THRPUT {shown} vs {lo}..{hi} acked: {looks:?}");
     }
     sender.join();
     s.keys("q");
