@@ -114,8 +114,16 @@ pub struct Flow {
     pub metrics: Option<Metrics>,
     /// bytes_acked at the first sample: goodput over the flow's life counts from here.
     pub first_bytes_acked: Option<u64>,
-    /// Goodput between the last two samples (bits/s).
+    /// Goodput between the last two samples (bits/s): `stream`'s `throughput_bps`. One sample
+    /// spans ~100 ms, over which ACKs arrive in bursts: a steady 17 Mbit/s flow read anywhere
+    /// from 0 to 45 Mbit/s.
     pub throughput_bps: Option<u64>,
+    /// Goodput over the last [`RATE_WINDOW_NS`] (bits/s), as `ss` and btop average rates: the
+    /// dashboard's THRPUT. Kept by tables that keep history (the dashboard's); `None` elsewhere.
+    pub rate_bps: Option<u64>,
+    /// `rate_bps`'s ends: (time, bytes_acked) of samples at least [`RATE_STEP_NS`] apart, the
+    /// first one the newest that is a window old (see [`windowed_rate`]).
+    acked: VecDeque<(u64, u64)>,
     pub retransmits: u64,
     pub retrans_segs: u64,
     pub state_changes: u64,
@@ -148,6 +156,12 @@ pub struct Life {
     /// The kernel's summary (a copy, not boxed: no allocation per flow end).
     pub end: Option<EndEvent>,
 }
+
+/// The window [`Flow::rate_bps`] averages over: ss and btop show rates over about a second.
+pub const RATE_WINDOW_NS: u64 = 1_000_000_000;
+/// The least time between two of `rate_bps`'s kept samples: at most ~20 per flow, and a window
+/// at most this much longer than [`RATE_WINDOW_NS`] at any sample interval below it.
+const RATE_STEP_NS: u64 = RATE_WINDOW_NS / 20;
 
 /// srtt values kept per flow for its median: beyond this, every other one is dropped.
 const SRTT_KEEP: usize = 256;
@@ -346,6 +360,8 @@ impl FlowTable {
                 metrics: None,
                 first_bytes_acked,
                 throughput_bps: None,
+                rate_bps: None,
+                acked: VecDeque::new(),
                 retransmits: 0,
                 retrans_segs: 0,
                 state_changes: 0,
@@ -385,6 +401,11 @@ impl FlowTable {
                 if let (Some(prev), Some(now)) = (flow.metrics.as_ref(), s.metrics.bytes_acked) {
                     flow.throughput_bps =
                         rate(prev.bytes_acked, now, flow.last_sample_ns, h.ts_ns).or(flow.throughput_bps);
+                }
+                if keep > 0
+                    && let Some(now) = s.metrics.bytes_acked
+                {
+                    flow.rate_bps = windowed_rate(&mut flow.acked, h.ts_ns, now).or(flow.rate_bps);
                 }
                 flow.last_sample_ns = h.ts_ns;
                 flow.cc = s.cc;
@@ -444,6 +465,21 @@ fn rate(prev_bytes: Option<u64>, now_bytes: u64, prev_ns: u64, now_ns: u64) -> O
     Some((u128::from(db) * 8 * 1_000_000_000 / u128::from(dt)) as u64)
 }
 
+/// Notes `bytes` acked at `ts_ns` in `acked` and returns the goodput since the newest kept
+/// sample at least [`RATE_WINDOW_NS`] older (since the oldest while the flow is younger than
+/// that; `None` at its first sample).
+fn windowed_rate(acked: &mut VecDeque<(u64, u64)>, ts_ns: u64, bytes: u64) -> Option<u64> {
+    // Samples older than the newest one a window back are no longer an end.
+    while acked.len() >= 2 && acked[1].0.saturating_add(RATE_WINDOW_NS) <= ts_ns {
+        acked.pop_front();
+    }
+    let rate = acked.front().and_then(|&(t0, b0)| rate(Some(b0), bytes, t0, ts_ns));
+    if acked.back().is_none_or(|&(t, _)| ts_ns >= t.saturating_add(RATE_STEP_NS)) {
+        acked.push_back((ts_ns, bytes));
+    }
+    rate
+}
+
 fn point(ts_ns: u64, m: &Metrics, throughput_bps: Option<u64>) -> Point {
     let rwnd_limited = match (m.snd_wnd, m.in_flight, m.mss, m.cwnd) {
         (Some(wnd), Some(inflight), Some(mss), Some(cwnd)) if mss > 0 => {
@@ -498,6 +534,8 @@ pub(crate) mod tests {
             metrics: None,
             first_bytes_acked: None,
             throughput_bps: None,
+            rate_bps: None,
+            acked: VecDeque::new(),
             retransmits: 0,
             retrans_segs: 0,
             state_changes: 0,
@@ -520,6 +558,39 @@ mod budget_tests {
         .unwrap();
         let Some(crate::observe::replay::Record::Event(Event::Sample(s))) = m.take() else { unreachable!() };
         Event::Sample(Box::new(SampleEvent { head: Head { flow, ts_ns, ..s.head }, ..*s }))
+    }
+
+    /// A steady 17 Mbit/s flow whose ACKs arrive in bursts: samples 100 ms apart read 0 to 45
+    /// Mbit/s each (as on a tbf-limited path), the rate over the window reads 17.
+    #[test]
+    fn the_rate_averages_a_window_of_bursty_samples() {
+        let mut t = FlowTable::new(100);
+        // Bytes acked per 100 ms: 0, 3.8, 25.4, 44.7, 11.1 Mbit/s worth, repeating (mean 17).
+        let burst = [0u64, 47_500, 317_500, 558_750, 138_750];
+        let (mut acked, mut per_sample) = (0, Vec::new());
+        for i in 0..50u64 {
+            acked += burst[i as usize % 5];
+            let mut ev = sample(1, 1_000_000_000 + i * 100_000_000);
+            let Event::Sample(s) = &mut ev else { unreachable!() };
+            s.metrics.bytes_acked = Some(acked);
+            t.apply(&ev);
+            let f = t.get(1).unwrap();
+            per_sample.extend(f.throughput_bps);
+            if i >= 10 {
+                // Ten samples span exactly the window: it holds two whole cycles of the burst.
+                assert_eq!(f.rate_bps, Some(17_000_000), "at sample {i}");
+            }
+            assert!(f.acked.len() <= 22, "{} kept", f.acked.len());
+        }
+        let (lo, hi) = (per_sample.iter().min().unwrap(), per_sample.iter().max().unwrap());
+        assert!(*lo == 0 && *hi > 40_000_000, "one sample's rate is as bursty as its ACKs: {lo}..{hi}");
+        // A table without history (stream's) keeps no window.
+        let mut bare = FlowTable::new(0);
+        let mut ev = sample(1, 0);
+        let Event::Sample(s) = &mut ev else { unreachable!() };
+        s.metrics.bytes_acked = Some(1);
+        bare.apply(&ev);
+        assert!(bare.get(1).unwrap().acked.capacity() == 0 && bare.get(1).unwrap().rate_bps.is_none());
     }
 
     /// The median is the upper one of an even count, whatever the count.

@@ -205,7 +205,7 @@ impl App {
         let key = |f: &Flow| -> i128 {
             let m = f.metrics.as_ref();
             match self.sort {
-                SortKey::Throughput => i128::from(f.throughput_bps.unwrap_or(0)),
+                SortKey::Throughput => i128::from(f.rate_bps.unwrap_or(0)),
                 SortKey::Cwnd => i128::from(m.and_then(|m| m.cwnd).unwrap_or(0)),
                 SortKey::Rtt => i128::from(m.and_then(|m| m.srtt_us).unwrap_or(0)),
                 SortKey::Retransmits => i128::from(f.retrans_segs),

@@ -44,6 +44,20 @@ pub(super) fn fit(parts: Vec<Span<'static>>, width: usize) -> Vec<Span<'static>>
         .collect()
 }
 
+/// What ends a line that [`fit_marked`] left parts out of.
+pub(super) const CUT: &str = " · …";
+
+/// As [`fit`], but when a part is left out the line ends in [`CUT`], so that a narrow terminal
+/// says something is missing rather than hiding it (the help says a wider one shows it).
+pub(super) fn fit_marked(parts: Vec<Span<'static>>, width: usize) -> Vec<Span<'static>> {
+    if parts.iter().map(Span::width).sum::<usize>() <= width {
+        return parts;
+    }
+    let mut kept = fit(parts, width.saturating_sub(CUT.chars().count()));
+    kept.push(Span::raw(CUT));
+    kept
+}
+
 pub(super) fn ms(us: u32) -> String {
     match us {
         us if us < 1_000 => format!("{us}µs"),
@@ -91,6 +105,9 @@ mod tests {
         assert_eq!(text(fit(parts(), 80)), "cwnd 28 · pacing 14.2Mbit/s · retr 9");
         assert_eq!(text(fit(parts(), 20)), "cwnd 28 · retr 9", "the part that does not fit goes, whole");
         assert_eq!(text(fit(parts(), 3)), "");
+        assert_eq!(text(fit_marked(parts(), 80)), "cwnd 28 · pacing 14.2Mbit/s · retr 9", "all fit: no mark");
+        assert_eq!(text(fit_marked(parts(), 20)), "cwnd 28 · retr 9 · …", "a part left out is marked");
+        assert_eq!(text(fit_marked(parts(), 3)), " · …");
     }
 
     #[test]

@@ -736,7 +736,35 @@ fn narrow_terminals_shorten_numbers_instead_of_cutting_them() {
     let text = lines(&render(&app, 80, 24, Theme { color: false }));
     let row = |cc: &str| text.iter().find(|l| l.contains(&format!(" {cc} "))).unwrap().clone();
     assert!(text[2].contains("BIT/S") && text[2].contains("RTT "), "{}", text[2]);
-    assert!(row("bbr").contains(" 13.9M ") && row("bbr").contains(" 18.5ms "), "{}", row("bbr"));
-    assert!(row("cubic").contains(" 4.87M ") && row("cubic").contains(" 25.4ms "), "{}", row("cubic"));
-    assert!(text.iter().any(|l| l.contains("· retrans 9031")), "the detail's last part, after one left out");
+    // The rates are the last second's of each flow before it closed.
+    assert!(row("bbr").contains(" 13.7M ") && row("bbr").contains(" 18.5ms "), "{}", row("bbr"));
+    assert!(row("cubic").contains(" 5.37M ") && row("cubic").contains(" 25.4ms "), "{}", row("cubic"));
+    // The detail's state line: BBR's state first, then what fits whole, and a mark for the rest.
+    assert!(
+        text.iter().any(|l| l.contains("│BBR probe_bw gain 1.00/2.00 bw 14.4Mbit/s · cwnd 28 ssthresh 140 · … ")),
+        "{}",
+        text.join("\n")
+    );
+}
+
+/// Issue 39 (11): at 80x24 a BBR flow's mode, gains and bandwidth show (the first part of the
+/// state line), and what a narrow terminal leaves out is said: the line ends in "…", the flow
+/// list's title names the columns a wider terminal adds.
+#[test]
+fn at_80x24_bbrs_state_shows_and_what_is_cut_is_said() {
+    let mut app = mid_recording();
+    while app.selected_flow().unwrap().cc != "bbr" {
+        key(&mut app, KeyCode::Down);
+    }
+    let text = lines(&render(&app, 80, 24, Theme { color: false }));
+    let all = text.join("\n");
+    let state = text.iter().find(|l| l.contains("│BBR ")).unwrap_or_else(|| panic!("no BBR state:\n{all}"));
+    let mode = ["startup", "drain", "probe_bw", "probe_rtt"].iter().any(|m| state.contains(&format!("BBR {m} gain ")));
+    assert!(mode && state.contains(" bw ") && state.contains("bit/s"), "{state}");
+    assert!(state.trim_end_matches([' ', '│']).ends_with(" · …"), "the cut is marked: {state}");
+    assert!(all.contains("RTT MIN PACING STATE at ≥120 columns"), "{all}");
+    // Wide enough for everything: no mark, no hint.
+    let text = lines(&render(&app, 200, 50, Theme { color: false })).join("\n");
+    assert!(text.contains("BBR ") && !text.contains(" · …") && !text.contains("at ≥120 columns"), "{text}");
+    assert!(text.contains("THRPUT 1s"), "{text}");
 }

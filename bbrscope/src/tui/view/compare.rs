@@ -119,7 +119,7 @@ pub(super) fn draw(f: &mut Frame, area: Rect, app: &App, table: &FlowTable, them
         Layout::vertical([Constraint::Length(6), Constraint::Ratio(1, 2), Constraint::Ratio(1, 2)]).areas(area);
     let cols = Layout::horizontal([Constraint::Ratio(1, 2); 2]).split(summary);
     for (g, col) in groups.iter().zip(cols.iter()) {
-        let thr: u64 = g.flows.iter().filter_map(|f| f.throughput_bps).sum();
+        let thr: u64 = g.flows.iter().filter_map(|f| f.rate_bps).sum();
         let retr: f64 = g.flows.iter().filter_map(|f| f.retrans_per_s(recent)).sum();
         let infl: Vec<f64> = g.flows.iter().filter_map(|f| f.rtt_inflation()).collect();
         let infl = if infl.is_empty() {
@@ -129,7 +129,7 @@ pub(super) fn draw(f: &mut Frame, area: Rect, app: &App, table: &FlowTable, them
         };
         let verdicts: Vec<String> = g.flows.iter().take(2).map(|f| diagnose::diagnose(f, now).label()).collect();
         let lines = vec![
-            Line::from(vec![Span::raw("throughput     "), Span::styled(crate::units::fmt_rate_compact(thr), g.style)]),
+            Line::from(vec![Span::raw("throughput 1s  "), Span::styled(crate::units::fmt_rate_compact(thr), g.style)]),
             Line::raw(format!("retransmits    {retr:.1} segs/s")),
             Line::raw(format!("RTT inflation  {infl}  (srtt / min RTT)")),
             Line::raw(format!("verdict        {}", verdicts.join(", "))),

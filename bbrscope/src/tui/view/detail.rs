@@ -60,7 +60,7 @@ pub(super) fn draw(f: &mut Frame, area: Rect, app: &App, table: &FlowTable, them
     let [words, state, charts] =
         Layout::vertical([Constraint::Length(text_rows), Constraint::Length(1), Constraint::Min(0)]).areas(inner);
     f.render_widget(Paragraph::new(verdict.explain(&flow.cc)).wrap(Wrap { trim: true }).style(theme.warn()), words);
-    f.render_widget(Line::from(fmt::fit(state_line(flow, theme), state.width.into())), state);
+    f.render_widget(Line::from(fmt::fit_marked(state_line(flow, theme), state.width.into())), state);
     if charts.height < 5 {
         return;
     }
@@ -129,21 +129,17 @@ pub(super) fn draw(f: &mut Frame, area: Rect, app: &App, table: &FlowTable, them
     }
 }
 
-/// The flow's state in parts, each shown whole or not at all (see [`fmt::fit`]).
+/// The flow's state in parts, each shown whole or not at all (see [`fmt::fit_marked`]).
 fn state_line(flow: &Flow, theme: &Theme) -> Vec<Span<'static>> {
     let Some(m) = flow.metrics.as_ref() else { return Vec::new() };
     let opt = |v: Option<u32>| v.map_or("-".into(), |v| v.to_string());
-    let mut spans = vec![
-        Span::raw(format!("cwnd {} ssthresh {}", opt(m.cwnd), m.ssthresh.map_or("∞".into(), |v| v.to_string()))),
-        Span::raw(format!(" · rtt {} min {}", fmt::opt_ms(m.srtt_us), fmt::opt_ms(m.min_rtt_us))),
-        Span::raw(format!(" · pacing {}", fmt::opt_bps(m.pacing_rate_bps))),
-        Span::raw(format!(" · delivery {}", fmt::opt_bps(m.delivery_rate_bps))),
-        Span::raw(format!(" · retrans {}", opt(m.retrans_total))),
-    ];
+    // BBR's state first: it is what the dashboard is for, and at 80 columns the line has room
+    // for it and little else (what does not fit is marked, see `fmt::fit_marked`).
+    let mut spans = Vec::new();
     if let Some(b) = &m.bbr {
         spans.push(Span::styled(
             format!(
-                " · BBR {} gain {:.2}/{:.2} bw {}",
+                "BBR {} gain {:.2}/{:.2} bw {}",
                 // Not known of a connection older than bbrscope on a BBR other than v1.
                 b.mode.as_deref().unwrap_or("mode n/a"),
                 b.pacing_gain.unwrap_or(0.0),
@@ -153,6 +149,14 @@ fn state_line(flow: &Flow, theme: &Theme) -> Vec<Span<'static>> {
             theme.cc("bbr"),
         ));
     }
+    let sep = if spans.is_empty() { "" } else { " · " };
+    spans.extend([
+        Span::raw(format!("{sep}cwnd {} ssthresh {}", opt(m.cwnd), m.ssthresh.map_or("∞".into(), |v| v.to_string()))),
+        Span::raw(format!(" · rtt {} min {}", fmt::opt_ms(m.srtt_us), fmt::opt_ms(m.min_rtt_us))),
+        Span::raw(format!(" · pacing {}", fmt::opt_bps(m.pacing_rate_bps))),
+        Span::raw(format!(" · delivery {}", fmt::opt_bps(m.delivery_rate_bps))),
+        Span::raw(format!(" · retrans {}", opt(m.retrans_total))),
+    ]);
     if let Some(c) = &m.cubic
         && let Some(w) = c.w_max
     {

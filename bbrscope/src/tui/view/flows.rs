@@ -38,7 +38,8 @@ pub(super) fn draw(f: &mut Frame, area: Rect, app: &App, flows: &[&Flow], theme:
         "PEER",
         "LOCAL",
         if experiment { "CC ARM" } else { "CC" },
-        if narrow { "BIT/S" } else { "THRPUT" },
+        // Goodput over the last second (the help says so when the narrow header cannot).
+        if narrow { "BIT/S" } else { "THRPUT 1s" },
         "CWND",
         if narrow { "RTT" } else { "RTT/MIN" },
         if narrow { "RTX/s" } else { "RETR/s" },
@@ -63,7 +64,7 @@ pub(super) fn draw(f: &mut Frame, area: Rect, app: &App, flows: &[&Flow], theme:
             let mark = if app.marked.contains(&fl.id) { "◆" } else { " " };
             let srtt = fmt::opt_ms(m.and_then(|m| m.srtt_us));
             let rtt = if narrow { srtt } else { format!("{srtt}/{}", fmt::opt_ms(m.and_then(|m| m.min_rtt_us))) };
-            let thrput = if narrow { fmt::opt_bps_short(fl.throughput_bps) } else { fmt::opt_bps(fl.throughput_bps) };
+            let thrput = if narrow { fmt::opt_bps_short(fl.rate_bps) } else { fmt::opt_bps(fl.rate_bps) };
             let retr =
                 fl.retrans_per_s(now.saturating_sub(diagnose::WINDOW_NS)).map_or("-".into(), |r| format!("{r:.1}"));
             let mut cells = vec![
@@ -119,10 +120,17 @@ pub(super) fn draw(f: &mut Frame, area: Rect, app: &App, flows: &[&Flow], theme:
     }
     let header = header.into_iter().enumerate().filter(|(i, _)| keep(*i)).map(|(_, h)| h);
     let widths = widths.into_iter().enumerate().filter(|(i, _)| keep(*i)).map(|(_, w)| w);
-    let title = Line::from(vec![
-        Span::styled(" flows ", theme.title()),
-        Span::styled(format!("({}) ", flows.len()), theme.dim()),
-    ]);
+    let mut title =
+        vec![Span::styled(" flows ", theme.title()), Span::styled(format!("({}) ", flows.len()), theme.dim())];
+    // Columns left out are named, with the width that shows them: nothing vanishes unsaid.
+    let hidden: Vec<&str> = [(tiny, "LOCAL RETR/s"), (narrow, "RTT MIN"), (!wide, "PACING STATE")]
+        .into_iter()
+        .filter_map(|(cut, names)| cut.then_some(names))
+        .collect();
+    if !hidden.is_empty() {
+        title.push(Span::styled(format!("· {} at ≥120 columns ", hidden.join(" ")), theme.dim()));
+    }
+    let title = Line::from(title);
     let table = Table::new(rows, widths)
         .header(Row::new(header).style(theme.title()))
         .block(Block::bordered().title(title).border_style(theme.dim()))

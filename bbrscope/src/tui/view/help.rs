@@ -11,7 +11,7 @@ use crate::tui::{app::KEYS, theme::Theme};
 
 pub(super) fn draw(f: &mut Frame, area: Rect, theme: &Theme) {
     let width = area.width.saturating_sub(4).min(84);
-    let height = area.height.saturating_sub(2).min(KEYS.len() as u16 + 9);
+    let height = area.height.saturating_sub(2).min(KEYS.len() as u16 + 11);
     let [_, mid, _] =
         Layout::horizontal([Constraint::Fill(1), Constraint::Length(width), Constraint::Fill(1)]).areas(area);
     let [_, popup, _] =
@@ -24,6 +24,11 @@ pub(super) fn draw(f: &mut Frame, area: Rect, theme: &Theme) {
     lines.push(Line::styled(
         "cwnd chart: red dots are retransmits, magenta dots congestion-state changes. CUBIC's \
          sawtooth shows as teeth; BBR holds cwnd near 2x the path's bandwidth-delay product.",
+        theme.dim(),
+    ));
+    lines.push(Line::styled(
+        "THRPUT 1s (BIT/S when narrow): goodput, the bytes acked over the last second. A line \
+         ending in … left out parts that a wider terminal shows.",
         theme.dim(),
     ));
     lines.push(Line::styled(
