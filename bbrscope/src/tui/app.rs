@@ -116,6 +116,8 @@ pub struct App {
     pub panel: Option<&'static str>,
     /// The first row the panel lists (↑/↓ there scroll; the experiment's groups).
     pub group_scroll: usize,
+    /// The verdicts on screen, held steady (see [`super::steady`]).
+    pub verdicts: super::steady::Steady,
 }
 
 impl App {
@@ -139,6 +141,7 @@ impl App {
             playback,
             panel: None,
             group_scroll: 0,
+            verdicts: super::steady::Steady::default(),
         }
     }
 

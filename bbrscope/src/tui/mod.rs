@@ -7,6 +7,7 @@
 
 pub mod app;
 mod fmt;
+mod steady;
 pub mod theme;
 pub mod view;
 

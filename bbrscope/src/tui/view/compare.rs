@@ -127,7 +127,7 @@ pub(super) fn draw(f: &mut Frame, area: Rect, app: &App, table: &FlowTable, them
         } else {
             format!("{:.2}x", infl.iter().sum::<f64>() / infl.len() as f64)
         };
-        let verdicts: Vec<String> = g.flows.iter().take(2).map(|f| diagnose::diagnose(f, now).label()).collect();
+        let verdicts: Vec<String> = g.flows.iter().take(2).map(|f| app.verdicts.verdict(f, now).label()).collect();
         let lines = vec![
             Line::from(vec![Span::raw("throughput 1s  "), Span::styled(crate::units::fmt_rate_compact(thr), g.style)]),
             Line::raw(format!("retransmits    {retr:.1} segs/s")),

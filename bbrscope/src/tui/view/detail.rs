@@ -11,7 +11,6 @@ use ratatui::{
 
 use super::chart::{self, Series, rel_s};
 use crate::{
-    observe::diagnose,
     observe::flow::{Flow, FlowTable, Mark},
     tui::{app::App, fmt, theme::Theme},
 };
@@ -43,7 +42,7 @@ pub(super) fn draw(f: &mut Frame, area: Rect, app: &App, table: &FlowTable, them
         return;
     };
     let now = app.view_now();
-    let verdict = diagnose::diagnose(flow, now);
+    let verdict = app.verdicts.verdict(flow, now);
     let mut title = vec![
         Span::styled(format!(" {} → {} ", flow.src, flow.dst), theme.title()),
         Span::styled(format!("{} ", flow.cc), theme.cc(&flow.cc)),

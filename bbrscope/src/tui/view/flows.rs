@@ -52,7 +52,7 @@ pub(super) fn draw(f: &mut Frame, area: Rect, app: &App, flows: &[&Flow], theme:
         .iter()
         .map(|fl| {
             let m = fl.metrics.as_ref();
-            let verdict = diagnose::diagnose(fl, now);
+            let verdict = app.verdicts.verdict(fl, now);
             let verdict_style = match verdict {
                 Verdict::LossLimited { .. } | Verdict::HeavyLoss { .. } | Verdict::Stalled => theme.bad(),
                 Verdict::Bufferbloat { .. } | Verdict::ReceiverWindow { .. } | Verdict::BbrUnderLoss { .. } => {
