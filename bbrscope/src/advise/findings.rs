@@ -590,7 +590,7 @@ pub fn send_buffer(flows: &[&FlowFacts], s: &Settings) -> Finding {
             ]),
             evidence: format!(
                 "none of {} flows with data in flight spent {:.0}% of that time limited by a send buffer at \
-                 tcp_wmem's maximum (the most any other spent: {:.0}%){below_note}{rwnd_note}",
+                 tcp_wmem's maximum (the highest share under that line: {:.0}%){below_note}{rwnd_note}",
                 busy.len(),
                 LIMITED_SHARE * 100.0,
                 highest_clear * 100.0
