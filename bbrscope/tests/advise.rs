@@ -48,9 +48,25 @@ fn serve_paced(
     infos: std::sync::mpsc::Sender<TcpInfo>,
     pace: Option<(usize, Duration)>,
 ) -> SocketAddr {
+    serve_on(listen(link, port, cc), infos, pace)
+}
+
+/// A listener on `port` in the path's sender namespace, with algorithm `cc`.
+fn listen(link: &Link, port: u16, cc: &'static str) -> TcpListener {
     let addr = SocketAddr::new(link.sender_addr.into(), port);
     let listener = link.sender.run(move || Ok(TcpListener::bind(addr)?)).unwrap();
     set_cc(&listener, cc);
+    listener
+}
+
+/// [`serve_paced`] on a listener the caller made (and set its options on: its connections
+/// inherit them).
+fn serve_on(
+    listener: TcpListener,
+    infos: std::sync::mpsc::Sender<TcpInfo>,
+    pace: Option<(usize, Duration)>,
+) -> SocketAddr {
+    let addr = listener.local_addr().unwrap();
     thread::spawn(move || {
         for conn in listener.incoming() {
             let Ok(mut c) = conn else { break };
@@ -947,4 +963,55 @@ fn a_download_that_never_sends_is_weighed_with_receivers() {
         let f = client_findings(&advice, "receive_buffer", &link);
         assert_eq!(f.first().and_then(|f| f["status"].as_str()), found, "{extra:?}: {advice:#}");
     }
+}
+
+/// A server that sets SO_SNDBUF itself: 32 KB asked, which the kernel doubles and then keeps,
+/// whatever tcp_wmem allows (4 MB here), on a 150 KB path (20 Mbit/s, 60 ms). Before, advise
+/// explained the full buffer as one "sized by the kernel" and found nothing; now it names the
+/// application's setting, with the samples in which the writer waited, and gives no sysctl
+/// command. The truth, measured in the same run: the same responses from a server that leaves
+/// the buffer to the kernel are faster, and the buffer advise names is getsockopt's.
+#[test]
+fn a_send_buffer_the_application_set_is_named_as_the_applications() {
+    require_root();
+    let link = path(40, 60);
+    link.sender.run(|| ip(&["link", "set", "dev", "emu0", "gso_max_segs", "1"])).unwrap();
+    let port = port_for(40_000);
+    let size = 1_000_000;
+    let timed = |server: SocketAddr| {
+        let start = Instant::now();
+        for _ in 0..2 {
+            fetch(&link, server, size);
+        }
+        start.elapsed()
+    };
+    let (tx, _rx) = std::sync::mpsc::channel();
+    let free = timed(serve(&link, port, "cubic", tx));
+
+    let listener = listen(&link, port + 1, "cubic");
+    let sndbuf = sndbuf(&listener, Some(32 << 10));
+    let (tx, _rx) = std::sync::mpsc::channel();
+    let server = serve_on(listener, tx, None);
+    let advise = start_advise(port + 1, 10);
+    let locked = timed(server);
+    let advice = finish_advise(advise);
+    eprintln!("1 MB responses ×2: the kernel's buffer {free:.2?}, SO_SNDBUF 32 KB ({sndbuf} bytes) {locked:.2?}");
+    assert!(
+        locked.as_secs_f64() > free.as_secs_f64() * 1.2,
+        "the application's buffer was the bound: {free:?} → {locked:?}"
+    );
+
+    let f = findings(&advice, "send_buffer", &link);
+    assert_eq!(f.len(), 1, "{advice:#}");
+    let f = f[0];
+    assert_eq!((f["status"].as_str(), f["affected"].as_u64()), (Some("found"), Some(2)), "{f:#}");
+    assert_eq!(f["numbers"]["app_sndbuf_bytes"].as_f64(), Some(sndbuf as f64), "getsockopt's size: {f:#}");
+    let (waited, sending) =
+        (f["numbers"]["waited_samples"].as_f64().unwrap(), f["numbers"]["sending_samples"].as_f64().unwrap());
+    assert!(waited > 0.0 && waited <= sending, "{f:#}");
+    let evidence = f["evidence"].as_str().unwrap();
+    assert!(evidence.contains("their application set itself with SO_SNDBUF"), "{evidence}");
+    assert!(evidence.contains(&format!("waited in {waited} of {sending} samples")), "{evidence}");
+    let change = f["change"].as_str().unwrap();
+    assert!(change.starts_with("in the application") && !change.contains('`'), "no command: {change}");
 }

@@ -1118,3 +1118,34 @@ fn a_routes_initial_window_is_set_proven_on_a_connection_and_reverted() {
     assert!(!fx.path(STATE).exists());
     fx.assert_host_unchanged();
 }
+
+/// `revert --netns NS` undoes what was recorded in NS, its routes included (they were left
+/// changed, unnamed, before), and nothing recorded in another namespace.
+#[test]
+fn revert_of_a_namespace_reverts_its_routes_and_no_others() {
+    let fx = Fixture::new();
+    let link = Link::new("rvn");
+    let (a, b) = (link.a.name.as_str(), link.b.name.as_str());
+    let prefix = link.prefix();
+    let idle = || link.a.exec("sysctl", &["-n", "net.ipv4.tcp_slow_start_after_idle"]).trim().to_string();
+    let before = idle();
+    let flipped = if before == "0" { "1" } else { "0" };
+    let route = |ns: &Netns| ns.exec("ip", &["route", "show", &prefix]);
+    let (route_a, route_b) = (route(&link.a), route(&link.b));
+
+    let sysctl = format!("net.ipv4.tcp_slow_start_after_idle={flipped}");
+    fx.bbrscope(None, &["apply", "--netns", a, "--sysctl", &sysctl]).ok();
+    fx.bbrscope(None, &["apply", "--netns", a, "--route", &prefix, "--initcwnd", "32"]).ok();
+    fx.bbrscope(None, &["apply", "--netns", b, "--route", &prefix, "--initcwnd", "20"]).ok();
+    assert!(route(&link.a).contains("initcwnd 32") && route(&link.b).contains("initcwnd 20"));
+
+    let o = fx.bbrscope(None, &["revert", "--netns", a]).ok();
+    assert!(o.stdout.contains(&format!("route {prefix} in netns {a}: reverted")), "{o}");
+    assert_eq!((idle(), route(&link.a)), (before, route_a), "{o}");
+    assert!(route(&link.b).contains("initcwnd 20"), "another namespace's route stays: {o}");
+
+    fx.bbrscope(None, &["revert", "--netns", b]).ok();
+    assert_eq!(route(&link.b), route_b);
+    assert!(!fx.path(STATE).exists());
+    fx.assert_host_unchanged();
+}

@@ -54,6 +54,14 @@ pub struct FlowFacts {
     /// for space (`SOCK_NOSPACE`, where known). `None` for a flow that never had more to send than the buffer holds
     /// (twice its largest size), or with fewer than 5 such samples.
     pub buffer_bound_share: Option<f64>,
+    /// The samples behind that share: with data in flight, and of them bound by the buffer.
+    pub sending_samples: u32,
+    pub bound_samples: u32,
+    /// The application set the send (receive) buffer's size itself (SO_SNDBUF, SO_RCVBUF), as
+    /// the socket's lock flag said in the last sample that read it: tcp_wmem (tcp_rmem) no
+    /// longer sizes it.
+    pub sndbuf_locked: bool,
+    pub rcvbuf_locked: bool,
     /// The largest send buffer (`sk_sndbuf`) a sample saw: the kernel sizes it to about two
     /// congestion windows, up to tcp_wmem's maximum.
     pub sndbuf_max: Option<u32>,
@@ -113,6 +121,9 @@ struct Partial {
     bound: u32,
     sndbuf_max: u32,
     peer_wnd_first: Option<u32>,
+    /// The buffer lock flags, as the last sample that read them had them.
+    sndbuf_locked: Option<bool>,
+    rcvbuf_locked: Option<bool>,
     /// Per sample with data in flight: unsent bytes, and the wait they mean where the delivery
     /// rate is known.
     unsent: Vec<f64>,
@@ -130,6 +141,8 @@ impl Collector {
     fn sample(&mut self, id: u64, ts_ns: u64, m: &Metrics) {
         let p = self.open.entry(id).or_default();
         p.peer_wnd_first = p.peer_wnd_first.or(m.snd_wnd.filter(|&w| w > 0));
+        p.sndbuf_locked = m.sndbuf_locked.or(p.sndbuf_locked);
+        p.rcvbuf_locked = m.rcvbuf_locked.or(p.rcvbuf_locked);
         if m.delivery_app_limited == Some(false)
             && let Some(rate) = m.delivery_rate_bps
         {
@@ -236,6 +249,10 @@ impl Collector {
             buffer_bound_share: (enough && sent > 2 * u64::from(p.sndbuf_max))
                 .then(|| f64::from(p.bound) / f64::from(p.sending)),
             sndbuf_max: (p.sndbuf_max > 0).then_some(p.sndbuf_max),
+            sending_samples: p.sending,
+            bound_samples: p.bound,
+            sndbuf_locked: p.sndbuf_locked.unwrap_or(false),
+            rcvbuf_locked: p.rcvbuf_locked.unwrap_or(false),
             unsent_median,
             unsent_wait_ms_median,
             delivery_max_bps: p.delivery_max_bps,

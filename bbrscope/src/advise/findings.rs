@@ -197,6 +197,9 @@ pub enum Status {
     None,
     /// Too few flows of the kind the check needs to say either.
     TooFew,
+    /// The flows' namespace is not known (a recording that does not name it) and no settings
+    /// could be read for them: nothing was weighed.
+    NotWeighed,
 }
 
 #[derive(Clone, Debug, Serialize)]
@@ -288,15 +291,19 @@ fn sorted(v: &mut [f64]) -> &[f64] {
     v
 }
 
-/// Every check over `flows`, per namespace (as `settings_of` names and describes them).
-pub fn all(flows: &[FlowFacts], settings_of: &dyn Fn(Option<u32>) -> Settings) -> Vec<Finding> {
+/// Every check over `flows`, per namespace (as `settings_of` names and describes them; `None`:
+/// the namespace's settings are not known, and each check says its flows were not weighed).
+pub fn all(flows: &[FlowFacts], settings_of: &dyn Fn(Option<u32>) -> Option<Settings>) -> Vec<Finding> {
     let mut by_ns: BTreeMap<Option<u32>, Vec<&FlowFacts>> = BTreeMap::new();
     for f in flows {
         by_ns.entry(f.netns).or_default().push(f);
     }
     let mut out = Vec::new();
     for (ns, flows) in by_ns {
-        let s = settings_of(ns);
+        let Some(s) = settings_of(ns) else {
+            out.extend(not_weighed(flows.len()));
+            continue;
+        };
         let first = out.len();
         out.extend(initial_window(&flows, &s));
         out.push(send_buffer(&flows, &s));
@@ -315,6 +322,32 @@ pub fn all(flows: &[FlowFacts], settings_of: &dyn Fn(Option<u32>) -> Settings) -
 
 /// Why a finding of a namespace that is gone gives no command.
 pub const GONE: &str = "its namespace is gone, and the command without the namespace's --netns would change another";
+
+/// Each check's word on flows whose namespace a recording does not name: not weighed against
+/// this namespace's settings, which need not be theirs.
+fn not_weighed(flows: usize) -> Vec<Finding> {
+    let s = Settings { netns: "a namespace the recording does not name".into(), ..Settings::default() };
+    let checks = [
+        Check::InitialWindow,
+        Check::SendBuffer,
+        Check::ReceiveBuffer,
+        Check::UnsentQueue,
+        Check::IdleRestart,
+        Check::Pacing,
+    ];
+    checks
+        .into_iter()
+        .map(|check| Finding {
+            status: Status::NotWeighed,
+            evidence: format!(
+                "{flows} flows of the recording name no namespace (open at its end, so no summary gave their owner, \
+                 or recorded by the tracepoint observer): their namespace's settings cannot be read, and this \
+                 namespace's need not be theirs; not weighed (record them to their close, or run advise live)"
+            ),
+            ..Finding::too_few(check, &s, flows, 0)
+        })
+        .collect()
+}
 
 /// Responses (whole flows, one response each: no silence between sends) that need more round
 /// trips than a larger initial window would take, per RTT band.
@@ -529,9 +562,15 @@ pub fn send_buffer(flows: &[&FlowFacts], s: &Settings) -> Finding {
         (Some(b), Some(max)) => u64::from(b) >= max,
         _ => true,
     };
-    let limited: Vec<&&&FlowFacts> =
-        busy.iter().filter(|f| sndbuf_share(f) >= LIMITED_SHARE && at_ceiling(f)).collect();
-    let below = busy.iter().filter(|f| sndbuf_share(f) >= LIMITED_SHARE && !at_ceiling(f)).count();
+    // A buffer the application sized (SO_SNDBUF) is neither: the kernel keeps it as set,
+    // whatever tcp_wmem says, so the change is in the application (measured: a server's
+    // 32 KB SO_SNDBUF made 1 MB responses 40–65% slower and raising tcp_wmem did nothing).
+    let held: Vec<&&&FlowFacts> = busy.iter().filter(|f| sndbuf_share(f) >= LIMITED_SHARE).collect();
+    let limited: Vec<&&&FlowFacts> = held.iter().copied().filter(|f| !f.sndbuf_locked && at_ceiling(f)).collect();
+    let app_set: Vec<&&&FlowFacts> = held.iter().copied().filter(|f| f.sndbuf_locked).collect();
+    let below = held.len() - limited.len() - app_set.len();
+    // The flow nearest the line on the other side: a reader tells a near miss from a clear case.
+    let highest_clear = busy.iter().map(|f| sndbuf_share(f)).filter(|&s| s < LIMITED_SHARE).fold(0.0, f64::max);
     let mut rwnd_shares: Vec<f64> =
         busy.iter().map(|f| share(f, f.rwnd_limited_us)).filter(|&s| s >= LIMITED_SHARE).collect();
     let rwnd = rwnd_shares.len();
@@ -551,6 +590,7 @@ pub fn send_buffer(flows: &[&FlowFacts], s: &Settings) -> Finding {
     } else {
         String::new()
     };
+    let app_note = app_set_sndbuf_note(&app_set, &sndbuf_share);
     let rwnd_note = if rwnd > 0 {
         format!(
             "; {rwnd} were held back by their peer's receive window instead (median {:.0}% of the time; the \
@@ -560,6 +600,9 @@ pub fn send_buffer(flows: &[&FlowFacts], s: &Settings) -> Finding {
     } else {
         String::new()
     };
+    if limited.is_empty() && !app_set.is_empty() {
+        return app_set_sndbuf(&app_set, &sndbuf_share, busy.len(), wmem_max, format!("{below_note}{rwnd_note}"), base);
+    }
     if limited.is_empty() {
         return Finding {
             status: Status::None,
@@ -568,12 +611,14 @@ pub fn send_buffer(flows: &[&FlowFacts], s: &Settings) -> Finding {
                 ("full_below_maximum_flows", below as f64),
                 ("rwnd_limited_flows", rwnd as f64),
                 ("rwnd_limited_share_median", rwnd_median),
+                ("sndbuf_limited_share_highest_below_line", highest_clear),
             ]),
             evidence: format!(
                 "none of {} flows with data in flight spent {:.0}% of that time limited by a send buffer at \
-                 tcp_wmem's maximum{below_note}{rwnd_note}",
+                 tcp_wmem's maximum (the highest share under that line: {:.0}%){below_note}{rwnd_note}",
                 busy.len(),
-                LIMITED_SHARE * 100.0
+                LIMITED_SHARE * 100.0,
+                highest_clear * 100.0
             ),
             ..base
         };
@@ -587,6 +632,7 @@ pub fn send_buffer(flows: &[&FlowFacts], s: &Settings) -> Finding {
         .collect();
     let mut rtts: Vec<f64> = limited.iter().filter_map(|f| Some(f64::from(f.min_rtt_us?) / 1e3)).collect();
     let share_median = median(&mut shares);
+    let share_lowest = shares.first().copied().unwrap_or(0.0);
     let bdp_max = sorted(&mut bdps).last().copied().unwrap_or(0.0);
     let rtt_median = median_or_nan(&mut rtts);
     let worst = most(limited.iter().map(|f| ***f), sndbuf_share, |f| format!("{:.0}%", sndbuf_share(f) * 100.0));
@@ -594,6 +640,8 @@ pub fn send_buffer(flows: &[&FlowFacts], s: &Settings) -> Finding {
         ("flows_busy", busy.len() as f64),
         ("full_below_maximum_flows", below as f64),
         ("sndbuf_limited_share_median", share_median),
+        ("sndbuf_limited_share_lowest", share_lowest),
+        ("app_set_flows", app_set.len() as f64),
         ("kernel_sndbuf_limited_share_median", kernel_median),
         ("bdp_bytes_max", bdp_max),
         ("min_rtt_ms_median", rtt_median),
@@ -618,13 +666,14 @@ pub fn send_buffer(flows: &[&FlowFacts], s: &Settings) -> Finding {
         numbers,
         evidence: format!(
             "{} of {} flows with data in flight spent at least {:.0}% of that time waiting for space in a send buffer at \
-             tcp_wmem's maximum (median {:.0}%, by the samples that found the buffer full and nothing unsent; the kernel's own \
+             tcp_wmem's maximum (median {:.0}%, the lowest {:.0}%, by the samples that found the buffer full and nothing unsent; the kernel's own \
              count, which misses most of it, {:.0}%; {}); their delivered rate × minimum RTT peaked at \
-             {}{cap}{below_note}{rwnd_note}",
+             {}{cap}{app_note}{below_note}{rwnd_note}",
             limited.len(),
             busy.len(),
             LIMITED_SHARE * 100.0,
             share_median * 100.0,
+            share_lowest * 100.0,
             kernel_median * 100.0,
             worst.join(", "),
             crate::units::fmt_bytes(bdp_max),
@@ -639,6 +688,95 @@ pub fn send_buffer(flows: &[&FlowFacts], s: &Settings) -> Finding {
                 wmem[0], wmem[1], wmem[0], wmem[1], s.scope
             )
         }),
+        ..base
+    }
+}
+
+/// What the flows whose application set SO_SNDBUF show: the buffer the kernel kept (the
+/// largest seen; twice what was asked), the samples in which the writer waited for space, of
+/// those with data in flight, and the flows' median share.
+fn app_sndbuf_evidence(app_set: &[&&&FlowFacts], sndbuf_share: &dyn Fn(&FlowFacts) -> f64) -> (u32, u32, u32, f64) {
+    let buf = app_set.iter().filter_map(|f| f.sndbuf_max).max().unwrap_or(0);
+    let bound = app_set.iter().map(|f| f.bound_samples).sum();
+    let sending = app_set.iter().map(|f| f.sending_samples).sum();
+    let mut shares: Vec<f64> = app_set.iter().map(|f| sndbuf_share(f)).collect();
+    (buf, bound, sending, median(&mut shares))
+}
+
+/// The note on flows whose application set SO_SNDBUF, beside a finding on tcp_wmem.
+fn app_set_sndbuf_note(app_set: &[&&&FlowFacts], sndbuf_share: &dyn Fn(&FlowFacts) -> f64) -> String {
+    if app_set.is_empty() {
+        return String::new();
+    }
+    let (buf, bound, sending, _) = app_sndbuf_evidence(app_set, sndbuf_share);
+    format!(
+        "; {} more waited for space in a send buffer their application set itself with SO_SNDBUF ({}; the writer \
+         waited in {bound} of {sending} samples): raising tcp_wmem does not change them, the application's setting does",
+        app_set.len(),
+        crate::units::fmt_bytes(f64::from(buf))
+    )
+}
+
+/// The finding when the send buffers that held flows back are the application's own (SO_SNDBUF
+/// locks the size: the kernel neither grows it nor looks at tcp_wmem): the change is in the
+/// application, not a command.
+fn app_set_sndbuf(
+    app_set: &[&&&FlowFacts],
+    sndbuf_share: &dyn Fn(&FlowFacts) -> f64,
+    busy: usize,
+    wmem_max: Option<u64>,
+    notes: String,
+    base: Finding,
+) -> Finding {
+    let (buf, bound, sending, share_median) = app_sndbuf_evidence(app_set, sndbuf_share);
+    let mut bdps: Vec<f64> = app_set
+        .iter()
+        .filter_map(|f| Some(f.delivery_max_bps? as f64 / 8.0 * f64::from(f.min_rtt_us?) / 1e6))
+        .collect();
+    let mut rtts: Vec<f64> = app_set.iter().filter_map(|f| Some(f64::from(f.min_rtt_us?) / 1e3)).collect();
+    let bdp_max = sorted(&mut bdps).last().copied().unwrap_or(0.0);
+    let rtt_median = median_or_nan(&mut rtts);
+    let worst = most(app_set.iter().map(|f| ***f), sndbuf_share, |f| format!("{:.0}%", sndbuf_share(f) * 100.0));
+    let mut numbers = BTreeMap::from([
+        ("flows_busy", busy as f64),
+        ("app_set_flows", app_set.len() as f64),
+        ("app_sndbuf_bytes", f64::from(buf)),
+        ("waited_samples", f64::from(bound)),
+        ("sending_samples", f64::from(sending)),
+        ("sndbuf_limited_share_median", share_median),
+        ("bdp_bytes_max", bdp_max),
+        ("min_rtt_ms_median", rtt_median),
+    ]);
+    numbers.retain(|_, v| v.is_finite());
+    let rate = if rtt_median.is_finite() {
+        format!(" (at {rtt_median:.0} ms, about {})", crate::units::fmt_rate(f64::from(buf) * 8.0 / (rtt_median / 1e3)))
+    } else {
+        String::new()
+    };
+    Finding {
+        status: Status::Found,
+        affected: app_set.len(),
+        numbers,
+        evidence: format!(
+            "{} of {busy} flows with data in flight waited for space in a send buffer their application set itself \
+             with SO_SNDBUF: the kernel keeps it at {} (twice what was asked) whatever tcp_wmem allows; the writer \
+             waited in {bound} of {sending} samples with data in flight (the flows' median {:.0}% of the time, the line \
+             is {:.0}%; {}); their delivered rate × minimum RTT peaked at {}{notes}",
+            app_set.len(),
+            crate::units::fmt_bytes(f64::from(buf)),
+            share_median * 100.0,
+            LIMITED_SHARE * 100.0,
+            worst.join(", "),
+            crate::units::fmt_bytes(bdp_max),
+        ),
+        change: Some(format!(
+            "in the application, not a sysctl: its SO_SNDBUF of {} caps what a flow keeps unacknowledged at about \
+             {}{rate}; set it to at least the path's rate × RTT, or not at all (the kernel then sizes the buffer up \
+             to tcp_wmem's maximum{}); raising tcp_wmem will not change these sockets",
+            crate::units::fmt_bytes(f64::from(buf / 2)),
+            crate::units::fmt_bytes(f64::from(buf)),
+            wmem_max.map_or_else(String::new, |w| format!(", {}", crate::units::fmt_bytes(w as f64))),
+        )),
         ..base
     }
 }
@@ -668,8 +806,11 @@ pub fn receive_buffer(flows: &[&FlowFacts], s: &Settings) -> Finding {
         _ => true,
     };
     let full: Vec<&&&FlowFacts> = receiving.iter().filter(|f| fill(f) >= WINDOW_FULL).collect();
-    let limited: Vec<&&&FlowFacts> = full.iter().copied().filter(|f| at_ceiling(f)).collect();
-    let below = full.len() - limited.len();
+    // A buffer the application set (SO_RCVBUF) stays as set: neither tcp_rmem nor autotuning
+    // moves it, so the change is the application's.
+    let limited: Vec<&&&FlowFacts> = full.iter().copied().filter(|f| !f.rcvbuf_locked && at_ceiling(f)).collect();
+    let app_set: Vec<&&&FlowFacts> = full.iter().copied().filter(|f| f.rcvbuf_locked).collect();
+    let below = full.len() - limited.len() - app_set.len();
     let base = Finding::too_few(Check::ReceiveBuffer, s, receiving.len(), limited.len());
     if receiving.is_empty() {
         return Finding {
@@ -681,14 +822,51 @@ pub fn receive_buffer(flows: &[&FlowFacts], s: &Settings) -> Finding {
     }
     let below_note = if below > 0 {
         format!(
-            "; {below} filled a window the kernel had sized below tcp_rmem's maximum (a buffer still growing, or an \
-             application that set SO_RCVBUF: not the setting's doing)"
+            "; {below} filled a window the kernel had sized below tcp_rmem's maximum (a buffer still growing: not \
+             the setting's doing)"
         )
     } else {
         String::new()
     };
     let mut fills: Vec<f64> = receiving.iter().map(|f| fill(f)).collect();
     let fill_median = median(&mut fills);
+    // What the flows whose application set SO_RCVBUF did, as a note or as the finding.
+    let app_did = {
+        let buf = app_set.iter().filter_map(|f| f.rcvbuf).max().unwrap_or(0);
+        let mut fills: Vec<f64> = app_set.iter().map(|f| fill(f)).collect();
+        format!(
+            "filled the window of a receive buffer their application set itself with SO_RCVBUF ({}, twice what was \
+             asked; a median {:.0}% of the largest window read per round trip, the line is {:.0}%): raising tcp_rmem \
+             does not change them, the application's setting does",
+            crate::units::fmt_bytes(f64::from(buf)),
+            median_or_nan(&mut fills) * 100.0,
+            WINDOW_FULL * 100.0
+        )
+    };
+    let app_note = if app_set.is_empty() { String::new() } else { format!("; {} {app_did}", app_set.len()) };
+    if limited.is_empty() && !app_set.is_empty() {
+        return Finding {
+            status: Status::Found,
+            affected: app_set.len(),
+            numbers: BTreeMap::from([
+                ("flows_receiving", receiving.len() as f64),
+                ("app_set_flows", app_set.len() as f64),
+                ("window_fill_median", fill_median),
+            ]),
+            evidence: format!(
+                "{} of {} flows that received for more than a round trip or two {app_did}{below_note}",
+                app_set.len(),
+                receiving.len()
+            ),
+            change: Some(
+                "in the application, not a sysctl: set SO_RCVBUF to at least the path's rate × RTT, or not at all \
+                 (the kernel then grows the buffer as the reader needs, up to tcp_rmem's maximum); raising tcp_rmem \
+                 will not change these sockets"
+                    .into(),
+            ),
+            ..base
+        };
+    }
     if limited.is_empty() {
         return Finding {
             status: Status::None,
@@ -699,9 +877,11 @@ pub fn receive_buffer(flows: &[&FlowFacts], s: &Settings) -> Finding {
             ]),
             evidence: format!(
                 "none of {} flows that received for more than a round trip or two filled a window at tcp_rmem's \
-                 maximum (the application read a median {:.0}% of the largest window per round trip){below_note}",
+                 maximum (the application read a median {:.0}% of the largest window per round trip, the line is \
+                 {:.0}%){below_note}",
                 receiving.len(),
-                fill_median * 100.0
+                fill_median * 100.0,
+                WINDOW_FULL * 100.0
             ),
             ..base
         };
@@ -746,7 +926,7 @@ pub fn receive_buffer(flows: &[&FlowFacts], s: &Settings) -> Finding {
         evidence: format!(
             "{} of {} flows this host received filled the largest window their receive buffer allowed in a round \
              trip (median {:.0}%; {}), with the buffer at tcp_rmem's maximum, {}: their window stopped at a median \
-             {}{rate}; the sender could send no faster{below_note}",
+             {}{rate}; the sender could send no faster{app_note}{below_note}",
             limited.len(),
             receiving.len(),
             lfill_median * 100.0,
@@ -832,12 +1012,13 @@ pub fn unsent_queue(flows: &[&FlowFacts], s: &Settings) -> Finding {
         status: Status::Found,
         numbers,
         evidence: format!(
-            "{} of {} flows with data in flight kept a median {} written and not yet sent, which waited a median \
-             {w:.0} ms to be sent at the flow's delivery rate: anything the application writes next waits that long \
-             behind it ({setting})",
+            "{} of {} flows with data in flight kept a median {} written and not yet sent (the line is {}), which \
+             waited a median {w:.0} ms to be sent at the flow's delivery rate (the line is \
+             {MIN_UNSENT_WAIT_MS:.0} ms): anything the application writes next waits that long behind it ({setting})",
             deep.len(),
             sending.len(),
             crate::units::fmt_bytes(u),
+            crate::units::fmt_bytes(DEEP_UNSENT * CANDIDATE_LOWAT as f64),
         ),
         change: Some(format!(
             "`bbrscope apply --sysctl net.ipv4.tcp_notsent_lowat={CANDIDATE_LOWAT}{}` (a writer is then let in only \
@@ -995,7 +1176,7 @@ pub fn pacing(flows: &[&FlowFacts], s: &Settings) -> Finding {
 }
 
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     use super::*;
     use crate::advise::facts::Restart;
 
@@ -1029,7 +1210,7 @@ mod tests {
         );
     }
 
-    fn flow(sent: u64, rtt_ms: u32) -> FlowFacts {
+    pub(in crate::advise) fn flow(sent: u64, rtt_ms: u32) -> FlowFacts {
         FlowFacts {
             dst: "198.18.1.2".parse().unwrap(),
             netns: Some(1),
@@ -1044,6 +1225,10 @@ mod tests {
             sndbuf_limited_us: None,
             buffer_bound_share: None,
             sndbuf_max: None,
+            sending_samples: 0,
+            bound_samples: 0,
+            sndbuf_locked: false,
+            rcvbuf_locked: false,
             unsent_median: None,
             unsent_wait_ms_median: None,
             rwnd_limited_us: None,
@@ -1174,6 +1359,42 @@ mod tests {
     }
 
     #[test]
+    fn a_buffer_the_application_set_is_the_applications_finding_not_a_command() {
+        // SO_SNDBUF 32 KB: the kernel keeps 64 KB, far below tcp_wmem's 4 MB maximum.
+        let mut f = flow(50 << 20, 60);
+        (f.busy_us, f.buffer_bound_share, f.sndbuf_max, f.sndbuf_locked) =
+            (Some(5_000_000), Some(15.0 / 19.0), Some(65_536), true);
+        (f.sending_samples, f.bound_samples) = (19, 15);
+        let finding = send_buffer(&[&f], &settings());
+        assert_eq!((finding.status, finding.affected), (Status::Found, 1), "{finding:?}");
+        assert!(finding.evidence.contains("waited in 15 of 19 samples"), "{}", finding.evidence);
+        assert!(finding.evidence.contains("79% of the time, the line is 20%"), "{}", finding.evidence);
+        let change = finding.change.as_deref().unwrap();
+        assert!(change.starts_with("in the application") && !change.contains('`'), "{change}");
+        // Beside flows at tcp_wmem's maximum: their command, and a note on the application's.
+        let mut at_max = flow(50 << 20, 60);
+        (at_max.busy_us, at_max.buffer_bound_share, at_max.sndbuf_max) = (Some(5_000_000), Some(0.9), Some(4 << 20));
+        let finding = send_buffer(&[&f, &at_max], &settings());
+        assert_eq!((finding.status, finding.affected), (Status::Found, 1), "{finding:?}");
+        assert!(finding.change.as_deref().unwrap().contains("net.ipv4.tcp_wmem="), "{finding:?}");
+        assert!(
+            finding.evidence.contains("1 more waited for space in a send buffer their application set"),
+            "{finding:?}"
+        );
+        // The receive side: a window full each round trip of a buffer the application set.
+        let mut s = settings();
+        s.knobs.tcp_rmem = Some([4096, 131_072, 6 << 20]);
+        let held = FlowFacts { rcvbuf_locked: true, ..received(65536, 41_992, 40_960) };
+        let finding = receive_buffer(&[&held], &s);
+        assert_eq!((finding.status, finding.affected), (Status::Found, 1), "{finding:?}");
+        assert!(finding.evidence.contains("their application set itself with SO_RCVBUF"), "{finding:?}");
+        assert!(finding.change.as_deref().unwrap().starts_with("in the application"), "{finding:?}");
+        // Unlocked, the same buffer below the maximum is still growing: nothing to change.
+        let growing = received(65536, 41_992, 40_960);
+        assert_eq!(receive_buffer(&[&growing], &s).status, Status::None);
+    }
+
+    #[test]
     fn send_buffer_limited_flows_are_named_with_their_share() {
         let mut f = flow(50 << 20, 100);
         (f.busy_us, f.sndbuf_limited_us, f.delivery_max_bps) = (Some(5_000_000), Some(4_000_000), Some(8_000_000));
@@ -1284,10 +1505,10 @@ mod tests {
         let mut f = flow(1 << 20, 100);
         f.idle_gaps = 3;
         f.restarts = vec![Restart { before: 80, after: 20 }; 3];
-        let here = all(std::slice::from_ref(&f), &|_| settings());
+        let here = all(std::slice::from_ref(&f), &|_| Some(settings()));
         let found = here.iter().find(|x| x.status == Status::Found).expect("found");
         assert!(found.change.is_some() && found.withheld.is_none(), "{found:?}");
-        let gone = all(&[f], &|_| Settings { gone: true, ..settings() });
+        let gone = all(&[f], &|_| Some(Settings { gone: true, ..settings() }));
         let found = gone.iter().find(|x| x.status == Status::Found).expect("still found");
         assert_eq!((found.change.as_deref(), found.withheld.as_deref()), (None, Some(GONE)), "{found:?}");
     }

@@ -63,7 +63,7 @@ pub async fn live(opts: &Options, duration: Duration) -> Result<Advice> {
     pipeline::run(&mut live, &mut signals, &mut table, &mut collector, &mut NoSide, settings).await??;
     drop(live);
     collector.finish(&table);
-    Ok(weigh(collector.done, started.elapsed().as_secs_f64()))
+    Ok(weigh(collector.done, started.elapsed().as_secs_f64(), Unnamed::ThisNamespace))
 }
 
 /// Weighs the flows of a `bbrscope stream` recording (`name` is what the advice calls it), and
@@ -96,13 +96,27 @@ pub fn recorded(input: impl std::io::BufRead, name: &str) -> Result<(Advice, Ski
     };
     collector.finish(&table);
     let window_s = last.saturating_sub(first) as f64 / 1e9;
-    let mut advice = weigh(collector.done, window_s);
+    let mut advice = weigh(collector.done, window_s, Unnamed::Unknown);
     advice.recording = Some(name.to_string());
     Ok((advice, reader.skipped))
 }
 
+/// What a flow whose namespace is not known (`netns` `None`) is weighed against.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Unnamed {
+    /// This namespace's settings: flows watched live by an observer that cannot tell a
+    /// namespace (the tracepoint observer), documented as weighed against advise's own.
+    ThisNamespace,
+    /// Nothing: flows of a recording that does not name their namespace (open at its end, so
+    /// no summary gave their owner, or recorded by the tracepoint observer). This namespace's
+    /// settings are not theirs (a flow that left through another namespace's device was
+    /// weighed against this one's eth0), and a recording carries none: they are not weighed,
+    /// and the advice says so.
+    Unknown,
+}
+
 /// The findings over `flows`, with each namespace's settings read now.
-pub fn weigh(flows: Vec<FlowFacts>, window_s: f64) -> Advice {
+pub fn weigh(flows: Vec<FlowFacts>, window_s: f64, unnamed: Unnamed) -> Advice {
     // Per namespace, the peers of its BBR flows: the pacing check asks how they are reached.
     let mut peers: BTreeMap<Option<u32>, BTreeSet<IpAddr>> = BTreeMap::new();
     for f in &flows {
@@ -111,8 +125,13 @@ pub fn weigh(flows: Vec<FlowFacts>, window_s: f64) -> Advice {
             p.insert(f.dst);
         }
     }
+    let unweighed = unnamed == Unnamed::Unknown && peers.remove(&None).is_some();
     let read: BTreeMap<Option<u32>, Settings> = peers.iter().map(|(&ns, p)| (ns, settings_of(ns, p))).collect();
-    let findings = findings::all(&flows, &|ns| read.get(&ns).cloned().unwrap_or_default());
+    let findings = findings::all(&flows, &|ns| match read.get(&ns) {
+        Some(s) => Some(s.clone()),
+        None if unweighed && ns.is_none() => None,
+        None => Some(Settings::default()),
+    });
     Advice { window_s, recording: None, flows: flows.len(), findings, settings: read.into_values().collect() }
 }
 
@@ -204,6 +223,7 @@ pub fn render(a: &Advice) -> String {
             Status::Found => "FINDING",
             Status::None => "ok",
             Status::TooFew => "too few flows",
+            Status::NotWeighed => "not weighed",
         };
         let group = if f.group == "all flows" { String::new() } else { format!(" [{}]", f.group) };
         let _ = writeln!(out, "  {}{group}: {mark}", f.title());
@@ -260,5 +280,28 @@ mod tests {
         assert_eq!(text, want);
         let none = render(&Advice { window_s: 5.0, recording: None, flows: 0, findings: vec![], settings: vec![] });
         assert!(none.contains("No flows were seen"), "{none}");
+    }
+
+    /// A recording's flow that names no namespace (open at the recording's end) is not weighed
+    /// against this namespace's settings (its device, its sysctls): each check says so, and no
+    /// settings are kept for it. Live, such a flow is this namespace's (the tracepoint observer).
+    #[test]
+    fn a_recorded_flow_of_no_named_namespace_is_not_weighed_against_this_one() {
+        let open_at_end: Vec<FlowFacts> = (0..40)
+            .map(|_| FlowFacts { netns: None, cc: "bbr".into(), ..findings::tests::flow(40_000, 100) })
+            .collect();
+        let advice = weigh(open_at_end.clone(), 10.0, Unnamed::Unknown);
+        assert!(advice.settings.is_empty(), "{advice:?}");
+        assert_eq!(advice.findings.len(), 6, "{advice:?}");
+        for f in &advice.findings {
+            assert_eq!((f.status, f.change.as_deref(), f.flows), (Status::NotWeighed, None, 40), "{f:?}");
+            assert!(f.evidence.contains("40 flows of the recording name no namespace"), "{f:?}");
+        }
+        let text = render(&advice);
+        assert!(text.contains("pacing of BBR flows: not weighed") && !text.contains("change:"), "{text}");
+        // Live, the same flows are weighed against this namespace.
+        let live = weigh(open_at_end, 10.0, Unnamed::ThisNamespace);
+        assert_eq!(live.settings.len(), 1);
+        assert!(live.findings.iter().all(|f| f.status != Status::NotWeighed), "{live:?}");
     }
 }

@@ -36,7 +36,7 @@ pub(crate) struct Kept {
 pub(crate) struct KeptFinding {
     /// The check's title, e.g. "window restart after idle".
     pub check: String,
-    /// `found`, `none` or `too_few`.
+    /// `found`, `none`, `too_few` or `not_weighed`.
     pub status: String,
     pub netns: String,
     pub group: String,
@@ -84,6 +84,7 @@ pub(crate) fn keep(root: &Path, advice: &Advice) -> Result<()> {
                 Status::Found => "found",
                 Status::None => "none",
                 Status::TooFew => "too_few",
+                Status::NotWeighed => "not_weighed",
             }
             .to_string(),
             netns: f.netns.clone(),

@@ -47,13 +47,15 @@ fn selected(recorded: &Scope, args: &RevertArgs, own_ino: u64) -> bool {
         Scope::Cgroup { path, .. } => {
             a.cgroup.as_ref().is_some_and(|c| c == path || c.canonicalize().is_ok_and(|c| c == *path))
         }
-        Scope::Route { netns, prefix } => {
+        Scope::Route { netns, prefix } => match a.route.as_deref() {
             // `--route A,B`, as apply takes it.
-            a.route
-                .as_deref()
-                .is_some_and(|r| r.split(',').any(|r| scope::parse_prefix(r.trim()).is_ok_and(|p| p == *prefix)))
-                && netns_matches(netns)
-        }
+            Some(r) => {
+                r.split(',').any(|r| scope::parse_prefix(r.trim()).is_ok_and(|p| p == *prefix)) && netns_matches(netns)
+            }
+            // `--netns X` alone reverts what was recorded in X, its routes too: they are X's (and
+            // go with it), and leaving them would leave X changed with no word of it.
+            None => a.cgroup.is_none() && a.netns.is_some() && netns_matches(netns),
+        },
     }
 }
 

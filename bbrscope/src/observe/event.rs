@@ -61,6 +61,11 @@ impl CaState {
 /// kernel matrix checks it on every kernel it boots: a writer blocked on a full buffer has it).
 const SOCK_NOSPACE: u32 = 1 << 2;
 
+/// `sk_userlocks` bits (include/net/sock.h, unchanged since 2.2; not in BTF, being macros): the
+/// application set SO_SNDBUF or SO_RCVBUF, and the kernel no longer sizes that buffer itself.
+const SOCK_SNDBUF_LOCK: u64 = 1;
+const SOCK_RCVBUF_LOCK: u64 = 2;
+
 /// What every flow record carries.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Head {
@@ -172,6 +177,10 @@ pub struct Metrics {
     /// write found the buffer full (blocking, or told so by poll) and cleared once ACKs free a
     /// third of it. `None` once the application closed the socket, or where it cannot be read.
     pub nospace: Option<bool>,
+    /// The application set the send (receive) buffer's size itself, SO_SNDBUF (SO_RCVBUF): the
+    /// kernel keeps it at that, whatever tcp_wmem (tcp_rmem) allows. From `sk_userlocks`.
+    pub sndbuf_locked: Option<bool>,
+    pub rcvbuf_locked: Option<bool>,
     pub bbr: Option<Bbr>,
     pub cubic: Option<Cubic>,
 }
@@ -571,6 +580,8 @@ impl Decoder<'_> {
             window_clamp_bytes: g32(Field::WindowClamp),
             // Read beside the fields, by the sample (see `sample`).
             nospace: None,
+            sndbuf_locked: g(Field::SkUserlocks).map(|l| l & SOCK_SNDBUF_LOCK != 0),
+            rcvbuf_locked: g(Field::SkUserlocks).map(|l| l & SOCK_RCVBUF_LOCK != 0),
             bbr: (cc == "bbr").then(|| self.bbr(ca_priv, mss)).flatten(),
             cubic: (cc == "cubic").then(|| self.cubic(ca_priv)).flatten(),
         }

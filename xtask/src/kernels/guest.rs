@@ -431,6 +431,8 @@ fn short_flow(port: u16) -> Result<(SocketAddr, TcpInfo)> {
 /// changes after the last read).
 struct Received {
     local: SocketAddr,
+    /// The server, which sets SO_SNDBUF itself (see [`check_userlocks`]).
+    server: SocketAddr,
     info: TcpInfo,
     rcvbuf: u64,
     clamp: u64,
@@ -439,11 +441,14 @@ struct Received {
 /// A download on `port`: a request in two writes 200 ms apart (the second one's ACK is an RTT
 /// callback after the first sample interval: the flow gets a sample and ends with a
 /// `flow_close`, where a flow that closes before its first sample is its summary alone), then
-/// `DOWNLOAD_BYTES` through netem.
+/// `DOWNLOAD_BYTES` through netem. The server sets SO_SNDBUF (256 KB asked: the buffer is
+/// locked at what the kernel gives) and the client does not.
 fn download(port: u16) -> Result<Received> {
     let listener = TcpListener::bind(("127.0.0.1", port))?;
+    let server_addr = listener.local_addr()?;
     let server = thread::spawn(move || -> Result<()> {
         let (mut s, _) = listener.accept()?;
+        sockopt::set_send_buffer(&s, 256 << 10).context("setsockopt SO_SNDBUF")?;
         let mut req = [0u8; 4];
         s.read_exact(&mut req)?;
         s.write_all(&vec![0x5a; DOWNLOAD_BYTES])?;
@@ -459,6 +464,7 @@ fn download(port: u16) -> Result<Received> {
     ensure!(got.len() == DOWNLOAD_BYTES, "download: client got {} bytes, not {DOWNLOAD_BYTES}", got.len());
     Ok(Received {
         local: c.local_addr()?,
+        server: server_addr,
         info: tcp_info(&c)?,
         rcvbuf: sockopt::receive_buffer(&c)? as u64,
         clamp: u64::from(sockopt::window_clamp(&c)?),
@@ -476,6 +482,31 @@ fn check_received(out: &Output, r: &Received) -> (bool, String) {
         [r.rcvbuf, r.clamp, u64::from(r.info.rcv_space), u64::from(r.info.rcv_rtt_us), u64::from(r.info.rcv_ssthresh)];
     let pass = said.iter().zip(truth).all(|(s, t)| *s == Some(t));
     (pass, format!("{keys:?}: flow_close {said:?}, getsockopt {truth:?}"))
+}
+
+/// `sndbuf_locked`, `rcvbuf_locked` (`sk_userlocks`: a 4-bit bitfield beside `sk_protocol`
+/// before 6.x, a byte after; the lock bits are constants of the kernel's source): every sample
+/// of the download's server (and its close), which set SO_SNDBUF, has the send buffer locked
+/// and the receive buffer not; every one of its client neither.
+fn check_userlocks(out: &Output, r: &Received) -> (bool, String) {
+    let locks = |src: &str| -> Vec<(Value, Value)> {
+        let records = [out.flow("sample", src), out.flow("flow_close", src)].concat();
+        records.iter().map(|s| (s["sndbuf_locked"].clone(), s["rcvbuf_locked"].clone())).collect()
+    };
+    let (server, client) = (locks(&r.server.to_string()), locks(&r.local.to_string()));
+    let all = |v: &[(Value, Value)], snd: bool| !v.is_empty() && v.iter().all(|(s, r)| *s == snd && *r == false);
+    let pass = all(&server, true) && all(&client, false);
+    let first = |v: &[(Value, Value)]| v.first().cloned();
+    (
+        pass,
+        format!(
+            "server (SO_SNDBUF set): {} samples, first (sndbuf_locked, rcvbuf_locked) {:?}; client: {} samples, first {:?}",
+            server.len(),
+            first(&server),
+            client.len(),
+            first(&client)
+        ),
+    )
 }
 
 /// `nospace` (the socket's SOCK_NOSPACE, bit 2 of `struct socket`'s flags: a constant of the
@@ -803,8 +834,10 @@ fn fidelity(rep: &mut Report, observer: &str, extra: &[&str]) -> Result<Option<S
         }
         Err(e) => rep.test(&p("short_flow"), false, format!("{e:#}")),
     }
-    let (pass, said) = received.map_or_else(|e| (false, format!("{e:#}")), |r| check_received(&out, &r));
+    let (pass, said) = received.as_ref().map_or_else(|e| (false, format!("{e:#}")), |r| check_received(&out, r));
     rep.test(&p("receive_side"), pass, said);
+    let (pass, said) = received.as_ref().map_or_else(|e| (false, format!("{e:#}")), |r| check_userlocks(&out, r));
+    rep.test(&p("userlocks"), pass, said);
     let (pass, said) = match &paced {
         Ok(w) => check_nospace(&out, &cubic_src, &w.0.to_string()),
         Err(e) => (false, format!("{e:#}")),

@@ -301,6 +301,9 @@ fn sample(s: &Socket, now: u64, bbr_v1: bool) -> Option<SampleEvent> {
         rcv_ssthresh_bytes: Some(i.rcv_ssthresh),
         window_clamp_bytes: None,
         nospace: None,
+        // sock_diag does not report sk_userlocks.
+        sndbuf_locked: None,
+        rcvbuf_locked: None,
         bbr,
         cubic: None,
     };

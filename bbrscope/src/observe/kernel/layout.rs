@@ -62,6 +62,9 @@ pub enum Field {
     RcvRtt,
     RcvSsthresh,
     WindowClamp,
+    /// What the application fixed with setsockopt (`SOCK_SNDBUF_LOCK`, `SOCK_RCVBUF_LOCK`, ...):
+    /// a 4-bit bitfield beside `sk_protocol` until 6.x, a byte since; BTF gives either.
+    SkUserlocks,
 }
 
 /// Where each [`Field`] lives, as (struct, member path) in BTF. All of these structs start at the
@@ -107,6 +110,7 @@ pub const FIELDS: &[(Field, &str, &str)] = &[
     (Field::RcvRtt, "tcp_sock", "rcv_rtt_est.rtt_us"),
     (Field::RcvSsthresh, "tcp_sock", "rcv_ssthresh"),
     (Field::WindowClamp, "tcp_sock", "window_clamp"),
+    (Field::SkUserlocks, "sock", "sk_userlocks"),
 ];
 
 /// How to get a value out of the bytes the kernel copied: shift and width in bits.

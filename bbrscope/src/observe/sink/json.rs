@@ -311,6 +311,8 @@ fn metrics(o: &mut Obj, m: &Metrics) {
         .field(k!("rcv_ssthresh_bytes"), m.rcv_ssthresh_bytes)
         .field(k!("window_clamp_bytes"), m.window_clamp_bytes)
         .field(k!("nospace"), m.nospace)
+        .field(k!("sndbuf_locked"), m.sndbuf_locked)
+        .field(k!("rcvbuf_locked"), m.rcvbuf_locked)
         .object(k!("bbr"), m.bbr.as_ref(), |o, b: &Bbr| {
             o.field(k!("mode"), &b.mode)
                 .field(k!("bw_bps"), b.bw_bps)
@@ -590,6 +592,8 @@ mod tests {
             rcv_ssthresh_bytes: Some(64_088),
             window_clamp_bytes: Some(64_088),
             nospace: Some(false),
+            sndbuf_locked: Some(false),
+            rcvbuf_locked: Some(false),
             bbr: Some(Bbr {
                 mode: Some("probe_bw".into()),
                 bw_bps: Some(9_000_000),
