@@ -31,12 +31,16 @@
 //!                                         "low": -45.0, "high": -30.0, "p_value": 0.0005,
 //!                                         "significant": true} | null } ] } ],
 //!   "sparse_prefixes": {"groups": 312, "flows": 2001},
+//!   "in_flight": {"a": 10, "b": 1},
 //!   "recommend": {"scope": "system" | "routes" | "cgroup" | "none", "arm": "bbr" | null,
 //!                 "commands": ["bbrscope apply bbr --route 203.0.113.0/24"],
 //!                 "evidence": ["BBR faster for 203.0.113.0/24: ..."], "notes": ["..."]} }
 //! ```
 //! `answer` is the decision (see [`super::decide`]); `metrics` are secondary: fixed-level
-//! bootstrap intervals per quantile, shown and never deciding.
+//! bootstrap intervals per quantile, shown and never deciding. `in_flight`: flows per arm still
+//! running when the experiment ended, after its drain; they are in every count and analysis
+//! above (`flows`, `sample_ratio`, `answer`) with their elapsed time as their completion time, a
+//! lower bound (0 and 0 in recordings made before flows in flight were kept).
 
 use std::fmt::Write as _;
 
@@ -99,7 +103,17 @@ pub struct Report {
     pub scope: InScope,
     pub groups: Vec<GroupReport>,
     pub sparse_prefixes: Sparse,
+    /// Flows per arm still running when the experiment ended (after its drain), counted with
+    /// their elapsed time as their completion time.
+    pub in_flight: InFlight,
     pub recommend: Recommendation,
+}
+
+/// Flows per arm still running at the end.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct InFlight {
+    pub a: usize,
+    pub b: usize,
 }
 
 #[derive(Clone, Debug, Serialize)]
@@ -198,6 +212,7 @@ pub fn build(a: &Analysis, ctx: &Context) -> Report {
         scope: ctx.scope.clone(),
         groups: a.groups.iter().map(|g| GroupReport { result: g.clone(), conclusion: conclusion(a, g) }).collect(),
         sparse_prefixes: a.sparse_prefixes,
+        in_flight: InFlight { a: a.in_flight[0], b: a.in_flight[1] },
         recommend: recommend(a, ctx),
     }
 }
@@ -548,6 +563,15 @@ impl Report {
                 fmt_count(ig.excluded[1]),
                 ig.ran_instead.join(", "),
                 if ig.overridden { ": THE SERVICE SETS ITS OWN ALGORITHM, nothing is concluded" } else { "" }
+            );
+        }
+        let f = self.in_flight;
+        if f.a + f.b > 0 {
+            let _ = writeln!(
+                s,
+                "  {} A / {} B flows still running at the end, counted as taking at least their elapsed time",
+                fmt_count(f.a),
+                fmt_count(f.b)
             );
         }
         let d = &self.decision;
