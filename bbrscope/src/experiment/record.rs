@@ -315,4 +315,36 @@ mod tests {
         assert_eq!(c.stopped_by.as_deref(), Some("stopped by Ctrl-C"));
         assert!(c.notes().iter().any(|n| n.contains("counted once")), "{:?}", c.notes());
     }
+
+    /// Flows still running at the end are written so that reading the file gives back the
+    /// observations the live report took, censored; a recording without them reads as before.
+    #[test]
+    fn flows_in_flight_read_back_as_taken() {
+        let summary: serde_json::Value = serde_json::from_str(SUMMARY).unwrap();
+        let finished = Observation::from_summary(&summary).unwrap();
+        let running = Observation {
+            arm: 0,
+            cc: "cubic".into(),
+            bytes: 3_000_001,
+            duration_s: 7.123456789,
+            end_ts: Some(1_700_000_000.25),
+            goodput_bps: None,
+            censored: true,
+            ..finished.clone()
+        };
+        let path = std::env::temp_dir().join(format!("bbrscope-in-flight-{}.ndjson", std::process::id()));
+        let mut f = File::create(&path).unwrap();
+        writeln!(f, "{SUMMARY}").unwrap();
+        end(&mut f, &path, &[finished.clone(), running.clone()], Some("stopped by SIGTERM"), None).unwrap();
+        drop(f);
+        let text = std::fs::read_to_string(&path).unwrap();
+        std::fs::remove_file(&path).unwrap();
+        assert_eq!(text.lines().filter(|l| l.contains("\"flow_in_flight\"")).count(), 1, "{text}");
+        let c = read(text.as_bytes(), true).unwrap();
+        assert_eq!(c.obs, [finished.clone(), running]);
+        assert_eq!((c.rejected, c.stopped_by.as_deref()), (0, Some("stopped by SIGTERM")));
+        // An older recording (no flow_in_flight lines): its flows, none censored.
+        let old = read(format!("{SUMMARY}\n").as_bytes(), true).unwrap();
+        assert_eq!(old.obs, [finished]);
+    }
 }

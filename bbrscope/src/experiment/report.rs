@@ -893,6 +893,49 @@ mod tests {
         assert!(!summary.contains("retransmit rate"), "{summary}");
     }
 
+    /// Flows still running at the end: counted per arm (JSON and text), in the arms' flows and
+    /// the answer, at their elapsed time, which pulls the slower arm's estimate toward no
+    /// difference and never past it.
+    #[test]
+    fn flows_in_flight_are_counted_and_taken_as_lower_bounds() {
+        let full = synth(&[pop([10, 0, 0], 40.0, 1.5)], 5);
+        let effect = |obs: &[crate::experiment::Observation]| {
+            let r = build(&analyze(obs, &Options::default()), &everything());
+            (r.groups[0].result.answer.effect_pct.unwrap(), r)
+        };
+        let (truth, _) = effect(&full);
+        // B's 20 slowest and A's 3 slowest still running, at half their time so far.
+        let mut censored = full.clone();
+        let mut by_time: Vec<usize> = (0..censored.len()).collect();
+        by_time.sort_by(|&i, &j| censored[j].duration_s.total_cmp(&censored[i].duration_s));
+        let mut left = [3, 20];
+        for i in by_time {
+            let o = &mut censored[i];
+            if left[o.arm] > 0 {
+                left[o.arm] -= 1;
+                o.censored = true;
+                o.duration_s /= 2.0;
+            }
+        }
+        let (lower, r) = effect(&censored);
+        assert!(truth > 0.0 && lower > 0.0 && lower <= truth, "{lower} of {truth}");
+        assert_eq!(r.in_flight, InFlight { a: 3, b: 20 });
+        assert_eq!(r.arms.each_ref().map(|a| a.flows), [600, 600], "in the arms' flows");
+        assert_eq!(r.groups[0].result.answer.flows, [600, 600], "in the answer");
+        let v: Value = serde_json::to_value(&r).unwrap();
+        assert_eq!(v["in_flight"], serde_json::json!({"a": 3, "b": 20}));
+        let text = r.render_text();
+        assert!(
+            text.contains(
+                "\n  3 A / 20 B flows still running at the end, counted as taking at least their elapsed time\n"
+            ),
+            "{text}"
+        );
+        let (_, none) = effect(&full);
+        assert_eq!(none.in_flight, InFlight::default());
+        assert!(!none.render_text().contains("still running"));
+    }
+
     /// Every group's sentence agrees with its numbers: "faster" only with the interval on that
     /// side of zero, "no difference" only with it inside ±δ, and a command only with a change
     /// that matters.
