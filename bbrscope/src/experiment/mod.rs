@@ -113,13 +113,16 @@ impl Observation {
             2 => 1,
             _ => return None,
         };
-        let m = flow.metrics.as_ref()?;
+        // A flow still running before its first sample is counted all the same, with nothing
+        // acked yet: it is never dropped.
+        let m = flow.metrics.as_ref();
         let start = flow.life.start_ns.unwrap_or(flow.first_ns);
         let duration_ns = end_ns.saturating_sub(start);
         // The kernel counts the FIN (and an active opener's SYN) as acked bytes; a flow still
         // running has no FIN acked yet.
         let syn_fin = u64::from(owner.side == Some("connect")) + u64::from(!censored);
-        let acked = m.bytes_acked?;
+        let acked = m.and_then(|m| m.bytes_acked).or(censored.then_some(0))?;
+        let min_rtt_us = m.and_then(|m| m.min_rtt_us);
         let accepted = owner.side == Some("accept");
         Some(Observation {
             arm,
@@ -128,16 +131,16 @@ impl Observation {
             peer: flow.dst.ip(),
             bytes: acked.saturating_sub(syn_fin),
             duration_s: duration_ns as f64 / 1e9,
-            handshake_s: handshake_s(accepted, srtt_first_us, m.min_rtt_us, u64::from(flow.life.retrans_at_open)),
+            handshake_s: handshake_s(accepted, srtt_first_us, min_rtt_us, u64::from(flow.life.retrans_at_open)),
             end_ts: Some(
                 std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0.0, |d| d.as_secs_f64()),
             ),
             goodput_bps: (duration_ns > 0)
                 .then(|| (u128::from(acked) * 8_000_000_000 / u128::from(duration_ns)) as u64),
-            srtt_median_us: flow.life.srtt_median_us().or(m.srtt_us),
-            min_rtt_us: m.min_rtt_us,
-            retrans: m.retrans_total.unwrap_or(0),
-            data_segs_out: m.data_segs_out.unwrap_or(0),
+            srtt_median_us: flow.life.srtt_median_us().or(m.and_then(|m| m.srtt_us)),
+            min_rtt_us,
+            retrans: m.and_then(|m| m.retrans_total).unwrap_or(0),
+            data_segs_out: m.and_then(|m| m.data_segs_out).unwrap_or(0),
             cgroup_id: owner.cgroup_id,
             cgroup: None,
             censored,
