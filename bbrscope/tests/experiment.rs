@@ -32,7 +32,7 @@ fn serve(listener: TcpListener) {
 fn serve_setting(listener: TcpListener, cc: Option<&'static str>) {
     thread::spawn(move || {
         for conn in listener.incoming() {
-            let Ok(mut c) = conn else { break };
+            let Ok(c) = conn else { break };
             if let Some(cc) = cc {
                 set_cc(&c, cc);
             }

@@ -526,6 +526,54 @@ impl Report {
 
     fn render(&self, tables: bool) -> String {
         let mut s = String::new();
+        self.render_head(&mut s);
+        if !tables {
+            let _ = writeln!(s);
+        }
+        for g in &self.groups {
+            if !tables {
+                for line in wrap(&g.conclusion, 98) {
+                    let _ = writeln!(s, "{line}");
+                }
+                continue;
+            }
+            self.render_group(&mut s, g);
+        }
+        if self.sparse_prefixes.groups > 0 {
+            let _ = writeln!(s);
+            let _ = writeln!(
+                s,
+                "{} more destination prefixes with too few flows to judge ({} flows): not shown",
+                fmt_count(self.sparse_prefixes.groups),
+                fmt_count(self.sparse_prefixes.flows)
+            );
+        }
+        if tables {
+            let _ = writeln!(s);
+            let _ = writeln!(
+                s,
+                "* fixed-level interval excludes zero: a description, not a decision (the conclusions decide)"
+            );
+        }
+        let rec = &self.recommend;
+        let _ = writeln!(s);
+        let _ = writeln!(s, "recommendation:");
+        for c in &rec.commands {
+            let _ = writeln!(s, "  {c}");
+        }
+        if rec.commands.is_empty() {
+            let _ = writeln!(s, "  (no change)");
+        }
+        for n in &rec.notes {
+            for line in wrap(n, 96) {
+                let _ = writeln!(s, "  {line}");
+            }
+        }
+        s
+    }
+
+    /// The report's first lines: the arms, the split, flows left out or still running, the rule.
+    fn render_head(&self, s: &mut String) {
         let [a, b] = [&self.arms[0], &self.arms[1]];
         let _ = writeln!(
             s,
@@ -581,95 +629,58 @@ impl Report {
             d.alpha, d.groups_judged
         );
         let _ = writeln!(s, "  matters: {}% and {} ms per response", fmt_num(d.delta_pct), fmt_num(d.min_effect_ms));
-        if !tables {
-            let _ = writeln!(s);
-        }
-        for g in &self.groups {
-            let r = &g.result;
-            if !tables {
-                for line in wrap(&g.conclusion, 98) {
-                    let _ = writeln!(s, "{line}");
-                }
-                continue;
-            }
-            let _ = writeln!(s);
-            let _ = writeln!(
-                s,
-                "== {} ({}: {} {} / {} {})",
-                clip(&r.label, 50),
-                kind_name(r.kind),
-                fmt_count(r.arms[0].flows),
-                clip(&a.arm, 10),
-                fmt_count(r.arms[1].flows),
-                clip(&b.arm, 10)
-            );
-            for line in wrap(&g.conclusion, 98) {
-                let _ = writeln!(s, "{line}");
-            }
-            if r.metrics.is_empty() || matches!(r.verdict, Verdict::TooFewFlows | Verdict::ArmsOverridden) {
-                continue;
-            }
-            let _ = writeln!(
-                s,
-                "  {:<26} {:>10} {:>10} {:>8} {:<21} {:>13}",
-                "secondary (not deciding)",
-                clip(&a.arm, 10),
-                clip(&b.arm, 10),
-                "B vs A",
-                format!("{:.0}% interval", self.level * 100.0),
-                "flows A/B"
-            );
-            for m in &r.metrics {
-                let (diff, ci) = match (&m.diff, m.status, m.needs) {
-                    (Some(d), _, _) => (fmt_diff(d), fmt_interval(d)),
-                    (None, Status::TooFewFlows, Some(n)) => (String::new(), format!("needs {} per arm", fmt_count(n))),
-                    (None, Status::TooFewFlows, None) => (String::new(), "too few flows".into()),
-                    (None, Status::Ok, _) => (String::new(), "n/a".into()),
-                };
-                let mark = if m.diff.as_ref().is_some_and(|d| d.significant) { "*" } else { "" };
-                let _ = writeln!(
-                    s,
-                    "  {:<26} {:>10} {:>10} {:>8} {:<21} {:>13}{mark}",
-                    clip(&m.label, 26),
-                    m.a.map_or("-".into(), |v| fmt_value(v, m.unit)),
-                    m.b.map_or("-".into(), |v| fmt_value(v, m.unit)),
-                    diff,
-                    ci,
-                    format!("{}/{}", fmt_count(m.n[0]), fmt_count(m.n[1])),
-                );
-            }
-        }
-        if self.sparse_prefixes.groups > 0 {
-            let _ = writeln!(s);
-            let _ = writeln!(
-                s,
-                "{} more destination prefixes with too few flows to judge ({} flows): not shown",
-                fmt_count(self.sparse_prefixes.groups),
-                fmt_count(self.sparse_prefixes.flows)
-            );
-        }
-        if tables {
-            let _ = writeln!(s);
-            let _ = writeln!(
-                s,
-                "* fixed-level interval excludes zero: a description, not a decision (the conclusions decide)"
-            );
-        }
-        let rec = &self.recommend;
+    }
+
+    /// A group's heading, conclusion and table of secondary metrics.
+    fn render_group(&self, s: &mut String, g: &GroupReport) {
+        let [a, b] = [&self.arms[0], &self.arms[1]];
+        let r = &g.result;
         let _ = writeln!(s);
-        let _ = writeln!(s, "recommendation:");
-        for c in &rec.commands {
-            let _ = writeln!(s, "  {c}");
+        let _ = writeln!(
+            s,
+            "== {} ({}: {} {} / {} {})",
+            clip(&r.label, 50),
+            kind_name(r.kind),
+            fmt_count(r.arms[0].flows),
+            clip(&a.arm, 10),
+            fmt_count(r.arms[1].flows),
+            clip(&b.arm, 10)
+        );
+        for line in wrap(&g.conclusion, 98) {
+            let _ = writeln!(s, "{line}");
         }
-        if rec.commands.is_empty() {
-            let _ = writeln!(s, "  (no change)");
+        if r.metrics.is_empty() || matches!(r.verdict, Verdict::TooFewFlows | Verdict::ArmsOverridden) {
+            return;
         }
-        for n in &rec.notes {
-            for line in wrap(n, 96) {
-                let _ = writeln!(s, "  {line}");
-            }
+        let _ = writeln!(
+            s,
+            "  {:<26} {:>10} {:>10} {:>8} {:<21} {:>13}",
+            "secondary (not deciding)",
+            clip(&a.arm, 10),
+            clip(&b.arm, 10),
+            "B vs A",
+            format!("{:.0}% interval", self.level * 100.0),
+            "flows A/B"
+        );
+        for m in &r.metrics {
+            let (diff, ci) = match (&m.diff, m.status, m.needs) {
+                (Some(d), _, _) => (fmt_diff(d), fmt_interval(d)),
+                (None, Status::TooFewFlows, Some(n)) => (String::new(), format!("needs {} per arm", fmt_count(n))),
+                (None, Status::TooFewFlows, None) => (String::new(), "too few flows".into()),
+                (None, Status::Ok, _) => (String::new(), "n/a".into()),
+            };
+            let mark = if m.diff.as_ref().is_some_and(|d| d.significant) { "*" } else { "" };
+            let _ = writeln!(
+                s,
+                "  {:<26} {:>10} {:>10} {:>8} {:<21} {:>13}{mark}",
+                clip(&m.label, 26),
+                m.a.map_or("-".into(), |v| fmt_value(v, m.unit)),
+                m.b.map_or("-".into(), |v| fmt_value(v, m.unit)),
+                diff,
+                ci,
+                format!("{}/{}", fmt_count(m.n[0]), fmt_count(m.n[1])),
+            );
         }
-        s
     }
 }
 
