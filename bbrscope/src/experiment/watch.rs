@@ -25,7 +25,7 @@ use crate::{
         clock::Clock,
         event::Event,
         flow::{Change, FlowTable},
-        pipeline::{self, Control, End, NoSide, Retention, Settings, Side, Signals, Sink},
+        pipeline::{self, Control, End, Retention, Settings, Side, Signals, Sink},
         session::Live,
         sink::json::JsonSink,
     },
@@ -39,7 +39,7 @@ use crate::{
 const LINE_PERIOD: Duration = Duration::from_secs(10);
 /// How long the experiment's flows still open when it ends may take to finish
 /// (docs/experiment-method.md, "Flows still running"): those that do count as usual, the rest as
-/// in flight. A second Ctrl-C or SIGTERM ends the wait at once.
+/// in flight. A second Ctrl-C or SIGTERM, or q in the dashboard, ends the wait at once.
 pub(crate) const DRAIN: Duration = Duration::from_secs(10);
 
 /// What a live experiment starts from.
@@ -110,7 +110,7 @@ pub(crate) async fn run(mut live: Live, signals: &mut Signals, watch: Watch, dur
         End::Terminate => sink.stopped_by = Some("stopped by SIGTERM".into()),
         End::Deadline | End::Sink => {}
     }
-    drain(&mut live, signals, &mut table, &mut sink, retention).await?;
+    drain(&mut live, signals, &mut table, &mut sink, &mut side, retention).await?;
     // Not on a terminal: a last progress line, so the log says how it ended however soon (the
     // guardrail can stop a run before the first line period is over).
     if !shows_report {
@@ -134,6 +134,7 @@ async fn drain(
     signals: &mut Signals,
     table: &mut FlowTable,
     exp: &mut Experiment,
+    side: &mut Watching,
     retention: Retention,
 ) -> Result<()> {
     let open: HashSet<u64> = table.iter().filter(|f| f.life.end.is_none() && has_arm(f)).map(|f| f.id).collect();
@@ -142,16 +143,15 @@ async fn drain(
     }
     let mut draining = Draining { exp, open };
     let settings = Settings { duration: Some(DRAIN), stats: None, retention };
-    pipeline::run(live, signals, table, &mut draining, &mut NoSide, settings)
-        .await?
-        .context("writing the --record file")?;
+    pipeline::run(live, signals, table, &mut draining, side, settings).await?.context("writing the --record file")?;
     let now = Clock::monotonic_ns();
     let Draining { exp, open } = draining;
     exp.obs.extend(table.iter().filter(|f| open.contains(&f.id)).filter_map(|f| Observation::in_flight(f, now)));
     Ok(())
 }
 
-/// The loop's sink while the experiment drains: the flows open at its end, the others ignored.
+/// The loop's sink while the experiment drains: the flows open at its end, the others ignored;
+/// the dashboard still drawn, and q or Ctrl-C in it ends the wait.
 struct Draining<'a> {
     exp: &'a mut Experiment,
     /// Flows not finished yet.
@@ -159,7 +159,7 @@ struct Draining<'a> {
 }
 
 impl Sink for Draining<'_> {
-    type Side = NoSide;
+    type Side = Watching;
 
     fn event(&mut self, ev: &Event, change: Change, table: &FlowTable) -> io::Result<()> {
         let id = ev.head().flow;
@@ -170,6 +170,20 @@ impl Sink for Draining<'_> {
             self.open.remove(&id);
         }
         self.exp.take(ev, change, table)
+    }
+
+    fn woken(&mut self, wake: Wake, side: &mut Watching, table: &FlowTable) -> Result<Control> {
+        match wake {
+            Wake::Frame => self.exp.frame(&mut side.dash, table)?,
+            Wake::Key(key) => {
+                if self.exp.key(&mut side.dash, key, table)?.is_some() {
+                    return Ok(Control::Stop);
+                }
+            }
+            // The guardrail and the live report are done with: the experiment has ended.
+            Wake::Analysed(_) | Wake::Check => {}
+        }
+        Ok(Control::Continue)
     }
 
     fn done(&self) -> bool {
