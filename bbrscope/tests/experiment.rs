@@ -32,20 +32,39 @@ fn serve(listener: TcpListener) {
 fn serve_setting(listener: TcpListener, cc: Option<&'static str>) {
     thread::spawn(move || {
         for conn in listener.incoming() {
-            let Ok(mut c) = conn else { break };
+            let Ok(c) = conn else { break };
             if let Some(cc) = cc {
                 set_cc(&c, cc);
             }
-            thread::spawn(move || {
-                let mut line = String::new();
-                if BufReader::new(&mut c).read_line(&mut line).is_err() {
-                    return;
-                }
-                let size: usize = line.trim().parse().unwrap_or(0);
-                let _ = c.write_all(&vec![0x5a; size]);
-            });
+            thread::spawn(move || respond(c));
         }
     });
+}
+
+/// Answers one request of [`serve`].
+fn respond(mut c: TcpStream) {
+    let mut line = String::new();
+    if BufReader::new(&mut c).read_line(&mut line).is_err() {
+        return;
+    }
+    let size: usize = line.trim().parse().unwrap_or(0);
+    let _ = c.write_all(&vec![0x5a; size]);
+}
+
+/// [`serve`], logging each accepted connection's client and the algorithm the experiment gave
+/// it (sock_ops sets it as the connection is established, before accept returns).
+fn serve_logging_cc(listener: TcpListener) -> Arc<Mutex<Vec<(SocketAddr, String)>>> {
+    let log = Arc::new(Mutex::new(Vec::new()));
+    let keep = log.clone();
+    thread::spawn(move || {
+        for conn in listener.incoming() {
+            let Ok(c) = conn else { break };
+            let cc = bbrscope::sys::sockopt::congestion(&c).unwrap();
+            keep.lock().unwrap().push((c.peer_addr().unwrap(), cc));
+            thread::spawn(move || respond(c));
+        }
+    });
+    log
 }
 
 /// One request; the client's local address and the bytes it got.
@@ -219,6 +238,13 @@ struct Population {
 }
 
 fn population(index: u8, rtt_ms: u64, loss: f64, port: u16) -> Population {
+    let (p, listener) = emulated(index, rtt_ms, loss, port);
+    serve(listener);
+    p
+}
+
+/// A [`Population`]'s path and its server's listener, not yet served.
+fn emulated(index: u8, rtt_ms: u64, loss: f64, port: u16) -> (Population, TcpListener) {
     use bbrscope::demo::emulator::{Link, LinkConfig, LossSpec};
     let rate_bps = 20_000_000;
     let rtt = Duration::from_millis(rtt_ms);
@@ -233,8 +259,7 @@ fn population(index: u8, rtt_ms: u64, loss: f64, port: u16) -> Population {
     let link = Link::new(index, &cfg).expect("emulated path");
     let server = SocketAddr::new(link.sender_addr.into(), port);
     let listener = link.sender.run(move || Ok(TcpListener::bind(server)?)).unwrap();
-    serve(listener);
-    Population { link, server }
+    (Population { link, server }, listener)
 }
 
 /// `threads` clients of `p` requesting `sizes` in turn until `until`; their log: (client
@@ -525,6 +550,88 @@ fn the_guardrail_stops_an_experiment_whose_arm_is_clearly_worse() {
     let reason = why.strip_prefix("stopped early by the guardrail: ").unwrap_or(&why);
     assert!(log.trim_end().lines().last().is_some_and(|l| l.ends_with(&format!("guardrail: {reason}"))), "{log}");
     drop(lossy);
+}
+
+/// Large transfers still running when SIGTERM ends the experiment: after its drain (10 s, in
+/// which they cannot finish) they are counted per arm as in flight, as the server's own log of
+/// their algorithms says, at no less than their time so far; `--analyze` of the recording says
+/// the same.
+#[test]
+fn flows_still_running_at_the_end_are_counted_per_arm_as_in_flight() {
+    require_root();
+    let _turn = turn();
+    let port = port_for(26_000);
+    let (p, listener) = emulated(72, 80, 0.0, port);
+    let server_log = serve_logging_cc(listener);
+    let dir = tempfile::tempdir().unwrap();
+    let record = dir.path().join("exp.ndjson");
+    let child = start_experiment("cubic,bbr", port, &["--no-guardrail", "--record", record.to_str().unwrap()]);
+    // 6 transfers of 200 MB on a 20 Mbit/s path: minutes each, far past the test.
+    const BIG: usize = 200_000_000;
+    let stop = std::sync::atomic::AtomicBool::new(false);
+    let (live, took, sent_at, big) = thread::scope(|s| {
+        let mut big = Vec::new();
+        for _ in 0..6 {
+            let server = p.server;
+            let mut c = p.link.receiver.run(move || Ok(TcpStream::connect(server)?)).unwrap();
+            c.write_all(format!("{BIG}\n").as_bytes()).unwrap();
+            c.set_read_timeout(Some(Duration::from_millis(200))).unwrap();
+            big.push(c.local_addr().unwrap());
+            let stop = &stop;
+            s.spawn(move || {
+                let (mut buf, mut got) = (vec![0u8; 1 << 16], 0);
+                while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                    match c.read(&mut buf) {
+                        Ok(0) => break,
+                        Ok(n) => got += n,
+                        Err(_) => {}
+                    }
+                }
+                assert!(got < BIG, "a large transfer finished");
+            });
+        }
+        let connected = Instant::now();
+        // Small responses beside them, all done before the stop: they finish as usual.
+        load(&p, 2, &[20_000], connected + Duration::from_secs(3));
+        thread::sleep(Duration::from_millis(500));
+        let sent_at = connected.elapsed();
+        // SAFETY: kill(2) on our own child's pid.
+        unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+        let t = Instant::now();
+        let live = wait_report(child, Duration::from_secs(60), None);
+        let took = t.elapsed();
+        stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        (live, took, sent_at, big)
+    });
+    assert_eq!(live["stopped_by"], "stopped by SIGTERM");
+    // It waited for them, boundedly: the drain's 10 s (the report's own time on top).
+    assert!(took >= Duration::from_secs(9) && took < Duration::from_secs(40), "{took:?}");
+    // The server's log: the large transfers' algorithms, per arm.
+    let ccs: Vec<String> =
+        server_log.lock().unwrap().iter().filter(|(peer, _)| big.contains(peer)).map(|(_, cc)| cc.clone()).collect();
+    assert_eq!(ccs.len(), big.len(), "{ccs:?}");
+    let per_arm = ["cubic", "bbr"].map(|cc| ccs.iter().filter(|c| *c == cc).count());
+    assert_eq!(live["in_flight"], serde_json::json!({"a": per_arm[0], "b": per_arm[1]}), "{ccs:?}");
+    let records: Vec<Value> =
+        std::fs::read_to_string(&record).unwrap().lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    let running: Vec<&Value> = records.iter().filter(|r| r["type"] == "flow_in_flight").collect();
+    assert_eq!(running.len(), big.len());
+    for r in &running {
+        // At least their time until the signal, and what they got of it so far.
+        assert!(r["duration_s"].as_f64().unwrap() >= sent_at.as_secs_f64(), "{r} ({sent_at:?})");
+        assert!(r["bytes"].as_u64().is_some_and(|b| b > 0 && b < BIG as u64), "{r}");
+    }
+    let finished = records.iter().filter(|r| r["type"] == "flow_summary").count() as u64;
+    let flows = |v: &Value| v["arms"][0]["flows"].as_u64().unwrap() + v["arms"][1]["flows"].as_u64().unwrap();
+    assert_eq!(flows(&live), finished + big.len() as u64, "{}", live["arms"]);
+    let out = bbrscope().args(["experiment", "--analyze", record.to_str().unwrap(), "--json"]).output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let offline: Value = serde_json::from_slice(&out.stdout).unwrap();
+    for k in ["in_flight", "arms", "sample_ratio"] {
+        assert_eq!(live[k], offline[k], "{k}: the live report and the offline one");
+    }
+    assert_eq!(live["groups"][0]["answer"], offline["groups"][0]["answer"]);
+    drop(p);
 }
 
 #[test]

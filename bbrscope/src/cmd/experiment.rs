@@ -86,7 +86,7 @@ pub async fn run(args: ExperimentArgs) -> Result<()> {
     let Watched { obs, stopped_by, guard } =
         watch::run(live, &mut signals, watch, args.duration.unwrap_or(DEFAULT_DURATION)).await?;
     if let (Some(p), Some(f)) = (&args.record, record_end.as_mut()) {
-        record::end(f, p, stopped_by.as_deref(), guard.as_ref())?;
+        record::end(f, p, &obs, stopped_by.as_deref(), guard.as_ref())?;
     }
     finish(&args, &obs, &setup, stopped_by, guard, false)
 }

@@ -524,6 +524,9 @@ pub struct Analysis {
     pub sparse_prefixes: Sparse,
     /// The experiment's flows per second (first to last finish), for "≈ T more" estimates.
     pub flows_per_s: Option<f64>,
+    /// Flows per arm still running when it ended (after the drain): in the analysis with their
+    /// elapsed time as their completion time (see [`Observation::censored`]).
+    pub in_flight: [usize; 2],
 }
 
 /// The arms' algorithms as the observations say: the algorithm most of each arm's flows ran
@@ -611,7 +614,8 @@ pub fn analyze(obs: &[Observation], opts: &Options) -> Analysis {
         })
         .collect();
     let [na, nb] = names;
-    let ends: Vec<f64> = obs.iter().filter_map(|o| o.end_ts).collect();
+    // Flows still running at the end did not finish then: not in the rate of flows.
+    let ends: Vec<f64> = obs.iter().filter(|o| !o.censored).filter_map(|o| o.end_ts).collect();
     let span =
         ends.iter().copied().fold(f64::NEG_INFINITY, f64::max) - ends.iter().copied().fold(f64::INFINITY, f64::min);
     Analysis {
@@ -632,6 +636,7 @@ pub fn analyze(obs: &[Observation], opts: &Options) -> Analysis {
         groups: results,
         sparse_prefixes: sparse,
         flows_per_s: (ends.len() > 1 && span > 0.0).then(|| ends.len() as f64 / span),
+        in_flight: [0, 1].map(|arm| obs.iter().filter(|o| o.censored && o.arm == arm).count()),
     }
 }
 
@@ -995,6 +1000,7 @@ pub(crate) mod tests {
                         data_segs_out: segs,
                         cgroup_id: Some(7),
                         cgroup: Some("/system.slice/nginx.service".into()),
+                        censored: false,
                     });
                 }
             }

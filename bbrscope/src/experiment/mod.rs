@@ -65,6 +65,10 @@ pub struct Observation {
     /// narrowest `apply` that covers the service.
     pub cgroup_id: Option<u64>,
     pub cgroup: Option<String>,
+    /// Still running when the experiment ended (after its drain): `duration_s` is its elapsed
+    /// time then and `bytes` what it had delivered, a lower bound on its completion time that the
+    /// analysis takes as the time (see docs/experiment-method.md, "Flows still running").
+    pub censored: bool,
 }
 
 /// The handshake as the client waits for it: one round trip (the SYN-ACK's), plus the SYN-ACK
@@ -83,18 +87,42 @@ fn handshake_s(accepted: bool, srtt_first_us: Option<u64>, min_rtt_us: Option<u3
 impl Observation {
     /// A closed flow of the live flow table that the kernel put in an arm.
     pub fn from_flow(flow: &crate::observe::flow::Flow) -> Option<Self> {
+        let end = flow.life.end.as_ref()?;
+        Self::of_flow(flow, end.head.ts_ns, Some(u64::from(end.srtt_first_us)), false)
+    }
+
+    /// A flow of an arm still running at `now_ns` (CLOCK_MONOTONIC, the kernel's clock): a
+    /// censored observation, its elapsed time and the bytes acked so far (its summary has not
+    /// come, so its first RTT is not known: the handshake is the path's minimum RTT).
+    pub fn in_flight(flow: &crate::observe::flow::Flow, now_ns: u64) -> Option<Self> {
+        if flow.life.end.is_some() {
+            return None;
+        }
+        Self::of_flow(flow, now_ns, None, true)
+    }
+
+    fn of_flow(
+        flow: &crate::observe::flow::Flow,
+        end_ns: u64,
+        srtt_first_us: Option<u64>,
+        censored: bool,
+    ) -> Option<Self> {
         let owner = flow.life.owner.as_ref()?;
         let arm = match owner.arm? {
             1 => 0,
             2 => 1,
             _ => return None,
         };
-        let end = flow.life.end.as_ref()?;
-        let m = flow.metrics.as_ref()?;
+        // A flow still running before its first sample is counted all the same, with nothing
+        // acked yet: it is never dropped.
+        let m = flow.metrics.as_ref();
         let start = flow.life.start_ns.unwrap_or(flow.first_ns);
-        let duration_ns = end.head.ts_ns.saturating_sub(start);
-        let syn_fin = if owner.side == Some("connect") { 2 } else { 1 };
-        let acked = m.bytes_acked?;
+        let duration_ns = end_ns.saturating_sub(start);
+        // The kernel counts the FIN (and an active opener's SYN) as acked bytes; a flow still
+        // running has no FIN acked yet.
+        let syn_fin = u64::from(owner.side == Some("connect")) + u64::from(!censored);
+        let acked = m.and_then(|m| m.bytes_acked).or(censored.then_some(0))?;
+        let min_rtt_us = m.and_then(|m| m.min_rtt_us);
         let accepted = owner.side == Some("accept");
         Some(Observation {
             arm,
@@ -103,23 +131,19 @@ impl Observation {
             peer: flow.dst.ip(),
             bytes: acked.saturating_sub(syn_fin),
             duration_s: duration_ns as f64 / 1e9,
-            handshake_s: handshake_s(
-                accepted,
-                Some(u64::from(end.srtt_first_us)),
-                m.min_rtt_us,
-                u64::from(flow.life.retrans_at_open),
-            ),
+            handshake_s: handshake_s(accepted, srtt_first_us, min_rtt_us, u64::from(flow.life.retrans_at_open)),
             end_ts: Some(
                 std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0.0, |d| d.as_secs_f64()),
             ),
             goodput_bps: (duration_ns > 0)
                 .then(|| (u128::from(acked) * 8_000_000_000 / u128::from(duration_ns)) as u64),
-            srtt_median_us: flow.life.srtt_median_us().or(m.srtt_us),
-            min_rtt_us: m.min_rtt_us,
-            retrans: m.retrans_total.unwrap_or(0),
-            data_segs_out: m.data_segs_out.unwrap_or(0),
+            srtt_median_us: flow.life.srtt_median_us().or(m.and_then(|m| m.srtt_us)),
+            min_rtt_us,
+            retrans: m.and_then(|m| m.retrans_total).unwrap_or(0),
+            data_segs_out: m.and_then(|m| m.data_segs_out).unwrap_or(0),
             cgroup_id: owner.cgroup_id,
             cgroup: None,
+            censored,
         })
     }
 
@@ -161,6 +185,7 @@ impl Observation {
             data_segs_out: v["data_segs_out"].as_u64().unwrap_or(0) as u32,
             cgroup_id: v["cgroup_id"].as_u64(),
             cgroup: v["cgroup"].as_str().map(str::to_string),
+            censored: false,
         })
     }
 

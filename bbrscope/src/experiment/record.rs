@@ -6,8 +6,11 @@
 //! {"type":"experiment","arms":["cubic","bbr"],"split_pct":50,"scope":{"known":true,"port":443,...},
 //!  "guardrail_pct":20.0,"delta_pct":5.0,"min_effect_ms":5.0}
 //! ... flow_open, sample, flow_summary (with "arm") ...
+//! {"type":"flow_in_flight","arm":"a","cc":"cubic","peer":"203.0.113.9","bytes":1048576,
+//!  "duration_s":12.5,"handshake_s":0.05,"end_ts":1700000000.5,...}
 //! {"type":"experiment_end","stopped_by":"stopped early by the guardrail: ...","guardrail":{...}}
 //! ```
+//! (one `flow_in_flight` per flow still running after the drain, each as the analysis took it)
 //! so that `--analyze` judges a recording as the live run did: the arms asked (not guessed from
 //! the flows), the scope (a recommendation never wider), and a guardrail stop kept. Reading is
 //! bounded and forgiving: lines too long, not UTF-8 or not JSON are skipped and counted, a
@@ -18,6 +21,7 @@ use std::{
     collections::HashSet,
     fs::File,
     io::{BufRead, Write as _},
+    net::IpAddr,
     path::Path,
 };
 
@@ -54,6 +58,75 @@ struct End {
     guardrail: Option<GuardDecision>,
 }
 
+/// A flow still running when the experiment ended: the [`Observation`] the live report took,
+/// field for field (it has no summary to read it from again).
+#[derive(Serialize, Deserialize)]
+struct InFlight {
+    /// `a` or `b`.
+    arm: String,
+    cc: String,
+    switched: bool,
+    peer: IpAddr,
+    bytes: u64,
+    duration_s: f64,
+    handshake_s: f64,
+    end_ts: Option<f64>,
+    goodput_bps: Option<u64>,
+    srtt_median_us: Option<u32>,
+    min_rtt_us: Option<u32>,
+    retrans: u32,
+    data_segs_out: u32,
+    cgroup_id: Option<u64>,
+    cgroup: Option<String>,
+}
+
+impl InFlight {
+    fn of(o: &Observation) -> Self {
+        InFlight {
+            arm: ["a", "b"][o.arm.min(1)].into(),
+            cc: o.cc.clone(),
+            switched: o.switched,
+            peer: o.peer,
+            bytes: o.bytes,
+            duration_s: o.duration_s,
+            handshake_s: o.handshake_s,
+            end_ts: o.end_ts,
+            goodput_bps: o.goodput_bps,
+            srtt_median_us: o.srtt_median_us,
+            min_rtt_us: o.min_rtt_us,
+            retrans: o.retrans,
+            data_segs_out: o.data_segs_out,
+            cgroup_id: o.cgroup_id,
+            cgroup: o.cgroup.clone(),
+        }
+    }
+
+    fn observation(self) -> Option<Observation> {
+        Some(Observation {
+            arm: match self.arm.as_str() {
+                "a" => 0,
+                "b" => 1,
+                _ => return None,
+            },
+            cc: self.cc,
+            switched: self.switched,
+            peer: self.peer,
+            bytes: self.bytes,
+            duration_s: self.duration_s,
+            handshake_s: self.handshake_s,
+            end_ts: self.end_ts,
+            goodput_bps: self.goodput_bps,
+            srtt_median_us: self.srtt_median_us,
+            min_rtt_us: self.min_rtt_us,
+            retrans: self.retrans,
+            data_segs_out: self.data_segs_out,
+            cgroup_id: self.cgroup_id,
+            cgroup: self.cgroup,
+            censored: true,
+        })
+    }
+}
+
 /// Creates the record file (mode 0600: it names clients; a new file, never through a link or
 /// into a file someone else made: see [`crate::newfile`]) and writes its first line.
 pub fn create(path: &Path, setup: &Setup) -> Result<File> {
@@ -76,14 +149,27 @@ pub fn create(path: &Path, setup: &Setup) -> Result<File> {
     Ok(f)
 }
 
-/// Appends the last line, how the experiment ended, to `f`: a descriptor of the file
-/// [`create`] made (shared with the recorder, which has flushed), never the path opened again,
-/// where another user could have put a link since.
-pub fn end(f: &mut File, path: &Path, stopped_by: Option<&str>, guard: Option<&GuardDecision>) -> Result<()> {
+/// Appends the flows of `obs` still running at the end (one `flow_in_flight` line each) and the
+/// last line, how the experiment ended, to `f`: a descriptor of the file [`create`] made (shared
+/// with the recorder, which has flushed), never the path opened again, where another user could
+/// have put a link since.
+pub fn end(
+    f: &mut File,
+    path: &Path,
+    obs: &[Observation],
+    stopped_by: Option<&str>,
+    guard: Option<&GuardDecision>,
+) -> Result<()> {
+    let write =
+        |f: &mut File, v: serde_json::Value| writeln!(f, "{v}").with_context(|| format!("writing {}", path.display()));
+    for o in obs.iter().filter(|o| o.censored) {
+        let mut v = serde_json::to_value(InFlight::of(o))?;
+        v["type"] = "flow_in_flight".into();
+        write(f, v)?;
+    }
     let mut v = serde_json::to_value(End { stopped_by: stopped_by.map(str::to_string), guardrail: guard.cloned() })?;
     v["type"] = "experiment_end".into();
-    writeln!(f, "{v}").with_context(|| format!("writing {}", path.display()))?;
-    Ok(())
+    write(f, v)
 }
 
 /// A recording read back.
@@ -169,6 +255,12 @@ pub fn read(input: impl BufRead, is_file: bool) -> Result<Capture> {
                 }
                 Err(_) => reader.reject("an experiment_end that does not parse"),
             },
+            Some("flow_in_flight") => {
+                match serde_json::from_value::<InFlight>(v).ok().and_then(InFlight::observation).filter(plausible) {
+                    Some(o) => c.obs.push(o),
+                    None => c.rejected += 1,
+                }
+            }
             Some("flow_summary") if v["arm"].is_string() => {
                 let Some(o) = Observation::from_summary(&v).filter(plausible) else {
                     c.rejected += 1;
@@ -254,5 +346,37 @@ mod tests {
         assert_eq!(c.setup.status_quo.as_deref(), Some("cubic"));
         assert_eq!(c.setup.prefix_lists, setup.prefix_lists);
         assert_eq!(c.setup.prefix_lists[0].nets.len(), 2);
+    }
+
+    /// Flows still running at the end are written so that reading the file gives back the
+    /// observations the live report took, censored; a recording without them reads as before.
+    #[test]
+    fn flows_in_flight_read_back_as_taken() {
+        let summary: serde_json::Value = serde_json::from_str(SUMMARY).unwrap();
+        let finished = Observation::from_summary(&summary).unwrap();
+        let running = Observation {
+            arm: 0,
+            cc: "cubic".into(),
+            bytes: 3_000_001,
+            duration_s: 7.123456789,
+            end_ts: Some(1_700_000_000.25),
+            goodput_bps: None,
+            censored: true,
+            ..finished.clone()
+        };
+        let path = std::env::temp_dir().join(format!("bbrscope-in-flight-{}.ndjson", std::process::id()));
+        let mut f = File::create(&path).unwrap();
+        writeln!(f, "{SUMMARY}").unwrap();
+        end(&mut f, &path, &[finished.clone(), running.clone()], Some("stopped by SIGTERM"), None).unwrap();
+        drop(f);
+        let text = std::fs::read_to_string(&path).unwrap();
+        std::fs::remove_file(&path).unwrap();
+        assert_eq!(text.lines().filter(|l| l.contains("\"flow_in_flight\"")).count(), 1, "{text}");
+        let c = read(text.as_bytes(), true).unwrap();
+        assert_eq!(c.obs, [finished.clone(), running]);
+        assert_eq!((c.rejected, c.stopped_by.as_deref()), (0, Some("stopped by SIGTERM")));
+        // An older recording (no flow_in_flight lines): its flows, none censored.
+        let old = read(format!("{SUMMARY}\n").as_bytes(), true).unwrap();
+        assert_eq!(old.obs, [finished]);
     }
 }

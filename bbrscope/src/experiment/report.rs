@@ -31,12 +31,16 @@
 //!                                         "low": -45.0, "high": -30.0, "p_value": 0.0005,
 //!                                         "significant": true} | null } ] } ],
 //!   "sparse_prefixes": {"groups": 312, "flows": 2001},
+//!   "in_flight": {"a": 10, "b": 1},
 //!   "recommend": {"scope": "system" | "routes" | "cgroup" | "none", "arm": "bbr" | null,
 //!                 "commands": ["bbrscope apply bbr --route 203.0.113.0/24"],
 //!                 "evidence": ["BBR faster for 203.0.113.0/24: ..."], "notes": ["..."]} }
 //! ```
 //! `answer` is the decision (see [`super::decide`]); `metrics` are secondary: fixed-level
-//! bootstrap intervals per quantile, shown and never deciding.
+//! bootstrap intervals per quantile, shown and never deciding. `in_flight`: flows per arm still
+//! running when the experiment ended, after its drain; they are in every count and analysis
+//! above (`flows`, `sample_ratio`, `answer`) with their elapsed time as their completion time, a
+//! lower bound (0 and 0 in recordings made before flows in flight were kept).
 
 use std::fmt::Write as _;
 
@@ -99,7 +103,17 @@ pub struct Report {
     pub scope: InScope,
     pub groups: Vec<GroupReport>,
     pub sparse_prefixes: Sparse,
+    /// Flows per arm still running when the experiment ended (after its drain), counted with
+    /// their elapsed time as their completion time.
+    pub in_flight: InFlight,
     pub recommend: Recommendation,
+}
+
+/// Flows per arm still running at the end.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct InFlight {
+    pub a: usize,
+    pub b: usize,
 }
 
 #[derive(Clone, Debug, Serialize)]
@@ -198,6 +212,7 @@ pub fn build(a: &Analysis, ctx: &Context) -> Report {
         scope: ctx.scope.clone(),
         groups: a.groups.iter().map(|g| GroupReport { result: g.clone(), conclusion: conclusion(a, g) }).collect(),
         sparse_prefixes: a.sparse_prefixes,
+        in_flight: InFlight { a: a.in_flight[0], b: a.in_flight[1] },
         recommend: recommend(a, ctx),
     }
 }
@@ -511,6 +526,54 @@ impl Report {
 
     fn render(&self, tables: bool) -> String {
         let mut s = String::new();
+        self.render_head(&mut s);
+        if !tables {
+            let _ = writeln!(s);
+        }
+        for g in &self.groups {
+            if !tables {
+                for line in wrap(&g.conclusion, 98) {
+                    let _ = writeln!(s, "{line}");
+                }
+                continue;
+            }
+            self.render_group(&mut s, g);
+        }
+        if self.sparse_prefixes.groups > 0 {
+            let _ = writeln!(s);
+            let _ = writeln!(
+                s,
+                "{} more destination prefixes with too few flows to judge ({} flows): not shown",
+                fmt_count(self.sparse_prefixes.groups),
+                fmt_count(self.sparse_prefixes.flows)
+            );
+        }
+        if tables {
+            let _ = writeln!(s);
+            let _ = writeln!(
+                s,
+                "* fixed-level interval excludes zero: a description, not a decision (the conclusions decide)"
+            );
+        }
+        let rec = &self.recommend;
+        let _ = writeln!(s);
+        let _ = writeln!(s, "recommendation:");
+        for c in &rec.commands {
+            let _ = writeln!(s, "  {c}");
+        }
+        if rec.commands.is_empty() {
+            let _ = writeln!(s, "  (no change)");
+        }
+        for n in &rec.notes {
+            for line in wrap(n, 96) {
+                let _ = writeln!(s, "  {line}");
+            }
+        }
+        s
+    }
+
+    /// The report's first lines: the arms, the split, flows left out or still running, the rule.
+    fn render_head(&self, s: &mut String) {
         let [a, b] = [&self.arms[0], &self.arms[1]];
         let _ = writeln!(
             s,
@@ -550,6 +613,15 @@ impl Report {
                 if ig.overridden { ": THE SERVICE SETS ITS OWN ALGORITHM, nothing is concluded" } else { "" }
             );
         }
+        let f = self.in_flight;
+        if f.a + f.b > 0 {
+            let _ = writeln!(
+                s,
+                "  {} A / {} B flows still running at the end, counted as taking at least their elapsed time",
+                fmt_count(f.a),
+                fmt_count(f.b)
+            );
+        }
         let d = &self.decision;
         let _ = writeln!(
             s,
@@ -557,95 +629,58 @@ impl Report {
             d.alpha, d.groups_judged
         );
         let _ = writeln!(s, "  matters: {}% and {} ms per response", fmt_num(d.delta_pct), fmt_num(d.min_effect_ms));
-        if !tables {
-            let _ = writeln!(s);
-        }
-        for g in &self.groups {
-            let r = &g.result;
-            if !tables {
-                for line in wrap(&g.conclusion, 98) {
-                    let _ = writeln!(s, "{line}");
-                }
-                continue;
-            }
-            let _ = writeln!(s);
-            let _ = writeln!(
-                s,
-                "== {} ({}: {} {} / {} {})",
-                clip(&r.label, 50),
-                kind_name(r.kind),
-                fmt_count(r.arms[0].flows),
-                clip(&a.arm, 10),
-                fmt_count(r.arms[1].flows),
-                clip(&b.arm, 10)
-            );
-            for line in wrap(&g.conclusion, 98) {
-                let _ = writeln!(s, "{line}");
-            }
-            if r.metrics.is_empty() || matches!(r.verdict, Verdict::TooFewFlows | Verdict::ArmsOverridden) {
-                continue;
-            }
-            let _ = writeln!(
-                s,
-                "  {:<26} {:>10} {:>10} {:>8} {:<21} {:>13}",
-                "secondary (not deciding)",
-                clip(&a.arm, 10),
-                clip(&b.arm, 10),
-                "B vs A",
-                format!("{:.0}% interval", self.level * 100.0),
-                "flows A/B"
-            );
-            for m in &r.metrics {
-                let (diff, ci) = match (&m.diff, m.status, m.needs) {
-                    (Some(d), _, _) => (fmt_diff(d), fmt_interval(d)),
-                    (None, Status::TooFewFlows, Some(n)) => (String::new(), format!("needs {} per arm", fmt_count(n))),
-                    (None, Status::TooFewFlows, None) => (String::new(), "too few flows".into()),
-                    (None, Status::Ok, _) => (String::new(), "n/a".into()),
-                };
-                let mark = if m.diff.as_ref().is_some_and(|d| d.significant) { "*" } else { "" };
-                let _ = writeln!(
-                    s,
-                    "  {:<26} {:>10} {:>10} {:>8} {:<21} {:>13}{mark}",
-                    clip(&m.label, 26),
-                    m.a.map_or("-".into(), |v| fmt_value(v, m.unit)),
-                    m.b.map_or("-".into(), |v| fmt_value(v, m.unit)),
-                    diff,
-                    ci,
-                    format!("{}/{}", fmt_count(m.n[0]), fmt_count(m.n[1])),
-                );
-            }
-        }
-        if self.sparse_prefixes.groups > 0 {
-            let _ = writeln!(s);
-            let _ = writeln!(
-                s,
-                "{} more destination prefixes with too few flows to judge ({} flows): not shown",
-                fmt_count(self.sparse_prefixes.groups),
-                fmt_count(self.sparse_prefixes.flows)
-            );
-        }
-        if tables {
-            let _ = writeln!(s);
-            let _ = writeln!(
-                s,
-                "* fixed-level interval excludes zero: a description, not a decision (the conclusions decide)"
-            );
-        }
-        let rec = &self.recommend;
+    }
+
+    /// A group's heading, conclusion and table of secondary metrics.
+    fn render_group(&self, s: &mut String, g: &GroupReport) {
+        let [a, b] = [&self.arms[0], &self.arms[1]];
+        let r = &g.result;
         let _ = writeln!(s);
-        let _ = writeln!(s, "recommendation:");
-        for c in &rec.commands {
-            let _ = writeln!(s, "  {c}");
+        let _ = writeln!(
+            s,
+            "== {} ({}: {} {} / {} {})",
+            clip(&r.label, 50),
+            kind_name(r.kind),
+            fmt_count(r.arms[0].flows),
+            clip(&a.arm, 10),
+            fmt_count(r.arms[1].flows),
+            clip(&b.arm, 10)
+        );
+        for line in wrap(&g.conclusion, 98) {
+            let _ = writeln!(s, "{line}");
         }
-        if rec.commands.is_empty() {
-            let _ = writeln!(s, "  (no change)");
+        if r.metrics.is_empty() || matches!(r.verdict, Verdict::TooFewFlows | Verdict::ArmsOverridden) {
+            return;
         }
-        for n in &rec.notes {
-            for line in wrap(n, 96) {
-                let _ = writeln!(s, "  {line}");
-            }
+        let _ = writeln!(
+            s,
+            "  {:<26} {:>10} {:>10} {:>8} {:<21} {:>13}",
+            "secondary (not deciding)",
+            clip(&a.arm, 10),
+            clip(&b.arm, 10),
+            "B vs A",
+            format!("{:.0}% interval", self.level * 100.0),
+            "flows A/B"
+        );
+        for m in &r.metrics {
+            let (diff, ci) = match (&m.diff, m.status, m.needs) {
+                (Some(d), _, _) => (fmt_diff(d), fmt_interval(d)),
+                (None, Status::TooFewFlows, Some(n)) => (String::new(), format!("needs {} per arm", fmt_count(n))),
+                (None, Status::TooFewFlows, None) => (String::new(), "too few flows".into()),
+                (None, Status::Ok, _) => (String::new(), "n/a".into()),
+            };
+            let mark = if m.diff.as_ref().is_some_and(|d| d.significant) { "*" } else { "" };
+            let _ = writeln!(
+                s,
+                "  {:<26} {:>10} {:>10} {:>8} {:<21} {:>13}{mark}",
+                clip(&m.label, 26),
+                m.a.map_or("-".into(), |v| fmt_value(v, m.unit)),
+                m.b.map_or("-".into(), |v| fmt_value(v, m.unit)),
+                diff,
+                ci,
+                format!("{}/{}", fmt_count(m.n[0]), fmt_count(m.n[1])),
+            );
         }
-        s
     }
 }
 
@@ -867,6 +902,49 @@ mod tests {
         let summary = build(&analyze(&lossy_and_clean(4), &opts), &everything()).render_summary();
         assert!(summary.lines().count() < 30 && summary.contains("\nBBR faster for far: "), "{summary}");
         assert!(!summary.contains("retransmit rate"), "{summary}");
+    }
+
+    /// Flows still running at the end: counted per arm (JSON and text), in the arms' flows and
+    /// the answer, at their elapsed time, which pulls the slower arm's estimate toward no
+    /// difference and never past it.
+    #[test]
+    fn flows_in_flight_are_counted_and_taken_as_lower_bounds() {
+        let full = synth(&[pop([10, 0, 0], 40.0, 1.5)], 5);
+        let effect = |obs: &[crate::experiment::Observation]| {
+            let r = build(&analyze(obs, &Options::default()), &everything());
+            (r.groups[0].result.answer.effect_pct.unwrap(), r)
+        };
+        let (truth, _) = effect(&full);
+        // B's 20 slowest and A's 3 slowest still running, at half their time so far.
+        let mut censored = full.clone();
+        let mut by_time: Vec<usize> = (0..censored.len()).collect();
+        by_time.sort_by(|&i, &j| censored[j].duration_s.total_cmp(&censored[i].duration_s));
+        let mut left = [3, 20];
+        for i in by_time {
+            let o = &mut censored[i];
+            if left[o.arm] > 0 {
+                left[o.arm] -= 1;
+                o.censored = true;
+                o.duration_s /= 2.0;
+            }
+        }
+        let (lower, r) = effect(&censored);
+        assert!(truth > 0.0 && lower > 0.0 && lower <= truth, "{lower} of {truth}");
+        assert_eq!(r.in_flight, InFlight { a: 3, b: 20 });
+        assert_eq!(r.arms.each_ref().map(|a| a.flows), [600, 600], "in the arms' flows");
+        assert_eq!(r.groups[0].result.answer.flows, [600, 600], "in the answer");
+        let v: Value = serde_json::to_value(&r).unwrap();
+        assert_eq!(v["in_flight"], serde_json::json!({"a": 3, "b": 20}));
+        let text = r.render_text();
+        assert!(
+            text.contains(
+                "\n  3 A / 20 B flows still running at the end, counted as taking at least their elapsed time\n"
+            ),
+            "{text}"
+        );
+        let (_, none) = effect(&full);
+        assert_eq!(none.in_flight, InFlight::default());
+        assert!(!none.render_text().contains("still running"));
     }
 
     /// Every group's sentence agrees with its numbers: "faster" only with the interval on that

@@ -4,6 +4,7 @@
 //! analyses off the loop ([`Monitor`]), the dashboard's keys and frames, or a progress line.
 
 use std::{
+    collections::HashSet,
     fs::File,
     io::{self, IsTerminal as _},
     time::{Duration, Instant},
@@ -36,6 +37,10 @@ use crate::{
 
 /// How often a progress line is written when stdout is not a terminal.
 const LINE_PERIOD: Duration = Duration::from_secs(10);
+/// How long the experiment's flows still open when it ends may take to finish
+/// (docs/experiment-method.md, "Flows still running"): those that do count as usual, the rest as
+/// in flight. A second Ctrl-C or SIGTERM, or q in the dashboard, ends the wait at once.
+pub(crate) const DRAIN: Duration = Duration::from_secs(10);
 
 /// What a live experiment starts from.
 pub(crate) struct Watch {
@@ -105,6 +110,7 @@ pub(crate) async fn run(mut live: Live, signals: &mut Signals, watch: Watch, dur
         End::Terminate => sink.stopped_by = Some("stopped by SIGTERM".into()),
         End::Deadline | End::Sink => {}
     }
+    drain(&mut live, signals, &mut table, &mut sink, &mut side, retention).await?;
     // Not on a terminal: a last progress line, so the log says how it ended however soon (the
     // guardrail can stop a run before the first line period is over).
     if !shows_report {
@@ -116,6 +122,73 @@ pub(crate) async fn run(mut live: Live, signals: &mut Signals, watch: Watch, dur
         rec.flush().context("writing the --record file")?;
     }
     Ok(Watched { obs: sink.obs, stopped_by: sink.stopped_by, guard: sink.guard })
+}
+
+/// Waits up to [`DRAIN`] for the arms' flows open now to finish (each one that does is an
+/// observation as usual), then takes those still running as censored observations: their elapsed
+/// time and bytes so far. The kernel keeps assigning arms meanwhile (its experiment settings are
+/// read-only data of the loaded program, fixed while it runs): flows that open during the drain
+/// are neither recorded nor counted.
+async fn drain(
+    live: &mut Live,
+    signals: &mut Signals,
+    table: &mut FlowTable,
+    exp: &mut Experiment,
+    side: &mut Watching,
+    retention: Retention,
+) -> Result<()> {
+    let open: HashSet<u64> = table.iter().filter(|f| f.life.end.is_none() && has_arm(f)).map(|f| f.id).collect();
+    if open.is_empty() {
+        return Ok(());
+    }
+    let mut draining = Draining { exp, open };
+    let settings = Settings { duration: Some(DRAIN), stats: None, retention };
+    pipeline::run(live, signals, table, &mut draining, side, settings).await?.context("writing the --record file")?;
+    let now = Clock::monotonic_ns();
+    let Draining { exp, open } = draining;
+    exp.obs.extend(table.iter().filter(|f| open.contains(&f.id)).filter_map(|f| Observation::in_flight(f, now)));
+    Ok(())
+}
+
+/// The loop's sink while the experiment drains: the flows open at its end, the others ignored;
+/// the dashboard still drawn, and q or Ctrl-C in it ends the wait.
+struct Draining<'a> {
+    exp: &'a mut Experiment,
+    /// Flows not finished yet.
+    open: HashSet<u64>,
+}
+
+impl Sink for Draining<'_> {
+    type Side = Watching;
+
+    fn event(&mut self, ev: &Event, change: Change, table: &FlowTable) -> io::Result<()> {
+        let id = ev.head().flow;
+        if !self.open.contains(&id) {
+            return Ok(());
+        }
+        if change == Change::Ended {
+            self.open.remove(&id);
+        }
+        self.exp.take(ev, change, table)
+    }
+
+    fn woken(&mut self, wake: Wake, side: &mut Watching, table: &FlowTable) -> Result<Control> {
+        match wake {
+            Wake::Frame => self.exp.frame(&mut side.dash, table)?,
+            Wake::Key(key) => {
+                if self.exp.key(&mut side.dash, key, table)?.is_some() {
+                    return Ok(Control::Stop);
+                }
+            }
+            // The guardrail and the live report are done with: the experiment has ended.
+            Wake::Analysed(_) | Wake::Check => {}
+        }
+        Ok(Control::Continue)
+    }
+
+    fn done(&self) -> bool {
+        self.open.is_empty()
+    }
 }
 
 /// The experiment's state as the loop's sink.
@@ -164,18 +237,7 @@ impl Sink for Experiment {
     type Side = Watching;
 
     fn event(&mut self, ev: &Event, change: Change, table: &FlowTable) -> io::Result<()> {
-        if let Some(rec) = self.recorder.as_mut()
-            && in_arm(ev, table)
-        {
-            rec.event(ev, change, table)?;
-        }
-        if change == Change::Ended
-            && let Some(o) = table.get(ev.head().flow).and_then(Observation::from_flow)
-        {
-            self.shown.state().flow_finished(o.arm);
-            self.obs.push(o);
-        }
-        Ok(())
+        self.take(ev, change, table)
     }
 
     fn woken(&mut self, wake: Wake, side: &mut Watching, table: &FlowTable) -> Result<Control> {
@@ -208,6 +270,23 @@ impl Sink for Experiment {
 }
 
 impl Experiment {
+    /// An event of the loop: recorded when it belongs to an arm's flow, and a finished flow of
+    /// an arm becomes an observation.
+    fn take(&mut self, ev: &Event, change: Change, table: &FlowTable) -> io::Result<()> {
+        if let Some(rec) = self.recorder.as_mut()
+            && in_arm(ev, table)
+        {
+            rec.event(ev, change, table)?;
+        }
+        if change == Change::Ended
+            && let Some(o) = table.get(ev.head().flow).and_then(Observation::from_flow)
+        {
+            self.shown.state().flow_finished(o.arm);
+            self.obs.push(o);
+        }
+        Ok(())
+    }
+
     /// The dashboard drawn, or a progress line written.
     fn frame(&mut self, dash: &mut Option<Box<Dashboard>>, table: &FlowTable) -> Result<()> {
         let state = self.shown.state();
@@ -270,5 +349,9 @@ async fn input(dash: &mut Option<Box<Dashboard>>) -> tui::Input {
 
 /// Whether `ev` belongs to a flow of the experiment (it has an arm).
 fn in_arm(ev: &Event, table: &FlowTable) -> bool {
-    table.get(ev.head().flow).and_then(|f| f.life.owner.as_ref()).is_some_and(|o| o.arm.is_some())
+    table.get(ev.head().flow).is_some_and(has_arm)
+}
+
+fn has_arm(f: &crate::observe::flow::Flow) -> bool {
+    f.life.owner.as_ref().is_some_and(|o| o.arm.is_some())
 }
