@@ -341,7 +341,7 @@ mod tests {
             ..Setup::default()
         };
         let mut f = create(&path, &setup).unwrap();
-        end(&mut f, &path, None, None).unwrap();
+        end(&mut f, &path, &[], None, None).unwrap();
         let c = read(std::io::BufReader::new(File::open(&path).unwrap()), true).unwrap();
         assert_eq!(c.setup.status_quo.as_deref(), Some("cubic"));
         assert_eq!(c.setup.prefix_lists, setup.prefix_lists);
