@@ -307,11 +307,8 @@ impl Live {
                  opened while bbrscope started may be reported twice"
             ));
         }
-        if let Some(n) = existing.as_ref().map(|e| e.unreachable).filter(|&n| n > 0) {
-            observer.degraded.push(format!(
-                "connections open before the start in {n} other network namespace(s) are not seen: entering a \
-                 namespace needs CAP_SYS_ADMIN (new connections are seen in every namespace)"
-            ));
+        if let Some(note) = existing.as_ref().and_then(Existing::unreachable_note) {
+            observer.degraded.push(note);
         }
         // sock_diag dumps every socket of the namespace: not more often than 4 times a second,
         // and less often the more sockets there are (a dump costs about 1 µs a socket), so that
