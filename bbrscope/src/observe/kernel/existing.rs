@@ -137,7 +137,9 @@ impl Space {
         let open = sockets
             .into_iter()
             .filter(|s| !s.in_storage && filter.may_match(s.src, s.dst))
-            .map(|socket| (socket.cookie, Polled { socket, owner: Owner::default(), last: None, shown: false }))
+            .map(|socket| {
+                (socket.cookie, Polled { socket, owner: Owner::default(), last: None, shown: false, segs_in: None })
+            })
             .collect();
         Ok(Space { open, nl, netns: netns as u32 })
     }
@@ -151,6 +153,14 @@ struct Polled {
     last: Option<SampleEvent>,
     /// A sample went out: the connection is a flow for the sinks, and gets a `flow_close`.
     shown: bool,
+    /// The kernel's count of incoming segments (tcpi_segs_in) at the previous sample, or at the
+    /// first poll: a sample's `acks` is what came in since.
+    segs_in: Option<u32>,
+}
+
+/// Incoming segments between two readings of tcpi_segs_in (a u32 that wraps), 0 without both.
+fn segs_since(prev: Option<u32>, now: Option<u32>) -> u32 {
+    prev.zip(now).map_or(0, |(p, n)| n.wrapping_sub(p))
 }
 
 impl Existing {
@@ -250,9 +260,16 @@ impl Space {
             let Some(mut ev) = sample(&s, now, bbr_v1) else { continue };
             let sent = match &slot.last {
                 Some(prev) => prev.metrics.bytes_acked != ev.metrics.bytes_acked,
-                None => false,
+                None => {
+                    slot.segs_in = ev.metrics.segs_in;
+                    false
+                }
             };
             if sent {
+                // No callback runs for a connection older than bbrscope: the kernel's own count
+                // of what came in is its ACKs (and data), as tcp_probe counts them.
+                ev.acks = segs_since(slot.segs_in, ev.metrics.segs_in);
+                slot.segs_in = ev.metrics.segs_in;
                 if !slot.shown {
                     // Who owns it, before its first sample (its start was not seen: no start time).
                     out.push(Event::Open(Box::new(OpenEvent {
@@ -272,7 +289,8 @@ impl Space {
         }
         let gone: Vec<u64> = self.open.keys().filter(|c| !seen.contains(c)).copied().collect();
         for cookie in gone {
-            if let Some(Polled { last: Some(mut last), shown: true, .. }) = self.open.remove(&cookie) {
+            if let Some(Polled { last: Some(mut last), shown: true, segs_in, .. }) = self.open.remove(&cookie) {
+                last.acks = segs_since(segs_in, last.metrics.segs_in);
                 last.closing = true;
                 last.head.ts_ns = now;
                 last.head.tcp_state = 7;
@@ -364,7 +382,17 @@ fn sample(s: &Socket, now: u64, bbr_v1: bool) -> Option<SampleEvent> {
 
 #[cfg(test)]
 mod tests {
-    use super::{Unreachable, unreachable_note, v1_state};
+    use super::{Unreachable, segs_since, unreachable_note, v1_state};
+
+    /// A polled connection's `acks`: the kernel's incoming segments since the previous sample,
+    /// across the counter's wrap; nothing known, nothing counted.
+    #[test]
+    fn polled_acks_are_the_segments_that_came_in_since_the_previous_sample() {
+        assert_eq!(segs_since(Some(100), Some(157)), 57);
+        assert_eq!(segs_since(Some(u32::MAX - 1), Some(3)), 5);
+        assert_eq!(segs_since(None, Some(3)), 0);
+        assert_eq!(segs_since(Some(3), None), 0);
+    }
 
     /// A namespace the kernel refused is a capability problem; any other error is named as it
     /// was, never as one; nothing failed, nothing said.
