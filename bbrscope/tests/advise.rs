@@ -478,10 +478,20 @@ fn mean_ms(v: &[(usize, Duration)]) -> f64 {
     v.iter().map(|(_, d)| d.as_secs_f64() * 1e3).sum::<f64>() / v.len() as f64
 }
 
+/// Asserts that `initcwnd 32` gained nothing for responses that took a mean `b`, then `a` ms:
+/// less than half of one of this run's round trips (the minimum RTT the check `f` measured), where
+/// a window that helped saves one on most of them (463 → 377 ms on the 100 ms path). Not a fixed
+/// bound: on a busy host responses take longer and their means move more (823 → 795 ms).
+fn assert_no_gain(what: &str, f: &Value, b: f64, a: f64) {
+    // The path's 100 ms where too few responses were weighed to measure it.
+    let rtt_ms = f["numbers"]["min_rtt_ms_median"].as_f64().unwrap_or(100.0);
+    assert!(b - a < rtt_ms / 2.0, "{what}: the scenario must gain nothing from the window: {b:.0} → {a:.0} ms");
+}
+
 /// The initial-window check on clients it must leave alone, each known by construction to gain
 /// nothing from a larger window — and proven so: the test sets `initcwnd 32` on their route and
-/// the clients' own clock shows no saving (less than a fifth of the round trip the check would
-/// price). `what` names the scenario; `pace` makes the server write each response in pieces;
+/// the clients' own clock shows no saving ([`assert_no_gain`]). `what` names the scenario;
+/// `pace` makes the server write each response in pieces;
 /// `client_rmem` is the clients' namespace's tcp_rmem.
 fn initial_window_gains_nothing(
     index: u8,
@@ -508,7 +518,7 @@ fn initial_window_gains_nothing(
         "{what}: initcwnd 10 → 32: {b:.0} → {a:.0} ms mean per response; advise: {} {}",
         f["status"], f["evidence"]
     );
-    assert!(b - a < 20.0, "{what}: the scenario must gain nothing from the window: {b:.0} → {a:.0} ms");
+    assert_no_gain(what, &f, b, a);
     assert_ne!(f["status"], "found", "{what}: {f:#}");
 }
 
@@ -645,7 +655,6 @@ fn a_service_paced_like_slow_start_is_caught_by_the_experiment_advise_names() {
             assert!(change.contains("measure it with an experiment"), "{f:#}");
         }
     }
-    let rtt_ms = all[0]["numbers"]["min_rtt_ms_median"].as_f64().unwrap();
 
     let mut child = bbrscope()
         .args(["experiment", "--arms", "cubic,cubic+iw32", "--port", &port.to_string(), "--duration", "5m"])
@@ -674,14 +683,12 @@ fn a_service_paced_like_slow_start_is_caught_by_the_experiment_advise_names() {
     assert_ne!(g["verdict"], "b_better", "{}", g["conclusion"]);
     assert!(report["recommend"]["commands"].as_array().unwrap().is_empty(), "{}", report["recommend"]);
 
-    // By construction, and measured: the window changes nothing for these responses. Were the
-    // finding right, most would save a round trip of this run's path; less than half of one is
-    // no gain (a fixed bound in ms is crossed by a busy host's slower first half).
+    // By construction, and measured: the window changes nothing for these responses.
     set_initcwnd_32(&link);
     let after = clients(&link, server, Duration::from_secs(10));
     let (b, a) = (mean_ms(&before), mean_ms(&after));
-    eprintln!("paced like slow start: initcwnd 10 → 32: {b:.0} → {a:.0} ms mean per response (RTT {rtt_ms:.0} ms)");
-    assert!(b - a < rtt_ms / 2.0, "the scenario must gain nothing from the window: {b:.0} → {a:.0} ms");
+    eprintln!("paced like slow start: initcwnd 10 → 32: {b:.0} → {a:.0} ms mean per response");
+    assert_no_gain("paced like slow start", all[0], b, a);
 }
 
 /// BBR flows leave through the path's device, whose qdisc is not fq (this machine's kernel has
