@@ -506,10 +506,20 @@ fn mean_ms(v: &[(usize, Duration)]) -> f64 {
     v.iter().map(|(_, d)| d.as_secs_f64() * 1e3).sum::<f64>() / v.len() as f64
 }
 
+/// Asserts that `initcwnd 32` gained nothing for responses that took a mean `b`, then `a` ms:
+/// less than half of one of this run's round trips (the minimum RTT the check `f` measured), where
+/// a window that helped saves one on most of them (463 → 377 ms on the 100 ms path). Not a fixed
+/// bound: on a busy host responses take longer and their means move more (823 → 795 ms).
+fn assert_no_gain(what: &str, f: &Value, b: f64, a: f64) {
+    // The path's 100 ms where too few responses were weighed to measure it.
+    let rtt_ms = f["numbers"]["min_rtt_ms_median"].as_f64().unwrap_or(100.0);
+    assert!(b - a < rtt_ms / 2.0, "{what}: the scenario must gain nothing from the window: {b:.0} → {a:.0} ms");
+}
+
 /// The initial-window check on clients it must leave alone, each known by construction to gain
 /// nothing from a larger window — and proven so: the test sets `initcwnd 32` on their route and
-/// the clients' own clock shows no saving (less than a fifth of the round trip the check would
-/// price). `what` names the scenario; `pace` makes the server write each response in pieces;
+/// the clients' own clock shows no saving ([`assert_no_gain`]). `what` names the scenario;
+/// `pace` makes the server write each response in pieces;
 /// `client_rmem` is the clients' namespace's tcp_rmem.
 fn initial_window_gains_nothing(
     index: u8,
@@ -536,7 +546,7 @@ fn initial_window_gains_nothing(
         "{what}: initcwnd 10 → 32: {b:.0} → {a:.0} ms mean per response; advise: {} {}",
         f["status"], f["evidence"]
     );
-    assert!(b - a < 20.0, "{what}: the scenario must gain nothing from the window: {b:.0} → {a:.0} ms");
+    assert_no_gain(what, &f, b, a);
     assert_ne!(f["status"], "found", "{what}: {f:#}");
 }
 
@@ -662,10 +672,16 @@ fn a_service_paced_like_slow_start_is_caught_by_the_experiment_advise_names() {
     let advise = start_advise(port, 14);
     let before = clients(&link, server, Duration::from_secs(10));
     let advice = finish_advise(advise);
-    let f = findings(&advice, "initial_window", &link)[0].clone();
-    eprintln!("paced like slow start: advise: {} {}", f["status"], f["evidence"]);
-    if f["status"] == "found" {
-        assert!(f["change"].as_str().unwrap().contains("measure it with an experiment"), "{f:#}");
+    // On a busy host some responses' minimum RTT can cross a band's edge (150 ms): the check
+    // then weighs each band and all flows apart. Whichever it found, its change names the
+    // experiment that is its proof.
+    let all = findings(&advice, "initial_window", &link);
+    for f in &all {
+        eprintln!("paced like slow start: advise [{}]: {} {}", f["group"], f["status"], f["evidence"]);
+        if f["status"] == "found" {
+            let change = f["change"].as_str().unwrap_or_else(|| panic!("a finding without a change: {f:#}"));
+            assert!(change.contains("measure it with an experiment"), "{f:#}");
+        }
     }
 
     let mut child = bbrscope()
@@ -700,7 +716,7 @@ fn a_service_paced_like_slow_start_is_caught_by_the_experiment_advise_names() {
     let after = clients(&link, server, Duration::from_secs(10));
     let (b, a) = (mean_ms(&before), mean_ms(&after));
     eprintln!("paced like slow start: initcwnd 10 → 32: {b:.0} → {a:.0} ms mean per response");
-    assert!(b - a < 20.0, "the scenario must gain nothing from the window: {b:.0} → {a:.0} ms");
+    assert_no_gain("paced like slow start", all[0], b, a);
 }
 
 /// BBR flows leave through the path's device, whose qdisc is not fq (this machine's kernel has
@@ -764,14 +780,59 @@ fn client_findings<'a>(advice: &'a Value, check: &str, link: &Link) -> Vec<&'a V
     advice["findings"].as_array().unwrap().iter().filter(|f| f["check"] == check && f["netns_ino"] == ino).collect()
 }
 
-/// A 3 MB download from the path's server while `advise` watches for `secs`: its time by the
-/// client's clock, the receive-buffer finding for the client's namespace, and the server's
-/// TCP_INFO (whose receive-window-limited time is the truth no bbrscope code computes).
-fn advised_download(link: &Link, port: u16, secs: u64) -> (Duration, Value, TcpInfo) {
-    let advise = start_advise(port, secs);
+/// What the client of a download measured: its time, and the rate its reads took in, first
+/// byte to last (no connection set-up, request or TCP_INFO hand-over in it) and in its best
+/// two seconds (on a busy host the reader falls behind at times: the window then closes, and
+/// the path carried less than the buffer allows).
+struct Download {
+    took: Duration,
+    steady_bps: f64,
+    best_bps: f64,
+}
+
+/// [`fetch`], timing each read.
+fn fetch_timed(link: &Link, server: SocketAddr, size: usize) -> Download {
     let start = Instant::now();
-    let info = bulk(link, port, 3_000_000, "cubic");
+    let mut c = link.receiver.run(move || Ok(TcpStream::connect(server)?)).unwrap();
+    c.write_all(format!("{size}\n").as_bytes()).unwrap();
+    c.shutdown(std::net::Shutdown::Write).unwrap();
+    let (mut buf, mut got, mut reads) = (vec![0u8; 1 << 16], 0, Vec::new());
+    loop {
+        let n = c.read(&mut buf).unwrap();
+        if n == 0 {
+            break;
+        }
+        got += n;
+        reads.push((Instant::now(), got));
+    }
     let took = start.elapsed();
+    assert_eq!(got, size);
+    let rate = |a: (Instant, usize), b: (Instant, usize)| (b.1 - a.1) as f64 * 8.0 / (b.0 - a.0).as_secs_f64();
+    let steady_bps = rate(reads[0], reads[reads.len() - 1]);
+    // Each read's span to the first read two seconds or more later.
+    let mut best_bps = 0f64;
+    let mut j = 0;
+    for i in 0..reads.len() {
+        while j < reads.len() && reads[j].0 - reads[i].0 < Duration::from_secs(2) {
+            j += 1;
+        }
+        if j == reads.len() {
+            break;
+        }
+        best_bps = best_bps.max(rate(reads[i], reads[j]));
+    }
+    Download { took, steady_bps, best_bps }
+}
+
+/// A 3 MB download from the path's server while `advise` watches for `secs`: what the client
+/// measured, the receive-buffer finding for the client's namespace, and the server's TCP_INFO
+/// (whose receive-window-limited time is the truth no bbrscope code computes).
+fn advised_download(link: &Link, port: u16, secs: u64) -> (Download, Value, TcpInfo) {
+    let advise = start_advise(port, secs);
+    let (tx, rx) = std::sync::mpsc::channel();
+    let server = serve(link, port, "cubic", tx);
+    let took = fetch_timed(link, server, 3_000_000);
+    let info = rx.recv_timeout(Duration::from_secs(30)).unwrap();
     let advice = finish_advise(advise);
     let f = client_findings(&advice, "receive_buffer", link);
     assert_eq!(f.len(), 1, "{advice:#}");
@@ -797,16 +858,22 @@ fn a_receive_buffer_smaller_than_the_path_is_found_and_the_change_fixes_it() {
     let port = port_for(52_000);
     let rwnd_share = |i: &TcpInfo| i.rwnd_limited_us.unwrap() as f64 / i.busy_us.unwrap() as f64;
     let (before, f, info) = advised_download(&link, port, 16);
+    let before_took = before.took;
     let truth = rwnd_share(&info);
     assert!(truth > 0.5, "the scenario holds the sender back: {info:?}");
     assert_eq!((f["status"].as_str(), f["affected"].as_u64()), (Some("found"), Some(1)), "{f:#}");
     assert_eq!(f["numbers"]["tcp_rmem_max"], 65536.0, "{f:#}");
     // The window the buffer allowed, and the rate it allows at the path's round trip: what the
-    // client measured, within 15%.
+    // client measured in the same download while its reader kept up, within 15% (a fixed time
+    // includes the set-up, and a busy host's late reads: 2.99 Mbit/s where it took in 3.25).
     let clamp = f["numbers"]["window_clamp_bytes_median"].as_f64().unwrap();
     assert!(clamp < 65536.0, "{f:#}");
-    let measured = 3_000_000.0 * 8.0 / before.as_secs_f64();
     let rate = f["numbers"]["receive_rate_bps_median"].as_f64().unwrap();
+    let measured = before.best_bps;
+    eprintln!(
+        "receive buffer: advise {rate:.0} bit/s; the client {measured:.0} (first to last byte {:.0})",
+        before.steady_bps
+    );
     assert!((rate / measured - 1.0).abs() < 0.15, "advise {rate} bit/s vs the client's {measured}: {f:#}");
     let change = f["change"].as_str().unwrap();
     assert!(change.contains("`bbrscope apply --sysctl net.ipv4.tcp_rmem=\"4096 65536 6291456\" --netns "), "{change}");
@@ -815,6 +882,7 @@ fn a_receive_buffer_smaller_than_the_path_is_found_and_the_change_fixes_it() {
     let applied = run_change(change, root.path());
     assert_eq!(rmem(), "4096 65536 6291456");
     let (after, f, info) = advised_download(&link, port + 1, 12);
+    let (before, after) = (before_took, after.took);
     eprintln!(
         "64 KB → 6 MB tcp_rmem: 3 MB in {before:.2?} → {after:.2?}; server rwnd-limited {truth:.2} → {:.2}",
         rwnd_share(&info)

@@ -614,13 +614,14 @@ fn polled_until_close(idle: usize, ns: Option<&Netns>) {
         None => Discard::bind("127.0.0.1:0"),
     };
     let _idle: Vec<TcpStream> = (0..idle).map(|_| inside(&|| TcpStream::connect(server.addr).unwrap())).collect();
-    // Paced at 5 MB/s for 3 s, started before bbrscope: no sock_ops callback fires for it.
+    // Opened before bbrscope: no sock_ops callback fires for it. Paced at 5 MB/s for 3 s once
+    // bbrscope watches (on a busy host its start can outlast a sender started before it).
     let conn = inside(&|| TcpStream::connect(server.addr).unwrap());
     set_cc(&conn, "cubic");
-    let sender = Sender::run(conn, Duration::from_secs(3), Some(5_000_000));
-    let local = sender.local;
     thread::sleep(Duration::from_millis(300));
     let mut stream = Stream::start(&["--port", &server.addr.port().to_string()]);
+    let sender = Sender::run(conn, Duration::from_secs(3), Some(5_000_000));
+    let local = sender.local;
     let sent = sender.join();
     stream.wait_for(Duration::from_secs(10), |r| r["type"] == "flow_close" && r["src"] == local.to_string());
     let (_, records, _) = stream.stop();
@@ -630,7 +631,7 @@ fn polled_until_close(idle: usize, ns: Option<&Netns>) {
     // The process holding it at the start: this test's.
     assert_eq!(u(&open["pid"]), u64::from(std::process::id()), "{open}");
     let samples: Vec<&Value> = of_flow(&records, "sample", &open["cookie"]).collect();
-    assert!(samples.len() >= 4, "polled at 250 ms for ~2.5 s: only {} samples", samples.len());
+    assert!(samples.len() >= 4, "polled at 250 ms for ~3 s: only {} samples", samples.len());
     let mut last = 0;
     for s in &samples {
         assert_eq!(s["state"], "established", "{s}");
@@ -641,6 +642,31 @@ fn polled_until_close(idle: usize, ns: Option<&Netns>) {
     }
     let close = of_flow(&records, "flow_close", &open["cookie"]).next().unwrap();
     assert!(u(&close["bytes_acked"]) >= sent * 9 / 10, "{close} vs {sent} sent");
+    // No callback counts its ACKs: each sample's `acks` is what the kernel counted coming in
+    // since the previous one (its segs_in), and the stats' events are those ACKs (no other
+    // flow is on the port), up to the last stats record; the close's (which has no `acks`) are
+    // what came in after the last sample.
+    for w in samples.windows(2) {
+        assert_eq!(u(&w[1]["acks"]), u(&w[1]["segs_in"]) - u(&w[0]["segs_in"]), "{} then {}", w[0], w[1]);
+    }
+    assert!(u(&samples[0]["acks"]) > 0, "{}", samples[0]);
+    let last_stats = records.iter().rposition(|r| r["type"] == "stats").unwrap();
+    let last_segs_in = u(&samples[samples.len() - 1]["segs_in"]);
+    let acks: u64 = records[..last_stats]
+        .iter()
+        .filter(|r| r["cookie"] == open["cookie"])
+        .map(|r| match r["type"].as_str() {
+            Some("sample") => u(&r["acks"]),
+            Some("flow_close") => u(&r["segs_in"]) - last_segs_in,
+            _ => 0,
+        })
+        .sum();
+    let events: f64 = records[..=last_stats]
+        .iter()
+        .filter(|r| r["type"] == "stats")
+        .map(|r| r["events_per_s"].as_f64().unwrap() * r["interval_s"].as_f64().unwrap())
+        .sum();
+    assert!((events - acks as f64).abs() < 1.0, "stats count {events:.1} events, the samples {acks} acks");
     // The server's receiving side never sent: not a flow.
     assert!(!records.iter().any(|r| r["type"] == "flow_open" && r["src"] == server.addr.to_string()));
 }

@@ -258,6 +258,8 @@ pub(crate) struct Live {
     /// sock_ops path: connections open before bbrscope attached, polled through sock_diag.
     existing: Option<Existing>,
     poll: tokio::time::Interval,
+    /// ACKs of polled connections (their samples' `acks`) since the last stats report.
+    polled_acks: u64,
 }
 
 impl Live {
@@ -307,11 +309,8 @@ impl Live {
                  opened while bbrscope started may be reported twice"
             ));
         }
-        if let Some(n) = existing.as_ref().map(|e| e.unreachable).filter(|&n| n > 0) {
-            observer.degraded.push(format!(
-                "connections open before the start in {n} other network namespace(s) are not seen: entering a \
-                 namespace needs CAP_SYS_ADMIN (new connections are seen in every namespace)"
-            ));
+        if let Some(note) = existing.as_ref().and_then(Existing::unreachable_note) {
+            observer.degraded.push(note);
         }
         // sock_diag dumps every socket of the namespace: not more often than 4 times a second,
         // and less often the more sockets there are (a dump costs about 1 µs a socket), so that
@@ -338,6 +337,7 @@ impl Live {
             gate: Gate::new(opts.owner.clone(), opts.receivers != Receivers::No),
             existing,
             poll,
+            polled_acks: 0,
         })
     }
 
@@ -354,6 +354,9 @@ impl Live {
                 biased;
                 _ = self.poll.tick() => {
                     for ev in existing.poll()? {
+                        if let Event::Sample(s) = &ev {
+                            self.polled_acks += u64::from(s.acks);
+                        }
                         f(ev);
                     }
                     return Ok(());
@@ -396,6 +399,9 @@ impl Live {
     pub(crate) fn stats(&mut self, flows_active: usize) -> Result<StatsReport> {
         let counters = self.observer.counters()?;
         let mut r = self.tracker.report(counters, self.records, self.observer.probe_runtime(), flows_active);
+        // The kernel counts the callbacks it ran; connections open before the start run none,
+        // and their ACKs are counted as they are polled.
+        r.events_per_s += std::mem::take(&mut self.polled_acks) as f64 / r.interval_s.max(1e-9);
         r.flows_filtered_total += self.gate.owner_filtered;
         r.flows_shown_total = Some(self.gate.shown);
         r.held_dropped_total = self.gate.held_dropped;

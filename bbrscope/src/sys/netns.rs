@@ -187,6 +187,19 @@ impl Netns {
     }
 }
 
+/// The kernel refused for want of a privilege (EPERM, EACCES): the only errors a missing
+/// capability explains.
+fn is_denied(e: &std::io::Error) -> bool {
+    matches!(e.raw_os_error(), Some(libc::EPERM | libc::EACCES))
+}
+
+/// Whether [`run`] failed because the kernel refused entry to the namespace (or opening it) for
+/// want of a privilege, rather than for another reason (gone meanwhile, out of memory, an
+/// error of the work done inside).
+pub(crate) fn denied(e: &anyhow::Error) -> bool {
+    e.chain().any(|c| c.is::<crate::error::UsageError>() || c.downcast_ref::<std::io::Error>().is_some_and(is_denied))
+}
+
 /// Whether `ns` still names the namespace it named when recorded.
 pub(crate) fn still_there(ns: &Netns) -> bool {
     ino_of(&ns.path).is_ok_and(|i| i == ns.ino)
@@ -216,7 +229,7 @@ pub(crate) fn run<T: Send>(ns: &Netns, f: impl FnOnce() -> Result<T> + Send) -> 
             // It changes only this thread, which ends with the closure.
             if let Err(e) = move_into_link_name_space(file.as_fd(), Some(LinkNameSpaceType::Network)) {
                 let e = std::io::Error::from(e);
-                if e.raw_os_error() == Some(libc::EPERM) {
+                if is_denied(&e) {
                     // A missing privilege, not a runtime failure (README: exit 2).
                     usage!("entering network namespace {ns} needs CAP_SYS_ADMIN: run as root");
                 }
@@ -227,4 +240,23 @@ pub(crate) fn run<T: Send>(ns: &Netns, f: impl FnOnce() -> Result<T> + Send) -> 
         .join()
         .map_err(|_| anyhow::anyhow!("the thread working in network namespace {ns} panicked"))?
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Only the kernel's EPERM and EACCES (and the usage error `run` makes of them) read as a
+    /// missing capability; any other error is itself.
+    #[test]
+    fn only_a_refusal_is_a_missing_capability() {
+        let io = |errno| anyhow::Error::from(std::io::Error::from_raw_os_error(errno)).context("entering x");
+        assert!(denied(&io(libc::EPERM)));
+        assert!(denied(&io(libc::EACCES)));
+        assert!(denied(&crate::error::UsageError::new("entering network namespace x needs CAP_SYS_ADMIN").into()));
+        for errno in [libc::ENOENT, libc::EINVAL, libc::ENOMEM, libc::EMFILE] {
+            assert!(!denied(&io(errno)), "errno {errno}");
+        }
+        assert!(!denied(&anyhow::anyhow!("network namespace x was replaced since it was looked up")));
+    }
 }

@@ -167,10 +167,43 @@ struct Output {
     status: Option<i32>,
 }
 
-impl Output {
-    fn flow(&self, ty: &str, src: &str) -> Vec<&Value> {
-        self.records.iter().filter(|r| r["type"] == ty && r["src"] == src).collect()
+/// One end of a connection as bbrscope names it: `src` is `local`, `dst` is `peer`, and
+/// `cookie` the socket's SO_COOKIE where this driver holds the socket (not a forked worker's).
+#[derive(Debug, Clone, Copy)]
+struct Sock {
+    local: SocketAddr,
+    peer: SocketAddr,
+    cookie: Option<u64>,
+}
+
+impl Sock {
+    fn of(s: &TcpStream) -> Result<Sock> {
+        let cookie = rustix::net::sockopt::socket_cookie(s).context("SO_COOKIE")?;
+        Ok(Sock { local: s.local_addr()?, peer: s.peer_addr()?, cookie: Some(cookie) })
     }
+}
+
+impl Output {
+    /// Records of type `ty` of the socket `s`.
+    fn flow(&self, ty: &str, s: &Sock) -> Vec<&Value> {
+        self.of(s).into_iter().filter(|r| r["type"] == ty).collect()
+    }
+
+    /// Every record of the socket `s`. Never by its local address alone: a later connection
+    /// may take the same port to another peer (the matrix once took a download's `flow_close`,
+    /// 6 bytes acked, for a bulk flow's of 365 MB). Both addresses name the connection within a
+    /// run (each check has a port of its own), and on the sock_ops observer, whose `cookie` is
+    /// the kernel's socket cookie, the cookie too (the tracepoint observer's ids are its own).
+    fn of(&self, s: &Sock) -> Vec<&Value> {
+        let kernel_cookies = self.observer().as_deref() == Some("sockops");
+        let (local, peer) = (s.local.to_string(), s.peer.to_string());
+        self.records
+            .iter()
+            .filter(|r| r["src"] == local.as_str() && r["dst"] == peer.as_str())
+            .filter(|r| !kernel_cookies || s.cookie.is_none_or(|c| r["cookie"].as_u64() == Some(c)))
+            .collect()
+    }
+
     fn observer(&self) -> Option<String> {
         self.records.iter().find(|r| r["type"] == "stats").and_then(|r| r["observer"].as_str()).map(str::to_string)
     }
@@ -293,9 +326,9 @@ const CC_NAMES: &[&str] = &[
     "cdg",
 ];
 
-fn ss(local: SocketAddr) -> Result<Option<Snap>> {
+fn ss(s: &Sock) -> Result<Option<Snap>> {
     let t0 = now();
-    let out = Command::new(SS).args(["-tinH", "src", &local.to_string()]).output()?;
+    let out = Command::new(SS).args(["-tinH", "src", &s.local.to_string(), "dst", &s.peer.to_string()]).output()?;
     let t1 = now();
     let (t, half) = (f64::midpoint(t0, t1), (t1 - t0) / 2.0);
     let text = String::from_utf8_lossy(&out.stdout);
@@ -320,7 +353,7 @@ fn ss(local: SocketAddr) -> Result<Option<Snap>> {
 
 /// A bulk flow from a client with algorithm `cc` to a discard server listening on `to`.
 struct Bulk {
-    local: SocketAddr,
+    sock: Sock,
     snaps: Vec<Snap>,
     /// After everything (FIN included) was acked.
     end: TcpInfo,
@@ -338,7 +371,7 @@ fn bulk(to: SocketAddr, cc: &str, secs: f64) -> Result<Bulk> {
         Ok(())
     });
     let client = connect_cc(to, cc)?;
-    let local = client.local_addr()?;
+    let sock = Sock::of(&client)?;
     let socket_cc = socket_cc(&client);
     let mut writer = client.try_clone()?;
     let deadline = Instant::now() + Duration::from_secs_f64(secs);
@@ -357,7 +390,7 @@ fn bulk(to: SocketAddr, cc: &str, secs: f64) -> Result<Bulk> {
     let mut i = 0;
     while !w.is_finished() {
         if i % 5 == 0 {
-            if let Some(s) = ss(local)? {
+            if let Some(s) = ss(&sock)? {
                 snaps.push(s);
             }
         } else {
@@ -389,7 +422,7 @@ fn bulk(to: SocketAddr, cc: &str, secs: f64) -> Result<Bulk> {
     };
     server.join().map_err(|_| anyhow::anyhow!("server panicked"))??;
     drop(client);
-    Ok(Bulk { local, snaps, end, end_t, socket_cc })
+    Ok(Bulk { sock, snaps, end, end_t, socket_cc })
 }
 
 /// Answers an accepted connection with `SHORT_BYTES` and a FIN, reads until the client closes,
@@ -409,13 +442,13 @@ fn serve_short(mut s: TcpStream) -> Result<TcpInfo> {
     }
 }
 
-/// One short response on `port`: the server socket's local address and its TCP_INFO once the
-/// client has everything.
-fn short_flow(port: u16) -> Result<(SocketAddr, TcpInfo)> {
+/// One short response on `port`: the server's socket and its TCP_INFO once the client has
+/// everything.
+fn short_flow(port: u16) -> Result<(Sock, TcpInfo)> {
     let listener = TcpListener::bind(("127.0.0.1", port))?;
-    let server = thread::spawn(move || -> Result<(SocketAddr, TcpInfo)> {
+    let server = thread::spawn(move || -> Result<(Sock, TcpInfo)> {
         let (s, _) = listener.accept()?;
-        Ok((s.local_addr()?, serve_short(s)?))
+        Ok((Sock::of(&s)?, serve_short(s)?))
     });
     let mut c = TcpStream::connect(("127.0.0.1", port))?;
     let mut got = Vec::new();
@@ -430,9 +463,9 @@ fn short_flow(port: u16) -> Result<(SocketAddr, TcpInfo)> {
 /// What a download's socket says of its receive side once everything was read (none of it
 /// changes after the last read).
 struct Received {
-    local: SocketAddr,
-    /// The server, which sets SO_SNDBUF itself (see [`check_userlocks`]).
-    server: SocketAddr,
+    sock: Sock,
+    /// The server's end, which sets SO_SNDBUF itself (see [`check_userlocks`]).
+    server: Sock,
     info: TcpInfo,
     rcvbuf: u64,
     clamp: u64,
@@ -445,14 +478,13 @@ struct Received {
 /// locked at what the kernel gives) and the client does not.
 fn download(port: u16) -> Result<Received> {
     let listener = TcpListener::bind(("127.0.0.1", port))?;
-    let server_addr = listener.local_addr()?;
-    let server = thread::spawn(move || -> Result<()> {
+    let server = thread::spawn(move || -> Result<Sock> {
         let (mut s, _) = listener.accept()?;
         sockopt::set_send_buffer(&s, 256 << 10).context("setsockopt SO_SNDBUF")?;
         let mut req = [0u8; 4];
         s.read_exact(&mut req)?;
         s.write_all(&vec![0x5a; DOWNLOAD_BYTES])?;
-        Ok(())
+        Sock::of(&s)
     });
     let mut c = TcpStream::connect(("127.0.0.1", port))?;
     c.write_all(b"GE")?;
@@ -460,11 +492,11 @@ fn download(port: u16) -> Result<Received> {
     c.write_all(b"T\n")?;
     let mut got = Vec::new();
     c.read_to_end(&mut got)?;
-    server.join().map_err(|_| anyhow::anyhow!("server panicked"))??;
+    let server = server.join().map_err(|_| anyhow::anyhow!("server panicked"))??;
     ensure!(got.len() == DOWNLOAD_BYTES, "download: client got {} bytes, not {DOWNLOAD_BYTES}", got.len());
     Ok(Received {
-        local: c.local_addr()?,
-        server: server_addr,
+        sock: Sock::of(&c)?,
+        server,
         info: tcp_info(&c)?,
         rcvbuf: sockopt::receive_buffer(&c)? as u64,
         clamp: u64::from(sockopt::window_clamp(&c)?),
@@ -473,8 +505,8 @@ fn download(port: u16) -> Result<Received> {
 
 /// The download's `flow_close` reports the receive side getsockopt gave.
 fn check_received(out: &Output, r: &Received) -> (bool, String) {
-    let Some(close) = out.flow("flow_close", &r.local.to_string()).first().copied() else {
-        return (false, format!("no flow_close for the download's client {}", r.local));
+    let Some(close) = out.flow("flow_close", &r.sock).first().copied() else {
+        return (false, format!("no flow_close for the download's client {}", r.sock.local));
     };
     let keys = ["rcvbuf_bytes", "window_clamp_bytes", "rcv_space_bytes", "rcv_rtt_us", "rcv_ssthresh_bytes"];
     let said: Vec<Option<u64>> = keys.iter().map(|k| close[*k].as_u64()).collect();
@@ -489,11 +521,11 @@ fn check_received(out: &Output, r: &Received) -> (bool, String) {
 /// of the download's server (and its close), which set SO_SNDBUF, has the send buffer locked
 /// and the receive buffer not; every one of its client neither.
 fn check_userlocks(out: &Output, r: &Received) -> (bool, String) {
-    let locks = |src: &str| -> Vec<(Value, Value)> {
-        let records = [out.flow("sample", src), out.flow("flow_close", src)].concat();
+    let locks = |sock: &Sock| -> Vec<(Value, Value)> {
+        let records = [out.flow("sample", sock), out.flow("flow_close", sock)].concat();
         records.iter().map(|s| (s["sndbuf_locked"].clone(), s["rcvbuf_locked"].clone())).collect()
     };
-    let (server, client) = (locks(&r.server.to_string()), locks(&r.local.to_string()));
+    let (server, client) = (locks(&r.server), locks(&r.sock));
     let all = |v: &[(Value, Value)], snd: bool| !v.is_empty() && v.iter().all(|(s, r)| *s == snd && *r == false);
     let pass = all(&server, true) && all(&client, false);
     let first = |v: &[(Value, Value)]| v.first().cloned();
@@ -514,9 +546,9 @@ fn check_userlocks(out: &Output, r: &Received) -> (bool, String) {
 /// as it can, waits for space at some samples; the paced writer (20 KB every 50 ms, always room
 /// in its buffer) never does. (A sample after the application closed its socket cannot read it:
 /// null.)
-fn check_nospace(out: &Output, bulk: &str, paced: &str) -> (bool, String) {
-    let count = |src: &str| {
-        let s = out.flow("sample", src);
+fn check_nospace(out: &Output, bulk: &Sock, paced: &Sock) -> (bool, String) {
+    let count = |sock: &Sock| {
+        let s = out.flow("sample", sock);
         let set = s.iter().filter(|r| r["nospace"] == true).count();
         let unread = s.iter().filter(|r| r["nospace"].is_null()).count();
         (s.len(), set, unread)
@@ -527,13 +559,13 @@ fn check_nospace(out: &Output, bulk: &str, paced: &str) -> (bool, String) {
 }
 
 /// A late request to a server that closed with its response still in flight: the server's
-/// kernel resets the connection itself. (server, client) addresses.
-fn late_request(port: u16) -> Result<(SocketAddr, SocketAddr)> {
+/// kernel resets the connection itself. (server, client) sockets.
+fn late_request(port: u16) -> Result<(Sock, Sock)> {
     let listener = TcpListener::bind(("127.0.0.1", port))?;
     let mut c = TcpStream::connect(("127.0.0.1", port))?;
     c.write_all(b"GET\n")?;
-    let (mut conn, client) = listener.accept()?;
-    let server = conn.local_addr()?;
+    let (mut conn, _) = listener.accept()?;
+    let (server, client) = (Sock::of(&conn)?, Sock::of(&c)?);
     let mut req = [0u8; 4];
     conn.read_exact(&mut req)?;
     // More than the client reads, without blocking, then close(): FIN_WAIT1 until the client
@@ -586,14 +618,9 @@ fn late_request(port: u16) -> Result<(SocketAddr, SocketAddr)> {
 }
 
 /// The server's summary says it sent the reset, the client's that it received one.
-fn check_late(out: &Output, server: SocketAddr, client: SocketAddr) -> Result<(bool, String)> {
-    let end = |src: SocketAddr, dst: SocketAddr| {
-        out.flow("flow_summary", &src.to_string())
-            .iter()
-            .find(|r| r["dst"] == dst.to_string().as_str())
-            .map(|r| r["end"].clone())
-    };
-    let (s, c) = (end(server, client), end(client, server));
+fn check_late(out: &Output, server: &Sock, client: &Sock) -> Result<(bool, String)> {
+    let end = |s: &Sock| out.flow("flow_summary", s).first().map(|r| r["end"].clone());
+    let (s, c) = (end(server), end(client));
     let pass = s == Some(json!("reset_sent")) && c == Some(json!("reset_received"));
     Ok((pass, format!("server's end {s:?}, client's {c:?}")))
 }
@@ -606,18 +633,20 @@ fn fork_server(listener: &TcpListener, name: &std::ffi::CStr, chunks: usize, pau
     worker::fork(listener, name, work).context("fork")
 }
 
+/// The server's end of a connection whose socket a forked worker holds (its cookie unknown here),
+/// from the client's socket.
+fn worker_end(client: &TcpStream) -> Result<Sock> {
+    Ok(Sock { local: client.peer_addr()?, peer: client.local_addr()?, cookie: None })
+}
+
 /// A pre-fork worker named `name` accepts one connection on this process's listener and
-/// answers it with `chunks` x 20,000 bytes, `pause_ms` apart. (server, client) addresses and the
-/// worker's pid.
-fn pre_fork_worker(
-    port: u16,
-    name: &std::ffi::CStr,
-    chunks: usize,
-    pause_ms: i64,
-) -> Result<(SocketAddr, SocketAddr, i32)> {
+/// answers it with `chunks` x 20,000 bytes, `pause_ms` apart. The server's end and the worker's
+/// pid.
+fn pre_fork_worker(port: u16, name: &std::ffi::CStr, chunks: usize, pause_ms: i64) -> Result<(Sock, i32)> {
     let listener = TcpListener::bind(("127.0.0.1", port))?;
     let pid = fork_server(&listener, name, chunks, pause_ms)?;
     let mut c = TcpStream::connect(("127.0.0.1", port))?;
+    let server = worker_end(&c)?;
     c.write_all(b"GET\n")?;
     let mut got = Vec::new();
     c.read_to_end(&mut got)?;
@@ -625,14 +654,13 @@ fn pre_fork_worker(
     // SAFETY: waitpid on our own child, with a live status local.
     unsafe { libc::waitpid(pid, &raw mut status, 0) };
     ensure!(got.len() == chunks * 20_000, "pre-fork worker: client got {} bytes", got.len());
-    Ok((SocketAddr::from(([127, 0, 0, 1], port)), c.local_addr()?, pid))
+    Ok((server, pid))
 }
 
 /// A connection opened before bbrscope starts: a forked worker named `bbrs-old` sends on it,
 /// 20,000 bytes every 50 ms, until [`OldConnection::end`] closes the client's end.
 struct OldConnection {
-    server: SocketAddr,
-    client: SocketAddr,
+    server: Sock,
     pid: i32,
     reader: std::thread::JoinHandle<()>,
     conn: TcpStream,
@@ -649,32 +677,24 @@ impl OldConnection {
             let mut buf = vec![0u8; 1 << 16];
             while reading.read(&mut buf).is_ok_and(|n| n > 0) {}
         });
-        Ok(OldConnection {
-            server: SocketAddr::from(([127, 0, 0, 1], port)),
-            client: conn.local_addr()?,
-            pid,
-            reader,
-            conn,
-        })
+        Ok(OldConnection { server: worker_end(&conn)?, pid, reader, conn })
     }
 
     /// Closes the client's end; the worker's next send fails and it exits.
-    fn end(self) -> (SocketAddr, SocketAddr, i32) {
+    fn end(self) -> (Sock, i32) {
         let _ = self.conn.shutdown(Shutdown::Both);
         let _ = self.reader.join();
         let mut status = 0;
         // SAFETY: waitpid on our own child, with a live status local.
         unsafe { libc::waitpid(self.pid, &raw mut status, 0) };
-        (self.server, self.client, self.pid)
+        (self.server, self.pid)
     }
 }
 
 /// A connection open before the start names the process holding it (read from /proc as `ss -p`
 /// does, so on every kernel, whatever its sock_ops programs can see).
-fn check_old_owner(out: &Output, server: SocketAddr, client: SocketAddr, pid: i32) -> (bool, String) {
-    let Some(open) =
-        out.flow("flow_open", &server.to_string()).into_iter().find(|r| r["dst"] == client.to_string().as_str())
-    else {
+fn check_old_owner(out: &Output, server: &Sock, pid: i32) -> (bool, String) {
+    let Some(open) = out.flow("flow_open", server).first().copied() else {
         return (false, "no flow_open for the connection open before the start".into());
     };
     let pass = open["pid"].as_i64() == Some(i64::from(pid)) && open["comm"] == "bbrs-old";
@@ -684,11 +704,9 @@ fn check_old_owner(out: &Output, server: SocketAddr, client: SocketAddr, pid: i3
 /// The flow's owner is the worker that wrote it (`name`): from the kernel, or from /proc where
 /// the kernel cannot see processes. A short flow (`short`: shown by its summary alone, after its
 /// socket closed) may then have none, with the start-up warning naming the field.
-fn check_writer(out: &Output, w: (SocketAddr, SocketAddr, i32), name: &str, short: bool) -> Result<(bool, String)> {
-    let (server, client, pid) = w;
-    let Some(sum) =
-        out.flow("flow_summary", &server.to_string()).into_iter().find(|r| r["dst"] == client.to_string().as_str())
-    else {
+fn check_writer(out: &Output, w: &(Sock, i32), name: &str, short: bool) -> Result<(bool, String)> {
+    let (server, pid) = *w;
+    let Some(sum) = out.flow("flow_summary", &server).first().copied() else {
         return Ok((false, "no flow_summary for the worker's flow".into()));
     };
     let warned = |what: &str| out.stderr.iter().any(|l| l.contains("cannot see the process") && l.contains(what));
@@ -709,11 +727,11 @@ fn preempted_short_flows() -> Result<(bool, String)> {
     let stream = Stream::start("preempt", &["--observer", "sockops", "--interval", "100"])?;
     let listener = TcpListener::bind(("127.0.0.1", 5004))?;
     // Every server socket has the same local address: each is told apart by its client's.
-    let server = thread::spawn(move || -> Result<Vec<(SocketAddr, TcpInfo)>> {
+    let server = thread::spawn(move || -> Result<Vec<(Sock, TcpInfo)>> {
         let handlers: Vec<_> = (0..PREEMPT_FLOWS)
             .map(|_| {
-                let (s, peer) = listener.accept()?;
-                Ok(thread::spawn(move || -> Result<(SocketAddr, TcpInfo)> { Ok((peer, serve_short(s)?)) }))
+                let (s, _) = listener.accept()?;
+                Ok(thread::spawn(move || -> Result<(Sock, TcpInfo)> { Ok((Sock::of(&s)?, serve_short(s)?)) }))
             })
             .collect::<Result<_>>()?;
         handlers.into_iter().map(|h| h.join().map_err(|_| anyhow::anyhow!("handler panicked"))?).collect()
@@ -737,10 +755,9 @@ fn preempted_short_flows() -> Result<(bool, String)> {
     let flows = server.join().map_err(|_| anyhow::anyhow!("server panicked"))??;
     let out = stream.stop()?;
     let mut wrong = Vec::new();
-    for (peer, info) in &flows {
-        let peer = peer.to_string();
-        let sums: Vec<&Value> =
-            out.flow("flow_summary", "127.0.0.1:5004").into_iter().filter(|r| r["dst"] == peer.as_str()).collect();
+    for (sock, info) in &flows {
+        let peer = sock.peer;
+        let sums = out.flow("flow_summary", sock);
         let ok = sums.len() == 1
             && sums[0]["bytes_acked"].as_u64() == Some(info.bytes_acked)
             && sums[0]["retrans_total"].as_u64() == Some(u64::from(info.total_retrans))
@@ -778,7 +795,7 @@ fn fidelity(rep: &mut Report, observer: &str, extra: &[&str]) -> Result<Option<S
     let old = OldConnection::open(5009);
     let stream = Stream::start(&format!("fidelity-{observer}"), &args)?;
     let cubic = bulk(v4(5001), "cubic", BULK_SECS);
-    let cubic_src = cubic.as_ref().map(|b| b.local.to_string()).unwrap_or_default();
+    let cubic_sock = cubic.as_ref().ok().map(|b| b.sock);
     let bbr = bulk(v4(5002), "bbr", BULK_SECS);
     // IPv6 takes other paths in the kernel (tcp_v6_*, the v6 halves of the addresses) and in
     // bbrscope (address family, 16-byte addresses): a shorter bbr flow over ::1 through netem.
@@ -829,7 +846,7 @@ fn fidelity(rep: &mut Report, observer: &str, extra: &[&str]) -> Result<Option<S
     match short {
         Ok((server, info)) => {
             if path.as_deref() == Some("sockops") {
-                rep.check(&p("short_summary"), check_summary(&out, server, info));
+                rep.check(&p("short_summary"), check_summary(&out, &server, info));
             }
         }
         Err(e) => rep.test(&p("short_flow"), false, format!("{e:#}")),
@@ -838,32 +855,33 @@ fn fidelity(rep: &mut Report, observer: &str, extra: &[&str]) -> Result<Option<S
     rep.test(&p("receive_side"), pass, said);
     let (pass, said) = received.as_ref().map_or_else(|e| (false, format!("{e:#}")), |r| check_userlocks(&out, r));
     rep.test(&p("userlocks"), pass, said);
-    let (pass, said) = match &paced {
-        Ok(w) => check_nospace(&out, &cubic_src, &w.0.to_string()),
-        Err(e) => (false, format!("{e:#}")),
+    let (pass, said) = match (&paced, &cubic_sock) {
+        (Ok(w), Some(cubic)) => check_nospace(&out, cubic, &w.0),
+        (Err(e), _) => (false, format!("{e:#}")),
+        (_, None) => (false, "no cubic flow".into()),
     };
     rep.test(&p("nospace"), pass, said);
     if path.as_deref() == Some("sockops") {
         match late {
-            Ok((server, client)) => rep.check(&p("late_request_end"), check_late(&out, server, client)),
+            Ok((server, client)) => rep.check(&p("late_request_end"), check_late(&out, &server, &client)),
             Err(e) => rep.test(&p("late_request_end"), false, format!("{e:#}")),
         }
         match worker {
-            Ok(w) => rep.check(&p("writer_owner"), check_writer(&out, w, "bbrs-wk", true)),
+            Ok(w) => rep.check(&p("writer_owner"), check_writer(&out, &w, "bbrs-wk", true)),
             Err(e) => rep.test(&p("writer_owner"), false, format!("{e:#}")),
         }
         match paced {
-            Ok(w) => rep.check(&p("paced_writer_owner"), check_writer(&out, w, "bbrs-px", false)),
+            Ok(w) => rep.check(&p("paced_writer_owner"), check_writer(&out, &w, "bbrs-px", false)),
             Err(e) => rep.test(&p("paced_writer_owner"), false, format!("{e:#}")),
         }
         let (pass, said) = match old {
-            Ok((server, client, pid)) => check_old_owner(&out, server, client, pid),
+            Ok((server, pid)) => check_old_owner(&out, &server, pid),
             Err(e) => (false, format!("{e:#}")),
         };
         rep.test(&p("old_connection_owner"), pass, said);
     }
     if path.as_deref() == Some("sockops") {
-        let (pass, said) = check_sample_clock(&out, &cubic_src);
+        let (pass, said) = cubic_sock.map_or((false, "no cubic flow".into()), |c| check_sample_clock(&out, &c));
         rep.test(&p("sample_clock"), pass, said);
     }
     Ok(path)
@@ -873,9 +891,9 @@ fn fidelity(rep: &mut Report, observer: &str, extra: &[&str]) -> Result<Option<S
 /// start-up (its config, else measured): a wrong HZ would space a bulk flow's samples by a
 /// multiple of `--interval` (250 taken for 1000: 400 ms). The sample timestamps are the kernel's
 /// CLOCK_MONOTONIC; TCG delivers ACKs and ticks late by a few ms, hence the margin.
-fn check_sample_clock(out: &Output, src: &str) -> (bool, String) {
+fn check_sample_clock(out: &Output, cubic: &Sock) -> (bool, String) {
     let clock = out.records.iter().find(|r| r["type"] == "stats").and_then(|r| r["sample_clock"].as_str());
-    let ts: Vec<f64> = out.flow("sample", src).iter().filter_map(|r| r["ts"].as_f64()).collect();
+    let ts: Vec<f64> = out.flow("sample", cubic).iter().filter_map(|r| r["ts"].as_f64()).collect();
     let mut gaps: Vec<f64> = ts.windows(2).map(|w| (w[1] - w[0]) * 1000.0).collect();
     gaps.sort_by(f64::total_cmp);
     let median = gaps.get(gaps.len() / 2).copied();
@@ -889,8 +907,7 @@ fn check_sample_clock(out: &Output, src: &str) -> (bool, String) {
 }
 
 fn check_cc(out: &Output, b: &Bulk, expected: &str) -> Result<(bool, String)> {
-    let src = b.local.to_string();
-    let recs: Vec<&Value> = out.records.iter().filter(|r| r["src"] == src.as_str()).collect();
+    let recs = out.of(&b.sock);
     let ccs: std::collections::BTreeSet<String> = recs
         .iter()
         .filter(|r| r["type"] != "flow_summary")
@@ -919,7 +936,7 @@ fn check_cc(out: &Output, b: &Bulk, expected: &str) -> Result<(bool, String)> {
 /// the matrix caught TCP_INFO at 12–22 beside samples at 46–105, 1–5 readings a run, on every
 /// kernel and both observer paths. Its srtt is still compared.
 fn check_vs_kernel(out: &Output, b: &Bulk) -> Result<(bool, String)> {
-    let samples = out.flow("sample", &b.local.to_string());
+    let samples = out.flow("sample", &b.sock);
     if samples.is_empty() {
         return Ok((false, "no samples for the flow".into()));
     }
@@ -988,26 +1005,20 @@ fn check_vs_kernel(out: &Output, b: &Bulk) -> Result<(bool, String)> {
 /// socket itself counted (TCP_INFO total_retrans after the last ACK), less what came before the
 /// observer's view began.
 fn check_retrans(out: &Output, b: &Bulk, must_lose: bool) -> Result<(bool, String)> {
-    let src = b.local.to_string();
-    let segs: u64 = out.flow("retransmit", &src).iter().filter_map(|r| r["segs"].as_u64()).sum();
-    let coalesced: u64 = out
-        .records
+    let recs = out.of(&b.sock);
+    let segs: u64 = out.flow("retransmit", &b.sock).iter().filter_map(|r| r["segs"].as_u64()).sum();
+    let coalesced: u64 = recs
         .iter()
-        .filter(|r| r["src"] == src.as_str() && (r["type"] == "sample" || r["type"] == "flow_close"))
+        .filter(|r| r["type"] == "sample" || r["type"] == "flow_close")
         .filter_map(|r| r["retrans_coalesced"].as_u64())
         .sum();
     // The sock_ops observer reports from the flow's start (its summary says what came before it
     // was established and what never left the host); the tracepoint one from its first sample.
-    let first = match out.flow("flow_summary", &src).first() {
+    let first = match out.flow("flow_summary", &b.sock).first() {
         Some(s) => s["retrans_at_open"].as_u64().unwrap_or(0) + s["retrans_failed"].as_u64().unwrap_or(0),
-        None => out.flow("sample", &src).first().and_then(|r| r["retrans_total"].as_u64()).unwrap_or(0),
+        None => out.flow("sample", &b.sock).first().and_then(|r| r["retrans_total"].as_u64()).unwrap_or(0),
     };
-    let last_total = out
-        .records
-        .iter()
-        .rev()
-        .find(|r| r["src"] == src.as_str() && r["retrans_total"].is_u64())
-        .and_then(|r| r["retrans_total"].as_u64());
+    let last_total = recs.iter().rev().find_map(|r| r["retrans_total"].as_u64());
     let truth = u64::from(b.end.total_retrans);
     let pass = segs + coalesced == truth - first.min(truth) && last_total == Some(truth) && (truth > 0 || !must_lose);
     Ok((
@@ -1022,7 +1033,7 @@ fn check_retrans(out: &Output, b: &Bulk, must_lose: bool) -> Result<(bool, Strin
 /// The flow_close record carries the socket's final counters: bytes_acked and retrans_total
 /// must equal what TCP_INFO reported once everything was acked.
 fn check_close(out: &Output, b: &Bulk) -> Result<(bool, String)> {
-    let closes = out.flow("flow_close", &b.local.to_string());
+    let closes = out.flow("flow_close", &b.sock);
     let Some(c) = closes.last() else { return Ok((false, "no flow_close record".into())) };
     let acked = c["bytes_acked"].as_u64();
     let retrans = c["retrans_total"].as_u64();
@@ -1040,13 +1051,12 @@ fn check_close(out: &Output, b: &Bulk) -> Result<(bool, String)> {
 /// program runs too (the PARSE_ALL header-option flag, since 5.10): a lossy flow's summary must
 /// count some, and no sample may have seen a larger window than the summary's maximum.
 fn check_slow_path(out: &Output, b: &Bulk) -> Result<(bool, String)> {
-    let src = b.local.to_string();
-    let Some(sum) = out.flow("flow_summary", &src).first().copied() else {
+    let Some(sum) = out.flow("flow_summary", &b.sock).first().copied() else {
         return Ok((false, "no flow_summary".into()));
     };
     let slow = sum["slow_path_acks"].as_u64().unwrap_or(0);
     let cwnd_max = sum["cwnd_max"].as_u64().unwrap_or(0);
-    let sampled = out.flow("sample", &src).iter().filter_map(|r| r["cwnd"].as_u64()).max().unwrap_or(0);
+    let sampled = out.flow("sample", &b.sock).iter().filter_map(|r| r["cwnd"].as_u64()).max().unwrap_or(0);
     Ok((
         slow > 0 && cwnd_max >= sampled,
         format!(
@@ -1059,7 +1069,7 @@ fn check_slow_path(out: &Output, b: &Bulk) -> Result<(bool, String)> {
 /// BBR's internals need struct bbr from the tcp_bbr module's BTF; where they are null, bbrscope
 /// must have said so on stderr (docs/stream.md: every null field is named at start-up).
 fn check_bbr_internals(out: &Output, b: &Bulk) -> Result<(bool, String)> {
-    let samples = out.flow("sample", &b.local.to_string());
+    let samples = out.flow("sample", &b.sock);
     let with = samples.iter().filter(|r| r["bbr"].is_object() && !r["bbr"]["mode"].is_null()).count();
     if with > 0 {
         return Ok((true, format!("{with}/{} samples carry bbr internals", samples.len())));
@@ -1068,16 +1078,11 @@ fn check_bbr_internals(out: &Output, b: &Bulk) -> Result<(bool, String)> {
     Ok((warned, format!("bbr internals null in all {} samples; warned on stderr: {warned}", samples.len())))
 }
 
-fn check_summary(out: &Output, server: SocketAddr, info: TcpInfo) -> Result<(bool, String)> {
-    let sums = out.flow("flow_summary", &server.to_string());
+fn check_summary(out: &Output, server: &Sock, info: TcpInfo) -> Result<(bool, String)> {
+    let sums = out.flow("flow_summary", server);
     let Some(s) = sums.first() else {
-        let types: Vec<&str> = out
-            .records
-            .iter()
-            .filter(|r| r["src"] == server.to_string().as_str())
-            .filter_map(|r| r["type"].as_str())
-            .collect();
-        return Ok((false, format!("no flow_summary for the server side {server}; its records: {types:?}")));
+        let types: Vec<&str> = out.of(server).iter().filter_map(|r| r["type"].as_str()).collect();
+        return Ok((false, format!("no flow_summary for the server side {}; its records: {types:?}", server.local)));
     };
     let acked = s["bytes_acked"].as_u64();
     let pass = acked == Some(info.bytes_acked) && info.bytes_acked >= SHORT_BYTES as u64;
@@ -1115,14 +1120,14 @@ fn port_filter(rep: &mut Report) -> Result<()> {
         r["src"].as_str().is_some_and(|s| s.ends_with(p)) || r["dst"].as_str().is_some_and(|s| s.ends_with(p))
     };
     let stray = flows.iter().filter(|r| !on_port(r, ":5004")).count();
-    let wanted = flows.iter().filter(|r| r["type"] == "sample" && r["src"] == a.local.to_string().as_str()).count();
+    let wanted = out.flow("sample", &a.sock).len();
     let filtered = out.records.iter().rev().find(|r| r["type"] == "stats").map(|r| r["flows_filtered_total"].clone());
     rep.test(
         "auto/port_filter",
         stray == 0 && wanted > 0 && out.status == Some(0),
         format!(
             "{wanted} samples of the :5004 flow, {stray} records of other flows (e.g. {}), flows_filtered_total {filtered:?}",
-            b.local
+            b.sock.local
         ),
     );
     Ok(())
@@ -1673,9 +1678,9 @@ fn long_path(rep: &mut Report) -> Result<()> {
         }
     });
     let to = SocketAddr::new(NetemPath::RECEIVER.parse()?, 5030);
-    let (local, writes_end) = in_netns(&path.snd, move || {
+    let (sock, writes_end) = in_netns(&path.snd, move || {
         let mut c = connect_cc(to, "bbr")?;
-        let local = c.local_addr()?;
+        let sock = Sock::of(&c)?;
         let buf = vec![0x5au8; 1 << 16];
         let deadline = Instant::now() + Duration::from_secs_f64(LP_SECS);
         while Instant::now() < deadline {
@@ -1683,13 +1688,12 @@ fn long_path(rep: &mut Report) -> Result<()> {
         }
         let writes_end = now();
         c.shutdown(Shutdown::Write)?;
-        Ok((local, writes_end))
+        Ok((sock, writes_end))
     })?;
     let received = receiver.join().map_err(|_| anyhow::anyhow!("receiver panicked"))??;
     let out = stream.stop()?;
-    let src = local.to_string();
-    let sum = out.flow("flow_summary", &src).first().copied().cloned().unwrap_or_default();
-    let ts: Vec<f64> = out.flow("sample", &src).iter().filter_map(|r| r["ts"].as_f64()).collect();
+    let sum = out.flow("flow_summary", &sock).first().copied().cloned().unwrap_or_default();
+    let ts: Vec<f64> = out.flow("sample", &sock).iter().filter_map(|r| r["ts"].as_f64()).collect();
     let first = ts.first().copied().unwrap_or(writes_end);
     let busy = ts.iter().filter(|&&t| t < writes_end).count();
     let due = (writes_end - first) * 1000.0 / LP_INTERVAL_MS;

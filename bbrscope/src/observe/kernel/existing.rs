@@ -60,14 +60,45 @@ pub struct Existing {
     /// bbrscope's own namespace first, then each other one that had connections at the start.
     spaces: Vec<Space>,
     filter: FilterSpec,
-    /// Other namespaces that could not be entered (setns needs CAP_SYS_ADMIN, which e.g. the
-    /// packaged exporter's unit does not grant): their connections open at the start are not seen.
-    pub unreachable: usize,
+    /// Other namespaces whose connections open at the start could not be listed, and why:
+    /// setns needs CAP_SYS_ADMIN, which e.g. the packaged exporter's unit does not grant, but
+    /// other errors happen too.
+    unreachable: Vec<Unreachable>,
     /// Why sock_diag could not say which sockets the kernel program watches already, if it
     /// could not: a connection opened while bbrscope started may then be reported twice.
     pub unseen_storage: Option<String>,
     /// The kernel's BBR is mainline v1, whose mode can be read back from its gains.
     bbr_v1: bool,
+}
+
+/// A namespace whose connections open at the start could not be listed.
+struct Unreachable {
+    /// The kernel refused entry for want of a privilege.
+    denied: bool,
+    /// The namespace and the error.
+    why: String,
+}
+
+/// Names the cause as it was: a missing capability only where the kernel refused entry
+/// (EPERM/EACCES), else the first other error itself. Short, as it also fits a footer.
+fn unreachable_note(all: &[Unreachable]) -> Option<String> {
+    let denied = all.iter().filter(|u| u.denied).count();
+    let other: Vec<&str> = all.iter().filter(|u| !u.denied).map(|u| u.why.as_str()).collect();
+    let mut causes = Vec::new();
+    if denied > 0 {
+        causes.push(format!("{denied} not entered: that needs CAP_SYS_ADMIN"));
+    }
+    if let Some(first) = other.first() {
+        let more = if other.len() > 1 { format!(" (and {} more)", other.len() - 1) } else { String::new() };
+        causes.push(format!("{first}{more}"));
+    }
+    (!all.is_empty()).then(|| {
+        format!(
+            "connections open before the start in {} other network namespace(s) are not shown ({}); new ones are",
+            all.len(),
+            causes.join("; ")
+        )
+    })
 }
 
 /// One network namespace's connections open at the start, and a sock_diag socket inside it.
@@ -106,7 +137,9 @@ impl Space {
         let open = sockets
             .into_iter()
             .filter(|s| !s.in_storage && filter.may_match(s.src, s.dst))
-            .map(|socket| (socket.cookie, Polled { socket, owner: Owner::default(), last: None, shown: false }))
+            .map(|socket| {
+                (socket.cookie, Polled { socket, owner: Owner::default(), last: None, shown: false, segs_in: None })
+            })
             .collect();
         Ok(Space { open, nl, netns: netns as u32 })
     }
@@ -120,6 +153,14 @@ struct Polled {
     last: Option<SampleEvent>,
     /// A sample went out: the connection is a flow for the sinks, and gets a `flow_close`.
     shown: bool,
+    /// The kernel's count of incoming segments (tcpi_segs_in) at the previous sample, or at the
+    /// first poll: a sample's `acks` is what came in since.
+    segs_in: Option<u32>,
+}
+
+/// Incoming segments between two readings of tcpi_segs_in (a u32 that wraps), 0 without both.
+fn segs_since(prev: Option<u32>, now: Option<u32>) -> u32 {
+    prev.zip(now).map_or(0, |(p, n)| n.wrapping_sub(p))
 }
 
 impl Existing {
@@ -135,14 +176,18 @@ impl Existing {
         let mut unseen_storage = None;
         let own = netns::current()?.ino;
         let mut spaces = vec![Space::here(own, filter, storage, &mut unseen_storage)?];
-        let mut unreachable = 0;
+        let mut unreachable = Vec::new();
         // Namespaces found through /run/netns and /proc/*/ns/net; one that has gone meanwhile
         // has no connections left to poll.
         for ns in netns::all().unwrap_or_default() {
             match netns::run(&ns, || Space::here(ns.ino, filter, storage, &mut unseen_storage)) {
                 Ok(space) if !space.open.is_empty() => spaces.push(space),
                 Ok(_) => {}
-                Err(_) if netns::still_there(&ns) => unreachable += 1,
+                Err(e) if netns::still_there(&ns) => {
+                    let why = format!("{e:#}");
+                    let why = if why.contains(&ns.label) { why } else { format!("{ns}: {why}") };
+                    unreachable.push(Unreachable { denied: netns::denied(&e), why });
+                }
                 Err(_) => {}
             }
         }
@@ -161,6 +206,11 @@ impl Existing {
             space.open.retain(|_, p| owners.passes(&p.owner));
         }
         Ok(Existing { spaces, filter: filter.clone(), unreachable, unseen_storage, bbr_v1 })
+    }
+
+    /// What to say of the namespaces whose connections open at the start are not seen, if any.
+    pub fn unreachable_note(&self) -> Option<String> {
+        unreachable_note(&self.unreachable)
     }
 
     /// How many connections are still being polled.
@@ -210,9 +260,16 @@ impl Space {
             let Some(mut ev) = sample(&s, now, bbr_v1) else { continue };
             let sent = match &slot.last {
                 Some(prev) => prev.metrics.bytes_acked != ev.metrics.bytes_acked,
-                None => false,
+                None => {
+                    slot.segs_in = ev.metrics.segs_in;
+                    false
+                }
             };
             if sent {
+                // No callback runs for a connection older than bbrscope: the kernel's own count
+                // of what came in is its ACKs (and data), as tcp_probe counts them.
+                ev.acks = segs_since(slot.segs_in, ev.metrics.segs_in);
+                slot.segs_in = ev.metrics.segs_in;
                 if !slot.shown {
                     // Who owns it, before its first sample (its start was not seen: no start time).
                     out.push(Event::Open(Box::new(OpenEvent {
@@ -232,7 +289,8 @@ impl Space {
         }
         let gone: Vec<u64> = self.open.keys().filter(|c| !seen.contains(c)).copied().collect();
         for cookie in gone {
-            if let Some(Polled { last: Some(mut last), shown: true, .. }) = self.open.remove(&cookie) {
+            if let Some(Polled { last: Some(mut last), shown: true, segs_in, .. }) = self.open.remove(&cookie) {
+                last.acks = segs_since(segs_in, last.metrics.segs_in);
                 last.closing = true;
                 last.head.ts_ns = now;
                 last.head.tcp_state = 7;
@@ -327,7 +385,39 @@ fn sample(s: &Socket, now: u64, bbr_v1: bool) -> Option<SampleEvent> {
 
 #[cfg(test)]
 mod tests {
-    use super::v1_state;
+    use super::{Unreachable, segs_since, unreachable_note, v1_state};
+
+    /// A polled connection's `acks`: the kernel's incoming segments since the previous sample,
+    /// across the counter's wrap; nothing known, nothing counted.
+    #[test]
+    fn polled_acks_are_the_segments_that_came_in_since_the_previous_sample() {
+        assert_eq!(segs_since(Some(100), Some(157)), 57);
+        assert_eq!(segs_since(Some(u32::MAX - 1), Some(3)), 5);
+        assert_eq!(segs_since(None, Some(3)), 0);
+        assert_eq!(segs_since(Some(3), None), 0);
+    }
+
+    /// A namespace the kernel refused is a capability problem; any other error is named as it
+    /// was, never as one; nothing failed, nothing said.
+    #[test]
+    fn unreachable_namespaces_are_named_by_their_real_error() {
+        let u = |denied, why: &str| Unreachable { denied, why: why.into() };
+        assert_eq!(unreachable_note(&[]), None);
+        let refused = unreachable_note(&[u(true, "pid 7 (app): EPERM")]).unwrap();
+        assert!(
+            refused.contains("1 other network namespace(s)") && refused.contains("needs CAP_SYS_ADMIN"),
+            "{refused}"
+        );
+        let other = unreachable_note(&[
+            u(false, "pid 7 (app): entering network namespace pid 7 (app): Cannot allocate memory (os error 12)"),
+            u(false, "pid 8 (db): x"),
+        ])
+        .unwrap();
+        assert!(!other.contains("CAP_SYS_ADMIN"), "{other}");
+        assert!(other.contains("os error 12") && other.contains("(and 1 more)"), "{other}");
+        let both = unreachable_note(&[u(true, "a"), u(false, "pid 8 (db): gone")]).unwrap();
+        assert!(both.contains("1 not entered: that needs CAP_SYS_ADMIN; pid 8 (db): gone"), "{both}");
+    }
 
     /// The pairs mainline BBR sets, and nothing else read as a mode.
     #[test]
