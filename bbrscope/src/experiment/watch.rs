@@ -110,7 +110,18 @@ pub(crate) async fn run(mut live: Live, signals: &mut Signals, watch: Watch, dur
         End::Terminate => sink.stopped_by = Some("stopped by SIGTERM".into()),
         End::Deadline | End::Sink => {}
     }
-    drain(&mut live, signals, &mut table, &mut sink, &mut side, retention).await?;
+    // After a guardrail stop, no wait: the kernel would go on giving new connections the arm
+    // found harmful for as long as the drain took. The flows open then are in flight at once.
+    let wait = if sink.guard.as_ref().is_some_and(|g| g.stop) { Duration::ZERO } else { DRAIN };
+    drain(
+        &mut live,
+        signals,
+        &mut table,
+        &mut sink,
+        &mut side,
+        Settings { duration: Some(wait), stats: None, retention },
+    )
+    .await?;
     // Not on a terminal: a last progress line, so the log says how it ended however soon (the
     // guardrail can stop a run before the first line period is over).
     if !shows_report {
@@ -124,9 +135,9 @@ pub(crate) async fn run(mut live: Live, signals: &mut Signals, watch: Watch, dur
     Ok(Watched { obs: sink.obs, stopped_by: sink.stopped_by, guard: sink.guard })
 }
 
-/// Waits up to [`DRAIN`] for the arms' flows open now to finish (each one that does is an
-/// observation as usual), then takes those still running as censored observations: their elapsed
-/// time and bytes so far. The kernel keeps assigning arms meanwhile (its experiment settings are
+/// Waits up to `settings.duration` ([`DRAIN`], or nothing after a guardrail stop) for the arms'
+/// flows open now to finish (each one that does is an observation as usual), then takes those
+/// still running as censored observations: their elapsed time and bytes so far. The kernel keeps assigning arms meanwhile (its experiment settings are
 /// read-only data of the loaded program, fixed while it runs): flows that open during the drain
 /// are neither recorded nor counted.
 async fn drain(
@@ -135,15 +146,18 @@ async fn drain(
     table: &mut FlowTable,
     exp: &mut Experiment,
     side: &mut Watching,
-    retention: Retention,
+    settings: Settings,
 ) -> Result<()> {
     let open: HashSet<u64> = table.iter().filter(|f| f.life.end.is_none() && has_arm(f)).map(|f| f.id).collect();
     if open.is_empty() {
         return Ok(());
     }
     let mut draining = Draining { exp, open };
-    let settings = Settings { duration: Some(DRAIN), stats: None, retention };
-    pipeline::run(live, signals, table, &mut draining, side, settings).await?.context("writing the --record file")?;
+    if settings.duration.is_some_and(|d| !d.is_zero()) {
+        pipeline::run(live, signals, table, &mut draining, side, settings)
+            .await?
+            .context("writing the --record file")?;
+    }
     let now = Clock::monotonic_ns();
     let Draining { exp, open } = draining;
     exp.obs.extend(table.iter().filter(|f| open.contains(&f.id)).filter_map(|f| Observation::in_flight(f, now)));
