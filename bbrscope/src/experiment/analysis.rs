@@ -632,7 +632,13 @@ pub fn analyze(obs: &[Observation], opts: &Options) -> Analysis {
         min_effect_ms: opts.rule.min_abs_s * 1e3,
         groups_judged: judged,
         integrity,
-        sample_ratio: sample_ratio([all[0].flows, all[1].flows], opts.split_b, opts.srm_alpha),
+        // Of every flow the kernel gave an arm, whether it ran it or not: the check is of the
+        // assignment. Flows whose service overrode the arm (left out, above) are counted in the
+        // integrity line as what they are, not read as flows lost.
+        sample_ratio: {
+            let assigned = arm_stats(obs, &(0..obs.len()).collect::<Vec<_>>());
+            sample_ratio([assigned[0].flows, assigned[1].flows], opts.split_b, opts.srm_alpha)
+        },
         groups: results,
         sparse_prefixes: sparse,
         flows_per_s: (ends.len() > 1 && span > 0.0).then(|| ends.len() as f64 / span),
@@ -1194,6 +1200,17 @@ pub(crate) mod tests {
         assert!(!sample_ratio([0, 0], 0.5, 0.001).mismatch);
         let a = analyze(&lossy_and_clean(2), &Options { split_b: 0.5, ..Options::default() });
         assert!(!a.sample_ratio.mismatch);
+        // A service that overrides its algorithm on a quarter of arm B's flows: they are left out
+        // of the comparison, and the split, a check of the assignment, is still right (it read
+        // as "MISMATCH: flows lost" when it counted only the flows that ran their arm).
+        let mut obs = lossy_and_clean(2);
+        for o in obs.iter_mut().filter(|o| o.arm == 1).step_by(4) {
+            o.switched = true;
+        }
+        let a = analyze(&obs, &Options { split_b: 0.5, ..Options::default() });
+        assert_eq!(a.integrity.excluded, [0, 300], "{:?}", a.integrity);
+        assert_eq!(a.sample_ratio.flows, [1200, 1200]);
+        assert!(!a.sample_ratio.mismatch, "{:?}", a.sample_ratio);
     }
 
     #[test]
