@@ -445,6 +445,8 @@ pub struct GroupResult {
     /// The primary question's answer: B's effect on completion time (as the client feels it),
     /// stratified, with its always-valid interval.
     pub answer: Answer,
+    /// Strata with flows the answer leaves out (fewer than 10 in an arm), most time first.
+    pub left_out: Vec<decide::LeftOut>,
     /// Secondary metrics: shown, never deciding.
     pub metrics: Vec<Metric>,
     /// Indices into the observations (for the figure).
@@ -589,15 +591,15 @@ pub fn analyze(obs: &[Observation], opts: &Options) -> Analysis {
         for &i in &g.members {
             strata.add(&obs[i], &opts.rtt_bands_ms);
         }
-        kept_groups.push((g, strata.estimate()));
+        kept_groups.push((g, strata.estimate(), strata.left_out(&opts.rtt_bands_ms)));
     }
     // α is shared by every group that has an answer: an experiment where B changes nothing is
     // called different somewhere at most α of the time, however many groups it has.
-    let judged = kept_groups.iter().filter(|(_, e)| e.is_some()).count();
+    let judged = kept_groups.iter().filter(|(_, e, _)| e.is_some()).count();
     let alpha_g = opts.rule.alpha / judged.max(1) as f64;
     let results = kept_groups
         .into_iter()
-        .map(|(g, est)| {
+        .map(|(g, est, left_out)| {
             let answer = decide::answer(est, alpha_g, &opts.rule);
             let verdict = if integrity.overridden { Verdict::ArmsOverridden } else { Verdict::of(answer.outcome) };
             let metrics = if opts.secondary { secondary_metrics(obs, &g, opts) } else { Vec::new() };
@@ -608,6 +610,7 @@ pub fn analyze(obs: &[Observation], opts: &Options) -> Analysis {
                 arms: arm_stats(obs, &g.members),
                 verdict,
                 answer,
+                left_out,
                 metrics,
                 members: g.members,
             }

@@ -108,6 +108,24 @@ impl Strata {
         }
     }
 
+    /// The strata with flows that the estimate leaves out, fewer than [`MIN_CELL`] in an arm,
+    /// most of the group's time first: what a verdict does not speak for, and what it needs.
+    pub(crate) fn left_out(&self, rtt_bands_ms: &[f64]) -> Vec<LeftOut> {
+        let time_all: f64 = self.cells.values().map(|[a, b]| a.time_s + b.time_s).sum();
+        let mut out: Vec<LeftOut> = self
+            .cells
+            .iter()
+            .filter(|(_, [a, b])| a.n + b.n > 0 && (a.n < MIN_CELL || b.n < MIN_CELL))
+            .map(|(&(band, bucket), [a, b])| LeftOut {
+                stratum: format!("{} {}", band_label(band, rtt_bands_ms), bucket.label()),
+                flows: [a.n, b.n],
+                time_share: if time_all > 0.0 { (a.time_s + b.time_s) / time_all } else { 0.0 },
+            })
+            .collect();
+        out.sort_by(|x, y| y.time_share.total_cmp(&x.time_share));
+        out
+    }
+
     /// The stratified estimate, if any stratum has [`MIN_CELL`] flows in both arms.
     pub(crate) fn estimate(&self) -> Option<Estimate> {
         let (mut included, mut time_all, mut time_in) = (0usize, 0.0, 0.0);
@@ -140,6 +158,17 @@ impl Strata {
             mean_s: time_in / n,
         })
     }
+}
+
+/// A stratum the estimate leaves out for want of flows.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct LeftOut {
+    /// `RTT ≥150 ms >4 MB`.
+    pub stratum: String,
+    /// Per arm; each needs [`MIN_CELL`].
+    pub flows: [usize; 2],
+    /// Its share of the group's completion time (0..1).
+    pub time_share: f64,
 }
 
 /// The stratified estimate of B's effect on completion time.

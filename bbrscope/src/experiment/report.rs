@@ -21,6 +21,8 @@
 //!                            "high_pct": -41.0, "effect_ms": -2600.0, "level": 0.99167,
 //!                            "delta_pct": 5.0, "practical": true, "flows": [600, 598],
 //!                            "strata": 7, "coverage": 0.98, "more_flows": null},
+//!                 "left_out": [{"stratum": "RTT ≥150 ms >4 MB", "flows": [3, 7],
+//!                               "time_share": 0.31}],
 //!                 "conclusion": "BBR faster for 203.0.113.0/24: ...",
 //!                 "metrics": [ { "key": "completion_p95_256k_4m", "kind": "completion",
 //!                                "bucket": "256K-4M", "quantile": 0.95, "label": "...",
@@ -248,6 +250,24 @@ pub fn verdict_words(names: [&str; 2], g: &GroupResult) -> String {
     }
 }
 
+/// The strata an answer leaves out, as the conclusion names them: the three with most of the
+/// group's time, with their flows per arm and what each needs.
+fn left_out(strata: &[super::decide::LeftOut]) -> String {
+    if strata.is_empty() {
+        return String::new();
+    }
+    let named: Vec<String> = strata
+        .iter()
+        .take(3)
+        .map(|l| {
+            format!("{} ({} / {} flows, {:.0}% of the time)", l.stratum, l.flows[0], l.flows[1], l.time_share * 100.0)
+        })
+        .collect();
+    let more = strata.len().saturating_sub(3);
+    let more = if more > 0 { format!(" and {more} more") } else { String::new() };
+    format!("; left out: {}{more}, each needing {} flows per arm", named.join(", "), super::decide::MIN_CELL)
+}
+
 /// The group's answer in one line, e.g. "BBR faster for 203.0.113.0/24: completion time −52%
 /// [−61%, −41%], ≈ −2.6 s per response, 1,204 flows".
 pub fn conclusion(a: &Analysis, g: &GroupResult) -> String {
@@ -266,7 +286,7 @@ pub fn conclusion(a: &Analysis, g: &GroupResult) -> String {
         _ => String::new(),
     };
     let coverage = if ans.coverage > 0.0 && ans.coverage < 0.9 {
-        format!(" (covers {:.0}% of its time)", ans.coverage * 100.0)
+        format!(" (covers {:.0}% of its time{})", ans.coverage * 100.0, left_out(&g.left_out))
     } else {
         String::new()
     };
@@ -1125,5 +1145,26 @@ mod tests {
         assert_eq!(fmt_num(5.0), "5");
         assert_eq!(fmt_num(2.5), "2.5");
         assert_eq!(fmt_signed_ms(-2600.0), "−2.60 s");
+    }
+
+    /// A verdict that leaves strata out for want of flows says which, with their flows and
+    /// share of the time (100 flows per arm: the >4 MB responses, a twentieth of the flows and
+    /// much of the time, have too few); with flows enough in every stratum it names none.
+    #[test]
+    fn a_conclusion_names_the_strata_it_leaves_out() {
+        let few =
+            synth(&[Population { net: [203, 0, 113], rtt_ms: 100.0, slowdown: [1.0, 0.7], flows_per_arm: 100 }], 5);
+        let r = build(&analyze(&few, &Options::default()), &everything());
+        let all = r.groups.iter().find(|g| g.result.label == "all flows").unwrap();
+        let big = all.result.left_out.iter().find(|l| l.stratum.ends_with(">4 MB")).expect("the >4 MB stratum");
+        assert!(big.flows.iter().any(|&n| n < 10) && big.time_share > 0.1, "{big:?}");
+        assert!(all.result.answer.coverage < 0.9, "{:?}", all.result.answer);
+        assert!(all.conclusion.contains("; left out: RTT 50–150 ms >4 MB ("), "{}", all.conclusion);
+        assert!(all.conclusion.contains("each needing 10 flows per arm"), "{}", all.conclusion);
+        let json = serde_json::to_value(&r).unwrap();
+        assert!(json["groups"][0]["left_out"][0]["stratum"].is_string(), "{}", json["groups"][0]);
+        let many = build(&analyze(&lossy_and_clean(4), &Options::default()), &everything());
+        let far = many.groups.iter().find(|g| g.result.label == "203.0.113.0/24").unwrap();
+        assert!(!far.conclusion.contains("left out"), "{}", far.conclusion);
     }
 }
