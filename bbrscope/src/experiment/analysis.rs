@@ -501,6 +501,19 @@ pub struct Integrity {
     /// More than [`MAX_OVERRIDDEN`] of the flows: the service sets its own algorithm, and the
     /// experiment concludes nothing.
     pub overridden: bool,
+    /// Response sizes where more than [`MAX_OVERRIDDEN`] of the flows ran another algorithm
+    /// though all flows together stay under it (a service that sets its own for its largest
+    /// responses): what the arms are said to do at that size is the service's doing.
+    pub concentrated: Vec<Concentrated>,
+}
+
+/// Overrides concentrated in one response size.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Concentrated {
+    pub bucket: Bucket,
+    /// Flows of that size left out, and all flows of that size.
+    pub excluded: usize,
+    pub flows: usize,
 }
 
 /// Share of flows that may run another algorithm than their arm's before nothing is concluded.
@@ -560,11 +573,27 @@ fn integrity(obs: &[Observation], names: &[String; 2]) -> Integrity {
     let share = if obs.is_empty() { 0.0 } else { (excluded[0] + excluded[1]) as f64 / obs.len() as f64 };
     let mut ran_instead: Vec<(&str, usize)> = instead.into_iter().collect();
     ran_instead.sort_by_key(|&(_, n)| std::cmp::Reverse(n));
+    let overridden = share > MAX_OVERRIDDEN;
+    // Per size: a few overrides in all, but many of one size, move that size's comparison.
+    let mut by_size: BTreeMap<Bucket, (usize, usize)> = BTreeMap::new();
+    for o in obs {
+        let e = by_size.entry(Bucket::of(o.bytes)).or_default();
+        e.1 += 1;
+        e.0 += usize::from(!ran_its_arm(o, names));
+    }
+    let concentrated = by_size
+        .into_iter()
+        .filter(|&(_, (excluded, flows))| {
+            !overridden && excluded >= 3 && excluded as f64 > MAX_OVERRIDDEN * flows as f64
+        })
+        .map(|(bucket, (excluded, flows))| Concentrated { bucket, excluded, flows })
+        .collect();
     Integrity {
         excluded,
         excluded_share: share,
         ran_instead: ran_instead.into_iter().map(|(cc, _)| cc.to_string()).collect(),
-        overridden: share > MAX_OVERRIDDEN,
+        overridden,
+        concentrated,
     }
 }
 

@@ -9,7 +9,8 @@
 //!   "level": 0.95, "method": "...",
 //!   "decision": {"alpha": 0.05, "delta_pct": 5.0, "min_effect_ms": 5.0, "groups_judged": 6},
 //!   "integrity": {"excluded": [0, 3], "excluded_share": 0.001, "ran_instead": ["cubic"],
-//!                 "overridden": false},
+//!                 "overridden": false,
+//!                 "concentrated": [{"bucket": ">4M", "excluded": 3, "flows": 60}]},
 //!   "sample_ratio": {"flows": [1204, 1198], "expected_b": 0.5, "observed_b": 0.4988,
 //!                    "chi2": 0.015, "p_value": 0.90, "mismatch": false},
 //!   "scope": {"known": true, "port": 443, "cgroup": null, "dst": []},
@@ -632,6 +633,16 @@ impl Report {
                 ig.ran_instead.join(", "),
                 if ig.overridden { ": THE SERVICE SETS ITS OWN ALGORITHM, nothing is concluded" } else { "" }
             );
+            for c in &ig.concentrated {
+                let _ = writeln!(
+                    s,
+                    "  OVERRIDES CONCENTRATED in {} responses: {} of {} flows ran another algorithm:\n    \
+                     what the arms do at that size is partly the service's doing",
+                    c.bucket.label(),
+                    fmt_count(c.excluded),
+                    fmt_count(c.flows)
+                );
+            }
         }
         let f = self.in_flight;
         if f.a + f.b > 0 {
@@ -1145,6 +1156,28 @@ mod tests {
         assert_eq!(fmt_num(5.0), "5");
         assert_eq!(fmt_num(2.5), "2.5");
         assert_eq!(fmt_signed_ms(-2600.0), "−2.60 s");
+    }
+
+    /// A service that sets its own algorithm for its largest responses only (about 1% of all
+    /// flows, under the 2% that stops every conclusion) is flagged at that size.
+    #[test]
+    fn overrides_concentrated_in_one_size_are_flagged() {
+        let mut obs = lossy_and_clean(2);
+        for o in obs.iter_mut().filter(|o| o.arm == 1 && o.bytes > 4 << 20).step_by(2) {
+            o.switched = true;
+        }
+        let a = analyze(&obs, &Options::default());
+        assert!(!a.integrity.overridden && a.integrity.excluded_share < 0.02, "{:?}", a.integrity);
+        let c = &a.integrity.concentrated;
+        assert_eq!(c.len(), 1, "{c:?}");
+        assert_eq!(
+            (c[0].bucket, c[0].excluded),
+            (crate::experiment::analysis::Bucket::Over4M, a.integrity.excluded[1])
+        );
+        let text = build(&a, &everything()).render_text();
+        assert!(text.contains("OVERRIDES CONCENTRATED in >4 MB responses"), "{text}");
+        assert!(text.lines().all(|l| l.chars().count() <= 100), "{text}");
+        assert!(analyze(&lossy_and_clean(2), &Options::default()).integrity.concentrated.is_empty());
     }
 
     /// A verdict that leaves strata out for want of flows says which, with their flows and
