@@ -235,6 +235,10 @@ pub struct Answer {
     /// Inconclusive: about how many more flows (both arms, this group's mix) would decide if the
     /// estimate held.
     pub more_flows: Option<u64>,
+    /// The smallest change, %, that the flows so far could tell from none: an effect whose log
+    /// is the interval's half-width, `(e^h − 1)·100`. A true effect smaller than this is not
+    /// found at this count, whichever way it goes.
+    pub detectable_pct: Option<f64>,
 }
 
 /// The rules of the decision.
@@ -269,6 +273,7 @@ pub(crate) fn answer(est: Option<Estimate>, alpha: f64, rule: &Rule) -> Answer {
         strata: 0,
         coverage: 0.0,
         more_flows: None,
+        detectable_pct: None,
     };
     let Some(e) = est else { return none };
     let h = cs_half_width(e.var, alpha);
@@ -300,6 +305,7 @@ pub(crate) fn answer(est: Option<Estimate>, alpha: f64, rule: &Rule) -> Answer {
         strata: e.strata,
         coverage: e.coverage,
         more_flows,
+        detectable_pct: Some(pct(h)),
         ..none
     }
 }

@@ -21,7 +21,8 @@
 //!                 "answer": {"outcome": "b_better", "effect_pct": -52.0, "low_pct": -61.0,
 //!                            "high_pct": -41.0, "effect_ms": -2600.0, "level": 0.99167,
 //!                            "delta_pct": 5.0, "practical": true, "flows": [600, 598],
-//!                            "strata": 7, "coverage": 0.98, "more_flows": null},
+//!                            "strata": 7, "coverage": 0.98, "more_flows": null,
+//!                            "detectable_pct": 12.5},
 //!                 "left_out": [{"stratum": "RTT ≥150 ms >4 MB", "flows": [3, 7],
 //!                               "time_share": 0.31}],
 //!                 "conclusion": "BBR faster for 203.0.113.0/24: ...",
@@ -315,8 +316,12 @@ pub fn conclusion(a: &Analysis, g: &GroupResult) -> String {
                 let share = g.flows() as f64 / (a.arms[0].flows + a.arms[1].flows).max(1) as f64;
                 format!(" (≈ {} at this run's rate)", fmt_span(more as f64 / (r * share.max(1e-9))))
             });
+            // fmt_pct signs it "+"; a change either way is meant.
+            let detectable = ans.detectable_pct.map_or(String::new(), |d| {
+                format!(" (changes of ±{} are detectable now)", fmt_pct(d).trim_start_matches('+'))
+            });
             format!(
-                "inconclusive for {}: {}, {flows} flows; about {} more flows{when} would decide{coverage}",
+                "inconclusive for {}: {}, {flows} flows{detectable}; about {} more flows{when} would decide{coverage}",
                 g.label,
                 change(),
                 fmt_count(more as usize)
@@ -1156,6 +1161,30 @@ mod tests {
         assert_eq!(fmt_num(5.0), "5");
         assert_eq!(fmt_num(2.5), "2.5");
         assert_eq!(fmt_signed_ms(-2600.0), "−2.60 s");
+    }
+
+    /// An inconclusive answer says the smallest change its flows could tell from none: the
+    /// interval's half-width, on the ratio scale, and fewer flows make it larger.
+    #[test]
+    fn an_inconclusive_answer_says_what_is_detectable_now() {
+        let flat =
+            |n| synth(&[Population { net: [203, 0, 113], rtt_ms: 100.0, slowdown: [1.0, 1.02], flows_per_arm: n }], 6);
+        let r = build(&analyze(&flat(150), &Options::default()), &everything());
+        let g = r.groups.iter().find(|g| g.result.label == "all flows").unwrap();
+        let ans = &g.result.answer;
+        assert_eq!(g.result.verdict, crate::experiment::analysis::Verdict::Inconclusive, "{}", g.conclusion);
+        let d = ans.detectable_pct.unwrap();
+        // The interval is the estimate ± h on the log scale: its upper end is (1 + effect)·e^h.
+        let h = ((1.0 + ans.high_pct.unwrap() / 100.0) / (1.0 + ans.effect_pct.unwrap() / 100.0)).ln();
+        assert!((d - (h.exp() - 1.0) * 100.0).abs() < 1e-9, "{d} vs {h}");
+        assert!(
+            g.conclusion.contains(&format!("(changes of ±{} are detectable now)", fmt_pct(d).trim_start_matches('+'))),
+            "{}",
+            g.conclusion
+        );
+        let more = analyze(&flat(1500), &Options::default());
+        let all = more.groups.iter().find(|g| g.label == "all flows").unwrap();
+        assert!(all.answer.detectable_pct.unwrap() < d, "more flows detect less");
     }
 
     /// A service that sets its own algorithm for its largest responses only (about 1% of all
