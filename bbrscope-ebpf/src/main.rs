@@ -10,7 +10,7 @@
 // so core's atomic types offer it no read-modify-write method; the intrinsic is the same
 // operation (LLVM's `atomicrmw add`), and with its result unused it compiles to XADD.
 #![feature(core_intrinsics)]
-#![allow(internal_features)]
+#![allow(internal_features, reason = "core_intrinsics, for the atomic add above")]
 
 mod clock;
 mod config;

@@ -48,7 +48,10 @@ pub(crate) fn fill_header(h: &mut RecordHeader, kind: u8, st: &FlowState, ca_sta
 
 /// The one place a record's head is written (flow records and the sock_ops path's
 /// congestion-state records, which know the socket but not its flow state).
-#[allow(clippy::too_many_arguments)]
+#[allow(
+    clippy::too_many_arguments,
+    reason = "inlined into each caller: a struct of the fields would be one more copy on the 512-byte BPF stack"
+)]
 #[inline(always)]
 fn head(h: &mut RecordHeader, kind: u8, flags: u8, id: u64, t: &Tuple, ca_state: u8, tcp_state: u8, now: u64) {
     h.kind = kind;
@@ -257,7 +260,10 @@ pub(crate) fn cong_state_by_cookie(sk: u64, cookie: u64, old: u8, new: u8, now: 
     send_cong_state(sk, cookie, 0, &sock::tuple(sk), 0, old, new, now);
 }
 
-#[allow(clippy::too_many_arguments)]
+#[allow(
+    clippy::too_many_arguments,
+    reason = "inlined into each caller: a struct of the fields would be one more copy on the 512-byte BPF stack"
+)]
 #[inline(always)]
 fn send_cong_state(sk: u64, id: u64, flags: u8, t: &Tuple, tcp_state: u8, old: u8, new: u8, now: u64) {
     let Some(mut entry) = EVENTS.reserve::<CongState>(0) else {

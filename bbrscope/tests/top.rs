@@ -167,8 +167,10 @@ fn replay_from_an_open_pipe_shows_what_arrived_and_quits_on_q() {
 
 /// Input that is not a recording and never ends: refused quickly in bounded memory.
 #[test]
-// Reaped by wait4 below, which also reports the peak memory that `wait` would not.
-#[allow(clippy::zombie_processes)]
+#[allow(
+    clippy::zombie_processes,
+    reason = "reaped by wait4 below, which also reports the peak memory that `wait` would not"
+)]
 fn replay_of_dev_zero_is_refused_in_bounded_memory() {
     require_root();
     let t = std::time::Instant::now();

@@ -1,6 +1,6 @@
 //! Shared helpers for bbrscope's root integration tests: running the real binary, generating real
 //! TCP traffic on loopback or in network namespaces the tests create, and cleaning up.
-#![allow(dead_code)] // each test binary uses a different subset
+#![allow(dead_code, reason = "each test binary uses a different subset")]
 
 pub(crate) mod prometheus;
 
