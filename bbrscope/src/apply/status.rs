@@ -17,8 +17,8 @@ use super::{
     sysctl_d::BootConfig,
 };
 use crate::{
-    experiment::lock,
     observe::kernel::bbr_version::{self, BbrImpl},
+    sys::experiment_lock as lock,
     sys::{
         netns::{self, Netns},
         qdisc::{self, RootQdisc},

@@ -14,8 +14,7 @@ use roff::{Roff, bold, roman};
 use crate::{
     apply::{advice, cgroup, files, lock as apply_lock},
     cli::Cli,
-    experiment::lock as experiment_lock,
-    sys::cc,
+    sys::{cc, experiment_lock},
     tui::app::KEYS,
 };
 

@@ -29,7 +29,7 @@
 
 use serde::Serialize;
 
-use super::{Observation, analysis::Bucket};
+use super::{Observation, groups::Bucket};
 
 /// Flows per arm a stratum needs before it counts. Below this a stratum's sample variance is too
 /// unstable for the normal approximation the interval rests on (A/A runs with 5 per arm gave

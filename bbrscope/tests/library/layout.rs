@@ -77,7 +77,7 @@ const LAYERS: &[(&str, &[&str])] = &[
     ("tui", &["observe"]),
     ("experiment", &["observe", "sys", "tui"]),
     ("demo", &["observe", "sys", "tui"]),
-    ("apply", &["observe", "sys", "advise", "experiment"]),
+    ("apply", &["observe", "sys", "advise"]),
     ("cli", &["observe", "sys", "apply", "demo", "experiment", "tui"]),
     ("cmd", &["cli", "observe", "sys", "advise", "apply", "demo", "experiment", "export", "tui"]),
 ];
