@@ -13,6 +13,7 @@ pub(crate) mod change;
 pub(crate) mod files;
 pub(crate) mod lock;
 pub(crate) mod plan;
+pub(crate) mod revert;
 pub(crate) mod run;
 pub(crate) mod scope;
 pub(crate) mod state;
