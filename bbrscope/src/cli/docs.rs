@@ -12,8 +12,9 @@ use clap_mangen::Man;
 use roff::{Roff, bold, roman};
 
 use crate::{
-    apply::{advice, cgroup, files, lock as apply_lock},
+    apply::{cgroup, files, lock as apply_lock},
     cli::Cli,
+    status::advice,
     sys::{cc, experiment_lock},
     tui::app::KEYS,
 };
