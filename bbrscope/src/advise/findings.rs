@@ -9,7 +9,7 @@ use ipnet::IpNet;
 use serde::{Deserialize, Serialize};
 
 use super::facts::FlowFacts;
-use crate::experiment::decide::{band_label, band_of};
+use crate::units::{band_label, band_of};
 
 /// The kernel's initial congestion window (`TCP_INIT_CWND`) where a route sets none.
 pub const KERNEL_IW: u32 = 10;

@@ -283,7 +283,7 @@ pub fn groups(obs: &[Observation], keep: &[bool], opts: &Options) -> Vec<Group> 
         let edges = &opts.rtt_bands_ms;
         let mut bands: Vec<Vec<usize>> = vec![Vec::new(); edges.len() + 1];
         for (i, o) in kept() {
-            if let Some(band) = decide::band_of(o.min_rtt_us, edges).checked_sub(1) {
+            if let Some(band) = crate::units::band_of(o.min_rtt_us, edges).checked_sub(1) {
                 bands[band].push(i);
             }
         }
@@ -291,7 +291,7 @@ pub fn groups(obs: &[Observation], keep: &[bool], opts: &Options) -> Vec<Group> 
             if members.is_empty() {
                 continue;
             }
-            let label = decide::band_label(b + 1, edges);
+            let label = crate::units::band_label(b + 1, edges);
             out.push(Group { kind: GroupKind::Rtt, label, nets: vec![], members });
         }
     }

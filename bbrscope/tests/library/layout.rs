@@ -73,7 +73,7 @@ const LAYERS: &[(&str, &[&str])] = &[
     ("sys", &[]),
     ("observe", &["sys"]),
     ("export", &["observe", "sys"]),
-    ("advise", &["observe", "sys", "experiment"]),
+    ("advise", &["observe", "sys"]),
     ("tui", &["observe"]),
     ("experiment", &["observe", "sys", "tui"]),
     ("demo", &["observe", "sys", "tui"]),
