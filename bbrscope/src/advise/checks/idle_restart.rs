@@ -1,5 +1,6 @@
 //! Window restart after idle: keep-alive flows whose window the kernel restarted after a silence
 //! (tcp_slow_start_after_idle).
+
 use std::collections::BTreeMap;
 
 use super::{median, median_or_nan};

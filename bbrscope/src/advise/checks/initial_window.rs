@@ -1,5 +1,6 @@
 //! Initial window vs response sizes: responses a larger initial window would deliver in fewer
 //! round trips, per band of minimum RTT, and the routes to set it on.
+
 use std::{collections::BTreeMap, net::IpAddr};
 
 use ipnet::IpNet;
@@ -45,59 +46,28 @@ pub fn rounds(segs: u64, iw: u32) -> u32 {
     k
 }
 
+/// A response (a whole flow, one response: no silence between sends), priced in round trips from
+/// the initial window its route gives it now and from the larger one.
+struct Response {
+    band: usize,
+    dst: IpAddr,
+    sent: u64,
+    now: u32,
+    with_larger: u32,
+    iw: u32,
+    rtt_ms: f64,
+    /// Took about the time its round trips explain: slow start, not the application or the
+    /// peer, set its pace.
+    window_bound: bool,
+    /// The peer's first window held the first flight below the larger window.
+    peer_capped: bool,
+}
+
 /// Responses (whole flows, one response each: no silence between sends) that need more round
 /// trips than a larger initial window would take, per RTT band.
 pub(super) fn initial_window(flows: &[&FlowFacts], s: &Settings) -> Vec<Finding> {
-    struct Response {
-        band: usize,
-        dst: IpAddr,
-        sent: u64,
-        now: u32,
-        with_larger: u32,
-        iw: u32,
-        rtt_ms: f64,
-        /// Took about the time its round trips explain: slow start, not the application or the
-        /// peer, set its pace.
-        window_bound: bool,
-        /// The peer's first window held the first flight below the larger window.
-        peer_capped: bool,
-    }
-    let responses: Vec<Response> = flows
-        .iter()
-        .filter(|f| f.whole && f.idle_gaps == 0 && f.sent > 0)
-        .filter_map(|f| {
-            let (mss, rtt) = (u64::from(f.mss.filter(|&m| m > 0)?), f.min_rtt_us?);
-            let segs = f.sent.div_ceil(mss);
-            let iw = s.knobs.initcwnd_for(f.dst);
-            // A first flight larger than the peer's window waits for it: the larger window is
-            // worth only what the peer lets out (a 16 KB receive buffer, an older client).
-            let peer_segs = f.peer_wnd_first.map_or(u64::MAX, |w| u64::from(w) / mss);
-            let larger = u64::from(iw.max(CANDIDATE_IW)).min(peer_segs).max(u64::from(iw)) as u32;
-            let now = rounds(segs, iw);
-            // Busy for longer than its round trips explain: a response the application wrote
-            // as it went, or that the peer's window or a loss held back — a larger window
-            // saves it nothing that can be counted on (measured: 4 KB pieces 50 ms apart, and
-            // clients with 16 KB receive buffers, took the same time with a window of 32).
-            let window_bound = match (f.busy_us, f.srtt_us) {
-                (Some(busy), Some(srtt)) => {
-                    let srtt = f64::from(srtt);
-                    busy as f64 <= f64::from(now + 1) * srtt + (SLACK_RTTS * srtt).max(SLACK_MIN_US)
-                }
-                _ => true,
-            };
-            Some(Response {
-                band: band_of(Some(rtt), &RTT_BANDS_MS),
-                dst: f.dst,
-                sent: f.sent,
-                now,
-                with_larger: rounds(segs, larger),
-                iw,
-                rtt_ms: f64::from(rtt) / 1e3,
-                window_bound,
-                peer_capped: larger < iw.max(CANDIDATE_IW),
-            })
-        })
-        .collect();
+    let responses: Vec<Response> =
+        flows.iter().filter(|f| f.whole && f.idle_gaps == 0 && f.sent > 0).filter_map(|f| response(f, s)).collect();
     let mut groups: Vec<(String, Vec<&Response>)> = vec![("all flows".into(), responses.iter().collect())];
     for band in 1..=RTT_BANDS_MS.len() + 1 {
         let members: Vec<&Response> = responses.iter().filter(|r| r.band == band).collect();
@@ -110,136 +80,205 @@ pub(super) fn initial_window(flows: &[&FlowFacts], s: &Settings) -> Vec<Finding>
         .into_iter()
         // With one band, its finding is the whole's.
         .filter(|(label, _)| many_bands || label != "all flows" || responses.is_empty())
-        .map(|(group, members)| {
-            let base = Finding {
-                check: Check::InitialWindow,
-                status: Status::TooFew,
-                netns: s.netns.clone(),
-                netns_ino: s.netns_ino,
-                group,
-                flows: members.len(),
-                affected: 0,
-                numbers: BTreeMap::new(),
-                evidence: String::new(),
-                change: None,
-                withheld: None,
-            };
-            if members.len() < MIN_RESPONSES {
-                return Finding {
-                    evidence: format!(
-                        "{} whole responses seen (at least {MIN_RESPONSES} needed to size them)",
-                        members.len()
-                    ),
-                    ..base
-                };
-            }
-            let affected: Vec<&&Response> =
-                members.iter().filter(|r| r.window_bound && r.with_larger < r.now).collect();
-            let share = affected.len() as f64 / members.len() as f64;
-            let not_bound = members.iter().filter(|r| !r.window_bound).count();
-            let capped = members.iter().filter(|r| r.peer_capped).count();
-            let extra: Vec<f64> = members.iter().map(|r| f64::from(r.now - 1)).collect();
-            let mut saved_ms: Vec<f64> = affected.iter().map(|r| f64::from(r.now - r.with_larger) * r.rtt_ms).collect();
-            let mut sizes: Vec<f64> = members.iter().map(|r| r.sent as f64).collect();
-            let mut rtts: Vec<f64> = members.iter().map(|r| r.rtt_ms).collect();
-            let iw = members.iter().map(|r| r.iw).min().unwrap_or(KERNEL_IW);
-            let size_median = median(&mut sizes);
-            let size_p90 = crate::quantile::type7(sorted(&mut sizes), 0.9);
-            let rtt_median = median(&mut rtts);
-            let extra_mean = extra.iter().sum::<f64>() / extra.len() as f64;
-            let saved_median = if saved_ms.is_empty() { 0.0 } else { median(&mut saved_ms) };
-            let mut numbers = BTreeMap::from([
-                ("responses", members.len() as f64),
-                ("initcwnd", f64::from(iw)),
-                ("response_bytes_median", size_median),
-                ("response_bytes_p90", size_p90),
-                ("min_rtt_ms_median", rtt_median),
-                ("extra_round_trips_mean", extra_mean),
-                ("share_helped", share),
-                ("candidate_initcwnd", f64::from(CANDIDATE_IW)),
-                ("saved_ms_median", saved_median),
-                ("responses_not_window_bound", not_bound as f64),
-                ("responses_peer_window_capped", capped as f64),
-            ]);
-            numbers.retain(|_, v| v.is_finite());
-            let mut unexplained = Vec::new();
-            if not_bound > 0 {
-                unexplained.push(format!(
-                    "{not_bound} took longer than their round trips explain (the application's pace, the peer's \
-                     window or a loss set it)"
-                ));
-            }
-            if capped > 0 {
-                unexplained.push(format!(
-                    "{capped} are priced at their peer's first receive window, below {CANDIDATE_IW} segments"
-                ));
-            }
-            let unexplained =
-                if unexplained.is_empty() { String::new() } else { format!("; not counted: {}", unexplained.join(", ")) };
-            let evidence = format!(
-                "{} of {} responses ({:.0}%) would take fewer round trips from an initial window of \
-                 {CANDIDATE_IW} (now {iw}; responses median {}, p90 {}; {:.2} round trips beyond the first on average); \
-                 at their minimum RTT (median {rtt_median:.1} ms) a window of {CANDIDATE_IW} would save a median \
-                 {saved_median:.0} ms on each of them{unexplained}",
-                affected.len(),
-                members.len(),
-                share * 100.0,
-                crate::units::fmt_bytes(size_median),
-                crate::units::fmt_bytes(size_p90),
-                extra_mean,
-            );
-            let found = share >= MIN_SHARE && saved_median >= MIN_SAVING_MS;
-            let change = found.then(|| {
-                let top = |key: &dyn Fn(IpAddr) -> Option<IpNet>| {
-                    let mut nets: BTreeMap<IpNet, usize> = BTreeMap::new();
-                    for r in &affected {
-                        if let Some(n) = key(r.dst) {
-                            *nets.entry(n).or_default() += 1;
-                        }
-                    }
-                    let mut nets: Vec<_> = nets.into_iter().collect();
-                    nets.sort_by_key(|(n, c)| (std::cmp::Reverse(*c), *n));
-                    nets.truncate(3);
-                    nets
-                };
-                let clients = top(&|ip| {
-                    let len = if ip.is_ipv4() { 24 } else { 48 };
-                    Some(IpNet::new(ip, len).expect("valid length").trunc())
-                });
-                let clients: Vec<String> = clients.iter().map(|(n, c)| format!("{n} ({c})")).collect();
-                let routes: Vec<String> = top(&|ip| s.knobs.route_for(ip))
-                    .iter()
-                    .map(|(n, c)| {
-                        let default = if n.prefix_len() == 0 {
-                            ", the default route: every destination without a route of its own"
-                        } else {
-                            ""
-                        };
-                        format!(
-                            "`bbrscope apply --route {n} --initcwnd {CANDIDATE_IW}{}` ({c} of them{default})",
-                            s.scope
-                        )
-                    })
-                    .collect();
-                let routes = if routes.is_empty() { "no route found for them".to_string() } else { routes.join("; ") };
-                format!(
-                    "an initial window of {CANDIDATE_IW} on the routes these clients are reached by: {routes}; most \
-                     affected clients: {}. The saving assumes no loss in the first round trips and a client receive \
-                     window of at least {CANDIDATE_IW} segments: measure it with an experiment before applying it \
-                     widely",
-                    clients.join(", ")
-                )
-            });
-            Finding {
-                status: if found { Status::Found } else { Status::None },
-                affected: affected.len(),
-                numbers,
-                evidence,
-                change,
-                ..base
-            }
-        })
+        .map(|(group, members)| group_finding(group, &members, s))
         .collect()
+}
+
+/// Flow `f` as a response of namespace `s`; `None` without an MSS or a minimum RTT to price it by.
+fn response(f: &FlowFacts, s: &Settings) -> Option<Response> {
+    let (mss, rtt) = (u64::from(f.mss.filter(|&m| m > 0)?), f.min_rtt_us?);
+    let segs = f.sent.div_ceil(mss);
+    let iw = s.knobs.initcwnd_for(f.dst);
+    // A first flight larger than the peer's window waits for it: the larger window is
+    // worth only what the peer lets out (a 16 KB receive buffer, an older client).
+    let peer_segs = f.peer_wnd_first.map_or(u64::MAX, |w| u64::from(w) / mss);
+    let larger = u64::from(iw.max(CANDIDATE_IW)).min(peer_segs).max(u64::from(iw)) as u32;
+    let now = rounds(segs, iw);
+    // Busy for longer than its round trips explain: a response the application wrote
+    // as it went, or that the peer's window or a loss held back — a larger window
+    // saves it nothing that can be counted on (measured: 4 KB pieces 50 ms apart, and
+    // clients with 16 KB receive buffers, took the same time with a window of 32).
+    let window_bound = match (f.busy_us, f.srtt_us) {
+        (Some(busy), Some(srtt)) => {
+            let srtt = f64::from(srtt);
+            busy as f64 <= f64::from(now + 1) * srtt + (SLACK_RTTS * srtt).max(SLACK_MIN_US)
+        }
+        _ => true,
+    };
+    Some(Response {
+        band: band_of(Some(rtt), &RTT_BANDS_MS),
+        dst: f.dst,
+        sent: f.sent,
+        now,
+        with_larger: rounds(segs, larger),
+        iw,
+        rtt_ms: f64::from(rtt) / 1e3,
+        window_bound,
+        peer_capped: larger < iw.max(CANDIDATE_IW),
+    })
+}
+
+/// The finding over one group of responses (all flows, or an RTT band).
+fn group_finding(group: String, members: &[&Response], s: &Settings) -> Finding {
+    let base = Finding {
+        check: Check::InitialWindow,
+        status: Status::TooFew,
+        netns: s.netns.clone(),
+        netns_ino: s.netns_ino,
+        group,
+        flows: members.len(),
+        affected: 0,
+        numbers: BTreeMap::new(),
+        evidence: String::new(),
+        change: None,
+        withheld: None,
+    };
+    if members.len() < MIN_RESPONSES {
+        return Finding {
+            evidence: format!("{} whole responses seen (at least {MIN_RESPONSES} needed to size them)", members.len()),
+            ..base
+        };
+    }
+    let affected: Vec<&Response> =
+        members.iter().copied().filter(|r| r.window_bound && r.with_larger < r.now).collect();
+    let m = Measured::of(members, &affected);
+    let found = m.share >= MIN_SHARE && m.saved_median >= MIN_SAVING_MS;
+    Finding {
+        status: if found { Status::Found } else { Status::None },
+        affected: affected.len(),
+        numbers: m.numbers(),
+        evidence: m.evidence(),
+        change: found.then(|| change(&affected, s)),
+        ..base
+    }
+}
+
+/// What a group's responses measured: the numbers its finding gives, and says.
+struct Measured {
+    responses: usize,
+    /// Responses the larger window would speed up.
+    affected: usize,
+    share: f64,
+    not_bound: usize,
+    capped: usize,
+    iw: u32,
+    size_median: f64,
+    size_p90: f64,
+    rtt_median: f64,
+    extra_mean: f64,
+    saved_median: f64,
+}
+
+impl Measured {
+    fn of(members: &[&Response], affected: &[&Response]) -> Measured {
+        let extra: Vec<f64> = members.iter().map(|r| f64::from(r.now - 1)).collect();
+        let mut saved_ms: Vec<f64> = affected.iter().map(|r| f64::from(r.now - r.with_larger) * r.rtt_ms).collect();
+        let mut sizes: Vec<f64> = members.iter().map(|r| r.sent as f64).collect();
+        let mut rtts: Vec<f64> = members.iter().map(|r| r.rtt_ms).collect();
+        let size_median = median(&mut sizes);
+        Measured {
+            responses: members.len(),
+            affected: affected.len(),
+            share: affected.len() as f64 / members.len() as f64,
+            not_bound: members.iter().filter(|r| !r.window_bound).count(),
+            capped: members.iter().filter(|r| r.peer_capped).count(),
+            iw: members.iter().map(|r| r.iw).min().unwrap_or(KERNEL_IW),
+            size_median,
+            size_p90: crate::quantile::type7(sorted(&mut sizes), 0.9),
+            rtt_median: median(&mut rtts),
+            extra_mean: extra.iter().sum::<f64>() / extra.len() as f64,
+            saved_median: if saved_ms.is_empty() { 0.0 } else { median(&mut saved_ms) },
+        }
+    }
+
+    fn numbers(&self) -> BTreeMap<&'static str, f64> {
+        let mut numbers = BTreeMap::from([
+            ("responses", self.responses as f64),
+            ("initcwnd", f64::from(self.iw)),
+            ("response_bytes_median", self.size_median),
+            ("response_bytes_p90", self.size_p90),
+            ("min_rtt_ms_median", self.rtt_median),
+            ("extra_round_trips_mean", self.extra_mean),
+            ("share_helped", self.share),
+            ("candidate_initcwnd", f64::from(CANDIDATE_IW)),
+            ("saved_ms_median", self.saved_median),
+            ("responses_not_window_bound", self.not_bound as f64),
+            ("responses_peer_window_capped", self.capped as f64),
+        ]);
+        numbers.retain(|_, v| v.is_finite());
+        numbers
+    }
+
+    fn evidence(&self) -> String {
+        let Measured { not_bound, capped, iw, rtt_median, saved_median, .. } = *self;
+        let mut unexplained = Vec::new();
+        if not_bound > 0 {
+            unexplained.push(format!(
+                "{not_bound} took longer than their round trips explain (the application's pace, the peer's \
+                 window or a loss set it)"
+            ));
+        }
+        if capped > 0 {
+            unexplained.push(format!(
+                "{capped} are priced at their peer's first receive window, below {CANDIDATE_IW} segments"
+            ));
+        }
+        let unexplained =
+            if unexplained.is_empty() { String::new() } else { format!("; not counted: {}", unexplained.join(", ")) };
+        format!(
+            "{} of {} responses ({:.0}%) would take fewer round trips from an initial window of \
+             {CANDIDATE_IW} (now {iw}; responses median {}, p90 {}; {:.2} round trips beyond the first on average); \
+             at their minimum RTT (median {rtt_median:.1} ms) a window of {CANDIDATE_IW} would save a median \
+             {saved_median:.0} ms on each of them{unexplained}",
+            self.affected,
+            self.responses,
+            self.share * 100.0,
+            crate::units::fmt_bytes(self.size_median),
+            crate::units::fmt_bytes(self.size_p90),
+            self.extra_mean,
+        )
+    }
+}
+
+/// The change for the responses a larger window would speed up: that window on the routes they
+/// are reached by, with the client networks most affected.
+fn change(affected: &[&Response], s: &Settings) -> String {
+    let top = |key: &dyn Fn(IpAddr) -> Option<IpNet>| {
+        let mut nets: BTreeMap<IpNet, usize> = BTreeMap::new();
+        for r in affected {
+            if let Some(n) = key(r.dst) {
+                *nets.entry(n).or_default() += 1;
+            }
+        }
+        let mut nets: Vec<_> = nets.into_iter().collect();
+        nets.sort_by_key(|(n, c)| (std::cmp::Reverse(*c), *n));
+        nets.truncate(3);
+        nets
+    };
+    let clients = top(&|ip| {
+        let len = if ip.is_ipv4() { 24 } else { 48 };
+        Some(IpNet::new(ip, len).expect("valid length").trunc())
+    });
+    let clients: Vec<String> = clients.iter().map(|(n, c)| format!("{n} ({c})")).collect();
+    let routes: Vec<String> = top(&|ip| s.knobs.route_for(ip))
+        .iter()
+        .map(|(n, c)| {
+            let default = if n.prefix_len() == 0 {
+                ", the default route: every destination without a route of its own"
+            } else {
+                ""
+            };
+            format!("`bbrscope apply --route {n} --initcwnd {CANDIDATE_IW}{}` ({c} of them{default})", s.scope)
+        })
+        .collect();
+    let routes = if routes.is_empty() { "no route found for them".to_string() } else { routes.join("; ") };
+    format!(
+        "an initial window of {CANDIDATE_IW} on the routes these clients are reached by: {routes}; most \
+         affected clients: {}. The saving assumes no loss in the first round trips and a client receive \
+         window of at least {CANDIDATE_IW} segments: measure it with an experiment before applying it \
+         widely",
+        clients.join(", ")
+    )
 }
 
 #[cfg(test)]

@@ -1,4 +1,5 @@
 //! Pacing of BBR flows: what paces them, fq or TCP itself, counted per device (never a change).
+
 use std::collections::BTreeMap;
 
 use crate::advise::{

@@ -1,5 +1,6 @@
 //! Receive buffer vs the path: flows this host received whose window stopped, full, at tcp_rmem's
 //! maximum, or at a buffer their application set itself (SO_RCVBUF).
+
 use std::collections::BTreeMap;
 
 use super::{median, median_or_nan, most};
@@ -18,38 +19,63 @@ const WINDOW_FULL: f64 = 0.8;
 /// The kernel's tcp_rmem maximum (since 4.20: 6 MB), the least a raise suggests.
 const KERNEL_RMEM_MAX: u64 = 6 << 20;
 
+/// The share of the largest window a flow may advertise that its application read in its
+/// busiest round trip.
+fn fill(f: &FlowFacts) -> f64 {
+    f64::from(f.rcv_space.unwrap_or(0)) / f64::from(f.window_clamp.unwrap_or(1).max(1))
+}
+
+/// The flows that received for more than a round trip or two, by whether their window filled and
+/// what stopped it.
+struct Receiving<'a> {
+    flows: Vec<&'a FlowFacts>,
+    /// Filled a window at tcp_rmem's maximum, in a buffer the kernel sized: the setting's doing.
+    limited: Vec<&'a FlowFacts>,
+    /// Filled the window of a buffer their application set (SO_RCVBUF).
+    app_set: Vec<&'a FlowFacts>,
+    /// Filled a window the kernel had sized below tcp_rmem's maximum.
+    below: usize,
+}
+
+impl<'a> Receiving<'a> {
+    fn of(flows: &[&'a FlowFacts], rmem: Option<[u64; 3]>) -> Receiving<'a> {
+        // A flow that received no more than twice what it read in its busiest round trip took a
+        // round trip or two: its window never held it back. (Not twice its window: autotuning grows
+        // an unhindered flow's window to twice what it reads, so a transfer of a few such windows
+        // would be left out as too short.)
+        let receiving: Vec<&FlowFacts> = flows
+            .iter()
+            .copied()
+            .filter(|f| {
+                f.rcvbuf.is_some()
+                    && f.window_clamp.is_some_and(|w| w > 0)
+                    && f.rcv_space.is_some_and(|r| r > 0 && f.received > 2 * u64::from(r))
+            })
+            .collect();
+        // The kernel grows a flow's buffer (and with it the window) from what the application reads
+        // and stops at tcp_rmem's maximum: only a buffer there is the setting's doing. Below it the
+        // buffer was still growing, or the application set SO_RCVBUF itself.
+        let at_ceiling = |f: &FlowFacts| match (f.rcvbuf, rmem) {
+            (Some(b), Some(r)) => u64::from(b) >= r[2],
+            _ => true,
+        };
+        let full: Vec<&FlowFacts> = receiving.iter().copied().filter(|f| fill(f) >= WINDOW_FULL).collect();
+        // A buffer the application set (SO_RCVBUF) stays as set: neither tcp_rmem nor autotuning
+        // moves it, so the change is the application's.
+        let limited: Vec<&FlowFacts> = full.iter().copied().filter(|f| !f.rcvbuf_locked && at_ceiling(f)).collect();
+        let app_set: Vec<&FlowFacts> = full.iter().copied().filter(|f| f.rcvbuf_locked).collect();
+        let below = full.len() - limited.len() - app_set.len();
+        Receiving { flows: receiving, limited, app_set, below }
+    }
+}
+
 /// Flows this host received whose window stopped at what `tcp_rmem`'s maximum allows, and was
 /// full: the sender could send no faster than that window per round trip.
 pub(super) fn receive_buffer(flows: &[&FlowFacts], s: &Settings) -> Finding {
-    // A flow that received no more than twice what it read in its busiest round trip took a
-    // round trip or two: its window never held it back. (Not twice its window: autotuning grows
-    // an unhindered flow's window to twice what it reads, so a transfer of a few such windows
-    // would be left out as too short.)
-    let receiving: Vec<&&FlowFacts> = flows
-        .iter()
-        .filter(|f| {
-            f.rcvbuf.is_some()
-                && f.window_clamp.is_some_and(|w| w > 0)
-                && f.rcv_space.is_some_and(|r| r > 0 && f.received > 2 * u64::from(r))
-        })
-        .collect();
     let rmem = s.knobs.tcp_rmem;
-    let fill = |f: &FlowFacts| f64::from(f.rcv_space.unwrap_or(0)) / f64::from(f.window_clamp.unwrap_or(1).max(1));
-    // The kernel grows a flow's buffer (and with it the window) from what the application reads
-    // and stops at tcp_rmem's maximum: only a buffer there is the setting's doing. Below it the
-    // buffer was still growing, or the application set SO_RCVBUF itself.
-    let at_ceiling = |f: &FlowFacts| match (f.rcvbuf, rmem) {
-        (Some(b), Some(r)) => u64::from(b) >= r[2],
-        _ => true,
-    };
-    let full: Vec<&&&FlowFacts> = receiving.iter().filter(|f| fill(f) >= WINDOW_FULL).collect();
-    // A buffer the application set (SO_RCVBUF) stays as set: neither tcp_rmem nor autotuning
-    // moves it, so the change is the application's.
-    let limited: Vec<&&&FlowFacts> = full.iter().copied().filter(|f| !f.rcvbuf_locked && at_ceiling(f)).collect();
-    let app_set: Vec<&&&FlowFacts> = full.iter().copied().filter(|f| f.rcvbuf_locked).collect();
-    let below = full.len() - limited.len() - app_set.len();
-    let base = Finding::too_few(Check::ReceiveBuffer, s, receiving.len(), limited.len());
-    if receiving.is_empty() {
+    let receiving = Receiving::of(flows, rmem);
+    let base = Finding::too_few(Check::ReceiveBuffer, s, receiving.flows.len(), receiving.limited.len());
+    if receiving.flows.is_empty() {
         return Finding {
             evidence: "no flow received more than twice what it read in its busiest round trip (nothing to say \
                        about receive buffers)"
@@ -57,6 +83,7 @@ pub(super) fn receive_buffer(flows: &[&FlowFacts], s: &Settings) -> Finding {
             ..base
         };
     }
+    let below = receiving.below;
     let below_note = if below > 0 {
         format!(
             "; {below} filled a window the kernel had sized below tcp_rmem's maximum (a buffer still growing: not \
@@ -65,64 +92,91 @@ pub(super) fn receive_buffer(flows: &[&FlowFacts], s: &Settings) -> Finding {
     } else {
         String::new()
     };
-    let mut fills: Vec<f64> = receiving.iter().map(|f| fill(f)).collect();
-    let fill_median = median(&mut fills);
-    // What the flows whose application set SO_RCVBUF did, as a note or as the finding.
-    let app_did = {
-        let buf = app_set.iter().filter_map(|f| f.rcvbuf).max().unwrap_or(0);
-        let mut fills: Vec<f64> = app_set.iter().map(|f| fill(f)).collect();
-        format!(
-            "filled the window of a receive buffer their application set itself with SO_RCVBUF ({}, twice what was \
-             asked; a median {:.0}% of the largest window read per round trip, the line is {:.0}%): raising tcp_rmem \
-             does not change them, the application's setting does",
-            crate::units::fmt_bytes(f64::from(buf)),
-            median_or_nan(&mut fills) * 100.0,
+    let app_set = &receiving.app_set;
+    if receiving.limited.is_empty() && !app_set.is_empty() {
+        return app_set_rcvbuf(&receiving, &below_note, base);
+    }
+    if receiving.limited.is_empty() {
+        return clear(&receiving, &below_note, base);
+    }
+    let app_note = if app_set.is_empty() { String::new() } else { format!("; {} {}", app_set.len(), app_did(app_set)) };
+    at_maximum(&receiving, s, &format!("{app_note}{below_note}"), base)
+}
+
+/// The median share of their largest window the flows' applications read per round trip.
+fn fill_median(flows: &[&FlowFacts]) -> f64 {
+    let mut fills: Vec<f64> = flows.iter().map(|f| fill(f)).collect();
+    median(&mut fills)
+}
+
+/// What the flows whose application set SO_RCVBUF did, as a note or as the finding.
+fn app_did(app_set: &[&FlowFacts]) -> String {
+    let buf = app_set.iter().filter_map(|f| f.rcvbuf).max().unwrap_or(0);
+    let mut fills: Vec<f64> = app_set.iter().map(|f| fill(f)).collect();
+    format!(
+        "filled the window of a receive buffer their application set itself with SO_RCVBUF ({}, twice what was \
+         asked; a median {:.0}% of the largest window read per round trip, the line is {:.0}%): raising tcp_rmem \
+         does not change them, the application's setting does",
+        crate::units::fmt_bytes(f64::from(buf)),
+        median_or_nan(&mut fills) * 100.0,
+        WINDOW_FULL * 100.0
+    )
+}
+
+/// The finding when the windows that filled are of buffers the application set: the change is in
+/// the application, not a command.
+fn app_set_rcvbuf(receiving: &Receiving, below_note: &str, base: Finding) -> Finding {
+    let app_set = &receiving.app_set;
+    Finding {
+        status: Status::Found,
+        affected: app_set.len(),
+        numbers: BTreeMap::from([
+            ("flows_receiving", receiving.flows.len() as f64),
+            ("app_set_flows", app_set.len() as f64),
+            ("window_fill_median", fill_median(&receiving.flows)),
+        ]),
+        evidence: format!(
+            "{} of {} flows that received for more than a round trip or two {}{below_note}",
+            app_set.len(),
+            receiving.flows.len(),
+            app_did(app_set)
+        ),
+        change: Some(
+            "in the application, not a sysctl: set SO_RCVBUF to at least the path's rate × RTT, or not at all \
+             (the kernel then grows the buffer as the reader needs, up to tcp_rmem's maximum); raising tcp_rmem \
+             will not change these sockets"
+                .into(),
+        ),
+        ..base
+    }
+}
+
+/// The finding when no window filled at tcp_rmem's maximum, with how much of it was read.
+fn clear(receiving: &Receiving, below_note: &str, base: Finding) -> Finding {
+    let fill_median = fill_median(&receiving.flows);
+    Finding {
+        status: Status::None,
+        numbers: BTreeMap::from([
+            ("flows_receiving", receiving.flows.len() as f64),
+            ("full_below_maximum_flows", receiving.below as f64),
+            ("window_fill_median", fill_median),
+        ]),
+        evidence: format!(
+            "none of {} flows that received for more than a round trip or two filled a window at tcp_rmem's \
+             maximum (the application read a median {:.0}% of the largest window per round trip, the line is \
+             {:.0}%){below_note}",
+            receiving.flows.len(),
+            fill_median * 100.0,
             WINDOW_FULL * 100.0
-        )
-    };
-    let app_note = if app_set.is_empty() { String::new() } else { format!("; {} {app_did}", app_set.len()) };
-    if limited.is_empty() && !app_set.is_empty() {
-        return Finding {
-            status: Status::Found,
-            affected: app_set.len(),
-            numbers: BTreeMap::from([
-                ("flows_receiving", receiving.len() as f64),
-                ("app_set_flows", app_set.len() as f64),
-                ("window_fill_median", fill_median),
-            ]),
-            evidence: format!(
-                "{} of {} flows that received for more than a round trip or two {app_did}{below_note}",
-                app_set.len(),
-                receiving.len()
-            ),
-            change: Some(
-                "in the application, not a sysctl: set SO_RCVBUF to at least the path's rate × RTT, or not at all \
-                 (the kernel then grows the buffer as the reader needs, up to tcp_rmem's maximum); raising tcp_rmem \
-                 will not change these sockets"
-                    .into(),
-            ),
-            ..base
-        };
+        ),
+        ..base
     }
-    if limited.is_empty() {
-        return Finding {
-            status: Status::None,
-            numbers: BTreeMap::from([
-                ("flows_receiving", receiving.len() as f64),
-                ("full_below_maximum_flows", below as f64),
-                ("window_fill_median", fill_median),
-            ]),
-            evidence: format!(
-                "none of {} flows that received for more than a round trip or two filled a window at tcp_rmem's \
-                 maximum (the application read a median {:.0}% of the largest window per round trip, the line is \
-                 {:.0}%){below_note}",
-                receiving.len(),
-                fill_median * 100.0,
-                WINDOW_FULL * 100.0
-            ),
-            ..base
-        };
-    }
+}
+
+/// The finding when flows filled windows at tcp_rmem's maximum: the window they stopped at, the
+/// rate it allows at their round trip, and the command that raises the maximum.
+fn at_maximum(receiving: &Receiving, s: &Settings, notes: &str, base: Finding) -> Finding {
+    let (limited, rmem) = (&receiving.limited, s.knobs.tcp_rmem);
     let mut clamps: Vec<f64> = limited.iter().filter_map(|f| Some(f64::from(f.window_clamp?))).collect();
     let mut rtts: Vec<f64> = limited.iter().filter_map(|f| Some(f64::from(f.rcv_rtt_us?) / 1e3)).collect();
     // A window per round trip: what the flow read in its busiest round trip, but never more than
@@ -136,16 +190,15 @@ pub(super) fn receive_buffer(flows: &[&FlowFacts], s: &Settings) -> Finding {
     let clamp_median = median(&mut clamps);
     let rtt_median = median_or_nan(&mut rtts);
     let rate_median = median_or_nan(&mut rates);
-    let mut lfills: Vec<f64> = limited.iter().map(|f| fill(f)).collect();
-    let lfill_median = median(&mut lfills);
+    let lfill_median = fill_median(limited);
     let worst = most(
-        limited.iter().map(|f| ***f),
+        limited.iter().copied(),
         |f| f.received as f64,
         |f| format!("{} received", crate::units::fmt_bytes(f.received as f64)),
     );
     let mut numbers = BTreeMap::from([
-        ("flows_receiving", receiving.len() as f64),
-        ("full_below_maximum_flows", below as f64),
+        ("flows_receiving", receiving.flows.len() as f64),
+        ("full_below_maximum_flows", receiving.below as f64),
         ("window_fill_median", lfill_median),
         ("window_clamp_bytes_median", clamp_median),
         ("rcv_rtt_ms_median", rtt_median),
@@ -169,9 +222,9 @@ pub(super) fn receive_buffer(flows: &[&FlowFacts], s: &Settings) -> Finding {
         evidence: format!(
             "{} of {} flows this host received filled the largest window their receive buffer allowed in a round \
              trip (median {:.0}%; {}), with the buffer at tcp_rmem's maximum, {}: their window stopped at a median \
-             {}{rate}; the sender could send no faster{app_note}{below_note}",
+             {}{rate}; the sender could send no faster{notes}",
             limited.len(),
-            receiving.len(),
+            receiving.flows.len(),
             lfill_median * 100.0,
             worst.join(", "),
             rmem.map_or_else(|| "unknown".into(), |r| crate::units::fmt_bytes(r[2] as f64)),

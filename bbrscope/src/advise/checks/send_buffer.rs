@@ -1,5 +1,6 @@
 //! Send buffer vs the path: flows that waited for space in a send buffer at tcp_wmem's maximum,
 //! or in one their application set itself (SO_SNDBUF), and the peers' receive windows beside them.
+
 use std::collections::BTreeMap;
 
 use super::{median, median_or_nan, most, sorted};
@@ -13,107 +14,168 @@ const LIMITED_SHARE: f64 = 0.2;
 /// Busy time below which a flow says nothing about buffers (µs).
 const MIN_BUSY_US: u64 = 10_000;
 
+/// The share of a flow's busy time that `part` (µs) is.
+fn share(f: &FlowFacts, part: Option<u64>) -> f64 {
+    part.unwrap_or(0) as f64 / f.busy_us.unwrap_or(1).max(1) as f64
+}
+
+/// The share of its busy time a flow waited for space in its send buffer: the larger of the
+/// kernel's sndbuf-limited share and the share of samples bound by the buffer.
+fn sndbuf_share(f: &FlowFacts) -> f64 {
+    share(f, f.sndbuf_limited_us).max(f.buffer_bound_share.unwrap_or(0.0))
+}
+
+/// The flows with data in flight long enough to say something about buffers, by what held them
+/// back.
+struct Busy<'a> {
+    flows: Vec<&'a FlowFacts>,
+    /// Waited for space in a buffer the kernel sized, at tcp_wmem's maximum: the setting's doing.
+    limited: Vec<&'a FlowFacts>,
+    /// Waited for space in a buffer their application set (SO_SNDBUF).
+    app_set: Vec<&'a FlowFacts>,
+    /// Waited for space in a buffer the kernel had sized below tcp_wmem's maximum.
+    below: usize,
+    /// Held back by their peer's receive window instead, and their median share of the time.
+    rwnd: usize,
+    rwnd_median: f64,
+}
+
+impl<'a> Busy<'a> {
+    fn of(flows: &[&'a FlowFacts], wmem_max: Option<u64>) -> Busy<'a> {
+        let busy: Vec<&FlowFacts> =
+            flows.iter().copied().filter(|f| f.busy_us.is_some_and(|b| b >= MIN_BUSY_US)).collect();
+        // The kernel sizes a flow's buffer to about two congestion windows and stops at tcp_wmem's
+        // maximum: only a buffer that reached the maximum is the setting's doing. Below it, a full
+        // buffer is a response that fits it, or a window the buffer follows (measured: a keep-alive
+        // connection's 40 KB responses filled a 90 KB buffer in every sample, with the maximum at
+        // 4 MB, and raising it would change nothing).
+        let at_ceiling = |f: &FlowFacts| match (f.sndbuf_max, wmem_max) {
+            (Some(b), Some(max)) => u64::from(b) >= max,
+            _ => true,
+        };
+        // A buffer the application sized (SO_SNDBUF) is neither: the kernel keeps it as set,
+        // whatever tcp_wmem says, so the change is in the application (measured: a server's
+        // 32 KB SO_SNDBUF made 1 MB responses 40–65% slower and raising tcp_wmem did nothing).
+        let held: Vec<&FlowFacts> = busy.iter().copied().filter(|f| sndbuf_share(f) >= LIMITED_SHARE).collect();
+        let limited: Vec<&FlowFacts> = held.iter().copied().filter(|f| !f.sndbuf_locked && at_ceiling(f)).collect();
+        let app_set: Vec<&FlowFacts> = held.iter().copied().filter(|f| f.sndbuf_locked).collect();
+        let below = held.len() - limited.len() - app_set.len();
+        let mut rwnd_shares: Vec<f64> =
+            busy.iter().map(|f| share(f, f.rwnd_limited_us)).filter(|&s| s >= LIMITED_SHARE).collect();
+        let rwnd = rwnd_shares.len();
+        let rwnd_median = if rwnd_shares.is_empty() { 0.0 } else { median(&mut rwnd_shares) };
+        Busy { flows: busy, limited, app_set, below, rwnd, rwnd_median }
+    }
+
+    /// What the finding adds about the flows that are not the setting's doing: those whose buffer
+    /// the kernel had sized below the maximum, and those the peer's window held back.
+    fn notes(&self) -> String {
+        let below = self.below;
+        let below_note = if below > 0 {
+            format!(
+                "; {below} filled a send buffer the kernel had sized below tcp_wmem's maximum (a response that fits \
+                 it, or a buffer following the congestion window: not the setting's doing)"
+            )
+        } else {
+            String::new()
+        };
+        let rwnd = self.rwnd;
+        let rwnd_note = if rwnd > 0 {
+            format!(
+                "; {rwnd} were held back by their peer's receive window instead (median {:.0}% of the time; the \
+                 client's setting, not this host's)",
+                self.rwnd_median * 100.0
+            )
+        } else {
+            String::new()
+        };
+        format!("{below_note}{rwnd_note}")
+    }
+}
+
+/// The largest delivered rate × minimum RTT among `flows` (bytes), and their median minimum RTT
+/// (ms; NaN where none is known).
+fn path_of(flows: &[&FlowFacts]) -> (f64, f64) {
+    let mut bdps: Vec<f64> =
+        flows.iter().filter_map(|f| Some(f.delivery_max_bps? as f64 / 8.0 * f64::from(f.min_rtt_us?) / 1e6)).collect();
+    let mut rtts: Vec<f64> = flows.iter().filter_map(|f| Some(f64::from(f.min_rtt_us?) / 1e3)).collect();
+    (sorted(&mut bdps).last().copied().unwrap_or(0.0), median_or_nan(&mut rtts))
+}
+
+/// The busiest flows by their share of time waiting for space, each with that share.
+fn worst(flows: &[&FlowFacts]) -> Vec<String> {
+    most(flows.iter().copied(), sndbuf_share, |f| format!("{:.0}%", sndbuf_share(f) * 100.0))
+}
+
 /// Flows whose sending this host's send buffer held back: the larger of the kernel's
 /// sndbuf-limited share of the busy time and the share of samples bound by the buffer.
 pub(super) fn send_buffer(flows: &[&FlowFacts], s: &Settings) -> Finding {
-    let busy: Vec<&&FlowFacts> = flows.iter().filter(|f| f.busy_us.is_some_and(|b| b >= MIN_BUSY_US)).collect();
-    let share = |f: &FlowFacts, part: Option<u64>| part.unwrap_or(0) as f64 / f.busy_us.unwrap_or(1).max(1) as f64;
-    let sndbuf_share = |f: &FlowFacts| share(f, f.sndbuf_limited_us).max(f.buffer_bound_share.unwrap_or(0.0));
     let wmem_max = s.knobs.tcp_wmem.map(|w| w[2]);
-    // The kernel sizes a flow's buffer to about two congestion windows and stops at tcp_wmem's
-    // maximum: only a buffer that reached the maximum is the setting's doing. Below it, a full
-    // buffer is a response that fits it, or a window the buffer follows (measured: a keep-alive
-    // connection's 40 KB responses filled a 90 KB buffer in every sample, with the maximum at
-    // 4 MB, and raising it would change nothing).
-    let at_ceiling = |f: &FlowFacts| match (f.sndbuf_max, wmem_max) {
-        (Some(b), Some(max)) => u64::from(b) >= max,
-        _ => true,
-    };
-    // A buffer the application sized (SO_SNDBUF) is neither: the kernel keeps it as set,
-    // whatever tcp_wmem says, so the change is in the application (measured: a server's
-    // 32 KB SO_SNDBUF made 1 MB responses 40–65% slower and raising tcp_wmem did nothing).
-    let held: Vec<&&&FlowFacts> = busy.iter().filter(|f| sndbuf_share(f) >= LIMITED_SHARE).collect();
-    let limited: Vec<&&&FlowFacts> = held.iter().copied().filter(|f| !f.sndbuf_locked && at_ceiling(f)).collect();
-    let app_set: Vec<&&&FlowFacts> = held.iter().copied().filter(|f| f.sndbuf_locked).collect();
-    let below = held.len() - limited.len() - app_set.len();
-    // The flow nearest the line on the other side: a reader tells a near miss from a clear case.
-    let highest_clear = busy.iter().map(|f| sndbuf_share(f)).filter(|&s| s < LIMITED_SHARE).fold(0.0, f64::max);
-    let mut rwnd_shares: Vec<f64> =
-        busy.iter().map(|f| share(f, f.rwnd_limited_us)).filter(|&s| s >= LIMITED_SHARE).collect();
-    let rwnd = rwnd_shares.len();
-    let rwnd_median = if rwnd_shares.is_empty() { 0.0 } else { median(&mut rwnd_shares) };
-    let base = Finding::too_few(Check::SendBuffer, s, busy.len(), limited.len());
-    if busy.is_empty() {
+    let busy = Busy::of(flows, wmem_max);
+    let base = Finding::too_few(Check::SendBuffer, s, busy.flows.len(), busy.limited.len());
+    if busy.flows.is_empty() {
         return Finding {
             evidence: "no flow kept data in flight for 10 ms or more (nothing to say about buffers)".into(),
             ..base
         };
     }
-    let below_note = if below > 0 {
-        format!(
-            "; {below} filled a send buffer the kernel had sized below tcp_wmem's maximum (a response that fits it, \
-             or a buffer following the congestion window: not the setting's doing)"
-        )
-    } else {
-        String::new()
-    };
-    let app_note = app_set_sndbuf_note(&app_set, &sndbuf_share);
-    let rwnd_note = if rwnd > 0 {
-        format!(
-            "; {rwnd} were held back by their peer's receive window instead (median {:.0}% of the time; the \
-             client's setting, not this host's)",
-            rwnd_median * 100.0
-        )
-    } else {
-        String::new()
-    };
-    if limited.is_empty() && !app_set.is_empty() {
-        return app_set_sndbuf(&app_set, &sndbuf_share, busy.len(), wmem_max, format!("{below_note}{rwnd_note}"), base);
+    let notes = busy.notes();
+    if busy.limited.is_empty() && !busy.app_set.is_empty() {
+        return app_set_sndbuf(&busy.app_set, busy.flows.len(), wmem_max, notes, base);
     }
-    if limited.is_empty() {
-        return Finding {
-            status: Status::None,
-            numbers: BTreeMap::from([
-                ("flows_busy", busy.len() as f64),
-                ("full_below_maximum_flows", below as f64),
-                ("rwnd_limited_flows", rwnd as f64),
-                ("rwnd_limited_share_median", rwnd_median),
-                ("sndbuf_limited_share_highest_below_line", highest_clear),
-            ]),
-            evidence: format!(
-                "none of {} flows with data in flight spent {:.0}% of that time limited by a send buffer at \
-                 tcp_wmem's maximum (the highest share under that line: {:.0}%){below_note}{rwnd_note}",
-                busy.len(),
-                LIMITED_SHARE * 100.0,
-                highest_clear * 100.0
-            ),
-            ..base
-        };
+    if busy.limited.is_empty() {
+        return clear(&busy, &notes, base);
     }
+    let notes = format!("{}{notes}", app_set_sndbuf_note(&busy.app_set));
+    at_maximum(&busy, s, &notes, base)
+}
+
+/// The finding when no flow waited at tcp_wmem's maximum, with the flow nearest the line.
+fn clear(busy: &Busy, notes: &str, base: Finding) -> Finding {
+    // The flow nearest the line on the other side: a reader tells a near miss from a clear case.
+    let highest_clear = busy.flows.iter().map(|f| sndbuf_share(f)).filter(|&s| s < LIMITED_SHARE).fold(0.0, f64::max);
+    Finding {
+        status: Status::None,
+        numbers: BTreeMap::from([
+            ("flows_busy", busy.flows.len() as f64),
+            ("full_below_maximum_flows", busy.below as f64),
+            ("rwnd_limited_flows", busy.rwnd as f64),
+            ("rwnd_limited_share_median", busy.rwnd_median),
+            ("sndbuf_limited_share_highest_below_line", highest_clear),
+        ]),
+        evidence: format!(
+            "none of {} flows with data in flight spent {:.0}% of that time limited by a send buffer at \
+             tcp_wmem's maximum (the highest share under that line: {:.0}%){notes}",
+            busy.flows.len(),
+            LIMITED_SHARE * 100.0,
+            highest_clear * 100.0
+        ),
+        ..base
+    }
+}
+
+/// The finding when flows waited for space in send buffers at tcp_wmem's maximum: how long, the
+/// rate the maximum allows at their RTT, and the command that raises it.
+fn at_maximum(busy: &Busy, s: &Settings, notes: &str, base: Finding) -> Finding {
+    let limited = &busy.limited;
+    let wmem_max = s.knobs.tcp_wmem.map(|w| w[2]);
     let mut shares: Vec<f64> = limited.iter().map(|f| sndbuf_share(f)).collect();
     let mut kernel: Vec<f64> = limited.iter().map(|f| share(f, f.sndbuf_limited_us)).collect();
     let kernel_median = median(&mut kernel);
-    let mut bdps: Vec<f64> = limited
-        .iter()
-        .filter_map(|f| Some(f.delivery_max_bps? as f64 / 8.0 * f64::from(f.min_rtt_us?) / 1e6))
-        .collect();
-    let mut rtts: Vec<f64> = limited.iter().filter_map(|f| Some(f64::from(f.min_rtt_us?) / 1e3)).collect();
     let share_median = median(&mut shares);
     let share_lowest = shares.first().copied().unwrap_or(0.0);
-    let bdp_max = sorted(&mut bdps).last().copied().unwrap_or(0.0);
-    let rtt_median = median_or_nan(&mut rtts);
-    let worst = most(limited.iter().map(|f| ***f), sndbuf_share, |f| format!("{:.0}%", sndbuf_share(f) * 100.0));
+    let (bdp_max, rtt_median) = path_of(limited);
     let mut numbers = BTreeMap::from([
-        ("flows_busy", busy.len() as f64),
-        ("full_below_maximum_flows", below as f64),
+        ("flows_busy", busy.flows.len() as f64),
+        ("full_below_maximum_flows", busy.below as f64),
         ("sndbuf_limited_share_median", share_median),
         ("sndbuf_limited_share_lowest", share_lowest),
-        ("app_set_flows", app_set.len() as f64),
+        ("app_set_flows", busy.app_set.len() as f64),
         ("kernel_sndbuf_limited_share_median", kernel_median),
         ("bdp_bytes_max", bdp_max),
         ("min_rtt_ms_median", rtt_median),
-        ("rwnd_limited_flows", rwnd as f64),
-        ("rwnd_limited_share_median", rwnd_median),
+        ("rwnd_limited_flows", busy.rwnd as f64),
+        ("rwnd_limited_share_median", busy.rwnd_median),
     ]);
     if let Some(w) = wmem_max {
         numbers.insert("tcp_wmem_max", w as f64);
@@ -135,34 +197,38 @@ pub(super) fn send_buffer(flows: &[&FlowFacts], s: &Settings) -> Finding {
             "{} of {} flows with data in flight spent at least {:.0}% of that time waiting for space in a send buffer at \
              tcp_wmem's maximum (median {:.0}%, the lowest {:.0}%, by the samples that found the buffer full and nothing unsent; the kernel's own \
              count, which misses most of it, {:.0}%; {}); their delivered rate × minimum RTT peaked at \
-             {}{cap}{app_note}{below_note}{rwnd_note}",
+             {}{cap}{notes}",
             limited.len(),
-            busy.len(),
+            busy.flows.len(),
             LIMITED_SHARE * 100.0,
             share_median * 100.0,
             share_lowest * 100.0,
             kernel_median * 100.0,
-            worst.join(", "),
+            worst(limited).join(", "),
             crate::units::fmt_bytes(bdp_max),
         ),
-        change: wmem_max.map(|w| {
-            let wmem = s.knobs.tcp_wmem.expect("read with its maximum");
-            let to = (w * 4).clamp(4 << 20, 64 << 20).max(w);
-            format!(
-                "raise tcp_wmem's maximum (now \"{} {} {w}\"): `bbrscope apply --sysctl \
-                 net.ipv4.tcp_wmem=\"{} {} {to}\"{}`; it does not apply to sockets whose application sets SO_SNDBUF \
-                 itself",
-                wmem[0], wmem[1], wmem[0], wmem[1], s.scope
-            )
-        }),
+        change: raise_wmem(s),
         ..base
     }
+}
+
+/// The command that raises tcp_wmem's maximum (four times, from 4 to 64 MB), if it was read.
+fn raise_wmem(s: &Settings) -> Option<String> {
+    let wmem = s.knobs.tcp_wmem?;
+    let w = wmem[2];
+    let to = (w * 4).clamp(4 << 20, 64 << 20).max(w);
+    Some(format!(
+        "raise tcp_wmem's maximum (now \"{} {} {w}\"): `bbrscope apply --sysctl \
+         net.ipv4.tcp_wmem=\"{} {} {to}\"{}`; it does not apply to sockets whose application sets SO_SNDBUF \
+         itself",
+        wmem[0], wmem[1], wmem[0], wmem[1], s.scope
+    ))
 }
 
 /// What the flows whose application set SO_SNDBUF show: the buffer the kernel kept (the
 /// largest seen; twice what was asked), the samples in which the writer waited for space, of
 /// those with data in flight, and the flows' median share.
-fn app_sndbuf_evidence(app_set: &[&&&FlowFacts], sndbuf_share: &dyn Fn(&FlowFacts) -> f64) -> (u32, u32, u32, f64) {
+fn app_sndbuf_evidence(app_set: &[&FlowFacts]) -> (u32, u32, u32, f64) {
     let buf = app_set.iter().filter_map(|f| f.sndbuf_max).max().unwrap_or(0);
     let bound = app_set.iter().map(|f| f.bound_samples).sum();
     let sending = app_set.iter().map(|f| f.sending_samples).sum();
@@ -171,11 +237,11 @@ fn app_sndbuf_evidence(app_set: &[&&&FlowFacts], sndbuf_share: &dyn Fn(&FlowFact
 }
 
 /// The note on flows whose application set SO_SNDBUF, beside a finding on tcp_wmem.
-fn app_set_sndbuf_note(app_set: &[&&&FlowFacts], sndbuf_share: &dyn Fn(&FlowFacts) -> f64) -> String {
+fn app_set_sndbuf_note(app_set: &[&FlowFacts]) -> String {
     if app_set.is_empty() {
         return String::new();
     }
-    let (buf, bound, sending, _) = app_sndbuf_evidence(app_set, sndbuf_share);
+    let (buf, bound, sending, _) = app_sndbuf_evidence(app_set);
     format!(
         "; {} more waited for space in a send buffer their application set itself with SO_SNDBUF ({}; the writer \
          waited in {bound} of {sending} samples): raising tcp_wmem does not change them, the application's setting does",
@@ -187,23 +253,9 @@ fn app_set_sndbuf_note(app_set: &[&&&FlowFacts], sndbuf_share: &dyn Fn(&FlowFact
 /// The finding when the send buffers that held flows back are the application's own (SO_SNDBUF
 /// locks the size: the kernel neither grows it nor looks at tcp_wmem): the change is in the
 /// application, not a command.
-fn app_set_sndbuf(
-    app_set: &[&&&FlowFacts],
-    sndbuf_share: &dyn Fn(&FlowFacts) -> f64,
-    busy: usize,
-    wmem_max: Option<u64>,
-    notes: String,
-    base: Finding,
-) -> Finding {
-    let (buf, bound, sending, share_median) = app_sndbuf_evidence(app_set, sndbuf_share);
-    let mut bdps: Vec<f64> = app_set
-        .iter()
-        .filter_map(|f| Some(f.delivery_max_bps? as f64 / 8.0 * f64::from(f.min_rtt_us?) / 1e6))
-        .collect();
-    let mut rtts: Vec<f64> = app_set.iter().filter_map(|f| Some(f64::from(f.min_rtt_us?) / 1e3)).collect();
-    let bdp_max = sorted(&mut bdps).last().copied().unwrap_or(0.0);
-    let rtt_median = median_or_nan(&mut rtts);
-    let worst = most(app_set.iter().map(|f| ***f), sndbuf_share, |f| format!("{:.0}%", sndbuf_share(f) * 100.0));
+fn app_set_sndbuf(app_set: &[&FlowFacts], busy: usize, wmem_max: Option<u64>, notes: String, base: Finding) -> Finding {
+    let (buf, bound, sending, share_median) = app_sndbuf_evidence(app_set);
+    let (bdp_max, rtt_median) = path_of(app_set);
     let mut numbers = BTreeMap::from([
         ("flows_busy", busy as f64),
         ("app_set_flows", app_set.len() as f64),
@@ -233,7 +285,7 @@ fn app_set_sndbuf(
             crate::units::fmt_bytes(f64::from(buf)),
             share_median * 100.0,
             LIMITED_SHARE * 100.0,
-            worst.join(", "),
+            worst(app_set).join(", "),
             crate::units::fmt_bytes(bdp_max),
         ),
         change: Some(format!(

@@ -1,5 +1,6 @@
 //! Unsent data queued in the socket: flows that keep much more written than sent, against
 //! tcp_notsent_lowat.
+
 use std::collections::BTreeMap;
 
 use super::{median, median_or_nan};
@@ -47,28 +48,7 @@ pub(super) fn unsent_queue(flows: &[&FlowFacts], s: &Settings) -> Finding {
     }
     let already = lowat.is_some_and(|l| l <= CANDIDATE_LOWAT);
     if deep.is_empty() || already {
-        let mut unsent: Vec<f64> = sending.iter().filter_map(|f| f.unsent_median).collect();
-        let mut wait: Vec<f64> = sending.iter().filter_map(|f| f.unsent_wait_ms_median).collect();
-        let u = median(&mut unsent);
-        let w = median_or_nan(&mut wait);
-        numbers.extend([("unsent_bytes_median", u), ("unsent_wait_ms_median", w)]);
-        numbers.retain(|_, v| v.is_finite());
-        let why = if deep.is_empty() {
-            format!(
-                "none of {} flows with data in flight kept a median of {} or more unsent that waited {MIN_UNSENT_WAIT_MS:.0} \
-                 ms or more to be sent (the flows' medians: {} unsent{})",
-                sending.len(),
-                crate::units::fmt_bytes(DEEP_UNSENT * CANDIDATE_LOWAT as f64),
-                crate::units::fmt_bytes(u),
-                if w.is_finite() { format!(", waiting {w:.0} ms") } else { String::new() },
-            )
-        } else {
-            format!(
-                "{} flows kept deep unsent queues, but the setting is already at or below {CANDIDATE_LOWAT}",
-                deep.len()
-            )
-        };
-        return Finding { status: Status::None, numbers, evidence: format!("{why}; {setting}"), ..base };
+        return clear(&sending, deep.len(), &setting, numbers, base);
     }
     let mut unsent: Vec<f64> = deep.iter().filter_map(|f| f.unsent_median).collect();
     let mut wait: Vec<f64> = deep.iter().filter_map(|f| f.unsent_wait_ms_median).collect();
@@ -100,6 +80,36 @@ pub(super) fn unsent_queue(flows: &[&FlowFacts], s: &Settings) -> Finding {
         )),
         ..base
     }
+}
+
+/// The finding when no flow kept a deep unsent queue (`deep` is 0), or the setting is already at
+/// or below the candidate: the flows' medians, and `setting` as read.
+fn clear(
+    sending: &[&&FlowFacts],
+    deep: usize,
+    setting: &str,
+    mut numbers: BTreeMap<&'static str, f64>,
+    base: Finding,
+) -> Finding {
+    let mut unsent: Vec<f64> = sending.iter().filter_map(|f| f.unsent_median).collect();
+    let mut wait: Vec<f64> = sending.iter().filter_map(|f| f.unsent_wait_ms_median).collect();
+    let u = median(&mut unsent);
+    let w = median_or_nan(&mut wait);
+    numbers.extend([("unsent_bytes_median", u), ("unsent_wait_ms_median", w)]);
+    numbers.retain(|_, v| v.is_finite());
+    let why = if deep == 0 {
+        format!(
+            "none of {} flows with data in flight kept a median of {} or more unsent that waited {MIN_UNSENT_WAIT_MS:.0} \
+             ms or more to be sent (the flows' medians: {} unsent{})",
+            sending.len(),
+            crate::units::fmt_bytes(DEEP_UNSENT * CANDIDATE_LOWAT as f64),
+            crate::units::fmt_bytes(u),
+            if w.is_finite() { format!(", waiting {w:.0} ms") } else { String::new() },
+        )
+    } else {
+        format!("{deep} flows kept deep unsent queues, but the setting is already at or below {CANDIDATE_LOWAT}")
+    };
+    Finding { status: Status::None, numbers, evidence: format!("{why}; {setting}"), ..base }
 }
 
 #[cfg(test)]
