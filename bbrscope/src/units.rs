@@ -236,9 +236,15 @@ pub fn fmt_bytes(b: f64) -> String {
     }
 }
 
-/// Formats microseconds as milliseconds: `103.2 ms`.
+/// Formats microseconds as milliseconds: `103 ms`, `1.5 ms`.
 pub fn fmt_us(us: f64) -> String {
     if us >= 10_000.0 { format!("{:.0} ms", us / 1e3) } else { format!("{:.1} ms", us / 1e3) }
+}
+
+/// [`fmt_us`], and below a millisecond whole microseconds (`10 µs`): for RTTs a flow on a LAN or
+/// loopback may have.
+pub(crate) fn fmt_us_fine(us: u32) -> String {
+    if us < 1_000 { format!("{us} µs") } else { fmt_us(f64::from(us)) }
 }
 
 /// The band of minimum RTT a flow is in: 0 unknown, then 1.. by the edges (ms).
@@ -388,5 +394,9 @@ mod tests {
         assert_eq!(fmt_bytes(625_000.0), "625 KB");
         assert_eq!(fmt_us(103_200.0), "103 ms");
         assert_eq!(fmt_us(1_500.0), "1.5 ms");
+        assert_eq!(fmt_us_fine(10), "10 µs");
+        assert_eq!(fmt_us_fine(7_700), "7.7 ms");
+        assert_eq!(fmt_us_fine(9_999), "10.0 ms");
+        assert_eq!(fmt_us_fine(167_000), "167 ms");
     }
 }
