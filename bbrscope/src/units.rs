@@ -241,6 +241,17 @@ pub fn fmt_us(us: f64) -> String {
     if us >= 10_000.0 { format!("{:.0} ms", us / 1e3) } else { format!("{:.1} ms", us / 1e3) }
 }
 
+/// Microseconds for a table cell, no space, as [`fmt_rate_compact`] gives rates: `167ms`, `12.3ms`,
+/// `4.50ms`, `45µs`.
+pub(crate) fn fmt_us_compact(us: u32) -> String {
+    match us {
+        us if us < 1_000 => format!("{us}µs"),
+        us if us >= 100_000 => format!("{:.0}ms", f64::from(us) / 1e3),
+        us if us >= 10_000 => format!("{:.1}ms", f64::from(us) / 1e3),
+        us => format!("{:.2}ms", f64::from(us) / 1e3),
+    }
+}
+
 /// [`fmt_us`], and below a millisecond whole microseconds (`10 µs`): for RTTs a flow on a LAN or
 /// loopback may have.
 pub(crate) fn fmt_us_fine(us: u32) -> String {
@@ -398,5 +409,9 @@ mod tests {
         assert_eq!(fmt_us_fine(7_700), "7.7 ms");
         assert_eq!(fmt_us_fine(9_999), "10.0 ms");
         assert_eq!(fmt_us_fine(167_000), "167 ms");
+        assert_eq!(fmt_us_compact(167_000), "167ms");
+        assert_eq!(fmt_us_compact(12_340), "12.3ms");
+        assert_eq!(fmt_us_compact(45), "45µs");
+        assert_eq!(fmt_us_compact(4_500), "4.50ms");
     }
 }
