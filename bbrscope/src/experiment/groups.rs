@@ -11,7 +11,7 @@ use std::{
 use ipnet::IpNet;
 use serde::Serialize;
 
-use super::{Observation, analysis::Options, decide};
+use super::{Observation, analysis::Options};
 
 const KIB: u64 = 1024;
 
@@ -196,7 +196,7 @@ pub fn groups(obs: &[Observation], keep: &[bool], opts: &Options) -> Vec<Group> 
         let edges = &opts.rtt_bands_ms;
         let mut bands: Vec<Vec<usize>> = vec![Vec::new(); edges.len() + 1];
         for (i, o) in kept() {
-            if let Some(band) = decide::band_of(o.min_rtt_us, edges).checked_sub(1) {
+            if let Some(band) = crate::units::band_of(o.min_rtt_us, edges).checked_sub(1) {
                 bands[band].push(i);
             }
         }
@@ -204,7 +204,7 @@ pub fn groups(obs: &[Observation], keep: &[bool], opts: &Options) -> Vec<Group> 
             if members.is_empty() {
                 continue;
             }
-            let label = decide::band_label(b + 1, edges);
+            let label = crate::units::band_label(b + 1, edges);
             out.push(Group { kind: GroupKind::Rtt, label, nets: vec![], members });
         }
     }

@@ -20,9 +20,10 @@ use serde::Serialize;
 use super::{
     Observation,
     analysis::ran_its_arm,
-    decide::{Strata, band_label, band_of, cs_half_width},
+    decide::{Strata, cs_half_width},
     format::{fmt_count, fmt_pct},
 };
+use crate::units::{band_label, band_of};
 
 /// When to end an experiment early.
 #[derive(Clone, Debug, PartialEq)]

@@ -79,8 +79,7 @@ const LAYERS: &[(&str, &[&str])] = &[
     ("observe", &["sys"]),
     ("tui", &["observe"]),
     ("export", &["observe", "sys"]),
-    // Until the RTT bands move to units (issue 41, another step): advise still borrows them.
-    ("advise", &["observe", "sys", "experiment"]),
+    ("advise", &["observe", "sys"]),
     ("experiment", &["observe", "sys", "tui"]),
     ("demo", &["observe", "sys", "tui"]),
     ("apply", &["observe", "sys"]),
