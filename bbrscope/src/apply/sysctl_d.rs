@@ -58,6 +58,7 @@ impl BootConfig {
         BootConfig { files }
     }
 
+    #[cfg(test)]
     pub fn files(&self) -> &[ConfFile] {
         &self.files
     }

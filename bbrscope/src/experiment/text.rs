@@ -20,6 +20,7 @@ impl Report {
 
     /// The report without the tables: the arms, the split, one conclusion per group, the
     /// recommendation (for many prefixes, or a live view).
+    #[cfg(test)]
     pub fn render_summary(&self) -> String {
         self.render(false)
     }

@@ -85,6 +85,7 @@ impl Location {
     pub fn byte_offset(&self) -> u32 {
         self.bit_offset / 8
     }
+    #[cfg(test)]
     pub fn is_byte_aligned(&self) -> bool {
         self.bit_offset.is_multiple_of(8) && self.bits.is_multiple_of(8)
     }
@@ -369,6 +370,7 @@ impl Btf {
     }
 
     /// The type id of the member at `path` (see [`Btf::member`]).
+    #[cfg(test)]
     pub fn member_type(&self, strukt: &str, path: &str) -> Option<u32> {
         let mut ty = self.struct_id(strukt)?;
         for step in path.split('.') {
@@ -412,10 +414,6 @@ impl Btf {
         let Type::FuncProto { params } = self.get(self.resolve(*target))? else { return None };
         // The first parameter is the tracepoint's private data pointer, not a tracepoint argument.
         Some(params.len().saturating_sub(1))
-    }
-
-    pub fn name(&self, id: u32) -> &str {
-        self.names.get(id as usize).map_or("", String::as_str)
     }
 }
 
