@@ -68,11 +68,11 @@ pub struct ApplyArgs {
 }
 
 impl ScopeArgs {
-    pub fn spec(&self) -> Spec<'_> {
+    pub(crate) fn spec(&self) -> Spec<'_> {
         Spec { netns: self.netns.as_deref(), cgroup: self.cgroup.as_deref(), route: self.route.as_deref() }
     }
 
-    pub fn is_system(&self) -> bool {
+    pub(crate) fn is_system(&self) -> bool {
         self.spec().is_system()
     }
 }

@@ -188,7 +188,7 @@ pub struct ObserveArgs {
 
 impl ObserveArgs {
     /// Validates the filters against the running system and builds loader options.
-    pub fn options(&self) -> Result<Options> {
+    pub(crate) fn options(&self) -> Result<Options> {
         let f = &self.filter;
         if self.ring_size > RING_SIZE_NOTED {
             crate::output::errln!(
@@ -280,7 +280,7 @@ fn parse_interval_ms(s: &str) -> Result<u64, String> {
 const RING_SIZE_NOTED: u32 = 64 << 20;
 
 /// A size with an optional K/M/G suffix (powers of 1024).
-pub fn parse_ring_size(s: &str) -> Result<u32, String> {
+pub(crate) fn parse_ring_size(s: &str) -> Result<u32, String> {
     let bad = || format!("'{s}' is not a size: use a power of two from 4K to 1G, e.g. 512K or 4M");
     let (digits, mult) = match s.trim().to_ascii_uppercase() {
         t if t.ends_with('K') => (t[..t.len() - 1].to_string(), 1u64 << 10),

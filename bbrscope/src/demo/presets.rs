@@ -22,13 +22,13 @@ pub enum PresetName {
 
 /// Which number tells the story.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Headline {
+pub(crate) enum Headline {
     Goodput,
     Rtt,
 }
 
 #[derive(Clone, Copy, Debug)]
-pub struct Preset {
+pub(crate) struct Preset {
     pub name: &'static str,
     pub rate_bps: u64,
     pub rtt: Duration,
@@ -43,7 +43,7 @@ pub struct Preset {
 }
 
 impl PresetName {
-    pub fn preset(self) -> Preset {
+    pub(crate) fn preset(self) -> Preset {
         let secs = Duration::from_secs;
         match self {
             PresetName::CrossBorder => Preset {

@@ -143,7 +143,7 @@ pub struct Metric {
 
 impl Metric {
     /// The arm this metric's significant difference favours (0 = A, 1 = B).
-    pub fn better_arm(&self) -> Option<usize> {
+    pub(crate) fn better_arm(&self) -> Option<usize> {
         let d = self.diff.as_ref().filter(|d| d.significant)?;
         Some(usize::from((d.estimate > 0.0) == self.higher_is_better))
     }
@@ -215,7 +215,7 @@ pub struct GroupResult {
 }
 
 impl GroupResult {
-    pub fn flows(&self) -> usize {
+    pub(crate) fn flows(&self) -> usize {
         self.arms[0].flows + self.arms[1].flows
     }
 }
@@ -264,7 +264,7 @@ pub struct Concentrated {
 }
 
 /// Share of flows that may run another algorithm than their arm's before nothing is concluded.
-pub const MAX_OVERRIDDEN: f64 = 0.02;
+pub(crate) const MAX_OVERRIDDEN: f64 = 0.02;
 
 #[derive(Clone, Debug, Serialize)]
 pub struct Analysis {
@@ -293,7 +293,7 @@ pub struct Analysis {
 
 /// The arms' algorithms as the observations say: the algorithm most of each arm's flows ran
 /// (`?` without flows).
-pub fn arm_names(obs: &[Observation]) -> [String; 2] {
+pub(crate) fn arm_names(obs: &[Observation]) -> [String; 2] {
     [0, 1].map(|arm| {
         let mut counts: BTreeMap<&str, usize> = BTreeMap::new();
         for o in obs.iter().filter(|o| o.arm == arm) {
@@ -304,7 +304,7 @@ pub fn arm_names(obs: &[Observation]) -> [String; 2] {
 }
 
 /// Whether a flow ran its arm's algorithm, and only that.
-pub fn ran_its_arm(o: &Observation, names: &[String; 2]) -> bool {
+pub(crate) fn ran_its_arm(o: &Observation, names: &[String; 2]) -> bool {
     !o.switched && names.get(o.arm).is_some_and(|n| super::Arm::cc_of(n) == o.cc)
 }
 

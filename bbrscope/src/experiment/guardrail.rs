@@ -58,7 +58,7 @@ pub struct GuardDecision {
 
 /// The strata the guardrail watches, filled as flows finish.
 #[derive(Clone, Debug)]
-pub struct Watch {
+pub(crate) struct Watch {
     names: [String; 2],
     rule: StopRule,
     all: Strata,
@@ -67,13 +67,13 @@ pub struct Watch {
 }
 
 impl Watch {
-    pub fn new(names: [String; 2], rule: StopRule) -> Self {
+    pub(crate) fn new(names: [String; 2], rule: StopRule) -> Self {
         let bands = vec![Strata::default(); rule.rtt_bands_ms.len() + 2];
         Watch { names, rule, all: Strata::default(), bands }
     }
 
     /// A finished flow; one that did not run its arm's algorithm is not counted.
-    pub fn add(&mut self, o: &Observation) {
+    pub(crate) fn add(&mut self, o: &Observation) {
         if !ran_its_arm(o, &self.names) {
             return;
         }
@@ -82,7 +82,7 @@ impl Watch {
     }
 
     /// The decision on the flows added so far.
-    pub fn check(&self) -> GuardDecision {
+    pub(crate) fn check(&self) -> GuardDecision {
         let k = self.bands.len() + 1;
         let alpha = self.rule.alpha / k as f64;
         let margin = (1.0 + self.rule.margin_pct / 100.0).ln();
@@ -161,7 +161,7 @@ impl Watch {
 }
 
 /// The guardrail's decision on `obs` (all the flows finished so far).
-pub fn guardrail(obs: &[Observation], rule: &StopRule, names: &[String; 2]) -> GuardDecision {
+pub(crate) fn guardrail(obs: &[Observation], rule: &StopRule, names: &[String; 2]) -> GuardDecision {
     let mut w = Watch::new(names.clone(), rule.clone());
     for o in obs {
         w.add(o);

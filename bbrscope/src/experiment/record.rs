@@ -129,7 +129,7 @@ impl InFlight {
 
 /// Creates the record file (mode 0600: it names clients; a new file, never through a link or
 /// into a file someone else made: see [`crate::newfile`]) and writes its first line.
-pub fn create(path: &Path, setup: &Setup) -> Result<File> {
+pub(crate) fn create(path: &Path, setup: &Setup) -> Result<File> {
     let mut f = NewFile::create(path, newfile::PRIVATE)
         .and_then(NewFile::place)
         .with_context(|| format!("creating {}", path.display()))?;
@@ -153,7 +153,7 @@ pub fn create(path: &Path, setup: &Setup) -> Result<File> {
 /// last line, how the experiment ended, to `f`: a descriptor of the file [`create`] made (shared
 /// with the recorder, which has flushed), never the path opened again, where another user could
 /// have put a link since.
-pub fn end(
+pub(crate) fn end(
     f: &mut File,
     path: &Path,
     obs: &[Observation],
@@ -192,7 +192,7 @@ pub struct Capture {
 
 impl Capture {
     /// What the reader of the report must know about the input, one line each.
-    pub fn notes(&self) -> Vec<String> {
+    pub(crate) fn notes(&self) -> Vec<String> {
         let mut out = Vec::new();
         out.extend(self.skipped.describe());
         if self.rejected > 0 {

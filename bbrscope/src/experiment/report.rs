@@ -72,7 +72,7 @@ pub struct InScope {
 
 impl InScope {
     /// In words: `port 443`, `every new connection`.
-    pub fn words(&self) -> String {
+    pub(crate) fn words(&self) -> String {
         let mut parts = Vec::new();
         if let Some(p) = self.port {
             parts.push(format!("port {p}"));
@@ -157,7 +157,7 @@ pub struct Context {
 }
 
 /// The report of an analysis.
-pub fn build(a: &Analysis, ctx: &Context) -> Report {
+pub(crate) fn build(a: &Analysis, ctx: &Context) -> Report {
     Report {
         arms: [0, 1].map(|i| ArmReport {
             label: ["a", "b"][i],

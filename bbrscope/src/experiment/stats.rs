@@ -124,7 +124,7 @@ fn percentile_diff(estimate: f64, mut rel: Vec<f64>, level: f64) -> Diff {
 }
 
 /// Pearson's chi-square test of the observed split against the requested one.
-pub fn sample_ratio(flows: [usize; 2], expected_b: f64, alpha: f64) -> SampleRatio {
+pub(crate) fn sample_ratio(flows: [usize; 2], expected_b: f64, alpha: f64) -> SampleRatio {
     let total = (flows[0] + flows[1]) as f64;
     let observed_b = if total > 0.0 { flows[1] as f64 / total } else { 0.0 };
     let (ea, eb) = (total * (1.0 - expected_b), total * expected_b);
@@ -140,7 +140,7 @@ pub fn sample_ratio(flows: [usize; 2], expected_b: f64, alpha: f64) -> SampleRat
 
 /// Complementary error function (Numerical Recipes' `erfcc`, Chebyshev fit, relative error below
 /// 1.2e-7 everywhere: plenty for p-values).
-pub fn erfc(x: f64) -> f64 {
+pub(crate) fn erfc(x: f64) -> f64 {
     let z = x.abs();
     let t = 1.0 / (1.0 + 0.5 * z);
     let poly = -z * z - 1.26551223
@@ -155,7 +155,7 @@ pub fn erfc(x: f64) -> f64 {
 }
 
 /// The standard normal quantile, by bisection on `erfc` (called once per metric: speed is moot).
-pub fn normal_quantile(p: f64) -> f64 {
+pub(crate) fn normal_quantile(p: f64) -> f64 {
     let cdf = |x: f64| 0.5 * erfc(-x / std::f64::consts::SQRT_2);
     let (mut lo, mut hi) = (-40.0, 40.0);
     for _ in 0..200 {

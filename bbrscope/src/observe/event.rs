@@ -12,7 +12,7 @@ use bbrscope_common::{
 use serde::{Deserialize, Serialize};
 
 use crate::observe::kernel::layout::{Field, Layout};
-pub use crate::sys::name::Name;
+pub(crate) use crate::sys::name::Name;
 
 /// `TCP_INFINITE_SSTHRESH`: ssthresh before the first loss.
 const INFINITE_SSTHRESH: u64 = 0x7fff_ffff;
@@ -34,7 +34,7 @@ pub enum CaState {
 }
 
 impl CaState {
-    pub fn from_raw(v: u8) -> Self {
+    pub(crate) fn from_raw(v: u8) -> Self {
         match v {
             0 => CaState::Open,
             1 => CaState::Disorder,
@@ -45,7 +45,7 @@ impl CaState {
         }
     }
 
-    pub fn as_str(&self) -> &'static str {
+    pub(crate) fn as_str(&self) -> &'static str {
         match self {
             CaState::Open => "open",
             CaState::Disorder => "disorder",
@@ -83,7 +83,7 @@ pub struct Head {
 }
 
 /// `enum tcp_state` as `ss` names the states (None for 0: not known).
-pub fn tcp_state_name(v: u8) -> Option<&'static str> {
+pub(crate) fn tcp_state_name(v: u8) -> Option<&'static str> {
     Some(match v {
         1 => "established",
         2 => "syn_sent",
@@ -269,7 +269,7 @@ pub enum EndReason {
 
 impl EndReason {
     /// The name the stream uses (as serde writes it).
-    pub fn as_str(&self) -> &'static str {
+    pub(crate) fn as_str(&self) -> &'static str {
         match self {
             EndReason::Fin => "fin",
             EndReason::ResetReceived => "reset_received",
@@ -300,7 +300,7 @@ const TCP_CLOSE_WAIT: u8 = 8;
 impl EndReason {
     /// `aborted_on_data`: this side reset the connection on data after its close (the kernel
     /// records ECONNRESET then too).
-    pub fn classify(old_state: u8, sk_err: i32, aborted_on_data: bool) -> Self {
+    pub(crate) fn classify(old_state: u8, sk_err: i32, aborted_on_data: bool) -> Self {
         match sk_err {
             ECONNRESET if aborted_on_data => EndReason::ResetSent,
             ECONNRESET | EPIPE => EndReason::ResetReceived,
@@ -352,7 +352,7 @@ pub enum Event {
 }
 
 impl Event {
-    pub fn head(&self) -> &Head {
+    pub(crate) fn head(&self) -> &Head {
         match self {
             Event::Sample(s) => &s.head,
             Event::Retransmit(r) => &r.head,
@@ -417,7 +417,7 @@ fn open(head: Head, o: &bbrscope_common::Owner, summary_only: bool) -> Box<OpenE
 }
 
 /// Decodes records using the layout the programs were loaded with.
-pub struct Decoder<'a> {
+pub(crate) struct Decoder<'a> {
     pub layout: &'a Layout,
 }
 
@@ -425,7 +425,7 @@ impl Decoder<'_> {
     /// Passes the record's events to `f`: one, or for a flow's close record its OPEN (when it is
     /// the flow's first record), final sample and summary, in that order. `None` for records this
     /// version does not know (or truncated ones).
-    pub fn decode(&self, bytes: &[u8], f: &mut impl FnMut(Event)) -> Option<()> {
+    pub(crate) fn decode(&self, bytes: &[u8], f: &mut impl FnMut(Event)) -> Option<()> {
         match *bytes.first()? {
             kind::SAMPLE | kind::CLOSE => f(Event::Sample(self.sample(&read(bytes)?))),
             kind::RETRANSMIT => {

@@ -53,7 +53,7 @@ pub enum BbrMode {
 }
 
 impl BbrMode {
-    pub fn from_name(name: &str) -> Self {
+    pub(crate) fn from_name(name: &str) -> Self {
         match name {
             "startup" => BbrMode::Startup,
             "drain" => BbrMode::Drain,
@@ -92,7 +92,7 @@ pub enum Mark {
 }
 
 impl Mark {
-    pub fn ts_ns(&self) -> u64 {
+    pub(crate) fn ts_ns(&self) -> u64 {
         match self {
             Mark::Retransmit { ts_ns, .. } | Mark::State { ts_ns, .. } => *ts_ns,
         }
@@ -158,7 +158,7 @@ pub struct Life {
 }
 
 /// The window [`Flow::rate_bps`] averages over: ss and btop show rates over about a second.
-pub const RATE_WINDOW_NS: u64 = 1_000_000_000;
+pub(crate) const RATE_WINDOW_NS: u64 = 1_000_000_000;
 /// The least time between two of `rate_bps`'s kept samples: at most ~20 per flow, and a window
 /// at most this much longer than [`RATE_WINDOW_NS`] at any sample interval below it.
 const RATE_STEP_NS: u64 = RATE_WINDOW_NS / 20;
@@ -198,7 +198,7 @@ impl Life {
     }
 
     /// The median srtt of the flow's samples (µs).
-    pub fn srtt_median_us(&self) -> Option<u32> {
+    pub(crate) fn srtt_median_us(&self) -> Option<u32> {
         match self.srtts[..] {
             // Most short flows: one or two samples (no copy to sort).
             [] => None,
@@ -226,7 +226,7 @@ fn ca_index(s: CaState) -> Option<usize> {
 
 impl Flow {
     /// Average goodput since bbrscope first saw the flow (bits/s).
-    pub fn mean_goodput_bps(&self) -> Option<u64> {
+    pub(crate) fn mean_goodput_bps(&self) -> Option<u64> {
         let acked = self.metrics.as_ref()?.bytes_acked?.checked_sub(self.first_bytes_acked?)?;
         let dt = self.last_ns.checked_sub(self.first_ns).filter(|&d| d > 0)?;
         Some((u128::from(acked) * 8 * 1_000_000_000 / u128::from(dt)) as u64)
@@ -237,14 +237,14 @@ impl Flow {
     }
 
     /// History points at or after `since_ns`.
-    pub fn since(&self, since_ns: u64) -> impl Iterator<Item = &Point> {
+    pub(crate) fn since(&self, since_ns: u64) -> impl Iterator<Item = &Point> {
         // History is in time order: skip the old part without scanning it point by point.
         let start = self.history.partition_point(|p| p.ts_ns < since_ns);
         self.history.range(start..)
     }
 
     /// Segments retransmitted per second over the history since `since_ns`.
-    pub fn retrans_per_s(&self, since_ns: u64) -> Option<f64> {
+    pub(crate) fn retrans_per_s(&self, since_ns: u64) -> Option<f64> {
         let mut pts = self.since(since_ns).filter(|p| p.retrans_total.is_some());
         let first = pts.next()?;
         let last = pts.last()?;
@@ -254,7 +254,7 @@ impl Flow {
     }
 
     /// srtt / min RTT now: how much queueing inflates the RTT (1.0 = none).
-    pub fn rtt_inflation(&self) -> Option<f64> {
+    pub(crate) fn rtt_inflation(&self) -> Option<f64> {
         let m = self.metrics.as_ref()?;
         let (s, min) = (m.srtt_us?, m.min_rtt_us?);
         (min > 0).then(|| f64::from(s) / f64::from(min))
@@ -263,7 +263,7 @@ impl Flow {
 
 /// What applying an event changed, for sinks that print transitions.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Change {
+pub(crate) enum Change {
     /// First record of a flow: it is new to us.
     Opened,
     Updated,
@@ -287,12 +287,12 @@ pub struct FlowTable {
 }
 
 impl FlowTable {
-    pub fn new(history: usize) -> Self {
+    pub(crate) fn new(history: usize) -> Self {
         FlowTable { flows: IdMap::default(), history, budget: usize::MAX }
     }
 
     /// Caps the points kept over all flows (each flow still keeps at least [`MIN_HISTORY`]).
-    pub fn with_budget(mut self, points: usize) -> Self {
+    pub(crate) fn with_budget(mut self, points: usize) -> Self {
         self.budget = points;
         self
     }
@@ -305,7 +305,7 @@ impl FlowTable {
         (self.budget / self.flows.len().max(1)).clamp(MIN_HISTORY.min(self.history), self.history)
     }
 
-    pub fn get(&self, id: u64) -> Option<&Flow> {
+    pub(crate) fn get(&self, id: u64) -> Option<&Flow> {
         self.flows.get(&id)
     }
 
@@ -321,7 +321,7 @@ impl FlowTable {
         self.flows.is_empty()
     }
 
-    pub fn apply(&mut self, ev: &Event) -> Change {
+    pub(crate) fn apply(&mut self, ev: &Event) -> Change {
         let h = ev.head();
         let mut change = Change::Updated;
         if let std::collections::hash_map::Entry::Vacant(slot) = self.flows.entry(h.flow) {
@@ -444,12 +444,12 @@ impl FlowTable {
     /// closed flows has no use for it; kept until `prune`, closed short flows made the table
     /// hold tens of thousands of flows (5 s of them at thousands a second), rehashed and
     /// page-faulted as it churned.
-    pub fn remove(&mut self, id: u64) -> Option<Flow> {
+    pub(crate) fn remove(&mut self, id: u64) -> Option<Flow> {
         self.flows.remove(&id)
     }
 
     /// Forgets flows closed (or silent) before `cutoff_ns`.
-    pub fn prune(&mut self, closed_before_ns: u64, silent_before_ns: u64) {
+    pub(crate) fn prune(&mut self, closed_before_ns: u64, silent_before_ns: u64) {
         self.flows.retain(|_, f| match f.closed_ns {
             Some(c) => c >= closed_before_ns,
             // An idle keep-alive connection seen from its open: its close will come.

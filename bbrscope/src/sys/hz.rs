@@ -42,7 +42,7 @@ pub struct JiffyClock {
 
 impl JiffyClock {
     /// The low 32 bits of jiffies (`tcp_jiffies32`) at CLOCK_MONOTONIC time `ns`.
-    pub fn jiffies32_at(&self, ns: u64) -> u32 {
+    pub(crate) fn jiffies32_at(&self, ns: u64) -> u32 {
         (self.base.wrapping_add((u128::from(ns) * u128::from(self.hz) / 1_000_000_000) as u64)) as u32
     }
 }

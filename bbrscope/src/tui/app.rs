@@ -9,13 +9,13 @@ use crate::{
 };
 
 /// Points kept per flow: 20 minutes at the default 100 ms interval.
-pub const HISTORY_POINTS: usize = 12_000;
+pub(crate) const HISTORY_POINTS: usize = 12_000;
 /// Points kept over all flows (about 25 MB): a few flows keep their full history; 10,000 flows
 /// keep about 20 points each.
-pub const HISTORY_BUDGET: usize = 200_000;
+pub(crate) const HISTORY_BUDGET: usize = 200_000;
 /// Chart windows `+`/`-` step through, in seconds (a silent flow is kept for the longest:
 /// [`crate::observe::pipeline::Retention`]'s dashboard policy).
-pub const WINDOWS: [u64; 6] = [10, 30, 60, 120, 300, 600];
+pub(crate) const WINDOWS: [u64; 6] = [10, 30, 60, 120, 300, 600];
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum View {
@@ -168,7 +168,7 @@ impl App {
     }
 
     /// The time charts end at.
-    pub fn view_now(&self) -> u64 {
+    pub(crate) fn view_now(&self) -> u64 {
         self.frozen_at.unwrap_or(self.now_ns)
     }
 
@@ -177,7 +177,7 @@ impl App {
     }
 
     /// Advances "now" to `now_ns`; what `table` no longer holds is neither selected nor marked.
-    pub fn tick(&mut self, now_ns: u64, table: &FlowTable) {
+    pub(crate) fn tick(&mut self, now_ns: u64, table: &FlowTable) {
         self.now_ns = now_ns;
         self.keep_selection_visible(table);
         self.marked.retain(|id| table.get(*id).is_some());
@@ -327,7 +327,7 @@ impl App {
 }
 
 /// Every key the dashboard knows, for the help overlay (kept next to `on_key`).
-pub const KEYS: &[(&str, &str)] = &[
+pub(crate) const KEYS: &[(&str, &str)] = &[
     ("↑ ↓  j k", "select a flow (PgUp/PgDn, g/G: jump)"),
     ("s / S", "sort by the next column / reverse the order"),
     ("/", "filter by address, port or algorithm (Enter keeps, Esc clears)"),

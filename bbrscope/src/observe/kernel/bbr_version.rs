@@ -21,7 +21,7 @@ pub enum Version {
 }
 
 impl Version {
-    pub fn label(self) -> &'static str {
+    pub(crate) fn label(self) -> &'static str {
         match self {
             Version::V1 => "v1",
             Version::V2 => "v2",

@@ -115,13 +115,13 @@ pub const FIELDS: &[(Field, &str, &str)] = &[
 
 /// How to get a value out of the bytes the kernel copied: shift and width in bits.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Extract {
+pub(crate) struct Extract {
     pub shift: u32,
     pub bits: u32,
 }
 
 impl Extract {
-    pub fn apply(&self, raw: u64) -> u64 {
+    pub(crate) fn apply(&self, raw: u64) -> u64 {
         let v = raw >> self.shift;
         if self.bits >= 64 { v } else { v & ((1u64 << self.bits) - 1) }
     }
@@ -129,7 +129,7 @@ impl Extract {
 
 /// Reads `bits` bits at `bit_offset` from `bytes`, little-endian as the kernel lays out
 /// bitfields on little-endian machines. Fields wider than 56 bits must be byte-aligned.
-pub fn bits_at(bytes: &[u8], bit_offset: u32, bits: u32) -> Option<u64> {
+pub(crate) fn bits_at(bytes: &[u8], bit_offset: u32, bits: u32) -> Option<u64> {
     let start = (bit_offset / 8) as usize;
     let shift = bit_offset % 8;
     let len = (shift + bits).div_ceil(8) as usize;
@@ -150,7 +150,7 @@ pub struct PrivField {
 }
 
 impl PrivField {
-    pub fn read(&self, ca_priv: &[u8; CA_PRIV_LEN]) -> Option<u64> {
+    pub(crate) fn read(&self, ca_priv: &[u8; CA_PRIV_LEN]) -> Option<u64> {
         bits_at(ca_priv, self.bit_offset, self.bits)
     }
 }
@@ -351,7 +351,7 @@ impl Layout {
     }
 
     /// The value of `field` in a sample's copied slots; `None` when this kernel lacks it.
-    pub fn get(&self, vals: &[u64; MAX_FIELDS], field: Field) -> Option<u64> {
+    pub(crate) fn get(&self, vals: &[u64; MAX_FIELDS], field: Field) -> Option<u64> {
         let i = field as usize;
         self.extracts[i].map(|ex| ex.apply(vals[i]))
     }
