@@ -31,7 +31,7 @@ const RATE_UNITS: &str = "kbit, mbit, gbit (bits/s; also Mbit/s) or kbps, mbps, 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Rate {
     pub bps: u64,
-    pub in_bytes: bool,
+    pub(crate) in_bytes: bool,
 }
 
 /// A rate with tc(8)'s units: `bit` suffixes are bits per second (`50mbit`, `50Mbit`, `1.5gbit`,

@@ -45,7 +45,7 @@ pub(crate) fn module_name(name: &str) -> String {
 #[derive(Clone, Debug, Default)]
 pub struct Kernel {
     /// Registered now (`tcp_available_congestion_control`).
-    pub registered: Vec<String>,
+    pub(crate) registered: Vec<String>,
     /// `CONFIG_*=y|m` lines from the kernel's configuration, when it publishes it.
     config: Option<String>,
     /// modules.dep of the running kernel, when installed.

@@ -77,8 +77,8 @@ pub(crate) fn unmount_bpffs_if_empty() -> Result<bool> {
 /// A sock_ops program that runs for sockets of a cgroup.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub struct Attached {
-    pub id: u32,
-    pub name: String,
+    pub(crate) id: u32,
+    pub(crate) name: String,
 }
 
 impl Attached {

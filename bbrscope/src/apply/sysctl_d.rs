@@ -25,9 +25,9 @@ pub(crate) struct ConfFile {
 
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Assignment {
-    pub file: PathBuf,
-    pub line: usize,
-    pub value: String,
+    pub(crate) file: PathBuf,
+    pub(crate) line: usize,
+    pub(crate) value: String,
 }
 
 /// The files applied at boot, in application order.

@@ -7,7 +7,7 @@ use clap::ValueEnum;
 use crate::units::Buffer;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
-pub enum PresetName {
+pub(crate) enum PresetName {
     /// The seed article's cross-border VPS path: 10% loss, 167 ms (10 Mbit/s assumed)
     CrossBorder,
     /// Google's BBR announcement: 1% loss, 100 ms (at 50 Mbit/s rather than 10 Gbit/s)

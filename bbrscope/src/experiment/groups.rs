@@ -65,8 +65,8 @@ impl Bucket {
 /// test per prefix.
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct PrefixList {
-    pub label: String,
-    pub nets: Vec<IpNet>,
+    pub(crate) label: String,
+    pub(crate) nets: Vec<IpNet>,
     #[serde(skip)]
     by_len: BTreeMap<(bool, u8), HashSet<IpNet>>,
 }

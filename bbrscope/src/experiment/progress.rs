@@ -39,22 +39,22 @@ pub struct Update {
 /// What is shown of a running experiment.
 #[derive(Clone, Debug)]
 pub struct LiveExperiment {
-    pub arms: [String; 2],
-    pub split_pct: u32,
-    pub sample_pct: u32,
+    pub(crate) arms: [String; 2],
+    pub(crate) split_pct: u32,
+    pub(crate) sample_pct: u32,
     /// Which connections are in it, in words (`port 443`, `every new connection`).
-    pub scope: String,
-    pub limit: Limit,
+    pub(crate) scope: String,
+    pub(crate) limit: Limit,
     pub elapsed: Duration,
     /// Flows finished per arm so far (counted as they end; the analysis lags behind).
-    pub finished: [usize; 2],
+    pub(crate) finished: [usize; 2],
     /// Flows of each arm still open.
-    pub open: [usize; 2],
-    pub guardrail: bool,
+    pub(crate) open: [usize; 2],
+    pub(crate) guardrail: bool,
     /// The stop rule's latest decision.
-    pub guard: Option<GuardDecision>,
+    pub(crate) guard: Option<GuardDecision>,
     /// The latest report on the flows finished so far.
-    pub latest: Option<Analysed>,
+    pub(crate) latest: Option<Analysed>,
 }
 
 impl LiveExperiment {

@@ -178,14 +178,14 @@ pub struct Capture {
     pub obs: Vec<Observation>,
     /// From its first line (defaults for a capture without one).
     pub setup: Setup,
-    pub stopped_by: Option<String>,
-    pub guard: Option<GuardDecision>,
-    pub skipped: Skipped,
+    pub(crate) stopped_by: Option<String>,
+    pub(crate) guard: Option<GuardDecision>,
+    pub(crate) skipped: Skipped,
     /// Summaries with impossible values (negative or non-finite times, durations over 30 days,
     /// more bytes than any flow carries).
-    pub rejected: u64,
+    pub(crate) rejected: u64,
     /// Flows recorded more than once, counted once.
-    pub duplicates: u64,
+    pub(crate) duplicates: u64,
     /// Whether the first line said what was asked.
     pub has_header: bool,
 }

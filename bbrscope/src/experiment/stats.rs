@@ -10,7 +10,7 @@ use crate::{quantile::type7, rng::Rng};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
-pub enum DiffUnit {
+pub(crate) enum DiffUnit {
     /// B relative to A, %: `(B/A − 1)·100`.
     RelativePct,
     /// B minus A in percentage points (rates).
@@ -19,29 +19,29 @@ pub enum DiffUnit {
 
 /// The difference between the arms in one metric.
 #[derive(Clone, Debug, PartialEq, Serialize)]
-pub struct Diff {
-    pub unit: DiffUnit,
-    pub estimate: f64,
+pub(crate) struct Diff {
+    pub(crate) unit: DiffUnit,
+    pub(crate) estimate: f64,
     /// The `level` confidence interval.
-    pub low: f64,
-    pub high: f64,
+    pub(crate) low: f64,
+    pub(crate) high: f64,
     /// Two-sided p-value of "no difference" (from the bootstrap distribution, or the normal one).
-    pub p_value: f64,
+    pub(crate) p_value: f64,
     /// The interval excludes zero.
-    pub significant: bool,
+    pub(crate) significant: bool,
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize)]
-pub struct SampleRatio {
+pub(crate) struct SampleRatio {
     /// Flows per arm.
-    pub flows: [usize; 2],
-    pub expected_b: f64,
-    pub observed_b: f64,
-    pub chi2: f64,
-    pub p_value: f64,
+    pub(crate) flows: [usize; 2],
+    pub(crate) expected_b: f64,
+    pub(crate) observed_b: f64,
+    pub(crate) chi2: f64,
+    pub(crate) p_value: f64,
     /// The split is off: flows went missing or were added unevenly (an arm that makes clients
     /// retry, a summary lost, a bug in assignment); other results are suspect.
-    pub mismatch: bool,
+    pub(crate) mismatch: bool,
 }
 
 /// `sum x / sum y` over (x, y) pairs and its delta-method variance; `None` if `sum y` is 0.

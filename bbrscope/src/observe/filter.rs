@@ -15,10 +15,10 @@ use crate::{
 
 #[derive(Clone, Debug, Default)]
 pub struct FilterSpec {
-    pub port: Option<u16>,
-    pub net: Option<Net>,
-    pub cgroup: Option<cgroup::Cgroup>,
-    pub cc: Option<String>,
+    pub(crate) port: Option<u16>,
+    pub(crate) net: Option<Net>,
+    pub(crate) cgroup: Option<cgroup::Cgroup>,
+    pub(crate) cc: Option<String>,
 }
 
 impl FilterSpec {
@@ -47,9 +47,9 @@ impl FilterSpec {
 /// the tracepoint path does not know owners).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct OwnerFilter {
-    pub comm: Option<String>,
-    pub pid: Option<u32>,
-    pub netns: Option<u32>,
+    pub(crate) comm: Option<String>,
+    pub(crate) pid: Option<u32>,
+    pub(crate) netns: Option<u32>,
 }
 
 impl OwnerFilter {

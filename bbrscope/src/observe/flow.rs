@@ -67,21 +67,21 @@ impl BbrMode {
 /// One point of a flow's history (kept compact: a flow can hold thousands).
 #[derive(Clone, Debug, PartialEq)]
 pub struct Point {
-    pub ts_ns: u64,
+    pub(crate) ts_ns: u64,
     pub cwnd: Option<u32>,
-    pub ssthresh: Option<u32>,
-    pub srtt_us: Option<u32>,
-    pub min_rtt_us: Option<u32>,
-    pub pacing_rate_bps: Option<u64>,
-    pub delivery_rate_bps: Option<u64>,
-    pub throughput_bps: Option<u64>,
-    pub retrans_total: Option<u32>,
-    pub data_segs_out: Option<u32>,
+    pub(crate) ssthresh: Option<u32>,
+    pub(crate) srtt_us: Option<u32>,
+    pub(crate) min_rtt_us: Option<u32>,
+    pub(crate) pacing_rate_bps: Option<u64>,
+    pub(crate) delivery_rate_bps: Option<u64>,
+    pub(crate) throughput_bps: Option<u64>,
+    pub(crate) retrans_total: Option<u32>,
+    pub(crate) data_segs_out: Option<u32>,
     /// The latest rate sample was application-limited.
-    pub app_limited: bool,
+    pub(crate) app_limited: bool,
     /// The peer's receive window was full while the congestion window had room.
-    pub rwnd_limited: bool,
-    pub bbr_mode: Option<BbrMode>,
+    pub(crate) rwnd_limited: bool,
+    pub(crate) bbr_mode: Option<BbrMode>,
 }
 
 /// Discrete things that happened to a flow, for marking on a time axis.
@@ -101,36 +101,36 @@ impl Mark {
 
 #[derive(Clone, Debug)]
 pub struct Flow {
-    pub id: u64,
+    pub(crate) id: u64,
     pub src: SocketAddr,
     pub dst: SocketAddr,
     pub cc: Name,
-    pub first_ns: u64,
-    pub last_ns: u64,
-    pub last_sample_ns: u64,
+    pub(crate) first_ns: u64,
+    pub(crate) last_ns: u64,
+    pub(crate) last_sample_ns: u64,
     pub closed_ns: Option<u64>,
-    pub ca_state: CaState,
+    pub(crate) ca_state: CaState,
     /// The latest sample's state.
     pub metrics: Option<Metrics>,
     /// bytes_acked at the first sample: goodput over the flow's life counts from here.
-    pub first_bytes_acked: Option<u64>,
+    pub(crate) first_bytes_acked: Option<u64>,
     /// Goodput between the last two samples (bits/s): `stream`'s `throughput_bps`. One sample
     /// spans ~100 ms, over which ACKs arrive in bursts: a steady 17 Mbit/s flow read anywhere
     /// from 0 to 45 Mbit/s.
-    pub throughput_bps: Option<u64>,
+    pub(crate) throughput_bps: Option<u64>,
     /// Goodput over the last [`RATE_WINDOW_NS`] (bits/s), as `ss` and btop average rates: the
     /// dashboard's THRPUT. Kept by tables that keep history (the dashboard's); `None` elsewhere.
-    pub rate_bps: Option<u64>,
+    pub(crate) rate_bps: Option<u64>,
     /// `rate_bps`'s ends: (time, bytes_acked) of samples at least [`RATE_STEP_NS`] apart, the
     /// first one the newest that is a window old (see [`windowed_rate`]).
     acked: VecDeque<(u64, u64)>,
-    pub retransmits: u64,
-    pub retrans_segs: u64,
-    pub state_changes: u64,
+    pub(crate) retransmits: u64,
+    pub(crate) retrans_segs: u64,
+    pub(crate) state_changes: u64,
     pub history: VecDeque<Point>,
-    pub marks: VecDeque<Mark>,
+    pub(crate) marks: VecDeque<Mark>,
     /// What the flow's life adds up to (see [`Life`]).
-    pub life: Life,
+    pub(crate) life: Life,
 }
 
 /// A flow's whole life, for its summary: who owned it, when it began, how long it spent in each
@@ -138,23 +138,23 @@ pub struct Flow {
 /// kernel accumulated.
 #[derive(Clone, Debug, Default)]
 pub struct Life {
-    pub owner: Option<Owner>,
+    pub(crate) owner: Option<Owner>,
     /// connect() or accept time (sock_ops path), CLOCK_MONOTONIC ns.
-    pub start_ns: Option<u64>,
-    pub retrans_at_open: u32,
+    pub(crate) start_ns: Option<u64>,
+    pub(crate) retrans_at_open: u32,
     /// Its only record was its close (see [`crate::observe::event::OpenEvent::summary_only`]).
-    pub summary_only: bool,
+    pub(crate) summary_only: bool,
     /// Time in each `CaState` (open, disorder, cwr, recovery, loss), ns, up to `ca_since_ns`.
-    pub ca_ns: [u64; 5],
-    pub ca_since_ns: u64,
+    pub(crate) ca_ns: [u64; 5],
+    pub(crate) ca_since_ns: u64,
     /// Algorithms seen, in order.
-    pub ccs: SmallVec<[Name; 2]>,
+    pub(crate) ccs: SmallVec<[Name; 2]>,
     /// BBR modes seen in samples, in order of first appearance.
-    pub bbr_modes: SmallVec<[Arc<str>; 4]>,
+    pub(crate) bbr_modes: SmallVec<[Arc<str>; 4]>,
     /// srtt of each sample (µs), bounded: for the summary's median.
-    pub srtts: SmallVec<[u32; 6]>,
+    pub(crate) srtts: SmallVec<[u32; 6]>,
     /// The kernel's summary (a copy, not boxed: no allocation per flow end).
-    pub end: Option<EndEvent>,
+    pub(crate) end: Option<EndEvent>,
 }
 
 /// The window [`Flow::rate_bps`] averages over: ss and btop show rates over about a second.

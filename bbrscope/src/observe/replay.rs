@@ -34,12 +34,12 @@ pub enum Record {
 /// What a `flow_summary` says, as the events that open a flow (owner, start) and close it.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Summary {
-    pub open: OpenEvent,
+    pub(crate) open: OpenEvent,
     /// The final state, as far as the summary has it (no window, no loss counts: it has
     /// the final counters, RTTs and rates).
-    pub close: SampleEvent,
+    pub(crate) close: SampleEvent,
     /// The flow's start was seen (`start_ts` given): the recording has it whole.
-    pub start_known: bool,
+    pub(crate) start_known: bool,
 }
 
 impl Record {
@@ -183,7 +183,7 @@ pub(crate) const MAX_SKIPPED_LINE: u64 = 16 << 20;
 pub struct Skipped {
     pub lines: u64,
     /// "line 17: not JSON", for the report.
-    pub first: Option<String>,
+    pub(crate) first: Option<String>,
 }
 
 impl Skipped {

@@ -22,7 +22,7 @@ const CGROUP_SUPER_MAGIC: i64 = 0x0027_e0eb;
 pub struct Cgroup2Mount {
     pub mount_point: PathBuf,
     /// The hierarchy path mounted there ("/" unless inside a cgroup namespace or bind mount).
-    pub root: PathBuf,
+    pub(crate) root: PathBuf,
 }
 
 /// The first cgroup2 mount in `mountinfo` (see proc(5): field 4 is the root, 5 the mount point,
@@ -64,11 +64,11 @@ fn unescape(s: &str) -> String {
 
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Cgroup {
-    pub path: PathBuf,
+    pub(crate) path: PathBuf,
     /// The kernel's cgroup id (the directory's inode number on 64-bit kernels).
-    pub id: u64,
+    pub(crate) id: u64,
     /// Depth below the hierarchy root (the root cgroup is level 0).
-    pub level: u32,
+    pub(crate) level: u32,
 }
 
 fn statfs_type(path: &Path) -> std::io::Result<i64> {

@@ -11,9 +11,9 @@ use super::kconfig;
 
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Hz {
-    pub hz: u32,
+    pub(crate) hz: u32,
     /// Where it came from: a configuration file's path, or `measured`.
-    pub source: String,
+    pub(crate) source: String,
 }
 
 /// [`discover`], once per process: the measurement takes 200 ms, and the sample clock and the
@@ -35,8 +35,8 @@ fn discover() -> Option<Hz> {
 /// the kernel stamped its TCP chrono counters with: jiffies = `base` + ns × hz / 10⁹ (mod 2³²),
 /// within a tick (the tick may run a little late on an idle CPU).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct JiffyClock {
-    pub hz: u32,
+pub(crate) struct JiffyClock {
+    pub(crate) hz: u32,
     base: u64,
 }
 

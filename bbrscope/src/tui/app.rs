@@ -65,11 +65,11 @@ pub struct Playback {
     pub finished: bool,
     /// Position and length of the recording, in seconds.
     pub position_s: f64,
-    pub length_s: f64,
+    pub(crate) length_s: f64,
     /// Played up to what has arrived; the input (a pipe) is still open.
     pub waiting: bool,
     /// Unreadable lines skipped so far.
-    pub skipped: u64,
+    pub(crate) skipped: u64,
 }
 
 impl Playback {
@@ -90,34 +90,34 @@ pub enum Action {
 /// handed it.
 pub struct App {
     /// The time the display shows as "now" (CLOCK_MONOTONIC ns live; recording time in replay).
-    pub now_ns: u64,
+    pub(crate) now_ns: u64,
     /// Live view frozen at this time (`p`); events keep being recorded.
-    pub frozen_at: Option<u64>,
-    pub stats: Option<StatsReport>,
-    pub selected: Option<u64>,
+    pub(crate) frozen_at: Option<u64>,
+    pub(crate) stats: Option<StatsReport>,
+    pub(crate) selected: Option<u64>,
     /// Up to two flows to compare directly.
-    pub marked: Vec<u64>,
+    pub(crate) marked: Vec<u64>,
     pub sort: SortKey,
-    pub sort_ascending: bool,
-    pub filter: String,
-    pub editing_filter: bool,
+    pub(crate) sort_ascending: bool,
+    pub(crate) filter: String,
+    pub(crate) editing_filter: bool,
     pub view: View,
-    pub window: usize,
+    pub(crate) window: usize,
     /// The first of the selected flow's charts shown when not all fit (`t` steps through them).
-    pub chart_tab: usize,
+    pub(crate) chart_tab: usize,
     pub help: bool,
     /// Where the events come from ("live" or a file name) and what the kernel lacks.
-    pub source: String,
-    pub notices: Vec<String>,
+    pub(crate) source: String,
+    pub(crate) notices: Vec<String>,
     pub playback: Option<Playback>,
     /// The name of the command's own view, drawn by its [`crate::tui::Panel`] (`experiment`), if
     /// it has one. The one panel is a running experiment's, whose flows carry their arm: the
     /// flow list shows it.
-    pub panel: Option<&'static str>,
+    pub(crate) panel: Option<&'static str>,
     /// The first row the panel lists (↑/↓ there scroll; the experiment's groups).
-    pub group_scroll: usize,
+    pub(crate) group_scroll: usize,
     /// The verdicts on screen, held steady (see [`super::steady`]).
-    pub verdicts: super::steady::Steady,
+    pub(crate) verdicts: super::steady::Steady,
 }
 
 impl App {

@@ -155,7 +155,7 @@ pub struct Feed {
     /// The input has ended (everything it held is in `pending` or played).
     ended: bool,
     /// The reader's error, if one ended the input early.
-    pub error: Option<String>,
+    pub(crate) error: Option<String>,
     pub skipped: Skipped,
     /// Time of the first record and the latest seen; `None` before the first arrives.
     span: Option<(u64, u64)>,

@@ -78,7 +78,7 @@ pub struct Btf {
 pub struct Location {
     pub bit_offset: u32,
     /// Width in bits: the bitfield size, or the member type's size * 8.
-    pub bits: u32,
+    pub(crate) bits: u32,
 }
 
 impl Location {

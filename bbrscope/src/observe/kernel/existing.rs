@@ -65,7 +65,7 @@ pub struct Existing {
     unreachable: Vec<Unreachable>,
     /// Why sock_diag could not say which sockets the kernel program watches already, if it
     /// could not: a connection opened while bbrscope started may then be reported twice.
-    pub unseen_storage: Option<String>,
+    pub(crate) unseen_storage: Option<String>,
     /// The kernel's BBR is mainline v1, whose mode can be read back from its gains.
     bbr_v1: bool,
 }

@@ -70,8 +70,8 @@ pub struct Options {
 /// Reports name an arm by its label, the way it was given.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Arm {
-    pub cc: String,
-    pub iw: Option<u32>,
+    pub(crate) cc: String,
+    pub(crate) iw: Option<u32>,
 }
 
 impl Arm {
@@ -198,11 +198,11 @@ pub struct Observer {
     ebpf: Ebpf,
     ring: AsyncFd<RingBuf<MapData>>,
     counters: PerCpuArray<MapData, u64>,
-    pub layout: Layout,
+    pub(crate) layout: Layout,
     /// Things this kernel lacks, in words, for the user.
-    pub degraded: Vec<String>,
-    pub path: ObserverPath,
-    pub sample_clock: SampleClock,
+    pub(crate) degraded: Vec<String>,
+    pub(crate) path: ObserverPath,
+    pub(crate) sample_clock: SampleClock,
     /// The program on the per-ACK path, for its run-time statistics.
     per_ack_program: &'static str,
 }
