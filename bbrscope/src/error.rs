@@ -8,7 +8,7 @@ use std::fmt;
 pub struct UsageError(String);
 
 impl UsageError {
-    pub fn new(msg: impl Into<String>) -> Self {
+    pub(crate) fn new(msg: impl Into<String>) -> Self {
         UsageError(msg.into())
     }
 }

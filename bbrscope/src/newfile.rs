@@ -12,12 +12,12 @@ use std::{
 };
 
 /// Anyone may read it (figures, man pages, bbrscope's record of what it changed).
-pub const PUBLIC: u32 = 0o644;
+pub(crate) const PUBLIC: u32 = 0o644;
 /// The owner alone (an experiment's recording: it names clients).
-pub const PRIVATE: u32 = 0o600;
+pub(crate) const PRIVATE: u32 = 0o600;
 
 /// A file being made at a temporary name beside its target; removed on drop unless placed.
-pub struct NewFile {
+pub(crate) struct NewFile {
     file: File,
     tmp: PathBuf,
     target: PathBuf,
@@ -29,7 +29,7 @@ impl NewFile {
     /// umask. A leftover of the same name (this pid's, from a killed run long ago) is removed
     /// first; if someone plants it again between the two steps, creating fails rather than
     /// follows it.
-    pub fn create(target: &Path, mode: u32) -> io::Result<NewFile> {
+    pub(crate) fn create(target: &Path, mode: u32) -> io::Result<NewFile> {
         let tmp = temporary(target, std::process::id());
         let _ = std::fs::remove_file(&tmp);
         let file = std::fs::OpenOptions::new()
@@ -43,13 +43,13 @@ impl NewFile {
         Ok(new)
     }
 
-    pub fn file(&mut self) -> &mut File {
+    pub(crate) fn file(&mut self) -> &mut File {
         &mut self.file
     }
 
     /// Renames the file to its target's name, replacing what is there (a file, or a link as
     /// itself), and returns it open for more writes.
-    pub fn place(mut self) -> io::Result<File> {
+    pub(crate) fn place(mut self) -> io::Result<File> {
         std::fs::rename(&self.tmp, &self.target)?;
         self.placed = true;
         self.file.try_clone()
@@ -65,13 +65,13 @@ impl Drop for NewFile {
 }
 
 /// The temporary name [`NewFile`] uses for `target`: `.NAME.bbrscope-PID` beside it.
-pub fn temporary(target: &Path, pid: u32) -> PathBuf {
+pub(crate) fn temporary(target: &Path, pid: u32) -> PathBuf {
     let name = target.file_name().unwrap_or_default().to_string_lossy();
     target.with_file_name(format!(".{name}.bbrscope-{pid}"))
 }
 
 /// Writes `bytes` as a new file at `path` with `mode` (see the module's notes).
-pub fn write(path: &Path, bytes: &[u8], mode: u32) -> io::Result<()> {
+pub(crate) fn write(path: &Path, bytes: &[u8], mode: u32) -> io::Result<()> {
     let mut new = NewFile::create(path, mode)?;
     new.file().write_all(bytes)?;
     new.place().map(drop)
@@ -80,7 +80,7 @@ pub fn write(path: &Path, bytes: &[u8], mode: u32) -> io::Result<()> {
 /// Whether a file could be made at `path`, found without making one (a run takes minutes:
 /// finding out at its end loses it). Nothing is opened at the path, so a link there is not
 /// followed even to test it.
-pub fn check_writable(path: &Path) -> Result<(), String> {
+pub(crate) fn check_writable(path: &Path) -> Result<(), String> {
     let dir = match path.parent() {
         Some(d) if !d.as_os_str().is_empty() => d,
         _ => Path::new("."),

@@ -31,11 +31,11 @@ use std::{
 
 /// Writing to standard output failed.
 #[derive(Debug)]
-pub struct OutputError(pub io::Error);
+pub(crate) struct OutputError(pub io::Error);
 
 impl OutputError {
     /// The reader closed the pipe: nobody is left to tell, so the command ends quietly.
-    pub fn is_closed_pipe(&self) -> bool {
+    pub(crate) fn is_closed_pipe(&self) -> bool {
         self.0.kind() == io::ErrorKind::BrokenPipe
     }
 }
@@ -50,13 +50,13 @@ impl fmt::Display for OutputError {
 impl std::error::Error for OutputError {}
 
 /// Writes formatted text to stdout. Used through [`out!`] and [`outln!`].
-pub fn write_fmt(args: fmt::Arguments<'_>) -> Result<(), OutputError> {
+pub(crate) fn write_fmt(args: fmt::Arguments<'_>) -> Result<(), OutputError> {
     io::stdout().lock().write_fmt(args).map_err(OutputError)
 }
 
 /// Pushes out whatever stdout still buffers (a report that does not end in a newline), so its
 /// error is seen here rather than lost at exit.
-pub fn flush() -> Result<(), OutputError> {
+pub(crate) fn flush() -> Result<(), OutputError> {
     io::stdout().lock().flush().map_err(OutputError)
 }
 
@@ -77,14 +77,14 @@ macro_rules! errln {
 pub(crate) use errln;
 
 /// Whether `e` (or anything it wraps) is a write to a closed pipe.
-pub fn is_closed_pipe(e: &anyhow::Error) -> bool {
+pub(crate) fn is_closed_pipe(e: &anyhow::Error) -> bool {
     e.chain().any(|c| c.downcast_ref::<OutputError>().is_some_and(OutputError::is_closed_pipe))
 }
 
 /// Runs a command's body and flushes stdout, mapping a closed pipe to success (exit 0, nothing
 /// printed). Every other error, an [`OutputError`] included, is returned for `main` to print on
 /// one line (exit 1, or 2 for a usage error).
-pub fn guard(body: impl FnOnce() -> anyhow::Result<()>) -> anyhow::Result<()> {
+pub(crate) fn guard(body: impl FnOnce() -> anyhow::Result<()>) -> anyhow::Result<()> {
     match body().and_then(|()| flush().map_err(anyhow::Error::from)) {
         Err(e) if is_closed_pipe(&e) => Ok(()),
         other => other,
@@ -100,7 +100,7 @@ pub fn guard(body: impl FnOnce() -> anyhow::Result<()>) -> anyhow::Result<()> {
 ///
 /// Only for commands whose cleanup the kernel does at exit (their BPF links and maps are file
 /// descriptors): not for ones with something to undo in code (demo's namespaces, apply).
-pub fn exit_when_stuck_after_signal(grace: std::time::Duration) {
+pub(crate) fn exit_when_stuck_after_signal(grace: std::time::Duration) {
     use tokio::signal::unix::{SignalKind, signal};
     let watch = move || -> Option<()> {
         let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().ok()?;

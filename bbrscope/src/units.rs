@@ -8,7 +8,7 @@ use std::time::Duration;
 
 /// Bytes one "packet" of a `--buffer …pkt` size stands for: a full-sized IPv4 packet at the
 /// emulated link's MTU.
-pub const PACKET_BYTES: u64 = 1500;
+pub(crate) const PACKET_BYTES: u64 = 1500;
 
 /// Splits `"12.5mbit"` into `(12.5, "mbit")`; the unit is lower-cased and trimmed. A whole
 /// number in exponent form (`1e300`) is a number, not `1` with the unit `e300`.
@@ -31,7 +31,7 @@ const RATE_UNITS: &str = "kbit, mbit, gbit (bits/s; also Mbit/s) or kbps, mbps, 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Rate {
     pub bps: u64,
-    pub in_bytes: bool,
+    pub(crate) in_bytes: bool,
 }
 
 /// A rate with tc(8)'s units: `bit` suffixes are bits per second (`50mbit`, `50Mbit`, `1.5gbit`,
@@ -130,7 +130,7 @@ pub fn duration(s: &str) -> Result<Duration, String> {
 }
 
 /// [`duration`], at most `max` (`max_words` says it in the error).
-pub fn duration_up_to(s: &str, max: Duration, max_words: &str) -> Result<Duration, String> {
+pub(crate) fn duration_up_to(s: &str, max: Duration, max_words: &str) -> Result<Duration, String> {
     let d = duration(s)?;
     if d > max {
         return Err(format!("'{s}' must be at most {max_words}"));
@@ -170,7 +170,7 @@ pub enum Buffer {
 }
 
 impl Buffer {
-    pub fn bytes(self, bdp_bytes: f64) -> u64 {
+    pub(crate) fn bytes(self, bdp_bytes: f64) -> u64 {
         match self {
             Buffer::Bytes(b) => b,
             Buffer::Bdp(k) => (k * bdp_bytes).round() as u64,
@@ -201,7 +201,7 @@ pub fn buffer(s: &str) -> Result<Buffer, String> {
 /// Formats bits per second for people, in tc(8)'s units with "/s" (ss's `Mbps` would read as
 /// megabytes to tc users): `48.30 Mbit/s`, `812 kbit/s`. [`fmt_rate_compact`] is the same unit
 /// for a table cell.
-pub fn fmt_rate(bps: f64) -> String {
+pub(crate) fn fmt_rate(bps: f64) -> String {
     match bps {
         b if b >= 1e9 => format!("{:.2} Gbit/s", b / 1e9),
         b if b >= 1e6 => format!("{:.2} Mbit/s", b / 1e6),
@@ -211,7 +211,7 @@ pub fn fmt_rate(bps: f64) -> String {
 }
 
 /// At most 10 characters, no space: `48.3Mbit/s`, `483Mbit/s`, `812kbit/s`.
-pub fn fmt_rate_compact(bps: u64) -> String {
+pub(crate) fn fmt_rate_compact(bps: u64) -> String {
     let v = bps as f64;
     let (scaled, prefix) = match v {
         v if v >= 1e9 => (v / 1e9, "G"),
@@ -227,7 +227,7 @@ pub fn fmt_rate_compact(bps: u64) -> String {
 }
 
 /// Formats a byte count: `625 KB`, `1.50 MB`, `2.00 GB`.
-pub fn fmt_bytes(b: f64) -> String {
+pub(crate) fn fmt_bytes(b: f64) -> String {
     match b {
         b if b >= 1e9 => format!("{:.2} GB", b / 1e9),
         b if b >= 1e6 => format!("{:.2} MB", b / 1e6),
@@ -237,7 +237,7 @@ pub fn fmt_bytes(b: f64) -> String {
 }
 
 /// Formats microseconds as milliseconds: `103 ms`, `1.5 ms`.
-pub fn fmt_us(us: f64) -> String {
+pub(crate) fn fmt_us(us: f64) -> String {
     if us >= 10_000.0 { format!("{:.0} ms", us / 1e3) } else { format!("{:.1} ms", us / 1e3) }
 }
 

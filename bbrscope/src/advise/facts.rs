@@ -21,14 +21,14 @@ const MIN_SENDING_SAMPLES: u32 = 5;
 /// A window restarted after idle (`tcp_cwnd_restart`): the window before the silence and the one
 /// the next sample found.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Restart {
+pub(crate) struct Restart {
     pub before: u32,
     pub after: u32,
 }
 
 /// One flow, as the findings need it.
 #[derive(Clone, Debug, PartialEq)]
-pub struct FlowFacts {
+pub(crate) struct FlowFacts {
     pub dst: IpAddr,
     /// The flow's network namespace (inode); `None` where the observer could not tell.
     pub netns: Option<u32>,
@@ -89,7 +89,7 @@ pub struct FlowFacts {
 
 impl FlowFacts {
     /// Ran BBR (any version) from its start.
-    pub fn is_bbr(&self) -> bool {
+    pub(crate) fn is_bbr(&self) -> bool {
         self.cc.starts_with("bbr")
     }
 }

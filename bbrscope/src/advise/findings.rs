@@ -9,12 +9,12 @@ use ipnet::IpNet;
 use serde::{Deserialize, Serialize};
 
 /// The kernel's initial congestion window (`TCP_INIT_CWND`) where a route sets none.
-pub const KERNEL_IW: u32 = 10;
+pub(crate) const KERNEL_IW: u32 = 10;
 
 /// The settings beyond the algorithm that the checks weigh flows against, as one namespace has
 /// them (also shown by `status`).
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Knobs {
+pub(crate) struct Knobs {
     pub tcp_wmem: Option<[u64; 3]>,
     pub tcp_rmem: Option<[u64; 3]>,
     pub tcp_slow_start_after_idle: Option<bool>,
@@ -29,7 +29,7 @@ pub struct Knobs {
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct InitcwndRoute {
+pub(crate) struct InitcwndRoute {
     pub prefix: IpNet,
     pub initcwnd: u32,
 }
@@ -37,7 +37,7 @@ pub struct InitcwndRoute {
 impl Knobs {
     /// The initial window a connection to `ip` starts with: the most specific route's
     /// `initcwnd`, else the kernel's.
-    pub fn initcwnd_for(&self, ip: IpAddr) -> u32 {
+    pub(crate) fn initcwnd_for(&self, ip: IpAddr) -> u32 {
         self.initcwnd_routes
             .iter()
             .filter(|r| r.prefix.contains(&ip))
@@ -46,14 +46,14 @@ impl Knobs {
     }
 
     /// The prefix of the route a connection to `ip` takes (the most specific that holds it).
-    pub fn route_for(&self, ip: IpAddr) -> Option<IpNet> {
+    pub(crate) fn route_for(&self, ip: IpAddr) -> Option<IpNet> {
         self.routes.iter().filter(|p| p.contains(&ip)).max_by_key(|p| p.prefix_len()).copied()
     }
 
     /// What differs from `before`, a setting a line: `tcp_wmem 4096 16384 65536 -> 4096 16384
     /// 4194304`. (The route list itself is not compared: only routes' initial windows are a
     /// setting.)
-    pub fn changes_from(&self, before: &Knobs) -> Vec<String> {
+    pub(crate) fn changes_from(&self, before: &Knobs) -> Vec<String> {
         fn show<T: std::fmt::Debug>(v: Option<T>, f: impl Fn(T) -> String) -> String {
             v.map_or_else(|| "unknown".into(), f)
         }
@@ -89,7 +89,7 @@ impl Knobs {
 
 /// A namespace's settings, named.
 #[derive(Clone, Debug, Default, Serialize)]
-pub struct Settings {
+pub(crate) struct Settings {
     /// `ip netns` name, `this namespace`, `pid N (comm)` or `ino:N`.
     pub netns: String,
     /// Its inode, as the flows' `netns` field gives it (`None`: the observer could not tell).
@@ -112,7 +112,7 @@ pub struct Settings {
 
 /// A device and what sends its packets.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Egress {
+pub(crate) struct Egress {
     pub ifname: String,
     /// `noqueue`, `fq_codel`, `mq (fq)`, ...
     pub qdisc: String,
@@ -121,7 +121,7 @@ pub struct Egress {
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
-pub enum Check {
+pub(crate) enum Check {
     InitialWindow,
     SendBuffer,
     ReceiveBuffer,
@@ -145,7 +145,7 @@ impl Check {
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
-pub enum Status {
+pub(crate) enum Status {
     /// The flows are held back, by the numbers given.
     Found,
     /// Enough flows, and this setting does not hold them back.
@@ -158,7 +158,7 @@ pub enum Status {
 }
 
 #[derive(Clone, Debug, Serialize)]
-pub struct Finding {
+pub(crate) struct Finding {
     pub check: Check,
     pub status: Status,
     pub netns: String,
@@ -179,12 +179,12 @@ pub struct Finding {
 }
 
 impl Finding {
-    pub fn title(&self) -> &'static str {
+    pub(crate) fn title(&self) -> &'static str {
         self.check.title()
     }
 
     /// Drops the change, if there is one, saying why.
-    pub fn withhold_change(&mut self, why: &str) {
+    pub(crate) fn withhold_change(&mut self, why: &str) {
         if self.change.take().is_some() {
             self.withheld = Some(why.to_string());
         }
@@ -210,7 +210,8 @@ impl Finding {
 }
 
 /// Why a finding of a namespace that is gone gives no command.
-pub const GONE: &str = "its namespace is gone, and the command without the namespace's --netns would change another";
+pub(crate) const GONE: &str =
+    "its namespace is gone, and the command without the namespace's --netns would change another";
 
 #[cfg(test)]
 mod tests {

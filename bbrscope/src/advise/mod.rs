@@ -6,7 +6,7 @@
 
 pub mod checks;
 pub(crate) mod facts;
-pub mod findings;
+pub(crate) mod findings;
 
 use std::{
     collections::{BTreeMap, BTreeSet},
@@ -32,7 +32,7 @@ use findings::{Egress, Finding, InitcwndRoute, Knobs, Settings, Status};
 
 /// What `advise` found.
 #[derive(Debug, Serialize)]
-pub struct Advice {
+pub(crate) struct Advice {
     /// How long flows were watched, seconds (for a recording: from its first record to its last).
     pub window_s: f64,
     /// The recording weighed (`--from`); `None` for flows watched live.
@@ -45,7 +45,7 @@ pub struct Advice {
 }
 
 /// Watches flows for `duration` (or until a signal) and weighs them.
-pub async fn live(opts: &Options, duration: Duration) -> Result<Advice> {
+pub(crate) async fn live(opts: &Options, duration: Duration) -> Result<Advice> {
     let mut signals = Signals::catch()?;
     let mut live = Live::start("bbrscope advise", opts)?;
     for note in live.degraded() {
@@ -70,7 +70,7 @@ pub async fn live(opts: &Options, duration: Duration) -> Result<Advice> {
 /// Weighs the flows of a `bbrscope stream` recording (`name` is what the advice calls it), and
 /// says what was skipped of it. The settings are read from this host, now: a recording does
 /// not carry them.
-pub fn recorded(input: impl std::io::BufRead, name: &str) -> Result<(Advice, Skipped)> {
+pub(crate) fn recorded(input: impl std::io::BufRead, name: &str) -> Result<(Advice, Skipped)> {
     let mut reader = Reader::of_file(input);
     let mut table = FlowTable::new(0);
     let mut collector = Collector::default();
@@ -104,7 +104,7 @@ pub fn recorded(input: impl std::io::BufRead, name: &str) -> Result<(Advice, Ski
 
 /// What a flow whose namespace is not known (`netns` `None`) is weighed against.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Unnamed {
+pub(crate) enum Unnamed {
     /// This namespace's settings: flows watched live by an observer that cannot tell a
     /// namespace (the tracepoint observer), documented as weighed against advise's own.
     ThisNamespace,
@@ -117,7 +117,7 @@ pub enum Unnamed {
 }
 
 /// The findings over `flows`, with each namespace's settings read now.
-pub fn weigh(flows: Vec<FlowFacts>, window_s: f64, unnamed: Unnamed) -> Advice {
+pub(crate) fn weigh(flows: Vec<FlowFacts>, window_s: f64, unnamed: Unnamed) -> Advice {
     // Per namespace, the peers of its BBR flows: the pacing check asks how they are reached.
     let mut peers: BTreeMap<Option<u32>, BTreeSet<IpAddr>> = BTreeMap::new();
     for f in &flows {
@@ -180,7 +180,7 @@ fn egress(peers: &BTreeSet<IpAddr>) -> BTreeMap<IpAddr, Egress> {
 }
 
 /// The calling thread's namespace's settings beyond the algorithm (also shown by `status`).
-pub fn read_knobs() -> Knobs {
+pub(crate) fn read_knobs() -> Knobs {
     let sysctl = |key: &str| crate::sys::sysctl::read(key).ok().flatten();
     let triple = |key: &str| -> Option<[u64; 3]> {
         let v: Vec<u64> = sysctl(key)?.split_whitespace().filter_map(|w| w.parse().ok()).collect();
@@ -202,7 +202,7 @@ pub fn read_knobs() -> Knobs {
 }
 
 /// The advice for people: each finding's check, group, status, evidence and change.
-pub fn render(a: &Advice) -> String {
+pub(crate) fn render(a: &Advice) -> String {
     use std::fmt::Write as _;
     let mut out = format!("bbrscope advise: {} flows over {:.0} s", a.flows, a.window_s);
     match &a.recording {

@@ -14,7 +14,7 @@ use crate::{
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
-pub enum Provision {
+pub(crate) enum Provision {
     BuiltIn,
     /// A module, loaded now.
     Loaded {
@@ -27,7 +27,7 @@ pub enum Provision {
 }
 
 impl Provision {
-    pub fn module(&self) -> Option<&str> {
+    pub(crate) fn module(&self) -> Option<&str> {
         match self {
             Provision::BuiltIn => None,
             Provision::Loaded { module } | Provision::Loadable { module } => Some(module),
@@ -37,7 +37,7 @@ impl Provision {
 
 /// The kernel module that provides algorithm `name` (the kernel asks for "tcp_<name>" itself
 /// when an unknown algorithm is requested).
-pub fn module_name(name: &str) -> String {
+pub(crate) fn module_name(name: &str) -> String {
     format!("tcp_{name}")
 }
 
@@ -45,7 +45,7 @@ pub fn module_name(name: &str) -> String {
 #[derive(Clone, Debug, Default)]
 pub struct Kernel {
     /// Registered now (`tcp_available_congestion_control`).
-    pub registered: Vec<String>,
+    pub(crate) registered: Vec<String>,
     /// `CONFIG_*=y|m` lines from the kernel's configuration, when it publishes it.
     config: Option<String>,
     /// modules.dep of the running kernel, when installed.
@@ -63,7 +63,7 @@ impl Kernel {
     }
 
     #[cfg(test)]
-    pub fn from_parts(registered: &[&str], config: Option<&str>, modules_dep: Option<&str>) -> Self {
+    pub(crate) fn from_parts(registered: &[&str], config: Option<&str>, modules_dep: Option<&str>) -> Self {
         Kernel {
             registered: registered.iter().map(std::string::ToString::to_string).collect(),
             config: config.map(str::to_string),
@@ -81,13 +81,13 @@ impl Kernel {
     }
 
     /// `y`, `m` or None for a kernel config option.
-    pub fn config(&self, option: &str) -> Option<char> {
+    pub(crate) fn config(&self, option: &str) -> Option<char> {
         let prefix = format!("{option}=");
         self.config.as_deref()?.lines().find_map(|l| l.strip_prefix(&prefix)?.chars().next())
     }
 
     /// How `name` is provided, or None when this kernel cannot run it at all.
-    pub fn provision(&self, name: &str) -> Option<Provision> {
+    pub(crate) fn provision(&self, name: &str) -> Option<Provision> {
         let module = module_name(name);
         if self.registered.iter().any(|a| a == name) {
             // Loaded modules have an initstate; built-in code never does.
@@ -99,7 +99,7 @@ impl Kernel {
     }
 
     /// Everything that could be used: registered now, or installed as a module.
-    pub fn usable(&self) -> Vec<String> {
+    pub(crate) fn usable(&self) -> Vec<String> {
         let mut all = self.registered.clone();
         if let Some(dep) = &self.modules_dep {
             for path in dep.lines().filter_map(|l| l.split(':').next()) {
@@ -117,7 +117,7 @@ impl Kernel {
     }
 
     /// The algorithm, checked: an unknown name is a usage error listing what there is.
-    pub fn require(&self, name: &str) -> Result<Provision> {
+    pub(crate) fn require(&self, name: &str) -> Result<Provision> {
         match self.provision(name) {
             Some(p) => Ok(p),
             None => usage!(
@@ -128,14 +128,14 @@ impl Kernel {
     }
 
     /// The default algorithm compiled into the kernel (what a boot with no sysctl file gives).
-    pub fn builtin_default(&self) -> Option<String> {
+    pub(crate) fn builtin_default(&self) -> Option<String> {
         let prefix = "CONFIG_DEFAULT_TCP_CONG=";
         let line = self.config.as_deref()?.lines().find_map(|l| l.strip_prefix(prefix))?;
         Some(line.trim_matches('"').to_string())
     }
 
     /// Whether the fq qdisc exists (built in or as a module): None when the kernel does not say.
-    pub fn has_fq(&self) -> Option<bool> {
+    pub(crate) fn has_fq(&self) -> Option<bool> {
         match self.config("CONFIG_NET_SCH_FQ") {
             Some(_) => Some(true),
             None if self.module_installed("sch_fq") => Some(true),
@@ -170,7 +170,7 @@ impl Kernel {
     }
 
     /// The qdiscs this kernel can make a device's default, as far as it says.
-    pub fn default_qdiscs(&self) -> Vec<String> {
+    pub(crate) fn default_qdiscs(&self) -> Vec<String> {
         let mut all: Vec<String> = BUILTIN_QDISCS.iter().map(std::string::ToString::to_string).collect();
         let from_config = self.config.as_deref().into_iter().flat_map(|c| c.lines()).filter_map(|l| {
             let (opt, v) = l.strip_prefix("CONFIG_NET_SCH_")?.split_once('=')?;
@@ -192,7 +192,7 @@ impl Kernel {
     /// `--qdisc NAME`, checked before anything is planned: a name the kernel cannot create would
     /// otherwise be written live and into the boot configuration. A kernel without fq passes:
     /// the plan then skips the qdisc step, as BBR paces by itself.
-    pub fn require_qdisc(&self, name: &str) -> Result<()> {
+    pub(crate) fn require_qdisc(&self, name: &str) -> Result<()> {
         let valid = !name.is_empty()
             && name.len() < 16
             && name.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_');
@@ -220,7 +220,7 @@ impl Kernel {
 const NOT_ALGORITHMS: &[&str] = &["diag", "probe"];
 
 /// Loads a module with modprobe.
-pub fn load_module(module: &str) -> Result<()> {
+pub(crate) fn load_module(module: &str) -> Result<()> {
     let out = match Command::new("modprobe").arg(module).output() {
         Ok(out) => out,
         Err(e) => bail!("running modprobe {module}: {e} (is kmod installed?)"),

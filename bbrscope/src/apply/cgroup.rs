@@ -30,10 +30,10 @@ use crate::sys::bpf;
 static OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/bbrscope-setcc"));
 
 /// The program's name as the kernel lists it (the function's name).
-pub const PROGRAM_NAME: &str = "bbrscope_setcc";
-pub const BPFFS: &str = "/sys/fs/bpf";
+pub(crate) const PROGRAM_NAME: &str = "bbrscope_setcc";
+pub(crate) const BPFFS: &str = "/sys/fs/bpf";
 /// bbrscope's own directory in bpffs; nothing else is created or removed in bpffs.
-pub const PIN_DIR: &str = "/sys/fs/bpf/bbrscope";
+pub(crate) const PIN_DIR: &str = "/sys/fs/bpf/bbrscope";
 const BPF_FS_MAGIC: u64 = 0xcafe_4a11;
 const PRELOADED: &[&str] = &["maps.debug", "progs.debug"];
 
@@ -46,11 +46,11 @@ pub fn pin_path(cgroup_ino: u64) -> PathBuf {
     Path::new(PIN_DIR).join(format!("cgroup-{cgroup_ino}"))
 }
 
-pub fn bpffs_mounted() -> bool {
+pub(crate) fn bpffs_mounted() -> bool {
     rustix::fs::statfs(BPFFS).is_ok_and(|st| u64::try_from(st.f_type) == Ok(BPF_FS_MAGIC))
 }
 
-pub fn mount_bpffs() -> Result<()> {
+pub(crate) fn mount_bpffs() -> Result<()> {
     std::fs::create_dir_all(BPFFS).with_context(|| format!("creating {BPFFS}"))?;
     rustix::mount::mount("bpf", BPFFS, "bpf", MountFlags::empty(), None)
         .map_err(std::io::Error::from)
@@ -59,7 +59,7 @@ pub fn mount_bpffs() -> Result<()> {
 
 /// Unmounts bpffs if bbrscope mounted it and nothing is pinned there any more (the kernel's
 /// own preloaded `maps.debug` and `progs.debug` iterators do not count).
-pub fn unmount_bpffs_if_empty() -> Result<bool> {
+pub(crate) fn unmount_bpffs_if_empty() -> Result<bool> {
     if !bpffs_mounted() {
         return Ok(false);
     }
@@ -77,8 +77,8 @@ pub fn unmount_bpffs_if_empty() -> Result<bool> {
 /// A sock_ops program that runs for sockets of a cgroup.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub struct Attached {
-    pub id: u32,
-    pub name: String,
+    pub(crate) id: u32,
+    pub(crate) name: String,
 }
 
 impl Attached {
@@ -109,7 +109,7 @@ pub fn attached(cgroup: &Path, effective: bool) -> Result<(Vec<Attached>, bool)>
 
 /// Loads the program for `algorithm`, attaches it to `cgroup` beside others, pins the link at
 /// `pin` (replacing an older bbrscope pin there only once the new one is attached).
-pub fn attach(cgroup: &Path, algorithm: &str, pin: &Path) -> Result<()> {
+pub(crate) fn attach(cgroup: &Path, algorithm: &str, pin: &Path) -> Result<()> {
     let mut name = [0u8; CC_NAME_LEN];
     if algorithm.len() >= CC_NAME_LEN {
         bail!("algorithm name '{algorithm}' is longer than the kernel allows");
@@ -143,7 +143,7 @@ pub fn attach(cgroup: &Path, algorithm: &str, pin: &Path) -> Result<()> {
 
 /// Detaches the link pinned at `pin` and removes the pin (and bbrscope's pin directory once
 /// empty). False when there was nothing pinned.
-pub fn detach(pin: &Path) -> Result<bool> {
+pub(crate) fn detach(pin: &Path) -> Result<bool> {
     if !pin.exists() {
         return Ok(false);
     }
@@ -158,7 +158,7 @@ pub fn detach(pin: &Path) -> Result<bool> {
 }
 
 /// The program id behind a pinned link, for status.
-pub fn pinned_program(pin: &Path) -> Option<u32> {
+pub(crate) fn pinned_program(pin: &Path) -> Option<u32> {
     let link: FdLink = PinnedLink::from_pin(pin).ok()?.into();
     link.info().ok().map(|i| i.program_id())
 }

@@ -56,7 +56,7 @@ impl Scope {
 
 /// The scope options as given on the command line.
 #[derive(Clone, Debug, Default)]
-pub struct Spec<'a> {
+pub(crate) struct Spec<'a> {
     pub netns: Option<&'a str>,
     pub cgroup: Option<&'a Path>,
     pub route: Option<&'a str>,

@@ -12,22 +12,22 @@
 use std::path::{Path, PathBuf};
 
 /// In priority order: a name found in an earlier directory hides the same name in later ones.
-pub const DIRS: &[&str] =
+pub(crate) const DIRS: &[&str] =
     &["etc/sysctl.d", "run/sysctl.d", "usr/local/lib/sysctl.d", "usr/lib/sysctl.d", "lib/sysctl.d"];
-pub const SYSCTL_CONF: &str = "etc/sysctl.conf";
+pub(crate) const SYSCTL_CONF: &str = "etc/sysctl.conf";
 
 /// One configuration file, named by its path on the system (not below the root).
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct ConfFile {
+pub(crate) struct ConfFile {
     pub path: PathBuf,
     pub text: String,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Assignment {
-    pub file: PathBuf,
-    pub line: usize,
-    pub value: String,
+    pub(crate) file: PathBuf,
+    pub(crate) line: usize,
+    pub(crate) value: String,
 }
 
 /// The files applied at boot, in application order.
@@ -37,7 +37,7 @@ pub struct BootConfig {
 }
 
 impl BootConfig {
-    pub fn load(root: &Path) -> Self {
+    pub(crate) fn load(root: &Path) -> Self {
         let mut by_name: Vec<(String, PathBuf)> = Vec::new();
         for dir in DIRS {
             let Ok(entries) = std::fs::read_dir(root.join(dir)) else { continue };
@@ -58,7 +58,8 @@ impl BootConfig {
         BootConfig { files }
     }
 
-    pub fn files(&self) -> &[ConfFile] {
+    #[cfg(test)]
+    pub(crate) fn files(&self) -> &[ConfFile] {
         &self.files
     }
 
@@ -77,7 +78,7 @@ impl BootConfig {
     }
 
     /// Every assignment of `key`, in the order they are applied.
-    pub fn assignments(&self, key: &str) -> Vec<Assignment> {
+    pub(crate) fn assignments(&self, key: &str) -> Vec<Assignment> {
         let mut out = Vec::new();
         for f in &self.files {
             for (i, line) in f.text.lines().enumerate() {

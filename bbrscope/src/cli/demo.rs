@@ -38,50 +38,50 @@ const MAX_ALGOS: usize = 8;
 pub struct DemoArgs {
     /// A published setup to reproduce (default: google-lossy)
     #[arg(value_enum, ignore_case = true)]
-    pub preset: Option<PresetName>,
+    pub(crate) preset: Option<PresetName>,
     /// Bottleneck rate, with tc(8)'s units: 50mbit (megabits/s), 800kbit, 1gbit; 50mbps or 50MB/s
     /// are megaBYTES per second, as tc reads them
     #[arg(long, value_parser = units::rate, allow_hyphen_values = true)]
-    pub rate: Option<Rate>,
+    pub(crate) rate: Option<Rate>,
     /// Round-trip propagation delay, e.g. 100ms
     #[arg(long, value_parser = units::rtt, allow_hyphen_values = true)]
-    pub rtt: Option<Duration>,
+    pub(crate) rtt: Option<Duration>,
     /// Random loss on the data direction, e.g. 1% or 0.01
     #[arg(long, value_parser = units::loss, allow_hyphen_values = true)]
-    pub loss: Option<f64>,
+    pub(crate) loss: Option<f64>,
     /// Make losses bursty (Gilbert–Elliott) with this mean burst length, in packets
     #[arg(long, value_name = "PACKETS")]
-    pub loss_burst: Option<f64>,
+    pub(crate) loss_burst: Option<f64>,
     /// Bottleneck drop-tail queue: bytes (150000, 64KB), packets (1000pkt) or BDPs (2bdp)
     #[arg(long, value_parser = units::buffer, allow_hyphen_values = true)]
-    pub buffer: Option<Buffer>,
+    pub(crate) buffer: Option<Buffer>,
     /// How long each flow runs: a bare number is seconds; 30s, 2m also
     #[arg(long, value_parser = units::duration, allow_hyphen_values = true)]
-    pub duration: Option<Duration>,
+    pub(crate) duration: Option<Duration>,
     /// Algorithms to compare, comma-separated (set per socket; the system default is untouched)
     #[arg(long, value_delimiter = ',', default_value = "cubic,bbr")]
-    pub algos: Vec<String>,
+    pub(crate) algos: Vec<String>,
     /// Seed of the random loss: the same seed drops the same packets
     #[arg(long, default_value_t = 1)]
-    pub seed: u64,
+    pub(crate) seed: u64,
     /// Run the comparison N times; medians are reported, with each run's goodput
     #[arg(long, value_name = "N", default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=100))]
-    pub repeat: u32,
+    pub(crate) repeat: u32,
     /// One algorithm after the other instead of all at once
     #[arg(long)]
-    pub sequential: bool,
+    pub(crate) sequential: bool,
     /// No live display
     #[arg(long)]
-    pub headless: bool,
+    pub(crate) headless: bool,
     /// Print the summary as one JSON object (type "demo_summary") instead of a table
     #[arg(long)]
-    pub json: bool,
+    pub(crate) json: bool,
     /// Write goodput, cwnd and RTT over time for all flows to FILE.svg or FILE.png
     #[arg(long, value_name = "FILE")]
-    pub plot: Option<PathBuf>,
+    pub(crate) plot: Option<PathBuf>,
     /// Allow a demo that runs longer than an hour in total
     #[arg(long)]
-    pub yes: bool,
+    pub(crate) yes: bool,
 }
 
 impl DemoArgs {

@@ -26,71 +26,71 @@ pub struct ExperimentArgs {
     /// optionally with an initial window of N segments set on its connections (bbr,bbr+iw32).
     /// With --analyze: the arms of a recording that does not name them
     #[arg(long, value_name = "A,B", value_delimiter = ',', num_args = 1, required_unless_present = "analyze")]
-    pub arms: Vec<String>,
+    pub(crate) arms: Vec<String>,
     /// Percent of the experiment's connections given arm B (1-99)
     #[arg(long, value_name = "PCT", default_value_t = 50, value_parser = clap::value_parser!(u32).range(1..=99))]
-    pub split: u32,
+    pub(crate) split: u32,
     /// Percent of connections in scope that join the experiment at all (1-100); the rest keep
     /// the default algorithm: the limit on the share of traffic touched
     #[arg(long, value_name = "PCT", default_value_t = 100, value_parser = clap::value_parser!(u32).range(1..=100))]
-    pub sample: u32,
+    pub(crate) sample: u32,
     /// Only connections of the service on this local port (e.g. 443)
     #[arg(long, value_name = "PORT", value_parser = clap::value_parser!(u16).range(1..))]
-    pub port: Option<u16>,
+    pub(crate) port: Option<u16>,
     /// Only connections of processes in this cgroup v2 directory or below it
     #[arg(long, value_name = "PATH")]
-    pub cgroup: Option<PathBuf>,
+    pub(crate) cgroup: Option<PathBuf>,
     /// Only connections to clients in these ranges (repeat, or comma-separated)
     #[arg(long, value_name = "CIDR", value_delimiter = ',')]
-    pub dst: Vec<Net>,
+    pub(crate) dst: Vec<Net>,
     /// Stop after this long (e.g. 90s, 10m, 2h; default 10m)
     #[arg(long, value_name = "TIME", value_parser = parse_span, conflicts_with = "flows")]
-    pub duration: Option<Duration>,
+    pub(crate) duration: Option<Duration>,
     /// Stop after this many finished flows in the experiment
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
-    pub flows: Option<u64>,
+    pub(crate) flows: Option<u64>,
     /// Do not stop early when an arm is clearly worse (the guardrail is on by default)
     #[arg(long)]
-    pub no_guardrail: bool,
+    pub(crate) no_guardrail: bool,
     /// Stop early (exit status 3) when either arm's completion time, for all flows or for the
     /// clients of one RTT band, is worse than the other's by more than this many percent, with
     /// an always-valid 95% interval above zero (checked every 2 s)
     #[arg(long, value_name = "PCT", default_value_t = 20.0)]
-    pub guardrail_pct: f64,
+    pub(crate) guardrail_pct: f64,
     /// The smallest change in completion time that matters, percent: within it the arms are
     /// "no different"; a recommendation needs at least this much
     #[arg(long, value_name = "PCT", default_value_t = 5.0)]
-    pub delta: f64,
+    pub(crate) delta: f64,
     /// The smallest change per response that matters, milliseconds: a recommendation needs at
     /// least this much too
     #[arg(long, value_name = "MS", default_value_t = 5.0)]
-    pub min_effect_ms: f64,
+    pub(crate) min_effect_ms: f64,
     /// Client groups of your own: a file of `LABEL CIDR [CIDR...]` lines (e.g. a country's
     /// ranges); each is judged, and recommended as routes. At most 100 groups, 10,000 prefixes
     /// and 4 MiB; labels of up to 64 printable characters
     #[arg(long, value_name = "FILE")]
-    pub prefix_list: Option<PathBuf>,
+    pub(crate) prefix_list: Option<PathBuf>,
     /// Also write every record of the experiment's flows as NDJSON (re-analyse with --analyze)
     #[arg(long, value_name = "FILE")]
-    pub record: Option<PathBuf>,
+    pub(crate) record: Option<PathBuf>,
     /// Re-analyse a `--record` file instead of running an experiment, and replay the live
     /// guardrail's checks on it in completion order; no root needed. (A `bbrscope stream`
     /// capture taken beside an experiment has no arms: record with --record.)
     #[arg(long, value_name = "FILE", conflicts_with_all = ["port", "cgroup", "dst", "duration", "flows", "record"])]
-    pub analyze: Option<PathBuf>,
+    pub(crate) analyze: Option<PathBuf>,
     /// The report as one JSON object on stdout
     #[arg(long)]
-    pub json: bool,
+    pub(crate) json: bool,
     /// Per-group completion-time CDFs of the two arms (.svg or .png)
     #[arg(long, value_name = "FILE")]
-    pub plot: Option<PathBuf>,
+    pub(crate) plot: Option<PathBuf>,
     /// Print the `bbrscope apply` commands the evidence supports
     #[arg(long)]
-    pub recommend: bool,
+    pub(crate) recommend: bool,
     /// No live display (by default: the dashboard on a terminal, opening on the experiment's
     /// view; a progress line every 10 s on stderr when stdout is not a terminal)
     #[arg(long, conflicts_with = "analyze")]
-    pub headless: bool,
+    pub(crate) headless: bool,
 }
 
 /// "90", "90s", "10m", "2h".

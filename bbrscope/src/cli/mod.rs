@@ -91,13 +91,13 @@ pub enum Command {
 pub struct ManArgs {
     /// Directory to write the pages to (created if missing)
     #[arg(value_name = "DIR")]
-    pub dir: PathBuf,
+    pub(crate) dir: PathBuf,
 }
 
 #[derive(Debug, Args)]
 pub struct CompletionsArgs {
     #[arg(value_name = "SHELL")]
-    pub shell: clap_complete::Shell,
+    pub(crate) shell: clap_complete::Shell,
 }
 
 /// Which flows to watch. All given filters must match; they run in the kernel.
@@ -105,27 +105,27 @@ pub struct CompletionsArgs {
 pub struct FilterArgs {
     /// Only flows with this local or remote port (1-65535)
     #[arg(long, value_name = "PORT", value_parser = parse_port)]
-    pub port: Option<u16>,
+    pub(crate) port: Option<u16>,
     /// Only flows with the local or remote address in this range (e.g. 10.0.0.0/8, 2001:db8::/32, 192.0.2.7)
     #[arg(long, value_name = "CIDR")]
-    pub addr: Option<Net>,
+    pub(crate) addr: Option<Net>,
     /// Only sockets created in this cgroup v2 directory or below it
     #[arg(long, value_name = "PATH")]
-    pub cgroup: Option<PathBuf>,
+    pub(crate) cgroup: Option<PathBuf>,
     /// Only flows using this congestion-control algorithm (e.g. cubic, bbr)
     #[arg(long, value_name = "NAME")]
-    pub cc: Option<String>,
+    pub(crate) cc: Option<String>,
     /// Only flows of processes with this command name (as in `ps -o comm`: the process that
     /// opened or writes to the connection, see docs/stream.md; sock_ops observer only)
     #[arg(long, value_name = "NAME", value_parser = parse_comm)]
-    pub comm: Option<String>,
+    pub(crate) comm: Option<String>,
     /// Only flows of this process id (the thread group id, as `ps` shows it; sock_ops observer only)
     #[arg(long, value_name = "PID", value_parser = clap::value_parser!(u32).range(1..))]
-    pub pid: Option<u32>,
+    pub(crate) pid: Option<u32>,
     /// Only flows in this network namespace: its inode number (`lsns -t net`), `ip netns` name,
     /// or a path such as /proc/PID/ns/net (sock_ops observer only)
     #[arg(long, value_name = "INODE|PATH", value_parser = parse_netns)]
-    pub netns: Option<u32>,
+    pub(crate) netns: Option<u32>,
 }
 
 /// A command name as the kernel keeps it (`TASK_COMM_LEN` = 16, so at most 15 bytes).
@@ -152,43 +152,43 @@ fn parse_netns(s: &str) -> Result<u32, String> {
 #[derive(Debug, Args, Clone)]
 pub struct ObserveArgs {
     #[command(flatten)]
-    pub filter: FilterArgs,
+    pub(crate) filter: FilterArgs,
     /// Sample period per flow, in milliseconds (1-60000, no unit); losses and state changes are
     /// reported as they happen
     #[arg(long, value_name = "MS", default_value_t = 100, value_parser = parse_interval_ms)]
-    pub interval: u64,
+    pub(crate) interval: u64,
     /// Also report flows that only receive data (by default only flows that send)
     #[arg(long)]
-    pub receivers: bool,
+    pub(crate) receivers: bool,
     /// Flows tracked in the kernel at once (least recently active are evicted beyond this)
     #[arg(long, value_name = "N", default_value_t = 65536, value_parser = clap::value_parser!(u32).range(16..=4_194_304))]
-    pub max_flows: u32,
+    pub(crate) max_flows: u32,
     /// Ring buffer between kernel and bbrscope: a power of two from 4K (e.g. 512K, 4M, 64M)
     // 4 MB: the largest record (a flow's close, ~580 B) fits ~7,000 times. At 5,000 short flows a
     // second with both ends on the host (~10,000 such records, 5.8 MB a second) userspace is woken
     // at 1 MB (a quarter) or every 50 ms, and the other 3 MB absorb half a second of a stalled
     // reader on a loaded host. Idle sockets cost the ring nothing (no record until data is sent).
     #[arg(long, value_name = "BYTES", default_value = "4M", value_parser = parse_ring_size)]
-    pub ring_size: u32,
+    pub(crate) ring_size: u32,
     /// Read kernel type information from this BTF file instead of /sys/kernel/btf/vmlinux (for
     /// kernels built without CONFIG_DEBUG_INFO_BTF). The file must describe the running kernel:
     /// its socket struct sizes are checked against the kernel's slab caches (/sys/kernel/slab)
     #[arg(long, value_name = "FILE")]
-    pub btf: Option<PathBuf>,
+    pub(crate) btf: Option<PathBuf>,
     /// Measure the kernel programs' own cost (ns per per-ACK event, in `stats` and the footer)
     /// by turning on the kernel's BPF statistics while bbrscope runs (adds ~20 ns per event)
     #[arg(long)]
-    pub bpf_stats: bool,
+    pub(crate) bpf_stats: bool,
     /// How to hook into TCP: `sockops` (every flow from connect/accept to close, in every TCP
     /// state, with a summary at close), `tracepoint` (established senders only, the fallback for
     /// kernels or setups without it), or `auto` (sockops where it loads; `stats` names the one used)
     #[arg(long, value_name = "PATH", default_value = "auto")]
-    pub observer: PathChoice,
+    pub(crate) observer: PathChoice,
 }
 
 impl ObserveArgs {
     /// Validates the filters against the running system and builds loader options.
-    pub fn options(&self) -> Result<Options> {
+    pub(crate) fn options(&self) -> Result<Options> {
         let f = &self.filter;
         if self.ring_size > RING_SIZE_NOTED {
             crate::output::errln!(
@@ -214,35 +214,35 @@ impl ObserveArgs {
 #[derive(Debug, Args)]
 pub struct StreamArgs {
     #[command(flatten)]
-    pub observe: ObserveArgs,
+    pub(crate) observe: ObserveArgs,
     /// Stop after this long: seconds, or 90s, 10m, 2h (default: run until interrupted)
     #[arg(long, value_name = "TIME", value_parser = crate::units::duration, allow_negative_numbers = true)]
-    pub duration: Option<Duration>,
+    pub(crate) duration: Option<Duration>,
     /// Seconds between `stats` records (up to 86400); 0 turns them off
     #[arg(long, value_name = "SECS", default_value_t = 1.0, allow_negative_numbers = true, value_parser = parse_stats_secs)]
-    pub stats_interval: f64,
+    pub(crate) stats_interval: f64,
 }
 
 #[derive(Debug, Args)]
 pub struct TopArgs {
     #[command(flatten)]
-    pub observe: ObserveArgs,
+    pub(crate) observe: ObserveArgs,
     /// Close the dashboard after this long: seconds, or 90s, 10m, 2h (default: until q)
     #[arg(long, value_name = "TIME", value_parser = crate::units::duration, allow_negative_numbers = true)]
-    pub duration: Option<Duration>,
+    pub(crate) duration: Option<Duration>,
 }
 
 #[derive(Debug, Args)]
 pub struct ReplayArgs {
     /// A file written by `bbrscope stream` (- for standard input)
     #[arg(value_name = "FILE")]
-    pub file: PathBuf,
+    pub(crate) file: PathBuf,
     /// Playback speed (0.125 to 64; `[` and `]` change it while playing)
     #[arg(long, default_value_t = 1.0, value_parser = parse_speed)]
-    pub speed: f64,
+    pub(crate) speed: f64,
     /// Start paused (`p` toggles)
     #[arg(long)]
-    pub paused: bool,
+    pub(crate) paused: bool,
 }
 
 fn parse_speed(s: &str) -> Result<f64, String> {
@@ -280,7 +280,7 @@ fn parse_interval_ms(s: &str) -> Result<u64, String> {
 const RING_SIZE_NOTED: u32 = 64 << 20;
 
 /// A size with an optional K/M/G suffix (powers of 1024).
-pub fn parse_ring_size(s: &str) -> Result<u32, String> {
+pub(crate) fn parse_ring_size(s: &str) -> Result<u32, String> {
     let bad = || format!("'{s}' is not a size: use a power of two from 4K to 1G, e.g. 512K or 4M");
     let (digits, mult) = match s.trim().to_ascii_uppercase() {
         t if t.ends_with('K') => (t[..t.len() - 1].to_string(), 1u64 << 10),

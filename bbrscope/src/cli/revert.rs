@@ -9,16 +9,16 @@ use crate::apply::{revert::Request, scope};
 #[derive(Debug, Args)]
 pub struct RevertArgs {
     #[command(flatten)]
-    pub scope: ScopeArgs,
+    pub(crate) scope: ScopeArgs,
     /// Revert every scope bbrscope has changed
     #[arg(long, conflicts_with_all = ["netns", "cgroup", "route"])]
-    pub all: bool,
+    pub(crate) all: bool,
     /// Restore recorded values even where someone changed them since bbrscope did
     #[arg(long)]
-    pub force: bool,
+    pub(crate) force: bool,
     /// Print the result as JSON
     #[arg(long)]
-    pub json: bool,
+    pub(crate) json: bool,
 }
 
 impl RevertArgs {

@@ -8,11 +8,11 @@ use clap::Args;
 pub struct StatusArgs {
     /// Also show a network namespace: an `ip netns` name, a path such as /proc/PID/ns/net, or `all`
     #[arg(long, value_name = "NAME|PATH|all")]
-    pub netns: Option<String>,
+    pub(crate) netns: Option<String>,
     /// Print as JSON
     #[arg(long)]
-    pub json: bool,
+    pub(crate) json: bool,
     /// Stand-in for / when reading files (tests)
     #[arg(long, hide = true, default_value = "/")]
-    pub root: PathBuf,
+    pub(crate) root: PathBuf,
 }

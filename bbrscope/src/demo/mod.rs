@@ -20,7 +20,7 @@ use serde::Serialize;
 
 /// The emulated path and the run length: everything that defines one measurement.
 #[derive(Clone, Debug, PartialEq, Serialize)]
-pub struct Conditions {
+pub(crate) struct Conditions {
     pub rate_bps: u64,
     #[serde(serialize_with = "as_us", rename = "rtt_us")]
     pub rtt: Duration,
@@ -35,13 +35,13 @@ pub struct Conditions {
 }
 
 impl Conditions {
-    pub fn bdp_bytes(&self) -> f64 {
+    pub(crate) fn bdp_bytes(&self) -> f64 {
         self.rate_bps as f64 / 8.0 * self.rtt.as_secs_f64()
     }
 
     /// The link for repetition `repeat`: all flows of one repetition see identical links (same
     /// loss pattern); each repetition gets its own seed.
-    pub fn link(&self, repeat: u32) -> LinkConfig {
+    pub(crate) fn link(&self, repeat: u32) -> LinkConfig {
         LinkConfig {
             rate_bps: self.rate_bps,
             rtt: self.rtt,
@@ -52,7 +52,7 @@ impl Conditions {
     }
 
     /// The model's view of these conditions for a sender with this MSS.
-    pub fn path(&self, mss: f64) -> model::Path {
+    pub(crate) fn path(&self, mss: f64) -> model::Path {
         model::Path {
             rate_bps: self.rate_bps as f64,
             rtt_s: self.rtt.as_secs_f64(),

@@ -28,7 +28,7 @@ const BBR_CLEAN: (f64, f64) = (0.9, 1.0);
 
 /// The emulated path, in SI units.
 #[derive(Clone, Copy, Debug, PartialEq)]
-pub struct Path {
+pub(crate) struct Path {
     pub rate_bps: f64,
     pub rtt_s: f64,
     pub loss: f64,
@@ -37,12 +37,12 @@ pub struct Path {
 }
 
 impl Path {
-    pub fn bdp_bytes(&self) -> f64 {
+    pub(crate) fn bdp_bytes(&self) -> f64 {
         self.rate_bps / 8.0 * self.rtt_s
     }
 
     /// The most goodput the link can carry: capacity less headers.
-    pub fn goodput_capacity_bps(&self) -> f64 {
+    pub(crate) fn goodput_capacity_bps(&self) -> f64 {
         self.rate_bps * self.mss / (self.mss + HEADER_BYTES)
     }
 

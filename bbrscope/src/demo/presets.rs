@@ -7,7 +7,7 @@ use clap::ValueEnum;
 use crate::units::Buffer;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
-pub enum PresetName {
+pub(crate) enum PresetName {
     /// The seed article's cross-border VPS path: 10% loss, 167 ms (10 Mbit/s assumed)
     CrossBorder,
     /// Google's BBR announcement: 1% loss, 100 ms (at 50 Mbit/s rather than 10 Gbit/s)
@@ -22,13 +22,13 @@ pub enum PresetName {
 
 /// Which number tells the story.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Headline {
+pub(crate) enum Headline {
     Goodput,
     Rtt,
 }
 
 #[derive(Clone, Copy, Debug)]
-pub struct Preset {
+pub(crate) struct Preset {
     pub name: &'static str,
     pub rate_bps: u64,
     pub rtt: Duration,
@@ -43,7 +43,7 @@ pub struct Preset {
 }
 
 impl PresetName {
-    pub fn preset(self) -> Preset {
+    pub(crate) fn preset(self) -> Preset {
         let secs = Duration::from_secs;
         match self {
             PresetName::CrossBorder => Preset {

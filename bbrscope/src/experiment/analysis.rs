@@ -120,30 +120,30 @@ pub enum Status {
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct Metric {
     /// Stable name, e.g. `completion_p95_256k_4m`, `goodput_p50`, `retrans_rate`.
-    pub key: String,
-    pub kind: MetricKind,
-    pub bucket: Option<Bucket>,
-    pub quantile: Option<f64>,
+    pub(crate) key: String,
+    pub(crate) kind: MetricKind,
+    pub(crate) bucket: Option<Bucket>,
+    pub(crate) quantile: Option<f64>,
     /// For people, e.g. `p95 completion 256 KB–4 MB`.
-    pub label: String,
+    pub(crate) label: String,
     /// Unit of `a` and `b`: `s`, `bit/s`, `us`, `ratio`, `share` (0..1).
-    pub unit: &'static str,
-    pub higher_is_better: bool,
+    pub(crate) unit: &'static str,
+    pub(crate) higher_is_better: bool,
     /// Flows per arm with a value for this metric.
-    pub n: [usize; 2],
+    pub(crate) n: [usize; 2],
     /// The arms' values (`null` without flows).
-    pub a: Option<f64>,
-    pub b: Option<f64>,
+    pub(crate) a: Option<f64>,
+    pub(crate) b: Option<f64>,
     /// `null` when `status` is `too_few_flows` (or A's value is 0, so no relative change exists).
-    pub diff: Option<Diff>,
-    pub status: Status,
+    pub(crate) diff: Option<Diff>,
+    pub(crate) status: Status,
     /// `too_few_flows`: the flows per arm this cell needs (a tail quantile needs many).
-    pub needs: Option<usize>,
+    pub(crate) needs: Option<usize>,
 }
 
 impl Metric {
     /// The arm this metric's significant difference favours (0 = A, 1 = B).
-    pub fn better_arm(&self) -> Option<usize> {
+    pub(crate) fn better_arm(&self) -> Option<usize> {
         let d = self.diff.as_ref().filter(|d| d.significant)?;
         Some(usize::from((d.estimate > 0.0) == self.higher_is_better))
     }
@@ -190,32 +190,32 @@ impl Verdict {
 
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
 pub struct ArmStats {
-    pub flows: usize,
-    pub bytes: u64,
+    pub(crate) flows: usize,
+    pub(crate) bytes: u64,
 }
 
 #[derive(Clone, Debug, Serialize)]
 pub struct GroupResult {
     pub kind: GroupKind,
     pub label: String,
-    pub prefixes: Vec<IpNet>,
+    pub(crate) prefixes: Vec<IpNet>,
     /// Per arm (A, B).
-    pub arms: [ArmStats; 2],
+    pub(crate) arms: [ArmStats; 2],
     pub verdict: Verdict,
     /// The primary question's answer: B's effect on completion time (as the client feels it),
     /// stratified, with its always-valid interval.
     pub answer: Answer,
     /// Strata with flows the answer leaves out (fewer than 10 in an arm), most time first.
-    pub left_out: Vec<decide::LeftOut>,
+    pub(crate) left_out: Vec<decide::LeftOut>,
     /// Secondary metrics: shown, never deciding.
-    pub metrics: Vec<Metric>,
+    pub(crate) metrics: Vec<Metric>,
     /// Indices into the observations (for the figure).
     #[serde(skip)]
-    pub members: Vec<usize>,
+    pub(crate) members: Vec<usize>,
 }
 
 impl GroupResult {
-    pub fn flows(&self) -> usize {
+    pub(crate) fn flows(&self) -> usize {
         self.arms[0].flows + self.arms[1].flows
     }
 }
@@ -223,16 +223,16 @@ impl GroupResult {
 /// Destination prefixes left out of the report for want of flows.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
 pub struct Sparse {
-    pub groups: usize,
-    pub flows: usize,
+    pub(crate) groups: usize,
+    pub(crate) flows: usize,
 }
 
 #[derive(Clone, Debug, Serialize)]
 pub struct ArmInfo {
     /// The algorithm.
-    pub cc: String,
-    pub flows: usize,
-    pub bytes: u64,
+    pub(crate) cc: String,
+    pub(crate) flows: usize,
+    pub(crate) bytes: u64,
 }
 
 /// Whether each flow ran its arm's algorithm for its whole life.
@@ -240,60 +240,60 @@ pub struct ArmInfo {
 pub struct Integrity {
     /// Flows per arm left out: they ran another algorithm than their arm's, or more than one
     /// (the application set its own with setsockopt(TCP_CONGESTION)).
-    pub excluded: [usize; 2],
+    pub(crate) excluded: [usize; 2],
     /// Of all flows.
-    pub excluded_share: f64,
+    pub(crate) excluded_share: f64,
     /// The algorithms they ran instead, most frequent first.
-    pub ran_instead: Vec<String>,
+    pub(crate) ran_instead: Vec<String>,
     /// More than [`MAX_OVERRIDDEN`] of the flows: the service sets its own algorithm, and the
     /// experiment concludes nothing.
-    pub overridden: bool,
+    pub(crate) overridden: bool,
     /// Response sizes where more than [`MAX_OVERRIDDEN`] of the flows ran another algorithm
     /// though all flows together stay under it (a service that sets its own for its largest
     /// responses): what the arms are said to do at that size is the service's doing.
-    pub concentrated: Vec<Concentrated>,
+    pub(crate) concentrated: Vec<Concentrated>,
 }
 
 /// Overrides concentrated in one response size.
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct Concentrated {
-    pub bucket: Bucket,
+    pub(crate) bucket: Bucket,
     /// Flows of that size left out, and all flows of that size.
-    pub excluded: usize,
-    pub flows: usize,
+    pub(crate) excluded: usize,
+    pub(crate) flows: usize,
 }
 
 /// Share of flows that may run another algorithm than their arm's before nothing is concluded.
-pub const MAX_OVERRIDDEN: f64 = 0.02;
+pub(crate) const MAX_OVERRIDDEN: f64 = 0.02;
 
 #[derive(Clone, Debug, Serialize)]
 pub struct Analysis {
-    pub arms: [ArmInfo; 2],
-    pub level: f64,
-    pub resamples: usize,
-    pub seed: u64,
-    pub min_flows: usize,
+    pub(crate) arms: [ArmInfo; 2],
+    pub(crate) level: f64,
+    pub(crate) resamples: usize,
+    pub(crate) seed: u64,
+    pub(crate) min_flows: usize,
     /// The decision's rules: family-wise α, δ, the smallest absolute change.
-    pub alpha: f64,
-    pub delta_pct: f64,
-    pub min_effect_ms: f64,
+    pub(crate) alpha: f64,
+    pub(crate) delta_pct: f64,
+    pub(crate) min_effect_ms: f64,
     /// Groups with an answer, over which α is shared.
-    pub groups_judged: usize,
-    pub integrity: Integrity,
-    pub sample_ratio: SampleRatio,
+    pub(crate) groups_judged: usize,
+    pub(crate) integrity: Integrity,
+    pub(crate) sample_ratio: SampleRatio,
     /// "all flows" first, then RTT bands, prefixes with enough flows, lists.
     pub groups: Vec<GroupResult>,
-    pub sparse_prefixes: Sparse,
+    pub(crate) sparse_prefixes: Sparse,
     /// The experiment's flows per second (first to last finish), for "≈ T more" estimates.
-    pub flows_per_s: Option<f64>,
+    pub(crate) flows_per_s: Option<f64>,
     /// Flows per arm still running when it ended (after the drain): in the analysis with their
     /// elapsed time as their completion time (see [`Observation::censored`]).
-    pub in_flight: [usize; 2],
+    pub(crate) in_flight: [usize; 2],
 }
 
 /// The arms' algorithms as the observations say: the algorithm most of each arm's flows ran
 /// (`?` without flows).
-pub fn arm_names(obs: &[Observation]) -> [String; 2] {
+pub(crate) fn arm_names(obs: &[Observation]) -> [String; 2] {
     [0, 1].map(|arm| {
         let mut counts: BTreeMap<&str, usize> = BTreeMap::new();
         for o in obs.iter().filter(|o| o.arm == arm) {
@@ -304,7 +304,7 @@ pub fn arm_names(obs: &[Observation]) -> [String; 2] {
 }
 
 /// Whether a flow ran its arm's algorithm, and only that.
-pub fn ran_its_arm(o: &Observation, names: &[String; 2]) -> bool {
+pub(crate) fn ran_its_arm(o: &Observation, names: &[String; 2]) -> bool {
     !o.switched && names.get(o.arm).is_some_and(|n| super::Arm::cc_of(n) == o.cc)
 }
 

@@ -147,13 +147,13 @@ impl Strata {
 
 /// A stratum the estimate leaves out for want of flows.
 #[derive(Clone, Debug, PartialEq, Serialize)]
-pub struct LeftOut {
+pub(crate) struct LeftOut {
     /// `RTT ≥150 ms >4 MB`.
-    pub stratum: String,
+    pub(crate) stratum: String,
     /// Per arm; each needs [`MIN_CELL`].
-    pub flows: [usize; 2],
+    pub(crate) flows: [usize; 2],
     /// Its share of the group's completion time (0..1).
-    pub time_share: f64,
+    pub(crate) time_share: f64,
 }
 
 /// The stratified estimate of B's effect on completion time.
@@ -182,7 +182,7 @@ pub(crate) fn cs_half_width(v: f64, alpha: f64) -> f64 {
 /// What the interval says, given the smallest change that matters.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
-pub enum Outcome {
+pub(crate) enum Outcome {
     /// B's completion times lower: the whole interval below zero.
     BBetter,
     /// B's completion times higher: the whole interval above zero.
@@ -198,43 +198,43 @@ pub enum Outcome {
 /// The answer to the primary question for one group, in the units people read.
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct Answer {
-    pub outcome: Outcome,
+    pub(crate) outcome: Outcome,
     /// B's completion time relative to A's, % (`(B/A − 1)·100`); null without an estimate.
-    pub effect_pct: Option<f64>,
+    pub(crate) effect_pct: Option<f64>,
     /// The always-valid interval of `effect_pct`.
-    pub low_pct: Option<f64>,
-    pub high_pct: Option<f64>,
+    pub(crate) low_pct: Option<f64>,
+    pub(crate) high_pct: Option<f64>,
     /// The change per response in milliseconds at this group's mean completion time.
-    pub effect_ms: Option<f64>,
+    pub(crate) effect_ms: Option<f64>,
     /// The level of the interval after sharing α across the groups judged (e.g. 0.99).
-    pub level: f64,
+    pub(crate) level: f64,
     /// The smallest change that matters, % (`--delta`).
-    pub delta_pct: f64,
+    pub(crate) delta_pct: f64,
     /// Better or worse by at least δ and by at least the smallest absolute change that matters.
     pub practical: bool,
     /// Flows per arm in the strata that count.
-    pub flows: [usize; 2],
-    pub strata: usize,
+    pub(crate) flows: [usize; 2],
+    pub(crate) strata: usize,
     /// Share of the group's completion time the estimate covers (0..1).
-    pub coverage: f64,
+    pub(crate) coverage: f64,
     /// Inconclusive: about how many more flows (both arms, this group's mix) would decide if the
     /// estimate held.
-    pub more_flows: Option<u64>,
+    pub(crate) more_flows: Option<u64>,
     /// The smallest change, %, that the flows so far could tell from none: an effect whose log
     /// is the interval's half-width, `(e^h − 1)·100`. A true effect smaller than this is not
     /// found at this count, whichever way it goes.
-    pub detectable_pct: Option<f64>,
+    pub(crate) detectable_pct: Option<f64>,
 }
 
 /// The rules of the decision.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct Rule {
     /// Family-wise error rate across the groups judged (0.05).
-    pub alpha: f64,
+    pub(crate) alpha: f64,
     /// The smallest relative change that matters (0.05 = 5%).
-    pub delta: f64,
+    pub(crate) delta: f64,
     /// The smallest absolute change per response that matters, seconds.
-    pub min_abs_s: f64,
+    pub(crate) min_abs_s: f64,
 }
 
 impl Default for Rule {

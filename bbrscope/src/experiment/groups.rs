@@ -30,9 +30,9 @@ pub enum Bucket {
 }
 
 impl Bucket {
-    pub const ALL: [Bucket; 4] = [Bucket::Under16K, Bucket::To256K, Bucket::To4M, Bucket::Over4M];
+    pub(crate) const ALL: [Bucket; 4] = [Bucket::Under16K, Bucket::To256K, Bucket::To4M, Bucket::Over4M];
 
-    pub fn of(bytes: u64) -> Bucket {
+    pub(crate) fn of(bytes: u64) -> Bucket {
         match bytes {
             b if b < 16 * KIB => Bucket::Under16K,
             b if b < 256 * KIB => Bucket::To256K,
@@ -41,7 +41,7 @@ impl Bucket {
         }
     }
 
-    pub fn label(self) -> &'static str {
+    pub(crate) fn label(self) -> &'static str {
         match self {
             Bucket::Under16K => "<16 KB",
             Bucket::To256K => "16–256 KB",
@@ -65,8 +65,8 @@ impl Bucket {
 /// test per prefix.
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct PrefixList {
-    pub label: String,
-    pub nets: Vec<IpNet>,
+    pub(crate) label: String,
+    pub(crate) nets: Vec<IpNet>,
     #[serde(skip)]
     by_len: BTreeMap<(bool, u8), HashSet<IpNet>>,
 }
@@ -75,9 +75,9 @@ pub struct PrefixList {
 /// refused before it is read whole or indexed. Every group splits the experiment's error rate
 /// and becomes a verdict and possibly a command, one route per prefix: a list past these is not
 /// something to decide per group.
-pub const PREFIX_LIST_MAX_BYTES: u64 = 4 << 20;
-pub const PREFIX_LIST_MAX_GROUPS: usize = 100;
-pub const PREFIX_LIST_MAX_PREFIXES: usize = 10_000;
+pub(crate) const PREFIX_LIST_MAX_BYTES: u64 = 4 << 20;
+pub(crate) const PREFIX_LIST_MAX_GROUPS: usize = 100;
+pub(crate) const PREFIX_LIST_MAX_PREFIXES: usize = 10_000;
 /// A label is printed in reports and terminals: short, and printable characters only.
 const LABEL_MAX_CHARS: usize = 64;
 
@@ -85,7 +85,7 @@ impl PrefixList {
     /// Reads a prefix-list file: one `LABEL CIDR [CIDR...]` per line (CIDRs separated by spaces or
     /// commas); lines with the same label add to it; `#` starts a comment; a line of CIDRs only is
     /// a group of its own named by its first CIDR. Errors name the line.
-    pub fn parse(text: &str) -> Result<Vec<PrefixList>, String> {
+    pub(crate) fn parse(text: &str) -> Result<Vec<PrefixList>, String> {
         let mut out: Vec<PrefixList> = Vec::new();
         let mut index: HashMap<String, usize> = HashMap::new();
         let mut prefixes = 0;
@@ -136,7 +136,7 @@ impl PrefixList {
     }
 
     /// `lists` as the lines [`PrefixList::parse`] reads back.
-    pub fn to_text(lists: &[PrefixList]) -> String {
+    pub(crate) fn to_text(lists: &[PrefixList]) -> String {
         let line = |l: &PrefixList| {
             let nets: Vec<String> = l.nets.iter().map(ToString::to_string).collect();
             format!("{} {}\n", l.label, nets.join(" "))
@@ -145,7 +145,7 @@ impl PrefixList {
     }
 
     /// Whether `ip` lies in one of the list's prefixes.
-    pub fn contains(&self, ip: IpAddr) -> bool {
+    pub(crate) fn contains(&self, ip: IpAddr) -> bool {
         self.by_len.iter().any(|(&(v4, len), nets)| {
             v4 == ip.is_ipv4() && IpNet::new(ip, len).is_ok_and(|n| nets.contains(&n.trunc()))
         })
@@ -172,7 +172,7 @@ pub enum GroupKind {
 
 /// A set of flows to compare the arms on.
 #[derive(Clone, Debug)]
-pub struct Group {
+pub(crate) struct Group {
     pub kind: GroupKind,
     pub label: String,
     /// The prefixes that make the group (prefix and list groups): what `apply --route` takes.
@@ -184,7 +184,7 @@ pub struct Group {
 /// The groups of `obs`: all flows, then the RTT bands, the destination prefixes (most flows
 /// first) and the user's lists. Empty RTT bands and prefixes are left out; lists are kept even
 /// empty (the user asked about them).
-pub fn groups(obs: &[Observation], keep: &[bool], opts: &Options) -> Vec<Group> {
+pub(crate) fn groups(obs: &[Observation], keep: &[bool], opts: &Options) -> Vec<Group> {
     let kept = || obs.iter().enumerate().filter(|&(i, _)| keep.get(i).copied().unwrap_or(true));
     let mut out = vec![Group {
         kind: GroupKind::All,

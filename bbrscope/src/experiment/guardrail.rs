@@ -29,13 +29,13 @@ use crate::units::{band_label, band_of};
 #[derive(Clone, Debug, PartialEq)]
 pub struct StopRule {
     /// Stop when an arm's completion time is worse by more than this (%) ...
-    pub margin_pct: f64,
+    pub(crate) margin_pct: f64,
     /// ... with the always-valid interval, at this family-wise error rate, wholly above zero.
-    pub alpha: f64,
+    pub(crate) alpha: f64,
     /// The RTT bands watched (edges in ms).
-    pub rtt_bands_ms: Vec<f64>,
+    pub(crate) rtt_bands_ms: Vec<f64>,
     /// The algorithm the experiment's connections would run without it, when one is known.
-    pub status_quo: Option<String>,
+    pub(crate) status_quo: Option<String>,
 }
 
 impl Default for StopRule {
@@ -46,19 +46,19 @@ impl Default for StopRule {
 
 #[derive(Clone, Debug, PartialEq, Serialize, serde::Deserialize)]
 pub struct GuardDecision {
-    pub stop: bool,
+    pub(crate) stop: bool,
     /// Why it stops, or where the watch stands.
-    pub reason: String,
+    pub(crate) reason: String,
     /// A stop: the group, the arm found worse (0 = A), and its completion time relative to the
     /// other arm's, % with the interval.
-    pub group: Option<String>,
-    pub worse_arm: Option<usize>,
-    pub worse_pct: Option<[f64; 3]>,
+    pub(crate) group: Option<String>,
+    pub(crate) worse_arm: Option<usize>,
+    pub(crate) worse_pct: Option<[f64; 3]>,
 }
 
 /// The strata the guardrail watches, filled as flows finish.
 #[derive(Clone, Debug)]
-pub struct Watch {
+pub(crate) struct Watch {
     names: [String; 2],
     rule: StopRule,
     all: Strata,
@@ -67,13 +67,13 @@ pub struct Watch {
 }
 
 impl Watch {
-    pub fn new(names: [String; 2], rule: StopRule) -> Self {
+    pub(crate) fn new(names: [String; 2], rule: StopRule) -> Self {
         let bands = vec![Strata::default(); rule.rtt_bands_ms.len() + 2];
         Watch { names, rule, all: Strata::default(), bands }
     }
 
     /// A finished flow; one that did not run its arm's algorithm is not counted.
-    pub fn add(&mut self, o: &Observation) {
+    pub(crate) fn add(&mut self, o: &Observation) {
         if !ran_its_arm(o, &self.names) {
             return;
         }
@@ -82,7 +82,7 @@ impl Watch {
     }
 
     /// The decision on the flows added so far.
-    pub fn check(&self) -> GuardDecision {
+    pub(crate) fn check(&self) -> GuardDecision {
         let k = self.bands.len() + 1;
         let alpha = self.rule.alpha / k as f64;
         let margin = (1.0 + self.rule.margin_pct / 100.0).ln();
@@ -161,7 +161,7 @@ impl Watch {
 }
 
 /// The guardrail's decision on `obs` (all the flows finished so far).
-pub fn guardrail(obs: &[Observation], rule: &StopRule, names: &[String; 2]) -> GuardDecision {
+pub(crate) fn guardrail(obs: &[Observation], rule: &StopRule, names: &[String; 2]) -> GuardDecision {
     let mut w = Watch::new(names.clone(), rule.clone());
     for o in obs {
         w.add(o);
@@ -173,13 +173,13 @@ pub fn guardrail(obs: &[Observation], rule: &StopRule, names: &[String; 2]) -> G
 /// order, one every `period_s` of recorded time, as the running experiment makes them.
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct Replay {
-    pub looks: usize,
-    pub period_s: f64,
+    pub(crate) looks: usize,
+    pub(crate) period_s: f64,
     /// Seconds after the first flow finished when it would have stopped; null if it would not.
     pub stopped_at_s: Option<f64>,
     /// Flows finished by then.
-    pub flows_at_stop: Option<usize>,
-    pub decision: GuardDecision,
+    pub(crate) flows_at_stop: Option<usize>,
+    pub(crate) decision: GuardDecision,
 }
 
 /// Replays the guardrail over `obs` in completion order (flows without an end time are left

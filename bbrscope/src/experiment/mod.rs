@@ -14,7 +14,7 @@
 pub mod analysis;
 pub(crate) mod decide;
 pub mod groups;
-pub mod stats;
+pub(crate) mod stats;
 // What the analysis becomes: the report, its conclusions in words, the recommended commands,
 // the text rendering and the number formats, the figure.
 pub(crate) mod conclusion;
@@ -25,7 +25,7 @@ pub mod report;
 mod text;
 // The guardrail and the status quo it protects.
 pub mod guardrail;
-pub mod status_quo;
+pub(crate) mod status_quo;
 // A run: what was asked, the loop while it runs, where it stands and its analysis off the loop,
 // its dashboard panel, its recording, and the printed end.
 mod dashboard;
@@ -100,7 +100,7 @@ fn handshake_s(accepted: bool, srtt_first_us: Option<u64>, min_rtt_us: Option<u3
 
 impl Observation {
     /// A closed flow of the live flow table that the kernel put in an arm.
-    pub fn from_flow(flow: &crate::observe::flow::Flow) -> Option<Self> {
+    pub(crate) fn from_flow(flow: &crate::observe::flow::Flow) -> Option<Self> {
         let end = flow.life.end.as_ref()?;
         Self::of_flow(flow, end.head.ts_ns, Some(u64::from(end.srtt_first_us)), false)
     }
@@ -108,7 +108,7 @@ impl Observation {
     /// A flow of an arm still running at `now_ns` (CLOCK_MONOTONIC, the kernel's clock): a
     /// censored observation, its elapsed time and the bytes acked so far (its summary has not
     /// come, so its first RTT is not known: the handshake is the path's minimum RTT).
-    pub fn in_flight(flow: &crate::observe::flow::Flow, now_ns: u64) -> Option<Self> {
+    pub(crate) fn in_flight(flow: &crate::observe::flow::Flow, now_ns: u64) -> Option<Self> {
         if flow.life.end.is_some() {
             return None;
         }
@@ -205,7 +205,7 @@ impl Observation {
 
     /// Completion time as the client feels it: the handshake, then the server's view. This is
     /// the time the experiment decides on.
-    pub fn client_s(&self) -> f64 {
+    pub(crate) fn client_s(&self) -> f64 {
         self.handshake_s + self.duration_s
     }
 }

@@ -39,22 +39,22 @@ pub struct Update {
 /// What is shown of a running experiment.
 #[derive(Clone, Debug)]
 pub struct LiveExperiment {
-    pub arms: [String; 2],
-    pub split_pct: u32,
-    pub sample_pct: u32,
+    pub(crate) arms: [String; 2],
+    pub(crate) split_pct: u32,
+    pub(crate) sample_pct: u32,
     /// Which connections are in it, in words (`port 443`, `every new connection`).
-    pub scope: String,
-    pub limit: Limit,
+    pub(crate) scope: String,
+    pub(crate) limit: Limit,
     pub elapsed: Duration,
     /// Flows finished per arm so far (counted as they end; the analysis lags behind).
-    pub finished: [usize; 2],
+    pub(crate) finished: [usize; 2],
     /// Flows of each arm still open.
-    pub open: [usize; 2],
-    pub guardrail: bool,
+    pub(crate) open: [usize; 2],
+    pub(crate) guardrail: bool,
     /// The stop rule's latest decision.
-    pub guard: Option<GuardDecision>,
+    pub(crate) guard: Option<GuardDecision>,
     /// The latest report on the flows finished so far.
-    pub latest: Option<Analysed>,
+    pub(crate) latest: Option<Analysed>,
 }
 
 impl LiveExperiment {
@@ -91,7 +91,7 @@ impl LiveExperiment {
     }
 
     /// Counts the open flows of each arm in the flow table.
-    pub fn count_open(&mut self, table: &FlowTable) {
+    pub(crate) fn count_open(&mut self, table: &FlowTable) {
         self.open = [0, 0];
         for f in table.iter().filter(|f| f.closed_ns.is_none()) {
             match f.life.owner.as_ref().and_then(|o| o.arm) {
@@ -103,7 +103,7 @@ impl LiveExperiment {
     }
 
     /// How far along it is, e.g. `1:23 of 10:00 (8:37 left)` or `412 of 1,000 flows`.
-    pub fn progress(&self) -> String {
+    pub(crate) fn progress(&self) -> String {
         match self.limit {
             Limit::Time(total) => {
                 // Whole seconds left, rounded up: 0:00 of 5:00 is 5:00 left, not 4:59.
@@ -121,7 +121,7 @@ impl LiveExperiment {
     }
 
     /// When it ends by itself, e.g. `after 10:00`, `after 1,000 flows`.
-    pub fn ends(&self) -> String {
+    pub(crate) fn ends(&self) -> String {
         match self.limit {
             Limit::Time(total) => format!("after {}", clock(total)),
             Limit::Flows(n) => format!("after {} flows", fmt_count(n as usize)),
@@ -129,7 +129,7 @@ impl LiveExperiment {
     }
 
     /// The guardrail's state in words.
-    pub fn guard_words(&self) -> String {
+    pub(crate) fn guard_words(&self) -> String {
         match (self.guardrail, &self.guard) {
             (false, _) => "off (--no-guardrail)".into(),
             (true, None) => "waiting for the first finished flows".into(),
@@ -138,7 +138,7 @@ impl LiveExperiment {
     }
 
     /// One line for a log (stderr when it is not a terminal).
-    pub fn progress_line(&self) -> String {
+    pub(crate) fn progress_line(&self) -> String {
         format!(
             "bbrscope: experiment {}: {} (A) {} flows, {} (B) {} flows finished; guardrail: {}",
             self.progress(),
@@ -152,7 +152,7 @@ impl LiveExperiment {
 }
 
 /// `m:ss`, or `h:mm:ss` from an hour.
-pub fn clock(d: Duration) -> String {
+pub(crate) fn clock(d: Duration) -> String {
     let s = d.as_secs();
     if s >= 3600 {
         format!("{}:{:02}:{:02}", s / 3600, s / 60 % 60, s % 60)

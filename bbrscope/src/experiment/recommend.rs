@@ -26,15 +26,15 @@ pub enum Scope {
 
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct Recommendation {
-    pub scope: Scope,
+    pub(crate) scope: Scope,
     /// The algorithm recommended.
-    pub arm: Option<String>,
+    pub(crate) arm: Option<String>,
     /// One `bbrscope apply` command per line (`--route` takes one prefix per invocation).
     pub commands: Vec<String>,
     /// Per command, the finding it rests on.
-    pub evidence: Vec<String>,
+    pub(crate) evidence: Vec<String>,
     /// Why, and what the evidence does not support.
-    pub notes: Vec<String>,
+    pub(crate) notes: Vec<String>,
 }
 
 /// The `bbrscope apply` commands the evidence supports, each with its evidence.

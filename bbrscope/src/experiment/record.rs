@@ -129,7 +129,7 @@ impl InFlight {
 
 /// Creates the record file (mode 0600: it names clients; a new file, never through a link or
 /// into a file someone else made: see [`crate::newfile`]) and writes its first line.
-pub fn create(path: &Path, setup: &Setup) -> Result<File> {
+pub(crate) fn create(path: &Path, setup: &Setup) -> Result<File> {
     let mut f = NewFile::create(path, newfile::PRIVATE)
         .and_then(NewFile::place)
         .with_context(|| format!("creating {}", path.display()))?;
@@ -153,7 +153,7 @@ pub fn create(path: &Path, setup: &Setup) -> Result<File> {
 /// last line, how the experiment ended, to `f`: a descriptor of the file [`create`] made (shared
 /// with the recorder, which has flushed), never the path opened again, where another user could
 /// have put a link since.
-pub fn end(
+pub(crate) fn end(
     f: &mut File,
     path: &Path,
     obs: &[Observation],
@@ -178,21 +178,21 @@ pub struct Capture {
     pub obs: Vec<Observation>,
     /// From its first line (defaults for a capture without one).
     pub setup: Setup,
-    pub stopped_by: Option<String>,
-    pub guard: Option<GuardDecision>,
-    pub skipped: Skipped,
+    pub(crate) stopped_by: Option<String>,
+    pub(crate) guard: Option<GuardDecision>,
+    pub(crate) skipped: Skipped,
     /// Summaries with impossible values (negative or non-finite times, durations over 30 days,
     /// more bytes than any flow carries).
-    pub rejected: u64,
+    pub(crate) rejected: u64,
     /// Flows recorded more than once, counted once.
-    pub duplicates: u64,
+    pub(crate) duplicates: u64,
     /// Whether the first line said what was asked.
     pub has_header: bool,
 }
 
 impl Capture {
     /// What the reader of the report must know about the input, one line each.
-    pub fn notes(&self) -> Vec<String> {
+    pub(crate) fn notes(&self) -> Vec<String> {
         let mut out = Vec::new();
         out.extend(self.skipped.describe());
         if self.rejected > 0 {

@@ -63,16 +63,16 @@ use super::{
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct InScope {
     /// False for a capture that does not say (recorded before the experiment wrote its scope).
-    pub known: bool,
+    pub(crate) known: bool,
     pub port: Option<u16>,
     /// The cgroup v2 path given with `--cgroup`.
-    pub cgroup: Option<String>,
-    pub dst: Vec<IpNet>,
+    pub(crate) cgroup: Option<String>,
+    pub(crate) dst: Vec<IpNet>,
 }
 
 impl InScope {
     /// In words: `port 443`, `every new connection`.
-    pub fn words(&self) -> String {
+    pub(crate) fn words(&self) -> String {
         let mut parts = Vec::new();
         if let Some(p) = self.port {
             parts.push(format!("port {p}"));
@@ -98,52 +98,52 @@ impl InScope {
 
 #[derive(Clone, Debug, Serialize)]
 pub struct Report {
-    pub arms: [ArmReport; 2],
-    pub level: f64,
+    pub(crate) arms: [ArmReport; 2],
+    pub(crate) level: f64,
     /// How the decision and the intervals were computed, for the reader.
-    pub method: String,
-    pub decision: DecisionRule,
-    pub integrity: Integrity,
-    pub sample_ratio: SampleRatio,
-    pub scope: InScope,
-    pub groups: Vec<GroupReport>,
-    pub sparse_prefixes: Sparse,
+    pub(crate) method: String,
+    pub(crate) decision: DecisionRule,
+    pub(crate) integrity: Integrity,
+    pub(crate) sample_ratio: SampleRatio,
+    pub(crate) scope: InScope,
+    pub(crate) groups: Vec<GroupReport>,
+    pub(crate) sparse_prefixes: Sparse,
     /// Flows per arm still running when the experiment ended (after its drain), counted with
     /// their elapsed time as their completion time.
-    pub in_flight: InFlight,
-    pub recommend: Recommendation,
+    pub(crate) in_flight: InFlight,
+    pub(crate) recommend: Recommendation,
 }
 
 /// Flows per arm still running at the end.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
 pub struct InFlight {
-    pub a: usize,
-    pub b: usize,
+    pub(crate) a: usize,
+    pub(crate) b: usize,
 }
 
 #[derive(Clone, Debug, Serialize)]
 pub struct DecisionRule {
-    pub alpha: f64,
-    pub delta_pct: f64,
-    pub min_effect_ms: f64,
-    pub groups_judged: usize,
+    pub(crate) alpha: f64,
+    pub(crate) delta_pct: f64,
+    pub(crate) min_effect_ms: f64,
+    pub(crate) groups_judged: usize,
 }
 
 #[derive(Clone, Debug, Serialize)]
 pub struct ArmReport {
     /// `a` or `b`, as in the stream's `arm` field.
-    pub label: &'static str,
+    pub(crate) label: &'static str,
     /// The algorithm.
-    pub arm: String,
-    pub flows: usize,
-    pub bytes: u64,
+    pub(crate) arm: String,
+    pub(crate) flows: usize,
+    pub(crate) bytes: u64,
 }
 
 #[derive(Clone, Debug, Serialize)]
 pub struct GroupReport {
     #[serde(flatten)]
-    pub result: GroupResult,
-    pub conclusion: String,
+    pub(crate) result: GroupResult,
+    pub(crate) conclusion: String,
 }
 
 /// What the report needs beyond the analysis.
@@ -157,7 +157,7 @@ pub struct Context {
 }
 
 /// The report of an analysis.
-pub fn build(a: &Analysis, ctx: &Context) -> Report {
+pub(crate) fn build(a: &Analysis, ctx: &Context) -> Report {
     Report {
         arms: [0, 1].map(|i| ArmReport {
             label: ["a", "b"][i],

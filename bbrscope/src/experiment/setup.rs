@@ -47,7 +47,7 @@ pub fn guardrail(obs: &[Observation], setup: &Setup) -> Option<GuardDecision> {
 /// What the live guardrail, with margin `pct`, would have done on a recording's flows, looking
 /// as often as the running experiment does. Flows still running at the end are left out: the
 /// live guardrail never saw them (they are counted after it stopped looking).
-pub fn guardrail_replay(obs: &[Observation], setup: &Setup, pct: f64) -> guardrail::Replay {
+pub(crate) fn guardrail_replay(obs: &[Observation], setup: &Setup, pct: f64) -> guardrail::Replay {
     let finished: Vec<Observation> = obs.iter().filter(|o| !o.censored).cloned().collect();
     let obs = &finished[..];
     guardrail::replay(obs, &setup.stop_rule(pct), &setup.names(obs), super::monitor::Monitor::PERIOD.as_secs_f64())

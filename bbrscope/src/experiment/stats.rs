@@ -10,7 +10,7 @@ use crate::{quantile::type7, rng::Rng};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
-pub enum DiffUnit {
+pub(crate) enum DiffUnit {
     /// B relative to A, %: `(B/A − 1)·100`.
     RelativePct,
     /// B minus A in percentage points (rates).
@@ -19,29 +19,29 @@ pub enum DiffUnit {
 
 /// The difference between the arms in one metric.
 #[derive(Clone, Debug, PartialEq, Serialize)]
-pub struct Diff {
-    pub unit: DiffUnit,
-    pub estimate: f64,
+pub(crate) struct Diff {
+    pub(crate) unit: DiffUnit,
+    pub(crate) estimate: f64,
     /// The `level` confidence interval.
-    pub low: f64,
-    pub high: f64,
+    pub(crate) low: f64,
+    pub(crate) high: f64,
     /// Two-sided p-value of "no difference" (from the bootstrap distribution, or the normal one).
-    pub p_value: f64,
+    pub(crate) p_value: f64,
     /// The interval excludes zero.
-    pub significant: bool,
+    pub(crate) significant: bool,
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize)]
-pub struct SampleRatio {
+pub(crate) struct SampleRatio {
     /// Flows per arm.
-    pub flows: [usize; 2],
-    pub expected_b: f64,
-    pub observed_b: f64,
-    pub chi2: f64,
-    pub p_value: f64,
+    pub(crate) flows: [usize; 2],
+    pub(crate) expected_b: f64,
+    pub(crate) observed_b: f64,
+    pub(crate) chi2: f64,
+    pub(crate) p_value: f64,
     /// The split is off: flows went missing or were added unevenly (an arm that makes clients
     /// retry, a summary lost, a bug in assignment); other results are suspect.
-    pub mismatch: bool,
+    pub(crate) mismatch: bool,
 }
 
 /// `sum x / sum y` over (x, y) pairs and its delta-method variance; `None` if `sum y` is 0.
@@ -124,7 +124,7 @@ fn percentile_diff(estimate: f64, mut rel: Vec<f64>, level: f64) -> Diff {
 }
 
 /// Pearson's chi-square test of the observed split against the requested one.
-pub fn sample_ratio(flows: [usize; 2], expected_b: f64, alpha: f64) -> SampleRatio {
+pub(crate) fn sample_ratio(flows: [usize; 2], expected_b: f64, alpha: f64) -> SampleRatio {
     let total = (flows[0] + flows[1]) as f64;
     let observed_b = if total > 0.0 { flows[1] as f64 / total } else { 0.0 };
     let (ea, eb) = (total * (1.0 - expected_b), total * expected_b);
@@ -140,7 +140,7 @@ pub fn sample_ratio(flows: [usize; 2], expected_b: f64, alpha: f64) -> SampleRat
 
 /// Complementary error function (Numerical Recipes' `erfcc`, Chebyshev fit, relative error below
 /// 1.2e-7 everywhere: plenty for p-values).
-pub fn erfc(x: f64) -> f64 {
+pub(crate) fn erfc(x: f64) -> f64 {
     let z = x.abs();
     let t = 1.0 / (1.0 + 0.5 * z);
     let poly = -z * z - 1.26551223
@@ -155,7 +155,7 @@ pub fn erfc(x: f64) -> f64 {
 }
 
 /// The standard normal quantile, by bisection on `erfc` (called once per metric: speed is moot).
-pub fn normal_quantile(p: f64) -> f64 {
+pub(crate) fn normal_quantile(p: f64) -> f64 {
     let cdf = |x: f64| 0.5 * erfc(-x / std::f64::consts::SQRT_2);
     let (mut lo, mut hi) = (-40.0, 40.0);
     for _ in 0..200 {

@@ -15,7 +15,7 @@ use crate::sys::{netns, route, sysctl};
 
 /// What every namespace and route gives a new connection, found by reading each.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct StatusQuo {
+pub(crate) struct StatusQuo {
     /// The one algorithm, when there is one.
     pub algorithm: Option<String>,
     /// Every algorithm found (namespace defaults and route congctls), for the report.
@@ -25,7 +25,7 @@ pub struct StatusQuo {
 impl StatusQuo {
     /// Reads every network namespace's default and routes (this one's first; a namespace that
     /// cannot be entered or read is skipped: it has no connection the experiment can see either).
-    pub fn discover() -> StatusQuo {
+    pub(crate) fn discover() -> StatusQuo {
         let mut found = BTreeSet::new();
         let read = || -> anyhow::Result<Vec<String>> {
             let mut algos: Vec<String> = sysctl::read(sysctl::CC)?.into_iter().collect();
@@ -42,7 +42,7 @@ impl StatusQuo {
         StatusQuo::of(found)
     }
 
-    pub fn of(found: BTreeSet<String>) -> StatusQuo {
+    pub(crate) fn of(found: BTreeSet<String>) -> StatusQuo {
         let algorithm = (found.len() == 1).then(|| found.iter().next().cloned()).flatten();
         StatusQuo { algorithm, found }
     }
@@ -50,7 +50,7 @@ impl StatusQuo {
 
 /// Which arms move a connection off `status_quo` (an arm's name as `--arms` gives it: `bbr+iw32`
 /// is not `bbr`, its initial window differs). Both, when the status quo is not known.
-pub fn moved(names: &[String; 2], status_quo: Option<&str>) -> [bool; 2] {
+pub(crate) fn moved(names: &[String; 2], status_quo: Option<&str>) -> [bool; 2] {
     names.each_ref().map(|n| status_quo.is_none_or(|sq| n != sq))
 }
 

@@ -14,13 +14,14 @@ use super::{
 
 impl Report {
     /// The report for the terminal, every group with its table of metrics: at most 100 columns.
-    pub fn render_text(&self) -> String {
+    pub(crate) fn render_text(&self) -> String {
         self.render(true)
     }
 
     /// The report without the tables: the arms, the split, one conclusion per group, the
     /// recommendation (for many prefixes, or a live view).
-    pub fn render_summary(&self) -> String {
+    #[cfg(test)]
+    pub(crate) fn render_summary(&self) -> String {
         self.render(false)
     }
 

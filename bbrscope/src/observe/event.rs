@@ -12,7 +12,7 @@ use bbrscope_common::{
 use serde::{Deserialize, Serialize};
 
 use crate::observe::kernel::layout::{Field, Layout};
-pub use crate::sys::name::Name;
+pub(crate) use crate::sys::name::Name;
 
 /// `TCP_INFINITE_SSTHRESH`: ssthresh before the first loss.
 const INFINITE_SSTHRESH: u64 = 0x7fff_ffff;
@@ -34,7 +34,7 @@ pub enum CaState {
 }
 
 impl CaState {
-    pub fn from_raw(v: u8) -> Self {
+    pub(crate) fn from_raw(v: u8) -> Self {
         match v {
             0 => CaState::Open,
             1 => CaState::Disorder,
@@ -45,7 +45,7 @@ impl CaState {
         }
     }
 
-    pub fn as_str(&self) -> &'static str {
+    pub(crate) fn as_str(&self) -> &'static str {
         match self {
             CaState::Open => "open",
             CaState::Disorder => "disorder",
@@ -70,20 +70,20 @@ const SOCK_RCVBUF_LOCK: u64 = 2;
 #[derive(Clone, Debug, PartialEq)]
 pub struct Head {
     /// bbrscope's flow id (`cookie` in JSON).
-    pub flow: u64,
+    pub(crate) flow: u64,
     /// CLOCK_MONOTONIC nanoseconds.
     pub ts_ns: u64,
-    pub src: SocketAddr,
-    pub dst: SocketAddr,
-    pub ca_state: CaState,
+    pub(crate) src: SocketAddr,
+    pub(crate) dst: SocketAddr,
+    pub(crate) ca_state: CaState,
     /// The first record of this flow bbrscope has received.
-    pub first: bool,
+    pub(crate) first: bool,
     /// The TCP state (`enum tcp_state`), 0 where the record does not carry it.
-    pub tcp_state: u8,
+    pub(crate) tcp_state: u8,
 }
 
 /// `enum tcp_state` as `ss` names the states (None for 0: not known).
-pub fn tcp_state_name(v: u8) -> Option<&'static str> {
+pub(crate) fn tcp_state_name(v: u8) -> Option<&'static str> {
     Some(match v {
         1 => "established",
         2 => "syn_sent",
@@ -103,86 +103,86 @@ pub fn tcp_state_name(v: u8) -> Option<&'static str> {
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Bbr {
     /// Shared with the layout's mode names: a sample, and each copy of it, costs no allocation.
-    pub mode: Option<Arc<str>>,
-    pub bw_bps: Option<u64>,
-    pub min_rtt_us: Option<u32>,
-    pub pacing_gain: Option<f64>,
-    pub cwnd_gain: Option<f64>,
-    pub full_bw_reached: Option<bool>,
-    pub cycle_idx: Option<u32>,
+    pub(crate) mode: Option<Arc<str>>,
+    pub(crate) bw_bps: Option<u64>,
+    pub(crate) min_rtt_us: Option<u32>,
+    pub(crate) pacing_gain: Option<f64>,
+    pub(crate) cwnd_gain: Option<f64>,
+    pub(crate) full_bw_reached: Option<bool>,
+    pub(crate) cycle_idx: Option<u32>,
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Cubic {
     /// W_max: cwnd (packets) before the last reduction.
-    pub w_max: Option<u32>,
+    pub(crate) w_max: Option<u32>,
 }
 
 /// The flow's state read from its socket. `None` where this kernel lacks the field.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Metrics {
-    pub cwnd: Option<u32>,
+    pub(crate) cwnd: Option<u32>,
     /// `None` until the first loss ("infinite" in the kernel).
-    pub ssthresh: Option<u32>,
-    pub srtt_us: Option<u32>,
-    pub rttvar_us: Option<u32>,
-    pub min_rtt_us: Option<u32>,
-    pub pacing_rate_bps: Option<u64>,
-    pub delivery_rate_bps: Option<u64>,
-    pub delivery_app_limited: Option<bool>,
+    pub(crate) ssthresh: Option<u32>,
+    pub(crate) srtt_us: Option<u32>,
+    pub(crate) rttvar_us: Option<u32>,
+    pub(crate) min_rtt_us: Option<u32>,
+    pub(crate) pacing_rate_bps: Option<u64>,
+    pub(crate) delivery_rate_bps: Option<u64>,
+    pub(crate) delivery_app_limited: Option<bool>,
     pub bytes_acked: Option<u64>,
-    pub bytes_sent: Option<u64>,
-    pub bytes_retrans: Option<u64>,
-    pub bytes_received: Option<u64>,
-    pub retrans_total: Option<u32>,
-    pub data_segs_out: Option<u32>,
+    pub(crate) bytes_sent: Option<u64>,
+    pub(crate) bytes_retrans: Option<u64>,
+    pub(crate) bytes_received: Option<u64>,
+    pub(crate) retrans_total: Option<u32>,
+    pub(crate) data_segs_out: Option<u32>,
     /// Segments sent and received, all and with data (`segs_out`/`segs_in`/`data_segs_in` in ss).
-    pub segs_out: Option<u32>,
-    pub segs_in: Option<u32>,
-    pub data_segs_in: Option<u32>,
+    pub(crate) segs_out: Option<u32>,
+    pub(crate) segs_in: Option<u32>,
+    pub(crate) data_segs_in: Option<u32>,
     /// Packets sent and not yet cumulatively acked (`unacked` in ss).
-    pub unacked: Option<u32>,
+    pub(crate) unacked: Option<u32>,
     /// Packets believed in the network (`tcp_packets_in_flight`).
-    pub in_flight: Option<u32>,
-    pub lost: Option<u32>,
-    pub sacked: Option<u32>,
-    pub retrans_out: Option<u32>,
-    pub delivered: Option<u32>,
-    pub mss: Option<u32>,
+    pub(crate) in_flight: Option<u32>,
+    pub(crate) lost: Option<u32>,
+    pub(crate) sacked: Option<u32>,
+    pub(crate) retrans_out: Option<u32>,
+    pub(crate) delivered: Option<u32>,
+    pub(crate) mss: Option<u32>,
     /// The peer's advertised receive window, bytes.
-    pub snd_wnd: Option<u32>,
+    pub(crate) snd_wnd: Option<u32>,
     /// Time with data outstanding (tcp_info's `busy_time`), and the parts of it the peer's
     /// receive window or this host's send buffer held the sender back (`rwnd_limited`,
     /// `sndbuf_limited`), µs: the kernel's chrono counters up to the stretch in progress.
-    pub busy_us: Option<u64>,
-    pub rwnd_limited_us: Option<u64>,
-    pub sndbuf_limited_us: Option<u64>,
+    pub(crate) busy_us: Option<u64>,
+    pub(crate) rwnd_limited_us: Option<u64>,
+    pub(crate) sndbuf_limited_us: Option<u64>,
     /// The send buffer's size and the bytes queued in it, sent or not (`ss -m`'s `tb` and `w`:
     /// `sk_sndbuf`, `sk_wmem_queued`, both counting each packet's overhead), and the bytes the
     /// application wrote that are not sent yet (`notsent` in ss, `tcpi_notsent_bytes`).
-    pub sndbuf_bytes: Option<u32>,
-    pub wmem_queued_bytes: Option<u32>,
-    pub notsent_bytes: Option<u32>,
+    pub(crate) sndbuf_bytes: Option<u32>,
+    pub(crate) wmem_queued_bytes: Option<u32>,
+    pub(crate) notsent_bytes: Option<u32>,
     /// The receive side: the receive buffer (`ss -m`'s `rb`, `sk_rcvbuf`); the most the
     /// application read in one of the receiver's round trips (`rcv_space` in ss and tcp_info:
     /// what the kernel sizes the buffer from); the receiver's RTT estimate (`rcv_rtt`, 0 until
     /// data arrived); the window the receiver may grow its advertisement to now (`rcv_ssthresh`)
     /// and the largest it may ever advertise (`window_clamp`, set by the buffer).
-    pub rcvbuf_bytes: Option<u32>,
-    pub rcv_space_bytes: Option<u32>,
-    pub rcv_rtt_us: Option<u32>,
-    pub rcv_ssthresh_bytes: Option<u32>,
-    pub window_clamp_bytes: Option<u32>,
+    pub(crate) rcvbuf_bytes: Option<u32>,
+    pub(crate) rcv_space_bytes: Option<u32>,
+    pub(crate) rcv_rtt_us: Option<u32>,
+    pub(crate) rcv_ssthresh_bytes: Option<u32>,
+    pub(crate) window_clamp_bytes: Option<u32>,
     /// The writer waits for space in the send buffer: the socket's `SOCK_NOSPACE`, set when a
     /// write found the buffer full (blocking, or told so by poll) and cleared once ACKs free a
     /// third of it. `None` once the application closed the socket, or where it cannot be read.
-    pub nospace: Option<bool>,
+    pub(crate) nospace: Option<bool>,
     /// The application set the send (receive) buffer's size itself, SO_SNDBUF (SO_RCVBUF): the
     /// kernel keeps it at that, whatever tcp_wmem (tcp_rmem) allows. From `sk_userlocks`.
-    pub sndbuf_locked: Option<bool>,
-    pub rcvbuf_locked: Option<bool>,
-    pub bbr: Option<Bbr>,
-    pub cubic: Option<Cubic>,
+    pub(crate) sndbuf_locked: Option<bool>,
+    pub(crate) rcvbuf_locked: Option<bool>,
+    pub(crate) bbr: Option<Bbr>,
+    pub(crate) cubic: Option<Cubic>,
 }
 
 #[derive(Clone, Debug, PartialEq)]
@@ -190,64 +190,64 @@ pub struct SampleEvent {
     pub head: Head,
     /// The final sample, as the socket closes.
     pub closing: bool,
-    pub cc: Name,
+    pub(crate) cc: Name,
     /// Incoming segments since the previous sample.
-    pub acks: u32,
+    pub(crate) acks: u32,
     /// Retransmitted segments whose events were folded into this sample by the per-interval cap.
-    pub retrans_coalesced: u32,
-    pub metrics: Metrics,
+    pub(crate) retrans_coalesced: u32,
+    pub(crate) metrics: Metrics,
 }
 
 #[derive(Clone, Debug, PartialEq)]
 pub struct RetransmitEvent {
-    pub head: Head,
-    pub segs: u32,
-    pub retrans_total: u32,
-    pub cwnd: u32,
-    pub ssthresh: Option<u32>,
+    pub(crate) head: Head,
+    pub(crate) segs: u32,
+    pub(crate) retrans_total: u32,
+    pub(crate) cwnd: u32,
+    pub(crate) ssthresh: Option<u32>,
 }
 
 #[derive(Clone, Debug, PartialEq)]
 pub struct CongStateEvent {
-    pub head: Head,
-    pub from: CaState,
-    pub to: CaState,
-    pub cwnd: u32,
-    pub ssthresh: Option<u32>,
+    pub(crate) head: Head,
+    pub(crate) from: CaState,
+    pub(crate) to: CaState,
+    pub(crate) cwnd: u32,
+    pub(crate) ssthresh: Option<u32>,
 }
 
 /// Who owns a flow (sock_ops path). See docs/stream.md for which parts are exact.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct Owner {
     /// "connect" (active open) or "accept".
-    pub side: Option<&'static str>,
+    pub(crate) side: Option<&'static str>,
     /// The process that called connect(), or listen() on the accepting socket.
-    pub pid: Option<u32>,
-    pub comm: Option<Name>,
+    pub(crate) pid: Option<u32>,
+    pub(crate) comm: Option<Name>,
     /// cgroup v2 id (the cgroup directory's inode number).
-    pub cgroup_id: Option<u64>,
+    pub(crate) cgroup_id: Option<u64>,
     /// Inode of the network namespace (`ls -L -i /proc/PID/ns/net`, `lsns -t net`).
-    pub netns: Option<u32>,
+    pub(crate) netns: Option<u32>,
     /// `bbrscope experiment`: the arm (1 = A, 2 = B) the kernel assigned the flow to.
-    pub arm: Option<u8>,
+    pub(crate) arm: Option<u8>,
     /// Where the kernel could not name the process: the socket's inode, for a lookup in /proc
     /// (see [`crate::sys::procfd`]). Never shown.
-    pub sock_ino: Option<u32>,
+    pub(crate) sock_ino: Option<u32>,
 }
 
 #[derive(Clone, Debug, PartialEq)]
 pub struct OpenEvent {
-    pub head: Head,
-    pub cc: Name,
-    pub owner: Owner,
+    pub(crate) head: Head,
+    pub(crate) cc: Name,
+    pub(crate) owner: Owner,
     /// When connect() was called or the socket was accepted (CLOCK_MONOTONIC ns); 0 for a
     /// connection open before bbrscope started (its start was not seen).
-    pub start_ns: u64,
+    pub(crate) start_ns: u64,
     /// Retransmits before the flow was established (SYN or SYN-ACK).
-    pub retrans_at_open: u32,
+    pub(crate) retrans_at_open: u32,
     /// The flow's whole life came in one record, its close (it ended before its first sample
     /// and sent no other record): `stream` shows it as its `flow_summary` alone.
-    pub summary_only: bool,
+    pub(crate) summary_only: bool,
 }
 
 /// How a flow ended, from the TCP state it closed from and the socket's error.
@@ -269,7 +269,7 @@ pub enum EndReason {
 
 impl EndReason {
     /// The name the stream uses (as serde writes it).
-    pub fn as_str(&self) -> &'static str {
+    pub(crate) fn as_str(&self) -> &'static str {
         match self {
             EndReason::Fin => "fin",
             EndReason::ResetReceived => "reset_received",
@@ -300,7 +300,7 @@ const TCP_CLOSE_WAIT: u8 = 8;
 impl EndReason {
     /// `aborted_on_data`: this side reset the connection on data after its close (the kernel
     /// records ECONNRESET then too).
-    pub fn classify(old_state: u8, sk_err: i32, aborted_on_data: bool) -> Self {
+    pub(crate) fn classify(old_state: u8, sk_err: i32, aborted_on_data: bool) -> Self {
         match sk_err {
             ECONNRESET if aborted_on_data => EndReason::ResetSent,
             ECONNRESET | EPIPE => EndReason::ResetReceived,
@@ -323,23 +323,23 @@ impl EndReason {
 
 #[derive(Clone, Debug, PartialEq)]
 pub struct EndEvent {
-    pub head: Head,
-    pub start_ns: u64,
-    pub end: EndReason,
+    pub(crate) head: Head,
+    pub(crate) start_ns: u64,
+    pub(crate) end: EndReason,
     /// RTT callbacks over the flow's life: one per round trip of newly acked data.
-    pub rtt_events: u64,
+    pub(crate) rtt_events: u64,
     /// ACKs the kernel took its slow path for (SACK blocks, window changes, out of order).
-    pub slow_path_acks: u32,
+    pub(crate) slow_path_acks: u32,
     /// Send-path callbacks, while the flow's srtt was longer than the sample interval.
-    pub send_events: u32,
-    pub srtt_first_us: u32,
-    pub srtt_min_us: u32,
-    pub srtt_max_us: u32,
-    pub cwnd_max: u32,
-    pub retrans_records: u32,
-    pub retrans_coalesced: u32,
-    pub samples: u32,
-    pub retrans_failed: u32,
+    pub(crate) send_events: u32,
+    pub(crate) srtt_first_us: u32,
+    pub(crate) srtt_min_us: u32,
+    pub(crate) srtt_max_us: u32,
+    pub(crate) cwnd_max: u32,
+    pub(crate) retrans_records: u32,
+    pub(crate) retrans_coalesced: u32,
+    pub(crate) samples: u32,
+    pub(crate) retrans_failed: u32,
 }
 
 #[derive(Clone, Debug, PartialEq)]
@@ -352,7 +352,7 @@ pub enum Event {
 }
 
 impl Event {
-    pub fn head(&self) -> &Head {
+    pub(crate) fn head(&self) -> &Head {
         match self {
             Event::Sample(s) => &s.head,
             Event::Retransmit(r) => &r.head,
@@ -417,7 +417,7 @@ fn open(head: Head, o: &bbrscope_common::Owner, summary_only: bool) -> Box<OpenE
 }
 
 /// Decodes records using the layout the programs were loaded with.
-pub struct Decoder<'a> {
+pub(crate) struct Decoder<'a> {
     pub layout: &'a Layout,
 }
 
@@ -425,7 +425,7 @@ impl Decoder<'_> {
     /// Passes the record's events to `f`: one, or for a flow's close record its OPEN (when it is
     /// the flow's first record), final sample and summary, in that order. `None` for records this
     /// version does not know (or truncated ones).
-    pub fn decode(&self, bytes: &[u8], f: &mut impl FnMut(Event)) -> Option<()> {
+    pub(crate) fn decode(&self, bytes: &[u8], f: &mut impl FnMut(Event)) -> Option<()> {
         match *bytes.first()? {
             kind::SAMPLE | kind::CLOSE => f(Event::Sample(self.sample(&read(bytes)?))),
             kind::RETRANSMIT => {

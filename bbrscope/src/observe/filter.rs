@@ -15,10 +15,10 @@ use crate::{
 
 #[derive(Clone, Debug, Default)]
 pub struct FilterSpec {
-    pub port: Option<u16>,
-    pub net: Option<Net>,
-    pub cgroup: Option<cgroup::Cgroup>,
-    pub cc: Option<String>,
+    pub(crate) port: Option<u16>,
+    pub(crate) net: Option<Net>,
+    pub(crate) cgroup: Option<cgroup::Cgroup>,
+    pub(crate) cc: Option<String>,
 }
 
 impl FilterSpec {
@@ -30,13 +30,13 @@ impl FilterSpec {
 
     /// The same filters in userspace, for connections the kernel programs do not see (those
     /// open before bbrscope started). Their cgroup is not known: `--cgroup` excludes them.
-    pub fn matches(&self, src: std::net::SocketAddr, dst: std::net::SocketAddr, cc: Option<&str>) -> bool {
+    pub(crate) fn matches(&self, src: std::net::SocketAddr, dst: std::net::SocketAddr, cc: Option<&str>) -> bool {
         self.may_match(src, dst) && self.cc.as_deref().is_none_or(|want| cc == Some(want))
     }
 
     /// What never changes in a connection's life (its ends): one this rejects never passes,
     /// whatever algorithm it later runs.
-    pub fn may_match(&self, src: std::net::SocketAddr, dst: std::net::SocketAddr) -> bool {
+    pub(crate) fn may_match(&self, src: std::net::SocketAddr, dst: std::net::SocketAddr) -> bool {
         self.port.is_none_or(|p| src.port() == p || dst.port() == p)
             && self.net.as_ref().is_none_or(|n| n.contains(src.ip()) || n.contains(dst.ip()))
             && self.cgroup.is_none()
@@ -47,17 +47,17 @@ impl FilterSpec {
 /// the tracepoint path does not know owners).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct OwnerFilter {
-    pub comm: Option<String>,
-    pub pid: Option<u32>,
-    pub netns: Option<u32>,
+    pub(crate) comm: Option<String>,
+    pub(crate) pid: Option<u32>,
+    pub(crate) netns: Option<u32>,
 }
 
 impl OwnerFilter {
-    pub fn is_empty(&self) -> bool {
+    pub(crate) fn is_empty(&self) -> bool {
         self == &OwnerFilter::default()
     }
 
-    pub fn passes(&self, o: &Owner) -> bool {
+    pub(crate) fn passes(&self, o: &Owner) -> bool {
         self.comm.as_ref().is_none_or(|c| o.comm.as_deref() == Some(c.as_str()))
             && self.pid.is_none_or(|p| o.pid == Some(p))
             && self.netns.is_none_or(|n| o.netns == Some(n))
@@ -91,7 +91,7 @@ impl std::str::FromStr for Net {
 
 impl Net {
     /// Whether `ip` (IPv4-mapped IPv6 counts as IPv4) is in the range.
-    pub fn contains(&self, ip: IpAddr) -> bool {
+    pub(crate) fn contains(&self, ip: IpAddr) -> bool {
         let ip = match ip {
             IpAddr::V6(v6) => v6.to_ipv4_mapped().map_or(ip, IpAddr::V4),
             v4 @ IpAddr::V4(_) => v4,
@@ -101,7 +101,7 @@ impl Net {
 
     /// The range as IPv6 (IPv4 as IPv4-mapped) network and mask bytes, the form the kernel
     /// filter compares.
-    pub fn mapped_net_and_mask(&self) -> ([u8; 16], [u8; 16]) {
+    pub(crate) fn mapped_net_and_mask(&self) -> ([u8; 16], [u8; 16]) {
         let (addr, prefix) = match self.0 {
             IpNet::V4(n) => (n.network().to_ipv6_mapped().octets(), 96 + u32::from(n.prefix_len())),
             IpNet::V6(n) => (n.network().octets(), u32::from(n.prefix_len())),

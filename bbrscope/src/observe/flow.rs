@@ -53,7 +53,7 @@ pub enum BbrMode {
 }
 
 impl BbrMode {
-    pub fn from_name(name: &str) -> Self {
+    pub(crate) fn from_name(name: &str) -> Self {
         match name {
             "startup" => BbrMode::Startup,
             "drain" => BbrMode::Drain,
@@ -67,21 +67,21 @@ impl BbrMode {
 /// One point of a flow's history (kept compact: a flow can hold thousands).
 #[derive(Clone, Debug, PartialEq)]
 pub struct Point {
-    pub ts_ns: u64,
+    pub(crate) ts_ns: u64,
     pub cwnd: Option<u32>,
-    pub ssthresh: Option<u32>,
-    pub srtt_us: Option<u32>,
-    pub min_rtt_us: Option<u32>,
-    pub pacing_rate_bps: Option<u64>,
-    pub delivery_rate_bps: Option<u64>,
-    pub throughput_bps: Option<u64>,
-    pub retrans_total: Option<u32>,
-    pub data_segs_out: Option<u32>,
+    pub(crate) ssthresh: Option<u32>,
+    pub(crate) srtt_us: Option<u32>,
+    pub(crate) min_rtt_us: Option<u32>,
+    pub(crate) pacing_rate_bps: Option<u64>,
+    pub(crate) delivery_rate_bps: Option<u64>,
+    pub(crate) throughput_bps: Option<u64>,
+    pub(crate) retrans_total: Option<u32>,
+    pub(crate) data_segs_out: Option<u32>,
     /// The latest rate sample was application-limited.
-    pub app_limited: bool,
+    pub(crate) app_limited: bool,
     /// The peer's receive window was full while the congestion window had room.
-    pub rwnd_limited: bool,
-    pub bbr_mode: Option<BbrMode>,
+    pub(crate) rwnd_limited: bool,
+    pub(crate) bbr_mode: Option<BbrMode>,
 }
 
 /// Discrete things that happened to a flow, for marking on a time axis.
@@ -92,7 +92,7 @@ pub enum Mark {
 }
 
 impl Mark {
-    pub fn ts_ns(&self) -> u64 {
+    pub(crate) fn ts_ns(&self) -> u64 {
         match self {
             Mark::Retransmit { ts_ns, .. } | Mark::State { ts_ns, .. } => *ts_ns,
         }
@@ -101,36 +101,36 @@ impl Mark {
 
 #[derive(Clone, Debug)]
 pub struct Flow {
-    pub id: u64,
+    pub(crate) id: u64,
     pub src: SocketAddr,
     pub dst: SocketAddr,
     pub cc: Name,
-    pub first_ns: u64,
-    pub last_ns: u64,
-    pub last_sample_ns: u64,
+    pub(crate) first_ns: u64,
+    pub(crate) last_ns: u64,
+    pub(crate) last_sample_ns: u64,
     pub closed_ns: Option<u64>,
-    pub ca_state: CaState,
+    pub(crate) ca_state: CaState,
     /// The latest sample's state.
     pub metrics: Option<Metrics>,
     /// bytes_acked at the first sample: goodput over the flow's life counts from here.
-    pub first_bytes_acked: Option<u64>,
+    pub(crate) first_bytes_acked: Option<u64>,
     /// Goodput between the last two samples (bits/s): `stream`'s `throughput_bps`. One sample
     /// spans ~100 ms, over which ACKs arrive in bursts: a steady 17 Mbit/s flow read anywhere
     /// from 0 to 45 Mbit/s.
-    pub throughput_bps: Option<u64>,
+    pub(crate) throughput_bps: Option<u64>,
     /// Goodput over the last [`RATE_WINDOW_NS`] (bits/s), as `ss` and btop average rates: the
     /// dashboard's THRPUT. Kept by tables that keep history (the dashboard's); `None` elsewhere.
-    pub rate_bps: Option<u64>,
+    pub(crate) rate_bps: Option<u64>,
     /// `rate_bps`'s ends: (time, bytes_acked) of samples at least [`RATE_STEP_NS`] apart, the
     /// first one the newest that is a window old (see [`windowed_rate`]).
     acked: VecDeque<(u64, u64)>,
-    pub retransmits: u64,
-    pub retrans_segs: u64,
-    pub state_changes: u64,
+    pub(crate) retransmits: u64,
+    pub(crate) retrans_segs: u64,
+    pub(crate) state_changes: u64,
     pub history: VecDeque<Point>,
-    pub marks: VecDeque<Mark>,
+    pub(crate) marks: VecDeque<Mark>,
     /// What the flow's life adds up to (see [`Life`]).
-    pub life: Life,
+    pub(crate) life: Life,
 }
 
 /// A flow's whole life, for its summary: who owned it, when it began, how long it spent in each
@@ -138,27 +138,27 @@ pub struct Flow {
 /// kernel accumulated.
 #[derive(Clone, Debug, Default)]
 pub struct Life {
-    pub owner: Option<Owner>,
+    pub(crate) owner: Option<Owner>,
     /// connect() or accept time (sock_ops path), CLOCK_MONOTONIC ns.
-    pub start_ns: Option<u64>,
-    pub retrans_at_open: u32,
+    pub(crate) start_ns: Option<u64>,
+    pub(crate) retrans_at_open: u32,
     /// Its only record was its close (see [`crate::observe::event::OpenEvent::summary_only`]).
-    pub summary_only: bool,
+    pub(crate) summary_only: bool,
     /// Time in each `CaState` (open, disorder, cwr, recovery, loss), ns, up to `ca_since_ns`.
-    pub ca_ns: [u64; 5],
-    pub ca_since_ns: u64,
+    pub(crate) ca_ns: [u64; 5],
+    pub(crate) ca_since_ns: u64,
     /// Algorithms seen, in order.
-    pub ccs: SmallVec<[Name; 2]>,
+    pub(crate) ccs: SmallVec<[Name; 2]>,
     /// BBR modes seen in samples, in order of first appearance.
-    pub bbr_modes: SmallVec<[Arc<str>; 4]>,
+    pub(crate) bbr_modes: SmallVec<[Arc<str>; 4]>,
     /// srtt of each sample (µs), bounded: for the summary's median.
-    pub srtts: SmallVec<[u32; 6]>,
+    pub(crate) srtts: SmallVec<[u32; 6]>,
     /// The kernel's summary (a copy, not boxed: no allocation per flow end).
-    pub end: Option<EndEvent>,
+    pub(crate) end: Option<EndEvent>,
 }
 
 /// The window [`Flow::rate_bps`] averages over: ss and btop show rates over about a second.
-pub const RATE_WINDOW_NS: u64 = 1_000_000_000;
+pub(crate) const RATE_WINDOW_NS: u64 = 1_000_000_000;
 /// The least time between two of `rate_bps`'s kept samples: at most ~20 per flow, and a window
 /// at most this much longer than [`RATE_WINDOW_NS`] at any sample interval below it.
 const RATE_STEP_NS: u64 = RATE_WINDOW_NS / 20;
@@ -198,7 +198,7 @@ impl Life {
     }
 
     /// The median srtt of the flow's samples (µs).
-    pub fn srtt_median_us(&self) -> Option<u32> {
+    pub(crate) fn srtt_median_us(&self) -> Option<u32> {
         match self.srtts[..] {
             // Most short flows: one or two samples (no copy to sort).
             [] => None,
@@ -226,7 +226,7 @@ fn ca_index(s: CaState) -> Option<usize> {
 
 impl Flow {
     /// Average goodput since bbrscope first saw the flow (bits/s).
-    pub fn mean_goodput_bps(&self) -> Option<u64> {
+    pub(crate) fn mean_goodput_bps(&self) -> Option<u64> {
         let acked = self.metrics.as_ref()?.bytes_acked?.checked_sub(self.first_bytes_acked?)?;
         let dt = self.last_ns.checked_sub(self.first_ns).filter(|&d| d > 0)?;
         Some((u128::from(acked) * 8 * 1_000_000_000 / u128::from(dt)) as u64)
@@ -237,14 +237,14 @@ impl Flow {
     }
 
     /// History points at or after `since_ns`.
-    pub fn since(&self, since_ns: u64) -> impl Iterator<Item = &Point> {
+    pub(crate) fn since(&self, since_ns: u64) -> impl Iterator<Item = &Point> {
         // History is in time order: skip the old part without scanning it point by point.
         let start = self.history.partition_point(|p| p.ts_ns < since_ns);
         self.history.range(start..)
     }
 
     /// Segments retransmitted per second over the history since `since_ns`.
-    pub fn retrans_per_s(&self, since_ns: u64) -> Option<f64> {
+    pub(crate) fn retrans_per_s(&self, since_ns: u64) -> Option<f64> {
         let mut pts = self.since(since_ns).filter(|p| p.retrans_total.is_some());
         let first = pts.next()?;
         let last = pts.last()?;
@@ -254,7 +254,7 @@ impl Flow {
     }
 
     /// srtt / min RTT now: how much queueing inflates the RTT (1.0 = none).
-    pub fn rtt_inflation(&self) -> Option<f64> {
+    pub(crate) fn rtt_inflation(&self) -> Option<f64> {
         let m = self.metrics.as_ref()?;
         let (s, min) = (m.srtt_us?, m.min_rtt_us?);
         (min > 0).then(|| f64::from(s) / f64::from(min))
@@ -263,7 +263,7 @@ impl Flow {
 
 /// What applying an event changed, for sinks that print transitions.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Change {
+pub(crate) enum Change {
     /// First record of a flow: it is new to us.
     Opened,
     Updated,
@@ -287,12 +287,12 @@ pub struct FlowTable {
 }
 
 impl FlowTable {
-    pub fn new(history: usize) -> Self {
+    pub(crate) fn new(history: usize) -> Self {
         FlowTable { flows: IdMap::default(), history, budget: usize::MAX }
     }
 
     /// Caps the points kept over all flows (each flow still keeps at least [`MIN_HISTORY`]).
-    pub fn with_budget(mut self, points: usize) -> Self {
+    pub(crate) fn with_budget(mut self, points: usize) -> Self {
         self.budget = points;
         self
     }
@@ -305,7 +305,7 @@ impl FlowTable {
         (self.budget / self.flows.len().max(1)).clamp(MIN_HISTORY.min(self.history), self.history)
     }
 
-    pub fn get(&self, id: u64) -> Option<&Flow> {
+    pub(crate) fn get(&self, id: u64) -> Option<&Flow> {
         self.flows.get(&id)
     }
 
@@ -321,7 +321,7 @@ impl FlowTable {
         self.flows.is_empty()
     }
 
-    pub fn apply(&mut self, ev: &Event) -> Change {
+    pub(crate) fn apply(&mut self, ev: &Event) -> Change {
         let h = ev.head();
         let mut change = Change::Updated;
         if let std::collections::hash_map::Entry::Vacant(slot) = self.flows.entry(h.flow) {
@@ -444,12 +444,12 @@ impl FlowTable {
     /// closed flows has no use for it; kept until `prune`, closed short flows made the table
     /// hold tens of thousands of flows (5 s of them at thousands a second), rehashed and
     /// page-faulted as it churned.
-    pub fn remove(&mut self, id: u64) -> Option<Flow> {
+    pub(crate) fn remove(&mut self, id: u64) -> Option<Flow> {
         self.flows.remove(&id)
     }
 
     /// Forgets flows closed (or silent) before `cutoff_ns`.
-    pub fn prune(&mut self, closed_before_ns: u64, silent_before_ns: u64) {
+    pub(crate) fn prune(&mut self, closed_before_ns: u64, silent_before_ns: u64) {
         self.flows.retain(|_, f| match f.closed_ns {
             Some(c) => c >= closed_before_ns,
             // An idle keep-alive connection seen from its open: its close will come.

@@ -34,12 +34,12 @@ pub enum Record {
 /// What a `flow_summary` says, as the events that open a flow (owner, start) and close it.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Summary {
-    pub open: OpenEvent,
+    pub(crate) open: OpenEvent,
     /// The final state, as far as the summary has it (no window, no loss counts: it has
     /// the final counters, RTTs and rates).
-    pub close: SampleEvent,
+    pub(crate) close: SampleEvent,
     /// The flow's start was seen (`start_ts` given): the recording has it whole.
-    pub start_known: bool,
+    pub(crate) start_known: bool,
 }
 
 impl Record {
@@ -171,19 +171,19 @@ pub fn parse_line(line: &str) -> Result<Option<Record>> {
 }
 
 /// The longest line kept: a `stream` record is well under 2 KiB, so anything longer is not one.
-pub const MAX_LINE: usize = 64 * 1024;
+pub(crate) const MAX_LINE: usize = 64 * 1024;
 /// Input with no record in this many leading bytes is not a recording (a binary file, a device).
-pub const MAX_LEADING_JUNK: u64 = 1 << 20;
+pub(crate) const MAX_LEADING_JUNK: u64 = 1 << 20;
 /// A line longer than this after records were read ends the input (a runaway writer, a device):
 /// skipping it would read without end.
-pub const MAX_SKIPPED_LINE: u64 = 16 << 20;
+pub(crate) const MAX_SKIPPED_LINE: u64 = 16 << 20;
 
 /// Lines left out of a replay, and why the first of them was.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Skipped {
     pub lines: u64,
     /// "line 17: not JSON", for the report.
-    pub first: Option<String>,
+    pub(crate) first: Option<String>,
 }
 
 impl Skipped {
@@ -195,7 +195,7 @@ impl Skipped {
     }
 
     /// "3 unreadable lines skipped (first: line 17: not JSON)", or `None` when there were none.
-    pub fn describe(&self) -> Option<String> {
+    pub(crate) fn describe(&self) -> Option<String> {
         (self.lines > 0).then(|| {
             format!(
                 "{} unreadable line{} skipped (first: {})",
@@ -208,7 +208,7 @@ impl Skipped {
 }
 
 /// Records from NDJSON input, one line at a time, with bounded memory (see the module docs).
-pub struct Reader<R> {
+pub(crate) struct Reader<R> {
     inner: R,
     line: u64,
     bytes: u64,
@@ -220,7 +220,7 @@ pub struct Reader<R> {
 }
 
 impl<R: BufRead> Reader<R> {
-    pub fn new(inner: R) -> Self {
+    pub(crate) fn new(inner: R) -> Self {
         Reader {
             inner,
             line: 0,
@@ -234,21 +234,21 @@ impl<R: BufRead> Reader<R> {
 
     /// A reader of input known to end (a regular file): a line of any length is skipped, in
     /// bounded memory, and reading goes on after it.
-    pub fn of_file(inner: R) -> Self {
+    pub(crate) fn of_file(inner: R) -> Self {
         Reader { skip_limit: u64::MAX, ..Self::new(inner) }
     }
 
     /// The next record, `Ok(None)` at the end of the input. Unreadable lines are skipped and
     /// counted in [`Reader::skipped`]; an error means the input cannot be read on (I/O error,
     /// not a recording at all, a line without end).
-    pub fn next_record(&mut self) -> Result<Option<Record>> {
+    pub(crate) fn next_record(&mut self) -> Result<Option<Record>> {
         self.next_parsed(parse_line)
     }
 
     /// The next line as JSON, whatever its record type (`Ok(None)` at the end of the input);
     /// lines too long, not UTF-8 or not JSON are skipped and counted as [`Reader::next_record`]
     /// does. For readers of captures other than the dashboard (`experiment --analyze`).
-    pub fn next_value(&mut self) -> Result<Option<Value>> {
+    pub(crate) fn next_value(&mut self) -> Result<Option<Value>> {
         self.next_parsed(|text| serde_json::from_str(text).map(Some).map_err(|_| anyhow::anyhow!("not JSON")))
     }
 
@@ -283,7 +283,7 @@ impl<R: BufRead> Reader<R> {
     }
 
     /// Counts a line the caller could not use (`why` says why, for the first one).
-    pub fn reject(&mut self, why: &str) {
+    pub(crate) fn reject(&mut self, why: &str) {
         self.skipped.note(self.line, why);
     }
 

@@ -12,62 +12,62 @@ use crate::observe::kernel::loader::Counters;
 pub struct StatsReport {
     /// The kernel path observing flows: "sockops" or "tracepoint".
     #[serde(default)]
-    pub observer: String,
+    pub(crate) observer: String,
     /// The clock that paces samples: "jiffies" (the sock_ops path where the kernel allows it),
     /// "coarse" or "monotonic" (its fallbacks; the tracepoint path's).
     #[serde(default)]
-    pub sample_clock: String,
+    pub(crate) sample_clock: String,
     /// The kernel's BBR, from its BTF layout: "v1" (mainline), "v2", "v3"; null when BBR is not
     /// loaded or its layout is unknown.
     #[serde(default)]
-    pub bbr_version: Option<String>,
-    pub interval_s: f64,
+    pub(crate) bbr_version: Option<String>,
+    pub(crate) interval_s: f64,
     /// Per-ACK program runs per second: tcp_probe (incoming segments on all TCP sockets) or the
     /// sock_ops program (all its callbacks).
-    pub events_per_s: f64,
+    pub(crate) events_per_s: f64,
     /// Records delivered to userspace per second.
-    pub records_per_s: f64,
+    pub(crate) records_per_s: f64,
     /// Records lost to a full ring buffer, per second in this interval and in total.
-    pub drops_per_s: f64,
-    pub drops_total: u64,
+    pub(crate) drops_per_s: f64,
+    pub(crate) drops_total: u64,
     /// Retransmit events folded into samples by the per-interval cap, in total.
-    pub retrans_coalesced_total: u64,
+    pub(crate) retrans_coalesced_total: u64,
     /// Congestion-state events folded into samples by the same cap, in total.
     #[serde(default)] // absent from recordings made before it existed
-    pub cong_coalesced_total: u64,
+    pub(crate) cong_coalesced_total: u64,
     /// Flows the kernel could not track (flow table full), in total.
-    pub untracked_total: u64,
+    pub(crate) untracked_total: u64,
     /// Flows the kernel's table (`--max-flows`) must have evicted to make room, in total: flows
     /// started minus flows closed beyond the table's capacity. Non-zero means flows are missing.
     #[serde(default)]
-    pub evicted_total: u64,
-    pub flows_seen_total: u64,
-    pub flows_filtered_total: u64,
+    pub(crate) evicted_total: u64,
+    pub(crate) flows_seen_total: u64,
+    pub(crate) flows_filtered_total: u64,
     /// sock_ops path: flows opened (an OPEN record, or the owner inside the close record of a flow
     /// that closed before its first sample) and summarised (flow_summary), in total.
     #[serde(default)]
-    pub flows_opened_total: u64,
+    pub(crate) flows_opened_total: u64,
     #[serde(default)]
-    pub flows_summarized_total: u64,
+    pub(crate) flows_summarized_total: u64,
     /// sock_ops path: flows that closed without sending data, so without any record.
     #[serde(default)]
-    pub flows_quiet_total: u64,
+    pub(crate) flows_quiet_total: u64,
     /// Flows this stream showed (a `flow_open`, or a `flow_summary` alone): the selection, after
     /// every filter. The counts above come from the kernel programs, which see every flow that
     /// passes the kernel's filters (`--port`, `--addr`, `--cc`, `--cgroup`) — host-wide, before
     /// `--comm`, `--pid` and `--netns`, which apply in userspace. Null in older recordings.
     #[serde(default)]
-    pub flows_shown_total: Option<u64>,
+    pub(crate) flows_shown_total: Option<u64>,
     /// sock_ops path: events dropped by userspace because too many flows were waiting for their
     /// first sample or OPEN (caps in docs/stream.md), in total.
     #[serde(default)]
-    pub held_dropped_total: u64,
+    pub(crate) held_dropped_total: u64,
     /// Flows userspace currently knows.
-    pub flows_active: usize,
+    pub(crate) flows_active: usize,
     /// This process's CPU time per second of wall time (1.0 = one core).
-    pub cpu_cores: f64,
+    pub(crate) cpu_cores: f64,
     /// Mean tcp_probe program run time, when kernel BPF statistics are enabled.
-    pub ns_per_event: Option<f64>,
+    pub(crate) ns_per_event: Option<f64>,
 }
 
 #[derive(Clone, Copy)]

@@ -22,12 +22,12 @@ const CGROUP_SUPER_MAGIC: i64 = 0x0027_e0eb;
 pub struct Cgroup2Mount {
     pub mount_point: PathBuf,
     /// The hierarchy path mounted there ("/" unless inside a cgroup namespace or bind mount).
-    pub root: PathBuf,
+    pub(crate) root: PathBuf,
 }
 
 /// The first cgroup2 mount in `mountinfo` (see proc(5): field 4 is the root, 5 the mount point,
 /// and the filesystem type follows the " - " separator).
-pub fn cgroup2_mount_in(mountinfo: &str) -> Option<Cgroup2Mount> {
+pub(crate) fn cgroup2_mount_in(mountinfo: &str) -> Option<Cgroup2Mount> {
     mountinfo.lines().find_map(|line| {
         let (pre, post) = line.split_once(" - ")?;
         if post.split_whitespace().next()? != "cgroup2" {
@@ -64,11 +64,11 @@ fn unescape(s: &str) -> String {
 
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Cgroup {
-    pub path: PathBuf,
+    pub(crate) path: PathBuf,
     /// The kernel's cgroup id (the directory's inode number on 64-bit kernels).
-    pub id: u64,
+    pub(crate) id: u64,
     /// Depth below the hierarchy root (the root cgroup is level 0).
-    pub level: u32,
+    pub(crate) level: u32,
 }
 
 fn statfs_type(path: &Path) -> std::io::Result<i64> {
@@ -84,7 +84,7 @@ fn statfs_type(path: &Path) -> std::io::Result<i64> {
 }
 
 /// Resolves a user-given cgroup v2 directory, with errors that say what would be right.
-pub fn resolve(path: &Path) -> Result<Cgroup> {
+pub(crate) fn resolve(path: &Path) -> Result<Cgroup> {
     let mount = cgroup2_mount();
     let hint = match &mount {
         Some(m) => format!("cgroup v2 is mounted at {}", m.mount_point.display()),
@@ -110,7 +110,7 @@ pub fn resolve(path: &Path) -> Result<Cgroup> {
 /// The directory tree is walked again on a miss, at most once a second: a new container's
 /// cgroup shows up, and a flood of unknown ids cannot make bbrscope walk the tree per flow.
 #[derive(Default)]
-pub struct CgroupNames {
+pub(crate) struct CgroupNames {
     mount: Option<PathBuf>,
     // A few lookups per flow (its open and summary lines): the standard hasher is cheap enough.
     names: std::collections::HashMap<u64, String>,
@@ -118,18 +118,18 @@ pub struct CgroupNames {
 }
 
 impl CgroupNames {
-    pub fn new() -> Self {
+    pub(crate) fn new() -> Self {
         CgroupNames { mount: cgroup2_mount().map(|m| m.mount_point), ..Default::default() }
     }
 
     /// Fixed names, never walking a tree: for tests of what prints them.
     #[cfg(test)]
-    pub fn fixed(names: impl IntoIterator<Item = (u64, String)>) -> Self {
+    pub(crate) fn fixed(names: impl IntoIterator<Item = (u64, String)>) -> Self {
         CgroupNames { mount: None, names: names.into_iter().collect(), walked: Some(std::time::Instant::now()) }
     }
 
     /// The cgroup's path as `/system.slice/nginx.service` (relative to the cgroup v2 mount).
-    pub fn name(&mut self, id: u64) -> Option<&str> {
+    pub(crate) fn name(&mut self, id: u64) -> Option<&str> {
         if self.names.contains_key(&id) {
             return self.names.get(&id).map(String::as_str);
         }
@@ -156,7 +156,7 @@ impl CgroupNames {
 /// move). The child is forked and makes only system calls (no allocation, no locks another thread
 /// of this process could have held at the fork), then `_exit`s; its connection waits in `to`'s
 /// listen queue.
-pub fn congestion_of_connection_from(cgroup: &Path, to: SocketAddrV4) -> Result<String> {
+pub(crate) fn congestion_of_connection_from(cgroup: &Path, to: SocketAddrV4) -> Result<String> {
     let procs = CString::new(cgroup.join("cgroup.procs").as_os_str().as_encoded_bytes())?;
     let sin = libc::sockaddr_in {
         sin_family: libc::AF_INET as libc::sa_family_t,

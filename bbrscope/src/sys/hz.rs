@@ -11,9 +11,9 @@ use super::kconfig;
 
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Hz {
-    pub hz: u32,
+    pub(crate) hz: u32,
     /// Where it came from: a configuration file's path, or `measured`.
-    pub source: String,
+    pub(crate) source: String,
 }
 
 /// [`discover`], once per process: the measurement takes 200 ms, and the sample clock and the
@@ -35,14 +35,14 @@ fn discover() -> Option<Hz> {
 /// the kernel stamped its TCP chrono counters with: jiffies = `base` + ns × hz / 10⁹ (mod 2³²),
 /// within a tick (the tick may run a little late on an idle CPU).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct JiffyClock {
-    pub hz: u32,
+pub(crate) struct JiffyClock {
+    pub(crate) hz: u32,
     base: u64,
 }
 
 impl JiffyClock {
     /// The low 32 bits of jiffies (`tcp_jiffies32`) at CLOCK_MONOTONIC time `ns`.
-    pub fn jiffies32_at(&self, ns: u64) -> u32 {
+    pub(crate) fn jiffies32_at(&self, ns: u64) -> u32 {
         (self.base.wrapping_add((u128::from(ns) * u128::from(self.hz) / 1_000_000_000) as u64)) as u32
     }
 }

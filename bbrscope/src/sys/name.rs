@@ -19,7 +19,7 @@ pub struct Name {
 impl Name {
     /// A name as the kernel keeps it: up to the first NUL. Bytes that are not UTF-8 become
     /// U+FFFD, as `String::from_utf8_lossy` made them (cut to fit).
-    pub fn from_kernel(raw: &[u8; CC_NAME_LEN]) -> Name {
+    pub(crate) fn from_kernel(raw: &[u8; CC_NAME_LEN]) -> Name {
         let end = raw.iter().position(|&b| b == 0).unwrap_or(CC_NAME_LEN);
         match std::str::from_utf8(&raw[..end]) {
             Ok(s) => Name::new(s),
@@ -27,7 +27,7 @@ impl Name {
         }
     }
 
-    pub fn new(s: &str) -> Name {
+    pub(crate) fn new(s: &str) -> Name {
         let mut n = s.len().min(CC_NAME_LEN);
         while !s.is_char_boundary(n) {
             n -= 1;

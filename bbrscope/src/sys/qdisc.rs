@@ -27,10 +27,10 @@ const TCMSG_LEN: usize = 20;
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub struct RootQdisc {
-    pub ifindex: i32,
+    pub(crate) ifindex: i32,
     pub ifname: String,
     pub kind: String,
-    pub handle: u32,
+    pub(crate) handle: u32,
 }
 
 impl RootQdisc {

@@ -9,13 +9,13 @@ use crate::{
 };
 
 /// Points kept per flow: 20 minutes at the default 100 ms interval.
-pub const HISTORY_POINTS: usize = 12_000;
+pub(crate) const HISTORY_POINTS: usize = 12_000;
 /// Points kept over all flows (about 25 MB): a few flows keep their full history; 10,000 flows
 /// keep about 20 points each.
-pub const HISTORY_BUDGET: usize = 200_000;
+pub(crate) const HISTORY_BUDGET: usize = 200_000;
 /// Chart windows `+`/`-` step through, in seconds (a silent flow is kept for the longest:
 /// [`crate::observe::pipeline::Retention`]'s dashboard policy).
-pub const WINDOWS: [u64; 6] = [10, 30, 60, 120, 300, 600];
+pub(crate) const WINDOWS: [u64; 6] = [10, 30, 60, 120, 300, 600];
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum View {
@@ -65,11 +65,11 @@ pub struct Playback {
     pub finished: bool,
     /// Position and length of the recording, in seconds.
     pub position_s: f64,
-    pub length_s: f64,
+    pub(crate) length_s: f64,
     /// Played up to what has arrived; the input (a pipe) is still open.
     pub waiting: bool,
     /// Unreadable lines skipped so far.
-    pub skipped: u64,
+    pub(crate) skipped: u64,
 }
 
 impl Playback {
@@ -90,34 +90,34 @@ pub enum Action {
 /// handed it.
 pub struct App {
     /// The time the display shows as "now" (CLOCK_MONOTONIC ns live; recording time in replay).
-    pub now_ns: u64,
+    pub(crate) now_ns: u64,
     /// Live view frozen at this time (`p`); events keep being recorded.
-    pub frozen_at: Option<u64>,
-    pub stats: Option<StatsReport>,
-    pub selected: Option<u64>,
+    pub(crate) frozen_at: Option<u64>,
+    pub(crate) stats: Option<StatsReport>,
+    pub(crate) selected: Option<u64>,
     /// Up to two flows to compare directly.
-    pub marked: Vec<u64>,
+    pub(crate) marked: Vec<u64>,
     pub sort: SortKey,
-    pub sort_ascending: bool,
-    pub filter: String,
-    pub editing_filter: bool,
+    pub(crate) sort_ascending: bool,
+    pub(crate) filter: String,
+    pub(crate) editing_filter: bool,
     pub view: View,
-    pub window: usize,
+    pub(crate) window: usize,
     /// The first of the selected flow's charts shown when not all fit (`t` steps through them).
-    pub chart_tab: usize,
+    pub(crate) chart_tab: usize,
     pub help: bool,
     /// Where the events come from ("live" or a file name) and what the kernel lacks.
-    pub source: String,
-    pub notices: Vec<String>,
+    pub(crate) source: String,
+    pub(crate) notices: Vec<String>,
     pub playback: Option<Playback>,
     /// The name of the command's own view, drawn by its [`crate::tui::Panel`] (`experiment`), if
     /// it has one. The one panel is a running experiment's, whose flows carry their arm: the
     /// flow list shows it.
-    pub panel: Option<&'static str>,
+    pub(crate) panel: Option<&'static str>,
     /// The first row the panel lists (↑/↓ there scroll; the experiment's groups).
-    pub group_scroll: usize,
+    pub(crate) group_scroll: usize,
     /// The verdicts on screen, held steady (see [`super::steady`]).
-    pub verdicts: super::steady::Steady,
+    pub(crate) verdicts: super::steady::Steady,
 }
 
 impl App {
@@ -168,7 +168,7 @@ impl App {
     }
 
     /// The time charts end at.
-    pub fn view_now(&self) -> u64 {
+    pub(crate) fn view_now(&self) -> u64 {
         self.frozen_at.unwrap_or(self.now_ns)
     }
 
@@ -177,7 +177,7 @@ impl App {
     }
 
     /// Advances "now" to `now_ns`; what `table` no longer holds is neither selected nor marked.
-    pub fn tick(&mut self, now_ns: u64, table: &FlowTable) {
+    pub(crate) fn tick(&mut self, now_ns: u64, table: &FlowTable) {
         self.now_ns = now_ns;
         self.keep_selection_visible(table);
         self.marked.retain(|id| table.get(*id).is_some());
@@ -327,7 +327,7 @@ impl App {
 }
 
 /// Every key the dashboard knows, for the help overlay (kept next to `on_key`).
-pub const KEYS: &[(&str, &str)] = &[
+pub(crate) const KEYS: &[(&str, &str)] = &[
     ("↑ ↓  j k", "select a flow (PgUp/PgDn, g/G: jump)"),
     ("s / S", "sort by the next column / reverse the order"),
     ("/", "filter by address, port or algorithm (Enter keeps, Esc clears)"),

@@ -45,7 +45,7 @@ use crate::{
         stats::StatsReport,
     },
 };
-pub use ratatui::crossterm::event::Event as Input;
+pub(crate) use ratatui::crossterm::event::Event as Input;
 
 /// A view of the command's own that the dashboard shows beside its flow views (Tab, `e`): a
 /// running experiment's arms and groups. The dashboard knows it only as this, so the feature
@@ -56,12 +56,12 @@ pub trait Panel {
 }
 
 /// Redraws per second, whatever the event rate.
-pub const FPS: u64 = 15;
+pub(crate) const FPS: u64 = 15;
 
 /// The dashboard on the terminal: raw mode on the alternate screen, input read on its own thread
 /// (crossterm's reader blocks). Restored on drop (normal exit, error, signal) and by ratatui's
 /// panic hook on panic.
-pub struct Dashboard {
+pub(crate) struct Dashboard {
     term: DefaultTerminal,
     theme: Theme,
     keys: mpsc::UnboundedReceiver<TermEvent>,
@@ -69,7 +69,7 @@ pub struct Dashboard {
 }
 
 impl Dashboard {
-    pub fn new() -> Result<Self> {
+    pub(crate) fn new() -> Result<Self> {
         if !std::io::stdout().is_terminal() {
             usage!("the dashboard needs a terminal; for pipes and scripts use `bbrscope stream`");
         }
@@ -91,7 +91,7 @@ impl Dashboard {
     }
 
     /// The next terminal input; pending forever once input has ended.
-    pub async fn input(&mut self) -> TermEvent {
+    pub(crate) async fn input(&mut self) -> TermEvent {
         match self.keys.recv().await {
             Some(ev) => ev,
             None => std::future::pending().await,
@@ -99,7 +99,7 @@ impl Dashboard {
     }
 
     /// Draws `app` showing `table`, and `panel` when its view is open.
-    pub fn draw(&mut self, app: &App, table: &FlowTable, panel: Option<&dyn Panel>) -> Result<()> {
+    pub(crate) fn draw(&mut self, app: &App, table: &FlowTable, panel: Option<&dyn Panel>) -> Result<()> {
         let theme = &self.theme;
         self.term.draw(|f| view::draw(f, app, table, panel, theme))?;
         Ok(())
@@ -107,7 +107,7 @@ impl Dashboard {
 }
 
 /// Applies terminal input to the app showing `table` (anything but a key only redraws).
-pub fn handle(app: &mut App, ev: TermEvent, table: &FlowTable) -> Action {
+pub(crate) fn handle(app: &mut App, ev: TermEvent, table: &FlowTable) -> Action {
     match ev {
         TermEvent::Key(k) if k.kind != KeyEventKind::Release => app.on_key(k, table),
         _ => Action::Continue,
@@ -123,7 +123,7 @@ impl Drop for Dashboard {
 
 /// How many records a [`Feed`] holds ahead of playback; its reader waits while the queue is full,
 /// so a recording of any length replays in bounded memory.
-pub const FEED_AHEAD: usize = 50_000;
+pub(crate) const FEED_AHEAD: usize = 50_000;
 
 enum FeedMsg {
     Record(Record),
@@ -135,7 +135,7 @@ enum FeedMsg {
 
 /// What a feed has seen of its input before playback starts.
 #[derive(Debug, PartialEq)]
-pub enum FirstRecord {
+pub(crate) enum FirstRecord {
     /// At least one record is ready.
     Ready,
     /// Nothing yet, the input is still open (a pipe whose writer has not written).
@@ -155,7 +155,7 @@ pub struct Feed {
     /// The input has ended (everything it held is in `pending` or played).
     ended: bool,
     /// The reader's error, if one ended the input early.
-    pub error: Option<String>,
+    pub(crate) error: Option<String>,
     pub skipped: Skipped,
     /// Time of the first record and the latest seen; `None` before the first arrives.
     span: Option<(u64, u64)>,
@@ -251,7 +251,7 @@ impl Feed {
 
     /// Waits up to `limit` for the first record or the end of the input, so that input which is
     /// not a recording is refused before the dashboard takes the screen.
-    pub fn wait_first(&mut self, limit: Duration) -> FirstRecord {
+    pub(crate) fn wait_first(&mut self, limit: Duration) -> FirstRecord {
         let deadline = Instant::now() + limit;
         loop {
             self.pull();
@@ -272,7 +272,7 @@ impl Feed {
 
     /// Seconds from the first record to the latest one seen (the whole recording once the input
     /// has ended).
-    pub fn length_s(&self) -> f64 {
+    pub(crate) fn length_s(&self) -> f64 {
         self.span.map_or(0.0, |(a, b)| (b - a) as f64 / 1e9)
     }
 
@@ -318,7 +318,7 @@ impl Feed {
 
 /// A recorded `flow_summary`: it opens and closes its flow, unless the recording showed the flow
 /// already (then its `flow_open` ... `flow_close` did).
-pub fn play_summary(table: &mut FlowTable, s: &Summary) {
+pub(crate) fn play_summary(table: &mut FlowTable, s: &Summary) {
     if table.get(s.close.head.flow).is_none() {
         table.apply(&Event::Open(Box::new(s.open.clone())));
         table.apply(&Event::Sample(Box::new(s.close.clone())));
@@ -387,7 +387,7 @@ impl Sink for Top {
 }
 
 /// The dashboard over live kernel events, until q, a signal or `duration`.
-pub async fn top(opts: &crate::observe::kernel::loader::Options, duration: Option<Duration>) -> Result<()> {
+pub(crate) async fn top(opts: &crate::observe::kernel::loader::Options, duration: Option<Duration>) -> Result<()> {
     let mut signals = Signals::catch()?;
     let mut live = Live::start("bbrscope top", opts)?;
     let mut sink = Top { app: App::new("live", live.degraded().to_vec(), None) };
@@ -400,7 +400,7 @@ pub async fn top(opts: &crate::observe::kernel::loader::Options, duration: Optio
 
 /// The dashboard over a recording until q or a signal; the feed is handed back for what it
 /// skipped.
-pub async fn replay(mut feed: Feed, name: &str, speed: f64, paused: bool) -> Result<Feed> {
+pub(crate) async fn replay(mut feed: Feed, name: &str, speed: f64, paused: bool) -> Result<Feed> {
     let mut signals = Signals::catch()?;
     let mut playback = Playback::new(speed, paused);
     playback.length_s = feed.length_s();

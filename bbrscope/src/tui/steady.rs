@@ -27,7 +27,7 @@ struct Held {
 /// The verdicts on screen, per flow id. Drawn from views that only read the app, so the record
 /// of what was shown sits behind a `RefCell` (the dashboard draws on one thread).
 #[derive(Debug, Default)]
-pub struct Steady {
+pub(crate) struct Steady {
     held: RefCell<HashMap<u64, Held>>,
 }
 

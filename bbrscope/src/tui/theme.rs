@@ -8,23 +8,23 @@ pub struct Theme {
 }
 
 impl Theme {
-    pub fn from_env() -> Self {
+    pub(crate) fn from_env() -> Self {
         Theme { color: std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty()) }
     }
 
-    pub fn fg(&self, c: Color) -> Style {
+    pub(crate) fn fg(&self, c: Color) -> Style {
         if self.color { Style::default().fg(c) } else { Style::default() }
     }
 
-    pub fn title(&self) -> Style {
+    pub(crate) fn title(&self) -> Style {
         self.fg(Color::Cyan).add_modifier(Modifier::BOLD)
     }
 
-    pub fn dim(&self) -> Style {
+    pub(crate) fn dim(&self) -> Style {
         if self.color { Style::default().fg(Color::DarkGray) } else { Style::default().add_modifier(Modifier::DIM) }
     }
 
-    pub fn selected(&self) -> Style {
+    pub(crate) fn selected(&self) -> Style {
         if self.color {
             Style::default().bg(Color::Rgb(40, 60, 90)).add_modifier(Modifier::BOLD)
         } else {
@@ -32,20 +32,20 @@ impl Theme {
         }
     }
 
-    pub fn warn(&self) -> Style {
+    pub(crate) fn warn(&self) -> Style {
         self.fg(Color::Yellow).add_modifier(Modifier::BOLD)
     }
 
-    pub fn bad(&self) -> Style {
+    pub(crate) fn bad(&self) -> Style {
         self.fg(Color::Red).add_modifier(Modifier::BOLD)
     }
 
-    pub fn good(&self) -> Style {
+    pub(crate) fn good(&self) -> Style {
         self.fg(Color::Green)
     }
 
     /// A colour per algorithm, so CUBIC and BBR read apart everywhere.
-    pub fn cc(&self, cc: &str) -> Style {
+    pub(crate) fn cc(&self, cc: &str) -> Style {
         match cc {
             "bbr" | "bbr2" | "bbr3" => self.fg(Color::Green),
             "cubic" => self.fg(Color::Magenta),

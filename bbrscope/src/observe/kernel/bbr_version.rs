@@ -11,7 +11,7 @@ use super::btf::Btf;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
-pub enum Version {
+pub(crate) enum Version {
     /// Mainline Linux's net/ipv4/tcp_bbr.c (2016 onward).
     V1,
     /// Google's BBRv2 alpha (github.com/google/bbr, v2alpha branch).
@@ -21,7 +21,7 @@ pub enum Version {
 }
 
 impl Version {
-    pub fn label(self) -> &'static str {
+    pub(crate) fn label(self) -> &'static str {
         match self {
             Version::V1 => "v1",
             Version::V2 => "v2",

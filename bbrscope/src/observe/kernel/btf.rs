@@ -10,13 +10,13 @@ use anyhow::{Context as _, Result, bail, ensure};
 
 const MAGIC: u16 = 0xeb9f;
 
-pub const VMLINUX: &str = "/sys/kernel/btf/vmlinux";
+pub(crate) const VMLINUX: &str = "/sys/kernel/btf/vmlinux";
 
 /// SLUB's caches in sysfs (object sizes of the running kernel).
-pub const SLAB: &str = "/sys/kernel/slab";
+pub(crate) const SLAB: &str = "/sys/kernel/slab";
 
 #[derive(Debug, Clone)]
-pub struct Member {
+pub(crate) struct Member {
     pub name: String,
     pub ty: u32,
     pub bit_offset: u32,
@@ -25,7 +25,7 @@ pub struct Member {
 }
 
 #[derive(Debug, Clone)]
-pub enum Type {
+pub(crate) enum Type {
     Void,
     Int {
         size: u32,
@@ -78,14 +78,15 @@ pub struct Btf {
 pub struct Location {
     pub bit_offset: u32,
     /// Width in bits: the bitfield size, or the member type's size * 8.
-    pub bits: u32,
+    pub(crate) bits: u32,
 }
 
 impl Location {
-    pub fn byte_offset(&self) -> u32 {
+    pub(crate) fn byte_offset(&self) -> u32 {
         self.bit_offset / 8
     }
-    pub fn is_byte_aligned(&self) -> bool {
+    #[cfg(test)]
+    pub(crate) fn is_byte_aligned(&self) -> bool {
         self.bit_offset.is_multiple_of(8) && self.bits.is_multiple_of(8)
     }
 }
@@ -115,12 +116,12 @@ impl Btf {
     }
 
     /// A module's split BTF (`/sys/kernel/btf/<module>`), layered on the kernel's.
-    pub fn with_module(self, module: &str) -> Result<Self> {
+    pub(crate) fn with_module(self, module: &str) -> Result<Self> {
         let path = Path::new("/sys/kernel/btf").join(module);
         Self::from_file(&path, Some(self))
     }
 
-    pub fn from_file(path: &Path, base: Option<Btf>) -> Result<Self> {
+    pub(crate) fn from_file(path: &Path, base: Option<Btf>) -> Result<Self> {
         use std::io::Read as _;
         // A kernel's BTF is a few MB; reading stops beyond this, so that a device or a wrong
         // file (e.g. /dev/zero) cannot fill memory.
@@ -252,17 +253,17 @@ impl Btf {
         Ok(Btf { types, names, by_name, strings: all_strings })
     }
 
-    pub fn get(&self, id: u32) -> Option<&Type> {
+    pub(crate) fn get(&self, id: u32) -> Option<&Type> {
         self.types.get(id as usize)
     }
 
     /// The struct (not a forward declaration) called `name`.
-    pub fn struct_id(&self, name: &str) -> Option<u32> {
+    pub(crate) fn struct_id(&self, name: &str) -> Option<u32> {
         self.by_name.get(name)?.iter().copied().find(|&id| matches!(self.types[id as usize], Type::Struct { .. }))
     }
 
     /// Follows typedefs and modifiers.
-    pub fn resolve(&self, mut id: u32) -> u32 {
+    pub(crate) fn resolve(&self, mut id: u32) -> u32 {
         for _ in 0..32 {
             match self.types.get(id as usize) {
                 Some(Type::Alias { target }) => id = *target,
@@ -272,7 +273,7 @@ impl Btf {
         id
     }
 
-    pub fn size_of(&self, id: u32) -> Option<u32> {
+    pub(crate) fn size_of(&self, id: u32) -> Option<u32> {
         match self.get(self.resolve(id))? {
             Type::Int { size }
             | Type::Struct { size, .. }
@@ -293,7 +294,7 @@ impl Btf {
     /// it would be silently wrong (zeros and garbage, not an error). A cache merged with others
     /// (a symlink) may hold larger objects, so it is skipped; so is a struct this BTF lacks
     /// (built as a module), except `tcp_sock`. `Ok(false)` when the kernel says nothing.
-    pub fn check_socket_sizes(&self, slab_root: &Path) -> Result<bool, String> {
+    pub(crate) fn check_socket_sizes(&self, slab_root: &Path) -> Result<bool, String> {
         // The caches proto_register() makes with the protocol's `obj_size`. Not every cache is
         // its struct's size: 7.3's `sock_inode_cache` holds 768-byte objects for a 704-byte
         // `socket_alloc` (found by the kernel matrix).
@@ -369,7 +370,8 @@ impl Btf {
     }
 
     /// The type id of the member at `path` (see [`Btf::member`]).
-    pub fn member_type(&self, strukt: &str, path: &str) -> Option<u32> {
+    #[cfg(test)]
+    pub(crate) fn member_type(&self, strukt: &str, path: &str) -> Option<u32> {
         let mut ty = self.struct_id(strukt)?;
         for step in path.split('.') {
             ty = self.resolve(ty);
@@ -397,7 +399,7 @@ impl Btf {
     }
 
     /// The enumerators of `enum name`.
-    pub fn enum_values(&self, name: &str) -> Option<&[(String, i64)]> {
+    pub(crate) fn enum_values(&self, name: &str) -> Option<&[(String, i64)]> {
         self.by_name.get(name)?.iter().find_map(|&id| match &self.types[id as usize] {
             Type::Enum { values, .. } => Some(values.as_slice()),
             _ => None,
@@ -413,16 +415,12 @@ impl Btf {
         // The first parameter is the tracepoint's private data pointer, not a tracepoint argument.
         Some(params.len().saturating_sub(1))
     }
-
-    pub fn name(&self, id: u32) -> &str {
-        self.names.get(id as usize).map_or("", String::as_str)
-    }
 }
 
 /// Writes BTF blobs for tests: the inverse of [`Btf::parse`], kind by kind.
 #[cfg(test)]
-pub mod build {
-    pub struct Builder {
+pub(crate) mod build {
+    pub(crate) struct Builder {
         types: Vec<u8>,
         strings: Vec<u8>,
         next_id: u32,
@@ -435,12 +433,12 @@ pub mod build {
     }
 
     impl Builder {
-        pub fn new() -> Self {
+        pub(crate) fn new() -> Self {
             Builder { types: Vec::new(), strings: vec![0], next_id: 1 }
         }
 
         /// Split BTF continuing `base`'s ids and strings.
-        pub fn split(base_types: u32, base_str_len: u32) -> Self {
+        pub(crate) fn split(base_types: u32, base_str_len: u32) -> Self {
             Builder { types: Vec::new(), strings: vec![0; base_str_len as usize], next_id: base_types + 1 }
         }
 
@@ -464,24 +462,24 @@ pub mod build {
             self.next_id - 1
         }
 
-        pub fn int(&mut self, name: &str, size: u32) -> u32 {
+        pub(crate) fn int(&mut self, name: &str, size: u32) -> u32 {
             self.push(name, 1, 0, false, size, &[size * 8])
         }
 
-        pub fn ptr(&mut self, target: u32) -> u32 {
+        pub(crate) fn ptr(&mut self, target: u32) -> u32 {
             self.push("", 2, 0, false, target, &[])
         }
 
-        pub fn array(&mut self, elem: u32, len: u32) -> u32 {
+        pub(crate) fn array(&mut self, elem: u32, len: u32) -> u32 {
             self.push("", 3, 0, false, 0, &[elem, elem, len])
         }
 
         /// Members as (name, type, bit offset, bitfield size or 0).
-        pub fn strukt(&mut self, name: &str, size: u32, members: &[(&str, u32, u32, u32)]) -> u32 {
+        pub(crate) fn strukt(&mut self, name: &str, size: u32, members: &[(&str, u32, u32, u32)]) -> u32 {
             self.composite(4, name, size, members)
         }
 
-        pub fn union(&mut self, name: &str, size: u32, members: &[(&str, u32, u32, u32)]) -> u32 {
+        pub(crate) fn union(&mut self, name: &str, size: u32, members: &[(&str, u32, u32, u32)]) -> u32 {
             self.composite(5, name, size, members)
         }
 
@@ -494,7 +492,7 @@ pub mod build {
             self.push(name, kind, members.len() as u32, bitfields, size, &extra)
         }
 
-        pub fn enm(&mut self, name: &str, values: &[(&str, i32)]) -> u32 {
+        pub(crate) fn enm(&mut self, name: &str, values: &[(&str, i32)]) -> u32 {
             let mut extra = Vec::new();
             for &(n, v) in values {
                 extra.extend([self.str(n), v as u32]);
@@ -502,25 +500,25 @@ pub mod build {
             self.push(name, 6, values.len() as u32, false, 4, &extra)
         }
 
-        pub fn typedef(&mut self, name: &str, target: u32) -> u32 {
+        pub(crate) fn typedef(&mut self, name: &str, target: u32) -> u32 {
             self.push(name, 8, 0, false, target, &[])
         }
 
-        pub fn func_proto(&mut self, ret: u32, params: &[u32]) -> u32 {
+        pub(crate) fn func_proto(&mut self, ret: u32, params: &[u32]) -> u32 {
             let extra: Vec<u32> = params.iter().flat_map(|&p| [0, p]).collect();
             self.push("", 13, params.len() as u32, false, ret, &extra)
         }
 
-        pub fn type_count(&self) -> u32 {
+        pub(crate) fn type_count(&self) -> u32 {
             self.next_id - 1
         }
 
-        pub fn str_len(&self) -> u32 {
+        pub(crate) fn str_len(&self) -> u32 {
             self.strings.len() as u32
         }
 
         /// The blob; for split BTF only the strings added after the base's are written.
-        pub fn build(&self, base_str_len: u32) -> Vec<u8> {
+        pub(crate) fn build(&self, base_str_len: u32) -> Vec<u8> {
             let strings = &self.strings[base_str_len as usize..];
             let mut out = Vec::new();
             out.extend_from_slice(&super::MAGIC.to_le_bytes());

@@ -65,7 +65,7 @@ pub struct Existing {
     unreachable: Vec<Unreachable>,
     /// Why sock_diag could not say which sockets the kernel program watches already, if it
     /// could not: a connection opened while bbrscope started may then be reported twice.
-    pub unseen_storage: Option<String>,
+    pub(crate) unseen_storage: Option<String>,
     /// The kernel's BBR is mainline v1, whose mode can be read back from its gains.
     bbr_v1: bool,
 }
@@ -208,7 +208,7 @@ impl Existing {
     }
 
     /// What to say of the namespaces whose connections open at the start are not seen, if any.
-    pub fn unreachable_note(&self) -> Option<String> {
+    pub(crate) fn unreachable_note(&self) -> Option<String> {
         unreachable_note(&self.unreachable)
     }
 
@@ -224,7 +224,7 @@ impl Existing {
     /// One poll: a sample for each connection that sent since the last poll (its peer acked
     /// more: the first poll only sets the baseline), and a final sample for each shown
     /// connection that has gone.
-    pub fn poll(&mut self) -> Result<Vec<Event>> {
+    pub(crate) fn poll(&mut self) -> Result<Vec<Event>> {
         let now = Clock::monotonic_ns();
         let mut out = Vec::new();
         for space in self.spaces.iter_mut().filter(|s| !s.open.is_empty()) {

@@ -115,13 +115,13 @@ pub const FIELDS: &[(Field, &str, &str)] = &[
 
 /// How to get a value out of the bytes the kernel copied: shift and width in bits.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Extract {
+pub(crate) struct Extract {
     pub shift: u32,
     pub bits: u32,
 }
 
 impl Extract {
-    pub fn apply(&self, raw: u64) -> u64 {
+    pub(crate) fn apply(&self, raw: u64) -> u64 {
         let v = raw >> self.shift;
         if self.bits >= 64 { v } else { v & ((1u64 << self.bits) - 1) }
     }
@@ -129,7 +129,7 @@ impl Extract {
 
 /// Reads `bits` bits at `bit_offset` from `bytes`, little-endian as the kernel lays out
 /// bitfields on little-endian machines. Fields wider than 56 bits must be byte-aligned.
-pub fn bits_at(bytes: &[u8], bit_offset: u32, bits: u32) -> Option<u64> {
+pub(crate) fn bits_at(bytes: &[u8], bit_offset: u32, bits: u32) -> Option<u64> {
     let start = (bit_offset / 8) as usize;
     let shift = bit_offset % 8;
     let len = (shift + bits).div_ceil(8) as usize;
@@ -145,12 +145,12 @@ pub fn bits_at(bytes: &[u8], bit_offset: u32, bits: u32) -> Option<u64> {
 /// A member of a congestion-control module's private state (inside `icsk_ca_priv`).
 #[derive(Clone, Copy, Debug)]
 pub struct PrivField {
-    pub bit_offset: u32,
-    pub bits: u32,
+    pub(crate) bit_offset: u32,
+    pub(crate) bits: u32,
 }
 
 impl PrivField {
-    pub fn read(&self, ca_priv: &[u8; CA_PRIV_LEN]) -> Option<u64> {
+    pub(crate) fn read(&self, ca_priv: &[u8; CA_PRIV_LEN]) -> Option<u64> {
         bits_at(ca_priv, self.bit_offset, self.bits)
     }
 }
@@ -158,24 +158,24 @@ impl PrivField {
 /// BBR's private state (`struct bbr` in net/ipv4/tcp_bbr.c), where the kernel has BTF for it.
 #[derive(Clone, Debug)]
 pub struct BbrLayout {
-    pub min_rtt_us: Option<PrivField>,
+    pub(crate) min_rtt_us: Option<PrivField>,
     /// `bw` is a windowed max filter; its current value is `s[0].v`.
     pub bw: Option<PrivField>,
     pub mode: Option<PrivField>,
     pub pacing_gain: Option<PrivField>,
-    pub cwnd_gain: Option<PrivField>,
-    pub full_bw_reached: Option<PrivField>,
-    pub cycle_idx: Option<PrivField>,
+    pub(crate) cwnd_gain: Option<PrivField>,
+    pub(crate) full_bw_reached: Option<PrivField>,
+    pub(crate) cycle_idx: Option<PrivField>,
     /// Enumerator names of `enum bbr_mode`, by value.
     pub mode_names: Vec<(i64, Arc<str>)>,
     /// Which BBR this layout is ([`bbr_version::classify`]).
-    pub version: Option<bbr_version::Version>,
+    pub(crate) version: Option<bbr_version::Version>,
 }
 
 /// CUBIC's private state (`struct bictcp`): the window before the last reduction (W_max).
 #[derive(Clone, Debug)]
 pub struct CubicLayout {
-    pub last_max_cwnd: Option<PrivField>,
+    pub(crate) last_max_cwnd: Option<PrivField>,
 }
 
 #[derive(Clone, Debug)]
@@ -183,22 +183,22 @@ pub struct Layout {
     pub sock: SockLayout,
     pub fields: [FieldSpec; MAX_FIELDS],
     /// The socket bytes holding every field a sample copies, read in one piece.
-    pub span: Span,
+    pub(crate) span: Span,
     extracts: [Option<Extract>; MAX_FIELDS],
     /// `config_flags` bits the layout implies.
-    pub flags: u32,
+    pub(crate) flags: u32,
     /// The kernel can attribute sockets to cgroups (`sock_cgroup_data.cgroup`, 5.15+).
     pub cgroup_filter: bool,
     pub bbr: Option<BbrLayout>,
-    pub cubic: Option<CubicLayout>,
+    pub(crate) cubic: Option<CubicLayout>,
     /// Sampled fields this kernel does not have (reported as null).
     pub missing: Vec<String>,
     /// Microseconds per jiffy (`USEC_PER_SEC / HZ`, as the kernel converts its chrono counters
     /// for tcp_info); `None` where HZ could not be found (the chrono fields are then null).
-    pub jiffy_us: Option<u64>,
+    pub(crate) jiffy_us: Option<u64>,
     /// The tick counter against the records' clock, for the chrono stretch in progress at a
     /// sample (without it the counters stop at the last completed stretch).
-    pub jiffies: Option<crate::sys::hz::JiffyClock>,
+    pub(crate) jiffies: Option<crate::sys::hz::JiffyClock>,
 }
 
 fn byte_field(loc: Location) -> Option<(FieldSpec, Extract)> {
@@ -351,7 +351,7 @@ impl Layout {
     }
 
     /// The value of `field` in a sample's copied slots; `None` when this kernel lacks it.
-    pub fn get(&self, vals: &[u64; MAX_FIELDS], field: Field) -> Option<u64> {
+    pub(crate) fn get(&self, vals: &[u64; MAX_FIELDS], field: Field) -> Option<u64> {
         let i = field as usize;
         self.extracts[i].map(|ex| ex.apply(vals[i]))
     }

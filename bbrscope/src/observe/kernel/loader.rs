@@ -70,8 +70,8 @@ pub struct Options {
 /// Reports name an arm by its label, the way it was given.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Arm {
-    pub cc: String,
-    pub iw: Option<u32>,
+    pub(crate) cc: String,
+    pub(crate) iw: Option<u32>,
 }
 
 impl Arm {
@@ -97,12 +97,12 @@ impl Arm {
     }
 
     /// The algorithm part of an arm's label (`bbr` of `bbr+iw32`).
-    pub fn cc_of(label: &str) -> &str {
+    pub(crate) fn cc_of(label: &str) -> &str {
         label.split_once('+').map_or(label, |(cc, _)| cc)
     }
 
     /// The initial window an arm's label sets, if any.
-    pub fn iw_of(label: &str) -> Option<u32> {
+    pub(crate) fn iw_of(label: &str) -> Option<u32> {
         Arm::parse(label).ok()?.iw
     }
 }
@@ -165,7 +165,7 @@ pub enum ObserverPath {
 }
 
 impl ObserverPath {
-    pub fn as_str(&self) -> &'static str {
+    pub(crate) fn as_str(&self) -> &'static str {
         match self {
             ObserverPath::Sockops => "sockops",
             ObserverPath::Tracepoint => "tracepoint",
@@ -198,11 +198,11 @@ pub struct Observer {
     ebpf: Ebpf,
     ring: AsyncFd<RingBuf<MapData>>,
     counters: PerCpuArray<MapData, u64>,
-    pub layout: Layout,
+    pub(crate) layout: Layout,
     /// Things this kernel lacks, in words, for the user.
-    pub degraded: Vec<String>,
-    pub path: ObserverPath,
-    pub sample_clock: SampleClock,
+    pub(crate) degraded: Vec<String>,
+    pub(crate) path: ObserverPath,
+    pub(crate) sample_clock: SampleClock,
     /// The program on the per-ACK path, for its run-time statistics.
     per_ack_program: &'static str,
 }
@@ -353,7 +353,7 @@ impl Observer {
     /// Waits until records are available (or `DRAIN_PERIOD` has passed: the programs wake
     /// userspace only once `1/WAKE_FRACTION` of the ring is used), then passes each to `f` until
     /// the ring is empty or `MAX_BATCH` records have been passed.
-    pub async fn drain(&mut self, mut f: impl FnMut(&[u8])) -> Result<usize> {
+    pub(crate) async fn drain(&mut self, mut f: impl FnMut(&[u8])) -> Result<usize> {
         let mut each = |ring: &mut RingBuf<MapData>| {
             let mut n = 0;
             while n < MAX_BATCH {
@@ -388,7 +388,7 @@ impl Observer {
     }
 
     /// The kernel-side counters (see `bbrscope_common::counter`), summed over CPUs.
-    pub fn counters(&self) -> Result<Counters> {
+    pub(crate) fn counters(&self) -> Result<Counters> {
         let mut c = [0u64; counter::COUNT as usize];
         for (i, slot) in c.iter_mut().enumerate() {
             *slot = self.counters.get(&(i as u32), 0)?.iter().sum();
@@ -398,7 +398,7 @@ impl Observer {
 
     /// Cumulative run time and run count of the per-ACK program (tcp_probe, or the sock_ops
     /// program), when the kernel's BPF statistics are enabled (`--bpf-stats`).
-    pub fn probe_runtime(&self) -> Option<(Duration, u64)> {
+    pub(crate) fn probe_runtime(&self) -> Option<(Duration, u64)> {
         let info = match self.path {
             ObserverPath::Tracepoint | ObserverPath::FloorTracepoint => {
                 let prog: &RawTracePoint = self.ebpf.program(self.per_ack_program)?.try_into().ok()?;
@@ -414,17 +414,17 @@ impl Observer {
 }
 
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct Counters(pub [u64; counter::COUNT as usize]);
+pub(crate) struct Counters(pub [u64; counter::COUNT as usize]);
 
 impl Counters {
-    pub fn get(&self, index: u32) -> u64 {
+    pub(crate) fn get(&self, index: u32) -> u64 {
         self.0[index as usize]
     }
 }
 
 /// Which observer `bbrscope stream`/`top` would use here, found by loading (not attaching) the
 /// sock_ops program, for `status`: `Ok(path)` or why it cannot be known.
-pub fn probe() -> std::result::Result<(ObserverPath, Option<String>), String> {
+pub(crate) fn probe() -> std::result::Result<(ObserverPath, Option<String>), String> {
     if !crate::sys::privileges::can_trace(crate::sys::privileges::effective_caps()) {
         return Err("checking needs root (or CAP_BPF and CAP_PERFMON)".into());
     }
@@ -481,7 +481,7 @@ const MAX_BATCH: usize = 4096;
 
 const SOCKOPS_PROGRAM: &str = "bbrscope_sockops";
 /// The observer's sock_ops program as the kernel names it (BPF_OBJ_NAME_LEN: 15 bytes and a NUL).
-pub const SOCKOPS_KERNEL_NAME: &str = "bbrscope_sockop";
+pub(crate) const SOCKOPS_KERNEL_NAME: &str = "bbrscope_sockop";
 /// The sock_ops program's socket-local storage (`SockFlow` in each socket).
 const SOCKET_STORAGE: &str = "SOCKS";
 /// The tracepoint program the sock_ops path uses for congestion-state changes.
@@ -511,7 +511,7 @@ fn experiment_config(spec: Option<&ExperimentSpec>) -> bbrscope_common::Experime
 
 /// Destination ranges the kernel's experiment scope holds (the size of `EXP_DST` in
 /// bbrscope-ebpf/src/sockops.rs): more is bad input, refused before anything is loaded.
-pub const MAX_EXPERIMENT_RANGES: usize = 1024;
+pub(crate) const MAX_EXPERIMENT_RANGES: usize = 1024;
 
 /// The experiment's destination ranges, as IPv6 (IPv4 mapped) prefixes the kernel looks up.
 fn fill_experiment_ranges(ebpf: &mut Ebpf, ranges: &[ipnet::IpNet]) -> Result<()> {
@@ -680,7 +680,7 @@ pub enum SampleClock {
 }
 
 impl SampleClock {
-    pub fn name(&self) -> &'static str {
+    pub(crate) fn name(&self) -> &'static str {
         match self {
             SampleClock::Jiffies(_) => "jiffies",
             SampleClock::Coarse { .. } => "coarse",
@@ -707,7 +707,7 @@ impl SampleClock {
     }
 
     /// For `status`, when this is not the clock bbrscope prefers, or its rate was measured.
-    pub fn fallback_note(&self) -> Option<String> {
+    pub(crate) fn fallback_note(&self) -> Option<String> {
         match self {
             SampleClock::Jiffies(hz) if hz.source == "measured" => {
                 Some(format!("samples paced by jiffies at HZ {} (measured: no kernel configuration found)", hz.hz))

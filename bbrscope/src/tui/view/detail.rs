@@ -16,7 +16,7 @@ use crate::{
 };
 
 /// Charts in the pane: cwnd, RTT, rates.
-pub const CHARTS: usize = 3;
+pub(crate) const CHARTS: usize = 3;
 /// Rows a chart needs to show a shape (border, axis labels and at least five plotted rows).
 const MIN_CHART_ROWS: u16 = 8;
 /// The rate axis tops out a quarter above this quantile of throughput and delivery rate.

@@ -14,7 +14,7 @@ use ratatui::{
     text::{Line, Span},
 };
 
-pub use self::detail::CHARTS;
+pub(crate) use self::detail::CHARTS;
 use super::{
     Panel,
     app::{App, View, WINDOWS},
