@@ -16,24 +16,31 @@ run:
 	cargo build --release -p bbrscope
 	./target/release/bbrscope $(ARGS)
 
-test: setup
+# Each step through scripts/step.sh, which prints its time, and at the end every step's time and
+# the whole wall time (the suite's own cost: issue #42).
+STEP = @scripts/step.sh
+
+test:
+	@scripts/step.sh start
+	$(STEP) scripts/setup.sh
 	# Formatting and lints (workspace lints: SAFETY comments on unsafe blocks, no stray stdout).
-	cargo fmt --check
-	cargo clippy --all-targets -- -D warnings
+	$(STEP) cargo fmt --check
+	$(STEP) cargo clippy --all-targets -- -D warnings
 	# The kernel programs, for their own target (not a default member: see Cargo.toml).
-	cd bbrscope-ebpf && cargo clippy --target bpfel-unknown-none -Z build-std=core --release --lib --bins -- -D warnings
+	$(STEP) sh -c 'cd bbrscope-ebpf && cargo clippy --target bpfel-unknown-none -Z build-std=core --release --lib --bins -- -D warnings'
 	# The library's root-free tests (bbrscope/tests/library), as nobody: none may come to need root.
-	scripts/test-library.sh
+	$(STEP) scripts/test-library.sh
 	# Unit tests and the black-box tests, as root (they load BPF programs, make namespaces); this
 	# runs the library's tests again, a few seconds. The default members: the eBPF crate only
 	# builds for the BPF target (via bbrscope's build script).
-	cargo test --all-targets -- --test-threads=2
+	$(STEP) cargo test --all-targets -- --test-threads=2
 	# bbrscope on Debian's kernels 5.10 to 7.x under QEMU (docs/kernel-matrix.md; a few minutes).
-	cargo xtask kernels
+	$(STEP) cargo xtask kernels
 	# The same checks on arm64 guests (Debian's arm64 kernels on qemu-system-aarch64, bbrscope
 	# cross-built static): the oldest and the newest series here, to keep CI within its hour;
 	# `cargo xtask kernels --arch aarch64` runs all five.
-	cargo xtask kernels --arch aarch64 --kernel 5.10 --kernel 7
+	$(STEP) cargo xtask kernels --arch aarch64 --kernel 5.10 --kernel 7
+	@scripts/step.sh end
 
 bench: setup
 	cargo xtask bench

@@ -571,26 +571,46 @@ fn target_dir() -> PathBuf {
     Path::new(env!("CARGO_BIN_EXE_bbrscope")).parent().and_then(Path::parent).unwrap().to_path_buf()
 }
 
-/// `cargo xtask dist`'s .deb for this machine: (the directory it was written to, its path).
+/// `cargo xtask dist`'s .deb for this machine: (a fresh directory for the test's own files, the
+/// package's path).
 fn build_deb() -> (tempfile::TempDir, PathBuf) {
     build_deb_for(std::env::consts::ARCH)
 }
 
-/// `cargo xtask dist --arch ARCH`'s .deb: (the directory it was written to, its path).
+/// `cargo xtask dist --arch ARCH`'s .deb: (a fresh directory for the test's own files, the
+/// package's path). Built once per run of this file and shared by the five tests that read it
+/// (each copies or unpacks it into its own directory): building it again for each cost a cargo
+/// and xtask start-up and the whole packaging (man pages, completions, xz) with the machine held.
 fn build_deb_for(arch: &str) -> (tempfile::TempDir, PathBuf) {
-    // One at a time: `dist` rebuilds its staging directory in the target directory.
-    static DIST: std::sync::Mutex<()> = std::sync::Mutex::new(());
-    let _one = DIST.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+    // One build at a time: `dist` rebuilds its staging directory in the target directory.
+    static BUILT: std::sync::Mutex<Vec<(String, PathBuf)>> = std::sync::Mutex::new(Vec::new());
+    let mut built = BUILT.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+    let deb = match built.iter().find(|(a, _)| a == arch) {
+        Some((_, deb)) => deb.clone(),
+        None => {
+            let deb = dist(arch);
+            built.push((arch.to_string(), deb.clone()));
+            deb
+        }
+    };
+    (tempfile::tempdir().unwrap(), deb)
+}
+
+/// Runs `cargo xtask dist --arch ARCH` into the target directory's `test-deb/ARCH` (emptied
+/// first) and returns the .deb's path.
+fn dist(arch: &str) -> PathBuf {
     let _machine = MACHINE.write().unwrap_or_else(std::sync::PoisonError::into_inner);
     let ws = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..");
     // The target directory this test was built in (CARGO_TARGET_DIR or the workspace's), so
     // the release build reuses what is there.
     let target = target_dir();
-    let out_dir = tempfile::tempdir().unwrap();
+    let out = target.join("test-deb").join(arch);
+    let _ = std::fs::remove_dir_all(&out);
+    std::fs::create_dir_all(&out).unwrap();
     let dist = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()))
         .args(["xtask", "dist", "--arch", arch])
         .arg("--out")
-        .arg(out_dir.path())
+        .arg(&out)
         .env("CARGO_TARGET_DIR", &target)
         .current_dir(&ws)
         .stderr(Stdio::inherit())
@@ -599,7 +619,7 @@ fn build_deb_for(arch: &str) -> (tempfile::TempDir, PathBuf) {
     assert!(dist.status.success(), "cargo xtask dist failed");
     let deb = PathBuf::from(String::from_utf8_lossy(&dist.stdout).trim());
     assert!(deb.is_file(), "{}", deb.display());
-    (out_dir, deb)
+    deb
 }
 
 /// Every path below `root` (symlinks not followed), relative, leaving out what dpkg and man-db
@@ -1078,12 +1098,25 @@ fn the_static_binary_runs_with_no_userland_at_all() {
 
     let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let port = listener.local_addr().unwrap().port();
-    let mut stream = in_root(&format!("stream --port {port} --duration 4"))
+    let mut stream = in_root(&format!("stream --port {port} --duration 4 --stats-interval 0.1"))
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    thread::sleep(Duration::from_millis(1500));
+    // Traffic once it is attached (its first `stats` record), however long that takes on a
+    // busy machine, rather than after a guessed pause; the rest read as it comes (its records
+    // every 0.1 s would fill the pipe).
+    let mut lines = std::io::BufRead::lines(std::io::BufReader::new(stream.stdout.take().unwrap()));
+    let mut out = String::new();
+    for line in lines.by_ref() {
+        let line = line.unwrap();
+        out += &line;
+        out.push('\n');
+        if serde_json::from_str::<Value>(&line).is_ok_and(|v| v["type"] == "stats") {
+            break;
+        }
+    }
+    let rest = thread::spawn(move || lines.map(|l| l.unwrap() + "\n").collect::<String>());
     const SIZE: usize = 3_000_000;
     let server = thread::spawn(move || {
         let (mut c, _) = listener.accept().unwrap();
@@ -1106,8 +1139,7 @@ fn the_static_binary_runs_with_no_userland_at_all() {
     assert!(status.contains("Name:\tbbrscope"), "{status}");
     assert!(rss_kb < 40 << 10, "stream holds {rss_kb} kB resident");
     let done = common::wait_timeout(&mut stream, Duration::from_secs(30)).expect("stream ends at --duration");
-    let mut out = String::new();
-    stream.stdout.take().unwrap().read_to_string(&mut out).unwrap();
+    out += &rest.join().unwrap();
     let mut err = String::new();
     stream.stderr.take().unwrap().read_to_string(&mut err).unwrap();
     assert!(done.success(), "{err}");

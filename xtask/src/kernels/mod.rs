@@ -67,6 +67,12 @@ pub(crate) struct KernelsArgs {
     /// layout differs (5.10; xtask/tests/kernel_break.rs asserts it)
     #[arg(long = "break", value_enum, value_name = "BREAK")]
     break_: Option<Break>,
+    /// Guests booted at once. A guest under TCG keeps less than one core busy (its tests wait on
+    /// timers and fixed-length transfers: 64 s of CPU in an 82 s guest), so two on this 2-core
+    /// machine take as long as one (85 s against 82 s, both passing); the default is the
+    /// machine's CPU count
+    #[arg(long, value_name = "N")]
+    jobs: Option<usize>,
     /// Skip the netem-vs-emulator cross-check (it runs on the newest kernel of the selection, on
     /// this machine's architecture only: the emulator is the same code on every architecture)
     #[arg(long)]
@@ -134,6 +140,7 @@ pub(crate) fn run(args: KernelsArgs) -> Result<()> {
         (None, None) => crate::build_bbrscope(&root)?,
     };
     fs::create_dir_all(&args.cache)?;
+    let apt_turn = apt_turn(&args.cache)?;
     let apt = apt::Apt::new(&args.cache, args.arch)?;
     let t = Instant::now();
     apt.update(args.refresh)?;
@@ -155,26 +162,34 @@ pub(crate) fn run(args: KernelsArgs) -> Result<()> {
     }
     let break_btf = args.break_.map(|Break::HostBtf| PathBuf::from("/sys/kernel/btf/vmlinux"));
     let payload = initramfs::Payload { bbrscope, driver, break_btf, userland };
-    let mut outcomes = Vec::new();
     let newest = chosen.iter().map(|r| r[0]).max_by(|a, b| a.upstream.cmp(&b.upstream)).map(|c| c.package.clone());
-    for ranked in chosen {
-        let c = ranked[0];
-        let t = Instant::now();
-        crate::progress!("kernels: {} {} ...", c.package, c.version);
-        // The netem-vs-emulator cross-check takes minutes under TCG: one kernel, the newest.
-        let crosscheck = !args.no_crosscheck
+    // The netem-vs-emulator cross-check takes minutes under TCG: one kernel, the newest.
+    let crosscheck = |c: &apt::Candidate| {
+        !args.no_crosscheck
             && !args.arch.cross()
             && args.break_.is_none()
-            && newest.as_deref() == Some(c.package.as_str());
-        let mut o = match boot_one(&apt, &args, &machine, &payload, &ranked, crosscheck) {
-            Ok(o) => o,
-            Err(e) => Outcome {
-                version: c.upstream_str(),
-                package: c.package.clone(),
-                error: Some(format!("{e:#}")),
-                ..Outcome::default()
-            },
-        };
+            && newest.as_deref() == Some(c.package.as_str())
+    };
+    // Downloads one at a time (apt locks its archive directory), then the guests `jobs` at once,
+    // the longest (the cross-check's) first.
+    let fetched: Vec<_> = chosen.iter().map(|ranked| fetch(&apt, &args.cache, ranked, machine.modules)).collect();
+    drop(apt_turn);
+    let mut order: Vec<usize> = (0..chosen.len()).collect();
+    order.sort_by_key(|&i| !crosscheck(chosen[i][0]));
+    let jobs = args.jobs.unwrap_or_else(|| std::thread::available_parallelism().map_or(1, std::num::NonZero::get));
+    let outcomes = in_parallel(jobs, &order, |i| {
+        let c = chosen[i][0];
+        let t = Instant::now();
+        crate::progress!("kernels: {} {} ...", c.package, c.version);
+        let booted = fetched[i].as_ref().map_err(|e| format!("{e:#}")).and_then(|(got, kernel)| {
+            boot_one(&args, &machine, &payload, got, kernel, crosscheck(c)).map_err(|e| format!("{e:#}"))
+        });
+        let mut o = booted.unwrap_or_else(|e| Outcome {
+            version: c.upstream_str(),
+            package: c.package.clone(),
+            error: Some(e),
+            ..Outcome::default()
+        });
         o.seconds = t.elapsed().as_secs_f64();
         crate::progress!(
             "kernels: {} {}: {} passed, failed {:?}{} ({:.0} s)",
@@ -185,8 +200,8 @@ pub(crate) fn run(args: KernelsArgs) -> Result<()> {
             o.error.as_deref().map(|e| format!(", error: {e}")).unwrap_or_default(),
             o.seconds
         );
-        outcomes.push(o);
-    }
+        o
+    });
     let total = started.elapsed().as_secs_f64();
     let md = report(args.arch, &outcomes, total);
     println!("{md}");
@@ -198,6 +213,26 @@ pub(crate) fn run(args: KernelsArgs) -> Result<()> {
         bail!("kernel matrix failed on {}", bad.join(", "));
     }
     Ok(())
+}
+
+/// `work(i)` for every index in `order`, on `jobs` threads taking the next index as each is
+/// free; the results by index (`work(0)` first), whatever order they finished in.
+fn in_parallel<T: Send>(jobs: usize, order: &[usize], work: impl Fn(usize) -> T + Sync) -> Vec<T> {
+    let next = std::sync::atomic::AtomicUsize::new(0);
+    let done = std::sync::Mutex::new(Vec::new());
+    std::thread::scope(|s| {
+        for _ in 0..jobs.clamp(1, order.len().max(1)) {
+            s.spawn(|| {
+                while let Some(&i) = order.get(next.fetch_add(1, std::sync::atomic::Ordering::Relaxed)) {
+                    let out = work(i);
+                    done.lock().unwrap_or_else(std::sync::PoisonError::into_inner).push((i, out));
+                }
+            });
+        }
+    });
+    let mut done = done.into_inner().unwrap_or_else(std::sync::PoisonError::into_inner);
+    done.sort_by_key(|(i, _)| *i);
+    done.into_iter().map(|(_, out)| out).collect()
 }
 
 /// How QEMU runs a guest of one architecture, and where the guest's results come out.
@@ -288,10 +323,21 @@ fn fetch<'a>(
     Err(last.context("no candidate kernel")?)
 }
 
+/// Holds the cache's apt part for this process until dropped: apt refuses a second run on the
+/// same lists and archives, and two `boot`s (bbrscope/tests/export.rs starts its Debian guests
+/// together) or a `boot` beside `kernels` would otherwise both fetch into the same cache.
+fn apt_turn(cache: &Path) -> Result<fs::File> {
+    fs::create_dir_all(cache)?;
+    let path = cache.join("apt.lock");
+    let file = fs::File::create(&path).with_context(|| format!("creating {}", path.display()))?;
+    file.lock().with_context(|| format!("locking {}", path.display()))?;
+    Ok(file)
+}
+
 /// The newest Debian kernel of this machine's architecture whose version starts with
 /// `selector`, downloaded and extracted into `cache` (for `cargo xtask boot`, which boots one).
 fn prepare_kernel(cache: &Path, selector: &str) -> Result<apt::Kernel> {
-    fs::create_dir_all(cache)?;
+    let _turn = apt_turn(cache)?;
     let arch = Arch::host();
     let apt = apt::Apt::new(cache, arch)?;
     apt.update(false)?;
@@ -302,18 +348,17 @@ fn prepare_kernel(cache: &Path, selector: &str) -> Result<apt::Kernel> {
 }
 
 fn boot_one(
-    apt: &apt::Apt,
     args: &KernelsArgs,
     machine: &Machine,
     payload: &initramfs::Payload,
-    ranked: &[&apt::Candidate],
+    c: &apt::Candidate,
+    kernel: &apt::Kernel,
     crosscheck: bool,
 ) -> Result<Outcome> {
-    let (c, kernel) = fetch(apt, &args.cache, ranked, machine.modules)?;
     let work = args.cache.join("runs").join(&kernel.release);
     fs::create_dir_all(&work)?;
     let initrd = work.join("initrd.cpio");
-    initramfs::build(&kernel, payload, &initrd)?;
+    initramfs::build(kernel, payload, &initrd)?;
     let console = work.join("console.log");
     let results = work.join("results.ndjson");
     let _ = fs::remove_file(&results);
@@ -330,7 +375,7 @@ fn boot_one(
     let boot = || {
         qemu(
             machine,
-            &kernel,
+            kernel,
             &initrd,
             &append,
             &["-m", "1024", "-no-reboot"],
