@@ -5,9 +5,10 @@
 //! dashboard, the experiment). Around it, one folder per area: [`apply`] changes the system's
 //! congestion control, [`experiment`] runs and judges randomized A/B tests, [`demo`] compares
 //! CUBIC and BBR on an emulated path, [`export`] serves Prometheus metrics, [`tui`] draws the
-//! dashboard, [`advise`] weighs the settings beyond the algorithm against observed flows; [`cmd`] holds one module per subcommand, [`sys`] the calls to the OS; [`units`] and
-//! [`quantile`] are the one place each for units (parse and format) and quantiles, [`newfile`] for
-//! creating a file.
+//! dashboard, [`advise`] weighs the settings beyond the algorithm against observed flows; these
+//! sit side by side, and [`status`] alone looks across them. [`cmd`] holds one module per
+//! subcommand, [`sys`] the calls to the OS; [`units`] and [`quantile`] are the one place each for
+//! units (parse and format) and quantiles, [`newfile`] for creating a file.
 
 pub mod advise;
 pub mod apply;
@@ -23,6 +24,7 @@ pub mod observe;
 pub mod output;
 pub(crate) mod quantile;
 pub mod rng;
+pub(crate) mod status;
 pub mod sys;
 pub mod tui;
 pub mod units;

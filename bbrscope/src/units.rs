@@ -1,7 +1,8 @@
 //! Human units, parsed and formatted in one place for every command: rates with tc(8)'s units
 //! (`50mbit`), times (`100ms`, `90s`, `10m`; a bare number is seconds wherever a run length is
 //! asked for), loss (`1%`) and buffer sizes (bytes, `64KB`, `1000pkt`, `2bdp`). Errors are one
-//! readable sentence each; the caller turns them into usage errors.
+//! readable sentence each; the caller turns them into usage errors. Also the bands of minimum RTT
+//! that `advise` and `experiment` group clients by, so both name a band the same way.
 
 use std::time::Duration;
 
@@ -235,9 +236,42 @@ pub fn fmt_bytes(b: f64) -> String {
     }
 }
 
-/// Formats microseconds as milliseconds: `103.2 ms`.
+/// Formats microseconds as milliseconds: `103 ms`, `1.5 ms`.
 pub fn fmt_us(us: f64) -> String {
     if us >= 10_000.0 { format!("{:.0} ms", us / 1e3) } else { format!("{:.1} ms", us / 1e3) }
+}
+
+/// Microseconds for a table cell, no space, as [`fmt_rate_compact`] gives rates: `167ms`, `12.3ms`,
+/// `4.50ms`, `45µs`.
+pub(crate) fn fmt_us_compact(us: u32) -> String {
+    match us {
+        us if us < 1_000 => format!("{us}µs"),
+        us if us >= 100_000 => format!("{:.0}ms", f64::from(us) / 1e3),
+        us if us >= 10_000 => format!("{:.1}ms", f64::from(us) / 1e3),
+        us => format!("{:.2}ms", f64::from(us) / 1e3),
+    }
+}
+
+/// [`fmt_us`], and below a millisecond whole microseconds (`10 µs`): for RTTs a flow on a LAN or
+/// loopback may have.
+pub(crate) fn fmt_us_fine(us: u32) -> String {
+    if us < 1_000 { format!("{us} µs") } else { fmt_us(f64::from(us)) }
+}
+
+/// The band of minimum RTT a flow is in: 0 unknown, then 1.. by the edges (ms).
+pub(crate) fn band_of(min_rtt_us: Option<u32>, edges_ms: &[f64]) -> usize {
+    min_rtt_us.map_or(0, |r| 1 + edges_ms.iter().filter(|&&e| f64::from(r) / 1e3 >= e).count())
+}
+
+/// A band's name: `RTT <10 ms`, `RTT 10–50 ms`, `RTT ≥150 ms`, `RTT unknown`.
+pub(crate) fn band_label(band: usize, edges_ms: &[f64]) -> String {
+    let Some(b) = band.checked_sub(1) else { return "RTT unknown".into() };
+    match (b.checked_sub(1).map(|j| edges_ms[j]), edges_ms.get(b)) {
+        (None, Some(hi)) => format!("RTT <{hi} ms"),
+        (Some(lo), Some(hi)) => format!("RTT {lo}–{hi} ms"),
+        (Some(lo), None) => format!("RTT ≥{lo} ms"),
+        (None, None) => "RTT any".into(),
+    }
 }
 
 #[cfg(test)]
@@ -353,11 +387,31 @@ mod tests {
     }
 
     #[test]
+    fn rtt_bands() {
+        let edges = [10.0, 50.0, 150.0];
+        let label = |rtt_us: Option<u32>| band_label(band_of(rtt_us, &edges), &edges);
+        assert_eq!(label(None), "RTT unknown");
+        assert_eq!(label(Some(9_999)), "RTT <10 ms");
+        assert_eq!(label(Some(10_000)), "RTT 10–50 ms");
+        assert_eq!(label(Some(149_000)), "RTT 50–150 ms");
+        assert_eq!(label(Some(150_000)), "RTT ≥150 ms");
+        assert_eq!(band_label(1, &[]), "RTT any");
+    }
+
+    #[test]
     fn formatting() {
         assert_eq!(fmt_rate(48.3e6), "48.30 Mbit/s");
         assert_eq!(fmt_rate(812e3), "812 kbit/s");
         assert_eq!(fmt_bytes(625_000.0), "625 KB");
         assert_eq!(fmt_us(103_200.0), "103 ms");
         assert_eq!(fmt_us(1_500.0), "1.5 ms");
+        assert_eq!(fmt_us_fine(10), "10 µs");
+        assert_eq!(fmt_us_fine(7_700), "7.7 ms");
+        assert_eq!(fmt_us_fine(9_999), "10.0 ms");
+        assert_eq!(fmt_us_fine(167_000), "167 ms");
+        assert_eq!(fmt_us_compact(167_000), "167ms");
+        assert_eq!(fmt_us_compact(12_340), "12.3ms");
+        assert_eq!(fmt_us_compact(45), "45µs");
+        assert_eq!(fmt_us_compact(4_500), "4.50ms");
     }
 }

@@ -14,7 +14,7 @@ use std::{
 };
 
 use bbrscope::{
-    advise::findings::rounds,
+    advise::checks::rounds,
     demo::emulator::{Link, LinkConfig, LossSpec},
 };
 use common::*;

@@ -1072,9 +1072,10 @@ struct Rates {
 /// are the same every run.
 fn harness(capture: &bbrscope::experiment::record::Capture, draws: usize, seed: u64) -> Rates {
     use bbrscope::experiment::{
-        Observation,
-        analysis::{self, GroupKind},
+        Observation, analysis,
+        groups::GroupKind,
         guardrail::{self, StopRule},
+        recommend::recommend,
         report,
     };
     let mut rng = bbrscope::rng::Rng::new(seed);
@@ -1095,7 +1096,7 @@ fn harness(capture: &bbrscope::experiment::record::Capture, draws: usize, seed: 
             })
             .collect();
         let a = analysis::analyze(&drawn, &opts);
-        apply += usize::from(!report::recommend(&a, &ctx).commands.is_empty());
+        apply += usize::from(!recommend(&a, &ctx).commands.is_empty());
         verdict += usize::from(a.groups.iter().any(|g| g.verdict.better_arm().is_some()));
         guard += usize::from(guardrail::replay(&drawn, &StopRule::default(), &names, 2.0).stopped_at_s.is_some());
         for (i, factor) in [0.7, 0.9].into_iter().enumerate() {

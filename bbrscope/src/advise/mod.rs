@@ -2,8 +2,9 @@
 //! initial window against response sizes, the send and receive buffers against the path, unsent
 //! data queued in the socket, the window restart after idle, and what paces BBR flows — each from
 //! the flows observed over a window ([`facts`]) or read from a recording, weighed against their
-//! namespace's settings ([`findings`]).
+//! namespace's settings by the [`checks`], a file each, into [`findings`].
 
+pub mod checks;
 pub(crate) mod facts;
 pub mod findings;
 
@@ -127,7 +128,7 @@ pub fn weigh(flows: Vec<FlowFacts>, window_s: f64, unnamed: Unnamed) -> Advice {
     }
     let unweighed = unnamed == Unnamed::Unknown && peers.remove(&None).is_some();
     let read: BTreeMap<Option<u32>, Settings> = peers.iter().map(|(&ns, p)| (ns, settings_of(ns, p))).collect();
-    let findings = findings::all(&flows, &|ns| match read.get(&ns) {
+    let findings = checks::all(&flows, &|ns| match read.get(&ns) {
         Some(s) => Some(s.clone()),
         None if unweighed && ns.is_none() => None,
         None => Some(Settings::default()),
@@ -287,9 +288,8 @@ mod tests {
     /// settings are kept for it. Live, such a flow is this namespace's (the tracepoint observer).
     #[test]
     fn a_recorded_flow_of_no_named_namespace_is_not_weighed_against_this_one() {
-        let open_at_end: Vec<FlowFacts> = (0..40)
-            .map(|_| FlowFacts { netns: None, cc: "bbr".into(), ..findings::tests::flow(40_000, 100) })
-            .collect();
+        let open_at_end: Vec<FlowFacts> =
+            (0..40).map(|_| FlowFacts { netns: None, cc: "bbr".into(), ..checks::tests::flow(40_000, 100) }).collect();
         let advice = weigh(open_at_end.clone(), 10.0, Unnamed::Unknown);
         assert!(advice.settings.is_empty(), "{advice:?}");
         assert_eq!(advice.findings.len(), 6, "{advice:?}");

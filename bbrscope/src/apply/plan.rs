@@ -526,7 +526,7 @@ fn sock_ops_programs(p: &mut Plan) {
     if own.is_empty() {
         return;
     }
-    match crate::experiment::lock::running() {
+    match crate::sys::experiment_lock::running() {
         Ok(Some(x)) => p.check(Level::Warn, "sock_ops", format!(
             "a bbrscope experiment is running (pid {}, {}): it sets {} or {} on new connections of its scope until it ends",
             x.pid, x.scope, x.arms[0], x.arms[1]

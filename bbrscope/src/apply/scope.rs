@@ -62,14 +62,27 @@ pub struct Spec<'a> {
     pub route: Option<&'a str>,
 }
 
+impl Spec<'_> {
+    /// No scope option: the system, i.e. bbrscope's own network namespace.
+    pub(crate) fn is_system(&self) -> bool {
+        self.netns.is_none() && self.cgroup.is_none() && self.route.is_none()
+    }
+
+    /// A cgroup is a scope on its own (`apply` and `revert` both refuse it with others).
+    pub(crate) fn cgroup_alone(&self) -> Result<()> {
+        if self.cgroup.is_some() && (self.netns.is_some() || self.route.is_some()) {
+            usage!(
+                "--cgroup cannot be combined with --netns or --route: a cgroup's sockets get the algorithm in every namespace"
+            );
+        }
+        Ok(())
+    }
+}
+
 /// Resolves and validates the options into scopes (several for `--netns all`). Every bad input
 /// is a usage error, found before anything is read or changed.
 pub(crate) fn resolve(spec: &Spec) -> Result<Vec<Scope>> {
-    if spec.cgroup.is_some() && (spec.netns.is_some() || spec.route.is_some()) {
-        usage!(
-            "--cgroup cannot be combined with --netns or --route: a cgroup's sockets get the algorithm in every namespace"
-        );
-    }
+    spec.cgroup_alone()?;
     if let Some(path) = spec.cgroup {
         let cg = cgroup::resolve(path)?;
         return Ok(vec![Scope::Cgroup { path: cg.path, ino: cg.id }]);

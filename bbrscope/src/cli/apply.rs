@@ -73,7 +73,7 @@ impl ScopeArgs {
     }
 
     pub fn is_system(&self) -> bool {
-        self.netns.is_none() && self.cgroup.is_none() && self.route.is_none()
+        self.spec().is_system()
     }
 }
 

@@ -12,10 +12,10 @@ use clap_mangen::Man;
 use roff::{Roff, bold, roman};
 
 use crate::{
-    apply::{advice, cgroup, files, lock as apply_lock},
+    apply::{cgroup, files, lock as apply_lock},
     cli::Cli,
-    experiment::lock as experiment_lock,
-    sys::cc,
+    status::advice,
+    sys::{cc, experiment_lock},
     tui::app::KEYS,
 };
 

@@ -9,8 +9,9 @@ use crate::{
     error::{UsageError, usage},
     experiment::{
         Arm,
-        analysis::{PREFIX_LIST_MAX_BYTES, PrefixList},
         decide::Rule,
+        groups::{PREFIX_LIST_MAX_BYTES, PrefixList},
+        request::{Mode, Request, Run},
     },
     observe::{
         filter::Net,
@@ -97,9 +98,45 @@ fn parse_span(s: &str) -> Result<Duration, String> {
     crate::units::duration_up_to(s, Duration::from_hours(720), "30 days")
 }
 
+/// Ten minutes, unless `--duration` or `--flows` says otherwise.
+const DEFAULT_DURATION: Duration = Duration::from_secs(600);
+
 impl ExperimentArgs {
+    /// The experiment asked for, every flag checked before anything is created or attached:
+    /// the rule and the prefix lists always, the arms and the scope for a run.
+    pub(crate) fn request(&self) -> Result<Request> {
+        let rule = self.rule()?;
+        let prefix_lists = self.prefix_lists()?;
+        let mode = match &self.analyze {
+            Some(file) => Mode::Analyze {
+                file: file.clone(),
+                arms: match self.arms.as_slice() {
+                    [a, b] => Some([a.clone(), b.clone()]),
+                    _ => None,
+                },
+            },
+            None => Mode::Run(Run {
+                spec: self.spec()?,
+                duration: self.duration.unwrap_or(DEFAULT_DURATION),
+                flows: self.flows,
+                guardrail: !self.no_guardrail,
+                record: self.record.clone(),
+                headless: self.headless,
+            }),
+        };
+        Ok(Request {
+            rule,
+            prefix_lists: self.prefix_list.is_some().then_some(prefix_lists),
+            guardrail_pct: self.guardrail_pct,
+            json: self.json,
+            plot: self.plot.clone(),
+            recommend: self.recommend,
+            mode,
+        })
+    }
+
     /// `--delta` and `--min-effect-ms` as the decision's rule.
-    pub(crate) fn rule(&self) -> Result<Rule> {
+    fn rule(&self) -> Result<Rule> {
         if !(self.delta > 0.0 && self.delta < 100.0) {
             usage!("--delta must be a percentage above 0 and below 100 (e.g. 5): the smallest change that matters");
         }
@@ -110,7 +147,7 @@ impl ExperimentArgs {
     }
 
     /// `--prefix-list`'s groups, read and checked.
-    pub(crate) fn prefix_lists(&self) -> Result<Vec<PrefixList>> {
+    fn prefix_lists(&self) -> Result<Vec<PrefixList>> {
         use std::io::Read as _;
         let Some(p) = &self.prefix_list else { return Ok(Vec::new()) };
         // Bounded: /dev/zero or a huge file is refused after this much, not read until memory
@@ -134,7 +171,7 @@ impl ExperimentArgs {
 
     /// What the kernel side is told: the arms (each an available algorithm), the split and
     /// the scope, checked.
-    pub(crate) fn spec(&self) -> Result<ExperimentSpec> {
+    fn spec(&self) -> Result<ExperimentSpec> {
         let [a, b] = self.arms.as_slice() else {
             usage!("--arms takes two arms, A then B (e.g. --arms cubic,bbr or --arms bbr,bbr+iw32)");
         };
@@ -159,7 +196,7 @@ impl ExperimentArgs {
             );
         }
         if let Some(p) = &self.plot {
-            crate::experiment::glue::check_plot_path(p)?;
+            crate::experiment::print::check_plot_path(p)?;
         }
         let pins = pinned_cgroup_programs();
         if !pins.is_empty() {

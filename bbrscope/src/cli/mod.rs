@@ -16,9 +16,8 @@ use anyhow::Result;
 use clap::{Args, Parser, Subcommand};
 
 use crate::{
-    observe::filter::{FilterSpec, Net},
+    observe::filter::{FilterSpec, Net, OwnerFilter},
     observe::kernel::loader::{Options, PathChoice, Receivers},
-    observe::session::OwnerFilter,
 };
 
 #[derive(Debug, Parser)]

@@ -66,7 +66,7 @@ pub async fn run(args: AdviseArgs) -> Result<()> {
     // Once given, kept for `bbrscope status` where bbrscope keeps its records (root's); a user
     // weighing a recording without root just reads it.
     if rustix::process::geteuid().is_root()
-        && let Err(e) = crate::apply::advice::keep(&args.root, &advice)
+        && let Err(e) = crate::status::advice::keep(&args.root, &advice)
     {
         errln!("bbrscope: advise: not kept for `bbrscope status`: {e:#}");
     }

@@ -1,11 +1,11 @@
 //! `bbrscope experiment`: run a randomized A/B of two congestion-control algorithms on this host's
-//! new connections (or re-analyse a recorded one), and report per arm and client group.
+//! new connections (or re-analyse a recorded one), and report per arm and client group. The flags
+//! become one checked request first (cli/experiment.rs); from there this only goes down.
 
 use std::{
     fs::File,
     io::{BufReader, IsTerminal as _},
     path::Path,
-    time::Duration,
 };
 
 use anyhow::{Context as _, Result};
@@ -15,15 +15,15 @@ use crate::{
     error::{Exit, usage},
     experiment::{
         Observation,
-        analysis::PrefixList,
-        decide::Rule,
-        glue::{self, Setup},
         guardrail::GuardDecision,
-        live::{Limit, LiveExperiment},
-        lock, record,
+        print::{self, Output},
+        progress::{Limit, LiveExperiment},
+        record,
         report::InScope,
+        request::{Mode, Request, Run},
+        run::{Watch, Watched},
+        setup::{self, Setup},
         status_quo::StatusQuo,
-        watch::{self, Watch, Watched},
     },
     observe::clock::Clock,
     observe::filter::FilterSpec,
@@ -31,34 +31,40 @@ use crate::{
     observe::pipeline::Signals,
     observe::session::Live,
     observe::sink::json::JsonSink,
+    sys::experiment_lock as lock,
 };
 
 pub async fn run(args: ExperimentArgs) -> Result<()> {
-    let rule = args.rule()?;
-    let prefix_lists = args.prefix_lists()?;
-    if let Some(file) = &args.analyze {
-        return analyze(&args, file, rule, prefix_lists);
+    let request = args.request()?;
+    match &request.mode {
+        Mode::Analyze { file, arms } => analyze(&request, file, arms.as_ref()),
+        Mode::Run(run) => experiment(&request, run).await,
     }
-    let spec = args.spec()?;
-    let limit = match args.flows {
+}
+
+/// A live experiment: the lock, the kernel side attached, the flows watched until it ends, and
+/// the report.
+async fn experiment(request: &Request, run: &Run) -> Result<()> {
+    let spec = &run.spec;
+    let limit = match run.flows {
         Some(n) => Limit::Flows(n),
-        None => Limit::Time(args.duration.unwrap_or(DEFAULT_DURATION)),
+        None => Limit::Time(run.duration),
     };
     let setup = Setup {
         arms: Some(spec.arms.each_ref().map(ToString::to_string)),
         split_pct: spec.split_pct,
-        scope: scope(&spec),
-        rule,
-        guardrail_pct: (!args.no_guardrail).then_some(args.guardrail_pct),
-        prefix_lists,
+        scope: scope(spec),
+        rule: request.rule,
+        guardrail_pct: run.guardrail.then_some(request.guardrail_pct),
+        prefix_lists: request.prefix_lists.clone().unwrap_or_default(),
         status_quo: StatusQuo::discover().algorithm,
     };
-    let state = LiveExperiment::new(&spec, limit, !args.no_guardrail);
-    let _lock = lock::acquire(&running(&args, &spec, &state))?;
+    let state = LiveExperiment::new(spec, limit, run.guardrail);
+    let _lock = lock::acquire(&running(run, &state))?;
     // Before anything is attached: a signal from here on ends the experiment cleanly.
     let mut signals = Signals::catch()?;
     let opts = Options {
-        filter: FilterSpec { port: args.port, cgroup: spec.cgroup.clone(), ..FilterSpec::default() },
+        filter: FilterSpec { port: spec.port, cgroup: spec.cgroup.clone(), ..FilterSpec::default() },
         experiment: Some(spec.clone()),
         ..Options::default()
     };
@@ -66,7 +72,7 @@ pub async fn run(args: ExperimentArgs) -> Result<()> {
     for note in live.degraded() {
         crate::output::errln!("bbrscope: warning: {note}");
     }
-    let (recorder, mut record_end) = match &args.record {
+    let (recorder, mut record_end) = match &run.record {
         Some(p) => {
             let f = record::create(p, &setup)?;
             let end = f.try_clone().with_context(|| format!("creating {}", p.display()))?;
@@ -80,36 +86,37 @@ pub async fn run(args: ExperimentArgs) -> Result<()> {
         spec.arms[1],
         spec.split_pct,
         spec.sample_pct,
-        if std::io::stdout().is_terminal() && !args.headless { "q in the dashboard" } else { "Ctrl-C" }
+        if std::io::stdout().is_terminal() && !run.headless { "q in the dashboard" } else { "Ctrl-C" }
     );
-    let watch = Watch { headless: args.headless, state, setup: setup.clone(), flows: args.flows, recorder };
+    let watch = Watch { headless: run.headless, state, setup: setup.clone(), flows: run.flows, recorder };
     let Watched { obs, stopped_by, guard } =
-        watch::run(live, &mut signals, watch, args.duration.unwrap_or(DEFAULT_DURATION)).await?;
-    if let (Some(p), Some(f)) = (&args.record, record_end.as_mut()) {
+        crate::experiment::run::run(live, &mut signals, watch, run.duration).await?;
+    if let (Some(p), Some(f)) = (&run.record, record_end.as_mut()) {
         record::end(f, p, &obs, stopped_by.as_deref(), guard.as_ref())?;
     }
-    finish(&args, &obs, &setup, stopped_by, guard, false)
+    finish(request, &obs, &setup, stopped_by, guard, false)
 }
 
 /// `--analyze FILE`: the report of a recorded run, with this invocation's rule, its arms where
 /// the recording does not name them, and the recording's prefix-list groups unless
 /// `--prefix-list` gives others.
-fn analyze(args: &ExperimentArgs, file: &Path, rule: Rule, prefix_lists: Vec<PrefixList>) -> Result<()> {
+fn analyze(request: &Request, file: &Path, arms: Option<&[String; 2]>) -> Result<()> {
     let capture = read_capture(file)?;
     let mut setup = capture.setup;
-    setup.rule = rule;
-    if args.prefix_list.is_some() {
-        setup.prefix_lists = prefix_lists;
+    setup.rule = request.rule;
+    if let Some(lists) = &request.prefix_lists {
+        setup.prefix_lists.clone_from(lists);
     }
-    if let [a, b] = args.arms.as_slice() {
-        setup.arms = Some([a.clone(), b.clone()]);
+    if let Some(arms) = arms {
+        setup.arms = Some(arms.clone());
     }
-    setup.guardrail_pct = setup.guardrail_pct.or(Some(args.guardrail_pct));
-    finish(args, &capture.obs, &setup, capture.stopped_by, capture.guard, true)
+    setup.guardrail_pct = setup.guardrail_pct.or(Some(request.guardrail_pct));
+    finish(request, &capture.obs, &setup, capture.stopped_by, capture.guard, true)
 }
 
 /// What the lock file says of this run (`status` shows it).
-fn running(args: &ExperimentArgs, spec: &ExperimentSpec, state: &LiveExperiment) -> lock::Running {
+fn running(run: &Run, state: &LiveExperiment) -> lock::Running {
+    let spec = &run.spec;
     lock::Running {
         pid: std::process::id(),
         arms: spec.arms.each_ref().map(ToString::to_string),
@@ -118,11 +125,10 @@ fn running(args: &ExperimentArgs, spec: &ExperimentSpec, state: &LiveExperiment)
         scope: state.scope.clone(),
         started_at: std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs()),
         ends: state.ends(),
-        guardrail: !args.no_guardrail,
-        record: args.record.as_ref().map(|p| p.display().to_string()),
+        guardrail: run.guardrail,
+        record: run.record.as_ref().map(|p| p.display().to_string()),
     }
 }
-
 /// The connections the experiment covers, as its report names them.
 fn scope(spec: &ExperimentSpec) -> InScope {
     InScope {
@@ -132,9 +138,6 @@ fn scope(spec: &ExperimentSpec) -> InScope {
         dst: spec.dst.clone(),
     }
 }
-
-/// Ten minutes, unless `--duration` or `--flows` says otherwise.
-const DEFAULT_DURATION: Duration = Duration::from_secs(600);
 
 /// The flows of a recorded experiment.
 fn read_capture(path: &Path) -> Result<record::Capture> {
@@ -157,7 +160,7 @@ fn read_capture(path: &Path) -> Result<record::Capture> {
 /// `--analyze`, which reports a recorded stop), 2 when the service set its own algorithm (nothing
 /// could be concluded).
 fn finish(
-    args: &ExperimentArgs,
+    request: &Request,
     obs: &[Observation],
     setup: &Setup,
     stopped_by: Option<String>,
@@ -165,15 +168,15 @@ fn finish(
     replaying: bool,
 ) -> Result<()> {
     let replay =
-        replaying.then(|| glue::guardrail_replay(obs, setup, setup.guardrail_pct.unwrap_or(args.guardrail_pct)));
+        replaying.then(|| setup::guardrail_replay(obs, setup, setup.guardrail_pct.unwrap_or(request.guardrail_pct)));
     let stopped_by_guard = guard.as_ref().is_some_and(|g| g.stop);
-    let rep = glue::finish(
+    let rep = print::finish(
         obs,
         setup,
-        &glue::Output {
-            json: args.json,
-            plot: args.plot.clone(),
-            recommend: args.recommend,
+        &Output {
+            json: request.json,
+            plot: request.plot.clone(),
+            recommend: request.recommend,
             stopped_by,
             guard,
             replay,

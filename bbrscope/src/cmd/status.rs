@@ -3,12 +3,9 @@
 use anyhow::Result;
 
 use crate::{
-    apply::{
-        advice::Shown,
-        status::{self, Namespace, Status},
-    },
     cli::status::StatusArgs,
     output::{self, OutputError, outln},
+    status::{self, Namespace, Status, advice::Shown},
 };
 
 pub fn run(args: StatusArgs) -> Result<()> {

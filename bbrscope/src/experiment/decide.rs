@@ -29,7 +29,8 @@
 
 use serde::Serialize;
 
-use super::{Observation, analysis::Bucket};
+use super::{Observation, groups::Bucket};
+use crate::units::{band_label, band_of};
 
 /// Flows per arm a stratum needs before it counts. Below this a stratum's sample variance is too
 /// unstable for the normal approximation the interval rests on (A/A runs with 5 per arm gave
@@ -81,22 +82,6 @@ pub(crate) struct Strata {
     cells: std::collections::BTreeMap<Key, [Moments; 2]>,
     /// Flows per arm added.
     pub flows: [usize; 2],
-}
-
-/// The band of minimum RTT a flow is in: 0 unknown, then 1.. by the edges (ms).
-pub(crate) fn band_of(min_rtt_us: Option<u32>, edges_ms: &[f64]) -> usize {
-    min_rtt_us.map_or(0, |r| 1 + edges_ms.iter().filter(|&&e| f64::from(r) / 1e3 >= e).count())
-}
-
-/// A band's name: `RTT <10 ms`, `RTT 10–50 ms`, `RTT ≥150 ms`, `RTT unknown`.
-pub(crate) fn band_label(band: usize, edges_ms: &[f64]) -> String {
-    let Some(b) = band.checked_sub(1) else { return "RTT unknown".into() };
-    match (b.checked_sub(1).map(|j| edges_ms[j]), edges_ms.get(b)) {
-        (None, Some(hi)) => format!("RTT <{hi} ms"),
-        (Some(lo), Some(hi)) => format!("RTT {lo}–{hi} ms"),
-        (Some(lo), None) => format!("RTT ≥{lo} ms"),
-        (None, None) => "RTT any".into(),
-    }
 }
 
 impl Strata {

@@ -1,6 +1,6 @@
 //! The guardrail: ends an experiment early when an arm is clearly worse for some client group.
 //!
-//! The rule, checked every [`super::live::Monitor::PERIOD`] while flows finish:
+//! The rule, checked every [`super::monitor::Monitor::PERIOD`] while flows finish:
 //! - **Client groups, never a pooled median.** The groups watched are all flows and each band of
 //!   minimum RTT, each measured by the stratified estimate of [`super::decide`] (strata of RTT
 //!   band x response size), so an arm that drew more far-away clients early is not "slower".
@@ -20,9 +20,10 @@ use serde::Serialize;
 use super::{
     Observation,
     analysis::ran_its_arm,
-    decide::{Strata, band_label, band_of, cs_half_width},
-    report::{fmt_count, fmt_pct},
+    decide::{Strata, cs_half_width},
+    format::{fmt_count, fmt_pct},
 };
+use crate::units::{band_label, band_of};
 
 /// When to end an experiment early.
 #[derive(Clone, Debug, PartialEq)]

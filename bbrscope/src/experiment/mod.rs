@@ -9,19 +9,33 @@
 //! - [`Observation`]: one finished flow, from its `flow_summary` (live, or read back from an
 //!   NDJSON capture for offline analysis).
 
-pub mod glue;
-pub mod guardrail;
-
+// The statistics: the client groups and size buckets, the primitives, the per-group analysis
+// and the one decision per group.
 pub mod analysis;
 pub(crate) mod decide;
-pub mod live;
-pub(crate) mod lock;
-mod panel;
+pub mod groups;
+pub mod stats;
+// What the analysis becomes: the report, its conclusions in words, the recommended commands,
+// the text rendering and the number formats, the figure.
+pub(crate) mod conclusion;
+pub(crate) mod format;
 pub(crate) mod plot;
-pub mod record;
+pub mod recommend;
 pub mod report;
+mod text;
+// The guardrail and the status quo it protects.
+pub mod guardrail;
 pub mod status_quo;
-pub(crate) mod watch;
+// A run: what was asked, the loop while it runs, where it stands and its analysis off the loop,
+// its dashboard panel, its recording, and the printed end.
+mod dashboard;
+pub(crate) mod monitor;
+pub(crate) mod print;
+pub mod progress;
+pub mod record;
+pub(crate) mod request;
+pub(crate) mod run;
+pub mod setup;
 
 use std::net::{IpAddr, SocketAddr};
 

@@ -8,7 +8,8 @@ use std::fmt::Write as _;
 use super::{
     Observation,
     analysis::{Analysis, GroupResult},
-    report::{fmt_count, verdict_words},
+    conclusion::verdict_words,
+    format::{clip, fmt_count},
 };
 use crate::figure::{Area, escape};
 
@@ -164,10 +165,6 @@ fn decade_label(d: i32) -> String {
         2 => "100 s".into(),
         _ => format!("1e{d} s"),
     }
-}
-
-fn clip(s: &str, n: usize) -> String {
-    if s.chars().count() <= n { s.to_string() } else { s.chars().take(n - 1).chain(['…']).collect() }
 }
 
 #[cfg(test)]

@@ -28,7 +28,7 @@ use std::{
 use anyhow::{Context as _, Result};
 use serde::{Deserialize, Serialize};
 
-use super::{Observation, analysis::PrefixList, glue::Setup, guardrail::GuardDecision, report::InScope};
+use super::{Observation, groups::PrefixList, guardrail::GuardDecision, report::InScope, setup::Setup};
 use crate::{
     newfile::{self, NewFile},
     observe::replay::{Reader, Skipped},

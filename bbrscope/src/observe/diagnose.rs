@@ -7,6 +7,7 @@
 use crate::{
     observe::event::CaState,
     observe::flow::{Flow, Point},
+    units::fmt_us_fine,
 };
 
 /// How far back the verdict looks.
@@ -93,12 +94,12 @@ impl Rtt {
             (Some(s), Some(m)) => {
                 format!(
                     "RTT {} (5 s median) against a {} minimum ({:.1}x)",
-                    human_us(s),
-                    human_us(m),
+                    fmt_us_fine(s),
+                    fmt_us_fine(m),
                     f64::from(s) / f64::from(m.max(1))
                 )
             }
-            (Some(s), None) => format!("RTT {} (5 s median)", human_us(s)),
+            (Some(s), None) => format!("RTT {} (5 s median)", fmt_us_fine(s)),
             _ => "RTT not measured yet".into(),
         }
     }
@@ -218,15 +219,6 @@ impl Verdict {
                 rtt.words()
             ),
         }
-    }
-}
-
-/// "7.7 ms", "167 ms", "10 µs".
-fn human_us(us: u32) -> String {
-    match us {
-        us if us < 1_000 => format!("{us} µs"),
-        us if us < 10_000 => format!("{:.1} ms", f64::from(us) / 1e3),
-        us => format!("{:.0} ms", f64::from(us) / 1e3),
     }
 }
 

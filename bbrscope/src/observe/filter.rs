@@ -1,5 +1,6 @@
-//! What the user asked to see (`--port`, `--addr`, `--cgroup`, `--cc`), validated against the
-//! running system before anything is loaded.
+//! What the user asked to see: the kernel's filters (`--port`, `--addr`, `--cgroup`, `--cc`),
+//! validated against the running system before anything is loaded, and the owners' (`--comm`,
+//! `--pid`, `--netns`), checked in userspace.
 
 use std::{net::IpAddr, path::Path};
 
@@ -8,6 +9,7 @@ use ipnet::IpNet;
 
 use crate::{
     error::usage,
+    observe::event::Owner,
     sys::{cc, cgroup},
 };
 
@@ -38,6 +40,27 @@ impl FilterSpec {
         self.port.is_none_or(|p| src.port() == p || dst.port() == p)
             && self.net.as_ref().is_none_or(|n| n.contains(src.ip()) || n.contains(dst.ip()))
             && self.cgroup.is_none()
+    }
+}
+
+/// Filters on who owns a flow, checked in userspace when the flow opens (sock_ops path only:
+/// the tracepoint path does not know owners).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct OwnerFilter {
+    pub comm: Option<String>,
+    pub pid: Option<u32>,
+    pub netns: Option<u32>,
+}
+
+impl OwnerFilter {
+    pub fn is_empty(&self) -> bool {
+        self == &OwnerFilter::default()
+    }
+
+    pub fn passes(&self, o: &Owner) -> bool {
+        self.comm.as_ref().is_none_or(|c| o.comm.as_deref() == Some(c.as_str()))
+            && self.pid.is_none_or(|p| o.pid == Some(p))
+            && self.netns.is_none_or(|n| o.netns == Some(n))
     }
 }
 

@@ -7,6 +7,7 @@ use anyhow::{Context as _, Result};
 
 use crate::{
     observe::event::{Decoder, Event, Metrics, OpenEvent, Owner},
+    observe::filter::OwnerFilter,
     observe::flow::{IdMap, IdSet},
     observe::kernel::existing::Existing,
     observe::kernel::{
@@ -17,27 +18,6 @@ use crate::{
     observe::stats::{StatsReport, StatsTracker},
     sys::{privileges, procfd},
 };
-
-/// Filters on who owns a flow, checked in userspace when the flow opens (sock_ops path only:
-/// the tracepoint path does not know owners).
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct OwnerFilter {
-    pub comm: Option<String>,
-    pub pid: Option<u32>,
-    pub netns: Option<u32>,
-}
-
-impl OwnerFilter {
-    pub fn is_empty(&self) -> bool {
-        self == &OwnerFilter::default()
-    }
-
-    pub fn passes(&self, o: &crate::observe::event::Owner) -> bool {
-        self.comm.as_ref().is_none_or(|c| o.comm.as_deref() == Some(c.as_str()))
-            && self.pid.is_none_or(|p| o.pid == Some(p))
-            && self.netns.is_none_or(|n| o.netns == Some(n))
-    }
-}
 
 /// A flow opened but not shown yet, and what happened to it meanwhile (retransmits, state
 /// changes before its first sample): shown, in order, with that sample.

@@ -3,6 +3,7 @@
 pub(crate) mod bpf;
 pub(crate) mod cc;
 pub mod cgroup;
+pub(crate) mod experiment_lock;
 pub(crate) mod hz;
 pub(crate) mod kconfig;
 pub(crate) mod name;

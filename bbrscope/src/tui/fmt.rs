@@ -1,9 +1,9 @@
 //! Human units for the dashboard's cells: rates in [`crate::units`]' one rate unit (the charts
-//! are in Mbit/s too), in its compact form; times in ms or µs.
+//! are in Mbit/s too), in its compact form; times likewise (`12.3ms`).
 
 use ratatui::text::Span;
 
-use crate::units::fmt_rate_compact;
+use crate::units::{fmt_rate_compact, fmt_us_compact};
 
 pub(super) fn opt_bps(v: Option<u64>) -> String {
     v.map_or_else(|| "-".into(), fmt_rate_compact)
@@ -58,17 +58,8 @@ pub(super) fn fit_marked(parts: Vec<Span<'static>>, width: usize) -> Vec<Span<'s
     kept
 }
 
-pub(super) fn ms(us: u32) -> String {
-    match us {
-        us if us < 1_000 => format!("{us}µs"),
-        us if us >= 100_000 => format!("{:.0}ms", f64::from(us) / 1e3),
-        us if us >= 10_000 => format!("{:.1}ms", f64::from(us) / 1e3),
-        us => format!("{:.2}ms", f64::from(us) / 1e3),
-    }
-}
-
 pub(super) fn opt_ms(us: Option<u32>) -> String {
-    us.map_or_else(|| "-".into(), ms)
+    us.map_or_else(|| "-".into(), fmt_us_compact)
 }
 
 pub(super) fn count(v: f64) -> String {
@@ -112,10 +103,6 @@ mod tests {
 
     #[test]
     fn units() {
-        assert_eq!(ms(167_000), "167ms");
-        assert_eq!(ms(12_340), "12.3ms");
-        assert_eq!(ms(45), "45µs");
-        assert_eq!(ms(4_500), "4.50ms");
         assert_eq!(count(12_345.0), "12.3k");
     }
 }

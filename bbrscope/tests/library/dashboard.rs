@@ -545,11 +545,12 @@ fn a_pipe_plays_as_it_arrives() {
 
 /// The dashboard of an experiment 75 s into its 10 minutes, its analysis on the recorded flows:
 /// the app and the experiment, its panel.
-fn experiment_app() -> (Dash, bbrscope::experiment::live::LiveExperiment) {
+fn experiment_app() -> (Dash, bbrscope::experiment::progress::LiveExperiment) {
     use bbrscope::{
         experiment::{
-            Observation, glue,
-            live::{Analysed, Limit, LiveExperiment, Update},
+            Observation,
+            progress::{Analysed, Limit, LiveExperiment, Update},
+            setup,
         },
         observe::kernel::loader::ExperimentSpec,
     };
@@ -572,16 +573,16 @@ fn experiment_app() -> (Dash, bbrscope::experiment::live::LiveExperiment) {
         x.flow_finished(o.arm);
     }
     x.elapsed = Duration::from_secs(75);
-    let setup = glue::Setup {
+    let setup = setup::Setup {
         arms: Some(["cubic".into(), "bbr".into()]),
         split_pct: 50,
         guardrail_pct: Some(20.0),
-        ..glue::Setup::default()
+        ..setup::Setup::default()
     };
     x.update(Update {
-        guard: glue::guardrail(&obs, &setup),
+        guard: setup::guardrail(&obs, &setup),
         analysed: Some(Analysed {
-            report: glue::report(&obs, &setup, None).0,
+            report: setup::report(&obs, &setup, None).0,
             flows: obs.len(),
             took: Duration::from_millis(12),
             at: Duration::from_secs(74),

@@ -1,7 +1,8 @@
 //! The source tree's shape, checked like behaviour (README, "Layout"): which top-level folder of
 //! bbrscope/src may use which — the OS door (`sys`) uses no feature, the observer pipeline
-//! (`observe`) uses only `sys` and the leaves, features use the pipeline, commands use features —
-//! and commands stay thin. Read from the sources as text; no root needed.
+//! (`observe`) uses only `sys` and the leaves, features use the pipeline side by side, `status`
+//! alone composes them, commands use features — and commands stay thin. Read from the sources as
+//! text; no root needed.
 
 use std::{
     collections::{BTreeMap, BTreeSet},
@@ -69,17 +70,22 @@ fn uses() -> BTreeMap<String, BTreeSet<String>> {
 
 /// What each top-level module may use: layers downwards, never up. A module not listed is a leaf
 /// (units, quantile, rng, error, output, figure, newfile) and may use only other leaves.
+///
+/// The features (export, advise, experiment, demo, apply) sit side by side on the pipeline, none
+/// using another; `status` is the one that looks across them (and the dashboard, as a sink, knows
+/// an experiment only as its `tui::Panel`).
 const LAYERS: &[(&str, &[&str])] = &[
     ("sys", &[]),
     ("observe", &["sys"]),
-    ("export", &["observe", "sys"]),
-    ("advise", &["observe", "sys", "experiment"]),
     ("tui", &["observe"]),
+    ("export", &["observe", "sys"]),
+    ("advise", &["observe", "sys"]),
     ("experiment", &["observe", "sys", "tui"]),
     ("demo", &["observe", "sys", "tui"]),
-    ("apply", &["observe", "sys", "advise", "experiment"]),
-    ("cli", &["observe", "sys", "apply", "demo", "experiment", "tui"]),
-    ("cmd", &["cli", "observe", "sys", "advise", "apply", "demo", "experiment", "export", "tui"]),
+    ("apply", &["observe", "sys"]),
+    ("status", &["observe", "sys", "advise", "apply", "experiment"]),
+    ("cli", &["observe", "sys", "apply", "demo", "experiment", "status", "tui"]),
+    ("cmd", &["cli", "observe", "sys", "advise", "apply", "demo", "experiment", "export", "status", "tui"]),
 ];
 
 /// Pairs of modules allowed to use each other: none. (The last, experiment ↔ tui, went when the

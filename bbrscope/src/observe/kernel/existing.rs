@@ -18,8 +18,7 @@ use anyhow::Result;
 use crate::{
     observe::clock::Clock,
     observe::event::{Bbr, CaState, Event, Head, Metrics, OpenEvent, Owner, SampleEvent},
-    observe::filter::FilterSpec,
-    observe::session::OwnerFilter,
+    observe::filter::{FilterSpec, OwnerFilter},
     sys::name::Name,
     sys::{
         netlink::Netlink,

@@ -62,7 +62,7 @@ pub struct Options {
     /// Which kernel path observes flows.
     pub path: PathChoice,
     /// Owner filters (userspace, sock_ops path).
-    pub owner: crate::observe::session::OwnerFilter,
+    pub owner: crate::observe::filter::OwnerFilter,
     /// `bbrscope experiment`: assign new connections in scope to two algorithms at random.
     pub experiment: Option<ExperimentSpec>,
 }
@@ -190,7 +190,7 @@ impl Default for Options {
             btf: None,
             bpf_stats: false,
             path: PathChoice::Auto,
-            owner: crate::observe::session::OwnerFilter::default(),
+            owner: crate::observe::filter::OwnerFilter::default(),
             experiment: None,
         }
     }

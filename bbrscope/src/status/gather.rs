@@ -6,20 +6,20 @@ use std::{collections::BTreeMap, path::Path};
 use anyhow::Result;
 use serde::Serialize;
 
-use super::{
-    advice,
-    algo::Kernel,
-    cgroup,
-    change::Change,
-    diag, files,
-    scope::Scope,
-    state::{Entry, State},
-    sysctl_d::BootConfig,
-};
+use super::{advice, diag};
 use crate::{
-    experiment::lock,
+    apply::{
+        algo::Kernel,
+        cgroup,
+        change::Change,
+        files,
+        scope::Scope,
+        state::{Entry, State},
+        sysctl_d::BootConfig,
+    },
     observe::kernel::bbr_version::{self, BbrImpl},
     sys::{
+        experiment_lock as lock,
         netns::{self, Netns},
         qdisc::{self, RootQdisc},
         route, sysctl,
@@ -281,7 +281,7 @@ pub(crate) fn gather(root: &Path, netns: Option<&str>) -> Result<Status> {
             scope: e.scope.clone(),
             algorithm: e.algorithm.clone(),
             applied_at: e.applied_at,
-            changes: e.changes.iter().map(super::change::Change::describe).collect(),
+            changes: e.changes.iter().map(Change::describe).collect(),
         })
         .collect();
     if let Some(p) = &state.pending {

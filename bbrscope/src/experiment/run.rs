@@ -2,6 +2,8 @@
 //! its sink — each finished flow of an arm becomes an [`Observation`] (and every record of the
 //! arms' flows goes to `--record`) — and as its side: the guardrail's and the live report's
 //! analyses off the loop ([`Monitor`]), the dashboard's keys and frames, or a progress line.
+//! The only file of the experiment that drives the kernel session and the terminal; everything
+//! it shows or decides comes from the files beside it.
 
 use std::{
     collections::HashSet,
@@ -17,9 +19,10 @@ use tokio::time::Interval;
 use crate::{
     experiment::{
         Observation,
-        glue::Setup,
         guardrail::GuardDecision,
-        live::{LiveExperiment, Monitor, Update},
+        monitor::Monitor,
+        progress::{LiveExperiment, Update},
+        setup::Setup,
     },
     observe::{
         clock::Clock,

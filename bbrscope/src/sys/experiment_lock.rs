@@ -5,6 +5,9 @@
 //! by the kernel however the process ends (crash and SIGKILL included). The file stays; it
 //! holds the running experiment's description as JSON, and whether an experiment runs is the
 //! kernel's word, not the file's: a lock on the file's inode in /proc/locks.
+//!
+//! It is an OS-level fact that `apply` and `status` check as well as the experiment takes it, so
+//! it lives with the doors to the OS and those commands need nothing of the experiment for it.
 
 use std::{fs::File, io::Write as _, os::unix::fs::MetadataExt as _};
 

@@ -1,24 +1,11 @@
-//! A running experiment as the dashboard's experiment view and the progress lines show it
-//! ([`LiveExperiment`], plain data: no terminal, no kernel), and the [`Monitor`] that keeps its
-//! analysis current without stalling the dashboard.
-//!
-//! The analysis is the one the final report uses ([`glue::report`], [`glue::guardrail`]). It is
-//! recomputed every [`Monitor::PERIOD`] if flows have finished since the last time, on tokio's
-//! blocking pool over a copy of the observations: the dashboard keeps drawing and
-//! taking keys while it runs, and at most one computation is in flight, so a slow one (a huge
-//! experiment) lowers the refresh rate instead of piling up work.
+//! Where a running experiment stands, as the dashboard's experiment view and the progress lines
+//! show it ([`LiveExperiment`]: plain data, no terminal, no kernel). Kept apart from the loop
+//! that feeds it ([`super::run`]) and the panel that draws it ([`super::dashboard`]) so that both
+//! read one state, and the dashboard's tests can build it from a recording.
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use anyhow::Result;
-use tokio::task::JoinHandle;
-
-use super::{
-    Observation,
-    glue::{self, Setup},
-    guardrail::GuardDecision,
-    report::{self, Report},
-};
+use super::{format::fmt_count, guardrail::GuardDecision, report::Report};
 use crate::observe::flow::FlowTable;
 
 /// When the experiment ends by itself.
@@ -126,8 +113,8 @@ impl LiveExperiment {
             }
             Limit::Flows(n) => format!(
                 "{} of {} flows, {} running",
-                report::fmt_count(self.finished[0] + self.finished[1]),
-                report::fmt_count(n as usize),
+                fmt_count(self.finished[0] + self.finished[1]),
+                fmt_count(n as usize),
                 clock(self.elapsed)
             ),
         }
@@ -137,7 +124,7 @@ impl LiveExperiment {
     pub fn ends(&self) -> String {
         match self.limit {
             Limit::Time(total) => format!("after {}", clock(total)),
-            Limit::Flows(n) => format!("after {} flows", report::fmt_count(n as usize)),
+            Limit::Flows(n) => format!("after {} flows", fmt_count(n as usize)),
         }
     }
 
@@ -156,9 +143,9 @@ impl LiveExperiment {
             "bbrscope: experiment {}: {} (A) {} flows, {} (B) {} flows finished; guardrail: {}",
             self.progress(),
             self.arms[0],
-            report::fmt_count(self.finished[0]),
+            fmt_count(self.finished[0]),
             self.arms[1],
-            report::fmt_count(self.finished[1]),
+            fmt_count(self.finished[1]),
             self.guard_words()
         )
     }
@@ -189,65 +176,4 @@ fn scope_words(spec: &crate::observe::kernel::loader::ExperimentSpec) -> String 
         ));
     }
     if parts.is_empty() { "every new connection".into() } else { parts.join(", ") }
-}
-
-/// Runs the analysis off the UI task (see the module comment).
-pub struct Monitor {
-    job: Option<JoinHandle<Update>>,
-    /// Flows the latest computation covered.
-    analyzed: Option<usize>,
-    setup: Setup,
-    /// Whether to build the report (someone shows it).
-    report: bool,
-    /// The report is not rebuilt before this (see [`Monitor::REST`]).
-    report_after: Option<Instant>,
-}
-
-impl Monitor {
-    /// How often the guardrail is checked, and the report rebuilt at most, when flows have
-    /// finished since the last time.
-    pub const PERIOD: Duration = Duration::from_secs(2);
-    /// After a report that took T, the next waits REST x T: the live report takes at most a
-    /// fifth of one core, however large the experiment (100,000 flows in 200 client prefixes
-    /// take seconds). The guardrail (a few cells) is checked every period regardless.
-    pub const REST: u32 = 4;
-
-    pub fn new(setup: Setup, report: bool) -> Self {
-        Monitor { job: None, analyzed: None, setup, report, report_after: None }
-    }
-
-    /// Starts a computation over `obs` if one is due: none in flight and new flows since the
-    /// last. Called every `PERIOD`.
-    pub fn maybe_start(&mut self, obs: &[Observation], elapsed: Duration) {
-        let want_report = self.report && self.report_after.is_none_or(|t| Instant::now() >= t);
-        let due = self.job.is_none() && !obs.is_empty() && self.analyzed != Some(obs.len());
-        if !due || (self.setup.guardrail_pct.is_none() && !want_report) {
-            return;
-        }
-        self.analyzed = Some(obs.len());
-        let obs = obs.to_vec();
-        let setup = self.setup.clone();
-        self.job = Some(tokio::task::spawn_blocking(move || {
-            let guard = glue::guardrail(&obs, &setup);
-            let analysed = want_report.then(|| {
-                let t = Instant::now();
-                let report = glue::report(&obs, &setup, None).0;
-                Analysed { report, flows: obs.len(), took: t.elapsed(), at: elapsed }
-            });
-            Update { guard, analysed }
-        }));
-    }
-
-    /// The computation in flight, when it completes; pending forever without one. Cancel-safe
-    /// (a `select!` may drop it and call again).
-    pub async fn finished(&mut self) -> Result<Update> {
-        let Some(job) = self.job.as_mut() else { return std::future::pending().await };
-        let update = job.await;
-        self.job = None;
-        let update = update?;
-        if let Some(a) = &update.analysed {
-            self.report_after = Some(Instant::now() + a.took * Self::REST);
-        }
-        Ok(update)
-    }
 }

@@ -1,7 +1,9 @@
-//! A running experiment as a panel of the dashboard ([`crate::tui::Panel`]): where it stands (progress, guardrail, split), the arms side by side on
-//! the flows so far (completion time by response size, retransmit rate, srtt, each with B's
-//! difference and its interval), and one line per client group with its verdict. Everything
-//! comes from the experiment's own analysis ([`super::live`]); nothing is computed here.
+//! A running experiment as a panel of the dashboard ([`crate::tui::Panel`]): where it stands
+//! (progress, guardrail, split), the arms side by side on the flows so far (completion time by
+//! response size, retransmit rate, srtt, each with B's difference and its interval), and one line
+//! per client group with its verdict. Everything comes from the experiment's own state
+//! ([`super::progress`]); nothing is computed here. The only file of the experiment that draws;
+//! the dashboard knows the experiment only as a [`crate::tui::Panel`].
 
 use ratatui::{
     Frame,
@@ -13,8 +15,9 @@ use ratatui::{
 
 use super::{
     analysis::{Metric, MetricKind, Verdict},
-    live::{LiveExperiment, clock},
-    report::{self, Report},
+    conclusion, format,
+    progress::{LiveExperiment, clock},
+    report::Report,
 };
 use crate::tui::{Panel, theme::Theme};
 
@@ -80,15 +83,15 @@ fn draw_status(f: &mut Frame, area: Rect, x: &LiveExperiment, theme: &Theme) {
         Span::styled("finished ", theme.title()),
         Span::raw(format!(
             "{} A / {} B · open {} / {}",
-            report::fmt_count(x.finished[0]),
-            report::fmt_count(x.finished[1]),
+            format::fmt_count(x.finished[0]),
+            format::fmt_count(x.finished[1]),
             x.open[0],
             x.open[1]
         )),
     ];
     if let Some(s) = &x.latest {
         third.push(Span::styled(
-            format!(" · analysis: {} flows at {}, {} ms", report::fmt_count(s.flows), clock(s.at), s.took.as_millis()),
+            format!(" · analysis: {} flows at {}, {} ms", format::fmt_count(s.flows), clock(s.at), s.took.as_millis()),
             theme.dim(),
         ));
     }
@@ -126,11 +129,11 @@ fn diff_cells(m: &Metric, theme: &Theme) -> [Cell<'static>; 2] {
                 Some(_) => theme.bad(),
                 None => Style::default(),
             };
-            [Cell::from(format!("{}{mark}", report::fmt_diff(d))).style(style), Cell::from(report::fmt_interval(d))]
+            [Cell::from(format!("{}{mark}", format::fmt_diff(d))).style(style), Cell::from(format::fmt_interval(d))]
         }
         None => [
             Cell::from(""),
-            Cell::from(m.needs.map_or("too few flows".into(), |n| format!("needs {}/arm", report::fmt_count(n))))
+            Cell::from(m.needs.map_or("too few flows".into(), |n| format!("needs {}/arm", format::fmt_count(n))))
                 .style(theme.dim()),
         ],
     }
@@ -148,17 +151,17 @@ fn draw_arms(f: &mut Frame, area: Rect, x: &LiveExperiment, r: &Report, theme: &
     let mut rows = vec![
         Row::new(vec![
             Cell::from("flows"),
-            Cell::from(report::fmt_count(r.arms[0].flows)),
-            Cell::from(report::fmt_count(r.arms[1].flows)),
+            Cell::from(format::fmt_count(r.arms[0].flows)),
+            Cell::from(format::fmt_count(r.arms[1].flows)),
         ]),
         Row::new(vec![
             Cell::from("bytes"),
-            Cell::from(report::fmt_bytes(r.arms[0].bytes)),
-            Cell::from(report::fmt_bytes(r.arms[1].bytes)),
+            Cell::from(format::fmt_bytes(r.arms[0].bytes)),
+            Cell::from(format::fmt_bytes(r.arms[1].bytes)),
         ]),
     ];
     for m in arm_metrics(r) {
-        let value = |v: Option<f64>| v.map_or("-".into(), |v| report::fmt_value(v, m.unit));
+        let value = |v: Option<f64>| v.map_or("-".into(), |v| format::fmt_value(v, m.unit));
         let [diff, ci] = diff_cells(m, theme);
         rows.push(Row::new(vec![
             Cell::from(m.label.clone()),
@@ -175,7 +178,7 @@ fn draw_arms(f: &mut Frame, area: Rect, x: &LiveExperiment, r: &Report, theme: &
         Constraint::Length(8),
         Constraint::Min(10),
     ];
-    let title = format!(" arms: {} flows analysed ", report::fmt_count(r.arms[0].flows + r.arms[1].flows));
+    let title = format!(" arms: {} flows analysed ", format::fmt_count(r.arms[0].flows + r.arms[1].flows));
     draw_table(f, area, Table::new(rows, widths).header(header), title, theme);
 }
 
@@ -198,10 +201,10 @@ fn draw_groups(f: &mut Frame, area: Rect, scroll: usize, r: &Report, theme: &The
                 Cell::from(res.label.clone()),
                 Cell::from(format!(
                     "{}/{}",
-                    report::fmt_count(res.arms[0].flows),
-                    report::fmt_count(res.arms[1].flows)
+                    format::fmt_count(res.arms[0].flows),
+                    format::fmt_count(res.arms[1].flows)
                 )),
-                Cell::from(report::verdict_words([&r.arms[0].arm, &r.arms[1].arm], res)).style(style),
+                Cell::from(conclusion::verdict_words([&r.arms[0].arm, &r.arms[1].arm], res)).style(style),
             ])
         })
         .collect();
@@ -213,7 +216,7 @@ fn draw_groups(f: &mut Frame, area: Rect, scroll: usize, r: &Report, theme: &The
     if r.sparse_prefixes.groups > 0 {
         title.push_str(&format!(
             ", {} prefixes with too few flows not shown",
-            report::fmt_count(r.sparse_prefixes.groups)
+            format::fmt_count(r.sparse_prefixes.groups)
         ));
     }
     title.push_str(if more > 0 || first > 0 { "; ↑↓ scroll) " } else { ") " });

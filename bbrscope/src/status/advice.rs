@@ -11,10 +11,12 @@ use std::{
 use anyhow::Result;
 use serde::{Deserialize, Serialize};
 
-use super::files;
-use crate::advise::{
-    Advice,
-    findings::{Knobs, Status},
+use crate::{
+    advise::{
+        Advice,
+        findings::{Knobs, Status},
+    },
+    apply::files,
 };
 
 pub(crate) const ADVICE: &str = "/var/lib/bbrscope/advice.json";

@@ -1,0 +1,208 @@
+//! Each group's answer in plain words: the conclusion the report prints under it, and the few
+//! words the dashboard and the figure show. Apart from the numbers' formats ([`super::format`])
+//! and the report ([`super::report`]) because these sentences must never contradict the
+//! numbers, and are tested for that on their own.
+
+use super::{
+    analysis::{Analysis, GroupResult, Verdict},
+    format::{fmt_count, fmt_num, fmt_pct, fmt_signed_ms, fmt_span, shout},
+};
+
+/// The verdict in a few words with its number, as the dashboard and the figure caption show it:
+/// `BBR faster −52% [−61%, −41%]`, `no difference > 5%`, `inconclusive −8% [−20%, +6%]`.
+pub(crate) fn verdict_words(names: [&str; 2], g: &GroupResult) -> String {
+    let ans = &g.answer;
+    let num = match (ans.effect_pct, ans.low_pct, ans.high_pct) {
+        (Some(e), Some(lo), Some(hi)) => format!(" {} [{}, {}]", fmt_pct(e), fmt_pct(lo), fmt_pct(hi)),
+        _ => String::new(),
+    };
+    match g.verdict {
+        Verdict::ABetter | Verdict::BBetter => {
+            let arm = usize::from(g.verdict == Verdict::BBetter);
+            format!("{} faster{num}", shout(names[arm]))
+        }
+        Verdict::NoDifference => format!("no difference > {}%{num}", fmt_num(ans.delta_pct)),
+        Verdict::Inconclusive => format!("inconclusive{num}"),
+        Verdict::TooFewFlows => "too few flows".into(),
+        Verdict::ArmsOverridden => "arms overridden".into(),
+    }
+}
+
+/// The strata an answer leaves out, as the conclusion names them: the three with most of the
+/// group's time, with their flows per arm and what each needs.
+fn left_out(strata: &[super::decide::LeftOut]) -> String {
+    if strata.is_empty() {
+        return String::new();
+    }
+    let named: Vec<String> = strata
+        .iter()
+        .take(3)
+        .map(|l| {
+            format!("{} ({} / {} flows, {:.0}% of the time)", l.stratum, l.flows[0], l.flows[1], l.time_share * 100.0)
+        })
+        .collect();
+    let more = strata.len().saturating_sub(3);
+    let more = if more > 0 { format!(" and {more} more") } else { String::new() };
+    format!("; left out: {}{more}, each needing {} flows per arm", named.join(", "), super::decide::MIN_CELL)
+}
+
+/// The group's answer in one line, e.g. "BBR faster for 203.0.113.0/24: completion time −52%
+/// [−61%, −41%], ≈ −2.6 s per response, 1,204 flows".
+pub(crate) fn conclusion(a: &Analysis, g: &GroupResult) -> String {
+    let names = [&a.arms[0].cc, &a.arms[1].cc];
+    let ans = &g.answer;
+    let flows = fmt_count(g.flows());
+    let change = || match (ans.effect_pct, ans.low_pct, ans.high_pct, ans.effect_ms) {
+        (Some(e), Some(lo), Some(hi), Some(ms)) => format!(
+            "{}'s completion time {} [{}, {}], ≈ {} per response",
+            shout(names[1]),
+            fmt_pct(e),
+            fmt_pct(lo),
+            fmt_pct(hi),
+            fmt_signed_ms(ms)
+        ),
+        _ => String::new(),
+    };
+    let coverage = if ans.coverage > 0.0 && ans.coverage < 0.9 {
+        format!(" (covers {:.0}% of its time{})", ans.coverage * 100.0, left_out(&g.left_out))
+    } else {
+        String::new()
+    };
+    let small = if ans.practical {
+        String::new()
+    } else {
+        format!(": less than the {}% and {} ms that matter", fmt_num(a.delta_pct), fmt_num(a.min_effect_ms))
+    };
+    match g.verdict {
+        Verdict::BBetter | Verdict::ABetter => {
+            let arm = usize::from(g.verdict == Verdict::BBetter);
+            format!("{} faster for {}: {}, {flows} flows{coverage}{small}", shout(names[arm]), g.label, change())
+        }
+        Verdict::NoDifference => {
+            format!(
+                "no difference larger than {}% for {}: {}, {flows} flows{coverage}",
+                fmt_num(a.delta_pct),
+                g.label,
+                change()
+            )
+        }
+        Verdict::Inconclusive => {
+            let more = ans.more_flows.unwrap_or(0);
+            let when = a.flows_per_s.filter(|r| *r > 0.0).map_or(String::new(), |r| {
+                let share = g.flows() as f64 / (a.arms[0].flows + a.arms[1].flows).max(1) as f64;
+                format!(" (≈ {} at this run's rate)", fmt_span(more as f64 / (r * share.max(1e-9))))
+            });
+            // fmt_pct signs it "+"; a change either way is meant.
+            let detectable = ans.detectable_pct.map_or(String::new(), |d| {
+                format!(" (changes of ±{} are detectable now)", fmt_pct(d).trim_start_matches('+'))
+            });
+            format!(
+                "inconclusive for {}: {}, {flows} flows{detectable}; about {} more flows{when} would decide{coverage}",
+                g.label,
+                change(),
+                fmt_count(more as usize)
+            )
+        }
+        Verdict::TooFewFlows => format!(
+            "too few flows for {}: {} {} / {} {} (a stratum of RTT band and response size needs {} per arm)",
+            g.label,
+            fmt_count(g.arms[0].flows),
+            names[0],
+            fmt_count(g.arms[1].flows),
+            names[1],
+            super::decide::MIN_CELL
+        ),
+        Verdict::ArmsOverridden => {
+            format!("no conclusion for {}: the flows did not run their arms' algorithms", g.label)
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::experiment::{
+        analysis::{
+            Options, analyze,
+            tests::{Population, lossy_and_clean, synth},
+        },
+        format::fmt_pct,
+        report::{
+            build,
+            tests::{everything, pop},
+        },
+    };
+
+    /// Every group's sentence agrees with its numbers: "faster" only with the interval on that
+    /// side of zero, "no difference" only with it inside ±δ, and a command only with a change
+    /// that matters.
+    #[test]
+    fn conclusions_never_contradict_their_numbers() {
+        for seed in 0..30 {
+            let b = [0.5, 0.8, 0.95, 1.0, 1.05, 1.3][seed as usize % 6];
+            let obs = synth(&[pop([203, 0, 113], 150.0, b), pop([10, 0, 0], 2.0, 1.0)], seed);
+            let a = analyze(&obs, &Options::default());
+            let r = build(&a, &everything());
+            for g in &r.groups {
+                let ans = &g.result.answer;
+                let c = &g.conclusion;
+                let (lo, hi) = (ans.low_pct.unwrap_or(0.0), ans.high_pct.unwrap_or(0.0));
+                if c.starts_with("BBR faster") {
+                    assert!(hi < 0.0, "{c}");
+                } else if c.starts_with("CUBIC faster") {
+                    assert!(lo > 0.0, "{c}");
+                } else if c.starts_with("no difference") {
+                    assert!(lo >= -5.0 - 1e-9 && hi <= 5.0 + 1e-9, "{c}");
+                }
+            }
+            for (cmd, why) in r.recommend.commands.iter().zip(&r.recommend.evidence) {
+                let arm = if cmd.contains(" bbr") { "BBR faster" } else { "CUBIC faster" };
+                assert!(why.starts_with(arm) && !why.contains("less than the"), "{cmd}: {why}");
+            }
+        }
+    }
+
+    /// An inconclusive answer says the smallest change its flows could tell from none: the
+    /// interval's half-width, on the ratio scale, and fewer flows make it larger.
+    #[test]
+    fn an_inconclusive_answer_says_what_is_detectable_now() {
+        let flat =
+            |n| synth(&[Population { net: [203, 0, 113], rtt_ms: 100.0, slowdown: [1.0, 1.02], flows_per_arm: n }], 6);
+        let r = build(&analyze(&flat(150), &Options::default()), &everything());
+        let g = r.groups.iter().find(|g| g.result.label == "all flows").unwrap();
+        let ans = &g.result.answer;
+        assert_eq!(g.result.verdict, crate::experiment::analysis::Verdict::Inconclusive, "{}", g.conclusion);
+        let d = ans.detectable_pct.unwrap();
+        // The interval is the estimate ± h on the log scale: its upper end is (1 + effect)·e^h.
+        let h = ((1.0 + ans.high_pct.unwrap() / 100.0) / (1.0 + ans.effect_pct.unwrap() / 100.0)).ln();
+        assert!((d - (h.exp() - 1.0) * 100.0).abs() < 1e-9, "{d} vs {h}");
+        assert!(
+            g.conclusion.contains(&format!("(changes of ±{} are detectable now)", fmt_pct(d).trim_start_matches('+'))),
+            "{}",
+            g.conclusion
+        );
+        let more = analyze(&flat(1500), &Options::default());
+        let all = more.groups.iter().find(|g| g.label == "all flows").unwrap();
+        assert!(all.answer.detectable_pct.unwrap() < d, "more flows detect less");
+    }
+
+    /// A verdict that leaves strata out for want of flows says which, with their flows and
+    /// share of the time (100 flows per arm: the >4 MB responses, a twentieth of the flows and
+    /// much of the time, have too few); with flows enough in every stratum it names none.
+    #[test]
+    fn a_conclusion_names_the_strata_it_leaves_out() {
+        let few =
+            synth(&[Population { net: [203, 0, 113], rtt_ms: 100.0, slowdown: [1.0, 0.7], flows_per_arm: 100 }], 5);
+        let r = build(&analyze(&few, &Options::default()), &everything());
+        let all = r.groups.iter().find(|g| g.result.label == "all flows").unwrap();
+        let big = all.result.left_out.iter().find(|l| l.stratum.ends_with(">4 MB")).expect("the >4 MB stratum");
+        assert!(big.flows.iter().any(|&n| n < 10) && big.time_share > 0.1, "{big:?}");
+        assert!(all.result.answer.coverage < 0.9, "{:?}", all.result.answer);
+        assert!(all.conclusion.contains("; left out: RTT 50–150 ms >4 MB ("), "{}", all.conclusion);
+        assert!(all.conclusion.contains("each needing 10 flows per arm"), "{}", all.conclusion);
+        let json = serde_json::to_value(&r).unwrap();
+        assert!(json["groups"][0]["left_out"][0]["stratum"].is_string(), "{}", json["groups"][0]);
+        let many = build(&analyze(&lossy_and_clean(4), &Options::default()), &everything());
+        let far = many.groups.iter().find(|g| g.result.label == "203.0.113.0/24").unwrap();
+        assert!(!far.conclusion.contains("left out"), "{}", far.conclusion);
+    }
+}

@@ -1,0 +1,111 @@
+//! The end of a run, printed: the report as text or JSON, the figure (`--plot`), the guardrail's
+//! replay of a recording and the recommended commands. Apart from [`super::setup`] because this
+//! is the only part of the analysis that writes to stdout or files.
+
+use std::path::{Path, PathBuf};
+
+use anyhow::Result;
+use serde::Serialize;
+
+use super::{
+    Observation,
+    guardrail::{self, GuardDecision},
+    plot,
+    report::Report,
+    setup::{Setup, report},
+};
+use crate::{
+    error::usage,
+    output::{self, outln},
+};
+
+/// `--plot` must be writable before the experiment runs, not found unwritable after.
+pub(crate) fn check_plot_path(p: &Path) -> Result<()> {
+    if let Err(e) = crate::figure::check_path(p) {
+        usage!("{e}");
+    }
+    Ok(())
+}
+
+pub(crate) struct Output {
+    pub json: bool,
+    pub plot: Option<PathBuf>,
+    pub recommend: bool,
+    /// Why the run ended early (a signal, q, the guardrail).
+    pub stopped_by: Option<String>,
+    /// The guardrail's stop, when it ended the run.
+    pub guard: Option<GuardDecision>,
+    /// `--analyze`: what the live guardrail would have done on the recording.
+    pub replay: Option<guardrail::Replay>,
+}
+
+/// `--json`: the report with how the run ended.
+#[derive(Serialize)]
+struct JsonReport<'a> {
+    #[serde(flatten)]
+    report: &'a Report,
+    /// Null when it ran its course (duration or flow count reached).
+    stopped_by: Option<&'a str>,
+    /// The guardrail's stop in numbers (null unless it stopped the run).
+    guardrail: Option<&'a GuardDecision>,
+    /// `--analyze`: the live guardrail's checks replayed in completion order.
+    guardrail_replay: Option<&'a guardrail::Replay>,
+}
+
+/// Prints the final report. Its first line is the guardrail's reason when it stopped the run.
+pub(crate) fn finish(obs: &[Observation], setup: &Setup, out: &Output) -> Result<Report> {
+    let guard_stop = out.guard.clone().filter(|g| g.stop);
+    let (rep, a) = report(obs, setup, guard_stop);
+    if let Some(p) = &out.plot {
+        crate::figure::write(p, &plot::svg(obs, &a, 6))?;
+    }
+    output::guard(|| {
+        if out.json {
+            outln!(
+                "{}",
+                serde_json::to_string(&JsonReport {
+                    report: &rep,
+                    stopped_by: out.stopped_by.as_deref(),
+                    guardrail: out.guard.as_ref().filter(|g| g.stop),
+                    guardrail_replay: out.replay.as_ref(),
+                })?
+            )?;
+            return Ok(());
+        }
+        if let Some(why) = &out.stopped_by {
+            outln!("{why}")?;
+        }
+        outln!("{}", rep.render_text().trim_end())?;
+        if let Some(r) = &out.replay {
+            outln!()?;
+            match r.stopped_at_s {
+                Some(t) => outln!(
+                    "guardrail replayed ({} looks, every {:.0} s of recorded time): would have stopped at {:.0} s, after \
+                     {} flows: {}",
+                    r.looks,
+                    r.period_s,
+                    t,
+                    r.flows_at_stop.unwrap_or(0),
+                    r.decision.reason
+                )?,
+                None => outln!(
+                    "guardrail replayed ({} looks, every {:.0} s of recorded time): would not have stopped ({})",
+                    r.looks,
+                    r.period_s,
+                    r.decision.reason
+                )?,
+            }
+        }
+        if out.recommend {
+            outln!()?;
+            if rep.recommend.commands.is_empty() {
+                outln!("recommended: nothing to apply")?;
+            }
+            for (c, why) in rep.recommend.commands.iter().zip(&rep.recommend.evidence) {
+                outln!("{c}    # {why}")?;
+            }
+        }
+        Ok(())
+    })?;
+    Ok(rep)
+}

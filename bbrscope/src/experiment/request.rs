@@ -1,0 +1,43 @@
+//! What `bbrscope experiment` is asked, checked: the one value cli/experiment.rs makes of the
+//! flags before anything runs (as `apply` makes its request), so that the command then only goes
+//! down into the experiment. Apart from [`super::setup`], which is what a run or a recording
+//! keeps of it.
+
+use std::{path::PathBuf, time::Duration};
+
+use super::{decide::Rule, groups::PrefixList};
+use crate::observe::kernel::loader::ExperimentSpec;
+
+pub(crate) struct Request {
+    /// `--delta` and `--min-effect-ms`.
+    pub rule: Rule,
+    /// `--prefix-list`'s groups, read and checked; `None` without it (an analysed recording then
+    /// keeps its own).
+    pub prefix_lists: Option<Vec<PrefixList>>,
+    /// `--guardrail-pct`.
+    pub guardrail_pct: f64,
+    /// `--json`, `--plot`, `--recommend`.
+    pub json: bool,
+    pub plot: Option<PathBuf>,
+    pub recommend: bool,
+    pub mode: Mode,
+}
+
+pub(crate) enum Mode {
+    /// Run an experiment on this host's new connections.
+    Run(Run),
+    /// `--analyze FILE`: re-analyse a recording, with `--arms` where it does not name them.
+    Analyze { file: PathBuf, arms: Option<[String; 2]> },
+}
+
+pub(crate) struct Run {
+    /// What the kernel side is told: the arms, the split and the scope.
+    pub spec: ExperimentSpec,
+    /// `--duration` (ten minutes without it), and `--flows`.
+    pub duration: Duration,
+    pub flows: Option<u64>,
+    /// Off with `--no-guardrail`.
+    pub guardrail: bool,
+    pub record: Option<PathBuf>,
+    pub headless: bool,
+}

@@ -1,0 +1,85 @@
+//! What an experiment was asked ([`Setup`], the same live and when a recording is analysed
+//! again), and the analyses run under it: the guardrail's check while it runs, its replay on a
+//! recording, and the report. One place, so that the live view, the final report and
+//! `--analyze` judge the same flows the same way.
+
+use super::{
+    Observation, analysis,
+    decide::Rule,
+    groups::PrefixList,
+    guardrail::{self, GuardDecision, StopRule},
+    report::{self, InScope},
+};
+
+/// What an experiment was asked: the same live and when a recording is analysed again.
+#[derive(Clone, Debug, Default)]
+pub struct Setup {
+    /// The arms' algorithms (`--arms`); `None` for a recording that does not name them (then the
+    /// algorithm most of each arm's flows ran).
+    pub arms: Option<[String; 2]>,
+    pub split_pct: u32,
+    pub scope: InScope,
+    pub rule: Rule,
+    /// The guardrail's margin, %; `None` with `--no-guardrail`.
+    pub guardrail_pct: Option<f64>,
+    pub prefix_lists: Vec<PrefixList>,
+    /// What the connections would run without the experiment, when one algorithm is known
+    /// ([`super::status_quo`]): the guardrail watches the arms that differ from it.
+    pub status_quo: Option<String>,
+}
+
+impl Setup {
+    fn names(&self, obs: &[Observation]) -> [String; 2] {
+        self.arms.clone().unwrap_or_else(|| analysis::arm_names(obs))
+    }
+
+    fn stop_rule(&self, pct: f64) -> StopRule {
+        StopRule { margin_pct: pct, alpha: self.rule.alpha, status_quo: self.status_quo.clone(), ..StopRule::default() }
+    }
+}
+
+/// The guardrail's decision on the flows so far (`None` with `--no-guardrail`).
+pub fn guardrail(obs: &[Observation], setup: &Setup) -> Option<GuardDecision> {
+    let pct = setup.guardrail_pct?;
+    Some(guardrail::guardrail(obs, &setup.stop_rule(pct), &setup.names(obs)))
+}
+
+/// What the live guardrail, with margin `pct`, would have done on a recording's flows, looking
+/// as often as the running experiment does. Flows still running at the end are left out: the
+/// live guardrail never saw them (they are counted after it stopped looking).
+pub fn guardrail_replay(obs: &[Observation], setup: &Setup, pct: f64) -> guardrail::Replay {
+    let finished: Vec<Observation> = obs.iter().filter(|o| !o.censored).cloned().collect();
+    let obs = &finished[..];
+    guardrail::replay(obs, &setup.stop_rule(pct), &setup.names(obs), super::monitor::Monitor::PERIOD.as_secs_f64())
+}
+
+/// The report on the flows so far: the same analysis at the end and while it runs.
+pub fn report(
+    obs: &[Observation],
+    setup: &Setup,
+    guard_stop: Option<GuardDecision>,
+) -> (report::Report, analysis::Analysis) {
+    let opts = analysis::Options {
+        arms: setup.arms.clone(),
+        split_b: f64::from(setup.split_pct) / 100.0,
+        rule: setup.rule,
+        prefix_lists: setup.prefix_lists.clone(),
+        ..analysis::Options::default()
+    };
+    let a = analysis::analyze(obs, &opts);
+    let ctx = report::Context { scope: setup.scope.clone(), service_cgroup: service_cgroup(obs), guard_stop };
+    (report::build(&a, &ctx), a)
+}
+
+/// The cgroup every flow of the experiment was in, when they were all in one (the narrowest
+/// `apply` that covers a `--port` service).
+fn service_cgroup(obs: &[Observation]) -> Option<String> {
+    let first = obs.first()?;
+    if obs.iter().any(|o| o.cgroup_id != first.cgroup_id) {
+        return None;
+    }
+    first
+        .cgroup
+        .clone()
+        .or_else(|| first.cgroup_id.and_then(|id| crate::sys::cgroup::CgroupNames::new().name(id).map(str::to_string)))
+}

@@ -1,0 +1,210 @@
+//! Statistics primitives the analysis is built of, each a standard method a reader can check
+//! (see [`super::analysis`]'s module comment): the percentile bootstrap of a quantile ratio drawn
+//! through order statistics, the delta method for a ratio of sums, Pearson's chi-square for the
+//! sample ratio, and the normal distribution's tail and quantile. Kept apart because they know
+//! nothing of flows, arms or groups, and are tested against reference values on their own.
+
+use serde::Serialize;
+
+use crate::{quantile::type7, rng::Rng};
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum DiffUnit {
+    /// B relative to A, %: `(B/A − 1)·100`.
+    RelativePct,
+    /// B minus A in percentage points (rates).
+    Points,
+}
+
+/// The difference between the arms in one metric.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Diff {
+    pub unit: DiffUnit,
+    pub estimate: f64,
+    /// The `level` confidence interval.
+    pub low: f64,
+    pub high: f64,
+    /// Two-sided p-value of "no difference" (from the bootstrap distribution, or the normal one).
+    pub p_value: f64,
+    /// The interval excludes zero.
+    pub significant: bool,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct SampleRatio {
+    /// Flows per arm.
+    pub flows: [usize; 2],
+    pub expected_b: f64,
+    pub observed_b: f64,
+    pub chi2: f64,
+    pub p_value: f64,
+    /// The split is off: flows went missing or were added unevenly (an arm that makes clients
+    /// retry, a summary lost, a bug in assignment); other results are suspect.
+    pub mismatch: bool,
+}
+
+/// `sum x / sum y` over (x, y) pairs and its delta-method variance; `None` if `sum y` is 0.
+pub(super) fn ratio_of_sums(pairs: &[(f64, f64)]) -> Option<(f64, f64)> {
+    let n = pairs.len() as f64;
+    let (sx, sy) = pairs.iter().fold((0.0, 0.0), |(a, b), &(x, y)| (a + x, b + y));
+    if n < 2.0 || sy <= 0.0 {
+        return None;
+    }
+    let (mx, my) = (sx / n, sy / n);
+    let r = mx / my;
+    let (mut vx, mut vy, mut cxy) = (0.0, 0.0, 0.0);
+    for &(x, y) in pairs {
+        vx += (x - mx) * (x - mx);
+        vy += (y - my) * (y - my);
+        cxy += (x - mx) * (y - my);
+    }
+    let (vx, vy, cxy) = (vx / (n - 1.0), vy / (n - 1.0), cxy / (n - 1.0));
+    let var = (vx - 2.0 * r * cxy + r * r * vy) / (n * my * my);
+    Some((r, var.max(0.0)))
+}
+
+/// The quantile q of one bootstrap resample of sorted data, drawn through the resample's order
+/// statistics (see the module comment): k-th smallest index = ceil(n·U), U ~ Beta(k, n−k+1); the
+/// next one is the smallest of the n−k draws above it.
+fn resampled_quantile(sorted: &[f64], q: f64, rng: &mut Rng) -> f64 {
+    let n = sorted.len();
+    let h = (n - 1) as f64 * q;
+    let lo = h.floor() as usize;
+    let frac = h - lo as f64;
+    let k = lo + 1;
+    let index = |u: f64| ((u * n as f64).ceil() as usize).clamp(1, n) - 1;
+    let u1 = rng.beta(k as f64, (n - k + 1) as f64);
+    let x1 = sorted[index(u1)];
+    if frac == 0.0 || k >= n {
+        return x1;
+    }
+    let u2 = u1 + (1.0 - u1) * (1.0 - rng.uniform().powf(1.0 / (n - k) as f64));
+    x1 + frac * (sorted[index(u2)] - x1)
+}
+
+/// Percentile-bootstrap interval of `quantile(b)/quantile(a) − 1` in %; `None` when A's quantile
+/// is 0 (no relative change exists) in the data or in more than 1% of the resamples.
+pub(super) fn bootstrap_rel(a: &[f64], b: &[f64], q: f64, resamples: usize, level: f64, seed: u64) -> Option<Diff> {
+    let (pa, pb) = (type7(a, q), type7(b, q));
+    if pa <= 0.0 {
+        return None;
+    }
+    let mut rng = Rng::new(seed);
+    let mut rel = Vec::with_capacity(resamples);
+    for _ in 0..resamples {
+        let sa = resampled_quantile(a, q, &mut rng);
+        let sb = resampled_quantile(b, q, &mut rng);
+        if sa > 0.0 {
+            rel.push((sb / sa - 1.0) * 100.0);
+        }
+    }
+    if rel.is_empty() || rel.len() * 100 < resamples * 99 {
+        return None;
+    }
+    Some(percentile_diff((pb / pa - 1.0) * 100.0, rel, level))
+}
+
+fn percentile_diff(estimate: f64, mut rel: Vec<f64>, level: f64) -> Diff {
+    rel.sort_by(f64::total_cmp);
+    let alpha = 1.0 - level;
+    let (low, high) = (type7(&rel, alpha / 2.0), type7(&rel, 1.0 - alpha / 2.0));
+    let r = rel.len() as f64;
+    // Resamples at exactly 0 count on both sides: ties make the test conservative, not eager.
+    let le = rel.iter().filter(|&&x| x <= 0.0).count() as f64 / r;
+    let ge = rel.iter().filter(|&&x| x >= 0.0).count() as f64 / r;
+    Diff {
+        unit: DiffUnit::RelativePct,
+        estimate,
+        low,
+        high,
+        p_value: (2.0 * le.min(ge)).min(1.0),
+        significant: low > 0.0 || high < 0.0,
+    }
+}
+
+/// Pearson's chi-square test of the observed split against the requested one.
+pub fn sample_ratio(flows: [usize; 2], expected_b: f64, alpha: f64) -> SampleRatio {
+    let total = (flows[0] + flows[1]) as f64;
+    let observed_b = if total > 0.0 { flows[1] as f64 / total } else { 0.0 };
+    let (ea, eb) = (total * (1.0 - expected_b), total * expected_b);
+    let chi2 = if total > 0.0 && ea > 0.0 && eb > 0.0 {
+        (flows[0] as f64 - ea).powi(2) / ea + (flows[1] as f64 - eb).powi(2) / eb
+    } else {
+        0.0
+    };
+    // Chi-square with 1 d.f. is a squared standard normal: P(X > c) = erfc(sqrt(c/2)).
+    let p_value = erfc((chi2 / 2.0).sqrt());
+    SampleRatio { flows, expected_b, observed_b, chi2, p_value, mismatch: p_value < alpha }
+}
+
+/// Complementary error function (Numerical Recipes' `erfcc`, Chebyshev fit, relative error below
+/// 1.2e-7 everywhere: plenty for p-values).
+pub fn erfc(x: f64) -> f64 {
+    let z = x.abs();
+    let t = 1.0 / (1.0 + 0.5 * z);
+    let poly = -z * z - 1.26551223
+        + t * (1.00002368
+            + t * (0.37409196
+                + t * (0.09678418
+                    + t * (-0.18628806
+                        + t * (0.27886807
+                            + t * (-1.13520398 + t * (1.48851587 + t * (-0.82215223 + t * 0.17087277))))))));
+    let r = t * poly.exp();
+    if x >= 0.0 { r } else { 2.0 - r }
+}
+
+/// The standard normal quantile, by bisection on `erfc` (called once per metric: speed is moot).
+pub fn normal_quantile(p: f64) -> f64 {
+    let cdf = |x: f64| 0.5 * erfc(-x / std::f64::consts::SQRT_2);
+    let (mut lo, mut hi) = (-40.0, 40.0);
+    for _ in 0..200 {
+        let mid = f64::midpoint(lo, hi);
+        if cdf(mid) < p {
+            lo = mid;
+        } else {
+            hi = mid;
+        }
+    }
+    f64::midpoint(lo, hi)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The order-statistic shortcut must have the plain bootstrap's distribution: compare the
+    /// mean and spread of a resampled p90 drawn both ways.
+    #[test]
+    fn resampled_quantile_matches_the_plain_bootstrap() {
+        let mut rng = Rng::new(7);
+        let mut data: Vec<f64> = (0..200).map(|_| (rng.normal()).exp()).collect();
+        data.sort_by(f64::total_cmp);
+        let q = 0.9;
+        let r = 20_000;
+        let fast: Vec<f64> = (0..r).map(|_| resampled_quantile(&data, q, &mut rng)).collect();
+        let plain: Vec<f64> = (0..r)
+            .map(|_| {
+                let mut s: Vec<f64> = (0..data.len()).map(|_| data[(rng.next_u64() % 200) as usize]).collect();
+                s.sort_by(f64::total_cmp);
+                type7(&s, q)
+            })
+            .collect();
+        let stats = |v: &[f64]| {
+            let m = v.iter().sum::<f64>() / v.len() as f64;
+            (m, (v.iter().map(|x| (x - m).powi(2)).sum::<f64>() / v.len() as f64).sqrt())
+        };
+        let ((mf, sf), (mp, sp)) = (stats(&fast), stats(&plain));
+        assert!((mf - mp).abs() < 0.02 * mp, "means {mf} vs {mp}");
+        assert!((sf - sp).abs() < 0.05 * sp, "spreads {sf} vs {sp}");
+    }
+
+    /// Reference values: scipy.stats.norm.ppf and scipy.special.erfc (scripts/reference).
+    #[test]
+    fn normal_quantile_and_erfc_have_their_values() {
+        for (p, want) in [(0.975, 1.959963984540054), (0.995, 2.5758293035489004), (0.9, 1.2815515655446004)] {
+            assert!((normal_quantile(p) - want).abs() < 1e-6, "{p}");
+        }
+        assert!((erfc(1.0) - 0.157_299_207_050_285_13).abs() < 2e-7);
+    }
+}

@@ -1,0 +1,249 @@
+//! The report as text for the terminal: every group with its conclusion and its table of
+//! secondary metrics, or only the conclusions (a live view, many prefixes); at most 100 columns.
+//! Apart from the report's data ([`super::report`]) so that its shape and its reading stay two
+//! things.
+
+use std::fmt::Write as _;
+
+use super::{
+    analysis::{Status, Verdict},
+    format::{clip, fmt_bytes, fmt_count, fmt_diff, fmt_interval, fmt_num, fmt_p, fmt_value, wrap},
+    groups::GroupKind,
+    report::{GroupReport, Report},
+};
+
+impl Report {
+    /// The report for the terminal, every group with its table of metrics: at most 100 columns.
+    pub fn render_text(&self) -> String {
+        self.render(true)
+    }
+
+    /// The report without the tables: the arms, the split, one conclusion per group, the
+    /// recommendation (for many prefixes, or a live view).
+    pub fn render_summary(&self) -> String {
+        self.render(false)
+    }
+
+    fn render(&self, tables: bool) -> String {
+        let mut s = String::new();
+        self.render_head(&mut s);
+        if !tables {
+            let _ = writeln!(s);
+        }
+        for g in &self.groups {
+            if !tables {
+                for line in wrap(&g.conclusion, 98) {
+                    let _ = writeln!(s, "{line}");
+                }
+                continue;
+            }
+            self.render_group(&mut s, g);
+        }
+        if self.sparse_prefixes.groups > 0 {
+            let _ = writeln!(s);
+            let _ = writeln!(
+                s,
+                "{} more destination prefixes with too few flows to judge ({} flows): not shown",
+                fmt_count(self.sparse_prefixes.groups),
+                fmt_count(self.sparse_prefixes.flows)
+            );
+        }
+        if tables {
+            let _ = writeln!(s);
+            let _ = writeln!(
+                s,
+                "* fixed-level interval excludes zero: a description, not a decision (the conclusions decide)"
+            );
+        }
+        let rec = &self.recommend;
+        let _ = writeln!(s);
+        let _ = writeln!(s, "recommendation:");
+        for c in &rec.commands {
+            let _ = writeln!(s, "  {c}");
+        }
+        if rec.commands.is_empty() {
+            let _ = writeln!(s, "  (no change)");
+        }
+        for n in &rec.notes {
+            for line in wrap(n, 96) {
+                let _ = writeln!(s, "  {line}");
+            }
+        }
+        s
+    }
+
+    /// The report's first lines: the arms, the split, flows left out or still running, the rule.
+    fn render_head(&self, s: &mut String) {
+        let [a, b] = [&self.arms[0], &self.arms[1]];
+        let _ = writeln!(
+            s,
+            "bbrscope experiment: {} (A) vs {} (B), {} flows, scope: {}",
+            a.arm,
+            b.arm,
+            fmt_count(a.flows + b.flows),
+            self.scope.words()
+        );
+        for arm in [a, b] {
+            let _ = writeln!(
+                s,
+                "  arm {} {:<10} {:>9} flows  {:>10}",
+                arm.label.to_uppercase(),
+                clip(&arm.arm, 10),
+                fmt_count(arm.flows),
+                fmt_bytes(arm.bytes)
+            );
+        }
+        let sr = &self.sample_ratio;
+        let _ = writeln!(
+            s,
+            "  split: {:.1}% of flows in B, {:.1}% requested (chi-square p = {}): {}",
+            sr.observed_b * 100.0,
+            sr.expected_b * 100.0,
+            fmt_p(sr.p_value),
+            if sr.mismatch { "MISMATCH: flows lost or added unevenly, the results are suspect" } else { "ok" }
+        );
+        let ig = &self.integrity;
+        if ig.excluded != [0, 0] {
+            let _ = writeln!(
+                s,
+                "  left out: {} / {} flows that ran another algorithm than their arm's ({}){}",
+                fmt_count(ig.excluded[0]),
+                fmt_count(ig.excluded[1]),
+                ig.ran_instead.join(", "),
+                if ig.overridden { ": THE SERVICE SETS ITS OWN ALGORITHM, nothing is concluded" } else { "" }
+            );
+            for c in &ig.concentrated {
+                let _ = writeln!(
+                    s,
+                    "  OVERRIDES CONCENTRATED in {} responses: {} of {} flows ran another algorithm:\n    \
+                     what the arms do at that size is partly the service's doing",
+                    c.bucket.label(),
+                    fmt_count(c.excluded),
+                    fmt_count(c.flows)
+                );
+            }
+        }
+        let f = self.in_flight;
+        if f.a + f.b > 0 {
+            let _ = writeln!(
+                s,
+                "  {} A / {} B flows still running at the end, counted as taking at least their elapsed time",
+                fmt_count(f.a),
+                fmt_count(f.b)
+            );
+        }
+        let d = &self.decision;
+        let _ = writeln!(
+            s,
+            "  decides: completion time as the client feels it, per client group (α {} over {} groups)",
+            d.alpha, d.groups_judged
+        );
+        let _ = writeln!(s, "  matters: {}% and {} ms per response", fmt_num(d.delta_pct), fmt_num(d.min_effect_ms));
+    }
+
+    /// A group's heading, conclusion and table of secondary metrics.
+    fn render_group(&self, s: &mut String, g: &GroupReport) {
+        let [a, b] = [&self.arms[0], &self.arms[1]];
+        let r = &g.result;
+        let _ = writeln!(s);
+        let _ = writeln!(
+            s,
+            "== {} ({}: {} {} / {} {})",
+            clip(&r.label, 50),
+            kind_name(r.kind),
+            fmt_count(r.arms[0].flows),
+            clip(&a.arm, 10),
+            fmt_count(r.arms[1].flows),
+            clip(&b.arm, 10)
+        );
+        for line in wrap(&g.conclusion, 98) {
+            let _ = writeln!(s, "{line}");
+        }
+        if r.metrics.is_empty() || matches!(r.verdict, Verdict::TooFewFlows | Verdict::ArmsOverridden) {
+            return;
+        }
+        let _ = writeln!(
+            s,
+            "  {:<26} {:>10} {:>10} {:>8} {:<21} {:>13}",
+            "secondary (not deciding)",
+            clip(&a.arm, 10),
+            clip(&b.arm, 10),
+            "B vs A",
+            format!("{:.0}% interval", self.level * 100.0),
+            "flows A/B"
+        );
+        for m in &r.metrics {
+            let (diff, ci) = match (&m.diff, m.status, m.needs) {
+                (Some(d), _, _) => (fmt_diff(d), fmt_interval(d)),
+                (None, Status::TooFewFlows, Some(n)) => (String::new(), format!("needs {} per arm", fmt_count(n))),
+                (None, Status::TooFewFlows, None) => (String::new(), "too few flows".into()),
+                (None, Status::Ok, _) => (String::new(), "n/a".into()),
+            };
+            let mark = if m.diff.as_ref().is_some_and(|d| d.significant) { "*" } else { "" };
+            let _ = writeln!(
+                s,
+                "  {:<26} {:>10} {:>10} {:>8} {:<21} {:>13}{mark}",
+                clip(&m.label, 26),
+                m.a.map_or("-".into(), |v| fmt_value(v, m.unit)),
+                m.b.map_or("-".into(), |v| fmt_value(v, m.unit)),
+                diff,
+                ci,
+                format!("{}/{}", fmt_count(m.n[0]), fmt_count(m.n[1])),
+            );
+        }
+    }
+}
+
+fn kind_name(k: GroupKind) -> &'static str {
+    match k {
+        GroupKind::All => "all",
+        GroupKind::Rtt => "RTT band",
+        GroupKind::Prefix => "prefix",
+        GroupKind::List => "prefix list",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::experiment::{
+        analysis::{Options, analyze, tests::lossy_and_clean},
+        groups::PrefixList,
+        report::{build, tests::everything},
+    };
+
+    #[test]
+    fn text_fits_100_columns_and_says_it_plainly() {
+        let opts = Options { prefix_lists: PrefixList::parse("far 203.0.113.0/24").unwrap(), ..Options::default() };
+        let text = build(&analyze(&lossy_and_clean(4), &opts), &everything()).render_text();
+        for line in text.lines() {
+            assert!(line.chars().count() <= 100, "{} columns: {line}", line.chars().count());
+        }
+        assert!(text.contains("\nBBR faster for 203.0.113.0/24: BBR's completion time −"), "{text}");
+        assert!(text.contains("\nBBR faster for far: "), "{text}");
+        assert!(text.contains("  bbrscope apply bbr --route 203.0.113.0/24\n"), "{text}");
+        assert!(text.contains("split: 50.0% of flows in B, 50.0% requested"), "{text}");
+        assert!(text.contains("secondary (not deciding)"), "{text}");
+        let summary = build(&analyze(&lossy_and_clean(4), &opts), &everything()).render_summary();
+        assert!(summary.lines().count() < 30 && summary.contains("\nBBR faster for far: "), "{summary}");
+        assert!(!summary.contains("retransmit rate"), "{summary}");
+    }
+
+    /// A service that sets its own algorithm for its largest responses only (about 1% of all
+    /// flows, under the 2% that stops every conclusion) is flagged at that size.
+    #[test]
+    fn overrides_concentrated_in_one_size_are_flagged() {
+        let mut obs = lossy_and_clean(2);
+        for o in obs.iter_mut().filter(|o| o.arm == 1 && o.bytes > 4 << 20).step_by(2) {
+            o.switched = true;
+        }
+        let a = analyze(&obs, &Options::default());
+        assert!(!a.integrity.overridden && a.integrity.excluded_share < 0.02, "{:?}", a.integrity);
+        let c = &a.integrity.concentrated;
+        assert_eq!(c.len(), 1, "{c:?}");
+        assert_eq!((c[0].bucket, c[0].excluded), (crate::experiment::groups::Bucket::Over4M, a.integrity.excluded[1]));
+        let text = build(&a, &everything()).render_text();
+        assert!(text.contains("OVERRIDES CONCENTRATED in >4 MB responses"), "{text}");
+        assert!(text.lines().all(|l| l.chars().count() <= 100), "{text}");
+        assert!(analyze(&lossy_and_clean(2), &Options::default()).integrity.concentrated.is_empty());
+    }
+}
