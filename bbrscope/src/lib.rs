@@ -23,7 +23,9 @@ pub mod newfile;
 pub mod observe;
 pub mod output;
 pub(crate) mod quantile;
-pub mod rng;
+/// The seeded generator, from the emulator's crate (whose losses draw from it): one generator for
+/// everything that must reproduce from a seed.
+pub use bbrscope_emulator::rng;
 pub(crate) mod status;
 pub mod sys;
 pub mod tui;

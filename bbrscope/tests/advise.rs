@@ -13,10 +13,8 @@ use std::{
     time::{Duration, Instant},
 };
 
-use bbrscope::{
-    advise::checks::rounds,
-    demo::emulator::{Link, LinkConfig, LossSpec},
-};
+use bbrscope::advise::checks::rounds;
+use bbrscope_emulator::{Link, LinkConfig, LossSpec};
 use common::*;
 use serde_json::Value;
 
@@ -286,7 +284,7 @@ fn ip(args: &[&str]) -> anyhow::Result<String> {
 }
 
 /// A sysctl of namespace `ns` (`"net/ipv4/tcp_rmem"`), its fields one space apart.
-fn sysctl_of(ns: &bbrscope::demo::emulator::Netns, key: &str) -> String {
+fn sysctl_of(ns: &bbrscope_emulator::Netns, key: &str) -> String {
     let path = format!("/proc/sys/{key}");
     let v = ns.run(move || Ok(std::fs::read_to_string(path)?)).unwrap();
     v.split_whitespace().collect::<Vec<_>>().join(" ")
@@ -942,7 +940,7 @@ fn a_client_that_reads_slowly_is_not_held_back_by_its_receive_buffer() {
 /// with `key` of namespace `ns` at each of `values` in turn, advise watching each: per value,
 /// the setting, the time, and the advice.
 fn under_each<'a>(
-    ns: &bbrscope::demo::emulator::Netns,
+    ns: &bbrscope_emulator::Netns,
     key: &str,
     values: [&'a str; 2],
     base: u16,

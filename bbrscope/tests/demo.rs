@@ -16,7 +16,7 @@ use std::{
     time::{Duration, Instant},
 };
 
-use bbrscope::demo::emulator::{Link, LinkConfig, LossSpec};
+use bbrscope_emulator::{Link, LinkConfig, LossSpec};
 use common::{bbrscope, require_root, tcp_congestion_control, wait_timeout};
 use serde_json::Value;
 

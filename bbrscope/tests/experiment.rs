@@ -233,7 +233,7 @@ fn bad_input_is_refused_before_anything_is_attached() {
 /// A client population behind its own emulated path: the server in the path's sender namespace
 /// answering on `port`, the clients in its receiver namespace.
 struct Population {
-    link: bbrscope::demo::emulator::Link,
+    link: bbrscope_emulator::Link,
     server: SocketAddr,
 }
 
@@ -245,7 +245,7 @@ fn population(index: u8, rtt_ms: u64, loss: f64, port: u16) -> Population {
 
 /// A [`Population`]'s path and its server's listener, not yet served.
 fn emulated(index: u8, rtt_ms: u64, loss: f64, port: u16) -> (Population, TcpListener) {
-    use bbrscope::demo::emulator::{Link, LinkConfig, LossSpec};
+    use bbrscope_emulator::{Link, LinkConfig, LossSpec};
     let rate_bps = 20_000_000;
     let rtt = Duration::from_millis(rtt_ms);
     let bdp = (rate_bps as f64 / 8.0 * rtt.as_secs_f64()) as u64;

@@ -937,7 +937,7 @@ fn unix_now() -> f64 {
 
 /// A bulk flow of `cc` for `secs` over `link`, from its sender namespace to its receiver's, polled
 /// by the sender: (sender address, receiver address, what the polls saw).
-fn bulk_over(link: &bbrscope::demo::emulator::Link, cc: &str, secs: u64) -> (SocketAddr, SocketAddr, Polled) {
+fn bulk_over(link: &bbrscope_emulator::Link, cc: &str, secs: u64) -> (SocketAddr, SocketAddr, Polled) {
     let to = SocketAddr::from((link.receiver_addr, 9100));
     let listener = link.receiver.run(|| Ok(TcpListener::bind(to)?)).unwrap();
     let receiver = thread::spawn(move || {
@@ -986,7 +986,7 @@ fn bulk_over(link: &bbrscope::demo::emulator::Link, cc: &str, secs: u64) -> (Soc
 
 #[test]
 fn on_a_long_lossy_path_samples_keep_their_cadence_and_the_extremes_are_right() {
-    use bbrscope::demo::emulator::{Link as Emulated, LinkConfig, LossSpec};
+    use bbrscope_emulator::{Link as Emulated, LinkConfig, LossSpec};
     require_root();
     let cfg = LinkConfig {
         rate_bps: 20_000_000,

@@ -3,12 +3,12 @@
 use std::{path::PathBuf, time::Duration};
 
 use anyhow::Result;
+use bbrscope_emulator::{LossSpec, MTU};
 use clap::Args;
 
 use crate::{
     demo::{
         Conditions,
-        emulator::{LossSpec, MTU},
         fairness::BUFFERS_BDP,
         presets::{Preset, PresetName},
     },

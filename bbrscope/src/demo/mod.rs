@@ -1,10 +1,9 @@
 //! `bbrscope demo`: CUBIC vs BBR on an emulated long, lossy path — live, reproducible, with the
-//! published numbers beside it. [`emulator`] builds the path, [`traffic`] drives flows over it,
-//! [`run`] observes them with the eBPF observer, [`model`] says what theory expects, and
-//! [`summary`] / [`plot`] report.
+//! published numbers beside it. The bbrscope-emulator crate builds the path, [`traffic`] drives
+//! flows over it, [`run`] observes them with the eBPF observer, [`model`] says what theory
+//! expects, and [`summary`] / [`plot`] report.
 
 pub(crate) mod display;
-pub mod emulator;
 pub(crate) mod fairness;
 pub(crate) mod model;
 pub(crate) mod plot;
@@ -16,9 +15,8 @@ pub(crate) mod traffic;
 
 use std::time::Duration;
 
+use bbrscope_emulator::{LinkConfig, LossSpec};
 use serde::Serialize;
-
-use emulator::{LinkConfig, LossSpec};
 
 /// The emulated path and the run length: everything that defines one measurement.
 #[derive(Clone, Debug, PartialEq, Serialize)]

@@ -7,13 +7,13 @@ use std::{
 };
 
 use anyhow::Result;
+use bbrscope_emulator::{self as emulator, Link, LinkCounters};
 use ipnet::IpNet;
 use tokio::time::Interval;
 
 use super::{
     Conditions,
     display::Display,
-    emulator::{self, Link, LinkCounters},
     progress::Row,
     traffic::{BulkFlow, TcpStats},
 };

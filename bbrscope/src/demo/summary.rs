@@ -3,11 +3,11 @@
 
 use std::fmt::Write as _;
 
+use bbrscope_emulator::LinkCounters;
 use serde::Serialize;
 
 use super::{
     Conditions,
-    emulator::LinkCounters,
     model::{self, Prediction},
     presets::{Headline, Preset},
     run::FlowRun,

@@ -14,9 +14,9 @@ use std::{
 };
 
 use anyhow::{Context as _, Result, anyhow};
+use bbrscope_emulator::Link;
 use rustix::net::{AddressFamily, SocketFlags, SocketType, socket_with};
 
-use super::emulator::Link;
 use crate::sys::sockopt;
 
 /// How long to wait for the handshake (SYNs cross the lossy direction).

@@ -8,7 +8,8 @@
 //! 4. [`flow`]: the flow table, each flow from connect to close (names of algorithms and
 //!    commands held inline: [`crate::sys::name`]);
 //! 5. [`diagnose`]: the verdicts a flow's numbers support;
-//! 6. [`sink`]: where flows go (NDJSON lines); [`replay`] reads such lines back;
+//! 6. [`sink`]: where flows go (NDJSON lines); [`replay`] reads such lines back; [`schema`]
+//!    is the lines' record types, which both share;
 //! 7. [`pipeline`]: the loop that drives 1–6 into a [`pipeline::Sink`] until a signal, a
 //!    deadline or the sink ends it: `stream` (NDJSON), `advise` (its facts), `export` (the
 //!    Prometheus metrics), `top` (the dashboard, drawn from the loop's table on its frames), the
@@ -24,6 +25,7 @@ pub mod flow;
 pub mod kernel;
 pub(crate) mod pipeline;
 pub mod replay;
+pub(crate) mod schema;
 pub(crate) mod session;
 pub(crate) mod sink;
 pub(crate) mod stats;

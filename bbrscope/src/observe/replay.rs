@@ -7,16 +7,15 @@
 //! than [`MAX_LINE`] bytes of a line, so `/dev/zero` or a binary file cannot grow memory; input
 //! with no record at all in its first [`MAX_LEADING_JUNK`] bytes is refused as not a recording.
 
-use std::{io::BufRead, net::SocketAddr};
+use std::io::BufRead;
 
 use anyhow::{Context as _, Result, bail};
 use serde::Deserialize;
 use serde_json::Value;
 
 use crate::{
-    observe::event::{
-        Bbr, CaState, CongStateEvent, Event, Head, Metrics, OpenEvent, Owner, RetransmitEvent, SampleEvent,
-    },
+    observe::event::{Bbr, CongStateEvent, Event, Head, Metrics, OpenEvent, Owner, RetransmitEvent, SampleEvent},
+    observe::schema,
     observe::stats::StatsReport,
     sys::name::Name,
 };
@@ -53,63 +52,13 @@ impl Record {
     }
 }
 
-#[derive(Deserialize)]
-struct FlowFields {
-    ts: f64,
-    cookie: u64,
-    src: SocketAddr,
-    dst: SocketAddr,
-    cc: Name,
-    ca_state: CaState,
-}
-
-#[derive(Deserialize)]
-struct SampleFields {
-    #[serde(default)]
-    acks: u32,
-    #[serde(default)]
-    retrans_coalesced: u32,
-}
-
-#[derive(Deserialize)]
-struct RetransmitFields {
-    segs: u32,
-    retrans_total: u32,
-    cwnd: u32,
-    ssthresh: Option<u32>,
-}
-
-#[derive(Deserialize)]
-struct CongStateFields {
-    from: CaState,
-    to: CaState,
-    cwnd: u32,
-    ssthresh: Option<u32>,
-}
-
-/// The `flow_summary` fields beyond [`Metrics`]' that the dashboard shows.
-#[derive(Deserialize)]
-struct SummaryFields {
-    start_ts: Option<f64>,
-    side: Option<String>,
-    pid: Option<u32>,
-    comm: Option<Name>,
-    cgroup_id: Option<u64>,
-    netns: Option<u32>,
-    arm: Option<String>,
-    #[serde(default)]
-    retrans_at_open: u32,
-    srtt_last_us: Option<u32>,
-    bbr_bw_bps: Option<u64>,
-}
-
 fn secs_to_ns(ts: f64) -> u64 {
     (ts * 1e9).round() as u64
 }
 
 /// A `flow_summary` as the opening and closing of its flow.
 fn summary(head: Head, cc: Name, v: &Value) -> Result<Summary> {
-    let f = SummaryFields::deserialize(v)?;
+    let f = schema::Summary::deserialize(v)?;
     // The counters, RTT minimum and rates have the same names in a summary as in a sample.
     let mut metrics = Metrics::deserialize(v)?;
     metrics.srtt_us = f.srtt_last_us;
@@ -124,17 +73,18 @@ fn summary(head: Head, cc: Name, v: &Value) -> Result<Summary> {
             cycle_idx: None,
         });
     }
+    let o = f.owner;
     let owner = Owner {
-        side: match f.side.as_deref() {
+        side: match o.side.as_deref() {
             Some("connect") => Some("connect"),
             Some("accept") => Some("accept"),
             _ => None,
         },
-        pid: f.pid,
-        comm: f.comm,
-        cgroup_id: f.cgroup_id,
-        netns: f.netns,
-        arm: match f.arm.as_deref() {
+        pid: o.pid,
+        comm: o.comm,
+        cgroup_id: o.cgroup_id,
+        netns: o.netns,
+        arm: match o.arm.as_deref() {
             Some("a") => Some(1),
             Some("b") => Some(2),
             _ => None,
@@ -161,13 +111,14 @@ pub fn parse_line(line: &str) -> Result<Option<Record>> {
     let v: Value = serde_json::from_str(line).context("not JSON")?;
     let ty = v.get("type").and_then(Value::as_str).context("no \"type\" field")?;
     if ty == "stats" {
-        let ts = v.get("ts").and_then(Value::as_f64).context("stats without ts")?;
-        return Ok(Some(Record::Stats(secs_to_ns(ts), Box::new(StatsReport::deserialize(&v)?))));
+        v.get("ts").and_then(Value::as_f64).context("stats without ts")?;
+        let s = schema::Stats::deserialize(&v)?;
+        return Ok(Some(Record::Stats(secs_to_ns(s.ts), Box::new(s.stats.into_owned()))));
     }
     if !["sample", "flow_close", "retransmit", "cong_state", "flow_summary"].contains(&ty) {
         return Ok(None);
     }
-    let f = FlowFields::deserialize(&v).with_context(|| format!("{ty} record"))?;
+    let f = schema::FlowHead::deserialize(&v).with_context(|| format!("{ty} record"))?;
     let head = Head {
         flow: f.cookie,
         ts_ns: secs_to_ns(f.ts),
@@ -180,7 +131,7 @@ pub fn parse_line(line: &str) -> Result<Option<Record>> {
     let ev = match ty {
         "flow_summary" => return Ok(Some(Record::Summary(Box::new(summary(head, f.cc, &v)?)))),
         "retransmit" => {
-            let r = RetransmitFields::deserialize(&v)?;
+            let r = schema::Retransmit::deserialize(&v)?;
             Event::Retransmit(RetransmitEvent {
                 head,
                 segs: r.segs,
@@ -190,18 +141,29 @@ pub fn parse_line(line: &str) -> Result<Option<Record>> {
             })
         }
         "cong_state" => {
-            let c = CongStateFields::deserialize(&v)?;
+            let c = schema::CongState::deserialize(&v)?;
             Event::CongState(CongStateEvent { head, from: c.from, to: c.to, cwnd: c.cwnd, ssthresh: c.ssthresh })
         }
-        _ => {
-            let s = SampleFields::deserialize(&v)?;
+        "flow_close" => {
+            let s = schema::Close::deserialize(&v)?;
             Event::Sample(Box::new(SampleEvent {
                 head,
-                closing: ty == "flow_close",
+                closing: true,
+                cc: f.cc,
+                acks: 0,
+                retrans_coalesced: s.retrans_coalesced,
+                metrics: s.metrics.into_owned(),
+            }))
+        }
+        _ => {
+            let s = schema::Sample::deserialize(&v)?;
+            Event::Sample(Box::new(SampleEvent {
+                head,
+                closing: false,
                 cc: f.cc,
                 acks: s.acks,
                 retrans_coalesced: s.retrans_coalesced,
-                metrics: Metrics::deserialize(&v)?,
+                metrics: s.metrics.into_owned(),
             }))
         }
     };
@@ -401,6 +363,7 @@ pub fn parse_all(text: &str) -> Result<Recording> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::observe::event::CaState;
 
     #[test]
     fn reads_back_what_stream_writes() {

@@ -16,7 +16,5 @@ pub(crate) mod route;
 pub(crate) mod signal;
 pub(crate) mod sockdiag;
 pub mod start;
-pub(crate) mod thread;
-pub(crate) mod tun;
 pub use bbrscope_common::sockopt;
 pub(crate) mod sysctl;

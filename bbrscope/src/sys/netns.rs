@@ -16,7 +16,7 @@ use std::{
 };
 
 use anyhow::{Context as _, Result};
-use rustix::thread::{LinkNameSpaceType, UnshareFlags, move_into_link_name_space};
+use rustix::thread::{LinkNameSpaceType, move_into_link_name_space};
 use serde::{Deserialize, Serialize};
 
 use crate::error::usage;
@@ -203,15 +203,6 @@ pub(crate) fn denied(e: &anyhow::Error) -> bool {
 /// Whether `ns` still names the namespace it named when recorded.
 pub(crate) fn still_there(ns: &Netns) -> bool {
     ino_of(&ns.path).is_ok_and(|i| i == ns.ino)
-}
-
-/// Moves the calling thread into a new, empty network namespace (only `lo`, down), leaving the
-/// rest of the process where it is. The namespace lives while something holds it: the thread, or
-/// a descriptor of /proc/thread-self/ns/net opened before the thread ends.
-pub(crate) fn unshare_thread() -> std::io::Result<()> {
-    // SAFETY: rustix marks unshare unsafe for CLONE_FILES (descriptors seen by other threads
-    // could vanish from this one's table); only CLONE_NEWNET is passed.
-    unsafe { rustix::thread::unshare_unsafe(UnshareFlags::NEWNET) }.map_err(std::io::Error::from)
 }
 
 /// Runs `f` inside `ns`: inline when it is the caller's namespace, otherwise on a thread that

@@ -25,8 +25,8 @@ use std::{
 };
 
 use anyhow::{Context as _, Result};
-use bbrscope::demo::emulator::{self, LinkConfig, LossSpec};
 use bbrscope_common::counter;
+use bbrscope_emulator::{self as emulator, LinkConfig, LossSpec};
 use serde::Serialize;
 
 use super::{

@@ -13,8 +13,8 @@ use std::{
 };
 
 use anyhow::{Context as _, Result, bail};
-use bbrscope::demo::emulator;
 use bbrscope_common::sockopt;
+use bbrscope_emulator as emulator;
 use serde::Serialize;
 
 use super::net::{Netns, Veth};

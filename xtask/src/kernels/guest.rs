@@ -1506,7 +1506,7 @@ const XC_ALGOS: [&str; 2] = ["cubic", "bbr"];
 /// direction (the sender's egress) has the loss, then the rate behind a drop-tail queue of
 /// `buffer_pkts`; the return direction carries the whole RTT as delay. GSO is cut to one
 /// segment so netem rates and drops real packets, as the emulator's TUN devices do. Both
-/// namespaces get the emulator's socket buffers (demo/emulator/mod.rs).
+/// namespaces get the emulator's socket buffers (bbrscope-emulator/src/lib.rs).
 struct NetemPath {
     snd: String,
     rcv: String,

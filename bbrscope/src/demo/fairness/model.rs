@@ -17,9 +17,8 @@
 //! median error of 5% against CUBIC. Its assumptions: the queue is (nearly) always full, which a
 //! buffer under one BDP breaks (there BBR is rate-limited and the model only says "most").
 
+use bbrscope_emulator::MTU;
 use serde::Serialize;
-
-use crate::demo::emulator::MTU;
 
 /// BBRv1 cycles through PROBE_RTT once per min-RTT window.
 const PROBE_RTT_EVERY_S: f64 = 10.0;

@@ -1,6 +1,6 @@
 //! TUN devices and interface settings through the classic ioctls: enough for one IPv4 address,
 //! a txqueuelen and `up`, without a netlink dependency. Must run on a thread inside the target
-//! namespace (the demo's `Netns::run`).
+//! namespace ([`crate::Netns::run`]).
 
 use std::{
     ffi::CStr,

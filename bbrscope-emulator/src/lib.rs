@@ -2,11 +2,18 @@
 //! throwaway network namespaces, a TUN device in each, and a userspace packet mover between them
 //! applying [`link_model`]. Everything is held by file descriptors of this process, so nothing
 //! outlives it however it ends.
+//!
+//! A crate of its own so that bbrscope's demo, its integration tests and xtask's benchmark share
+//! one emulator without xtask depending on the product. It holds the calls to the OS only it
+//! makes (TUN devices, a thread's namespace and real-time priority, in `sys`) and the seeded
+//! generator its losses draw from ([`rng`], which the product uses too).
 
 mod link_model;
 mod loss;
 mod mover;
 mod netns;
+pub mod rng;
+mod sys;
 
 use std::{ffi::CStr, net::Ipv4Addr, os::fd::OwnedFd};
 
@@ -20,7 +27,7 @@ pub use netns::Netns;
 
 use mover::Mover;
 
-use crate::sys::tun;
+use sys::tun;
 
 const DEVICE: &CStr = c"emu0";
 /// Generous, so the TUN ring never drops before the mover reads: the only queue that may drop

@@ -18,12 +18,14 @@ use std::{
 use anyhow::{Result, anyhow};
 use rustix::{
     event::epoll,
-    time::{Itimerspec, TimerfdClockId, TimerfdFlags, TimerfdTimerFlags, Timespec},
+    time::{ClockId, Itimerspec, TimerfdClockId, TimerfdFlags, TimerfdTimerFlags, Timespec},
 };
 use serde::Serialize;
 
-use super::link_model::{DataPath, LinkConfig, Verdict};
-use crate::{observe::clock::Clock, sys};
+use crate::{
+    link_model::{DataPath, LinkConfig, Verdict},
+    sys,
+};
 
 /// How often the thread looks at its stop flag when no packet or timer wakes it.
 const STOP_POLL: Timespec = Timespec { tv_sec: 0, tv_nsec: 100_000_000 };
@@ -243,7 +245,7 @@ impl Pump {
 
     fn take_data(&mut self, buf: &mut [u8]) -> io::Result<()> {
         while let Some(len) = read_packet(&self.sender, buf)? {
-            let now = Clock::monotonic_ns();
+            let now = monotonic_ns();
             let s = &self.stats;
             s.data_packets.fetch_add(1, Relaxed);
             s.data_bytes.fetch_add(len as u64, Relaxed);
@@ -265,7 +267,7 @@ impl Pump {
     fn take_return(&mut self, buf: &mut [u8]) -> io::Result<()> {
         while let Some(len) = read_packet(&self.receiver, buf)? {
             self.stats.return_packets.fetch_add(1, Relaxed);
-            self.back.push_back((Clock::monotonic_ns() + self.return_delay_ns, buf[..len].to_vec()));
+            self.back.push_back((monotonic_ns() + self.return_delay_ns, buf[..len].to_vec()));
         }
         Ok(())
     }
@@ -276,7 +278,7 @@ impl Pump {
         for (queue, out, forward) in [(&mut self.forward, &self.receiver, true), (&mut self.back, &self.sender, false)]
         {
             while let Some(&(due, _)) = queue.front() {
-                let now = Clock::monotonic_ns();
+                let now = monotonic_ns();
                 if due > now {
                     break;
                 }
@@ -308,6 +310,13 @@ impl Pump {
         let spec = Itimerspec { it_interval: zero, it_value: at };
         rustix::time::timerfd_settime(&self.timer, TimerfdTimerFlags::ABSTIME, &spec).map(drop).map_err(io::Error::from)
     }
+}
+
+/// CLOCK_MONOTONIC in nanoseconds: the clock the timer is armed on, and the one bbrscope's
+/// observer stamps its samples with.
+fn monotonic_ns() -> u64 {
+    let ts = rustix::time::clock_gettime(ClockId::Monotonic);
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
 }
 
 /// One packet from a non-blocking TUN descriptor, or `None` when there are no more.

@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use super::loss::{Loss, LossSpec};
+use crate::loss::{Loss, LossSpec};
 
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct LinkConfig {

@@ -1,7 +1,9 @@
 //! One seeded random generator for everything that must reproduce from a seed: the demo
 //! emulator's losses, the experiment analysis's bootstrap and simulations, the fuzz tests'
 //! mutations. Written out here rather than taken from a crate so that a seed gives the same
-//! numbers whatever crate versions a build resolves to. Not for anything secret.
+//! numbers whatever crate versions a build resolves to. Not for anything secret. It lives in
+//! the emulator's crate, whose losses draw from it, so that the emulator needs nothing of the
+//! product; bbrscope re-exports it as `bbrscope::rng` for the rest.
 
 /// SplitMix64 (Steele, Lea, Flood 2014; the seeder of Java's SplittableRandom and of xoshiro):
 /// small, fast, passes BigCrush.

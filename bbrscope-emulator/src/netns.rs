@@ -19,7 +19,7 @@ impl Netns {
     /// A new, empty namespace (only `lo`, down).
     pub fn new() -> Result<Self> {
         on_thread(|| {
-            sys::netns::unshare_thread().context("creating a network namespace (unshare)")?;
+            sys::thread::unshare_netns().context("creating a network namespace (unshare)")?;
             let file = File::open("/proc/thread-self/ns/net").context("opening the new namespace")?;
             Ok(Netns(file.into()))
         })
