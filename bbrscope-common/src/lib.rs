@@ -190,6 +190,17 @@ pub mod experiment_flags {
     pub const DST: u32 = 1 << 1;
 }
 
+/// Whether the experiment gives new connections an arm now: the one value of the `EXP_ASSIGN`
+/// map, which userspace writes while the programs run (`Config::experiment` is read-only data,
+/// fixed at load). Zero, the map's initial value, assigns nothing: userspace turns assignment on
+/// once everything else is in place, and off when the experiment ends, so that connections
+/// opening while the last ones drain keep the status quo.
+pub mod assign_mode {
+    pub const OFF: u32 = 0;
+    /// Each connection in scope draws its arm at random (`Experiment::split_pct`).
+    pub const PER_CONNECTION: u32 = 1;
+}
+
 /// Everything userspace hands the programs at load time (a read-only global).
 #[repr(C)]
 #[derive(Clone, Copy, Debug)]

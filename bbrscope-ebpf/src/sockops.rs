@@ -52,10 +52,15 @@ use aya_ebpf::{
         generated::{bpf_get_prandom_u32, bpf_setsockopt, bpf_sk_storage_get},
     },
     macros::{btf_map, map, sock_ops},
-    maps::lpm_trie::{Key, LpmTrie},
+    maps::{
+        Array,
+        lpm_trie::{Key, LpmTrie},
+    },
     programs::SockOpsContext,
 };
-use bbrscope_common::{CC_NAME_LEN, FlowClose, FlowOpen, Owner, config_flags, counter, experiment_flags, kind};
+use bbrscope_common::{
+    CC_NAME_LEN, FlowClose, FlowOpen, Owner, assign_mode, config_flags, counter, experiment_flags, kind,
+};
 
 use crate::{
     clock::{coarse_ns, jiffies, now_ns},
@@ -593,9 +598,15 @@ fn on_established(ctx: &SockOpsContext, ops: &bpf_sock_ops, sk: *mut bpf_sock) {
 #[map]
 static EXP_DST: LpmTrie<[u8; 16], u8> = LpmTrie::with_max_entries(1024, 0);
 
+/// Whether new connections get an arm now (`assign_mode`): written by userspace while the
+/// program runs.
+#[map]
+static EXP_ASSIGN: Array<u32> = Array::with_max_entries(1, 0);
+
 /// `bbrscope experiment`: a connection in scope gets arm B with probability `split_pct`%, else
 /// arm A, and that arm's algorithm, as it is established (the point where `apply --cgroup`'s
-/// program sets it too). Existing connections and the system default are untouched.
+/// program sets it too), while userspace has assignment on (`EXP_ASSIGN`). Existing connections
+/// and the system default are untouched.
 #[inline(always)]
 fn assign_arm(ctx: &SockOpsContext, s: &mut SockFlow) {
     let sk = s.sk;
@@ -612,6 +623,9 @@ fn assign_arm(ctx: &SockOpsContext, s: &mut SockFlow) {
         return;
     }
     if conf!(experiment.flags) & experiment_flags::DST != 0 && EXP_DST.get(&Key::new(128, t.daddr)).is_none() {
+        return;
+    }
+    if EXP_ASSIGN.get(0).is_none_or(|mode| *mode != assign_mode::PER_CONNECTION) {
         return;
     }
     // SAFETY: a helper without arguments.

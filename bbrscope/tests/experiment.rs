@@ -555,21 +555,26 @@ fn the_guardrail_stops_an_experiment_whose_arm_is_clearly_worse() {
 /// Large transfers still running when SIGTERM ends the experiment: after its drain (10 s, in
 /// which they cannot finish) they are counted per arm as in flight, as the server's own log of
 /// their algorithms says, at no less than their time so far; `--analyze` of the recording says
-/// the same.
+/// the same. Connections that open during the drain get no arm: the server's log has the
+/// namespace's default for them (the arms are two algorithms other than it).
 #[test]
 fn flows_still_running_at_the_end_are_counted_per_arm_as_in_flight() {
     require_root();
     let _turn = turn();
     let port = port_for(26_000);
     let (p, listener) = emulated(72, 80, 0.0, port);
+    // A new socket's algorithm is its namespace's default: what a connection without an arm gets.
+    let status_quo =
+        p.link.sender.run(|| Ok(bbrscope::sys::sockopt::congestion(&TcpListener::bind("0.0.0.0:0")?)?)).unwrap();
+    let arms: Vec<&str> = ["cubic", "bbr", "reno"].into_iter().filter(|cc| *cc != status_quo).take(2).collect();
     let server_log = serve_logging_cc(listener);
     let dir = tempfile::tempdir().unwrap();
     let record = dir.path().join("exp.ndjson");
-    let child = start_experiment("cubic,bbr", port, &["--no-guardrail", "--record", record.to_str().unwrap()]);
+    let child = start_experiment(&arms.join(","), port, &["--no-guardrail", "--record", record.to_str().unwrap()]);
     // 6 transfers of 200 MB on a 20 Mbit/s path: minutes each, far past the test.
     const BIG: usize = 200_000_000;
     let stop = std::sync::atomic::AtomicBool::new(false);
-    let (live, took, sent_at, big) = thread::scope(|s| {
+    let (live, took, sent_at, big, drained) = thread::scope(|s| {
         let mut big = Vec::new();
         for _ in 0..6 {
             let server = p.server;
@@ -598,10 +603,16 @@ fn flows_still_running_at_the_end_are_counted_per_arm_as_in_flight() {
         // SAFETY: kill(2) on our own child's pid.
         unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
         let t = Instant::now();
+        // Well inside the drain (10 s): three short responses.
+        let (server, p) = (p.server, &p);
+        let late = s.spawn(move || {
+            thread::sleep(Duration::from_secs(2));
+            (0..3).map(|_| p.link.receiver.run(move || Ok(fetch(server, 20_000).0)).unwrap()).collect::<Vec<_>>()
+        });
         let live = wait_report(child, Duration::from_secs(60), None);
         let took = t.elapsed();
         stop.store(true, std::sync::atomic::Ordering::Relaxed);
-        (live, took, sent_at, big)
+        (live, took, sent_at, big, late.join().unwrap())
     });
     assert_eq!(live["stopped_by"], "stopped by SIGTERM");
     // It waited for them, boundedly: the drain's 10 s (the report's own time on top).
@@ -610,7 +621,15 @@ fn flows_still_running_at_the_end_are_counted_per_arm_as_in_flight() {
     let ccs: Vec<String> =
         server_log.lock().unwrap().iter().filter(|(peer, _)| big.contains(peer)).map(|(_, cc)| cc.clone()).collect();
     assert_eq!(ccs.len(), big.len(), "{ccs:?}");
-    let per_arm = ["cubic", "bbr"].map(|cc| ccs.iter().filter(|c| *c == cc).count());
+    let per_arm = [arms[0], arms[1]].map(|cc| ccs.iter().filter(|c| *c == cc).count());
+    let late: Vec<String> = server_log
+        .lock()
+        .unwrap()
+        .iter()
+        .filter(|(peer, _)| drained.contains(peer))
+        .map(|(_, cc)| cc.clone())
+        .collect();
+    assert_eq!(late, vec![status_quo.clone(); drained.len()], "connections opened during the drain ({arms:?} arms)");
     assert_eq!(live["in_flight"], serde_json::json!({"a": per_arm[0], "b": per_arm[1]}), "{ccs:?}");
     let records: Vec<Value> =
         std::fs::read_to_string(&record).unwrap().lines().map(|l| serde_json::from_str(l).unwrap()).collect();

@@ -123,6 +123,10 @@ fn extra(cmd: &Command) -> Roff {
             (files::SYSCTL_DROPIN, "The sysctl.d drop-in apply writes for a persistent system-wide setting."),
             (files::MODULES_LOAD, "Loads the algorithm's module at boot where apply loaded one."),
             (files::STATE, "What apply changed, per scope: what revert restores and status lists."),
+            (
+                files::reserve::RESERVE,
+                "Room kept beside the record (64 KiB at least) that only a revert may use: a full disk cannot stop it.",
+            ),
             (advice::ADVICE, "The last advise's findings and the settings it weighed (status shows them)."),
             (apply_lock::LOCK, "Held while apply or revert runs."),
             (cgroup::PIN_DIR, "The programs that set a cgroup's algorithm (apply --cgroup), pinned until revert."),
@@ -339,6 +343,7 @@ mod tests {
             }
             if ["bbrscope.1", "bbrscope-apply.1", "bbrscope-revert.1"].contains(&name) {
                 assert!(text.contains("/var/lib/bbrscope/state.json"), "{name}: FILES");
+                assert!(text.contains("/var/lib/bbrscope/.reserve"), "{name}: FILES");
             }
             if name == "bbrscope-experiment.1" {
                 assert!(text.contains("guardrail stopped it"), "{name}: exit status 3");

@@ -80,11 +80,23 @@ pub fn recommend(a: &Analysis, ctx: &Context) -> Recommendation {
         return none(None, vec![format!("the guardrail stopped the experiment ({}): nothing to apply", g.reason)]);
     }
     let winner = Winner::new(a, ctx, arm, sub);
-    match all.filter(|g| winner.takes_the_whole_scope(g)) {
+    let mut rec = match all.filter(|g| winner.takes_the_whole_scope(g)) {
         Some(g) => winner.whole_scope(g),
         None => winner.routes(),
+    };
+    if !rec.commands.is_empty() {
+        rec.notes.push(BESIDE.into());
     }
+    rec
 }
+
+/// What a per-connection A/B's commands rest on, said with them (docs/experiment-method.md,
+/// "What a per-connection A/B answers"): an audit's paired runs found the everyone-switched
+/// effect of the opposite sign on a shared shallow link and a mobile-like group.
+const BESIDE: &str = "this rests on a per-connection A/B, where each arm's flows ran beside the other's: where these \
+                      clients share a bottleneck (a mobile cell, a busy link with a shallow buffer), everyone on the \
+                      new algorithm can fare worse than its flows did here; apply where each client has a bottleneck \
+                      of its own, or to a share of the traffic first and compare";
 
 /// Nothing to apply, and why.
 fn none(arm: Option<String>, notes: Vec<String>) -> Recommendation {
@@ -480,5 +492,10 @@ mod tests {
         let r = recommend(&analyze(&both, &Options::default()), &stopped);
         assert_eq!(r.commands, vec!["bbrscope apply bbr".to_string()], "{r:?}");
         assert!(r.notes[0].starts_with("the guardrail ended the experiment early because cubic was slower"), "{r:?}");
+        // Commands come with what a per-connection A/B answers; no commands, no such note.
+        assert_eq!(r.notes.last().map(String::as_str), Some(BESIDE), "{r:?}");
+        let none =
+            recommend(&analyze(&both, &Options::default()), &Context { guard_stop: Some(stop(1)), ..everything() });
+        assert!(!none.notes.iter().any(|n| n == BESIDE), "{none:?}");
     }
 }

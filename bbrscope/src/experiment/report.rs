@@ -98,6 +98,8 @@ impl InScope {
 
 #[derive(Clone, Debug, Serialize)]
 pub struct Report {
+    /// How connections got their arms, and so what question the answers are to.
+    pub(crate) design: Design,
     pub(crate) arms: [ArmReport; 2],
     pub(crate) level: f64,
     /// How the decision and the intervals were computed, for the reader.
@@ -112,6 +114,25 @@ pub struct Report {
     /// their elapsed time as their completion time.
     pub(crate) in_flight: InFlight,
     pub(crate) recommend: Recommendation,
+}
+
+/// The experiment's design: the only one today is the per-connection A/B.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+pub(crate) struct Design {
+    /// `per_connection`.
+    pub(crate) name: &'static str,
+    /// The question its answers are to, in a sentence.
+    pub(crate) answers: &'static str,
+}
+
+impl Design {
+    /// Each new connection draws its arm; both arms share every bottleneck on their clients'
+    /// paths (docs/experiment-method.md, "What a per-connection A/B answers").
+    pub(crate) const PER_CONNECTION: Design = Design {
+        name: "per_connection",
+        answers: "B beside A: each arm's flows shared their bottlenecks with the other arm's, so where clients share \
+                  one (a mobile cell, a busy shallow link) everyone on B can fare otherwise than B's flows did here",
+    };
 }
 
 /// Flows per arm still running at the end.
@@ -159,6 +180,7 @@ pub struct Context {
 /// The report of an analysis.
 pub(crate) fn build(a: &Analysis, ctx: &Context) -> Report {
     Report {
+        design: Design::PER_CONNECTION,
         arms: [0, 1].map(|i| ArmReport {
             label: ["a", "b"][i],
             arm: a.arms[i].cc.clone(),
@@ -223,6 +245,8 @@ pub(crate) mod tests {
     fn json_has_the_documented_shape() {
         let r = build(&analyze(&lossy_and_clean(4), &Options::default()), &everything());
         let v: Value = serde_json::to_value(&r).unwrap();
+        assert_eq!(v["design"]["name"], "per_connection");
+        assert!(r.render_text().contains("design: per connection: answers B beside A"), "{}", r.render_text());
         assert_eq!(v["arms"][0]["arm"], "cubic");
         assert_eq!(v["arms"][1]["arm"], "bbr");
         assert_eq!(v["arms"][1]["label"], "b");

@@ -113,8 +113,10 @@ pub(crate) async fn run(mut live: Live, signals: &mut Signals, watch: Watch, dur
         End::Terminate => sink.stopped_by = Some("stopped by SIGTERM".into()),
         End::Deadline | End::Sink => {}
     }
-    // After a guardrail stop, no wait: the kernel would go on giving new connections the arm
-    // found harmful for as long as the drain took. The flows open then are in flight at once.
+    // New connections keep the status quo from here on: the drain waits only for the flows the
+    // experiment gave an arm. After a guardrail stop, no wait: the stop is reported at once, and
+    // the flows open then (on the arm found harmful) are in flight.
+    live.stop_assigning().context("ending the experiment's assignment")?;
     let wait = if sink.guard.as_ref().is_some_and(|g| g.stop) { Duration::ZERO } else { DRAIN };
     drain(
         &mut live,
@@ -140,9 +142,9 @@ pub(crate) async fn run(mut live: Live, signals: &mut Signals, watch: Watch, dur
 
 /// Waits up to `settings.duration` ([`DRAIN`], or nothing after a guardrail stop) for the arms'
 /// flows open now to finish (each one that does is an observation as usual), then takes those
-/// still running as censored observations: their elapsed time and bytes so far. The kernel keeps assigning arms meanwhile (its experiment settings are
-/// read-only data of the loaded program, fixed while it runs): flows that open during the drain
-/// are neither recorded nor counted.
+/// still running as censored observations: their elapsed time and bytes so far. Flows that open
+/// during the drain have no arm (assignment stopped before it): they are neither recorded nor
+/// counted.
 async fn drain(
     live: &mut Live,
     signals: &mut Signals,

@@ -140,6 +140,12 @@ impl Report {
             d.alpha, d.groups_judged
         );
         let _ = writeln!(s, "  matters: {}% and {} ms per response", fmt_num(d.delta_pct), fmt_num(d.min_effect_ms));
+        // The full sentence is in the JSON and, where it limits a command, in the recommendation.
+        let _ = writeln!(
+            s,
+            "  design: {}: answers B beside A, not B for everyone (the arms shared their bottlenecks)",
+            self.design.name.replace('_', " ")
+        );
     }
 
     /// A group's heading, conclusion and table of secondary metrics.
@@ -225,7 +231,8 @@ mod tests {
         assert!(text.contains("split: 50.0% of flows in B, 50.0% requested"), "{text}");
         assert!(text.contains("secondary (not deciding)"), "{text}");
         let summary = build(&analyze(&lossy_and_clean(4), &opts), &everything()).render_summary();
-        assert!(summary.lines().count() < 30 && summary.contains("\nBBR faster for far: "), "{summary}");
+        // The recommendation's note on what a per-connection A/B answers takes four lines.
+        assert!(summary.lines().count() < 34 && summary.contains("\nBBR faster for far: "), "{summary}");
         assert!(!summary.contains("retransmit rate"), "{summary}");
     }
 

@@ -321,6 +321,11 @@ impl Live {
         })
     }
 
+    /// Stops giving new connections an experiment's arms (`Observer::stop_assigning`).
+    pub(crate) fn stop_assigning(&mut self) -> Result<()> {
+        self.observer.stop_assigning()
+    }
+
     /// What this kernel lacks, in words.
     pub(crate) fn degraded(&self) -> &[String] {
         &self.observer.degraded

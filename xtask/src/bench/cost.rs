@@ -19,7 +19,7 @@
 //! times bpftrace's tcp_probe script, what a user would write by hand, on the same traffic.
 
 use std::{
-    process::{Command, Stdio},
+    process::Stdio,
     thread,
     time::{Duration, Instant},
 };
@@ -238,7 +238,7 @@ pub(super) fn run(
     rounds: u32,
     seconds: f64,
 ) -> Result<CostResult> {
-    let bpftrace = setup.bpftrace_script.is_some();
+    let bpftrace = setup.bpftrace.is_some();
     let total: usize =
         paths.iter().map(|p| Program::on(p, bpftrace).len()).sum::<usize>() * levels.len() * rounds as usize;
     let mut done = 0;
@@ -376,9 +376,7 @@ fn run_one(
 ) -> Result<CostRun> {
     let mut traced = match program {
         Program::Bpftrace => {
-            let script = setup.bpftrace_script.as_ref().context("bpftrace is not installed")?;
-            let mut cmd = Command::new("bpftrace");
-            cmd.arg(script).stdin(Stdio::null()).stdout(Stdio::null());
+            let cmd = setup.bpftrace.as_ref().context("bpftrace is not installed")?.command();
             Traced::spawn(cmd, setup.pinger)?
         }
         _ => {

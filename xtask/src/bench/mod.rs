@@ -276,25 +276,27 @@ pub(crate) fn run(args: BenchArgs) -> Result<()> {
     let mut observers = Observer::MEASURED.to_vec();
     let work_dir = std::env::temp_dir().join(format!("bbrscope-bench-{}", std::process::id()));
     std::fs::create_dir_all(&work_dir)?;
-    // bpftrace finds tracepoints through tracefs, which some machines do not mount.
-    let tracefs = Path::new("/sys/kernel/tracing/events/tcp/tcp_probe").exists();
-    let bpftrace_script = if machine.bpftrace.is_some() && tracefs {
-        let path = work_dir.join("tcp_probe.bt");
-        std::fs::write(&path, scenarios::BPFTRACE_SCRIPT)?;
-        Some(path)
+    let bpftrace = if machine.bpftrace.is_some() {
+        let script = work_dir.join("tcp_probe.bt");
+        std::fs::write(&script, scenarios::BPFTRACE_SCRIPT)?;
+        // bpftrace finds tracepoints through tracefs, which some machines do not mount: then it
+        // runs with tracefs mounted in a mount namespace of its own (the host's mounts unchanged).
+        let private_tracefs = !Path::new("/sys/kernel/tracing/events/tcp/tcp_probe").exists();
+        if private_tracefs {
+            notes.push(
+                "tracefs is not mounted at /sys/kernel/tracing: bpftrace ran with it mounted in a mount namespace of \
+                 its own."
+                    .into(),
+            );
+        }
+        Some(scenarios::Bpftrace { script, private_tracefs })
     } else {
         observers.retain(|&o| o != Observer::Bpftrace);
-        notes.push(if machine.bpftrace.is_none() {
-            "bpftrace is not installed: its column is missing (scripts/setup.sh installs it).".into()
-        } else {
-            "tracefs is not mounted at /sys/kernel/tracing, so bpftrace cannot find tcp:tcp_probe: its column is \
-             missing (`mount -t tracefs nodev /sys/kernel/tracing` brings it back)."
-                .into()
-        });
+        notes.push("bpftrace is not installed: its column is missing (scripts/setup.sh installs it).".into());
         None
     };
     let pinger = Pinger::new()?;
-    let setup = Setup { bbrscope: &bbrscope, pinger: &pinger, bpftrace_script };
+    let setup = Setup { bbrscope: &bbrscope, pinger: &pinger, bpftrace };
     let needs_veth =
         plan.workloads.iter().any(|w| w.path == PathKind::Veth) || plan.short_paths.contains(&PathKind::Veth);
     let veth = if needs_veth { Some(net::Veth::create()?) } else { None };

@@ -71,8 +71,34 @@ impl Observer {
 pub(super) struct Setup<'a> {
     pub bbrscope: &'a Path,
     pub pinger: &'a Pinger,
-    /// Where the bpftrace script is written (None: bpftrace is not installed).
-    pub bpftrace_script: Option<PathBuf>,
+    /// None: bpftrace is not installed.
+    pub bpftrace: Option<Bpftrace>,
+}
+
+/// How the benchmark runs bpftrace's tcp_probe script ([`BPFTRACE_SCRIPT`]).
+pub(super) struct Bpftrace {
+    pub script: PathBuf,
+    /// tracefs is not mounted on the host: bpftrace runs in a mount namespace of its own with
+    /// tracefs mounted there. Each `exec` keeps the process id the benchmark measures.
+    pub private_tracefs: bool,
+}
+
+impl Bpftrace {
+    pub(super) fn command(&self) -> Command {
+        let mut cmd = if self.private_tracefs {
+            let mut cmd = Command::new("unshare");
+            cmd.args(["--mount", "--propagation", "private", "sh", "-c"])
+                .arg("mount -t tracefs nodev /sys/kernel/tracing && exec bpftrace \"$0\"")
+                .arg(&self.script);
+            cmd
+        } else {
+            let mut cmd = Command::new("bpftrace");
+            cmd.arg(&self.script);
+            cmd
+        };
+        cmd.stdin(Stdio::null()).stdout(Stdio::null());
+        cmd
+    }
 }
 
 /// Kills a child if the benchmark dies first, so no observer outlives it. (The signal follows
@@ -315,9 +341,7 @@ impl Running {
             Observer::Stream => Running::Traced(bbrscope_stream(setup, &[], Stdio::null())?),
             Observer::Dashboard => Running::Traced(bbrscope_top(setup, &[])?),
             Observer::Bpftrace => {
-                let script = setup.bpftrace_script.as_ref().context("bpftrace is not installed")?;
-                let mut cmd = Command::new("bpftrace");
-                cmd.arg(script).stdin(Stdio::null()).stdout(Stdio::null());
+                let cmd = setup.bpftrace.as_ref().context("bpftrace is not installed")?.command();
                 Running::Traced(Traced::spawn(cmd, setup.pinger)?)
             }
             Observer::SsPoll => Running::Ss(SsPoller::start(netns)),

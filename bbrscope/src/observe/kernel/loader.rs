@@ -12,12 +12,14 @@ use anyhow::{Context as _, Result};
 use aya::{
     Ebpf, EbpfLoader,
     maps::{
-        Map, MapData, PerCpuArray, RingBuf,
+        Array, Map, MapData, PerCpuArray, RingBuf,
         lpm_trie::{Key, LpmTrie},
     },
     programs::{CgroupAttachMode, RawTracePoint, SockOps},
 };
-use bbrscope_common::{CC_NAME_LEN, Config, Filter, config_flags, counter, experiment_flags, filter_flags};
+use bbrscope_common::{
+    CC_NAME_LEN, Config, Filter, assign_mode, config_flags, counter, experiment_flags, filter_flags,
+};
 use tokio::io::unix::AsyncFd;
 
 use super::{
@@ -341,6 +343,9 @@ impl Observer {
             _ => sockops.clock,
         };
 
+        if path == ObserverPath::Sockops && opts.experiment.is_some() {
+            set_assign_mode(&mut ebpf, assign_mode::PER_CONNECTION)?;
+        }
         let ring = RingBuf::try_from(ebpf.take_map("EVENTS").context("EVENTS map missing")?)?;
         let counters = PerCpuArray::try_from(ebpf.take_map("COUNTERS").context("COUNTERS map missing")?)?;
         // SAFETY: the ring buffer owns its map fd and keeps it open, unchanged, for as long as
@@ -376,6 +381,12 @@ impl Observer {
             }
             Err(_) => Ok(each(self.ring.get_mut())),
         }
+    }
+
+    /// Stops giving new connections an experiment's arms: from here on they keep the status quo
+    /// (connections already given an arm keep it).
+    pub(crate) fn stop_assigning(&mut self) -> Result<()> {
+        set_assign_mode(&mut self.ebpf, assign_mode::OFF)
     }
 
     /// The sock_ops path's socket-storage map: every socket that has a value in it is watched
@@ -507,6 +518,13 @@ fn experiment_config(spec: Option<&ExperimentSpec>) -> bbrscope_common::Experime
         e.cgroup_level = cg.level;
     }
     e
+}
+
+/// Whether the sock_ops program gives new connections in the experiment's scope an arm
+/// (`assign_mode`; it starts at OFF, the map's initial value).
+fn set_assign_mode(ebpf: &mut Ebpf, mode: u32) -> Result<()> {
+    let mut map: Array<_, u32> = Array::try_from(ebpf.map_mut("EXP_ASSIGN").context("EXP_ASSIGN map missing")?)?;
+    map.set(0, &mode, 0).context("setting the experiment's assignment")
 }
 
 /// Destination ranges the kernel's experiment scope holds (the size of `EXP_DST` in
