@@ -277,7 +277,7 @@ pub struct Analysis {
     pub(crate) alpha: f64,
     pub(crate) delta_pct: f64,
     pub(crate) min_effect_ms: f64,
-    /// Groups with an answer, over which α is shared.
+    /// Groups with an answer (α was split at the start: [`AlphaSplit`]).
     pub(crate) groups_judged: usize,
     pub(crate) integrity: Integrity,
     pub(crate) sample_ratio: SampleRatio,
@@ -344,6 +344,65 @@ fn integrity(obs: &[Observation], names: &[String; 2]) -> Integrity {
     }
 }
 
+/// How the family's α is split among the groups, fixed before the first flow: the groups declared
+/// up front (all flows, each RTT band, each prefix list) share half of it equally (all of it when
+/// destination prefixes are not judged), and the destination prefixes the other half, the j-th to
+/// reach `min_flows` flows per arm getting `(α/2)·6/(π²j²)` (a series that sums to α/2). A
+/// group's level is thus known when it first appears and never changes as other groups come: a
+/// group first judged at α/3 no longer drifts to α/14 as prefixes fill up, and the family-wise
+/// rate stays at most α over every look (each group's confidence sequence holds at its level).
+struct AlphaSplit {
+    /// Each declared group's.
+    declared: f64,
+    /// The prefixes' share, all together.
+    prefixes: f64,
+}
+
+impl AlphaSplit {
+    fn new(opts: &Options) -> Self {
+        let bands = if opts.by_rtt { opts.rtt_bands_ms.len() + 1 } else { 0 };
+        let declared = 1 + bands + opts.prefix_lists.len();
+        let shared = if opts.by_prefix { opts.rule.alpha / 2.0 } else { opts.rule.alpha };
+        AlphaSplit { declared: shared / declared as f64, prefixes: opts.rule.alpha - shared }
+    }
+
+    /// Each group's α, in order: prefixes by when they reached `min_flows` per arm (finish time
+    /// of the flow that brought the second arm there; ties, and recordings without times, by
+    /// prefix).
+    fn of<'g>(&self, obs: &[Observation], groups: impl Iterator<Item = &'g Group>, min_flows: usize) -> Vec<f64> {
+        let groups: Vec<&Group> = groups.collect();
+        let mut prefixes: Vec<(f64, &str, usize)> = groups
+            .iter()
+            .enumerate()
+            .filter(|(_, g)| g.kind == GroupKind::Prefix)
+            .map(|(i, g)| (reached_at(obs, &g.members, min_flows), g.label.as_str(), i))
+            .collect();
+        prefixes.sort_by(|x, y| x.0.total_cmp(&y.0).then_with(|| x.1.cmp(y.1)));
+        let mut out = vec![self.declared; groups.len()];
+        for (j, (_, _, i)) in prefixes.into_iter().enumerate() {
+            let j = (j + 1) as f64;
+            out[i] = self.prefixes * 6.0 / (std::f64::consts::PI * std::f64::consts::PI * j * j);
+        }
+        out
+    }
+}
+
+/// When `members` first had `min_flows` finished flows in each arm (Unix seconds; infinity for
+/// flows without a finish time, as in the oldest recordings).
+fn reached_at(obs: &[Observation], members: &[usize], min_flows: usize) -> f64 {
+    let mut ends: Vec<(f64, usize)> =
+        members.iter().map(|&i| (obs[i].end_ts.unwrap_or(f64::INFINITY), obs[i].arm)).collect();
+    ends.sort_by(|x, y| x.0.total_cmp(&y.0));
+    let mut n = [0usize; 2];
+    for (t, arm) in ends {
+        n[arm.min(1)] += 1;
+        if n[0] >= min_flows && n[1] >= min_flows {
+            return t;
+        }
+    }
+    f64::INFINITY
+}
+
 /// The whole analysis of a finished (or running) experiment.
 pub fn analyze(obs: &[Observation], opts: &Options) -> Analysis {
     let names = opts.arms.clone().unwrap_or_else(|| arm_names(obs));
@@ -369,13 +428,12 @@ pub fn analyze(obs: &[Observation], opts: &Options) -> Analysis {
         }
         kept_groups.push((g, strata.estimate(), strata.left_out(&opts.rtt_bands_ms)));
     }
-    // α is shared by every group that has an answer: an experiment where B changes nothing is
-    // called different somewhere at most α of the time, however many groups it has.
     let judged = kept_groups.iter().filter(|(_, e, _)| e.is_some()).count();
-    let alpha_g = opts.rule.alpha / judged.max(1) as f64;
+    let alphas = AlphaSplit::new(opts).of(obs, kept_groups.iter().map(|(g, ..)| g), opts.min_flows);
     let results = kept_groups
         .into_iter()
-        .map(|(g, est, left_out)| {
+        .zip(alphas)
+        .map(|((g, est, left_out), alpha_g)| {
             let answer = decide::answer(est, alpha_g, &opts.rule);
             let verdict = if integrity.overridden { Verdict::ArmsOverridden } else { Verdict::of(answer.outcome) };
             let metrics = if opts.secondary { secondary_metrics(obs, &g, opts) } else { Vec::new() };
@@ -686,6 +744,41 @@ pub(crate) mod tests {
 
     pub(crate) fn group<'a>(a: &'a Analysis, label: &str) -> &'a GroupResult {
         a.groups.iter().find(|g| g.label == label).unwrap_or_else(|| panic!("no group {label}"))
+    }
+
+    /// α is split before the first flow: the declared groups (all flows, four RTT bands) share
+    /// half, and a prefix keeps the level it had when it first reached `min_flows` per arm however
+    /// many prefixes come after it; the whole family stays within α.
+    #[test]
+    fn a_groups_alpha_is_fixed_when_it_first_appears() {
+        let level_of = |a: &Analysis, label: &str| group(a, label).answer.level;
+        // The far clients' flows all finish first: the near /24 reaches `min_flows` per arm only
+        // in the second half.
+        let mut obs = lossy_and_clean(2);
+        for (i, o) in obs.iter_mut().enumerate() {
+            let far = o.min_rtt_us.is_some_and(|r| r > 100_000);
+            o.end_ts = Some(if far { 0.0 } else { 1e6 } + i as f64);
+        }
+        obs.sort_by(|x, y| x.end_ts.unwrap().total_cmp(&y.end_ts.unwrap()));
+        let opts = Options::default();
+        let early = analyze(&obs[..obs.len() / 2], &opts);
+        let late = analyze(&obs, &opts);
+        let prefixes: Vec<&str> =
+            early.groups.iter().filter(|g| g.kind == GroupKind::Prefix).map(|g| g.label.as_str()).collect();
+        assert_eq!(prefixes, ["203.0.113.0/24"]);
+        for label in prefixes.iter().copied().chain(["all flows"]) {
+            assert!((level_of(&early, label) - level_of(&late, label)).abs() < 1e-15, "{label}");
+        }
+        assert!((level_of(&late, "all flows") - (1.0 - 0.05 / 2.0 / 5.0)).abs() < 1e-12);
+        // The first prefix gets (α/2)·6/π², the next a quarter of that.
+        let mut prefix_alphas: Vec<f64> =
+            late.groups.iter().filter(|g| g.kind == GroupKind::Prefix).map(|g| 1.0 - g.answer.level).collect();
+        prefix_alphas.sort_by(|x, y| y.total_cmp(x));
+        let first = 0.025 * 6.0 / (std::f64::consts::PI * std::f64::consts::PI);
+        assert!((prefix_alphas[0] - first).abs() < 1e-12, "{prefix_alphas:?}");
+        assert!((prefix_alphas[1] - first / 4.0).abs() < 1e-12, "{prefix_alphas:?}");
+        let family: f64 = late.groups.iter().map(|g| 1.0 - g.answer.level).sum();
+        assert!(family <= 0.05 + 1e-12, "{family}");
     }
 
     /// B 40% faster for the far /24 and no different for the near one: the first is found, the

@@ -21,8 +21,10 @@
 //!   It holds at every look at once, so the live view and the guardrail may look every 2 s
 //!   and the final report is still valid at the promised level.
 //! - **Family.** A run answers for several groups at once (all flows, RTT bands, prefixes,
-//!   lists); each group's interval is at level `α/k` for `k` groups judged (Bonferroni), so an
-//!   experiment where B changes nothing says "B differs" anywhere at most `α` of the time.
+//!   lists); α is split among them before the first flow (`analysis::AlphaSplit`: half equally
+//!   over the groups declared up front, half over the prefixes in the order they fill), so an
+//!   experiment where B changes nothing says "B differs" anywhere at most `α` of the time, and no
+//!   group's level moves as other groups come.
 //! - **Four outcomes.** B better by X [interval]; B worse by X [interval]; no difference larger
 //!   than δ (the whole interval inside ±δ); or inconclusive, with about how many more flows
 //!   would decide if the estimate held.

@@ -192,12 +192,15 @@ pub(crate) fn build(a: &Analysis, ctx: &Context) -> Report {
             "decision: per client group, B's effect on completion time as the client feels it (handshake \
              included), the time-weighted mean over strata (RTT band x response size) of the log ratio of the \
              arms' geometric means, with a normal-mixture confidence sequence (always valid, tau {}) at \
-             family-wise alpha {} shared over {} groups; no difference when the interval lies within +-{}%; a \
+             family-wise alpha {} split at the start (half equally over the groups declared up front: all flows, \
+             RTT bands, prefix lists; half over destination prefixes, the j-th to reach {} flows per arm \
+             alpha/2*6/(pi^2 j^2); {} groups judged); no difference when the interval lies within +-{}%; a \
              change that matters is at least {}% and {} ms per response. Secondary tables: percentile bootstrap \
              of B/A-1, {} resamples per arm, seed {}; retransmit rate: delta method, B-A in percentage points; \
              at least {} flows per arm per cell (more for p95/p99)",
             super::decide::TAU,
             a.alpha,
+            a.min_flows,
             a.groups_judged,
             a.delta_pct,
             a.delta_pct,

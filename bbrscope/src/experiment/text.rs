@@ -136,7 +136,7 @@ impl Report {
         let d = &self.decision;
         let _ = writeln!(
             s,
-            "  decides: completion time as the client feels it, per client group (α {} over {} groups)",
+            "  decides: completion time as the client feels it, per group (α {} split up front, {} judged)",
             d.alpha, d.groups_judged
         );
         let _ = writeln!(s, "  matters: {}% and {} ms per response", fmt_num(d.delta_pct), fmt_num(d.min_effect_ms));

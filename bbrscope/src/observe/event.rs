@@ -264,6 +264,9 @@ pub enum EndReason {
     /// Retransmission timeouts gave up (tcp_retries2, or a user timeout).
     Timeout,
     Refused,
+    /// Also what replay reads an end it does not know as (a newer writer's), so that the
+    /// summary still counts.
+    #[serde(other)]
     Other,
 }
 
@@ -623,6 +626,14 @@ impl Decoder<'_> {
 mod tests {
     use super::*;
     use crate::observe::kernel::layout::Field;
+
+    /// An end a newer writer knows and this one does not reads as `other`: the summary still
+    /// counts in a replay or an experiment's analysis.
+    #[test]
+    fn an_unknown_end_reads_as_other() {
+        assert_eq!(serde_json::from_str::<EndReason>("\"reset_by_a_middlebox\"").unwrap(), EndReason::Other);
+        assert_eq!(serde_json::from_str::<EndReason>("\"timeout\"").unwrap(), EndReason::Timeout);
+    }
 
     #[test]
     fn addresses_show_ipv4_for_mapped() {
