@@ -22,7 +22,7 @@ use crate::{
         report::InScope,
         request::{Mode, Request, Run},
         run::{Watch, Watched},
-        setup::{self, Setup},
+        setup::{self, Design, Setup},
         status_quo::StatusQuo,
     },
     observe::clock::Clock,
@@ -58,6 +58,7 @@ async fn experiment(request: &Request, run: &Run) -> Result<()> {
         guardrail_pct: run.guardrail.then_some(request.guardrail_pct),
         prefix_lists: request.prefix_lists.clone().unwrap_or_default(),
         status_quo: StatusQuo::discover().algorithm,
+        design: Design::PerConnection,
     };
     let state = LiveExperiment::new(spec, limit, run.guardrail);
     let _lock = lock::acquire(&running(run, &state))?;

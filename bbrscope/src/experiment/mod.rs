@@ -35,6 +35,7 @@ pub mod progress;
 pub mod record;
 pub(crate) mod request;
 pub(crate) mod run;
+pub mod schedule;
 pub mod setup;
 
 use std::net::{IpAddr, SocketAddr};
@@ -205,6 +206,12 @@ impl Observation {
 
     /// Completion time as the client feels it: the handshake, then the server's view. This is
     /// the time the experiment decides on.
+    /// When the connection began (Unix seconds): where a switchback attributes it, to the block
+    /// whose arm the kernel gave it.
+    pub(crate) fn start_ts(&self) -> Option<f64> {
+        self.end_ts.map(|end| end - self.duration_s)
+    }
+
     pub(crate) fn client_s(&self) -> f64 {
         self.handshake_s + self.duration_s
     }

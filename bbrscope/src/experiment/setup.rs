@@ -26,6 +26,19 @@ pub struct Setup {
     /// What the connections would run without the experiment, when one algorithm is known
     /// ([`super::status_quo`]): the guardrail watches the arms that differ from it.
     pub status_quo: Option<String>,
+    /// How connections got their arms.
+    pub design: Design,
+}
+
+/// How the experiment gives connections their arms (`--design`), and so what its answer means.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub enum Design {
+    /// Each connection draws its arm: B beside A, on shared bottlenecks.
+    #[default]
+    PerConnection,
+    /// Blocks of time where everyone runs A, everyone B, or each draws ([`super::schedule`]):
+    /// B for everyone against A for everyone.
+    Switchback(super::schedule::Schedule),
 }
 
 impl Setup {
