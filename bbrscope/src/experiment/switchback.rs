@@ -96,8 +96,10 @@ pub(crate) struct Estimates {
     pub(crate) per_connection: Option<Contrast>,
     /// Mixed A − A block: A's flows beside B's against A's alone.
     pub(crate) interference: Option<Contrast>,
-    /// Rounds with flows in both an A and a B block.
+    /// Rounds with flows in both an A and a B block, and in both the A block and the mixed
+    /// block's A flows (the interference's), whether or not they are enough.
     pub(crate) rounds: usize,
+    pub(crate) interference_rounds: usize,
     /// Flows left out: started in a burn-in; on another arm than their block's.
     pub(crate) burn_in: usize,
     pub(crate) mismatched: usize,
@@ -142,7 +144,9 @@ pub(crate) fn estimate(obs: &[Observation], members: &[usize], s: &Schedule, rtt
     out.everyone = contrast(A_BLOCK, B_BLOCK);
     out.per_connection = contrast(MIXED_A, MIXED_B);
     out.interference = contrast(A_BLOCK, MIXED_A);
-    out.rounds = rounds.values().filter(|c| c[A_BLOCK].n > 0 && c[B_BLOCK].n > 0).count();
+    let both = |from: usize, to: usize| rounds.values().filter(|c| c[from].n > 0 && c[to].n > 0).count();
+    out.rounds = both(A_BLOCK, B_BLOCK);
+    out.interference_rounds = both(A_BLOCK, MIXED_A);
     out
 }
 
@@ -235,7 +239,7 @@ pub(crate) fn judge(e: &Estimates, alpha: f64, rule: &Rule) -> (Answer, Switchba
             high_pct: i.high_pct,
             level: i.level,
             flows: i.flows,
-            rounds: e.interference.map_or(0, |c| c.rounds),
+            rounds: e.interference_rounds,
         },
         bias_pts,
         left_out: LeftOut { burn_in: e.burn_in, mismatched: e.mismatched },
@@ -546,14 +550,56 @@ pub(crate) mod tests {
         }
     }
 
-    /// Power: everyone on B 30% slower, no interference: found for "all flows" in most runs of
-    /// 30 rounds.
+    /// Power: everyone on B 30% (or 10%) slower on the server's side, no interference: how often
+    /// "all flows" finds B worse in 100 runs of 30 rounds and of 10.
     #[test]
     fn a_planted_everyone_slowdown_is_found() {
-        let slower = Bottleneck { b: 1.3, beside_a: 0.0, beside_b: 0.0 };
-        let (_, _, at30) = rates(0..50, 30, slower);
-        let (_, _, at10) = rates(0..50, 10, slower);
-        crate::output::errln!("switchback power, B x1.3: {at30:.2} at 30 rounds, {at10:.2} at 10");
-        assert!(at30 >= 0.9, "power at 30 rounds {at30}, at 10 {at10}");
+        let power = |b, rounds| rates(0..100, rounds, Bottleneck { b, beside_a: 0.0, beside_b: 0.0 }).2;
+        let p = [power(1.3, 30), power(1.3, 10), power(1.1, 30), power(1.1, 10)];
+        let said =
+            format!("x1.3: {:.2} at 30 rounds, {:.2} at 10; x1.1: {:.2} at 30, {:.2} at 10", p[0], p[1], p[2], p[3]);
+        crate::output::errln!("switchback power, {said}");
+        assert!(p[0] >= 0.95 && p[1] >= 0.8 && p[2] >= 0.8, "{said}");
+    }
+
+    /// The interference line says what its interval says: slower beside B only with the interval
+    /// above 0, faster only below, "none shown" when it holds 0; and a group without the rounds
+    /// says how many it has of those it needs.
+    #[test]
+    fn the_interference_line_never_contradicts_its_interval() {
+        let mut seen = [false; 3];
+        for (seed, beside_a) in [(1, 0.8), (2, -0.4), (3, 0.0), (4, 0.0), (5, -0.4), (6, 0.8)] {
+            let (obs, opts) = switchback_run(seed, 20, Bottleneck { b: 0.9, beside_a, beside_b: 0.0 });
+            let r = build(&analyze(&obs, &opts), &everything());
+            for g in &r.groups {
+                let i = &g.result.switchback.as_ref().unwrap().interference;
+                let (lo, hi) = (i.low_pct.unwrap(), i.high_pct.unwrap());
+                let words = g.interference.as_deref().unwrap();
+                if words.contains(" slower beside BBR than alone") {
+                    assert!(lo > 0.0, "{words}");
+                    seen[0] = true;
+                } else if words.contains(" faster beside BBR than alone") {
+                    assert!(hi < 0.0, "{words}");
+                    seen[1] = true;
+                } else {
+                    assert!(lo <= 0.0 && hi >= 0.0 && words.contains(": none shown: "), "{words}");
+                    seen[2] = true;
+                }
+            }
+        }
+        assert_eq!(seen, [true; 3], "every wording met");
+        let (obs, opts) = switchback_run(7, 5, Bottleneck { b: 0.9, beside_a: 0.0, beside_b: 0.0 });
+        let r = build(&analyze(&obs, &opts), &everything());
+        let g = &r.groups[0];
+        assert_eq!(g.result.verdict, Verdict::TooFewFlows);
+        assert_eq!(
+            g.conclusion,
+            "too few rounds for all flows: 5 of the 8 needed with flows in both an A and a B block"
+        );
+        assert!(
+            g.interference.as_deref().unwrap().contains("not measured yet (5 of the 8 rounds needed)"),
+            "{:?}",
+            g.interference
+        );
     }
 }
