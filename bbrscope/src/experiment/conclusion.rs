@@ -53,7 +53,13 @@ fn left_out(strata: &[super::decide::LeftOut]) -> String {
 pub(crate) fn conclusion(a: &Analysis, g: &GroupResult) -> String {
     let names = [&a.arms[0].cc, &a.arms[1].cc];
     let ans = &g.answer;
-    let flows = fmt_count(g.flows());
+    // A switchback's answer rests on its A and B blocks' counted flows, not all the group's.
+    let flows = match &g.switchback {
+        Some(sb) => {
+            format!("{} flows in the A and B blocks of {} rounds", fmt_count(ans.flows[0] + ans.flows[1]), sb.rounds)
+        }
+        None => format!("{} flows", fmt_count(g.flows())),
+    };
     // A switchback's answer is everyone on B against everyone on A, and says so.
     let whose = match g.switchback {
         Some(_) => {
@@ -80,11 +86,11 @@ pub(crate) fn conclusion(a: &Analysis, g: &GroupResult) -> String {
     match g.verdict {
         Verdict::BBetter | Verdict::ABetter => {
             let arm = usize::from(g.verdict == Verdict::BBetter);
-            format!("{} faster for {}: {}, {flows} flows{coverage}{small}", shout(names[arm]), g.label, change())
+            format!("{} faster for {}: {}, {flows}{coverage}{small}", shout(names[arm]), g.label, change())
         }
         Verdict::NoDifference => {
             format!(
-                "no difference larger than {}% for {}: {}, {flows} flows{coverage}",
+                "no difference larger than {}% for {}: {}, {flows}{coverage}",
                 fmt_num(a.delta_pct),
                 g.label,
                 change()
@@ -101,7 +107,7 @@ pub(crate) fn conclusion(a: &Analysis, g: &GroupResult) -> String {
                 format!(" (changes of ±{} are detectable now)", fmt_pct(d).trim_start_matches('+'))
             });
             format!(
-                "inconclusive for {}: {}, {flows} flows{detectable}; about {} more flows{when} would decide{coverage}",
+                "inconclusive for {}: {}, {flows}{detectable}; about {} more flows{when} would decide{coverage}",
                 g.label,
                 change(),
                 fmt_count(more as usize)

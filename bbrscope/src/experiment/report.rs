@@ -5,7 +5,9 @@
 //!
 //! JSON shape (numbers are JSON numbers; `null` where there is no value):
 //! ```text
-//! { "arms": [ {"label": "a", "arm": "cubic", "flows": 1204, "bytes": 123456789},
+//! { "design": {"name": "per_connection" | "switchback", "answers": "B beside A: ...",
+//!              (switchback:) "block_s": 20.0, "burn_in_s": 4.0, "seed": 7, "rounds": 30},
+//!   "arms": [ {"label": "a", "arm": "cubic", "flows": 1204, "bytes": 123456789},
 //!             {"label": "b", "arm": "bbr",   "flows": 1198, "bytes": 120000000} ],
 //!   "level": 0.95, "method": "...",
 //!   "decision": {"alpha": 0.05, "delta_pct": 5.0, "min_effect_ms": 5.0, "groups_judged": 6},
@@ -34,7 +36,16 @@
 //!                                "needs": null | 100,
 //!                                "diff": {"unit": "relative_pct" | "points", "estimate": -38.0,
 //!                                         "low": -45.0, "high": -30.0, "p_value": 0.0005,
-//!                                         "significant": true} | null } ] } ],
+//!                                         "significant": true} | null } ],
+//!                 (switchback only:)
+//!                 "design": "switchback",
+//!                 "switchback": {"rounds": 30, "per_connection": {..as answer..},
+//!                                "interference": {"effect_pct": 26.0, "low_pct": 18.0,
+//!                                                 "high_pct": 35.0, "level": 0.995,
+//!                                                 "flows": [1210, 780], "rounds": 30},
+//!                                "bias_pts": -17.5,
+//!                                "left_out": {"burn_in": 1069, "mismatched": 0}},
+//!                 "interference": "interference for all flows: CUBIC's own flows were ..." } ],
 //!   "sparse_prefixes": {"groups": 312, "flows": 2001},
 //!   "in_flight": {"a": 10, "b": 1},
 //!   "recommend": {"scope": "system" | "routes" | "cgroup" | "none", "arm": "bbr" | null,
@@ -45,7 +56,9 @@
 //! bootstrap intervals per quantile, shown and never deciding. `in_flight`: flows per arm still
 //! running when the experiment ended, after its drain; they are in every count and analysis
 //! above (`flows`, `sample_ratio`, `answer`) with their elapsed time as their completion time, a
-//! lower bound (0 and 0 in recordings made before flows in flight were kept).
+//! lower bound (0 and 0 in recordings made before flows in flight were kept). Under a switchback
+//! `answer` is everyone on B against everyone on A ([`super::switchback`]); a per-connection
+//! report has none of the switchback's fields, exactly as before that design existed.
 
 use ipnet::IpNet;
 use serde::{Deserialize, Serialize};
