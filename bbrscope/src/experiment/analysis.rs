@@ -26,6 +26,11 @@
 //!   quantile q needs `min_tail_flows / (1−q)` (p95: 100, p99: 500 by default): below that a
 //!   percentile bootstrap of a tail quantile is just the sample maximum and its interval lies.
 //!
+//! - **Switchback** (`Options::design`): each group's answer is the switchback's
+//!   everyone-switched estimate ([`super::switchback`]), beside its per-connection and
+//!   interference estimates; the secondary tables describe its A and B blocks' counted flows, and
+//!   the sample ratio is checked on its mixed blocks' flows, where arms are drawn.
+//!
 //! RTT bands group flows by their own `min_rtt`, measured after the arm was assigned; the
 //! minimum RTT is the path's propagation delay, which the sender's algorithm does not change, so
 //! the band is as good as a pre-assignment attribute. Destination prefixes are pre-assignment
