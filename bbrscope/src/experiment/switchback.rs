@@ -492,6 +492,7 @@ pub(crate) mod tests {
                 g.conclusion
             );
             // The commands rest on the everyone-switched answer, without the per-connection caveat.
+            assert_eq!(r.recommend.commands, ["bbrscope apply bbr"], "{:?}", r.recommend);
             assert!(r.recommend.notes.iter().all(|n| !n.contains("per-connection A/B")), "{:?}", r.recommend);
             if seed == 1 {
                 crate::output::errln!(
@@ -518,6 +519,23 @@ pub(crate) mod tests {
                 assert!(text.contains("\ninterference for all flows: CUBIC's own flows were "), "{text}");
                 assert!(text.lines().all(|l| l.chars().count() <= 100), "{text}");
             }
+        }
+    }
+
+    /// The sign the audit saw flip: B slower for everyone, yet its flows beside A's
+    /// (which they slow) faster than A's. The per-connection A/B on the same traffic says B is
+    /// faster; the switchback says it is slower, and recommends A, never B.
+    #[test]
+    fn where_the_per_connection_sign_is_wrong_the_switchback_recommends_against_b() {
+        let link = Bottleneck { b: 1.15, beside_a: 1.0, beside_b: 0.0 };
+        for seed in 1..=3 {
+            let (obs, opts) = switchback_run(seed, 30, link);
+            let r = build(&analyze(&obs, &opts), &everything());
+            let g = &r.groups[0];
+            let pc = &g.result.switchback.as_ref().unwrap().per_connection;
+            assert_eq!(pc.outcome, decide::Outcome::BBetter, "seed {seed}: {pc:?}");
+            assert_eq!(g.result.verdict, Verdict::ABetter, "seed {seed}: {}", g.conclusion);
+            assert!(r.recommend.commands.iter().all(|c| !c.contains(" bbr")), "{:?}", r.recommend);
         }
     }
 
