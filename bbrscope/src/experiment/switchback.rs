@@ -144,21 +144,22 @@ pub(crate) fn estimate(obs: &[Observation], members: &[usize], s: &Schedule, rtt
     out.everyone = contrast(A_BLOCK, B_BLOCK);
     out.per_connection = contrast(MIXED_A, MIXED_B);
     out.interference = contrast(A_BLOCK, MIXED_A);
-    let both = |from: usize, to: usize| rounds.values().filter(|c| c[from].n > 0 && c[to].n > 0).count();
-    out.rounds = both(A_BLOCK, B_BLOCK);
-    out.interference_rounds = both(A_BLOCK, MIXED_A);
+    out.rounds = paired(&rounds, A_BLOCK, B_BLOCK).count();
+    out.interference_rounds = paired(&rounds, A_BLOCK, MIXED_A).count();
     out
+}
+
+/// Cells `from` and `to` of each round that has flows in both.
+fn paired(rounds: &BTreeMap<i64, [Cell; 4]>, from: usize, to: usize) -> impl Iterator<Item = [&Cell; 2]> {
+    rounds.values().filter(move |c| c[from].n > 0 && c[to].n > 0).map(move |c| [&c[from], &c[to]])
 }
 
 /// Cell `to`'s mean residual minus cell `from`'s, per round, weighted by `n_from·n_to/(n_from +
 /// n_to)` (a round's inverse variance were its flows alike), with the rounds-as-clusters
 /// sandwich variance; `None` before [`MIN_ROUNDS`] rounds have flows in both cells.
 fn contrast(rounds: &BTreeMap<i64, [Cell; 4]>, from: usize, to: usize, strata: usize) -> Option<Contrast> {
-    let pairs: Vec<(f64, f64, [&Cell; 2])> = rounds
-        .values()
-        .filter(|c| c[from].n > 0 && c[to].n > 0)
-        .map(|c| {
-            let (a, b) = (&c[from], &c[to]);
+    let pairs: Vec<(f64, f64, [&Cell; 2])> = paired(rounds, from, to)
+        .map(|[a, b]| {
             let (na, nb) = (a.n as f64, b.n as f64);
             (na * nb / (na + nb), b.sum / nb - a.sum / na, [a, b])
         })
