@@ -26,6 +26,11 @@
 //!   quantile q needs `min_tail_flows / (1−q)` (p95: 100, p99: 500 by default): below that a
 //!   percentile bootstrap of a tail quantile is just the sample maximum and its interval lies.
 //!
+//! - **Switchback** (`Options::design`): each group's answer is the switchback's
+//!   everyone-switched estimate ([`super::switchback`]), beside its per-connection and
+//!   interference estimates; the secondary tables describe its A and B blocks' counted flows, and
+//!   the sample ratio is checked on its mixed blocks' flows, where arms are drawn.
+//!
 //! RTT bands group flows by their own `min_rtt`, measured after the arm was assigned; the
 //! minimum RTT is the path's propagation delay, which the sender's algorithm does not change, so
 //! the band is as good as a pre-assignment attribute. Destination prefixes are pre-assignment
@@ -42,7 +47,10 @@ use super::{
     Observation,
     decide::{self, Answer, Outcome, Rule, Strata},
     groups::{Bucket, Group, GroupKind, PrefixList, groups},
+    schedule::Kind,
+    setup::Design,
     stats::{Diff, DiffUnit, SampleRatio, bootstrap_rel, erfc, normal_quantile, ratio_of_sums, sample_ratio},
+    switchback::{self, Place, SwitchbackGroup},
 };
 
 /// How to analyse.
@@ -74,6 +82,9 @@ pub struct Options {
     /// Compute the secondary tables (bootstrap intervals per quantile); off where only the
     /// decision is wanted (the guardrail's replay, the error-rate harness).
     pub secondary: bool,
+    /// How connections got their arms: a switchback's answers are its everyone-switched
+    /// estimates ([`switchback`]).
+    pub design: Design,
 }
 
 impl Default for Options {
@@ -95,6 +106,7 @@ impl Default for Options {
             srm_alpha: 0.001,
             rule: Rule::default(),
             secondary: true,
+            design: Design::PerConnection,
         }
     }
 }
@@ -212,6 +224,14 @@ pub struct GroupResult {
     /// Indices into the observations (for the figure).
     #[serde(skip)]
     pub(crate) members: Vec<usize>,
+    /// The design the answer came from, under a switchback (`switchback`: B for everyone
+    /// against A for everyone); absent for a per-connection A/B.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) design: Option<&'static str>,
+    /// A switchback's other estimates: the per-connection A/B on the same traffic, the
+    /// interference, the flows the schedule left out.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) switchback: Option<SwitchbackGroup>,
 }
 
 impl GroupResult {
@@ -289,6 +309,8 @@ pub struct Analysis {
     /// Flows per arm still running when it ended (after the drain): in the analysis with their
     /// elapsed time as their completion time (see [`Observation::censored`]).
     pub(crate) in_flight: [usize; 2],
+    #[serde(skip)]
+    pub(crate) design: Design,
 }
 
 /// The arms' algorithms as the observations say: the algorithm most of each arm's flows ran
@@ -422,21 +444,39 @@ pub fn analyze(obs: &[Observation], opts: &Options) -> Analysis {
                 continue;
             }
         }
-        let mut strata = Strata::default();
-        for &i in &g.members {
-            strata.add(&obs[i], &opts.rtt_bands_ms);
-        }
-        kept_groups.push((g, strata.estimate(), strata.left_out(&opts.rtt_bands_ms)));
+        // A switchback's answer is its everyone-switched estimate; the per-connection strata's
+        // flows-per-cell rule does not apply to it (its residuals use every counted flow).
+        let (est, left_out, sb) = match opts.design {
+            Design::Switchback(s) => {
+                let e = switchback::estimate(obs, &g.members, &s, &opts.rtt_bands_ms);
+                (e.everyone.map(|c| c.est), Vec::new(), Some(e))
+            }
+            Design::PerConnection => {
+                let mut strata = Strata::default();
+                for &i in &g.members {
+                    strata.add(&obs[i], &opts.rtt_bands_ms);
+                }
+                (strata.estimate(), strata.left_out(&opts.rtt_bands_ms), None)
+            }
+        };
+        kept_groups.push((g, est, left_out, sb));
     }
-    let judged = kept_groups.iter().filter(|(_, e, _)| e.is_some()).count();
+    let judged = kept_groups.iter().filter(|(_, e, ..)| e.is_some()).count();
     let alphas = AlphaSplit::new(opts).of(obs, kept_groups.iter().map(|(g, ..)| g), opts.min_flows);
     let results = kept_groups
         .into_iter()
         .zip(alphas)
-        .map(|((g, est, left_out), alpha_g)| {
-            let answer = decide::answer(est, alpha_g, &opts.rule);
+        .map(|((g, est, left_out, sb), alpha_g)| {
+            let (answer, switchback) = match sb {
+                Some(e) => {
+                    let (answer, other) = switchback::judge(&e, alpha_g, &opts.rule);
+                    (answer, Some(other))
+                }
+                None => (decide::answer(est, alpha_g, &opts.rule), None),
+            };
             let verdict = if integrity.overridden { Verdict::ArmsOverridden } else { Verdict::of(answer.outcome) };
-            let metrics = if opts.secondary { secondary_metrics(obs, &g, opts) } else { Vec::new() };
+            let metrics =
+                if opts.secondary { secondary_metrics(obs, &shown(obs, &g.members, opts), opts) } else { Vec::new() };
             GroupResult {
                 kind: g.kind,
                 label: g.label.clone(),
@@ -447,6 +487,8 @@ pub fn analyze(obs: &[Observation], opts: &Options) -> Analysis {
                 left_out,
                 metrics,
                 members: g.members,
+                design: switchback.is_some().then_some("switchback"),
+                switchback,
             }
         })
         .collect();
@@ -472,14 +514,36 @@ pub fn analyze(obs: &[Observation], opts: &Options) -> Analysis {
         // Of every flow the kernel gave an arm, whether it ran it or not: the check is of the
         // assignment. Flows whose service overrode the arm (left out, above) are counted in the
         // integrity line as what they are, not read as flows lost.
+        // A switchback draws arms only in its mixed blocks: the split is checked there.
         sample_ratio: {
-            let assigned = arm_stats(obs, &(0..obs.len()).collect::<Vec<_>>());
+            let drawn: Vec<usize> = match opts.design {
+                Design::PerConnection => (0..obs.len()).collect(),
+                Design::Switchback(s) => (0..obs.len())
+                    .filter(|&i| matches!(switchback::place(&obs[i], &s), Place::Counted(_, Kind::Mixed)))
+                    .collect(),
+            };
+            let assigned = arm_stats(obs, &drawn);
             sample_ratio([assigned[0].flows, assigned[1].flows], opts.split_b, opts.srm_alpha)
         },
         groups: results,
         sparse_prefixes: sparse,
         flows_per_s: (ends.len() > 1 && span > 0.0).then(|| ends.len() as f64 / span),
         in_flight: [0, 1].map(|arm| obs.iter().filter(|o| o.censored && o.arm == arm).count()),
+        design: opts.design,
+    }
+}
+
+/// The flows a group's secondary tables describe: all its members for a per-connection A/B;
+/// under a switchback, those of its A and B blocks after their burn-in (everyone on A against
+/// everyone on B, as its answer).
+fn shown(obs: &[Observation], members: &[usize], opts: &Options) -> Vec<usize> {
+    match opts.design {
+        Design::PerConnection => members.to_vec(),
+        Design::Switchback(s) => members
+            .iter()
+            .copied()
+            .filter(|&i| matches!(switchback::place(&obs[i], &s), Place::Counted(_, Kind::A | Kind::B)))
+            .collect(),
     }
 }
 
@@ -570,10 +634,10 @@ fn pname(q: f64) -> String {
 /// The tables shown beside the answer: completion time (as the client feels it) by size bucket
 /// at p50/p95/p99, goodput, RTT, RTT inflation and retransmissions, each with a fixed-level
 /// bootstrap interval. They describe; they do not decide (see [`decide`]).
-fn secondary_metrics(obs: &[Observation], g: &Group, opts: &Options) -> Vec<Metric> {
+fn secondary_metrics(obs: &[Observation], members: &[usize], opts: &Options) -> Vec<Metric> {
     let mut metrics = Vec::new();
     for bucket in Bucket::ALL {
-        let v = values(obs, &g.members, |o| (Bucket::of(o.bytes) == bucket).then_some(o.client_s()));
+        let v = values(obs, members, |o| (Bucket::of(o.bytes) == bucket).then_some(o.client_s()));
         if v[0].is_empty() && v[1].is_empty() {
             continue;
         }
@@ -591,9 +655,9 @@ fn secondary_metrics(obs: &[Observation], g: &Group, opts: &Options) -> Vec<Metr
             metrics.push(quantile_metric(spec, opts));
         }
     }
-    let goodput = values(obs, &g.members, |o| o.goodput_bps.map(|x| x as f64));
-    let srtt = values(obs, &g.members, |o| o.srtt_median_us.map(f64::from));
-    let inflation = values(obs, &g.members, |o| match (o.srtt_median_us, o.min_rtt_us) {
+    let goodput = values(obs, members, |o| o.goodput_bps.map(|x| x as f64));
+    let srtt = values(obs, members, |o| o.srtt_median_us.map(f64::from));
+    let inflation = values(obs, members, |o| match (o.srtt_median_us, o.min_rtt_us) {
         (Some(s), Some(m)) if m > 0 => Some(f64::from(s) / f64::from(m)),
         _ => None,
     });
@@ -615,7 +679,7 @@ fn secondary_metrics(obs: &[Observation], g: &Group, opts: &Options) -> Vec<Metr
     ] {
         metrics.push(quantile_metric(spec, opts));
     }
-    metrics.push(retrans_metric(obs, &g.members, opts));
+    metrics.push(retrans_metric(obs, members, opts));
     metrics
 }
 

@@ -5,7 +5,9 @@
 
 use super::{
     analysis::{Analysis, GroupResult, Verdict},
+    decide::Answer,
     format::{fmt_count, fmt_num, fmt_pct, fmt_signed_ms, fmt_span, shout},
+    switchback::MIN_ROUNDS,
 };
 
 /// The verdict in a few words with its number, as the dashboard and the figure caption show it:
@@ -51,16 +53,24 @@ fn left_out(strata: &[super::decide::LeftOut]) -> String {
 pub(crate) fn conclusion(a: &Analysis, g: &GroupResult) -> String {
     let names = [&a.arms[0].cc, &a.arms[1].cc];
     let ans = &g.answer;
-    let flows = fmt_count(g.flows());
+    // A switchback's answer rests on its A and B blocks' counted flows, not all the group's.
+    let flows = match &g.switchback {
+        Some(sb) => {
+            format!("{} flows in the A and B blocks of {} rounds", fmt_count(ans.flows[0] + ans.flows[1]), sb.rounds)
+        }
+        None => format!("{} flows", fmt_count(g.flows())),
+    };
+    // A switchback's answer is everyone on B against everyone on A, and says so.
+    let whose = match g.switchback {
+        Some(_) => {
+            format!("{} for everyone against {} for everyone: completion time", shout(names[1]), shout(names[0]))
+        }
+        None => format!("{}'s completion time", shout(names[1])),
+    };
     let change = || match (ans.effect_pct, ans.low_pct, ans.high_pct, ans.effect_ms) {
-        (Some(e), Some(lo), Some(hi), Some(ms)) => format!(
-            "{}'s completion time {} [{}, {}], ≈ {} per response",
-            shout(names[1]),
-            fmt_pct(e),
-            fmt_pct(lo),
-            fmt_pct(hi),
-            fmt_signed_ms(ms)
-        ),
+        (Some(e), Some(lo), Some(hi), Some(ms)) => {
+            format!("{whose} {} [{}, {}], ≈ {} per response", fmt_pct(e), fmt_pct(lo), fmt_pct(hi), fmt_signed_ms(ms))
+        }
         _ => String::new(),
     };
     let coverage = if ans.coverage > 0.0 && ans.coverage < 0.9 {
@@ -76,11 +86,11 @@ pub(crate) fn conclusion(a: &Analysis, g: &GroupResult) -> String {
     match g.verdict {
         Verdict::BBetter | Verdict::ABetter => {
             let arm = usize::from(g.verdict == Verdict::BBetter);
-            format!("{} faster for {}: {}, {flows} flows{coverage}{small}", shout(names[arm]), g.label, change())
+            format!("{} faster for {}: {}, {flows}{coverage}{small}", shout(names[arm]), g.label, change())
         }
         Verdict::NoDifference => {
             format!(
-                "no difference larger than {}% for {}: {}, {flows} flows{coverage}",
+                "no difference larger than {}% for {}: {}, {flows}{coverage}",
                 fmt_num(a.delta_pct),
                 g.label,
                 change()
@@ -97,12 +107,18 @@ pub(crate) fn conclusion(a: &Analysis, g: &GroupResult) -> String {
                 format!(" (changes of ±{} are detectable now)", fmt_pct(d).trim_start_matches('+'))
             });
             format!(
-                "inconclusive for {}: {}, {flows} flows{detectable}; about {} more flows{when} would decide{coverage}",
+                "inconclusive for {}: {}, {flows}{detectable}; about {} more flows{when} would decide{coverage}",
                 g.label,
                 change(),
                 fmt_count(more as usize)
             )
         }
+        Verdict::TooFewFlows if g.switchback.is_some() => format!(
+            "too few rounds for {}: {} of the {} needed with flows in both an A and a B block",
+            g.label,
+            g.switchback.as_ref().map_or(0, |sb| sb.rounds),
+            MIN_ROUNDS
+        ),
         Verdict::TooFewFlows => format!(
             "too few flows for {}: {} {} / {} {} (a stratum of RTT band and response size needs {} per arm)",
             g.label,
@@ -116,6 +132,52 @@ pub(crate) fn conclusion(a: &Analysis, g: &GroupResult) -> String {
             format!("no conclusion for {}: the flows did not run their arms' algorithms", g.label)
         }
     }
+}
+
+/// A switchback group's interference in words, worded by its interval: "interference for all
+/// flows: CUBIC's own flows were 38% [21%, 57%] slower beside BBR than alone: a per-connection A/B
+/// here says −52% [..], everyone switched −18% [..]"; "no interference shown" when the interval
+/// holds 0. `None` for a per-connection A/B.
+pub(crate) fn interference(a: &Analysis, g: &GroupResult) -> Option<String> {
+    let sb = g.switchback.as_ref()?;
+    let [na, nb] = [shout(&a.arms[0].cc), shout(&a.arms[1].cc)];
+    let i = &sb.interference;
+    let unsigned = |x: f64| fmt_pct(x).trim_start_matches(['+', '−']).to_string();
+    let said = |ans: &Answer| match (ans.effect_pct, ans.low_pct, ans.high_pct) {
+        (Some(e), Some(lo), Some(hi)) => format!("{} [{}, {}]", fmt_pct(e), fmt_pct(lo), fmt_pct(hi)),
+        _ => "nothing yet".into(),
+    };
+    let shown = match (i.effect_pct, i.low_pct, i.high_pct) {
+        (Some(e), Some(lo), Some(hi)) if lo > 0.0 => {
+            format!(
+                "{na}'s own flows were {} [{}, {}] slower beside {nb} than alone",
+                unsigned(e),
+                unsigned(lo),
+                unsigned(hi)
+            )
+        }
+        (Some(e), Some(lo), Some(hi)) if hi < 0.0 => {
+            format!(
+                "{na}'s own flows were {} [{}, {}] faster beside {nb} than alone",
+                unsigned(e),
+                unsigned(hi),
+                unsigned(lo)
+            )
+        }
+        (Some(e), Some(lo), Some(hi)) => format!(
+            "none shown: {na}'s own flows beside {nb} against alone {} [{}, {}]",
+            fmt_pct(e),
+            fmt_pct(lo),
+            fmt_pct(hi)
+        ),
+        _ => format!("not measured yet ({} of the {MIN_ROUNDS} rounds needed)", i.rounds),
+    };
+    Some(format!(
+        "interference for {}: {shown}: a per-connection A/B here says {}, everyone switched {}",
+        g.label,
+        said(&sb.per_connection),
+        said(&g.answer)
+    ))
 }
 
 #[cfg(test)]

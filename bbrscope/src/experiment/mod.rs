@@ -9,12 +9,13 @@
 //! - [`Observation`]: one finished flow, from its `flow_summary` (live, or read back from an
 //!   NDJSON capture for offline analysis).
 
-// The statistics: the client groups and size buckets, the primitives, the per-group analysis
-// and the one decision per group.
+// The statistics: the client groups and size buckets, the primitives, the per-group analysis,
+// the one decision per group and the switchback's estimates.
 pub mod analysis;
 pub(crate) mod decide;
 pub mod groups;
 pub(crate) mod stats;
+pub(crate) mod switchback;
 // What the analysis becomes: the report, its conclusions in words, the recommended commands,
 // the text rendering and the number formats, the figure.
 pub(crate) mod conclusion;
@@ -204,14 +205,14 @@ impl Observation {
         })
     }
 
-    /// Completion time as the client feels it: the handshake, then the server's view. This is
-    /// the time the experiment decides on.
     /// When the connection began (Unix seconds): where a switchback attributes it, to the block
     /// whose arm the kernel gave it.
     pub(crate) fn start_ts(&self) -> Option<f64> {
         self.end_ts.map(|end| end - self.duration_s)
     }
 
+    /// Completion time as the client feels it: the handshake, then the server's view. This is
+    /// the time the experiment decides on.
     pub(crate) fn client_s(&self) -> f64 {
         self.handshake_s + self.duration_s
     }

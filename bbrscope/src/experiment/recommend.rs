@@ -13,6 +13,7 @@ use super::{
     format::fmt_num,
     groups::GroupKind,
     report::Context,
+    setup::Design,
 };
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
@@ -84,7 +85,9 @@ pub fn recommend(a: &Analysis, ctx: &Context) -> Recommendation {
         Some(g) => winner.whole_scope(g),
         None => winner.routes(),
     };
-    if !rec.commands.is_empty() {
+    // A switchback's commands rest on everyone on the arm against everyone on the other: no
+    // caveat about flows beside each other.
+    if !rec.commands.is_empty() && a.design == Design::PerConnection {
         rec.notes.push(BESIDE.into());
     }
     rec

@@ -5,7 +5,9 @@
 //!
 //! JSON shape (numbers are JSON numbers; `null` where there is no value):
 //! ```text
-//! { "arms": [ {"label": "a", "arm": "cubic", "flows": 1204, "bytes": 123456789},
+//! { "design": {"name": "per_connection" | "switchback", "answers": "B beside A: ...",
+//!              (switchback:) "block_s": 20.0, "burn_in_s": 4.0, "seed": 7, "rounds": 30},
+//!   "arms": [ {"label": "a", "arm": "cubic", "flows": 1204, "bytes": 123456789},
 //!             {"label": "b", "arm": "bbr",   "flows": 1198, "bytes": 120000000} ],
 //!   "level": 0.95, "method": "...",
 //!   "decision": {"alpha": 0.05, "delta_pct": 5.0, "min_effect_ms": 5.0, "groups_judged": 6},
@@ -34,7 +36,16 @@
 //!                                "needs": null | 100,
 //!                                "diff": {"unit": "relative_pct" | "points", "estimate": -38.0,
 //!                                         "low": -45.0, "high": -30.0, "p_value": 0.0005,
-//!                                         "significant": true} | null } ] } ],
+//!                                         "significant": true} | null } ],
+//!                 (switchback only:)
+//!                 "design": "switchback",
+//!                 "switchback": {"rounds": 30, "per_connection": {..as answer..},
+//!                                "interference": {"effect_pct": 26.0, "low_pct": 18.0,
+//!                                                 "high_pct": 35.0, "level": 0.995,
+//!                                                 "flows": [1210, 780], "rounds": 30},
+//!                                "bias_pts": -17.5,
+//!                                "left_out": {"burn_in": 1069, "mismatched": 0}},
+//!                 "interference": "interference for all flows: CUBIC's own flows were ..." } ],
 //!   "sparse_prefixes": {"groups": 312, "flows": 2001},
 //!   "in_flight": {"a": 10, "b": 1},
 //!   "recommend": {"scope": "system" | "routes" | "cgroup" | "none", "arm": "bbr" | null,
@@ -45,16 +56,20 @@
 //! bootstrap intervals per quantile, shown and never deciding. `in_flight`: flows per arm still
 //! running when the experiment ended, after its drain; they are in every count and analysis
 //! above (`flows`, `sample_ratio`, `answer`) with their elapsed time as their completion time, a
-//! lower bound (0 and 0 in recordings made before flows in flight were kept).
+//! lower bound (0 and 0 in recordings made before flows in flight were kept). Under a switchback
+//! `answer` is everyone on B against everyone on A ([`super::switchback`]); a per-connection
+//! report has none of the switchback's fields, exactly as before that design existed.
 
 use ipnet::IpNet;
 use serde::{Deserialize, Serialize};
 
 use super::{
     analysis::{Analysis, GroupResult, Integrity, Sparse},
-    conclusion::conclusion,
+    conclusion::{conclusion, interference},
+    groups::GroupKind,
     guardrail::GuardDecision,
     recommend::{Recommendation, recommend},
+    setup::Design as SetupDesign,
     stats::SampleRatio,
 };
 
@@ -116,13 +131,26 @@ pub struct Report {
     pub(crate) recommend: Recommendation,
 }
 
-/// The experiment's design: the only one today is the per-connection A/B.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+/// The experiment's design: the per-connection A/B, or the switchback with its schedule.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize)]
 pub(crate) struct Design {
-    /// `per_connection`.
+    /// `per_connection` or `switchback`.
     pub(crate) name: &'static str,
     /// The question its answers are to, in a sentence.
     pub(crate) answers: &'static str,
+    /// A switchback's schedule (absent for a per-connection A/B).
+    #[serde(flatten, skip_serializing_if = "Option::is_none")]
+    pub(crate) schedule: Option<ScheduleReport>,
+}
+
+/// A switchback's schedule and how much of it the flows covered.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize)]
+pub(crate) struct ScheduleReport {
+    pub(crate) block_s: f64,
+    pub(crate) burn_in_s: f64,
+    pub(crate) seed: u64,
+    /// Rounds with flows (all flows) in both an A and a B block.
+    pub(crate) rounds: usize,
 }
 
 impl Design {
@@ -132,7 +160,38 @@ impl Design {
         name: "per_connection",
         answers: "B beside A: each arm's flows shared their bottlenecks with the other arm's, so where clients share \
                   one (a mobile cell, a busy shallow link) everyone on B can fare otherwise than B's flows did here",
+        schedule: None,
     };
+
+    /// Blocks of time where every new connection runs A, or every one B, or each draws
+    /// (docs/experiment-method.md, "Switchback").
+    const SWITCHBACK: Design = Design {
+        name: "switchback",
+        answers: "B for everyone against A for everyone: blocks of time where every new connection of the group ran A, \
+                  or every one B, compared round by round, per response; the mixed blocks show what a per-connection \
+                  A/B says on the same traffic, and how A's flows fared beside B's",
+        schedule: None,
+    };
+
+    fn of(a: &Analysis) -> Design {
+        match a.design {
+            SetupDesign::PerConnection => Design::PER_CONNECTION,
+            SetupDesign::Switchback(s) => Design {
+                schedule: Some(ScheduleReport {
+                    block_s: s.block_s,
+                    burn_in_s: s.burn_in_s,
+                    seed: s.seed,
+                    rounds: a
+                        .groups
+                        .iter()
+                        .find(|g| g.kind == GroupKind::All)
+                        .and_then(|g| g.switchback.as_ref())
+                        .map_or(0, |sb| sb.rounds),
+                }),
+                ..Design::SWITCHBACK
+            },
+        }
+    }
 }
 
 /// Flows per arm still running at the end.
@@ -165,6 +224,9 @@ pub struct GroupReport {
     #[serde(flatten)]
     pub(crate) result: GroupResult,
     pub(crate) conclusion: String,
+    /// A switchback's interference in words (absent for a per-connection A/B).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) interference: Option<String>,
 }
 
 /// What the report needs beyond the analysis.
@@ -180,7 +242,7 @@ pub struct Context {
 /// The report of an analysis.
 pub(crate) fn build(a: &Analysis, ctx: &Context) -> Report {
     Report {
-        design: Design::PER_CONNECTION,
+        design: Design::of(a),
         arms: [0, 1].map(|i| ArmReport {
             label: ["a", "b"][i],
             arm: a.arms[i].cc.clone(),
@@ -188,27 +250,7 @@ pub(crate) fn build(a: &Analysis, ctx: &Context) -> Report {
             bytes: a.arms[i].bytes,
         }),
         level: a.level,
-        method: format!(
-            "decision: per client group, B's effect on completion time as the client feels it (handshake \
-             included), the time-weighted mean over strata (RTT band x response size) of the log ratio of the \
-             arms' geometric means, with a normal-mixture confidence sequence (always valid, tau {}) at \
-             family-wise alpha {} split at the start (half equally over the groups declared up front: all flows, \
-             RTT bands, prefix lists; half over destination prefixes, the j-th to reach {} flows per arm \
-             alpha/2*6/(pi^2 j^2); {} groups judged); no difference when the interval lies within +-{}%; a \
-             change that matters is at least {}% and {} ms per response. Secondary tables: percentile bootstrap \
-             of B/A-1, {} resamples per arm, seed {}; retransmit rate: delta method, B-A in percentage points; \
-             at least {} flows per arm per cell (more for p95/p99)",
-            super::decide::TAU,
-            a.alpha,
-            a.min_flows,
-            a.groups_judged,
-            a.delta_pct,
-            a.delta_pct,
-            a.min_effect_ms,
-            a.resamples,
-            a.seed,
-            a.min_flows
-        ),
+        method: method(a),
         decision: DecisionRule {
             alpha: a.alpha,
             delta_pct: a.delta_pct,
@@ -218,11 +260,52 @@ pub(crate) fn build(a: &Analysis, ctx: &Context) -> Report {
         integrity: a.integrity.clone(),
         sample_ratio: a.sample_ratio.clone(),
         scope: ctx.scope.clone(),
-        groups: a.groups.iter().map(|g| GroupReport { result: g.clone(), conclusion: conclusion(a, g) }).collect(),
+        groups: a
+            .groups
+            .iter()
+            .map(|g| GroupReport { result: g.clone(), conclusion: conclusion(a, g), interference: interference(a, g) })
+            .collect(),
         sparse_prefixes: a.sparse_prefixes,
         in_flight: InFlight { a: a.in_flight[0], b: a.in_flight[1] },
         recommend: recommend(a, ctx),
     }
+}
+
+/// How the decision and the intervals were computed, in one paragraph for the reader.
+fn method(a: &Analysis) -> String {
+    let estimate = match a.design {
+        SetupDesign::PerConnection => "B's effect on completion time as the client feels it (handshake included), the \
+                                       time-weighted mean over strata (RTT band x response size) of the log ratio of \
+                                       the arms' geometric means"
+            .to_string(),
+        SetupDesign::Switchback(_) => format!(
+            "everyone on B against everyone on A (switchback): each flow's log completion time as the client feels \
+             it (handshake included, attributed to the block it started in, burn-in left out) less its stratum's \
+             (RTT band x response size) pooled mean; per round the B block's mean minus the A block's, each flow \
+             equal within its block (per response); rounds weighted n_A*n_B/(n_A+n_B), their cluster-robust \
+             variance times R/(R-1) widened to Student's t with R-1 degrees of freedom, from {} rounds on",
+            super::switchback::MIN_ROUNDS
+        ),
+    };
+    format!(
+        "decision: per client group, {estimate}, with a normal-mixture confidence sequence (always valid, tau {}) at \
+         family-wise alpha {} split at the start (half equally over the groups declared up front: all flows, RTT \
+         bands, prefix lists; half over destination prefixes, the j-th to reach {} flows per arm \
+         alpha/2*6/(pi^2 j^2); {} groups judged); no difference when the interval lies within +-{}%; a change that \
+         matters is at least {}% and {} ms per response. Secondary tables: percentile bootstrap of B/A-1, {} \
+         resamples per arm, seed {}; retransmit rate: delta method, B-A in percentage points; at least {} flows \
+         per arm per cell (more for p95/p99)",
+        super::decide::TAU,
+        a.alpha,
+        a.min_flows,
+        a.groups_judged,
+        a.delta_pct,
+        a.delta_pct,
+        a.min_effect_ms,
+        a.resamples,
+        a.seed,
+        a.min_flows
+    )
 }
 
 #[cfg(test)]

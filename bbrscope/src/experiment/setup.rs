@@ -77,6 +77,7 @@ pub fn report(
         split_b: f64::from(setup.split_pct) / 100.0,
         rule: setup.rule,
         prefix_lists: setup.prefix_lists.clone(),
+        design: setup.design,
         ..analysis::Options::default()
     };
     let a = analysis::analyze(obs, &opts);

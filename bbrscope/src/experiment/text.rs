@@ -33,7 +33,7 @@ impl Report {
         }
         for g in &self.groups {
             if !tables {
-                for line in wrap(&g.conclusion, 98) {
+                for line in g.lines() {
                     let _ = writeln!(s, "{line}");
                 }
                 continue;
@@ -97,8 +97,9 @@ impl Report {
         let sr = &self.sample_ratio;
         let _ = writeln!(
             s,
-            "  split: {:.1}% of flows in B, {:.1}% requested (chi-square p = {}): {}",
+            "  split: {:.1}% of {}flows in B, {:.1}% requested (chi-square p = {}): {}",
             sr.observed_b * 100.0,
+            if self.design.schedule.is_some() { "mixed-block " } else { "" },
             sr.expected_b * 100.0,
             fmt_p(sr.p_value),
             if sr.mismatch { "MISMATCH: flows lost or added unevenly, the results are suspect" } else { "ok" }
@@ -140,12 +141,38 @@ impl Report {
             d.alpha, d.groups_judged
         );
         let _ = writeln!(s, "  matters: {}% and {} ms per response", fmt_num(d.delta_pct), fmt_num(d.min_effect_ms));
-        // The full sentence is in the JSON and, where it limits a command, in the recommendation.
+        let Some(sch) = self.design.schedule else {
+            // The full sentence is in the JSON and, where it limits a command, in the recommendation.
+            let _ = writeln!(
+                s,
+                "  design: {}: answers B beside A, not B for everyone (the arms shared their bottlenecks)",
+                self.design.name.replace('_', " ")
+            );
+            return;
+        };
         let _ = writeln!(
             s,
-            "  design: {}: answers B beside A, not B for everyone (the arms shared their bottlenecks)",
-            self.design.name.replace('_', " ")
+            "  design: switchback, blocks of {} s (burn-in {} s, seed {}), {} rounds: answers B for everyone\n    \
+             against A for everyone, per response",
+            fmt_num(sch.block_s),
+            fmt_num(sch.burn_in_s),
+            sch.seed,
+            sch.rounds
         );
+        if let Some(lo) = self
+            .groups
+            .iter()
+            .find(|g| g.result.kind == GroupKind::All)
+            .and_then(|g| g.result.switchback.as_ref())
+            .map(|sb| sb.left_out)
+        {
+            let _ = writeln!(
+                s,
+                "  left out by the schedule: {} flows started in a burn-in, {} on another arm than their block's",
+                fmt_count(lo.burn_in),
+                fmt_count(lo.mismatched)
+            );
+        }
     }
 
     /// A group's heading, conclusion and table of secondary metrics.
@@ -163,7 +190,7 @@ impl Report {
             fmt_count(r.arms[1].flows),
             clip(&b.arm, 10)
         );
-        for line in wrap(&g.conclusion, 98) {
+        for line in g.lines() {
             let _ = writeln!(s, "{line}");
         }
         if r.metrics.is_empty() || matches!(r.verdict, Verdict::TooFewFlows | Verdict::ArmsOverridden) {
@@ -198,6 +225,17 @@ impl Report {
                 format!("{}/{}", fmt_count(m.n[0]), fmt_count(m.n[1])),
             );
         }
+    }
+}
+
+impl GroupReport {
+    /// The conclusion, and a switchback's interference, wrapped to 98 columns.
+    fn lines(&self) -> Vec<String> {
+        let mut lines = wrap(&self.conclusion, 98);
+        if let Some(i) = &self.interference {
+            lines.extend(wrap(i, 98));
+        }
+        lines
     }
 }
 
