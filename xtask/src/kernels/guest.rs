@@ -164,11 +164,13 @@ fn switchback() -> Result<(bool, String)> {
         .stderr(Stdio::piped())
         .spawn()?;
     let mut err = std::io::BufReader::new(child.stderr.take().context("stderr")?);
-    let mut line = String::new();
-    err.read_line(&mut line)?;
-    if !line.contains("experiment running") {
-        let _ = child.kill();
-        return Ok((false, format!("bbrscope experiment did not start: {line}")));
+    // Warnings about this kernel (printed once the programs are attached) come first.
+    let mut said = String::new();
+    while !said.contains("experiment running") {
+        if err.read_line(&mut said)? == 0 {
+            let _ = child.kill();
+            return Ok((false, format!("bbrscope experiment did not start: {said}")));
+        }
     }
     const N: usize = 40;
     let client = thread::spawn(|| {
