@@ -51,16 +51,18 @@ fn respond(mut c: TcpStream) {
     let _ = c.write_all(&vec![0x5a; size]);
 }
 
-/// [`serve`], logging each accepted connection's client and the algorithm the experiment gave
-/// it (sock_ops sets it as the connection is established, before accept returns).
-fn serve_logging_cc(listener: TcpListener) -> Arc<Mutex<Vec<(SocketAddr, String)>>> {
+/// [`serve`], logging each accepted connection's client, the algorithm the experiment gave it
+/// (sock_ops sets it as the connection is established, before accept returns) and when it was
+/// accepted (Unix seconds).
+fn serve_logging_cc(listener: TcpListener) -> Arc<Mutex<Vec<(SocketAddr, String, f64)>>> {
     let log = Arc::new(Mutex::new(Vec::new()));
     let keep = log.clone();
     thread::spawn(move || {
         for conn in listener.incoming() {
             let Ok(c) = conn else { break };
+            let at = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_secs_f64();
             let cc = bbrscope::sys::sockopt::congestion(&c).unwrap();
-            keep.lock().unwrap().push((c.peer_addr().unwrap(), cc));
+            keep.lock().unwrap().push((c.peer_addr().unwrap(), cc, at));
             thread::spawn(move || respond(c));
         }
     });
@@ -202,6 +204,14 @@ fn bad_input_is_refused_before_anything_is_attached() {
         (&["--arms", "cubic,bbr", "--prefix-list", "/dev/zero"], "larger than 4 MiB: not a prefix list"),
         (&["--analyze", BAD_LIST], "has no flow_summary records with an experiment arm"),
         (&["--arms", "cubic,bbr", "--dst", &too_many], "the kernel's scope holds at most 1024"),
+        (&["--arms", "cubic,bbr", "--block", "2s"], "--block is a switchback's: add --design switchback"),
+        (&["--arms", "cubic,bbr", "--seed", "7"], "--seed is a switchback's"),
+        (&["--arms", "cubic,bbr", "--design", "switchback", "--block", "0.5s"], "--block must be at least 1s"),
+        (&["--arms", "cubic,bbr", "--design", "switchback", "--block", "4s", "--burn-in", "2s"], "less than half"),
+        // The default burn-in (3 s) with a short block: named as the default.
+        (&["--arms", "cubic,bbr", "--design", "switchback", "--block", "4s"], "3s is the default burn-in"),
+        (&["--arms", "cubic,bbr", "--design", "everyone"], "invalid value 'everyone'"),
+        (&["--analyze", BAD_LIST, "--design", "switchback"], "cannot be used with"),
     ];
     std::fs::write(BAD_LIST, "far 203.0.113.0/24\nnear 10.0.0.0/33\n").unwrap();
     for (args, needle) in cases {
@@ -618,16 +628,21 @@ fn flows_still_running_at_the_end_are_counted_per_arm_as_in_flight() {
     // It waited for them, boundedly: the drain's 10 s (the report's own time on top).
     assert!(took >= Duration::from_secs(9) && took < Duration::from_secs(40), "{took:?}");
     // The server's log: the large transfers' algorithms, per arm.
-    let ccs: Vec<String> =
-        server_log.lock().unwrap().iter().filter(|(peer, _)| big.contains(peer)).map(|(_, cc)| cc.clone()).collect();
+    let ccs: Vec<String> = server_log
+        .lock()
+        .unwrap()
+        .iter()
+        .filter(|(peer, ..)| big.contains(peer))
+        .map(|(_, cc, _)| cc.clone())
+        .collect();
     assert_eq!(ccs.len(), big.len(), "{ccs:?}");
     let per_arm = [arms[0], arms[1]].map(|cc| ccs.iter().filter(|c| *c == cc).count());
     let late: Vec<String> = server_log
         .lock()
         .unwrap()
         .iter()
-        .filter(|(peer, _)| drained.contains(peer))
-        .map(|(_, cc)| cc.clone())
+        .filter(|(peer, ..)| drained.contains(peer))
+        .map(|(_, cc, _)| cc.clone())
         .collect();
     assert_eq!(late, vec![status_quo.clone(); drained.len()], "connections opened during the drain ({arms:?} arms)");
     assert_eq!(live["in_flight"], serde_json::json!({"a": per_arm[0], "b": per_arm[1]}), "{ccs:?}");
@@ -650,6 +665,70 @@ fn flows_still_running_at_the_end_are_counted_per_arm_as_in_flight() {
         assert_eq!(live[k], offline[k], "{k}: the live report and the offline one");
     }
     assert_eq!(live["groups"][0]["answer"], offline["groups"][0]["answer"]);
+    drop(p);
+}
+
+/// `--design switchback`: the kernel gives every new connection the block's arm, block by block
+/// as the schedule says, switching on the wall clock. A client opens a short connection every
+/// 100 ms for 14 s (seven blocks of 2 s, each kind at least once in full); the server's own log
+/// of each connection's algorithm and accept time, against the test's own copy of the schedule
+/// (its seed given): every connection accepted in an A block, away from its boundaries (the
+/// switch and the accept are not the same instant), ran A's algorithm, every one in a B block
+/// B's, and the mixed blocks had both. The recording keeps the schedule.
+#[test]
+fn a_switchback_gives_every_connection_its_blocks_arm() {
+    use bbrscope::experiment::schedule::{Kind, Schedule};
+    require_root();
+    let _turn = turn();
+    let port = port_for(28_000);
+    let (p, listener) = emulated(73, 2, 0.0, port);
+    // Two arms other than the namespace's default: a connection the switch missed shows.
+    let status_quo =
+        p.link.sender.run(|| Ok(bbrscope::sys::sockopt::congestion(&TcpListener::bind("0.0.0.0:0")?)?)).unwrap();
+    let arms: Vec<&str> = ["cubic", "reno", "bbr"].into_iter().filter(|cc| *cc != status_quo).take(2).collect();
+    let server_log = serve_logging_cc(listener);
+    const SEED: u64 = 20_261_129;
+    let schedule = Schedule { block_s: 2.0, burn_in_s: 0.5, seed: SEED };
+    let dir = tempfile::tempdir().unwrap();
+    let record = dir.path().join("exp.ndjson");
+    let seed = SEED.to_string();
+    let flags =
+        ["--design", "switchback", "--block", "2s", "--burn-in", "0.5s", "--seed", &seed, "--no-guardrail", "--record"];
+    let (child, log) = start_logged(&arms.join(","), port, &[&flags[..], &[record.to_str().unwrap()]].concat());
+    load_paced(&p, 1, &[2_000], Instant::now() + Duration::from_secs(14), Duration::from_millis(100));
+    let report = report_of(child);
+    assert_eq!(report["stopped_by"], "stopped by Ctrl-C");
+    // The server's log against the schedule.
+    let margin = 0.15;
+    let (mut checked, mut mixed) = ([0; 2], Vec::new());
+    for (peer, cc, at) in server_log.lock().unwrap().iter() {
+        let k = schedule.block_of(*at);
+        if *at - schedule.start_of(k) < margin || schedule.start_of(k + 1) - *at < margin {
+            continue;
+        }
+        match schedule.kind(k) {
+            Kind::A => {
+                assert_eq!(cc, arms[0], "{peer} at {at:.3} in block {k} (A)");
+                checked[0] += 1;
+            }
+            Kind::B => {
+                assert_eq!(cc, arms[1], "{peer} at {at:.3} in block {k} (B)");
+                checked[1] += 1;
+            }
+            Kind::Mixed => mixed.push(cc.clone()),
+        }
+    }
+    let per_arm = arms.iter().map(|a| mixed.iter().filter(|cc| cc == a).count()).collect::<Vec<_>>();
+    assert!(checked[0] >= 10 && checked[1] >= 10 && mixed.len() >= 10, "A {checked:?} B, mixed {per_arm:?}");
+    assert!(per_arm.iter().all(|&n| n > 0), "mixed blocks: {per_arm:?} of {arms:?}");
+    assert_eq!(per_arm.iter().sum::<usize>(), mixed.len(), "mixed blocks: only the arms ({mixed:?})");
+    // The recording's header keeps the design and the schedule; the progress lines name the block.
+    let header: Value =
+        serde_json::from_str(std::fs::read_to_string(&record).unwrap().lines().next().unwrap()).unwrap();
+    assert_eq!(header["design"], "switchback", "{header}");
+    assert_eq!(header["schedule"], serde_json::json!({"block_s": 2.0, "burn_in_s": 0.5, "seed": SEED}), "{header}");
+    let said = log.lock().unwrap().clone();
+    assert!(said.contains("; switchback: block "), "{said}");
     drop(p);
 }
 

@@ -126,6 +126,7 @@ pub(crate) fn main() -> Result<()> {
     if let Err(e) = port_filter(&mut rep) {
         rep.test("auto/port_filter", false, format!("{e:#}"));
     }
+    rep.check("experiment/switchback", switchback());
     if let Err(e) = scopes(&mut rep) {
         rep.test("scopes/run", false, format!("{e:#}"));
     }
@@ -143,6 +144,52 @@ pub(crate) fn main() -> Result<()> {
     }
     rep.send(json!({"kind": "done"}));
     Ok(())
+}
+
+/// `bbrscope experiment --design switchback` on loopback: the sock_ops program with the
+/// experiment on (only then does the verifier see the assignment: the configuration is read-only
+/// data, and the branches it rules out are not verified) gives the connections accepted on its
+/// port the arms, block by block (1 s blocks, a connection every 100 ms for 4 s): each accepted
+/// connection runs one of the two arms, both are seen, and the experiment ends by itself.
+fn switchback() -> Result<(bool, String)> {
+    use std::io::BufRead as _;
+    let listener = TcpListener::bind(v4(5020))?;
+    let status_quo = socket_cc(&listener);
+    let arms: Vec<&str> = ["reno", "bbr", "cubic"].into_iter().filter(|cc| *cc != status_quo).take(2).collect();
+    let mut child = Command::new(BBRSCOPE)
+        .args(["experiment", "--arms", &arms.join(","), "--port", "5020", "--design", "switchback"])
+        .args(["--block", "1s", "--burn-in", "0.2s", "--seed", "1", "--duration", "6s", "--headless", "--no-guardrail"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()?;
+    let mut err = std::io::BufReader::new(child.stderr.take().context("stderr")?);
+    // Warnings about this kernel (printed once the programs are attached) come first.
+    let mut said = String::new();
+    while !said.contains("experiment running") {
+        if err.read_line(&mut said)? == 0 {
+            let _ = child.kill();
+            return Ok((false, format!("bbrscope experiment did not start: {said}")));
+        }
+    }
+    const N: usize = 40;
+    let client = thread::spawn(|| {
+        for _ in 0..N {
+            let _ = TcpStream::connect(v4(5020));
+            thread::sleep(Duration::from_millis(100));
+        }
+    });
+    let ccs: Vec<String> = (0..N).map(|_| listener.accept().map(|(c, _)| socket_cc(&c))).collect::<Result<_, _>>()?;
+    client.join().map_err(|_| anyhow::anyhow!("client panicked"))?;
+    let status = child.wait()?;
+    let mut rest = String::new();
+    let _ = err.read_to_string(&mut rest);
+    let per_arm: Vec<usize> = arms.iter().map(|a| ccs.iter().filter(|cc| cc == a).count()).collect();
+    let pass = status.success() && per_arm.iter().all(|&n| n > 0) && per_arm.iter().sum::<usize>() == N;
+    Ok((
+        pass,
+        format!("{arms:?} (status quo {status_quo}): {per_arm:?} of {N} accepted; exit {status}; {}", rest.trim()),
+    ))
 }
 
 fn v4(port: u16) -> SocketAddr {
