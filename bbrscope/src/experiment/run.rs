@@ -19,7 +19,7 @@ use tokio::time::Interval;
 use crate::{
     experiment::{
         Observation,
-        guardrail::GuardDecision,
+        guardrail::{GuardDecision, SwitchedBack, note_switched_back},
         monitor::Monitor,
         progress::{LiveExperiment, Update},
         setup::Setup,
@@ -64,6 +64,8 @@ pub(crate) struct Watched {
     pub stopped_by: Option<String>,
     /// The guardrail's decision that stopped it.
     pub guard: Option<GuardDecision>,
+    /// The client groups it sent back to their status quo while the run went on.
+    pub switched_back: Vec<SwitchedBack>,
 }
 
 /// Runs the experiment `live` carries until `duration`, its flow count, a signal, q in the
@@ -96,6 +98,7 @@ pub(crate) async fn run(mut live: Live, signals: &mut Signals, watch: Watch, dur
         started: Instant::now(),
         stopped_by: None,
         guard: None,
+        switched_back: Vec::new(),
     };
     // The dashboard draws the loop's table: then it keeps each flow's history, and a finished
     // flow listed for a while.
@@ -137,7 +140,7 @@ pub(crate) async fn run(mut live: Live, signals: &mut Signals, watch: Watch, dur
     if let Some(rec) = sink.recorder.as_mut() {
         rec.flush().context("writing the --record file")?;
     }
-    Ok(Watched { obs: sink.obs, stopped_by: sink.stopped_by, guard: sink.guard })
+    Ok(Watched { obs: sink.obs, stopped_by: sink.stopped_by, guard: sink.guard, switched_back: sink.switched_back })
 }
 
 /// Waits up to `settings.duration` ([`DRAIN`], or nothing after a guardrail stop) for the arms'
@@ -219,6 +222,8 @@ struct Experiment {
     started: Instant,
     stopped_by: Option<String>,
     guard: Option<GuardDecision>,
+    /// The client groups the guardrail sent back so far.
+    switched_back: Vec<SwitchedBack>,
 }
 
 /// What the experiment waits for beside the observer. The terminal is here, apart from what it
@@ -263,6 +268,9 @@ impl Sink for Experiment {
         match wake {
             Wake::Analysed(update) => {
                 let update = (*update)?;
+                if let Some(g) = &update.guard {
+                    note_switched_back(&mut self.switched_back, g, self.started.elapsed().as_secs_f64());
+                }
                 let stop = update.guard.as_ref().filter(|g| g.stop).cloned();
                 self.shown.state().update(update);
                 if let Some(g) = stop {
