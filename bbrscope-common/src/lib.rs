@@ -199,6 +199,11 @@ pub mod assign_mode {
     pub const OFF: u32 = 0;
     /// Each connection in scope draws its arm at random (`Experiment::split_pct`).
     pub const PER_CONNECTION: u32 = 1;
+    /// Every connection in scope gets arm A (a switchback's A block: one write of this value
+    /// switches the whole host).
+    pub const FIXED_A: u32 = 2;
+    /// Every connection in scope gets arm B (a switchback's B block).
+    pub const FIXED_B: u32 = 3;
 }
 
 /// Client groups the guardrail sent back to their status quo: the `EXP_HOLD` map, an array of

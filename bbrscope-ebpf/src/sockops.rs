@@ -598,7 +598,7 @@ fn on_established(ctx: &SockOpsContext, ops: &bpf_sock_ops, sk: *mut bpf_sock) {
 #[map]
 static EXP_DST: LpmTrie<[u8; 16], u8> = LpmTrie::with_max_entries(1024, 0);
 
-/// Whether new connections get an arm now (`assign_mode`): written by userspace while the
+/// Whether new connections get an arm now, and how (`assign_mode`): written by userspace while the
 /// program runs.
 #[map]
 static EXP_ASSIGN: Array<u32> = Array::with_max_entries(1, 0);
@@ -630,9 +630,10 @@ fn held(ops: &bpf_sock_ops) -> bool {
 }
 
 /// `bbrscope experiment`: a connection in scope gets arm B with probability `split_pct`%, else
-/// arm A, and that arm's algorithm, as it is established (the point where `apply --cgroup`'s
-/// program sets it too), while userspace has assignment on (`EXP_ASSIGN`). Existing connections
-/// and the system default are untouched.
+/// arm A (in a switchback's A or B block, that block's arm: `assign_mode`), and that arm's
+/// algorithm, as it is established (the point where `apply --cgroup`'s program sets it too),
+/// while userspace has assignment on (`EXP_ASSIGN`). Existing connections and the system default
+/// are untouched.
 #[inline(always)]
 fn assign_arm(ctx: &SockOpsContext, ops: &bpf_sock_ops, s: &mut SockFlow) {
     let sk = s.sk;
@@ -651,7 +652,8 @@ fn assign_arm(ctx: &SockOpsContext, ops: &bpf_sock_ops, s: &mut SockFlow) {
     if conf!(experiment.flags) & experiment_flags::DST != 0 && EXP_DST.get(&Key::new(128, t.daddr)).is_none() {
         return;
     }
-    if EXP_ASSIGN.get(0).is_none_or(|mode| *mode != assign_mode::PER_CONNECTION) {
+    let Some(&mode) = EXP_ASSIGN.get(0) else { return };
+    if mode == assign_mode::OFF {
         return;
     }
     if held(ops) {
@@ -659,10 +661,17 @@ fn assign_arm(ctx: &SockOpsContext, ops: &bpf_sock_ops, s: &mut SockFlow) {
     }
     // SAFETY: a helper without arguments.
     let (join, pick) = unsafe { (bpf_get_prandom_u32(), bpf_get_prandom_u32()) };
+    // Whether the connection joins at all (`--sample`) is drawn in every mode; which arm, only
+    // per connection (a switchback's A and B blocks give every connection the block's arm).
     if join % 100 >= conf!(experiment.sample_pct) {
         return;
     }
-    let b = pick % 100 < conf!(experiment.split_pct);
+    let b = match mode {
+        assign_mode::PER_CONNECTION => pick % 100 < conf!(experiment.split_pct),
+        assign_mode::FIXED_A => false,
+        assign_mode::FIXED_B => true,
+        _ => return,
+    };
     let arm = usize::from(b);
     // The window first: setting the algorithm then initialises it (BBR takes its first pacing
     // rate from the window it finds).

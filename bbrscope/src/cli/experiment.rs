@@ -2,7 +2,7 @@
 
 use std::{path::PathBuf, time::Duration};
 
-use anyhow::Result;
+use anyhow::{Context as _, Result};
 use clap::Args;
 
 use crate::{
@@ -12,6 +12,7 @@ use crate::{
         decide::Rule,
         groups::{PREFIX_LIST_MAX_BYTES, PrefixList},
         request::{Mode, Request, Run},
+        schedule::Schedule,
     },
     observe::{
         filter::Net,
@@ -27,13 +28,31 @@ pub struct ExperimentArgs {
     /// With --analyze: the arms of a recording that does not name them
     #[arg(long, value_name = "A,B", value_delimiter = ',', num_args = 1, required_unless_present = "analyze")]
     pub(crate) arms: Vec<String>,
-    /// Percent of the experiment's connections given arm B (1-99)
+    /// Percent of the experiment's connections given arm B (1-99; with --design switchback, in
+    /// its mixed blocks)
     #[arg(long, value_name = "PCT", default_value_t = 50, value_parser = clap::value_parser!(u32).range(1..=99))]
     pub(crate) split: u32,
     /// Percent of connections in scope that join the experiment at all (1-100); the rest keep
     /// the default algorithm: the limit on the share of traffic touched
     #[arg(long, value_name = "PCT", default_value_t = 100, value_parser = clap::value_parser!(u32).range(1..=100))]
     pub(crate) sample: u32,
+    /// How connections get their arms: per-connection (each draws one, so B runs beside A on
+    /// the same bottlenecks) or switchback (blocks of time in which every connection runs A,
+    /// every connection B, or each draws: what would happen if everyone switched)
+    #[arg(long, value_name = "DESIGN", value_enum, default_value_t = DesignArg::PerConnection)]
+    pub(crate) design: DesignArg,
+    /// With --design switchback: how long each block lasts (at least 1s; default 15s)
+    #[arg(long, value_name = "TIME", value_parser = parse_span)]
+    pub(crate) block: Option<Duration>,
+    /// With --design switchback: the start of each block whose new flows are left out of the
+    /// analysis, while the previous block's flows still share the path (less than half a block;
+    /// default 3s)
+    #[arg(long, value_name = "TIME", value_parser = parse_span)]
+    pub(crate) burn_in: Option<Duration>,
+    /// With --design switchback: the seed of the blocks' order (default: drawn at the start,
+    /// printed and recorded)
+    #[arg(long, value_name = "N")]
+    pub(crate) seed: Option<u64>,
     /// Only connections of the service on this local port (e.g. 443)
     #[arg(long, value_name = "PORT", value_parser = clap::value_parser!(u16).range(1..))]
     pub(crate) port: Option<u16>,
@@ -76,7 +95,7 @@ pub struct ExperimentArgs {
     /// Re-analyse a `--record` file instead of running an experiment, and replay the live
     /// guardrail's checks on it in completion order; no root needed. (A `bbrscope stream`
     /// capture taken beside an experiment has no arms: record with --record.)
-    #[arg(long, value_name = "FILE", conflicts_with_all = ["port", "cgroup", "dst", "duration", "flows", "record"])]
+    #[arg(long, value_name = "FILE", conflicts_with_all = ["port", "cgroup", "dst", "duration", "flows", "record", "design", "block", "burn_in", "seed"])]
     pub(crate) analyze: Option<PathBuf>,
     /// The report as one JSON object on stdout
     #[arg(long)]
@@ -100,6 +119,16 @@ fn parse_span(s: &str) -> Result<Duration, String> {
 
 /// Ten minutes, unless `--duration` or `--flows` says otherwise.
 const DEFAULT_DURATION: Duration = Duration::from_secs(600);
+/// A switchback's blocks and their burn-in, unless `--block` and `--burn-in` say otherwise.
+const DEFAULT_BLOCK: Duration = Duration::from_secs(15);
+const DEFAULT_BURN_IN: Duration = Duration::from_secs(3);
+
+/// `--design`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub(crate) enum DesignArg {
+    PerConnection,
+    Switchback,
+}
 
 impl ExperimentArgs {
     /// The experiment asked for, every flag checked before anything is created or attached:
@@ -185,6 +214,7 @@ impl ExperimentArgs {
             arms.push(arm);
         }
         let arms: [Arm; 2] = arms.try_into().expect("two arms");
+        let schedule = self.schedule()?;
         if !(self.guardrail_pct > 0.0 && self.guardrail_pct <= 1000.0) {
             usage!("--guardrail-pct must be a percentage above 0 (e.g. 20)");
         }
@@ -214,8 +244,57 @@ impl ExperimentArgs {
             port: self.port,
             cgroup,
             dst: self.dst.iter().map(|n| n.0).collect(),
+            schedule,
         })
     }
+
+    /// `--design switchback`'s blocks, checked (`None` for a per-connection experiment, which
+    /// takes none of their flags).
+    fn schedule(&self) -> Result<Option<Schedule>> {
+        if self.design != DesignArg::Switchback {
+            for (given, flag) in [
+                (self.block.is_some(), "--block"),
+                (self.burn_in.is_some(), "--burn-in"),
+                (self.seed.is_some(), "--seed"),
+            ] {
+                if given {
+                    usage!("{flag} is a switchback's: add --design switchback (e.g. --design switchback --block 15s)");
+                }
+            }
+            return Ok(None);
+        }
+        let block = self.block.unwrap_or(DEFAULT_BLOCK);
+        if block < Duration::from_secs(1) {
+            usage!("--block must be at least 1s (e.g. --block 15s): a block holds new flows, a burn-in and the switch");
+        }
+        let burn_in = self.burn_in.unwrap_or(DEFAULT_BURN_IN);
+        if burn_in * 2 >= block {
+            usage!(
+                "--burn-in {} must be less than half of --block {} (e.g. --block 15s --burn-in 3s){}",
+                format_secs(burn_in),
+                format_secs(block),
+                if self.burn_in.is_none() { ": 3s is the default burn-in, give a shorter one" } else { "" }
+            );
+        }
+        let seed = match self.seed {
+            Some(s) => s,
+            None => os_seed().context("drawing the switchback's seed")?,
+        };
+        Ok(Some(Schedule { block_s: block.as_secs_f64(), burn_in_s: burn_in.as_secs_f64(), seed }))
+    }
+}
+
+/// `2.5s`.
+fn format_secs(d: Duration) -> String {
+    format!("{}s", d.as_secs_f64())
+}
+
+/// A seed no one chose: eight bytes of the kernel's randomness.
+fn os_seed() -> Result<u64> {
+    use std::io::Read as _;
+    let mut bytes = [0; 8];
+    std::fs::File::open("/dev/urandom").and_then(|mut f| f.read_exact(&mut bytes))?;
+    Ok(u64::from_le_bytes(bytes))
 }
 
 /// Links `bbrscope apply --cgroup` pinned (they set algorithms on new connections).

@@ -58,7 +58,7 @@ async fn experiment(request: &Request, run: &Run) -> Result<()> {
         guardrail_pct: run.guardrail.then_some(request.guardrail_pct),
         prefix_lists: request.prefix_lists.clone().unwrap_or_default(),
         status_quo: StatusQuo::discover().algorithm,
-        design: Design::PerConnection,
+        design: spec.schedule.map_or(Design::PerConnection, Design::Switchback),
     };
     let state = LiveExperiment::new(spec, limit, run.guardrail);
     let _lock = lock::acquire(&running(run, &state))?;
@@ -82,10 +82,10 @@ async fn experiment(request: &Request, run: &Run) -> Result<()> {
         None => (None, None),
     };
     crate::output::errln!(
-        "bbrscope: experiment running: {} (arm A) vs {} (arm B), {}% to B, {}% of connections in scope; {} ends it",
+        "bbrscope: experiment running: {} (arm A) vs {} (arm B), {}, {}% of connections in scope; {} ends it",
         spec.arms[0],
         spec.arms[1],
-        spec.split_pct,
+        assignment_words(spec),
         spec.sample_pct,
         if std::io::stdout().is_terminal() && !run.headless { "q in the dashboard" } else { "Ctrl-C" }
     );
@@ -115,6 +115,19 @@ fn analyze(request: &Request, file: &Path, arms: Option<&[String; 2]>) -> Result
     // The groups the live guardrail sent back are in its replay, printed with it.
     let ended = Ended { stopped_by: capture.stopped_by, guard: capture.guard, switched_back: Vec::new() };
     finish(request, &capture.obs, &setup, ended, true)
+}
+
+/// How connections get their arms, for the line that starts the run: the seed too, so that a
+/// switchback can be re-analysed (and its schedule run again) from the log alone.
+fn assignment_words(spec: &ExperimentSpec) -> String {
+    match &spec.schedule {
+        None => format!("{}% to B", spec.split_pct),
+        Some(s) => format!(
+            "switchback: blocks of {}s (the first {}s of each left out) where everyone runs A, everyone B, or \
+             {}% to B, in a seeded order (--seed {})",
+            s.block_s, s.burn_in_s, spec.split_pct, s.seed
+        ),
+    }
 }
 
 /// What the lock file says of this run (`status` shows it).

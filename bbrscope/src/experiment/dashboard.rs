@@ -65,7 +65,7 @@ fn draw_status(f: &mut Frame, area: Rect, x: &LiveExperiment, theme: &Theme) {
         Span::styled(arm_label(x, 0), theme.cc(&x.arms[0]).add_modifier(ratatui::style::Modifier::BOLD)),
         Span::raw(" vs "),
         Span::styled(arm_label(x, 1), theme.cc(&x.arms[1]).add_modifier(ratatui::style::Modifier::BOLD)),
-        Span::raw(format!(" · {}% to B · {} · {}", x.split_pct, x.scope, x.progress())),
+        Span::raw(format!(" · {} · {} · {}", x.assignment(), x.scope, x.progress())),
     ];
     if x.sample_pct < 100 {
         first.push(Span::raw(format!(" · {}% sampled", x.sample_pct)));

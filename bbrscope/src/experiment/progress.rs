@@ -5,7 +5,12 @@
 
 use std::time::Duration;
 
-use super::{format::fmt_count, guardrail::GuardDecision, report::Report};
+use super::{
+    format::fmt_count,
+    guardrail::GuardDecision,
+    report::Report,
+    schedule::{Kind, Schedule},
+};
 use crate::observe::flow::FlowTable;
 
 /// When the experiment ends by itself.
@@ -45,7 +50,11 @@ pub struct LiveExperiment {
     /// Which connections are in it, in words (`port 443`, `every new connection`).
     pub(crate) scope: String,
     pub(crate) limit: Limit,
+    /// A switchback's blocks (`None`: each connection draws its arm).
+    pub(crate) schedule: Option<Schedule>,
     pub elapsed: Duration,
+    /// The wall clock at `elapsed`, Unix seconds: which block a switchback is in.
+    pub(crate) now: f64,
     /// Flows finished per arm so far (counted as they end; the analysis lags behind).
     pub(crate) finished: [usize; 2],
     /// Flows of each arm still open.
@@ -65,7 +74,9 @@ impl LiveExperiment {
             sample_pct: spec.sample_pct,
             scope: scope_words(spec),
             limit,
+            schedule: spec.schedule,
             elapsed: Duration::ZERO,
+            now: 0.0,
             finished: [0, 0],
             open: [0, 0],
             guardrail,
@@ -128,6 +139,23 @@ impl LiveExperiment {
         }
     }
 
+    /// How connections get their arms now: the split, or where a switchback stands, e.g.
+    /// `switchback: block B (everyone reno), 9 s left; round 3`.
+    pub(crate) fn assignment(&self) -> String {
+        let Some(s) = self.schedule else { return format!("{}% to B", self.split_pct) };
+        let k = s.block_of(self.now);
+        let what = match s.kind(k) {
+            Kind::A => format!("A (everyone {})", self.arms[0]),
+            Kind::B => format!("B (everyone {})", self.arms[1]),
+            Kind::Mixed => format!("mixed ({}% to B)", self.split_pct),
+        };
+        let burn_in = if s.in_burn_in(self.now) { ", burn-in" } else { "" };
+        let left = (s.start_of(k + 1) - self.now).ceil();
+        // Rounds counted from the one the experiment started in.
+        let round = Schedule::round_of(k) - Schedule::round_of(s.block_of(self.now - self.elapsed.as_secs_f64())) + 1;
+        format!("switchback: block {what}{burn_in}, {left} s left; round {round}")
+    }
+
     /// The guardrail's state in words.
     pub(crate) fn guard_words(&self) -> String {
         match (self.guardrail, &self.guard) {
@@ -139,8 +167,11 @@ impl LiveExperiment {
 
     /// One line for a log (stderr when it is not a terminal).
     pub(crate) fn progress_line(&self) -> String {
+        // The split of a per-connection experiment is in the line that started it; a
+        // switchback's block changes.
+        let block = if self.schedule.is_some() { format!("; {}", self.assignment()) } else { String::new() };
         format!(
-            "bbrscope: experiment {}: {} (A) {} flows, {} (B) {} flows finished; guardrail: {}",
+            "bbrscope: experiment {}: {} (A) {} flows, {} (B) {} flows finished{block}; guardrail: {}",
             self.progress(),
             self.arms[0],
             fmt_count(self.finished[0]),
@@ -176,4 +207,42 @@ fn scope_words(spec: &crate::observe::kernel::loader::ExperimentSpec) -> String 
         ));
     }
     if parts.is_empty() { "every new connection".into() } else { parts.join(", ") }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{experiment::Arm, observe::kernel::loader::ExperimentSpec};
+
+    /// A switchback's line names the block it is in by the wall clock, what it gives, the time
+    /// left in it and the round counted from the start.
+    #[test]
+    fn a_switchback_names_its_block() {
+        let schedule = Schedule { block_s: 15.0, burn_in_s: 3.0, seed: 9 };
+        let spec = ExperimentSpec {
+            arms: ["cubic", "reno"].map(|a| Arm::parse(a).unwrap()),
+            split_pct: 30,
+            sample_pct: 100,
+            port: None,
+            cgroup: None,
+            dst: Vec::new(),
+            schedule: Some(schedule),
+        };
+        let mut x = LiveExperiment::new(&spec, Limit::Time(Duration::from_secs(600)), true);
+        // The third round after the start, 6 s into its B block (9 s left).
+        let start = schedule.start_of(3 * 1_000);
+        let b = (3 * 1_002..3 * 1_003).find(|&k| schedule.kind(k) == Kind::B).unwrap();
+        x.now = schedule.start_of(b) + 6.0;
+        x.elapsed = Duration::from_secs_f64(x.now - start);
+        assert_eq!(x.assignment(), "switchback: block B (everyone reno), 9 s left; round 3");
+        assert!(x.progress_line().contains("; switchback: block B (everyone reno), 9 s left; round 3; guardrail"));
+        let mixed = (3 * 1_002..3 * 1_003).find(|&k| schedule.kind(k) == Kind::Mixed).unwrap();
+        x.now = schedule.start_of(mixed) + 1.0;
+        x.elapsed = Duration::from_secs_f64(x.now - start);
+        assert_eq!(x.assignment(), "switchback: block mixed (30% to B), burn-in, 14 s left; round 3");
+        // Per connection: the split, and the progress line as before.
+        x.schedule = None;
+        assert_eq!(x.assignment(), "30% to B");
+        assert!(!x.progress_line().contains("30% to B"));
+    }
 }

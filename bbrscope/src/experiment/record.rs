@@ -4,7 +4,8 @@
 //! first line that says what was asked and a last line that says how it ended:
 //! ```text
 //! {"type":"experiment","arms":["cubic","bbr"],"split_pct":50,"scope":{"known":true,"port":443,...},
-//!  "guardrail_pct":20.0,"delta_pct":5.0,"min_effect_ms":5.0}
+//!  "guardrail_pct":20.0,"delta_pct":5.0,"min_effect_ms":5.0,"design":"switchback",
+//!  "schedule":{"block_s":15.0,"burn_in_s":3.0,"seed":1234}}
 //! ... flow_open, sample, flow_summary (with "arm") ...
 //! {"type":"flow_in_flight","arm":"a","cc":"cubic","peer":"203.0.113.9","bytes":1048576,
 //!  "duration_s":12.5,"handshake_s":0.05,"end_ts":1700000000.5,...}
@@ -12,7 +13,7 @@
 //! ```
 //! (one `flow_in_flight` per flow still running after the drain, each as the analysis took it)
 //! so that `--analyze` judges a recording as the live run did: the arms asked (not guessed from
-//! the flows), the scope (a recommendation never wider), and a guardrail stop kept. Reading is
+//! the flows), the design (a switchback's blocks), the scope (a recommendation never wider), and a guardrail stop kept. Reading is
 //! bounded and forgiving: lines too long, not UTF-8 or not JSON are skipped and counted, a
 //! summary with impossible values is rejected and counted, and a flow recorded twice (a capture
 //! concatenated with itself) counts once.
@@ -28,7 +29,14 @@ use std::{
 use anyhow::{Context as _, Result};
 use serde::{Deserialize, Serialize};
 
-use super::{Observation, groups::PrefixList, guardrail::GuardDecision, report::InScope, setup::Setup};
+use super::{
+    Observation,
+    groups::PrefixList,
+    guardrail::GuardDecision,
+    report::InScope,
+    schedule::Schedule,
+    setup::{Design, Setup},
+};
 use crate::{
     newfile::{self, NewFile},
     observe::replay::{Reader, Skipped},
@@ -50,6 +58,29 @@ struct Header {
     /// family of groups as the live run (absent in older recordings, and when none was given).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     prefix_list: Option<String>,
+    /// How connections got their arms: `per_connection`, or `switchback` with its `schedule`
+    /// (absent in recordings made before the switchback: per connection).
+    #[serde(default)]
+    design: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    schedule: Option<Schedule>,
+}
+
+const PER_CONNECTION: &str = "per_connection";
+const SWITCHBACK: &str = "switchback";
+
+/// The design a header names; `None` when it makes no sense (a switchback without its
+/// schedule, or with one `--design switchback` would have refused).
+fn design(name: Option<&str>, schedule: Option<Schedule>) -> Option<Design> {
+    match (name, schedule) {
+        (None | Some(PER_CONNECTION), None) => Some(Design::PerConnection),
+        (Some(SWITCHBACK), Some(s))
+            if s.block_s.is_finite() && s.block_s >= 1.0 && s.burn_in_s >= 0.0 && s.burn_in_s * 2.0 < s.block_s =>
+        {
+            Some(Design::Switchback(s))
+        }
+        _ => None,
+    }
 }
 
 #[derive(Serialize, Deserialize)]
@@ -142,6 +173,14 @@ pub(crate) fn create(path: &Path, setup: &Setup) -> Result<File> {
         min_effect_ms: setup.rule.min_abs_s * 1e3,
         status_quo: setup.status_quo.clone(),
         prefix_list: (!setup.prefix_lists.is_empty()).then(|| PrefixList::to_text(&setup.prefix_lists)),
+        design: Some(match setup.design {
+            Design::PerConnection => PER_CONNECTION.into(),
+            Design::Switchback(_) => SWITCHBACK.into(),
+        }),
+        schedule: match setup.design {
+            Design::Switchback(s) => Some(s),
+            Design::PerConnection => None,
+        },
     };
     let mut v = serde_json::to_value(&header)?;
     v["type"] = "experiment".into();
@@ -230,24 +269,30 @@ pub fn read(input: impl BufRead, is_file: bool) -> Result<Capture> {
     let mut seen: HashSet<(u64, u64, String)> = HashSet::new();
     while let Some(v) = reader.next_value()? {
         match v["type"].as_str() {
-            Some("experiment") => match serde_json::from_value::<Header>(v) {
-                Ok(h) if !c.has_header => {
-                    c.has_header = true;
-                    c.setup.arms = (!h.arms[0].is_empty()).then_some(h.arms);
-                    c.setup.split_pct = h.split_pct;
-                    c.setup.scope = h.scope;
-                    c.setup.guardrail_pct = h.guardrail_pct;
-                    c.setup.status_quo = h.status_quo;
-                    // Checked as when it was given; a header edited into nonsense is not used.
-                    match h.prefix_list.as_deref().map(PrefixList::parse) {
-                        Some(Ok(lists)) => c.setup.prefix_lists = lists,
-                        Some(Err(_)) => reader.reject("an experiment header's prefix list that does not parse"),
-                        None => {}
+            Some("experiment") => {
+                match serde_json::from_value::<Header>(v) {
+                    Ok(h) if !c.has_header => {
+                        c.has_header = true;
+                        c.setup.arms = (!h.arms[0].is_empty()).then_some(h.arms);
+                        c.setup.split_pct = h.split_pct;
+                        c.setup.scope = h.scope;
+                        c.setup.guardrail_pct = h.guardrail_pct;
+                        c.setup.status_quo = h.status_quo;
+                        // Checked as when it was given; a header edited into nonsense is not used.
+                        match h.prefix_list.as_deref().map(PrefixList::parse) {
+                            Some(Ok(lists)) => c.setup.prefix_lists = lists,
+                            Some(Err(_)) => reader.reject("an experiment header's prefix list that does not parse"),
+                            None => {}
+                        }
+                        match design(h.design.as_deref(), h.schedule) {
+                        Some(d) => c.setup.design = d,
+                        None => reader.reject("an experiment header's design that is not known, or a switchback without a sound schedule"),
                     }
+                    }
+                    Ok(_) => {}
+                    Err(_) => reader.reject("an experiment header that does not parse"),
                 }
-                Ok(_) => {}
-                Err(_) => reader.reject("an experiment header that does not parse"),
-            },
+            }
             Some("experiment_end") => match serde_json::from_value::<End>(v) {
                 Ok(e) => {
                     c.stopped_by = e.stopped_by;
@@ -326,6 +371,45 @@ mod tests {
         assert_eq!(c.stopped_by.as_deref(), Some("stopped by Ctrl-C"));
         assert!(c.notes().iter().any(|n| n.contains("counted once")), "{:?}", c.notes());
         assert!(c.setup.prefix_lists.is_empty() && c.setup.status_quo.is_none(), "an older header");
+        assert_eq!(c.setup.design, Design::PerConnection, "an older header: per connection");
+    }
+
+    /// The design comes back as it was run: a switchback with its schedule (to the bit: the
+    /// blocks are found again from it), a per-connection run as one; a header naming a design
+    /// that makes no sense is counted and read as per connection.
+    #[test]
+    fn the_header_keeps_the_design_and_the_schedule() {
+        let dir = tempfile::tempdir().unwrap();
+        let round_trip = |name: &str, design: Design| {
+            let path = dir.path().join(name);
+            let mut f =
+                create(&path, &Setup { arms: Some(["cubic".into(), "reno".into()]), design, ..Setup::default() })
+                    .unwrap();
+            end(&mut f, &path, &[], None, None).unwrap();
+            read(std::io::BufReader::new(File::open(&path).unwrap()), true).unwrap()
+        };
+        let schedule = Schedule { block_s: 2.5, burn_in_s: 0.1 + 0.2, seed: u64::MAX - 6 };
+        let c = round_trip("sb.ndjson", Design::Switchback(schedule));
+        assert_eq!(c.setup.design, Design::Switchback(schedule));
+        assert_eq!(c.skipped.lines, 0);
+        let c = round_trip("pc.ndjson", Design::PerConnection);
+        assert_eq!(c.setup.design, Design::PerConnection);
+        let header = |rest: &str| {
+            format!(
+                r#"{{"type":"experiment","arms":["cubic","reno"],"split_pct":50,"scope":{{"known":true,"port":null,"cgroup":null,"dst":[]}},"guardrail_pct":null,"delta_pct":5.0,"min_effect_ms":5.0{rest}}}"#
+            )
+        };
+        for bad in [
+            r#","design":"switchback""#,
+            r#","design":"switchback","schedule":{"block_s":2.0,"burn_in_s":1.0,"seed":1}"#,
+            r#","design":"per_connection","schedule":{"block_s":2.0,"burn_in_s":0.5,"seed":1}"#,
+            r#","design":"everyone_at_once""#,
+        ] {
+            let c = read(header(bad).as_bytes(), true).unwrap();
+            assert_eq!(c.setup.design, Design::PerConnection, "{bad}");
+            assert_eq!(c.setup.arms, Some(["cubic".to_string(), "reno".to_string()]), "{bad}: the rest is kept");
+            assert_eq!(c.skipped.lines, 1, "{bad}: counted");
+        }
     }
 
     /// What the header keeps comes back as it was: the status quo and the prefix-list groups

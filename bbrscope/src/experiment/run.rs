@@ -9,12 +9,14 @@ use std::{
     collections::HashSet,
     fs::File,
     io::{self, IsTerminal as _},
+    pin::Pin,
     time::{Duration, Instant},
 };
 
 use anyhow::{Context as _, Result};
+use bbrscope_common::assign_mode;
 use ratatui::crossterm::event::{KeyCode, KeyModifiers};
-use tokio::time::Interval;
+use tokio::time::{Interval, Sleep};
 
 use crate::{
     experiment::{
@@ -22,12 +24,14 @@ use crate::{
         guardrail::{GuardDecision, SwitchedBack, note_switched_back},
         monitor::Monitor,
         progress::{LiveExperiment, Update},
-        setup::Setup,
+        schedule::Schedule,
+        setup::{Design, Setup},
     },
     observe::{
-        clock::Clock,
+        clock::{self, Clock},
         event::Event,
         flow::{Change, FlowTable},
+        kernel::loader::{Assignment, assign_mode_at},
         pipeline::{self, Control, End, Retention, Settings, Side, Signals, Sink},
         session::Live,
         sink::json::JsonSink,
@@ -84,7 +88,13 @@ pub(crate) async fn run(mut live: Live, signals: &mut Signals, watch: Watch, dur
     // The live report costs an analysis every period: only when it is shown.
     let shows_report = dash.is_some();
     let frame = if shows_report { Duration::from_millis(1000 / tui::FPS) } else { LINE_PERIOD };
+    let schedule = match watch.setup.design {
+        Design::Switchback(s) => Some(s),
+        Design::PerConnection => None,
+    };
+    let assignment = live.take_assignment().context("the experiment's assignment is not in the kernel")?;
     let mut side = Watching {
+        assigning: Assigning::new(assignment, schedule)?,
         monitor: Monitor::new(watch.setup, shows_report),
         check: tokio::time::interval(Monitor::PERIOD),
         frame: tokio::time::interval(frame),
@@ -119,7 +129,7 @@ pub(crate) async fn run(mut live: Live, signals: &mut Signals, watch: Watch, dur
     // New connections keep the status quo from here on: the drain waits only for the flows the
     // experiment gave an arm. After a guardrail stop, no wait: the stop is reported at once, and
     // the flows open then (on the arm found harmful) are in flight.
-    live.stop_assigning().context("ending the experiment's assignment")?;
+    side.assigning.stop().context("ending the experiment's assignment")?;
     let wait = if sink.guard.as_ref().is_some_and(|g| g.stop) { Duration::ZERO } else { DRAIN };
     drain(
         &mut live,
@@ -202,8 +212,9 @@ impl Sink for Draining<'_> {
                     return Ok(Control::Stop);
                 }
             }
-            // The guardrail and the live report are done with: the experiment has ended.
-            Wake::Analysed(_) | Wake::Check => {}
+            // The guardrail and the live report are done with: the experiment has ended (and
+            // with it the switchback's blocks: assignment is off).
+            Wake::Analysed(_) | Wake::Check | Wake::Block => {}
         }
         Ok(Control::Continue)
     }
@@ -229,6 +240,8 @@ struct Experiment {
 /// What the experiment waits for beside the observer. The terminal is here, apart from what it
 /// shows, so that the loop can wait for a key while the observer's events update the state.
 struct Watching {
+    /// The kernel's assignment, and a switchback's next block.
+    assigning: Assigning,
     monitor: Monitor,
     /// When the monitor may start an analysis.
     check: Interval,
@@ -239,6 +252,8 @@ struct Watching {
 
 enum Wake {
     Analysed(Box<Result<Update>>),
+    /// A switchback's block has ended.
+    Block,
     Check,
     Frame,
     Key(tui::Input),
@@ -250,6 +265,7 @@ impl Side for Watching {
     async fn next(&mut self) -> Wake {
         tokio::select! {
             update = self.monitor.finished() => Wake::Analysed(Box::new(update)),
+            () = self.assigning.boundary() => Wake::Block,
             _ = self.check.tick() => Wake::Check,
             _ = self.frame.tick() => Wake::Frame,
             key = input(&mut self.dash) => Wake::Key(key),
@@ -279,6 +295,7 @@ impl Sink for Experiment {
                     return Ok(Control::Stop);
                 }
             }
+            Wake::Block => side.assigning.switch().context("switching the switchback's block")?,
             Wake::Check => side.monitor.maybe_start(&self.obs, self.started.elapsed()),
             Wake::Frame => self.frame(&mut side.dash, table)?,
             Wake::Key(key) => {
@@ -318,6 +335,7 @@ impl Experiment {
     fn frame(&mut self, dash: &mut Option<Box<Dashboard>>, table: &FlowTable) -> Result<()> {
         let state = self.shown.state();
         state.elapsed = self.started.elapsed();
+        state.now = clock::unix_now();
         state.count_open(table);
         match (&mut self.shown, dash) {
             (Shown::Lines(x), _) => crate::output::errln!("{}", x.progress_line()),
@@ -346,6 +364,52 @@ impl Experiment {
         }
         dash.draw(app, table, Some(&**x))?;
         Ok(None)
+    }
+}
+
+/// Which arm the kernel gives new connections: with a switchback, the block's by the wall clock
+/// (every block boundary the next is computed from the schedule again, so the switches never
+/// drift from it); else each connection's own draw, set once when the programs were loaded.
+struct Assigning {
+    assignment: Assignment,
+    schedule: Option<Schedule>,
+    /// When the current block ends (a switchback's, until the experiment ends).
+    next: Option<Pin<Box<Sleep>>>,
+}
+
+impl Assigning {
+    /// The current block's assignment set (the kernel side set it when it loaded: a boundary may
+    /// have passed since).
+    fn new(assignment: Assignment, schedule: Option<Schedule>) -> Result<Self> {
+        let next = schedule.map(|_| Box::pin(tokio::time::sleep(Duration::ZERO)));
+        let mut a = Assigning { assignment, schedule, next };
+        a.switch()?;
+        Ok(a)
+    }
+
+    /// Sets the assignment of the block it is now, and wakes at its end. A wake a little early
+    /// (the wall clock against the timer's) finds the same block and waits the rest.
+    fn switch(&mut self) -> Result<()> {
+        let (Some(s), Some(next)) = (&self.schedule, self.next.as_mut()) else { return Ok(()) };
+        let now = clock::unix_now();
+        self.assignment.set(assign_mode_at(Some(s), now))?;
+        let left = s.start_of(s.block_of(now) + 1) - now;
+        next.as_mut().reset(tokio::time::Instant::now() + Duration::from_secs_f64(left.max(0.0)));
+        Ok(())
+    }
+
+    /// Completes when the current block ends; never without a switchback, or once stopped.
+    async fn boundary(&mut self) {
+        match self.next.as_mut() {
+            Some(next) => next.as_mut().await,
+            None => std::future::pending().await,
+        }
+    }
+
+    /// New connections keep the status quo from here on (those given an arm keep it).
+    fn stop(&mut self) -> Result<()> {
+        self.next = None;
+        self.assignment.set(assign_mode::OFF)
     }
 }
 

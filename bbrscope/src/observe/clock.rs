@@ -7,6 +7,12 @@ fn now(clock: ClockId) -> i128 {
     i128::from(ts.tv_sec) * 1_000_000_000 + i128::from(ts.tv_nsec)
 }
 
+/// Unix time now, seconds (CLOCK_REALTIME, as `SystemTime`): what a switchback's blocks are
+/// counted in.
+pub(crate) fn unix_now() -> f64 {
+    now(ClockId::Realtime) as f64 / 1e9
+}
+
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct Clock {
     /// CLOCK_REALTIME - CLOCK_MONOTONIC, read once: later NTP steps do not reorder events.

@@ -13,7 +13,7 @@ use crate::{
     observe::kernel::{
         bbr_version::Version,
         layout::Layout,
-        loader::{Observer, ObserverPath, Options, Receivers},
+        loader::{Assignment, Observer, ObserverPath, Options, Receivers},
     },
     observe::stats::{StatsReport, StatsTracker},
     sys::{privileges, procfd},
@@ -321,9 +321,10 @@ impl Live {
         })
     }
 
-    /// Stops giving new connections an experiment's arms (`Observer::stop_assigning`).
-    pub(crate) fn stop_assigning(&mut self) -> Result<()> {
-        self.observer.stop_assigning()
+    /// The experiment's assignment, for the experiment to switch while the loop runs
+    /// (`Observer::take_assignment`).
+    pub(crate) fn take_assignment(&mut self) -> Option<Assignment> {
+        self.observer.take_assignment()
     }
 
     /// What this kernel lacks, in words.

@@ -27,7 +27,12 @@ use super::{
     hooks,
     layout::Layout,
 };
-use crate::{error::UsageError, observe::filter::FilterSpec, sys::hz};
+use crate::{
+    error::UsageError,
+    experiment::schedule::{Kind, Schedule},
+    observe::filter::FilterSpec,
+    sys::hz,
+};
 
 static OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/bbrscope"));
 
@@ -131,6 +136,20 @@ pub struct ExperimentSpec {
     pub cgroup: Option<crate::sys::cgroup::Cgroup>,
     /// Destination ranges; empty: any destination.
     pub dst: Vec<ipnet::IpNet>,
+    /// A switchback's blocks (`--design switchback`): which arm new connections get follows
+    /// them; `None`, each connection draws (`split_pct` is then the mixed blocks' split).
+    pub schedule: Option<Schedule>,
+}
+
+/// The kernel's assignment (`assign_mode`) for connections opening at `now` (Unix seconds): the
+/// block's arm in a switchback's A or B block, each connection's own draw in its mixed blocks
+/// and without a switchback.
+pub(crate) fn assign_mode_at(schedule: Option<&Schedule>, now: f64) -> u32 {
+    match schedule.map(|s| s.kind(s.block_of(now))) {
+        None | Some(Kind::Mixed) => assign_mode::PER_CONNECTION,
+        Some(Kind::A) => assign_mode::FIXED_A,
+        Some(Kind::B) => assign_mode::FIXED_B,
+    }
 }
 
 /// `--observer`: how bbrscope hooks into the TCP stack.
@@ -207,6 +226,8 @@ pub struct Observer {
     pub(crate) sample_clock: SampleClock,
     /// The program on the per-ACK path, for its run-time statistics.
     per_ack_program: &'static str,
+    /// An experiment's assignment, until the experiment takes it ([`Observer::take_assignment`]).
+    assignment: Option<Assignment>,
 }
 
 impl Observer {
@@ -343,16 +364,22 @@ impl Observer {
             _ => sockops.clock,
         };
 
-        if path == ObserverPath::Sockops && opts.experiment.is_some() {
-            set_assign_mode(&mut ebpf, assign_mode::PER_CONNECTION)?;
-        }
+        // Assignment on, last: every other part of the experiment is in place.
+        let assignment = match &opts.experiment {
+            Some(exp) if path == ObserverPath::Sockops => {
+                let mut a = Assignment::take(&mut ebpf)?;
+                a.set(assign_mode_at(exp.schedule.as_ref(), crate::observe::clock::unix_now()))?;
+                Some(a)
+            }
+            _ => None,
+        };
         let ring = RingBuf::try_from(ebpf.take_map("EVENTS").context("EVENTS map missing")?)?;
         let counters = PerCpuArray::try_from(ebpf.take_map("COUNTERS").context("COUNTERS map missing")?)?;
         // SAFETY: the ring buffer owns its map fd and keeps it open, unchanged, for as long as
         // the AsyncFd owns the ring buffer.
         let ring = unsafe { AsyncFd::register_with_interest(ring, tokio::io::Interest::READABLE) }
             .map_err(|e| e.into_parts().1)?;
-        Ok(Observer { ebpf, ring, counters, layout, degraded, path, sample_clock, per_ack_program })
+        Ok(Observer { ebpf, ring, counters, layout, degraded, path, sample_clock, per_ack_program, assignment })
     }
 
     /// Waits until records are available (or `DRAIN_PERIOD` has passed: the programs wake
@@ -383,10 +410,10 @@ impl Observer {
         }
     }
 
-    /// Stops giving new connections an experiment's arms: from here on they keep the status quo
-    /// (connections already given an arm keep it).
-    pub(crate) fn stop_assigning(&mut self) -> Result<()> {
-        set_assign_mode(&mut self.ebpf, assign_mode::OFF)
+    /// The experiment's assignment, for the experiment to switch while the observer's loop
+    /// runs (`None` without an experiment, or once taken).
+    pub(crate) fn take_assignment(&mut self) -> Option<Assignment> {
+        self.assignment.take()
     }
 
     /// The sock_ops path's socket-storage map: every socket that has a value in it is watched
@@ -520,11 +547,21 @@ fn experiment_config(spec: Option<&ExperimentSpec>) -> bbrscope_common::Experime
     e
 }
 
-/// Whether the sock_ops program gives new connections in the experiment's scope an arm
-/// (`assign_mode`; it starts at OFF, the map's initial value).
-fn set_assign_mode(ebpf: &mut Ebpf, mode: u32) -> Result<()> {
-    let mut map: Array<_, u32> = Array::try_from(ebpf.map_mut("EXP_ASSIGN").context("EXP_ASSIGN map missing")?)?;
-    map.set(0, &mode, 0).context("setting the experiment's assignment")
+/// Which arm the sock_ops program gives new connections in the experiment's scope, if any
+/// (`assign_mode`; the map starts at OFF): its own handle on the `EXP_ASSIGN` map, taken out of
+/// the loaded object so that the experiment can switch it (a switchback's blocks, the end)
+/// while the observer's loop holds the observer. Connections already given an arm keep it.
+pub(crate) struct Assignment(Array<MapData, u32>);
+
+impl Assignment {
+    fn take(ebpf: &mut Ebpf) -> Result<Self> {
+        Ok(Assignment(Array::try_from(ebpf.take_map("EXP_ASSIGN").context("EXP_ASSIGN map missing")?)?))
+    }
+
+    /// From now on new connections get `mode` (`assign_mode`).
+    pub(crate) fn set(&mut self, mode: u32) -> Result<()> {
+        self.0.set(0, &mode, 0).context("setting the experiment's assignment")
+    }
 }
 
 /// Destination ranges the kernel's experiment scope holds (the size of `EXP_DST` in
