@@ -40,9 +40,13 @@ pub struct StopRule {
     pub(crate) status_quo: Option<String>,
 }
 
+/// The edges of the RTT bands the guardrail watches, ms: the bands it sends back (the kernel's
+/// hold takes the same edges).
+pub(crate) const RTT_BANDS_MS: [f64; 3] = [10.0, 50.0, 150.0];
+
 impl Default for StopRule {
     fn default() -> Self {
-        StopRule { margin_pct: 20.0, alpha: 0.05, rtt_bands_ms: vec![10.0, 50.0, 150.0], status_quo: None }
+        StopRule { margin_pct: 20.0, alpha: 0.05, rtt_bands_ms: RTT_BANDS_MS.to_vec(), status_quo: None }
     }
 }
 

@@ -21,7 +21,7 @@ use tokio::time::{Interval, Sleep};
 use crate::{
     experiment::{
         Observation,
-        guardrail::{GuardDecision, SwitchedBack, note_switched_back},
+        guardrail::{GuardDecision, RTT_BANDS_MS, SwitchedBack, mask_of, note_switched_back},
         monitor::Monitor,
         progress::{LiveExperiment, Update},
         schedule::Schedule,
@@ -285,7 +285,12 @@ impl Sink for Experiment {
             Wake::Analysed(update) => {
                 let update = (*update)?;
                 if let Some(g) = &update.guard {
+                    let before = mask_of(&self.switched_back);
                     note_switched_back(&mut self.switched_back, g, self.started.elapsed().as_secs_f64());
+                    let now = mask_of(&self.switched_back);
+                    if now != before {
+                        side.assigning.hold_bands(now).context("sending a client group back to its status quo")?;
+                    }
                 }
                 let stop = update.guard.as_ref().filter(|g| g.stop).cloned();
                 self.shown.state().update(update);
@@ -404,6 +409,12 @@ impl Assigning {
             Some(next) => next.as_mut().await,
             None => std::future::pending().await,
         }
+    }
+
+    /// New connections of the RTT bands in `mask` (the guardrail's, [`RTT_BANDS_MS`]) keep
+    /// their status quo from here on, whatever the block.
+    fn hold_bands(&mut self, mask: u32) -> Result<()> {
+        self.assignment.hold_bands(&RTT_BANDS_MS, mask)
     }
 
     /// New connections keep the status quo from here on (those given an arm keep it).
