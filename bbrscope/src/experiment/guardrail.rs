@@ -167,6 +167,22 @@ impl Watch {
                 switched_back,
             };
         }
+        if everyone_out && out != 0 {
+            // Nothing is left to experiment on: the run ends, naming the groups.
+            let groups: Vec<String> = (0..self.bands.len())
+                .filter(|b| out & 1 << b != 0 && self.bands[*b].flows != [0, 0])
+                .map(|b| format!("clients at {}", band_label(b, &self.rule.rtt_bands_ms)))
+                .collect();
+            let arms: Vec<usize> = switched_back.iter().map(|g| g.worse_arm).collect();
+            return GuardDecision {
+                stop: true,
+                reason: format!("every client group with flows went back to its status quo ({})", groups.join(", ")),
+                group: Some("all flows".into()),
+                worse_arm: arms.first().copied().filter(|a| arms.iter().all(|x| x == a)),
+                worse_pct: None,
+                switched_back,
+            };
+        }
         let [a, b] = self.bands.iter().fold([0, 0], |[a, b], s| [a + s.flows[0], b + s.flows[1]]).map(fmt_count);
         let arms = match moved {
             [true, true] => "both arms".to_string(),
@@ -411,6 +427,9 @@ mod tests {
             "{}",
             far.reason
         );
+        // The near band sent back before, the far one now: nothing is left, and the run stops.
+        let d = guardrail(&lose, &with_status_quo("cubic"), &names(), 1 << 1);
+        assert!(d.stop && d.group.as_deref() == Some("all flows"), "{d:?}");
         // B 40% worse for everyone: every group goes back, and the run stops.
         let everyone = synth(&[pop([203, 0, 113], 200.0, [1.0, 1.4], 400), pop([10, 0, 0], 2.0, [1.0, 1.4], 400)], 5);
         let d = guardrail(&everyone, &with_status_quo("cubic"), &names(), 0);
