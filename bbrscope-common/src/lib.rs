@@ -206,6 +206,22 @@ pub mod assign_mode {
     pub const FIXED_B: u32 = 3;
 }
 
+/// Client groups the guardrail sent back to their status quo: the `EXP_HOLD` map, an array of
+/// u32 that userspace writes while the programs run. A new connection whose handshake RTT falls
+/// in a held band gets no arm (it keeps what the system, route or cgroup gives it), whatever the
+/// assignment mode. Band 0 is "RTT unknown", band `i` (1..) lies between edges `i - 1` and `i`,
+/// as userspace numbers the guardrail's RTT bands.
+pub mod hold {
+    /// The bit mask of held bands (bit `i`: band `i`); 0, the initial value, holds nothing.
+    pub const MASK: u32 = 0;
+    /// The bands' edges in µs, ascending, from this index on; unused edges are 0.
+    pub const EDGES: u32 = 1;
+    /// Edges kept.
+    pub const MAX_EDGES: u32 = 4;
+    /// Entries in the map.
+    pub const ENTRIES: u32 = EDGES + MAX_EDGES;
+}
+
 /// Everything userspace hands the programs at load time (a read-only global).
 #[repr(C)]
 #[derive(Clone, Copy, Debug)]

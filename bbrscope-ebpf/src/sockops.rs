@@ -59,7 +59,7 @@ use aya_ebpf::{
     programs::SockOpsContext,
 };
 use bbrscope_common::{
-    CC_NAME_LEN, FlowClose, FlowOpen, Owner, assign_mode, config_flags, counter, experiment_flags, kind,
+    CC_NAME_LEN, FlowClose, FlowOpen, Owner, assign_mode, config_flags, counter, experiment_flags, hold, kind,
 };
 
 use crate::{
@@ -571,7 +571,7 @@ fn on_established(ctx: &SockOpsContext, ops: &bpf_sock_ops, sk: *mut bpf_sock) {
     }
     s.flow.tcp_state = ops.state as u8;
     if conf!(experiment.flags) & experiment_flags::ON != 0 {
-        assign_arm(ctx, s);
+        assign_arm(ctx, ops, s);
     }
     s.retrans_at_open = ops.total_retrans;
     s.flow.last_total_retrans = ops.total_retrans;
@@ -603,13 +603,39 @@ static EXP_DST: LpmTrie<[u8; 16], u8> = LpmTrie::with_max_entries(1024, 0);
 #[map]
 static EXP_ASSIGN: Array<u32> = Array::with_max_entries(1, 0);
 
+/// Client groups sent back to their status quo by the guardrail (`hold`).
+#[map]
+static EXP_HOLD: Array<u32> = Array::with_max_entries(hold::ENTRIES, 0);
+
+/// Whether the connection's client group is held at its status quo: its handshake RTT (the
+/// srtt at the established callback, in 1/8 µs) lies in a band the guardrail sent back.
+#[inline(always)]
+fn held(ops: &bpf_sock_ops) -> bool {
+    let mask = EXP_HOLD.get(hold::MASK).map_or(0, |m| *m);
+    if mask == 0 {
+        return false;
+    }
+    let rtt_us = ops.srtt_us >> 3;
+    let mut band = 0u32;
+    if rtt_us != 0 {
+        band = 1;
+        for i in 0..hold::MAX_EDGES {
+            let edge = EXP_HOLD.get(hold::EDGES + i).map_or(0, |e| *e);
+            if edge != 0 && rtt_us >= edge {
+                band = i + 2;
+            }
+        }
+    }
+    mask & (1 << band) != 0
+}
+
 /// `bbrscope experiment`: a connection in scope gets arm B with probability `split_pct`%, else
 /// arm A (in a switchback's A or B block, that block's arm: `assign_mode`), and that arm's
 /// algorithm, as it is established (the point where `apply --cgroup`'s program sets it too),
 /// while userspace has assignment on (`EXP_ASSIGN`). Existing connections and the system default
 /// are untouched.
 #[inline(always)]
-fn assign_arm(ctx: &SockOpsContext, s: &mut SockFlow) {
+fn assign_arm(ctx: &SockOpsContext, ops: &bpf_sock_ops, s: &mut SockFlow) {
     let sk = s.sk;
     let t = sock::tuple(sk);
     // The service's port: the local end of an accepted connection (a client's connections to a
@@ -628,6 +654,9 @@ fn assign_arm(ctx: &SockOpsContext, s: &mut SockFlow) {
     }
     let Some(&mode) = EXP_ASSIGN.get(0) else { return };
     if mode == assign_mode::OFF {
+        return;
+    }
+    if held(ops) {
         return;
     }
     // SAFETY: a helper without arguments.

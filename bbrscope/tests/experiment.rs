@@ -562,6 +562,84 @@ fn the_guardrail_stops_an_experiment_whose_arm_is_clearly_worse() {
     drop(lossy);
 }
 
+/// Arm B (Reno) clearly slower only for the far lossy clients (the near ones fetch 10 KB, one
+/// initial window whatever the algorithm): the guardrail sends that band of clients back to its
+/// status quo and the run goes on. The servers' own logs say it: the far
+/// clients' new connections stop getting Reno (the status quo is this host's default, BBR, so the
+/// kernel simply gives them no arm), while the near clients' still get both arms after it; the
+/// report names the group sent back and its numbers, and the run ends when it is told to, not
+/// by the guardrail.
+#[test]
+fn a_group_the_arm_harms_goes_back_to_its_status_quo_and_the_others_go_on() {
+    require_root();
+    let _turn = turn();
+    let port = port_for(31_000);
+    let (far, far_listener) = emulated(66, 80, 0.02, port);
+    let (near, near_listener) = emulated(67, 2, 0.0, port);
+    let far_log = serve_logging_cc(far_listener);
+    let near_log = serve_logging_cc(near_listener);
+    let status_quo = std::fs::read_to_string("/proc/sys/net/ipv4/tcp_congestion_control").unwrap();
+    assert_eq!(status_quo.trim(), "bbr", "this test's arms assume the host's default is bbr");
+    let (child, log) = start_logged("bbr,reno", port, &["--guardrail-pct", "20"]);
+    let stop = std::sync::atomic::AtomicBool::new(false);
+    // Far connections in a row without Reno: by chance, with arms drawn 50/50, 2^-20.
+    const IN_A_ROW: usize = 20;
+    let (near_at_switch, report) = thread::scope(|s| {
+        for (p, sizes) in [(&far, &[200_000][..]), (&near, &[10_000][..])] {
+            let stop = &stop;
+            s.spawn(move || {
+                while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                    load(p, 3, sizes, Instant::now() + Duration::from_secs(1));
+                }
+            });
+        }
+        // Usually within a minute; the margin is for a loaded machine.
+        let until = Instant::now() + Duration::from_secs(300);
+        let switched = loop {
+            let far_ccs: Vec<String> = far_log.lock().unwrap().iter().map(|(_, cc)| cc.clone()).collect();
+            let reno_seen = far_ccs.iter().any(|cc| cc == "reno");
+            if reno_seen && far_ccs.len() > IN_A_ROW && far_ccs[far_ccs.len() - IN_A_ROW..].iter().all(|cc| cc == "bbr")
+            {
+                break true;
+            }
+            if Instant::now() > until || child_gone(&child) {
+                break false;
+            }
+            thread::sleep(Duration::from_millis(500));
+        };
+        let near_at_switch = near_log.lock().unwrap().len();
+        if switched {
+            // The near clients go on with their arms for a while.
+            thread::sleep(Duration::from_secs(10));
+        }
+        // SAFETY: kill(2) on the experiment's pid, which this test started and has not reaped.
+        unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+        let (code, report) = wait_report_status(child, Duration::from_secs(120), Some(&log));
+        stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        assert!(switched, "the far clients kept getting reno; {}", report["guardrail_switched_back"]);
+        assert_eq!(code, Some(0), "{}", report["stopped_by"]);
+        (near_at_switch, report)
+    });
+    assert_eq!(report["stopped_by"], "stopped by SIGTERM", "{}", report["guardrail"]);
+    let sent = report["guardrail_switched_back"].as_array().unwrap();
+    assert_eq!(sent.len(), 1, "{sent:?}");
+    assert_eq!(sent[0]["group"], "clients at RTT 50–150 ms", "{sent:?}");
+    assert_eq!(sent[0]["worse_arm"], 1, "{sent:?}");
+    assert!(sent[0]["worse_pct"][1].as_f64().unwrap() > 0.0, "{sent:?}");
+    // After the far band went back, the near clients still got both arms.
+    let near_after: Vec<String> = near_log.lock().unwrap()[near_at_switch..].iter().map(|(_, cc)| cc.clone()).collect();
+    for arm in ["bbr", "reno"] {
+        assert!(near_after.iter().filter(|cc| *cc == arm).count() >= 5, "near after the switch back: {near_after:?}");
+    }
+    drop((far, near));
+}
+
+/// Whether the process has exited (a zombie counts: it is not reaped until the report is read).
+fn child_gone(child: &std::process::Child) -> bool {
+    let stat = std::fs::read_to_string(format!("/proc/{}/stat", child.id())).unwrap_or_default();
+    stat.is_empty() || stat.contains(") Z ")
+}
+
 /// Large transfers still running when SIGTERM ends the experiment: after its drain (10 s, in
 /// which they cannot finish) they are counted per arm as in flight, as the server's own log of
 /// their algorithms says, at no less than their time so far; `--analyze` of the recording says

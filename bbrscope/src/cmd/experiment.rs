@@ -15,7 +15,7 @@ use crate::{
     error::{Exit, usage},
     experiment::{
         Observation,
-        guardrail::GuardDecision,
+        guardrail::{GuardDecision, SwitchedBack},
         print::{self, Output},
         progress::{Limit, LiveExperiment},
         record,
@@ -90,12 +90,12 @@ async fn experiment(request: &Request, run: &Run) -> Result<()> {
         if std::io::stdout().is_terminal() && !run.headless { "q in the dashboard" } else { "Ctrl-C" }
     );
     let watch = Watch { headless: run.headless, state, setup: setup.clone(), flows: run.flows, recorder };
-    let Watched { obs, stopped_by, guard } =
+    let Watched { obs, stopped_by, guard, switched_back } =
         crate::experiment::run::run(live, &mut signals, watch, run.duration).await?;
     if let (Some(p), Some(f)) = (&run.record, record_end.as_mut()) {
         record::end(f, p, &obs, stopped_by.as_deref(), guard.as_ref())?;
     }
-    finish(request, &obs, &setup, stopped_by, guard, false)
+    finish(request, &obs, &setup, Ended { stopped_by, guard, switched_back }, false)
 }
 
 /// `--analyze FILE`: the report of a recorded run, with this invocation's rule, its arms where
@@ -112,7 +112,9 @@ fn analyze(request: &Request, file: &Path, arms: Option<&[String; 2]>) -> Result
         setup.arms = Some(arms.clone());
     }
     setup.guardrail_pct = setup.guardrail_pct.or(Some(request.guardrail_pct));
-    finish(request, &capture.obs, &setup, capture.stopped_by, capture.guard, true)
+    // The groups the live guardrail sent back are in its replay, printed with it.
+    let ended = Ended { stopped_by: capture.stopped_by, guard: capture.guard, switched_back: Vec::new() };
+    finish(request, &capture.obs, &setup, ended, true)
 }
 
 /// How connections get their arms, for the line that starts the run: the seed too, so that a
@@ -173,14 +175,15 @@ fn read_capture(path: &Path) -> Result<record::Capture> {
 /// The report, and the exit status the outcome has: 3 when the guardrail stopped the run (not for
 /// `--analyze`, which reports a recorded stop), 2 when the service set its own algorithm (nothing
 /// could be concluded).
-fn finish(
-    request: &Request,
-    obs: &[Observation],
-    setup: &Setup,
+/// How a run ended, as its report tells it.
+struct Ended {
     stopped_by: Option<String>,
     guard: Option<GuardDecision>,
-    replaying: bool,
-) -> Result<()> {
+    switched_back: Vec<SwitchedBack>,
+}
+
+fn finish(request: &Request, obs: &[Observation], setup: &Setup, ended: Ended, replaying: bool) -> Result<()> {
+    let Ended { stopped_by, guard, switched_back } = ended;
     let replay =
         replaying.then(|| setup::guardrail_replay(obs, setup, setup.guardrail_pct.unwrap_or(request.guardrail_pct)));
     let stopped_by_guard = guard.as_ref().is_some_and(|g| g.stop);
@@ -193,6 +196,7 @@ fn finish(
             recommend: request.recommend,
             stopped_by,
             guard,
+            switched_back,
             replay,
         },
     )?;

@@ -66,6 +66,19 @@ impl Moments {
         self.time_s += t;
     }
 
+    /// The moments of both samples together (Chan, Golub and LeVeque's pairwise update).
+    fn combine(&mut self, o: &Moments) {
+        if o.n == 0 {
+            return;
+        }
+        let n = self.n + o.n;
+        let d = o.mean - self.mean;
+        self.mean += d * o.n as f64 / n as f64;
+        self.m2 += o.m2 + d * d * self.n as f64 * o.n as f64 / n as f64;
+        self.n = n;
+        self.time_s += o.time_s;
+    }
+
     /// Variance of the mean.
     fn var_of_mean(&self) -> f64 {
         let s2 = if self.n > 1 { self.m2 / (self.n - 1) as f64 } else { 0.0 };
@@ -93,6 +106,17 @@ impl Strata {
             m.push(o.client_s());
             self.flows[o.arm] += 1;
         }
+    }
+
+    /// Adds `other`'s flows, stratum by stratum.
+    pub(crate) fn merge(&mut self, other: &Strata) {
+        for (key, [a, b]) in &other.cells {
+            let cell = self.cells.entry(*key).or_default();
+            cell[0].combine(a);
+            cell[1].combine(b);
+        }
+        self.flows[0] += other.flows[0];
+        self.flows[1] += other.flows[1];
     }
 
     /// The strata with flows that the estimate leaves out, fewer than [`MIN_CELL`] in an arm,

@@ -9,11 +9,13 @@
 //!   slower is what its clients would have had anyway: a big win for the other arm never stops a
 //!   run. Where the status quo is not known (namespaces or routes that disagree, a recording
 //!   made before it was kept), both arms are watched.
-//! - **Stop** when a group's always-valid interval lies wholly on the worse side of zero *and*
+//! - **Trip** when a group's always-valid interval lies wholly on the worse side of zero *and*
 //!   the estimate is worse by more than the margin (`--guardrail-pct`): harm that is both real and
 //!   large. The interval is a confidence sequence at level `1 − α/k` (k the groups watched), so
-//!   however often it looks, an experiment whose arms do not differ is stopped at most α of the
-//!   time.
+//!   however often it looks, an experiment whose arms do not differ trips at most α of the time.
+//! - **A band that trips goes back to its status quo, the rest goes on**: its new connections
+//!   get no arm from then on (the kernel holds the band, judged by the handshake's RTT), and the
+//!   other groups keep their arms. Only "all flows" tripping stops the run.
 
 use serde::Serialize;
 
@@ -38,9 +40,13 @@ pub struct StopRule {
     pub(crate) status_quo: Option<String>,
 }
 
+/// The edges of the RTT bands the guardrail watches, ms: the bands it sends back (the kernel's
+/// hold takes the same edges).
+pub(crate) const RTT_BANDS_MS: [f64; 3] = [10.0, 50.0, 150.0];
+
 impl Default for StopRule {
     fn default() -> Self {
-        StopRule { margin_pct: 20.0, alpha: 0.05, rtt_bands_ms: vec![10.0, 50.0, 150.0], status_quo: None }
+        StopRule { margin_pct: 20.0, alpha: 0.05, rtt_bands_ms: RTT_BANDS_MS.to_vec(), status_quo: None }
     }
 }
 
@@ -54,6 +60,28 @@ pub struct GuardDecision {
     pub(crate) group: Option<String>,
     pub(crate) worse_arm: Option<usize>,
     pub(crate) worse_pct: Option<[f64; 3]>,
+    /// Bands of clients tripping now, short of a stop: sent back to their status quo while the
+    /// rest goes on. Absent in recordings made before bands were sent back.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub(crate) switched_back: Vec<SwitchedBack>,
+}
+
+/// A band of clients the guardrail sent back to its status quo.
+#[derive(Clone, Debug, PartialEq, Serialize, serde::Deserialize)]
+pub struct SwitchedBack {
+    /// The band (`units::band_of`'s numbering, which the kernel's hold uses too).
+    pub(crate) band: usize,
+    /// `clients at RTT ≥150 ms`.
+    pub(crate) group: String,
+    /// The arm found worse (0 = A), and its completion time relative to the other's, % with the
+    /// interval.
+    pub(crate) worse_arm: usize,
+    pub(crate) worse_pct: [f64; 3],
+    pub(crate) reason: String,
+    /// When it was first sent back: seconds since the first flow finished (a replay) or since
+    /// the start (a live run); null until known.
+    #[serde(default)]
+    pub(crate) at_s: Option<f64>,
 }
 
 /// The strata the guardrail watches, filled as flows finish.
@@ -61,15 +89,17 @@ pub struct GuardDecision {
 pub(crate) struct Watch {
     names: [String; 2],
     rule: StopRule,
-    all: Strata,
     /// Index: the band ([`band_of`]).
     bands: Vec<Strata>,
+    /// Bands sent back before (bit `i`: band `i`): left out of "all flows", which then speaks
+    /// for the clients still in the experiment.
+    held: u32,
 }
 
 impl Watch {
-    pub(crate) fn new(names: [String; 2], rule: StopRule) -> Self {
+    pub(crate) fn new(names: [String; 2], rule: StopRule, held: u32) -> Self {
         let bands = vec![Strata::default(); rule.rtt_bands_ms.len() + 2];
-        Watch { names, rule, all: Strata::default(), bands }
+        Watch { names, rule, bands, held }
     }
 
     /// A finished flow; one that did not run its arm's algorithm is not counted.
@@ -77,7 +107,6 @@ impl Watch {
         if !ran_its_arm(o, &self.names) {
             return;
         }
-        self.all.add(o, &self.rule.rtt_bands_ms);
         self.bands[band_of(o.min_rtt_us, &self.rule.rtt_bands_ms)].add(o, &self.rule.rtt_bands_ms);
     }
 
@@ -85,60 +114,76 @@ impl Watch {
     pub(crate) fn check(&self) -> GuardDecision {
         let k = self.bands.len() + 1;
         let alpha = self.rule.alpha / k as f64;
-        let margin = (1.0 + self.rule.margin_pct / 100.0).ln();
-        let watched = std::iter::once(("all flows".to_string(), &self.all)).chain(
-            self.bands
-                .iter()
-                .enumerate()
-                .map(|(b, s)| (format!("clients at {}", band_label(b, &self.rule.rtt_bands_ms)), s)),
-        );
         let moved = super::status_quo::moved(&self.names, self.rule.status_quo.as_deref());
         if moved == [false, false] {
             let sq = self.rule.status_quo.as_deref().unwrap_or_default();
             let reason = format!("nothing to guard: both arms are the status quo ({sq})");
-            return GuardDecision { stop: false, reason, group: None, worse_arm: None, worse_pct: None };
+            return GuardDecision {
+                stop: false,
+                reason,
+                group: None,
+                worse_arm: None,
+                worse_pct: None,
+                switched_back: Vec::new(),
+            };
         }
         let mut judged = 0;
-        for (label, strata) in watched {
-            let Some(e) = strata.estimate() else { continue };
-            judged += 1;
-            let h = cs_half_width(e.var, alpha);
-            // The worse arm's log ratio against the other: B/A for B, A/B for A; an arm that is
-            // the status quo is not watched.
-            for (arm, x) in [(1, e.log_ratio), (0, -e.log_ratio)] {
-                if moved[arm] && x - h > 0.0 && x >= margin {
-                    let pct = |v: f64| (v.exp() - 1.0) * 100.0;
-                    let worse = [pct(x), pct(x - h), pct(x + h)];
-                    let reason = format!(
-                        "{} (arm {}) slower for {label}: completion time {} [{}, {}] vs {} ({} / {} flows); the guardrail \
-                         stops an arm that moved clients off {} when slower by more than {} with its always-valid {:.0}% \
-                         interval above zero",
-                        self.names[arm],
-                        ["A", "B"][arm],
-                        fmt_pct(worse[0]),
-                        fmt_pct(worse[1]),
-                        fmt_pct(worse[2]),
-                        self.names[1 - arm],
-                        fmt_count(e.flows[arm]),
-                        fmt_count(e.flows[1 - arm]),
-                        self.rule
-                            .status_quo
-                            .as_deref()
-                            .map_or("their status quo".into(), |sq| format!("the status quo ({sq})")),
-                        fmt_pct(self.rule.margin_pct),
-                        (1.0 - self.rule.alpha) * 100.0,
-                    );
-                    return GuardDecision {
-                        stop: true,
-                        reason,
-                        group: Some(label),
-                        worse_arm: Some(arm),
-                        worse_pct: Some(worse),
-                    };
-                }
+        // The bands first: one that trips is sent back, and "all flows" is then judged on the
+        // clients still in the experiment — the harm of one band does not stop the others.
+        let mut switched_back = Vec::new();
+        for (band, strata) in self.bands.iter().enumerate() {
+            let label = format!("clients at {}", band_label(band, &self.rule.rtt_bands_ms));
+            judged += usize::from(strata.estimate().is_some());
+            if let Some((arm, worse, reason)) = self.trips(strata, &label, moved, alpha, "sends back") {
+                switched_back.push(SwitchedBack {
+                    band,
+                    group: label,
+                    worse_arm: arm,
+                    worse_pct: worse,
+                    reason,
+                    at_s: None,
+                });
             }
         }
-        let [a, b] = self.all.flows.map(fmt_count);
+        let out = self.held | mask_of(&switched_back);
+        // Every band with flows sent back: nothing is left to experiment on, and "all flows"
+        // (every band) is what is judged.
+        let everyone_out = self.bands.iter().enumerate().all(|(band, s)| s.flows == [0, 0] || out & 1 << band != 0);
+        let mut rest = Strata::default();
+        for (band, strata) in self.bands.iter().enumerate() {
+            if everyone_out || out & 1 << band == 0 {
+                rest.merge(strata);
+            }
+        }
+        let label = if out == 0 || everyone_out { "all flows" } else { "all flows of the groups not sent back" };
+        judged += usize::from(rest.estimate().is_some());
+        if let Some((arm, worse, reason)) = self.trips(&rest, label, moved, alpha, "stops") {
+            return GuardDecision {
+                stop: true,
+                reason,
+                group: Some(label.to_string()),
+                worse_arm: Some(arm),
+                worse_pct: Some(worse),
+                switched_back,
+            };
+        }
+        if everyone_out && out != 0 {
+            // Nothing is left to experiment on: the run ends, naming the groups.
+            let groups: Vec<String> = (0..self.bands.len())
+                .filter(|b| out & 1 << b != 0 && self.bands[*b].flows != [0, 0])
+                .map(|b| format!("clients at {}", band_label(b, &self.rule.rtt_bands_ms)))
+                .collect();
+            let arms: Vec<usize> = switched_back.iter().map(|g| g.worse_arm).collect();
+            return GuardDecision {
+                stop: true,
+                reason: format!("every client group with flows went back to its status quo ({})", groups.join(", ")),
+                group: Some("all flows".into()),
+                worse_arm: arms.first().copied().filter(|a| arms.iter().all(|x| x == a)),
+                worse_pct: None,
+                switched_back,
+            };
+        }
+        let [a, b] = self.bands.iter().fold([0, 0], |[a, b], s| [a + s.flows[0], b + s.flows[1]]).map(fmt_count);
         let arms = match moved {
             [true, true] => "both arms".to_string(),
             _ => {
@@ -153,16 +198,67 @@ impl Watch {
         };
         let reason = if judged == 0 {
             format!("watching {arms}: {a} / {b} flows, no stratum has {} per arm yet", super::decide::MIN_CELL)
-        } else {
+        } else if switched_back.is_empty() {
             format!("within the guardrail ({arms}; {judged} client groups checked, {a} / {b} flows)")
+        } else {
+            let groups: Vec<&str> = switched_back.iter().map(|g| g.group.as_str()).collect();
+            format!(
+                "{} sent back to the status quo, the rest within the guardrail ({arms}; {judged} client groups \
+                 checked, {a} / {b} flows)",
+                groups.join(", ")
+            )
         };
-        GuardDecision { stop: false, reason, group: None, worse_arm: None, worse_pct: None }
+        GuardDecision { stop: false, reason, group: None, worse_arm: None, worse_pct: None, switched_back }
     }
 }
 
-/// The guardrail's decision on `obs` (all the flows finished so far).
-pub(crate) fn guardrail(obs: &[Observation], rule: &StopRule, names: &[String; 2]) -> GuardDecision {
-    let mut w = Watch::new(names.clone(), rule.clone());
+impl Watch {
+    /// Whether `strata` show an arm that moved clients (`moved`) slower than the other by more
+    /// than the margin, its always-valid interval at `alpha` above zero: the arm, its completion
+    /// time relative to the other's (%, with the interval), and why, in words (`action`: what the
+    /// guardrail does about it).
+    fn trips(
+        &self,
+        strata: &Strata,
+        label: &str,
+        moved: [bool; 2],
+        alpha: f64,
+        action: &str,
+    ) -> Option<(usize, [f64; 3], String)> {
+        let e = strata.estimate()?;
+        let h = cs_half_width(e.var, alpha);
+        let margin = (1.0 + self.rule.margin_pct / 100.0).ln();
+        // The worse arm's log ratio against the other: B/A for B, A/B for A; an arm that is the
+        // status quo is not watched.
+        let (arm, x) = [(1, e.log_ratio), (0, -e.log_ratio)]
+            .into_iter()
+            .find(|&(arm, x)| moved[arm] && x - h > 0.0 && x >= margin)?;
+        let pct = |v: f64| (v.exp() - 1.0) * 100.0;
+        let worse = [pct(x), pct(x - h), pct(x + h)];
+        let reason = format!(
+            "{} (arm {}) slower for {label}: completion time {} [{}, {}] vs {} ({} / {} flows); the guardrail {action} \
+             an arm that moved clients off {} when slower by more than {} with its always-valid {:.0}% interval above \
+             zero",
+            self.names[arm],
+            ["A", "B"][arm],
+            fmt_pct(worse[0]),
+            fmt_pct(worse[1]),
+            fmt_pct(worse[2]),
+            self.names[1 - arm],
+            fmt_count(e.flows[arm]),
+            fmt_count(e.flows[1 - arm]),
+            self.rule.status_quo.as_deref().map_or("their status quo".into(), |sq| format!("the status quo ({sq})")),
+            fmt_pct(self.rule.margin_pct),
+            (1.0 - self.rule.alpha) * 100.0,
+        );
+        Some((arm, worse, reason))
+    }
+}
+
+/// The guardrail's decision on `obs` (all the flows finished so far), the bands in `held` sent
+/// back before.
+pub(crate) fn guardrail(obs: &[Observation], rule: &StopRule, names: &[String; 2], held: u32) -> GuardDecision {
+    let mut w = Watch::new(names.clone(), rule.clone(), held);
     for o in obs {
         w.add(o);
     }
@@ -180,6 +276,22 @@ pub struct Replay {
     /// Flows finished by then.
     pub(crate) flows_at_stop: Option<usize>,
     pub(crate) decision: GuardDecision,
+    /// Every band the live guardrail would have sent back, each with the look that first did.
+    pub(crate) switched_back: Vec<SwitchedBack>,
+}
+
+/// The bands of `held`, as the kernel's hold takes them (bit `i`: band `i`).
+pub(crate) fn mask_of(held: &[SwitchedBack]) -> u32 {
+    held.iter().fold(0, |m, g| m | 1 << g.band)
+}
+
+/// Adds the bands of `d` not sent back before, at `at_s`.
+pub(crate) fn note_switched_back(held: &mut Vec<SwitchedBack>, d: &GuardDecision, at_s: f64) {
+    for g in &d.switched_back {
+        if !held.iter().any(|h| h.band == g.band) {
+            held.push(SwitchedBack { at_s: Some(at_s), ..g.clone() });
+        }
+    }
 }
 
 /// Replays the guardrail over `obs` in completion order (flows without an end time are left
@@ -187,9 +299,17 @@ pub struct Replay {
 pub fn replay(obs: &[Observation], rule: &StopRule, names: &[String; 2], period_s: f64) -> Replay {
     let mut order: Vec<&Observation> = obs.iter().filter(|o| o.end_ts.is_some()).collect();
     order.sort_by(|x, y| x.end_ts.unwrap_or(0.0).total_cmp(&y.end_ts.unwrap_or(0.0)));
-    let mut w = Watch::new(names.clone(), rule.clone());
+    let mut w = Watch::new(names.clone(), rule.clone(), 0);
+    let mut held = Vec::new();
     let Some(t0) = order.first().and_then(|o| o.end_ts) else {
-        return Replay { looks: 0, period_s, stopped_at_s: None, flows_at_stop: None, decision: w.check() };
+        return Replay {
+            looks: 0,
+            period_s,
+            stopped_at_s: None,
+            flows_at_stop: None,
+            decision: w.check(),
+            switched_back: held,
+        };
     };
     let mut next = t0 + period_s;
     let mut looks = 0;
@@ -199,8 +319,17 @@ pub fn replay(obs: &[Observation], rule: &StopRule, names: &[String; 2], period_
         if t >= next {
             looks += 1;
             let d = w.check();
+            note_switched_back(&mut held, &d, next - t0);
+            w.held = mask_of(&held);
             if d.stop {
-                return Replay { looks, period_s, stopped_at_s: Some(next - t0), flows_at_stop: Some(i), decision: d };
+                return Replay {
+                    looks,
+                    period_s,
+                    stopped_at_s: Some(next - t0),
+                    flows_at_stop: Some(i),
+                    decision: d,
+                    switched_back: held,
+                };
             }
             next += ((t - next) / period_s).floor().max(0.0) * period_s + period_s;
         }
@@ -208,8 +337,17 @@ pub fn replay(obs: &[Observation], rule: &StopRule, names: &[String; 2], period_
     }
     looks += 1;
     let d = w.check();
-    let stopped = d.stop.then_some(order.last().and_then(|o| o.end_ts).unwrap_or(t0) - t0);
-    Replay { looks, period_s, stopped_at_s: stopped, flows_at_stop: d.stop.then_some(order.len()), decision: d }
+    let end = order.last().and_then(|o| o.end_ts).unwrap_or(t0) - t0;
+    note_switched_back(&mut held, &d, end);
+    let stopped = d.stop.then_some(end);
+    Replay {
+        looks,
+        period_s,
+        stopped_at_s: stopped,
+        flows_at_stop: d.stop.then_some(order.len()),
+        decision: d,
+        switched_back: held,
+    }
 }
 
 #[cfg(test)]
@@ -232,28 +370,31 @@ mod tests {
     fn stops_on_either_arm_clearly_worse_and_not_on_a_small_difference() {
         let rule = StopRule::default();
         let worse = synth(&[pop([203, 0, 113], 100.0, [1.0, 1.8], 300)], 1);
-        let d = guardrail(&worse, &rule, &names());
+        let d = guardrail(&worse, &rule, &names(), 0);
         assert!(d.stop && d.worse_arm == Some(1), "{d:?}");
         assert!(d.reason.starts_with("bbr (arm B) slower for all flows: completion time +"), "{}", d.reason);
         // Arm A worse stops too.
         let a_worse = synth(&[pop([203, 0, 113], 100.0, [1.8, 1.0], 300)], 1);
-        let d = guardrail(&a_worse, &rule, &names());
+        let d = guardrail(&a_worse, &rule, &names(), 0);
         assert!(d.stop && d.worse_arm == Some(0) && d.reason.starts_with("cubic (arm A) slower"), "{d:?}");
         // Equal: no stop.
-        assert!(!guardrail(&synth(&[pop([203, 0, 113], 100.0, [1.0, 1.0], 300)], 1), &rule, &names()).stop);
+        assert!(!guardrail(&synth(&[pop([203, 0, 113], 100.0, [1.0, 1.0], 300)], 1), &rule, &names(), 0).stop);
         // Too early to say, however bad it looks.
-        let d = guardrail(&synth(&[pop([203, 0, 113], 100.0, [1.0, 3.0], 5)], 1), &rule, &names());
+        let d = guardrail(&synth(&[pop([203, 0, 113], 100.0, [1.0, 3.0], 5)], 1), &rule, &names(), 0);
         assert!(!d.stop && d.reason.starts_with("watching both arms: "), "{d:?}");
         // Worse by less than the margin, with many flows: no stop.
         let slightly = synth(&[pop([203, 0, 113], 100.0, [1.0, 1.1], 3000)], 1);
-        assert!(!guardrail(&slightly, &rule, &names()).stop);
-        // Worse for one client group only (the far one): stops, naming it.
+        assert!(!guardrail(&slightly, &rule, &names(), 0).stop);
+        // Worse for one client group only (the far one): that group is sent back, named, and the
+        // run goes on for the others.
         let far_only = synth(&[pop([203, 0, 113], 200.0, [1.0, 2.0], 300), pop([10, 0, 0], 2.0, [1.0, 1.0], 300)], 2);
-        let d = guardrail(&far_only, &rule, &names());
-        assert!(
-            d.stop && d.group.as_deref().is_some_and(|g| g.contains("150")) || d.group.as_deref() == Some("all flows"),
-            "{d:?}"
-        );
+        let d = guardrail(&far_only, &rule, &names(), 0);
+        assert!(!d.stop && d.switched_back.len() == 1, "{d:?}");
+        assert_eq!((d.switched_back[0].group.as_str(), d.switched_back[0].worse_arm), ("clients at RTT ≥150 ms", 1));
+        assert!(d.reason.starts_with("clients at RTT ≥150 ms sent back to the status quo"), "{}", d.reason);
+        // Once sent back it stays out of "all flows", which the near clients alone now pass.
+        let d = guardrail(&far_only, &rule, &names(), mask_of(&d.switched_back));
+        assert!(!d.stop, "{d:?}");
     }
 
     fn with_status_quo(sq: &str) -> StopRule {
@@ -269,22 +410,40 @@ mod tests {
         let r = replay(&win, &with_status_quo("cubic"), &names(), 2.0);
         assert!(r.stopped_at_s.is_none() && r.looks >= 6, "{r:?}");
         assert!(r.decision.reason.contains("arm B (bbr), which moved clients off cubic"), "{}", r.decision.reason);
-        assert!(replay(&win, &StopRule::default(), &names(), 2.0).stopped_at_s.is_some(), "unknown: both watched");
-        // B 40% worse for the far group only.
+        // Status quo unknown, both arms watched: A's far clients are sent back; the run goes on.
+        let unknown = replay(&win, &StopRule::default(), &names(), 2.0);
+        assert!(unknown.stopped_at_s.is_none(), "{unknown:?}");
+        assert_eq!(unknown.switched_back.iter().map(|g| (g.band, g.worse_arm)).collect::<Vec<_>>(), [(4, 0)]);
+        // B 40% worse for the far group only: that group goes back to the status quo, at the
+        // look that first saw it, and the near group runs to the end.
         let lose = synth(&[pop([203, 0, 113], 200.0, [1.0, 1.4], 400), pop([10, 0, 0], 2.0, [1.0, 1.0], 400)], 4);
-        let d = guardrail(&lose, &with_status_quo("cubic"), &names());
-        assert!(d.stop && d.worse_arm == Some(1), "{d:?}");
-        assert!(d.reason.contains("moved clients off the status quo (cubic)"), "{}", d.reason);
+        let r = replay(&lose, &with_status_quo("cubic"), &names(), 2.0);
+        assert!(r.stopped_at_s.is_none() && r.looks >= 6, "{r:?}");
+        let [far] = &r.switched_back[..] else { panic!("{r:?}") };
+        assert_eq!((far.band, far.worse_arm), (4, 1));
+        assert!(far.at_s.is_some_and(|t| t > 0.0), "{far:?}");
+        assert!(
+            far.reason.contains("sends back an arm that moved clients off the status quo (cubic)"),
+            "{}",
+            far.reason
+        );
+        // The near band sent back before, the far one now: nothing is left, and the run stops.
+        let d = guardrail(&lose, &with_status_quo("cubic"), &names(), 1 << 1);
+        assert!(d.stop && d.group.as_deref() == Some("all flows"), "{d:?}");
+        // B 40% worse for everyone: every group goes back, and the run stops.
+        let everyone = synth(&[pop([203, 0, 113], 200.0, [1.0, 1.4], 400), pop([10, 0, 0], 2.0, [1.0, 1.4], 400)], 5);
+        let d = guardrail(&everyone, &with_status_quo("cubic"), &names(), 0);
+        assert!(d.stop && d.worse_arm == Some(1) && d.group.as_deref() == Some("all flows"), "{d:?}");
         // With B the status quo (BBR already the default), A is the arm that moved clients.
-        let d = guardrail(&win, &with_status_quo("bbr"), &names());
-        assert!(d.stop && d.worse_arm == Some(0), "{d:?}");
+        let d = guardrail(&win, &with_status_quo("bbr"), &names(), 0);
+        assert!(!d.stop && d.switched_back.iter().any(|g| g.band == 4 && g.worse_arm == 0), "{d:?}");
         // Both arms the status quo: nothing to guard.
         let same = ["cubic".to_string(), "cubic".to_string()];
-        assert!(guardrail(&win, &with_status_quo("cubic"), &same).reason.starts_with("nothing to guard"));
+        assert!(guardrail(&win, &with_status_quo("cubic"), &same, 0).reason.starts_with("nothing to guard"));
     }
 
-    /// A/A with the status quo known (one arm watched): looks every 2 s over 200 whole runs stop
-    /// at most 5% of them.
+    /// A/A with the status quo known (one arm watched): looks every 2 s over 200 whole runs stop,
+    /// or send a group back, in at most 5% of them.
     #[test]
     fn a_a_runs_watching_the_moved_arm_are_rarely_stopped() {
         let runs = 200;
@@ -294,10 +453,11 @@ mod tests {
                     &[pop([203, 0, 113], 200.0, [1.0, 1.0], 300), pop([10, 0, 0], 2.0, [1.0, 1.0], 300)],
                     900 + run,
                 );
-                replay(&obs, &with_status_quo("cubic"), &names(), 2.0).stopped_at_s.is_some()
+                let r = replay(&obs, &with_status_quo("cubic"), &names(), 2.0);
+                r.stopped_at_s.is_some() || !r.switched_back.is_empty()
             })
             .count();
-        crate::output::errln!("A/A guardrail, B watched: {stops}/{runs} runs stopped");
+        crate::output::errln!("A/A guardrail, B watched: {stops}/{runs} runs stopped or a group sent back");
         assert!(stops as f64 / runs as f64 <= 0.05, "{stops}/{runs}");
     }
 
@@ -309,11 +469,12 @@ mod tests {
         let near = synth(&[pop([10, 0, 0], 2.0, [1.0, 1.0], 300)], 2);
         let mut obs: Vec<Observation> = far.into_iter().filter(|o| o.arm == 1 || rng.uniform() < 0.6).collect();
         obs.extend(near.into_iter().filter(|o| o.arm == 0 || rng.uniform() < 0.6));
-        let d = guardrail(&obs, &StopRule::default(), &names());
+        let d = guardrail(&obs, &StopRule::default(), &names(), 0);
         assert!(!d.stop, "{d:?}");
     }
 
-    /// Looks every 2 s over a whole A/A run, 200 runs: the guardrail may stop at most 5% of them.
+    /// Looks every 2 s over a whole A/A run, 200 runs: the guardrail may stop, or send a group back,
+    /// in at most 5% of them.
     #[test]
     fn a_a_runs_with_looks_every_two_seconds_are_rarely_stopped() {
         let runs = 200;
@@ -324,9 +485,9 @@ mod tests {
             // 1,200 flows finishing 10 ms apart: a look every 200 flows, six looks.
             let r = replay(&obs, &StopRule::default(), &names(), 2.0);
             assert!(r.looks >= 6 || r.stopped_at_s.is_some(), "{r:?}");
-            stops += usize::from(r.stopped_at_s.is_some());
+            stops += usize::from(r.stopped_at_s.is_some() || !r.switched_back.is_empty());
         }
-        crate::output::errln!("A/A guardrail: {stops}/{runs} runs stopped");
+        crate::output::errln!("A/A guardrail: {stops}/{runs} runs stopped or a group sent back");
         assert!(stops as f64 / runs as f64 <= 0.05, "{stops}/{runs}");
     }
 
@@ -339,7 +500,7 @@ mod tests {
         // The live rule on the flows finished by then stops too, and one look earlier did not.
         let mut sorted = worse.clone();
         sorted.sort_by(|x, y| x.end_ts.unwrap().total_cmp(&y.end_ts.unwrap()));
-        assert!(guardrail(&sorted[..at], &StopRule::default(), &names()).stop);
-        assert!(!guardrail(&sorted[..at.saturating_sub(50)], &StopRule::default(), &names()).stop);
+        assert!(guardrail(&sorted[..at], &StopRule::default(), &names(), 0).stop);
+        assert!(!guardrail(&sorted[..at.saturating_sub(50)], &StopRule::default(), &names(), 0).stop);
     }
 }

@@ -29,6 +29,8 @@ pub(crate) struct Monitor {
     report: bool,
     /// The report is not rebuilt before this (see [`Monitor::REST`]).
     report_after: Option<Instant>,
+    /// The bands the guardrail sent back so far (`guardrail::mask_of`): they stay sent back.
+    held: u32,
 }
 
 impl Monitor {
@@ -41,7 +43,7 @@ impl Monitor {
     pub(crate) const REST: u32 = 4;
 
     pub(crate) fn new(setup: Setup, report: bool) -> Self {
-        Monitor { job: None, analyzed: None, setup, report, report_after: None }
+        Monitor { job: None, analyzed: None, setup, report, report_after: None, held: 0 }
     }
 
     /// Starts a computation over `obs` if one is due: none in flight and new flows since the
@@ -55,8 +57,9 @@ impl Monitor {
         self.analyzed = Some(obs.len());
         let obs = obs.to_vec();
         let setup = self.setup.clone();
+        let held = self.held;
         self.job = Some(tokio::task::spawn_blocking(move || {
-            let guard = setup::guardrail(&obs, &setup);
+            let guard = setup::guardrail(&obs, &setup, held);
             let analysed = want_report.then(|| {
                 let t = Instant::now();
                 let report = setup::report(&obs, &setup, None).0;
@@ -75,6 +78,9 @@ impl Monitor {
         let update = update?;
         if let Some(a) = &update.analysed {
             self.report_after = Some(Instant::now() + a.took * Self::REST);
+        }
+        if let Some(g) = &update.guard {
+            self.held |= super::guardrail::mask_of(&g.switched_back);
         }
         Ok(update)
     }

@@ -9,7 +9,8 @@ use serde::Serialize;
 
 use super::{
     Observation,
-    guardrail::{self, GuardDecision},
+    format::fmt_pct,
+    guardrail::{self, GuardDecision, SwitchedBack},
     plot,
     report::Report,
     setup::{Setup, report},
@@ -35,6 +36,8 @@ pub(crate) struct Output {
     pub stopped_by: Option<String>,
     /// The guardrail's stop, when it ended the run.
     pub guard: Option<GuardDecision>,
+    /// The client groups the guardrail sent back to their status quo while the run went on.
+    pub switched_back: Vec<SwitchedBack>,
     /// `--analyze`: what the live guardrail would have done on the recording.
     pub replay: Option<guardrail::Replay>,
 }
@@ -48,6 +51,8 @@ struct JsonReport<'a> {
     stopped_by: Option<&'a str>,
     /// The guardrail's stop in numbers (null unless it stopped the run).
     guardrail: Option<&'a GuardDecision>,
+    /// The client groups it sent back to their status quo, each when and why (empty if none).
+    guardrail_switched_back: &'a [SwitchedBack],
     /// `--analyze`: the live guardrail's checks replayed in completion order.
     guardrail_replay: Option<&'a guardrail::Replay>,
 }
@@ -67,6 +72,7 @@ pub(crate) fn finish(obs: &[Observation], setup: &Setup, out: &Output) -> Result
                     report: &rep,
                     stopped_by: out.stopped_by.as_deref(),
                     guardrail: out.guard.as_ref().filter(|g| g.stop),
+                    guardrail_switched_back: &out.switched_back,
                     guardrail_replay: out.replay.as_ref(),
                 })?
             )?;
@@ -76,6 +82,9 @@ pub(crate) fn finish(obs: &[Observation], setup: &Setup, out: &Output) -> Result
             outln!("{why}")?;
         }
         outln!("{}", rep.render_text().trim_end())?;
+        for g in &out.switched_back {
+            outln!("{}", switched_back_line(g, &rep))?;
+        }
         if let Some(r) = &out.replay {
             outln!()?;
             match r.stopped_at_s {
@@ -95,6 +104,9 @@ pub(crate) fn finish(obs: &[Observation], setup: &Setup, out: &Output) -> Result
                     r.decision.reason
                 )?,
             }
+            for g in &r.switched_back {
+                outln!("replayed: {}", switched_back_line(g, &rep))?;
+            }
         }
         if out.recommend {
             outln!()?;
@@ -108,4 +120,17 @@ pub(crate) fn finish(obs: &[Observation], setup: &Setup, out: &Output) -> Result
         Ok(())
     })?;
     Ok(rep)
+}
+
+/// One group the guardrail sent back, in words: which, when, and the numbers that did it.
+fn switched_back_line(g: &SwitchedBack, rep: &Report) -> String {
+    let [pct, lo, hi] = g.worse_pct.map(fmt_pct);
+    format!(
+        "guardrail: {} sent back to their status quo{}: {} (arm {}) slower by {pct} [{lo}, {hi}]; its new connections \
+         got no arm from then on",
+        g.group,
+        g.at_s.map(|t| format!(" at {t:.0} s")).unwrap_or_default(),
+        rep.arms[g.worse_arm].arm,
+        ["A", "B"][g.worse_arm],
+    )
 }

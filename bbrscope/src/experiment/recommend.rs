@@ -487,6 +487,7 @@ mod tests {
             group: Some("all flows".into()),
             worse_arm: Some(arm),
             worse_pct: Some([30.0, 10.0, 50.0]),
+            switched_back: Vec::new(),
         };
         let stopped = Context { guard_stop: Some(stop(1)), ..everything() };
         assert!(recommend(&analyze(&both, &Options::default()), &stopped).commands.is_empty());

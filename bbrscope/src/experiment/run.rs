@@ -21,7 +21,7 @@ use tokio::time::{Interval, Sleep};
 use crate::{
     experiment::{
         Observation,
-        guardrail::GuardDecision,
+        guardrail::{GuardDecision, RTT_BANDS_MS, SwitchedBack, mask_of, note_switched_back},
         monitor::Monitor,
         progress::{LiveExperiment, Update},
         schedule::Schedule,
@@ -68,6 +68,8 @@ pub(crate) struct Watched {
     pub stopped_by: Option<String>,
     /// The guardrail's decision that stopped it.
     pub guard: Option<GuardDecision>,
+    /// The client groups it sent back to their status quo while the run went on.
+    pub switched_back: Vec<SwitchedBack>,
 }
 
 /// Runs the experiment `live` carries until `duration`, its flow count, a signal, q in the
@@ -106,6 +108,7 @@ pub(crate) async fn run(mut live: Live, signals: &mut Signals, watch: Watch, dur
         started: Instant::now(),
         stopped_by: None,
         guard: None,
+        switched_back: Vec::new(),
     };
     // The dashboard draws the loop's table: then it keeps each flow's history, and a finished
     // flow listed for a while.
@@ -147,7 +150,7 @@ pub(crate) async fn run(mut live: Live, signals: &mut Signals, watch: Watch, dur
     if let Some(rec) = sink.recorder.as_mut() {
         rec.flush().context("writing the --record file")?;
     }
-    Ok(Watched { obs: sink.obs, stopped_by: sink.stopped_by, guard: sink.guard })
+    Ok(Watched { obs: sink.obs, stopped_by: sink.stopped_by, guard: sink.guard, switched_back: sink.switched_back })
 }
 
 /// Waits up to `settings.duration` ([`DRAIN`], or nothing after a guardrail stop) for the arms'
@@ -230,6 +233,8 @@ struct Experiment {
     started: Instant,
     stopped_by: Option<String>,
     guard: Option<GuardDecision>,
+    /// The client groups the guardrail sent back so far.
+    switched_back: Vec<SwitchedBack>,
 }
 
 /// What the experiment waits for beside the observer. The terminal is here, apart from what it
@@ -279,6 +284,14 @@ impl Sink for Experiment {
         match wake {
             Wake::Analysed(update) => {
                 let update = (*update)?;
+                if let Some(g) = &update.guard {
+                    let before = mask_of(&self.switched_back);
+                    note_switched_back(&mut self.switched_back, g, self.started.elapsed().as_secs_f64());
+                    let now = mask_of(&self.switched_back);
+                    if now != before {
+                        side.assigning.hold_bands(now).context("sending a client group back to its status quo")?;
+                    }
+                }
                 let stop = update.guard.as_ref().filter(|g| g.stop).cloned();
                 self.shown.state().update(update);
                 if let Some(g) = stop {
@@ -396,6 +409,12 @@ impl Assigning {
             Some(next) => next.as_mut().await,
             None => std::future::pending().await,
         }
+    }
+
+    /// New connections of the RTT bands in `mask` (the guardrail's, [`RTT_BANDS_MS`]) keep
+    /// their status quo from here on, whatever the block.
+    fn hold_bands(&mut self, mask: u32) -> Result<()> {
+        self.assignment.hold_bands(&RTT_BANDS_MS, mask)
     }
 
     /// New connections keep the status quo from here on (those given an arm keep it).

@@ -51,10 +51,11 @@ impl Setup {
     }
 }
 
-/// The guardrail's decision on the flows so far (`None` with `--no-guardrail`).
-pub fn guardrail(obs: &[Observation], setup: &Setup) -> Option<GuardDecision> {
+/// The guardrail's decision on the flows so far (`None` with `--no-guardrail`), the bands in
+/// `held` sent back before (`guardrail::mask_of`).
+pub fn guardrail(obs: &[Observation], setup: &Setup, held: u32) -> Option<GuardDecision> {
     let pct = setup.guardrail_pct?;
-    Some(guardrail::guardrail(obs, &setup.stop_rule(pct), &setup.names(obs)))
+    Some(guardrail::guardrail(obs, &setup.stop_rule(pct), &setup.names(obs), held))
 }
 
 /// What the live guardrail, with margin `pct`, would have done on a recording's flows, looking

@@ -581,7 +581,7 @@ fn experiment_app() -> (Dash, bbrscope::experiment::progress::LiveExperiment) {
         ..setup::Setup::default()
     };
     x.update(Update {
-        guard: setup::guardrail(&obs, &setup),
+        guard: setup::guardrail(&obs, &setup, 0),
         analysed: Some(Analysed {
             report: setup::report(&obs, &setup, None).0,
             flows: obs.len(),

@@ -8,7 +8,7 @@ use std::{
     time::Duration,
 };
 
-use anyhow::{Context as _, Result};
+use anyhow::{Context as _, Result, ensure};
 use aya::{
     Ebpf, EbpfLoader,
     maps::{
@@ -18,7 +18,7 @@ use aya::{
     programs::{CgroupAttachMode, RawTracePoint, SockOps},
 };
 use bbrscope_common::{
-    CC_NAME_LEN, Config, Filter, assign_mode, config_flags, counter, experiment_flags, filter_flags,
+    CC_NAME_LEN, Config, Filter, assign_mode, config_flags, counter, experiment_flags, filter_flags, hold,
 };
 use tokio::io::unix::AsyncFd;
 
@@ -551,16 +551,35 @@ fn experiment_config(spec: Option<&ExperimentSpec>) -> bbrscope_common::Experime
 /// (`assign_mode`; the map starts at OFF): its own handle on the `EXP_ASSIGN` map, taken out of
 /// the loaded object so that the experiment can switch it (a switchback's blocks, the end)
 /// while the observer's loop holds the observer. Connections already given an arm keep it.
-pub(crate) struct Assignment(Array<MapData, u32>);
+pub(crate) struct Assignment {
+    mode: Array<MapData, u32>,
+    /// The client bands sent back to their status quo (`EXP_HOLD`, see `hold`).
+    hold: Array<MapData, u32>,
+}
 
 impl Assignment {
     fn take(ebpf: &mut Ebpf) -> Result<Self> {
-        Ok(Assignment(Array::try_from(ebpf.take_map("EXP_ASSIGN").context("EXP_ASSIGN map missing")?)?))
+        let mut take = |name: &str| -> Result<Array<MapData, u32>> {
+            Ok(Array::try_from(ebpf.take_map(name).with_context(|| format!("{name} map missing"))?)?)
+        };
+        Ok(Assignment { mode: take("EXP_ASSIGN")?, hold: take("EXP_HOLD")? })
     }
 
     /// From now on new connections get `mode` (`assign_mode`).
     pub(crate) fn set(&mut self, mode: u32) -> Result<()> {
-        self.0.set(0, &mode, 0).context("setting the experiment's assignment")
+        self.mode.set(0, &mode, 0).context("setting the experiment's assignment")
+    }
+
+    /// Sends client groups back to their status quo: new connections whose handshake RTT falls
+    /// in a band of `mask` (bit `i`: band `i` of `edges_ms`, numbered as `units::band_of` does)
+    /// get no arm from here on. The edges go in before the mask, so the kernel never reads a
+    /// mask against edges not yet written.
+    pub(crate) fn hold_bands(&mut self, edges_ms: &[f64], mask: u32) -> Result<()> {
+        ensure!(edges_ms.len() <= hold::MAX_EDGES as usize, "at most {} RTT band edges", hold::MAX_EDGES);
+        for (i, edge) in (0..).zip(edges_ms) {
+            self.hold.set(hold::EDGES + i, &((edge * 1e3).round() as u32), 0).context("holding a client group")?;
+        }
+        self.hold.set(hold::MASK, &mask, 0).context("holding a client group")
     }
 }
 
