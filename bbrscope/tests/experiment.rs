@@ -596,7 +596,7 @@ fn a_group_the_arm_harms_goes_back_to_its_status_quo_and_the_others_go_on() {
         // Usually within a minute; the margin is for a loaded machine.
         let until = Instant::now() + Duration::from_secs(300);
         let switched = loop {
-            let far_ccs: Vec<String> = far_log.lock().unwrap().iter().map(|(_, cc)| cc.clone()).collect();
+            let far_ccs: Vec<String> = far_log.lock().unwrap().iter().map(|(_, cc, _)| cc.clone()).collect();
             let reno_seen = far_ccs.iter().any(|cc| cc == "reno");
             if reno_seen && far_ccs.len() > IN_A_ROW && far_ccs[far_ccs.len() - IN_A_ROW..].iter().all(|cc| cc == "bbr")
             {
@@ -627,7 +627,8 @@ fn a_group_the_arm_harms_goes_back_to_its_status_quo_and_the_others_go_on() {
     assert_eq!(sent[0]["worse_arm"], 1, "{sent:?}");
     assert!(sent[0]["worse_pct"][1].as_f64().unwrap() > 0.0, "{sent:?}");
     // After the far band went back, the near clients still got both arms.
-    let near_after: Vec<String> = near_log.lock().unwrap()[near_at_switch..].iter().map(|(_, cc)| cc.clone()).collect();
+    let near_after: Vec<String> =
+        near_log.lock().unwrap()[near_at_switch..].iter().map(|(_, cc, _)| cc.clone()).collect();
     for arm in ["bbr", "reno"] {
         assert!(near_after.iter().filter(|cc| *cc == arm).count() >= 5, "near after the switch back: {near_after:?}");
     }
