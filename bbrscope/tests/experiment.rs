@@ -245,7 +245,7 @@ fn population(index: u8, rtt_ms: u64, loss: f64, port: u16) -> Population {
 
 /// A [`Population`]'s path and its server's listener, not yet served.
 fn emulated(index: u8, rtt_ms: u64, loss: f64, port: u16) -> (Population, TcpListener) {
-    use bbrscope_emulator::{Link, LinkConfig, LossSpec};
+    use bbrscope_emulator::{LinkConfig, LossSpec};
     let rate_bps = 20_000_000;
     let rtt = Duration::from_millis(rtt_ms);
     let bdp = (rate_bps as f64 / 8.0 * rtt.as_secs_f64()) as u64;
@@ -256,10 +256,7 @@ fn emulated(index: u8, rtt_ms: u64, loss: f64, port: u16) -> (Population, TcpLis
         loss: LossSpec { rate: loss, burst: None },
         seed: u64::from(index),
     };
-    let link = Link::new(index, &cfg).expect("emulated path");
-    let server = SocketAddr::new(link.sender_addr.into(), port);
-    let listener = link.sender.run(move || Ok(TcpListener::bind(server)?)).unwrap();
-    (Population { link, server }, listener)
+    emulated_as(index, &cfg, port)
 }
 
 /// `threads` clients of `p` requesting `sizes` in turn until `until`; their log: (client
@@ -1281,4 +1278,312 @@ fn analyze_reads_a_huge_line_in_bounded_memory() {
     let report: Value = serde_json::from_slice(&out.stdout).unwrap();
     let flows = report["arms"][0]["flows"].as_u64().unwrap() + report["arms"][1]["flows"].as_u64().unwrap();
     assert_eq!(flows, 3415);
+}
+
+// A shared shallow bottleneck whose everyone-switched answer is known by construction (#38).
+
+/// [`emulated`] with the path `cfg` describes.
+fn emulated_as(index: u8, cfg: &bbrscope_emulator::LinkConfig, port: u16) -> (Population, TcpListener) {
+    let link = bbrscope_emulator::Link::new(index, cfg).expect("emulated path");
+    let server = SocketAddr::new(link.sender_addr.into(), port);
+    let listener = link.sender.run(move || Ok(TcpListener::bind(server)?)).unwrap();
+    (Population { link, server }, listener)
+}
+
+/// The shared bottleneck: one path every client's flows cross, its buffer a fraction of the
+/// bandwidth-delay product (where BBR takes bandwidth and buffer from CUBIC), no random loss.
+const SHARED_RATE_BPS: u64 = 20_000_000;
+const SHARED_RTT: Duration = Duration::from_millis(40);
+const SHARED_BUFFER_BDP: f64 = 0.2;
+/// The share of the path's rate the arrivals offer: several flows share it most of the time.
+const SHARED_LOAD: f64 = 0.7;
+/// Each replay's length (three replays: everyone on A, everyone on B, the per-connection A/B).
+const SHARED_LENGTH: Duration = Duration::from_secs(60);
+
+fn shared_bottleneck(index: u8, port: u16) -> (Population, TcpListener) {
+    use bbrscope_emulator::{LinkConfig, LossSpec};
+    let bdp = SHARED_RATE_BPS as f64 / 8.0 * SHARED_RTT.as_secs_f64();
+    let cfg = LinkConfig {
+        rate_bps: SHARED_RATE_BPS,
+        rtt: SHARED_RTT,
+        buffer_bytes: (bdp * SHARED_BUFFER_BDP) as u64,
+        loss: LossSpec { rate: 0.0, burst: None },
+        seed: u64::from(index),
+    };
+    emulated_as(index, &cfg, port)
+}
+
+/// One arrival of an open-loop load: when, from its replay's start, and the response's size.
+#[derive(Clone, Copy, Debug)]
+struct Arrival {
+    at: Duration,
+    size: usize,
+}
+
+/// The responses' sizes, heavy-tailed: (share, smallest, largest) in bytes, uniform within.
+const SIZE_MIX: [(f64, usize, usize); 3] =
+    [(0.70, 10_000, 50_000), (0.25, 100_000, 500_000), (0.05, 1_000_000, 4_000_000)];
+
+/// Seeded Poisson arrivals offering `load` of the shared path's rate for `length`, sizes from
+/// [`SIZE_MIX`]: the same seed gives the same schedule, and a longer `length` the same schedule
+/// with more after it.
+fn arrivals(seed: u64, load: f64, length: Duration) -> Vec<Arrival> {
+    let mean_size: f64 = SIZE_MIX.iter().map(|&(p, lo, hi)| p * (lo + hi) as f64 / 2.0).sum();
+    let per_s = load * SHARED_RATE_BPS as f64 / 8.0 / mean_size;
+    let mut rng = bbrscope::rng::Rng::new(seed);
+    let (mut t, mut out) = (0.0, Vec::new());
+    loop {
+        t += -rng.uniform().ln() / per_s;
+        if t >= length.as_secs_f64() {
+            return out;
+        }
+        let mut u = rng.uniform();
+        let &(_, lo, hi) = SIZE_MIX
+            .iter()
+            .find(|&&(p, ..)| {
+                u -= p;
+                u < 0.0
+            })
+            .unwrap_or(&SIZE_MIX[2]);
+        out.push(Arrival { at: Duration::from_secs_f64(t), size: lo + rng.below(hi - lo + 1) });
+    }
+}
+
+/// One arrival as its client saw it: its address, the bytes it got, and the seconds from
+/// connect to the last byte.
+#[derive(Clone, Copy, Debug)]
+struct Served {
+    client: SocketAddr,
+    got: usize,
+    took: f64,
+}
+
+/// Replays `arrivals` on `p`: each a new connection from the receiver's namespace at its offset,
+/// on a thread of its own (open loop: a slow response never delays the next arrival). The
+/// clients' log, in arrival order.
+fn replay(p: &Population, arrivals: &[Arrival]) -> Vec<Served> {
+    let start = Instant::now();
+    thread::scope(|s| {
+        let clients: Vec<_> = arrivals
+            .iter()
+            .map(|a| {
+                if let Some(wait) = (start + a.at).checked_duration_since(Instant::now()) {
+                    thread::sleep(wait);
+                }
+                let (server, size) = (p.server, a.size);
+                s.spawn(move || {
+                    let t0 = Instant::now();
+                    let (client, got) = p.link.receiver.run(move || Ok(fetch(server, size))).unwrap();
+                    Served { client, got, took: t0.elapsed().as_secs_f64() }
+                })
+            })
+            .collect();
+        clients.into_iter().map(|c| c.join().unwrap()).collect()
+    })
+}
+
+/// Each arrival's algorithm, from the server's own log (matched by client address).
+fn algorithms_of(log: &[Served], server_log: &Mutex<Vec<(SocketAddr, String)>>) -> Vec<String> {
+    let server_log = server_log.lock().unwrap();
+    log.iter()
+        .map(|s| {
+            let (_, cc) = server_log
+                .iter()
+                .find(|(peer, _)| *peer == s.client)
+                .unwrap_or_else(|| panic!("the server logged no connection from {}", s.client));
+            cc.clone()
+        })
+        .collect()
+}
+
+/// Everyone on `cc`: set on the listening socket, which its connections inherit (a namespace
+/// other than the initial one may only default to the algorithms the host allows to all, and
+/// this host may not allow CUBIC), the arrivals replayed; the server's log shows that every
+/// connection ran it.
+fn everyone_on(
+    p: &Population,
+    listener: &TcpListener,
+    cc: &str,
+    arrivals: &[Arrival],
+    server_log: &Mutex<Vec<(SocketAddr, String)>>,
+) -> Vec<Served> {
+    set_cc(listener, cc);
+    server_log.lock().unwrap().clear();
+    let log = replay(p, arrivals);
+    let ccs = algorithms_of(&log, server_log);
+    assert!(ccs.iter().all(|c| c == cc), "everyone on {cc}: the server saw {ccs:?}");
+    log
+}
+
+/// `bbrscope experiment --arms cubic,bbr --no-guardrail EXTRA...` over the same arrivals (the
+/// kernel sets each connection's arm as it is established, over what it inherited): its report,
+/// the clients' log and each arrival's algorithm as the server saw it. EXTRA empty is the per-connection A/B; the switchback is the
+/// same run with its design's flags.
+fn experiment_on(
+    p: &Population,
+    port: u16,
+    arrivals: &[Arrival],
+    server_log: &Mutex<Vec<(SocketAddr, String)>>,
+    extra: &[&str],
+) -> (Value, Vec<Served>, Vec<String>) {
+    server_log.lock().unwrap().clear();
+    let child = start_experiment("cubic,bbr", port, &[&["--no-guardrail"], extra].concat());
+    let log = replay(p, arrivals);
+    thread::sleep(Duration::from_secs(1));
+    let report = report_of(child);
+    let ccs = algorithms_of(&log, server_log);
+    (report, log, ccs)
+}
+
+/// The report's size strata (one path, so one RTT band): <16 KiB, <256 KiB, <4 MiB, more.
+const STRATA: [&str; 4] = ["<16 KB", "16–256 KB", "256 KB–4 MB", ">4 MB"];
+
+fn stratum(size: usize) -> usize {
+    [16 << 10, 256 << 10, 4 << 20].iter().filter(|&&edge| size >= edge).count()
+}
+
+/// The report's estimand on the clients' times: `Σ w_s (mean ln T_B − mean ln T_A)` over the
+/// size strata with at least 10 flows per arm, `w_s` their share of both arms' time. `a`, `b`:
+/// (size, seconds) per response.
+fn time_weighted(a: &[(usize, f64)], b: &[(usize, f64)]) -> f64 {
+    let in_stratum = |xs: &[(usize, f64)], s: usize| -> Vec<f64> {
+        xs.iter().filter(|(size, _)| stratum(*size) == s).map(|&(_, t)| t).collect()
+    };
+    let mean_ln = |ts: &[f64]| ts.iter().map(|t| t.ln()).sum::<f64>() / ts.len() as f64;
+    let (mut weighted, mut time) = (0.0, 0.0);
+    for s in 0..STRATA.len() {
+        let (ta, tb) = (in_stratum(a, s), in_stratum(b, s));
+        if ta.len() < 10 || tb.len() < 10 {
+            continue;
+        }
+        let t: f64 = ta.iter().chain(&tb).sum();
+        weighted += t * (mean_ln(&tb) - mean_ln(&ta));
+        time += t;
+    }
+    weighted / time
+}
+
+/// Median completion (seconds) per size stratum of (size, seconds) pairs; `None` without flows.
+fn medians(xs: &[(usize, f64)]) -> [Option<f64>; 4] {
+    std::array::from_fn(|s| {
+        let mut ts: Vec<f64> = xs.iter().filter(|(size, _)| stratum(*size) == s).map(|&(_, t)| t).collect();
+        ts.sort_by(f64::total_cmp);
+        (!ts.is_empty()).then(|| ts[ts.len() / 2])
+    })
+}
+
+/// Per response: the mean over the arrivals `keep` admits of ln(time in `b` / time in `a`), the
+/// same arrival in both runs.
+fn paired_log_ratio(a: &[Served], b: &[Served], keep: impl Fn(usize) -> bool) -> f64 {
+    let ratios: Vec<f64> = (0..a.len()).filter(|&i| keep(i)).map(|i| (b[i].took / a[i].took).ln()).collect();
+    ratios.iter().sum::<f64>() / ratios.len() as f64
+}
+
+/// (size, seconds) of the arrivals `keep` admits.
+fn times(arrivals: &[Arrival], log: &[Served], keep: impl Fn(usize) -> bool) -> Vec<(usize, f64)> {
+    (0..log.len()).filter(|&i| keep(i)).map(|i| (arrivals[i].size, log[i].took)).collect()
+}
+
+/// A log ratio as a percentage change.
+fn pct(ln: f64) -> f64 {
+    ln.exp_m1() * 100.0
+}
+
+/// A report's answer for a group: its estimate and interval as log ratios.
+fn answer_ln(g: &Value) -> (f64, f64, f64) {
+    let ln = |k: &str| (g["answer"][k].as_f64().unwrap_or_else(|| panic!("no {k} in {}", g["answer"])) / 100.0).ln_1p();
+    (ln("effect_pct"), ln("low_pct"), ln("high_pct"))
+}
+
+/// Median seconds per stratum, as a line.
+fn medians_line(xs: &[(usize, f64)]) -> String {
+    let m = medians(xs);
+    STRATA
+        .iter()
+        .zip(m)
+        .map(|(l, m)| format!("{l} {}", m.map_or("-".into(), |m| format!("{m:.3}"))))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// Whether this build's `bbrscope experiment` takes `flag`.
+fn experiment_takes(flag: &str) -> bool {
+    let out = bbrscope().args(["experiment", "--help"]).output().unwrap();
+    String::from_utf8_lossy(&out.stdout).contains(flag)
+}
+
+/// The switchback run's flags (block, burn-in and the schedule's seed).
+fn switchback_flags(seed: &str) -> Vec<&str> {
+    vec!["--design", "switchback", "--block", "15s", "--burn-in", "3s", "--seed", seed]
+}
+
+/// One shared shallow bottleneck (20 Mbit/s, 40 ms, a buffer of 0.2 BDP, no random loss), an
+/// open-loop load of seeded Poisson arrivals (70% of the rate; 70% 10–50 KB, 25% 100–500 KB, 5%
+/// 1–4 MB), replayed three times: everyone on CUBIC, everyone on BBR (the truth: what a user who
+/// switches everyone gets, per arrival, the same arrival in both runs) and the per-connection A/B.
+/// The A/B answers "BBR beside CUBIC": it is biased here, and CUBIC's own flows are slower in it
+/// than when everyone ran CUBIC. `BBRSCOPE_SCENARIO_SEED` picks another schedule.
+///
+/// Measured (2-core VM, Linux 6.18): see the report of #38's scenario helper.
+#[test]
+fn on_a_shared_shallow_bottleneck_the_per_connection_ab_overstates_switching_everyone() {
+    require_root();
+    let _turn = turn();
+    let port = port_for(32_000);
+    let seed: u64 = std::env::var("BBRSCOPE_SCENARIO_SEED").ok().and_then(|s| s.parse().ok()).unwrap_or(38);
+    let (p, listener) = shared_bottleneck(74, port);
+    let listening = listener.try_clone().unwrap();
+    let server_log = serve_logging_cc(listener);
+    let load = arrivals(seed, SHARED_LOAD, SHARED_LENGTH);
+    let started = Instant::now();
+    let cubic = everyone_on(&p, &listening, "cubic", &load, &server_log);
+    let bbr = everyone_on(&p, &listening, "bbr", &load, &server_log);
+    let (report, mixed, ccs) = experiment_on(&p, port, &load, &server_log, &[]);
+    for (name, log) in [("cubic", &cubic), ("bbr", &bbr), ("A/B", &mixed)] {
+        assert!(log.iter().zip(&load).all(|(s, a)| s.got == a.size), "{name}: a response came back short");
+    }
+    let all = |_: usize| true;
+    let on = |cc: &'static str| {
+        let ccs = &ccs;
+        move |i: usize| ccs[i] == cc
+    };
+    // The truth: everyone on BBR against everyone on CUBIC, the same arrivals.
+    let truth_per_response = paired_log_ratio(&cubic, &bbr, all);
+    let truth = time_weighted(&times(&load, &cubic, all), &times(&load, &bbr, all));
+    // The A/B: its report, and the same estimand from the clients' own log of it.
+    let (ab, ab_low, ab_high) = answer_ln(group(&report, "all flows"));
+    let ab_clients = time_weighted(&times(&load, &mixed, on("cubic")), &times(&load, &mixed, on("bbr")));
+    // Interference: each arm's flows in the A/B against the same arrivals when everyone ran it.
+    let cubic_beside_bbr = paired_log_ratio(&cubic, &mixed, on("cubic"));
+    let bbr_beside_cubic = paired_log_ratio(&bbr, &mixed, on("bbr"));
+    let n_bbr = ccs.iter().filter(|c| *c == "bbr").count();
+    eprintln!(
+        "shared bottleneck, seed {seed}: {} arrivals in {:.0} s ({} to BBR in the A/B)\n\
+         truth (everyone BBR vs everyone CUBIC): time-weighted {:+.1}%, per response {:+.1}%\n\
+         A/B report: {:+.1}% [{:+.1}, {:+.1}] (from its clients' log: {:+.1}%)\n\
+         CUBIC's flows beside BBR vs everyone CUBIC: {:+.1}% per response; BBR's beside CUBIC vs everyone BBR: {:+.1}%\n\
+         medians, everyone CUBIC: {}\n\
+         medians, everyone BBR:   {}\n\
+         medians, A/B CUBIC:      {}\n\
+         medians, A/B BBR:        {}",
+        load.len(),
+        started.elapsed().as_secs_f64(),
+        n_bbr,
+        pct(truth),
+        pct(truth_per_response),
+        pct(ab),
+        pct(ab_low),
+        pct(ab_high),
+        pct(ab_clients),
+        pct(cubic_beside_bbr),
+        pct(bbr_beside_cubic),
+        medians_line(&times(&load, &cubic, all)),
+        medians_line(&times(&load, &bbr, all)),
+        medians_line(&times(&load, &mixed, on("cubic"))),
+        medians_line(&times(&load, &mixed, on("bbr"))),
+    );
+    let half = (ab_high - ab_low) / 2.0;
+    assert!((ab - truth).abs() > half, "the A/B is within its interval's half-width of the truth");
+    assert!(cubic_beside_bbr > 0.0);
+    drop(p);
 }
