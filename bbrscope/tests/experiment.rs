@@ -1296,9 +1296,9 @@ const SHARED_RATE_BPS: u64 = 20_000_000;
 const SHARED_RTT: Duration = Duration::from_millis(40);
 const SHARED_BUFFER_BDP: f64 = 0.2;
 /// The share of the path's rate the arrivals offer: several flows share it most of the time.
-const SHARED_LOAD: f64 = 0.7;
+const SHARED_LOAD: f64 = 0.8;
 /// Each replay's length (three replays: everyone on A, everyone on B, the per-connection A/B).
-const SHARED_LENGTH: Duration = Duration::from_secs(60);
+const SHARED_LENGTH: Duration = Duration::from_secs(75);
 
 fn shared_bottleneck(index: u8, port: u16) -> (Population, TcpListener) {
     use bbrscope_emulator::{LinkConfig, LossSpec};
@@ -1512,9 +1512,52 @@ fn experiment_takes(flag: &str) -> bool {
     String::from_utf8_lossy(&out.stdout).contains(flag)
 }
 
-/// The switchback run's flags (block, burn-in and the schedule's seed).
-fn switchback_flags(seed: &str) -> Vec<&str> {
-    vec!["--design", "switchback", "--block", "15s", "--burn-in", "3s", "--seed", seed]
+/// The switchback's blocks: long enough for the previous block's flows to be gone after the
+/// burn-in (the 1–4 MB responses take 0.6–2.5 s at the median here), short enough that the
+/// analysis's 8 rounds (`MIN_ROUNDS`, three blocks each) fit in a few minutes.
+const SWITCHBACK_BLOCK: &str = "8s";
+const SWITCHBACK_BURN_IN: &str = "2s";
+/// Ten rounds of 8 s blocks: blocks are aligned to the epoch, so the first and last rounds may
+/// be partial; at least nine are whole.
+const SWITCHBACK_LENGTH: Duration = Duration::from_secs(10 * 3 * 8);
+
+/// The switchback on the scenario's traffic (the same seeded schedule, run longer): every new
+/// connection on CUBIC, on BBR or drawn, block by block. Its everyone-switched answer (the
+/// per-response estimand) holds `truth`, the per-response effect of the paired everyone-BBR and
+/// everyone-CUBIC runs; its interference says CUBIC's own flows were slower beside BBR; its
+/// per-connection estimate, from its mixed blocks, says BBR faster than the truth.
+fn switchback_holds_the_truth(
+    p: &Population,
+    port: u16,
+    seed: u64,
+    truth: f64,
+    server_log: &Mutex<Vec<(SocketAddr, String)>>,
+) {
+    let load = arrivals(seed, SHARED_LOAD, SWITCHBACK_LENGTH);
+    let seed = seed.to_string();
+    let flags =
+        ["--design", "switchback", "--block", SWITCHBACK_BLOCK, "--burn-in", SWITCHBACK_BURN_IN, "--seed", &seed];
+    let (report, log, _) = experiment_on(p, port, &load, server_log, &flags);
+    assert!(log.iter().zip(&load).all(|(s, a)| s.got == a.size), "switchback: a response came back short");
+    assert_eq!(report["design"]["name"], "switchback", "{}", report["design"]);
+    let all = group(&report, "all flows");
+    let (everyone, low, high) = answer_ln(all);
+    let sb = &all["switchback"];
+    let interference = &sb["interference"];
+    eprintln!(
+        "switchback ({} rounds): everyone switched {:+.1}% [{:+.1}, {:+.1}] against the truth {:+.1}%; \
+         per connection {:+.1}%; {}",
+        sb["rounds"],
+        pct(everyone),
+        pct(low),
+        pct(high),
+        pct(truth),
+        sb["per_connection"]["effect_pct"],
+        all["interference"]
+    );
+    assert!(low <= truth && truth <= high, "the switchback's interval misses the truth {:+.1}%", pct(truth));
+    assert!(interference["low_pct"].as_f64().is_some_and(|l| l > 0.0), "{interference}");
+    assert!(sb["per_connection"]["effect_pct"].as_f64().is_some_and(|e| e < pct(truth)), "{sb}");
 }
 
 /// One shared shallow bottleneck (20 Mbit/s, 40 ms, a buffer of 0.2 BDP, no random loss), an
@@ -1585,5 +1628,9 @@ fn on_a_shared_shallow_bottleneck_the_per_connection_ab_overstates_switching_eve
     let half = (ab_high - ab_low) / 2.0;
     assert!((ab - truth).abs() > half, "the A/B is within its interval's half-width of the truth");
     assert!(cubic_beside_bbr > 0.0);
+    // The switchback (#38) on the same traffic, where this build has it.
+    if experiment_takes("--design") {
+        switchback_holds_the_truth(&p, port, seed, truth_per_response, &server_log);
+    }
     drop(p);
 }
