@@ -51,16 +51,18 @@ fn respond(mut c: TcpStream) {
     let _ = c.write_all(&vec![0x5a; size]);
 }
 
-/// [`serve`], logging each accepted connection's client and the algorithm the experiment gave
-/// it (sock_ops sets it as the connection is established, before accept returns).
-fn serve_logging_cc(listener: TcpListener) -> Arc<Mutex<Vec<(SocketAddr, String)>>> {
+/// [`serve`], logging each accepted connection's client, the algorithm the experiment gave it
+/// (sock_ops sets it as the connection is established, before accept returns) and when it was
+/// accepted (Unix seconds).
+fn serve_logging_cc(listener: TcpListener) -> Arc<Mutex<Vec<(SocketAddr, String, f64)>>> {
     let log = Arc::new(Mutex::new(Vec::new()));
     let keep = log.clone();
     thread::spawn(move || {
         for conn in listener.incoming() {
             let Ok(c) = conn else { break };
+            let at = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_secs_f64();
             let cc = bbrscope::sys::sockopt::congestion(&c).unwrap();
-            keep.lock().unwrap().push((c.peer_addr().unwrap(), cc));
+            keep.lock().unwrap().push((c.peer_addr().unwrap(), cc, at));
             thread::spawn(move || respond(c));
         }
     });
@@ -615,16 +617,21 @@ fn flows_still_running_at_the_end_are_counted_per_arm_as_in_flight() {
     // It waited for them, boundedly: the drain's 10 s (the report's own time on top).
     assert!(took >= Duration::from_secs(9) && took < Duration::from_secs(40), "{took:?}");
     // The server's log: the large transfers' algorithms, per arm.
-    let ccs: Vec<String> =
-        server_log.lock().unwrap().iter().filter(|(peer, _)| big.contains(peer)).map(|(_, cc)| cc.clone()).collect();
+    let ccs: Vec<String> = server_log
+        .lock()
+        .unwrap()
+        .iter()
+        .filter(|(peer, ..)| big.contains(peer))
+        .map(|(_, cc, _)| cc.clone())
+        .collect();
     assert_eq!(ccs.len(), big.len(), "{ccs:?}");
     let per_arm = [arms[0], arms[1]].map(|cc| ccs.iter().filter(|c| *c == cc).count());
     let late: Vec<String> = server_log
         .lock()
         .unwrap()
         .iter()
-        .filter(|(peer, _)| drained.contains(peer))
-        .map(|(_, cc)| cc.clone())
+        .filter(|(peer, ..)| drained.contains(peer))
+        .map(|(_, cc, _)| cc.clone())
         .collect();
     assert_eq!(late, vec![status_quo.clone(); drained.len()], "connections opened during the drain ({arms:?} arms)");
     assert_eq!(live["in_flight"], serde_json::json!({"a": per_arm[0], "b": per_arm[1]}), "{ccs:?}");
@@ -1382,14 +1389,17 @@ fn replay(p: &Population, arrivals: &[Arrival]) -> Vec<Served> {
     })
 }
 
+/// [`serve_logging_cc`]'s log: each accepted connection's client, algorithm and accept time.
+type ServerLog = Mutex<Vec<(SocketAddr, String, f64)>>;
+
 /// Each arrival's algorithm, from the server's own log (matched by client address).
-fn algorithms_of(log: &[Served], server_log: &Mutex<Vec<(SocketAddr, String)>>) -> Vec<String> {
+fn algorithms_of(log: &[Served], server_log: &ServerLog) -> Vec<String> {
     let server_log = server_log.lock().unwrap();
     log.iter()
         .map(|s| {
-            let (_, cc) = server_log
+            let (_, cc, _) = server_log
                 .iter()
-                .find(|(peer, _)| *peer == s.client)
+                .find(|(peer, ..)| *peer == s.client)
                 .unwrap_or_else(|| panic!("the server logged no connection from {}", s.client));
             cc.clone()
         })
@@ -1405,7 +1415,7 @@ fn everyone_on(
     listener: &TcpListener,
     cc: &str,
     arrivals: &[Arrival],
-    server_log: &Mutex<Vec<(SocketAddr, String)>>,
+    server_log: &ServerLog,
 ) -> Vec<Served> {
     set_cc(listener, cc);
     server_log.lock().unwrap().clear();
@@ -1423,7 +1433,7 @@ fn experiment_on(
     p: &Population,
     port: u16,
     arrivals: &[Arrival],
-    server_log: &Mutex<Vec<(SocketAddr, String)>>,
+    server_log: &ServerLog,
     extra: &[&str],
 ) -> (Value, Vec<Served>, Vec<String>) {
     server_log.lock().unwrap().clear();
@@ -1526,13 +1536,7 @@ const SWITCHBACK_LENGTH: Duration = Duration::from_secs(10 * 3 * 8);
 /// per-response estimand) holds `truth`, the per-response effect of the paired everyone-BBR and
 /// everyone-CUBIC runs; its interference says CUBIC's own flows were slower beside BBR; its
 /// per-connection estimate, from its mixed blocks, says BBR faster than the truth.
-fn switchback_holds_the_truth(
-    p: &Population,
-    port: u16,
-    seed: u64,
-    truth: f64,
-    server_log: &Mutex<Vec<(SocketAddr, String)>>,
-) {
+fn switchback_holds_the_truth(p: &Population, port: u16, seed: u64, truth: f64, server_log: &ServerLog) {
     let load = arrivals(seed, SHARED_LOAD, SWITCHBACK_LENGTH);
     let seed = seed.to_string();
     let flags =
