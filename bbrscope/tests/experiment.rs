@@ -1299,13 +1299,13 @@ fn emulated_as(index: u8, cfg: &bbrscope_emulator::LinkConfig, port: u16) -> (Po
 
 /// The shared bottleneck: one path every client's flows cross, its buffer a fraction of the
 /// bandwidth-delay product (where BBR takes bandwidth and buffer from CUBIC), no random loss.
-const SHARED_RATE_BPS: u64 = 20_000_000;
+const SHARED_RATE_BPS: u64 = 40_000_000;
 const SHARED_RTT: Duration = Duration::from_millis(40);
 const SHARED_BUFFER_BDP: f64 = 0.2;
 /// The share of the path's rate the arrivals offer: several flows share it most of the time.
-const SHARED_LOAD: f64 = 0.8;
+const SHARED_LOAD: f64 = 0.7;
 /// Each replay's length (three replays: everyone on A, everyone on B, the per-connection A/B).
-const SHARED_LENGTH: Duration = Duration::from_secs(75);
+const SHARED_LENGTH: Duration = Duration::from_secs(60);
 
 fn shared_bottleneck(index: u8, port: u16) -> (Population, TcpListener) {
     use bbrscope_emulator::{LinkConfig, LossSpec};
@@ -1564,7 +1564,7 @@ fn switchback_holds_the_truth(p: &Population, port: u16, seed: u64, truth: f64, 
     assert!(sb["per_connection"]["effect_pct"].as_f64().is_some_and(|e| e < pct(truth)), "{sb}");
 }
 
-/// One shared shallow bottleneck (20 Mbit/s, 40 ms, a buffer of 0.2 BDP, no random loss), an
+/// One shared shallow bottleneck (40 Mbit/s, 40 ms, a buffer of 0.2 BDP, no random loss), an
 /// open-loop load of seeded Poisson arrivals (70% of the rate; 70% 10–50 KB, 25% 100–500 KB, 5%
 /// 1–4 MB), replayed three times: everyone on CUBIC, everyone on BBR (the truth: what a user who
 /// switches everyone gets, per arrival, the same arrival in both runs) and the per-connection A/B.
