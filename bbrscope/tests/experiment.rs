@@ -1527,9 +1527,9 @@ fn experiment_takes(flag: &str) -> bool {
 /// analysis's 8 rounds (`MIN_ROUNDS`, three blocks each) fit in a few minutes.
 const SWITCHBACK_BLOCK: &str = "8s";
 const SWITCHBACK_BURN_IN: &str = "2s";
-/// Ten rounds of 8 s blocks: blocks are aligned to the epoch, so the first and last rounds may
-/// be partial; at least nine are whole.
-const SWITCHBACK_LENGTH: Duration = Duration::from_secs(10 * 3 * 8);
+/// Ten rounds of three 8 s blocks: blocks are aligned to the epoch, so the first and last rounds
+/// may be partial; at least nine are whole.
+const SWITCHBACK_LENGTH: Duration = Duration::from_mins(4);
 
 /// The switchback on the scenario's traffic (the same seeded schedule, run longer): every new
 /// connection on CUBIC, on BBR or drawn, block by block. Its everyone-switched answer (the
