@@ -1427,8 +1427,8 @@ fn everyone_on(
 
 /// `bbrscope experiment --arms cubic,bbr --no-guardrail EXTRA...` over the same arrivals (the
 /// kernel sets each connection's arm as it is established, over what it inherited): its report,
-/// the clients' log and each arrival's algorithm as the server saw it. EXTRA empty is the per-connection A/B; the switchback is the
-/// same run with its design's flags.
+/// the clients' log and each arrival's algorithm as the server saw it. EXTRA empty is the
+/// per-connection A/B; the switchback is the same run with its design's flags.
 fn experiment_on(
     p: &Population,
     port: u16,
@@ -1625,7 +1625,8 @@ fn on_a_shared_shallow_bottleneck_the_per_connection_ab_overstates_switching_eve
         "shared bottleneck, seed {seed}: {} arrivals in {:.0} s ({} to BBR in the A/B)\n\
          truth (everyone BBR vs everyone CUBIC): time-weighted {:+.1}%, per response {:+.1}%\n\
          A/B report: {:+.1}% [{:+.1}, {:+.1}] (from its clients' log: {:+.1}%)\n\
-         CUBIC's flows beside BBR vs everyone CUBIC: {:+.1}% per response; BBR's beside CUBIC vs everyone BBR: {:+.1}%\n\
+         CUBIC's flows beside BBR vs everyone CUBIC: {:+.1}% per response; \
+         BBR's beside CUBIC vs everyone BBR: {:+.1}%\n\
          medians, everyone CUBIC: {}\n\
          medians, everyone BBR:   {}\n\
          medians, A/B CUBIC:      {}\n\
