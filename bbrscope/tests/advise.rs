@@ -684,7 +684,7 @@ fn a_service_paced_like_slow_start_is_caught_by_the_experiment_advise_names() {
 
     let mut child = bbrscope()
         .args(["experiment", "--arms", "cubic,cubic+iw32", "--port", &port.to_string(), "--duration", "5m"])
-        .args(["--json", "--no-guardrail", "--recommend"])
+        .args(["--json", "--no-guardrail", "--recommend", "--design", "per-connection"])
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()

@@ -36,20 +36,21 @@ pub struct ExperimentArgs {
     /// the default algorithm: the limit on the share of traffic touched
     #[arg(long, value_name = "PCT", default_value_t = 100, value_parser = clap::value_parser!(u32).range(1..=100))]
     pub(crate) sample: u32,
-    /// How connections get their arms: per-connection (each draws one, so B runs beside A on
-    /// the same bottlenecks) or switchback (blocks of time in which every connection runs A,
-    /// every connection B, or each draws: what would happen if everyone switched)
-    #[arg(long, value_name = "DESIGN", value_enum, default_value_t = DesignArg::PerConnection)]
+    /// How connections get their arms: switchback (blocks of time in which every connection runs
+    /// A, every connection B, or each draws: what would happen if everyone switched; the
+    /// default, so that a recommendation rests on it) or per-connection (each draws one, so B
+    /// runs beside A on the same bottlenecks: quicker, but it answers "B beside A")
+    #[arg(long, value_name = "DESIGN", value_enum, default_value_t = DesignArg::Switchback)]
     pub(crate) design: DesignArg,
-    /// With --design switchback: how long each block lasts (at least 1s; default 15s)
+    /// The switchback's blocks: how long each lasts (at least 1s; default 15s)
     #[arg(long, value_name = "TIME", value_parser = parse_span)]
     pub(crate) block: Option<Duration>,
-    /// With --design switchback: the start of each block whose new flows are left out of the
+    /// The switchback's burn-in: the start of each block whose new flows are left out of the
     /// analysis, while the previous block's flows still share the path (less than half a block;
     /// default 3s)
     #[arg(long, value_name = "TIME", value_parser = parse_span)]
     pub(crate) burn_in: Option<Duration>,
-    /// With --design switchback: the seed of the blocks' order (default: drawn at the start,
+    /// The switchback's seed for the blocks' order (default: drawn at the start,
     /// printed and recorded)
     #[arg(long, value_name = "N")]
     pub(crate) seed: Option<u64>,
@@ -258,7 +259,7 @@ impl ExperimentArgs {
                 (self.seed.is_some(), "--seed"),
             ] {
                 if given {
-                    usage!("{flag} is a switchback's: add --design switchback (e.g. --design switchback --block 15s)");
+                    usage!("{flag} is a switchback's, and --design per-connection has no blocks: drop one of them");
                 }
             }
             return Ok(None);
