@@ -147,6 +147,7 @@ impl ExperimentArgs {
             },
             None => Mode::Run(Run {
                 spec: self.spec()?,
+                schedule: self.schedule()?,
                 duration: self.duration.unwrap_or(DEFAULT_DURATION),
                 flows: self.flows,
                 guardrail: !self.no_guardrail,
@@ -215,7 +216,6 @@ impl ExperimentArgs {
             arms.push(arm);
         }
         let arms: [Arm; 2] = arms.try_into().expect("two arms");
-        let schedule = self.schedule()?;
         if !(self.guardrail_pct > 0.0 && self.guardrail_pct <= 1000.0) {
             usage!("--guardrail-pct must be a percentage above 0 (e.g. 20)");
         }
@@ -245,7 +245,6 @@ impl ExperimentArgs {
             port: self.port,
             cgroup,
             dst: self.dst.iter().map(|n| n.0).collect(),
-            schedule,
         })
     }
 

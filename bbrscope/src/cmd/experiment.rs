@@ -22,6 +22,7 @@ use crate::{
         report::InScope,
         request::{Mode, Request, Run},
         run::{Watch, Watched},
+        schedule::Schedule,
         setup::{self, Design, Setup},
         status_quo::StatusQuo,
     },
@@ -58,9 +59,9 @@ async fn experiment(request: &Request, run: &Run) -> Result<()> {
         guardrail_pct: run.guardrail.then_some(request.guardrail_pct),
         prefix_lists: request.prefix_lists.clone().unwrap_or_default(),
         status_quo: StatusQuo::discover().algorithm,
-        design: spec.schedule.map_or(Design::PerConnection, Design::Switchback),
+        design: run.schedule.map_or(Design::PerConnection, Design::Switchback),
     };
-    let state = LiveExperiment::new(spec, limit, run.guardrail);
+    let state = LiveExperiment::new(spec, run.schedule, limit, run.guardrail);
     let _lock = lock::acquire(&running(run, &state))?;
     // Before anything is attached: a signal from here on ends the experiment cleanly.
     let mut signals = Signals::catch()?;
@@ -85,7 +86,7 @@ async fn experiment(request: &Request, run: &Run) -> Result<()> {
         "bbrscope: experiment running: {} (arm A) vs {} (arm B), {}, {}% of connections in scope; {} ends it",
         spec.arms[0],
         spec.arms[1],
-        assignment_words(spec),
+        assignment_words(spec, run.schedule.as_ref()),
         spec.sample_pct,
         if std::io::stdout().is_terminal() && !run.headless { "q in the dashboard" } else { "Ctrl-C" }
     );
@@ -119,8 +120,8 @@ fn analyze(request: &Request, file: &Path, arms: Option<&[String; 2]>) -> Result
 
 /// How connections get their arms, for the line that starts the run: the seed too, so that a
 /// switchback can be re-analysed (and its schedule run again) from the log alone.
-fn assignment_words(spec: &ExperimentSpec) -> String {
-    match &spec.schedule {
+fn assignment_words(spec: &ExperimentSpec, schedule: Option<&Schedule>) -> String {
+    match schedule {
         None => format!("{}% to B", spec.split_pct),
         Some(s) => format!(
             "switchback: blocks of {}s (the first {}s of each left out) where everyone runs A, everyone B, or \

@@ -67,14 +67,19 @@ pub struct LiveExperiment {
 }
 
 impl LiveExperiment {
-    pub fn new(spec: &crate::observe::kernel::loader::ExperimentSpec, limit: Limit, guardrail: bool) -> Self {
+    pub fn new(
+        spec: &crate::observe::kernel::loader::ExperimentSpec,
+        schedule: Option<Schedule>,
+        limit: Limit,
+        guardrail: bool,
+    ) -> Self {
         LiveExperiment {
             arms: spec.arms.each_ref().map(ToString::to_string),
             split_pct: spec.split_pct,
             sample_pct: spec.sample_pct,
             scope: scope_words(spec),
             limit,
-            schedule: spec.schedule,
+            schedule,
             elapsed: Duration::ZERO,
             now: 0.0,
             finished: [0, 0],
@@ -226,9 +231,8 @@ mod tests {
             port: None,
             cgroup: None,
             dst: Vec::new(),
-            schedule: Some(schedule),
         };
-        let mut x = LiveExperiment::new(&spec, Limit::Time(Duration::from_secs(600)), true);
+        let mut x = LiveExperiment::new(&spec, Some(schedule), Limit::Time(Duration::from_secs(600)), true);
         // The third round after the start, 6 s into its B block (9 s left).
         let start = schedule.start_of(3 * 1_000);
         let b = (3 * 1_002..3 * 1_003).find(|&k| schedule.kind(k) == Kind::B).unwrap();

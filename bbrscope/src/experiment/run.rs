@@ -24,14 +24,14 @@ use crate::{
         guardrail::{GuardDecision, RTT_BANDS_MS, SwitchedBack, mask_of, note_switched_back},
         monitor::Monitor,
         progress::{LiveExperiment, Update},
-        schedule::Schedule,
+        schedule::{Kind, Schedule},
         setup::{Design, Setup},
     },
     observe::{
         clock::{self, Clock},
         event::Event,
         flow::{Change, FlowTable},
-        kernel::loader::{Assignment, assign_mode_at},
+        kernel::loader::Assignment,
         pipeline::{self, Control, End, Retention, Settings, Side, Signals, Sink},
         session::Live,
         sink::json::JsonSink,
@@ -383,9 +383,9 @@ struct Assigning {
 }
 
 impl Assigning {
-    /// The current block's assignment set (the kernel side set it when it loaded: a boundary may
-    /// have passed since).
-    fn new(assignment: Assignment, schedule: Option<Schedule>) -> Result<Self> {
+    /// Assignment turned on (the loader leaves it off): per connection, or the current block's.
+    fn new(mut assignment: Assignment, schedule: Option<Schedule>) -> Result<Self> {
+        assignment.set(assign_mode_at(schedule.as_ref(), clock::unix_now()))?;
         let next = schedule.map(|_| Box::pin(tokio::time::sleep(Duration::ZERO)));
         let mut a = Assigning { assignment, schedule, next };
         a.switch()?;
@@ -421,6 +421,17 @@ impl Assigning {
     fn stop(&mut self) -> Result<()> {
         self.next = None;
         self.assignment.set(assign_mode::OFF)
+    }
+}
+
+/// The kernel's assignment (`assign_mode`) for connections opening at `now` (Unix seconds): the
+/// block's arm in a switchback's A or B block, each connection's own draw in its mixed blocks
+/// and without a switchback.
+fn assign_mode_at(schedule: Option<&Schedule>, now: f64) -> u32 {
+    match schedule.map(|s| s.kind(s.block_of(now))) {
+        None | Some(Kind::Mixed) => assign_mode::PER_CONNECTION,
+        Some(Kind::A) => assign_mode::FIXED_A,
+        Some(Kind::B) => assign_mode::FIXED_B,
     }
 }
 

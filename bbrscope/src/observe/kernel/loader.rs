@@ -17,9 +17,7 @@ use aya::{
     },
     programs::{CgroupAttachMode, RawTracePoint, SockOps},
 };
-use bbrscope_common::{
-    CC_NAME_LEN, Config, Filter, assign_mode, config_flags, counter, experiment_flags, filter_flags, hold,
-};
+use bbrscope_common::{CC_NAME_LEN, Config, Filter, config_flags, counter, experiment_flags, filter_flags, hold};
 use tokio::io::unix::AsyncFd;
 
 use super::{
@@ -27,12 +25,7 @@ use super::{
     hooks,
     layout::Layout,
 };
-use crate::{
-    error::UsageError,
-    experiment::schedule::{Kind, Schedule},
-    observe::filter::FilterSpec,
-    sys::hz,
-};
+use crate::{error::UsageError, observe::filter::FilterSpec, sys::hz};
 
 static OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/bbrscope"));
 
@@ -136,20 +129,6 @@ pub struct ExperimentSpec {
     pub cgroup: Option<crate::sys::cgroup::Cgroup>,
     /// Destination ranges; empty: any destination.
     pub dst: Vec<ipnet::IpNet>,
-    /// A switchback's blocks (`--design switchback`): which arm new connections get follows
-    /// them; `None`, each connection draws (`split_pct` is then the mixed blocks' split).
-    pub schedule: Option<Schedule>,
-}
-
-/// The kernel's assignment (`assign_mode`) for connections opening at `now` (Unix seconds): the
-/// block's arm in a switchback's A or B block, each connection's own draw in its mixed blocks
-/// and without a switchback.
-pub(crate) fn assign_mode_at(schedule: Option<&Schedule>, now: f64) -> u32 {
-    match schedule.map(|s| s.kind(s.block_of(now))) {
-        None | Some(Kind::Mixed) => assign_mode::PER_CONNECTION,
-        Some(Kind::A) => assign_mode::FIXED_A,
-        Some(Kind::B) => assign_mode::FIXED_B,
-    }
 }
 
 /// `--observer`: how bbrscope hooks into the TCP stack.
@@ -364,13 +343,10 @@ impl Observer {
             _ => sockops.clock,
         };
 
-        // Assignment on, last: every other part of the experiment is in place.
+        // Assignment stays off (the map's initial value) until the experiment, with everything
+        // else in place, turns it on through this handle.
         let assignment = match &opts.experiment {
-            Some(exp) if path == ObserverPath::Sockops => {
-                let mut a = Assignment::take(&mut ebpf)?;
-                a.set(assign_mode_at(exp.schedule.as_ref(), crate::observe::clock::unix_now()))?;
-                Some(a)
-            }
+            Some(_) if path == ObserverPath::Sockops => Some(Assignment::take(&mut ebpf)?),
             _ => None,
         };
         let ring = RingBuf::try_from(ebpf.take_map("EVENTS").context("EVENTS map missing")?)?;
