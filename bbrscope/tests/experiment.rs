@@ -959,7 +959,10 @@ fn the_dashboard_follows_a_live_experiment_and_q_ends_it_with_the_report() {
     let pid = x["pid"].as_u64().unwrap() as u32;
     let comm = std::fs::read_to_string(format!("/proc/{pid}/comm")).unwrap();
     assert_eq!(comm.trim(), "bbrscope", "pid {pid} is not the experiment");
-    assert!(status(false).contains(&format!("experiment: running (pid {pid}): cubic (A) vs bbr (B), 50% to B")));
+    assert!(
+        status(false)
+            .contains(&format!("experiment: running (pid {pid}): cubic (A) vs bbr (B), per connection, 50% to B"))
+    );
     let links = cgroup_links_of(pid);
     assert!(!links.is_empty(), "the experiment holds no sock_ops link");
 

@@ -137,6 +137,10 @@ fn running(run: &Run, state: &LiveExperiment) -> lock::Running {
     lock::Running {
         pid: std::process::id(),
         arms: spec.arms.each_ref().map(ToString::to_string),
+        design: match &run.schedule {
+            None => "per connection".into(),
+            Some(s) => format!("switchback: {}s blocks, --seed {}", s.block_s, s.seed),
+        },
         split_pct: spec.split_pct,
         sample_pct: spec.sample_pct,
         scope: state.scope.clone(),

@@ -24,6 +24,10 @@ pub(crate) struct Running {
     pub pid: u32,
     /// Arm A's and arm B's algorithm.
     pub arms: [String; 2],
+    /// How connections get their arms, in words (`per connection`, `switchback: 15s blocks,
+    /// --seed 7`); empty in a lock written before designs were named.
+    #[serde(default)]
+    pub design: String,
     /// Percent of the experiment's connections given arm B.
     pub split_pct: u32,
     /// Percent of connections in scope that join it.
@@ -131,6 +135,7 @@ pub(crate) fn running() -> Result<Option<Running>> {
     let mut r: Running = serde_json::from_str(text.trim()).unwrap_or_else(|_| Running {
         pid,
         arms: [String::new(), String::new()],
+        design: String::new(),
         split_pct: 0,
         sample_pct: 0,
         scope: "starting".into(),
