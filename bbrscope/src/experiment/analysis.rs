@@ -744,6 +744,18 @@ pub(crate) mod tests {
         pub flows_per_arm: usize,
     }
 
+    /// A heavy-tailed response size: half under 16 KB, 30% 20–220 KB, 15% 0.3–3.3 MB and 5% from
+    /// 5 MB to 5 MB + `top`.
+    pub(crate) fn response_bytes(rng: &mut Rng, top: f64) -> u64 {
+        let u = rng.uniform();
+        (match u {
+            u if u < 0.5 => 500.0 + rng.uniform() * 15_000.0,
+            u if u < 0.8 => 20_000.0 + rng.uniform() * 200_000.0,
+            u if u < 0.95 => 300_000.0 + rng.uniform() * 3_000_000.0,
+            _ => 5_000_000.0 + rng.uniform() * top,
+        }) as u64
+    }
+
     /// Flows of `pops` in both arms: response sizes mixed over the four buckets, completion time
     /// a few round trips per doubling of the size with lognormal noise, as a server sees them;
     /// accepted connections whose handshake took one round trip. Flows of both arms interleave
@@ -754,13 +766,7 @@ pub(crate) mod tests {
         for p in pops {
             for _ in 0..p.flows_per_arm {
                 for arm in 0..2 {
-                    let u = rng.uniform();
-                    let bytes = match u {
-                        u if u < 0.5 => 500.0 + rng.uniform() * 15_000.0,
-                        u if u < 0.8 => 20_000.0 + rng.uniform() * 200_000.0,
-                        u if u < 0.95 => 300_000.0 + rng.uniform() * 3_000_000.0,
-                        _ => 5_000_000.0 + rng.uniform() * 15_000_000.0,
-                    } as u64;
+                    let bytes = response_bytes(&mut rng, 15_000_000.0);
                     let rtt = p.rtt_ms / 1e3;
                     let rounds = 1.0 + (bytes as f64 / 10_000.0).max(1.0).log2();
                     let duration_s = rtt * rounds * p.slowdown[arm] * (0.4 * rng.normal()).exp();

@@ -328,13 +328,7 @@ pub(crate) mod tests {
             }
             let far = rng.uniform() < 0.4;
             let rtt = if far { 0.100 } else { 0.020 };
-            let u = rng.uniform();
-            let bytes = match u {
-                u if u < 0.5 => 500.0 + rng.uniform() * 15_000.0,
-                u if u < 0.8 => 20_000.0 + rng.uniform() * 200_000.0,
-                u if u < 0.95 => 300_000.0 + rng.uniform() * 3_000_000.0,
-                _ => 5_000_000.0 + rng.uniform() * 10_000_000.0,
-            } as u64;
+            let bytes = crate::experiment::analysis::tests::response_bytes(&mut rng, 10_000_000.0);
             let noise = (0.4 * rng.normal()).exp();
             let host = (rng.next_u64() % 250) as u8 + 1;
             let arm = match assign {
