@@ -70,7 +70,7 @@ async fn experiment(request: &Request, run: &Run) -> Result<()> {
         experiment: Some(spec.clone()),
         ..Options::default()
     };
-    let live = Live::start("bbrscope experiment", &opts)?;
+    let mut live = Live::start("bbrscope experiment", &opts)?;
     for note in live.degraded() {
         crate::output::errln!("bbrscope: warning: {note}");
     }
@@ -82,6 +82,7 @@ async fn experiment(request: &Request, run: &Run) -> Result<()> {
         }
         None => (None, None),
     };
+    let assigning = crate::experiment::run::start_assigning(&mut live, run.schedule)?;
     crate::output::errln!(
         "bbrscope: experiment running: {} (arm A) vs {} (arm B), {}, {}% of connections in scope; {} ends it",
         spec.arms[0],
@@ -90,7 +91,7 @@ async fn experiment(request: &Request, run: &Run) -> Result<()> {
         spec.sample_pct,
         if std::io::stdout().is_terminal() && !run.headless { "q in the dashboard" } else { "Ctrl-C" }
     );
-    let watch = Watch { headless: run.headless, state, setup: setup.clone(), flows: run.flows, recorder };
+    let watch = Watch { assigning, headless: run.headless, state, setup: setup.clone(), flows: run.flows, recorder };
     let Watched { obs, stopped_by, guard, switched_back } =
         crate::experiment::run::run(live, &mut signals, watch, run.duration).await?;
     if let (Some(p), Some(f)) = (&run.record, record_end.as_mut()) {

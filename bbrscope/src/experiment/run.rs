@@ -25,7 +25,7 @@ use crate::{
         monitor::Monitor,
         progress::{LiveExperiment, Update},
         schedule::{Kind, Schedule},
-        setup::{Design, Setup},
+        setup::Setup,
     },
     observe::{
         clock::{self, Clock},
@@ -51,6 +51,8 @@ pub(crate) const DRAIN: Duration = Duration::from_secs(10);
 
 /// What a live experiment starts from.
 pub(crate) struct Watch {
+    /// The kernel's assignment, already on ([`start_assigning`]).
+    pub assigning: Assigning,
     /// No live display (else the dashboard on a terminal, progress lines elsewhere).
     pub headless: bool,
     pub state: LiveExperiment,
@@ -88,13 +90,8 @@ pub(crate) async fn run(mut live: Live, signals: &mut Signals, watch: Watch, dur
     // The live report costs an analysis every period: only when it is shown.
     let shows_report = dash.is_some();
     let frame = if shows_report { Duration::from_millis(1000 / tui::FPS) } else { LINE_PERIOD };
-    let schedule = match watch.setup.design {
-        Design::Switchback(s) => Some(s),
-        Design::PerConnection => None,
-    };
-    let assignment = live.take_assignment().context("the experiment's assignment is not in the kernel")?;
     let mut side = Watching {
-        assigning: Assigning::new(assignment, schedule)?,
+        assigning: watch.assigning,
         monitor: Monitor::new(watch.setup, shows_report),
         check: tokio::time::interval(Monitor::PERIOD),
         frame: tokio::time::interval(frame),
@@ -375,7 +372,7 @@ impl Experiment {
 /// Which arm the kernel gives new connections: with a switchback, the block's by the wall clock
 /// (every block boundary the next is computed from the schedule again, so the switches never
 /// drift from it); else each connection's own draw, set once when the programs were loaded.
-struct Assigning {
+pub(crate) struct Assigning {
     assignment: Assignment,
     schedule: Option<Schedule>,
     /// When the current block ends (a switchback's, until the experiment ends).
@@ -422,6 +419,14 @@ impl Assigning {
         self.next = None;
         self.assignment.set(assign_mode::OFF)
     }
+}
+
+/// Turns the experiment's assignment on in the kernel `live` loaded (the loader leaves it off):
+/// per connection, or the current block's. Before the run says it runs, so that every connection
+/// accepted after that line gets an arm.
+pub(crate) fn start_assigning(live: &mut Live, schedule: Option<Schedule>) -> Result<Assigning> {
+    let assignment = live.take_assignment().context("the experiment's assignment is not in the kernel")?;
+    Assigning::new(assignment, schedule)
 }
 
 /// The kernel's assignment (`assign_mode`) for connections opening at `now` (Unix seconds): the
