@@ -149,7 +149,9 @@ pub(crate) fn main() -> Result<()> {
 /// `bbrscope experiment --design switchback` on loopback: the sock_ops program with the
 /// experiment on (only then does the verifier see the assignment: the configuration is read-only
 /// data, and the branches it rules out are not verified) gives the connections accepted on its
-/// port the arms, block by block (1 s blocks, a connection every 100 ms for 4 s): each accepted
+/// port the arms, block by block (1 s blocks, a connection every 100 ms: 4 s here, 6 s and more
+/// under TCG, so the experiment runs 12 s; at 6 s a CI run's last 12 connections came after its
+/// end and kept the status quo): each accepted
 /// connection runs one of the two arms, both are seen, and the experiment ends by itself.
 fn switchback() -> Result<(bool, String)> {
     use std::io::BufRead as _;
@@ -158,7 +160,18 @@ fn switchback() -> Result<(bool, String)> {
     let arms: Vec<&str> = ["reno", "bbr", "cubic"].into_iter().filter(|cc| *cc != status_quo).take(2).collect();
     let mut child = Command::new(BBRSCOPE)
         .args(["experiment", "--arms", &arms.join(","), "--port", "5020", "--design", "switchback"])
-        .args(["--block", "1s", "--burn-in", "0.2s", "--seed", "1", "--duration", "6s", "--headless", "--no-guardrail"])
+        .args([
+            "--block",
+            "1s",
+            "--burn-in",
+            "0.2s",
+            "--seed",
+            "1",
+            "--duration",
+            "12s",
+            "--headless",
+            "--no-guardrail",
+        ])
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
