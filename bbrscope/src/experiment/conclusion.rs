@@ -7,7 +7,8 @@ use super::{
     analysis::{Analysis, GroupResult, Verdict},
     decide::Answer,
     format::{fmt_count, fmt_num, fmt_pct, fmt_signed_ms, fmt_span, shout},
-    switchback::MIN_ROUNDS,
+    setup::Design,
+    switchback::{MAX_MORE_ROUNDS, MIN_ROUNDS},
 };
 
 /// The verdict in a few words with its number, as the dashboard and the figure caption show it:
@@ -97,21 +98,11 @@ pub(crate) fn conclusion(a: &Analysis, g: &GroupResult) -> String {
             )
         }
         Verdict::Inconclusive => {
-            let more = ans.more_flows.unwrap_or(0);
-            let when = a.flows_per_s.filter(|r| *r > 0.0).map_or(String::new(), |r| {
-                let share = g.flows() as f64 / (a.arms[0].flows + a.arms[1].flows).max(1) as f64;
-                format!(" (≈ {} at this run's rate)", fmt_span(more as f64 / (r * share.max(1e-9))))
-            });
             // fmt_pct signs it "+"; a change either way is meant.
             let detectable = ans.detectable_pct.map_or(String::new(), |d| {
                 format!(" (changes of ±{} are detectable now)", fmt_pct(d).trim_start_matches('+'))
             });
-            format!(
-                "inconclusive for {}: {}, {flows}{detectable}; about {} more flows{when} would decide{coverage}",
-                g.label,
-                change(),
-                fmt_count(more as usize)
-            )
+            format!("inconclusive for {}: {}, {flows}{detectable}; {}{coverage}", g.label, change(), what_decides(a, g))
         }
         Verdict::TooFewFlows if g.switchback.is_some() => format!(
             "too few rounds for {}: {} of the {} needed with flows in both an A and a B block",
@@ -132,6 +123,29 @@ pub(crate) fn conclusion(a: &Analysis, g: &GroupResult) -> String {
             format!("no conclusion for {}: the flows did not run their arms' algorithms", g.label)
         }
     }
+}
+
+/// What would decide an inconclusive answer if its estimate held: "about 1,200 more flows (≈ 5 min
+/// at this run's rate) would decide"; a switchback's rounds, not its flows, decide it: "about 14
+/// more rounds (≈ 10 min) would decide", or "more than 100,000 more rounds would be needed".
+fn what_decides(a: &Analysis, g: &GroupResult) -> String {
+    if let Some(sb) = &g.switchback {
+        let Some(more) = sb.more_rounds else {
+            return format!("no run of up to {} more rounds would decide", fmt_count(MAX_MORE_ROUNDS as usize));
+        };
+        let when = match a.design {
+            Design::Switchback(s) => format!(" (≈ {})", fmt_span(more as f64 * 3.0 * s.block_s)),
+            Design::PerConnection => String::new(),
+        };
+        let rounds = if more == 1 { "round" } else { "rounds" };
+        return format!("about {} more {rounds}{when} would decide", fmt_count(more as usize));
+    }
+    let more = g.answer.more_flows.unwrap_or(0);
+    let when = a.flows_per_s.filter(|r| *r > 0.0).map_or(String::new(), |r| {
+        let share = g.flows() as f64 / (a.arms[0].flows + a.arms[1].flows).max(1) as f64;
+        format!(" (≈ {} at this run's rate)", fmt_span(more as f64 / (r * share.max(1e-9))))
+    });
+    format!("about {} more flows{when} would decide", fmt_count(more as usize))
 }
 
 /// A switchback group's interference in words, worded by its interval: "interference for all

@@ -44,7 +44,8 @@
 //!                                                 "high_pct": 35.0, "level": 0.995,
 //!                                                 "flows": [1210, 780], "rounds": 30},
 //!                                "bias_pts": -17.5,
-//!                                "left_out": {"burn_in": 1069, "mismatched": 0}},
+//!                                "left_out": {"burn_in": 1069, "mismatched": 0},
+//!                                "more_rounds": null | 14},   (the answer's more_flows is null)
 //!                 "interference": "interference for all flows: CUBIC's own flows were ..." } ],
 //!   "sparse_prefixes": {"groups": 312, "flows": 2001},
 //!   "in_flight": {"a": 10, "b": 1},

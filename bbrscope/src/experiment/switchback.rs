@@ -23,7 +23,7 @@ use serde::Serialize;
 
 use super::{
     Observation,
-    decide::{self, Answer, Estimate, Rule},
+    decide::{self, Answer, Estimate, Outcome, Rule},
     groups::Bucket,
     schedule::{Kind, Schedule},
     stats::{normal_quantile, t_two_sided_quantile},
@@ -203,7 +203,15 @@ pub(crate) struct SwitchbackGroup {
     pub(crate) bias_pts: Option<f64>,
     /// Flows left out: started in a block's burn-in; on another arm than their block's.
     pub(crate) left_out: LeftOut,
+    /// Inconclusive: about how many more rounds would decide if the estimate held (rounds, not
+    /// flows, decide a switchback; the answer's `more_flows` is null). Null once decided, or
+    /// past [`MAX_MORE_ROUNDS`].
+    pub(crate) more_rounds: Option<u64>,
 }
+
+/// Beyond this many more rounds a switchback is not said to decide: at a block of a few
+/// seconds that is days, and the estimate would not hold still that long.
+pub(crate) const MAX_MORE_ROUNDS: u64 = 100_000;
 
 /// How much slower (positive) or faster A's flows were beside B's than alone, %.
 #[derive(Clone, Debug, PartialEq, Serialize)]
@@ -227,7 +235,10 @@ pub(crate) struct LeftOut {
 /// A group's answer (everyone switched) and the rest it carries, each judged at the group's
 /// `alpha`.
 pub(crate) fn judge(e: &Estimates, alpha: f64, rule: &Rule) -> (Answer, SwitchbackGroup) {
-    let everyone = answer(e.everyone, alpha, rule);
+    let mut everyone = answer(e.everyone, alpha, rule);
+    let more_rounds =
+        e.everyone.filter(|_| everyone.outcome == Outcome::Inconclusive).and_then(|c| more_rounds(c, alpha, rule));
+    everyone.more_flows = None;
     let per_connection = answer(e.per_connection, alpha, rule);
     let i = answer(e.interference, alpha, rule);
     let bias_pts = everyone.effect_pct.zip(per_connection.effect_pct).map(|(ev, pc)| pc - ev);
@@ -244,8 +255,35 @@ pub(crate) fn judge(e: &Estimates, alpha: f64, rule: &Rule) -> (Answer, Switchba
         },
         bias_pts,
         left_out: LeftOut { burn_in: e.burn_in, mismatched: e.mismatched },
+        more_rounds,
     };
     (everyone, other)
+}
+
+/// The rounds to add before the answer decides if its estimate stays where it is: the
+/// round-level variance shrinks as 1/R, and Student's t with R − 1 degrees of freedom tightens
+/// with it, so this is fewer than scaling the flows, as [`decide`] does for a per-connection
+/// answer, would say.
+fn more_rounds(c: Contrast, alpha: f64, rule: &Rule) -> Option<u64> {
+    let decides = |more: u64| {
+        let r = c.rounds + more as usize;
+        let at = Contrast { est: Estimate { var: c.est.var * c.rounds as f64 / r as f64, ..c.est }, rounds: r };
+        answer(Some(at), alpha, rule).outcome != Outcome::Inconclusive
+    };
+    if !decides(MAX_MORE_ROUNDS) {
+        return None;
+    }
+    // Deciding is monotone in the rounds (the half-width only shrinks): bisect.
+    let (mut undecided, mut decided) = (0, MAX_MORE_ROUNDS);
+    while decided - undecided > 1 {
+        let mid = (undecided + decided) / 2;
+        if decides(mid) {
+            decided = mid;
+        } else {
+            undecided = mid;
+        }
+    }
+    Some(decided)
 }
 
 /// The answer for a contrast judged at `alpha`: the confidence sequence of [`decide`] on a
@@ -573,6 +611,62 @@ pub(crate) mod tests {
             format!("x1.3: {:.2} at 30 rounds, {:.2} at 10; x1.1: {:.2} at 30, {:.2} at 10", p[0], p[1], p[2], p[3]);
         crate::output::errln!("switchback power, {said}");
         assert!(p[0] >= 0.95 && p[1] >= 0.8 && p[2] >= 0.8, "{said}");
+    }
+
+    /// An undecided switchback says how many more rounds would decide if its estimate held: with
+    /// them the same estimate's interval decides, with one fewer it does not; fewer than scaling
+    /// its flows would say (Student's t tightens with the rounds); and the conclusion says rounds
+    /// and their time (three blocks each), not flows.
+    #[test]
+    fn an_undecided_switchback_says_the_rounds_that_would_decide() {
+        let rule = Rule::default();
+        let alpha = 0.05;
+        let c = Contrast {
+            est: Estimate { log_ratio: 0.08, var: 0.004, flows: [300, 300], strata: 8, coverage: 1.0, mean_s: 1.0 },
+            rounds: 10,
+        };
+        let at = |more: u64| {
+            let r = c.rounds + more as usize;
+            answer(
+                Some(Contrast { est: Estimate { var: c.est.var * 10.0 / r as f64, ..c.est }, rounds: r }),
+                alpha,
+                &rule,
+            )
+            .outcome
+        };
+        assert_eq!(at(0), Outcome::Inconclusive);
+        let k = more_rounds(c, alpha, &rule).expect("decides within the bound");
+        assert!(k > 1, "{k}");
+        assert_eq!(at(k), Outcome::BWorse, "{k} more rounds");
+        assert_eq!(at(k - 1), Outcome::Inconclusive, "{} more rounds", k - 1);
+        let flows = answer(Some(c), alpha, &rule).more_flows.unwrap();
+        assert!((k as f64) < flows as f64 * 10.0 / 600.0, "{k} rounds against {flows} flows");
+        // Rounds so noisy that no bounded run would decide are not promised.
+        let noisy = Contrast { est: Estimate { var: 1e4, ..c.est }, ..c };
+        assert_eq!(more_rounds(noisy, alpha, &rule), None);
+
+        let mut said = 0;
+        for seed in 0..20 {
+            let (obs, opts) = switchback_run(seed, 10, Bottleneck { b: 1.1, beside_a: 0.0, beside_b: 0.0 });
+            let r = build(&analyze(&obs, &opts), &everything());
+            let g = &r.groups[0];
+            if g.result.verdict != Verdict::Inconclusive {
+                continue;
+            }
+            let sb = g.result.switchback.as_ref().unwrap();
+            assert_eq!(g.result.answer.more_flows, None, "rounds decide a switchback, not flows");
+            let Some(k) = sb.more_rounds else { continue };
+            let when = crate::experiment::format::fmt_span(k as f64 * 3.0 * 20.0);
+            let rounds = if k == 1 { "round" } else { "rounds" };
+            let want = format!(
+                "; about {} more {rounds} (≈ {when}) would decide",
+                crate::experiment::format::fmt_count(k as usize)
+            );
+            assert!(g.conclusion.contains(&want), "{} lacks {want}", g.conclusion);
+            assert!(!g.conclusion.contains("more flows"), "{}", g.conclusion);
+            said += 1;
+        }
+        assert!(said >= 3, "{said} undecided runs said their rounds");
     }
 
     /// The interference line says what its interval says: slower beside B only with the interval
