@@ -276,7 +276,7 @@ fn more_rounds(c: Contrast, alpha: f64, rule: &Rule) -> Option<u64> {
     // Deciding is monotone in the rounds (the half-width only shrinks): bisect.
     let (mut undecided, mut decided) = (0, MAX_MORE_ROUNDS);
     while decided - undecided > 1 {
-        let mid = (undecided + decided) / 2;
+        let mid = u64::midpoint(undecided, decided);
         if decides(mid) {
             decided = mid;
         } else {
