@@ -8,7 +8,8 @@
 //! dashboard, [`advise`] weighs the settings beyond the algorithm against observed flows; these
 //! sit side by side, and [`status`] alone looks across them. [`cmd`] holds one module per
 //! subcommand, [`sys`] the calls to the OS; [`units`] and [`quantile`] are the one place each for
-//! units (parse and format) and quantiles, [`newfile`] for creating a file.
+//! units (parse and format) and quantiles, [`newfile`] for creating a file, [`prose`] for
+//! wrapping sentences.
 
 pub mod advise;
 pub mod apply;
@@ -22,6 +23,7 @@ pub(crate) mod figure;
 pub(crate) mod newfile;
 pub mod observe;
 pub mod output;
+pub(crate) mod prose;
 pub(crate) mod quantile;
 /// The seeded generator, from the emulator's crate (whose losses draw from it): one generator for
 /// everything that must reproduce from a seed.

@@ -419,33 +419,10 @@ impl Summary {
     }
 }
 
-/// `text` broken at spaces into lines of at most [`TABLE_WIDTH`] characters, continuation lines
-/// starting with `indent`; each line ends in a newline. A word longer than a line stays whole.
+/// `text` wrapped to [`TABLE_WIDTH`] ([`crate::prose::wrap`]), continuation lines starting with
+/// `indent`, each line ending in a newline.
 pub(super) fn wrap(text: &str, indent: &str) -> String {
-    let mut out = String::new();
-    let mut line = String::new();
-    for word in text.split(' ').filter(|w| !w.is_empty()) {
-        let lead = if line.is_empty() && out.is_empty() {
-            // Keep the first line's own indentation.
-            text.len() - text.trim_start().len()
-        } else {
-            0
-        };
-        if !line.is_empty() && line.chars().count() + 1 + word.chars().count() > TABLE_WIDTH {
-            out += &line;
-            out.push('\n');
-            line = indent.to_string();
-        }
-        if line.is_empty() {
-            line.push_str(&" ".repeat(lead));
-        } else if line != indent {
-            line.push(' ');
-        }
-        line.push_str(word);
-    }
-    out += &line;
-    out.push('\n');
-    out
+    crate::prose::wrap(text, TABLE_WIDTH, indent).into_iter().map(|l| l + "\n").collect()
 }
 
 fn ratios(results: &[AlgoResult]) -> Option<Ratios> {
@@ -628,16 +605,6 @@ pub(crate) mod tests {
         let s = summary(PresetName::GoogleLossy, Some(StoppedEarly { by: "q".into(), after_s: 4.5 }));
         let v: serde_json::Value = serde_json::from_str(&s.to_json()).unwrap();
         assert_eq!(v["stopped_early"], serde_json::json!({"by": "q", "after_s": 4.5}));
-    }
-
-    #[test]
-    fn wrap_breaks_at_spaces_with_an_indent() {
-        let long = "word ".repeat(60);
-        let w = wrap(long.trim(), "  ");
-        assert!(w.lines().count() >= 3, "{w}");
-        assert!(w.lines().all(|l| l.len() <= TABLE_WIDTH));
-        assert!(w.lines().skip(1).all(|l| l.starts_with("  word")), "{w}");
-        assert_eq!(wrap("  model for x: y", "    "), "  model for x: y\n");
     }
 
     #[test]

@@ -1,5 +1,5 @@
 //! How the experiment writes numbers for people: percentages with a real minus sign, counts with
-//! thousands separators, times and rates in their units, text wrapped and clipped to a width. One
+//! thousands separators, times and rates in their units, text clipped to a width. One
 //! place, so that the report, the conclusions, the dashboard and the figure write them alike.
 
 use super::stats::{Diff, DiffUnit};
@@ -29,23 +29,6 @@ pub(crate) fn fmt_span(secs: f64) -> String {
         s if s < 5400.0 => format!("{:.0} min", s / 60.0),
         s => format!("{:.1} h", s / 3600.0),
     }
-}
-
-/// Splits text into lines of at most `width` characters at spaces (continuations indented).
-pub(crate) fn wrap(text: &str, width: usize) -> Vec<String> {
-    let mut lines = vec![String::new()];
-    for word in text.split(' ') {
-        let cur = lines.last_mut().expect("one line");
-        if !cur.is_empty() && cur.chars().count() + 1 + word.chars().count() > width {
-            lines.push(format!("    {word}"));
-        } else {
-            if !cur.is_empty() {
-                cur.push(' ');
-            }
-            cur.push_str(word);
-        }
-    }
-    lines
 }
 
 pub(crate) fn clip(s: &str, n: usize) -> String {

@@ -3,11 +3,12 @@
 //! Apart from the report's data ([`super::report`]) so that its shape and its reading stay two
 //! things.
 
+use crate::prose::wrap;
 use std::fmt::Write as _;
 
 use super::{
     analysis::{Status, Verdict},
-    format::{clip, fmt_bytes, fmt_count, fmt_diff, fmt_interval, fmt_num, fmt_p, fmt_value, wrap},
+    format::{clip, fmt_bytes, fmt_count, fmt_diff, fmt_interval, fmt_num, fmt_p, fmt_value},
     groups::GroupKind,
     report::{GroupReport, Report},
 };
@@ -66,7 +67,7 @@ impl Report {
             let _ = writeln!(s, "  (no change)");
         }
         for n in &rec.notes {
-            for line in wrap(n, 96) {
+            for line in wrap(n, 96, "    ") {
                 let _ = writeln!(s, "  {line}");
             }
         }
@@ -231,9 +232,9 @@ impl Report {
 impl GroupReport {
     /// The conclusion, and a switchback's interference, wrapped to 98 columns.
     fn lines(&self) -> Vec<String> {
-        let mut lines = wrap(&self.conclusion, 98);
+        let mut lines = wrap(&self.conclusion, 98, "    ");
         if let Some(i) = &self.interference {
-            lines.extend(wrap(i, 98));
+            lines.extend(wrap(i, 98, "    "));
         }
         lines
     }
