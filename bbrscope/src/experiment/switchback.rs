@@ -613,6 +613,34 @@ pub(crate) mod tests {
         assert!(p[0] >= 0.95 && p[1] >= 0.8 && p[2] >= 0.8, "{said}");
     }
 
+    /// The guardrail under a switchback, its looks every 2 s over whole runs of 10 rounds (10 min
+    /// of 20 s blocks): 200 A/A runs stop, or send a group back, in at most 5% of them, watching
+    /// both arms or the moved one; a big everyone-B win never stops one; an everyone-B 40% slower
+    /// is stopped.
+    #[test]
+    fn the_guardrail_under_a_switchback_holds_its_error_rate_and_its_purpose() {
+        use crate::experiment::guardrail::{StopRule, replay};
+        let names = ["cubic".to_string(), "bbr".to_string()];
+        let moved = StopRule { status_quo: Some("cubic".into()), ..StopRule::default() };
+        let stopped = |link: Bottleneck, seeds: std::ops::Range<u64>, rule: &StopRule| {
+            seeds
+                .filter(|&seed| {
+                    let (obs, _) = switchback_run(seed, 10, link);
+                    let r = replay(&obs, rule, &names, 2.0);
+                    r.stopped_at_s.is_some() || !r.switched_back.is_empty()
+                })
+                .count()
+        };
+        let same = Bottleneck { b: 1.0, beside_a: 0.0, beside_b: 0.0 };
+        let (both, one) = (stopped(same, 0..200, &StopRule::default()), stopped(same, 200..400, &moved));
+        crate::output::errln!("switchback A/A guardrail: {both}/200 (both arms watched), {one}/200 (B watched)");
+        assert!(both <= 10 && one <= 10, "{both}/200, {one}/200");
+        let win = Bottleneck { b: 0.5, beside_a: 0.0, beside_b: 0.0 };
+        assert_eq!(stopped(win, 0..20, &moved), 0, "a big win stopped a run");
+        let harm = Bottleneck { b: 1.4, beside_a: 0.0, beside_b: 0.0 };
+        assert_eq!(stopped(harm, 0..20, &moved), 20, "B 40% slower for everyone went on");
+    }
+
     /// An undecided switchback says how many more rounds would decide if its estimate held: with
     /// them the same estimate's interval decides, with one fewer it does not; fewer than scaling
     /// its flows would say (Student's t tightens with the rounds); and the conclusion says rounds
