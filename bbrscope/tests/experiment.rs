@@ -1716,7 +1716,7 @@ fn switchback_holds_the_truth(
         pct(low),
         pct(high),
         pct(truth),
-        sb["per_connection"]["effect_pct"],
+        sb["per_connection"]["effect_pct"].as_f64().unwrap_or(f64::NAN),
         all["interference"]
     );
     assert!(low <= truth && truth <= high, "the switchback's interval misses the truth {:+.1}%", pct(truth));
