@@ -5,6 +5,7 @@
 
 use super::{
     analysis::{Analysis, GroupResult, Verdict},
+    client::MIN_CLIENTS,
     decide::Answer,
     format::{fmt_count, fmt_num, fmt_pct, fmt_signed_ms, fmt_span, shout},
     switchback::MIN_ROUNDS,
@@ -25,6 +26,7 @@ pub(crate) fn verdict_words(names: [&str; 2], g: &GroupResult) -> String {
         }
         Verdict::NoDifference => format!("no difference > {}%{num}", fmt_num(ans.delta_pct)),
         Verdict::Inconclusive => format!("inconclusive{num}"),
+        Verdict::TooFewFlows if g.clients.is_some_and(|c| c.too_few()) => "too few clients".into(),
         Verdict::TooFewFlows => "too few flows".into(),
         Verdict::ArmsOverridden => "arms overridden".into(),
     }
@@ -58,14 +60,25 @@ pub(crate) fn conclusion(a: &Analysis, g: &GroupResult) -> String {
         Some(sb) => {
             format!("{} flows in the A and B blocks of {} rounds", fmt_count(ans.flows[0] + ans.flows[1]), sb.rounds)
         }
-        None => format!("{} flows", fmt_count(g.flows())),
+        None => match &g.clients {
+            Some(c) => {
+                format!("{} flows from {} clients", fmt_count(g.flows()), fmt_count(c.clients[0] + c.clients[1]))
+            }
+            None => format!("{} flows", fmt_count(g.flows())),
+        },
     };
-    // A switchback's answer is everyone on B against everyone on A, and says so.
-    let whose = match g.switchback {
-        Some(_) => {
+    // A switchback's answer is everyone on B against everyone on A, a client design's whole
+    // clients on B against whole clients on A, and each says so.
+    let whose = match (&g.switchback, &g.clients) {
+        (Some(_), _) => {
             format!("{} for everyone against {} for everyone: completion time", shout(names[1]), shout(names[0]))
         }
-        None => format!("{}'s completion time", shout(names[1])),
+        (None, Some(_)) => format!(
+            "{} for whole clients against {} for whole clients: completion time",
+            shout(names[1]),
+            shout(names[0])
+        ),
+        (None, None) => format!("{}'s completion time", shout(names[1])),
     };
     let change = || match (ans.effect_pct, ans.low_pct, ans.high_pct, ans.effect_ms) {
         (Some(e), Some(lo), Some(hi), Some(ms)) => {
@@ -119,6 +132,18 @@ pub(crate) fn conclusion(a: &Analysis, g: &GroupResult) -> String {
             g.switchback.as_ref().map_or(0, |sb| sb.rounds),
             MIN_ROUNDS
         ),
+        Verdict::TooFewFlows if g.clients.is_some_and(|c| c.too_few()) => {
+            let c = g.clients.as_ref().map_or([0, 0], |c| c.clients);
+            format!(
+                "too few clients for {}: {} {} / {} {} clients with flows in strata that count, {} needed in each arm",
+                g.label,
+                fmt_count(c[0]),
+                names[0],
+                fmt_count(c[1]),
+                names[1],
+                MIN_CLIENTS
+            )
+        }
         Verdict::TooFewFlows => format!(
             "too few flows for {}: {} {} / {} {} (a stratum of RTT band and response size needs {} per arm)",
             g.label,

@@ -231,6 +231,7 @@ mod tests {
             port: None,
             cgroup: None,
             dst: Vec::new(),
+            salt: 0,
         };
         let mut x = LiveExperiment::new(&spec, Some(schedule), Limit::Time(Duration::from_secs(600)), true);
         // The third round after the start, 6 s into its B block (9 s left).

@@ -567,6 +567,7 @@ fn experiment_app() -> (Dash, bbrscope::experiment::progress::LiveExperiment) {
         port: Some(443),
         cgroup: None,
         dst: Vec::new(),
+        salt: 0,
     };
     let mut x = LiveExperiment::new(&spec, None, Limit::Time(Duration::from_secs(600)), true);
     for o in &obs {
