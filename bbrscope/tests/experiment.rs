@@ -823,19 +823,19 @@ fn a_switchback_gives_every_connection_its_blocks_arm() {
 fn a_client_design_gives_every_connection_its_clients_hashed_arm() {
     require_root();
     let _turn = turn();
+    const SEED: u64 = 20_261_130;
+    let clients: Vec<std::net::Ipv4Addr> = (2..=20).map(|i| std::net::Ipv4Addr::new(127, 0, 0, i)).collect();
     let listener = TcpListener::bind("127.0.0.1:0").unwrap();
     let to = listener.local_addr().unwrap();
     // Two arms other than loopback's default: a connection the assignment missed shows.
     let status_quo = bbrscope::sys::sockopt::congestion(&listener).unwrap();
     let arms: Vec<&str> = ["cubic", "reno", "bbr"].into_iter().filter(|cc| *cc != status_quo).take(2).collect();
     let server_log = serve_logging_cc(listener);
-    const SEED: u64 = 20_261_130;
     let dir = tempfile::tempdir().unwrap();
     let record = dir.path().join("exp.ndjson");
     let seed = SEED.to_string();
     let flags = ["--design", "client", "--seed", &seed, "--no-guardrail", "--record", record.to_str().unwrap()];
     let child = start_experiment(&arms.join(","), to.port(), &flags);
-    let clients: Vec<std::net::Ipv4Addr> = (2..=20).map(|i| std::net::Ipv4Addr::new(127, 0, 0, i)).collect();
     for round in 0..4 {
         for &ip in &clients {
             let mut c = connect_from(socket_bound_to(SocketAddr::new(ip.into(), 0)), to);

@@ -121,6 +121,7 @@ mod tests {
             analysis::{Options, Verdict, analyze},
             report::{build, tests::everything},
             setup::Design,
+            switchback::tests::simulated,
         },
         rng::Rng,
     };
@@ -146,24 +147,7 @@ mod tests {
                 let duration_s =
                     rtt * rounds_of_rtt * slowness * (flow_sd * rng.normal()).exp() * if arm == 1 { b } else { 1.0 };
                 t += 0.05;
-                out.push(Observation {
-                    arm,
-                    cc: ["cubic", "bbr"][arm].to_string(),
-                    switched: false,
-                    peer,
-                    bytes,
-                    duration_s,
-                    handshake_s: rtt,
-                    end_ts: Some(t + duration_s),
-                    goodput_bps: Some((bytes as f64 * 8.0 / duration_s) as u64),
-                    srtt_median_us: Some((rtt * 1.2e6) as u32),
-                    min_rtt_us: Some((rtt * 1e6) as u32),
-                    retrans: 0,
-                    data_segs_out: (bytes / 1448 + 1) as u32,
-                    cgroup_id: Some(7),
-                    cgroup: Some("/system.slice/nginx.service".into()),
-                    censored: false,
-                });
+                out.push(simulated(arm, peer, bytes, rtt, t, duration_s));
             }
         }
         out

@@ -340,27 +340,40 @@ pub(crate) mod tests {
             let rounds_of_rtt = 1.0 + (bytes as f64 / 10_000.0).max(1.0).log2();
             let duration_s = rtt * rounds_of_rtt * noise * factor;
             let net = if far { [203, 0, 113] } else { [198, 51, 100] };
-            out.push(Observation {
+            out.push(simulated(
                 arm,
-                cc: ["cubic", "bbr"][arm].to_string(),
-                switched: false,
-                peer: IpAddr::V4(Ipv4Addr::new(net[0], net[1], net[2], host)),
+                IpAddr::V4(Ipv4Addr::new(net[0], net[1], net[2], host)),
                 bytes,
+                rtt,
+                t,
                 duration_s,
-                handshake_s: rtt,
-                end_ts: Some(t + duration_s),
-                goodput_bps: Some((bytes as f64 * 8.0 / duration_s) as u64),
-                srtt_median_us: Some((rtt * 1.2e6) as u32),
-                min_rtt_us: Some((rtt * 1e6) as u32),
-                retrans: 0,
-                data_segs_out: (bytes / 1448 + 1) as u32,
-                cgroup_id: Some(7),
-                cgroup: Some("/system.slice/nginx.service".into()),
-                censored: false,
-            });
+            ));
         }
         out.sort_by(|x, y| x.end_ts.unwrap().total_cmp(&y.end_ts.unwrap()));
         out
+    }
+
+    /// A simulated flow of arm `arm` from `peer`: `bytes` over a path `rtt` s long, started at
+    /// `t` (Unix seconds), taking `duration_s` on the server's side.
+    pub(crate) fn simulated(arm: usize, peer: IpAddr, bytes: u64, rtt: f64, t: f64, duration_s: f64) -> Observation {
+        Observation {
+            arm,
+            cc: ["cubic", "bbr"][arm].to_string(),
+            switched: false,
+            peer,
+            bytes,
+            duration_s,
+            handshake_s: rtt,
+            end_ts: Some(t + duration_s),
+            goodput_bps: Some((bytes as f64 * 8.0 / duration_s) as u64),
+            srtt_median_us: Some((rtt * 1.2e6) as u32),
+            min_rtt_us: Some((rtt * 1e6) as u32),
+            retrans: 0,
+            data_segs_out: (bytes / 1448 + 1) as u32,
+            cgroup_id: Some(7),
+            cgroup: Some("/system.slice/nginx.service".into()),
+            censored: false,
+        }
     }
 
     /// The truth by construction: the per-response mean of `ln(T_B/T_A)` over the same seeded
