@@ -30,7 +30,7 @@ pub struct ExperimentArgs {
     #[arg(long, value_name = "A,B", value_delimiter = ',', num_args = 1, required_unless_present = "analyze")]
     pub(crate) arms: Vec<String>,
     /// Percent of the experiment's connections given arm B (1-99; with --design switchback, in
-    /// its mixed blocks)
+    /// its mixed blocks; with --design client, of its clients)
     #[arg(long, value_name = "PCT", default_value_t = 50, value_parser = clap::value_parser!(u32).range(1..=99))]
     pub(crate) split: u32,
     /// Percent of connections in scope that join the experiment at all (1-100); the rest keep

@@ -247,6 +247,7 @@ mod tests {
         assert_eq!(v["design"]["salt"], salt);
         assert_eq!(v["groups"][0]["design"], "client");
         assert_eq!(v["groups"][0]["clients"]["mismatched"], 1);
+        assert!(r.recommend.notes.iter().any(|n| n.starts_with("this rests on whole clients")), "{:?}", r.recommend);
         let text = r.render_text();
         assert!(text.contains("  design: client (seed 11): answers B for whole clients against A for whole"), "{text}");
         assert!(text.lines().all(|l| l.chars().count() <= 100), "{text}");
