@@ -6,6 +6,7 @@
 //! {"type":"experiment","arms":["cubic","bbr"],"split_pct":50,"scope":{"known":true,"port":443,...},
 //!  "guardrail_pct":20.0,"delta_pct":5.0,"min_effect_ms":5.0,"design":"switchback",
 //!  "schedule":{"block_s":15.0,"burn_in_s":3.0,"seed":1234}}
+//! (a client design: "design":"client","salt":1234; a per-connection A/B: "design":"per_connection")
 //! ... flow_open, sample, flow_summary (with "arm") ...
 //! {"type":"flow_in_flight","arm":"a","cc":"cubic","peer":"203.0.113.9","bytes":1048576,
 //!  "duration_s":12.5,"handshake_s":0.05,"end_ts":1700000000.5,...}
