@@ -60,7 +60,7 @@ async fn experiment(request: &Request, run: &Run) -> Result<()> {
         status_quo: StatusQuo::discover().algorithm,
         design: run.design,
     };
-    let state = LiveExperiment::new(spec, run.design.schedule(), limit, run.guardrail);
+    let state = LiveExperiment::new(spec, run.design, limit, run.guardrail);
     let _lock = lock::acquire(&running(run, &state))?;
     // Before anything is attached: a signal from here on ends the experiment cleanly.
     let mut signals = Signals::catch()?;
