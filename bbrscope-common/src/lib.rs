@@ -182,6 +182,9 @@ pub struct Experiment {
     pub _pad: u16,
     pub cgroup_level: u32,
     pub cgroup_id: u64,
+    /// The client-clustered design's salt (`assign_mode::CLIENT`, [`client_gets_b`]): the run's
+    /// `--seed`, so that which clients get B is the seed's and no one else's to predict.
+    pub salt: u64,
 }
 
 pub mod experiment_flags {
@@ -204,6 +207,39 @@ pub mod assign_mode {
     pub const FIXED_A: u32 = 2;
     /// Every connection in scope gets arm B (a switchback's B block).
     pub const FIXED_B: u32 = 3;
+    /// Every connection of one client address gets the same arm: B when the client's salted
+    /// hash says so ([`super::client_gets_b`]), the client-clustered design.
+    pub const CLIENT: u32 = 4;
+}
+
+/// SplitMix64's finaliser: a fixed, well-mixed function of its input, the same on every host, in
+/// every version and in the kernel (a few shifts, xors and multiplications: no loop, no table).
+/// A switchback's schedule and a client's arm both come from it; neither may change under a
+/// recording.
+#[inline(always)]
+pub const fn splitmix64(x: u64) -> u64 {
+    let mut z = x.wrapping_add(0x9e37_79b9_7f4a_7c15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    z ^ (z >> 31)
+}
+
+/// A client address's hash under `salt`: the address as IPv6 (IPv4 as IPv4-mapped, as the
+/// kernel programs compare addresses), its two halves folded in turn through [`splitmix64`].
+/// Computed by the sock_ops program to give a client its arm and by the analysis to check it
+/// did: one function, so the two never disagree.
+#[inline(always)]
+pub const fn client_hash(addr: &[u8; 16], salt: u64) -> u64 {
+    let hi = u64::from_be_bytes([addr[0], addr[1], addr[2], addr[3], addr[4], addr[5], addr[6], addr[7]]);
+    let lo = u64::from_be_bytes([addr[8], addr[9], addr[10], addr[11], addr[12], addr[13], addr[14], addr[15]]);
+    splitmix64(splitmix64(salt ^ hi) ^ lo)
+}
+
+/// Whether the client at `addr` gets arm B in the client-clustered design: its hash's value mod
+/// 100 below `split_pct`, so about `split_pct`% of clients do.
+#[inline(always)]
+pub const fn client_gets_b(addr: &[u8; 16], salt: u64, split_pct: u32) -> bool {
+    client_hash(addr, salt) % 100 < split_pct as u64
 }
 
 /// Client groups the guardrail sent back to their status quo: the `EXP_HOLD` map, an array of
@@ -312,6 +348,7 @@ impl Config {
                 _pad: 0,
                 cgroup_level: 0,
                 cgroup_id: 0,
+                salt: 0,
             },
         }
     }
@@ -536,4 +573,42 @@ mod pod {
     unsafe impl aya::Pod for Config {}
     // SAFETY: as above.
     unsafe impl aya::Pod for FieldSpec {}
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The hash is SplitMix64's, pinned: a recording made today must find the same clients on
+    /// B tomorrow. Values from the reference (Vigna's splitmix64.c, its finaliser on x).
+    #[test]
+    fn the_hash_is_pinned() {
+        assert_eq!(splitmix64(0), 0xe220_a839_7b1d_cdaf);
+        let v4 = [0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff, 127, 0, 0, 2];
+        assert_eq!(client_hash(&v4, 7), splitmix64(splitmix64(7) ^ 0xffff_7f00_0002));
+        // Another salt, another address: other values.
+        assert_ne!(client_hash(&v4, 7), client_hash(&v4, 8));
+        let mut other = v4;
+        other[15] = 3;
+        assert_ne!(client_hash(&v4, 7), client_hash(&other, 7));
+    }
+
+    /// About `split_pct`% of clients get B, for any salt; 0 and 100 give none and all.
+    #[test]
+    fn the_split_holds_over_clients() {
+        for salt in [0, 1, 0xdead_beef] {
+            let b = (0..10_000u32)
+                .filter(|i| {
+                    let mut a = [0u8; 16];
+                    a[10] = 0xff;
+                    a[11] = 0xff;
+                    a[12..].copy_from_slice(&(0x0a00_0000 + i).to_be_bytes());
+                    client_gets_b(&a, salt, 30)
+                })
+                .count();
+            assert!((2_800..3_200).contains(&b), "salt {salt}: {b} of 10,000 on B");
+        }
+        let a = [1u8; 16];
+        assert!(!client_gets_b(&a, 5, 0) && client_gets_b(&a, 5, 100));
+    }
 }

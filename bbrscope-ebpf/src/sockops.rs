@@ -59,7 +59,8 @@ use aya_ebpf::{
     programs::SockOpsContext,
 };
 use bbrscope_common::{
-    CC_NAME_LEN, FlowClose, FlowOpen, Owner, assign_mode, config_flags, counter, experiment_flags, hold, kind,
+    CC_NAME_LEN, FlowClose, FlowOpen, Owner, assign_mode, client_gets_b, config_flags, counter, experiment_flags, hold,
+    kind,
 };
 
 use crate::{
@@ -630,7 +631,8 @@ fn held(ops: &bpf_sock_ops) -> bool {
 }
 
 /// `bbrscope experiment`: a connection in scope gets arm B with probability `split_pct`%, else
-/// arm A (in a switchback's A or B block, that block's arm: `assign_mode`), and that arm's
+/// arm A (in a switchback's A or B block, that block's arm; client-clustered, its client's
+/// hashed arm: `assign_mode`), and that arm's
 /// algorithm, as it is established (the point where `apply --cgroup`'s program sets it too),
 /// while userspace has assignment on (`EXP_ASSIGN`). Existing connections and the system default
 /// are untouched.
@@ -662,7 +664,8 @@ fn assign_arm(ctx: &SockOpsContext, ops: &bpf_sock_ops, s: &mut SockFlow) {
     // SAFETY: a helper without arguments.
     let (join, pick) = unsafe { (bpf_get_prandom_u32(), bpf_get_prandom_u32()) };
     // Whether the connection joins at all (`--sample`) is drawn in every mode; which arm, only
-    // per connection (a switchback's A and B blocks give every connection the block's arm).
+    // per connection (a switchback's A and B blocks give every connection the block's arm, the
+    // client-clustered design every connection its client's).
     if join % 100 >= conf!(experiment.sample_pct) {
         return;
     }
@@ -670,6 +673,9 @@ fn assign_arm(ctx: &SockOpsContext, ops: &bpf_sock_ops, s: &mut SockFlow) {
         assign_mode::PER_CONNECTION => pick % 100 < conf!(experiment.split_pct),
         assign_mode::FIXED_A => false,
         assign_mode::FIXED_B => true,
+        // The remote address is the client's (an accepted connection's peer); IPv4 as
+        // IPv4-mapped, as userspace hashes it.
+        assign_mode::CLIENT => client_gets_b(&t.daddr, conf!(experiment.salt), conf!(experiment.split_pct)),
         _ => return,
     };
     let arm = usize::from(b);

@@ -206,6 +206,8 @@ fn bad_input_is_refused_before_anything_is_attached() {
         (&["--arms", "cubic,bbr", "--dst", &too_many], "the kernel's scope holds at most 1024"),
         (&["--arms", "cubic,bbr", "--design", "per-connection", "--block", "2s"], "--block is a switchback's"),
         (&["--arms", "cubic,bbr", "--design", "per-connection", "--seed", "7"], "--seed is a switchback's"),
+        (&["--arms", "cubic,bbr", "--design", "client", "--block", "2s"], "--design client has no blocks"),
+        (&["--arms", "cubic,bbr", "--design", "client", "--burn-in", "1s"], "--burn-in is a switchback's"),
         (&["--arms", "cubic,bbr", "--design", "switchback", "--block", "0.5s"], "--block must be at least 1s"),
         (&["--arms", "cubic,bbr", "--design", "switchback", "--block", "4s", "--burn-in", "2s"], "less than half"),
         // The default burn-in (3 s) with a short block: named as the default.
@@ -809,6 +811,78 @@ fn a_switchback_gives_every_connection_its_blocks_arm() {
     let said = log.lock().unwrap().clone();
     assert!(said.contains("; switchback: block "), "{said}");
     drop(p);
+}
+
+/// `--design client`: every connection of a client address gets its client's arm, from a hash
+/// of the address salted with the seed. Nineteen clients (127.0.0.2 to 127.0.0.20 on loopback),
+/// four connections each, interleaved; the server's own log of each connection's algorithm: all
+/// of a client's connections ran one algorithm, the one the userspace hash of its address and
+/// the seed names, and both arms had clients. The recording keeps the design and the salt, and
+/// `--analyze` gives the live answer again.
+#[test]
+fn a_client_design_gives_every_connection_its_clients_hashed_arm() {
+    require_root();
+    let _turn = turn();
+    const SEED: u64 = 20_261_130;
+    let clients: Vec<std::net::Ipv4Addr> = (2..=20).map(|i| std::net::Ipv4Addr::new(127, 0, 0, i)).collect();
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let to = listener.local_addr().unwrap();
+    // Two arms other than loopback's default: a connection the assignment missed shows.
+    let status_quo = bbrscope::sys::sockopt::congestion(&listener).unwrap();
+    let arms: Vec<&str> = ["cubic", "reno", "bbr"].into_iter().filter(|cc| *cc != status_quo).take(2).collect();
+    let server_log = serve_logging_cc(listener);
+    let dir = tempfile::tempdir().unwrap();
+    let record = dir.path().join("exp.ndjson");
+    let seed = SEED.to_string();
+    let flags = ["--design", "client", "--seed", &seed, "--no-guardrail", "--record", record.to_str().unwrap()];
+    let child = start_experiment(&arms.join(","), to.port(), &flags);
+    for round in 0..4 {
+        for &ip in &clients {
+            let mut c = connect_from(socket_bound_to(SocketAddr::new(ip.into(), 0)), to);
+            c.write_all(format!("{}\n", 2_000 + 1_000 * round).as_bytes()).unwrap();
+            let mut buf = Vec::new();
+            c.read_to_end(&mut buf).unwrap();
+            assert_eq!(buf.len(), 2_000 + 1_000 * round);
+        }
+    }
+    thread::sleep(Duration::from_millis(500));
+    let live = report_of(child);
+    // The server's log against the hash.
+    let log = server_log.lock().unwrap().clone();
+    let mut on_b = 0;
+    for &ip in &clients {
+        let got: Vec<&str> = log
+            .iter()
+            .filter(|(peer, ..)| peer.ip() == std::net::IpAddr::V4(ip))
+            .map(|(_, cc, _)| cc.as_str())
+            .collect();
+        let b = bbrscope_common::client_gets_b(&ip.to_ipv6_mapped().octets(), SEED, 50);
+        let want = arms[usize::from(b)];
+        assert_eq!(got, [want; 4], "client {ip}: its connections' algorithms, the hash says {want}");
+        on_b += usize::from(b);
+    }
+    assert!(on_b > 0 && on_b < clients.len(), "both arms have clients: {on_b} of {} on B", clients.len());
+    assert_eq!(live["design"]["name"], "client", "{}", live["design"]);
+    assert_eq!(live["design"]["salt"], SEED, "{}", live["design"]);
+    assert_eq!(live["groups"][0]["clients"]["mismatched"], 0, "{}", live["groups"][0]);
+    assert_eq!(
+        live["groups"][0]["arms"][0]["flows"].as_u64().unwrap()
+            + live["groups"][0]["arms"][1]["flows"].as_u64().unwrap(),
+        76
+    );
+    // The recording keeps the design and its salt; the offline analysis says what the live one did.
+    let header: Value =
+        serde_json::from_str(std::fs::read_to_string(&record).unwrap().lines().next().unwrap()).unwrap();
+    assert_eq!((&header["design"], &header["salt"]), (&"client".into(), &SEED.into()), "{header}");
+    let out = bbrscope().args(["experiment", "--analyze", record.to_str().unwrap(), "--json"]).output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let offline: Value = serde_json::from_slice(&out.stdout).unwrap();
+    for k in ["design", "arms", "sample_ratio"] {
+        assert_eq!(live[k], offline[k], "{k}: the live report and the offline one");
+    }
+    for k in ["answer", "clients", "verdict"] {
+        assert_eq!(live["groups"][0][k], offline["groups"][0][k], "{k}: the live report and the offline one");
+    }
 }
 
 #[test]

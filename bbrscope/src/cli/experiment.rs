@@ -13,6 +13,7 @@ use crate::{
         groups::{PREFIX_LIST_MAX_BYTES, PrefixList},
         request::{Mode, Request, Run},
         schedule::Schedule,
+        setup::Design,
     },
     observe::{
         filter::Net,
@@ -29,7 +30,7 @@ pub struct ExperimentArgs {
     #[arg(long, value_name = "A,B", value_delimiter = ',', num_args = 1, required_unless_present = "analyze")]
     pub(crate) arms: Vec<String>,
     /// Percent of the experiment's connections given arm B (1-99; with --design switchback, in
-    /// its mixed blocks)
+    /// its mixed blocks; with --design client, of its clients)
     #[arg(long, value_name = "PCT", default_value_t = 50, value_parser = clap::value_parser!(u32).range(1..=99))]
     pub(crate) split: u32,
     /// Percent of connections in scope that join the experiment at all (1-100); the rest keep
@@ -38,8 +39,10 @@ pub struct ExperimentArgs {
     pub(crate) sample: u32,
     /// How connections get their arms: switchback (blocks of time in which every connection runs
     /// A, every connection B, or each draws: what would happen if everyone switched; the
-    /// default, so that a recommendation rests on it) or per-connection (each draws one, so B
-    /// runs beside A on the same bottlenecks: quicker, but it answers "B beside A")
+    /// default, so that a recommendation rests on it), client (every connection of a client
+    /// address on one arm, from a hash salted with --seed: B for whole clients against A for
+    /// whole clients, where each client's bottleneck is its own link) or per-connection (each
+    /// draws one, so B runs beside A on the same bottlenecks: quicker, but it answers "B beside A")
     #[arg(long, value_name = "DESIGN", value_enum, default_value_t = DesignArg::Switchback)]
     pub(crate) design: DesignArg,
     /// The switchback's blocks: how long each lasts (at least 1s; default 15s)
@@ -50,8 +53,8 @@ pub struct ExperimentArgs {
     /// default 3s)
     #[arg(long, value_name = "TIME", value_parser = parse_span)]
     pub(crate) burn_in: Option<Duration>,
-    /// The switchback's seed for the blocks' order (default: drawn at the start,
-    /// printed and recorded)
+    /// The seed of a switchback's blocks' order, or of which clients get B with --design client
+    /// (default: drawn at the start, printed and recorded)
     #[arg(long, value_name = "N")]
     pub(crate) seed: Option<u64>,
     /// Only connections of the service on this local port (e.g. 443)
@@ -127,8 +130,12 @@ const DEFAULT_BURN_IN: Duration = Duration::from_secs(3);
 /// `--design`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
 pub(crate) enum DesignArg {
+    /// Each connection draws its arm: B beside A
     PerConnection,
+    /// Blocks of time: everyone on A, everyone on B, each its own draw: B for everyone
     Switchback,
+    /// Every connection of a client address on its client's hashed arm: B for whole clients
+    Client,
 }
 
 impl ExperimentArgs {
@@ -145,15 +152,7 @@ impl ExperimentArgs {
                     _ => None,
                 },
             },
-            None => Mode::Run(Run {
-                spec: self.spec()?,
-                schedule: self.schedule()?,
-                duration: self.duration.unwrap_or(DEFAULT_DURATION),
-                flows: self.flows,
-                guardrail: !self.no_guardrail,
-                record: self.record.clone(),
-                headless: self.headless,
-            }),
+            None => Mode::Run(self.run()?),
         };
         Ok(Request {
             rule,
@@ -163,6 +162,24 @@ impl ExperimentArgs {
             plot: self.plot.clone(),
             recommend: self.recommend,
             mode,
+        })
+    }
+
+    /// A live run: the kernel's spec (with the client design's salt) and the design, checked.
+    fn run(&self) -> Result<Run> {
+        let mut spec = self.spec()?;
+        let design = self.design()?;
+        if let Design::Client { salt } = design {
+            spec.salt = salt;
+        }
+        Ok(Run {
+            spec,
+            design,
+            duration: self.duration.unwrap_or(DEFAULT_DURATION),
+            flows: self.flows,
+            guardrail: !self.no_guardrail,
+            record: self.record.clone(),
+            headless: self.headless,
         })
     }
 
@@ -245,23 +262,40 @@ impl ExperimentArgs {
             port: self.port,
             cgroup,
             dst: self.dst.iter().map(|n| n.0).collect(),
+            salt: 0,
         })
     }
 
-    /// `--design switchback`'s blocks, checked (`None` for a per-connection experiment, which
-    /// takes none of their flags).
-    fn schedule(&self) -> Result<Option<Schedule>> {
+    /// `--design`, with a switchback's blocks or a client design's salt, checked: the blocks'
+    /// flags only with a switchback, `--seed` only where there is something to seed.
+    fn design(&self) -> Result<Design> {
+        let seed = || match self.seed {
+            Some(s) => Ok(s),
+            None => os_seed().context("drawing the experiment's seed"),
+        };
+        let name = match self.design {
+            DesignArg::Switchback => "switchback",
+            DesignArg::Client => "client",
+            DesignArg::PerConnection => "per-connection",
+        };
         if self.design != DesignArg::Switchback {
-            for (given, flag) in [
-                (self.block.is_some(), "--block"),
-                (self.burn_in.is_some(), "--burn-in"),
-                (self.seed.is_some(), "--seed"),
-            ] {
+            for (given, flag) in [(self.block.is_some(), "--block"), (self.burn_in.is_some(), "--burn-in")] {
                 if given {
-                    usage!("{flag} is a switchback's, and --design per-connection has no blocks: drop one of them");
+                    usage!("{flag} is a switchback's, and --design {name} has no blocks: drop one of them");
                 }
             }
-            return Ok(None);
+        }
+        match self.design {
+            DesignArg::PerConnection => {
+                if self.seed.is_some() {
+                    usage!(
+                        "--seed is a switchback's or --design client's, and --design per-connection draws each connection's arm unseeded: drop one of them"
+                    );
+                }
+                return Ok(Design::PerConnection);
+            }
+            DesignArg::Client => return Ok(Design::Client { salt: seed()? }),
+            DesignArg::Switchback => {}
         }
         let block = self.block.unwrap_or(DEFAULT_BLOCK);
         if block < Duration::from_secs(1) {
@@ -276,11 +310,11 @@ impl ExperimentArgs {
                 if self.burn_in.is_none() { ": 3s is the default burn-in, give a shorter one" } else { "" }
             );
         }
-        let seed = match self.seed {
-            Some(s) => s,
-            None => os_seed().context("drawing the switchback's seed")?,
-        };
-        Ok(Some(Schedule { block_s: block.as_secs_f64(), burn_in_s: burn_in.as_secs_f64(), seed }))
+        Ok(Design::Switchback(Schedule {
+            block_s: block.as_secs_f64(),
+            burn_in_s: burn_in.as_secs_f64(),
+            seed: seed()?,
+        }))
     }
 }
 

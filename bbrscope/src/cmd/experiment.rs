@@ -22,7 +22,6 @@ use crate::{
         report::InScope,
         request::{Mode, Request, Run},
         run::{Watch, Watched},
-        schedule::Schedule,
         setup::{self, Design, Setup},
         status_quo::StatusQuo,
     },
@@ -59,9 +58,9 @@ async fn experiment(request: &Request, run: &Run) -> Result<()> {
         guardrail_pct: run.guardrail.then_some(request.guardrail_pct),
         prefix_lists: request.prefix_lists.clone().unwrap_or_default(),
         status_quo: StatusQuo::discover().algorithm,
-        design: run.schedule.map_or(Design::PerConnection, Design::Switchback),
+        design: run.design,
     };
-    let state = LiveExperiment::new(spec, run.schedule, limit, run.guardrail);
+    let state = LiveExperiment::new(spec, run.design, limit, run.guardrail);
     let _lock = lock::acquire(&running(run, &state))?;
     // Before anything is attached: a signal from here on ends the experiment cleanly.
     let mut signals = Signals::catch()?;
@@ -82,12 +81,12 @@ async fn experiment(request: &Request, run: &Run) -> Result<()> {
         }
         None => (None, None),
     };
-    let assigning = crate::experiment::run::start_assigning(&mut live, run.schedule)?;
+    let assigning = crate::experiment::run::start_assigning(&mut live, run.design)?;
     crate::output::errln!(
         "bbrscope: experiment running: {} (arm A) vs {} (arm B), {}, {}% of connections in scope; {} ends it",
         spec.arms[0],
         spec.arms[1],
-        assignment_words(spec, run.schedule.as_ref()),
+        assignment_words(spec, run.design),
         spec.sample_pct,
         if std::io::stdout().is_terminal() && !run.headless { "q in the dashboard" } else { "Ctrl-C" }
     );
@@ -120,11 +119,17 @@ fn analyze(request: &Request, file: &Path, arms: Option<&[String; 2]>) -> Result
 }
 
 /// How connections get their arms, for the line that starts the run: the seed too, so that a
-/// switchback can be re-analysed (and its schedule run again) from the log alone.
-fn assignment_words(spec: &ExperimentSpec, schedule: Option<&Schedule>) -> String {
-    match schedule {
-        None => format!("{}% to B", spec.split_pct),
-        Some(s) => format!(
+/// switchback or a client design can be re-analysed (and its arms given again) from the log alone.
+fn assignment_words(spec: &ExperimentSpec, design: Design) -> String {
+    match design {
+        Design::PerConnection => format!("{}% to B", spec.split_pct),
+        Design::Client { salt } => {
+            format!(
+                "by client: every connection of a client address on its arm, {}% of clients to B (--seed {salt})",
+                spec.split_pct
+            )
+        }
+        Design::Switchback(s) => format!(
             "switchback: blocks of {}s (the first {}s of each left out) where everyone runs A, everyone B, or \
              {}% to B, in a seeded order (--seed {})",
             s.block_s, s.burn_in_s, spec.split_pct, s.seed
@@ -138,9 +143,10 @@ fn running(run: &Run, state: &LiveExperiment) -> lock::Running {
     lock::Running {
         pid: std::process::id(),
         arms: spec.arms.each_ref().map(ToString::to_string),
-        design: match &run.schedule {
-            None => "per connection".into(),
-            Some(s) => format!("switchback: {}s blocks, --seed {}", s.block_s, s.seed),
+        design: match run.design {
+            Design::PerConnection => "per connection".into(),
+            Design::Client { salt } => format!("client: every connection of a client on one arm, --seed {salt}"),
+            Design::Switchback(s) => format!("switchback: {}s blocks, --seed {}", s.block_s, s.seed),
         },
         split_pct: spec.split_pct,
         sample_pct: spec.sample_pct,

@@ -30,19 +30,23 @@
 //!   everyone-switched estimate ([`super::switchback`]), beside its per-connection and
 //!   interference estimates; the secondary tables describe its A and B blocks' counted flows, and
 //!   the sample ratio is checked on its mixed blocks' flows, where arms are drawn.
+//! - **Client-clustered** (`Options::design`): each group's answer is the per-connection
+//!   estimate with its variance clustered by client address ([`super::client`]); the sample
+//!   ratio is checked on clients, which is what the hash splits.
 //!
 //! RTT bands group flows by their own `min_rtt`, measured after the arm was assigned; the
 //! minimum RTT is the path's propagation delay, which the sender's algorithm does not change, so
 //! the band is as good as a pre-assignment attribute. Destination prefixes are pre-assignment
 //! attributes proper.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use ipnet::IpNet;
 use serde::Serialize;
 
 use crate::{quantile::type7, rng::Rng};
 
+use super::client::{self, ClientGroup};
 use super::{
     Observation,
     decide::{self, Answer, Outcome, Rule, Strata},
@@ -52,6 +56,13 @@ use super::{
     stats::{Diff, DiffUnit, SampleRatio, bootstrap_rel, erfc, normal_quantile, ratio_of_sums, sample_ratio},
     switchback::{self, Place, SwitchbackGroup},
 };
+
+/// How a group's answer is judged, by design: its estimate and what the design carries beside it.
+enum Judged {
+    PerConnection(Option<decide::Estimate>),
+    Switchback(switchback::Estimates),
+    Client(client::Estimates),
+}
 
 /// How to analyse.
 #[derive(Clone, Debug)]
@@ -225,13 +236,17 @@ pub struct GroupResult {
     #[serde(skip)]
     pub(crate) members: Vec<usize>,
     /// The design the answer came from, under a switchback (`switchback`: B for everyone
-    /// against A for everyone); absent for a per-connection A/B.
+    /// against A for everyone) or by client (`client`: B for whole clients against A for whole
+    /// clients); absent for a per-connection A/B.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub(crate) design: Option<&'static str>,
     /// A switchback's other estimates: the per-connection A/B on the same traffic, the
     /// interference, the flows the schedule left out.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub(crate) switchback: Option<SwitchbackGroup>,
+    /// A client design's clients per arm and its flows on another arm than their client's.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) clients: Option<ClientGroup>,
 }
 
 impl GroupResult {
@@ -446,33 +461,48 @@ pub fn analyze(obs: &[Observation], opts: &Options) -> Analysis {
         }
         // A switchback's answer is its everyone-switched estimate; the per-connection strata's
         // flows-per-cell rule does not apply to it (its residuals use every counted flow).
-        let (est, left_out, sb) = match opts.design {
+        let (judged, left_out) = match opts.design {
             Design::Switchback(s) => {
-                let e = switchback::estimate(obs, &g.members, &s, &opts.rtt_bands_ms);
-                (e.everyone.map(|c| c.est), Vec::new(), Some(e))
+                (Judged::Switchback(switchback::estimate(obs, &g.members, &s, &opts.rtt_bands_ms)), Vec::new())
+            }
+            Design::Client { salt } => {
+                let e = client::estimate(obs, &g.members, salt, split_pct(opts), &opts.rtt_bands_ms);
+                let left_out = e.left_out.clone();
+                (Judged::Client(e), left_out)
             }
             Design::PerConnection => {
                 let mut strata = Strata::default();
                 for &i in &g.members {
                     strata.add(&obs[i], &opts.rtt_bands_ms);
                 }
-                (strata.estimate(), strata.left_out(&opts.rtt_bands_ms), None)
+                (Judged::PerConnection(strata.estimate()), strata.left_out(&opts.rtt_bands_ms))
             }
         };
-        kept_groups.push((g, est, left_out, sb));
+        kept_groups.push((g, judged, left_out));
     }
-    let judged = kept_groups.iter().filter(|(_, e, ..)| e.is_some()).count();
+    let judged = kept_groups
+        .iter()
+        .filter(|(_, j, _)| match j {
+            Judged::PerConnection(e) => e.is_some(),
+            Judged::Switchback(e) => e.everyone.is_some(),
+            Judged::Client(e) => e.est.is_some(),
+        })
+        .count();
     let alphas = AlphaSplit::new(opts).of(obs, kept_groups.iter().map(|(g, ..)| g), opts.min_flows);
     let results = kept_groups
         .into_iter()
         .zip(alphas)
-        .map(|((g, est, left_out, sb), alpha_g)| {
-            let (answer, switchback) = match sb {
-                Some(e) => {
+        .map(|((g, judged, left_out), alpha_g)| {
+            let (answer, switchback, clients) = match judged {
+                Judged::Switchback(e) => {
                     let (answer, other) = switchback::judge(&e, alpha_g, &opts.rule);
-                    (answer, Some(other))
+                    (answer, Some(other), None)
                 }
-                None => (decide::answer(est, alpha_g, &opts.rule), None),
+                Judged::Client(e) => {
+                    let (answer, clients) = client::judge(&e, alpha_g, &opts.rule);
+                    (answer, None, Some(clients))
+                }
+                Judged::PerConnection(est) => (decide::answer(est, alpha_g, &opts.rule), None, None),
             };
             let verdict = if integrity.overridden { Verdict::ArmsOverridden } else { Verdict::of(answer.outcome) };
             let metrics =
@@ -487,8 +517,13 @@ pub fn analyze(obs: &[Observation], opts: &Options) -> Analysis {
                 left_out,
                 metrics,
                 members: g.members,
-                design: switchback.is_some().then_some("switchback"),
+                design: match opts.design {
+                    Design::PerConnection => None,
+                    Design::Switchback(_) => Some("switchback"),
+                    Design::Client { .. } => Some("client"),
+                },
                 switchback,
+                clients,
             }
         })
         .collect();
@@ -515,15 +550,24 @@ pub fn analyze(obs: &[Observation], opts: &Options) -> Analysis {
         // assignment. Flows whose service overrode the arm (left out, above) are counted in the
         // integrity line as what they are, not read as flows lost.
         // A switchback draws arms only in its mixed blocks: the split is checked there.
+        // A client design's hash splits clients, not flows: the split is checked on clients.
         sample_ratio: {
             let drawn: Vec<usize> = match opts.design {
-                Design::PerConnection => (0..obs.len()).collect(),
+                Design::PerConnection | Design::Client { .. } => (0..obs.len()).collect(),
                 Design::Switchback(s) => (0..obs.len())
                     .filter(|&i| matches!(switchback::place(&obs[i], &s), Place::Counted(_, Kind::Mixed)))
                     .collect(),
             };
-            let assigned = arm_stats(obs, &drawn);
-            sample_ratio([assigned[0].flows, assigned[1].flows], opts.split_b, opts.srm_alpha)
+            let assigned = match opts.design {
+                Design::Client { .. } => {
+                    let clients = |arm| {
+                        drawn.iter().filter(|&&i| obs[i].arm == arm).map(|&i| obs[i].peer).collect::<BTreeSet<_>>()
+                    };
+                    [0, 1].map(|arm| clients(arm).len())
+                }
+                _ => arm_stats(obs, &drawn).map(|s| s.flows),
+            };
+            sample_ratio(assigned, opts.split_b, opts.srm_alpha)
         },
         groups: results,
         sparse_prefixes: sparse,
@@ -538,13 +582,18 @@ pub fn analyze(obs: &[Observation], opts: &Options) -> Analysis {
 /// everyone on B, as its answer).
 fn shown(obs: &[Observation], members: &[usize], opts: &Options) -> Vec<usize> {
     match opts.design {
-        Design::PerConnection => members.to_vec(),
+        Design::PerConnection | Design::Client { .. } => members.to_vec(),
         Design::Switchback(s) => members
             .iter()
             .copied()
             .filter(|&i| matches!(switchback::place(&obs[i], &s), Place::Counted(_, Kind::A | Kind::B)))
             .collect(),
     }
+}
+
+/// The share of connections (clients, by design) asked to go to B, as the kernel's percent.
+fn split_pct(opts: &Options) -> u32 {
+    (opts.split_b * 100.0).round() as u32
 }
 
 fn arm_stats(obs: &[Observation], members: &[usize]) -> [ArmStats; 2] {

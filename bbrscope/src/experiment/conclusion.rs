@@ -5,6 +5,7 @@
 
 use super::{
     analysis::{Analysis, GroupResult, Verdict},
+    client::MIN_CLIENTS,
     decide::Answer,
     format::{fmt_count, fmt_num, fmt_pct, fmt_signed_ms, fmt_span, shout},
     setup::Design,
@@ -26,6 +27,7 @@ pub(crate) fn verdict_words(names: [&str; 2], g: &GroupResult) -> String {
         }
         Verdict::NoDifference => format!("no difference > {}%{num}", fmt_num(ans.delta_pct)),
         Verdict::Inconclusive => format!("inconclusive{num}"),
+        Verdict::TooFewFlows if g.clients.is_some_and(|c| c.too_few()) => "too few clients".into(),
         Verdict::TooFewFlows => "too few flows".into(),
         Verdict::ArmsOverridden => "arms overridden".into(),
     }
@@ -59,14 +61,25 @@ pub(crate) fn conclusion(a: &Analysis, g: &GroupResult) -> String {
         Some(sb) => {
             format!("{} flows in the A and B blocks of {} rounds", fmt_count(ans.flows[0] + ans.flows[1]), sb.rounds)
         }
-        None => format!("{} flows", fmt_count(g.flows())),
+        None => match &g.clients {
+            Some(c) => {
+                format!("{} flows from {} clients", fmt_count(g.flows()), fmt_count(c.clients[0] + c.clients[1]))
+            }
+            None => format!("{} flows", fmt_count(g.flows())),
+        },
     };
-    // A switchback's answer is everyone on B against everyone on A, and says so.
-    let whose = match g.switchback {
-        Some(_) => {
+    // A switchback's answer is everyone on B against everyone on A, a client design's whole
+    // clients on B against whole clients on A, and each says so.
+    let whose = match (&g.switchback, &g.clients) {
+        (Some(_), _) => {
             format!("{} for everyone against {} for everyone: completion time", shout(names[1]), shout(names[0]))
         }
-        None => format!("{}'s completion time", shout(names[1])),
+        (None, Some(_)) => format!(
+            "{} for whole clients against {} for whole clients: completion time",
+            shout(names[1]),
+            shout(names[0])
+        ),
+        (None, None) => format!("{}'s completion time", shout(names[1])),
     };
     let change = || match (ans.effect_pct, ans.low_pct, ans.high_pct, ans.effect_ms) {
         (Some(e), Some(lo), Some(hi), Some(ms)) => {
@@ -110,6 +123,18 @@ pub(crate) fn conclusion(a: &Analysis, g: &GroupResult) -> String {
             g.switchback.as_ref().map_or(0, |sb| sb.rounds),
             MIN_ROUNDS
         ),
+        Verdict::TooFewFlows if g.clients.is_some_and(|c| c.too_few()) => {
+            let c = g.clients.as_ref().map_or([0, 0], |c| c.clients);
+            format!(
+                "too few clients for {}: {} {} / {} {} clients with flows in strata that count, {} needed in each arm",
+                g.label,
+                fmt_count(c[0]),
+                names[0],
+                fmt_count(c[1]),
+                names[1],
+                MIN_CLIENTS
+            )
+        }
         Verdict::TooFewFlows => format!(
             "too few flows for {}: {} {} / {} {} (a stratum of RTT band and response size needs {} per arm)",
             g.label,
@@ -127,7 +152,7 @@ pub(crate) fn conclusion(a: &Analysis, g: &GroupResult) -> String {
 
 /// What would decide an inconclusive answer if its estimate held: "about 1,200 more flows (≈ 5 min
 /// at this run's rate) would decide"; a switchback's rounds, not its flows, decide it: "about 14
-/// more rounds (≈ 10 min) would decide", or "more than 100,000 more rounds would be needed".
+/// more rounds (≈ 10 min) would decide", or "no run of up to 100,000 more rounds would decide".
 fn what_decides(a: &Analysis, g: &GroupResult) -> String {
     if let Some(sb) = &g.switchback {
         let Some(more) = sb.more_rounds else {
@@ -135,12 +160,23 @@ fn what_decides(a: &Analysis, g: &GroupResult) -> String {
         };
         let when = match a.design {
             Design::Switchback(s) => format!(" (≈ {})", fmt_span(more as f64 * 3.0 * s.block_s)),
-            Design::PerConnection => String::new(),
+            Design::PerConnection | Design::Client { .. } => String::new(),
         };
         let rounds = if more == 1 { "round" } else { "rounds" };
         return format!("about {} more {rounds}{when} would decide", fmt_count(more as usize));
     }
     let more = g.answer.more_flows.unwrap_or(0);
+    // A client design's variance shrinks with its clients, not with more flows of the same
+    // ones: the flows to add, counted in clients with today's flows each.
+    if let Some(c) = &g.clients {
+        let (clients, flows) = (c.clients[0] + c.clients[1], g.answer.flows[0] + g.answer.flows[1]);
+        let more_clients = (more as f64 * clients as f64 / flows.max(1) as f64).ceil().max(1.0) as usize;
+        let noun = if more_clients == 1 { "client" } else { "clients" };
+        return format!(
+            "about {} more {noun} (with as many flows each as so far) would decide",
+            fmt_count(more_clients)
+        );
+    }
     let when = a.flows_per_s.filter(|r| *r > 0.0).map_or(String::new(), |r| {
         let share = g.flows() as f64 / (a.arms[0].flows + a.arms[1].flows).max(1) as f64;
         format!(" (≈ {} at this run's rate)", fmt_span(more as f64 / (r * share.max(1e-9))))

@@ -12,6 +12,7 @@
 // The statistics: the client groups and size buckets, the primitives, the per-group analysis,
 // the one decision per group and the switchback's estimates.
 pub mod analysis;
+pub(crate) mod client;
 pub(crate) mod decide;
 pub mod groups;
 pub(crate) mod stats;

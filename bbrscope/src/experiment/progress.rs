@@ -10,6 +10,7 @@ use super::{
     guardrail::GuardDecision,
     report::Report,
     schedule::{Kind, Schedule},
+    setup::Design,
 };
 use crate::observe::flow::FlowTable;
 
@@ -50,8 +51,10 @@ pub struct LiveExperiment {
     /// Which connections are in it, in words (`port 443`, `every new connection`).
     pub(crate) scope: String,
     pub(crate) limit: Limit,
-    /// A switchback's blocks (`None`: each connection draws its arm).
+    /// A switchback's blocks (`None`: each connection draws its arm, or gets its client's).
     pub(crate) schedule: Option<Schedule>,
+    /// Every connection of a client on its client's arm (`--design client`).
+    pub(crate) by_client: bool,
     pub elapsed: Duration,
     /// The wall clock at `elapsed`, Unix seconds: which block a switchback is in.
     pub(crate) now: f64,
@@ -69,7 +72,7 @@ pub struct LiveExperiment {
 impl LiveExperiment {
     pub fn new(
         spec: &crate::observe::kernel::loader::ExperimentSpec,
-        schedule: Option<Schedule>,
+        design: Design,
         limit: Limit,
         guardrail: bool,
     ) -> Self {
@@ -79,7 +82,8 @@ impl LiveExperiment {
             sample_pct: spec.sample_pct,
             scope: scope_words(spec),
             limit,
-            schedule,
+            schedule: design.schedule(),
+            by_client: matches!(design, Design::Client { .. }),
             elapsed: Duration::ZERO,
             now: 0.0,
             finished: [0, 0],
@@ -147,7 +151,10 @@ impl LiveExperiment {
     /// How connections get their arms now: the split, or where a switchback stands, e.g.
     /// `switchback: block B (everyone reno), 9 s left; round 3`.
     pub(crate) fn assignment(&self) -> String {
-        let Some(s) = self.schedule else { return format!("{}% to B", self.split_pct) };
+        let Some(s) = self.schedule else {
+            let of = if self.by_client { "of clients " } else { "" };
+            return format!("{}% {of}to B", self.split_pct);
+        };
         let k = s.block_of(self.now);
         let what = match s.kind(k) {
             Kind::A => format!("A (everyone {})", self.arms[0]),
@@ -231,8 +238,10 @@ mod tests {
             port: None,
             cgroup: None,
             dst: Vec::new(),
+            salt: 0,
         };
-        let mut x = LiveExperiment::new(&spec, Some(schedule), Limit::Time(Duration::from_secs(600)), true);
+        let mut x =
+            LiveExperiment::new(&spec, Design::Switchback(schedule), Limit::Time(Duration::from_secs(600)), true);
         // The third round after the start, 6 s into its B block (9 s left).
         let start = schedule.start_of(3 * 1_000);
         let b = (3 * 1_002..3 * 1_003).find(|&k| schedule.kind(k) == Kind::B).unwrap();
@@ -248,5 +257,8 @@ mod tests {
         x.schedule = None;
         assert_eq!(x.assignment(), "30% to B");
         assert!(!x.progress_line().contains("30% to B"));
+        // By client: the split is of clients.
+        x.by_client = true;
+        assert_eq!(x.assignment(), "30% of clients to B");
     }
 }

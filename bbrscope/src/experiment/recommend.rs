@@ -86,12 +86,24 @@ pub fn recommend(a: &Analysis, ctx: &Context) -> Recommendation {
         None => winner.routes(),
     };
     // A switchback's commands rest on everyone on the arm against everyone on the other: no
-    // caveat about flows beside each other.
-    if !rec.commands.is_empty() && a.design == Design::PerConnection {
-        rec.notes.push(BESIDE.into());
+    // caveat about flows beside each other. A client design's, on whole clients: beside each
+    // other only where clients share a bottleneck beyond their own links.
+    if !rec.commands.is_empty() {
+        match a.design {
+            Design::PerConnection => rec.notes.push(BESIDE.into()),
+            Design::Client { .. } => rec.notes.push(WHOLE_CLIENTS.into()),
+            Design::Switchback(_) => {}
+        }
     }
     rec
 }
+
+/// What a client design's commands rest on, said with them (docs/experiment-method.md,
+/// "Client-clustered").
+const WHOLE_CLIENTS: &str = "this rests on whole clients on each arm: it is everyone switched where each client's \
+                             bottleneck is its own link (mobile, home); where clients share one beyond it (a busy \
+                             cell, a shared shallow link), clients on the new algorithm ran beside clients on the old \
+                             there, and a switchback answers for everyone";
 
 /// What a per-connection A/B's commands rest on, said with them (docs/experiment-method.md,
 /// "What a per-connection A/B answers"): an audit's paired runs found the everyone-switched

@@ -6,6 +6,7 @@
 //! {"type":"experiment","arms":["cubic","bbr"],"split_pct":50,"scope":{"known":true,"port":443,...},
 //!  "guardrail_pct":20.0,"delta_pct":5.0,"min_effect_ms":5.0,"design":"switchback",
 //!  "schedule":{"block_s":15.0,"burn_in_s":3.0,"seed":1234}}
+//! (a client design: "design":"client","salt":1234; a per-connection A/B: "design":"per_connection")
 //! ... flow_open, sample, flow_summary (with "arm") ...
 //! {"type":"flow_in_flight","arm":"a","cc":"cubic","peer":"203.0.113.9","bytes":1048576,
 //!  "duration_s":12.5,"handshake_s":0.05,"end_ts":1700000000.5,...}
@@ -13,7 +14,7 @@
 //! ```
 //! (one `flow_in_flight` per flow still running after the drain, each as the analysis took it)
 //! so that `--analyze` judges a recording as the live run did: the arms asked (not guessed from
-//! the flows), the design (a switchback's blocks), the scope (a recommendation never wider), and a guardrail stop kept. Reading is
+//! the flows), the design (a switchback's blocks, a client design's salt), the scope (a recommendation never wider), and a guardrail stop kept. Reading is
 //! bounded and forgiving: lines too long, not UTF-8 or not JSON are skipped and counted, a
 //! summary with impossible values is rejected and counted, and a flow recorded twice (a capture
 //! concatenated with itself) counts once.
@@ -64,17 +65,23 @@ struct Header {
     design: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     schedule: Option<Schedule>,
+    /// A `client` design's salt (its `--seed`): which clients got B.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    salt: Option<u64>,
 }
 
 const PER_CONNECTION: &str = "per_connection";
 const SWITCHBACK: &str = "switchback";
+const CLIENT: &str = "client";
 
 /// The design a header names; `None` when it makes no sense (a switchback without its
-/// schedule, or with one `--design switchback` would have refused).
-fn design(name: Option<&str>, schedule: Option<Schedule>) -> Option<Design> {
-    match (name, schedule) {
-        (None | Some(PER_CONNECTION), None) => Some(Design::PerConnection),
-        (Some(SWITCHBACK), Some(s))
+/// schedule, or with one `--design switchback` would have refused; a client design without its
+/// salt; a salt or a schedule where the design has none).
+fn design(name: Option<&str>, schedule: Option<Schedule>, salt: Option<u64>) -> Option<Design> {
+    match (name, schedule, salt) {
+        (None | Some(PER_CONNECTION), None, None) => Some(Design::PerConnection),
+        (Some(CLIENT), None, Some(salt)) => Some(Design::Client { salt }),
+        (Some(SWITCHBACK), Some(s), None)
             if s.block_s.is_finite() && s.block_s >= 1.0 && s.burn_in_s >= 0.0 && s.burn_in_s * 2.0 < s.block_s =>
         {
             Some(Design::Switchback(s))
@@ -176,10 +183,12 @@ pub(crate) fn create(path: &Path, setup: &Setup) -> Result<File> {
         design: Some(match setup.design {
             Design::PerConnection => PER_CONNECTION.into(),
             Design::Switchback(_) => SWITCHBACK.into(),
+            Design::Client { .. } => CLIENT.into(),
         }),
-        schedule: match setup.design {
-            Design::Switchback(s) => Some(s),
-            Design::PerConnection => None,
+        schedule: setup.design.schedule(),
+        salt: match setup.design {
+            Design::Client { salt } => Some(salt),
+            Design::PerConnection | Design::Switchback(_) => None,
         },
     };
     let mut v = serde_json::to_value(&header)?;
@@ -284,7 +293,7 @@ pub fn read(input: impl BufRead, is_file: bool) -> Result<Capture> {
                             Some(Err(_)) => reader.reject("an experiment header's prefix list that does not parse"),
                             None => {}
                         }
-                        match design(h.design.as_deref(), h.schedule) {
+                        match design(h.design.as_deref(), h.schedule, h.salt) {
                         Some(d) => c.setup.design = d,
                         None => reader.reject("an experiment header's design that is not known, or a switchback without a sound schedule"),
                     }
@@ -375,7 +384,7 @@ mod tests {
     }
 
     /// The design comes back as it was run: a switchback with its schedule (to the bit: the
-    /// blocks are found again from it), a per-connection run as one; a header naming a design
+    /// blocks are found again from it), a client design with its salt, a per-connection run as one; a header naming a design
     /// that makes no sense is counted and read as per connection.
     #[test]
     fn the_header_keeps_the_design_and_the_schedule() {
@@ -394,6 +403,9 @@ mod tests {
         assert_eq!(c.skipped.lines, 0);
         let c = round_trip("pc.ndjson", Design::PerConnection);
         assert_eq!(c.setup.design, Design::PerConnection);
+        // A client design's salt to the bit: the clients' arms are found again from it.
+        let c = round_trip("cl.ndjson", Design::Client { salt: u64::MAX - 2 });
+        assert_eq!(c.setup.design, Design::Client { salt: u64::MAX - 2 });
         let header = |rest: &str| {
             format!(
                 r#"{{"type":"experiment","arms":["cubic","reno"],"split_pct":50,"scope":{{"known":true,"port":null,"cgroup":null,"dst":[]}},"guardrail_pct":null,"delta_pct":5.0,"min_effect_ms":5.0{rest}}}"#
@@ -404,6 +416,9 @@ mod tests {
             r#","design":"switchback","schedule":{"block_s":2.0,"burn_in_s":1.0,"seed":1}"#,
             r#","design":"per_connection","schedule":{"block_s":2.0,"burn_in_s":0.5,"seed":1}"#,
             r#","design":"everyone_at_once""#,
+            r#","design":"client""#,
+            r#","design":"client","schedule":{"block_s":2.0,"burn_in_s":0.5,"seed":1},"salt":3"#,
+            r#","design":"per_connection","salt":3"#,
         ] {
             let c = read(header(bad).as_bytes(), true).unwrap();
             assert_eq!(c.setup.design, Design::PerConnection, "{bad}");

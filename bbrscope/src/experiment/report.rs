@@ -5,8 +5,9 @@
 //!
 //! JSON shape (numbers are JSON numbers; `null` where there is no value):
 //! ```text
-//! { "design": {"name": "per_connection" | "switchback", "answers": "B beside A: ...",
-//!              (switchback:) "block_s": 20.0, "burn_in_s": 4.0, "seed": 7, "rounds": 30},
+//! { "design": {"name": "per_connection" | "switchback" | "client", "answers": "B beside A: ...",
+//!              (switchback:) "block_s": 20.0, "burn_in_s": 4.0, "seed": 7, "rounds": 30,
+//!              (client:) "salt": 7},
 //!   "arms": [ {"label": "a", "arm": "cubic", "flows": 1204, "bytes": 123456789},
 //!             {"label": "b", "arm": "bbr",   "flows": 1198, "bytes": 120000000} ],
 //!   "level": 0.95, "method": "...",
@@ -46,7 +47,10 @@
 //!                                "bias_pts": -17.5,
 //!                                "left_out": {"burn_in": 1069, "mismatched": 0},
 //!                                "more_rounds": null | 14},   (the answer's more_flows is null)
-//!                 "interference": "interference for all flows: CUBIC's own flows were ..." } ],
+//!                 "interference": "interference for all flows: CUBIC's own flows were ...",
+//!                 (client only:)
+//!                 "design": "client",
+//!                 "clients": {"clients": [61, 59], "min_clients": 8, "mismatched": 0} } ],
 //!   "sparse_prefixes": {"groups": 312, "flows": 2001},
 //!   "in_flight": {"a": 10, "b": 1},
 //!   "recommend": {"scope": "system" | "routes" | "cgroup" | "none", "arm": "bbr" | null,
@@ -139,9 +143,12 @@ pub(crate) struct Design {
     pub(crate) name: &'static str,
     /// The question its answers are to, in a sentence.
     pub(crate) answers: &'static str,
-    /// A switchback's schedule (absent for a per-connection A/B).
+    /// A switchback's schedule (absent in the other designs).
     #[serde(flatten, skip_serializing_if = "Option::is_none")]
     pub(crate) schedule: Option<ScheduleReport>,
+    /// A client design's salt, its `--seed` (absent in the other designs).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) salt: Option<u64>,
 }
 
 /// A switchback's schedule and how much of it the flows covered.
@@ -162,6 +169,7 @@ impl Design {
         answers: "B beside A: each arm's flows shared their bottlenecks with the other arm's, so where clients share \
                   one (a mobile cell, a busy shallow link) everyone on B can fare otherwise than B's flows did here",
         schedule: None,
+        salt: None,
     };
 
     /// Blocks of time where every new connection runs A, or every one B, or each draws
@@ -172,11 +180,25 @@ impl Design {
                   or every one B, compared round by round, per response; the mixed blocks show what a per-connection \
                   A/B says on the same traffic, and how A's flows fared beside B's",
         schedule: None,
+        salt: None,
+    };
+
+    /// Every connection of a client address on its client's hashed arm
+    /// (docs/experiment-method.md, "Client-clustered").
+    const CLIENT: Design = Design {
+        name: "client",
+        answers: "B for whole clients against A for whole clients: every connection of a client address ran the arm \
+                  a salted hash gave the client, so a client's flows competed only with each other; where each \
+                  client's bottleneck is its own link (mobile, home) that is everyone switched, where clients share \
+                  one it is still B beside A",
+        schedule: None,
+        salt: None,
     };
 
     fn of(a: &Analysis) -> Design {
         match a.design {
             SetupDesign::PerConnection => Design::PER_CONNECTION,
+            SetupDesign::Client { salt } => Design { salt: Some(salt), ..Design::CLIENT },
             SetupDesign::Switchback(s) => Design {
                 schedule: Some(ScheduleReport {
                     block_s: s.block_s,
@@ -225,7 +247,7 @@ pub struct GroupReport {
     #[serde(flatten)]
     pub(crate) result: GroupResult,
     pub(crate) conclusion: String,
-    /// A switchback's interference in words (absent for a per-connection A/B).
+    /// A switchback's interference in words (absent in the other designs).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub(crate) interference: Option<String>,
 }
@@ -286,6 +308,14 @@ fn method(a: &Analysis) -> String {
              equal within its block (per response); rounds weighted n_A*n_B/(n_A+n_B), their cluster-robust \
              variance times R/(R-1) widened to Student's t with R-1 degrees of freedom, from {} rounds on",
             super::switchback::MIN_ROUNDS
+        ),
+        SetupDesign::Client { .. } => format!(
+            "B for whole clients against A for whole clients (every connection of a client address on the arm its \
+             salted hash gave it): the time-weighted mean over strata (RTT band x response size) of the log ratio of \
+             the arms' geometric means, its variance clustered by client address (each flow's influence summed \
+             per client, sandwich times C/(C-1)) widened to Student's t with C-1 degrees of freedom, from {} \
+             clients per arm on; flows on another arm than their client's left out",
+            super::client::MIN_CLIENTS
         ),
     };
     format!(

@@ -5,7 +5,7 @@
 
 use std::{path::PathBuf, time::Duration};
 
-use super::{decide::Rule, groups::PrefixList, schedule::Schedule};
+use super::{decide::Rule, groups::PrefixList, setup::Design};
 use crate::observe::kernel::loader::ExperimentSpec;
 
 pub(crate) struct Request {
@@ -33,9 +33,10 @@ pub(crate) enum Mode {
 pub(crate) struct Run {
     /// What the kernel side is told: the arms, the split and the scope.
     pub spec: ExperimentSpec,
-    /// A switchback's blocks (`--design switchback`): which arm new connections get follows
-    /// them; `None`, each connection draws (the spec's split is then the mixed blocks' split).
-    pub schedule: Option<Schedule>,
+    /// How connections get their arms (`--design`): a switchback's blocks, whose arm new
+    /// connections get follows (the spec's split is then the mixed blocks' split); the client's
+    /// hashed arm; or each connection's own draw.
+    pub design: Design,
     /// `--duration` (ten minutes without it), and `--flows`.
     pub duration: Duration,
     pub flows: Option<u64>,

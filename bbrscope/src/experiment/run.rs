@@ -24,8 +24,8 @@ use crate::{
         guardrail::{GuardDecision, RTT_BANDS_MS, SwitchedBack, mask_of, note_switched_back},
         monitor::Monitor,
         progress::{LiveExperiment, Update},
-        schedule::{Kind, Schedule},
-        setup::Setup,
+        schedule::Kind,
+        setup::{Design, Setup},
     },
     observe::{
         clock::{self, Clock},
@@ -371,20 +371,22 @@ impl Experiment {
 
 /// Which arm the kernel gives new connections: with a switchback, the block's by the wall clock
 /// (every block boundary the next is computed from the schedule again, so the switches never
-/// drift from it); else each connection's own draw, set once when the programs were loaded.
+/// drift from it); else each connection's own draw, or its client's hashed arm, set once when
+/// assignment starts.
 pub(crate) struct Assigning {
     assignment: Assignment,
-    schedule: Option<Schedule>,
+    design: Design,
     /// When the current block ends (a switchback's, until the experiment ends).
     next: Option<Pin<Box<Sleep>>>,
 }
 
 impl Assigning {
-    /// Assignment turned on (the loader leaves it off): per connection, or the current block's.
-    fn new(mut assignment: Assignment, schedule: Option<Schedule>) -> Result<Self> {
-        assignment.set(assign_mode_at(schedule.as_ref(), clock::unix_now()))?;
-        let next = schedule.map(|_| Box::pin(tokio::time::sleep(Duration::ZERO)));
-        let mut a = Assigning { assignment, schedule, next };
+    /// Assignment turned on (the loader leaves it off): per connection, by client, or the
+    /// current block's.
+    fn new(mut assignment: Assignment, design: Design) -> Result<Self> {
+        assignment.set(assign_mode_at(design, clock::unix_now()))?;
+        let next = design.schedule().map(|_| Box::pin(tokio::time::sleep(Duration::ZERO)));
+        let mut a = Assigning { assignment, design, next };
         a.switch()?;
         Ok(a)
     }
@@ -392,9 +394,9 @@ impl Assigning {
     /// Sets the assignment of the block it is now, and wakes at its end. A wake a little early
     /// (the wall clock against the timer's) finds the same block and waits the rest.
     fn switch(&mut self) -> Result<()> {
-        let (Some(s), Some(next)) = (&self.schedule, self.next.as_mut()) else { return Ok(()) };
+        let (Some(s), Some(next)) = (self.design.schedule(), self.next.as_mut()) else { return Ok(()) };
         let now = clock::unix_now();
-        self.assignment.set(assign_mode_at(Some(s), now))?;
+        self.assignment.set(assign_mode_at(self.design, now))?;
         let left = s.start_of(s.block_of(now) + 1) - now;
         next.as_mut().reset(tokio::time::Instant::now() + Duration::from_secs_f64(left.max(0.0)));
         Ok(())
@@ -422,21 +424,25 @@ impl Assigning {
 }
 
 /// Turns the experiment's assignment on in the kernel `live` loaded (the loader leaves it off):
-/// per connection, or the current block's. Before the run says it runs, so that every connection
-/// accepted after that line gets an arm.
-pub(crate) fn start_assigning(live: &mut Live, schedule: Option<Schedule>) -> Result<Assigning> {
+/// per connection, by client, or the current block's. Before the run says it runs, so that every
+/// connection accepted after that line gets an arm.
+pub(crate) fn start_assigning(live: &mut Live, design: Design) -> Result<Assigning> {
     let assignment = live.take_assignment().context("the experiment's assignment is not in the kernel")?;
-    Assigning::new(assignment, schedule)
+    Assigning::new(assignment, design)
 }
 
 /// The kernel's assignment (`assign_mode`) for connections opening at `now` (Unix seconds): the
 /// block's arm in a switchback's A or B block, each connection's own draw in its mixed blocks
-/// and without a switchback.
-fn assign_mode_at(schedule: Option<&Schedule>, now: f64) -> u32 {
-    match schedule.map(|s| s.kind(s.block_of(now))) {
-        None | Some(Kind::Mixed) => assign_mode::PER_CONNECTION,
-        Some(Kind::A) => assign_mode::FIXED_A,
-        Some(Kind::B) => assign_mode::FIXED_B,
+/// and in a per-connection A/B, its client's hashed arm in a client-clustered one.
+fn assign_mode_at(design: Design, now: f64) -> u32 {
+    match design {
+        Design::PerConnection => assign_mode::PER_CONNECTION,
+        Design::Client { .. } => assign_mode::CLIENT,
+        Design::Switchback(s) => match s.kind(s.block_of(now)) {
+            Kind::Mixed => assign_mode::PER_CONNECTION,
+            Kind::A => assign_mode::FIXED_A,
+            Kind::B => assign_mode::FIXED_B,
+        },
     }
 }
 

@@ -15,6 +15,7 @@
 //! that start within `burn_in_s` of a block's start are left out: the previous block's flows
 //! still share the bottleneck with them.
 
+use bbrscope_common::splitmix64;
 use serde::{Deserialize, Serialize};
 
 /// What a block's new connections get.
@@ -69,7 +70,8 @@ impl Schedule {
 
     /// What block `k`'s new connections get.
     pub fn kind(&self, k: i64) -> Kind {
-        let order = mix(self.seed ^ mix(Self::round_of(k) as u64)) % ORDERS.len() as u64;
+        // SplitMix64 of the seed and round: the same on every host and in every version.
+        let order = splitmix64(self.seed ^ splitmix64(Self::round_of(k) as u64)) % ORDERS.len() as u64;
         ORDERS[order as usize][k.rem_euclid(3) as usize]
     }
 
@@ -77,15 +79,6 @@ impl Schedule {
     pub fn in_burn_in(&self, ts: f64) -> bool {
         ts - self.start_of(self.block_of(ts)) < self.burn_in_s
     }
-}
-
-/// SplitMix64's finaliser: a fixed, well-mixed function of the seed and round, the same on every
-/// host and in every version (the schedule of a recording must not change under it).
-fn mix(x: u64) -> u64 {
-    let mut z = x.wrapping_add(0x9e37_79b9_7f4a_7c15);
-    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-    z ^ (z >> 31)
 }
 
 #[cfg(test)]

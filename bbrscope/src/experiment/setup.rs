@@ -39,6 +39,23 @@ pub enum Design {
     /// Blocks of time where everyone runs A, everyone B, or each draws ([`super::schedule`]):
     /// B for everyone against A for everyone.
     Switchback(super::schedule::Schedule),
+    /// Every connection of a client address on the arm its salted hash gives it
+    /// (`bbrscope_common::client_gets_b`): B for whole clients against A for whole clients
+    /// ([`super::client`]).
+    Client {
+        /// The hash's salt: the run's `--seed`.
+        salt: u64,
+    },
+}
+
+impl Design {
+    /// A switchback's schedule, `None` in the other designs.
+    pub fn schedule(&self) -> Option<super::schedule::Schedule> {
+        match *self {
+            Design::Switchback(s) => Some(s),
+            Design::PerConnection | Design::Client { .. } => None,
+        }
+    }
 }
 
 impl Setup {

@@ -251,6 +251,16 @@ pub(crate) fn t_two_sided_quantile(p: f64, df: f64) -> f64 {
     f64::midpoint(lo, hi)
 }
 
+/// The cluster-robust (sandwich) variance of a linear estimator from its clusters' scores: each
+/// cluster's summed, centred influence on the estimate. `G/(G−1) Σ u_g²`, with the usual
+/// small-sample factor for G clusters (Cameron & Miller, "A practitioner's guide to
+/// cluster-robust inference", 2015: CR1). The switchback's rounds and the client design's
+/// clients are its clusters.
+pub(crate) fn cluster_variance(scores: &[f64]) -> f64 {
+    let g = scores.len() as f64;
+    g / (g - 1.0) * scores.iter().map(|u| u * u).sum::<f64>()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -26,7 +26,7 @@ use super::{
     decide::{self, Answer, Estimate, Outcome, Rule},
     groups::Bucket,
     schedule::{Kind, Schedule},
-    stats::{normal_quantile, t_two_sided_quantile},
+    stats::cluster_variance,
 };
 use crate::units::band_of;
 
@@ -170,8 +170,8 @@ fn contrast(rounds: &BTreeMap<i64, [Cell; 4]>, from: usize, to: usize, strata: u
     }
     let w_all: f64 = pairs.iter().map(|p| p.0).sum();
     let theta = pairs.iter().map(|&(w, d, _)| w * d).sum::<f64>() / w_all;
-    let rf = r as f64;
-    let var = rf / (rf - 1.0) * pairs.iter().map(|&(w, d, _)| (w * (d - theta)).powi(2)).sum::<f64>() / (w_all * w_all);
+    let scores: Vec<f64> = pairs.iter().map(|&(w, d, _)| w * (d - theta) / w_all).collect();
+    let var = cluster_variance(&scores);
     let flows = [0, 1].map(|side| pairs.iter().map(|p| p.2[side].n).sum::<usize>());
     let time_s: f64 = pairs.iter().map(|p| p.2[0].time_s + p.2[1].time_s).sum();
     Some(Contrast {
@@ -287,17 +287,9 @@ fn more_rounds(c: Contrast, alpha: f64, rule: &Rule) -> Option<u64> {
 }
 
 /// The answer for a contrast judged at `alpha`: the confidence sequence of [`decide`] on a
-/// variance widened to Student's t with R − 1 degrees of freedom. `V` estimated from R rounds
-/// makes `θ̂/√V̂` a t rather than a normal: V is scaled by `(t/z)²`, the squared ratio of their
-/// two-sided `alpha` quantiles (at α 0.005: ×2.06 with 8 rounds, ×1.17 with 30).
+/// variance widened to Student's t with R − 1 degrees of freedom (the rounds are its clusters).
 pub(crate) fn answer(c: Option<Contrast>, alpha: f64, rule: &Rule) -> Answer {
-    decide::answer(c.map(|c| widened(c, alpha)), alpha, rule)
-}
-
-fn widened(c: Contrast, alpha: f64) -> Estimate {
-    let z = normal_quantile(1.0 - alpha / 2.0);
-    let t = t_two_sided_quantile(alpha, (c.rounds - 1) as f64);
-    Estimate { var: c.est.var * (t / z).powi(2), ..c.est }
+    decide::clustered_answer(c.map(|c| (c.est, c.rounds)), alpha, rule)
 }
 
 #[cfg(test)]
@@ -386,27 +378,40 @@ pub(crate) mod tests {
             let rounds_of_rtt = 1.0 + (bytes as f64 / 10_000.0).max(1.0).log2();
             let duration_s = rtt * rounds_of_rtt * noise * factor;
             let net = if far { [203, 0, 113] } else { [198, 51, 100] };
-            out.push(Observation {
+            out.push(simulated(
                 arm,
-                cc: ["cubic", "bbr"][arm].to_string(),
-                switched: false,
-                peer: IpAddr::V4(Ipv4Addr::new(net[0], net[1], net[2], host)),
+                IpAddr::V4(Ipv4Addr::new(net[0], net[1], net[2], host)),
                 bytes,
+                rtt,
+                t,
                 duration_s,
-                handshake_s: rtt,
-                end_ts: Some(t + duration_s),
-                goodput_bps: Some((bytes as f64 * 8.0 / duration_s) as u64),
-                srtt_median_us: Some((rtt * 1.2e6) as u32),
-                min_rtt_us: Some((rtt * 1e6) as u32),
-                retrans: 0,
-                data_segs_out: (bytes / 1448 + 1) as u32,
-                cgroup_id: Some(7),
-                cgroup: Some("/system.slice/nginx.service".into()),
-                censored: false,
-            });
+            ));
         }
         out.sort_by(|x, y| x.end_ts.unwrap().total_cmp(&y.end_ts.unwrap()));
         out
+    }
+
+    /// A simulated flow of arm `arm` from `peer`: `bytes` over a path `rtt` s long, started at
+    /// `t` (Unix seconds), taking `duration_s` on the server's side.
+    pub(crate) fn simulated(arm: usize, peer: IpAddr, bytes: u64, rtt: f64, t: f64, duration_s: f64) -> Observation {
+        Observation {
+            arm,
+            cc: ["cubic", "bbr"][arm].to_string(),
+            switched: false,
+            peer,
+            bytes,
+            duration_s,
+            handshake_s: rtt,
+            end_ts: Some(t + duration_s),
+            goodput_bps: Some((bytes as f64 * 8.0 / duration_s) as u64),
+            srtt_median_us: Some((rtt * 1.2e6) as u32),
+            min_rtt_us: Some((rtt * 1e6) as u32),
+            retrans: 0,
+            data_segs_out: (bytes / 1448 + 1) as u32,
+            cgroup_id: Some(7),
+            cgroup: Some("/system.slice/nginx.service".into()),
+            censored: false,
+        }
     }
 
     /// The truth by construction: the per-response mean of `ln(T_B/T_A)` over the same seeded
@@ -475,7 +480,7 @@ pub(crate) mod tests {
             est: Estimate { log_ratio: 0.0, var: 4e-4, flows: [100, 100], strata: 4, coverage: 1.0, mean_s: 1.0 },
             rounds,
         };
-        let ratio = |rounds| widened(c(rounds), 0.005).var / 4e-4;
+        let ratio = |rounds| decide::widened(c(rounds).est, rounds, 0.005).var / 4e-4;
         // t 4.029 (7 d.f.) and 3.038 (29 d.f.) against z 2.807 at 0.005, two-sided.
         assert!((ratio(8) - (4.029_337 / 2.807_034_f64).powi(2)).abs() < 1e-4, "{}", ratio(8));
         assert!((ratio(30) - (3.038_046 / 2.807_034_f64).powi(2)).abs() < 1e-4, "{}", ratio(30));

@@ -98,9 +98,13 @@ impl Report {
         let sr = &self.sample_ratio;
         let _ = writeln!(
             s,
-            "  split: {:.1}% of {}flows in B, {:.1}% requested (chi-square p = {}): {}",
+            "  split: {:.1}% of {} in B, {:.1}% requested (chi-square p = {}): {}",
             sr.observed_b * 100.0,
-            if self.design.schedule.is_some() { "mixed-block " } else { "" },
+            match self.design.name {
+                "switchback" => "mixed-block flows",
+                "client" => "clients",
+                _ => "flows",
+            },
             sr.expected_b * 100.0,
             fmt_p(sr.p_value),
             if sr.mismatch { "MISMATCH: flows lost or added unevenly, the results are suspect" } else { "ok" }
@@ -142,6 +146,23 @@ impl Report {
             d.alpha, d.groups_judged
         );
         let _ = writeln!(s, "  matters: {}% and {} ms per response", fmt_num(d.delta_pct), fmt_num(d.min_effect_ms));
+        if let Some(salt) = self.design.salt {
+            let (clients, mismatched) = self
+                .groups
+                .iter()
+                .find(|g| g.result.kind == GroupKind::All)
+                .and_then(|g| g.result.clients)
+                .map_or(([0, 0], 0), |c| (c.clients, c.mismatched));
+            let _ = writeln!(
+                s,
+                "  design: client (seed {salt}): answers B for whole clients against A for whole clients\n    \
+                 ({} / {} clients; {} flows on another arm than their client's left out)",
+                fmt_count(clients[0]),
+                fmt_count(clients[1]),
+                fmt_count(mismatched)
+            );
+            return;
+        }
         let Some(sch) = self.design.schedule else {
             // The full sentence is in the JSON and, where it limits a command, in the recommendation.
             let _ = writeln!(

@@ -567,8 +567,14 @@ fn experiment_app() -> (Dash, bbrscope::experiment::progress::LiveExperiment) {
         port: Some(443),
         cgroup: None,
         dst: Vec::new(),
+        salt: 0,
     };
-    let mut x = LiveExperiment::new(&spec, None, Limit::Time(Duration::from_secs(600)), true);
+    let mut x = LiveExperiment::new(
+        &spec,
+        bbrscope::experiment::setup::Design::PerConnection,
+        Limit::Time(Duration::from_secs(600)),
+        true,
+    );
     for o in &obs {
         x.flow_finished(o.arm);
     }

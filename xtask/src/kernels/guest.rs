@@ -7,7 +7,7 @@
 use std::{
     fs,
     io::{Read, Write},
-    net::{Shutdown, SocketAddr, TcpListener, TcpStream},
+    net::{IpAddr, Ipv4Addr, Shutdown, SocketAddr, TcpListener, TcpStream},
     os::fd::{AsFd, AsRawFd},
     path::PathBuf,
     process::{Child, Command, Stdio},
@@ -17,6 +17,7 @@ use std::{
 
 use anyhow::{Context as _, Result, bail, ensure};
 use bbrscope_common::{
+    client_gets_b,
     sockopt::{self, TcpInfo},
     worker,
 };
@@ -127,6 +128,7 @@ pub(crate) fn main() -> Result<()> {
         rep.test("auto/port_filter", false, format!("{e:#}"));
     }
     rep.check("experiment/switchback", switchback());
+    rep.check("experiment/client", client());
     if let Err(e) = scopes(&mut rep) {
         rep.test("scopes/run", false, format!("{e:#}"));
     }
@@ -154,24 +156,64 @@ pub(crate) fn main() -> Result<()> {
 /// end and kept the status quo): each accepted
 /// connection runs one of the two arms, both are seen, and the experiment ends by itself.
 fn switchback() -> Result<(bool, String)> {
+    let flags = ["--design", "switchback", "--block", "1s", "--burn-in", "0.2s", "--seed", "1"];
+    let run = experiment(5020, &flags, &[[127, 0, 0, 1].into(); 40])?;
+    let per_arm: Vec<usize> = run.arms.iter().map(|a| run.ccs.iter().filter(|(_, cc)| cc == a).count()).collect();
+    let pass = run.ok && per_arm.iter().all(|&n| n > 0) && per_arm.iter().sum::<usize>() == run.ccs.len();
+    Ok((pass, format!("{per_arm:?} of {} accepted; {}", run.ccs.len(), run.said)))
+}
+
+/// `bbrscope experiment --design client` on loopback: every connection of a client address gets
+/// the arm the hash of its address and the seed gives it (`client_gets_b`, computed here as the
+/// analysis does): ten clients (127.0.0.2 to 127.0.0.11), four connections each, interleaved;
+/// both arms have clients. On this kernel, the hash's 64-bit arithmetic ran in the program.
+fn client() -> Result<(bool, String)> {
+    const SEED: u64 = 20_261_130;
+    let clients: Vec<Ipv4Addr> = (2..12).map(|i| Ipv4Addr::new(127, 0, 0, i)).collect();
+    let sources: Vec<IpAddr> = (0..4).flat_map(|_| clients.iter().map(|&c| IpAddr::V4(c))).collect();
+    let run = experiment(5021, &["--design", "client", "--seed", &SEED.to_string()], &sources)?;
+    let want = |ip: Ipv4Addr| run.arms[usize::from(client_gets_b(&ip.to_ipv6_mapped().octets(), SEED, 50))];
+    let wrong: Vec<String> = run
+        .ccs
+        .iter()
+        .filter(|(peer, cc)| !matches!(peer, IpAddr::V4(ip) if cc == want(*ip)))
+        .map(|(peer, cc)| format!("{peer} ran {cc}"))
+        .collect();
+    let on_b = clients.iter().filter(|&&c| want(c) == run.arms[1]).count();
+    let pass = run.ok && wrong.is_empty() && run.ccs.len() == sources.len() && on_b > 0 && on_b < clients.len();
+    Ok((
+        pass,
+        format!(
+            "{on_b} of {} clients on B; {} accepted, not on their client's arm: {wrong:?}; {}",
+            clients.len(),
+            run.ccs.len(),
+            run.said
+        ),
+    ))
+}
+
+/// What a guest experiment run gave.
+struct Experimented {
+    /// The arms: two algorithms other than the status quo, so a missed assignment shows.
+    arms: Vec<&'static str>,
+    /// Each accepted connection's client address and algorithm.
+    ccs: Vec<(IpAddr, String)>,
+    /// It ended by itself, with status 0.
+    ok: bool,
+    said: String,
+}
+
+/// `bbrscope experiment --port PORT FLAGS` for 12 s (headless, no guardrail), while one
+/// connection from each of `sources` in turn, 100 ms apart, reaches the port.
+fn experiment(port: u16, flags: &[&str], sources: &[IpAddr]) -> Result<Experimented> {
     use std::io::BufRead as _;
-    let listener = TcpListener::bind(v4(5020))?;
+    let listener = TcpListener::bind(v4(port))?;
     let status_quo = socket_cc(&listener);
     let arms: Vec<&str> = ["reno", "bbr", "cubic"].into_iter().filter(|cc| *cc != status_quo).take(2).collect();
     let mut child = Command::new(BBRSCOPE)
-        .args(["experiment", "--arms", &arms.join(","), "--port", "5020", "--design", "switchback"])
-        .args([
-            "--block",
-            "1s",
-            "--burn-in",
-            "0.2s",
-            "--seed",
-            "1",
-            "--duration",
-            "12s",
-            "--headless",
-            "--no-guardrail",
-        ])
+        .args(["experiment", "--arms", &arms.join(","), "--port", &port.to_string()])
+        .args(flags)
+        .args(["--duration", "12s", "--headless", "--no-guardrail"])
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
@@ -182,27 +224,34 @@ fn switchback() -> Result<(bool, String)> {
     while !said.contains("experiment running") {
         if err.read_line(&mut said)? == 0 {
             let _ = child.kill();
-            return Ok((false, format!("bbrscope experiment did not start: {said}")));
+            bail!("bbrscope experiment did not start: {said}");
         }
     }
-    const N: usize = 40;
-    let client = thread::spawn(|| {
-        for _ in 0..N {
-            let _ = TcpStream::connect(v4(5020));
+    let to = v4(port);
+    let from = sources.to_vec();
+    let client = thread::spawn(move || {
+        for ip in from {
+            let sock = rustix::net::socket(AddressFamily::INET, SocketType::STREAM, None);
+            let _ = sock.and_then(|fd| {
+                rustix::net::bind(&fd, &SocketAddr::new(ip, 0))?;
+                rustix::net::connect(&fd, &to)
+            });
             thread::sleep(Duration::from_millis(100));
         }
     });
-    let ccs: Vec<String> = (0..N).map(|_| listener.accept().map(|(c, _)| socket_cc(&c))).collect::<Result<_, _>>()?;
+    let ccs: Vec<(IpAddr, String)> = (0..sources.len())
+        .map(|_| listener.accept().map(|(c, peer)| (peer.ip(), socket_cc(&c))))
+        .collect::<Result<_, _>>()?;
     client.join().map_err(|_| anyhow::anyhow!("client panicked"))?;
     let status = child.wait()?;
     let mut rest = String::new();
     let _ = err.read_to_string(&mut rest);
-    let per_arm: Vec<usize> = arms.iter().map(|a| ccs.iter().filter(|cc| cc == a).count()).collect();
-    let pass = status.success() && per_arm.iter().all(|&n| n > 0) && per_arm.iter().sum::<usize>() == N;
-    Ok((
-        pass,
-        format!("{arms:?} (status quo {status_quo}): {per_arm:?} of {N} accepted; exit {status}; {}", rest.trim()),
-    ))
+    Ok(Experimented {
+        said: format!("{arms:?} (status quo {status_quo}); exit {status}; {}", rest.trim()),
+        arms,
+        ccs,
+        ok: status.success(),
+    })
 }
 
 fn v4(port: u16) -> SocketAddr {

@@ -129,6 +129,9 @@ pub struct ExperimentSpec {
     pub cgroup: Option<crate::sys::cgroup::Cgroup>,
     /// Destination ranges; empty: any destination.
     pub dst: Vec<ipnet::IpNet>,
+    /// The client-clustered design's salt (its `--seed`; 0 in the other designs, which do not
+    /// read it).
+    pub salt: u64,
 }
 
 /// `--observer`: how bbrscope hooks into the TCP stack.
@@ -510,6 +513,7 @@ fn experiment_config(spec: Option<&ExperimentSpec>) -> bbrscope_common::Experime
     }
     e.split_pct = spec.split_pct;
     e.sample_pct = spec.sample_pct;
+    e.salt = spec.salt;
     for ((slot, iw), arm) in e.cc.iter_mut().zip(&mut e.iw).zip(&spec.arms) {
         let n = arm.cc.len().min(CC_NAME_LEN - 1);
         slot[..n].copy_from_slice(&arm.cc.as_bytes()[..n]);
