@@ -9,7 +9,7 @@ use crate::{
     error::{UsageError, usage},
     experiment::{
         Arm,
-        decide::Rule,
+        decide::{PrimaryMetric, Rule},
         groups::{PREFIX_LIST_MAX_BYTES, PrefixList},
         request::{Mode, Request, Run},
         schedule::Schedule,
@@ -45,6 +45,13 @@ pub struct ExperimentArgs {
     /// draws one, so B runs beside A on the same bottlenecks: quicker, but it answers "B beside A")
     #[arg(long, value_name = "DESIGN", value_enum, default_value_t = DesignArg::Switchback)]
     pub(crate) design: DesignArg,
+    /// The primary metric, declared up front: time-weighted (strata weighted by the completion
+    /// time spent in them: where the time goes, larger responses and far clients; the default
+    /// of per-connection and client designs) or per-response (strata weighted by their
+    /// responses: what the typical response sees, far less noisy on heavy-tailed traffic; the
+    /// switchback's default). With --analyze: instead of the recording's
+    #[arg(long, value_name = "METRIC", value_enum)]
+    pub(crate) metric: Option<MetricArg>,
     /// The switchback's blocks: how long each lasts (at least 1s; default 15s)
     #[arg(long, value_name = "TIME", value_parser = parse_span)]
     pub(crate) block: Option<Duration>,
@@ -127,6 +134,15 @@ const DEFAULT_DURATION: Duration = Duration::from_secs(600);
 const DEFAULT_BLOCK: Duration = Duration::from_secs(15);
 const DEFAULT_BURN_IN: Duration = Duration::from_secs(3);
 
+/// `--metric`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub(crate) enum MetricArg {
+    /// Strata weighted by the completion time spent in them
+    TimeWeighted,
+    /// Strata weighted by their responses
+    PerResponse,
+}
+
 /// `--design`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
 pub(crate) enum DesignArg {
@@ -158,6 +174,10 @@ impl ExperimentArgs {
             rule,
             prefix_lists: self.prefix_list.is_some().then_some(prefix_lists),
             guardrail_pct: self.guardrail_pct,
+            metric: self.metric.map(|m| match m {
+                MetricArg::TimeWeighted => PrimaryMetric::TimeWeighted,
+                MetricArg::PerResponse => PrimaryMetric::PerResponse,
+            }),
             json: self.json,
             plot: self.plot.clone(),
             recommend: self.recommend,

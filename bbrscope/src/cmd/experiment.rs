@@ -59,6 +59,7 @@ async fn experiment(request: &Request, run: &Run) -> Result<()> {
         prefix_lists: request.prefix_lists.clone().unwrap_or_default(),
         status_quo: StatusQuo::discover().algorithm,
         design: run.design,
+        metric: request.metric,
     };
     let state = LiveExperiment::new(spec, run.design, limit, run.guardrail);
     let _lock = lock::acquire(&running(run, &state))?;
@@ -112,6 +113,9 @@ fn analyze(request: &Request, file: &Path, arms: Option<&[String; 2]>) -> Result
     if let Some(arms) = arms {
         setup.arms = Some(arms.clone());
     }
+    // Another metric than the recorded one is a question asked after the fact: allowed (the
+    // header then names it), and never silent.
+    setup.metric = request.metric.or(setup.metric);
     setup.guardrail_pct = setup.guardrail_pct.or(Some(request.guardrail_pct));
     // The groups the live guardrail sent back are in its replay, printed with it.
     let ended = Ended { stopped_by: capture.stopped_by, guard: capture.guard, switched_back: Vec::new() };

@@ -49,7 +49,7 @@ use crate::{quantile::type7, rng::Rng};
 use super::client::{self, ClientGroup};
 use super::{
     Observation,
-    decide::{self, Answer, Outcome, Rule, Strata},
+    decide::{self, Answer, Outcome, PrimaryMetric, Rule, Strata},
     groups::{Bucket, Group, GroupKind, PrefixList, groups},
     schedule::Kind,
     setup::Design,
@@ -96,6 +96,16 @@ pub struct Options {
     /// How connections got their arms: a switchback's answers are its everyone-switched
     /// estimates ([`switchback`]).
     pub design: Design,
+    /// How the answer weighs its strata (`--metric`); `None`: the design's
+    /// ([`PrimaryMetric::default_for`]).
+    pub metric: Option<PrimaryMetric>,
+}
+
+impl Options {
+    /// The metric the answers are in: the one asked, or the design's.
+    pub(crate) fn metric(&self) -> PrimaryMetric {
+        self.metric.unwrap_or_else(|| PrimaryMetric::default_for(&self.design))
+    }
 }
 
 impl Default for Options {
@@ -118,6 +128,7 @@ impl Default for Options {
             rule: Rule::default(),
             secondary: true,
             design: Design::PerConnection,
+            metric: None,
         }
     }
 }
@@ -326,6 +337,8 @@ pub struct Analysis {
     pub(crate) in_flight: [usize; 2],
     #[serde(skip)]
     pub(crate) design: Design,
+    /// How the answers weigh their strata (the one asked, or the design's).
+    pub(crate) metric: PrimaryMetric,
 }
 
 /// The arms' algorithms as the observations say: the algorithm most of each arm's flows ran
@@ -445,6 +458,7 @@ pub fn analyze(obs: &[Observation], opts: &Options) -> Analysis {
     let names = opts.arms.clone().unwrap_or_else(|| arm_names(obs));
     let integrity = integrity(obs, &names);
     let keep: Vec<bool> = obs.iter().map(|o| ran_its_arm(o, &names)).collect();
+    let metric = opts.metric();
     let all = arm_stats(obs, &(0..obs.len()).filter(|&i| keep[i]).collect::<Vec<_>>());
     let mut kept_groups = Vec::new();
     let mut sparse = Sparse::default();
@@ -463,15 +477,16 @@ pub fn analyze(obs: &[Observation], opts: &Options) -> Analysis {
         // flows-per-cell rule does not apply to it (its residuals use every counted flow).
         let (judged, left_out) = match opts.design {
             Design::Switchback(s) => {
-                (Judged::Switchback(switchback::estimate(obs, &g.members, &s, &opts.rtt_bands_ms)), Vec::new())
+                let e = switchback::estimate(obs, &g.members, &s, &opts.rtt_bands_ms, metric);
+                (Judged::Switchback(e), Vec::new())
             }
             Design::Client { salt } => {
-                let e = client::estimate(obs, &g.members, salt, split_pct(opts), &opts.rtt_bands_ms);
+                let e = client::estimate(obs, &g.members, salt, split_pct(opts), &opts.rtt_bands_ms, metric);
                 let left_out = e.left_out.clone();
                 (Judged::Client(e), left_out)
             }
             Design::PerConnection => {
-                let mut strata = Strata::default();
+                let mut strata = Strata::weighted(metric);
                 for &i in &g.members {
                     strata.add(&obs[i], &opts.rtt_bands_ms);
                 }
@@ -574,6 +589,7 @@ pub fn analyze(obs: &[Observation], opts: &Options) -> Analysis {
         flows_per_s: (ends.len() > 1 && span > 0.0).then(|| ends.len() as f64 / span),
         in_flight: [0, 1].map(|arm| obs.iter().filter(|o| o.censored && o.arm == arm).count()),
         design: opts.design,
+        metric,
     }
 }
 
@@ -1029,5 +1045,101 @@ pub(crate) mod tests {
         assert_eq!(a.integrity.excluded, [0, 300], "{:?}", a.integrity);
         assert_eq!(a.sample_ratio.flows, [1200, 1200]);
         assert!(!a.sample_ratio.mismatch, "{:?}", a.sample_ratio);
+    }
+}
+
+/// The primary metric (`--metric`): what each weighs, and what it buys.
+#[cfg(test)]
+mod metric_tests {
+    use std::collections::BTreeMap;
+
+    use super::{
+        tests::{Population, group, synth},
+        *,
+    };
+    use crate::{experiment::groups::Bucket, units::band_of};
+
+    fn pop(net: [u8; 3], rtt_ms: f64, slowdown: [f64; 2], flows_per_arm: usize) -> Population {
+        Population { net, rtt_ms, slowdown, flows_per_arm }
+    }
+
+    /// B 50% slower for responses under 256 KB and twice as fast above, one client group whose
+    /// large responses take six times as long as the sizes alone would: the
+    /// time-weighted answer (where the time goes: the large responses) says B faster, the
+    /// per-response one (most responses are small) B slower. Each equals the strata's mean log
+    /// ratios weighted by hand, by their time or by their responses.
+    #[test]
+    fn the_metric_weighs_strata_by_their_time_or_by_their_responses() {
+        let mut obs = synth(&[pop([203, 0, 113], 100.0, [1.0, 1.0], 1500)], 3);
+        for o in &mut obs {
+            // The large responses take most of the time, as multi-MB ones do on a real path.
+            let large = o.bytes >= 256 * 1024;
+            o.duration_s *= if large { 6.0 } else { 1.0 };
+            if o.arm == 1 {
+                o.duration_s *= if large { 0.5 } else { 1.5 };
+            }
+        }
+        let bands = Options::default().rtt_bands_ms;
+        // By hand, per stratum and arm: flows, the sum of their log times, their time.
+        type Cell = [(usize, f64, f64); 2];
+        let mut cells: BTreeMap<(usize, Bucket), Cell> = BTreeMap::new();
+        for o in &obs {
+            let c = &mut cells.entry((band_of(o.min_rtt_us, &bands), Bucket::of(o.bytes))).or_default()[o.arm];
+            c.0 += 1;
+            c.1 += o.client_s().ln();
+            c.2 += o.client_s();
+        }
+        let by_hand = |weigh: &dyn Fn(&Cell) -> f64| {
+            let counted: Vec<_> = cells.values().filter(|[a, b]| a.0 >= 10 && b.0 >= 10).collect();
+            let total: f64 = counted.iter().map(|c| weigh(c)).sum();
+            counted.iter().map(|c @ [a, b]| weigh(c) / total * (b.1 / b.0 as f64 - a.1 / a.0 as f64)).sum::<f64>()
+        };
+        let time = by_hand(&|[a, b]| a.2 + b.2);
+        let responses = by_hand(&|[a, b]| (a.0 + b.0) as f64);
+        let answer = |metric| {
+            let a = analyze(&obs, &Options { metric: Some(metric), secondary: false, ..Options::default() });
+            assert_eq!(a.metric, metric);
+            group(&a, "all flows").clone()
+        };
+        let (tw, pr) = (answer(PrimaryMetric::TimeWeighted), answer(PrimaryMetric::PerResponse));
+        let ln = |g: &GroupResult| (g.answer.effect_pct.unwrap() / 100.0).ln_1p();
+        assert!((ln(&tw) - time).abs() < 1e-9, "time-weighted {} against {time} by hand", ln(&tw));
+        assert!((ln(&pr) - responses).abs() < 1e-9, "per response {} against {responses} by hand", ln(&pr));
+        assert_eq!((tw.verdict, pr.verdict), (Verdict::BBetter, Verdict::ABetter), "{:?} / {:?}", tw.answer, pr.answer);
+        // Without --metric, the design's: time-weighted for a per-connection A/B.
+        let default = analyze(&obs, &Options { secondary: false, ..Options::default() });
+        assert_eq!(default.metric, PrimaryMetric::TimeWeighted);
+    }
+
+    /// A/A, 300 runs of two client groups (200 and 2 ms, 300 flows per arm each, heavy-tailed
+    /// sizes): per response, any group called better or worse in at most 5% of runs. And B 10%
+    /// slower for every response, 100 runs of the same size: per response finds it far more often
+    /// than time-weighted, whose few multi-MB responses carry most of its variance.
+    #[test]
+    fn per_response_keeps_its_error_rate_and_answers_sooner_on_heavy_tailed_traffic() {
+        let per_response = Options { metric: Some(PrimaryMetric::PerResponse), secondary: false, ..Options::default() };
+        let time_weighted = Options { metric: Some(PrimaryMetric::TimeWeighted), ..per_response.clone() };
+        let called = |a: &Analysis| a.groups.iter().any(|g| g.verdict.better_arm().is_some());
+        let a_a = (0..300)
+            .filter(|&seed| {
+                let obs = synth(&[pop([203, 0, 113], 200.0, [1.0; 2], 300), pop([10, 0, 0], 2.0, [1.0; 2], 300)], seed);
+                called(&analyze(&obs, &per_response))
+            })
+            .count();
+        let (mut found_pr, mut found_tw) = (0, 0);
+        for seed in 0..100 {
+            let obs = synth(
+                &[pop([203, 0, 113], 200.0, [1.0, 1.1], 300), pop([10, 0, 0], 2.0, [1.0, 1.1], 300)],
+                1000 + seed,
+            );
+            let worse = |o: &Options| group(&analyze(&obs, o), "all flows").verdict == Verdict::ABetter;
+            found_pr += usize::from(worse(&per_response));
+            found_tw += usize::from(worse(&time_weighted));
+        }
+        crate::output::errln!(
+            "per response: A/A {a_a}/300 called; x1.1 found {found_pr}/100 per response, {found_tw}/100 time-weighted"
+        );
+        assert!(a_a <= 15, "A/A per response: {a_a}/300 called");
+        assert!(found_pr >= found_tw + 20, "x1.1: per response {found_pr}/100, time-weighted {found_tw}/100");
     }
 }

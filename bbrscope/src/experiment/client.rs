@@ -26,7 +26,7 @@ use serde::Serialize;
 
 use super::{
     Observation,
-    decide::{self, Answer, Estimate, LeftOut, Rule, Strata},
+    decide::{self, Answer, Estimate, LeftOut, PrimaryMetric, Rule, Strata},
     stats::cluster_variance,
 };
 
@@ -59,10 +59,17 @@ pub(crate) struct Estimates {
 }
 
 /// The clustered estimate for the flows `members` of `obs`.
-pub(crate) fn estimate(obs: &[Observation], members: &[usize], salt: u64, split_pct: u32, rtt: &[f64]) -> Estimates {
+pub(crate) fn estimate(
+    obs: &[Observation],
+    members: &[usize],
+    salt: u64,
+    split_pct: u32,
+    rtt: &[f64],
+    metric: PrimaryMetric,
+) -> Estimates {
     let (kept, mismatched): (Vec<usize>, Vec<usize>) =
         members.iter().partition(|&&i| obs[i].arm == arm_of(obs[i].peer, salt, split_pct));
-    let mut strata = Strata::default();
+    let mut strata = Strata::weighted(metric);
     for &i in &kept {
         strata.add(&obs[i], rtt);
     }
@@ -181,7 +188,7 @@ mod tests {
     fn with_one_flow_per_client_the_clustered_variance_is_the_unclustered_one() {
         for seed in 1..=5 {
             let obs = clustered(seed, 800, 1, 0.5, 0.4, 1.0);
-            let e = estimate(&obs, &all(&obs), seed, 50, &BANDS);
+            let e = estimate(&obs, &all(&obs), seed, 50, &BANDS, PrimaryMetric::TimeWeighted);
             let (clustered, c) = e.est.unwrap();
             let mut strata = Strata::default();
             for o in &obs {
@@ -208,7 +215,7 @@ mod tests {
         let runs = 300;
         for seed in 0..runs {
             let obs = clustered(seed, 120, 8, 0.6, 0.3, 1.0);
-            let e = estimate(&obs, &all(&obs), seed, 50, &BANDS);
+            let e = estimate(&obs, &all(&obs), seed, 50, &BANDS, PrimaryMetric::TimeWeighted);
             let ans = decide::clustered_answer(e.est, alpha, &rule);
             clustered_called += usize::from(matches!(ans.outcome, decide::Outcome::BBetter | decide::Outcome::BWorse));
             let mut strata = Strata::default();

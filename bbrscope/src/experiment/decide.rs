@@ -9,10 +9,12 @@
 //!   response-size bucket. Clients 2 ms and 200 ms away are never pooled into one median, so the
 //!   mix of clients an arm happened to draw cannot pass for an effect (Simpson's paradox).
 //! - **Effect.** In each stratum, B's mean log completion time minus A's: the log of the ratio of
-//!   the two arms' geometric means. Strata are combined with weights proportional to the
-//!   completion time spent in them (both arms together): the estimate is the change "where the
-//!   time goes", which is where congestion control can act (larger responses, far clients), not
-//!   the change of the typical small response that fits in the initial window. A stratum needs
+//!   the two arms' geometric means. Strata are combined by the run's pre-declared [`PrimaryMetric`]
+//!   (`--metric`): *time-weighted*, with weights proportional to the completion time spent in
+//!   them (both arms together), the change "where the time goes", which is where congestion
+//!   control can act (larger responses, far clients); or *per response*, with weights
+//!   proportional to their responses, the change the typical response sees (what users of short
+//!   responses care about, and far less noisy on heavy-tailed traffic). A stratum needs
 //!   [`MIN_CELL`] flows in each arm; the share of time in strata left out is reported.
 //! - **Always-valid interval.** The estimate is asymptotically normal with variance
 //!   `V = Σ w² (s²_A/n_A + s²_B/n_B)`. Its interval is the normal-mixture confidence sequence
@@ -29,7 +31,7 @@
 //!   than δ (the whole interval inside ±δ); or inconclusive, with about how many more flows
 //!   would decide if the estimate held.
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use super::{
     Observation,
@@ -91,6 +93,45 @@ impl Moments {
     }
 }
 
+/// How a run's answer weighs its strata (`--metric`), declared before the first flow and kept in
+/// the recording.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum PrimaryMetric {
+    /// Each stratum by the completion time spent in it: where the time goes.
+    #[default]
+    TimeWeighted,
+    /// Each stratum by its responses: what the typical response sees.
+    PerResponse,
+}
+
+impl PrimaryMetric {
+    /// The metric a design answers in when none is asked: a switchback per response (its rounds
+    /// compare flows alike), the others time-weighted.
+    pub(crate) fn default_for(design: &super::setup::Design) -> PrimaryMetric {
+        match design {
+            super::setup::Design::Switchback(_) => PrimaryMetric::PerResponse,
+            super::setup::Design::PerConnection | super::setup::Design::Client { .. } => PrimaryMetric::TimeWeighted,
+        }
+    }
+
+    /// What it measures, in words for the report's header.
+    pub(crate) fn says(self) -> &'static str {
+        match self {
+            PrimaryMetric::TimeWeighted => "time-weighted (each stratum by its completion time)",
+            PrimaryMetric::PerResponse => "per response (each stratum by its responses)",
+        }
+    }
+
+    /// A stratum's weight before normalising: its completion time, or its responses.
+    fn weight(self, n: usize, time_s: f64) -> f64 {
+        match self {
+            PrimaryMetric::TimeWeighted => time_s,
+            PrimaryMetric::PerResponse => n as f64,
+        }
+    }
+}
+
 /// A stratum: band of minimum RTT x response-size bucket.
 type Key = (usize, Bucket);
 
@@ -101,9 +142,30 @@ pub(crate) struct Strata {
     cells: std::collections::BTreeMap<Key, [Moments; 2]>,
     /// Flows per arm added.
     pub flows: [usize; 2],
+    /// How the estimate weighs the strata.
+    metric: PrimaryMetric,
 }
 
 impl Strata {
+    /// Empty strata whose estimate weighs them by `metric`.
+    pub(crate) fn weighted(metric: PrimaryMetric) -> Self {
+        Strata { metric, ..Strata::default() }
+    }
+
+    /// A stratum's share of the strata that count, `total` their [`PrimaryMetric::weight`]s' sum.
+    fn share(&self, [a, b]: &[Moments; 2], total: f64) -> f64 {
+        self.metric.weight(a.n + b.n, a.time_s + b.time_s) / total
+    }
+
+    /// The sum of the weights of the strata with [`MIN_CELL`] flows in each arm.
+    fn total_weight(&self) -> f64 {
+        self.cells
+            .values()
+            .filter(|[a, b]| a.n >= MIN_CELL && b.n >= MIN_CELL)
+            .map(|[a, b]| self.metric.weight(a.n + b.n, a.time_s + b.time_s))
+            .sum()
+    }
+
     pub(crate) fn add(&mut self, o: &Observation, rtt_bands_ms: &[f64]) {
         let key = (band_of(o.min_rtt_us, rtt_bands_ms), Bucket::of(o.bytes));
         if let Some(m) = self.cells.entry(key).or_default().get_mut(o.arm) {
@@ -157,9 +219,10 @@ impl Strata {
         if included == 0 || time_in <= 0.0 {
             return None;
         }
+        let total = self.total_weight();
         let (mut theta, mut var) = (0.0, 0.0);
-        for [a, b] in self.cells.values().filter(|[a, b]| a.n >= MIN_CELL && b.n >= MIN_CELL) {
-            let w = (a.time_s + b.time_s) / time_in;
+        for cell @ [a, b] in self.cells.values().filter(|[a, b]| a.n >= MIN_CELL && b.n >= MIN_CELL) {
+            let w = self.share(cell, total);
             theta += w * (b.mean - a.mean);
             var += w * w * (a.var_of_mean() + b.var_of_mean());
         }
@@ -183,11 +246,11 @@ impl Strata {
     /// the estimate leaves out (or of no arm).
     pub(crate) fn influence<'s>(&'s self, rtt_bands_ms: &'s [f64]) -> impl Fn(&Observation) -> Option<f64> + 's {
         let counts = |[a, b]: &[Moments; 2]| a.n >= MIN_CELL && b.n >= MIN_CELL;
-        let time_in: f64 = self.cells.values().filter(|c| counts(c)).map(|[a, b]| a.time_s + b.time_s).sum();
+        let total = self.total_weight();
         move |o| {
             let cell = self.cells.get(&(band_of(o.min_rtt_us, rtt_bands_ms), Bucket::of(o.bytes)))?;
             let m = cell.get(o.arm).filter(|_| counts(cell))?;
-            let w = (cell[0].time_s + cell[1].time_s) / time_in;
+            let w = self.share(cell, total);
             let n = m.n as f64;
             let sign = if o.arm == 1 { 1.0 } else { -1.0 };
             Some(sign * w / n * (n / (n - 1.0)).sqrt() * (o.client_s().max(FLOOR_S).ln() - m.mean))
@@ -209,7 +272,8 @@ pub(crate) struct LeftOut {
 /// The stratified estimate of B's effect on completion time.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub(crate) struct Estimate {
-    /// ln(B/A): the time-weighted mean over strata of the log ratio of geometric means.
+    /// ln(B/A): the mean over strata, weighted by the run's [`PrimaryMetric`], of the log ratio of
+    /// geometric means.
     pub log_ratio: f64,
     /// Its variance.
     pub var: f64,

@@ -32,6 +32,7 @@ use serde::{Deserialize, Serialize};
 
 use super::{
     Observation,
+    decide::PrimaryMetric,
     groups::PrefixList,
     guardrail::GuardDecision,
     report::InScope,
@@ -68,6 +69,19 @@ struct Header {
     /// A `client` design's salt (its `--seed`): which clients got B.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     salt: Option<u64>,
+    /// The primary metric the run declared: `time_weighted` or `per_response` (absent in
+    /// recordings made before `--metric`: the design's).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    metric: Option<String>,
+}
+
+/// The primary metric a header names: `Ok(None)` when it names none (the design's), `Err` for
+/// one not known.
+fn metric(name: Option<&str>) -> Result<Option<PrimaryMetric>, ()> {
+    match name {
+        None => Ok(None),
+        Some(name) => serde_json::from_value(serde_json::Value::from(name)).map(Some).map_err(|_| ()),
+    }
 }
 
 const PER_CONNECTION: &str = "per_connection";
@@ -190,6 +204,11 @@ pub(crate) fn create(path: &Path, setup: &Setup) -> Result<File> {
             Design::Client { salt } => Some(salt),
             Design::PerConnection | Design::Switchback(_) => None,
         },
+        // The metric the run answers in, named even where it is the design's, so that a later
+        // default cannot change what `--analyze` judges.
+        metric: serde_json::to_value(setup.metric.unwrap_or_else(|| PrimaryMetric::default_for(&setup.design)))?
+            .as_str()
+            .map(str::to_string),
     };
     let mut v = serde_json::to_value(&header)?;
     v["type"] = "experiment".into();
@@ -294,9 +313,15 @@ pub fn read(input: impl BufRead, is_file: bool) -> Result<Capture> {
                             None => {}
                         }
                         match design(h.design.as_deref(), h.schedule, h.salt) {
-                        Some(d) => c.setup.design = d,
-                        None => reader.reject("an experiment header's design that is not known, or a switchback without a sound schedule"),
-                    }
+                            Some(d) => c.setup.design = d,
+                            None => reader.reject(
+                                "an experiment header's design that is not known, or a switchback without a sound schedule",
+                            ),
+                        }
+                        match metric(h.metric.as_deref()) {
+                            Ok(m) => c.setup.metric = m,
+                            Err(()) => reader.reject("an experiment header's metric that is not known"),
+                        }
                     }
                     Ok(_) => {}
                     Err(_) => reader.reject("an experiment header that does not parse"),
@@ -425,6 +450,45 @@ mod tests {
             assert_eq!(c.setup.arms, Some(["cubic".to_string(), "reno".to_string()]), "{bad}: the rest is kept");
             assert_eq!(c.skipped.lines, 1, "{bad}: counted");
         }
+    }
+
+    /// The primary metric comes back as declared, named even where it was the design's default
+    /// (a later default must not change what `--analyze` judges); a header without one (older)
+    /// leaves the design's; one not known is counted, the rest of the header kept.
+    #[test]
+    fn the_header_keeps_the_metric() {
+        let dir = tempfile::tempdir().unwrap();
+        let round_trip = |name: &str, design: Design, metric: Option<PrimaryMetric>| {
+            let path = dir.path().join(name);
+            let setup = Setup { arms: Some(["cubic".into(), "bbr".into()]), design, metric, ..Setup::default() };
+            let mut f = create(&path, &setup).unwrap();
+            end(&mut f, &path, &[], None, None).unwrap();
+            let text = std::fs::read_to_string(&path).unwrap();
+            (read(text.as_bytes(), true).unwrap(), text)
+        };
+        let schedule = Schedule { block_s: 15.0, burn_in_s: 3.0, seed: 1 };
+        for (design, asked, named) in [
+            (Design::PerConnection, Some(PrimaryMetric::PerResponse), PrimaryMetric::PerResponse),
+            (Design::PerConnection, None, PrimaryMetric::TimeWeighted),
+            (Design::Switchback(schedule), None, PrimaryMetric::PerResponse),
+            (Design::Switchback(schedule), Some(PrimaryMetric::TimeWeighted), PrimaryMetric::TimeWeighted),
+        ] {
+            let (c, text) = round_trip("m.ndjson", design, asked);
+            assert_eq!(c.setup.metric, Some(named), "{design:?} {asked:?}");
+            assert_eq!(c.skipped.lines, 0);
+            let name = serde_json::to_value(named).unwrap();
+            assert!(text.contains(&format!(r#""metric":{name}"#)), "{text}");
+        }
+        let header = |rest: &str| {
+            format!(
+                r#"{{"type":"experiment","arms":["cubic","reno"],"split_pct":50,"scope":{{"known":true,"port":null,"cgroup":null,"dst":[]}},"guardrail_pct":null,"delta_pct":5.0,"min_effect_ms":5.0{rest}}}"#
+            )
+        };
+        let c = read(header("").as_bytes(), true).unwrap();
+        assert_eq!((c.setup.metric, c.skipped.lines), (None, 0), "an older header: the design's");
+        let c = read(header(r#","metric":"p95""#).as_bytes(), true).unwrap();
+        assert_eq!((c.setup.metric, c.skipped.lines), (None, 1), "an unknown metric is counted");
+        assert_eq!(c.setup.arms, Some(["cubic".to_string(), "reno".to_string()]), "the rest is kept");
     }
 
     /// What the header keeps comes back as it was: the status quo and the prefix-list groups

@@ -11,7 +11,8 @@
 //!   "arms": [ {"label": "a", "arm": "cubic", "flows": 1204, "bytes": 123456789},
 //!             {"label": "b", "arm": "bbr",   "flows": 1198, "bytes": 120000000} ],
 //!   "level": 0.95, "method": "...",
-//!   "decision": {"alpha": 0.05, "delta_pct": 5.0, "min_effect_ms": 5.0, "groups_judged": 6},
+//!   "decision": {"metric": "time_weighted" | "per_response", "alpha": 0.05, "delta_pct": 5.0,
+//!                "min_effect_ms": 5.0, "groups_judged": 6},
 //!   "integrity": {"excluded": [0, 3], "excluded_share": 0.001, "ran_instead": ["cubic"],
 //!                 "overridden": false,
 //!                 "concentrated": [{"bucket": ">4M", "excluded": 3, "flows": 60}]},
@@ -71,6 +72,7 @@ use serde::{Deserialize, Serialize};
 use super::{
     analysis::{Analysis, GroupResult, Integrity, Sparse},
     conclusion::{conclusion, interference},
+    decide::PrimaryMetric,
     groups::GroupKind,
     guardrail::GuardDecision,
     recommend::{Recommendation, recommend},
@@ -177,7 +179,7 @@ impl Design {
     const SWITCHBACK: Design = Design {
         name: "switchback",
         answers: "B for everyone against A for everyone: blocks of time where every new connection of the group ran A, \
-                  or every one B, compared round by round, per response; the mixed blocks show what a per-connection \
+                  or every one B, compared round by round; the mixed blocks show what a per-connection \
                   A/B says on the same traffic, and how A's flows fared beside B's",
         schedule: None,
         salt: None,
@@ -226,6 +228,8 @@ pub struct InFlight {
 
 #[derive(Clone, Debug, Serialize)]
 pub struct DecisionRule {
+    /// The primary metric (`--metric`): `time_weighted` or `per_response`.
+    pub(crate) metric: PrimaryMetric,
     pub(crate) alpha: f64,
     pub(crate) delta_pct: f64,
     pub(crate) min_effect_ms: f64,
@@ -275,6 +279,7 @@ pub(crate) fn build(a: &Analysis, ctx: &Context) -> Report {
         level: a.level,
         method: method(a),
         decision: DecisionRule {
+            metric: a.metric,
             alpha: a.alpha,
             delta_pct: a.delta_pct,
             min_effect_ms: a.min_effect_ms,
@@ -296,23 +301,31 @@ pub(crate) fn build(a: &Analysis, ctx: &Context) -> Report {
 
 /// How the decision and the intervals were computed, in one paragraph for the reader.
 fn method(a: &Analysis) -> String {
+    let weighted = match a.metric {
+        PrimaryMetric::TimeWeighted => "by the completion time in them (time-weighted)",
+        PrimaryMetric::PerResponse => "by their responses (per response)",
+    };
     let estimate = match a.design {
-        SetupDesign::PerConnection => "B's effect on completion time as the client feels it (handshake included), the \
-                                       time-weighted mean over strata (RTT band x response size) of the log ratio of \
-                                       the arms' geometric means"
-            .to_string(),
+        SetupDesign::PerConnection => format!(
+            "B's effect on completion time as the client feels it (handshake included), the mean over strata (RTT \
+             band x response size), weighted {weighted}, of the log ratio of the arms' geometric means"
+        ),
         SetupDesign::Switchback(_) => format!(
             "everyone on B against everyone on A (switchback): each flow's log completion time as the client feels \
              it (handshake included, attributed to the block it started in, burn-in left out) less its stratum's \
-             (RTT band x response size) pooled mean; per round the B block's mean minus the A block's, each flow \
-             equal within its block (per response); rounds weighted n_A*n_B/(n_A+n_B), their cluster-robust \
+             (RTT band x response size) pooled mean; per round the B block's mean minus the A block's, {} within \
+             its block; rounds weighted n_A*n_B/(n_A+n_B), their cluster-robust \
              variance times R/(R-1) widened to Student's t with R-1 degrees of freedom, from {} rounds on",
+            match a.metric {
+                PrimaryMetric::PerResponse => "each flow equal (per response)",
+                PrimaryMetric::TimeWeighted => "each flow weighted by its stratum's mean time (time-weighted)",
+            },
             super::switchback::MIN_ROUNDS
         ),
         SetupDesign::Client { .. } => format!(
             "B for whole clients against A for whole clients (every connection of a client address on the arm its \
-             salted hash gave it): the time-weighted mean over strata (RTT band x response size) of the log ratio of \
-             the arms' geometric means, its variance clustered by client address (each flow's influence summed \
+             salted hash gave it): the mean over strata (RTT band x response size), weighted {weighted}, of the log \
+             ratio of the arms' geometric means, its variance clustered by client address (each flow's influence summed \
              per client, sandwich times C/(C-1)) widened to Student's t with C-1 degrees of freedom, from {} \
              clients per arm on; flows on another arm than their client's left out",
             super::client::MIN_CLIENTS

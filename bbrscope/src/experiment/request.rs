@@ -5,7 +5,11 @@
 
 use std::{path::PathBuf, time::Duration};
 
-use super::{decide::Rule, groups::PrefixList, setup::Design};
+use super::{
+    decide::{PrimaryMetric, Rule},
+    groups::PrefixList,
+    setup::Design,
+};
 use crate::observe::kernel::loader::ExperimentSpec;
 
 pub(crate) struct Request {
@@ -16,6 +20,9 @@ pub(crate) struct Request {
     pub prefix_lists: Option<Vec<PrefixList>>,
     /// `--guardrail-pct`.
     pub guardrail_pct: f64,
+    /// `--metric`; `None` without it (a run then answers in its design's, an analysed recording
+    /// in its own).
+    pub metric: Option<PrimaryMetric>,
     /// `--json`, `--plot`, `--recommend`.
     pub json: bool,
     pub plot: Option<PathBuf>,

@@ -5,7 +5,7 @@
 
 use super::{
     Observation, analysis,
-    decide::Rule,
+    decide::{PrimaryMetric, Rule},
     groups::PrefixList,
     guardrail::{self, GuardDecision, StopRule},
     report::{self, InScope},
@@ -28,6 +28,8 @@ pub struct Setup {
     pub status_quo: Option<String>,
     /// How connections got their arms.
     pub design: Design,
+    /// How the answers weigh their strata (`--metric`); `None`: the design's.
+    pub metric: Option<PrimaryMetric>,
 }
 
 /// How the experiment gives connections their arms (`--design`), and so what its answer means.
@@ -96,6 +98,7 @@ pub fn report(
         rule: setup.rule,
         prefix_lists: setup.prefix_lists.clone(),
         design: setup.design,
+        metric: setup.metric,
         ..analysis::Options::default()
     };
     let a = analysis::analyze(obs, &opts);

@@ -145,6 +145,7 @@ impl Report {
             "  decides: completion time as the client feels it, per group (α {} split up front, {} judged)",
             d.alpha, d.groups_judged
         );
+        let _ = writeln!(s, "  metric: {}, declared up front", d.metric.says());
         let _ = writeln!(s, "  matters: {}% and {} ms per response", fmt_num(d.delta_pct), fmt_num(d.min_effect_ms));
         if let Some(salt) = self.design.salt {
             let (clients, mismatched) = self
@@ -175,7 +176,7 @@ impl Report {
         let _ = writeln!(
             s,
             "  design: switchback, blocks of {} s (burn-in {} s, seed {}), {} rounds: answers B for everyone\n    \
-             against A for everyone, per response",
+             against A for everyone",
             fmt_num(sch.block_s),
             fmt_num(sch.burn_in_s),
             sch.seed,
