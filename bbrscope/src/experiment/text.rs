@@ -145,7 +145,7 @@ impl Report {
             "  decides: completion time as the client feels it, per group (α {} split up front, {} judged)",
             d.alpha, d.groups_judged
         );
-        let _ = writeln!(s, "  metric: {}, declared up front", d.metric.says());
+        let _ = writeln!(s, "  metric: {}", d.metric.says());
         let _ = writeln!(s, "  matters: {}% and {} ms per response", fmt_num(d.delta_pct), fmt_num(d.min_effect_ms));
         if let Some(salt) = self.design.salt {
             let (clients, mismatched) = self
