@@ -293,6 +293,27 @@ impl Sock {
 }
 
 impl Output {
+    /// Why a socket may have no records, for a check's failure line: the records that name its
+    /// local address by type (whatever the peer), and the observer's last counters of flows
+    /// seen, filtered and untracked.
+    fn unseen(&self, s: &Sock) -> String {
+        let local = s.local.to_string();
+        let mut types: std::collections::BTreeMap<&str, usize> = Default::default();
+        for r in self.records.iter().filter(|r| r["src"] == local.as_str() || r["dst"] == local.as_str()) {
+            *types.entry(r["type"].as_str().unwrap_or("?")).or_default() += 1;
+        }
+        let stats = self.records.iter().rev().find(|r| r["type"] == "stats");
+        let counter = |k: &str| stats.map_or("-".into(), |v| v[k].to_string());
+        format!(
+            "records naming {local}: {types:?}; last stats: flows_seen_total {}, flows_filtered_total {}, \
+             untracked_total {}, drops_total {}",
+            counter("flows_seen_total"),
+            counter("flows_filtered_total"),
+            counter("untracked_total"),
+            counter("drops_total")
+        )
+    }
+
     /// Records of type `ty` of the socket `s`.
     fn flow(&self, ty: &str, s: &Sock) -> Vec<&Value> {
         self.of(s).into_iter().filter(|r| r["type"] == ty).collect()
@@ -623,7 +644,7 @@ fn download(port: u16) -> Result<Received> {
 /// The download's `flow_close` reports the receive side getsockopt gave.
 fn check_received(out: &Output, r: &Received) -> (bool, String) {
     let Some(close) = out.flow("flow_close", &r.sock).first().copied() else {
-        return (false, format!("no flow_close for the download's client {}", r.sock.local));
+        return (false, format!("no flow_close for the download's client {} ({})", r.sock.local, out.unseen(&r.sock)));
     };
     let keys = ["rcvbuf_bytes", "window_clamp_bytes", "rcv_space_bytes", "rcv_rtt_us", "rcv_ssthresh_bytes"];
     let said: Vec<Option<u64>> = keys.iter().map(|k| close[*k].as_u64()).collect();
@@ -646,10 +667,12 @@ fn check_userlocks(out: &Output, r: &Received) -> (bool, String) {
     let all = |v: &[(Value, Value)], snd: bool| !v.is_empty() && v.iter().all(|(s, r)| *s == snd && *r == false);
     let pass = all(&server, true) && all(&client, false);
     let first = |v: &[(Value, Value)]| v.first().cloned();
+    let unseen = if client.is_empty() { format!(" ({})", out.unseen(&r.sock)) } else { String::new() };
     (
         pass,
         format!(
-            "server (SO_SNDBUF set): {} samples, first (sndbuf_locked, rcvbuf_locked) {:?}; client: {} samples, first {:?}",
+            "server (SO_SNDBUF set): {} samples, first (sndbuf_locked, rcvbuf_locked) {:?}; client: {} samples, first \
+             {:?}{unseen}",
             server.len(),
             first(&server),
             client.len(),
