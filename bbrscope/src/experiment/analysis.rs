@@ -809,6 +809,12 @@ pub(crate) mod tests {
         pub flows_per_arm: usize,
     }
 
+    /// A population of `flows_per_arm` flows per arm from `net`, `rtt_ms` away, each arm's
+    /// completion times times `slowdown`.
+    pub(crate) fn pop(net: [u8; 3], rtt_ms: f64, slowdown: [f64; 2], flows_per_arm: usize) -> Population {
+        Population { net, rtt_ms, slowdown, flows_per_arm }
+    }
+
     /// A heavy-tailed response size: half under 16 KB, 30% 20–220 KB, 15% 0.3–3.3 MB and 5% from
     /// 5 MB to 5 MB + `top`.
     pub(crate) fn response_bytes(rng: &mut Rng, top: f64) -> u64 {
@@ -1054,14 +1060,10 @@ mod metric_tests {
     use std::collections::BTreeMap;
 
     use super::{
-        tests::{Population, group, synth},
+        tests::{group, pop, synth},
         *,
     };
     use crate::{experiment::groups::Bucket, units::band_of};
-
-    fn pop(net: [u8; 3], rtt_ms: f64, slowdown: [f64; 2], flows_per_arm: usize) -> Population {
-        Population { net, rtt_ms, slowdown, flows_per_arm }
-    }
 
     /// B 50% slower for responses under 256 KB and twice as fast above, one client group whose
     /// large responses take six times as long as the sizes alone would: the

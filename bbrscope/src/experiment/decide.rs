@@ -132,6 +132,11 @@ impl PrimaryMetric {
     }
 }
 
+/// Whether a stratum counts: [`MIN_CELL`] flows in each arm.
+fn counts([a, b]: &[Moments; 2]) -> bool {
+    a.n >= MIN_CELL && b.n >= MIN_CELL
+}
+
 /// A stratum: band of minimum RTT x response-size bucket.
 type Key = (usize, Bucket);
 
@@ -157,13 +162,9 @@ impl Strata {
         self.metric.weight(a.n + b.n, a.time_s + b.time_s) / total
     }
 
-    /// The sum of the weights of the strata with [`MIN_CELL`] flows in each arm.
+    /// The sum of the weights of the strata that count ([`counts`]).
     fn total_weight(&self) -> f64 {
-        self.cells
-            .values()
-            .filter(|[a, b]| a.n >= MIN_CELL && b.n >= MIN_CELL)
-            .map(|[a, b]| self.metric.weight(a.n + b.n, a.time_s + b.time_s))
-            .sum()
+        self.cells.values().filter(|c| counts(c)).map(|[a, b]| self.metric.weight(a.n + b.n, a.time_s + b.time_s)).sum()
     }
 
     pub(crate) fn add(&mut self, o: &Observation, rtt_bands_ms: &[f64]) {
@@ -192,7 +193,7 @@ impl Strata {
         let mut out: Vec<LeftOut> = self
             .cells
             .iter()
-            .filter(|(_, [a, b])| a.n + b.n > 0 && (a.n < MIN_CELL || b.n < MIN_CELL))
+            .filter(|(_, c @ [a, b])| a.n + b.n > 0 && !counts(c))
             .map(|(&(band, bucket), [a, b])| LeftOut {
                 stratum: format!("{} {}", band_label(band, rtt_bands_ms), bucket.label()),
                 flows: [a.n, b.n],
@@ -207,9 +208,9 @@ impl Strata {
     pub(crate) fn estimate(&self) -> Option<Estimate> {
         let (mut included, mut time_all, mut time_in) = (0usize, 0.0, 0.0);
         let mut flows_in = [0usize; 2];
-        for [a, b] in self.cells.values() {
+        for cell @ [a, b] in self.cells.values() {
             time_all += a.time_s + b.time_s;
-            if a.n >= MIN_CELL && b.n >= MIN_CELL {
+            if counts(cell) {
                 included += 1;
                 time_in += a.time_s + b.time_s;
                 flows_in[0] += a.n;
@@ -221,7 +222,7 @@ impl Strata {
         }
         let total = self.total_weight();
         let (mut theta, mut var) = (0.0, 0.0);
-        for cell @ [a, b] in self.cells.values().filter(|[a, b]| a.n >= MIN_CELL && b.n >= MIN_CELL) {
+        for cell @ [a, b] in self.cells.values().filter(|c| counts(c)) {
             let w = self.share(cell, total);
             theta += w * (b.mean - a.mean);
             var += w * w * (a.var_of_mean() + b.var_of_mean());
@@ -245,7 +246,6 @@ impl Strata {
     /// up to that cell's `w² s²/n` in the unclustered variance. `None` for a flow in a stratum
     /// the estimate leaves out (or of no arm).
     pub(crate) fn influence<'s>(&'s self, rtt_bands_ms: &'s [f64]) -> impl Fn(&Observation) -> Option<f64> + 's {
-        let counts = |[a, b]: &[Moments; 2]| a.n >= MIN_CELL && b.n >= MIN_CELL;
         let total = self.total_weight();
         move |o| {
             let cell = self.cells.get(&(band_of(o.min_rtt_us, rtt_bands_ms), Bucket::of(o.bytes)))?;

@@ -354,16 +354,12 @@ pub fn replay(obs: &[Observation], rule: &StopRule, names: &[String; 2], period_
 mod tests {
     use super::*;
     use crate::{
-        experiment::analysis::tests::{Population, synth},
+        experiment::analysis::tests::{pop, synth},
         rng::Rng,
     };
 
     fn names() -> [String; 2] {
         ["cubic".to_string(), "bbr".to_string()]
-    }
-
-    fn pop(net: [u8; 3], rtt_ms: f64, slowdown: [f64; 2], n: usize) -> Population {
-        Population { net, rtt_ms, slowdown, flows_per_arm: n }
     }
 
     #[test]
