@@ -570,7 +570,8 @@ fn the_guardrail_stops_an_experiment_whose_arm_is_clearly_worse() {
 /// clients' new connections stop getting Reno (the status quo is this host's default, BBR, so the
 /// kernel simply gives them no arm), while the near clients' still get both arms after it; the
 /// report names the group sent back and its numbers, and the run ends when it is told to, not
-/// by the guardrail.
+/// by the guardrail (with most of the time in the far band, "all flows" often trips first: the
+/// far band, which carries that harm, goes back then).
 #[test]
 fn a_group_the_arm_harms_goes_back_to_its_status_quo_and_the_others_go_on() {
     require_root();
@@ -618,7 +619,11 @@ fn a_group_the_arm_harms_goes_back_to_its_status_quo_and_the_others_go_on() {
         unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
         let (code, report) = wait_report_status(child, Duration::from_secs(120), Some(&log));
         stop.store(true, std::sync::atomic::Ordering::Relaxed);
-        assert!(switched, "the far clients kept getting reno; {}", report["guardrail_switched_back"]);
+        assert!(
+            switched,
+            "the far clients kept getting reno; sent back {}; {}: {}",
+            report["guardrail_switched_back"], report["stopped_by"], report["guardrail"]
+        );
         assert_eq!(code, Some(0), "{}", report["stopped_by"]);
         (near_at_switch, report)
     });
@@ -627,7 +632,9 @@ fn a_group_the_arm_harms_goes_back_to_its_status_quo_and_the_others_go_on() {
     assert_eq!(sent.len(), 1, "{sent:?}");
     assert_eq!(sent[0]["group"], "clients at RTT 50–150 ms", "{sent:?}");
     assert_eq!(sent[0]["worse_arm"], 1, "{sent:?}");
-    assert!(sent[0]["worse_pct"][1].as_f64().unwrap() > 0.0, "{sent:?}");
+    // Its own interval lies above zero, or "all flows" tripped first and it carries that harm.
+    let carried = sent[0]["reason"].as_str().unwrap().contains("carry it");
+    assert!(sent[0]["worse_pct"][usize::from(!carried)].as_f64().unwrap() > 0.0, "{sent:?}");
     // After the far band went back, the near clients still got both arms.
     let near_after: Vec<String> =
         near_log.lock().unwrap()[near_at_switch..].iter().map(|(_, cc, _)| cc.clone()).collect();

@@ -162,8 +162,9 @@ impl Strata {
         self.metric.weight(a.n + b.n, a.time_s + b.time_s) / total
     }
 
-    /// The sum of the weights of the strata that count ([`counts`]).
-    fn total_weight(&self) -> f64 {
+    /// The sum of the weights of the strata that count ([`counts`]): this group's weight in a
+    /// union of groups.
+    pub(crate) fn total_weight(&self) -> f64 {
         self.cells.values().filter(|c| counts(c)).map(|[a, b]| self.metric.weight(a.n + b.n, a.time_s + b.time_s)).sum()
     }
 
@@ -387,7 +388,7 @@ pub(crate) fn answer(est: Option<Estimate>, alpha: f64, rule: &Rule) -> Answer {
     } else {
         Outcome::Inconclusive
     };
-    let pct = |x: f64| (x.exp() - 1.0) * 100.0;
+    let pct = super::format::pct_of_log;
     let effect_ms = e.mean_s * (e.log_ratio.exp() - 1.0) * 1e3;
     let practical = matches!(outcome, Outcome::BBetter | Outcome::BWorse)
         && pct(e.log_ratio).abs() >= rule.delta * 100.0

@@ -35,6 +35,11 @@ pub(crate) fn clip(s: &str, n: usize) -> String {
     if s.chars().count() <= n { s.to_string() } else { s.chars().take(n - 1).chain(['…']).collect() }
 }
 
+/// A log ratio as a change in %: ln(1.2) → +20.
+pub(crate) fn pct_of_log(log_ratio: f64) -> f64 {
+    log_ratio.exp_m1() * 100.0
+}
+
 /// A signed percentage with a real minus sign: `−38%`, `+1.2%` (one decimal below 10, two
 /// below 0.1, so that a bound just above zero never reads as zero).
 pub(crate) fn fmt_pct(x: f64) -> String {

@@ -15,7 +15,9 @@
 //!   however often it looks, an experiment whose arms do not differ trips at most α of the time.
 //! - **A band that trips goes back to its status quo, the rest goes on**: its new connections
 //!   get no arm from then on (the kernel holds the band, judged by the handshake's RTT), and the
-//!   other groups keep their arms. Only "all flows" tripping stops the run.
+//!   other groups keep their arms. When "all flows" trips first (most of its time in one band,
+//!   the two estimates nearly coincide), the bands that carry its harm go back instead. Only a
+//!   harm that is everyone's stops the run.
 
 use serde::Serialize;
 
@@ -23,7 +25,7 @@ use super::{
     Observation,
     analysis::ran_its_arm,
     decide::{Strata, cs_half_width},
-    format::{fmt_count, fmt_pct},
+    format::{fmt_count, fmt_pct, pct_of_log as pct},
 };
 use crate::units::{band_label, band_of};
 
@@ -149,23 +151,33 @@ impl Watch {
         // Every band with flows sent back: nothing is left to experiment on, and "all flows"
         // (every band) is what is judged.
         let everyone_out = self.bands.iter().enumerate().all(|(band, s)| s.flows == [0, 0] || out & 1 << band != 0);
-        let mut rest = Strata::default();
-        for (band, strata) in self.bands.iter().enumerate() {
-            if everyone_out || out & 1 << band == 0 {
-                rest.merge(strata);
-            }
-        }
+        let rest = self.union(if everyone_out { 0 } else { out });
         let label = if out == 0 || everyone_out { "all flows" } else { "all flows of the groups not sent back" };
         judged += usize::from(rest.estimate().is_some());
         if let Some((arm, worse, reason)) = self.trips(&rest, label, moved, alpha, "stops") {
-            return GuardDecision {
-                stop: true,
-                reason,
-                group: Some(label.to_string()),
-                worse_arm: Some(arm),
-                worse_pct: Some(worse),
-                switched_back,
-            };
+            match self.carriers(out, arm, moved, alpha) {
+                // The harm to all flows is one group's (or a few): those go back, the rest goes on.
+                Some(carriers) => switched_back.extend(carriers.into_iter().map(|(band, label, worse_pct)| {
+                    let reason = format!(
+                        "{reason}; {label} carry it (completion time {} [{}, {}]): the guardrail sends back the groups \
+                         that carry a harm to all flows and stops the run only when the others still show it",
+                        fmt_pct(worse_pct[0]),
+                        fmt_pct(worse_pct[1]),
+                        fmt_pct(worse_pct[2]),
+                    );
+                    SwitchedBack { band, group: label, worse_arm: arm, worse_pct, reason, at_s: None }
+                })),
+                None => {
+                    return GuardDecision {
+                        stop: true,
+                        reason,
+                        group: Some(label.to_string()),
+                        worse_arm: Some(arm),
+                        worse_pct: Some(worse),
+                        switched_back,
+                    };
+                }
+            }
         }
         if everyone_out && out != 0 {
             // Nothing is left to experiment on: the run ends, naming the groups.
@@ -213,6 +225,49 @@ impl Watch {
 }
 
 impl Watch {
+    /// The flows of the bands not in `out` (bit `i`: band `i`), as one group.
+    fn union(&self, out: u32) -> Strata {
+        let mut all = Strata::default();
+        for (_, strata) in self.bands.iter().enumerate().filter(|(band, _)| out & 1 << band == 0) {
+            all.merge(strata);
+        }
+        all
+    }
+
+    /// When the groups not in `out` together show `arm` harmful though none of them does alone:
+    /// the fewest groups that carry it, each with the arm's completion time relative to the
+    /// other's there (%, with its interval), such that the groups left no longer show it. Taken
+    /// greedily, the largest share of the harm first (a group's weight times its log ratio), only
+    /// groups where the arm is worse at all. `None` when the harm is everyone's: no such groups,
+    /// or nothing with flows left without them.
+    fn carriers(&self, out: u32, arm: usize, moved: [bool; 2], alpha: f64) -> Option<Vec<(usize, String, [f64; 3])>> {
+        let worse = |e: &super::decide::Estimate| if arm == 1 { e.log_ratio } else { -e.log_ratio };
+        let mut harm: Vec<(usize, f64, [f64; 3])> = (0..self.bands.len())
+            .filter(|band| out & 1 << band == 0)
+            .filter_map(|band| {
+                let e = self.bands[band].estimate()?;
+                let x = worse(&e);
+                let h = cs_half_width(e.var, alpha);
+                (x > 0.0).then(|| (band, self.bands[band].total_weight() * x, [pct(x), pct(x - h), pct(x + h)]))
+            })
+            .collect();
+        harm.sort_by(|a, b| b.1.total_cmp(&a.1));
+        let mut taken = out;
+        let mut carriers = Vec::new();
+        for (band, _, worse_pct) in harm {
+            taken |= 1 << band;
+            carriers.push((band, format!("clients at {}", band_label(band, &self.rule.rtt_bands_ms)), worse_pct));
+            let left = self.union(taken);
+            if left.flows == [0, 0] {
+                return None;
+            }
+            if self.trips(&left, "", moved, alpha, "").is_none() {
+                return Some(carriers);
+            }
+        }
+        None
+    }
+
     /// Whether `strata` show an arm that moved clients (`moved`) slower than the other by more
     /// than the margin, its always-valid interval at `alpha` above zero: the arm, its completion
     /// time relative to the other's (%, with the interval), and why, in words (`action`: what the
@@ -233,7 +288,6 @@ impl Watch {
         let (arm, x) = [(1, e.log_ratio), (0, -e.log_ratio)]
             .into_iter()
             .find(|&(arm, x)| moved[arm] && x - h > 0.0 && x >= margin)?;
-        let pct = |v: f64| (v.exp() - 1.0) * 100.0;
         let worse = [pct(x), pct(x - h), pct(x + h)];
         let reason = format!(
             "{} (arm {}) slower for {label}: completion time {} [{}, {}] vs {} ({} / {} flows); the guardrail {action} \
@@ -455,6 +509,26 @@ mod tests {
             .count();
         crate::output::errln!("A/A guardrail, B watched: {stops}/{runs} runs stopped or a group sent back");
         assert!(stops as f64 / runs as f64 <= 0.05, "{stops}/{runs}");
+    }
+
+    /// B 30% worse for the far clients only, near clients alike (the live test's shape): over
+    /// 100 runs, looks every 2 s, "all flows" often shows the harm before the far group alone
+    /// does, and then the far group goes back and the near one goes on. No run stops, the far
+    /// group goes back in most, and the near group never.
+    #[test]
+    fn a_harm_one_group_carries_sends_it_back_and_never_stops_the_run() {
+        let (runs, mut carried, mut far_back) = (100, 0, 0);
+        for run in 0..runs {
+            let obs =
+                synth(&[pop([203, 0, 113], 100.0, [1.0, 1.3], 300), pop([10, 0, 0], 2.0, [1.0, 1.0], 300)], 500 + run);
+            let r = replay(&obs, &with_status_quo("cubic"), &names(), 2.0);
+            assert!(r.stopped_at_s.is_none(), "{r:?}");
+            assert!(r.switched_back.iter().all(|g| g.band == 3 && g.worse_arm == 1), "{r:?}");
+            far_back += usize::from(!r.switched_back.is_empty());
+            carried += usize::from(r.switched_back.iter().any(|g| g.reason.contains("carry it")));
+        }
+        crate::output::errln!("far group sent back in {far_back}/{runs} runs, {carried} of them through all flows");
+        assert!(far_back >= 80 && carried >= 1, "{far_back} {carried}");
     }
 
     /// The audit's false stop: early on, B drew more far clients than A; no group differs.

@@ -529,7 +529,7 @@ pub(crate) mod tests {
     #[test]
     fn on_a_shared_bottleneck_the_switchback_finds_the_truth_and_the_per_connection_bias() {
         let link = Bottleneck { b: 0.85, beside_a: 0.8, beside_b: 0.1 };
-        let pct = |x: f64| (x.exp() - 1.0) * 100.0;
+        let pct = crate::experiment::format::pct_of_log;
         for seed in 1..=5 {
             let truth = pct(truth(seed, 30, RATE, link));
             let (obs, opts) = switchback_run(seed, 30, link);
