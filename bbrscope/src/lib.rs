@@ -25,6 +25,7 @@ pub mod observe;
 pub mod output;
 pub(crate) mod prose;
 pub(crate) mod quantile;
+pub(crate) mod scrape;
 /// The seeded generator, from the emulator's crate (whose losses draw from it): one generator for
 /// everything that must reproduce from a seed.
 pub use bbrscope_emulator::rng;

@@ -8,13 +8,11 @@ use prometheus_client::registry::Registry;
 
 use crate::{
     cli::export::ExportArgs,
-    export::{
-        http,
-        metrics::{ExportMetrics, ScopeOptions},
-    },
+    export::metrics::{ExportMetrics, ScopeOptions},
     observe::flow::FlowTable,
     observe::pipeline::{self, NoSide, Retention, Settings, Signals},
     observe::session::Live,
+    scrape,
 };
 
 /// How often bbrscope's own cost and the default algorithms are refreshed.
@@ -52,7 +50,7 @@ pub async fn run(args: ExportArgs) -> Result<()> {
     crate::output::errln!("bbrscope: serving metrics at http://{bound}/metrics ({} observer)", live.path().as_str());
 
     // The scrapes are served by a task of their own, from the registry the loop's sink counts into.
-    let server = tokio::spawn(http::accept(listener, registry));
+    let server = tokio::spawn(scrape::accept(listener, registry));
     let settings = Settings { duration: args.duration, stats: Some(TICK), retention: Retention::WATCH };
     let result =
         pipeline::run(&mut live, &mut signals, &mut FlowTable::new(0), &mut metrics, &mut NoSide, settings).await;

@@ -1,5 +1,4 @@
 //! `bbrscope export`: Prometheus metrics of every flow, aggregated by congestion-control
-//! algorithm (see docs/export.md).
+//! algorithm (see docs/export.md); served by [`crate::scrape`].
 
-pub(crate) mod http;
 pub(crate) mod metrics;

@@ -69,7 +69,7 @@ fn uses() -> BTreeMap<String, BTreeSet<String>> {
 }
 
 /// What each top-level module may use: layers downwards, never up. A module not listed is a leaf
-/// (units, quantile, error, output, figure, newfile, prose) and may use only other leaves. (`rng` is
+/// (units, quantile, error, output, figure, newfile, prose, scrape) and may use only other leaves. (`rng` is
 /// the emulator crate's, re-exported: outside this tree, like every other crate.)
 ///
 /// The features (export, advise, experiment, demo, apply) sit side by side on the pipeline, none
@@ -93,7 +93,7 @@ const LAYERS: &[(&str, &[&str])] = &[
 /// dashboard came to know a running experiment only as a `tui::Panel`.)
 const KNOWN_CIRCLES: &[(&str, &str)] = &[];
 
-const LEAVES: &[&str] = &["units", "quantile", "error", "output", "figure", "newfile", "prose"];
+const LEAVES: &[&str] = &["units", "quantile", "error", "output", "figure", "newfile", "prose", "scrape"];
 
 #[test]
 fn modules_use_only_the_layers_below_them() {

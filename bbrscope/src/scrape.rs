@@ -1,5 +1,7 @@
 //! A minimal HTTP/1.1 responder for `GET /metrics`: enough for Prometheus and curl, nothing a
-//! scrape does not need (one request per connection, no keep-alive, no bodies in).
+//! scrape does not need (one request per connection, no keep-alive, no bodies in). A leaf, so
+//! that every feature that serves metrics (the exporter, a running experiment) serves them the
+//! same way.
 
 use std::{
     collections::VecDeque,
