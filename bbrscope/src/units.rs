@@ -263,10 +263,16 @@ pub(crate) fn band_of(min_rtt_us: Option<u32>, edges_ms: &[f64]) -> usize {
     min_rtt_us.map_or(0, |r| 1 + edges_ms.iter().filter(|&&e| f64::from(r) / 1e3 >= e).count())
 }
 
+/// A band's lower and upper edges (ms; `None`: open), or `None` for the band of unknown RTT.
+pub(crate) fn band_edges(band: usize, edges_ms: &[f64]) -> Option<(Option<f64>, Option<f64>)> {
+    let b = band.checked_sub(1)?;
+    Some((b.checked_sub(1).map(|j| edges_ms[j]), edges_ms.get(b).copied()))
+}
+
 /// A band's name: `RTT <10 ms`, `RTT 10–50 ms`, `RTT ≥150 ms`, `RTT unknown`.
 pub(crate) fn band_label(band: usize, edges_ms: &[f64]) -> String {
-    let Some(b) = band.checked_sub(1) else { return "RTT unknown".into() };
-    match (b.checked_sub(1).map(|j| edges_ms[j]), edges_ms.get(b)) {
+    let Some(edges) = band_edges(band, edges_ms) else { return "RTT unknown".into() };
+    match edges {
         (None, Some(hi)) => format!("RTT <{hi} ms"),
         (Some(lo), Some(hi)) => format!("RTT {lo}–{hi} ms"),
         (Some(lo), None) => format!("RTT ≥{lo} ms"),

@@ -94,7 +94,11 @@ fn every_connection_gets_an_arm_and_the_arms_algorithm() {
     std::fs::write(&record, "").unwrap();
     std::os::unix::fs::chown(&record, Some(65534), Some(65534)).unwrap();
     std::fs::set_permissions(&record, std::os::unix::fs::PermissionsExt::from_mode(0o666)).unwrap();
-    let child = start_experiment("cubic,bbr", to.port(), &["--no-guardrail", "--record", record.to_str().unwrap()]);
+    let (child, stderr) = start_logged(
+        "cubic,bbr",
+        to.port(),
+        &["--no-guardrail", "--record", record.to_str().unwrap(), "--metrics-listen", "127.0.0.1:0", "--id", "t_every"],
+    );
     // The clients' own log.
     const N: usize = 200;
     let log: Vec<(SocketAddr, usize)> = (0..N).map(|i| fetch(to, [1_000, 15_000, 120_000][i % 3])).collect();
@@ -113,7 +117,10 @@ fn every_connection_gets_an_arm_and_the_arms_algorithm() {
         c.local_addr().unwrap()
     };
     thread::sleep(Duration::from_millis(500));
+    let sums_at = served_at(&stderr);
+    let scraped = scrape_until(sums_at, N);
     let live = report_of(child);
+    assert!(TcpStream::connect(sums_at).is_err(), "the sums are still served at {sums_at} after the run");
     let m = std::fs::symlink_metadata(&record).unwrap();
     use std::os::unix::fs::MetadataExt as _;
     assert_eq!((m.uid(), m.mode() & 0o7777), (0, 0o600), "the record is root's, for root alone");
@@ -158,6 +165,81 @@ fn every_connection_gets_an_arm_and_the_arms_algorithm() {
     // one that shares the service's port number.
     assert!(!summaries.iter().any(|s| s["dst"] == to.to_string()));
     assert!(!summaries.iter().any(|s| s["src"] == outgoing.to_string()), "{outgoing} is in the experiment");
+    // The sums served while it ran are the recorded flows', cell by cell, computed here from the
+    // summaries: T = the handshake's round trip (srtt_first) + the server's duration.
+    assert!(
+        scraped.contains(
+            "bbrscope_experiment_info{id=\"t_every\",design=\"per_connection\",arm_a=\"cubic\",arm_b=\"bbr\",split_pct=\"50\""
+        ),
+        "{scraped}"
+    );
+    let mut truth: std::collections::BTreeMap<String, [f64; 4]> = Default::default();
+    for s in &summaries {
+        assert_eq!(s["retrans_at_open"].as_u64().unwrap_or(0), 0, "a SYN-ACK retransmitted on loopback: {s}");
+        let t = s["duration_s"].as_f64().unwrap() + s["srtt_first_us"].as_f64().unwrap() / 1e6;
+        let bytes = s["bytes_acked"].as_u64().unwrap() - 1;
+        let size = if bytes < 16 << 10 { "lt16k" } else { "16k_256k" };
+        let band = match s["min_rtt_us"].as_f64().map(|us| us / 1e3) {
+            None => "unknown",
+            Some(ms) if ms < 10.0 => "lt10ms",
+            Some(ms) => panic!("{ms} ms on loopback: {s}"),
+        };
+        let (arm, cc) = if s["arm"] == "a" { ("a", "cubic") } else { ("b", "bbr") };
+        let key = format!("{{id=\"t_every\",arm=\"{arm}\",cc=\"{cc}\",rtt_band=\"{band}\",size=\"{size}\"}}");
+        let cell = truth.entry(key).or_default();
+        *cell = [cell[0] + 1.0, cell[1] + t.ln(), cell[2] + t.ln() * t.ln(), cell[3] + t];
+    }
+    assert!(truth.len() >= 3, "{truth:?}");
+    for (labels, want) in &truth {
+        let names = [
+            "bbrscope_experiment_flows_total",
+            "bbrscope_experiment_completion_ln_seconds",
+            "bbrscope_experiment_completion_ln_seconds_squared_total",
+            "bbrscope_experiment_completion_seconds_total",
+        ];
+        for (name, want) in names.iter().zip(want) {
+            let line = format!("{name}{labels} ");
+            let got: f64 = scraped
+                .lines()
+                .find_map(|l| l.strip_prefix(&line))
+                .unwrap_or_else(|| panic!("no {line} in:\n{scraped}"))
+                .parse()
+                .unwrap();
+            assert!((got - want).abs() <= 1e-9 * want.abs().max(1.0), "{name}{labels}: served {got}, recorded {want}");
+        }
+    }
+}
+
+/// Where the experiment says it serves its sums (`http://ADDR/metrics` on its stderr).
+fn served_at(stderr: &Mutex<String>) -> SocketAddr {
+    let until = Instant::now() + Duration::from_secs(10);
+    loop {
+        let log = stderr.lock().unwrap().clone();
+        if let Some(rest) = log.split("http://").nth(1) {
+            return rest.split('/').next().unwrap().parse().unwrap();
+        }
+        assert!(Instant::now() < until, "no sums address on stderr: {log}");
+        thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// The sums served at `addr` once they count `n` flows (the last ones may still be closing).
+fn scrape_until(addr: SocketAddr, n: usize) -> String {
+    let until = Instant::now() + Duration::from_secs(15);
+    loop {
+        let (status, body) = prometheus::http_get(addr, "/metrics").unwrap();
+        assert_eq!(status, 200, "{body}");
+        let flows: f64 = body
+            .lines()
+            .filter(|l| l.starts_with("bbrscope_experiment_flows_total{"))
+            .map(|l| l.rsplit(' ').next().unwrap().parse::<f64>().unwrap())
+            .sum();
+        if flows as usize >= n || Instant::now() > until {
+            assert_eq!(flows as usize, n, "{body}");
+            return body;
+        }
+        thread::sleep(Duration::from_millis(200));
+    }
 }
 
 /// A TCP socket bound to `local` (SO_REUSEADDR), not yet connected.
@@ -198,6 +280,9 @@ fn bad_input_is_refused_before_anything_is_attached() {
         (&["--arms", "cubic,bbr", "--delta", "0"], "--delta must be a percentage above 0"),
         (&["--arms", "cubic,bbr", "--delta=-5"], "--delta must be a percentage above 0"),
         (&["--arms", "cubic,bbr", "--min-effect-ms=-1"], "--min-effect-ms"),
+        (&["--arms", "cubic,bbr", "--metrics-listen", "nowhere"], "is not an address and port, or a port"),
+        (&["--arms", "cubic,bbr", "--metrics-listen", "9581", "--id", "a b"], "an experiment's id is 1 to 64"),
+        (&["--arms", "cubic,bbr", "--id", "x"], "--metrics-listen"),
         (&["--arms", "cubic,bbr", "--prefix-list", "/no/such/file"], "--prefix-list /no/such/file"),
         (&["--arms", "cubic,bbr", "--prefix-list", BAD_LIST], "line 2: '10.0.0.0/33' is not a CIDR prefix"),
         // Read bounded: refused after 4 MiB, in well under the 5 s every case gets.

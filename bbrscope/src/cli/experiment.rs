@@ -1,6 +1,6 @@
 //! The options of `bbrscope experiment`.
 
-use std::{path::PathBuf, time::Duration};
+use std::{net::SocketAddr, path::PathBuf, time::Duration};
 
 use anyhow::{Context as _, Result};
 use clap::Args;
@@ -11,7 +11,7 @@ use crate::{
         Arm,
         decide::{PrimaryMetric, Rule},
         groups::{PREFIX_LIST_MAX_BYTES, PrefixList},
-        request::{Mode, Request, Run},
+        request::{Mode, Request, Run, Serve},
         schedule::Schedule,
         setup::Design,
     },
@@ -103,6 +103,15 @@ pub struct ExperimentArgs {
     /// Also write every record of the experiment's flows as NDJSON (re-analyse with --analyze)
     #[arg(long, value_name = "FILE")]
     pub(crate) record: Option<PathBuf>,
+    /// Serve the experiment's sums at /metrics for Prometheus while it runs: per arm, RTT band
+    /// and response size, the flows that ran their arm, Σ ln T, Σ (ln T)² and Σ T (sums that
+    /// pool across hosts); an address and port, or a port alone on loopback (e.g. 9581)
+    #[arg(long, value_name = "ADDR:PORT", value_parser = super::parse_listen, conflicts_with = "analyze")]
+    pub(crate) metrics_listen: Option<SocketAddr>,
+    /// The experiment's id in those series, the same on every host of one fleet experiment:
+    /// letters, digits and `_.:-`, at most 64 (default: the arms, e.g. cubic_vs_bbr)
+    #[arg(long, value_name = "NAME", requires = "metrics_listen")]
+    pub(crate) id: Option<String>,
     /// Re-analyse a `--record` file instead of running an experiment, and replay the live
     /// guardrail's checks on it in completion order; no root needed. (A `bbrscope stream`
     /// capture taken beside an experiment has no arms: record with --record.)
@@ -168,7 +177,7 @@ impl ExperimentArgs {
                     _ => None,
                 },
             },
-            None => Mode::Run(self.run()?),
+            None => Mode::Run(Box::new(self.run()?)),
         };
         Ok(Request {
             rule,
@@ -200,7 +209,22 @@ impl ExperimentArgs {
             guardrail: !self.no_guardrail,
             record: self.record.clone(),
             headless: self.headless,
+            metrics: self.metrics()?,
         })
+    }
+
+    /// `--metrics-listen` and `--id`, checked.
+    fn metrics(&self) -> Result<Option<Serve>> {
+        let Some(listen) = self.metrics_listen else { return Ok(None) };
+        let id = match &self.id {
+            Some(id) => id.clone(),
+            None => self.arms.join("_vs_").replace('+', "_"),
+        };
+        let fits = |c: char| c.is_ascii_alphanumeric() || "_.:-".contains(c);
+        if id.is_empty() || id.len() > 64 || !id.chars().all(fits) {
+            usage!("--id '{id}': an experiment's id is 1 to 64 letters, digits and `_.:-` (e.g. edge_bbr_2026_11)");
+        }
+        Ok(Some(Serve { listen, id }))
     }
 
     /// `--delta` and `--min-effect-ms` as the decision's rule.

@@ -4,14 +4,14 @@ use std::{net::SocketAddr, time::Duration};
 
 use clap::Args;
 
-use super::ObserveArgs;
+use super::{ObserveArgs, parse_listen};
 
 #[derive(Debug, Args)]
 pub struct ExportArgs {
     #[command(flatten)]
     pub(crate) observe: ObserveArgs,
-    /// Address and port to serve /metrics on (loopback by default; give e.g. 0.0.0.0:9580 or
-    /// [::]:9580 to let a Prometheus on another host scrape it)
+    /// Address and port to serve /metrics on, or a port alone on loopback (loopback by default;
+    /// give e.g. 0.0.0.0:9580 or [::]:9580 to let a Prometheus on another host scrape it)
     #[arg(long, value_name = "ADDR:PORT", default_value = "127.0.0.1:9580", value_parser = parse_listen)]
     pub(crate) listen: SocketAddr,
     /// Also label the flow metrics by cgroup (path below the cgroup v2 mount): at most 32 values,
@@ -25,8 +25,4 @@ pub struct ExportArgs {
     /// Stop after this long: seconds, or 90s, 10m, 2h (default: run until SIGINT or SIGTERM)
     #[arg(long, value_name = "TIME", value_parser = crate::units::duration, allow_negative_numbers = true)]
     pub(crate) duration: Option<Duration>,
-}
-
-fn parse_listen(s: &str) -> Result<SocketAddr, String> {
-    s.parse().map_err(|_| format!("'{s}' is not an address and port (e.g. 127.0.0.1:9580, 0.0.0.0:9580, [::1]:9580)"))
 }

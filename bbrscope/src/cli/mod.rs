@@ -128,6 +128,16 @@ pub struct FilterArgs {
     pub(crate) netns: Option<u32>,
 }
 
+/// Where to serve /metrics: an address and port, or a port alone on loopback.
+pub(crate) fn parse_listen(s: &str) -> Result<std::net::SocketAddr, String> {
+    match s.parse::<u16>() {
+        Ok(port) => Ok((std::net::Ipv4Addr::LOCALHOST, port).into()),
+        Err(_) => s.parse().map_err(|_| {
+            format!("'{s}' is not an address and port, or a port (e.g. 127.0.0.1:9580, 0.0.0.0:9580, [::1]:9580, 9580)")
+        }),
+    }
+}
+
 /// A command name as the kernel keeps it (`TASK_COMM_LEN` = 16, so at most 15 bytes).
 fn parse_comm(s: &str) -> Result<String, String> {
     if s.is_empty() || s.len() > 15 {

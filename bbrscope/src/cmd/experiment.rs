@@ -24,6 +24,7 @@ use crate::{
         run::{Watch, Watched},
         setup::{self, Design, Setup},
         status_quo::StatusQuo,
+        sums,
     },
     observe::clock::Clock,
     observe::filter::FilterSpec,
@@ -63,6 +64,7 @@ async fn experiment(request: &Request, run: &Run) -> Result<()> {
     };
     let state = LiveExperiment::new(spec, run.design, limit, run.guardrail);
     let _lock = lock::acquire(&running(run, &state))?;
+    let listener = sums::bind(run.metrics.as_ref())?;
     // Before anything is attached: a signal from here on ends the experiment cleanly.
     let mut signals = Signals::catch()?;
     let opts = Options {
@@ -91,7 +93,9 @@ async fn experiment(request: &Request, run: &Run) -> Result<()> {
         spec.sample_pct,
         if std::io::stdout().is_terminal() && !run.headless { "q in the dashboard" } else { "Ctrl-C" }
     );
-    let watch = Watch { assigning, headless: run.headless, state, setup: setup.clone(), flows: run.flows, recorder };
+    let (sums, _served) = sums::serve(listener, &setup)?.unzip();
+    let watch =
+        Watch { assigning, headless: run.headless, state, setup: setup.clone(), flows: run.flows, recorder, sums };
     let Watched { obs, stopped_by, guard, switched_back } =
         crate::experiment::run::run(live, &mut signals, watch, run.duration).await?;
     if let (Some(p), Some(f)) = (&run.record, record_end.as_mut()) {

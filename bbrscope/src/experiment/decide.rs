@@ -50,7 +50,7 @@ pub(crate) const MIN_CELL: usize = 10;
 pub(crate) const TAU: f64 = 0.15;
 
 /// Shortest completion time counted (the log of 0 is not a time).
-const FLOOR_S: f64 = 1e-6;
+pub(crate) const FLOOR_S: f64 = 1e-6;
 
 /// Running mean and variance of log completion times (Welford), and the time they add up to.
 #[derive(Clone, Copy, Debug, Default)]

@@ -29,7 +29,7 @@ mod text;
 pub mod guardrail;
 pub(crate) mod status_quo;
 // A run: what was asked, the loop while it runs, where it stands and its analysis off the loop,
-// its dashboard panel, its recording, and the printed end.
+// its dashboard panel, its recording, its sums served to Prometheus, and the printed end.
 mod dashboard;
 pub(crate) mod monitor;
 pub(crate) mod print;
@@ -39,6 +39,7 @@ pub(crate) mod request;
 pub(crate) mod run;
 pub mod schedule;
 pub mod setup;
+pub(crate) mod sums;
 
 use std::net::{IpAddr, SocketAddr};
 

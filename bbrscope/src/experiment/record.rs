@@ -75,6 +75,11 @@ struct Header {
     metric: Option<String>,
 }
 
+/// A metric's name in a header (and in an experiment's series): `time_weighted`, `per_response`.
+pub(super) fn metric_key(metric: PrimaryMetric) -> String {
+    serde_json::to_value(metric).ok().and_then(|v| v.as_str().map(str::to_string)).unwrap_or_default()
+}
+
 /// The primary metric a header names: `Ok(None)` when it names none (the design's), `Err` for
 /// one not known.
 fn metric(name: Option<&str>) -> Result<Option<PrimaryMetric>, ()> {
@@ -87,6 +92,15 @@ fn metric(name: Option<&str>) -> Result<Option<PrimaryMetric>, ()> {
 const PER_CONNECTION: &str = "per_connection";
 const SWITCHBACK: &str = "switchback";
 const CLIENT: &str = "client";
+
+/// A design's name in a header (and in an experiment's series).
+pub(super) fn design_key(design: &Design) -> &'static str {
+    match design {
+        Design::PerConnection => PER_CONNECTION,
+        Design::Switchback(_) => SWITCHBACK,
+        Design::Client { .. } => CLIENT,
+    }
+}
 
 /// The design a header names; `None` when it makes no sense (a switchback without its
 /// schedule, or with one `--design switchback` would have refused; a client design without its
@@ -194,11 +208,7 @@ pub(crate) fn create(path: &Path, setup: &Setup) -> Result<File> {
         min_effect_ms: setup.rule.min_abs_s * 1e3,
         status_quo: setup.status_quo.clone(),
         prefix_list: (!setup.prefix_lists.is_empty()).then(|| PrefixList::to_text(&setup.prefix_lists)),
-        design: Some(match setup.design {
-            Design::PerConnection => PER_CONNECTION.into(),
-            Design::Switchback(_) => SWITCHBACK.into(),
-            Design::Client { .. } => CLIENT.into(),
-        }),
+        design: Some(design_key(&setup.design).into()),
         schedule: setup.design.schedule(),
         salt: match setup.design {
             Design::Client { salt } => Some(salt),
@@ -206,9 +216,7 @@ pub(crate) fn create(path: &Path, setup: &Setup) -> Result<File> {
         },
         // The metric the run answers in, named even where it is the design's, so that a later
         // default cannot change what `--analyze` judges.
-        metric: serde_json::to_value(setup.metric.unwrap_or_else(|| PrimaryMetric::default_for(&setup.design)))?
-            .as_str()
-            .map(str::to_string),
+        metric: Some(metric_key(setup.metric.unwrap_or_else(|| PrimaryMetric::default_for(&setup.design)))),
     };
     let mut v = serde_json::to_value(&header)?;
     v["type"] = "experiment".into();

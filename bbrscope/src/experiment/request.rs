@@ -32,7 +32,7 @@ pub(crate) struct Request {
 
 pub(crate) enum Mode {
     /// Run an experiment on this host's new connections.
-    Run(Run),
+    Run(Box<Run>),
     /// `--analyze FILE`: re-analyse a recording, with `--arms` where it does not name them.
     Analyze { file: PathBuf, arms: Option<[String; 2]> },
 }
@@ -51,4 +51,12 @@ pub(crate) struct Run {
     pub guardrail: bool,
     pub record: Option<PathBuf>,
     pub headless: bool,
+    /// `--metrics-listen`: the run's sums served to Prometheus.
+    pub metrics: Option<Serve>,
+}
+
+/// Where an experiment serves its sums, and under which id.
+pub(crate) struct Serve {
+    pub listen: std::net::SocketAddr,
+    pub id: String,
 }

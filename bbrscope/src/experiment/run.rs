@@ -26,6 +26,7 @@ use crate::{
         progress::{LiveExperiment, Update},
         schedule::Kind,
         setup::{Design, Setup},
+        sums::Sums,
     },
     observe::{
         clock::{self, Clock},
@@ -61,6 +62,8 @@ pub(crate) struct Watch {
     pub flows: Option<u64>,
     /// `--record`: every record of the arms' flows.
     pub recorder: Option<JsonSink<File>>,
+    /// `--metrics-listen`: the sums a scrape reads, filled as flows finish.
+    pub sums: Option<Sums>,
 }
 
 /// How it went.
@@ -106,6 +109,7 @@ pub(crate) async fn run(mut live: Live, signals: &mut Signals, watch: Watch, dur
         stopped_by: None,
         guard: None,
         switched_back: Vec::new(),
+        sums: watch.sums,
     };
     // The dashboard draws the loop's table: then it keeps each flow's history, and a finished
     // flow listed for a while.
@@ -232,6 +236,7 @@ struct Experiment {
     guard: Option<GuardDecision>,
     /// The client groups the guardrail sent back so far.
     switched_back: Vec<SwitchedBack>,
+    sums: Option<Sums>,
 }
 
 /// What the experiment waits for beside the observer. The terminal is here, apart from what it
@@ -328,6 +333,9 @@ impl Experiment {
             && let Some(o) = table.get(ev.head().flow).and_then(Observation::from_flow)
         {
             self.shown.state().flow_finished(o.arm);
+            if let Some(sums) = &self.sums {
+                sums.add(&o);
+            }
             self.obs.push(o);
         }
         Ok(())

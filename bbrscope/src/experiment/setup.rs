@@ -61,7 +61,7 @@ impl Design {
 }
 
 impl Setup {
-    fn names(&self, obs: &[Observation]) -> [String; 2] {
+    pub(super) fn names(&self, obs: &[Observation]) -> [String; 2] {
         self.arms.clone().unwrap_or_else(|| analysis::arm_names(obs))
     }
 

@@ -23,7 +23,7 @@ use serde::Serialize;
 
 use super::{
     Observation,
-    decide::{self, Answer, Estimate, Outcome, PrimaryMetric, Rule},
+    decide::{self, Answer, Estimate, FLOOR_S, Outcome, PrimaryMetric, Rule},
     groups::Bucket,
     schedule::{Kind, Schedule},
     stats::cluster_variance,
@@ -35,9 +35,6 @@ use crate::units::band_of;
 /// and the Student-t widening grows fast (at α 0.005, ×2.06 on the variance with 8 rounds, ×4.0
 /// with 5).
 pub(crate) const MIN_ROUNDS: usize = 8;
-
-/// Shortest completion time counted (the log of 0 is not a time), as the decision's.
-const FLOOR_S: f64 = 1e-6;
 
 /// Where a flow stands in the schedule.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

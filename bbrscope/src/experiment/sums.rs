@@ -1,0 +1,300 @@
+//! A running experiment's sufficient statistics as Prometheus series (`--metrics-listen`): per
+//! arm and stratum (RTT band x response size), the flows that ran their arm, Σ ln T, Σ (ln T)²
+//! and Σ T of their completion times T as the client feels them (seconds, floored as the
+//! analysis floors them). Sums add across hosts and scrapes lose nothing between them, so the
+//! per-connection stratified estimate and its variance of every RTT band and of all flows follow
+//! from them, pooled over any set of hosts (docs/experiment-method.md, "Sums for a fleet").
+//!
+//! Bounded by construction: 2 arms x 5 bands x 4 sizes, four series each, plus two per arm and
+//! one info series: at most 165 series per experiment.
+
+use anyhow::{Context as _, Result};
+use prometheus_client::{
+    encoding::EncodeLabelSet,
+    metrics::{counter::Counter, family::Family, gauge::Gauge},
+    registry::Registry,
+};
+
+use super::{
+    Observation,
+    analysis::ran_its_arm,
+    decide::{FLOOR_S, PrimaryMetric, Rule},
+    groups::Bucket,
+    guardrail::RTT_BANDS_MS,
+    record,
+    request::Serve,
+    setup::{Design, Setup},
+};
+use crate::units::{band_edges, band_of};
+
+type FloatCounter = Counter<f64, std::sync::atomic::AtomicU64>;
+type FloatGauge = Gauge<f64, std::sync::atomic::AtomicU64>;
+
+/// What a fleet must agree on to pool the sums: the series say it beside them.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct InfoLabels {
+    id: String,
+    design: String,
+    arm_a: String,
+    arm_b: String,
+    split_pct: String,
+    metric: String,
+    seed: String,
+    delta: String,
+    alpha: String,
+}
+
+/// An arm.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ArmLabels {
+    id: String,
+    arm: &'static str,
+    cc: String,
+}
+
+/// A stratum of an arm.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct CellLabels {
+    #[prometheus(flatten)]
+    arm: ArmLabels,
+    rtt_band: String,
+    size: &'static str,
+}
+
+/// The experiment's run so far, as the series a scrape reads.
+pub(crate) struct Sums {
+    id: String,
+    names: [String; 2],
+    rtt_bands_ms: Vec<f64>,
+    flows: Family<CellLabels, Counter>,
+    ln_sum: Family<CellLabels, FloatGauge>,
+    ln_squares: Family<CellLabels, FloatCounter>,
+    seconds: Family<CellLabels, FloatCounter>,
+    overridden: Family<ArmLabels, Counter>,
+}
+
+/// What the info series says of the run.
+struct About<'a> {
+    pub id: &'a str,
+    pub names: [String; 2],
+    pub split_pct: u32,
+    pub design: &'a Design,
+    pub metric: PrimaryMetric,
+    pub rule: &'a Rule,
+    pub rtt_bands_ms: &'a [f64],
+}
+
+impl<'a> About<'a> {
+    /// A live run's, by `id`.
+    fn of(id: &'a str, setup: &'a Setup) -> Self {
+        About {
+            id,
+            names: setup.names(&[]),
+            split_pct: setup.split_pct,
+            design: &setup.design,
+            metric: setup.metric.unwrap_or_else(|| PrimaryMetric::default_for(&setup.design)),
+            rule: &setup.rule,
+            rtt_bands_ms: &RTT_BANDS_MS,
+        }
+    }
+}
+
+impl Sums {
+    /// Registers the series of the run `about` in `registry`.
+    fn new(registry: &mut Registry, about: &About) -> Self {
+        let s = Sums {
+            id: about.id.to_string(),
+            names: about.names.clone(),
+            rtt_bands_ms: about.rtt_bands_ms.to_vec(),
+            flows: Family::default(),
+            ln_sum: Family::default(),
+            ln_squares: Family::default(),
+            seconds: Family::default(),
+            overridden: Family::default(),
+        };
+        let seed = match about.design {
+            Design::PerConnection => String::new(),
+            Design::Switchback(sb) => sb.seed.to_string(),
+            Design::Client { salt } => salt.to_string(),
+        };
+        let info: Family<InfoLabels, Gauge> = Family::default();
+        info.get_or_create(&InfoLabels {
+            id: s.id.clone(),
+            design: record::design_key(about.design).into(),
+            arm_a: s.names[0].clone(),
+            arm_b: s.names[1].clone(),
+            split_pct: about.split_pct.to_string(),
+            metric: record::metric_key(about.metric),
+            seed,
+            delta: about.rule.delta.to_string(),
+            alpha: about.rule.alpha.to_string(),
+        })
+        .set(1);
+        registry.register(
+            "bbrscope_experiment_info",
+            "A running experiment: its id, design, arms, split, primary metric, seed (switchback) or salt (client), \
+             and its rule's delta and alpha",
+            info,
+        );
+        registry.register(
+            "bbrscope_experiment_flows",
+            "Finished flows that ran their arm, by arm, RTT band (minimum RTT) and response size",
+            s.flows.clone(),
+        );
+        registry.register(
+            "bbrscope_experiment_completion_ln_seconds",
+            "Sum over those flows of ln(T / 1 s), T the completion time as the client feels it (handshake included)",
+            s.ln_sum.clone(),
+        );
+        registry.register(
+            "bbrscope_experiment_completion_ln_seconds_squared",
+            "Sum over those flows of ln(T / 1 s) squared",
+            s.ln_squares.clone(),
+        );
+        registry.register_with_unit(
+            "bbrscope_experiment_completion",
+            "Sum over those flows of T, the completion time as the client feels it",
+            prometheus_client::registry::Unit::Seconds,
+            s.seconds.clone(),
+        );
+        registry.register(
+            "bbrscope_experiment_overridden_flows",
+            "Finished flows of an arm that did not run its algorithm (the service set its own): left out of the sums",
+            s.overridden.clone(),
+        );
+        s
+    }
+
+    /// A finished flow of an arm.
+    pub(crate) fn add(&self, o: &Observation) {
+        let Some(name) = self.names.get(o.arm) else { return };
+        let arm = ArmLabels { id: self.id.clone(), arm: ["a", "b"][o.arm], cc: name.clone() };
+        if !ran_its_arm(o, &self.names) {
+            self.overridden.get_or_create(&arm).inc();
+            return;
+        }
+        let band = band_of(o.min_rtt_us, &self.rtt_bands_ms);
+        let cell = CellLabels { arm, rtt_band: band_key(band, &self.rtt_bands_ms), size: Bucket::of(o.bytes).key() };
+        let t = o.client_s().max(FLOOR_S);
+        self.flows.get_or_create(&cell).inc();
+        self.ln_sum.get_or_create(&cell).inc_by(t.ln());
+        self.ln_squares.get_or_create(&cell).inc_by(t.ln() * t.ln());
+        self.seconds.get_or_create(&cell).inc_by(t);
+    }
+}
+
+/// `--metrics-listen`'s socket, bound before anything is attached (a port in use ends the run
+/// before it starts), with the id its series carry.
+pub(crate) struct Bound {
+    listener: std::net::TcpListener,
+    id: String,
+}
+
+/// Binds `--metrics-listen`, when asked.
+pub(crate) fn bind(serve: Option<&Serve>) -> Result<Option<Bound>> {
+    let Some(serve) = serve else { return Ok(None) };
+    let listener = std::net::TcpListener::bind(serve.listen)
+        .with_context(|| format!("--metrics-listen {}: cannot listen there (nothing was changed)", serve.listen))?;
+    listener.set_nonblocking(true).context("--metrics-listen: a non-blocking socket")?;
+    Ok(Some(Bound { listener, id: serve.id.clone() }))
+}
+
+/// The series of the live run `setup` served on `bound` until the [`Served`] is dropped, and the
+/// sums that fill them; the address is named on stderr.
+pub(crate) fn serve(bound: Option<Bound>, setup: &Setup) -> Result<Option<(Sums, Served)>> {
+    let Some(Bound { listener, id }) = bound else { return Ok(None) };
+    let at = listener.local_addr().context("--metrics-listen: the socket's address")?;
+    let listener = tokio::net::TcpListener::from_std(listener).context("--metrics-listen: serving")?;
+    let mut registry = Registry::default();
+    let sums = Sums::new(&mut registry, &About::of(&id, setup));
+    let task = tokio::spawn(crate::scrape::accept(listener, std::sync::Arc::new(registry)));
+    crate::output::errln!("bbrscope: the experiment's sums for Prometheus: http://{at}/metrics (id {id})");
+    Ok(Some((sums, Served(task))))
+}
+
+/// The task serving the sums: ends when dropped, with the run.
+pub(crate) struct Served(tokio::task::JoinHandle<()>);
+
+impl Drop for Served {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
+/// A band as a label value: `lt10ms`, `10_50ms`, `ge150ms`, `unknown` ([`band_of`]'s numbering).
+fn band_key(band: usize, edges_ms: &[f64]) -> String {
+    let Some(edges) = band_edges(band, edges_ms) else { return "unknown".into() };
+    match edges {
+        (None, Some(hi)) => format!("lt{hi}ms"),
+        (Some(lo), Some(hi)) => format!("{lo}_{hi}ms"),
+        (Some(lo), None) => format!("ge{lo}ms"),
+        (None, None) => "any".into(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::experiment::analysis::tests::{pop, synth};
+
+    /// The series of a synthetic run: each cell's sums are its flows', computed here from the
+    /// observations; overridden flows are counted apart and left out.
+    #[test]
+    fn the_sums_are_each_strata_cells_flows() {
+        let names = ["cubic".to_string(), "bbr".to_string()];
+        let mut obs = synth(&[pop([203, 0, 113], 80.0, [1.0, 1.2], 50), pop([10, 0, 0], 2.0, [1.0, 1.0], 50)], 3);
+        obs[0].cc = "reno".into();
+        let mut registry = Registry::default();
+        let about = About {
+            id: "t1",
+            names: names.clone(),
+            split_pct: 50,
+            design: &Design::PerConnection,
+            metric: PrimaryMetric::TimeWeighted,
+            rule: &Rule::default(),
+            rtt_bands_ms: &[10.0, 50.0, 150.0],
+        };
+        let sums = Sums::new(&mut registry, &about);
+        for o in &obs {
+            sums.add(o);
+        }
+        let text = crate::scrape::render(&registry);
+        assert!(
+            text.contains("bbrscope_experiment_info{id=\"t1\",design=\"per_connection\",arm_a=\"cubic\""),
+            "{text}"
+        );
+        let over =
+            format!("bbrscope_experiment_overridden_flows_total{{id=\"t1\",arm=\"{}\",cc=", ["a", "b"][obs[0].arm]);
+        assert!(text.lines().any(|l| l.starts_with(&over) && l.ends_with(" 1")), "{text}");
+        // One cell, by hand: the far band's B flows under 16 KB.
+        let cell: Vec<f64> = obs[1..]
+            .iter()
+            .filter(|o| o.arm == 1 && o.min_rtt_us == Some(80_000) && o.bytes < 16 * 1024)
+            .map(Observation::client_s)
+            .collect();
+        let labels = "{id=\"t1\",arm=\"b\",cc=\"bbr\",rtt_band=\"50_150ms\",size=\"lt16k\"}";
+        let value = |name: &str| -> f64 {
+            let line = text
+                .lines()
+                .find(|l| l.starts_with(&format!("{name}{labels} ")))
+                .unwrap_or_else(|| panic!("{name}: {text}"));
+            line.rsplit(' ').next().unwrap().parse().unwrap()
+        };
+        assert_eq!(value("bbrscope_experiment_flows_total"), cell.len() as f64);
+        let close = |a: f64, b: f64| (a - b).abs() <= 1e-9 * b.abs().max(1.0);
+        assert!(close(value("bbrscope_experiment_completion_ln_seconds"), cell.iter().map(|t| t.ln()).sum()));
+        let squares: f64 = cell.iter().map(|t| t.ln() * t.ln()).sum();
+        assert!(close(value("bbrscope_experiment_completion_ln_seconds_squared_total"), squares));
+        assert!(close(value("bbrscope_experiment_completion_seconds_total"), cell.iter().sum()));
+        // Bounded: 2 arms x 5 bands x 4 sizes x 4 series at most, plus the arms' and the info.
+        let series = text.lines().filter(|l| !l.starts_with('#')).count();
+        assert!(series <= 2 * 5 * 4 * 4 + 2 + 1, "{series}");
+    }
+
+    #[test]
+    fn bands_have_label_values_a_query_can_name() {
+        let edges = [10.0, 50.0, 150.0];
+        let keys: Vec<String> = (0..5).map(|b| band_key(b, &edges)).collect();
+        assert_eq!(keys, ["unknown", "lt10ms", "10_50ms", "50_150ms", "ge150ms"]);
+    }
+}
