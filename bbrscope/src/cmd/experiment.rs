@@ -157,6 +157,7 @@ fn running(run: &Run, state: &LiveExperiment) -> lock::Running {
             Design::Switchback(s) => format!("switchback: {}s blocks, --seed {}", s.block_s, s.seed),
         },
         split_pct: spec.split_pct,
+        by_client: matches!(run.design, Design::Client { .. }),
         sample_pct: spec.sample_pct,
         scope: state.scope.clone(),
         started_at: std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs()),

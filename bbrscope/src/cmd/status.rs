@@ -94,13 +94,13 @@ fn print(s: &Status) -> Result<(), OutputError> {
             let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs());
             let age = now.saturating_sub(x.started_at);
             outln!(
-                "experiment: running (pid {}): {} (A) vs {} (B), {}{}% to B, {}% of {}; started {}m{:02}s ago, ends \
+                "experiment: running (pid {}): {} (A) vs {} (B), {}{}, {}% of {}; started {}m{:02}s ago, ends \
                  {}; guardrail {}{}",
                 x.pid,
                 x.arms[0],
                 x.arms[1],
                 if x.design.is_empty() { String::new() } else { format!("{}, ", x.design) },
-                x.split_pct,
+                x.split_words(),
                 x.sample_pct,
                 x.scope,
                 age / 60,

@@ -28,8 +28,11 @@ pub(crate) struct Running {
     /// --seed 7`); empty in a lock written before designs were named.
     #[serde(default)]
     pub design: String,
-    /// Percent of the experiment's connections given arm B.
+    /// Percent of the experiment's connections given arm B (of its clients, `by_client`).
     pub split_pct: u32,
+    /// The split is of client addresses, not connections (the client design).
+    #[serde(default)]
+    pub by_client: bool,
     /// Percent of connections in scope that join it.
     pub sample_pct: u32,
     /// Which connections are in it, in words (`port 443`, `every new connection`).
@@ -41,6 +44,13 @@ pub(crate) struct Running {
     pub guardrail: bool,
     /// Where its flows are recorded (`--record`).
     pub record: Option<String>,
+}
+
+impl Running {
+    /// Its split in words: `50% to B`, `50% of clients to B`.
+    pub(crate) fn split_words(&self) -> String {
+        format!("{}% {}to B", self.split_pct, if self.by_client { "of clients " } else { "" })
+    }
 }
 
 /// Takes the lock for `running` (exit 2 if another experiment holds it) and writes its
@@ -137,6 +147,7 @@ pub(crate) fn running() -> Result<Option<Running>> {
         arms: [String::new(), String::new()],
         design: String::new(),
         split_pct: 0,
+        by_client: false,
         sample_pct: 0,
         scope: "starting".into(),
         started_at: 0,
@@ -165,6 +176,18 @@ mod tests {
         assert_eq!(holder_in(locks, (0xfe, 0), 42), None, "a waiter is no holder");
         assert_eq!(holder_in(locks, (0, 0x1b), 42), None);
         assert_eq!(holder_in(locks, (0, 0x19), 7), None);
+    }
+
+    /// A client design splits clients, and says so; a lock written before it knew designs reads
+    /// as a split of connections.
+    #[test]
+    fn the_split_says_what_it_splits() {
+        let old = r#"{"pid":7,"arms":["cubic","bbr"],"split_pct":30,"sample_pct":100,"scope":"port 443",
+                     "started_at":0,"ends":"after 10:00","guardrail":true,"record":null}"#;
+        let mut r: Running = serde_json::from_str(old).unwrap();
+        assert_eq!(r.split_words(), "30% to B");
+        r.by_client = true;
+        assert_eq!(r.split_words(), "30% of clients to B");
     }
 
     /// Against the kernel: a flock held on a file of another filesystem whose inode number is
