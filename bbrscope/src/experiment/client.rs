@@ -102,7 +102,14 @@ pub(crate) struct ClientGroup {
     pub(crate) min_clients: usize,
     /// Flows left out: on another arm than their client's hashed one.
     pub(crate) mismatched: usize,
+    /// Inconclusive: about how many more clients, with as many flows each as so far, would
+    /// decide if the estimate held (clients, not flows, narrow a clustered interval; the
+    /// answer's `more_flows` is null). Null once decided, or past [`MAX_MORE_CLIENTS`].
+    pub(crate) more_clients: Option<u64>,
 }
+
+/// Beyond this many more clients a client design is not said to decide.
+pub(crate) const MAX_MORE_CLIENTS: u64 = 10_000_000;
 
 impl ClientGroup {
     /// Whether the answer lacks clients (rather than flows in its strata).
@@ -114,8 +121,14 @@ impl ClientGroup {
 /// A group's answer (B for whole clients against A for whole clients) judged at `alpha`, and
 /// its clients.
 pub(crate) fn judge(e: &Estimates, alpha: f64, rule: &Rule) -> (Answer, ClientGroup) {
-    let group = ClientGroup { clients: e.clients, min_clients: MIN_CLIENTS, mismatched: e.mismatched };
-    (decide::clustered_answer(e.est, alpha, rule), group)
+    let mut answer = decide::clustered_answer(e.est, alpha, rule);
+    let more_clients = e
+        .est
+        .filter(|_| answer.outcome == decide::Outcome::Inconclusive)
+        .and_then(|(est, clients)| decide::more_clusters(est, clients, alpha, rule, MAX_MORE_CLIENTS));
+    answer.more_flows = None;
+    let group = ClientGroup { clients: e.clients, min_clients: MIN_CLIENTS, mismatched: e.mismatched, more_clients };
+    (answer, group)
 }
 
 #[cfg(test)]
@@ -269,22 +282,32 @@ mod tests {
     }
 
     /// An undecided client design says how many more clients would decide, not more flows: more
-    /// flows of the clients it has would not narrow an interval clustered by client.
+    /// flows of the clients it has would not narrow an interval clustered by client. K more
+    /// clients is the fewest at which the clustered answer, its variance scaled C/(C+K) and
+    /// its t at C+K−1 degrees of freedom, decides: at K it does, at K−1 it does not.
     #[test]
     fn an_undecided_client_design_counts_what_would_decide_in_clients() {
         let mut said = 0;
         for salt in 0..20 {
             let obs = clustered(salt, 60, 6, 0.5, 0.3, 1.1);
             let opts = Options { design: Design::Client { salt }, secondary: false, ..Options::default() };
-            let r = build(&analyze(&obs, &opts), &everything());
+            let a = analyze(&obs, &opts);
+            let e = estimate(&obs, &(0..obs.len()).collect::<Vec<_>>(), salt, 50, &BANDS, opts.metric());
+            let r = build(&a, &everything());
             let g = &r.groups[0];
             if g.result.verdict != Verdict::Inconclusive {
                 continue;
             }
-            let (flows, more) =
-                (g.result.answer.flows[0] + g.result.answer.flows[1], g.result.answer.more_flows.unwrap());
-            let clients = g.result.clients.as_ref().map(|c| c.clients[0] + c.clients[1]).unwrap();
-            let want = (more as f64 * clients as f64 / flows as f64).ceil() as usize;
+            assert_eq!(g.result.answer.more_flows, None, "clients decide a client design, not flows");
+            let want = g.result.clients.as_ref().and_then(|c| c.more_clients).unwrap() as usize;
+            let (est, clients) = e.est.unwrap();
+            let alpha = 1.0 - g.result.answer.level;
+            let at = |more: usize| {
+                let at = Estimate { var: est.var * clients as f64 / (clients + more) as f64, ..est };
+                decide::clustered_answer(Some((at, clients + more)), alpha, &opts.rule).outcome
+            };
+            assert_ne!(at(want), decide::Outcome::Inconclusive, "{want} more clients");
+            assert_eq!(at(want - 1), decide::Outcome::Inconclusive, "{} more clients", want - 1);
             let noun = if want == 1 { "client" } else { "clients" };
             let words =
                 format!("; about {} more {noun} (with as many flows each as so far) would decide", fmt_count(want));

@@ -5,7 +5,7 @@
 
 use super::{
     analysis::{Analysis, GroupResult, Verdict},
-    client::MIN_CLIENTS,
+    client::{MAX_MORE_CLIENTS, MIN_CLIENTS},
     decide::Answer,
     format::{fmt_count, fmt_num, fmt_pct, fmt_signed_ms, fmt_span, shout},
     setup::Design,
@@ -165,18 +165,18 @@ fn what_decides(a: &Analysis, g: &GroupResult) -> String {
         let rounds = if more == 1 { "round" } else { "rounds" };
         return format!("about {} more {rounds}{when} would decide", fmt_count(more as usize));
     }
-    let more = g.answer.more_flows.unwrap_or(0);
-    // A client design's variance shrinks with its clients, not with more flows of the same
-    // ones: the flows to add, counted in clients with today's flows each.
+    // A client design's variance shrinks with its clients, not with more flows of the same ones.
     if let Some(c) = &g.clients {
-        let (clients, flows) = (c.clients[0] + c.clients[1], g.answer.flows[0] + g.answer.flows[1]);
-        let more_clients = (more as f64 * clients as f64 / flows.max(1) as f64).ceil().max(1.0) as usize;
-        let noun = if more_clients == 1 { "client" } else { "clients" };
+        let Some(more) = c.more_clients else {
+            return format!("no run of up to {} more clients would decide", fmt_count(MAX_MORE_CLIENTS as usize));
+        };
+        let noun = if more == 1 { "client" } else { "clients" };
         return format!(
             "about {} more {noun} (with as many flows each as so far) would decide",
-            fmt_count(more_clients)
+            fmt_count(more as usize)
         );
     }
+    let more = g.answer.more_flows.unwrap_or(0);
     let when = a.flows_per_s.filter(|r| *r > 0.0).map_or(String::new(), |r| {
         let share = g.flows() as f64 / (a.arms[0].flows + a.arms[1].flows).max(1) as f64;
         format!(" (≈ {} at this run's rate)", fmt_span(more as f64 / (r * share.max(1e-9))))

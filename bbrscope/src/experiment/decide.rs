@@ -417,6 +417,32 @@ pub(crate) fn clustered_answer(est: Option<(Estimate, usize)>, alpha: f64, rule:
     answer(est.map(|(e, clusters)| widened(e, clusters, alpha)), alpha, rule)
 }
 
+/// The clusters (a switchback's rounds, a client design's clients) to add, up to `max`, before
+/// the clustered answer decides if its estimate stays where it is: the cluster-level variance
+/// shrinks as 1/G, and Student's t with G − 1 degrees of freedom tightens with it, so this is
+/// fewer than scaling the flows, as [`more_flows`] does, would say. `None` past `max`.
+pub(crate) fn more_clusters(e: Estimate, clusters: usize, alpha: f64, rule: &Rule, max: u64) -> Option<u64> {
+    let decides = |more: u64| {
+        let g = clusters + more as usize;
+        let at = Estimate { var: e.var * clusters as f64 / g as f64, ..e };
+        clustered_answer(Some((at, g)), alpha, rule).outcome != Outcome::Inconclusive
+    };
+    if !decides(max) {
+        return None;
+    }
+    // Deciding is monotone in the clusters (the half-width only shrinks): bisect.
+    let (mut undecided, mut decided) = (0, max);
+    while decided - undecided > 1 {
+        let mid = u64::midpoint(undecided, decided);
+        if decides(mid) {
+            decided = mid;
+        } else {
+            undecided = mid;
+        }
+    }
+    Some(decided)
+}
+
 /// `V` estimated from G clusters makes `θ̂/√V̂` a t rather than a normal: V is scaled by
 /// `(t/z)²`, the squared ratio of their two-sided `alpha` quantiles (at α 0.005: ×2.06 with 8
 /// clusters, ×1.17 with 30).

@@ -51,7 +51,8 @@
 //!                 "interference": "interference for all flows: CUBIC's own flows were ...",
 //!                 (client only:)
 //!                 "design": "client",
-//!                 "clients": {"clients": [61, 59], "min_clients": 8, "mismatched": 0} } ],
+//!                 "clients": {"clients": [61, 59], "min_clients": 8, "mismatched": 0,
+//!                             "more_clients": null | 40} } ],   (the answer's more_flows is null)
 //!   "sparse_prefixes": {"groups": 312, "flows": 2001},
 //!   "in_flight": {"a": 10, "b": 1},
 //!   "recommend": {"scope": "system" | "routes" | "cgroup" | "none", "arm": "bbr" | null,

@@ -282,30 +282,10 @@ pub(crate) fn judge(e: &Estimates, alpha: f64, rule: &Rule) -> (Answer, Switchba
     (everyone, other)
 }
 
-/// The rounds to add before the answer decides if its estimate stays where it is: the
-/// round-level variance shrinks as 1/R, and Student's t with R − 1 degrees of freedom tightens
-/// with it, so this is fewer than scaling the flows, as [`decide`] does for a per-connection
-/// answer, would say.
+/// The rounds to add before the answer decides if its estimate stays where it is
+/// ([`decide::more_clusters`]: the rounds are the clusters).
 fn more_rounds(c: Contrast, alpha: f64, rule: &Rule) -> Option<u64> {
-    let decides = |more: u64| {
-        let r = c.rounds + more as usize;
-        let at = Contrast { est: Estimate { var: c.est.var * c.rounds as f64 / r as f64, ..c.est }, rounds: r };
-        answer(Some(at), alpha, rule).outcome != Outcome::Inconclusive
-    };
-    if !decides(MAX_MORE_ROUNDS) {
-        return None;
-    }
-    // Deciding is monotone in the rounds (the half-width only shrinks): bisect.
-    let (mut undecided, mut decided) = (0, MAX_MORE_ROUNDS);
-    while decided - undecided > 1 {
-        let mid = u64::midpoint(undecided, decided);
-        if decides(mid) {
-            decided = mid;
-        } else {
-            undecided = mid;
-        }
-    }
-    Some(decided)
+    decide::more_clusters(c.est, c.rounds, alpha, rule, MAX_MORE_ROUNDS)
 }
 
 /// The answer for a contrast judged at `alpha`: the confidence sequence of [`decide`] on a
