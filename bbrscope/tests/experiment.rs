@@ -94,11 +94,14 @@ fn every_connection_gets_an_arm_and_the_arms_algorithm() {
     std::fs::write(&record, "").unwrap();
     std::os::unix::fs::chown(&record, Some(65534), Some(65534)).unwrap();
     std::fs::set_permissions(&record, std::os::unix::fs::PermissionsExt::from_mode(0o666)).unwrap();
+    let sums_port = prometheus::free_port().to_string();
     let (child, stderr) = start_logged(
         "cubic,bbr",
         to.port(),
-        &["--no-guardrail", "--record", record.to_str().unwrap(), "--metrics-listen", "127.0.0.1:0", "--id", "t_every"],
+        &["--no-guardrail", "--record", record.to_str().unwrap(), "--metrics-listen", &sums_port, "--id", "t_every"],
     );
+    // A real Prometheus scrapes the experiment's sums while it runs.
+    let prom = prometheus::Prometheus::start(&[served_at(&stderr)]);
     // The clients' own log.
     const N: usize = 200;
     let log: Vec<(SocketAddr, usize)> = (0..N).map(|i| fetch(to, [1_000, 15_000, 120_000][i % 3])).collect();
@@ -119,6 +122,21 @@ fn every_connection_gets_an_arm_and_the_arms_algorithm() {
     thread::sleep(Duration::from_millis(500));
     let sums_at = served_at(&stderr);
     let scraped = scrape_until(sums_at, N);
+    // The fleet analysis of the one host Prometheus holds, once its scrape has every flow.
+    let until = Instant::now() + Duration::from_secs(30);
+    while prom.query("sum(bbrscope_experiment_flows_total{id=\"t_every\"})").first().map(prometheus::value)
+        != Some(N as f64)
+    {
+        assert!(Instant::now() < until, "Prometheus never held the {N} flows: {}", prom.log());
+        thread::sleep(Duration::from_millis(250));
+    }
+    let url = format!("http://{}", prom.addr);
+    let out =
+        bbrscope().args(["experiment", "--analyze-prometheus", &url, "--id", "t_every", "--json"]).output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let fleet: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let text = bbrscope().args(["experiment", "--analyze-prometheus", &url, "--id", "t_every"]).output().unwrap();
+    let text = String::from_utf8_lossy(&text.stdout).into_owned();
     let live = report_of(child);
     assert!(TcpStream::connect(sums_at).is_err(), "the sums are still served at {sums_at} after the run");
     let m = std::fs::symlink_metadata(&record).unwrap();
@@ -199,6 +217,12 @@ fn every_connection_gets_an_arm_and_the_arms_algorithm() {
         ];
         for (name, want) in names.iter().zip(want) {
             let line = format!("{name}{labels} ");
+            // What Prometheus holds is what was served.
+            let held = prom.query(&format!("{name}{labels}"));
+            assert!(
+                (prometheus::value(&held[0]) - want).abs() <= 1e-9 * want.abs().max(1.0),
+                "{name}{labels}: {held:?}"
+            );
             let got: f64 = scraped
                 .lines()
                 .find_map(|l| l.strip_prefix(&line))
@@ -206,6 +230,24 @@ fn every_connection_gets_an_arm_and_the_arms_algorithm() {
                 .parse()
                 .unwrap();
             assert!((got - want).abs() <= 1e-9 * want.abs().max(1.0), "{name}{labels}: served {got}, recorded {want}");
+        }
+    }
+    // The fleet's answer from Prometheus is --analyze's of the recording: every group it judges
+    // (all flows, the RTT band), estimate and interval ends to 1e-9, verdict and flows alike.
+    assert_eq!(fleet["fleet"]["hosts"], 1, "{}", fleet["fleet"]);
+    assert!(
+        text.starts_with(&format!("fleet: experiment t_every on 1 host, their sums from the Prometheus at {url}")),
+        "{text}"
+    );
+    let fleet_groups = fleet["groups"].as_array().unwrap();
+    assert_eq!(fleet_groups.len(), 2, "{fleet_groups:?}");
+    for g in fleet_groups {
+        let label = g["label"].as_str().unwrap();
+        let o = group(&offline, label);
+        assert_eq!((&g["verdict"], &g["arms"]), (&o["verdict"], &o["arms"]), "{label}");
+        for k in ["effect_pct", "low_pct", "high_pct"] {
+            let (f, w) = (g["answer"][k].as_f64().unwrap(), o["answer"][k].as_f64().unwrap());
+            assert!((f - w).abs() <= 1e-9 * w.abs().max(1.0), "{label} {k}: fleet {f}, --analyze {w}");
         }
     }
 }

@@ -10,6 +10,7 @@ use crate::{
     experiment::{
         Arm,
         decide::{PrimaryMetric, Rule},
+        fleet::Source,
         groups::{PREFIX_LIST_MAX_BYTES, PrefixList},
         request::{Mode, Request, Run, Serve},
         schedule::Schedule,
@@ -109,9 +110,18 @@ pub struct ExperimentArgs {
     #[arg(long, value_name = "ADDR:PORT", value_parser = super::parse_listen, conflicts_with = "analyze")]
     pub(crate) metrics_listen: Option<SocketAddr>,
     /// The experiment's id in those series, the same on every host of one fleet experiment:
-    /// letters, digits and `_.:-`, at most 64 (default: the arms, e.g. cubic_vs_bbr)
-    #[arg(long, value_name = "NAME", requires = "metrics_listen")]
+    /// letters, digits and `_.:-`, at most 64 (default: the arms, e.g. cubic_vs_bbr); with
+    /// --analyze-prometheus, the experiment to judge
+    #[arg(long, value_name = "NAME")]
     pub(crate) id: Option<String>,
+    /// Judge a running experiment across every host whose --metrics-listen sums this Prometheus
+    /// scrapes (http://HOST:PORT; Thanos and Mimir serve the same API), with --id; per-connection
+    /// designs, all flows and each RTT band; no root needed
+    #[arg(long, value_name = "URL", requires = "id", conflicts_with_all = ["analyze", "port", "cgroup", "dst", "duration", "flows", "record", "design", "block", "burn_in", "seed", "metrics_listen", "plot", "recommend", "headless"])]
+    pub(crate) analyze_prometheus: Option<String>,
+    /// With --analyze-prometheus: more label matchers for the hosts to pool, e.g. 'job="edge",dc="fra"'
+    #[arg(long, value_name = "MATCHERS", requires = "analyze_prometheus")]
+    pub(crate) hosts: Option<String>,
     /// Re-analyse a `--record` file instead of running an experiment, and replay the live
     /// guardrail's checks on it in completion order; no root needed. (A `bbrscope stream`
     /// capture taken beside an experiment has no arms: record with --record.)
@@ -130,6 +140,16 @@ pub struct ExperimentArgs {
     /// view; a progress line every 10 s on stderr when stdout is not a terminal)
     #[arg(long, conflicts_with = "analyze")]
     pub(crate) headless: bool,
+}
+
+/// An experiment's id as its series carry it: 1 to 64 letters, digits and `_.:-` (a label
+/// value a query can name without escaping).
+fn checked_id(id: String) -> Result<String> {
+    let fits = |c: char| c.is_ascii_alphanumeric() || "_.:-".contains(c);
+    if id.is_empty() || id.len() > 64 || !id.chars().all(fits) {
+        usage!("--id '{id}': an experiment's id is 1 to 64 letters, digits and `_.:-` (e.g. edge_bbr_2026_11)");
+    }
+    Ok(id)
 }
 
 /// "90", "90s", "10m", "2h".
@@ -170,6 +190,7 @@ impl ExperimentArgs {
         let rule = self.rule()?;
         let prefix_lists = self.prefix_lists()?;
         let mode = match &self.analyze {
+            None if self.analyze_prometheus.is_some() => Mode::Fleet(self.fleet()?),
             Some(file) => Mode::Analyze {
                 file: file.clone(),
                 arms: match self.arms.as_slice() {
@@ -215,16 +236,29 @@ impl ExperimentArgs {
 
     /// `--metrics-listen` and `--id`, checked.
     fn metrics(&self) -> Result<Option<Serve>> {
-        let Some(listen) = self.metrics_listen else { return Ok(None) };
-        let id = match &self.id {
-            Some(id) => id.clone(),
-            None => self.arms.join("_vs_").replace('+', "_"),
+        let Some(listen) = self.metrics_listen else {
+            if self.id.is_some() {
+                usage!("--id names the experiment in --metrics-listen's series or for --analyze-prometheus: give one");
+            }
+            return Ok(None);
         };
-        let fits = |c: char| c.is_ascii_alphanumeric() || "_.:-".contains(c);
-        if id.is_empty() || id.len() > 64 || !id.chars().all(fits) {
-            usage!("--id '{id}': an experiment's id is 1 to 64 letters, digits and `_.:-` (e.g. edge_bbr_2026_11)");
-        }
+        let id = checked_id(self.id.clone().unwrap_or_else(|| self.arms.join("_vs_").replace('+', "_")))?;
         Ok(Some(Serve { listen, id }))
+    }
+
+    /// `--analyze-prometheus`, `--id` and `--hosts`, checked.
+    fn fleet(&self) -> Result<Source> {
+        let url = self.analyze_prometheus.clone().unwrap_or_default();
+        if !url.starts_with("http://") {
+            usage!("--analyze-prometheus '{url}': a Prometheus API's http:// URL (e.g. http://127.0.0.1:9090)");
+        }
+        let id = checked_id(self.id.clone().unwrap_or_default())?;
+        if let Some(h) = &self.hosts
+            && (h.contains(['{', '}']) || !h.contains(['=', '~']))
+        {
+            usage!("--hosts '{h}': label matchers without braces, e.g. 'job=\"edge\",dc=~\"fra|ams\"'");
+        }
+        Ok(Source { url: url.trim_end_matches('/').to_string(), id, hosts: self.hosts.clone() })
     }
 
     /// `--delta` and `--min-effect-ms` as the decision's rule.

@@ -15,11 +15,12 @@ use crate::{
     error::{Exit, usage},
     experiment::{
         Observation,
+        fleet::{self, Source},
         guardrail::{GuardDecision, SwitchedBack},
         print::{self, Output},
         progress::{Limit, LiveExperiment},
         record,
-        report::InScope,
+        report::{self, Context, InScope},
         request::{Mode, Request, Run},
         run::{Watch, Watched},
         setup::{self, Design, Setup},
@@ -39,6 +40,7 @@ pub async fn run(args: ExperimentArgs) -> Result<()> {
     let request = args.request()?;
     match &request.mode {
         Mode::Analyze { file, arms } => analyze(&request, file, arms.as_ref()),
+        Mode::Fleet(source) => fleet(&request, source),
         Mode::Run(run) => experiment(&request, run).await,
     }
 }
@@ -124,6 +126,20 @@ fn analyze(request: &Request, file: &Path, arms: Option<&[String; 2]>) -> Result
     // The groups the live guardrail sent back are in its replay, printed with it.
     let ended = Ended { stopped_by: capture.stopped_by, guard: capture.guard, switched_back: Vec::new() };
     finish(request, &capture.obs, &setup, ended, true)
+}
+
+/// `--analyze-prometheus`: the report of a running experiment across the hosts whose sums one
+/// Prometheus holds.
+fn fleet(request: &Request, source: &Source) -> Result<()> {
+    let (a, hosts) = fleet::analyze(source, request.rule, request.metric)?;
+    let ctx = Context { scope: InScope::default(), service_cgroup: None, guard_stop: None };
+    let rep = report::build(&a, &ctx);
+    let fleet = print::Fleet { id: source.id.clone(), hosts, prometheus: source.url.clone() };
+    print::show(&rep, &Output { json: request.json, fleet: Some(fleet), ..Output::default() })?;
+    if rep.integrity.overridden {
+        return Err(Exit(2).into());
+    }
+    Ok(())
 }
 
 /// How connections get their arms, for the line that starts the run: the seed too, so that a
@@ -219,6 +235,7 @@ fn finish(request: &Request, obs: &[Observation], setup: &Setup, ended: Ended, r
             guard,
             switched_back,
             replay,
+            fleet: None,
         },
     )?;
     if stopped_by_guard && !replaying {

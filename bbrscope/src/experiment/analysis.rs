@@ -49,7 +49,7 @@ use crate::{quantile::type7, rng::Rng};
 use super::client::{self, ClientGroup};
 use super::{
     Observation,
-    decide::{self, Answer, Outcome, PrimaryMetric, Rule, Strata},
+    decide::{self, Answer, CellSums, Outcome, PrimaryMetric, Rule, Strata},
     groups::{Bucket, Group, GroupKind, PrefixList, groups},
     schedule::Kind,
     setup::Design,
@@ -542,23 +542,11 @@ pub fn analyze(obs: &[Observation], opts: &Options) -> Analysis {
             }
         })
         .collect();
-    let [na, nb] = names;
     // Flows still running at the end did not finish then: not in the rate of flows.
     let ends: Vec<f64> = obs.iter().filter(|o| !o.censored).filter_map(|o| o.end_ts).collect();
     let span =
         ends.iter().copied().fold(f64::NEG_INFINITY, f64::max) - ends.iter().copied().fold(f64::INFINITY, f64::min);
     Analysis {
-        arms: [
-            ArmInfo { cc: na, flows: all[0].flows, bytes: all[0].bytes },
-            ArmInfo { cc: nb, flows: all[1].flows, bytes: all[1].bytes },
-        ],
-        level: opts.level,
-        resamples: opts.resamples,
-        seed: opts.seed,
-        min_flows: opts.min_flows,
-        alpha: opts.rule.alpha,
-        delta_pct: opts.rule.delta * 100.0,
-        min_effect_ms: opts.rule.min_abs_s * 1e3,
         groups_judged: judged,
         integrity,
         // Of every flow the kernel gave an arm, whether it ran it or not: the check is of the
@@ -588,8 +576,125 @@ pub fn analyze(obs: &[Observation], opts: &Options) -> Analysis {
         sparse_prefixes: sparse,
         flows_per_s: (ends.len() > 1 && span > 0.0).then(|| ends.len() as f64 / span),
         in_flight: [0, 1].map(|arm| obs.iter().filter(|o| o.censored && o.arm == arm).count()),
-        design: opts.design,
-        metric,
+        ..Analysis::of_run(names, all, opts)
+    }
+}
+
+impl Analysis {
+    /// What every analysis says of the run and its rule, before its groups.
+    fn of_run([na, nb]: [String; 2], all: [ArmStats; 2], opts: &Options) -> Analysis {
+        Analysis {
+            arms: [
+                ArmInfo { cc: na, flows: all[0].flows, bytes: all[0].bytes },
+                ArmInfo { cc: nb, flows: all[1].flows, bytes: all[1].bytes },
+            ],
+            level: opts.level,
+            resamples: opts.resamples,
+            seed: opts.seed,
+            min_flows: opts.min_flows,
+            alpha: opts.rule.alpha,
+            delta_pct: opts.rule.delta * 100.0,
+            min_effect_ms: opts.rule.min_abs_s * 1e3,
+            groups_judged: 0,
+            integrity: Integrity::default(),
+            sample_ratio: sample_ratio([0, 0], opts.split_b, opts.srm_alpha),
+            groups: Vec::new(),
+            sparse_prefixes: Sparse::default(),
+            flows_per_s: None,
+            in_flight: [0, 0],
+            design: opts.design,
+            metric: opts.metric(),
+        }
+    }
+}
+
+/// One arm's flows of one stratum, as a fleet's sums give them: the moments and the bytes.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub(crate) struct CellTotals {
+    pub sums: CellSums,
+    pub bytes: u64,
+}
+
+/// The analysis of a per-connection experiment known only by its sums per stratum and arm (a
+/// fleet's, added across hosts), with `overridden` flows per arm left out of them: all flows and
+/// each RTT band, judged as [`analyze`] judges them, at the same α (the destination prefixes'
+/// share kept for them, though sums have none: a host's `--analyze` and its fleet's answer at
+/// the same level).
+pub(crate) fn of_sums(
+    cells: &BTreeMap<decide::Key, [CellTotals; 2]>,
+    overridden: [usize; 2],
+    opts: &Options,
+) -> Analysis {
+    let names = opts.arms.clone().unwrap_or_default();
+    let metric = opts.metric();
+    let arms_of = |band: Option<usize>| {
+        let mut s = [ArmStats::default(); 2];
+        for (_, arms) in cells.iter().filter(|((b, _), _)| band.is_none_or(|x| x == *b)) {
+            for (stats, cell) in s.iter_mut().zip(arms) {
+                stats.flows += cell.sums.n;
+                stats.bytes += cell.bytes;
+            }
+        }
+        s
+    };
+    let alpha = AlphaSplit::new(opts).declared;
+    let bands = (1..=opts.rtt_bands_ms.len() + 1).filter(|_| opts.by_rtt).map(Some);
+    let groups: Vec<GroupResult> = std::iter::once(None)
+        .chain(bands)
+        .filter(|band| arms_of(*band) != [ArmStats::default(); 2] || band.is_none())
+        .map(|band| {
+            let strata = Strata::of_sums(
+                metric,
+                cells
+                    .iter()
+                    .filter(|((b, _), _)| band.is_none_or(|x| x == *b))
+                    .map(|(key, arms)| (*key, arms.map(|c| c.sums))),
+            );
+            let answer = decide::answer(strata.estimate(), alpha, &opts.rule);
+            let (kind, label) = match band {
+                None => (GroupKind::All, "all flows".to_string()),
+                Some(b) => (GroupKind::Rtt, crate::units::band_label(b, &opts.rtt_bands_ms)),
+            };
+            GroupResult {
+                kind,
+                label,
+                prefixes: Vec::new(),
+                arms: arms_of(band),
+                verdict: Verdict::of(answer.outcome),
+                answer,
+                left_out: strata.left_out(&opts.rtt_bands_ms),
+                metrics: Vec::new(),
+                members: Vec::new(),
+                design: None,
+                switchback: None,
+                clients: None,
+            }
+        })
+        .collect();
+    let all = arms_of(None);
+    let total = all[0].flows + all[1].flows + overridden[0] + overridden[1];
+    let share = if total == 0 { 0.0 } else { (overridden[0] + overridden[1]) as f64 / total as f64 };
+    let integrity = Integrity {
+        excluded: overridden,
+        excluded_share: share,
+        overridden: share > MAX_OVERRIDDEN,
+        ..Integrity::default()
+    };
+    let groups = if integrity.overridden {
+        groups.into_iter().map(|g| GroupResult { verdict: Verdict::ArmsOverridden, ..g }).collect()
+    } else {
+        groups
+    };
+    Analysis {
+        groups_judged: groups.iter().filter(|g| g.answer.outcome != Outcome::TooFewFlows).count(),
+        sample_ratio: sample_ratio(
+            [all[0].flows + overridden[0], all[1].flows + overridden[1]],
+            opts.split_b,
+            opts.srm_alpha,
+        ),
+        integrity,
+        groups,
+        ..Analysis::of_run(names, all, opts)
     }
 }
 

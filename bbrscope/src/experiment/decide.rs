@@ -85,6 +85,16 @@ impl Moments {
         self.time_s += o.time_s;
     }
 
+    /// The moments of flows whose sums are `s`.
+    fn of_sums(s: &CellSums) -> Moments {
+        if s.n == 0 {
+            return Moments::default();
+        }
+        let mean = s.ln / s.n as f64;
+        // Σx² − (Σx)²/n: what Welford's m2 holds, from sums that add across hosts.
+        Moments { n: s.n, mean, m2: (s.ln_squares - s.ln * mean).max(0.0), time_s: s.seconds }
+    }
+
     /// Variance of the mean.
     fn var_of_mean(&self) -> f64 {
         let s2 = if self.n > 1 { self.m2 / (self.n - 1) as f64 } else { 0.0 };
@@ -132,13 +142,23 @@ impl PrimaryMetric {
     }
 }
 
+/// One arm's flows in one stratum as sums (what a running experiment serves, `experiment/sums.rs`):
+/// n, Σ ln T, Σ (ln T)² and Σ T, T floored as [`Moments`] floors it. Sums of hosts add.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub(crate) struct CellSums {
+    pub n: usize,
+    pub ln: f64,
+    pub ln_squares: f64,
+    pub seconds: f64,
+}
+
 /// Whether a stratum counts: [`MIN_CELL`] flows in each arm.
 fn counts([a, b]: &[Moments; 2]) -> bool {
     a.n >= MIN_CELL && b.n >= MIN_CELL
 }
 
 /// A stratum: band of minimum RTT x response-size bucket.
-type Key = (usize, Bucket);
+pub(crate) type Key = (usize, Bucket);
 
 /// The strata of one group, filled as flows finish (cheap enough to keep per look: O(1) a
 /// flow, O(strata) an estimate).
@@ -155,6 +175,20 @@ impl Strata {
     /// Empty strata whose estimate weighs them by `metric`.
     pub(crate) fn weighted(metric: PrimaryMetric) -> Self {
         Strata { metric, ..Strata::default() }
+    }
+
+    /// The strata whose cells' sums are `cells` (stratum → A's, B's), weighed by `metric`: the
+    /// same estimate as adding each flow.
+    pub(crate) fn of_sums(metric: PrimaryMetric, cells: impl IntoIterator<Item = (Key, [CellSums; 2])>) -> Self {
+        let mut s = Strata::weighted(metric);
+        for (key, sums) in cells {
+            let cell = s.cells.entry(key).or_default();
+            for arm in 0..2 {
+                cell[arm].combine(&Moments::of_sums(&sums[arm]));
+                s.flows[arm] += sums[arm].n;
+            }
+        }
+        s
     }
 
     /// A stratum's share of the strata that count, `total` their [`PrimaryMetric::weight`]s' sum.
@@ -476,6 +510,45 @@ fn more_flows(e: &Estimate, alpha: f64, rule: &Rule) -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Strata built from per-cell sums, split over three "hosts" and added, give the estimate
+    /// of adding every flow, to 1e-9, with either metric.
+    #[test]
+    fn sums_added_across_hosts_give_the_estimate_of_the_flows() {
+        use crate::experiment::analysis::tests::{pop, synth};
+        let obs = synth(&[pop([203, 0, 113], 120.0, [1.0, 1.3], 200), pop([10, 0, 0], 2.0, [1.0, 1.0], 200)], 5);
+        let bands = [10.0, 50.0, 150.0];
+        for metric in [PrimaryMetric::TimeWeighted, PrimaryMetric::PerResponse] {
+            let mut flows = Strata::weighted(metric);
+            // Three hosts, each with every third flow, each summing its own.
+            let mut hosts: [std::collections::BTreeMap<Key, [CellSums; 2]>; 3] = Default::default();
+            for (i, o) in obs.iter().enumerate() {
+                flows.add(o, &bands);
+                let t = o.client_s().max(FLOOR_S);
+                let key = (band_of(o.min_rtt_us, &bands), Bucket::of(o.bytes));
+                let c = &mut hosts[i % 3].entry(key).or_default()[o.arm];
+                c.n += 1;
+                c.ln += t.ln();
+                c.ln_squares += t.ln() * t.ln();
+                c.seconds += t;
+            }
+            // Added across hosts, as `sum by (arm, rtt_band, size)` adds them.
+            let mut fleet: std::collections::BTreeMap<Key, [CellSums; 2]> = Default::default();
+            for (key, arms) in hosts.iter().flatten() {
+                let cell = fleet.entry(*key).or_default();
+                for arm in 0..2 {
+                    cell[arm].n += arms[arm].n;
+                    cell[arm].ln += arms[arm].ln;
+                    cell[arm].ln_squares += arms[arm].ln_squares;
+                    cell[arm].seconds += arms[arm].seconds;
+                }
+            }
+            let (want, got) = (flows.estimate().unwrap(), Strata::of_sums(metric, fleet).estimate().unwrap());
+            let close = |a: f64, b: f64| (a - b).abs() <= 1e-9 * b.abs().max(1e-3);
+            assert!(close(got.log_ratio, want.log_ratio) && close(got.var, want.var), "{got:?} vs {want:?}");
+            assert_eq!((got.flows, got.strata), (want.flows, want.strata));
+        }
+    }
 
     /// Reference values: the mixture likelihood ratio of a N(θ̂; 0, V) estimate against the
     /// N(0, τ²) mixture over θ, integrated numerically with scipy.integrate.quad, the boundary found with brentq:

@@ -31,6 +31,7 @@ pub(crate) mod status_quo;
 // A run: what was asked, the loop while it runs, where it stands and its analysis off the loop,
 // its dashboard panel, its recording, its sums served to Prometheus, and the printed end.
 mod dashboard;
+pub(crate) mod fleet;
 pub(crate) mod monitor;
 pub(crate) mod print;
 pub mod progress;

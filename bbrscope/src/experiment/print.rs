@@ -28,6 +28,7 @@ pub(crate) fn check_plot_path(p: &Path) -> Result<()> {
     Ok(())
 }
 
+#[derive(Default)]
 pub(crate) struct Output {
     pub json: bool,
     pub plot: Option<PathBuf>,
@@ -40,6 +41,17 @@ pub(crate) struct Output {
     pub switched_back: Vec<SwitchedBack>,
     /// `--analyze`: what the live guardrail would have done on the recording.
     pub replay: Option<guardrail::Replay>,
+    /// `--analyze-prometheus`: whose sums were judged.
+    pub fleet: Option<Fleet>,
+}
+
+/// The hosts a fleet's answer rests on.
+#[derive(Clone, Debug, Serialize)]
+pub(crate) struct Fleet {
+    pub id: String,
+    /// Hosts serving the experiment's sums when they were read.
+    pub hosts: usize,
+    pub prometheus: String,
 }
 
 /// `--json`: the report with how the run ended.
@@ -55,6 +67,9 @@ struct JsonReport<'a> {
     guardrail_switched_back: &'a [SwitchedBack],
     /// `--analyze`: the live guardrail's checks replayed in completion order.
     guardrail_replay: Option<&'a guardrail::Replay>,
+    /// `--analyze-prometheus`: the experiment's id, its hosts and the Prometheus read.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    fleet: Option<&'a Fleet>,
 }
 
 /// Prints the final report. Its first line is the guardrail's reason when it stopped the run.
@@ -64,26 +79,43 @@ pub(crate) fn finish(obs: &[Observation], setup: &Setup, out: &Output) -> Result
     if let Some(p) = &out.plot {
         crate::figure::write(p, &plot::svg(obs, &a, 6))?;
     }
+    show(&rep, out)?;
+    Ok(rep)
+}
+
+/// Prints `rep` as `out` asks: JSON, or the text with the guardrail's groups, its replay and the
+/// recommended commands.
+pub(crate) fn show(rep: &Report, out: &Output) -> Result<()> {
     output::guard(|| {
         if out.json {
             outln!(
                 "{}",
                 serde_json::to_string(&JsonReport {
-                    report: &rep,
+                    report: rep,
                     stopped_by: out.stopped_by.as_deref(),
                     guardrail: out.guard.as_ref().filter(|g| g.stop),
                     guardrail_switched_back: &out.switched_back,
                     guardrail_replay: out.replay.as_ref(),
+                    fleet: out.fleet.as_ref(),
                 })?
             )?;
             return Ok(());
+        }
+        if let Some(f) = &out.fleet {
+            let hosts = if f.hosts == 1 { "host" } else { "hosts" };
+            outln!(
+                "fleet: experiment {} on {} {hosts}, their sums from the Prometheus at {}",
+                f.id,
+                f.hosts,
+                f.prometheus
+            )?;
         }
         if let Some(why) = &out.stopped_by {
             outln!("{why}")?;
         }
         outln!("{}", rep.render_text().trim_end())?;
         for g in &out.switched_back {
-            outln!("{}", switched_back_line(g, &rep))?;
+            outln!("{}", switched_back_line(g, rep))?;
         }
         if let Some(r) = &out.replay {
             outln!()?;
@@ -105,7 +137,7 @@ pub(crate) fn finish(obs: &[Observation], setup: &Setup, out: &Output) -> Result
                 )?,
             }
             for g in &r.switched_back {
-                outln!("replayed: {}", switched_back_line(g, &rep))?;
+                outln!("replayed: {}", switched_back_line(g, rep))?;
             }
         }
         if out.recommend {
@@ -118,8 +150,7 @@ pub(crate) fn finish(obs: &[Observation], setup: &Setup, out: &Output) -> Result
             }
         }
         Ok(())
-    })?;
-    Ok(rep)
+    })
 }
 
 /// One group the guardrail sent back, in words: which, when, and the numbers that did it.

@@ -80,6 +80,11 @@ pub(super) fn metric_key(metric: PrimaryMetric) -> String {
     serde_json::to_value(metric).ok().and_then(|v| v.as_str().map(str::to_string)).unwrap_or_default()
 }
 
+/// The metric `name` names (a header's or an experiment's series'), if one is known.
+pub(super) fn metric_of(name: &str) -> Option<PrimaryMetric> {
+    metric(Some(name)).ok().flatten()
+}
+
 /// The primary metric a header names: `Ok(None)` when it names none (the design's), `Err` for
 /// one not known.
 fn metric(name: Option<&str>) -> Result<Option<PrimaryMetric>, ()> {

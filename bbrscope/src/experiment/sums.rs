@@ -5,8 +5,8 @@
 //! per-connection stratified estimate and its variance of every RTT band and of all flows follow
 //! from them, pooled over any set of hosts (docs/experiment-method.md, "Sums for a fleet").
 //!
-//! Bounded by construction: 2 arms x 5 bands x 4 sizes, four series each, plus two per arm and
-//! one info series: at most 165 series per experiment.
+//! Bounded by construction: 2 arms x 5 bands x 4 sizes, five series each, plus one per arm and
+//! one info series: at most 203 series per experiment.
 
 use anyhow::{Context as _, Result};
 use prometheus_client::{
@@ -70,6 +70,7 @@ pub(crate) struct Sums {
     ln_sum: Family<CellLabels, FloatGauge>,
     ln_squares: Family<CellLabels, FloatCounter>,
     seconds: Family<CellLabels, FloatCounter>,
+    bytes: Family<CellLabels, Counter>,
     overridden: Family<ArmLabels, Counter>,
 }
 
@@ -110,6 +111,7 @@ impl Sums {
             ln_sum: Family::default(),
             ln_squares: Family::default(),
             seconds: Family::default(),
+            bytes: Family::default(),
             overridden: Family::default(),
         };
         let seed = match about.design {
@@ -157,6 +159,12 @@ impl Sums {
             prometheus_client::registry::Unit::Seconds,
             s.seconds.clone(),
         );
+        registry.register_with_unit(
+            "bbrscope_experiment_acked",
+            "Sum over those flows of the bytes the clients acknowledged",
+            prometheus_client::registry::Unit::Bytes,
+            s.bytes.clone(),
+        );
         registry.register(
             "bbrscope_experiment_overridden_flows",
             "Finished flows of an arm that did not run its algorithm (the service set its own): left out of the sums",
@@ -180,6 +188,7 @@ impl Sums {
         self.ln_sum.get_or_create(&cell).inc_by(t.ln());
         self.ln_squares.get_or_create(&cell).inc_by(t.ln() * t.ln());
         self.seconds.get_or_create(&cell).inc_by(t);
+        self.bytes.get_or_create(&cell).inc_by(o.bytes);
     }
 }
 
@@ -222,7 +231,7 @@ impl Drop for Served {
 }
 
 /// A band as a label value: `lt10ms`, `10_50ms`, `ge150ms`, `unknown` ([`band_of`]'s numbering).
-fn band_key(band: usize, edges_ms: &[f64]) -> String {
+pub(super) fn band_key(band: usize, edges_ms: &[f64]) -> String {
     let Some(edges) = band_edges(band, edges_ms) else { return "unknown".into() };
     match edges {
         (None, Some(hi)) => format!("lt{hi}ms"),
@@ -286,9 +295,9 @@ mod tests {
         let squares: f64 = cell.iter().map(|t| t.ln() * t.ln()).sum();
         assert!(close(value("bbrscope_experiment_completion_ln_seconds_squared_total"), squares));
         assert!(close(value("bbrscope_experiment_completion_seconds_total"), cell.iter().sum()));
-        // Bounded: 2 arms x 5 bands x 4 sizes x 4 series at most, plus the arms' and the info.
+        // Bounded: 2 arms x 5 bands x 4 sizes x 5 series at most, plus the arms' and the info.
         let series = text.lines().filter(|l| !l.starts_with('#')).count();
-        assert!(series <= 2 * 5 * 4 * 4 + 2 + 1, "{series}");
+        assert!(series <= 2 * 5 * 4 * 5 + 2 + 1, "{series}");
     }
 
     #[test]

@@ -1,0 +1,210 @@
+//! `--analyze-prometheus URL --id NAME`: one experiment's answer across every host whose sums a
+//! Prometheus holds (`--metrics-listen` on each host, [`super::sums`]). The sums are added per arm
+//! and stratum by Prometheus itself (`sum by`), then judged by [`analysis::of_sums`] with the
+//! estimate, α and rule of a single host's `--analyze` (docs/experiment-method.md, "Sums for a
+//! fleet").
+//!
+//! Read through Prometheus's HTTP API (`/api/v1/query`, an instant query: the hosts serving the
+//! experiment now), over plain HTTP/1.0: a URL of a Prometheus, Thanos Query or Mimir's Prometheus
+//! API, `http://` only.
+
+use std::{
+    collections::BTreeMap,
+    io::{Read as _, Write as _},
+    net::{TcpStream, ToSocketAddrs as _},
+    time::Duration,
+};
+
+use anyhow::{Context as _, Result, bail};
+use serde_json::Value;
+
+use super::{
+    analysis::{self, Analysis, CellTotals, Options},
+    decide::{Key, PrimaryMetric, Rule},
+    groups::Bucket,
+    guardrail::RTT_BANDS_MS,
+    record,
+    setup::Design,
+    sums::band_key,
+};
+use crate::error::usage;
+
+/// Where to read, and which experiment.
+pub(crate) struct Source {
+    /// `http://HOST:PORT[/PREFIX]`.
+    pub url: String,
+    pub id: String,
+    /// More label matchers for the hosts (`job="edge"`), or none.
+    pub hosts: Option<String>,
+}
+
+/// Connecting, and each read, give up after this.
+const TIMEOUT: Duration = Duration::from_secs(10);
+/// A query's answer larger than this is not the few hundred series asked for.
+const MAX_BODY: u64 = 16 << 20;
+
+/// The experiment `source` names, across its hosts, judged with `rule` (and `metric`, else the
+/// one the hosts declared).
+pub(crate) fn analyze(source: &Source, rule: Rule, metric: Option<PrimaryMetric>) -> Result<(Analysis, usize)> {
+    let sel = match &source.hosts {
+        Some(h) => format!("{{id=\"{}\",{h}}}", source.id),
+        None => format!("{{id=\"{}\"}}", source.id),
+    };
+    let info =
+        query(source, &format!("count by (design, arm_a, arm_b, split_pct, metric) (bbrscope_experiment_info{sel})"))?;
+    let [(labels, hosts)] = &info[..] else {
+        if info.is_empty() {
+            bail!(
+                "no host serves experiment {} in the Prometheus at {} (is it scraping each host's --metrics-listen?)",
+                source.id,
+                source.url
+            );
+        }
+        let seen: Vec<String> = info.iter().map(|(l, _)| format!("{l:?}")).collect();
+        bail!("the hosts of experiment {} disagree on its design or arms: {}", source.id, seen.join("; "));
+    };
+    let label = |k: &str| labels.get(k).cloned().unwrap_or_default();
+    if label("design") != record::design_key(&Design::PerConnection) {
+        usage!(
+            "experiment {} is a {} design: the fleet analysis answers per-connection designs (a switchback's rounds \
+             and a client design's clients are not in the sums yet)",
+            source.id,
+            label("design")
+        );
+    }
+    let declared = record::metric_of(&label("metric"));
+    let opts = Options {
+        arms: Some([label("arm_a"), label("arm_b")]),
+        split_b: label("split_pct").parse::<f64>().unwrap_or(50.0) / 100.0,
+        rule,
+        metric: metric.or(declared),
+        secondary: false,
+        design: Design::PerConnection,
+        ..Options::default()
+    };
+    let mut cells: BTreeMap<Key, [CellTotals; 2]> = BTreeMap::new();
+    let by = "sum by (arm, rtt_band, size)";
+    for (series, put) in [
+        (
+            "bbrscope_experiment_flows_total",
+            (|c: &mut CellTotals, v: f64| c.sums.n = v as usize) as fn(&mut CellTotals, f64),
+        ),
+        ("bbrscope_experiment_completion_ln_seconds", |c, v| c.sums.ln = v),
+        ("bbrscope_experiment_completion_ln_seconds_squared_total", |c, v| c.sums.ln_squares = v),
+        ("bbrscope_experiment_completion_seconds_total", |c, v| c.sums.seconds = v),
+        ("bbrscope_experiment_acked_bytes_total", |c, v| c.bytes = v as u64),
+    ] {
+        for (l, v) in query(source, &format!("{by} ({series}{sel})"))? {
+            let Some((key, arm)) = cell_of(&l) else { continue };
+            put(&mut cells.entry(key).or_default()[arm], v);
+        }
+    }
+    let mut overridden = [0, 0];
+    for (l, v) in query(source, &format!("sum by (arm) (bbrscope_experiment_overridden_flows_total{sel})"))? {
+        if let Some(arm) = arm_of(&l) {
+            overridden[arm] = v as usize;
+        }
+    }
+    Ok((analysis::of_sums(&cells, overridden, &opts), *hosts as usize))
+}
+
+/// A series' stratum and arm, from its labels.
+fn cell_of(l: &BTreeMap<String, String>) -> Option<(Key, usize)> {
+    let arm = arm_of(l)?;
+    let band = (0..RTT_BANDS_MS.len() + 2).find(|&b| Some(&band_key(b, &RTT_BANDS_MS)) == l.get("rtt_band"))?;
+    let size = Bucket::ALL.into_iter().find(|b| Some(b.key()) == l.get("size").map(String::as_str))?;
+    Some(((band, size), arm))
+}
+
+fn arm_of(l: &BTreeMap<String, String>) -> Option<usize> {
+    match l.get("arm")?.as_str() {
+        "a" => Some(0),
+        "b" => Some(1),
+        _ => None,
+    }
+}
+
+/// An instant query's vector: each series' labels and value.
+fn query(source: &Source, promql: &str) -> Result<Vec<(BTreeMap<String, String>, f64)>> {
+    let body = get(&source.url, &format!("/api/v1/query?query={}", urlencode(promql)))
+        .with_context(|| format!("querying the Prometheus at {}", source.url))?;
+    let v: Value = serde_json::from_str(&body)
+        .with_context(|| format!("the Prometheus at {} answered with no JSON: {}", source.url, first_line(&body)))?;
+    if v["status"] != "success" {
+        bail!("the Prometheus at {} refused the query {promql}: {}", source.url, v["error"]);
+    }
+    let Some(result) = v["data"]["result"].as_array() else {
+        bail!("the Prometheus at {} answered the query {promql} with no vector", source.url);
+    };
+    Ok(result
+        .iter()
+        .filter_map(|s| {
+            let labels =
+                s["metric"].as_object()?.iter().map(|(k, v)| (k.clone(), v.as_str().unwrap_or("").to_string()));
+            Some((labels.collect(), s["value"][1].as_str()?.parse().ok()?))
+        })
+        .collect())
+}
+
+/// GET `target` from `url` (`http://HOST:PORT[/PREFIX]`) over HTTP/1.0, so that the body ends
+/// with the connection: the body of a 200.
+fn get(url: &str, target: &str) -> Result<String> {
+    let Some(rest) = url.strip_prefix("http://") else {
+        bail!("{url}: only http:// URLs are read (e.g. http://127.0.0.1:9090)");
+    };
+    let (host, prefix) = rest.split_once('/').map_or((rest, ""), |(h, p)| (h, p));
+    let addr = host
+        .to_socket_addrs()
+        .with_context(|| format!("{host}: not a host and port"))?
+        .next()
+        .with_context(|| format!("{host}: no address"))?;
+    let mut s = TcpStream::connect_timeout(&addr, TIMEOUT).with_context(|| format!("connecting to {addr}"))?;
+    s.set_read_timeout(Some(TIMEOUT))?;
+    let path = format!("/{}{target}", prefix.trim_end_matches('/')).replace("//", "/");
+    write!(s, "GET {path} HTTP/1.0\r\nHost: {host}\r\nAccept: application/json\r\n\r\n")?;
+    let mut resp = Vec::new();
+    s.take(MAX_BODY).read_to_end(&mut resp)?;
+    let resp = String::from_utf8_lossy(&resp);
+    let (head, body) = resp.split_once("\r\n\r\n").unwrap_or((&resp, ""));
+    let status = head.split(' ').nth(1).unwrap_or("");
+    // Prometheus answers a bad query 400 with its error in the JSON body: let the caller read it.
+    if status != "200" && status != "400" && status != "422" {
+        bail!("{addr} answered {}", first_line(head));
+    }
+    Ok(body.to_string())
+}
+
+fn first_line(s: &str) -> &str {
+    s.lines().next().unwrap_or("")
+}
+
+/// A query string's value, percent-encoded.
+fn urlencode(s: &str) -> String {
+    s.bytes()
+        .map(|b| match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => (b as char).to_string(),
+            _ => format!("%{b:02X}"),
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_series_names_its_cell_and_arm() {
+        let l = |pairs: &[(&str, &str)]| pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+        assert_eq!(
+            cell_of(&l(&[("arm", "b"), ("rtt_band", "50_150ms"), ("size", "16k_256k")])),
+            Some(((3, Bucket::To256K), 1))
+        );
+        assert_eq!(
+            cell_of(&l(&[("arm", "a"), ("rtt_band", "unknown"), ("size", "lt16k")])),
+            Some(((0, Bucket::Under16K), 0))
+        );
+        assert_eq!(cell_of(&l(&[("arm", "c"), ("rtt_band", "unknown"), ("size", "lt16k")])), None);
+        assert_eq!(cell_of(&l(&[("arm", "a"), ("rtt_band", "20_30ms"), ("size", "lt16k")])), None);
+        assert_eq!(urlencode("sum by (arm) (x{id=\"a b\"})"), "sum%20by%20%28arm%29%20%28x%7Bid%3D%22a%20b%22%7D%29");
+    }
+}
