@@ -1108,6 +1108,58 @@ pub(crate) mod tests {
         assert!(any as f64 / reps as f64 <= 0.05, "{any}/{reps}");
     }
 
+    /// The analysis of sums (a fleet's) answers all flows and each RTT band as the analysis of
+    /// the flows does — estimate, interval, verdict, arms, α — on an effect in one band and on an
+    /// A/A; the overridden flows it is told of are left out and counted the same way.
+    #[test]
+    fn the_analysis_of_sums_is_the_analysis_of_the_flows() {
+        let names = ["cubic".to_string(), "bbr".to_string()];
+        let opts = Options { arms: Some(names.clone()), secondary: false, ..Options::default() };
+        for (seed, far) in [(21, 1.4), (22, 1.0)] {
+            let mut obs =
+                synth(&[pop([203, 0, 113], 200.0, [1.0, far], 300), pop([10, 0, 0], 2.0, [1.0, 1.0], 300)], seed);
+            obs[3].cc = "reno".into();
+            let mut cells: BTreeMap<decide::Key, [CellTotals; 2]> = BTreeMap::new();
+            let mut overridden = [0, 0];
+            for o in &obs {
+                if !ran_its_arm(o, &names) {
+                    overridden[o.arm] += 1;
+                    continue;
+                }
+                let t = o.client_s().max(decide::FLOOR_S);
+                let c = &mut cells
+                    .entry((crate::units::band_of(o.min_rtt_us, &opts.rtt_bands_ms), Bucket::of(o.bytes)))
+                    .or_default()[o.arm];
+                c.sums.n += 1;
+                c.sums.ln += t.ln();
+                c.sums.ln_squares += t.ln() * t.ln();
+                c.sums.seconds += t;
+                c.bytes += o.bytes;
+            }
+            let (want, got) = (analyze(&obs, &opts), of_sums(&cells, overridden, &opts));
+            assert_eq!(got.integrity.excluded, want.integrity.excluded);
+            assert_eq!((got.arms[0].flows, got.arms[1].bytes), (want.arms[0].flows, want.arms[1].bytes));
+            let judged: Vec<&GroupResult> =
+                want.groups.iter().filter(|g| matches!(g.kind, GroupKind::All | GroupKind::Rtt)).collect();
+            assert_eq!(got.groups.len(), judged.len());
+            for (g, w) in got.groups.iter().zip(judged) {
+                assert_eq!((&g.label, g.verdict, g.arms), (&w.label, w.verdict, w.arms));
+                for (x, y) in [
+                    (g.answer.effect_pct, w.answer.effect_pct),
+                    (g.answer.low_pct, w.answer.low_pct),
+                    (g.answer.high_pct, w.answer.high_pct),
+                ] {
+                    let (x, y) = (x.unwrap(), y.unwrap());
+                    assert!((x - y).abs() <= 1e-9 * y.abs().max(1.0), "{}: {x} vs {y}", g.label);
+                }
+                assert_eq!(g.answer.level, w.answer.level);
+            }
+            let far_band = got.groups.iter().find(|g| g.label == "RTT ≥150 ms").unwrap();
+            let better = if far > 1.0 { Some(0) } else { None };
+            assert_eq!(far_band.verdict.better_arm(), better, "{far}: {:?}", far_band.verdict);
+        }
+    }
+
     #[test]
     fn flows_that_did_not_run_their_arm_are_left_out_and_many_conclude_nothing() {
         let mut obs = lossy_and_clean(4);
