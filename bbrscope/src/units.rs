@@ -258,6 +258,12 @@ pub(crate) fn fmt_us_fine(us: u32) -> String {
     if us < 1_000 { format!("{us} µs") } else { fmt_us(f64::from(us)) }
 }
 
+/// The time of day of a Unix time, UTC: `17:57:54 UTC` (for a line that repeats through a day).
+pub(crate) fn fmt_utc_time(unix_s: f64) -> String {
+    let s = unix_s.max(0.0) as u64 % 86_400;
+    format!("{:02}:{:02}:{:02} UTC", s / 3600, s / 60 % 60, s % 60)
+}
+
 /// The band of minimum RTT a flow is in: 0 unknown, then 1.. by the edges (ms).
 pub(crate) fn band_of(min_rtt_us: Option<u32>, edges_ms: &[f64]) -> usize {
     min_rtt_us.map_or(0, |r| 1 + edges_ms.iter().filter(|&&e| f64::from(r) / 1e3 >= e).count())
@@ -283,6 +289,12 @@ pub(crate) fn band_label(band: usize, edges_ms: &[f64]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn times_of_day_in_utc() {
+        assert_eq!(fmt_utc_time(1_795_975_074.9), "17:57:54 UTC");
+        assert_eq!(fmt_utc_time(0.0), "00:00:00 UTC");
+    }
 
     #[test]
     fn rates_formatted() {

@@ -137,6 +137,22 @@ fn every_connection_gets_an_arm_and_the_arms_algorithm() {
     let fleet: Value = serde_json::from_slice(&out.stdout).unwrap();
     let text = bbrscope().args(["experiment", "--analyze-prometheus", &url, "--id", "t_every"]).output().unwrap();
     let text = String::from_utf8_lossy(&text.stdout).into_owned();
+    // Watched: a report a line, a look a second, the same answer while nothing changes, until
+    // Ctrl-C (exit 0).
+    let mut watching = bbrscope()
+        .args(["experiment", "--analyze-prometheus", &url, "--id", "t_every", "--watch", "1s", "--json"])
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut looks = BufReader::new(watching.stdout.take().unwrap()).lines();
+    let (first, second): (Value, Value) = (
+        serde_json::from_str(&looks.next().unwrap().unwrap()).unwrap(),
+        serde_json::from_str(&looks.next().unwrap().unwrap()).unwrap(),
+    );
+    // SAFETY: kill(2) on our own child's pid.
+    unsafe { libc::kill(watching.id() as i32, libc::SIGINT) };
+    assert_eq!(wait_timeout(&mut watching, Duration::from_secs(10)).and_then(|s| s.code()), Some(0));
+    assert_eq!(first["groups"], second["groups"]);
     let live = report_of(child);
     assert!(TcpStream::connect(sums_at).is_err(), "the sums are still served at {sums_at} after the run");
     let m = std::fs::symlink_metadata(&record).unwrap();
@@ -235,6 +251,7 @@ fn every_connection_gets_an_arm_and_the_arms_algorithm() {
     // The fleet's answer from Prometheus is --analyze's of the recording: every group it judges
     // (all flows, the RTT band), estimate and interval ends to 1e-9, verdict and flows alike.
     assert_eq!(fleet["fleet"]["hosts"], 1, "{}", fleet["fleet"]);
+    assert_eq!(first["groups"], fleet["groups"]);
     assert!(
         text.starts_with(&format!("fleet: experiment t_every on 1 host, their sums from the Prometheus at {url}")),
         "{text}"

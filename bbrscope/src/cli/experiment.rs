@@ -122,6 +122,11 @@ pub struct ExperimentArgs {
     /// With --analyze-prometheus: more label matchers for the hosts to pool, e.g. 'job="edge",dc="fra"'
     #[arg(long, value_name = "MATCHERS", requires = "analyze_prometheus")]
     pub(crate) hosts: Option<String>,
+    /// With --analyze-prometheus: judge again every TIME (e.g. 15s, your scrape interval) until
+    /// Ctrl-C, a line per group each time (--json: a report per line); the intervals hold at
+    /// every look
+    #[arg(long, value_name = "TIME", value_parser = parse_span, requires = "analyze_prometheus")]
+    pub(crate) watch: Option<Duration>,
     /// Re-analyse a `--record` file instead of running an experiment, and replay the live
     /// guardrail's checks on it in completion order; no root needed. (A `bbrscope stream`
     /// capture taken beside an experiment has no arms: record with --record.)
@@ -190,7 +195,7 @@ impl ExperimentArgs {
         let rule = self.rule()?;
         let prefix_lists = self.prefix_lists()?;
         let mode = match &self.analyze {
-            None if self.analyze_prometheus.is_some() => Mode::Fleet(self.fleet()?),
+            None if self.analyze_prometheus.is_some() => Mode::Fleet { source: self.fleet()?, watch: self.watch },
             Some(file) => Mode::Analyze {
                 file: file.clone(),
                 arms: match self.arms.as_slice() {
@@ -253,6 +258,9 @@ impl ExperimentArgs {
             usage!("--analyze-prometheus '{url}': a Prometheus API's http:// URL (e.g. http://127.0.0.1:9090)");
         }
         let id = checked_id(self.id.clone().unwrap_or_default())?;
+        if self.watch.is_some_and(|w| w < Duration::from_secs(1)) {
+            usage!("--watch: at least 1s between looks (Prometheus scrapes every 15s by default)");
+        }
         if let Some(h) = &self.hosts
             && (h.contains(['{', '}']) || !h.contains(['=', '~']))
         {

@@ -40,7 +40,8 @@ pub async fn run(args: ExperimentArgs) -> Result<()> {
     let request = args.request()?;
     match &request.mode {
         Mode::Analyze { file, arms } => analyze(&request, file, arms.as_ref()),
-        Mode::Fleet(source) => fleet(&request, source),
+        Mode::Fleet { source, watch: None } => fleet(&request, source),
+        Mode::Fleet { source, watch: Some(every) } => watch(&request, source, *every).await,
         Mode::Run(run) => experiment(&request, run).await,
     }
 }
@@ -132,14 +133,35 @@ fn analyze(request: &Request, file: &Path, arms: Option<&[String; 2]>) -> Result
 /// Prometheus holds.
 fn fleet(request: &Request, source: &Source) -> Result<()> {
     let (a, hosts) = fleet::analyze(source, request.rule, request.metric)?;
-    let ctx = Context { scope: InScope::default(), service_cgroup: None, guard_stop: None };
-    let rep = report::build(&a, &ctx);
+    let rep = report::build(&a, &Context::default());
     let fleet = print::Fleet { id: source.id.clone(), hosts, prometheus: source.url.clone() };
     print::show(&rep, &Output { json: request.json, fleet: Some(fleet), ..Output::default() })?;
     if rep.integrity.overridden {
         return Err(Exit(2).into());
     }
     Ok(())
+}
+
+/// `--analyze-prometheus --watch`: the fleet's answer again every `every` until a signal: a line
+/// per group (or a JSON report per line); a look where no host serves the experiment says so and
+/// the watch goes on (it may not have started, or Prometheus may be away).
+async fn watch(request: &Request, source: &Source, every: std::time::Duration) -> Result<()> {
+    let mut signals = Signals::catch()?;
+    loop {
+        let now = crate::units::fmt_utc_time(crate::observe::clock::unix_now());
+        match fleet::analyze(source, request.rule, request.metric) {
+            Ok((a, hosts)) => {
+                let rep = report::build(&a, &Context::default());
+                let fleet = print::Fleet { id: source.id.clone(), hosts, prometheus: source.url.clone() };
+                print::look(&rep, &fleet, &now, request.json)?;
+            }
+            Err(e) => crate::output::errln!("bbrscope: {now}: {e:#}"),
+        }
+        tokio::select! {
+            () = tokio::time::sleep(every) => {}
+            _ = signals.recv() => return Ok(()),
+        }
+    }
 }
 
 /// How connections get their arms, for the line that starts the run: the seed too, so that a

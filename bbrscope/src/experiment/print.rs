@@ -153,6 +153,31 @@ pub(crate) fn show(rep: &Report, out: &Output) -> Result<()> {
     })
 }
 
+/// One look of `--analyze-prometheus --watch` at `now`: the report as one JSON line, or a line
+/// naming the experiment and its hosts and a line per group with its conclusion.
+pub(crate) fn look(rep: &Report, fleet: &Fleet, now: &str, json: bool) -> Result<()> {
+    output::guard(|| {
+        if json {
+            let line = JsonReport {
+                report: rep,
+                stopped_by: None,
+                guardrail: None,
+                guardrail_switched_back: &[],
+                guardrail_replay: None,
+                fleet: Some(fleet),
+            };
+            outln!("{}", serde_json::to_string(&line)?)?;
+            return Ok(());
+        }
+        let hosts = if fleet.hosts == 1 { "host" } else { "hosts" };
+        outln!("{now}: experiment {} on {} {hosts}", fleet.id, fleet.hosts)?;
+        for g in &rep.groups {
+            outln!("  {}", g.conclusion)?;
+        }
+        Ok(())
+    })
+}
+
 /// One group the guardrail sent back, in words: which, when, and the numbers that did it.
 fn switched_back_line(g: &SwitchedBack, rep: &Report) -> String {
     let [pct, lo, hi] = g.worse_pct.map(fmt_pct);

@@ -35,8 +35,9 @@ pub(crate) enum Mode {
     Run(Box<Run>),
     /// `--analyze FILE`: re-analyse a recording, with `--arms` where it does not name them.
     Analyze { file: PathBuf, arms: Option<[String; 2]> },
-    /// `--analyze-prometheus URL --id NAME`: a running experiment's answer across its hosts.
-    Fleet(super::fleet::Source),
+    /// `--analyze-prometheus URL --id NAME`: a running experiment's answer across its hosts, once
+    /// or every `--watch` period.
+    Fleet { source: super::fleet::Source, watch: Option<std::time::Duration> },
 }
 
 pub(crate) struct Run {
