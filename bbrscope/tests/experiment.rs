@@ -1443,8 +1443,8 @@ fn first_found(capture: &bbrscope::experiment::record::Capture, label: &str) -> 
 struct Rates {
     draws: usize,
     /// A/A (arms re-drawn at random over the recorded flows): share of draws with any `apply`
-    /// command, with any group called better or worse, stopped by the guardrail (looks every 2 s
-    /// of recorded time, in completion order).
+    /// command, with any group called better or worse, stopped or with a group sent back by the
+    /// guardrail (looks every 2 s of recorded time, in completion order).
     apply_aa: f64,
     any_verdict_aa: f64,
     guard_aa: f64,
@@ -1484,7 +1484,8 @@ fn harness(capture: &bbrscope::experiment::record::Capture, draws: usize, seed: 
         let a = analysis::analyze(&drawn, &opts);
         apply += usize::from(!recommend(&a, &ctx).commands.is_empty());
         verdict += usize::from(a.groups.iter().any(|g| g.verdict.better_arm().is_some()));
-        guard += usize::from(guardrail::replay(&drawn, &StopRule::default(), &names, 2.0).stopped_at_s.is_some());
+        let replayed = guardrail::replay(&drawn, &StopRule::default(), &names, 2.0);
+        guard += usize::from(replayed.stopped_at_s.is_some() || !replayed.switched_back.is_empty());
         for (i, factor) in [0.7, 0.9].into_iter().enumerate() {
             let planted: Vec<Observation> = drawn
                 .iter()
@@ -1532,11 +1533,15 @@ fn recorded_real_traffic_keeps_its_error_rates_and_power() {
         assert_eq!(group(&report, label)["verdict"], "no_difference", "{label}: {}", group(&report, label)["answer"]);
     }
     assert_eq!(report["recommend"]["commands"], serde_json::json!(["bbrscope apply bbr --route 198.18.66.0/24"]));
-    // The guardrail, replayed: it would have stopped the run when CUBIC (arm A, the slower)
-    // was clearly worse — and that stop would not have withheld the recommendation.
+    // The guardrail, replayed: CUBIC (arm A, the slower) was clearly worse for all flows, a harm
+    // the far clients carry: it would have sent them back to their status quo, not stopped the
+    // run — and that would not have withheld the recommendation.
     let replay = &report["guardrail_replay"];
     assert!(replay["looks"].as_u64().unwrap() >= 20, "{replay}");
-    assert_eq!(replay["decision"]["worse_arm"], 0, "{replay}");
+    assert!(replay["stopped_at_s"].is_null(), "{replay}");
+    let sent = replay["switched_back"].as_array().unwrap();
+    assert_eq!(sent.len(), 1, "{replay}");
+    assert_eq!((&sent[0]["group"], &sent[0]["worse_arm"]), (&"clients at RTT ≥150 ms".into(), &0.into()), "{replay}");
 
     // A recording of the version before (no first line naming arms and scope) stays analysable:
     // the arms from its flows, the scope unknown, so nothing wider than a prefix is recommended.

@@ -157,16 +157,20 @@ impl Watch {
         if let Some((arm, worse, reason)) = self.trips(&rest, label, moved, alpha, "stops") {
             match self.carriers(out, arm, moved, alpha) {
                 // The harm to all flows is one group's (or a few): those go back, the rest goes on.
-                Some(carriers) => switched_back.extend(carriers.into_iter().map(|(band, label, worse_pct)| {
-                    let reason = format!(
-                        "{reason}; {label} carry it (completion time {} [{}, {}]): the guardrail sends back the groups \
-                         that carry a harm to all flows and stops the run only when the others still show it",
-                        fmt_pct(worse_pct[0]),
-                        fmt_pct(worse_pct[1]),
-                        fmt_pct(worse_pct[2]),
-                    );
-                    SwitchedBack { band, group: label, worse_arm: arm, worse_pct, reason, at_s: None }
-                })),
+                Some(carriers) => {
+                    let action = "sends back the client groups that carry the harm to all flows (and stops the run \
+                                  only when the others still show it) of";
+                    let (_, _, all) = self.trips(&rest, label, moved, alpha, action).unwrap_or((arm, worse, reason));
+                    switched_back.extend(carriers.into_iter().map(|(band, group, worse_pct)| {
+                        let reason = format!(
+                            "{all}; {group} carry it (completion time {} [{}, {}])",
+                            fmt_pct(worse_pct[0]),
+                            fmt_pct(worse_pct[1]),
+                            fmt_pct(worse_pct[2]),
+                        );
+                        SwitchedBack { band, group, worse_arm: arm, worse_pct, reason, at_s: None }
+                    }));
+                }
                 None => {
                     return GuardDecision {
                         stop: true,
@@ -331,7 +335,7 @@ pub struct Replay {
     pub(crate) flows_at_stop: Option<usize>,
     pub(crate) decision: GuardDecision,
     /// Every band the live guardrail would have sent back, each with the look that first did.
-    pub(crate) switched_back: Vec<SwitchedBack>,
+    pub switched_back: Vec<SwitchedBack>,
 }
 
 /// The bands of `held`, as the kernel's hold takes them (bit `i`: band `i`).
