@@ -181,12 +181,17 @@ pub(crate) fn look(rep: &Report, fleet: &Fleet, now: &str, json: bool) -> Result
 /// One group the guardrail sent back, in words: which, when, and the numbers that did it.
 fn switched_back_line(g: &SwitchedBack, rep: &Report) -> String {
     let [pct, lo, hi] = g.worse_pct.map(fmt_pct);
+    let arm = format!("{} (arm {})", rep.arms[g.worse_arm].arm, ["A", "B"][g.worse_arm]);
+    // Sent back as the carrier of a harm to all flows, its own interval may hold zero: the
+    // sentence says what was shown, and for whom.
+    let why = if g.worse_pct[1] > 0.0 {
+        format!("{arm} slower by {pct} [{lo}, {hi}]")
+    } else {
+        format!("{arm} slower for all flows, a harm these clients carry ({pct} [{lo}, {hi}] for them alone)")
+    };
     format!(
-        "guardrail: {} sent back to their status quo{}: {} (arm {}) slower by {pct} [{lo}, {hi}]; its new connections \
-         got no arm from then on",
+        "guardrail: {} sent back to their status quo{}: {why}; its new connections got no arm from then on",
         g.group,
         g.at_s.map(|t| format!(" at {t:.0} s")).unwrap_or_default(),
-        rep.arms[g.worse_arm].arm,
-        ["A", "B"][g.worse_arm],
     )
 }
