@@ -28,7 +28,7 @@ pub struct ExperimentArgs {
     /// The two arms, A then B: algorithms (e.g. cubic,bbr; the same twice for an A/A check), each
     /// optionally with an initial window of N segments set on its connections (bbr,bbr+iw32).
     /// With --analyze: the arms of a recording that does not name them
-    #[arg(long, value_name = "A,B", value_delimiter = ',', num_args = 1, required_unless_present = "analyze")]
+    #[arg(long, value_name = "A,B", value_delimiter = ',', num_args = 1, required_unless_present_any = ["analyze", "analyze_prometheus"])]
     pub(crate) arms: Vec<String>,
     /// Percent of the experiment's connections given arm B (1-99; with --design switchback, in
     /// its mixed blocks; with --design client, of its clients)
