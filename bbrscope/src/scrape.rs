@@ -20,6 +20,11 @@ use tokio::{
     task::JoinHandle,
 };
 
+/// A counter and a gauge of seconds, bytes or logs: the float metrics every feature that serves
+/// metrics registers.
+pub(crate) type FloatCounter = prometheus_client::metrics::counter::Counter<f64, std::sync::atomic::AtomicU64>;
+pub(crate) type FloatGauge = prometheus_client::metrics::gauge::Gauge<f64, std::sync::atomic::AtomicU64>;
+
 /// OpenMetrics text, which Prometheus negotiates and parses (it is a superset of its text format
 /// for everything exported here).
 pub(crate) const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";

@@ -25,10 +25,10 @@ use super::{
     request::Serve,
     setup::{Design, Setup},
 };
-use crate::units::{band_edges, band_of};
-
-type FloatCounter = Counter<f64, std::sync::atomic::AtomicU64>;
-type FloatGauge = Gauge<f64, std::sync::atomic::AtomicU64>;
+use crate::{
+    scrape::{FloatCounter, FloatGauge},
+    units::{band_edges, band_of},
+};
 
 /// What a fleet must agree on to pool the sums: the series say it beside them.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]

@@ -31,6 +31,7 @@ use crate::{
     observe::flow::{Change, Flow, FlowTable, IdHasher, IdSet},
     observe::pipeline::{NoSide, Sink},
     observe::stats::StatsReport,
+    scrape::{FloatCounter, FloatGauge},
     sys::sysctl,
     sys::{cgroup::CgroupNames, netns},
 };
@@ -151,8 +152,6 @@ pub(crate) struct BuildLabels {
     pub commit: String,
 }
 
-type FloatCounter = Counter<f64, std::sync::atomic::AtomicU64>;
-type FloatGauge = Gauge<f64, std::sync::atomic::AtomicU64>;
 type HistFamily<L> = Family<L, Histogram, fn() -> Histogram>;
 
 /// Flow completion time: 1 ms to 10 minutes.
