@@ -50,8 +50,11 @@ pub(crate) fn analyze(source: &Source, rule: Rule, metric: Option<PrimaryMetric>
         Some(h) => format!("{{id=\"{}\",{h}}}", source.id),
         None => format!("{{id=\"{}\"}}", source.id),
     };
-    let info =
-        query(source, &format!("count by (design, arm_a, arm_b, split_pct, metric) (bbrscope_experiment_info{sel})"))?;
+    // Every query at one evaluation time: a scrape landing between two queries would otherwise
+    // give one cell's n from one scrape and its Σ ln T from the next.
+    let at = crate::observe::clock::unix_now();
+    let query = |promql: &str| query(source, promql, at);
+    let info = query(&format!("count by (design, arm_a, arm_b, split_pct, metric) (bbrscope_experiment_info{sel})"))?;
     let [(labels, hosts)] = &info[..] else {
         if info.is_empty() {
             bail!(
@@ -82,25 +85,27 @@ pub(crate) fn analyze(source: &Source, rule: Rule, metric: Option<PrimaryMetric>
         design: Design::PerConnection,
         ..Options::default()
     };
+    // The five sums of every cell in one query, added across hosts by Prometheus.
+    let names = "flows_total|completion_ln_seconds|completion_ln_seconds_squared_total|completion_seconds_total|\
+                 acked_bytes_total";
+    let matchers = sel.trim_start_matches('{');
+    let all =
+        format!("sum by (__name__, arm, rtt_band, size) ({{__name__=~\"bbrscope_experiment_({names})\",{matchers})");
     let mut cells: BTreeMap<Key, [CellTotals; 2]> = BTreeMap::new();
-    let by = "sum by (arm, rtt_band, size)";
-    for (series, put) in [
-        (
-            "bbrscope_experiment_flows_total",
-            (|c: &mut CellTotals, v: f64| c.sums.n = v as usize) as fn(&mut CellTotals, f64),
-        ),
-        ("bbrscope_experiment_completion_ln_seconds", |c, v| c.sums.ln = v),
-        ("bbrscope_experiment_completion_ln_seconds_squared_total", |c, v| c.sums.ln_squares = v),
-        ("bbrscope_experiment_completion_seconds_total", |c, v| c.sums.seconds = v),
-        ("bbrscope_experiment_acked_bytes_total", |c, v| c.bytes = v as u64),
-    ] {
-        for (l, v) in query(source, &format!("{by} ({series}{sel})"))? {
-            let Some((key, arm)) = cell_of(&l) else { continue };
-            put(&mut cells.entry(key).or_default()[arm], v);
+    for (l, v) in query(&all)? {
+        let Some((key, arm)) = cell_of(&l) else { continue };
+        let c = &mut cells.entry(key).or_default()[arm];
+        match l.get("__name__").map(String::as_str).and_then(|n| n.strip_prefix("bbrscope_experiment_")) {
+            Some("flows_total") => c.sums.n = v as usize,
+            Some("completion_ln_seconds") => c.sums.ln = v,
+            Some("completion_ln_seconds_squared_total") => c.sums.ln_squares = v,
+            Some("completion_seconds_total") => c.sums.seconds = v,
+            Some("acked_bytes_total") => c.bytes = v as u64,
+            _ => {}
         }
     }
     let mut overridden = [0, 0];
-    for (l, v) in query(source, &format!("sum by (arm) (bbrscope_experiment_overridden_flows_total{sel})"))? {
+    for (l, v) in query(&format!("sum by (arm) (bbrscope_experiment_overridden_flows_total{sel})"))? {
         if let Some(arm) = arm_of(&l) {
             overridden[arm] = v as usize;
         }
@@ -124,9 +129,9 @@ fn arm_of(l: &BTreeMap<String, String>) -> Option<usize> {
     }
 }
 
-/// An instant query's vector: each series' labels and value.
-fn query(source: &Source, promql: &str) -> Result<Vec<(BTreeMap<String, String>, f64)>> {
-    let body = get(&source.url, &format!("/api/v1/query?query={}", urlencode(promql)))
+/// An instant query's vector at `at` (Unix seconds): each series' labels and value.
+fn query(source: &Source, promql: &str, at: f64) -> Result<Vec<(BTreeMap<String, String>, f64)>> {
+    let body = get(&source.url, &format!("/api/v1/query?query={}&time={at:.3}", urlencode(promql)))
         .with_context(|| format!("querying the Prometheus at {}", source.url))?;
     let v: Value = serde_json::from_str(&body)
         .with_context(|| format!("the Prometheus at {} answered with no JSON: {}", source.url, first_line(&body)))?;
