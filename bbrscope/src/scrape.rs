@@ -52,6 +52,36 @@ const HEAD_DEADLINE: Duration = Duration::from_secs(2);
 /// evicted, so one that does not read must not keep its place longer.
 const RESPONSE_DEADLINE: Duration = Duration::from_secs(10);
 
+/// `--metrics-listen`'s socket, bound before anything else is done (a port in use ends the
+/// command before it changes anything).
+pub(crate) fn bind(addr: std::net::SocketAddr) -> anyhow::Result<std::net::TcpListener> {
+    use anyhow::Context as _;
+    let listener = std::net::TcpListener::bind(addr)
+        .with_context(|| format!("--metrics-listen {addr}: cannot listen there (nothing was changed)"))?;
+    listener.set_nonblocking(true).context("--metrics-listen: a non-blocking socket")?;
+    Ok(listener)
+}
+
+/// Serves `registry` on `listener` until the [`Served`] is dropped: the address it serves at.
+pub(crate) fn serve(
+    listener: std::net::TcpListener,
+    registry: Registry,
+) -> anyhow::Result<(std::net::SocketAddr, Served)> {
+    use anyhow::Context as _;
+    let at = listener.local_addr().context("--metrics-listen: the socket's address")?;
+    let listener = TcpListener::from_std(listener).context("--metrics-listen: serving")?;
+    Ok((at, Served(tokio::spawn(accept(listener, Arc::new(registry))))))
+}
+
+/// The task serving a registry: ends when dropped, with the command.
+pub(crate) struct Served(JoinHandle<()>);
+
+impl Drop for Served {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
 /// Renders the registry's current values.
 pub(crate) fn render(registry: &Registry) -> String {
     let mut body = String::with_capacity(16 << 10);
@@ -119,7 +149,7 @@ pub(crate) async fn accept(listener: TcpListener, registry: Arc<Registry>) {
                 }
                 let conn = Arc::new(Conn { stream, answering: AtomicBool::new(false) });
                 let weak = Arc::downgrade(&conn);
-                held.push_back(Held { task: tokio::spawn(serve(conn, registry.clone())), conn: weak });
+                held.push_back(Held { task: tokio::spawn(answer(conn, registry.clone())), conn: weak });
             }
             // E.g. out of file descriptors: the client's loss, and a pause, not a spin.
             Err(_) => tokio::time::sleep(ACCEPT_BACKOFF).await,
@@ -137,7 +167,7 @@ fn refuse(stream: &TcpStream, busy: &[u8], scratch: &mut [u8]) {
 }
 
 /// Serves one connection: reads the request head, answers, closes.
-async fn serve(conn: Arc<Conn>, registry: Arc<Registry>) {
+async fn answer(conn: Arc<Conn>, registry: Arc<Registry>) {
     let s = &conn.stream;
     let mut head = Vec::with_capacity(1024);
     let mut buf = [0u8; 1024];

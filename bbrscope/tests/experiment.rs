@@ -100,8 +100,10 @@ fn every_connection_gets_an_arm_and_the_arms_algorithm() {
         to.port(),
         &["--no-guardrail", "--record", record.to_str().unwrap(), "--metrics-listen", &sums_port, "--id", "t_every"],
     );
-    // A real Prometheus scrapes the experiment's sums while it runs.
-    let prom = prometheus::Prometheus::start(&[served_at(&stderr)]);
+    // A real Prometheus scrapes the experiment's sums while it runs, and the fleet watch's
+    // judgments (below).
+    let judged_at: SocketAddr = format!("127.0.0.1:{}", prometheus::free_port()).parse().unwrap();
+    let prom = prometheus::Prometheus::start(&[served_at(&stderr), judged_at]);
     // The clients' own log.
     const N: usize = 200;
     let log: Vec<(SocketAddr, usize)> = (0..N).map(|i| fetch(to, [1_000, 15_000, 120_000][i % 3])).collect();
@@ -137,10 +139,12 @@ fn every_connection_gets_an_arm_and_the_arms_algorithm() {
     let fleet: Value = serde_json::from_slice(&out.stdout).unwrap();
     let text = bbrscope().args(["experiment", "--analyze-prometheus", &url, "--id", "t_every"]).output().unwrap();
     let text = String::from_utf8_lossy(&text.stdout).into_owned();
-    // Watched: a report a line, a look a second, the same answer while nothing changes, until
-    // Ctrl-C (exit 0).
+    // Watched: a report a line, a look a second, the same answer while nothing changes, its
+    // judgments served to Prometheus for the experiment's dashboard, until Ctrl-C (exit 0).
+    let judged = judged_at.to_string();
     let mut watching = bbrscope()
         .args(["experiment", "--analyze-prometheus", &url, "--id", "t_every", "--watch", "1s", "--json"])
+        .args(["--metrics-listen", &judged])
         .stdout(Stdio::piped())
         .spawn()
         .unwrap();
@@ -149,6 +153,21 @@ fn every_connection_gets_an_arm_and_the_arms_algorithm() {
         serde_json::from_str(&looks.next().unwrap().unwrap()).unwrap(),
         serde_json::from_str(&looks.next().unwrap().unwrap()).unwrap(),
     );
+    let estimate = "bbrscope_fleet_completion_change_ratio{id=\"t_every\",group=\"all flows\",bound=\"estimate\"}";
+    let until = Instant::now() + Duration::from_secs(30);
+    while prom.query(estimate).is_empty() {
+        assert!(Instant::now() < until, "Prometheus never held the watch's judgments: {}", prom.log());
+        thread::sleep(Duration::from_millis(250));
+    }
+    let held_estimate = prometheus::value(&prom.query(estimate)[0]);
+    // Every query of the experiment's dashboard has data.
+    let dashboard = concat!(env!("CARGO_MANIFEST_DIR"), "/../packaging/grafana/bbrscope-experiment.json");
+    let empty: Vec<String> = prometheus::dashboard_queries(dashboard, &[("$id", "t_every")])
+        .into_iter()
+        .filter(|(_, q)| prom.query(q).is_empty())
+        .map(|(title, q)| format!("{title}: {q}"))
+        .collect();
+    assert!(empty.is_empty(), "dashboard queries without data:\n{}", empty.join("\n"));
     // SAFETY: kill(2) on our own child's pid.
     unsafe { libc::kill(watching.id() as i32, libc::SIGINT) };
     assert_eq!(wait_timeout(&mut watching, Duration::from_secs(10)).and_then(|s| s.code()), Some(0));
@@ -252,6 +271,8 @@ fn every_connection_gets_an_arm_and_the_arms_algorithm() {
     // (all flows, the RTT band), estimate and interval ends to 1e-9, verdict and flows alike.
     assert_eq!(fleet["fleet"]["hosts"], 1, "{}", fleet["fleet"]);
     assert_eq!(first["groups"], fleet["groups"]);
+    let want = fleet["groups"][0]["answer"]["effect_pct"].as_f64().unwrap() / 100.0;
+    assert!((held_estimate - want).abs() <= 1e-9 * want.abs().max(1e-3), "dashboard {held_estimate}, report {want}");
     assert!(
         text.starts_with(&format!("fleet: experiment t_every on 1 host, their sums from the Prometheus at {url}")),
         "{text}"

@@ -21,7 +21,7 @@ use std::{
 };
 
 use common::{
-    prometheus::{Exporter, Prometheus, http_get, value},
+    prometheus::{Exporter, Prometheus, dashboard_queries, http_get, value},
     *,
 };
 use serde_json::Value;
@@ -58,32 +58,6 @@ fn flow(link: &Link, to: SocketAddr, cc: &str, bytes: usize) {
         let mut rest = Vec::new();
         let _ = s.read_to_end(&mut rest);
     });
-}
-
-/// The dashboard's queries, as Grafana would send them over the last minutes, with every
-/// instance selected: panel targets and the template variables' queries.
-fn dashboard_queries() -> Vec<(String, String)> {
-    let dash: Value = serde_json::from_str(&std::fs::read_to_string(DASHBOARD).unwrap()).unwrap();
-    let mut out = Vec::new();
-    for p in dash["panels"].as_array().unwrap() {
-        for t in p["targets"].as_array().into_iter().flatten() {
-            let expr = t["expr"].as_str().unwrap();
-            out.push((p["title"].as_str().unwrap().to_string(), grafana_to_promql(expr)));
-        }
-    }
-    for v in dash["templating"]["list"].as_array().unwrap() {
-        if let Some(def) = v["definition"].as_str() {
-            // label_values(METRIC, LABEL) is answered from the series METRIC.
-            let inner = def.strip_prefix("label_values(").and_then(|s| s.strip_suffix(')')).unwrap();
-            let (metric, label) = inner.split_once(',').unwrap();
-            out.push((format!("variable {}", v["name"]), format!("group by ({}) ({metric})", label.trim())));
-        }
-    }
-    out
-}
-
-fn grafana_to_promql(expr: &str) -> String {
-    expr.replace("$__rate_interval", "2m").replace("$instance", ".*")
 }
 
 #[test]
@@ -141,7 +115,7 @@ fn prometheus_sees_every_dashboard_query_and_the_traffic_made() {
         assert_eq!(value(r), 4.0, "every size bucket per cc: {buckets:?}");
     }
 
-    let queries = dashboard_queries();
+    let queries = dashboard_queries(DASHBOARD, &[("$instance", ".*")]);
     assert!(queries.len() >= 20, "{} queries", queries.len());
     let mut empty = Vec::new();
     for (title, q) in &queries {
@@ -818,6 +792,7 @@ fn deb_installs_into_a_fresh_debian_root() {
         "lib/systemd/system/bbrscope-cgroup-pin@.service",
         "etc/default/bbrscope-exporter",
         "usr/share/bbrscope/grafana/bbrscope.json",
+        "usr/share/bbrscope/grafana/bbrscope-experiment.json",
         "usr/share/doc/bbrscope/copyright",
     ];
     for f in files {

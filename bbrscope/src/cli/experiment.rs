@@ -12,7 +12,7 @@ use crate::{
         decide::{PrimaryMetric, Rule},
         fleet::Source,
         groups::{PREFIX_LIST_MAX_BYTES, PrefixList},
-        request::{Mode, Request, Run, Serve},
+        request::{Looks, Mode, Request, Run, Serve},
         schedule::Schedule,
         setup::Design,
     },
@@ -106,7 +106,8 @@ pub struct ExperimentArgs {
     pub(crate) record: Option<PathBuf>,
     /// Serve the experiment's sums at /metrics for Prometheus while it runs: per arm, RTT band
     /// and response size, the flows that ran their arm, Σ ln T, Σ (ln T)² and Σ T (sums that
-    /// pool across hosts); an address and port, or a port alone on loopback (e.g. 9581)
+    /// pool across hosts); an address and port, or a port alone on loopback (e.g. 9581). With
+    /// --analyze-prometheus --watch: the watch's judgments, for a dashboard
     #[arg(long, value_name = "ADDR:PORT", value_parser = super::parse_listen, conflicts_with = "analyze")]
     pub(crate) metrics_listen: Option<SocketAddr>,
     /// The experiment's id in those series, the same on every host of one fleet experiment:
@@ -117,7 +118,7 @@ pub struct ExperimentArgs {
     /// Judge a running experiment across every host whose --metrics-listen sums this Prometheus
     /// scrapes (http://HOST:PORT; Thanos and Mimir serve the same API), with --id; per-connection
     /// designs, all flows and each RTT band; no root needed
-    #[arg(long, value_name = "URL", requires = "id", conflicts_with_all = ["analyze", "port", "cgroup", "dst", "duration", "flows", "record", "design", "block", "burn_in", "seed", "metrics_listen", "plot", "recommend", "headless"])]
+    #[arg(long, value_name = "URL", requires = "id", conflicts_with_all = ["analyze", "port", "cgroup", "dst", "duration", "flows", "record", "design", "block", "burn_in", "seed", "plot", "recommend", "headless"])]
     pub(crate) analyze_prometheus: Option<String>,
     /// With --analyze-prometheus: more label matchers for the hosts to pool, e.g. 'job="edge",dc="fra"'
     #[arg(long, value_name = "MATCHERS", requires = "analyze_prometheus")]
@@ -195,7 +196,10 @@ impl ExperimentArgs {
         let rule = self.rule()?;
         let prefix_lists = self.prefix_lists()?;
         let mode = match &self.analyze {
-            None if self.analyze_prometheus.is_some() => Mode::Fleet { source: self.fleet()?, watch: self.watch },
+            None if self.analyze_prometheus.is_some() => Mode::Fleet {
+                source: self.fleet()?,
+                watch: self.watch.map(|every| Looks { every, serve: self.metrics_listen }),
+            },
             Some(file) => Mode::Analyze {
                 file: file.clone(),
                 arms: match self.arms.as_slice() {
@@ -260,6 +264,9 @@ impl ExperimentArgs {
         let id = checked_id(self.id.clone().unwrap_or_default())?;
         if self.watch.is_some_and(|w| w < Duration::from_secs(1)) {
             usage!("--watch: at least 1s between looks (Prometheus scrapes every 15s by default)");
+        }
+        if self.metrics_listen.is_some() && self.watch.is_none() {
+            usage!("--metrics-listen with --analyze-prometheus serves a watch's judgments: add --watch (e.g. 15s)");
         }
         if let Some(h) = &self.hosts
             && (h.contains(['{', '}']) || !h.contains(['=', '~']))

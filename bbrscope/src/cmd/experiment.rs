@@ -15,13 +15,13 @@ use crate::{
     error::{Exit, usage},
     experiment::{
         Observation,
-        fleet::{self, Source},
+        fleet::{self, Judgments, Source},
         guardrail::{GuardDecision, SwitchedBack},
         print::{self, Output},
         progress::{Limit, LiveExperiment},
         record,
         report::{self, Context, InScope},
-        request::{Mode, Request, Run},
+        request::{Looks, Mode, Request, Run},
         run::{Watch, Watched},
         setup::{self, Design, Setup},
         status_quo::StatusQuo,
@@ -41,7 +41,7 @@ pub async fn run(args: ExperimentArgs) -> Result<()> {
     match &request.mode {
         Mode::Analyze { file, arms } => analyze(&request, file, arms.as_ref()),
         Mode::Fleet { source, watch: None } => fleet(&request, source),
-        Mode::Fleet { source, watch: Some(every) } => watch(&request, source, *every).await,
+        Mode::Fleet { source, watch: Some(w) } => watch(&request, source, w).await,
         Mode::Run(run) => experiment(&request, run).await,
     }
 }
@@ -145,20 +145,24 @@ fn fleet(request: &Request, source: &Source) -> Result<()> {
 /// `--analyze-prometheus --watch`: the fleet's answer again every `every` until a signal: a line
 /// per group (or a JSON report per line); a look where no host serves the experiment says so and
 /// the watch goes on (it may not have started, or Prometheus may be away).
-async fn watch(request: &Request, source: &Source, every: std::time::Duration) -> Result<()> {
+async fn watch(request: &Request, source: &Source, w: &Looks) -> Result<()> {
+    let judged = Judgments::serve(w.serve, &source.id)?;
     let mut signals = Signals::catch()?;
     loop {
         let now = crate::units::fmt_utc_time(crate::observe::clock::unix_now());
         match fleet::analyze(source, request.rule, request.metric) {
             Ok((a, hosts)) => {
                 let rep = report::build(&a, &Context::default());
+                if let Some((j, _)) = &judged {
+                    j.record(&rep, hosts);
+                }
                 let fleet = print::Fleet { id: source.id.clone(), hosts, prometheus: source.url.clone() };
                 print::look(&rep, &fleet, &now, request.json)?;
             }
             Err(e) => crate::output::errln!("bbrscope: {now}: {e:#}"),
         }
         tokio::select! {
-            () = tokio::time::sleep(every) => {}
+            () = tokio::time::sleep(w.every) => {}
             _ = signals.recv() => return Ok(()),
         }
     }

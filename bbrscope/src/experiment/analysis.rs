@@ -202,6 +202,16 @@ pub enum Verdict {
 }
 
 impl Verdict {
+    /// Every verdict, in the order a panel lists them.
+    pub(crate) const ALL: [Verdict; 6] = [
+        Verdict::ABetter,
+        Verdict::BBetter,
+        Verdict::NoDifference,
+        Verdict::Inconclusive,
+        Verdict::TooFewFlows,
+        Verdict::ArmsOverridden,
+    ];
+
     fn of(o: Outcome) -> Verdict {
         match o {
             Outcome::BBetter => Verdict::BBetter,

@@ -11,23 +11,32 @@
 use std::{
     collections::BTreeMap,
     io::{Read as _, Write as _},
-    net::{TcpStream, ToSocketAddrs as _},
+    net::{SocketAddr, TcpStream, ToSocketAddrs as _},
     time::Duration,
 };
 
 use anyhow::{Context as _, Result, bail};
+use prometheus_client::{
+    encoding::EncodeLabelSet,
+    metrics::{counter::Counter, family::Family, gauge::Gauge},
+    registry::Registry,
+};
 use serde_json::Value;
 
 use super::{
-    analysis::{self, Analysis, CellTotals, Options},
+    analysis::{self, Analysis, CellTotals, Options, Verdict},
     decide::{Key, PrimaryMetric, Rule},
     groups::Bucket,
     guardrail::RTT_BANDS_MS,
     record,
+    report::Report,
     setup::Design,
     sums::band_key,
 };
-use crate::error::usage;
+use crate::{
+    error::usage,
+    scrape::{FloatGauge, Served},
+};
 
 /// Where to read, and which experiment.
 pub(crate) struct Source {
@@ -111,6 +120,114 @@ pub(crate) fn analyze(source: &Source, rule: Rule, metric: Option<PrimaryMetric>
         }
     }
     Ok((analysis::of_sums(&cells, overridden, &opts), *hosts as usize))
+}
+
+/// A watch's judgments as Prometheus series (`--watch --metrics-listen`), for the dashboard of a
+/// running fleet experiment: per group, B's change in completion time with its interval, the
+/// verdict, the flows per arm; the hosts; the looks.
+pub(crate) struct Judgments {
+    id: String,
+    change: Family<BoundLabels, FloatGauge>,
+    verdict: Family<VerdictLabels, Gauge>,
+    flows: Family<GroupArmLabels, Gauge>,
+    hosts: Family<IdLabels, Gauge>,
+    looks: Family<IdLabels, Counter>,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct IdLabels {
+    id: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct BoundLabels {
+    id: String,
+    group: String,
+    bound: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct VerdictLabels {
+    id: String,
+    group: String,
+    verdict: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct GroupArmLabels {
+    id: String,
+    group: String,
+    arm: &'static str,
+}
+
+impl Judgments {
+    /// Registers the series of experiment `id`'s judgments in `registry`.
+    pub(crate) fn new(registry: &mut Registry, id: &str) -> Self {
+        let j = Judgments {
+            id: id.to_string(),
+            change: Family::default(),
+            verdict: Family::default(),
+            flows: Family::default(),
+            hosts: Family::default(),
+            looks: Family::default(),
+        };
+        registry.register(
+            "bbrscope_fleet_completion_change_ratio",
+            "B's change in completion time against A's across the fleet, per client group: the estimate and the \
+             always-valid interval's low and high ends (bound), as a ratio (-0.2 is 20% faster)",
+            j.change.clone(),
+        );
+        registry.register(
+            "bbrscope_fleet_verdict",
+            "1 for each client group's verdict now (a_better, b_better, no_difference, inconclusive, too_few_flows, \
+             arms_overridden), 0 for the others",
+            j.verdict.clone(),
+        );
+        registry.register("bbrscope_fleet_flows", "Flows per arm a client group's answer rests on", j.flows.clone());
+        registry.register(
+            "bbrscope_fleet_hosts",
+            "Hosts serving the experiment's sums at the last look",
+            j.hosts.clone(),
+        );
+        registry.register("bbrscope_fleet_looks", "Looks the watch has taken", j.looks.clone());
+        j
+    }
+
+    /// Served on `listen` (`--metrics-listen`) until the [`Served`] is dropped, when asked; the
+    /// address is named on stderr.
+    pub(crate) fn serve(listen: Option<SocketAddr>, id: &str) -> Result<Option<(Judgments, Served)>> {
+        let Some(listen) = listen else { return Ok(None) };
+        let listener = crate::scrape::bind(listen)?;
+        let mut registry = Registry::default();
+        let j = Judgments::new(&mut registry, id);
+        let (at, served) = crate::scrape::serve(listener, registry)?;
+        crate::output::errln!("bbrscope: the fleet's judgments for Prometheus: http://{at}/metrics (id {id})");
+        Ok(Some((j, served)))
+    }
+
+    /// The judgments of one look: `rep` across `hosts` hosts.
+    pub(crate) fn record(&self, rep: &Report, hosts: usize) {
+        let id = || self.id.clone();
+        for g in &rep.groups {
+            let a = &g.result.answer;
+            let label = || g.result.label.clone();
+            for (bound, v) in [("estimate", a.effect_pct), ("low", a.low_pct), ("high", a.high_pct)] {
+                let series = self.change.get_or_create(&BoundLabels { id: id(), group: label(), bound });
+                series.set(v.map_or(f64::NAN, |v| v / 100.0));
+            }
+            for v in Verdict::ALL {
+                let name =
+                    serde_json::to_value(v).ok().and_then(|v| v.as_str().map(str::to_string)).unwrap_or_default();
+                let on = i64::from(v == g.result.verdict);
+                self.verdict.get_or_create(&VerdictLabels { id: id(), group: label(), verdict: name }).set(on);
+            }
+            for (arm, n) in ["a", "b"].into_iter().zip(a.flows) {
+                self.flows.get_or_create(&GroupArmLabels { id: id(), group: label(), arm }).set(n as i64);
+            }
+        }
+        self.hosts.get_or_create(&IdLabels { id: id() }).set(hosts as i64);
+        self.looks.get_or_create(&IdLabels { id: id() }).inc();
+    }
 }
 
 /// A series' stratum and arm, from its labels.

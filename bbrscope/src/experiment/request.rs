@@ -37,7 +37,13 @@ pub(crate) enum Mode {
     Analyze { file: PathBuf, arms: Option<[String; 2]> },
     /// `--analyze-prometheus URL --id NAME`: a running experiment's answer across its hosts, once
     /// or every `--watch` period.
-    Fleet { source: super::fleet::Source, watch: Option<std::time::Duration> },
+    Fleet { source: super::fleet::Source, watch: Option<Looks> },
+}
+
+/// `--watch`: how often, and where its judgments are served (`--metrics-listen`).
+pub(crate) struct Looks {
+    pub every: std::time::Duration,
+    pub serve: Option<std::net::SocketAddr>,
 }
 
 pub(crate) struct Run {

@@ -292,6 +292,9 @@ impl Sink for Experiment {
                     let now = mask_of(&self.switched_back);
                     if now != before {
                         side.assigning.hold_bands(now).context("sending a client group back to its status quo")?;
+                        if let Some(sums) = &self.sums {
+                            sums.hold(now);
+                        }
                     }
                 }
                 let stop = update.guard.as_ref().filter(|g| g.stop).cloned();

@@ -5,10 +5,10 @@
 //! per-connection stratified estimate and its variance of every RTT band and of all flows follow
 //! from them, pooled over any set of hosts (docs/experiment-method.md, "Sums for a fleet").
 //!
-//! Bounded by construction: 2 arms x 5 bands x 4 sizes, five series each, plus one per arm and
-//! one info series: at most 203 series per experiment.
+//! Bounded by construction: 2 arms x 5 bands x 4 sizes, five series each, plus one per arm, one
+//! per band (the guardrail's hold) and one info series: at most 208 series per experiment.
 
-use anyhow::{Context as _, Result};
+use anyhow::Result;
 use prometheus_client::{
     encoding::EncodeLabelSet,
     metrics::{counter::Counter, family::Family, gauge::Gauge},
@@ -26,7 +26,7 @@ use super::{
     setup::{Design, Setup},
 };
 use crate::{
-    scrape::{FloatCounter, FloatGauge},
+    scrape::{FloatCounter, FloatGauge, Served},
     units::{band_edges, band_of},
 };
 
@@ -72,6 +72,14 @@ pub(crate) struct Sums {
     seconds: Family<CellLabels, FloatCounter>,
     bytes: Family<CellLabels, Counter>,
     overridden: Family<ArmLabels, Counter>,
+    held: Family<BandLabels, Gauge>,
+}
+
+/// A band of clients the guardrail watches.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct BandLabels {
+    id: String,
+    rtt_band: String,
 }
 
 /// What the info series says of the run.
@@ -113,7 +121,13 @@ impl Sums {
             seconds: Family::default(),
             bytes: Family::default(),
             overridden: Family::default(),
+            held: Family::default(),
         };
+        // Zero from the start, so that a rate or a panel has a series before the first.
+        for arm in 0..2 {
+            s.overridden.get_or_create(&s.arm(arm)).inc_by(0);
+        }
+        s.hold(0);
         let seed = match about.design {
             Design::PerConnection => String::new(),
             Design::Switchback(sb) => sb.seed.to_string(),
@@ -170,13 +184,32 @@ impl Sums {
             "Finished flows of an arm that did not run its algorithm (the service set its own): left out of the sums",
             s.overridden.clone(),
         );
+        registry.register(
+            "bbrscope_experiment_guardrail_held",
+            "1 while the guardrail holds a band of clients at its status quo (no arm for its new connections), else 0",
+            s.held.clone(),
+        );
         s
+    }
+
+    fn arm(&self, arm: usize) -> ArmLabels {
+        ArmLabels { id: self.id.clone(), arm: ["a", "b"][arm], cc: self.names[arm].clone() }
+    }
+
+    /// The bands the guardrail holds now (bit `i`: band `i`, [`band_of`]'s numbering).
+    pub(crate) fn hold(&self, mask: u32) {
+        for band in 0..self.rtt_bands_ms.len() + 2 {
+            let labels = BandLabels { id: self.id.clone(), rtt_band: band_key(band, &self.rtt_bands_ms) };
+            self.held.get_or_create(&labels).set(i64::from(mask & 1 << band != 0));
+        }
     }
 
     /// A finished flow of an arm.
     pub(crate) fn add(&self, o: &Observation) {
-        let Some(name) = self.names.get(o.arm) else { return };
-        let arm = ArmLabels { id: self.id.clone(), arm: ["a", "b"][o.arm], cc: name.clone() };
+        if o.arm > 1 {
+            return;
+        }
+        let arm = self.arm(o.arm);
         if !ran_its_arm(o, &self.names) {
             self.overridden.get_or_create(&arm).inc();
             return;
@@ -202,32 +235,18 @@ pub(crate) struct Bound {
 /// Binds `--metrics-listen`, when asked.
 pub(crate) fn bind(serve: Option<&Serve>) -> Result<Option<Bound>> {
     let Some(serve) = serve else { return Ok(None) };
-    let listener = std::net::TcpListener::bind(serve.listen)
-        .with_context(|| format!("--metrics-listen {}: cannot listen there (nothing was changed)", serve.listen))?;
-    listener.set_nonblocking(true).context("--metrics-listen: a non-blocking socket")?;
-    Ok(Some(Bound { listener, id: serve.id.clone() }))
+    Ok(Some(Bound { listener: crate::scrape::bind(serve.listen)?, id: serve.id.clone() }))
 }
 
 /// The series of the live run `setup` served on `bound` until the [`Served`] is dropped, and the
 /// sums that fill them; the address is named on stderr.
 pub(crate) fn serve(bound: Option<Bound>, setup: &Setup) -> Result<Option<(Sums, Served)>> {
     let Some(Bound { listener, id }) = bound else { return Ok(None) };
-    let at = listener.local_addr().context("--metrics-listen: the socket's address")?;
-    let listener = tokio::net::TcpListener::from_std(listener).context("--metrics-listen: serving")?;
     let mut registry = Registry::default();
     let sums = Sums::new(&mut registry, &About::of(&id, setup));
-    let task = tokio::spawn(crate::scrape::accept(listener, std::sync::Arc::new(registry)));
+    let (at, served) = crate::scrape::serve(listener, registry)?;
     crate::output::errln!("bbrscope: the experiment's sums for Prometheus: http://{at}/metrics (id {id})");
-    Ok(Some((sums, Served(task))))
-}
-
-/// The task serving the sums: ends when dropped, with the run.
-pub(crate) struct Served(tokio::task::JoinHandle<()>);
-
-impl Drop for Served {
-    fn drop(&mut self) {
-        self.0.abort();
-    }
+    Ok(Some((sums, served)))
 }
 
 /// A band as a label value: `lt10ms`, `10_50ms`, `ge150ms`, `unknown` ([`band_of`]'s numbering).
@@ -295,9 +314,15 @@ mod tests {
         let squares: f64 = cell.iter().map(|t| t.ln() * t.ln()).sum();
         assert!(close(value("bbrscope_experiment_completion_ln_seconds_squared_total"), squares));
         assert!(close(value("bbrscope_experiment_completion_seconds_total"), cell.iter().sum()));
-        // Bounded: 2 arms x 5 bands x 4 sizes x 5 series at most, plus the arms' and the info.
+        // Bounded: 2 arms x 5 bands x 4 sizes x 5 series at most, plus the arms', the bands' and
+        // the info.
         let series = text.lines().filter(|l| !l.starts_with('#')).count();
-        assert!(series <= 2 * 5 * 4 * 5 + 2 + 1, "{series}");
+        assert!(series <= 2 * 5 * 4 * 5 + 2 + 5 + 1, "{series}");
+        // The guardrail's hold, a gauge per band.
+        sums.hold(1 << 4);
+        let text = crate::scrape::render(&registry);
+        assert!(text.contains("bbrscope_experiment_guardrail_held{id=\"t1\",rtt_band=\"ge150ms\"} 1"), "{text}");
+        assert!(text.contains("bbrscope_experiment_guardrail_held{id=\"t1\",rtt_band=\"lt10ms\"} 0"), "{text}");
     }
 
     #[test]

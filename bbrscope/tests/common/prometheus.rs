@@ -32,6 +32,29 @@ pub(crate) fn http_get(addr: SocketAddr, target: &str) -> std::io::Result<(u16, 
     Ok((status, body))
 }
 
+/// A Grafana dashboard's queries, as Grafana would send them over the last minutes with `vars`
+/// (`("$instance", ".*")`) put in: (panel title, PromQL) for every panel target and template
+/// variable.
+pub(crate) fn dashboard_queries(path: &str, vars: &[(&str, &str)]) -> Vec<(String, String)> {
+    let dash: Value = serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+    let promql = |expr: &str| vars.iter().fold(expr.replace("$__rate_interval", "2m"), |e, (k, v)| e.replace(k, v));
+    let mut out = Vec::new();
+    for p in dash["panels"].as_array().unwrap() {
+        for t in p["targets"].as_array().into_iter().flatten() {
+            out.push((p["title"].as_str().unwrap().to_string(), promql(t["expr"].as_str().unwrap())));
+        }
+    }
+    for v in dash["templating"]["list"].as_array().unwrap() {
+        if let Some(def) = v["definition"].as_str() {
+            // label_values(METRIC, LABEL) is answered from the series METRIC.
+            let inner = def.strip_prefix("label_values(").and_then(|s| s.strip_suffix(')')).unwrap();
+            let (metric, label) = inner.split_once(',').unwrap();
+            out.push((format!("variable {}", v["name"]), format!("group by ({}) ({metric})", label.trim())));
+        }
+    }
+    out
+}
+
 pub(crate) fn urlencode(s: &str) -> String {
     s.bytes()
         .map(|b| match b {

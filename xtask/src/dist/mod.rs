@@ -105,7 +105,9 @@ pub(crate) fn run_dist(args: DistArgs) -> Result<()> {
     put(&units.join("bbrscope-exporter.service"), "lib/systemd/system/bbrscope-exporter.service", 0o644)?;
     put(&units.join("bbrscope-cgroup-pin@.service"), "lib/systemd/system/bbrscope-cgroup-pin@.service", 0o644)?;
     put(&units.join("bbrscope-exporter.default"), "etc/default/bbrscope-exporter", 0o644)?;
-    put(&pkg.join("grafana/bbrscope.json"), "usr/share/bbrscope/grafana/bbrscope.json", 0o644)?;
+    for dashboard in ["bbrscope.json", "bbrscope-experiment.json"] {
+        put(&pkg.join("grafana").join(dashboard), &format!("usr/share/bbrscope/grafana/{dashboard}"), 0o644)?;
+    }
     put(&pkg.join("debian/lintian-overrides"), "usr/share/lintian/overrides/bbrscope", 0o644)?;
     let doc = root.join("usr/share/doc/bbrscope");
     std::fs::create_dir_all(&doc)?;
