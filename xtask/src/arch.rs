@@ -1,7 +1,10 @@
 //! The architectures bbrscope is built and tested for: this machine's, or aarch64 cross-built
 //! from x86_64 (`cargo xtask dist --arch`, `cargo xtask kernels --arch`).
 
-use std::{path::Path, process::Command};
+use std::{
+    path::{Path, PathBuf},
+    process::Command,
+};
 
 use anyhow::{Context as _, Result, bail};
 
@@ -36,6 +39,27 @@ impl Arch {
         build.args(["build", "--target", &self.musl()]).current_dir(ws);
         self.build_env(&mut build)?;
         Ok(build)
+    }
+
+    /// bbrscope built static for this architecture in `ws` under `profile`, its `--version`
+    /// naming the commit ([`git_commit`]): the binary's path, and with `profile` `release` also this
+    /// xtask's (the kernel matrix's guest driver). `release` is one cargo command whoever asks
+    /// (the matrix, `dist --profile release`), so they share one build: building bbrscope
+    /// alone could unify the crates' features otherwise, and a different commit variable
+    /// rebuilds the crate. `dist` builds bbrscope alone (LTO of the driver would be wasted).
+    pub(crate) fn build_static(self, ws: &Path, profile: &str) -> Result<(PathBuf, Option<PathBuf>)> {
+        let mut build = self.cargo_build(ws)?;
+        build.args(["--profile", profile, "-p", "bbrscope", "--bin", "bbrscope"]);
+        let driver = profile == "release";
+        if driver {
+            build.args(["-p", "xtask", "--bin", "xtask"]);
+        }
+        let status = build.env("BBRSCOPE_GIT_COMMIT", git_commit(ws)).status().context("running cargo build")?;
+        if !status.success() {
+            bail!("building for {} (profile {profile}) failed", self.musl());
+        }
+        let dir = crate::target_dir(ws).join(self.musl()).join(profile);
+        Ok((dir.join("bbrscope"), driver.then(|| dir.join("xtask"))))
     }
 
     /// Debian's name for it, in the package's control file and file name.
@@ -90,4 +114,20 @@ impl Arch {
             .env(format!("CARGO_TARGET_{}_LINKER", triple.to_uppercase()), &gcc);
         Ok(())
     }
+}
+
+/// The commit a build is made from, with `-dirty` when the tree has uncommitted changes.
+pub(crate) fn git_commit(ws: &Path) -> String {
+    let git = |args: &[&str]| {
+        Command::new("git")
+            .args(args)
+            .current_dir(ws)
+            .output()
+            .ok()
+            .filter(|o| o.status.success())
+            .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
+    };
+    let head = git(&["rev-parse", "--short=12", "HEAD"]).unwrap_or_else(|| "unknown".into());
+    let dirty = git(&["status", "--porcelain", "--untracked-files=no"]).is_some_and(|s| !s.is_empty());
+    if dirty { format!("{head}-dirty") } else { head }
 }

@@ -9,7 +9,7 @@ use std::{
     process::Command,
 };
 
-use anyhow::{Context as _, Result, bail, ensure};
+use anyhow::{Context as _, Result, bail};
 use clap::Args;
 
 use crate::arch::Arch;
@@ -24,6 +24,26 @@ pub(crate) struct DistArgs {
     /// qemu-aarch64-static to write its pages and completions)
     #[arg(long, value_enum, default_value_t = Arch::host())]
     arch: Arch,
+    /// The build's profile: `dist` (release with whole-program optimisation, what ships) or
+    /// `release` (the same code without LTO, minutes quicker; the build the kernel matrix
+    /// tests, shared with it: the package tests use it)
+    #[arg(long, value_enum, default_value_t = Profile::Dist)]
+    profile: Profile,
+}
+
+#[derive(Clone, Copy, clap::ValueEnum)]
+enum Profile {
+    Dist,
+    Release,
+}
+
+impl Profile {
+    fn name(self) -> &'static str {
+        match self {
+            Profile::Dist => "dist",
+            Profile::Release => "release",
+        }
+    }
 }
 
 fn workspace() -> PathBuf {
@@ -38,29 +58,17 @@ fn run(cmd: &mut Command) -> Result<String> {
     Ok(String::from_utf8_lossy(&out.stdout).into_owned())
 }
 
-/// The commit the binary is built from, with `-dirty` when the tree has uncommitted changes.
-fn git_commit(ws: &Path) -> String {
-    let head = run(Command::new("git").args(["rev-parse", "--short=12", "HEAD"]).current_dir(ws))
-        .map_or_else(|_| "unknown".into(), |s| s.trim().to_string());
-    let dirty = run(Command::new("git").args(["status", "--porcelain", "--untracked-files=no"]).current_dir(ws))
-        .is_ok_and(|s| !s.trim().is_empty());
-    if dirty { format!("{head}-dirty") } else { head }
-}
-
 pub(crate) fn run_dist(args: DistArgs) -> Result<()> {
     let ws = workspace();
     let target = crate::target_dir(&ws);
-    let commit = git_commit(&ws);
+    let commit = crate::arch::git_commit(&ws);
     let arch = args.arch;
     // Needs `rustup target add ARCH-unknown-linux-musl` and musl-gcc, or for aarch64 the cross
     // tools (scripts/setup.sh).
     let musl = arch.musl();
-    crate::progress!("dist: building bbrscope (profile dist: release + LTO, stripped, static: {musl}) at {commit}");
-    let mut build = arch.cargo_build(&ws)?;
-    build.args(["--profile", "dist", "-p", "bbrscope", "--bin", "bbrscope"]);
-    let status = build.env("BBRSCOPE_GIT_COMMIT", &commit).status().context("running cargo build")?;
-    ensure!(status.success(), "cargo build --profile dist failed");
-    let bin = target.join(&musl).join("dist/bbrscope");
+    let profile = args.profile.name();
+    crate::progress!("dist: building bbrscope (profile {profile}, static: {musl}) at {commit}");
+    let (bin, _) = arch.build_static(&ws, profile)?;
     let version_line = run(arch.runner(&bin).arg("--version"))?;
     let version = version_line.split_whitespace().nth(1).context("bbrscope --version printed no version")?.to_string();
 

@@ -37,8 +37,7 @@ const PREEMPT_KERNEL: &str = "6.12.";
 #[derive(Debug, Args)]
 pub(crate) struct KernelsArgs {
     /// The guests' architecture: this machine's, or aarch64 (Debian's arm64 kernels on QEMU's
-    /// `virt` machine; bbrscope and the guest's driver cross-built static as `cargo xtask dist
-    /// --arch aarch64` builds bbrscope, busybox and iproute2 from Debian 12's arm64 packages)
+    /// `virt` machine; busybox and iproute2 from Debian 12's arm64 packages)
     #[arg(long, value_enum, default_value_t = Arch::host())]
     arch: Arch,
     /// Run only this kernel: the newest Debian kernel whose version starts with VERSION
@@ -48,7 +47,8 @@ pub(crate) struct KernelsArgs {
     /// Where apt lists, packages and extracted kernels are kept between runs
     #[arg(long, value_name = "DIR", default_value = "/var/cache/bbrscope-kernels")]
     cache: PathBuf,
-    /// The bbrscope binary to test [default: build it (release) next to this xtask]
+    /// The bbrscope binary to test [default: build it static (release), as `cargo xtask dist
+    /// --profile release` does, for the guests' architecture]
     #[arg(long, value_name = "PATH")]
     bbrscope: Option<PathBuf>,
     /// Seconds one guest may run before it counts as hung
@@ -147,17 +147,11 @@ pub(crate) fn run(args: KernelsArgs) -> Result<()> {
         }
     }
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).parent().context("workspace root")?.to_path_buf();
-    let (built, driver) = if args.arch.cross() {
-        let (b, d) = cross_build(args.arch, &root)?;
-        (Some(b), d)
-    } else {
-        (None, std::env::current_exe()?)
-    };
-    let bbrscope = match (&args.bbrscope, built) {
-        (Some(p), _) => p.clone(),
-        (None, Some(b)) => b,
-        (None, None) => crate::build_bbrscope(&root)?,
-    };
+    // bbrscope static, as the package ships it, and the guest's driver (this xtask) beside it:
+    // the build `cargo xtask dist --profile release` shares.
+    let (built, driver) = args.arch.build_static(&root, "release")?;
+    let driver = driver.context("the release build names the driver")?;
+    let bbrscope = args.bbrscope.clone().unwrap_or(built);
     fs::create_dir_all(&args.cache)?;
     let apt_turn = apt_turn(&args.cache)?;
     let apt = apt::Apt::new(&args.cache, args.arch)?;
@@ -336,15 +330,6 @@ impl Machine {
             Arch::Aarch64 => "/dev/hvc0",
         }
     }
-}
-
-/// bbrscope and this xtask (the guest's driver) built static for `arch`, release profile.
-fn cross_build(arch: Arch, ws: &Path) -> Result<(PathBuf, PathBuf)> {
-    let mut build = arch.cargo_build(ws)?;
-    build.args(["--release", "-p", "bbrscope", "--bin", "bbrscope", "-p", "xtask", "--bin", "xtask"]);
-    ensure!(build.status().context("running cargo build")?.success(), "building for {} failed", arch.musl());
-    let dir = crate::target_dir(ws).join(arch.musl()).join("release");
-    Ok((dir.join("bbrscope"), dir.join("xtask")))
 }
 
 /// The first of `ranked` (newest first, [`FETCH_TRIES`] at most) whose packages the archive
