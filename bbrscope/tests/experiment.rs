@@ -394,13 +394,13 @@ fn bad_input_is_refused_before_anything_is_attached() {
         }
     }
     let _ = std::fs::remove_file(BAD_LIST);
-    // A second experiment while one runs.
+    // A second experiment while one runs, on a scope that overlaps its (every new connection).
     let mut first = start_experiment("cubic,bbr", 1, &[]);
     let out = bbrscope().args(["experiment", "--arms", "bbr,cubic", "--duration", "5s"]).output().unwrap();
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(2), "{err}");
     // The holder as the kernel's lock table names it.
-    assert!(err.contains(&format!("already running (pid {})", first.id())), "{err}");
+    assert!(err.contains(&format!("already running on port 1 (pid {})", first.id())), "{err}");
     // SAFETY: kill(2) on our own child's pid.
     unsafe { libc::kill(first.id() as i32, libc::SIGTERM) };
     let status = wait_timeout(&mut first, Duration::from_secs(10)).unwrap();
@@ -533,20 +533,27 @@ fn start_logged(arms: &str, port: u16, extra: &[&str]) -> (std::process::Child, 
     (child, log)
 }
 
-/// Waits (up to 10 minutes) until no experiment holds the host's experiment lock: other test
-/// runs on this machine (other worktrees) run experiments too, and only one can run at a time.
+/// Waits (up to 10 minutes) until no experiment runs on this host: other test runs on this
+/// machine (other worktrees) run experiments too, on scopes these tests' may overlap. Each
+/// running experiment holds a lock on its own `/run/bbrscope-experiment-PID.lock`.
 fn wait_for_no_experiment() {
     let start = Instant::now();
     let held = || {
         use std::os::unix::fs::MetadataExt as _;
-        let Ok(m) = std::fs::metadata("/run/bbrscope-experiment.lock") else { return false };
         let locks = std::fs::read_to_string("/proc/locks").unwrap();
-        locks.lines().any(|l| {
-            l.contains(" FLOCK ") && l.split_whitespace().nth(5).is_some_and(|d| d.ends_with(&format!(":{}", m.ino())))
+        std::fs::read_dir("/run").unwrap().flatten().any(|e| {
+            let name = e.file_name().to_string_lossy().into_owned();
+            name.starts_with("bbrscope-experiment-")
+                && e.metadata().is_ok_and(|m| {
+                    locks.lines().any(|l| {
+                        l.contains(" FLOCK ")
+                            && l.split_whitespace().nth(5).is_some_and(|d| d.ends_with(&format!(":{}", m.ino())))
+                    })
+                })
         })
     };
     while held() {
-        assert!(start.elapsed() < Duration::from_secs(600), "another experiment holds the lock for 10 minutes");
+        assert!(start.elapsed() < Duration::from_secs(600), "another experiment runs for 10 minutes");
         thread::sleep(Duration::from_millis(500));
     }
 }
@@ -1653,6 +1660,75 @@ fn the_experiment_lock_is_roots_alone() {
     assert_eq!(std::fs::read_to_string(&target).unwrap(), "keep me\n");
     stop(child);
     let _ = std::fs::remove_file(&target);
+}
+
+/// Experiments on disjoint scopes run side by side (#40): two on two ports of one server, each
+/// giving its arms to its own port's connections alone (the server's own log says which
+/// algorithm each connection ran: reno only on the second's port, BBR only on the first's) and
+/// counting its own flows alone; `status` lists both. One whose scope overlaps theirs (the same
+/// port; every new connection) is refused with exit 2, naming the experiment it overlaps, and
+/// registers nothing.
+#[test]
+fn experiments_on_disjoint_scopes_run_side_by_side_and_an_overlapping_one_is_refused() {
+    require_root();
+    let _turn = turn();
+    let (one, two) = (TcpListener::bind("127.0.0.1:0").unwrap(), TcpListener::bind("127.0.0.1:0").unwrap());
+    let (to_one, to_two) = (one.local_addr().unwrap(), two.local_addr().unwrap());
+    let (log_one, log_two) = (serve_logging_cc(one), serve_logging_cc(two));
+    let first = start_experiment("cubic,bbr", to_one.port(), &["--no-guardrail"]);
+    // Started beside the first (start_experiment would wait for it to end).
+    let beside = |arms: &str, scope: &[String]| {
+        let mut child = bbrscope()
+            .args(["experiment", "--arms", arms, "--duration", "5m", "--json", "--design", "per-connection"])
+            .args(["--no-guardrail"])
+            .args(scope)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut err = BufReader::new(child.stderr.take().unwrap());
+        let mut line = String::new();
+        err.read_line(&mut line).unwrap();
+        // Keep draining stderr so that it cannot block the experiment.
+        thread::spawn(move || std::io::copy(&mut err, &mut std::io::sink()));
+        (child, line)
+    };
+    let (second, said) = beside("reno,cubic", &["--port".into(), to_two.port().to_string()]);
+    assert!(said.contains("experiment running"), "the second, on another port: {said}");
+    let port_one = format!("port {}", to_one.port());
+    for scope in [vec!["--port".to_string(), to_one.port().to_string()], vec![]] {
+        let (mut refused, said) = beside("cubic,bbr", &scope);
+        let code = wait_timeout(&mut refused, Duration::from_secs(20)).and_then(|s| s.code());
+        assert_eq!(code, Some(2), "{scope:?} overlaps the first: {said}");
+        assert!(
+            said.contains(&port_one) && said.contains(&format!("pid {}", first.id())) && said.contains("overlaps"),
+            "the refusal names the experiment it overlaps: {said}"
+        );
+    }
+    let st: Value = serde_json::from_slice(&bbrscope().args(["status", "--json"]).output().unwrap().stdout).unwrap();
+    let pids: Vec<u64> = st["experiments"].as_array().unwrap().iter().map(|x| x["pid"].as_u64().unwrap()).collect();
+    assert_eq!(pids, [u64::from(first.id()), u64::from(second.id())], "{}", st["experiments"]);
+    const N: usize = 40;
+    for i in 0..N {
+        assert_eq!(fetch(to_one, 20_000 + i).1, 20_000 + i);
+        assert_eq!(fetch(to_two, 20_000 + i).1, 20_000 + i);
+    }
+    thread::sleep(Duration::from_millis(500));
+    let (report_one, report_two) = (report_of(first), report_of(second));
+    let ran = |log: &Mutex<Vec<(SocketAddr, String, f64)>>| {
+        let mut ccs: Vec<String> = log.lock().unwrap().iter().map(|(_, cc, _)| cc.clone()).collect();
+        assert_eq!(ccs.len(), N);
+        ccs.sort();
+        ccs.dedup();
+        ccs
+    };
+    // 40 draws of 50/50: both arms on each port (all on one arm: 2^-39).
+    assert_eq!(ran(&log_one), ["bbr", "cubic"], "the first's port ran its arms alone");
+    assert_eq!(ran(&log_two), ["cubic", "reno"], "the second's port ran its arms alone");
+    for (report, name) in [(&report_one, "first"), (&report_two, "second")] {
+        let flows: Vec<u64> = report["arms"].as_array().unwrap().iter().map(|a| a["flows"].as_u64().unwrap()).collect();
+        assert_eq!(flows.iter().sum::<u64>(), N as u64, "the {name} counts its own port's flows: {}", report["arms"]);
+    }
 }
 
 /// `--analyze` reads any input in bounded memory: a recording with a 500 MB line in it is

@@ -526,15 +526,22 @@ fn sock_ops_programs(p: &mut Plan) {
     if own.is_empty() {
         return;
     }
-    match crate::sys::experiment_lock::running() {
-        Ok(Some(x)) => p.check(Level::Warn, "sock_ops", format!(
+    let running = crate::sys::experiment_lock::running().unwrap_or_default();
+    for x in &running {
+        p.check(Level::Warn, "sock_ops", format!(
             "a bbrscope experiment is running (pid {}, {}): it sets {} or {} on new connections of its scope until it ends",
             x.pid, x.scope, x.arms[0], x.arms[1]
-        )),
-        _ => p.check(Level::Info, "sock_ops", format!(
-            "bbrscope's own observers are loaded ({}): they only read connections, and set no algorithm",
-            ids(&own)
-        )),
+        ));
+    }
+    if running.is_empty() {
+        p.check(
+            Level::Info,
+            "sock_ops",
+            format!(
+                "bbrscope's own observers are loaded ({}): they only read connections, and set no algorithm",
+                ids(&own)
+            ),
+        );
     }
 }
 

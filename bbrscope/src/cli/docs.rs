@@ -130,7 +130,8 @@ fn extra(cmd: &Command) -> Roff {
             (advice::ADVICE, "The last advise's findings and the settings it weighed (status shows them)."),
             (apply_lock::LOCK, "Held while apply or revert runs."),
             (cgroup::PIN_DIR, "The programs that set a cgroup's algorithm (apply --cgroup), pinned until revert."),
-            (experiment_lock::LOCK, "The running experiment: its pid, arms and scope (status reads it)."),
+            (experiment_lock::LOCK, "Held while an experiment checks its scope against those running."),
+            (experiment_lock::RUNNING, "A running experiment: its pid, arms and scope (status reads it)."),
         ];
         for (path, what) in files {
             tagged(&mut r, path, what);

@@ -206,6 +206,12 @@ fn running(run: &Run, state: &LiveExperiment) -> lock::Running {
         ends: state.ends(),
         guardrail: run.guardrail,
         record: run.record.as_ref().map(|p| p.display().to_string()),
+        id: run.metrics.as_ref().map(|m| m.id.clone()).unwrap_or_default(),
+        claim: Some(lock::Claim {
+            port: spec.port,
+            cgroup: spec.cgroup.as_ref().map(|c| c.path.clone()),
+            dst: spec.dst.clone(),
+        }),
     }
 }
 /// The connections the experiment covers, as its report names them.

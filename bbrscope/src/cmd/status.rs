@@ -88,28 +88,29 @@ fn print(s: &Status) -> Result<(), OutputError> {
             }
         }
     }
-    match &s.experiment {
-        None => outln!("experiment: none running")?,
-        Some(x) => {
-            let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs());
-            let age = now.saturating_sub(x.started_at);
-            outln!(
-                "experiment: running (pid {}): {} (A) vs {} (B), {}{}, {}% of {}; started {}m{:02}s ago, ends \
-                 {}; guardrail {}{}",
-                x.pid,
-                x.arms[0],
-                x.arms[1],
-                if x.design.is_empty() { String::new() } else { format!("{}, ", x.design) },
-                x.split_words(),
-                x.sample_pct,
-                x.scope,
-                age / 60,
-                age % 60,
-                x.ends,
-                if x.guardrail { "on" } else { "off" },
-                x.record.as_deref().map(|r| format!("; recording to {r}")).unwrap_or_default()
-            )?;
-        }
+    if s.experiments.is_empty() {
+        outln!("experiment: none running")?;
+    }
+    for x in &s.experiments {
+        let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs());
+        let age = now.saturating_sub(x.started_at);
+        outln!(
+            "experiment: running (pid {}{}): {} (A) vs {} (B), {}{}, {}% of {}; started {}m{:02}s ago, ends {}; \
+             guardrail {}{}",
+            x.pid,
+            if x.id.is_empty() { String::new() } else { format!(", --id {}", x.id) },
+            x.arms[0],
+            x.arms[1],
+            if x.design.is_empty() { String::new() } else { format!("{}, ", x.design) },
+            x.split_words(),
+            x.sample_pct,
+            x.scope,
+            age / 60,
+            age % 60,
+            x.ends,
+            if x.guardrail { "on" } else { "off" },
+            x.record.as_deref().map(|r| format!("; recording to {r}")).unwrap_or_default()
+        )?;
     }
     print_advice(s.advice.as_ref())?;
     for w in &s.warnings {

@@ -90,8 +90,12 @@ pub(crate) struct Status {
     pub boot: Boot,
     pub namespaces: Vec<Namespace>,
     pub bbrscope: Vec<Recorded>,
-    /// The `bbrscope experiment` running now (it holds the experiment lock), or null. It
-    /// attaches nothing that outlives it, so there is nothing else of it to list.
+    /// The `bbrscope experiment`s running now (each holds its lock), oldest first: several run
+    /// side by side on disjoint scopes. They attach nothing that outlives them, so there is
+    /// nothing else of them to list.
+    pub experiments: Vec<lock::Running>,
+    /// The first of `experiments`, or null: what scripts written before experiments could run
+    /// side by side read.
     pub experiment: Option<lock::Running>,
     /// The last `bbrscope advise`'s findings, and the settings changed since, or null.
     pub advice: Option<advice::Shown>,
@@ -303,7 +307,7 @@ pub(crate) fn gather(root: &Path, netns: Option<&str>) -> Result<Status> {
         Ok((path, note)) => ObserverStatus { path: Some(path.as_str()), note },
         Err(note) => ObserverStatus { path: None, note: Some(note) },
     };
-    let experiment = lock::running()?;
+    let experiments = lock::running()?;
     let bbr = bbr_version::running();
     let advice = advice::load(root).unwrap_or_else(|why| {
         warnings.push(why);
@@ -317,7 +321,8 @@ pub(crate) fn gather(root: &Path, netns: Option<&str>) -> Result<Status> {
         boot,
         namespaces,
         bbrscope,
-        experiment,
+        experiment: experiments.first().cloned(),
+        experiments,
         advice,
         warnings,
     })
