@@ -277,11 +277,18 @@ fn every_connection_gets_an_arm_and_the_arms_algorithm() {
         text.starts_with(&format!("fleet: experiment t_every on 1 host, their sums from the Prometheus at {url}")),
         "{text}"
     );
+    fleet_is_offline(&fleet, &offline, 2);
+}
+
+/// The fleet's report (`--analyze-prometheus --json`) judges `groups` groups, each as `offline`
+/// (`--analyze --json` of the same flows' recordings) does: verdict and flows alike, estimate and
+/// interval ends to 1e-9.
+fn fleet_is_offline(fleet: &Value, offline: &Value, groups: usize) {
     let fleet_groups = fleet["groups"].as_array().unwrap();
-    assert_eq!(fleet_groups.len(), 2, "{fleet_groups:?}");
+    assert_eq!(fleet_groups.len(), groups, "{fleet_groups:?}");
     for g in fleet_groups {
         let label = g["label"].as_str().unwrap();
-        let o = group(&offline, label);
+        let o = group(offline, label);
         assert_eq!((&g["verdict"], &g["arms"]), (&o["verdict"], &o["arms"]), "{label}");
         for k in ["effect_pct", "low_pct", "high_pct"] {
             let (f, w) = (g["answer"][k].as_f64().unwrap(), o["answer"][k].as_f64().unwrap());
@@ -1662,6 +1669,92 @@ fn the_experiment_lock_is_roots_alone() {
     let _ = std::fs::remove_file(&target);
 }
 
+/// `bbrscope experiment --arms ARMS --duration 5m --json --design per-connection --no-guardrail
+/// SCOPE... EXTRA...` started beside those running ([`start_experiment`] would wait for them to
+/// end), and its first line on stderr; the rest of stderr is drained.
+fn beside(arms: &str, scope: &[String], extra: &[&str]) -> (std::process::Child, String) {
+    let mut child = bbrscope()
+        .args(["experiment", "--arms", arms, "--duration", "5m", "--json", "--design", "per-connection"])
+        .args(["--no-guardrail"])
+        .args(scope)
+        .args(extra)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut err = BufReader::new(child.stderr.take().unwrap());
+    let mut line = String::new();
+    err.read_line(&mut line).unwrap();
+    // Keep draining stderr so that it cannot block the experiment.
+    thread::spawn(move || std::io::copy(&mut err, &mut std::io::sink()));
+    (child, line)
+}
+
+/// One experiment on three scopes at once, as on three hosts (#40): three instances on three
+/// ports, the same `--id`, each recording and serving its sums; one real Prometheus scrapes all
+/// three while real connections run. `--analyze-prometheus` answers what `--analyze` of the three
+/// recordings pooled answers: every group's verdict and flows, estimate and interval ends to
+/// 1e-9. Recordings of another experiment are not pooled with them.
+#[test]
+fn three_instances_on_prometheus_answer_as_their_recordings_pooled() {
+    require_root();
+    let _turn = turn();
+    wait_for_no_experiment();
+    let dir = tempfile::tempdir().unwrap();
+    let (mut runs, mut targets, mut servers) = (Vec::new(), Vec::new(), Vec::new());
+    for i in 0..3 {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        servers.push(listener.local_addr().unwrap());
+        serve(listener);
+        let record = dir.path().join(format!("host{i}.ndjson"));
+        let sums: SocketAddr = format!("127.0.0.1:{}", prometheus::free_port()).parse().unwrap();
+        let scope = ["--port".to_string(), servers[i].port().to_string()];
+        let (child, said) = beside(
+            "cubic,bbr",
+            &scope,
+            &["--record", record.to_str().unwrap(), "--metrics-listen", &sums.to_string(), "--id", "t_three"],
+        );
+        assert!(said.contains("experiment running"), "instance {i}: {said}");
+        runs.push((child, record));
+        targets.push(sums);
+    }
+    let prom = prometheus::Prometheus::start(&targets);
+    const N: usize = 60;
+    for i in 0..N {
+        for to in &servers {
+            assert_eq!(fetch(*to, [1_000, 15_000, 120_000][i % 3]).1, [1_000, 15_000, 120_000][i % 3]);
+        }
+    }
+    let until = Instant::now() + Duration::from_secs(30);
+    let flows = "sum(bbrscope_experiment_flows_total{id=\"t_three\"})";
+    while prom.query(flows).first().map(prometheus::value) != Some((3 * N) as f64) {
+        assert!(Instant::now() < until, "Prometheus never held the {} flows: {}", 3 * N, prom.log());
+        thread::sleep(Duration::from_millis(250));
+    }
+    let url = format!("http://{}", prom.addr);
+    let out =
+        bbrscope().args(["experiment", "--analyze-prometheus", &url, "--id", "t_three", "--json"]).output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let fleet: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(fleet["fleet"]["hosts"], 3, "{}", fleet["fleet"]);
+    let records: Vec<_> = runs.into_iter().map(|(child, record)| (report_of(child), record)).collect();
+    let files: Vec<&str> = records.iter().map(|(_, r)| r.to_str().unwrap()).collect();
+    let out = bbrscope().args(["experiment", "--json", "--analyze"]).args(&files).output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let offline: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let flows: u64 = offline["arms"].as_array().unwrap().iter().map(|a| a["flows"].as_u64().unwrap()).sum();
+    assert_eq!(flows, (3 * N) as u64, "the pool counts every instance's flows: {}", offline["arms"]);
+    fleet_is_offline(&fleet, &offline, 2);
+    // A recording of another experiment (another split) does not pool with them.
+    let other = dir.path().join("other.ndjson");
+    let text = std::fs::read_to_string(files[0]).unwrap().replacen("\"split_pct\":50", "\"split_pct\":30", 1);
+    std::fs::write(&other, text).unwrap();
+    let out = bbrscope().args(["experiment", "--analyze", files[1]]).arg(&other).output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(err.contains("its split differs"), "{err}");
+}
+
 /// Experiments on disjoint scopes run side by side (#40): two on two ports of one server, each
 /// giving its arms to its own port's connections alone (the server's own log says which
 /// algorithm each connection ran: reno only on the second's port, BBR only on the first's) and
@@ -1676,28 +1769,11 @@ fn experiments_on_disjoint_scopes_run_side_by_side_and_an_overlapping_one_is_ref
     let (to_one, to_two) = (one.local_addr().unwrap(), two.local_addr().unwrap());
     let (log_one, log_two) = (serve_logging_cc(one), serve_logging_cc(two));
     let first = start_experiment("cubic,bbr", to_one.port(), &["--no-guardrail"]);
-    // Started beside the first (start_experiment would wait for it to end).
-    let beside = |arms: &str, scope: &[String]| {
-        let mut child = bbrscope()
-            .args(["experiment", "--arms", arms, "--duration", "5m", "--json", "--design", "per-connection"])
-            .args(["--no-guardrail"])
-            .args(scope)
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
-        let mut err = BufReader::new(child.stderr.take().unwrap());
-        let mut line = String::new();
-        err.read_line(&mut line).unwrap();
-        // Keep draining stderr so that it cannot block the experiment.
-        thread::spawn(move || std::io::copy(&mut err, &mut std::io::sink()));
-        (child, line)
-    };
-    let (second, said) = beside("reno,cubic", &["--port".into(), to_two.port().to_string()]);
+    let (second, said) = beside("reno,cubic", &["--port".into(), to_two.port().to_string()], &[]);
     assert!(said.contains("experiment running"), "the second, on another port: {said}");
     let port_one = format!("port {}", to_one.port());
     for scope in [vec!["--port".to_string(), to_one.port().to_string()], vec![]] {
-        let (mut refused, said) = beside("cubic,bbr", &scope);
+        let (mut refused, said) = beside("cubic,bbr", &scope, &[]);
         let code = wait_timeout(&mut refused, Duration::from_secs(20)).and_then(|s| s.code());
         assert_eq!(code, Some(2), "{scope:?} overlaps the first: {said}");
         assert!(

@@ -129,10 +129,12 @@ pub struct ExperimentArgs {
     #[arg(long, value_name = "TIME", value_parser = parse_span, requires = "analyze_prometheus")]
     pub(crate) watch: Option<Duration>,
     /// Re-analyse a `--record` file instead of running an experiment, and replay the live
-    /// guardrail's checks on it in completion order; no root needed. (A `bbrscope stream`
-    /// capture taken beside an experiment has no arms: record with --record.)
-    #[arg(long, value_name = "FILE", conflicts_with_all = ["port", "cgroup", "dst", "duration", "flows", "record", "design", "block", "burn_in", "seed"])]
-    pub(crate) analyze: Option<PathBuf>,
+    /// guardrail's checks on it in completion order; no root needed. Several files (the same
+    /// experiment on several hosts or scopes) are pooled, as --analyze-prometheus pools their
+    /// sums. (A `bbrscope stream` capture taken beside an experiment has no arms: record with
+    /// --record.)
+    #[arg(long, value_name = "FILE", num_args = 1.., conflicts_with_all = ["port", "cgroup", "dst", "duration", "flows", "record", "design", "block", "burn_in", "seed"])]
+    pub(crate) analyze: Vec<PathBuf>,
     /// The report as one JSON object on stdout
     #[arg(long)]
     pub(crate) json: bool,
@@ -195,19 +197,19 @@ impl ExperimentArgs {
     pub(crate) fn request(&self) -> Result<Request> {
         let rule = self.rule()?;
         let prefix_lists = self.prefix_lists()?;
-        let mode = match &self.analyze {
-            None if self.analyze_prometheus.is_some() => Mode::Fleet {
+        let mode = match self.analyze.as_slice() {
+            [] if self.analyze_prometheus.is_some() => Mode::Fleet {
                 source: self.fleet()?,
                 watch: self.watch.map(|every| Looks { every, serve: self.metrics_listen }),
             },
-            Some(file) => Mode::Analyze {
-                file: file.clone(),
+            [] => Mode::Run(Box::new(self.run()?)),
+            files => Mode::Analyze {
+                files: files.to_vec(),
                 arms: match self.arms.as_slice() {
                     [a, b] => Some([a.clone(), b.clone()]),
                     _ => None,
                 },
             },
-            None => Mode::Run(Box::new(self.run()?)),
         };
         Ok(Request {
             rule,

@@ -5,7 +5,7 @@
 use std::{
     fs::File,
     io::{BufReader, IsTerminal as _},
-    path::Path,
+    path::{Path, PathBuf},
 };
 
 use anyhow::{Context as _, Result};
@@ -39,7 +39,7 @@ use crate::{
 pub async fn run(args: ExperimentArgs) -> Result<()> {
     let request = args.request()?;
     match &request.mode {
-        Mode::Analyze { file, arms } => analyze(&request, file, arms.as_ref()),
+        Mode::Analyze { files, arms } => analyze(&request, files, arms.as_ref()),
         Mode::Fleet { source, watch: None } => fleet(&request, source),
         Mode::Fleet { source, watch: Some(w) } => watch(&request, source, w).await,
         Mode::Run(run) => experiment(&request, run).await,
@@ -107,11 +107,11 @@ async fn experiment(request: &Request, run: &Run) -> Result<()> {
     finish(request, &obs, &setup, Ended { stopped_by, guard, switched_back }, false)
 }
 
-/// `--analyze FILE`: the report of a recorded run, with this invocation's rule, its arms where
-/// the recording does not name them, and the recording's prefix-list groups unless
-/// `--prefix-list` gives others.
-fn analyze(request: &Request, file: &Path, arms: Option<&[String; 2]>) -> Result<()> {
-    let capture = read_capture(file)?;
+/// `--analyze FILE...`: the report of a recorded run, or of several recordings of one experiment
+/// pooled, with this invocation's rule, its arms where the recording does not name them, and the
+/// recording's prefix-list groups unless `--prefix-list` gives others.
+fn analyze(request: &Request, files: &[PathBuf], arms: Option<&[String; 2]>) -> Result<()> {
+    let capture = pooled(files)?;
     let mut setup = capture.setup;
     setup.rule = request.rule;
     if let Some(lists) = &request.prefix_lists {
@@ -127,6 +127,21 @@ fn analyze(request: &Request, file: &Path, arms: Option<&[String; 2]>) -> Result
     // The groups the live guardrail sent back are in its replay, printed with it.
     let ended = Ended { stopped_by: capture.stopped_by, guard: capture.guard, switched_back: Vec::new() };
     finish(request, &capture.obs, &setup, ended, true)
+}
+
+/// The recordings `files` read, each once, and pooled ([`record::pool`]).
+fn pooled(files: &[PathBuf]) -> Result<record::Capture> {
+    let mut seen = Vec::new();
+    let mut captures = Vec::new();
+    for path in files {
+        let same_file = std::fs::canonicalize(path).ok();
+        if same_file.is_some() && seen.contains(&same_file) {
+            usage!("--analyze {}: given twice (each recording pools once)", path.display());
+        }
+        seen.push(same_file);
+        captures.push((path.display().to_string(), read_capture(path)?));
+    }
+    record::pool(captures)
 }
 
 /// `--analyze-prometheus`: the report of a running experiment across the hosts whose sums one

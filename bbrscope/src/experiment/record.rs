@@ -380,11 +380,85 @@ pub fn read(input: impl BufRead, is_file: bool) -> Result<Capture> {
     Ok(c)
 }
 
+/// Recordings of one experiment (on several hosts, or scopes of one) as one capture, each with
+/// the name it is known by: the first's setup, every one's flows. They pool only when they ran
+/// one experiment (arms, split, design, metric; exit 2 naming what differs). The pool's end is
+/// each one's stop, named; the guardrail's replay judges the pooled flows.
+pub(crate) fn pool(captures: Vec<(String, Capture)>) -> Result<Capture> {
+    let many = captures.len() > 1;
+    let mut stops = Vec::new();
+    let mut pool: Option<(String, Capture)> = None;
+    for (name, capture) in captures {
+        if let Some(stop) = &capture.stopped_by {
+            stops.push(format!("{name}: {stop}"));
+        }
+        let Some((first_name, first)) = pool.as_mut() else {
+            pool = Some((name, capture));
+            continue;
+        };
+        let (a, b) = (&first.setup, &capture.setup);
+        let differs = [
+            ("arms", a.arms != b.arms),
+            ("split", a.split_pct != b.split_pct),
+            ("design", a.design != b.design),
+            ("metric", a.metric != b.metric),
+        ];
+        if let Some((what, _)) = differs.iter().find(|(_, d)| *d) {
+            crate::error::usage!(
+                "--analyze {name}: its {what} differs from {first_name}'s: recordings pool only when they ran one experiment"
+            );
+        }
+        first.obs.extend(capture.obs);
+    }
+    let (_, mut pool) = pool.context("no recording to analyse")?;
+    if many {
+        pool.stopped_by = (!stops.is_empty()).then(|| stops.join("; "));
+        pool.guard = None;
+    }
+    Ok(pool)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
     const SUMMARY: &str = r#"{"type":"flow_summary","ts":100.5,"start_ts":100.0,"cookie":7,"cc":"bbr","ccs":["bbr"],"arm":"b","side":"accept","dst":"203.0.113.9:51000","bytes_acked":15001,"duration_s":0.5,"srtt_first_us":150000,"min_rtt_us":140000,"retrans_at_open":1,"retrans_total":2,"data_segs_out":11}"#;
+
+    /// Recordings of one experiment pool their flows and name each one's stop; one of another
+    /// split is refused, naming it and what differs.
+    #[test]
+    fn recordings_of_one_experiment_pool_and_of_another_are_refused() {
+        let header = |split: u32| {
+            format!(
+                r#"{{"type":"experiment","arms":["cubic","bbr"],"split_pct":{split},"scope":{{"known":true,"port":443,"cgroup":null,"dst":[]}},"guardrail_pct":20.0,"delta_pct":5.0,"min_effect_ms":5.0}}"#
+            )
+        };
+        let capture = |split: u32, cookies: &[u64], end: Option<&str>| {
+            let mut text = header(split) + "\n";
+            for c in cookies {
+                text += &SUMMARY.replace("\"cookie\":7", &format!("\"cookie\":{c}"));
+                text += "\n";
+            }
+            if let Some(stop) = end {
+                text += &format!(r#"{{"type":"experiment_end","stopped_by":"{stop}","guardrail":null}}"#);
+                text += "\n";
+            }
+            read(text.as_bytes(), true).unwrap()
+        };
+        let one = pool(vec![("a".into(), capture(50, &[1, 2], None))]).unwrap();
+        assert_eq!((one.obs.len(), one.stopped_by), (2, None));
+        let both =
+            pool(vec![("a".into(), capture(50, &[1, 2], None)), ("b".into(), capture(50, &[1, 3, 4], Some("x")))])
+                .unwrap();
+        // The same cookie on two hosts is two flows.
+        assert_eq!(both.obs.len(), 5);
+        assert_eq!(both.stopped_by.as_deref(), Some("b: x"));
+        let err = pool(vec![("a".into(), capture(50, &[1], None)), ("b".into(), capture(30, &[2], None))])
+            .err()
+            .unwrap()
+            .to_string();
+        assert!(err.contains("b: its split differs from a's"), "{err}");
+    }
 
     #[test]
     fn reads_header_flows_and_end_forgivingly() {

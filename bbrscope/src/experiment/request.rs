@@ -33,8 +33,9 @@ pub(crate) struct Request {
 pub(crate) enum Mode {
     /// Run an experiment on this host's new connections.
     Run(Box<Run>),
-    /// `--analyze FILE`: re-analyse a recording, with `--arms` where it does not name them.
-    Analyze { file: PathBuf, arms: Option<[String; 2]> },
+    /// `--analyze FILE...`: re-analyse a recording, or several of one experiment pooled, with
+    /// `--arms` where they do not name them.
+    Analyze { files: Vec<PathBuf>, arms: Option<[String; 2]> },
     /// `--analyze-prometheus URL --id NAME`: a running experiment's answer across its hosts, once
     /// or every `--watch` period.
     Fleet { source: super::fleet::Source, watch: Option<Looks> },
