@@ -34,8 +34,10 @@ use std::{
 
 use common::{
     Netns, drop_data_packets,
-    prometheus::{Exporter, Prometheus},
-    require_root, tcp_congestion_control,
+    prometheus::{self, Exporter, Prometheus},
+    require_root,
+    responses::{self, Population},
+    tcp_congestion_control,
 };
 use serde_json::Value;
 
@@ -153,30 +155,24 @@ impl Fleet {
 
     /// `ansible-playbook canary-rollout.yml EXTRA`: (succeeded, stdout + stderr).
     fn playbook(&self, extra: &[&str]) -> (bool, String) {
-        let home = self.home.path();
-        let out = Command::new("ansible-playbook")
-            .arg("-i")
-            .arg(home.join("inventory"))
-            .arg("canary-rollout.yml")
-            .args(["-e", &format!("bbrscope_algorithm={ROLLOUT}")])
-            .args(["-e", &format!("bbrscope_prometheus_url=http://{}", self.prom.addr)])
-            .args(["-e", &format!("bbrscope_bin={}", env!("CARGO_BIN_EXE_bbrscope"))])
+        let fixed = [
+            "-e",
+            &format!("bbrscope_algorithm={ROLLOUT}"),
+            "-e",
+            &format!("bbrscope_prometheus_url=http://{}", self.prom.addr),
             // Long enough for a few dozen flows per namespace under the new setting.
-            .args(["-e", "bbrscope_soak_seconds=8", "-e", "bbrscope_window=10s"])
+            "-e",
+            "bbrscope_soak_seconds=8",
+            "-e",
+            "bbrscope_window=10s",
             // Loopback's noise floor: tail-loss probes now and then (about one per 60 flows here,
             // a retransmit rate of 0.5-2%); the lossy canary's 20% drop is far above it.
-            .args(["-e", "bbrscope_retrans_slack=0.05"])
-            .args(extra)
-            .current_dir(PLAYBOOK_DIR)
-            .env("ANSIBLE_HOME", home)
-            .env("ANSIBLE_LOCAL_TEMP", home.join("tmp"))
-            .env("ANSIBLE_REMOTE_TEMP", home.join("tmp"))
-            .env("ANSIBLE_NOCOLOR", "1")
-            .env("ANSIBLE_FORCE_COLOR", "0")
-            .output()
-            .expect("ansible-playbook is not installed: run scripts/setup.sh (Debian package `ansible-core`)");
-        let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
-        (out.status.success(), text)
+            "-e",
+            "bbrscope_retrans_slack=0.05",
+        ]
+        .map(String::from);
+        let args: Vec<&str> = fixed.iter().map(String::as_str).chain(extra.iter().copied()).collect();
+        ansible_playbook(self.home.path(), "canary-rollout.yml", &args)
     }
 
     /// `bbrscope status --netns NS --json` under the stand-in root: (the namespace's default as
@@ -203,6 +199,28 @@ impl Fleet {
     fn canary_flows_by_cc(&self) -> HashMap<String, f64> {
         self.prom.by_cc(&format!("bbrscope_flows_opened_total{{instance=\"{}\"}}", self.exporters[0].addr))
     }
+}
+
+/// `ansible-playbook -i HOME/inventory PLAYBOOK -e bbrscope_bin=... EXTRA` in packaging/ansible,
+/// with Ansible's files under `home`: (succeeded, stdout + stderr).
+fn ansible_playbook(home: &std::path::Path, playbook: &str, extra: &[&str]) -> (bool, String) {
+    let out = Command::new("ansible-playbook")
+        .arg("-i")
+        .arg(home.join("inventory"))
+        .arg(playbook)
+        .args(["-e", &format!("bbrscope_bin={}", env!("CARGO_BIN_EXE_bbrscope"))])
+        .args(extra)
+        .current_dir(PLAYBOOK_DIR)
+        .env("ANSIBLE_HOME", home)
+        .env("ANSIBLE_LOCAL_TEMP", home.join("tmp"))
+        .env("ANSIBLE_REMOTE_TEMP", home.join("tmp"))
+        .env("ANSIBLE_ASYNC_DIR", home.join("async"))
+        .env("ANSIBLE_NOCOLOR", "1")
+        .env("ANSIBLE_FORCE_COLOR", "0")
+        .output()
+        .expect("ansible-playbook is not installed: run scripts/setup.sh (Debian package `ansible-core`)");
+    let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    (out.status.success(), text)
 }
 
 /// The PLAY RECAP: host -> (changed, failed).
@@ -309,5 +327,116 @@ fn a_failing_canary_is_reverted_and_the_rest_untouched() {
     // where the rest (clean loopback, a tail-loss probe now and then) is below it.
     let (canary, rest) = (retrans_rate(&fleet.canary), retrans_rate(&fleet.rest));
     assert!(canary > 0.05 && rest < 0.05, "retransmit rates: canary {canary}, rest {rest}");
+    host_cc_is_untouched(&host_cc);
+}
+
+/// packaging/ansible/fleet-experiment.yml for real, on two hosts of this kernel: each an emulated
+/// path (60 ms, 1% random loss, 20 Mbit/s: reno is loss-limited there, BBR is not) with its
+/// server on a port of its own (two experiments side by side need disjoint scopes), its sums
+/// scraped by one real Prometheus, and a namespace of the test's as the scope the play applies
+/// in. Arms reno,bbr: the fleet finds B better and the play applies bbr on both hosts (the
+/// namespaces' defaults, read in them; bbrscope's record); arms bbr,reno: A better, nothing
+/// applied, the play still succeeds and says why. Both times the experiments are over when the
+/// play ends, and their recordings, pooled, answer as the fleet did.
+#[test]
+fn a_fleet_experiment_ends_in_the_apply_its_answer_supports_or_in_none() {
+    require_root();
+    let host_cc = tcp_congestion_control();
+    let base = 40_000 + (std::process::id() % 10_000) as u16;
+    let hosts: Vec<(Population, Netns, SocketAddr)> = (0..2u8)
+        .map(|i| {
+            let (p, listener) = responses::emulated(96 + i, 60, 0.01, base + u16::from(i));
+            responses::serve(listener);
+            let scope = Netns::new(&format!("fx{i}"));
+            scope.exec("sysctl", &["-qw", &format!("net.ipv4.tcp_congestion_control={BEFORE}")]);
+            let sums: SocketAddr = format!("127.0.0.1:{}", prometheus::free_port()).parse().unwrap();
+            (p, scope, sums)
+        })
+        .collect();
+    let prom = Prometheus::start(&hosts.iter().map(|(.., sums)| *sums).collect::<Vec<_>>());
+    let (root, home, records) =
+        (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let mut inventory = String::from("[experiment]\n");
+    for (i, (p, scope, sums)) in hosts.iter().enumerate() {
+        inventory += &format!(
+            "host{i} ansible_connection=local bbrscope_experiment_args='--port {}' bbrscope_sums_listen={sums} \
+             bbrscope_record={}/host{i}.ndjson bbrscope_scope_args='--netns {} --root {}' \
+             bbrscope_status_args='--netns {} --root {}'\n",
+            p.server.port(),
+            records.path().display(),
+            scope.name,
+            root.path().display(),
+            scope.name,
+            root.path().display(),
+        );
+    }
+    inventory += "[all:vars]\nansible_python_interpreter=auto_silent\n";
+    std::fs::write(home.path().join("inventory"), inventory).unwrap();
+    let defaults = || hosts.iter().map(|(_, ns, _)| ns.enter(tcp_congestion_control)).collect::<Vec<_>>();
+    let run = |arms: &str, id: &str, more: &[&str]| {
+        let go = AtomicBool::new(true);
+        thread::scope(|s| {
+            // Clients of each host, for as long as the play runs: a 20 KB and a 1 MB response in turn.
+            for (p, ..) in &hosts {
+                let go = &go;
+                s.spawn(move || {
+                    responses::load_while(p, 3, &[20_000, 1_000_000], Duration::ZERO, &|| go.load(Ordering::Relaxed))
+                });
+            }
+            let prometheus = format!("bbrscope_prometheus_url=http://{}", prom.addr);
+            let (arms, id) = (format!("bbrscope_arms={arms}"), format!("bbrscope_experiment_id={id}"));
+            let extra = ["-e", &arms, "-e", &id, "-e", &prometheus];
+            let timing = ["-e", "bbrscope_experiment_seconds=240", "-e", "bbrscope_look_seconds=3"];
+            let out = ansible_playbook(home.path(), "fleet-experiment.yml", &[&extra[..], &timing[..], more].concat());
+            go.store(false, Ordering::Relaxed);
+            // The play's answer in the test's log.
+            if let Some(said) = out.1.lines().find(|l| l.contains("fleet experiment")) {
+                eprintln!("{}", said.trim());
+            }
+            out
+        })
+    };
+    let running = || {
+        let st: Value =
+            serde_json::from_slice(&common::bbrscope().args(["status", "--json"]).output().unwrap().stdout).unwrap();
+        st["experiments"].as_array().unwrap().len()
+    };
+    let pooled = || {
+        let files: Vec<String> = (0..2).map(|i| format!("{}/host{i}.ndjson", records.path().display())).collect();
+        let out = common::bbrscope().args(["experiment", "--json", "--analyze"]).args(&files).output().unwrap();
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+        let all = v["groups"].as_array().unwrap().iter().find(|g| g["label"] == "all flows").unwrap().clone();
+        all["verdict"].as_str().unwrap().to_string()
+    };
+
+    // --check: nothing started, judged or applied (the apply's plan shown).
+    let (ok, out) = run("reno,bbr", "t_fleet_check", &["--check"]);
+    assert!(ok && out.contains("all flows: not judged (check mode)"), "{out}");
+    assert_eq!(defaults(), [BEFORE, BEFORE], "{out}");
+    assert!(!records.path().join("host0.ndjson").exists(), "{out}");
+
+    // BBR against reno on lossy paths: applied on both hosts.
+    let (ok, out) = run("reno,bbr", "t_fleet_b", &[]);
+    assert!(ok, "{out}");
+    assert!(out.contains("on 2 hosts, all flows: b_better") && out.contains("Applying bbr"), "{out}");
+    assert_eq!(defaults(), [ROLLOUT, ROLLOUT], "{out}");
+    assert_eq!(running(), 0, "the experiments ended with the play: {out}");
+    assert_eq!(pooled(), "b_better", "the hosts' recordings pooled answer as the fleet did");
+    for (_, ns, _) in &hosts {
+        let out = common::bbrscope().args(["revert", "--netns", &ns.name, "--root"]).arg(root.path()).output().unwrap();
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    }
+    assert_eq!(defaults(), [BEFORE, BEFORE]);
+
+    // reno against BBR: A better, nothing applied, and the play says so.
+    let (ok, out) = run("bbr,reno", "t_fleet_a", &[]);
+    assert!(ok, "{out}");
+    assert!(out.contains("on 2 hosts, all flows: a_better") && out.contains("Nothing is applied"), "{out}");
+    assert_eq!(defaults(), [BEFORE, BEFORE], "{out}");
+    let r = recap(&out);
+    assert!(["host0", "host1"].iter().all(|h| r.get(*h).is_some_and(|&(_, failed)| failed == 0)), "{r:?}\n{out}");
+    assert_eq!(running(), 0, "the experiments ended with the play: {out}");
+    assert_eq!(pooled(), "a_better");
     host_cc_is_untouched(&host_cc);
 }

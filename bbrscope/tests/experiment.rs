@@ -12,7 +12,7 @@ use std::{
     time::{Duration, Instant},
 };
 
-use common::*;
+use common::{responses::*, *};
 use serde_json::Value;
 
 /// One experiment at a time per host (bbrscope refuses a second one): the tests take turns.
@@ -20,35 +20,6 @@ static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
 fn turn() -> std::sync::MutexGuard<'static, ()> {
     ONE_AT_A_TIME.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
-}
-
-/// A server answering "SIZE\n" with SIZE bytes, then closing (an HTTP-like response).
-fn serve(listener: TcpListener) {
-    serve_setting(listener, None);
-}
-
-/// [`serve`], setting each accepted connection's algorithm to `cc` first, as nginx or HAProxy
-/// can be configured to.
-fn serve_setting(listener: TcpListener, cc: Option<&'static str>) {
-    thread::spawn(move || {
-        for conn in listener.incoming() {
-            let Ok(c) = conn else { break };
-            if let Some(cc) = cc {
-                set_cc(&c, cc);
-            }
-            thread::spawn(move || respond(c));
-        }
-    });
-}
-
-/// Answers one request of [`serve`].
-fn respond(mut c: TcpStream) {
-    let mut line = String::new();
-    if BufReader::new(&mut c).read_line(&mut line).is_err() {
-        return;
-    }
-    let size: usize = line.trim().parse().unwrap_or(0);
-    let _ = c.write_all(&vec![0x5a; size]);
 }
 
 /// [`serve`], logging each accepted connection's client, the algorithm the experiment gave it
@@ -67,16 +38,6 @@ fn serve_logging_cc(listener: TcpListener) -> Arc<Mutex<Vec<(SocketAddr, String,
         }
     });
     log
-}
-
-/// One request; the client's local address and the bytes it got.
-fn fetch(to: SocketAddr, size: usize) -> (SocketAddr, usize) {
-    let mut c = TcpStream::connect(to).unwrap();
-    let local = c.local_addr().unwrap();
-    c.write_all(format!("{size}\n").as_bytes()).unwrap();
-    let mut buf = Vec::new();
-    c.read_to_end(&mut buf).unwrap();
-    (local, buf.len())
 }
 
 #[test]
@@ -412,81 +373,6 @@ fn bad_input_is_refused_before_anything_is_attached() {
     unsafe { libc::kill(first.id() as i32, libc::SIGTERM) };
     let status = wait_timeout(&mut first, Duration::from_secs(10)).unwrap();
     assert!(status.success(), "{status}");
-}
-
-/// A client population behind its own emulated path: the server in the path's sender namespace
-/// answering on `port`, the clients in its receiver namespace.
-struct Population {
-    link: bbrscope_emulator::Link,
-    server: SocketAddr,
-}
-
-fn population(index: u8, rtt_ms: u64, loss: f64, port: u16) -> Population {
-    let (p, listener) = emulated(index, rtt_ms, loss, port);
-    serve(listener);
-    p
-}
-
-/// A [`Population`]'s path and its server's listener, not yet served.
-fn emulated(index: u8, rtt_ms: u64, loss: f64, port: u16) -> (Population, TcpListener) {
-    use bbrscope_emulator::{LinkConfig, LossSpec};
-    let rate_bps = 20_000_000;
-    let rtt = Duration::from_millis(rtt_ms);
-    let bdp = (rate_bps as f64 / 8.0 * rtt.as_secs_f64()) as u64;
-    let cfg = LinkConfig {
-        rate_bps,
-        rtt,
-        buffer_bytes: bdp.max(64 << 10),
-        loss: LossSpec { rate: loss, burst: None },
-        seed: u64::from(index),
-    };
-    emulated_as(index, &cfg, port)
-}
-
-/// `threads` clients of `p` requesting `sizes` in turn until `until`; their log: (client
-/// address, size asked, bytes got).
-fn load(p: &Population, threads: usize, sizes: &'static [usize], until: Instant) -> Vec<(SocketAddr, usize, usize)> {
-    load_paced(p, threads, sizes, until, Duration::ZERO)
-}
-
-/// [`load`] with a pause after each response (a client population's own rate).
-fn load_paced(
-    p: &Population,
-    threads: usize,
-    sizes: &'static [usize],
-    until: Instant,
-    pause: Duration,
-) -> Vec<(SocketAddr, usize, usize)> {
-    thread::scope(|s| {
-        let workers: Vec<_> = (0..threads)
-            .map(|t| {
-                s.spawn(move || {
-                    let mut log = Vec::new();
-                    let mut i = t;
-                    while Instant::now() < until {
-                        let size = sizes[i % sizes.len()];
-                        i += 1;
-                        let server = p.server;
-                        let mut c = p.link.receiver.run(move || Ok(TcpStream::connect(server)?)).unwrap();
-                        let local = c.local_addr().unwrap();
-                        c.write_all(format!("{size}\n").as_bytes()).unwrap();
-                        let mut got = 0;
-                        let mut buf = vec![0u8; 1 << 16];
-                        while let Ok(n) = c.read(&mut buf) {
-                            if n == 0 {
-                                break;
-                            }
-                            got += n;
-                        }
-                        log.push((local, size, got));
-                        thread::sleep(pause);
-                    }
-                    log
-                })
-            })
-            .collect();
-        workers.into_iter().flat_map(|w| w.join().unwrap()).collect()
-    })
 }
 
 /// A port for a test's service, apart from other test runs' (`base` apart from other tests').
@@ -1848,14 +1734,6 @@ fn analyze_reads_a_huge_line_in_bounded_memory() {
 }
 
 // A shared shallow bottleneck whose everyone-switched answer is known by construction (#38).
-
-/// [`emulated`] with the path `cfg` describes.
-fn emulated_as(index: u8, cfg: &bbrscope_emulator::LinkConfig, port: u16) -> (Population, TcpListener) {
-    let link = bbrscope_emulator::Link::new(index, cfg).expect("emulated path");
-    let server = SocketAddr::new(link.sender_addr.into(), port);
-    let listener = link.sender.run(move || Ok(TcpListener::bind(server)?)).unwrap();
-    (Population { link, server }, listener)
-}
 
 /// The shared bottleneck: one path every client's flows cross, its buffer a fraction of the
 /// bandwidth-delay product (where BBR takes bandwidth and buffer from CUBIC), no random loss.

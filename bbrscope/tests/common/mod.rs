@@ -3,6 +3,7 @@
 #![allow(dead_code, reason = "each test binary uses a different subset")]
 
 pub(crate) mod prometheus;
+pub(crate) mod responses;
 
 use std::{
     io::{BufRead as _, BufReader, Read as _, Write as _},
