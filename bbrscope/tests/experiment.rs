@@ -1631,6 +1631,27 @@ fn three_instances_on_prometheus_answer_as_their_recordings_pooled() {
     let flows: u64 = offline["arms"].as_array().unwrap().iter().map(|a| a["flows"].as_u64().unwrap()).sum();
     assert_eq!(flows, (3 * N) as u64, "the pool counts every instance's flows: {}", offline["arms"]);
     fleet_is_offline(&fleet, &offline, 2);
+    // Ended, the three still count with their last sums (Prometheus has marked their series
+    // stale): the same answer, and the report says they ended.
+    let until = Instant::now() + Duration::from_secs(30);
+    while !prom.query("bbrscope_experiment_info{id=\"t_three\"}").is_empty() {
+        assert!(Instant::now() < until, "Prometheus still has the ended instances live: {}", prom.log());
+        thread::sleep(Duration::from_millis(250));
+    }
+    let out = bbrscope().args(["experiment", "--analyze-prometheus", &url, "--id", "t_three", "--json"]).output();
+    let ended: Value = serde_json::from_slice(&out.unwrap().stdout).unwrap();
+    assert_eq!((&ended["fleet"]["hosts"], &ended["fleet"]["ended"]), (&3.into(), &3.into()), "{}", ended["fleet"]);
+    fleet_is_offline(&ended, &offline, 2);
+    let text = bbrscope().args(["experiment", "--analyze-prometheus", &url, "--id", "t_three"]).output().unwrap();
+    let text = String::from_utf8_lossy(&text.stdout).into_owned();
+    assert!(text.starts_with("fleet: experiment t_three on 3 hosts (3 of them ended), their sums"), "{text}");
+    // Outside the lookback they are gone.
+    let out = bbrscope()
+        .args(["experiment", "--analyze-prometheus", &url, "--id", "t_three", "--lookback", "1s"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1), "{}", String::from_utf8_lossy(&out.stdout));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("no host serves experiment t_three"));
     // A recording of another experiment (another split) does not pool with them.
     let other = dir.path().join("other.ndjson");
     let text = std::fs::read_to_string(files[0]).unwrap().replacen("\"split_pct\":50", "\"split_pct\":30", 1);

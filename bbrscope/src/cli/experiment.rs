@@ -123,6 +123,10 @@ pub struct ExperimentArgs {
     /// With --analyze-prometheus: more label matchers for the hosts to pool, e.g. 'job="edge",dc="fra"'
     #[arg(long, value_name = "MATCHERS", requires = "analyze_prometheus")]
     pub(crate) hosts: Option<String>,
+    /// With --analyze-prometheus: a host whose experiment ended (stopped by its guardrail, its
+    /// time up, ended) within TIME counts with its last sums; give each run its own --id
+    #[arg(long, value_name = "TIME", value_parser = parse_span, default_value = "1h", requires = "analyze_prometheus")]
+    pub(crate) lookback: Duration,
     /// With --analyze-prometheus: judge again every TIME (e.g. 15s, your scrape interval) until
     /// Ctrl-C, a line per group each time (--json: a report per line); the intervals hold at
     /// every look
@@ -275,7 +279,12 @@ impl ExperimentArgs {
         {
             usage!("--hosts '{h}': label matchers without braces, e.g. 'job=\"edge\",dc=~\"fra|ams\"'");
         }
-        Ok(Source { url: url.trim_end_matches('/').to_string(), id, hosts: self.hosts.clone() })
+        Ok(Source {
+            url: url.trim_end_matches('/').to_string(),
+            id,
+            hosts: self.hosts.clone(),
+            lookback: self.lookback,
+        })
     }
 
     /// `--delta` and `--min-effect-ms` as the decision's rule.

@@ -149,12 +149,17 @@ fn pooled(files: &[PathBuf]) -> Result<record::Capture> {
 fn fleet(request: &Request, source: &Source) -> Result<()> {
     let (a, hosts) = fleet::analyze(source, request.rule, request.metric)?;
     let rep = report::build(&a, &Context::default());
-    let fleet = print::Fleet { id: source.id.clone(), hosts, prometheus: source.url.clone() };
+    let fleet = fleet_of(source, hosts);
     print::show(&rep, &Output { json: request.json, fleet: Some(fleet), ..Output::default() })?;
     if rep.integrity.overridden {
         return Err(Exit(2).into());
     }
     Ok(())
+}
+
+/// What the fleet report says of the hosts it read.
+fn fleet_of(source: &Source, hosts: fleet::Hosts) -> print::Fleet {
+    print::Fleet { id: source.id.clone(), hosts: hosts.all, ended: hosts.ended, prometheus: source.url.clone() }
 }
 
 /// `--analyze-prometheus --watch`: the fleet's answer again every `every` until a signal: a line
@@ -169,9 +174,9 @@ async fn watch(request: &Request, source: &Source, w: &Looks) -> Result<()> {
             Ok((a, hosts)) => {
                 let rep = report::build(&a, &Context::default());
                 if let Some((j, _)) = &judged {
-                    j.record(&rep, hosts);
+                    j.record(&rep, hosts.all);
                 }
-                let fleet = print::Fleet { id: source.id.clone(), hosts, prometheus: source.url.clone() };
+                let fleet = fleet_of(source, hosts);
                 print::look(&rep, &fleet, &now, request.json)?;
             }
             Err(e) => crate::output::errln!("bbrscope: {now}: {e:#}"),

@@ -45,6 +45,17 @@ pub(crate) struct Source {
     pub id: String,
     /// More label matchers for the hosts (`job="edge"`), or none.
     pub hosts: Option<String>,
+    /// A host whose experiment ended (its guardrail stopped it, its time was up, it was ended)
+    /// within this long counts with its last sums (`--lookback`).
+    pub lookback: Duration,
+}
+
+/// The hosts an answer pooled: all of them, and those whose experiment has ended (their last
+/// sums, within the lookback).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct Hosts {
+    pub all: usize,
+    pub ended: usize,
 }
 
 /// Connecting, and each read, give up after this.
@@ -53,28 +64,36 @@ const TIMEOUT: Duration = Duration::from_secs(10);
 const MAX_BODY: u64 = 16 << 20;
 
 /// The experiment `source` names, across its hosts, judged with `rule` (and `metric`, else the
-/// one the hosts declared).
-pub(crate) fn analyze(source: &Source, rule: Rule, metric: Option<PrimaryMetric>) -> Result<(Analysis, usize)> {
+/// one the hosts declared). Each host's last sums within the lookback: a host whose experiment
+/// ended (Prometheus marks its series stale as the scrapes fail) still counts with the flows it
+/// had, so a guardrail's stop on one host does not take that host's evidence out of the pool.
+pub(crate) fn analyze(source: &Source, rule: Rule, metric: Option<PrimaryMetric>) -> Result<(Analysis, Hosts)> {
     let sel = match &source.hosts {
         Some(h) => format!("{{id=\"{}\",{h}}}", source.id),
         None => format!("{{id=\"{}\"}}", source.id),
     };
+    let last = |name: &str| format!("last_over_time({name}{sel}[{}s])", source.lookback.as_secs().max(1));
     // Every query at one evaluation time: a scrape landing between two queries would otherwise
     // give one cell's n from one scrape and its Σ ln T from the next.
     let at = crate::observe::clock::unix_now();
     let query = |promql: &str| query(source, promql, at);
-    let info = query(&format!("count by (design, arm_a, arm_b, split_pct, metric) (bbrscope_experiment_info{sel})"))?;
+    let info =
+        query(&format!("count by (design, arm_a, arm_b, split_pct, metric) ({})", last("bbrscope_experiment_info")))?;
     let [(labels, hosts)] = &info[..] else {
         if info.is_empty() {
             bail!(
-                "no host serves experiment {} in the Prometheus at {} (is it scraping each host's --metrics-listen?)",
+                "no host serves experiment {} in the Prometheus at {}, nor did in the last {} (is it scraping each \
+                 host's --metrics-listen?)",
                 source.id,
-                source.url
+                source.url,
+                super::format::fmt_span(source.lookback.as_secs_f64())
             );
         }
         let seen: Vec<String> = info.iter().map(|(l, _)| format!("{l:?}")).collect();
         bail!("the hosts of experiment {} disagree on its design or arms: {}", source.id, seen.join("; "));
     };
+    let serving = query(&format!("count(bbrscope_experiment_info{sel})"))?.first().map_or(0.0, |(_, v)| *v);
+    let hosts = Hosts { all: *hosts as usize, ended: (*hosts - serving).max(0.0) as usize };
     let label = |k: &str| labels.get(k).cloned().unwrap_or_default();
     if label("design") != record::design_key(&Design::PerConnection) {
         usage!(
@@ -94,32 +113,32 @@ pub(crate) fn analyze(source: &Source, rule: Rule, metric: Option<PrimaryMetric>
         design: Design::PerConnection,
         ..Options::default()
     };
-    // The five sums of every cell in one query, added across hosts by Prometheus.
-    let names = "flows_total|completion_ln_seconds|completion_ln_seconds_squared_total|completion_seconds_total|\
-                 acked_bytes_total";
-    let matchers = sel.trim_start_matches('{');
-    let all =
-        format!("sum by (__name__, arm, rtt_band, size) ({{__name__=~\"bbrscope_experiment_({names})\",{matchers})");
+    // Each of the five sums of every cell, added across hosts by Prometheus (one query per sum:
+    // last_over_time drops the series' name).
     let mut cells: BTreeMap<Key, [CellTotals; 2]> = BTreeMap::new();
-    for (l, v) in query(&all)? {
-        let Some((key, arm)) = cell_of(&l) else { continue };
-        let c = &mut cells.entry(key).or_default()[arm];
-        match l.get("__name__").map(String::as_str).and_then(|n| n.strip_prefix("bbrscope_experiment_")) {
-            Some("flows_total") => c.sums.n = v as usize,
-            Some("completion_ln_seconds") => c.sums.ln = v,
-            Some("completion_ln_seconds_squared_total") => c.sums.ln_squares = v,
-            Some("completion_seconds_total") => c.sums.seconds = v,
-            Some("acked_bytes_total") => c.bytes = v as u64,
-            _ => {}
+    let names =
+        ["flows_total", "completion_ln_seconds", "completion_ln_seconds_squared_total", "completion_seconds_total"];
+    for name in names.iter().chain(["acked_bytes_total"].iter()) {
+        let sums = query(&format!("sum by (arm, rtt_band, size) ({})", last(&format!("bbrscope_experiment_{name}"))))?;
+        for (l, v) in sums {
+            let Some((key, arm)) = cell_of(&l) else { continue };
+            let c = &mut cells.entry(key).or_default()[arm];
+            match *name {
+                "flows_total" => c.sums.n = v as usize,
+                "completion_ln_seconds" => c.sums.ln = v,
+                "completion_ln_seconds_squared_total" => c.sums.ln_squares = v,
+                "completion_seconds_total" => c.sums.seconds = v,
+                _ => c.bytes = v as u64,
+            }
         }
     }
     let mut overridden = [0, 0];
-    for (l, v) in query(&format!("sum by (arm) (bbrscope_experiment_overridden_flows_total{sel})"))? {
+    for (l, v) in query(&format!("sum by (arm) ({})", last("bbrscope_experiment_overridden_flows_total")))? {
         if let Some(arm) = arm_of(&l) {
             overridden[arm] = v as usize;
         }
     }
-    Ok((analysis::of_sums(&cells, overridden, &opts), *hosts as usize))
+    Ok((analysis::of_sums(&cells, overridden, &opts), hosts))
 }
 
 /// A watch's judgments as Prometheus series (`--watch --metrics-listen`), for the dashboard of a

@@ -49,9 +49,20 @@ pub(crate) struct Output {
 #[derive(Clone, Debug, Serialize)]
 pub(crate) struct Fleet {
     pub id: String,
-    /// Hosts serving the experiment's sums when they were read.
+    /// Hosts whose sums were read: serving them, or ended within the lookback.
     pub hosts: usize,
+    /// Of those, the hosts whose experiment has ended (their last sums).
+    pub ended: usize,
     pub prometheus: String,
+}
+
+impl Fleet {
+    /// `3 hosts`, `3 hosts (1 of them ended)`.
+    fn hosts_words(&self) -> String {
+        let hosts = if self.hosts == 1 { "host" } else { "hosts" };
+        let ended = if self.ended > 0 { format!(" ({} of them ended)", self.ended) } else { String::new() };
+        format!("{} {hosts}{ended}", self.hosts)
+    }
 }
 
 /// `--json`: the report with how the run ended.
@@ -102,11 +113,10 @@ pub(crate) fn show(rep: &Report, out: &Output) -> Result<()> {
             return Ok(());
         }
         if let Some(f) = &out.fleet {
-            let hosts = if f.hosts == 1 { "host" } else { "hosts" };
             outln!(
-                "fleet: experiment {} on {} {hosts}, their sums from the Prometheus at {}",
+                "fleet: experiment {} on {}, their sums from the Prometheus at {}",
                 f.id,
-                f.hosts,
+                f.hosts_words(),
                 f.prometheus
             )?;
         }
@@ -169,8 +179,7 @@ pub(crate) fn look(rep: &Report, fleet: &Fleet, now: &str, json: bool) -> Result
             outln!("{}", serde_json::to_string(&line)?)?;
             return Ok(());
         }
-        let hosts = if fleet.hosts == 1 { "host" } else { "hosts" };
-        outln!("{now}: experiment {} on {} {hosts}", fleet.id, fleet.hosts)?;
+        outln!("{now}: experiment {} on {}", fleet.id, fleet.hosts_words())?;
         for g in &rep.groups {
             outln!("  {}", g.conclusion)?;
         }
