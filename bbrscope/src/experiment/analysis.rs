@@ -1118,6 +1118,61 @@ pub(crate) mod tests {
         assert!(any as f64 / reps as f64 <= 0.05, "{any}/{reps}");
     }
 
+    /// `o` added to its cell's sums, as a host's `--metrics-listen` adds it.
+    fn add_to_cells(cells: &mut BTreeMap<decide::Key, [CellTotals; 2]>, o: &Observation, bands: &[f64]) {
+        let t = o.client_s().max(decide::FLOOR_S);
+        let c = &mut cells.entry((crate::units::band_of(o.min_rtt_us, bands), Bucket::of(o.bytes))).or_default()[o.arm];
+        c.sums.n += 1;
+        c.sums.ln += t.ln();
+        c.sums.ln_squares += t.ln() * t.ln();
+        c.sums.seconds += t;
+        c.bytes += o.bytes;
+    }
+
+    /// A fleet, judged from its hosts' sums added (what `--analyze-prometheus` reads): twelve
+    /// hosts, each with its own clients (RTTs from 20 to 185 ms), two host groups of six (as
+    /// `--hosts 'dc="fra"'` selects them). 200 A/A fleets, arms re-drawn: "all flows" called
+    /// different (B better would be an apply) at most 5%. B 30% slower on one group's hosts only:
+    /// that group's answer finds it with its sign and never the other sign, the other group's
+    /// calls nothing beyond 5%.
+    #[test]
+    fn a_fleet_a_a_rarely_calls_a_difference_and_a_host_groups_harm_is_found_with_its_sign() {
+        let opts = Options { arms: Some(["cubic".into(), "bbr".into()]), secondary: false, ..Options::default() };
+        let all = |a: &Analysis| a.groups.iter().find(|g| g.kind == GroupKind::All).unwrap().verdict;
+        let fleet = |slower: f64, seed: u64| {
+            // Each host's own flows (a seed of its own), its sums added into its group's and the
+            // fleet's.
+            let (mut groups, mut both): ([BTreeMap<decide::Key, [CellTotals; 2]>; 2], _) = Default::default();
+            for host in 0..12u8 {
+                let group = usize::from(host >= 6);
+                let b = if group == 0 { slower } else { 1.0 };
+                let p = pop([198, 51, host], 20.0 + 15.0 * f64::from(host), [1.0, b], 60);
+                for o in synth(&[p], seed * 100 + u64::from(host)) {
+                    add_to_cells(&mut groups[group], &o, &opts.rtt_bands_ms);
+                    add_to_cells(&mut both, &o, &opts.rtt_bands_ms);
+                }
+            }
+            [&both, &groups[0], &groups[1]].map(|cells| all(&of_sums(cells, [0, 0], &opts)))
+        };
+        let called = |v: Verdict| matches!(v, Verdict::ABetter | Verdict::BBetter);
+        let a_a: Vec<[Verdict; 3]> = (0..200).map(|seed| fleet(1.0, seed)).collect();
+        let fleet_calls = a_a.iter().filter(|v| called(v[0])).count();
+        let group_calls = a_a.iter().filter(|v| called(v[1]) || called(v[2])).count();
+        assert!(fleet_calls <= 10, "A/A: the fleet called a difference in {fleet_calls} of 200");
+        assert!(group_calls <= 20, "A/A: a host group called one in {group_calls} of 200 (two looks each)");
+        let planted: Vec<[Verdict; 3]> = (0..50).map(|seed| fleet(1.3, 1_000 + seed)).collect();
+        let found = planted.iter().filter(|v| v[1] == Verdict::ABetter).count();
+        let wrong = planted.iter().filter(|v| v[1] == Verdict::BBetter).count();
+        let other = planted.iter().filter(|v| called(v[2])).count();
+        assert_eq!(wrong, 0, "the harmed group's answer had the wrong sign");
+        assert!(found >= 40, "B 30% slower on one group: found in {found} of 50");
+        assert!(other <= 3, "the other group called a difference in {other} of 50");
+        eprintln!(
+            "fleet A/A: all flows {fleet_calls}/200, a host group {group_calls}/200; planted x1.3 on one group: \
+             found {found}/50 (wrong sign {wrong}), the other group {other}/50"
+        );
+    }
+
     /// The analysis of sums (a fleet's) answers all flows and each RTT band as the analysis of
     /// the flows does — estimate, interval, verdict, arms, α — on an effect in one band and on an
     /// A/A; the overridden flows it is told of are left out and counted the same way.
@@ -1136,15 +1191,7 @@ pub(crate) mod tests {
                     overridden[o.arm] += 1;
                     continue;
                 }
-                let t = o.client_s().max(decide::FLOOR_S);
-                let c = &mut cells
-                    .entry((crate::units::band_of(o.min_rtt_us, &opts.rtt_bands_ms), Bucket::of(o.bytes)))
-                    .or_default()[o.arm];
-                c.sums.n += 1;
-                c.sums.ln += t.ln();
-                c.sums.ln_squares += t.ln() * t.ln();
-                c.sums.seconds += t;
-                c.bytes += o.bytes;
+                add_to_cells(&mut cells, o, &opts.rtt_bands_ms);
             }
             let (want, got) = (analyze(&obs, &opts), of_sums(&cells, overridden, &opts));
             assert_eq!(got.integrity.excluded, want.integrity.excluded);
