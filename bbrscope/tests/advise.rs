@@ -116,15 +116,12 @@ fn start_advise_kept(port: u16, secs: u64, root: &std::path::Path) -> Child {
 
 /// [`start_advise_kept`] with more options.
 fn start_advise_with(port: u16, secs: u64, root: &std::path::Path, extra: &[&str]) -> Child {
-    let mut child = bbrscope()
-        .args(["advise", "--json", "--port", &port.to_string(), "--duration", &secs.to_string(), "--root"])
-        .arg(root)
-        .args(extra)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut err = BufReader::new(child.stderr.take().unwrap());
+    let (child, mut err) = spawn_piped(
+        bbrscope()
+            .args(["advise", "--json", "--port", &port.to_string(), "--duration", &secs.to_string(), "--root"])
+            .arg(root)
+            .args(extra),
+    );
     let mut line = String::new();
     let start = Instant::now();
     while !line.contains("watching flows") {

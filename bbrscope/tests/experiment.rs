@@ -394,15 +394,12 @@ fn start_logged(arms: &str, port: u16, extra: &[&str]) -> (std::process::Child, 
         wait_for_no_experiment();
         // The design these tests were written for unless they name one: each connection draws.
         let design: &[&str] = if extra.contains(&"--design") { &[] } else { &["--design", "per-connection"] };
-        let mut child = bbrscope()
-            .args(["experiment", "--arms", arms, "--port", &port.to_string(), "--duration", "5m", "--json"])
-            .args(design)
-            .args(extra)
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
-        let mut err = BufReader::new(child.stderr.take().unwrap());
+        let (mut child, mut err) = spawn_piped(
+            bbrscope()
+                .args(["experiment", "--arms", arms, "--port", &port.to_string(), "--duration", "5m", "--json"])
+                .args(design)
+                .args(extra),
+        );
         let mut line = String::new();
         err.read_line(&mut line).unwrap();
         // Another process's experiment took the lock first: wait for it again.
@@ -1559,16 +1556,13 @@ fn the_experiment_lock_is_roots_alone() {
 /// SCOPE... EXTRA...` started beside those running ([`start_experiment`] would wait for them to
 /// end), and its first line on stderr; the rest of stderr is drained.
 fn beside(arms: &str, scope: &[String], extra: &[&str]) -> (std::process::Child, String) {
-    let mut child = bbrscope()
-        .args(["experiment", "--arms", arms, "--duration", "5m", "--json", "--design", "per-connection"])
-        .args(["--no-guardrail"])
-        .args(scope)
-        .args(extra)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut err = BufReader::new(child.stderr.take().unwrap());
+    let (child, mut err) = spawn_piped(
+        bbrscope()
+            .args(["experiment", "--arms", arms, "--duration", "5m", "--json", "--design", "per-connection"])
+            .args(["--no-guardrail"])
+            .args(scope)
+            .args(extra),
+    );
     let mut line = String::new();
     err.read_line(&mut line).unwrap();
     // Keep draining stderr so that it cannot block the experiment.

@@ -523,6 +523,14 @@ pub(crate) fn drop_data_packets(ns: &Netns, port: u16, percent: u32, sport: bool
     );
 }
 
+/// `cmd` started with stdout and stderr piped, and its stderr to read a line at a time (the
+/// caller drains the rest, or a full pipe blocks the child).
+pub(crate) fn spawn_piped(cmd: &mut Command) -> (Child, BufReader<std::process::ChildStderr>) {
+    let mut child = cmd.stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
+    let err = BufReader::new(child.stderr.take().unwrap());
+    (child, err)
+}
+
 pub(crate) fn tmux(args: &[&str]) -> String {
     let out = Command::new("tmux").args(args).output().expect("tmux (installed by scripts/setup.sh)");
     String::from_utf8_lossy(&out.stdout).into_owned()
