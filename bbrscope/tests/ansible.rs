@@ -34,6 +34,10 @@ use common::{
 use serde_json::Value;
 
 const PLAYBOOK_DIR: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../packaging/ansible");
+
+/// One lab at a time: both build theirs from the same emulated paths and ports (whose
+/// experiments would overlap), and each keeps the machine's cores busy with its clients.
+static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
 const BEFORE: &str = "reno";
 const ROLLOUT: &str = "bbr";
 
@@ -59,6 +63,8 @@ struct Lab {
     home: tempfile::TempDir,
     /// The experiments' recordings (bbrscope_record).
     records: tempfile::TempDir,
+    /// [`ONE_AT_A_TIME`], held for the lab's life and released last.
+    _turn: std::sync::MutexGuard<'static, ()>,
 }
 
 impl Lab {
@@ -66,6 +72,7 @@ impl Lab {
     /// host's experiment.
     fn new(hosts: &[(&'static str, &str, bool)], args: &str) -> Lab {
         require_root();
+        let turn = ONE_AT_A_TIME.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         let base = 40_000 + (std::process::id() % 10_000) as u16;
         let hosts: Vec<(Host, &str)> = hosts
             .iter()
@@ -114,7 +121,7 @@ impl Lab {
         let mut inventory: String = groups.iter().map(|(g, lines)| format!("[{g}]\n{lines}")).collect();
         inventory += "[all:vars]\nansible_python_interpreter=auto_silent\n";
         std::fs::write(home.path().join("inventory"), inventory).unwrap();
-        Lab { prom, hosts: hosts.into_iter().map(|(h, _)| h).collect(), root, home, records }
+        Lab { prom, hosts: hosts.into_iter().map(|(h, _)| h).collect(), root, home, records, _turn: turn }
     }
 
     /// `ansible-playbook PLAYBOOK -e bbrscope_arms=ARMS -e bbrscope_experiment_id=ID MORE...` while
