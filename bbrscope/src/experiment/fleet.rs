@@ -116,14 +116,19 @@ pub(crate) fn analyze(source: &Source, rule: Rule, metric: Option<PrimaryMetric>
     // Each of the five sums of every cell, added across hosts by Prometheus (one query per sum:
     // last_over_time drops the series' name).
     let mut cells: BTreeMap<Key, [CellTotals; 2]> = BTreeMap::new();
-    let names =
-        ["flows_total", "completion_ln_seconds", "completion_ln_seconds_squared_total", "completion_seconds_total"];
-    for name in names.iter().chain(["acked_bytes_total"].iter()) {
+    let names = [
+        "flows_total",
+        "completion_ln_seconds",
+        "completion_ln_seconds_squared_total",
+        "completion_seconds_total",
+        "acked_bytes_total",
+    ];
+    for name in names {
         let sums = query(&format!("sum by (arm, rtt_band, size) ({})", last(&format!("bbrscope_experiment_{name}"))))?;
         for (l, v) in sums {
             let Some((key, arm)) = cell_of(&l) else { continue };
             let c = &mut cells.entry(key).or_default()[arm];
-            match *name {
+            match name {
                 "flows_total" => c.sums.n = v as usize,
                 "completion_ln_seconds" => c.sums.ln = v,
                 "completion_ln_seconds_squared_total" => c.sums.ln_squares = v,
