@@ -242,6 +242,20 @@ pub const fn client_gets_b(addr: &[u8; 16], salt: u64, split_pct: u32) -> bool {
     client_hash(addr, salt) % 100 < split_pct as u64
 }
 
+/// Which arms are a connection's status quo: the algorithm the system, route or cgroup gave it,
+/// read by the sock_ops program just before it gives the connection its arm, compared with each
+/// arm's (an arm that sets the initial window is never the status quo: it changes the
+/// connection all the same). The guardrail watches, for each connection, only the arms that
+/// moved it (`Owner::status_quo`).
+pub mod status_quo {
+    /// The kernel read the connection's algorithm (without it, nothing else is known).
+    pub const KNOWN: u8 = 1 << 7;
+    /// Arm A's algorithm is the one the connection had.
+    pub const A: u8 = 1 << 0;
+    /// Arm B's algorithm is the one the connection had.
+    pub const B: u8 = 1 << 1;
+}
+
 /// Client groups the guardrail sent back to their status quo: the `EXP_HOLD` map, an array of
 /// u32 that userspace writes while the programs run. A new connection whose handshake RTT falls
 /// in a held band gets no arm (it keeps what the system, route or cgroup gives it), whatever the
@@ -446,7 +460,10 @@ pub struct Owner {
     pub active: u8,
     /// `bbrscope experiment`: 1 or 2 for arm A or B, 0 when not in the experiment.
     pub arm: u8,
-    pub _pad: [u8; 2],
+    /// `bbrscope experiment`: which arms, if either, are what the connection had before its arm
+    /// was given ([`status_quo`]); 0 when not known.
+    pub status_quo: u8,
+    pub _pad: u8,
     /// When connect() was called or the listener cloned the socket (CLOCK_MONOTONIC ns).
     pub start_ns: u64,
     /// `total_retrans` when the flow was established (SYN/SYN-ACK retransmits).

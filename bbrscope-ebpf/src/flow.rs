@@ -291,13 +291,18 @@ pub(crate) fn cc_passes(cc: &[u8; CC_NAME_LEN]) -> bool {
     if conf!(filter.flags) & filter_flags::CC == 0 {
         return true;
     }
-    let want = conf!(filter.cc);
+    same_cc(cc, &conf!(filter.cc))
+}
+
+/// Whether two NUL-padded algorithm names are the same.
+#[inline(always)]
+pub(crate) fn same_cc(a: &[u8; CC_NAME_LEN], b: &[u8; CC_NAME_LEN]) -> bool {
     let mut i = 0;
     while i < CC_NAME_LEN {
-        if cc[i] != want[i] {
+        if a[i] != b[i] {
             return false;
         }
-        if cc[i] == 0 {
+        if a[i] == 0 {
             break;
         }
         i += 1;

@@ -49,7 +49,7 @@ use aya_ebpf::{
     },
     helpers::{
         bpf_get_current_comm, bpf_get_current_pid_tgid, bpf_get_socket_cookie,
-        generated::{bpf_get_prandom_u32, bpf_setsockopt, bpf_sk_storage_get},
+        generated::{bpf_get_prandom_u32, bpf_getsockopt, bpf_setsockopt, bpf_sk_storage_get},
     },
     macros::{btf_map, map, sock_ops},
     maps::{
@@ -60,13 +60,13 @@ use aya_ebpf::{
 };
 use bbrscope_common::{
     CC_NAME_LEN, FlowClose, FlowOpen, Owner, assign_mode, client_gets_b, config_flags, counter, experiment_flags, hold,
-    kind,
+    kind, status_quo,
 };
 
 use crate::{
     clock::{coarse_ns, jiffies, now_ns},
     config::{conf, has_flag, interval_ns},
-    flow::{self, FlowState, Status, add, cc_passes, count},
+    flow::{self, FlowState, Status, add, cc_passes, count, same_cc},
     records::{self, CcCache, EVENTS, fill_header},
     sock::{self, read},
     span::Span,
@@ -139,6 +139,8 @@ pub(crate) struct SockFlow {
     pub listener: u8,
     /// `bbrscope experiment` arm: 1 (A), 2 (B), 0 (not in the experiment).
     pub arm: u8,
+    /// `bbrscope experiment`: which arms are the connection's status quo (`status_quo`).
+    pub status_quo: u8,
     pub cc: CcCache,
 }
 
@@ -679,6 +681,20 @@ fn assign_arm(ctx: &SockOpsContext, ops: &bpf_sock_ops, s: &mut SockFlow) {
         _ => return,
     };
     let arm = usize::from(b);
+    // The connection's status quo, before the arm replaces it: what the system, route or cgroup
+    // gave it (the guardrail protects the connections an arm moved off it).
+    let mut before = [0u8; CC_NAME_LEN];
+    // SAFETY: a sock_ops context at an established callback, where the kernel allows reading
+    // TCP_CONGESTION; `before` is a writable buffer of the length passed.
+    let read_before = unsafe {
+        bpf_getsockopt(
+            ctx.ops.cast::<c_void>(),
+            SOL_TCP,
+            TCP_CONGESTION,
+            before.as_mut_ptr().cast::<c_void>(),
+            CC_NAME_LEN as i32,
+        )
+    } == 0;
     // The window first: setting the algorithm then initialises it (BBR takes its first pacing
     // rate from the window it finds).
     let mut iw: u32 = conf!(experiment.iw[arm]);
@@ -706,9 +722,18 @@ fn assign_arm(ctx: &SockOpsContext, ops: &bpf_sock_ops, s: &mut SockFlow) {
     };
     if err == 0 {
         s.arm = arm as u8 + 1;
+        s.status_quo =
+            if read_before { status_quo::KNOWN | is_before(&before, 0) | is_before(&before, 1) << 1 } else { 0 };
     } else {
         count(counter::ARM_FAILED);
     }
+}
+
+/// 1 when arm `arm` gives the connection what it had (`before`): its algorithm, and no initial
+/// window of its own.
+#[inline(always)]
+fn is_before(before: &[u8; CC_NAME_LEN], arm: usize) -> u8 {
+    u8::from(conf!(experiment.iw[arm]) == 0 && same_cc(before, &conf!(experiment.cc[arm])))
 }
 
 /// The clock samples are paced by, in the units of `Config::sockops_period`: jiffies where
@@ -760,6 +785,7 @@ fn reset(s: &mut SockFlow, sk: *mut bpf_sock) {
     s.active = 0;
     s.listener = 0;
     s.arm = 0;
+    s.status_quo = 0;
     s.comm = [0; 16];
     s.tgid = 0;
     s.pid = 0;
@@ -832,7 +858,8 @@ fn fill_owner(o: &mut Owner, s: &SockFlow, cc: &[u8; CC_NAME_LEN]) {
     o.netns = if net == 0 { 0 } else { read_opt(net, conf!(sock.net_inum)) };
     o.active = s.active;
     o.arm = s.arm;
-    o._pad = [0; 2];
+    o.status_quo = s.status_quo;
+    o._pad = 0;
     o.start_ns = s.start_ns;
     o.retrans_at_open = s.retrans_at_open;
     o.sock_ino = if s.tgid == 0 { socket_ino(s.sk) } else { 0 };

@@ -9,7 +9,7 @@
 //!
 //! What is checked against the kernel (each namespace's default, read in it) and bbrscope's own
 //! record (`status --json`, the recordings analysed again), never against the playbook's words
-//! alone. The namespaces start on `reno`; arms `reno,bbr` (B better on those paths) and
+//! alone. The namespaces (the scopes and the experiment hosts' servers) start on `reno`; arms `reno,bbr` (B better on those paths) and
 //! `bbr,reno` (B worse) give both answers, both on the host's allowed list so a namespace can
 //! have either without touching the initial namespace.
 
@@ -68,9 +68,8 @@ struct Lab {
 }
 
 impl Lab {
-    /// `hosts`: (name, group, whether it runs the experiment); `args`: more options of every
-    /// host's experiment.
-    fn new(hosts: &[(&'static str, &str, bool)], args: &str) -> Lab {
+    /// `hosts`: (name, group, whether it runs the experiment).
+    fn new(hosts: &[(&'static str, &str, bool)]) -> Lab {
         require_root();
         let turn = ONE_AT_A_TIME.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         let base = 40_000 + (std::process::id() % 10_000) as u16;
@@ -80,6 +79,8 @@ impl Lab {
             .map(|(&(name, group, runs), i)| {
                 let path = runs.then(|| {
                     let (p, listener) = responses::emulated(96 + i, 60, 0.01, base + u16::from(i));
+                    // The host ran reno before, as its scope does: each connection's status quo.
+                    p.link.sender.sysctl("net/ipv4/tcp_congestion_control", BEFORE).unwrap();
                     responses::serve(listener);
                     p
                 });
@@ -106,7 +107,7 @@ impl Lab {
             );
             if let Some(p) = &h.path {
                 line += &format!(
-                    " bbrscope_experiment_args='--port {} {args}' bbrscope_sums_listen={} bbrscope_record={}/{}.ndjson",
+                    " bbrscope_experiment_args='--port {}' bbrscope_sums_listen={} bbrscope_record={}/{}.ndjson",
                     p.server.port(),
                     h.sums,
                     records.path().display(),
@@ -247,7 +248,7 @@ fn host_cc_is_untouched(before: &str) {
 #[test]
 fn a_fleet_experiment_ends_in_the_apply_its_answer_supports_or_in_none() {
     let host_cc = tcp_congestion_control();
-    let lab = Lab::new(&[("host0", "experiment", true), ("host1", "experiment", true)], "");
+    let lab = Lab::new(&[("host0", "experiment", true), ("host1", "experiment", true)]);
 
     let (ok, out) = lab.play("fleet-experiment.yml", "reno,bbr", "t_fleet_check", &["--check"]);
     assert!(ok && out.contains("all flows: not judged (check mode)"), "{out}");
@@ -283,11 +284,10 @@ fn a_fleet_experiment_ends_in_the_apply_its_answer_supports_or_in_none() {
 #[test]
 fn the_canary_rollout_reaches_the_rest_only_when_the_canary_finds_b_better() {
     let host_cc = tcp_congestion_control();
-    // The guardrail off: the status quo is not one algorithm here (this machine's namespaces
-    // default to bbr, the test's to reno), so it watches both arms, and on one host it would
-    // stop the run on reno's loss before the fleet's answer arrives (with two hosts, as above,
-    // the answer comes first). The playbook passes each host's experiment options through.
-    let lab = Lab::new(&[("canary1", "canary", true), ("rest1", "edge", false)], "--no-guardrail");
+    // The guardrail on: the namespaces disagree (this machine's default is bbr, the test's
+    // reno), but each connection's own status quo is reno, so it watches only the arm that
+    // moved them (bbr), which wins here, and reno's loss does not stop the canary's run.
+    let lab = Lab::new(&[("canary1", "canary", true), ("rest1", "edge", false)]);
 
     let (ok, out) = lab.play("canary-rollout.yml", "reno,bbr", "t_canary_check", &["--check"]);
     assert!(ok && out.contains("not judged (check mode)"), "{out}");

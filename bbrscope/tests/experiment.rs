@@ -381,7 +381,7 @@ fn port_for(base: u16) -> u16 {
 }
 
 /// Starts `bbrscope experiment --arms ARMS --port PORT --duration 5m --json EXTRA...` (ended by
-/// the test, by the guardrail or by a flow count in EXTRA) and waits until it says it runs;
+/// the test, by the guardrail, by a flow count or its own `--duration` in EXTRA) and waits until it says it runs;
 /// stdout is the JSON report.
 fn start_experiment(arms: &str, port: u16, extra: &[&str]) -> std::process::Child {
     start_logged(arms, port, extra).0
@@ -394,9 +394,11 @@ fn start_logged(arms: &str, port: u16, extra: &[&str]) -> (std::process::Child, 
         wait_for_no_experiment();
         // The design these tests were written for unless they name one: each connection draws.
         let design: &[&str] = if extra.contains(&"--design") { &[] } else { &["--design", "per-connection"] };
+        let duration: &[&str] = if extra.contains(&"--duration") { &[] } else { &["--duration", "5m"] };
         let (mut child, mut err) = spawn_piped(
             bbrscope()
-                .args(["experiment", "--arms", arms, "--port", &port.to_string(), "--duration", "5m", "--json"])
+                .args(["experiment", "--arms", arms, "--port", &port.to_string(), "--json"])
+                .args(duration)
                 .args(design)
                 .args(extra),
         );
@@ -706,6 +708,73 @@ fn a_group_the_arm_harms_goes_back_to_its_status_quo_and_the_others_go_on() {
     drop((far, near));
 }
 
+/// The connections' own status quo, as the kernel read it on each: their namespace's default is
+/// reno, the host's another (so the namespaces disagree and the run has no one status quo), and
+/// the arms are reno and bbr on a lossy path, where bbr wins big. Only bbr moved these clients,
+/// so the guardrail watches only bbr, and reno's loss, what these clients would have had anyway,
+/// neither stops the run nor sends anyone back: it runs its full length. Every flow's record says
+/// arm A was its status quo.
+#[test]
+fn a_big_win_does_not_stop_a_run_whose_clients_had_the_losing_arm() {
+    require_root();
+    let _turn = turn();
+    let port = port_for(32_000);
+    let (lossy, listener) = emulated(68, 60, 0.02, port);
+    lossy.link.sender.sysctl("net/ipv4/tcp_congestion_control", "reno").unwrap();
+    assert_ne!(tcp_congestion_control(), "reno", "the host's default must differ from the namespace's");
+    serve(listener);
+    let dir = tempfile::tempdir().unwrap();
+    let record = dir.path().join("exp.ndjson");
+    let (child, log) = start_logged(
+        "reno,bbr",
+        port,
+        &["--guardrail-pct", "20", "--duration", "40s", "--record", record.to_str().unwrap()],
+    );
+    let stop = std::sync::atomic::AtomicBool::new(false);
+    let (code, report) = thread::scope(|s| {
+        s.spawn(|| {
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                load(&lossy, 3, &[200_000], Instant::now() + Duration::from_secs(2));
+            }
+        });
+        let ended = wait_report_status(child, Duration::from_secs(300), Some(&log));
+        stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        ended
+    });
+    assert_eq!(code, Some(0), "{}: {}", report["stopped_by"], report["guardrail"]);
+    assert!(report["stopped_by"].is_null(), "{}", report["stopped_by"]);
+    assert_eq!(report["guardrail_switched_back"].as_array().map_or(0, Vec::len), 0, "{report}");
+    // The recording's replay of the guardrail says what it watched, from the flows' own status quo.
+    let out = bbrscope().args(["experiment", "--analyze", record.to_str().unwrap(), "--json"]).output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let offline: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let replay = &offline["guardrail_replay"];
+    assert!(replay["stopped_at_s"].is_null() && replay["switched_back"] == serde_json::json!([]), "{replay}");
+    let reason = replay["decision"]["reason"].as_str().unwrap();
+    assert!(reason.contains("arm B (bbr), which moved clients off reno"), "{reason}");
+    // The win was there to stop on: bbr faster for all flows.
+    let all = group(&report, "all flows");
+    assert!(all["answer"]["effect_pct"].as_f64().unwrap() < 0.0, "{}", all["answer"]);
+    let mut records: Vec<Value> =
+        std::fs::read_to_string(&record).unwrap().lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    let flows = records.iter().filter(|r| r["type"] == "flow_summary" && r["arm"].is_string()).count();
+    assert!(flows >= 20, "{flows} flows");
+    for r in records.iter_mut().filter(|r| r["type"] == "flow_summary" && r["arm"].is_string()) {
+        assert_eq!(r["status_quo"], "a", "{r}");
+        r.as_object_mut().unwrap().remove("status_quo");
+    }
+    // Without it (a recording made before the kernel said), the run's status quo stands in: not
+    // reno alone (the host's default differs), so reno is watched, and its loss would have sent
+    // these clients back or stopped the run.
+    let before = dir.path().join("before.ndjson");
+    std::fs::write(&before, records.iter().map(|r| format!("{r}\n")).collect::<String>()).unwrap();
+    let out = bbrscope().args(["experiment", "--analyze", before.to_str().unwrap(), "--json"]).output().unwrap();
+    let offline: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let replay = &offline["guardrail_replay"];
+    assert!(!replay["stopped_at_s"].is_null() || replay["switched_back"] != serde_json::json!([]), "{replay}");
+    drop(lossy);
+}
+
 /// Whether the process has exited (a zombie counts: it is not reaped until the report is read).
 fn child_gone(child: &std::process::Child) -> bool {
     let stat = std::fs::read_to_string(format!("/proc/{}/stat", child.id())).unwrap_or_default();
@@ -804,6 +873,11 @@ fn flows_still_running_at_the_end_are_counted_per_arm_as_in_flight() {
         // At least their time until the signal, and what they got of it so far.
         assert!(r["duration_s"].as_f64().unwrap() >= sent_at.as_secs_f64(), "{r} ({sent_at:?})");
         assert!(r["bytes"].as_u64().is_some_and(|b| b > 0 && b < BIG as u64), "{r}");
+    }
+    // Both arms moved every connection off its namespace's default: the kernel says so of each,
+    // finished or not.
+    for r in records.iter().filter(|r| r["type"] == "flow_summary" || r["type"] == "flow_in_flight") {
+        assert_eq!(r["status_quo"], "neither", "{r} ({arms:?} arms, status quo {status_quo})");
     }
     let finished = records.iter().filter(|r| r["type"] == "flow_summary").count() as u64;
     let flows = |v: &Value| v["arms"][0]["flows"].as_u64().unwrap() + v["arms"][1]["flows"].as_u64().unwrap();

@@ -83,9 +83,11 @@ pub struct ExperimentArgs {
     /// Do not stop early when an arm is clearly worse (the guardrail is on by default)
     #[arg(long)]
     pub(crate) no_guardrail: bool,
-    /// Stop early (exit status 3) when either arm's completion time, for all flows or for the
-    /// clients of one RTT band, is worse than the other's by more than this many percent, with
-    /// an always-valid 95% interval above zero (checked every 2 s)
+    /// The guardrail's margin: an arm that moved clients off their status quo (what each
+    /// connection had before its arm, read by the kernel) and is slower than the other by more
+    /// than this many percent for the clients of an RTT band, with an always-valid 95% interval
+    /// above zero (checked every 2 s), sends that band back to its status quo; a harm that is
+    /// every band's stops the run (exit status 3)
     #[arg(long, value_name = "PCT", default_value_t = 20.0)]
     pub(crate) guardrail_pct: f64,
     /// The smallest change in completion time that matters, percent: within it the arms are

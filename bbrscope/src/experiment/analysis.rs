@@ -974,6 +974,7 @@ pub(crate) mod tests {
                         cgroup_id: Some(7),
                         cgroup: Some("/system.slice/nginx.service".into()),
                         censored: false,
+                        status_quo: None,
                     });
                 }
             }

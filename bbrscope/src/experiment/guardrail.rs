@@ -7,8 +7,11 @@
 //! - **The arms that moved clients off their status quo** ([`super::status_quo`]), one-sided:
 //!   an arm slower than the status quo harms the clients it was given. The status-quo arm
 //!   slower is what its clients would have had anyway: a big win for the other arm never stops a
-//!   run. Where the status quo is not known (namespaces or routes that disagree, a recording
-//!   made before it was kept), both arms are watched.
+//!   run. Each connection's status quo is what the kernel found on it just before giving it its
+//!   arm, so an arm is judged on the connections it would move: their flows on that arm against
+//!   theirs on the other (randomised alike). Where the kernel did not say (a recording made before
+//!   it did), the run's status quo stands in, and where that is not known either (namespaces or
+//!   routes that disagree), both arms are watched.
 //! - **Trip** when a group's always-valid interval lies wholly on the worse side of zero *and*
 //!   the estimate is worse by more than the margin (`--guardrail-pct`): harm that is both real and
 //!   large. The interval is a confidence sequence at level `1 − α/k` (k the groups watched), so
@@ -91,8 +94,14 @@ pub struct SwitchedBack {
 pub(crate) struct Watch {
     names: [String; 2],
     rule: StopRule,
-    /// Index: the band ([`band_of`]).
-    bands: Vec<Strata>,
+    /// For each arm, the flows of the connections it would move off their status quo (on
+    /// either arm: its harm is its flows' time against the other arm's among those
+    /// connections). Index: the arm, then the band ([`band_of`]).
+    bands: [Vec<Strata>; 2],
+    /// Flows added, per arm.
+    flows: [usize; 2],
+    /// Whether every flow added came with the kernel's status quo.
+    per_connection: bool,
     /// Bands sent back before (bit `i`: band `i`): left out of "all flows", which then speaks
     /// for the clients still in the experiment.
     held: u32,
@@ -100,8 +109,8 @@ pub(crate) struct Watch {
 
 impl Watch {
     pub(crate) fn new(names: [String; 2], rule: StopRule, held: u32) -> Self {
-        let bands = vec![Strata::default(); rule.rtt_bands_ms.len() + 2];
-        Watch { names, rule, bands, held }
+        let bands = [(); 2].map(|()| vec![Strata::default(); rule.rtt_bands_ms.len() + 2]);
+        Watch { names, rule, bands, flows: [0, 0], per_connection: true, held }
     }
 
     /// A finished flow; one that did not run its arm's algorithm is not counted.
@@ -109,16 +118,65 @@ impl Watch {
         if !ran_its_arm(o, &self.names) {
             return;
         }
-        self.bands[band_of(o.min_rtt_us, &self.rule.rtt_bands_ms)].add(o, &self.rule.rtt_bands_ms);
+        let moves = match o.status_quo {
+            Some(sq) => sq.map(|is| !is),
+            None => {
+                self.per_connection = false;
+                super::status_quo::moved(&self.names, self.rule.status_quo.as_deref())
+            }
+        };
+        let band = band_of(o.min_rtt_us, &self.rule.rtt_bands_ms);
+        for arm in [0, 1].into_iter().filter(|&arm| moves[arm]) {
+            self.bands[arm][band].add(o, &self.rule.rtt_bands_ms);
+        }
+        self.flows[o.arm] += 1;
+    }
+
+    /// The arms watched: those that moved some connection added (before any, those the run's
+    /// status quo says).
+    fn watched(&self) -> [bool; 2] {
+        if self.flows == [0, 0] {
+            return super::status_quo::moved(&self.names, self.rule.status_quo.as_deref());
+        }
+        self.bands.each_ref().map(|bands| bands.iter().any(|s| s.flows != [0, 0]))
+    }
+
+    /// The status quo the watched arm moved clients off, in words.
+    fn status_quo_words(&self) -> String {
+        match (self.watched(), self.rule.status_quo.as_deref()) {
+            ([true, false], _) if self.per_connection && self.flows != [0, 0] => {
+                format!("the status quo ({})", self.names[1])
+            }
+            ([false, true], _) if self.per_connection && self.flows != [0, 0] => {
+                format!("the status quo ({})", self.names[0])
+            }
+            (_, Some(sq)) if !self.per_connection || self.flows == [0, 0] => format!("the status quo ({sq})"),
+            _ => "their status quo".into(),
+        }
+    }
+
+    /// Band `band`'s strata for each arm's watch.
+    fn band(&self, band: usize) -> [&Strata; 2] {
+        [&self.bands[0][band], &self.bands[1][band]]
+    }
+
+    /// Whether band `band` has flows (in either arm's watch).
+    fn has_flows(&self, band: usize) -> bool {
+        self.band(band).iter().any(|s| s.flows != [0, 0])
     }
 
     /// The decision on the flows added so far.
     pub(crate) fn check(&self) -> GuardDecision {
-        let k = self.bands.len() + 1;
+        let n_bands = self.bands[0].len();
+        let k = n_bands + 1;
         let alpha = self.rule.alpha / k as f64;
-        let moved = super::status_quo::moved(&self.names, self.rule.status_quo.as_deref());
+        let moved = self.watched();
         if moved == [false, false] {
-            let sq = self.rule.status_quo.as_deref().unwrap_or_default();
+            let sq = if self.flows == [0, 0] {
+                self.rule.status_quo.clone().unwrap_or_default()
+            } else {
+                self.names[0].clone()
+            };
             let reason = format!("nothing to guard: both arms are the status quo ({sq})");
             return GuardDecision {
                 stop: false,
@@ -133,10 +191,11 @@ impl Watch {
         // The bands first: one that trips is sent back, and "all flows" is then judged on the
         // clients still in the experiment — the harm of one band does not stop the others.
         let mut switched_back = Vec::new();
-        for (band, strata) in self.bands.iter().enumerate() {
+        for band in 0..n_bands {
+            let strata = self.band(band);
             let label = format!("clients at {}", band_label(band, &self.rule.rtt_bands_ms));
-            judged += usize::from(strata.estimate().is_some());
-            if let Some((arm, worse, reason)) = self.trips(strata, &label, moved, alpha, "sends back") {
+            judged += usize::from(strata.iter().any(|s| s.estimate().is_some()));
+            if let Some((arm, worse, reason)) = self.trips(strata, &label, alpha, "sends back") {
                 switched_back.push(SwitchedBack {
                     band,
                     group: label,
@@ -150,17 +209,18 @@ impl Watch {
         let out = self.held | mask_of(&switched_back);
         // Every band with flows sent back: nothing is left to experiment on, and "all flows"
         // (every band) is what is judged.
-        let everyone_out = self.bands.iter().enumerate().all(|(band, s)| s.flows == [0, 0] || out & 1 << band != 0);
+        let everyone_out = (0..n_bands).all(|band| !self.has_flows(band) || out & 1 << band != 0);
         let rest = self.union(if everyone_out { 0 } else { out });
+        let rest = [&rest[0], &rest[1]];
         let label = if out == 0 || everyone_out { "all flows" } else { "all flows of the groups not sent back" };
-        judged += usize::from(rest.estimate().is_some());
-        if let Some((arm, worse, reason)) = self.trips(&rest, label, moved, alpha, "stops") {
-            match self.carriers(out, arm, moved, alpha) {
+        judged += usize::from(rest.iter().any(|s| s.estimate().is_some()));
+        if let Some((arm, worse, reason)) = self.trips(rest, label, alpha, "stops") {
+            match self.carriers(out, arm, alpha) {
                 // The harm to all flows is one group's (or a few): those go back, the rest goes on.
                 Some(carriers) => {
                     let action = "sends back the client groups that carry the harm to all flows (and stops the run \
                                   only when the others still show it) of";
-                    let (_, _, all) = self.trips(&rest, label, moved, alpha, action).unwrap_or((arm, worse, reason));
+                    let (_, _, all) = self.trips(rest, label, alpha, action).unwrap_or((arm, worse, reason));
                     switched_back.extend(carriers.into_iter().map(|(band, group, worse_pct)| {
                         let reason = format!(
                             "{all}; {group} carry it (completion time {} [{}, {}])",
@@ -185,8 +245,8 @@ impl Watch {
         }
         if everyone_out && out != 0 {
             // Nothing is left to experiment on: the run ends, naming the groups.
-            let groups: Vec<String> = (0..self.bands.len())
-                .filter(|b| out & 1 << b != 0 && self.bands[*b].flows != [0, 0])
+            let groups: Vec<String> = (0..n_bands)
+                .filter(|b| out & 1 << b != 0 && self.has_flows(*b))
                 .map(|b| format!("clients at {}", band_label(b, &self.rule.rtt_bands_ms)))
                 .collect();
             let arms: Vec<usize> = switched_back.iter().map(|g| g.worse_arm).collect();
@@ -199,7 +259,7 @@ impl Watch {
                 switched_back,
             };
         }
-        let [a, b] = self.bands.iter().fold([0, 0], |[a, b], s| [a + s.flows[0], b + s.flows[1]]).map(fmt_count);
+        let [a, b] = self.flows.map(fmt_count);
         let arms = match moved {
             [true, true] => "both arms".to_string(),
             _ => {
@@ -229,13 +289,16 @@ impl Watch {
 }
 
 impl Watch {
-    /// The flows of the bands not in `out` (bit `i`: band `i`), as one group.
-    fn union(&self, out: u32) -> Strata {
-        let mut all = Strata::default();
-        for (_, strata) in self.bands.iter().enumerate().filter(|(band, _)| out & 1 << band == 0) {
-            all.merge(strata);
-        }
-        all
+    /// The flows of the bands not in `out` (bit `i`: band `i`), as one group, for each arm's
+    /// watch.
+    fn union(&self, out: u32) -> [Strata; 2] {
+        self.bands.each_ref().map(|bands| {
+            let mut all = Strata::default();
+            for (_, strata) in bands.iter().enumerate().filter(|(band, _)| out & 1 << band == 0) {
+                all.merge(strata);
+            }
+            all
+        })
     }
 
     /// When the groups not in `out` together show `arm` harmful though none of them does alone:
@@ -244,15 +307,16 @@ impl Watch {
     /// greedily, the largest share of the harm first (a group's weight times its log ratio), only
     /// groups where the arm is worse at all. `None` when the harm is everyone's: no such groups,
     /// or nothing with flows left without them.
-    fn carriers(&self, out: u32, arm: usize, moved: [bool; 2], alpha: f64) -> Option<Vec<(usize, String, [f64; 3])>> {
+    fn carriers(&self, out: u32, arm: usize, alpha: f64) -> Option<Vec<(usize, String, [f64; 3])>> {
         let worse = |e: &super::decide::Estimate| if arm == 1 { e.log_ratio } else { -e.log_ratio };
-        let mut harm: Vec<(usize, f64, [f64; 3])> = (0..self.bands.len())
+        let bands = &self.bands[arm];
+        let mut harm: Vec<(usize, f64, [f64; 3])> = (0..bands.len())
             .filter(|band| out & 1 << band == 0)
             .filter_map(|band| {
-                let e = self.bands[band].estimate()?;
+                let e = bands[band].estimate()?;
                 let x = worse(&e);
                 let h = cs_half_width(e.var, alpha);
-                (x > 0.0).then(|| (band, self.bands[band].total_weight() * x, [pct(x), pct(x - h), pct(x + h)]))
+                (x > 0.0).then(|| (band, bands[band].total_weight() * x, [pct(x), pct(x - h), pct(x + h)]))
             })
             .collect();
         harm.sort_by(|a, b| b.1.total_cmp(&a.1));
@@ -262,36 +326,30 @@ impl Watch {
             taken |= 1 << band;
             carriers.push((band, format!("clients at {}", band_label(band, &self.rule.rtt_bands_ms)), worse_pct));
             let left = self.union(taken);
-            if left.flows == [0, 0] {
+            if left.iter().all(|s| s.flows == [0, 0]) {
                 return None;
             }
-            if self.trips(&left, "", moved, alpha, "").is_none() {
+            if self.trips([&left[0], &left[1]], "", alpha, "").is_none() {
                 return Some(carriers);
             }
         }
         None
     }
 
-    /// Whether `strata` show an arm that moved clients (`moved`) slower than the other by more
-    /// than the margin, its always-valid interval at `alpha` above zero: the arm, its completion
-    /// time relative to the other's (%, with the interval), and why, in words (`action`: what the
-    /// guardrail does about it).
-    fn trips(
-        &self,
-        strata: &Strata,
-        label: &str,
-        moved: [bool; 2],
-        alpha: f64,
-        action: &str,
-    ) -> Option<(usize, [f64; 3], String)> {
-        let e = strata.estimate()?;
-        let h = cs_half_width(e.var, alpha);
+    /// Whether an arm is slower than the other by more than the margin, its always-valid
+    /// interval at `alpha` above zero, among the connections it moved off their status quo
+    /// (`strata`, per arm): the arm, its completion time relative to the other's (%, with the
+    /// interval), and why, in words (`action`: what the guardrail does about it).
+    fn trips(&self, strata: [&Strata; 2], label: &str, alpha: f64, action: &str) -> Option<(usize, [f64; 3], String)> {
         let margin = (1.0 + self.rule.margin_pct / 100.0).ln();
-        // The worse arm's log ratio against the other: B/A for B, A/B for A; an arm that is the
-        // status quo is not watched.
-        let (arm, x) = [(1, e.log_ratio), (0, -e.log_ratio)]
-            .into_iter()
-            .find(|&(arm, x)| moved[arm] && x - h > 0.0 && x >= margin)?;
+        // The worse arm's log ratio against the other: B/A for B, A/B for A, each on the
+        // connections that arm moved (none, for an arm that is everyone's status quo).
+        let (arm, x, h, e) = [1, 0].into_iter().find_map(|arm| {
+            let e = strata[arm].estimate()?;
+            let x = if arm == 1 { e.log_ratio } else { -e.log_ratio };
+            let h = cs_half_width(e.var, alpha);
+            (x - h > 0.0 && x >= margin).then_some((arm, x, h, e))
+        })?;
         let worse = [pct(x), pct(x - h), pct(x + h)];
         let reason = format!(
             "{} (arm {}) slower for {label}: completion time {} [{}, {}] vs {} ({} / {} flows); the guardrail {action} \
@@ -305,7 +363,7 @@ impl Watch {
             self.names[1 - arm],
             fmt_count(e.flows[arm]),
             fmt_count(e.flows[1 - arm]),
-            self.rule.status_quo.as_deref().map_or("their status quo".into(), |sq| format!("the status quo ({sq})")),
+            self.status_quo_words(),
             fmt_pct(self.rule.margin_pct),
             (1.0 - self.rule.alpha) * 100.0,
         );
@@ -494,6 +552,57 @@ mod tests {
         // Both arms the status quo: nothing to guard.
         let same = ["cubic".to_string(), "cubic".to_string()];
         assert!(guardrail(&win, &with_status_quo("cubic"), &same, 0).reason.starts_with("nothing to guard"));
+    }
+
+    /// Each connection's own status quo, as the kernel read it, decides where the run's cannot
+    /// (namespaces or routes that disagree: `StopRule::default()`, both arms would be watched).
+    fn with_own_status_quo(obs: &[Observation], sq: impl Fn(usize) -> [bool; 2]) -> Vec<Observation> {
+        obs.iter().enumerate().map(|(i, o)| Observation { status_quo: Some(sq(i)), ..o.clone() }).collect()
+    }
+
+    /// Connections whose status quo was cubic (arm A): B's big win never stops the run or sends
+    /// a group back, though the run's status quo is not known; B losing still does. Connections
+    /// on neither arm's algorithm (reno) have both arms watched; connections split between the
+    /// two are each judged on the arm that moved them.
+    #[test]
+    fn each_connections_own_status_quo_decides_which_arm_is_watched() {
+        let unknown = StopRule::default();
+        let win = synth(&[pop([203, 0, 113], 200.0, [2.5, 1.0], 400), pop([10, 0, 0], 2.0, [1.0, 1.0], 400)], 3);
+        let on_a = with_own_status_quo(&win, |_| [true, false]);
+        let r = replay(&on_a, &unknown, &names(), 2.0);
+        assert!(r.stopped_at_s.is_none() && r.switched_back.is_empty() && r.looks >= 6, "{r:?}");
+        assert!(r.decision.reason.contains("arm B (bbr), which moved clients off cubic"), "{}", r.decision.reason);
+        // The same flows with no status quo of their own: A's far clients go back.
+        assert!(!replay(&win, &unknown, &names(), 2.0).switched_back.is_empty());
+        // Their own status quo overrides a run's that says otherwise (a route or cgroup gave them
+        // something else than the namespace's default).
+        assert!(replay(&on_a, &with_status_quo("bbr"), &names(), 2.0).switched_back.is_empty());
+        // Neither arm theirs: both watched, A's far clients go back.
+        let on_neither = with_own_status_quo(&win, |_| [false, false]);
+        let d = guardrail(&on_neither, &unknown, &names(), 0);
+        assert!(d.switched_back.iter().any(|g| g.band == 4 && g.worse_arm == 0), "{d:?}");
+        assert!(d.reason.contains("(both arms;"), "{}", d.reason);
+        // B 40% worse: stops, or sends the far group back, on the connections B moved off cubic.
+        let lose = synth(&[pop([203, 0, 113], 200.0, [1.0, 1.4], 400), pop([10, 0, 0], 2.0, [1.0, 1.0], 400)], 4);
+        let d = guardrail(&with_own_status_quo(&lose, |_| [true, false]), &unknown, &names(), 0);
+        assert_eq!(d.switched_back.iter().map(|g| (g.band, g.worse_arm)).collect::<Vec<_>>(), [(4, 1)], "{d:?}");
+        assert!(d.switched_back[0].reason.contains("moved clients off the status quo (cubic)"), "{d:?}");
+        // ... and never on connections whose status quo B is: A moved them, and A is faster.
+        assert!(
+            guardrail(&with_own_status_quo(&lose, |_| [false, true]), &unknown, &names(), 0).switched_back.is_empty()
+        );
+        // Half on each: B is judged on the half it moved (A's), and found worse there.
+        let halves = with_own_status_quo(&lose, |i| if i % 4 < 2 { [true, false] } else { [false, true] });
+        let d = guardrail(&halves, &unknown, &names(), 0);
+        assert!(d.switched_back.iter().all(|g| g.worse_arm == 1) && !d.switched_back.is_empty(), "{d:?}");
+        // Both arms every connection's status quo: nothing to guard.
+        let same = ["cubic".to_string(), "cubic".to_string()];
+        let both = with_own_status_quo(&win, |_| [true, true]);
+        assert!(
+            guardrail(&both, &unknown, &same, 0)
+                .reason
+                .starts_with("nothing to guard: both arms are the status quo (cubic)")
+        );
     }
 
     /// A/A with the status quo known (one arm watched): looks every 2 s over 200 whole runs stop,

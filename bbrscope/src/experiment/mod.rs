@@ -88,6 +88,10 @@ pub struct Observation {
     /// time then and `bytes` what it had delivered, a lower bound on its completion time that the
     /// analysis takes as the time (see docs/experiment-method.md, "Flows still running").
     pub censored: bool,
+    /// Whether arms A and B are what the connection had before it got its arm (the kernel read
+    /// its algorithm then): the guardrail watches only the arms that moved it. `None` where the
+    /// kernel did not say (recordings made before it did): the run's status quo stands in.
+    pub status_quo: Option<[bool; 2]>,
 }
 
 /// The handshake as the client waits for it: one round trip (the SYN-ACK's), plus the SYN-ACK
@@ -163,6 +167,7 @@ impl Observation {
             cgroup_id: owner.cgroup_id,
             cgroup: None,
             censored,
+            status_quo: owner.status_quo,
         })
     }
 
@@ -205,6 +210,7 @@ impl Observation {
             cgroup_id: v["cgroup_id"].as_u64(),
             cgroup: v["cgroup"].as_str().map(str::to_string),
             censored: false,
+            status_quo: v["status_quo"].as_str().and_then(crate::observe::schema::status_quo_of),
         })
     }
 

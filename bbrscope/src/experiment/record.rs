@@ -41,7 +41,10 @@ use super::{
 };
 use crate::{
     newfile::{self, NewFile},
-    observe::replay::{Reader, Skipped},
+    observe::{
+        replay::{Reader, Skipped},
+        schema,
+    },
 };
 
 #[derive(Serialize, Deserialize)]
@@ -149,6 +152,9 @@ struct InFlight {
     data_segs_out: u32,
     cgroup_id: Option<u64>,
     cgroup: Option<String>,
+    /// As a `flow_summary`'s `status_quo`; absent in recordings made before it was kept.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    status_quo: Option<String>,
 }
 
 impl InFlight {
@@ -169,6 +175,7 @@ impl InFlight {
             data_segs_out: o.data_segs_out,
             cgroup_id: o.cgroup_id,
             cgroup: o.cgroup.clone(),
+            status_quo: o.status_quo.map(|arms| schema::status_quo_word(arms).to_string()),
         }
     }
 
@@ -194,6 +201,7 @@ impl InFlight {
             cgroup_id: self.cgroup_id,
             cgroup: self.cgroup,
             censored: true,
+            status_quo: self.status_quo.as_deref().and_then(schema::status_quo_of),
         })
     }
 }

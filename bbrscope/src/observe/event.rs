@@ -8,6 +8,7 @@ use std::{
 
 use bbrscope_common::{
     CA_PRIV_LEN, CongState, FLAG_FIRST, FlowClose, FlowOpen, MAX_FIELDS, RecordHeader, Retransmit, Sample, kind,
+    status_quo,
 };
 use serde::{Deserialize, Serialize};
 
@@ -230,6 +231,9 @@ pub struct Owner {
     pub(crate) netns: Option<u32>,
     /// `bbrscope experiment`: the arm (1 = A, 2 = B) the kernel assigned the flow to.
     pub(crate) arm: Option<u8>,
+    /// `bbrscope experiment`: whether arms A and B are what the connection had before it got its
+    /// arm (`bbrscope_common::status_quo`); `None` when the kernel did not read it.
+    pub(crate) status_quo: Option<[bool; 2]>,
     /// Where the kernel could not name the process: the socket's inode, for a lookup in /proc
     /// (see [`crate::sys::procfd`]). Never shown.
     pub(crate) sock_ino: Option<u32>,
@@ -411,6 +415,8 @@ fn open(head: Head, o: &bbrscope_common::Owner, summary_only: bool) -> Box<OpenE
             cgroup_id: (o.cgroup_id != 0).then_some(o.cgroup_id),
             netns: (o.netns != 0).then_some(o.netns),
             arm: (o.arm != 0).then_some(o.arm),
+            status_quo: (o.arm != 0 && o.status_quo & status_quo::KNOWN != 0)
+                .then_some([o.status_quo & status_quo::A != 0, o.status_quo & status_quo::B != 0]),
             sock_ino: (o.sock_ino != 0).then_some(o.sock_ino),
         },
         start_ns: o.start_ns,

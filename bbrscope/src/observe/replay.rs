@@ -89,6 +89,7 @@ fn summary(head: Head, cc: Name, v: &Value) -> Result<Summary> {
             Some("b") => Some(2),
             _ => None,
         },
+        status_quo: o.status_quo.as_deref().and_then(schema::status_quo_of),
         sock_ino: None,
     };
     let open = OpenEvent {

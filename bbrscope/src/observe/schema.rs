@@ -58,6 +58,26 @@ pub(crate) struct Owner<'a> {
     /// `bbrscope experiment`'s arm: "a" or "b"; absent outside an experiment.
     #[serde(borrow, skip_serializing_if = "Option::is_none")]
     pub(crate) arm: Option<Cow<'a, str>>,
+    /// With an arm: which arms' setting the connection had before it was given its arm ([`status_quo_word`]);
+    /// absent where the kernel did not say (recordings made before it did).
+    #[serde(borrow, default, skip_serializing_if = "Option::is_none")]
+    pub(crate) status_quo: Option<Cow<'a, str>>,
+}
+
+/// `status_quo`'s words for which of arms A and B are the connection's status quo: "a", "b",
+/// "both" (an A/A run on the status quo) or "neither".
+pub(crate) fn status_quo_word(arms: [bool; 2]) -> &'static str {
+    match arms {
+        [true, false] => "a",
+        [false, true] => "b",
+        [true, true] => "both",
+        [false, false] => "neither",
+    }
+}
+
+/// The arms a `status_quo` word names; `None` for a word it never writes.
+pub(crate) fn status_quo_of(word: &str) -> Option<[bool; 2]> {
+    [[true, false], [false, true], [true, true], [false, false]].into_iter().find(|&arms| status_quo_word(arms) == word)
 }
 
 /// A `sample`.

@@ -23,7 +23,9 @@ use crate::{
     observe::event::{Bbr, CaState, Cubic, EndReason, Event, Metrics, tcp_state_name},
     observe::flow::{Change, Flow, FlowTable},
     observe::pipeline::{NoSide, Sink},
-    observe::schema::{CaSeconds, Close, CongState, FlowHead, FlowRecord, Owner, Retransmit, Sample, Stats, Summary},
+    observe::schema::{
+        self, CaSeconds, Close, CongState, FlowHead, FlowRecord, Owner, Retransmit, Sample, Stats, Summary,
+    },
     observe::stats::StatsReport,
     sys::cgroup::CgroupNames,
 };
@@ -391,6 +393,9 @@ impl Fields for Owner<'_> {
         if let Some(arm) = &self.arm {
             o.field(k!("arm"), arm);
         }
+        if let Some(sq) = &self.status_quo {
+            o.field(k!("status_quo"), sq);
+        }
     }
 }
 
@@ -502,6 +507,7 @@ fn owner<'a>(cgroups: &'a mut CgroupNames, flow: &Flow) -> Owner<'a> {
         cgroup_id: o.cgroup_id,
         netns: o.netns,
         arm: o.arm.map(|arm| Cow::Borrowed(if arm == 1 { "a" } else { "b" })),
+        status_quo: o.status_quo.map(|arms| Cow::Borrowed(schema::status_quo_word(arms))),
     }
 }
 
@@ -826,6 +832,7 @@ mod tests {
                 cgroup_id: Some(10 + i as u64),
                 netns: Some(4026531840),
                 arm: [None, Some(1), Some(2)][i % 3],
+                status_quo: [None, Some([true, false]), Some([false, false])][i % 3],
                 sock_ino: None,
             };
             if i != 5 {
