@@ -110,6 +110,51 @@ pub(crate) struct Estimates {
     /// Flows left out: started in a burn-in; on another arm than their block's.
     pub(crate) burn_in: usize,
     pub(crate) mismatched: usize,
+    /// Whether the blocks fit these flows.
+    pub(crate) carryover: Carryover,
+}
+
+/// Above this share of counted flows running past the next block's burn-in, the blocks are too
+/// short for the traffic.
+pub(crate) const OVERRUN_SHARE: f64 = 0.02;
+
+/// Whether the blocks fit the traffic. A counted flow still running once the next block's
+/// counted flows begin (past its burn-in) shares the path with them, on its own block's arm:
+/// the carryover the burn-in is there to keep out, which pulls the everyone-switched estimate
+/// toward the per-connection one. The schedule is fixed before the run (every host of a fleet
+/// computes it from the seed), so it cannot follow the traffic; the report says whether it fit,
+/// and what would.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize)]
+pub(crate) struct Carryover {
+    /// Counted flows, and those of them still running past the next block's burn-in.
+    pub(crate) counted: usize,
+    pub(crate) overran: usize,
+    /// The counted flows' 99th percentile of time on the server (how long each held the path),
+    /// seconds.
+    pub(crate) p99_s: Option<f64>,
+    /// At most [`OVERRUN_SHARE`] overran.
+    pub(crate) fits: bool,
+    /// When they do not fit: a block and a burn-in that would, seconds (the burn-in the 99th
+    /// percentile rounded up to a whole second, the block five burn-ins and never shorter than
+    /// the run's).
+    pub(crate) suggest: Option<[f64; 2]>,
+}
+
+impl Carryover {
+    /// The carryover of the counted flows `counted` (each with its block) under `s`.
+    fn of(counted: &[(&Observation, i64)], s: &Schedule) -> Carryover {
+        let overran =
+            counted.iter().filter(|(o, k)| o.end_ts.is_some_and(|end| end > s.start_of(k + 1) + s.burn_in_s)).count();
+        let mut times: Vec<f64> = counted.iter().map(|(o, _)| o.duration_s).collect();
+        times.sort_by(f64::total_cmp);
+        let p99_s = (!times.is_empty()).then(|| times[((times.len() - 1) as f64 * 0.99).round() as usize]);
+        let fits = overran as f64 <= OVERRUN_SHARE * counted.len() as f64;
+        let suggest = p99_s.filter(|_| !fits).map(|p99| {
+            let burn_in = p99.ceil().max(1.0);
+            [(5.0 * burn_in).max(s.block_s), burn_in]
+        });
+        Carryover { counted: counted.len(), overran, p99_s, fits, suggest }
+    }
 }
 
 /// The three estimates for the flows `members` of `obs`.
@@ -122,12 +167,14 @@ pub(crate) fn estimate(
 ) -> Estimates {
     let mut out = Estimates::default();
     let mut counted = Vec::new();
+    let mut blocks = Vec::new();
     for &i in members {
         let o = &obs[i];
         match place(o, s) {
             Place::BurnIn => out.burn_in += 1,
             Place::Mismatched => out.mismatched += 1,
             Place::Counted(round, kind) => {
+                blocks.push((o, o.start_ts().map_or(0, |ts| s.block_of(ts))));
                 let cell = match (kind, o.arm) {
                     (Kind::A, _) => A_BLOCK,
                     (Kind::B, _) => B_BLOCK,
@@ -168,6 +215,7 @@ pub(crate) fn estimate(
     out.interference = contrast(A_BLOCK, MIXED_A);
     out.rounds = paired(&rounds, A_BLOCK, B_BLOCK).count();
     out.interference_rounds = paired(&rounds, A_BLOCK, MIXED_A).count();
+    out.carryover = Carryover::of(&blocks, s);
     out
 }
 
@@ -225,6 +273,8 @@ pub(crate) struct SwitchbackGroup {
     pub(crate) bias_pts: Option<f64>,
     /// Flows left out: started in a block's burn-in; on another arm than their block's.
     pub(crate) left_out: LeftOut,
+    /// Whether the blocks fit the traffic.
+    pub(crate) carryover: Carryover,
     /// Inconclusive: about how many more rounds would decide if the estimate held (rounds, not
     /// flows, decide a switchback; the answer's `more_flows` is null). Null once decided, or
     /// past [`MAX_MORE_ROUNDS`].
@@ -277,6 +327,7 @@ pub(crate) fn judge(e: &Estimates, alpha: f64, rule: &Rule) -> (Answer, Switchba
         },
         bias_pts,
         left_out: LeftOut { burn_in: e.burn_in, mismatched: e.mismatched },
+        carryover: e.carryover,
         more_rounds,
     };
     (everyone, other)
@@ -459,6 +510,46 @@ pub(crate) mod tests {
         assert_eq!(place(&obs[0], &s), Place::Mismatched);
     }
 
+    /// Flows every 0.1 s over 30 rounds of 20 s blocks (4 s burn-in), each on its block's arm
+    /// (a mixed block's alternating), a share `long` of them (drawn) taking 12 s, the rest 0.5 s.
+    fn steady(long: f64) -> Vec<Observation> {
+        let s = schedule(5);
+        let peer = IpAddr::V4(Ipv4Addr::new(198, 51, 100, 7));
+        let mut rng = crate::rng::Rng::new(11);
+        (0..18_000)
+            .map(|i| {
+                let t = 1_800_000_000.0 + i as f64 * 0.1;
+                let arm = match s.kind(s.block_of(t)) {
+                    Kind::A => 0,
+                    Kind::B => 1,
+                    Kind::Mixed => i % 2,
+                };
+                let duration_s = if rng.uniform() < long { 12.0 } else { 0.5 };
+                simulated(arm, peer, 20_000, 0.05, t, duration_s)
+            })
+            .collect()
+    }
+
+    /// Short flows fit 20 s blocks with a 4 s burn-in; when 10% of them take 12 s, half of those
+    /// (the ones starting in the block's last 8 s) run past the next block's burn-in: 5% of the
+    /// counted flows, too many, and a 12 s burn-in in 60 s blocks would fit. The report says both.
+    #[test]
+    fn the_report_says_whether_the_blocks_fit_the_traffic() {
+        let s = schedule(5);
+        let carryover = |obs: &[Observation]| {
+            estimate(obs, &(0..obs.len()).collect::<Vec<_>>(), &s, &BANDS, PrimaryMetric::PerResponse).carryover
+        };
+        let short = carryover(&steady(0.0));
+        assert!(short.fits && short.overran == 0 && short.suggest.is_none(), "{short:?}");
+        assert_eq!(short.p99_s, Some(0.5));
+        let long = carryover(&steady(0.1));
+        let share = long.overran as f64 / long.counted as f64;
+        assert!(!long.fits && (0.04..0.06).contains(&share), "{long:?} ({share})");
+        assert_eq!((long.p99_s, long.suggest), (Some(12.0), Some([60.0, 12.0])));
+        // Those flows started in the last 8 s of their block: placed, counted, never at a switch.
+        assert_eq!(long.counted, 18_000 - 18_000 / 5);
+    }
+
     fn place_round(o: &Observation, s: &Schedule) -> i64 {
         Schedule::round_of(s.block_of(o.start_ts().unwrap()))
     }
@@ -558,6 +649,11 @@ pub(crate) mod tests {
                     "{text}"
                 );
                 assert!(text.contains("\ninterference for all flows: CUBIC's own flows were "), "{text}");
+                assert!(v["groups"][0]["switchback"]["carryover"]["counted"].as_u64().unwrap() > 0, "{v}");
+                assert!(
+                    text.contains("\n  blocks fit this traffic: ") || text.contains("\n  blocks too short"),
+                    "{text}"
+                );
                 assert!(text.lines().all(|l| l.chars().count() <= 100), "{text}");
             }
         }

@@ -11,6 +11,7 @@ use super::{
     format::{clip, fmt_bytes, fmt_count, fmt_diff, fmt_interval, fmt_num, fmt_p, fmt_value},
     groups::GroupKind,
     report::{GroupReport, Report},
+    switchback::Carryover,
 };
 
 impl Report {
@@ -182,19 +183,18 @@ impl Report {
             sch.seed,
             sch.rounds
         );
-        if let Some(lo) = self
-            .groups
-            .iter()
-            .find(|g| g.result.kind == GroupKind::All)
-            .and_then(|g| g.result.switchback.as_ref())
-            .map(|sb| sb.left_out)
+        if let Some(sb) =
+            self.groups.iter().find(|g| g.result.kind == GroupKind::All).and_then(|g| g.result.switchback.as_ref())
         {
             let _ = writeln!(
                 s,
                 "  left out by the schedule: {} flows started in a burn-in, {} on another arm than their block's",
-                fmt_count(lo.burn_in),
-                fmt_count(lo.mismatched)
+                fmt_count(sb.left_out.burn_in),
+                fmt_count(sb.left_out.mismatched)
             );
+            for line in carryover_lines(&sb.carryover) {
+                let _ = writeln!(s, "  {line}");
+            }
         }
     }
 
@@ -262,6 +262,28 @@ impl GroupReport {
     }
 }
 
+/// Whether the blocks fit the traffic, in words (none before a counted flow).
+fn carryover_lines(c: &Carryover) -> Vec<String> {
+    let Some(p99) = c.p99_s else { return Vec::new() };
+    let share = format!("{:.1}%", 100.0 * c.overran as f64 / c.counted.max(1) as f64);
+    let text = match c.suggest {
+        None => format!(
+            "blocks fit this traffic: {share} of counted flows ran past the next block's burn-in (99th percentile of \
+             their time {} s)",
+            fmt_num(p99)
+        ),
+        Some([block, burn_in]) => format!(
+            "blocks too short for this traffic: {share} of counted flows ran past the next block's burn-in, sharing \
+             the path with its flows on their own arm (99th percentile of their time {} s), which pulls the \
+             everyone-switched estimate toward B beside A; --block {}s --burn-in {}s would fit",
+            fmt_num(p99),
+            fmt_num(block),
+            fmt_num(burn_in)
+        ),
+    };
+    wrap(&text, 96, "  ")
+}
+
 fn kind_name(k: GroupKind) -> &'static str {
     match k {
         GroupKind::All => "all",
@@ -278,6 +300,26 @@ mod tests {
         groups::PrefixList,
         report::{build, tests::everything},
     };
+
+    /// The blocks' fit in words: what fits says so; what does not says what it does to the
+    /// estimate and what would fit, within the report's width.
+    #[test]
+    fn the_blocks_fit_or_what_would() {
+        use crate::experiment::switchback::Carryover;
+        let fits = Carryover { counted: 1000, overran: 4, p99_s: Some(1.25), fits: true, suggest: None };
+        assert_eq!(
+            super::carryover_lines(&fits).join("\n"),
+            "blocks fit this traffic: 0.4% of counted flows ran past the next block's burn-in (99th\n  \
+             percentile of their time 1.25 s)"
+        );
+        let short =
+            Carryover { counted: 1000, overran: 50, p99_s: Some(12.0), fits: false, suggest: Some([60.0, 12.0]) };
+        let text = super::carryover_lines(&short).join(" ");
+        assert!(text.starts_with("blocks too short for this traffic: 5.0% of counted flows ran past"), "{text}");
+        assert!(text.ends_with("toward B beside A; --block 60s --burn-in 12s would fit"), "{text}");
+        assert!(super::carryover_lines(&short).iter().all(|l| l.chars().count() <= 98));
+        assert!(super::carryover_lines(&Carryover::default()).is_empty());
+    }
 
     #[test]
     fn text_fits_100_columns_and_says_it_plainly() {
