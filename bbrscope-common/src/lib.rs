@@ -258,8 +258,8 @@ pub mod status_quo {
 
 /// Client groups the guardrail sent back to their status quo: the `EXP_HOLD` map, an array of
 /// u32 that userspace writes while the programs run. A new connection whose handshake RTT falls
-/// in a held band gets no arm (it keeps what the system, route or cgroup gives it), whatever the
-/// assignment mode. Band 0 is "RTT unknown", band `i` (1..) lies between edges `i - 1` and `i`,
+/// in a held band, or whose peer is in a held prefix (`EXP_HOLD_DST`, a prefix-list group), gets
+/// no arm (it keeps what the system, route or cgroup gives it), whatever the assignment mode. Band 0 is "RTT unknown", band `i` (1..) lies between edges `i - 1` and `i`,
 /// as userspace numbers the guardrail's RTT bands.
 pub mod hold {
     /// The bit mask of held bands (bit `i`: band `i`); 0, the initial value, holds nothing.
@@ -270,6 +270,11 @@ pub mod hold {
     pub const MAX_EDGES: u32 = 4;
     /// Entries in the map.
     pub const ENTRIES: u32 = EDGES + MAX_EDGES;
+    /// In the mask: some client prefixes are held too (the `EXP_HOLD_DST` map, a prefix-list
+    /// group the guardrail sent back), so the kernel looks a new connection's peer up there.
+    pub const PREFIXES: u32 = 1 << 31;
+    /// Prefixes `EXP_HOLD_DST` holds: every prefix a `--prefix-list` may have.
+    pub const MAX_PREFIXES: u32 = 10_000;
 }
 
 /// Everything userspace hands the programs at load time (a read-only global).

@@ -610,13 +610,22 @@ static EXP_ASSIGN: Array<u32> = Array::with_max_entries(1, 0);
 #[map]
 static EXP_HOLD: Array<u32> = Array::with_max_entries(hold::ENTRIES, 0);
 
+/// Client prefixes sent back to their status quo by the guardrail (a prefix-list group), IPv4
+/// as IPv4-mapped IPv6; looked up only when the mask says some are (`hold::PREFIXES`).
+#[map]
+static EXP_HOLD_DST: LpmTrie<[u8; 16], u8> = LpmTrie::with_max_entries(hold::MAX_PREFIXES, 0);
+
 /// Whether the connection's client group is held at its status quo: its handshake RTT (the
-/// srtt at the established callback, in 1/8 µs) lies in a band the guardrail sent back.
+/// srtt at the established callback, in 1/8 µs) lies in a band the guardrail sent back, or its
+/// peer `daddr` in a prefix it sent back.
 #[inline(always)]
-fn held(ops: &bpf_sock_ops) -> bool {
+fn held(ops: &bpf_sock_ops, daddr: &[u8; 16]) -> bool {
     let mask = EXP_HOLD.get(hold::MASK).map_or(0, |m| *m);
     if mask == 0 {
         return false;
+    }
+    if mask & hold::PREFIXES != 0 && EXP_HOLD_DST.get(&Key::new(128, *daddr)).is_some() {
+        return true;
     }
     let rtt_us = ops.srtt_us >> 3;
     let mut band = 0u32;
@@ -660,7 +669,7 @@ fn assign_arm(ctx: &SockOpsContext, ops: &bpf_sock_ops, s: &mut SockFlow) {
     if mode == assign_mode::OFF {
         return;
     }
-    if held(ops) {
+    if held(ops, &t.daddr) {
         return;
     }
     // SAFETY: a helper without arguments.

@@ -87,7 +87,7 @@ async fn experiment(request: &Request, run: &Run) -> Result<()> {
         }
         None => (None, None),
     };
-    let assigning = crate::experiment::run::start_assigning(&mut live, run.design)?;
+    let assigning = crate::experiment::run::start_assigning(&mut live, run.design, &setup.prefix_lists)?;
     crate::output::errln!(
         "bbrscope: experiment running: {} (arm A) vs {} (arm B), {}, {}% of connections in scope; {} ends it",
         spec.arms[0],

@@ -77,7 +77,10 @@ pub struct PrefixList {
 /// something to decide per group.
 pub(crate) const PREFIX_LIST_MAX_BYTES: u64 = 4 << 20;
 pub(crate) const PREFIX_LIST_MAX_GROUPS: usize = 100;
-pub(crate) const PREFIX_LIST_MAX_PREFIXES: usize = 10_000;
+/// The kernel holds every one of them when the guardrail sends their groups back.
+pub(crate) const PREFIX_LIST_MAX_PREFIXES: usize = bbrscope_common::hold::MAX_PREFIXES as usize;
+// The guardrail keeps a group's membership as a bit of a u128.
+const _: () = assert!(PREFIX_LIST_MAX_GROUPS <= 128);
 /// A label is printed in reports and terminals: short, and printable characters only.
 const LABEL_MAX_CHARS: usize = 64;
 

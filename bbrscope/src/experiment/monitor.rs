@@ -15,6 +15,7 @@ use tokio::task::JoinHandle;
 
 use super::{
     Observation,
+    guardrail::Held,
     progress::{Analysed, Update},
     setup::{self, Setup},
 };
@@ -29,8 +30,8 @@ pub(crate) struct Monitor {
     report: bool,
     /// The report is not rebuilt before this (see [`Monitor::REST`]).
     report_after: Option<Instant>,
-    /// The bands the guardrail sent back so far (`guardrail::mask_of`): they stay sent back.
-    held: u32,
+    /// The groups the guardrail sent back so far (`guardrail::held_of`): they stay sent back.
+    held: Held,
 }
 
 impl Monitor {
@@ -43,7 +44,7 @@ impl Monitor {
     pub(crate) const REST: u32 = 4;
 
     pub(crate) fn new(setup: Setup, report: bool) -> Self {
-        Monitor { job: None, analyzed: None, setup, report, report_after: None, held: 0 }
+        Monitor { job: None, analyzed: None, setup, report, report_after: None, held: Held::default() }
     }
 
     /// Starts a computation over `obs` if one is due: none in flight and new flows since the
@@ -80,7 +81,7 @@ impl Monitor {
             self.report_after = Some(Instant::now() + a.took * Self::REST);
         }
         if let Some(g) = &update.guard {
-            self.held |= super::guardrail::mask_of(&g.switched_back);
+            self.held = self.held.union(super::guardrail::held_of(&g.switched_back));
         }
         Ok(update)
     }

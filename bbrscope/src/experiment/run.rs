@@ -15,13 +15,15 @@ use std::{
 
 use anyhow::{Context as _, Result};
 use bbrscope_common::assign_mode;
+use ipnet::IpNet;
 use ratatui::crossterm::event::{KeyCode, KeyModifiers};
 use tokio::time::{Interval, Sleep};
 
 use crate::{
     experiment::{
         Observation,
-        guardrail::{GuardDecision, RTT_BANDS_MS, SwitchedBack, mask_of, note_switched_back},
+        groups::PrefixList,
+        guardrail::{GuardDecision, Held, RTT_BANDS_MS, SwitchedBack, held_of, note_switched_back},
         monitor::Monitor,
         progress::{LiveExperiment, Update},
         schedule::Kind,
@@ -287,13 +289,13 @@ impl Sink for Experiment {
             Wake::Analysed(update) => {
                 let update = (*update)?;
                 if let Some(g) = &update.guard {
-                    let before = mask_of(&self.switched_back);
+                    let before = held_of(&self.switched_back);
                     note_switched_back(&mut self.switched_back, g, self.started.elapsed().as_secs_f64());
-                    let now = mask_of(&self.switched_back);
+                    let now = held_of(&self.switched_back);
                     if now != before {
-                        side.assigning.hold_bands(now).context("sending a client group back to its status quo")?;
+                        side.assigning.hold(now).context("sending a client group back to its status quo")?;
                         if let Some(sums) = &self.sums {
-                            sums.hold(now);
+                            sums.hold(now.bands);
                         }
                     }
                 }
@@ -387,6 +389,8 @@ impl Experiment {
 pub(crate) struct Assigning {
     assignment: Assignment,
     design: Design,
+    /// Each `--prefix-list` group's prefixes, held when the guardrail sends the group back.
+    lists: Vec<Vec<IpNet>>,
     /// When the current block ends (a switchback's, until the experiment ends).
     next: Option<Pin<Box<Sleep>>>,
 }
@@ -394,10 +398,10 @@ pub(crate) struct Assigning {
 impl Assigning {
     /// Assignment turned on (the loader leaves it off): per connection, by client, or the
     /// current block's.
-    fn new(mut assignment: Assignment, design: Design) -> Result<Self> {
+    fn new(mut assignment: Assignment, design: Design, lists: Vec<Vec<IpNet>>) -> Result<Self> {
         assignment.set(assign_mode_at(design, clock::unix_now()))?;
         let next = design.schedule().map(|_| Box::pin(tokio::time::sleep(Duration::ZERO)));
-        let mut a = Assigning { assignment, design, next };
+        let mut a = Assigning { assignment, design, lists, next };
         a.switch()?;
         Ok(a)
     }
@@ -421,10 +425,14 @@ impl Assigning {
         }
     }
 
-    /// New connections of the RTT bands in `mask` (the guardrail's, [`RTT_BANDS_MS`]) keep
-    /// their status quo from here on, whatever the block.
-    fn hold_bands(&mut self, mask: u32) -> Result<()> {
-        self.assignment.hold_bands(&RTT_BANDS_MS, mask)
+    /// New connections of the groups in `held` (RTT bands of [`RTT_BANDS_MS`], prefix-list
+    /// groups) keep their status quo from here on, whatever the block.
+    fn hold(&mut self, held: Held) -> Result<()> {
+        let prefixes: Vec<IpNet> = (0..self.lists.len())
+            .filter(|&g| held.lists & 1 << g != 0)
+            .flat_map(|g| self.lists[g].iter().copied())
+            .collect();
+        self.assignment.hold(&RTT_BANDS_MS, held.bands, &prefixes)
     }
 
     /// New connections keep the status quo from here on (those given an arm keep it).
@@ -437,9 +445,9 @@ impl Assigning {
 /// Turns the experiment's assignment on in the kernel `live` loaded (the loader leaves it off):
 /// per connection, by client, or the current block's. Before the run says it runs, so that every
 /// connection accepted after that line gets an arm.
-pub(crate) fn start_assigning(live: &mut Live, design: Design) -> Result<Assigning> {
+pub(crate) fn start_assigning(live: &mut Live, design: Design, lists: &[PrefixList]) -> Result<Assigning> {
     let assignment = live.take_assignment().context("the experiment's assignment is not in the kernel")?;
-    Assigning::new(assignment, design)
+    Assigning::new(assignment, design, lists.iter().map(|l| l.nets.clone()).collect())
 }
 
 /// The kernel's assignment (`assign_mode`) for connections opening at `now` (Unix seconds): the

@@ -7,7 +7,7 @@ use super::{
     Observation, analysis,
     decide::{PrimaryMetric, Rule},
     groups::PrefixList,
-    guardrail::{self, GuardDecision, StopRule},
+    guardrail::{self, GuardDecision, Held, StopRule},
     report::{self, InScope},
 };
 
@@ -66,13 +66,19 @@ impl Setup {
     }
 
     fn stop_rule(&self, pct: f64) -> StopRule {
-        StopRule { margin_pct: pct, alpha: self.rule.alpha, status_quo: self.status_quo.clone(), ..StopRule::default() }
+        StopRule {
+            margin_pct: pct,
+            alpha: self.rule.alpha,
+            status_quo: self.status_quo.clone(),
+            prefix_lists: self.prefix_lists.clone(),
+            ..StopRule::default()
+        }
     }
 }
 
-/// The guardrail's decision on the flows so far (`None` with `--no-guardrail`), the bands in
-/// `held` sent back before (`guardrail::mask_of`).
-pub fn guardrail(obs: &[Observation], setup: &Setup, held: u32) -> Option<GuardDecision> {
+/// The guardrail's decision on the flows so far (`None` with `--no-guardrail`), the groups in
+/// `held` sent back before (`guardrail::held_of`).
+pub fn guardrail(obs: &[Observation], setup: &Setup, held: Held) -> Option<GuardDecision> {
     let pct = setup.guardrail_pct?;
     Some(guardrail::guardrail(obs, &setup.stop_rule(pct), &setup.names(obs), held))
 }

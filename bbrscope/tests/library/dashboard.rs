@@ -586,7 +586,7 @@ fn experiment_app() -> (Dash, bbrscope::experiment::progress::LiveExperiment) {
         ..setup::Setup::default()
     };
     x.update(Update {
-        guard: setup::guardrail(&obs, &setup, 0),
+        guard: setup::guardrail(&obs, &setup, bbrscope::experiment::guardrail::Held::default()),
         analysed: Some(Analysed {
             report: setup::report(&obs, &setup, None).0,
             flows: obs.len(),

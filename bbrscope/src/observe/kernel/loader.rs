@@ -535,14 +535,18 @@ pub(crate) struct Assignment {
     mode: Array<MapData, u32>,
     /// The client bands sent back to their status quo (`EXP_HOLD`, see `hold`).
     hold: Array<MapData, u32>,
+    /// The client prefixes sent back to their status quo (`EXP_HOLD_DST`).
+    hold_dst: LpmTrie<MapData, [u8; 16], u8>,
 }
 
 impl Assignment {
     fn take(ebpf: &mut Ebpf) -> Result<Self> {
-        let mut take = |name: &str| -> Result<Array<MapData, u32>> {
-            Ok(Array::try_from(ebpf.take_map(name).with_context(|| format!("{name} map missing"))?)?)
-        };
-        Ok(Assignment { mode: take("EXP_ASSIGN")?, hold: take("EXP_HOLD")? })
+        let mut take = |name: &str| ebpf.take_map(name).with_context(|| format!("{name} map missing"));
+        Ok(Assignment {
+            mode: Array::try_from(take("EXP_ASSIGN")?)?,
+            hold: Array::try_from(take("EXP_HOLD")?)?,
+            hold_dst: LpmTrie::try_from(take("EXP_HOLD_DST")?)?,
+        })
     }
 
     /// From now on new connections get `mode` (`assign_mode`).
@@ -551,14 +555,19 @@ impl Assignment {
     }
 
     /// Sends client groups back to their status quo: new connections whose handshake RTT falls
-    /// in a band of `mask` (bit `i`: band `i` of `edges_ms`, numbered as `units::band_of` does)
-    /// get no arm from here on. The edges go in before the mask, so the kernel never reads a
-    /// mask against edges not yet written.
-    pub(crate) fn hold_bands(&mut self, edges_ms: &[f64], mask: u32) -> Result<()> {
+    /// in a band of `mask` (bit `i`: band `i` of `edges_ms`, numbered as `units::band_of` does),
+    /// or whose peer is in one of `prefixes`, get no arm from here on. The edges and prefixes go
+    /// in before the mask, so the kernel never reads a mask against what is not yet written.
+    pub(crate) fn hold(&mut self, edges_ms: &[f64], mask: u32, prefixes: &[ipnet::IpNet]) -> Result<()> {
         ensure!(edges_ms.len() <= hold::MAX_EDGES as usize, "at most {} RTT band edges", hold::MAX_EDGES);
+        ensure!(mask & hold::PREFIXES == 0, "band mask {mask:#x} past the bands");
         for (i, edge) in (0..).zip(edges_ms) {
             self.hold.set(hold::EDGES + i, &((edge * 1e3).round() as u32), 0).context("holding a client group")?;
         }
+        for net in prefixes {
+            self.hold_dst.insert(&lpm_key(net), &1, 0).with_context(|| format!("holding the clients in {net}"))?;
+        }
+        let mask = if prefixes.is_empty() { mask } else { mask | hold::PREFIXES };
         self.hold.set(hold::MASK, &mask, 0).context("holding a client group")
     }
 }
@@ -571,14 +580,17 @@ pub(crate) const MAX_EXPERIMENT_RANGES: usize = 1024;
 fn fill_experiment_ranges(ebpf: &mut Ebpf, ranges: &[ipnet::IpNet]) -> Result<()> {
     let mut map: LpmTrie<_, [u8; 16], u8> = LpmTrie::try_from(ebpf.map_mut("EXP_DST").context("EXP_DST map missing")?)?;
     for net in ranges {
-        let (addr, prefix) = match net {
-            ipnet::IpNet::V4(n) => (n.network().to_ipv6_mapped().octets(), 96 + u32::from(n.prefix_len())),
-            ipnet::IpNet::V6(n) => (n.network().octets(), u32::from(n.prefix_len())),
-        };
-        map.insert(&Key::new(prefix, addr), &1, 0)
-            .with_context(|| format!("adding {net} to the experiment's scope"))?;
+        map.insert(&lpm_key(net), &1, 0).with_context(|| format!("adding {net} to the experiment's scope"))?;
     }
     Ok(())
+}
+
+/// `net` as the key of the programs' prefix tries: IPv6, IPv4 mapped.
+fn lpm_key(net: &ipnet::IpNet) -> Key<[u8; 16]> {
+    match net {
+        ipnet::IpNet::V4(n) => Key::new(96 + u32::from(n.prefix_len()), n.network().to_ipv6_mapped().octets()),
+        ipnet::IpNet::V6(n) => Key::new(u32::from(n.prefix_len()), n.network().octets()),
+    }
 }
 
 /// What the sock_ops program may call on this kernel.
