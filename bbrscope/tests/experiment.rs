@@ -775,6 +775,91 @@ fn a_big_win_does_not_stop_a_run_whose_clients_had_the_losing_arm() {
     drop(lossy);
 }
 
+/// Two client networks at the same distance (80 ms, one RTT band), each a `--prefix-list` group:
+/// arm B (Reno) is clearly slower for the lossy one only (the clean one fetches 10 KB, one
+/// initial window whatever the algorithm). The guardrail sends that group back alone: the kernel
+/// holds its prefix, and the servers' own logs show its new connections no longer get Reno while
+/// its neighbours in the same band still get both arms; the band is not sent back, nor is the
+/// run stopped.
+#[test]
+fn a_prefix_list_group_the_arm_harms_goes_back_and_its_neighbours_go_on() {
+    require_root();
+    let _turn = turn();
+    let port = port_for(33_000);
+    let (lossy, lossy_listener) = emulated(69, 80, 0.02, port);
+    let (clean, clean_listener) = emulated(70, 80, 0.0, port);
+    let lossy_log = serve_logging_cc(lossy_listener);
+    let clean_log = serve_logging_cc(clean_listener);
+    let dir = tempfile::tempdir().unwrap();
+    let list = dir.path().join("groups.txt");
+    let net = |p: &Population| format!("{}/24", p.link.receiver_addr);
+    std::fs::write(&list, format!("lossy {}\nclean {}\n", net(&lossy), net(&clean))).unwrap();
+    let (child, log) =
+        start_logged("bbr,reno", port, &["--guardrail-pct", "20", "--prefix-list", list.to_str().unwrap()]);
+    let stop = std::sync::atomic::AtomicBool::new(false);
+    // Lossy connections in a row without Reno: by chance, with arms drawn 50/50, 2^-20.
+    const IN_A_ROW: usize = 20;
+    let (clean_at_switch, report) = thread::scope(|s| {
+        for (p, sizes) in [(&lossy, &[200_000][..]), (&clean, &[10_000][..])] {
+            let stop = &stop;
+            s.spawn(move || {
+                while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                    load(p, 3, sizes, Instant::now() + Duration::from_secs(1));
+                }
+            });
+        }
+        // Usually within a minute; the margin is for a loaded machine.
+        let until = Instant::now() + Duration::from_secs(300);
+        let switched = loop {
+            let ccs: Vec<String> = lossy_log.lock().unwrap().iter().map(|(_, cc, _)| cc.clone()).collect();
+            if ccs.iter().any(|cc| cc == "reno")
+                && ccs.len() > IN_A_ROW
+                && ccs[ccs.len() - IN_A_ROW..].iter().all(|cc| cc == "bbr")
+            {
+                break true;
+            }
+            if Instant::now() > until || child_gone(&child) {
+                break false;
+            }
+            thread::sleep(Duration::from_millis(500));
+        };
+        let clean_at_switch = clean_log.lock().unwrap().len();
+        if switched {
+            // The clean clients go on with their arms for a while.
+            thread::sleep(Duration::from_secs(10));
+        }
+        // SAFETY: kill(2) on the experiment's pid, which this test started and has not reaped.
+        unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+        let (code, report) = wait_report_status(child, Duration::from_secs(120), Some(&log));
+        stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        assert!(
+            switched,
+            "the lossy clients kept getting reno; sent back {}; {}: {}",
+            report["guardrail_switched_back"], report["stopped_by"], report["guardrail"]
+        );
+        assert_eq!(code, Some(0), "{}", report["stopped_by"]);
+        (clean_at_switch, report)
+    });
+    assert_eq!(report["stopped_by"], "stopped by SIGTERM", "{}", report["guardrail"]);
+    let sent = report["guardrail_switched_back"].as_array().unwrap();
+    assert_eq!(sent.len(), 1, "{sent:?}");
+    assert_eq!(
+        (&sent[0]["group"], &sent[0]["list"], &sent[0]["band"]),
+        (&"clients in lossy".into(), &0.into(), &Value::Null)
+    );
+    assert_eq!(sent[0]["worse_arm"], 1, "{sent:?}");
+    // After the lossy group went back, its neighbours in the same band still got both arms.
+    let clean_after: Vec<String> =
+        clean_log.lock().unwrap()[clean_at_switch..].iter().map(|(_, cc, _)| cc.clone()).collect();
+    for arm in ["bbr", "reno"] {
+        assert!(
+            clean_after.iter().filter(|cc| *cc == arm).count() >= 5,
+            "clean after the switch back: {clean_after:?}"
+        );
+    }
+    drop((lossy, clean));
+}
+
 /// Whether the process has exited (a zombie counts: it is not reaped until the report is read).
 fn child_gone(child: &std::process::Child) -> bool {
     let stat = std::fs::read_to_string(format!("/proc/{}/stat", child.id())).unwrap_or_default();

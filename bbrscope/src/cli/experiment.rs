@@ -85,9 +85,9 @@ pub struct ExperimentArgs {
     pub(crate) no_guardrail: bool,
     /// The guardrail's margin: an arm that moved clients off their status quo (what each
     /// connection had before its arm, read by the kernel) and is slower than the other by more
-    /// than this many percent for the clients of an RTT band, with an always-valid 95% interval
-    /// above zero (checked every 2 s), sends that band back to its status quo; a harm that is
-    /// every band's stops the run (exit status 3)
+    /// than this many percent for the clients of an RTT band or a --prefix-list group, with an
+    /// always-valid 95% interval above zero (checked every 2 s), sends that group back to its
+    /// status quo; a harm that is everyone's stops the run (exit status 3)
     #[arg(long, value_name = "PCT", default_value_t = 20.0)]
     pub(crate) guardrail_pct: f64,
     /// The smallest change in completion time that matters, percent: within it the arms are

@@ -234,10 +234,11 @@ impl Watch {
         }
     }
 
-    /// Every group, the bands first.
+    /// Every group, the prefix-list groups first: the user's own, and finer than a band, which
+    /// holds clients a group's harm may not reach.
     fn units(&self) -> impl Iterator<Item = Unit> + use<> {
-        let bands = (0..self.rule.rtt_bands_ms.len() + 2).map(Unit::Band);
-        bands.chain((0..self.rule.prefix_lists.len()).map(Unit::List))
+        let lists = (0..self.rule.prefix_lists.len()).map(Unit::List);
+        lists.chain((0..self.rule.rtt_bands_ms.len() + 2).map(Unit::Band))
     }
 
     fn label(&self, unit: Unit) -> String {
@@ -297,17 +298,20 @@ impl Watch {
         }
         let mut judged = 0;
         // Each group first: one that trips is sent back, and "all flows" is then judged on the
-        // clients still in the experiment — the harm of one group does not stop the others.
+        // clients still in the experiment — the harm of one group does not stop the others. A
+        // band is judged without the prefix-list groups sent back, so that one group's harm
+        // does not send back its neighbours at the same distance.
         let mut switched_back = Vec::new();
+        let mut out = self.held;
         for unit in self.units() {
-            let strata = self.of(unit, self.held);
+            let strata = self.of(unit, out);
             let label = self.label(unit);
             judged += usize::from(strata.iter().any(|s| s.estimate().is_some()));
             if let Some((arm, worse, reason)) = self.trips([&strata[0], &strata[1]], &label, alpha, "sends back") {
                 switched_back.push(SwitchedBack::of(unit, label, arm, worse, reason));
+                out = out.with(unit);
             }
         }
-        let out = self.held.union(held_of(&switched_back));
         let has_flows = |s: &[Strata; 2]| s.iter().any(|s| s.flows != [0, 0]);
         // Every group with flows sent back: nothing is left to experiment on, and "all flows"
         // (every group) is what is judged.
@@ -396,8 +400,8 @@ impl Watch {
     /// When the groups not in `out` together show `arm` harmful though none of them does alone:
     /// the fewest groups that carry it, each with the arm's completion time relative to the
     /// other's there (%, with its interval), such that the groups left no longer show it. Taken
-    /// greedily, the prefix-list groups first (the user's own, and finer than a band, which holds
-    /// clients the harm may not reach), each kind the largest share of the harm first (a group's
+    /// greedily, the prefix-list groups first (as [`Watch::units`]), each kind the largest share
+    /// of the harm first (a group's
     /// weight times its log ratio), only groups where the arm is worse at all. `None` when the
     /// harm is everyone's: no such groups, or nothing with flows left without them.
     fn carriers(&self, out: Held, arm: usize, alpha: f64) -> Option<Vec<(Unit, String, [f64; 3])>> {
@@ -827,6 +831,14 @@ mod tests {
         // Without the list, the band would be all the guardrail sees, and it holds.
         let bands_only = StopRule { prefix_lists: Vec::new(), ..rule };
         assert!(replay(&obs, &bands_only, &names(), 2.0).switched_back.is_empty());
+        // B 2.5x slower there: the band as a whole trips too (about +36%), but it is judged
+        // without the group sent back, and its other clients stay in the experiment.
+        let (obs, rule) = three_at_80_ms(2.5, 22);
+        let r = replay(&obs, &rule, &names(), 2.0);
+        assert!(r.stopped_at_s.is_none(), "{r:?}");
+        assert_eq!(held_of(&r.switched_back), Held { bands: 0, lists: 1 }, "{:?}", r.switched_back);
+        let bands_only = StopRule { prefix_lists: Vec::new(), ..rule };
+        assert_eq!(held_of(&replay(&obs, &bands_only, &names(), 2.0).switched_back).bands, 1 << 3);
     }
 
     /// A/A with the two prefix-list groups watched beside the bands (7 groups and all flows,
