@@ -307,6 +307,8 @@ fn connect_from(fd: std::os::fd::OwnedFd, to: SocketAddr) -> TcpStream {
 
 /// A prefix list with a bad line (written by the test that uses it).
 const BAD_LIST: &str = "/tmp/bbrscope-test-bad-prefix-list";
+/// A recording of a switchback (its header and one flow).
+const SWITCHBACK_HEADER: &str = "/tmp/bbrscope-test-switchback-recording";
 
 #[test]
 fn bad_input_is_refused_before_anything_is_attached() {
@@ -347,7 +349,42 @@ fn bad_input_is_refused_before_anything_is_attached() {
         (&["--arms", "cubic,bbr", "--design", "switchback", "--block", "4s"], "3s is the default burn-in"),
         (&["--arms", "cubic,bbr", "--design", "everyone"], "invalid value 'everyone'"),
         (&["--analyze", BAD_LIST, "--design", "switchback"], "cannot be used with"),
+        // A quantile's bounds take each flow as a draw of its own, and need the flows themselves.
+        (&["--arms", "cubic,bbr", "--metric", "p95"], "--metric p95 needs --design per-connection"),
+        (
+            &["--arms", "cubic,bbr", "--design", "client", "--metric", "p99"],
+            "--metric p99 needs --design per-connection",
+        ),
+        (
+            &[
+                "--arms",
+                "cubic,bbr",
+                "--design",
+                "per-connection",
+                "--metric",
+                "p95",
+                "--metrics-listen",
+                "9581",
+                "--id",
+                "q",
+            ],
+            "a quantile is not a sum",
+        ),
+        (&["--analyze-prometheus", "http://127.0.0.1:1", "--id", "q", "--metric", "p50"], "a quantile is not one"),
+        (&["--analyze", SWITCHBACK_HEADER, "--metric", "p95"], "this recording's is a switchback"),
     ];
+    std::fs::write(
+        SWITCHBACK_HEADER,
+        concat!(
+            r#"{"type":"experiment","arms":["cubic","bbr"],"split_pct":50,"design":"switchback","#,
+            r#""schedule":{"block_s":15.0,"burn_in_s":3.0,"seed":1}}"#,
+            "\n",
+            r#"{"type":"flow_summary","ts":1795714074.6,"arm":"a","cc":"cubic","side":"accept","#,
+            r#""dst":"198.51.100.2:5000","bytes_acked":2001,"duration_s":0.05}"#,
+            "\n"
+        ),
+    )
+    .unwrap();
     std::fs::write(BAD_LIST, "far 203.0.113.0/24\nnear 10.0.0.0/33\n").unwrap();
     for (args, needle) in cases {
         let start = Instant::now();
@@ -362,6 +399,7 @@ fn bad_input_is_refused_before_anything_is_attached() {
         }
     }
     let _ = std::fs::remove_file(BAD_LIST);
+    let _ = std::fs::remove_file(SWITCHBACK_HEADER);
     // A second experiment while one runs, on a scope that overlaps its (every new connection).
     let mut first = start_experiment("cubic,bbr", 1, &[]);
     let out = bbrscope().args(["experiment", "--arms", "bbr,cubic", "--duration", "5s"]).output().unwrap();
@@ -1610,6 +1648,18 @@ fn recorded_real_traffic_keeps_its_error_rates_and_power() {
         assert_eq!(group(&report, label)["verdict"], "no_difference", "{label}: {}", group(&report, label)["answer"]);
     }
     assert_eq!(report["recommend"]["commands"], serde_json::json!(["bbrscope apply bbr --route 198.18.66.0/24"]));
+    // Asked after the fact in the 95th percentile: the near group's p95 is within 5% (with about
+    // 640 flows per arm), the far group's gain not yet bounded, and nothing is recommended on it.
+    let out = bbrscope().args(["experiment", "--analyze", &path, "--metric", "p95", "--json"]).output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let p95: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(p95["decision"]["metric"], "p95", "{}", p95["decision"]);
+    let near = group(&p95, "RTT 10–50 ms");
+    assert_eq!((&near["verdict"], &near["answer"]["strata"]), (&"no_difference".into(), &1.into()), "{near}");
+    let far = group(&p95, "198.18.66.0/24");
+    assert_eq!(far["verdict"], "inconclusive", "{}", far["conclusion"]);
+    assert!(far["answer"]["more_flows"].as_u64().is_some_and(|m| m > 0), "{}", far["answer"]);
+    assert_eq!(p95["recommend"]["commands"], serde_json::json!([]));
     // The guardrail, replayed: CUBIC (arm A, the slower) was clearly worse for all flows, a harm
     // the far clients carry: it would have sent them back to their status quo, not stopped the
     // run — and that would not have withheld the recommendation.

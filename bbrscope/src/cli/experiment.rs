@@ -50,7 +50,9 @@ pub struct ExperimentArgs {
     /// time spent in them: where the time goes, larger responses and far clients; the default
     /// of per-connection and client designs) or per-response (strata weighted by their
     /// responses: what the typical response sees, far less noisy on heavy-tailed traffic; the
-    /// switchback's default). With --analyze: instead of the recording's
+    /// switchback's default), or p50, p95, p99 (the group's percentile of completion time, each
+    /// arm's bounded at every look; --design per-connection only, and not served as sums). With
+    /// --analyze: instead of the recording's
     #[arg(long, value_name = "METRIC", value_enum)]
     pub(crate) metric: Option<MetricArg>,
     /// The switchback's blocks: how long each lasts (at least 1s; default 15s)
@@ -184,6 +186,12 @@ pub(crate) enum MetricArg {
     TimeWeighted,
     /// Strata weighted by their responses
     PerResponse,
+    /// The median completion time (per-connection designs)
+    P50,
+    /// The 95th percentile of completion time (per-connection designs)
+    P95,
+    /// The 99th percentile of completion time (per-connection designs)
+    P99,
 }
 
 /// `--design`.
@@ -224,6 +232,9 @@ impl ExperimentArgs {
             metric: self.metric.map(|m| match m {
                 MetricArg::TimeWeighted => PrimaryMetric::TimeWeighted,
                 MetricArg::PerResponse => PrimaryMetric::PerResponse,
+                MetricArg::P50 => PrimaryMetric::P50,
+                MetricArg::P95 => PrimaryMetric::P95,
+                MetricArg::P99 => PrimaryMetric::P99,
             }),
             json: self.json,
             plot: self.plot.clone(),
@@ -236,6 +247,20 @@ impl ExperimentArgs {
     fn run(&self) -> Result<Run> {
         let mut spec = self.spec()?;
         let design = self.design()?;
+        if let Some(q) = self.quantile_metric() {
+            if design != Design::PerConnection {
+                usage!(
+                    "--metric {q} needs --design per-connection: its bounds take each flow as a draw of its own, and a \
+                     switchback's blocks or a client's flows are not (e.g. --design per-connection --metric {q})"
+                );
+            }
+            if self.metrics_listen.is_some() {
+                usage!(
+                    "--metric {q} with --metrics-listen: a quantile is not a sum and does not add across hosts; serve \
+                     the sums of --metric per-response or time-weighted"
+                );
+            }
+        }
         if let Design::Client { salt } = design {
             spec.salt = salt;
         }
@@ -265,6 +290,11 @@ impl ExperimentArgs {
 
     /// `--analyze-prometheus`, `--id` and `--hosts`, checked.
     fn fleet(&self) -> Result<Source> {
+        if let Some(q) = self.quantile_metric() {
+            usage!(
+                "--metric {q} with --analyze-prometheus: the fleet's answer is built of sums, and a quantile is not one"
+            );
+        }
         let url = self.analyze_prometheus.clone().unwrap_or_default();
         if !url.starts_with("http://") {
             usage!("--analyze-prometheus '{url}': a Prometheus API's http:// URL (e.g. http://127.0.0.1:9090)");
@@ -370,6 +400,16 @@ impl ExperimentArgs {
             dst: self.dst.iter().map(|n| n.0).collect(),
             salt: 0,
         })
+    }
+
+    /// `--metric`'s name when it asks for a quantile (`p95`).
+    fn quantile_metric(&self) -> Option<&'static str> {
+        match self.metric? {
+            MetricArg::TimeWeighted | MetricArg::PerResponse => None,
+            MetricArg::P50 => Some("p50"),
+            MetricArg::P95 => Some("p95"),
+            MetricArg::P99 => Some("p99"),
+        }
     }
 
     /// `--design`, with a switchback's blocks or a client design's salt, checked: the blocks'

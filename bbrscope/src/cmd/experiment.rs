@@ -15,6 +15,7 @@ use crate::{
     error::{Exit, usage},
     experiment::{
         Observation,
+        decide::PrimaryMetric,
         fleet::{self, Judgments, Source},
         guardrail::{GuardDecision, SwitchedBack},
         print::{self, Output},
@@ -123,6 +124,16 @@ fn analyze(request: &Request, files: &[PathBuf], arms: Option<&[String; 2]>) -> 
     // Another metric than the recorded one is a question asked after the fact: allowed (the
     // header then names it), and never silent.
     setup.metric = request.metric.or(setup.metric);
+    if let Some(q) = setup.metric.and_then(PrimaryMetric::quantile)
+        && setup.design != Design::PerConnection
+    {
+        let design = if matches!(setup.design, Design::Switchback(_)) { "a switchback" } else { "client-clustered" };
+        usage!(
+            "--metric p{} answers only a per-connection design, and this recording's is {design}: its flows are not \
+             draws of their own (--metric per-response or time-weighted)",
+            (q * 100.0).round()
+        );
+    }
     setup.guardrail_pct = setup.guardrail_pct.or(Some(request.guardrail_pct));
     // The groups the live guardrail sent back are in its replay, printed with it.
     let ended = Ended { stopped_by: capture.stopped_by, guard: capture.guard, switched_back: Vec::new() };

@@ -79,11 +79,17 @@ pub(crate) fn conclusion(a: &Analysis, g: &GroupResult) -> String {
             shout(names[1]),
             shout(names[0])
         ),
-        (None, None) => format!("{}'s completion time", shout(names[1])),
+        (None, None) => match a.metric.quantile() {
+            Some(q) => format!("{}'s {} completion time", shout(names[1]), super::format::quantile_name(q)),
+            None => format!("{}'s completion time", shout(names[1])),
+        },
     };
+    // A quantile's change is at that rank, not the mean response's.
+    let per =
+        a.metric.quantile().map_or("per response".into(), |q| format!("at the {}", super::format::quantile_name(q)));
     let change = || match (ans.effect_pct, ans.low_pct, ans.high_pct, ans.effect_ms) {
         (Some(e), Some(lo), Some(hi), Some(ms)) => {
-            format!("{whose} {} [{}, {}], ≈ {} per response", fmt_pct(e), fmt_pct(lo), fmt_pct(hi), fmt_signed_ms(ms))
+            format!("{whose} {} [{}, {}], ≈ {} {per}", fmt_pct(e), fmt_pct(lo), fmt_pct(hi), fmt_signed_ms(ms))
         }
         _ => String::new(),
     };
@@ -135,6 +141,17 @@ pub(crate) fn conclusion(a: &Analysis, g: &GroupResult) -> String {
                 MIN_CLIENTS
             )
         }
+        Verdict::TooFewFlows if let Some(q) = a.metric.quantile() => format!(
+            "too few flows for {}: {} {} / {} {} (each arm's {} is bounded on both sides from about {} flows at \
+             this level)",
+            g.label,
+            fmt_count(g.arms[0].flows),
+            names[0],
+            fmt_count(g.arms[1].flows),
+            names[1],
+            super::format::quantile_name(q),
+            fmt_count(super::quantile_cs::flows_to_bound(q, g.answer.level))
+        ),
         Verdict::TooFewFlows => format!(
             "too few flows for {}: {} {} / {} {} (a stratum of RTT band and response size needs {} per arm)",
             g.label,
@@ -176,7 +193,12 @@ fn what_decides(a: &Analysis, g: &GroupResult) -> String {
             fmt_count(more as usize)
         );
     }
-    let more = g.answer.more_flows.unwrap_or(0);
+    let Some(more) = g.answer.more_flows else {
+        return format!(
+            "no run of up to {} more flows would decide",
+            fmt_count(super::decide::MAX_MORE_QUANTILE_FLOWS as usize)
+        );
+    };
     let when = a.flows_per_s.filter(|r| *r > 0.0).map_or(String::new(), |r| {
         let share = g.flows() as f64 / (a.arms[0].flows + a.arms[1].flows).max(1) as f64;
         format!(" (≈ {} at this run's rate)", fmt_span(more as f64 / (r * share.max(1e-9))))

@@ -113,6 +113,14 @@ pub enum PrimaryMetric {
     TimeWeighted,
     /// Each stratum by its responses: what the typical response sees.
     PerResponse,
+    /// The group's median completion time, each arm's bounded at every look by a quantile
+    /// confidence sequence ([`super::quantile_cs`]): no strata (arms drawn per connection see
+    /// the same mix of sizes and distances), per-connection designs only.
+    P50,
+    /// The group's 95th percentile of completion time: what the slow responses see.
+    P95,
+    /// The group's 99th percentile of completion time.
+    P99,
 }
 
 impl PrimaryMetric {
@@ -130,14 +138,29 @@ impl PrimaryMetric {
         match self {
             PrimaryMetric::TimeWeighted => "time-weighted (each stratum by its completion time)",
             PrimaryMetric::PerResponse => "per response (each stratum by its responses)",
+            PrimaryMetric::P50 => "the median completion time (each arm's bounded at every look)",
+            PrimaryMetric::P95 => "the 95th percentile of completion time (each arm's bounded at every look)",
+            PrimaryMetric::P99 => "the 99th percentile of completion time (each arm's bounded at every look)",
         }
     }
 
-    /// A stratum's weight before normalising: its completion time, or its responses.
+    /// The quantile a quantile metric answers for.
+    pub(crate) fn quantile(self) -> Option<f64> {
+        match self {
+            PrimaryMetric::TimeWeighted | PrimaryMetric::PerResponse => None,
+            PrimaryMetric::P50 => Some(0.5),
+            PrimaryMetric::P95 => Some(0.95),
+            PrimaryMetric::P99 => Some(0.99),
+        }
+    }
+
+    /// A stratum's weight before normalising: its completion time, or its responses. (A
+    /// quantile metric's answer has no strata; where strata are built beside it, as the
+    /// guardrail's, each stratum counts by its responses.)
     fn weight(self, n: usize, time_s: f64) -> f64 {
         match self {
             PrimaryMetric::TimeWeighted => time_s,
-            PrimaryMetric::PerResponse => n as f64,
+            PrimaryMetric::PerResponse | PrimaryMetric::P50 | PrimaryMetric::P95 | PrimaryMetric::P99 => n as f64,
         }
     }
 }
@@ -412,21 +435,10 @@ pub(crate) fn answer(est: Option<Estimate>, alpha: f64, rule: &Rule) -> Answer {
     let Some(e) = est else { return none };
     let h = cs_half_width(e.var, alpha);
     let (lo, hi) = (e.log_ratio - h, e.log_ratio + h);
-    let (eq_lo, eq_hi) = ((1.0 - rule.delta).ln(), (1.0 + rule.delta).ln());
-    let outcome = if lo >= eq_lo && hi <= eq_hi {
-        Outcome::NoDifference
-    } else if hi < 0.0 {
-        Outcome::BBetter
-    } else if lo > 0.0 {
-        Outcome::BWorse
-    } else {
-        Outcome::Inconclusive
-    };
+    let outcome = answer_outcome(lo, hi, rule);
     let pct = super::format::pct_of_log;
     let effect_ms = e.mean_s * (e.log_ratio.exp() - 1.0) * 1e3;
-    let practical = matches!(outcome, Outcome::BBetter | Outcome::BWorse)
-        && pct(e.log_ratio).abs() >= rule.delta * 100.0
-        && effect_ms.abs() >= rule.min_abs_s * 1e3;
+    let practical = practical(outcome, e.log_ratio, effect_ms, rule);
     let more_flows = (outcome == Outcome::Inconclusive).then(|| more_flows(&e, alpha, rule));
     Answer {
         outcome,
@@ -440,6 +452,82 @@ pub(crate) fn answer(est: Option<Estimate>, alpha: f64, rule: &Rule) -> Answer {
         coverage: e.coverage,
         more_flows,
         detectable_pct: Some(pct(h)),
+        ..none
+    }
+}
+
+/// What an interval `[lo, hi]` of the log ratio says, given the smallest change that matters.
+pub(crate) fn answer_outcome(lo: f64, hi: f64, rule: &Rule) -> Outcome {
+    let (eq_lo, eq_hi) = ((1.0 - rule.delta).ln(), (1.0 + rule.delta).ln());
+    if lo >= eq_lo && hi <= eq_hi {
+        Outcome::NoDifference
+    } else if hi < 0.0 {
+        Outcome::BBetter
+    } else if lo > 0.0 {
+        Outcome::BWorse
+    } else {
+        Outcome::Inconclusive
+    }
+}
+
+/// A difference found, and as large as the rule asks, relatively and per response.
+fn practical(outcome: Outcome, log_ratio: f64, effect_ms: f64, rule: &Rule) -> bool {
+    matches!(outcome, Outcome::BBetter | Outcome::BWorse)
+        && super::format::pct_of_log(log_ratio).abs() >= rule.delta * 100.0
+        && effect_ms.abs() >= rule.min_abs_s * 1e3
+}
+
+/// Beyond this many more flows a quantile answer is not said to decide.
+pub(crate) const MAX_MORE_QUANTILE_FLOWS: u64 = 10_000_000;
+
+/// A quantile metric's answer for one group judged at `alpha`: the arms' completion times
+/// (`times`, each sorted), the ratio of their quantiles and its always-valid interval
+/// ([`super::quantile_cs::log_ratio`]). Too few flows until each arm has [`MIN_CELL`] and both
+/// quantiles are bounded on both sides. Inconclusive, the flows that would decide if each arm
+/// kept its distribution (the bounds at the larger count); `None` past
+/// [`MAX_MORE_QUANTILE_FLOWS`].
+pub(crate) fn quantile_answer(times: &[Vec<f64>; 2], q: f64, alpha: f64, rule: &Rule) -> Answer {
+    let flows = [times[0].len(), times[1].len()];
+    let none = answer(None, alpha, rule);
+    let enough = flows.iter().all(|&n| n >= MIN_CELL);
+    let Some([log_ratio, lo, hi]) = super::quantile_cs::log_ratio(&times[0], &times[1], q, alpha).filter(|_| enough)
+    else {
+        return Answer { flows, ..none };
+    };
+    let outcome = answer_outcome(lo, hi, rule);
+    let n = (flows[0] + flows[1]) as f64;
+    let decides = |more: u64| {
+        let scale = (n + more as f64) / n;
+        super::quantile_cs::scaled_log_ratio(&times[0], &times[1], q, alpha, scale)
+            .is_some_and(|[_, lo, hi]| answer_outcome(lo, hi, rule) != Outcome::Inconclusive)
+    };
+    let more_flows = (outcome == Outcome::Inconclusive && decides(MAX_MORE_QUANTILE_FLOWS)).then(|| {
+        // Deciding is monotone in the count (the bounds only narrow): bisect.
+        let (mut undecided, mut decided) = (0, MAX_MORE_QUANTILE_FLOWS);
+        while decided - undecided > 1 {
+            let mid = u64::midpoint(undecided, decided);
+            if decides(mid) {
+                decided = mid;
+            } else {
+                undecided = mid;
+            }
+        }
+        decided
+    });
+    let at = |s: &[f64]| crate::quantile::nearest_rank(s, q).unwrap_or_default();
+    let effect_ms = (at(&times[1]) - at(&times[0])) * 1e3;
+    let pct = super::format::pct_of_log;
+    Answer {
+        outcome,
+        effect_pct: Some(pct(log_ratio)),
+        low_pct: Some(pct(lo)),
+        high_pct: Some(pct(hi)),
+        effect_ms: Some(effect_ms),
+        practical: practical(outcome, log_ratio, effect_ms, rule),
+        flows,
+        strata: 1,
+        coverage: 1.0,
+        more_flows,
         ..none
     }
 }

@@ -118,6 +118,11 @@ pub(crate) fn fmt_seconds(s: f64) -> String {
     }
 }
 
+/// `p95` for the quantile 0.95.
+pub(crate) fn quantile_name(q: f64) -> String {
+    format!("p{}", (q * 100.0).round())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -10,11 +10,12 @@
 //!   NDJSON capture for offline analysis).
 
 // The statistics: the client groups and size buckets, the primitives, the per-group analysis,
-// the one decision per group and the switchback's estimates.
+// the one decision per group, the quantiles' confidence sequences and the switchback's estimates.
 pub mod analysis;
 pub(crate) mod client;
 pub(crate) mod decide;
 pub mod groups;
+pub(crate) mod quantile_cs;
 pub(crate) mod stats;
 pub(crate) mod switchback;
 // What the analysis becomes: the report, its conclusions in words, the recommended commands,

@@ -567,6 +567,7 @@ mod tests {
             (Design::PerConnection, None, PrimaryMetric::TimeWeighted),
             (Design::Switchback(schedule), None, PrimaryMetric::PerResponse),
             (Design::Switchback(schedule), Some(PrimaryMetric::TimeWeighted), PrimaryMetric::TimeWeighted),
+            (Design::PerConnection, Some(PrimaryMetric::P95), PrimaryMetric::P95),
         ] {
             let (c, text) = round_trip("m.ndjson", design, asked);
             assert_eq!(c.setup.metric, Some(named), "{design:?} {asked:?}");
@@ -581,7 +582,7 @@ mod tests {
         };
         let c = read(header("").as_bytes(), true).unwrap();
         assert_eq!((c.setup.metric, c.skipped.lines), (None, 0), "an older header: the design's");
-        let c = read(header(r#","metric":"p95""#).as_bytes(), true).unwrap();
+        let c = read(header(r#","metric":"p90""#).as_bytes(), true).unwrap();
         assert_eq!((c.setup.metric, c.skipped.lines), (None, 1), "an unknown metric is counted");
         assert_eq!(c.setup.arms, Some(["cubic".to_string(), "reno".to_string()]), "the rest is kept");
     }

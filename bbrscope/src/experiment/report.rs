@@ -304,9 +304,23 @@ pub(crate) fn build(a: &Analysis, ctx: &Context) -> Report {
 fn method(a: &Analysis) -> String {
     let weighted = match a.metric {
         PrimaryMetric::TimeWeighted => "by the completion time in them (time-weighted)",
-        PrimaryMetric::PerResponse => "by their responses (per response)",
+        PrimaryMetric::PerResponse | PrimaryMetric::P50 | PrimaryMetric::P95 | PrimaryMetric::P99 => {
+            "by their responses (per response)"
+        }
     };
+    let mut sequence = format!("a normal-mixture confidence sequence (always valid, tau {})", super::decide::TAU);
     let estimate = match a.design {
+        SetupDesign::PerConnection if let Some(q) = a.metric.quantile() => {
+            sequence = "each arm's quantile bounded by a confidence sequence for a fixed quantile (always valid; \
+                        Howard & Ramdas 2022, polynomial stitching s 1.4, eta 2) at half the group's alpha, the \
+                        ratio's interval from the two arms' bounds"
+                .into();
+            format!(
+                "B's {} of completion time as the client feels it (handshake included) against A's, over the \
+                 group's flows (no strata: arms drawn per connection see the same mix)",
+                super::format::quantile_name(q)
+            )
+        }
         SetupDesign::PerConnection => format!(
             "B's effect on completion time as the client feels it (handshake included), the mean over strata (RTT \
              band x response size), weighted {weighted}, of the log ratio of the arms' geometric means"
@@ -318,8 +332,10 @@ fn method(a: &Analysis) -> String {
              its block; rounds weighted n_A*n_B/(n_A+n_B), their cluster-robust \
              variance times R/(R-1) widened to Student's t with R-1 degrees of freedom, from {} rounds on",
             match a.metric {
-                PrimaryMetric::PerResponse => "each flow equal (per response)",
                 PrimaryMetric::TimeWeighted => "each flow weighted by its stratum's mean time (time-weighted)",
+                PrimaryMetric::PerResponse | PrimaryMetric::P50 | PrimaryMetric::P95 | PrimaryMetric::P99 => {
+                    "each flow equal (per response)"
+                }
             },
             super::switchback::MIN_ROUNDS
         ),
@@ -333,14 +349,12 @@ fn method(a: &Analysis) -> String {
         ),
     };
     format!(
-        "decision: per client group, {estimate}, with a normal-mixture confidence sequence (always valid, tau {}) at \
-         family-wise alpha {} split at the start (half equally over the groups declared up front: all flows, RTT \
+        "decision: per client group, {estimate}, with {sequence} at family-wise alpha {} split at the start (half equally over the groups declared up front: all flows, RTT \
          bands, prefix lists; half over destination prefixes, the j-th to reach {} flows per arm \
          alpha/2*6/(pi^2 j^2); {} groups judged); no difference when the interval lies within +-{}%; a change that \
          matters is at least {}% and {} ms per response. Secondary tables: percentile bootstrap of B/A-1, {} \
          resamples per arm, seed {}; retransmit rate: delta method, B-A in percentage points; at least {} flows \
          per arm per cell (more for p95/p99)",
-        super::decide::TAU,
         a.alpha,
         a.min_flows,
         a.groups_judged,

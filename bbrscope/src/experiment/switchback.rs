@@ -200,8 +200,9 @@ pub(crate) fn estimate(
         // Time-weighted, a stratum's flows together weigh its share of the time, as the
         // per-connection estimate's strata do: each flow its stratum's mean time.
         let v = match metric {
-            PrimaryMetric::PerResponse => 1.0,
             PrimaryMetric::TimeWeighted => time_s / n as f64,
+            // A quantile metric is the per-connection design's: per response here.
+            PrimaryMetric::PerResponse | PrimaryMetric::P50 | PrimaryMetric::P95 | PrimaryMetric::P99 => 1.0,
         };
         let c = &mut rounds.entry(round).or_default()[cell];
         c.n += 1;
