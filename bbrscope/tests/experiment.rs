@@ -376,7 +376,8 @@ fn bad_input_is_refused_before_anything_is_attached() {
     std::fs::write(
         SWITCHBACK_HEADER,
         concat!(
-            r#"{"type":"experiment","arms":["cubic","bbr"],"split_pct":50,"design":"switchback","#,
+            r#"{"type":"experiment","arms":["cubic","bbr"],"split_pct":50,"guardrail_pct":null,"delta_pct":5.0,"#,
+            r#""min_effect_ms":5.0,"scope":{"cgroup":null,"dst":[],"known":true,"port":1},"design":"switchback","#,
             r#""schedule":{"block_s":15.0,"burn_in_s":3.0,"seed":1}}"#,
             "\n",
             r#"{"type":"flow_summary","ts":1795714074.6,"arm":"a","cc":"cubic","side":"accept","#,
@@ -686,11 +687,39 @@ fn a_group_the_arm_harms_goes_back_to_its_status_quo_and_the_others_go_on() {
     let status_quo = std::fs::read_to_string("/proc/sys/net/ipv4/tcp_congestion_control").unwrap();
     assert_eq!(status_quo.trim(), "bbr", "this test's arms assume the host's default is bbr");
     let (child, log) = start_logged("bbr,reno", port, &["--guardrail-pct", "20"]);
-    let stop = std::sync::atomic::AtomicBool::new(false);
-    // Far connections in a row without Reno: by chance, with arms drawn 50/50, 2^-20.
+    let (report, near_after) = until_sent_back(child, &log, (&far, &far_log), (&near, &near_log));
+    let sent = report["guardrail_switched_back"].as_array().unwrap();
+    assert_eq!(sent.len(), 1, "{sent:?}");
+    assert_eq!(sent[0]["group"], "clients at RTT 50–150 ms", "{sent:?}");
+    assert_eq!(sent[0]["worse_arm"], 1, "{sent:?}");
+    // Its own interval lies above zero, or "all flows" tripped first and it carries that harm.
+    let carried = sent[0]["reason"].as_str().unwrap().contains("carry it");
+    assert!(sent[0]["worse_pct"][usize::from(!carried)].as_f64().unwrap() > 0.0, "{sent:?}");
+    // After the far band went back, the near clients still got both arms.
+    for arm in ["bbr", "reno"] {
+        assert!(near_after.iter().filter(|cc| *cc == arm).count() >= 5, "near after the switch back: {near_after:?}");
+    }
+    drop((far, near));
+}
+
+type CcLog = Arc<Mutex<Vec<(SocketAddr, String, f64)>>>;
+
+/// The clients of `harmed` fetch 200 KB (where Reno, arm B, loses), those of `other` 10 KB (one
+/// initial window whatever the algorithm), until the harmed clients' last 20 connections ran
+/// BBR after some ran Reno (by chance, with arms drawn 50/50, 2^-20): their group was sent back
+/// and the kernel gives them no arm. Then 10 s more, and SIGTERM. The report (the run must have
+/// gone on until then), and the algorithms `other`'s connections got after the switch back, by
+/// the server's own log.
+fn until_sent_back(
+    child: std::process::Child,
+    log: &Mutex<String>,
+    harmed: (&Population, &CcLog),
+    other: (&Population, &CcLog),
+) -> (Value, Vec<String>) {
     const IN_A_ROW: usize = 20;
-    let (near_at_switch, report) = thread::scope(|s| {
-        for (p, sizes) in [(&far, &[200_000][..]), (&near, &[10_000][..])] {
+    let stop = std::sync::atomic::AtomicBool::new(false);
+    let (other_at_switch, report) = thread::scope(|s| {
+        for (p, sizes) in [(harmed.0, &[200_000][..]), (other.0, &[10_000][..])] {
             let stop = &stop;
             s.spawn(move || {
                 while !stop.load(std::sync::atomic::Ordering::Relaxed) {
@@ -701,9 +730,10 @@ fn a_group_the_arm_harms_goes_back_to_its_status_quo_and_the_others_go_on() {
         // Usually within a minute; the margin is for a loaded machine.
         let until = Instant::now() + Duration::from_secs(300);
         let switched = loop {
-            let far_ccs: Vec<String> = far_log.lock().unwrap().iter().map(|(_, cc, _)| cc.clone()).collect();
-            let reno_seen = far_ccs.iter().any(|cc| cc == "reno");
-            if reno_seen && far_ccs.len() > IN_A_ROW && far_ccs[far_ccs.len() - IN_A_ROW..].iter().all(|cc| cc == "bbr")
+            let ccs: Vec<String> = harmed.1.lock().unwrap().iter().map(|(_, cc, _)| cc.clone()).collect();
+            if ccs.iter().any(|cc| cc == "reno")
+                && ccs.len() > IN_A_ROW
+                && ccs[ccs.len() - IN_A_ROW..].iter().all(|cc| cc == "bbr")
             {
                 break true;
             }
@@ -712,38 +742,26 @@ fn a_group_the_arm_harms_goes_back_to_its_status_quo_and_the_others_go_on() {
             }
             thread::sleep(Duration::from_millis(500));
         };
-        let near_at_switch = near_log.lock().unwrap().len();
+        let other_at_switch = other.1.lock().unwrap().len();
         if switched {
-            // The near clients go on with their arms for a while.
+            // The other clients go on with their arms for a while.
             thread::sleep(Duration::from_secs(10));
         }
         // SAFETY: kill(2) on the experiment's pid, which this test started and has not reaped.
         unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
-        let (code, report) = wait_report_status(child, Duration::from_secs(120), Some(&log));
+        let (code, report) = wait_report_status(child, Duration::from_secs(120), Some(log));
         stop.store(true, std::sync::atomic::Ordering::Relaxed);
         assert!(
             switched,
-            "the far clients kept getting reno; sent back {}; {}: {}",
+            "the harmed clients kept getting reno; sent back {}; {}: {}",
             report["guardrail_switched_back"], report["stopped_by"], report["guardrail"]
         );
         assert_eq!(code, Some(0), "{}", report["stopped_by"]);
-        (near_at_switch, report)
+        (other_at_switch, report)
     });
     assert_eq!(report["stopped_by"], "stopped by SIGTERM", "{}", report["guardrail"]);
-    let sent = report["guardrail_switched_back"].as_array().unwrap();
-    assert_eq!(sent.len(), 1, "{sent:?}");
-    assert_eq!(sent[0]["group"], "clients at RTT 50–150 ms", "{sent:?}");
-    assert_eq!(sent[0]["worse_arm"], 1, "{sent:?}");
-    // Its own interval lies above zero, or "all flows" tripped first and it carries that harm.
-    let carried = sent[0]["reason"].as_str().unwrap().contains("carry it");
-    assert!(sent[0]["worse_pct"][usize::from(!carried)].as_f64().unwrap() > 0.0, "{sent:?}");
-    // After the far band went back, the near clients still got both arms.
-    let near_after: Vec<String> =
-        near_log.lock().unwrap()[near_at_switch..].iter().map(|(_, cc, _)| cc.clone()).collect();
-    for arm in ["bbr", "reno"] {
-        assert!(near_after.iter().filter(|cc| *cc == arm).count() >= 5, "near after the switch back: {near_after:?}");
-    }
-    drop((far, near));
+    let after = other.1.lock().unwrap()[other_at_switch..].iter().map(|(_, cc, _)| cc.clone()).collect();
+    (report, after)
 }
 
 /// The connections' own status quo, as the kernel read it on each: their namespace's default is
@@ -834,61 +852,13 @@ fn a_prefix_list_group_the_arm_harms_goes_back_and_its_neighbours_go_on() {
     std::fs::write(&list, format!("lossy {}\nclean {}\n", net(&lossy), net(&clean))).unwrap();
     let (child, log) =
         start_logged("bbr,reno", port, &["--guardrail-pct", "20", "--prefix-list", list.to_str().unwrap()]);
-    let stop = std::sync::atomic::AtomicBool::new(false);
-    // Lossy connections in a row without Reno: by chance, with arms drawn 50/50, 2^-20.
-    const IN_A_ROW: usize = 20;
-    let (clean_at_switch, report) = thread::scope(|s| {
-        for (p, sizes) in [(&lossy, &[200_000][..]), (&clean, &[10_000][..])] {
-            let stop = &stop;
-            s.spawn(move || {
-                while !stop.load(std::sync::atomic::Ordering::Relaxed) {
-                    load(p, 3, sizes, Instant::now() + Duration::from_secs(1));
-                }
-            });
-        }
-        // Usually within a minute; the margin is for a loaded machine.
-        let until = Instant::now() + Duration::from_secs(300);
-        let switched = loop {
-            let ccs: Vec<String> = lossy_log.lock().unwrap().iter().map(|(_, cc, _)| cc.clone()).collect();
-            if ccs.iter().any(|cc| cc == "reno")
-                && ccs.len() > IN_A_ROW
-                && ccs[ccs.len() - IN_A_ROW..].iter().all(|cc| cc == "bbr")
-            {
-                break true;
-            }
-            if Instant::now() > until || child_gone(&child) {
-                break false;
-            }
-            thread::sleep(Duration::from_millis(500));
-        };
-        let clean_at_switch = clean_log.lock().unwrap().len();
-        if switched {
-            // The clean clients go on with their arms for a while.
-            thread::sleep(Duration::from_secs(10));
-        }
-        // SAFETY: kill(2) on the experiment's pid, which this test started and has not reaped.
-        unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
-        let (code, report) = wait_report_status(child, Duration::from_secs(120), Some(&log));
-        stop.store(true, std::sync::atomic::Ordering::Relaxed);
-        assert!(
-            switched,
-            "the lossy clients kept getting reno; sent back {}; {}: {}",
-            report["guardrail_switched_back"], report["stopped_by"], report["guardrail"]
-        );
-        assert_eq!(code, Some(0), "{}", report["stopped_by"]);
-        (clean_at_switch, report)
-    });
-    assert_eq!(report["stopped_by"], "stopped by SIGTERM", "{}", report["guardrail"]);
+    let (report, clean_after) = until_sent_back(child, &log, (&lossy, &lossy_log), (&clean, &clean_log));
     let sent = report["guardrail_switched_back"].as_array().unwrap();
     assert_eq!(sent.len(), 1, "{sent:?}");
-    assert_eq!(
-        (&sent[0]["group"], &sent[0]["list"], &sent[0]["band"]),
-        (&"clients in lossy".into(), &0.into(), &Value::Null)
-    );
+    let which = (&sent[0]["group"], &sent[0]["list"], &sent[0]["band"]);
+    assert_eq!(which, (&"clients in lossy".into(), &0.into(), &Value::Null), "{sent:?}");
     assert_eq!(sent[0]["worse_arm"], 1, "{sent:?}");
     // After the lossy group went back, its neighbours in the same band still got both arms.
-    let clean_after: Vec<String> =
-        clean_log.lock().unwrap()[clean_at_switch..].iter().map(|(_, cc, _)| cc.clone()).collect();
     for arm in ["bbr", "reno"] {
         assert!(
             clean_after.iter().filter(|cc| *cc == arm).count() >= 5,

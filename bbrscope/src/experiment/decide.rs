@@ -501,19 +501,10 @@ pub(crate) fn quantile_answer(times: &[Vec<f64>; 2], q: f64, alpha: f64, rule: &
         super::quantile_cs::scaled_log_ratio(&times[0], &times[1], q, alpha, scale)
             .is_some_and(|[_, lo, hi]| answer_outcome(lo, hi, rule) != Outcome::Inconclusive)
     };
-    let more_flows = (outcome == Outcome::Inconclusive && decides(MAX_MORE_QUANTILE_FLOWS)).then(|| {
-        // Deciding is monotone in the count (the bounds only narrow): bisect.
-        let (mut undecided, mut decided) = (0, MAX_MORE_QUANTILE_FLOWS);
-        while decided - undecided > 1 {
-            let mid = u64::midpoint(undecided, decided);
-            if decides(mid) {
-                decided = mid;
-            } else {
-                undecided = mid;
-            }
-        }
-        decided
-    });
+    // Deciding is monotone in the count (the bounds only narrow).
+    let more_flows = (outcome == Outcome::Inconclusive)
+        .then(|| super::stats::first_where(0, MAX_MORE_QUANTILE_FLOWS, decides))
+        .flatten();
     let at = |s: &[f64]| crate::quantile::nearest_rank(s, q).unwrap_or_default();
     let effect_ms = (at(&times[1]) - at(&times[0])) * 1e3;
     let pct = super::format::pct_of_log;
@@ -549,20 +540,8 @@ pub(crate) fn more_clusters(e: Estimate, clusters: usize, alpha: f64, rule: &Rul
         let at = Estimate { var: e.var * clusters as f64 / g as f64, ..e };
         clustered_answer(Some((at, g)), alpha, rule).outcome != Outcome::Inconclusive
     };
-    if !decides(max) {
-        return None;
-    }
-    // Deciding is monotone in the clusters (the half-width only shrinks): bisect.
-    let (mut undecided, mut decided) = (0, max);
-    while decided - undecided > 1 {
-        let mid = u64::midpoint(undecided, decided);
-        if decides(mid) {
-            decided = mid;
-        } else {
-            undecided = mid;
-        }
-    }
-    Some(decided)
+    // Deciding is monotone in the clusters (the half-width only shrinks).
+    super::stats::first_where(0, max, decides)
 }
 
 /// `V` estimated from G clusters makes `θ̂/√V̂` a t rather than a normal: V is scaled by

@@ -73,24 +73,12 @@ fn ranks(n: usize, p: f64, alpha: f64) -> (Option<usize>, Option<usize>) {
 /// The flows an arm needs before its `p`-quantile is bounded on both sides at `level` (the
 /// ratio's: each arm at half of `1 − level`), at least [`MIN_CELL`].
 pub(crate) fn flows_to_bound(p: f64, level: f64) -> usize {
-    let bounded = |n: usize| {
-        let (lo, hi) = ranks(n, p, (1.0 - level) / 2.0);
+    let bounded = |n: u64| {
+        let (lo, hi) = ranks(n as usize, p, (1.0 - level) / 2.0);
         lo.is_some() && hi.is_some()
     };
-    // Bounded is monotone in the count (the boundary grows slower than the count): bisect.
-    let (mut below, mut at) = (MIN_CELL, 1usize << 24);
-    if bounded(below) {
-        return below;
-    }
-    while at - below > 1 {
-        let mid = usize::midpoint(below, at);
-        if bounded(mid) {
-            at = mid;
-        } else {
-            below = mid;
-        }
-    }
-    at
+    // Bounded is monotone in the count (the boundary grows slower than the count).
+    super::stats::first_where(MIN_CELL as u64, 1 << 24, bounded).unwrap_or(1 << 24) as usize
 }
 
 /// The ratio of arm B's `p`-quantile to arm A's, in logs: `[estimate, low, high]`, the interval

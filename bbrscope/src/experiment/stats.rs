@@ -251,6 +251,28 @@ pub(crate) fn t_two_sided_quantile(p: f64, df: f64) -> f64 {
     f64::midpoint(lo, hi)
 }
 
+/// The smallest `n` in `from..=to` where `holds`, for a `holds` that once true stays true as `n`
+/// grows (an interval that only narrows with more flows or clusters); `None` when it does not
+/// hold at `to`. Bisection: about log2(to − from) evaluations.
+pub(crate) fn first_where(from: u64, to: u64, holds: impl Fn(u64) -> bool) -> Option<u64> {
+    if !holds(to) {
+        return None;
+    }
+    if holds(from) {
+        return Some(from);
+    }
+    let (mut below, mut at) = (from, to);
+    while at - below > 1 {
+        let mid = u64::midpoint(below, at);
+        if holds(mid) {
+            at = mid;
+        } else {
+            below = mid;
+        }
+    }
+    Some(at)
+}
+
 /// The cluster-robust (sandwich) variance of a linear estimator from its clusters' scores: each
 /// cluster's summed, centred influence on the estimate. `G/(G−1) Σ u_g²`, with the usual
 /// small-sample factor for G clusters (Cameron & Miller, "A practitioner's guide to
