@@ -217,7 +217,7 @@ impl Observation {
 
     /// When the connection began (Unix seconds): where a switchback attributes it, to the block
     /// whose arm the kernel gave it.
-    pub(crate) fn start_ts(&self) -> Option<f64> {
+    pub fn start_ts(&self) -> Option<f64> {
         self.end_ts.map(|end| end - self.duration_s)
     }
 
