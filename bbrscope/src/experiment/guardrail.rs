@@ -1,9 +1,11 @@
 //! The guardrail: ends an experiment early when an arm is clearly worse for some client group.
 //!
 //! The rule, checked every [`super::monitor::Monitor::PERIOD`] while flows finish:
-//! - **Client groups, never a pooled median.** The groups watched are all flows and each band of
-//!   minimum RTT, each measured by the stratified estimate of [`super::decide`] (strata of RTT
-//!   band x response size), so an arm that drew more far-away clients early is not "slower".
+//! - **Client groups, never a pooled median.** The groups watched are all flows, each band of
+//!   minimum RTT and each `--prefix-list` group (declared before the run, so the split of α is
+//!   fixed at the start), each measured by the stratified estimate of [`super::decide`] (strata
+//!   of RTT band x response size), so an arm that drew more far-away clients early is not
+//!   "slower".
 //! - **The arms that moved clients off their status quo** ([`super::status_quo`]), one-sided:
 //!   an arm slower than the status quo harms the clients it was given. The status-quo arm
 //!   slower is what its clients would have had anyway: a big win for the other arm never stops a
@@ -16,11 +18,13 @@
 //!   the estimate is worse by more than the margin (`--guardrail-pct`): harm that is both real and
 //!   large. The interval is a confidence sequence at level `1 − α/k` (k the groups watched), so
 //!   however often it looks, an experiment whose arms do not differ trips at most α of the time.
-//! - **A band that trips goes back to its status quo, the rest goes on**: its new connections
-//!   get no arm from then on (the kernel holds the band, judged by the handshake's RTT), and the
-//!   other groups keep their arms. When "all flows" trips first (most of its time in one band,
-//!   the two estimates nearly coincide), the bands that carry its harm go back instead. Only a
-//!   harm that is everyone's stops the run.
+//! - **A group that trips goes back to its status quo, the rest goes on**: its new connections
+//!   get no arm from then on (the kernel holds the band, judged by the handshake's RTT, or the
+//!   prefix-list group's prefixes), and the other groups keep their arms. Prefix-list groups are
+//!   judged first, and a band without the groups sent back, so that one group's harm does not
+//!   send back its neighbours at the same distance. When "all flows" trips first (most of its
+//!   time in one group, the two estimates nearly coincide), the groups that carry its harm go
+//!   back instead. Only a harm that is everyone's stops the run.
 
 use std::collections::BTreeMap;
 
