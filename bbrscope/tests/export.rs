@@ -28,17 +28,53 @@ use serde_json::Value;
 
 const DASHBOARD: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../packaging/grafana/bbrscope.json");
 
-/// The Debian guest's boots run alone: beside this file's load tests (a 10,000-connection flood,
-/// slow clients, Prometheus) on a 2-core machine the guest's exporter answered no scrape within
-/// 5 s and a CI run's boot passed its 15-minute limit (2026-11-27; alone it needs about 6). The
-/// load tests share the machine with each other (read); the boot takes it whole (write), as do
-/// the `dist` builds (an LTO build of both cores for minutes: a CI run's slow-client test, next
-/// to the static build, missed its 2 s scrape bound).
-static MACHINE: std::sync::RwLock<()> = std::sync::RwLock::new(());
+/// The machine's two cores, shared by kind of use. The load tests (a 10,000-connection flood,
+/// slow clients, Prometheus) share them with each other; the Debian guests' boots with each
+/// other only: beside the load tests a guest's exporter answered no scrape within 5 s and a CI
+/// run's boot passed its 15-minute limit (2026-11-27; alone it needs about 6), while a TCG guest
+/// keeps about one core busy, so two boot side by side as the kernel matrix's guests do. The
+/// `dist` builds (a release build of both cores for minutes) take the machine whole: a CI run's
+/// slow-client test, next to the static build, missed its 2 s scrape bound.
+#[derive(Clone, Copy, PartialEq)]
+enum Use {
+    Load,
+    Boot,
+    Build,
+}
 
-fn load_test() -> std::sync::RwLockReadGuard<'static, ()> {
+/// Which [`Use`] holds the machine, and how many of it.
+static MACHINE: std::sync::Mutex<(Option<Use>, usize)> = std::sync::Mutex::new((None, 0));
+static FREED: std::sync::Condvar = std::sync::Condvar::new();
+
+/// A share of the machine, given back when dropped.
+struct Machine;
+
+impl Machine {
+    /// Waits until the machine is free or held by the same kind of use (a build never shares).
+    fn take(kind: Use) -> Machine {
+        let mut held = MACHINE.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        while !(held.1 == 0 || (held.0 == Some(kind) && kind != Use::Build)) {
+            held = FREED.wait(held).unwrap_or_else(std::sync::PoisonError::into_inner);
+        }
+        *held = (Some(kind), held.1 + 1);
+        Machine
+    }
+}
+
+impl Drop for Machine {
+    fn drop(&mut self) {
+        let mut held = MACHINE.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        held.1 -= 1;
+        if held.1 == 0 {
+            held.0 = None;
+        }
+        FREED.notify_all();
+    }
+}
+
+fn load_test() -> Machine {
     require_root();
-    MACHINE.read().unwrap_or_else(std::sync::PoisonError::into_inner)
+    Machine::take(Use::Load)
 }
 
 /// Sends `bytes` with `cc` from namespace `a` to `to`, closes, and waits for the peer's close so
@@ -576,7 +612,7 @@ fn build_deb_for(arch: &str) -> (tempfile::TempDir, PathBuf) {
 /// per architecture here, and its static build is the one the kernel matrix (and
 /// xtask/tests/kernel_break.rs) tests, so the suite builds it once.
 fn dist(arch: &str) -> PathBuf {
-    let _machine = MACHINE.write().unwrap_or_else(std::sync::PoisonError::into_inner);
+    let _machine = Machine::take(Use::Build);
     let ws = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..");
     // The target directory this test was built in (CARGO_TARGET_DIR or the workspace's), so
     // the release build reuses what is there.
@@ -992,9 +1028,10 @@ fn boot_checks(root: &DebianRoot, deb: &Path, kernel: &str, script: &str, out: &
     put("etc/machine-id", &format!("{:032x}\n", rand_u128()), 0o444);
     put("etc/hostname", "bbrscope-guest\n", 0o644);
     let serial = out.join("serial.ndjson");
-    // The boots alone (see MACHINE); 30 minutes for all of them (xtask's default is 15, alone
-    // they need about 6–12), in case other test binaries share the machine.
-    let _machine = MACHINE.write().unwrap_or_else(std::sync::PoisonError::into_inner);
+    // The boots apart from the load tests and builds (see Use); 30 minutes for all of them
+    // (xtask's default is 15, alone they need about 6–12), in case other test binaries share
+    // the machine.
+    let _machine = Machine::take(Use::Boot);
     let boot = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()))
         .args(["xtask", "boot", "--timeout", "1800", "--kernel", kernel, "--root"])
         .arg(r)
