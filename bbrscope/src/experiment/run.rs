@@ -295,7 +295,7 @@ impl Sink for Experiment {
                     if now != before {
                         side.assigning.hold(now).context("sending a client group back to its status quo")?;
                         if let Some(sums) = &self.sums {
-                            sums.hold(now.bands);
+                            sums.hold(now);
                         }
                     }
                 }

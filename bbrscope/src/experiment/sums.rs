@@ -20,7 +20,7 @@ use super::{
     analysis::ran_its_arm,
     decide::{FLOOR_S, PrimaryMetric, Rule},
     groups::Bucket,
-    guardrail::RTT_BANDS_MS,
+    guardrail::{Held, RTT_BANDS_MS},
     record,
     request::Serve,
     setup::{Design, Setup},
@@ -73,6 +73,8 @@ pub(crate) struct Sums {
     bytes: Family<CellLabels, Counter>,
     overridden: Family<ArmLabels, Counter>,
     held: Family<BandLabels, Gauge>,
+    lists: Vec<String>,
+    held_lists: Family<ListLabels, Gauge>,
 }
 
 /// A band of clients the guardrail watches.
@@ -80,6 +82,13 @@ pub(crate) struct Sums {
 struct BandLabels {
     id: String,
     rtt_band: String,
+}
+
+/// A `--prefix-list` group of clients the guardrail watches, by its label.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ListLabels {
+    id: String,
+    prefix_list: String,
 }
 
 /// What the info series says of the run.
@@ -91,6 +100,8 @@ struct About<'a> {
     pub metric: PrimaryMetric,
     pub rule: &'a Rule,
     pub rtt_bands_ms: &'a [f64],
+    /// The labels of the `--prefix-list` groups.
+    pub lists: Vec<String>,
 }
 
 impl<'a> About<'a> {
@@ -104,6 +115,7 @@ impl<'a> About<'a> {
             metric: setup.metric.unwrap_or_else(|| PrimaryMetric::default_for(&setup.design)),
             rule: &setup.rule,
             rtt_bands_ms: &RTT_BANDS_MS,
+            lists: setup.prefix_lists.iter().map(|l| l.label.clone()).collect(),
         }
     }
 }
@@ -122,12 +134,14 @@ impl Sums {
             bytes: Family::default(),
             overridden: Family::default(),
             held: Family::default(),
+            lists: about.lists.clone(),
+            held_lists: Family::default(),
         };
         // Zero from the start, so that a rate or a panel has a series before the first.
         for arm in 0..2 {
             s.overridden.get_or_create(&s.arm(arm)).inc_by(0);
         }
-        s.hold(0);
+        s.hold(Held::default());
         let seed = match about.design {
             Design::PerConnection => String::new(),
             Design::Switchback(sb) => sb.seed.to_string(),
@@ -189,6 +203,11 @@ impl Sums {
             "1 while the guardrail holds a band of clients at its status quo (no arm for its new connections), else 0",
             s.held.clone(),
         );
+        registry.register(
+            "bbrscope_experiment_guardrail_held_prefix_list",
+            "1 while the guardrail holds a --prefix-list group at its status quo (no arm for its new connections), else 0",
+            s.held_lists.clone(),
+        );
         s
     }
 
@@ -196,11 +215,16 @@ impl Sums {
         ArmLabels { id: self.id.clone(), arm: ["a", "b"][arm], cc: self.names[arm].clone() }
     }
 
-    /// The bands the guardrail holds now (bit `i`: band `i`, [`band_of`]'s numbering).
-    pub(crate) fn hold(&self, mask: u32) {
+    /// The groups the guardrail holds now: RTT bands (bit `i` of `held.bands`: band `i`,
+    /// [`band_of`]'s numbering) and `--prefix-list` groups (bit `g` of `held.lists`).
+    pub(crate) fn hold(&self, held: Held) {
         for band in 0..self.rtt_bands_ms.len() + 2 {
             let labels = BandLabels { id: self.id.clone(), rtt_band: band_key(band, &self.rtt_bands_ms) };
-            self.held.get_or_create(&labels).set(i64::from(mask & 1 << band != 0));
+            self.held.get_or_create(&labels).set(i64::from(held.bands & 1 << band != 0));
+        }
+        for (g, label) in self.lists.iter().enumerate() {
+            let labels = ListLabels { id: self.id.clone(), prefix_list: label.clone() };
+            self.held_lists.get_or_create(&labels).set(i64::from(held.lists & 1 << g != 0));
         }
     }
 
@@ -281,6 +305,7 @@ mod tests {
             metric: PrimaryMetric::TimeWeighted,
             rule: &Rule::default(),
             rtt_bands_ms: &[10.0, 50.0, 150.0],
+            lists: vec!["mobile-a".into(), "mobile-b".into()],
         };
         let sums = Sums::new(&mut registry, &about);
         for o in &obs {
@@ -314,15 +339,20 @@ mod tests {
         let squares: f64 = cell.iter().map(|t| t.ln() * t.ln()).sum();
         assert!(close(value("bbrscope_experiment_completion_ln_seconds_squared_total"), squares));
         assert!(close(value("bbrscope_experiment_completion_seconds_total"), cell.iter().sum()));
-        // Bounded: 2 arms x 5 bands x 4 sizes x 5 series at most, plus the arms', the bands' and
-        // the info.
+        // Bounded: 2 arms x 5 bands x 4 sizes x 5 series at most, plus the arms', the bands', the
+        // prefix lists' and the info.
         let series = text.lines().filter(|l| !l.starts_with('#')).count();
-        assert!(series <= 2 * 5 * 4 * 5 + 2 + 5 + 1, "{series}");
-        // The guardrail's hold, a gauge per band.
-        sums.hold(1 << 4);
+        assert!(series <= 2 * 5 * 4 * 5 + 2 + 5 + 2 + 1, "{series}");
+        // The guardrail's hold, a gauge per band and per prefix-list group, each 0 from the start.
+        let list_held = |label: &str, v: u8| {
+            format!("bbrscope_experiment_guardrail_held_prefix_list{{id=\"t1\",prefix_list=\"{label}\"}} {v}")
+        };
+        assert!(text.contains(&list_held("mobile-a", 0)) && text.contains(&list_held("mobile-b", 0)), "{text}");
+        sums.hold(Held { bands: 1 << 4, lists: 1 << 1 });
         let text = crate::scrape::render(&registry);
         assert!(text.contains("bbrscope_experiment_guardrail_held{id=\"t1\",rtt_band=\"ge150ms\"} 1"), "{text}");
         assert!(text.contains("bbrscope_experiment_guardrail_held{id=\"t1\",rtt_band=\"lt10ms\"} 0"), "{text}");
+        assert!(text.contains(&list_held("mobile-a", 0)) && text.contains(&list_held("mobile-b", 1)), "{text}");
     }
 
     #[test]
