@@ -67,6 +67,62 @@ enum Judged {
     Client(client::Estimates),
 }
 
+impl Judged {
+    /// The group's estimate under the run's design, and the strata it leaves out for want of
+    /// flows. A switchback's answer is its everyone-switched estimate; the per-connection
+    /// strata's flows-per-cell rule does not apply to it (its residuals use every counted flow).
+    fn of(obs: &[Observation], g: &Group, opts: &Options) -> (Judged, Vec<decide::LeftOut>) {
+        let metric = opts.metric();
+        match opts.design {
+            Design::Switchback(s) => {
+                let e = switchback::estimate(obs, &g.members, &s, &opts.rtt_bands_ms, metric);
+                (Judged::Switchback(e), Vec::new())
+            }
+            Design::Client { salt } => {
+                let e = client::estimate(obs, &g.members, salt, split_pct(opts), &opts.rtt_bands_ms, metric);
+                let left_out = e.left_out.clone();
+                (Judged::Client(e), left_out)
+            }
+            Design::PerConnection if let Some(q) = metric.quantile() => {
+                (Judged::Quantile(values(obs, &g.members, |o| Some(o.client_s())), q), Vec::new())
+            }
+            Design::PerConnection => {
+                let mut strata = Strata::weighted(metric);
+                for &i in &g.members {
+                    strata.add(&obs[i], &opts.rtt_bands_ms);
+                }
+                (Judged::PerConnection(strata.estimate()), strata.left_out(&opts.rtt_bands_ms))
+            }
+        }
+    }
+
+    /// Whether there is an estimate to judge (the count of judged groups).
+    fn has_estimate(&self) -> bool {
+        match self {
+            Judged::PerConnection(e) => e.is_some(),
+            Judged::Quantile(t, _) => t.iter().all(|t| t.len() >= decide::MIN_CELL),
+            Judged::Switchback(e) => e.everyone.is_some(),
+            Judged::Client(e) => e.est.is_some(),
+        }
+    }
+
+    /// The answer at the group's α, and what its design reports beside it.
+    fn answer(self, alpha: f64, rule: &Rule) -> (Answer, Option<SwitchbackGroup>, Option<ClientGroup>) {
+        match self {
+            Judged::Switchback(e) => {
+                let (answer, other) = switchback::judge(&e, alpha, rule);
+                (answer, Some(other), None)
+            }
+            Judged::Client(e) => {
+                let (answer, clients) = client::judge(&e, alpha, rule);
+                (answer, None, Some(clients))
+            }
+            Judged::PerConnection(est) => (decide::answer(est, alpha, rule), None, None),
+            Judged::Quantile(times, q) => (decide::quantile_answer(&times, q, alpha, rule), None, None),
+        }
+    }
+}
+
 /// How to analyse.
 #[derive(Clone, Debug)]
 pub struct Options {
@@ -471,7 +527,6 @@ pub fn analyze(obs: &[Observation], opts: &Options) -> Analysis {
     let names = opts.arms.clone().unwrap_or_else(|| arm_names(obs));
     let integrity = integrity(obs, &names);
     let keep: Vec<bool> = obs.iter().map(|o| ran_its_arm(o, &names)).collect();
-    let metric = opts.metric();
     let all = arm_stats(obs, &(0..obs.len()).filter(|&i| keep[i]).collect::<Vec<_>>());
     let mut kept_groups = Vec::new();
     let mut sparse = Sparse::default();
@@ -486,57 +541,16 @@ pub fn analyze(obs: &[Observation], opts: &Options) -> Analysis {
                 continue;
             }
         }
-        // A switchback's answer is its everyone-switched estimate; the per-connection strata's
-        // flows-per-cell rule does not apply to it (its residuals use every counted flow).
-        let (judged, left_out) = match opts.design {
-            Design::Switchback(s) => {
-                let e = switchback::estimate(obs, &g.members, &s, &opts.rtt_bands_ms, metric);
-                (Judged::Switchback(e), Vec::new())
-            }
-            Design::Client { salt } => {
-                let e = client::estimate(obs, &g.members, salt, split_pct(opts), &opts.rtt_bands_ms, metric);
-                let left_out = e.left_out.clone();
-                (Judged::Client(e), left_out)
-            }
-            Design::PerConnection if let Some(q) = metric.quantile() => {
-                (Judged::Quantile(values(obs, &g.members, |o| Some(o.client_s())), q), Vec::new())
-            }
-            Design::PerConnection => {
-                let mut strata = Strata::weighted(metric);
-                for &i in &g.members {
-                    strata.add(&obs[i], &opts.rtt_bands_ms);
-                }
-                (Judged::PerConnection(strata.estimate()), strata.left_out(&opts.rtt_bands_ms))
-            }
-        };
+        let (judged, left_out) = Judged::of(obs, &g, opts);
         kept_groups.push((g, judged, left_out));
     }
-    let judged = kept_groups
-        .iter()
-        .filter(|(_, j, _)| match j {
-            Judged::PerConnection(e) => e.is_some(),
-            Judged::Quantile(t, _) => t.iter().all(|t| t.len() >= decide::MIN_CELL),
-            Judged::Switchback(e) => e.everyone.is_some(),
-            Judged::Client(e) => e.est.is_some(),
-        })
-        .count();
+    let judged = kept_groups.iter().filter(|(_, j, _)| j.has_estimate()).count();
     let alphas = AlphaSplit::new(opts).of(obs, kept_groups.iter().map(|(g, ..)| g), opts.min_flows);
     let results = kept_groups
         .into_iter()
         .zip(alphas)
         .map(|((g, judged, left_out), alpha_g)| {
-            let (answer, switchback, clients) = match judged {
-                Judged::Switchback(e) => {
-                    let (answer, other) = switchback::judge(&e, alpha_g, &opts.rule);
-                    (answer, Some(other), None)
-                }
-                Judged::Client(e) => {
-                    let (answer, clients) = client::judge(&e, alpha_g, &opts.rule);
-                    (answer, None, Some(clients))
-                }
-                Judged::PerConnection(est) => (decide::answer(est, alpha_g, &opts.rule), None, None),
-                Judged::Quantile(times, q) => (decide::quantile_answer(&times, q, alpha_g, &opts.rule), None, None),
-            };
+            let (answer, switchback, clients) = judged.answer(alpha_g, &opts.rule);
             let verdict = if integrity.overridden { Verdict::ArmsOverridden } else { Verdict::of(answer.outcome) };
             let metrics =
                 if opts.secondary { secondary_metrics(obs, &shown(obs, &g.members, opts), opts) } else { Vec::new() };
@@ -560,42 +574,48 @@ pub fn analyze(obs: &[Observation], opts: &Options) -> Analysis {
             }
         })
         .collect();
-    // Flows still running at the end did not finish then: not in the rate of flows.
-    let ends: Vec<f64> = obs.iter().filter(|o| !o.censored).filter_map(|o| o.end_ts).collect();
-    let span =
-        ends.iter().copied().fold(f64::NEG_INFINITY, f64::max) - ends.iter().copied().fold(f64::INFINITY, f64::min);
     Analysis {
         groups_judged: judged,
         integrity,
-        // Of every flow the kernel gave an arm, whether it ran it or not: the check is of the
-        // assignment. Flows whose service overrode the arm (left out, above) are counted in the
-        // integrity line as what they are, not read as flows lost.
-        // A switchback draws arms only in its mixed blocks: the split is checked there.
-        // A client design's hash splits clients, not flows: the split is checked on clients.
-        sample_ratio: {
-            let drawn: Vec<usize> = match opts.design {
-                Design::PerConnection | Design::Client { .. } => (0..obs.len()).collect(),
-                Design::Switchback(s) => (0..obs.len())
-                    .filter(|&i| matches!(switchback::place(&obs[i], &s), Place::Counted(_, Kind::Mixed)))
-                    .collect(),
-            };
-            let assigned = match opts.design {
-                Design::Client { .. } => {
-                    let clients = |arm| {
-                        drawn.iter().filter(|&&i| obs[i].arm == arm).map(|&i| obs[i].peer).collect::<BTreeSet<_>>()
-                    };
-                    [0, 1].map(|arm| clients(arm).len())
-                }
-                _ => arm_stats(obs, &drawn).map(|s| s.flows),
-            };
-            sample_ratio(assigned, opts.split_b, opts.srm_alpha)
-        },
+        sample_ratio: drawn_sample_ratio(obs, opts),
         groups: results,
         sparse_prefixes: sparse,
-        flows_per_s: (ends.len() > 1 && span > 0.0).then(|| ends.len() as f64 / span),
+        flows_per_s: flows_per_s(obs),
         in_flight: [0, 1].map(|arm| obs.iter().filter(|o| o.censored && o.arm == arm).count()),
         ..Analysis::of_run(names, all, opts)
     }
+}
+
+/// The sample ratio of every flow the kernel gave an arm, whether it ran it or not: the check is
+/// of the assignment. Flows whose service overrode the arm (left out of the answers) are counted
+/// in the integrity line as what they are, not read as flows lost. A switchback draws arms only
+/// in its mixed blocks: the split is checked there. A client design's hash splits clients, not
+/// flows: the split is checked on clients.
+fn drawn_sample_ratio(obs: &[Observation], opts: &Options) -> SampleRatio {
+    let drawn: Vec<usize> = match opts.design {
+        Design::PerConnection | Design::Client { .. } => (0..obs.len()).collect(),
+        Design::Switchback(s) => (0..obs.len())
+            .filter(|&i| matches!(switchback::place(&obs[i], &s), Place::Counted(_, Kind::Mixed)))
+            .collect(),
+    };
+    let assigned = match opts.design {
+        Design::Client { .. } => {
+            let clients =
+                |arm| drawn.iter().filter(|&&i| obs[i].arm == arm).map(|&i| obs[i].peer).collect::<BTreeSet<_>>();
+            [0, 1].map(|arm| clients(arm).len())
+        }
+        _ => arm_stats(obs, &drawn).map(|s| s.flows),
+    };
+    sample_ratio(assigned, opts.split_b, opts.srm_alpha)
+}
+
+/// Finished flows per second over the span of their ends. Flows still running at the end did
+/// not finish then: not in the rate.
+fn flows_per_s(obs: &[Observation]) -> Option<f64> {
+    let ends: Vec<f64> = obs.iter().filter(|o| !o.censored).filter_map(|o| o.end_ts).collect();
+    let span =
+        ends.iter().copied().fold(f64::NEG_INFINITY, f64::max) - ends.iter().copied().fold(f64::INFINITY, f64::min);
+    (ends.len() > 1 && span > 0.0).then(|| ends.len() as f64 / span)
 }
 
 impl Analysis {

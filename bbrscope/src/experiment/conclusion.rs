@@ -56,34 +56,8 @@ fn left_out(strata: &[super::decide::LeftOut]) -> String {
 pub(crate) fn conclusion(a: &Analysis, g: &GroupResult) -> String {
     let names = [&a.arms[0].cc, &a.arms[1].cc];
     let ans = &g.answer;
-    // A switchback's answer rests on its A and B blocks' counted flows, not all the group's.
-    let flows = match &g.switchback {
-        Some(sb) => {
-            format!("{} flows in the A and B blocks of {} rounds", fmt_count(ans.flows[0] + ans.flows[1]), sb.rounds)
-        }
-        None => match &g.clients {
-            Some(c) => {
-                format!("{} flows from {} clients", fmt_count(g.flows()), fmt_count(c.clients[0] + c.clients[1]))
-            }
-            None => format!("{} flows", fmt_count(g.flows())),
-        },
-    };
-    // A switchback's answer is everyone on B against everyone on A, a client design's whole
-    // clients on B against whole clients on A, and each says so.
-    let whose = match (&g.switchback, &g.clients) {
-        (Some(_), _) => {
-            format!("{} for everyone against {} for everyone: completion time", shout(names[1]), shout(names[0]))
-        }
-        (None, Some(_)) => format!(
-            "{} for whole clients against {} for whole clients: completion time",
-            shout(names[1]),
-            shout(names[0])
-        ),
-        (None, None) => match a.metric.quantile() {
-            Some(q) => format!("{}'s {} completion time", shout(names[1]), super::format::quantile_name(q)),
-            None => format!("{}'s completion time", shout(names[1])),
-        },
-    };
+    let flows = flows_counted(g);
+    let whose = whose(a, g);
     // A quantile's change is at that rank, not the mean response's.
     let per =
         a.metric.quantile().map_or("per response".into(), |q| format!("at the {}", super::format::quantile_name(q)));
@@ -123,48 +97,86 @@ pub(crate) fn conclusion(a: &Analysis, g: &GroupResult) -> String {
             });
             format!("inconclusive for {}: {}, {flows}{detectable}; {}{coverage}", g.label, change(), what_decides(a, g))
         }
-        Verdict::TooFewFlows if g.switchback.is_some() => format!(
-            "too few rounds for {}: {} of the {} needed with flows in both an A and a B block",
-            g.label,
-            g.switchback.as_ref().map_or(0, |sb| sb.rounds),
-            MIN_ROUNDS
-        ),
-        Verdict::TooFewFlows if g.clients.is_some_and(|c| c.too_few()) => {
-            let c = g.clients.as_ref().map_or([0, 0], |c| c.clients);
-            format!(
-                "too few clients for {}: {} {} / {} {} clients with flows in strata that count, {} needed in each arm",
-                g.label,
-                fmt_count(c[0]),
-                names[0],
-                fmt_count(c[1]),
-                names[1],
-                MIN_CLIENTS
-            )
-        }
-        Verdict::TooFewFlows if let Some(q) = a.metric.quantile() => format!(
-            "too few flows for {}: {} {} / {} {} (each arm's {} is bounded on both sides from about {} flows at \
-             this level)",
-            g.label,
-            fmt_count(g.arms[0].flows),
-            names[0],
-            fmt_count(g.arms[1].flows),
-            names[1],
-            super::format::quantile_name(q),
-            fmt_count(super::quantile_cs::flows_to_bound(q, g.answer.level))
-        ),
-        Verdict::TooFewFlows => format!(
-            "too few flows for {}: {} {} / {} {} (a stratum of RTT band and response size needs {} per arm)",
-            g.label,
-            fmt_count(g.arms[0].flows),
-            names[0],
-            fmt_count(g.arms[1].flows),
-            names[1],
-            super::decide::MIN_CELL
-        ),
+        Verdict::TooFewFlows => too_few(a, g),
         Verdict::ArmsOverridden => {
             format!("no conclusion for {}: the flows did not run their arms' algorithms", g.label)
         }
     }
+}
+
+/// The flows a group's answer rests on: a switchback's A and B blocks' counted flows (not all
+/// the group's), a client design's flows and clients.
+fn flows_counted(g: &GroupResult) -> String {
+    let ans = &g.answer;
+    match (&g.switchback, &g.clients) {
+        (Some(sb), _) => {
+            format!("{} flows in the A and B blocks of {} rounds", fmt_count(ans.flows[0] + ans.flows[1]), sb.rounds)
+        }
+        (None, Some(c)) => {
+            format!("{} flows from {} clients", fmt_count(g.flows()), fmt_count(c.clients[0] + c.clients[1]))
+        }
+        (None, None) => format!("{} flows", fmt_count(g.flows())),
+    }
+}
+
+/// Whose completion time the answer compares: a switchback's answer is everyone on B against
+/// everyone on A, a client design's whole clients on B against whole clients on A, and each
+/// says so.
+fn whose(a: &Analysis, g: &GroupResult) -> String {
+    let names = [&a.arms[0].cc, &a.arms[1].cc];
+    match (&g.switchback, &g.clients) {
+        (Some(_), _) => {
+            format!("{} for everyone against {} for everyone: completion time", shout(names[1]), shout(names[0]))
+        }
+        (None, Some(_)) => format!(
+            "{} for whole clients against {} for whole clients: completion time",
+            shout(names[1]),
+            shout(names[0])
+        ),
+        (None, None) => match a.metric.quantile() {
+            Some(q) => format!("{}'s {} completion time", shout(names[1]), super::format::quantile_name(q)),
+            None => format!("{}'s completion time", shout(names[1])),
+        },
+    }
+}
+
+/// What a group without an answer lacks, in its design's unit: rounds, clients, or flows (for a
+/// quantile, the flows that bound it; otherwise a stratum's).
+fn too_few(a: &Analysis, g: &GroupResult) -> String {
+    let names = [&a.arms[0].cc, &a.arms[1].cc];
+    if let Some(sb) = &g.switchback {
+        return format!(
+            "too few rounds for {}: {} of the {} needed with flows in both an A and a B block",
+            g.label, sb.rounds, MIN_ROUNDS
+        );
+    }
+    if let Some(c) = g.clients.as_ref().filter(|c| c.too_few()) {
+        return format!(
+            "too few clients for {}: {} {} / {} {} clients with flows in strata that count, {} needed in each arm",
+            g.label,
+            fmt_count(c.clients[0]),
+            names[0],
+            fmt_count(c.clients[1]),
+            names[1],
+            MIN_CLIENTS
+        );
+    }
+    let needs = match a.metric.quantile() {
+        Some(q) => format!(
+            "each arm's {} is bounded on both sides from about {} flows at this level",
+            super::format::quantile_name(q),
+            fmt_count(super::quantile_cs::flows_to_bound(q, g.answer.level))
+        ),
+        None => format!("a stratum of RTT band and response size needs {} per arm", super::decide::MIN_CELL),
+    };
+    format!(
+        "too few flows for {}: {} {} / {} {} ({needs})",
+        g.label,
+        fmt_count(g.arms[0].flows),
+        names[0],
+        fmt_count(g.arms[1].flows),
+        names[1]
+    )
 }
 
 /// What would decide an inconclusive answer if its estimate held: "about 1,200 more flows (≈ 5 min

@@ -285,26 +285,44 @@ impl Watch {
         let alpha = self.rule.alpha / k as f64;
         let moved = self.watched();
         if moved == [false, false] {
-            let sq = if self.flows == [0, 0] {
-                self.rule.status_quo.clone().unwrap_or_default()
-            } else {
-                self.names[0].clone()
-            };
-            let reason = format!("nothing to guard: both arms are the status quo ({sq})");
-            return GuardDecision {
-                stop: false,
-                reason,
-                group: None,
-                worse_arm: None,
-                worse_pct: None,
-                switched_back: Vec::new(),
-            };
+            return self.nothing_to_guard();
         }
-        let mut judged = 0;
         // Each group first: one that trips is sent back, and "all flows" is then judged on the
-        // clients still in the experiment — the harm of one group does not stop the others. A
-        // band is judged without the prefix-list groups sent back, so that one group's harm
-        // does not send back its neighbours at the same distance.
+        // clients still in the experiment — the harm of one group does not stop the others.
+        let (mut switched_back, out, mut judged) = self.send_back_groups(alpha);
+        if let Some(stop) = self.judge_the_rest(out, alpha, &mut switched_back, &mut judged) {
+            return stop;
+        }
+        GuardDecision {
+            stop: false,
+            reason: self.within(moved, judged, &switched_back),
+            group: None,
+            worse_arm: None,
+            worse_pct: None,
+            switched_back,
+        }
+    }
+
+    /// Neither arm moved a connection off its status quo: nothing the guardrail could protect.
+    fn nothing_to_guard(&self) -> GuardDecision {
+        let sq =
+            if self.flows == [0, 0] { self.rule.status_quo.clone().unwrap_or_default() } else { self.names[0].clone() };
+        GuardDecision {
+            stop: false,
+            reason: format!("nothing to guard: both arms are the status quo ({sq})"),
+            group: None,
+            worse_arm: None,
+            worse_pct: None,
+            switched_back: Vec::new(),
+        }
+    }
+
+    /// Judges each group, at `alpha`: those that trip are sent back. A band is judged without
+    /// the prefix-list groups sent back, so that one group's harm does not send back its
+    /// neighbours at the same distance. The groups sent back, every group out of the experiment
+    /// (held before or now), and how many groups had an estimate.
+    fn send_back_groups(&self, alpha: f64) -> (Vec<SwitchedBack>, Held, usize) {
+        let mut judged = 0;
         let mut switched_back = Vec::new();
         let mut out = self.held;
         for unit in self.units() {
@@ -316,6 +334,19 @@ impl Watch {
                 out = out.with(unit);
             }
         }
+        (switched_back, out, judged)
+    }
+
+    /// Judges "all flows" on the groups not in `out`, at `alpha`: a harm that some groups carry
+    /// sends those back (added to `switched_back`); one that the rest still shows, or every group
+    /// with flows sent back, stops the run (the decision returned).
+    fn judge_the_rest(
+        &self,
+        out: Held,
+        alpha: f64,
+        switched_back: &mut Vec<SwitchedBack>,
+        judged: &mut usize,
+    ) -> Option<GuardDecision> {
         let has_flows = |s: &[Strata; 2]| s.iter().any(|s| s.flows != [0, 0]);
         // Every group with flows sent back: nothing is left to experiment on, and "all flows"
         // (every group) is what is judged.
@@ -324,35 +355,31 @@ impl Watch {
         let rest = [&rest[0], &rest[1]];
         let label =
             if out == Held::default() || everyone_out { "all flows" } else { "all flows of the groups not sent back" };
-        judged += usize::from(rest.iter().any(|s| s.estimate().is_some()));
+        *judged += usize::from(rest.iter().any(|s| s.estimate().is_some()));
         if let Some((arm, worse, reason)) = self.trips(rest, label, alpha, "stops") {
-            match self.carriers(out, arm, alpha) {
-                // The harm to all flows is one group's (or a few): those go back, the rest goes on.
-                Some(carriers) => {
-                    let action = "sends back the client groups that carry the harm to all flows (and stops the run \
-                                  only when the others still show it) of";
-                    let (_, _, all) = self.trips(rest, label, alpha, action).unwrap_or((arm, worse, reason));
-                    switched_back.extend(carriers.into_iter().map(|(unit, group, worse_pct)| {
-                        let reason = format!(
-                            "{all}; {group} carry it (completion time {} [{}, {}])",
-                            fmt_pct(worse_pct[0]),
-                            fmt_pct(worse_pct[1]),
-                            fmt_pct(worse_pct[2]),
-                        );
-                        SwitchedBack::of(unit, group, arm, worse_pct, reason)
-                    }));
-                }
-                None => {
-                    return GuardDecision {
-                        stop: true,
-                        reason,
-                        group: Some(label.to_string()),
-                        worse_arm: Some(arm),
-                        worse_pct: Some(worse),
-                        switched_back,
-                    };
-                }
-            }
+            // The harm to all flows is one group's (or a few): those go back, the rest goes on.
+            let Some(carriers) = self.carriers(out, arm, alpha) else {
+                return Some(GuardDecision {
+                    stop: true,
+                    reason,
+                    group: Some(label.to_string()),
+                    worse_arm: Some(arm),
+                    worse_pct: Some(worse),
+                    switched_back: std::mem::take(switched_back),
+                });
+            };
+            let action = "sends back the client groups that carry the harm to all flows (and stops the run only \
+                          when the others still show it) of";
+            let (_, _, all) = self.trips(rest, label, alpha, action).unwrap_or((arm, worse, reason));
+            switched_back.extend(carriers.into_iter().map(|(unit, group, worse_pct)| {
+                let reason = format!(
+                    "{all}; {group} carry it (completion time {} [{}, {}])",
+                    fmt_pct(worse_pct[0]),
+                    fmt_pct(worse_pct[1]),
+                    fmt_pct(worse_pct[2]),
+                );
+                SwitchedBack::of(unit, group, arm, worse_pct, reason)
+            }));
         }
         if everyone_out && out != Held::default() && has_flows(&self.rest(Held::default())) {
             // Nothing is left to experiment on: the run ends, naming the groups.
@@ -362,15 +389,21 @@ impl Watch {
                 .map(|u| self.label(u))
                 .collect();
             let arms: Vec<usize> = switched_back.iter().map(|g| g.worse_arm).collect();
-            return GuardDecision {
+            return Some(GuardDecision {
                 stop: true,
                 reason: format!("every client group with flows went back to its status quo ({})", groups.join(", ")),
                 group: Some("all flows".into()),
                 worse_arm: arms.first().copied().filter(|a| arms.iter().all(|x| x == a)),
                 worse_pct: None,
-                switched_back,
-            };
+                switched_back: std::mem::take(switched_back),
+            });
         }
+        None
+    }
+
+    /// The reason of a run that goes on: what is watched, how many groups were checked, and
+    /// those sent back.
+    fn within(&self, moved: [bool; 2], judged: usize, switched_back: &[SwitchedBack]) -> String {
         let [a, b] = self.flows.map(fmt_count);
         let arms = match moved {
             [true, true] => "both arms".to_string(),
@@ -384,7 +417,7 @@ impl Watch {
                 )
             }
         };
-        let reason = if judged == 0 {
+        if judged == 0 {
             format!("watching {arms}: {a} / {b} flows, no stratum has {} per arm yet", super::decide::MIN_CELL)
         } else if switched_back.is_empty() {
             format!("within the guardrail ({arms}; {judged} client groups checked, {a} / {b} flows)")
@@ -395,8 +428,7 @@ impl Watch {
                  checked, {a} / {b} flows)",
                 groups.join(", ")
             )
-        };
-        GuardDecision { stop: false, reason, group: None, worse_arm: None, worse_pct: None, switched_back }
+        }
     }
 }
 

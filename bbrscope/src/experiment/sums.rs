@@ -142,6 +142,18 @@ impl Sums {
             s.overridden.get_or_create(&s.arm(arm)).inc_by(0);
         }
         s.hold(Held::default());
+        registry.register(
+            "bbrscope_experiment_info",
+            "A running experiment: its id, design, arms, split, primary metric, seed (switchback) or salt (client), \
+             and its rule's delta and alpha",
+            s.info(about),
+        );
+        s.register(registry);
+        s
+    }
+
+    /// The info series: what a fleet must agree on to pool the sums.
+    fn info(&self, about: &About) -> Family<InfoLabels, Gauge> {
         let seed = match about.design {
             Design::PerConnection => String::new(),
             Design::Switchback(sb) => sb.seed.to_string(),
@@ -149,10 +161,10 @@ impl Sums {
         };
         let info: Family<InfoLabels, Gauge> = Family::default();
         info.get_or_create(&InfoLabels {
-            id: s.id.clone(),
+            id: self.id.clone(),
             design: record::design_key(about.design).into(),
-            arm_a: s.names[0].clone(),
-            arm_b: s.names[1].clone(),
+            arm_a: self.names[0].clone(),
+            arm_b: self.names[1].clone(),
             split_pct: about.split_pct.to_string(),
             metric: record::metric_key(about.metric),
             seed,
@@ -160,55 +172,53 @@ impl Sums {
             alpha: about.rule.alpha.to_string(),
         })
         .set(1);
-        registry.register(
-            "bbrscope_experiment_info",
-            "A running experiment: its id, design, arms, split, primary metric, seed (switchback) or salt (client), \
-             and its rule's delta and alpha",
-            info,
-        );
+        info
+    }
+
+    /// Registers the sums' series (each a clone of the family it updates).
+    fn register(&self, registry: &mut Registry) {
         registry.register(
             "bbrscope_experiment_flows",
             "Finished flows that ran their arm, by arm, RTT band (minimum RTT) and response size",
-            s.flows.clone(),
+            self.flows.clone(),
         );
         registry.register(
             "bbrscope_experiment_completion_ln_seconds",
             "Sum over those flows of ln(T / 1 s), T the completion time as the client feels it (handshake included)",
-            s.ln_sum.clone(),
+            self.ln_sum.clone(),
         );
         registry.register(
             "bbrscope_experiment_completion_ln_seconds_squared",
             "Sum over those flows of ln(T / 1 s) squared",
-            s.ln_squares.clone(),
+            self.ln_squares.clone(),
         );
         registry.register_with_unit(
             "bbrscope_experiment_completion",
             "Sum over those flows of T, the completion time as the client feels it",
             prometheus_client::registry::Unit::Seconds,
-            s.seconds.clone(),
+            self.seconds.clone(),
         );
         registry.register_with_unit(
             "bbrscope_experiment_acked",
             "Sum over those flows of the bytes the clients acknowledged",
             prometheus_client::registry::Unit::Bytes,
-            s.bytes.clone(),
+            self.bytes.clone(),
         );
         registry.register(
             "bbrscope_experiment_overridden_flows",
             "Finished flows of an arm that did not run its algorithm (the service set its own): left out of the sums",
-            s.overridden.clone(),
+            self.overridden.clone(),
         );
         registry.register(
             "bbrscope_experiment_guardrail_held",
             "1 while the guardrail holds a band of clients at its status quo (no arm for its new connections), else 0",
-            s.held.clone(),
+            self.held.clone(),
         );
         registry.register(
             "bbrscope_experiment_guardrail_held_prefix_list",
             "1 while the guardrail holds a --prefix-list group at its status quo (no arm for its new connections), else 0",
-            s.held_lists.clone(),
+            self.held_lists.clone(),
         );
-        s
     }
 
     fn arm(&self, arm: usize) -> ArmLabels {

@@ -132,25 +132,51 @@ fn no_two_modules_use_each_other() {
     assert_eq!(circles, known, "two modules that use each other");
 }
 
-/// A command turns options into one library call and prints: no function in cmd/ over 60 lines.
-#[test]
-fn commands_are_thin() {
+/// The functions of `dir`'s code (its unit tests left out) longer than `max` lines, as
+/// "path: fn name (n lines)". A function ends at the first `}` at its own indentation; one on a
+/// single line, or a declaration without a body, is short.
+fn long_functions(dir: &str, max: usize) -> Vec<String> {
     let mut files = Vec::new();
-    rust_files(&src().join("cmd"), &mut files);
+    rust_files(&src().join(dir), &mut files);
     let mut long = Vec::new();
     for f in files {
         let text = std::fs::read_to_string(&f).unwrap();
-        let lines: Vec<&str> = text.lines().collect();
+        let lines: Vec<&str> = text.split("#[cfg(test)]").next().unwrap().lines().collect();
         for (i, line) in lines.iter().enumerate() {
-            let head = line.trim_start_matches("pub ").trim_start_matches("async ");
-            if head.starts_with("fn ") {
-                let len = lines[i..].iter().position(|l| *l == "}").unwrap() + 1;
-                if len > 60 {
-                    long.push(format!("{}: {} ({len} lines)", f.display(), head.split('(').next().unwrap()));
-                }
+            let body = line.trim_start();
+            let indent = &line[..line.len() - body.len()];
+            let mut head = body;
+            if let Some(rest) = head.strip_prefix("pub") {
+                head = rest.strip_prefix(' ').or_else(|| rest.split_once(") ").map(|(_, r)| r)).unwrap_or(rest);
+            }
+            let head = head.trim_start_matches("async ").trim_start_matches("const ");
+            let end = line.trim_end();
+            if !head.starts_with("fn ") || end.ends_with('}') || end.ends_with(';') {
+                continue;
+            }
+            let close = format!("{indent}}}");
+            let len = lines[i..].iter().position(|l| *l == close).map_or(lines.len() - i, |p| p + 1);
+            if len > max {
+                let name = head.split(['(', '<']).next().unwrap();
+                long.push(format!("{}: {name} ({len} lines)", f.strip_prefix(src()).unwrap().display()));
             }
         }
     }
+    long
+}
+
+/// A command turns options into one library call and prints: no function in cmd/ over 60 lines.
+#[test]
+fn commands_are_thin() {
+    let long = long_functions("cmd", 60);
+    assert!(long.is_empty(), "{}", long.join("\n"));
+}
+
+/// The rule files read as named steps: no function of advise/ or experiment/ over 80 lines (their
+/// unit tests' scenarios aside). A longer one is a decision with its parts not yet named.
+#[test]
+fn rules_are_named_steps() {
+    let long: Vec<String> = ["advise", "experiment"].iter().flat_map(|d| long_functions(d, 80)).collect();
     assert!(long.is_empty(), "{}", long.join("\n"));
 }
 
