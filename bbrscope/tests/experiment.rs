@@ -1266,6 +1266,205 @@ fn record_the_switchback_fixture() {
     drop((far, near));
 }
 
+/// Client `k` of a population: asks a heavy-tailed mix of response sizes (mostly 10–50 KB, some
+/// 100–500 KB, a few 1–4 MB; some clients ask the large ones four times as often as others) at
+/// its own pace (exponential pauses, each client's mean between 3 and 15 s) until `until`.
+/// Clients differ as a server's do, which is what clustering by client has to carry.
+fn client_load(p: &Population, local: std::net::Ipv4Addr, seed: u64, until: Instant) {
+    let mut rng = bbrscope::rng::Rng::new(seed);
+    let heavy = [0.5, 1.0, 2.0][(rng.uniform() * 3.0) as usize % 3];
+    let mean_pause = 3.0 + 12.0 * rng.uniform();
+    // Start spread over the first pause, not all at once.
+    thread::sleep(Duration::from_secs_f64(mean_pause * rng.uniform()));
+    while Instant::now() < until {
+        let u = rng.uniform();
+        let size = if u < 0.025 * heavy {
+            1_000_000 + (3_000_000.0 * rng.uniform()) as usize
+        } else if u < 0.15 * heavy {
+            100_000 + (400_000.0 * rng.uniform()) as usize
+        } else {
+            10_000 + (40_000.0 * rng.uniform()) as usize
+        };
+        let mut c = p.connect_from(local);
+        c.write_all(format!("{size}\n").as_bytes()).unwrap();
+        let mut buf = Vec::new();
+        c.read_to_end(&mut buf).unwrap();
+        assert_eq!(buf.len(), size, "client {local}");
+        thread::sleep(Duration::from_secs_f64(-mean_pause * (1.0 - rng.uniform()).ln()));
+    }
+}
+
+/// Records bbrscope/tests/fixtures/client-a-a.ndjson: five minutes of real traffic with nothing
+/// to find (CUBIC in both arms) from 80 clients, each its own address: 40 behind a far lossy path
+/// (80 ms, 1% loss) and 40 behind a near one (10 ms), each asking a heavy-tailed mix at its own
+/// pace ([`client_load`]). The traffic a client design's error rate and power are measured on by
+/// re-drawn salts (`a_client_design_on_recorded_traffic_keeps_its_error_rate_and_finds_a_planted_change`).
+/// Run by hand: `cargo test --test experiment -- --ignored --test-threads=1 record_the_client_fixture`.
+#[test]
+#[ignore = "writes a test fixture"]
+fn record_the_client_fixture() {
+    require_root();
+    let _turn = turn();
+    let port = port_for(53_000);
+    let far = population(73, 80, 0.01, port);
+    let near = population(74, 10, 0.0, port);
+    let clients = [far.clients(40), near.clients(40)];
+    let record = std::env::temp_dir().join(format!("bbrs-exp-client-fixture-{}.ndjson", std::process::id()));
+    let flags = ["--no-guardrail", "--duration", "10m", "--record", record.to_str().unwrap()];
+    let child = start_experiment("cubic,cubic", port, &flags);
+    let until = Instant::now() + Duration::from_secs(300);
+    thread::scope(|s| {
+        for (p, addrs) in [&far, &near].into_iter().zip(&clients) {
+            for &local in addrs {
+                s.spawn(move || client_load(p, local, u64::from(u32::from(local)), until));
+            }
+        }
+    });
+    thread::sleep(Duration::from_secs(1));
+    report_of(child);
+    let text = std::fs::read_to_string(&record).unwrap();
+    let _ = std::fs::remove_file(&record);
+    let out = format!("{}/tests/fixtures/client-a-a.ndjson", env!("CARGO_MANIFEST_DIR"));
+    std::fs::write(out, summaries(&text)).unwrap();
+    drop((far, near));
+}
+
+/// What arms drawn anew for the flows of an A/A recording gave (see [`redraw`]).
+#[derive(Default)]
+struct Redrawn {
+    draws: usize,
+    /// Draws with any group called better or worse.
+    called: usize,
+    /// Draws with "no difference" for all flows.
+    same: usize,
+    /// The changes all flows could tell from none, %, one per draw that says.
+    detectable: Vec<f64>,
+    /// Draws the guardrail, replayed with looks every 2 s, stopped or sent a group back in.
+    guard: usize,
+    /// With B's flows 30% and 10% faster, draws that found B better for all flows.
+    found: [usize; 2],
+}
+
+impl Redrawn {
+    fn share(&self, n: usize) -> f64 {
+        n as f64 / self.draws as f64
+    }
+
+    /// "A/A any group called 0.005, ...": the rates, for the test's output.
+    fn rates(&mut self) -> String {
+        self.detectable.sort_by(f64::total_cmp);
+        format!(
+            "A/A any group called {:.3}, all flows no difference {:.3} (median detectable change ±{:.1}%), guardrail \
+             stopped or sent back {:.3}; B 30% faster found {:.3}, 10% {:.3}",
+            self.share(self.called),
+            self.share(self.same),
+            self.detectable.get(self.detectable.len() / 2).copied().unwrap_or(f64::NAN),
+            self.share(self.guard),
+            self.share(self.found[0]),
+            self.share(self.found[1])
+        )
+    }
+
+    /// At most 5% of A/A draws call a group different or trip the guardrail; a 30% gain is found
+    /// in at least 80%.
+    fn check(&self) {
+        assert!(self.share(self.called) <= 0.05, "{}/{}", self.called, self.draws);
+        assert!(self.share(self.guard) <= 0.05, "guardrail: {}/{}", self.guard, self.draws);
+        assert!(self.share(self.found[0]) >= 0.8, "{:?}/{}", self.found, self.draws);
+    }
+}
+
+/// Gives the flows of an A/A recording (both arms one algorithm) the arms of `draws` designs
+/// drawn anew — `draw(i)`: the i-th design and each flow's arm under it — and analyses each, so
+/// whatever is found comes from the traffic, not from an effect; then plants one (B's flows 30%
+/// and 10% faster) on the same draws.
+fn redraw(
+    obs: &[bbrscope::experiment::Observation],
+    draws: u64,
+    mut draw: impl FnMut(u64) -> (bbrscope::experiment::setup::Design, Vec<usize>),
+) -> Redrawn {
+    use bbrscope::experiment::{
+        Observation, analysis,
+        analysis::Verdict,
+        groups::GroupKind,
+        guardrail::{self, StopRule},
+    };
+    let names = ["x".to_string(), "x".to_string()];
+    let mut r = Redrawn { draws: draws as usize, ..Redrawn::default() };
+    let all_b_better =
+        |a: &analysis::Analysis| a.groups.iter().any(|g| g.kind == GroupKind::All && g.verdict.better_arm() == Some(1));
+    for i in 0..draws {
+        let (design, arms) = draw(i);
+        let opts =
+            analysis::Options { arms: Some(names.clone()), secondary: false, design, ..analysis::Options::default() };
+        let drawn: Vec<Observation> = obs
+            .iter()
+            .zip(arms)
+            .map(|(o, arm)| Observation { arm, cc: "x".into(), switched: false, ..o.clone() })
+            .collect();
+        let a = analysis::analyze(&drawn, &opts);
+        r.called += usize::from(a.groups.iter().any(|g| g.verdict.better_arm().is_some()));
+        let all = a.groups.iter().find(|g| g.kind == GroupKind::All);
+        r.same += usize::from(all.is_some_and(|g| g.verdict == Verdict::NoDifference));
+        r.detectable.extend(all.and_then(|g| serde_json::to_value(&g.answer).unwrap()["detectable_pct"].as_f64()));
+        let replayed = guardrail::replay(&drawn, &StopRule::default(), &names, 2.0);
+        r.guard += usize::from(replayed.stopped_at_s.is_some() || !replayed.switched_back.is_empty());
+        for (k, factor) in [0.7, 0.9].into_iter().enumerate() {
+            let planted: Vec<Observation> = drawn
+                .iter()
+                .map(|o| Observation { duration_s: o.duration_s * if o.arm == 1 { factor } else { 1.0 }, ..o.clone() })
+                .collect();
+            r.found[k] += usize::from(all_b_better(&analysis::analyze(&planted, &opts)));
+        }
+    }
+    r
+}
+
+/// An A/A fixture's flows and the seconds from the first start to the last end.
+fn fixture(name: &str) -> (Vec<bbrscope::experiment::Observation>, f64) {
+    use bbrscope::experiment::Observation;
+    let path = format!("{}/tests/fixtures/{name}", env!("CARGO_MANIFEST_DIR"));
+    let capture =
+        bbrscope::experiment::record::read(BufReader::new(std::fs::File::open(&path).unwrap()), true).unwrap();
+    let obs = capture.obs;
+    let span = obs.iter().filter_map(|o| o.end_ts).fold(f64::NEG_INFINITY, f64::max)
+        - obs.iter().filter_map(Observation::start_ts).fold(f64::INFINITY, f64::min);
+    (obs, span)
+}
+
+/// A client design's error rate and power on real traffic: the recorded A/A traffic above (80
+/// clients, its arms the same algorithm), each client given the arm of its salted hash, the salt
+/// drawn anew each time, so that whatever the analysis finds comes from how the clients differ
+/// and the traffic's own noise. Over 200 salts: any group called different at most 5%. B's flows
+/// made 30% and 10% faster: how often "all flows" finds B better (printed; the 30% must be
+/// found in most), and how often the A/A reached "no difference" within the recording's five
+/// minutes (printed).
+#[test]
+fn a_client_design_on_recorded_traffic_keeps_its_error_rate_and_finds_a_planted_change() {
+    use bbrscope::experiment::setup::Design;
+    let (obs, span) = fixture("client-a-a.ndjson");
+    let clients: std::collections::BTreeSet<std::net::IpAddr> = obs.iter().map(|o| o.peer).collect();
+    assert!(obs.len() > 1_500 && clients.len() >= 60, "{} flows from {} clients", obs.len(), clients.len());
+    let mut r = redraw(&obs, 200, |draw| {
+        let salt = 7_000 + draw;
+        let on_b = |ip: std::net::IpAddr| {
+            let mapped = match ip {
+                std::net::IpAddr::V4(v4) => v4.to_ipv6_mapped(),
+                std::net::IpAddr::V6(v6) => v6,
+            };
+            usize::from(bbrscope_common::client_gets_b(&mapped.octets(), salt, 50))
+        };
+        (Design::Client { salt }, obs.iter().map(|o| on_b(o.peer)).collect())
+    });
+    eprintln!(
+        "client design on recorded traffic ({} flows from {} clients, {span:.0} s): {}",
+        obs.len(),
+        clients.len(),
+        r.rates()
+    );
+    r.check();
+}
+
 /// A switchback's error rate and power on real traffic: the recorded A/A traffic above (its
 /// arms the same algorithm), given the arms of a switchback schedule drawn anew each time
 /// (5 s blocks, 1 s burn-in; a mixed block's connections drawn 50/50), so that whatever the
@@ -1275,64 +1474,26 @@ fn record_the_switchback_fixture() {
 #[test]
 fn a_switchback_on_recorded_traffic_keeps_its_error_rate_and_finds_a_planted_change() {
     use bbrscope::experiment::{
-        Observation, analysis,
-        groups::GroupKind,
         schedule::{Kind, Schedule},
         setup::Design,
     };
-    let path = format!("{}/tests/fixtures/switchback-a-a.ndjson", env!("CARGO_MANIFEST_DIR"));
-    let capture =
-        bbrscope::experiment::record::read(BufReader::new(std::fs::File::open(&path).unwrap()), true).unwrap();
-    let obs = &capture.obs;
-    let span = obs.iter().filter_map(|o| o.end_ts).fold(f64::NEG_INFINITY, f64::max)
-        - obs.iter().filter_map(Observation::start_ts).fold(f64::INFINITY, f64::min);
+    let (obs, span) = fixture("switchback-a-a.ndjson");
     assert!(obs.len() > 2_000 && span > 250.0, "{} flows over {span} s", obs.len());
     let mut rng = bbrscope::rng::Rng::new(3);
-    let names = ["x".to_string(), "x".to_string()];
-    let draws = 200;
-    let (mut called, mut found) = (0, [0, 0]);
-    for draw in 0..draws {
+    let mut r = redraw(&obs, 200, |draw| {
         let s = Schedule { block_s: 5.0, burn_in_s: 1.0, seed: 1_000 + draw };
-        let opts = analysis::Options {
-            arms: Some(names.clone()),
-            secondary: false,
-            design: Design::Switchback(s),
-            ..analysis::Options::default()
-        };
-        let drawn: Vec<Observation> = obs
+        let arms = obs
             .iter()
-            .map(|o| {
-                let arm = match o.start_ts().map(|t| s.kind(s.block_of(t))) {
-                    Some(Kind::A) => 0,
-                    Some(Kind::B) => 1,
-                    Some(Kind::Mixed) | None => usize::from(rng.uniform() < 0.5),
-                };
-                Observation { arm, cc: "x".into(), switched: false, ..o.clone() }
+            .map(|o| match o.start_ts().map(|t| s.kind(s.block_of(t))) {
+                Some(Kind::A) => 0,
+                Some(Kind::B) => 1,
+                Some(Kind::Mixed) | None => usize::from(rng.uniform() < 0.5),
             })
             .collect();
-        let a = analysis::analyze(&drawn, &opts);
-        called += usize::from(a.groups.iter().any(|g| g.verdict.better_arm().is_some()));
-        for (i, factor) in [0.7, 0.9].into_iter().enumerate() {
-            let planted: Vec<Observation> = drawn
-                .iter()
-                .map(|o| Observation { duration_s: o.duration_s * if o.arm == 1 { factor } else { 1.0 }, ..o.clone() })
-                .collect();
-            let a = analysis::analyze(&planted, &opts);
-            found[i] +=
-                usize::from(a.groups.iter().any(|g| g.kind == GroupKind::All && g.verdict.better_arm() == Some(1)));
-        }
-    }
-    let share = |n: usize| n as f64 / draws as f64;
-    eprintln!(
-        "switchback on recorded traffic ({} flows, {span:.0} s, 5 s blocks): A/A any group called {:.3}; B 30% \
-         faster found {:.3}, 10% {:.3}",
-        obs.len(),
-        share(called),
-        share(found[0]),
-        share(found[1])
-    );
-    assert!(share(called) <= 0.05, "{called}/{draws}");
-    assert!(share(found[0]) >= 0.8, "{found:?}/{draws}");
+        (Design::Switchback(s), arms)
+    });
+    eprintln!("switchback on recorded traffic ({} flows, {span:.0} s, 5 s blocks): {}", obs.len(), r.rates());
+    r.check();
 }
 
 /// The cgroup links (the sock_ops attachment) a process holds, as (link id, program id), from its

@@ -47,10 +47,10 @@ pub struct ExperimentArgs {
     #[arg(long, value_name = "DESIGN", value_enum, default_value_t = DesignArg::Switchback)]
     pub(crate) design: DesignArg,
     /// The primary metric, declared up front: time-weighted (strata weighted by the completion
-    /// time spent in them: where the time goes, larger responses and far clients; the default
-    /// of per-connection and client designs) or per-response (strata weighted by their
-    /// responses: what the typical response sees, far less noisy on heavy-tailed traffic; the
-    /// switchback's default), or p50, p95, p99 (the group's percentile of completion time, each
+    /// time spent in them: where the time goes, larger responses and far clients; the
+    /// per-connection design's default) or per-response (strata weighted by their responses:
+    /// what the typical response sees, far less noisy on heavy-tailed traffic; the switchback's
+    /// and the client design's default), or p50, p95, p99 (the group's percentile of completion time, each
     /// arm's bounded at every look; --design per-connection only, and not served as sums). With
     /// --analyze: instead of the recording's
     #[arg(long, value_name = "METRIC", value_enum)]

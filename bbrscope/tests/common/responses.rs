@@ -141,6 +141,44 @@ pub(crate) fn load_while(
     })
 }
 
+impl Population {
+    /// `n` more client addresses behind the path (198.18.<link>.10 and up, in its receiver
+    /// namespace, beside the link's own .2), so that a client design has clients to hash: the
+    /// sender's route to the link's /24 reaches them all through the emulated path.
+    pub(crate) fn clients(&self, n: u8) -> Vec<std::net::Ipv4Addr> {
+        let [a, b, link, _] = self.link.receiver_addr.octets();
+        let addrs: Vec<std::net::Ipv4Addr> = (0..n).map(|k| std::net::Ipv4Addr::new(a, b, link, 10 + k)).collect();
+        for addr in &addrs {
+            let cidr = format!("{addr}/32");
+            // The child inherits the namespace of the thread that starts it.
+            let status = self
+                .link
+                .receiver
+                .run(move || {
+                    Ok(std::process::Command::new("ip").args(["-4", "addr", "add", &cidr, "dev", "emu0"]).status()?)
+                })
+                .unwrap();
+            assert!(status.success(), "ip addr add {addr} in the emulated path's receiver namespace");
+        }
+        addrs
+    }
+
+    /// A connection from `local` (one of [`Population::clients`]) to the server.
+    pub(crate) fn connect_from(&self, local: std::net::Ipv4Addr) -> TcpStream {
+        use rustix::net::{AddressFamily, SocketType, bind, connect, socket};
+        let server = self.server;
+        self.link
+            .receiver
+            .run(move || {
+                let fd = socket(AddressFamily::INET, SocketType::STREAM, None)?;
+                bind(&fd, &SocketAddr::new(local.into(), 0))?;
+                connect(&fd, &server)?;
+                Ok(TcpStream::from(fd))
+            })
+            .unwrap()
+    }
+}
+
 /// [`emulated`] with the path `cfg` describes.
 pub(crate) fn emulated_as(index: u8, cfg: &bbrscope_emulator::LinkConfig, port: u16) -> (Population, TcpListener) {
     let link = bbrscope_emulator::Link::new(index, cfg).expect("emulated path");
