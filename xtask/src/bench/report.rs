@@ -41,6 +41,12 @@ pub(super) const FLAT_RATIO: f64 = 1.25;
 /// bbrscope's own per-ACK work: its per-ACK check at most this multiple of the bare storage
 /// lookup (`lookup-sockops`) in the same round.
 pub(super) const OWN_WORK_RATIO: f64 = 1.25;
+/// The long path: the sock_ops program's runs per segment received at most this (a sample per
+/// interval, not a run per packet) ...
+pub(super) const LONG_RUNS_PER_SEGMENT: f64 = 1.1;
+/// ... and its time per segment received at most this multiple of bpftrace's `tcp_probe.bt` on
+/// the same traffic (the tracepoint rows of the same run).
+pub(super) const LONG_VS_BPFTRACE: f64 = 0.5;
 /// Short flows: bbrscope's userspace under this share of one core at this rate.
 pub(super) const SHORT_CPU: f64 = 0.05;
 pub(super) const SHORT_RATE: f64 = 5000.0;
@@ -84,6 +90,9 @@ fn cost_targets(c: &CostResult, out: &mut Vec<Target>) {
                     met: l.check_over_lookup.map(|r| r.median <= OWN_WORK_RATIO),
                 });
             }
+        }
+        if path == "sockops" {
+            long_path_targets(c, out);
         }
         // Flat is about the per-ACK check (table misses), which the runs without a due sample
         // measure alone; with samples, the mean also follows how many callbacks are samples.
@@ -135,6 +144,34 @@ fn cost_targets(c: &CostResult, out: &mut Vec<Target>) {
             }
         }
     }
+}
+
+/// The long path's targets, per segment received (the runs there are not the floor's events):
+/// the sock_ops program's runs, and its time against bpftrace's on the tracepoint rows' traffic
+/// of the same run (the same emulated path, flows and length).
+fn long_path_targets(c: &CostResult, out: &mut Vec<Target>) {
+    let long = |path| c.levels.iter().find(|l| l.path == path && l.traffic == Traffic::LongPath);
+    let Some(mine) = long("sockops") else { return };
+    out.push(Target {
+        target: format!("sockops: {}, runs per segment received ≤ {LONG_RUNS_PER_SEGMENT}", level_label(mine)),
+        result: spread(mine.real_runs_per_segment, |v| format!("{v:.2}")),
+        met: mine.real_runs_per_segment.map(|r| r.median <= LONG_RUNS_PER_SEGMENT),
+    });
+    let bpftrace = long("tracepoint").and_then(|l| l.bpftrace_ns_per_segment);
+    let ratio = mine.real_ns_per_segment.zip(bpftrace).map(|(m, b)| m.median / b.median);
+    out.push(Target {
+        target: format!(
+            "sockops: {}, ns per segment received ≤ {LONG_VS_BPFTRACE}x bpftrace's tcp_probe.bt",
+            level_label(mine)
+        ),
+        result: format!(
+            "{} ns vs bpftrace {} ns{}",
+            spread(mine.real_ns_per_segment, |v| format!("{v:.0}")),
+            spread(bpftrace, |v| format!("{v:.0}")),
+            ratio.map_or(" (bpftrace not measured)".into(), |r| format!(": {r:.2}x")),
+        ),
+        met: ratio.map(|r| r <= LONG_VS_BPFTRACE),
+    });
 }
 
 /// A cost level as the tables name it.
