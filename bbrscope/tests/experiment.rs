@@ -200,6 +200,11 @@ fn every_connection_gets_an_arm_and_the_arms_algorithm() {
         ),
         "{scraped}"
     );
+    // Flows in flight per arm, served from the start (the unit test in sums.rs checks the values).
+    for arm in ["arm=\"a\",cc=\"cubic\"", "arm=\"b\",cc=\"bbr\""] {
+        let line = format!("bbrscope_experiment_in_flight_flows{{id=\"t_every\",{arm}}} ");
+        assert!(scraped.lines().any(|l| l.starts_with(&line)), "no {line} in:\n{scraped}");
+    }
     let mut truth: std::collections::BTreeMap<String, [f64; 4]> = Default::default();
     for s in &summaries {
         assert_eq!(s["retrans_at_open"].as_u64().unwrap_or(0), 0, "a SYN-ACK retransmitted on loopback: {s}");

@@ -112,14 +112,7 @@ impl LiveExperiment {
 
     /// Counts the open flows of each arm in the flow table.
     pub(crate) fn count_open(&mut self, table: &FlowTable) {
-        self.open = [0, 0];
-        for f in table.iter().filter(|f| f.closed_ns.is_none()) {
-            match f.life.owner.as_ref().and_then(|o| o.arm) {
-                Some(1) => self.open[0] += 1,
-                Some(2) => self.open[1] += 1,
-                _ => {}
-            }
-        }
+        self.open = open_per_arm(table);
     }
 
     /// How far along it is, e.g. `1:23 of 10:00 (8:37 left)` or `412 of 1,000 flows`.
@@ -219,6 +212,19 @@ fn scope_words(spec: &crate::observe::kernel::loader::ExperimentSpec) -> String 
         ));
     }
     if parts.is_empty() { "every new connection".into() } else { parts.join(", ") }
+}
+
+/// The flows of each arm (A, B) open in the flow table now.
+pub(crate) fn open_per_arm(table: &FlowTable) -> [usize; 2] {
+    let mut open = [0, 0];
+    for f in table.iter().filter(|f| f.closed_ns.is_none()) {
+        match f.life.owner.as_ref().and_then(|o| o.arm) {
+            Some(1) => open[0] += 1,
+            Some(2) => open[1] += 1,
+            _ => {}
+        }
+    }
+    open
 }
 
 #[cfg(test)]

@@ -308,7 +308,12 @@ impl Sink for Experiment {
                 }
             }
             Wake::Block => side.assigning.switch().context("switching the switchback's block")?,
-            Wake::Check => side.monitor.maybe_start(&self.obs, self.started.elapsed()),
+            Wake::Check => {
+                side.monitor.maybe_start(&self.obs, self.started.elapsed());
+                if let Some(sums) = &self.sums {
+                    sums.in_flight(super::progress::open_per_arm(table));
+                }
+            }
             Wake::Frame => self.frame(&mut side.dash, table)?,
             Wake::Key(key) => {
                 if let Some(why) = self.key(&mut side.dash, key, table)? {

@@ -5,8 +5,9 @@
 //! per-connection stratified estimate and its variance of every RTT band and of all flows follow
 //! from them, pooled over any set of hosts (docs/experiment-method.md, "Sums for a fleet").
 //!
-//! Bounded by construction: 2 arms x 5 bands x 4 sizes, five series each, plus one per arm, one
-//! per band (the guardrail's hold) and one info series: at most 208 series per experiment.
+//! Bounded by construction: 2 arms x 5 bands x 4 sizes, five series each, plus two per arm
+//! (overridden flows, flows in flight), one per band and one per `--prefix-list` group (the
+//! guardrail's hold) and one info series: at most 210 series per experiment, one more per group.
 
 use anyhow::Result;
 use prometheus_client::{
@@ -72,6 +73,7 @@ pub(crate) struct Sums {
     seconds: Family<CellLabels, FloatCounter>,
     bytes: Family<CellLabels, Counter>,
     overridden: Family<ArmLabels, Counter>,
+    in_flight: Family<ArmLabels, Gauge>,
     held: Family<BandLabels, Gauge>,
     lists: Vec<String>,
     held_lists: Family<ListLabels, Gauge>,
@@ -133,6 +135,7 @@ impl Sums {
             seconds: Family::default(),
             bytes: Family::default(),
             overridden: Family::default(),
+            in_flight: Family::default(),
             held: Family::default(),
             lists: about.lists.clone(),
             held_lists: Family::default(),
@@ -141,6 +144,7 @@ impl Sums {
         for arm in 0..2 {
             s.overridden.get_or_create(&s.arm(arm)).inc_by(0);
         }
+        s.in_flight([0, 0]);
         s.hold(Held::default());
         registry.register(
             "bbrscope_experiment_info",
@@ -210,6 +214,12 @@ impl Sums {
             self.overridden.clone(),
         );
         registry.register(
+            "bbrscope_experiment_in_flight_flows",
+            "Flows of an arm open now (started, not finished): not in the sums until they finish, and counted as \
+             censored at the run's end",
+            self.in_flight.clone(),
+        );
+        registry.register(
             "bbrscope_experiment_guardrail_held",
             "1 while the guardrail holds a band of clients at its status quo (no arm for its new connections), else 0",
             self.held.clone(),
@@ -235,6 +245,13 @@ impl Sums {
         for (g, label) in self.lists.iter().enumerate() {
             let labels = ListLabels { id: self.id.clone(), prefix_list: label.clone() };
             self.held_lists.get_or_create(&labels).set(i64::from(held.lists & 1 << g != 0));
+        }
+    }
+
+    /// The flows of each arm open now (A, B).
+    pub(crate) fn in_flight(&self, open: [usize; 2]) {
+        for (arm, n) in open.into_iter().enumerate() {
+            self.in_flight.get_or_create(&self.arm(arm)).set(i64::try_from(n).unwrap_or(i64::MAX));
         }
     }
 
@@ -349,10 +366,18 @@ mod tests {
         let squares: f64 = cell.iter().map(|t| t.ln() * t.ln()).sum();
         assert!(close(value("bbrscope_experiment_completion_ln_seconds_squared_total"), squares));
         assert!(close(value("bbrscope_experiment_completion_seconds_total"), cell.iter().sum()));
-        // Bounded: 2 arms x 5 bands x 4 sizes x 5 series at most, plus the arms', the bands', the
-        // prefix lists' and the info.
+        // Bounded: 2 arms x 5 bands x 4 sizes x 5 series at most, plus the arms' two, the bands',
+        // the prefix lists' and the info.
         let series = text.lines().filter(|l| !l.starts_with('#')).count();
-        assert!(series <= 2 * 5 * 4 * 5 + 2 + 5 + 2 + 1, "{series}");
+        assert!(series <= 2 * 5 * 4 * 5 + 2 * 2 + 5 + 2 + 1, "{series}");
+        // Flows in flight, per arm, 0 from the start.
+        let in_flight = |arm: &str, cc: &str, v: u8| {
+            format!("bbrscope_experiment_in_flight_flows{{id=\"t1\",arm=\"{arm}\",cc=\"{cc}\"}} {v}")
+        };
+        assert!(text.contains(&in_flight("a", "cubic", 0)) && text.contains(&in_flight("b", "bbr", 0)), "{text}");
+        sums.in_flight([3, 7]);
+        let text = crate::scrape::render(&registry);
+        assert!(text.contains(&in_flight("a", "cubic", 3)) && text.contains(&in_flight("b", "bbr", 7)), "{text}");
         // The guardrail's hold, a gauge per band and per prefix-list group, each 0 from the start.
         let list_held = |label: &str, v: u8| {
             format!("bbrscope_experiment_guardrail_held_prefix_list{{id=\"t1\",prefix_list=\"{label}\"}} {v}")
