@@ -116,13 +116,15 @@ fn every_connection_gets_an_arm_and_the_arms_algorithm() {
     // Watched: a report a line, a look a second, the same answer while nothing changes, its
     // judgments served to Prometheus for the experiment's dashboard, until Ctrl-C (exit 0).
     let judged = judged_at.to_string();
-    let mut watching = bbrscope()
-        .args(["experiment", "--analyze-prometheus", &url, "--id", "t_every", "--watch", "1s", "--json"])
-        .args(["--metrics-listen", &judged])
-        .stdout(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut looks = BufReader::new(watching.stdout.take().unwrap()).lines();
+    let mut watching = Reaped(
+        bbrscope()
+            .args(["experiment", "--analyze-prometheus", &url, "--id", "t_every", "--watch", "1s", "--json"])
+            .args(["--metrics-listen", &judged])
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap(),
+    );
+    let mut looks = BufReader::new(watching.0.stdout.take().unwrap()).lines();
     let (first, second): (Value, Value) = (
         serde_json::from_str(&looks.next().unwrap().unwrap()).unwrap(),
         serde_json::from_str(&looks.next().unwrap().unwrap()).unwrap(),
@@ -143,8 +145,8 @@ fn every_connection_gets_an_arm_and_the_arms_algorithm() {
         .collect();
     assert!(empty.is_empty(), "dashboard queries without data:\n{}", empty.join("\n"));
     // SAFETY: kill(2) on our own child's pid.
-    unsafe { libc::kill(watching.id() as i32, libc::SIGINT) };
-    assert_eq!(wait_timeout(&mut watching, Duration::from_secs(10)).and_then(|s| s.code()), Some(0));
+    unsafe { libc::kill(watching.0.id() as i32, libc::SIGINT) };
+    assert_eq!(wait_timeout(&mut watching.0, Duration::from_secs(10)).and_then(|s| s.code()), Some(0));
     assert_eq!(first["groups"], second["groups"]);
     let live = report_of(child);
     assert!(TcpStream::connect(sums_at).is_err(), "the sums are still served at {sums_at} after the run");

@@ -153,6 +153,17 @@ impl Drop for Stream {
     }
 }
 
+/// A child process killed and reaped when dropped, so that one a test started does not outlive
+/// an assertion that fails while it runs.
+pub(crate) struct Reaped(pub(crate) Child);
+
+impl Drop for Reaped {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
 pub(crate) fn wait_timeout(child: &mut Child, timeout: Duration) -> Option<std::process::ExitStatus> {
     let start = Instant::now();
     while start.elapsed() < timeout {
