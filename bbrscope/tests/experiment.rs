@@ -1344,7 +1344,7 @@ struct Redrawn {
     called: usize,
     /// Draws with "no difference" for all flows.
     same: usize,
-    /// The changes all flows could tell from none, %, one per draw that says.
+    /// The changes all flows could tell from none, %, one per draw that says, sorted.
     detectable: Vec<f64>,
     /// Draws the guardrail, replayed with looks every 2 s, stopped or sent a group back in.
     guard: usize,
@@ -1358,8 +1358,7 @@ impl Redrawn {
     }
 
     /// "A/A any group called 0.005, ...": the rates, for the test's output.
-    fn rates(&mut self) -> String {
-        self.detectable.sort_by(f64::total_cmp);
+    fn rates(&self) -> String {
         format!(
             "A/A any group called {:.3}, all flows no difference {:.3} (median detectable change ±{:.1}%), guardrail \
              stopped or sent back {:.3}; B 30% faster found {:.3}, 10% {:.3}",
@@ -1424,6 +1423,7 @@ fn redraw(
             r.found[k] += usize::from(all_b_better(&analysis::analyze(&planted, &opts)));
         }
     }
+    r.detectable.sort_by(f64::total_cmp);
     r
 }
 
@@ -1452,7 +1452,7 @@ fn a_client_design_on_recorded_traffic_keeps_its_error_rate_and_finds_a_planted_
     let (obs, span) = fixture("client-a-a.ndjson");
     let clients: std::collections::BTreeSet<std::net::IpAddr> = obs.iter().map(|o| o.peer).collect();
     assert!(obs.len() > 1_500 && clients.len() >= 60, "{} flows from {} clients", obs.len(), clients.len());
-    let mut r = redraw(&obs, 200, |draw| {
+    let r = redraw(&obs, 200, |draw| {
         let salt = 7_000 + draw;
         let on_b = |ip: std::net::IpAddr| {
             let mapped = match ip {
@@ -1487,7 +1487,7 @@ fn a_switchback_on_recorded_traffic_keeps_its_error_rate_and_finds_a_planted_cha
     let (obs, span) = fixture("switchback-a-a.ndjson");
     assert!(obs.len() > 2_000 && span > 250.0, "{} flows over {span} s", obs.len());
     let mut rng = bbrscope::rng::Rng::new(3);
-    let mut r = redraw(&obs, 200, |draw| {
+    let r = redraw(&obs, 200, |draw| {
         let s = Schedule { block_s: 5.0, burn_in_s: 1.0, seed: 1_000 + draw };
         let arms = obs
             .iter()

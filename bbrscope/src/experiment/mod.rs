@@ -50,8 +50,6 @@ use serde_json::Value;
 /// Arms are set up in the kernel, which is configured with them: their type lives with the
 /// loader's experiment settings.
 pub use crate::observe::kernel::loader::Arm;
-/// How an answer weighs its responses (`--metric`): the error-rate harnesses of the tests choose it.
-pub use decide::PrimaryMetric;
 
 /// One finished flow of the experiment: what its `flow_summary` says.
 #[derive(Clone, Debug, PartialEq)]
