@@ -43,9 +43,12 @@ pub mod schedule;
 pub mod setup;
 pub(crate) mod sums;
 
-use std::net::{IpAddr, SocketAddr};
+use std::net::IpAddr;
 
+use serde::Deserialize as _;
 use serde_json::Value;
+
+use crate::observe::schema::SummaryLine;
 
 /// Arms are set up in the kernel, which is configured with them: their type lives with the
 /// loader's experiment settings.
@@ -93,6 +96,16 @@ pub struct Observation {
     /// its algorithm then): the guardrail watches only the arms that moved it. `None` where the
     /// kernel did not say (recordings made before it did): the run's status quo stands in.
     pub status_quo: Option<[bool; 2]>,
+}
+
+/// A record read as a `flow_summary`; `None` for another type or one that does not parse.
+pub(crate) fn summary_line(v: &Value) -> Option<SummaryLine<'_>> {
+    // The stream always writes a duration; a line without one is not a flow's summary (the
+    // schema reads it as 0 for the replay of the oldest recordings).
+    if v["type"] != "flow_summary" || !v["duration_s"].is_number() {
+        return None;
+    }
+    SummaryLine::deserialize(v).ok()
 }
 
 /// The handshake as the client waits for it: one round trip (the SYN-ACK's), plus the SYN-ACK
@@ -174,44 +187,45 @@ impl Observation {
 
     /// Reads a `flow_summary` record that carries an experiment arm (`arm` "a" or "b").
     pub fn from_summary(v: &Value) -> Option<Self> {
-        if v["type"] != "flow_summary" {
-            return None;
-        }
-        let arm = match v["arm"].as_str()? {
+        Self::from_line(&summary_line(v)?)
+    }
+
+    /// [`Observation::from_summary`] of a summary already read: `None` without an arm, the
+    /// bytes acked or an algorithm.
+    pub(crate) fn from_line(line: &SummaryLine<'_>) -> Option<Self> {
+        let (f, owner) = (&line.summary, &line.summary.owner);
+        let arm = match owner.arm.as_deref()? {
             "a" => 0,
             "b" => 1,
             _ => return None,
         };
-        let peer: SocketAddr = v["dst"].as_str()?.parse().ok()?;
-        let acked = v["bytes_acked"].as_u64()?;
+        let accepted = owner.side.as_deref() == Some("accept");
         // The kernel counts the FIN (and an active opener's SYN) as acked bytes.
-        let syn_fin = if v["side"] == "connect" { 2 } else { 1 };
-        let ccs: Vec<&str> =
-            v["ccs"].as_array().map_or_else(Vec::new, |a| a.iter().filter_map(Value::as_str).collect());
-        let min_rtt_us = v["min_rtt_us"].as_u64().map(|x| x as u32);
+        let syn_fin = if owner.side.as_deref() == Some("connect") { 2 } else { 1 };
+        let cc = f.ccs.first().or(line.cc.as_ref())?;
         Some(Observation {
             arm,
-            cc: ccs.first().copied().or(v["cc"].as_str())?.to_string(),
-            switched: ccs.len() > 1,
-            peer: peer.ip(),
-            bytes: acked.saturating_sub(syn_fin),
-            duration_s: v["duration_s"].as_f64()?,
+            cc: cc.to_string(),
+            switched: f.ccs.len() > 1,
+            peer: line.dst.ip(),
+            bytes: f.bytes_acked?.saturating_sub(syn_fin),
+            duration_s: f.duration_s,
             handshake_s: handshake_s(
-                v["side"] == "accept",
-                v["srtt_first_us"].as_u64(),
-                min_rtt_us,
-                v["retrans_at_open"].as_u64().unwrap_or(0),
+                accepted,
+                Some(u64::from(f.srtt_first_us)),
+                f.min_rtt_us,
+                u64::from(f.retrans_at_open),
             ),
-            end_ts: v["ts"].as_f64(),
-            goodput_bps: v["goodput_bps"].as_u64(),
-            srtt_median_us: v["srtt_median_us"].as_u64().map(|x| x as u32),
-            min_rtt_us,
-            retrans: v["retrans_total"].as_u64().unwrap_or(0) as u32,
-            data_segs_out: v["data_segs_out"].as_u64().unwrap_or(0) as u32,
-            cgroup_id: v["cgroup_id"].as_u64(),
-            cgroup: v["cgroup"].as_str().map(str::to_string),
+            end_ts: line.ts,
+            goodput_bps: f.goodput_bps,
+            srtt_median_us: f.srtt_median_us,
+            min_rtt_us: f.min_rtt_us,
+            retrans: f.retrans_total.unwrap_or(0),
+            data_segs_out: f.data_segs_out.unwrap_or(0),
+            cgroup_id: owner.cgroup_id,
+            cgroup: owner.cgroup.as_deref().map(str::to_string),
             censored: false,
-            status_quo: v["status_quo"].as_str().and_then(crate::observe::schema::status_quo_of),
+            status_quo: owner.status_quo.as_deref().and_then(crate::observe::schema::status_quo_of),
         })
     }
 
@@ -258,5 +272,19 @@ mod tests {
         let mut no_arm = v.clone();
         no_arm["arm"] = Value::Null;
         assert!(Observation::from_summary(&no_arm).is_none());
+        // Read by the stream's own types (observe::schema): a line the stream would not write is
+        // no observation — a field of the wrong type, no duration, no bytes acked.
+        for (field, bad) in
+            [("srtt_median_us", Value::from("x")), ("duration_s", Value::Null), ("bytes_acked", Value::Null)]
+        {
+            let mut wrong = v.clone();
+            wrong[field] = bad;
+            assert!(Observation::from_summary(&wrong).is_none(), "{field}");
+        }
+        // The algorithms it ran come first, then the head's.
+        let mut switched = v.clone();
+        switched["ccs"] = serde_json::json!(["cubic", "bbr"]);
+        let o = Observation::from_summary(&switched).unwrap();
+        assert_eq!((o.cc.as_str(), o.switched, o.srtt_median_us, o.retrans), ("cubic", true, Some(150_000), 2));
     }
 }

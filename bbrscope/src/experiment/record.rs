@@ -315,7 +315,7 @@ fn plausible(o: &Observation) -> bool {
 pub fn read(input: impl BufRead, is_file: bool) -> Result<Capture> {
     let mut reader = if is_file { Reader::of_file(input) } else { Reader::new(input) };
     let mut c = Capture::default();
-    let mut seen: HashSet<(u64, u64, String)> = HashSet::new();
+    let mut seen: HashSet<(u64, u64, std::net::SocketAddr)> = HashSet::new();
     while let Some(v) = reader.next_value()? {
         match v["type"].as_str() {
             Some("experiment") => {
@@ -362,16 +362,14 @@ pub fn read(input: impl BufRead, is_file: bool) -> Result<Capture> {
                 }
             }
             Some("flow_summary") if v["arm"].is_string() => {
-                let Some(o) = Observation::from_summary(&v).filter(plausible) else {
+                let read = super::summary_line(&v).and_then(|l| Some((Observation::from_line(&l)?, l)));
+                let Some((o, line)) = read.filter(|(o, _)| plausible(o)) else {
                     c.rejected += 1;
                     continue;
                 };
                 // A flow is its socket cookie and start; with neither, its peer and end.
-                let key = (
-                    v["cookie"].as_u64().unwrap_or(0),
-                    v["start_ts"].as_f64().or(o.end_ts).map_or(0, f64::to_bits),
-                    v["dst"].as_str().unwrap_or("").to_string(),
-                );
+                let key =
+                    (line.cookie.unwrap_or(0), line.summary.start_ts.or(o.end_ts).map_or(0, f64::to_bits), line.dst);
                 if !seen.insert(key) {
                     c.duplicates += 1;
                     continue;

@@ -1,6 +1,7 @@
 //! The records `bbrscope stream` writes (docs/stream.md), as types: the one statement of the
 //! stream's schema. The NDJSON sink ([`crate::observe::sink::json`]) writes them, the replay
-//! reader ([`crate::observe::replay`]) reads them back.
+//! reader ([`crate::observe::replay`]) reads them back, and so does an experiment's analysis of
+//! a recording ([`SummaryLine`], through `experiment::Observation::from_summary`).
 //!
 //! A field's place here is its place on the line: the sink writes the fields in this order, and
 //! its tests check every line against what serde's derived `Serialize` makes of these types.
@@ -40,6 +41,20 @@ pub(crate) struct FlowHead<'a> {
     pub(crate) dst: SocketAddr,
     pub(crate) cc: Name,
     pub(crate) ca_state: CaState,
+}
+
+/// A `flow_summary` as an analysis reads it back: the [`FlowHead`] fields it uses, lenient
+/// where recordings stripped to their summaries (bbrscope/tests/fixtures) leave fields out, and
+/// the [`Summary`]. The replay reader keeps [`FlowRecord`]'s strict head: it keys flows by
+/// cookie.
+#[derive(Deserialize)]
+pub(crate) struct SummaryLine<'a> {
+    pub(crate) ts: Option<f64>,
+    pub(crate) cookie: Option<u64>,
+    pub(crate) dst: SocketAddr,
+    pub(crate) cc: Option<Name>,
+    #[serde(flatten, borrow)]
+    pub(crate) summary: Summary<'a>,
 }
 
 /// Who owns the flow (all null on the tracepoint path): a `flow_open`'s body, and part of a
