@@ -28,7 +28,7 @@ test:
 	$(STEP) cargo clippy --all-targets -- -D warnings
 	# The kernel programs, for their own target (not a default member: see Cargo.toml).
 	$(STEP) sh -c 'cd bbrscope-ebpf && cargo clippy --target bpfel-unknown-none -Z build-std=core --release --lib --bins -- -D warnings'
-	# The library's root-free tests (bbrscope/tests/library), as nobody: none may come to need root.
+	# The root-free tests (bbrscope/tests/library; apply/'s rules, unit tests), as nobody: none may come to need root.
 	$(STEP) scripts/test-library.sh
 	# Unit tests and the black-box tests, as root (they load BPF programs, make namespaces); this
 	# runs the library's tests again, a few seconds. The default members: the eBPF crate only

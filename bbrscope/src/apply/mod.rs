@@ -3,7 +3,7 @@
 //! rollback on failure), with proof on real sockets. (`status` reads its record from outside.)
 //!
 //! [`transaction`] is one `apply` over all its scopes, [`revert`] one `revert` over the recorded
-//! scopes it names. [`plan`] only reads; [`run`] changes
+//! scopes it names. [`plan`] only reads, through [`machine`] (which unit tests fake); [`run`] changes
 //! ([`change`]) and records ([`state`]), one run at a time ([`lock`]) and not to be cut short by
 //! Ctrl-C ([`interrupt`]); the other modules each know one part of the system.
 
@@ -12,6 +12,7 @@ pub mod cgroup;
 pub(crate) mod change;
 pub(crate) mod files;
 pub(crate) mod lock;
+pub(crate) mod machine;
 pub(crate) mod plan;
 pub(crate) mod revert;
 pub(crate) mod run;

@@ -11,16 +11,13 @@ use super::{
     cgroup,
     change::Change,
     files,
+    machine::{Live, Machine},
     scope::Scope,
     state::State,
     sysctl_d::BootConfig,
 };
 use crate::sys::netns::{self, Netns};
-use crate::sys::{
-    qdisc,
-    route::{self, Window},
-    sysctl,
-};
+use crate::sys::{route::Window, sysctl};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
@@ -101,13 +98,14 @@ pub(crate) struct Options {
     pub root: PathBuf,
 }
 
-/// Facts shared by every scope of one run.
+/// Facts shared by every scope of one run, and the machine the plan reads the rest from.
 pub(crate) struct Host {
     pub kernel: Kernel,
     pub state: State,
     /// Effective capabilities of bbrscope.
     pub caps: u64,
     pub own_netns: Netns,
+    pub machine: Box<dyn Machine>,
 }
 
 const CAP_NET_ADMIN: u32 = 12;
@@ -122,7 +120,13 @@ impl Host {
             .find_map(|l| l.strip_prefix("CapEff:"))
             .and_then(|v| u64::from_str_radix(v.trim(), 16).ok())
             .unwrap_or(0);
-        Ok(Host { kernel: Kernel::discover()?, state: State::load(root)?, caps, own_netns: netns::current()? })
+        Ok(Host {
+            kernel: Kernel::discover()?,
+            state: State::load(root)?,
+            caps,
+            own_netns: netns::current()?,
+            machine: Box::new(Live),
+        })
     }
 
     fn has(&self, cap: u32) -> bool {
@@ -156,7 +160,7 @@ pub(crate) fn plan(scope: &Scope, opts: &Options, host: &Host) -> Result<Plan> {
             if let Some(algo) = &opts.algorithm {
                 default_cc(&mut p, netns, algo, opts, host)?;
             }
-            tunables(&mut p, netns, opts)?;
+            tunables(&mut p, netns, opts, host)?;
             let qdisc = if netns::is_initial(netns) {
                 qdiscs(&mut p, opts, host)?
             } else {
@@ -171,7 +175,7 @@ pub(crate) fn plan(scope: &Scope, opts: &Options, host: &Host) -> Result<Plan> {
             };
             boot(&mut p, opts, qdisc, provision.as_ref(), &host.kernel)?;
             if opts.algorithm.is_some() {
-                sock_ops_programs(&mut p);
+                sock_ops_programs(&mut p, host);
             }
         }
         Scope::Netns { netns } => {
@@ -179,10 +183,10 @@ pub(crate) fn plan(scope: &Scope, opts: &Options, host: &Host) -> Result<Plan> {
             if let Some(algo) = &opts.algorithm {
                 default_cc(&mut p, netns, algo, opts, host)?;
             }
-            tunables(&mut p, netns, opts)?;
+            tunables(&mut p, netns, opts, host)?;
             p.check(Level::Info, "persistence", format!("{netns}'s settings live as long as the namespace (set them from whatever creates the namespace to keep them)"));
             if opts.algorithm.is_some() {
-                sock_ops_programs(&mut p);
+                sock_ops_programs(&mut p, host);
             }
         }
         Scope::Cgroup { path, ino } => {
@@ -190,7 +194,9 @@ pub(crate) fn plan(scope: &Scope, opts: &Options, host: &Host) -> Result<Plan> {
             let algo = opts.algorithm.as_deref().unwrap_or_default();
             cgroup_scope(&mut p, path, *ino, algo, host)?;
         }
-        Scope::Route { netns, prefix } => route_scope(&mut p, netns, prefix, opts.algorithm.as_deref(), &opts.windows)?,
+        Scope::Route { netns, prefix } => {
+            route_scope(&mut p, netns, prefix, opts.algorithm.as_deref(), &opts.windows, host)?;
+        }
     }
     // A module must be loaded before anything names its algorithm.
     if let Some(Provision::Loadable { module }) = &provision
@@ -243,15 +249,11 @@ fn namespace(p: &mut Plan, netns: &Netns, system: bool) {
 /// The live default of a namespace, and the allowed-list rule outside the initial one.
 fn default_cc(p: &mut Plan, netns: &Netns, algo: &str, opts: &Options, host: &Host) -> Result<()> {
     let algo = algo.to_string();
-    let (current, allowed, unwritable, routes) = netns::run(netns, || {
-        Ok((
-            sysctl::read(sysctl::CC)?.unwrap_or_default(),
-            sysctl::read(sysctl::ALLOWED)?.map(|v| sysctl::words(&v)).unwrap_or_default(),
-            sysctl::unwritable(sysctl::CC),
-            route::with_congctl()?,
-        ))
-    })?;
-    for r in routes {
+    let m = &host.machine;
+    let current = m.sysctl(netns, sysctl::CC)?.unwrap_or_default();
+    let allowed = m.sysctl(netns, sysctl::ALLOWED)?.map(|v| sysctl::words(&v)).unwrap_or_default();
+    let unwritable = m.unwritable(netns, sysctl::CC)?;
+    for r in m.congctl_routes(netns)? {
         p.check(
             Level::Warn,
             "routes",
@@ -310,7 +312,7 @@ fn default_cc(p: &mut Plan, netns: &Netns, algo: &str, opts: &Options, host: &Ho
 }
 
 /// `--sysctl` settings in one namespace: each must exist there and be writable.
-fn tunables(p: &mut Plan, netns: &Netns, opts: &Options) -> Result<()> {
+fn tunables(p: &mut Plan, netns: &Netns, opts: &Options, host: &Host) -> Result<()> {
     for (key, value) in &opts.sysctls {
         // The kernel shows other namespaces the host's net.core buffer maxima (read-only) or none.
         if key.starts_with("net.core.") && !netns::is_initial(netns) {
@@ -321,11 +323,11 @@ fn tunables(p: &mut Plan, netns: &Netns, opts: &Options) -> Result<()> {
             );
             continue;
         }
-        let (now, unwritable) = netns::run(netns, || Ok((sysctl::read(key)?, sysctl::unwritable(key))))?;
+        let now = host.machine.sysctl(netns, key)?;
         match now {
             None => p.check(Level::Block, "sysctl", format!("{netns} has no {key} (an older kernel?)")),
             Some(now) if now == *value => p.check(Level::Ok, "sysctl", format!("{key} is already {value} in {netns}")),
-            Some(now) => match unwritable {
+            Some(now) => match host.machine.unwritable(netns, key)? {
                 Some(why) => p.check(Level::Block, "sysctl", why),
                 None => {
                     p.check(Level::Info, "sysctl", format!("{key} is {now} in {netns}"));
@@ -344,7 +346,7 @@ fn tunables(p: &mut Plan, netns: &Netns, opts: &Options) -> Result<()> {
 
 /// Returns the qdisc that will be the default, when `--qdisc` asked for one this kernel has.
 fn qdiscs(p: &mut Plan, opts: &Options, host: &Host) -> Result<Option<String>> {
-    let roots = qdisc::roots()?;
+    let roots = host.machine.qdiscs()?;
     for q in &roots {
         let what = if q.is_kernel_default() {
             "kernel default".to_string()
@@ -368,10 +370,11 @@ fn qdiscs(p: &mut Plan, opts: &Options, host: &Host) -> Result<Option<String>> {
                     format!("this kernel publishes neither its configuration nor a module index: whether it has {q} is unknown"),
                 );
             }
-            let current = sysctl::read(sysctl::DEFAULT_QDISC)?.unwrap_or_default();
+            let own = &host.own_netns;
+            let current = host.machine.sysctl(own, sysctl::DEFAULT_QDISC)?.unwrap_or_default();
             let interfaces: Vec<String> =
                 roots.iter().filter(|r| r.needs_reapply(q)).map(|r| r.ifname.clone()).collect();
-            if let Some(why) = sysctl::unwritable(sysctl::DEFAULT_QDISC) {
+            if let Some(why) = host.machine.unwritable(own, sysctl::DEFAULT_QDISC)? {
                 p.check(Level::Block, "sysctl", why);
             } else if current != *q || !interfaces.is_empty() {
                 p.changes.push(Change::DefaultQdisc { from: current, to: q.clone(), interfaces });
@@ -507,13 +510,12 @@ fn describe_effective(config: &BootConfig, key: &str, kernel: &Kernel) -> String
 /// Other sock_ops programs can set any connection's algorithm, overriding defaults. bbrscope's
 /// own observers (`top`, `stream`, the exporter) only read, and are named as such; an experiment's
 /// observer does set algorithms, for the connections of its scope.
-fn sock_ops_programs(p: &mut Plan) {
-    const BPF_PROG_TYPE_SOCK_OPS: u32 = 13;
+fn sock_ops_programs(p: &mut Plan, host: &Host) {
     type Programs = Vec<(u32, String)>;
-    let (own, others): (Programs, Programs) = aya::programs::loaded_programs()
-        .flatten()
-        .filter(|i| i.program_type() as u32 == BPF_PROG_TYPE_SOCK_OPS)
-        .map(|i| (i.id(), i.name_as_str().unwrap_or_default().to_string()))
+    let (own, others): (Programs, Programs) = host
+        .machine
+        .sock_ops_programs()
+        .into_iter()
         .filter(|(_, n)| n != cgroup::PROGRAM_NAME)
         .partition(|(_, n)| n == crate::observe::kernel::loader::SOCKOPS_KERNEL_NAME);
     let ids = |v: &[(u32, String)]| v.iter().map(|(id, n)| format!("{n} (id {id})")).collect::<Vec<_>>().join(", ");
@@ -526,7 +528,7 @@ fn sock_ops_programs(p: &mut Plan) {
     if own.is_empty() {
         return;
     }
-    let running = crate::sys::experiment_lock::running().unwrap_or_default();
+    let running = host.machine.experiments();
     for x in &running {
         p.check(Level::Warn, "sock_ops", format!(
             "a bbrscope experiment is running (pid {}, {}): it sets {} or {} on new connections of its scope until it ends",
@@ -548,8 +550,8 @@ fn sock_ops_programs(p: &mut Plan) {
 fn cgroup_scope(p: &mut Plan, path: &Path, ino: u64, algo: &str, host: &Host) -> Result<()> {
     p.check(Level::Ok, "cgroup", format!("{} is a cgroup v2 directory (id {ino})", path.display()));
     let pin = cgroup::pin_path(ino);
-    let (direct, multi) = cgroup::attached(path, false)?;
-    let (effective, _) = cgroup::attached(path, true)?;
+    let (direct, multi) = host.machine.attached(path, false)?;
+    let (effective, _) = host.machine.attached(path, true)?;
     let foreign: Vec<String> =
         direct.iter().filter(|a| !a.is_ours()).map(|a| format!("{} (id {})", a.name, a.id)).collect();
     if !multi && !foreign.is_empty() {
@@ -578,7 +580,7 @@ fn cgroup_scope(p: &mut Plan, path: &Path, ino: u64, algo: &str, host: &Host) ->
         ));
     }
     let recorded = host.state.find(&p.scope).and_then(|e| e.algorithm.clone());
-    let replaced = if pin.exists() {
+    let replaced = if host.machine.pinned(&pin) {
         match &recorded {
             Some(a) if a == algo => {
                 p.check(
@@ -601,7 +603,7 @@ fn cgroup_scope(p: &mut Plan, path: &Path, ino: u64, algo: &str, host: &Host) ->
     } else {
         None
     };
-    if !cgroup::bpffs_mounted() {
+    if !host.machine.bpffs_mounted() {
         p.check(Level::Info, "bpffs", format!("bpffs is not mounted at {}: bbrscope will mount it", cgroup::BPFFS));
         p.changes.push(Change::MountBpffs);
     }
@@ -619,8 +621,9 @@ fn route_scope(
     prefix: &ipnet::IpNet,
     algo: Option<&str>,
     windows: &[(Window, u32)],
+    host: &Host,
 ) -> Result<()> {
-    let found = netns::run(netns, || route::find(prefix))?;
+    let found = host.machine.route(netns, prefix)?;
     let Some(r) = found else {
         p.check(
             Level::Block,
@@ -688,4 +691,283 @@ fn route_scope(
         );
     }
     Ok(())
+}
+
+/// The plan's rules against a described machine ([`super::machine::Fake`]): no root, no kernel.
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::apply::{cgroup::Attached, machine::Fake, testroot::TempRoot};
+    use crate::sys::{experiment_lock::Running, qdisc::RootQdisc, route::Route};
+
+    /// The initial namespace on kernels that fix its inode (this one does).
+    fn host_ns() -> Netns {
+        Netns { label: "this namespace".into(), path: "/proc/self/ns/net".into(), ino: 0xEFFF_FFF9 }
+    }
+
+    fn container_ns() -> Netns {
+        Netns { label: "web".into(), path: "/run/netns/web".into(), ino: 4_026_532_999 }
+    }
+
+    fn host(machine: Fake) -> Host {
+        Host {
+            kernel: Kernel::from_parts(&["reno", "cubic", "bbr"], Some("CONFIG_TCP_CONG_HTCP=m\n"), None),
+            state: State::default(),
+            caps: u64::MAX,
+            own_netns: host_ns(),
+            machine: Box::new(machine),
+        }
+    }
+
+    fn opts(root: &TempRoot, algorithm: &str) -> Options {
+        Options {
+            algorithm: Some(algorithm.into()),
+            sysctls: Vec::new(),
+            windows: Vec::new(),
+            persist: false,
+            allow: false,
+            qdisc: None,
+            root: root.path().to_path_buf(),
+        }
+    }
+
+    /// The machine's defaults: cubic in both namespaces, the usual allowed list.
+    fn machine() -> Fake {
+        let mut m = Fake { bpffs: true, ..Fake::default() };
+        for ns in [host_ns(), container_ns()] {
+            m.set(&ns, sysctl::CC, "cubic").set(&ns, sysctl::ALLOWED, "reno cubic");
+        }
+        m
+    }
+
+    fn checks(p: &Plan, level: Level) -> Vec<&str> {
+        p.checks.iter().filter(|c| c.level == level).map(|c| c.topic).collect()
+    }
+
+    fn changes(p: &Plan) -> Vec<String> {
+        p.changes.iter().map(Change::describe).collect()
+    }
+
+    #[test]
+    fn the_initial_namespace_switches_and_the_kernel_s_own_allowed_list_entry_is_recorded() {
+        let root = TempRoot::new();
+        let p = plan(&Scope::System { netns: host_ns() }, &opts(&root, "bbr"), &host(machine())).unwrap();
+        assert!(!p.blocked(), "{:?}", p.checks);
+        // The kernel adds a new default to the allowed list itself: recorded, so revert takes it off.
+        let allowed = Change::Sysctl {
+            netns: host_ns(),
+            key: sysctl::ALLOWED.into(),
+            from: "reno cubic".into(),
+            to: "reno cubic bbr".into(),
+        };
+        let cc = Change::Sysctl { netns: host_ns(), key: sysctl::CC.into(), from: "cubic".into(), to: "bbr".into() };
+        assert_eq!(p.changes, vec![allowed, cc]);
+        // --no-persist: the next boot is named.
+        assert!(checks(&p, Level::Warn).contains(&"boot"), "{:?}", p.checks);
+
+        let mut already = machine();
+        already.set(&host_ns(), sysctl::CC, "bbr");
+        let p = plan(&Scope::System { netns: host_ns() }, &opts(&root, "bbr"), &host(already)).unwrap();
+        assert!(p.changes.is_empty(), "{:?}", changes(&p));
+        assert!(p.checks.iter().any(|c| c.topic == "default" && c.text.contains("already bbr")));
+    }
+
+    #[test]
+    fn outside_the_initial_namespace_the_host_s_allowed_list_blocks_unless_allow_adds_it() {
+        let root = TempRoot::new();
+        let scope = Scope::Netns { netns: container_ns() };
+        let p = plan(&scope, &opts(&root, "bbr"), &host(machine())).unwrap();
+        assert!(p.blocked() && checks(&p, Level::Block) == ["allowed"], "{:?}", p.checks);
+        assert!(p.changes.is_empty(), "{:?}", changes(&p));
+
+        let mut allow = opts(&root, "bbr");
+        allow.allow = true;
+        let p = plan(&scope, &allow, &host(machine())).unwrap();
+        assert!(!p.blocked(), "{:?}", p.checks);
+        // The allowed list is the host's: the change is made in bbrscope's own namespace.
+        assert_eq!(
+            changes(&p),
+            [
+                format!("set {} = reno cubic bbr (was reno cubic) in this namespace", sysctl::ALLOWED),
+                format!("set {} = bbr (was cubic) in web", sysctl::CC),
+            ]
+        );
+        assert!(matches!(&p.changes[0], Change::Sysctl { netns, .. } if netns.ino == host_ns().ino));
+    }
+
+    #[test]
+    fn what_cannot_be_written_blocks_and_routes_with_their_own_algorithm_are_named() {
+        let root = TempRoot::new();
+        let mut m = machine();
+        m.read_only.insert((host_ns().ino, sysctl::CC.into()), "/proc/sys is read-only here".into());
+        let prefix: ipnet::IpNet = "203.0.113.0/24".parse().unwrap();
+        m.routes.push((host_ns().ino, Route::described(prefix, Some("reno"), None, None)));
+        let p = plan(&Scope::System { netns: host_ns() }, &opts(&root, "bbr"), &host(m)).unwrap();
+        assert!(p.blocked(), "{:?}", p.checks);
+        assert!(p.checks.iter().any(|c| c.level == Level::Block && c.text == "/proc/sys is read-only here"));
+        assert!(p.checks.iter().any(|c| c.topic == "routes" && c.text.contains("203.0.113.0/24 has congctl reno")));
+        assert!(p.changes.is_empty(), "{:?}", changes(&p));
+    }
+
+    #[test]
+    fn tunables_are_set_only_where_they_exist_differ_and_belong_to_the_namespace() {
+        let root = TempRoot::new();
+        let mut m = machine();
+        m.set(&container_ns(), "net.ipv4.tcp_notsent_lowat", "4294967295").set(
+            &container_ns(),
+            "net.ipv4.tcp_slow_start_after_idle",
+            "0",
+        );
+        let mut o = opts(&root, "cubic");
+        o.sysctls = [
+            ("net.ipv4.tcp_notsent_lowat", "131072"),
+            ("net.ipv4.tcp_slow_start_after_idle", "0"),
+            ("net.core.rmem_max", "67108864"),
+            ("net.ipv4.tcp_no_such", "1"),
+        ]
+        .iter()
+        .map(|&(k, v)| (k.to_string(), v.to_string()))
+        .collect();
+        let p = plan(&Scope::Netns { netns: container_ns() }, &o, &host(m)).unwrap();
+        let blocks: Vec<&str> = p.checks.iter().filter(|c| c.level == Level::Block).map(|c| c.text.as_str()).collect();
+        assert_eq!(
+            blocks,
+            [
+                "net.core.rmem_max is the host's: only the initial network namespace can change it, not web",
+                "web has no net.ipv4.tcp_no_such (an older kernel?)",
+            ]
+        );
+        assert_eq!(changes(&p), ["set net.ipv4.tcp_notsent_lowat = 131072 (was 4294967295) in web"]);
+    }
+
+    #[test]
+    fn a_default_qdisc_is_re_applied_only_to_interfaces_on_the_kernel_s_default() {
+        let root = TempRoot::new();
+        let mut m = machine();
+        m.set(&host_ns(), sysctl::DEFAULT_QDISC, "pfifo_fast");
+        let q = |ifname: &str, kind: &str, handle: u32| RootQdisc {
+            ifindex: 2,
+            ifname: ifname.into(),
+            kind: kind.into(),
+            handle,
+        };
+        m.qdiscs = vec![q("eth0", "pfifo_fast", 0), q("eth1", "htb", 1 << 16), q("lo", "noqueue", 0)];
+        let mut o = opts(&root, "bbr");
+        o.qdisc = Some("fq".into());
+        let mut h = host(m);
+        h.kernel = Kernel::from_parts(&["reno", "cubic", "bbr"], Some("CONFIG_NET_SCH_FQ=y\n"), None);
+        let p = plan(&Scope::System { netns: host_ns() }, &o, &h).unwrap();
+        let qdisc = p.changes.iter().find(|c| matches!(c, Change::DefaultQdisc { .. }));
+        assert_eq!(
+            qdisc,
+            Some(&Change::DefaultQdisc { from: "pfifo_fast".into(), to: "fq".into(), interfaces: vec!["eth0".into()] })
+        );
+        assert!(p.checks.iter().any(|c| c.text == "eth1: htb (custom, handle 1:, left alone)"));
+
+        // A kernel without fq: the step is skipped with a warning, nothing else changes.
+        h.kernel = Kernel::from_parts(&["reno", "cubic", "bbr"], Some("CONFIG_NET_SCH_FQ_CODEL=y\n"), None);
+        let p = plan(&Scope::System { netns: host_ns() }, &o, &h).unwrap();
+        assert!(!p.changes.iter().any(|c| matches!(c, Change::DefaultQdisc { .. })));
+        assert!(checks(&p, Level::Warn).contains(&"fq"), "{:?}", p.checks);
+    }
+
+    #[test]
+    fn a_route_is_changed_only_where_it_exists_and_only_in_what_differs() {
+        let root = TempRoot::new();
+        let prefix: ipnet::IpNet = "198.51.100.0/24".parse().unwrap();
+        let scope = Scope::Route { netns: host_ns(), prefix };
+        let p = plan(&scope, &opts(&root, "bbr"), &host(machine())).unwrap();
+        assert!(p.blocked() && checks(&p, Level::Block) == ["route"], "{:?}", p.checks);
+
+        let mut m = machine();
+        let gw = Some("192.0.2.1".parse().unwrap());
+        m.routes.push((host_ns().ino, Route::described(prefix, Some("cubic"), Some(10), gw)));
+        let mut o = opts(&root, "bbr");
+        o.windows = vec![(Window::Initcwnd, 10), (Window::Initrwnd, 40)];
+        let p = plan(&scope, &o, &host(m)).unwrap();
+        assert!(!p.blocked(), "{:?}", p.checks);
+        // initcwnd is 10 already: only the algorithm and initrwnd change.
+        assert_eq!(p.changes.len(), 2, "{:?}", changes(&p));
+        assert!(matches!(&p.changes[0], Change::RouteCc { from: Some(f), to, .. } if f == "cubic" && to == "bbr"));
+        assert!(matches!(&p.changes[1], Change::RouteWindow { window: Window::Initrwnd, from: None, to: 40, .. }));
+        assert!(p.checks.iter().any(|c| c.topic == "route" && c.text.contains("via 192.0.2.1")));
+    }
+
+    #[test]
+    fn a_cgroup_held_exclusively_is_never_replaced_and_a_pinned_program_is_not_attached_twice() {
+        let root = TempRoot::new();
+        let path = std::path::PathBuf::from("/sys/fs/cgroup/web.slice");
+        let scope = Scope::Cgroup { path: path.clone(), ino: 77 };
+        let theirs = Attached { id: 5, name: "lb_setcc".into() };
+        let ours = Attached { id: 6, name: cgroup::PROGRAM_NAME.into() };
+
+        let mut exclusive = machine();
+        exclusive.cgroups.push((path.clone(), vec![theirs.clone()], false, Vec::new()));
+        let p = plan(&scope, &opts(&root, "bbr"), &host(exclusive)).unwrap();
+        assert!(p.blocked() && checks(&p, Level::Block) == ["cgroup"], "{:?}", p.checks);
+        assert!(p.changes.is_empty());
+
+        // Beside another program, with a parent's program that runs after ours, bpffs unmounted.
+        let mut beside = machine();
+        beside.bpffs = false;
+        beside.cgroups.push((
+            path.clone(),
+            vec![theirs.clone()],
+            true,
+            vec![Attached { id: 9, name: "parent_cc".into() }],
+        ));
+        let p = plan(&scope, &opts(&root, "bbr"), &host(beside)).unwrap();
+        assert!(!p.blocked(), "{:?}", p.checks);
+        assert!(matches!(p.changes.as_slice(), [Change::MountBpffs, Change::CgroupLink { replaced: None, .. }]));
+        assert!(p.checks.iter().any(|c| c.level == Level::Warn && c.text.contains("parent_cc (id 9)")));
+
+        // Already pinned for this algorithm, as recorded: nothing to do.
+        let mut pinned = machine();
+        pinned.cgroups.push((path.clone(), vec![ours], true, Vec::new()));
+        pinned.pins.push(cgroup::pin_path(77));
+        let mut h = host(pinned);
+        h.state.record(&scope, Some("bbr"), Vec::new());
+        let p = plan(&scope, &opts(&root, "bbr"), &h).unwrap();
+        assert!(p.changes.is_empty(), "{:?}", changes(&p));
+        // Recorded for another algorithm: replaced, and the old one named for revert.
+        let p = plan(&scope, &opts(&root, "cubic"), &h).unwrap();
+        assert!(matches!(p.changes.as_slice(), [Change::CgroupLink { replaced: Some(r), .. }] if r == "bbr"));
+    }
+
+    #[test]
+    fn missing_privileges_block_and_other_sock_ops_programs_or_an_experiment_are_named() {
+        let root = TempRoot::new();
+        let mut h = host(machine());
+        h.caps = 0;
+        let p = plan(&Scope::System { netns: host_ns() }, &opts(&root, "bbr"), &h).unwrap();
+        assert!(p.checks.iter().any(|c| c.level == Level::Block && c.text == "missing CAP_NET_ADMIN: run as root"));
+
+        let mut m = machine();
+        m.programs = vec![
+            (3, "lb_setcc".into()),
+            (4, crate::observe::kernel::loader::SOCKOPS_KERNEL_NAME.into()),
+            (5, cgroup::PROGRAM_NAME.into()),
+        ];
+        // As a lock file says it.
+        m.experiments = vec![
+            serde_json::from_str::<Running>(
+                r#"{"pid":4242,"arms":["cubic","bbr"],"split_pct":50,"sample_pct":100,"scope":"port 443",
+                    "started_at":0,"ends":"after 10:00","guardrail":true,"record":null}"#,
+            )
+            .unwrap(),
+        ];
+        let p = plan(&Scope::System { netns: host_ns() }, &opts(&root, "bbr"), &host(m)).unwrap();
+        let sock_ops: Vec<&str> = p.checks.iter().filter(|c| c.topic == "sock_ops").map(|c| c.text.as_str()).collect();
+        assert_eq!(sock_ops.len(), 2, "{sock_ops:?}");
+        assert!(sock_ops[0].contains("lb_setcc (id 3)") && !sock_ops[0].contains(cgroup::PROGRAM_NAME), "{sock_ops:?}");
+        assert!(sock_ops[1].contains("pid 4242, port 443") && sock_ops[1].contains("cubic or bbr"), "{sock_ops:?}");
+    }
+
+    #[test]
+    fn an_algorithm_from_a_module_loads_it_before_anything_names_it() {
+        let root = TempRoot::new();
+        let p = plan(&Scope::System { netns: host_ns() }, &opts(&root, "htcp"), &host(machine())).unwrap();
+        assert!(matches!(&p.changes[0], Change::LoadModule { module } if module == "tcp_htcp"), "{:?}", changes(&p));
+        assert!(p.changes.iter().skip(1).any(|c| matches!(c, Change::Sysctl { to, .. } if to == "htcp")));
+    }
 }

@@ -99,6 +99,20 @@ pub(crate) struct Route {
 }
 
 impl Route {
+    /// A route as a test describes it (main table, no metric), never sent to the kernel.
+    #[cfg(test)]
+    pub(crate) fn described(prefix: IpNet, cc: Option<&str>, initcwnd: Option<u32>, gateway: Option<IpAddr>) -> Route {
+        Route {
+            key: RouteKey { prefix, table: RT_TABLE_MAIN, metric: None },
+            cc: cc.map(str::to_string),
+            initcwnd,
+            initrwnd: None,
+            gateway,
+            header: Vec::new(),
+            attrs: Vec::new(),
+        }
+    }
+
     fn parse(data: &[u8]) -> Option<Route> {
         if data.len() < RTMSG_LEN {
             return None;
