@@ -1301,11 +1301,13 @@ fn client_load(p: &Population, local: std::net::Ipv4Addr, seed: u64, until: Inst
     }
 }
 
-/// Records bbrscope/tests/fixtures/client-a-a.ndjson: five minutes of real traffic with nothing
-/// to find (CUBIC in both arms) from 80 clients, each its own address: 40 behind a far lossy path
-/// (80 ms, 1% loss) and 40 behind a near one (10 ms), each asking a heavy-tailed mix at its own
-/// pace ([`client_load`]). The traffic a client design's error rate and power are measured on by
-/// re-drawn salts (`a_client_design_on_recorded_traffic_keeps_its_error_rate_and_finds_a_planted_change`).
+/// Records bbrscope/tests/fixtures/client-a-a.ndjson.gz: ten minutes (the experiment's default
+/// run) of real traffic with nothing to find (CUBIC in both arms) from 240 clients, each its own
+/// address: 120 behind a far lossy path (80 ms, 1% loss) and 120 behind a near one (10 ms), each
+/// asking a heavy-tailed mix at its own pace ([`client_load`]). The traffic a client design's
+/// error rate, power and time to "no difference" are measured on by re-drawn salts
+/// (`a_client_design_on_recorded_traffic_keeps_its_error_rate_and_finds_a_planted_change`).
+/// Gzipped: its ~20,000 flows are 7 MB of text.
 /// Run by hand: `cargo test --test experiment -- --ignored --test-threads=1 record_the_client_fixture`.
 #[test]
 #[ignore = "writes a test fixture"]
@@ -1315,11 +1317,11 @@ fn record_the_client_fixture() {
     let port = port_for(53_000);
     let far = population(73, 80, 0.01, port);
     let near = population(74, 10, 0.0, port);
-    let clients = [far.clients(40), near.clients(40)];
+    let clients = [far.clients(120), near.clients(120)];
     let record = std::env::temp_dir().join(format!("bbrs-exp-client-fixture-{}.ndjson", std::process::id()));
-    let flags = ["--no-guardrail", "--duration", "10m", "--record", record.to_str().unwrap()];
+    let flags = ["--no-guardrail", "--duration", "15m", "--record", record.to_str().unwrap()];
     let child = start_experiment("cubic,cubic", port, &flags);
-    let until = Instant::now() + Duration::from_secs(300);
+    let until = Instant::now() + Duration::from_secs(600);
     thread::scope(|s| {
         for (p, addrs) in [&far, &near].into_iter().zip(&clients) {
             for &local in addrs {
@@ -1331,8 +1333,10 @@ fn record_the_client_fixture() {
     report_of(child);
     let text = std::fs::read_to_string(&record).unwrap();
     let _ = std::fs::remove_file(&record);
-    let out = format!("{}/tests/fixtures/client-a-a.ndjson", env!("CARGO_MANIFEST_DIR"));
-    std::fs::write(out, summaries(&text)).unwrap();
+    let out = format!("{}/tests/fixtures/client-a-a.ndjson.gz", env!("CARGO_MANIFEST_DIR"));
+    let mut gz = flate2::write::GzEncoder::new(std::fs::File::create(out).unwrap(), flate2::Compression::best());
+    gz.write_all(summaries(&text).as_bytes()).unwrap();
+    gz.finish().unwrap();
     drop((far, near));
 }
 
@@ -1344,6 +1348,9 @@ struct Redrawn {
     called: usize,
     /// Draws with "no difference" for all flows.
     same: usize,
+    /// (minutes, draws with "no difference" for all flows among the flows ended by then): a
+    /// look every 2.5 minutes before the end.
+    same_by: Vec<(f64, usize)>,
     /// The changes all flows could tell from none, %, one per draw that says, sorted.
     detectable: Vec<f64>,
     /// Draws the guardrail, replayed with looks every 2 s, stopped or sent a group back in.
@@ -1359,9 +1366,10 @@ impl Redrawn {
 
     /// "A/A any group called 0.005, ...": the rates, for the test's output.
     fn rates(&self) -> String {
+        let by: String = self.same_by.iter().map(|&(min, n)| format!("{:.3} at {min} min, ", self.share(n))).collect();
         format!(
-            "A/A any group called {:.3}, all flows no difference {:.3} (median detectable change ±{:.1}%), guardrail \
-             stopped or sent back {:.3}; B 30% faster found {:.3}, 10% {:.3}",
+            "A/A any group called {:.3}, all flows no difference {by}{:.3} at the end (median detectable change \
+             ±{:.1}%), guardrail stopped or sent back {:.3}; B 30% faster found {:.3}, 10% {:.3}",
             self.share(self.called),
             self.share(self.same),
             self.detectable.get(self.detectable.len() / 2).copied().unwrap_or(f64::NAN),
@@ -1396,9 +1404,19 @@ fn redraw(
         guardrail::{self, StopRule},
     };
     let names = ["x".to_string(), "x".to_string()];
-    let mut r = Redrawn { draws: draws as usize, ..Redrawn::default() };
+    let start = obs.iter().filter_map(Observation::start_ts).fold(f64::INFINITY, f64::min);
+    let end = obs.iter().filter_map(|o| o.end_ts).fold(f64::NEG_INFINITY, f64::max);
+    let looks: Vec<f64> = (1..40).map(|k| f64::from(k) * 150.0).take_while(|&t| t < end - start - 30.0).collect();
+    let mut r = Redrawn {
+        draws: draws as usize,
+        same_by: looks.iter().map(|&t| (t / 60.0, 0)).collect(),
+        ..Redrawn::default()
+    };
     let all_b_better =
         |a: &analysis::Analysis| a.groups.iter().any(|g| g.kind == GroupKind::All && g.verdict.better_arm() == Some(1));
+    let all_same = |a: &analysis::Analysis| {
+        a.groups.iter().find(|g| g.kind == GroupKind::All).is_some_and(|g| g.verdict == Verdict::NoDifference)
+    };
     for i in 0..draws {
         let (design, arms) = draw(i);
         let opts =
@@ -1410,8 +1428,13 @@ fn redraw(
             .collect();
         let a = analysis::analyze(&drawn, &opts);
         r.called += usize::from(a.groups.iter().any(|g| g.verdict.better_arm().is_some()));
+        r.same += usize::from(all_same(&a));
+        for (&t, (_, n)) in looks.iter().zip(&mut r.same_by) {
+            let ended: Vec<Observation> =
+                drawn.iter().filter(|o| o.end_ts.is_some_and(|e| e <= start + t)).cloned().collect();
+            *n += usize::from(all_same(&analysis::analyze(&ended, &opts)));
+        }
         let all = a.groups.iter().find(|g| g.kind == GroupKind::All);
-        r.same += usize::from(all.is_some_and(|g| g.verdict == Verdict::NoDifference));
         r.detectable.extend(all.and_then(|g| serde_json::to_value(&g.answer).unwrap()["detectable_pct"].as_f64()));
         let replayed = guardrail::replay(&drawn, &StopRule::default(), &names, 2.0);
         r.guard += usize::from(replayed.stopped_at_s.is_some() || !replayed.switched_back.is_empty());
@@ -1431,27 +1454,29 @@ fn redraw(
 fn fixture(name: &str) -> (Vec<bbrscope::experiment::Observation>, f64) {
     use bbrscope::experiment::Observation;
     let path = format!("{}/tests/fixtures/{name}", env!("CARGO_MANIFEST_DIR"));
-    let capture =
-        bbrscope::experiment::record::read(BufReader::new(std::fs::File::open(&path).unwrap()), true).unwrap();
+    let file = std::fs::File::open(&path).unwrap();
+    let text: Box<dyn std::io::Read> =
+        if name.ends_with(".gz") { Box::new(flate2::read::GzDecoder::new(file)) } else { Box::new(file) };
+    let capture = bbrscope::experiment::record::read(BufReader::new(text), true).unwrap();
     let obs = capture.obs;
     let span = obs.iter().filter_map(|o| o.end_ts).fold(f64::NEG_INFINITY, f64::max)
         - obs.iter().filter_map(Observation::start_ts).fold(f64::INFINITY, f64::min);
     (obs, span)
 }
 
-/// A client design's error rate and power on real traffic: the recorded A/A traffic above (80
-/// clients, its arms the same algorithm), each client given the arm of its salted hash, the salt
-/// drawn anew each time, so that whatever the analysis finds comes from how the clients differ
-/// and the traffic's own noise. Over 200 salts: any group called different at most 5%. B's flows
-/// made 30% and 10% faster: how often "all flows" finds B better (printed; the 30% must be
-/// found in most), and how often the A/A reached "no difference" within the recording's five
-/// minutes (printed).
+/// A client design's error rate, power and time to an answer on real traffic: the recorded A/A
+/// traffic above (240 clients over the default ten minutes, its arms the same algorithm), each
+/// client given the arm of its salted hash, the salt drawn anew each time, so that whatever the
+/// analysis finds comes from how the clients differ and the traffic's own noise. Over 200
+/// salts: any group called different at most 5%; "no difference" for all flows (B = A) said by
+/// the end of the run in at least half (printed with the looks before it). B's flows made 30%
+/// and 10% faster: how often "all flows" finds B better (printed; the 30% must be found in most).
 #[test]
 fn a_client_design_on_recorded_traffic_keeps_its_error_rate_and_finds_a_planted_change() {
     use bbrscope::experiment::setup::Design;
-    let (obs, span) = fixture("client-a-a.ndjson");
+    let (obs, span) = fixture("client-a-a.ndjson.gz");
     let clients: std::collections::BTreeSet<std::net::IpAddr> = obs.iter().map(|o| o.peer).collect();
-    assert!(obs.len() > 1_500 && clients.len() >= 60, "{} flows from {} clients", obs.len(), clients.len());
+    assert!(obs.len() > 10_000 && clients.len() >= 200, "{} flows from {} clients", obs.len(), clients.len());
     let r = redraw(&obs, 200, |draw| {
         let salt = 7_000 + draw;
         let on_b = |ip: std::net::IpAddr| {
@@ -1470,6 +1495,7 @@ fn a_client_design_on_recorded_traffic_keeps_its_error_rate_and_finds_a_planted_
         r.rates()
     );
     r.check();
+    assert!(r.share(r.same) >= 0.5, "no difference for all flows in {}/{} A/A draws of ten minutes", r.same, r.draws);
 }
 
 /// A switchback's error rate and power on real traffic: the recorded A/A traffic above (its
