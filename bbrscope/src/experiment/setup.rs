@@ -71,7 +71,7 @@ impl Setup {
             alpha: self.rule.alpha,
             status_quo: self.status_quo.clone(),
             prefix_lists: self.prefix_lists.clone(),
-            ..StopRule::default()
+            ..StopRule::under(&self.design)
         }
     }
 }

@@ -758,8 +758,9 @@ pub(crate) mod tests {
         let stopped = |link: Bottleneck, seeds: std::ops::Range<u64>, rule: &StopRule| {
             seeds
                 .filter(|&seed| {
-                    let (obs, _) = switchback_run(seed, 10, link);
-                    let r = replay(&obs, rule, &names, 2.0);
+                    let (obs, opts) = switchback_run(seed, 10, link);
+                    let rule = StopRule { switchback: opts.design.schedule(), ..rule.clone() };
+                    let r = replay(&obs, &rule, &names, 2.0);
                     r.stopped_at_s.is_some() || !r.switched_back.is_empty()
                 })
                 .count()
