@@ -278,6 +278,85 @@ fn fleet_is_offline(fleet: &Value, offline: &Value, groups: usize) {
     }
 }
 
+/// Flows still running are in no host's sums until they finish; the fleet's report counts them
+/// per arm (`bbrscope_experiment_in_flight_flows` of the hosts serving the experiment), against
+/// the server's own record of each connection's algorithm, in its JSON and its first line; once
+/// they end, it counts none.
+#[test]
+fn a_fleet_report_counts_the_flows_running_on_its_hosts() {
+    require_root();
+    let _turn = turn();
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let to = listener.local_addr().unwrap();
+    let server_log = serve_logging_cc(listener);
+    let sums_port = prometheus::free_port().to_string();
+    let (child, stderr) =
+        start_logged("cubic,bbr", to.port(), &["--no-guardrail", "--metrics-listen", &sums_port, "--id", "t_running"]);
+    let prom = prometheus::Prometheus::start(&[served_at(&stderr)]);
+    // Clients that ask for 8 MB and read 2 KB every 50 ms (receive buffers 64 KB): their flows
+    // stay open, acked slowly, so the observer samples them (a flow stalled on a zero window from
+    // its first packets would not be in the flow table before its first sample).
+    const HELD: usize = 4;
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let held: Vec<thread::JoinHandle<()>> = (0..HELD)
+        .map(|_| {
+            let stop = stop.clone();
+            use rustix::net::{AddressFamily, SocketType, socket, sockopt::set_socket_recv_buffer_size};
+            let fd = socket(AddressFamily::INET, SocketType::STREAM, None).unwrap();
+            set_socket_recv_buffer_size(&fd, 64 << 10).unwrap();
+            let mut c = connect_from(fd, to);
+            c.write_all(b"8000000\n").unwrap();
+            thread::spawn(move || {
+                let mut buf = [0u8; 2048];
+                while !stop.load(std::sync::atomic::Ordering::Relaxed) && c.read(&mut buf).is_ok_and(|n| n > 0) {
+                    thread::sleep(Duration::from_millis(50));
+                }
+            })
+        })
+        .collect();
+    let url = format!("http://{}", prom.addr);
+    let fleet = || -> Value {
+        let out = bbrscope()
+            .args(["experiment", "--analyze-prometheus", &url, "--id", "t_running", "--json"])
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        serde_json::from_slice(&out.stdout).unwrap()
+    };
+    let running = |f: &Value| ["a", "b"].map(|arm| f["fleet"]["running"][arm].as_u64().unwrap() as usize);
+    // The fleet's answer needs the experiment's info series scraped; the gauge is set every 2 s
+    // and scraped every second.
+    let until = Instant::now() + Duration::from_secs(30);
+    while prom.query("bbrscope_experiment_info{id=\"t_running\"}").is_empty() {
+        assert!(Instant::now() < until, "Prometheus never held the experiment's info: {}", prom.log());
+        thread::sleep(Duration::from_millis(250));
+    }
+    let counted = loop {
+        let r = running(&fleet());
+        if r[0] + r[1] == HELD {
+            break r;
+        }
+        assert!(Instant::now() < until, "the fleet counted {r:?} running, not {HELD}: {}", prom.log());
+        thread::sleep(Duration::from_millis(500));
+    };
+    let truth = ["cubic", "bbr"].map(|cc| server_log.lock().unwrap().iter().filter(|(_, c, _)| c == cc).count());
+    assert_eq!(counted, truth, "running per arm against the server's record of each connection's algorithm");
+    let text = bbrscope().args(["experiment", "--analyze-prometheus", &url, "--id", "t_running"]).output().unwrap();
+    let first = String::from_utf8_lossy(&text.stdout).lines().next().unwrap_or_default().to_string();
+    let words = format!("; {} A / {} B flows running now, in the answer once they finish", counted[0], counted[1]);
+    assert!(first.starts_with("fleet: experiment t_running on 1 host") && first.ends_with(&words), "{first}");
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    for h in held {
+        h.join().unwrap();
+    }
+    let until = Instant::now() + Duration::from_secs(30);
+    while running(&fleet()) != [0, 0] {
+        assert!(Instant::now() < until, "the ended flows still count as running: {}", prom.log());
+        thread::sleep(Duration::from_millis(500));
+    }
+    report_of(child);
+}
+
 /// Where the experiment says it serves its sums (`http://ADDR/metrics` on its stderr).
 fn served_at(stderr: &Mutex<String>) -> SocketAddr {
     let until = Instant::now() + Duration::from_secs(10);

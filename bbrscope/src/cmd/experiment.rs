@@ -21,7 +21,7 @@ use crate::{
         print::{self, Output},
         progress::{Limit, LiveExperiment},
         record,
-        report::{self, Context, InScope},
+        report::{self, Context, InFlight, InScope},
         request::{Looks, Mode, Request, Run},
         run::{Watch, Watched},
         setup::{self, Design, Setup},
@@ -170,7 +170,13 @@ fn fleet(request: &Request, source: &Source) -> Result<()> {
 
 /// What the fleet report says of the hosts it read.
 fn fleet_of(source: &Source, hosts: fleet::Hosts) -> print::Fleet {
-    print::Fleet { id: source.id.clone(), hosts: hosts.all, ended: hosts.ended, prometheus: source.url.clone() }
+    print::Fleet {
+        id: source.id.clone(),
+        hosts: hosts.all,
+        ended: hosts.ended,
+        prometheus: source.url.clone(),
+        running: InFlight { a: hosts.running[0], b: hosts.running[1] },
+    }
 }
 
 /// `--analyze-prometheus --watch`: the fleet's answer again every `every` until a signal: a line

@@ -51,11 +51,15 @@ pub(crate) struct Source {
 }
 
 /// The hosts an answer pooled: all of them, and those whose experiment has ended (their last
-/// sums, within the lookback).
+/// sums, within the lookback); and the flows per arm running now on those still serving it.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub(crate) struct Hosts {
     pub all: usize,
     pub ended: usize,
+    /// `bbrscope_experiment_in_flight_flows` added across the hosts serving it: flows a host adds
+    /// to its sums only once they finish, so the answer does not hold them yet (a slow arm's
+    /// slowest among them), and the report says how many.
+    pub running: [usize; 2],
 }
 
 /// Connecting, and each read, give up after this.
@@ -93,7 +97,7 @@ pub(crate) fn analyze(source: &Source, rule: Rule, metric: Option<PrimaryMetric>
         bail!("the hosts of experiment {} disagree on its design or arms: {}", source.id, seen.join("; "));
     };
     let serving = query(&format!("count(bbrscope_experiment_info{sel})"))?.first().map_or(0.0, |(_, v)| *v);
-    let hosts = Hosts { all: *hosts as usize, ended: (*hosts - serving).max(0.0) as usize };
+    let mut hosts = Hosts { all: *hosts as usize, ended: (*hosts - serving).max(0.0) as usize, running: [0, 0] };
     let label = |k: &str| labels.get(k).cloned().unwrap_or_default();
     if label("design") != record::design_key(&Design::PerConnection) {
         usage!(
@@ -141,6 +145,12 @@ pub(crate) fn analyze(source: &Source, rule: Rule, metric: Option<PrimaryMetric>
     for (l, v) in query(&format!("sum by (arm) ({})", last("bbrscope_experiment_overridden_flows_total")))? {
         if let Some(arm) = arm_of(&l) {
             overridden[arm] = v as usize;
+        }
+    }
+    // Running now: the hosts still serving it (an ended host's last gauge is no flow of now).
+    for (l, v) in query(&format!("sum by (arm) (bbrscope_experiment_in_flight_flows{sel})"))? {
+        if let Some(arm) = arm_of(&l) {
+            hosts.running[arm] = v as usize;
         }
     }
     Ok((analysis::of_sums(&cells, overridden, &opts), hosts))

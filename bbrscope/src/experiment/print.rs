@@ -9,10 +9,10 @@ use serde::Serialize;
 
 use super::{
     Observation,
-    format::fmt_pct,
+    format::{fmt_count, fmt_pct},
     guardrail::{self, GuardDecision, SwitchedBack},
     plot,
-    report::Report,
+    report::{InFlight, Report},
     setup::{Setup, report},
 };
 use crate::{
@@ -54,6 +54,9 @@ pub(crate) struct Fleet {
     /// Of those, the hosts whose experiment has ended (their last sums).
     pub ended: usize,
     pub prometheus: String,
+    /// Flows per arm running now on the hosts serving it: not in the sums (nor the answer) until
+    /// they finish.
+    pub running: InFlight,
 }
 
 impl Fleet {
@@ -62,6 +65,15 @@ impl Fleet {
         let hosts = if self.hosts == 1 { "host" } else { "hosts" };
         let ended = if self.ended > 0 { format!(" ({} of them ended)", self.ended) } else { String::new() };
         format!("{} {hosts}{ended}", self.hosts)
+    }
+
+    /// `; 3 A / 1 B flows running now, in the answer once they finish`, or nothing.
+    fn running_words(&self) -> String {
+        let InFlight { a, b } = self.running;
+        if a + b == 0 {
+            return String::new();
+        }
+        format!("; {} A / {} B flows running now, in the answer once they finish", fmt_count(a), fmt_count(b))
     }
 }
 
@@ -114,10 +126,11 @@ pub(crate) fn show(rep: &Report, out: &Output) -> Result<()> {
         }
         if let Some(f) = &out.fleet {
             outln!(
-                "fleet: experiment {} on {}, their sums from the Prometheus at {}",
+                "fleet: experiment {} on {}, their sums from the Prometheus at {}{}",
                 f.id,
                 f.hosts_words(),
-                f.prometheus
+                f.prometheus,
+                f.running_words()
             )?;
         }
         if let Some(why) = &out.stopped_by {
@@ -179,7 +192,7 @@ pub(crate) fn look(rep: &Report, fleet: &Fleet, now: &str, json: bool) -> Result
             outln!("{}", serde_json::to_string(&line)?)?;
             return Ok(());
         }
-        outln!("{now}: experiment {} on {}", fleet.id, fleet.hosts_words())?;
+        outln!("{now}: experiment {} on {}{}", fleet.id, fleet.hosts_words(), fleet.running_words())?;
         for g in &rep.groups {
             outln!("  {}", g.conclusion)?;
         }
