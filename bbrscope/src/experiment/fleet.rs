@@ -141,19 +141,21 @@ pub(crate) fn analyze(source: &Source, rule: Rule, metric: Option<PrimaryMetric>
             }
         }
     }
-    let mut overridden = [0, 0];
-    for (l, v) in query(&format!("sum by (arm) ({})", last("bbrscope_experiment_overridden_flows_total")))? {
-        if let Some(arm) = arm_of(&l) {
-            overridden[arm] = v as usize;
-        }
-    }
+    let overridden = per_arm(query(&format!("sum by (arm) ({})", last("bbrscope_experiment_overridden_flows_total")))?);
     // Running now: the hosts still serving it (an ended host's last gauge is no flow of now).
-    for (l, v) in query(&format!("sum by (arm) (bbrscope_experiment_in_flight_flows{sel})"))? {
+    hosts.running = per_arm(query(&format!("sum by (arm) (bbrscope_experiment_in_flight_flows{sel})"))?);
+    Ok((analysis::of_sums(&cells, overridden, &opts), hosts))
+}
+
+/// A `sum by (arm)` query's answer as counts for arms A and B (0 where it has none).
+fn per_arm(series: Vec<(BTreeMap<String, String>, f64)>) -> [usize; 2] {
+    let mut counts = [0, 0];
+    for (l, v) in series {
         if let Some(arm) = arm_of(&l) {
-            hosts.running[arm] = v as usize;
+            counts[arm] = v as usize;
         }
     }
-    Ok((analysis::of_sums(&cells, overridden, &opts), hosts))
+    counts
 }
 
 /// A watch's judgments as Prometheus series (`--watch --metrics-listen`), for the dashboard of a
