@@ -108,38 +108,64 @@ fn emulator_bottleneck_rate_is_within_5_percent_at_50_mbit() {
 #[test]
 fn emulator_idle_rtt_is_within_1_ms_of_configured() {
     let _g = heavy();
-    let link = Link::new(0, &link_config(50_000_000, 100, 625_000, LossSpec::NONE)).unwrap();
-    let (tx, rx) = udp_pair(&link);
-    let echo = thread::spawn(move || {
-        let mut buf = [0u8; 128];
-        while let Ok(n) = rx.recv(&mut buf) {
-            rx.send(&buf[..n]).unwrap();
-        }
-    });
-    tx.set_read_timeout(Some(Duration::from_secs(1))).unwrap();
-    let mut rtts = Vec::new();
-    for _ in 0..40 {
-        let t = Instant::now();
-        tx.send(&[0u8; 36]).unwrap();
-        let mut buf = [0u8; 128];
-        tx.recv(&mut buf).expect("echo reply");
-        rtts.push(t.elapsed());
-        thread::sleep(Duration::from_millis(20));
-    }
-    drop(tx);
-    echo.join().unwrap();
-    rtts.sort();
-    let (min, q1, median) = (rtts[0], rtts[10], rtts[20]);
-    eprintln!("idle RTT, configured 100 ms: min {min:?} lower quartile {q1:?} median {median:?} max {:?}", rtts[39]);
-    // Never early. Late only by the wake-ups of the threads on the way (the emulator's, the echo
-    // server's, this test's): on a quiet moment that is well under 1 ms, which the lower quartile
-    // shows. On this 2-core VM a moment is not always quiet (the kernel tearing down the previous
-    // test's namespaces, a neighbour's steal time: one CI run saw a median of 1.14 ms), so the
-    // median's bound is the emulator's own lateness limit plus that noise: 2 ms.
+    // What the machine itself adds, measured at the same moments: beside the 100 ms link, one of
+    // 0 ms (the same wake-ups on the way, the emulator's, the echo server's, this test's, without
+    // the timed delay), and this thread's own timed sleep from an idle machine (the 100 ms link's
+    // packet waits twice for its release time, once per direction, on a timer like that one).
+    let far = Link::new(0, &link_config(50_000_000, 100, 625_000, LossSpec::NONE)).unwrap();
+    let near = Link::new(1, &link_config(50_000_000, 0, 625_000, LossSpec::NONE)).unwrap();
+    let pairs = [udp_pair(&far), udp_pair(&near)];
+    let echoes: Vec<_> = pairs
+        .iter()
+        .map(|(_, rx)| {
+            let rx = rx.try_clone().unwrap();
+            thread::spawn(move || {
+                let mut buf = [0u8; 128];
+                while let Ok(n) = rx.recv(&mut buf) {
+                    rx.send(&buf[..n]).unwrap();
+                }
+            })
+        })
+        .collect();
+    // The emulator's timer slack, so the two timers are alike.
+    rustix::thread::set_current_timer_slack(std::num::NonZeroU64::new(1)).unwrap();
     let ms = Duration::from_millis;
-    assert!(min >= ms(100), "{rtts:?}");
-    assert!(q1.checked_sub(ms(100)).unwrap() < ms(1), "{rtts:?}");
-    assert!(median.checked_sub(ms(100)).unwrap() < ms(2), "{rtts:?}");
+    let (mut rtts, mut timer) = ([Vec::new(), Vec::new()], Vec::new());
+    for _ in 0..40 {
+        for ((tx, _), rtts) in pairs.iter().zip(&mut rtts) {
+            tx.set_read_timeout(Some(Duration::from_secs(1))).unwrap();
+            let t = Instant::now();
+            tx.send(&[0u8; 36]).unwrap();
+            let mut buf = [0u8; 128];
+            tx.recv(&mut buf).expect("echo reply");
+            rtts.push(t.elapsed());
+        }
+        let t = Instant::now();
+        thread::sleep(ms(20));
+        timer.push(t.elapsed() - ms(20));
+    }
+    drop(pairs);
+    echoes.into_iter().for_each(|e| e.join().unwrap());
+    for r in rtts.iter_mut().chain([&mut timer]) {
+        r.sort();
+    }
+    let [far, near] = rtts;
+    let late = |i: usize| {
+        let machine = near[i] + 2 * timer[i];
+        far[i].checked_sub(ms(100)).unwrap().as_secs_f64() * 1e3 - machine.as_secs_f64() * 1e3
+    };
+    eprintln!(
+        "idle RTT, configured 100 ms: min {:?} lower quartile {:?} median {:?} max {:?}; \
+         0 ms beside it: lower quartile {:?} median {:?}; a timed sleep's lateness: lower quartile \
+         {:?} median {:?}; the emulator's own lateness {:.3} / {:.3} ms at the lower quartile / median",
+        far[0], far[10], far[20], far[39], near[10], near[20], timer[10], timer[20], late(10), late(20)
+    );
+    // Never early; late by the emulator's own doing well under 1 ms. (Judged alone, the 100 ms
+    // link's quartiles carried the machine's wake-ups: a CI run on this 2-core VM saw its lower
+    // quartile 1.05 ms late.)
+    assert!(far[0] >= ms(100), "{far:?}");
+    assert!(late(10) < 1.0, "{far:?}\n{near:?}\n{timer:?}");
+    assert!(late(20) < 1.0, "{far:?}\n{near:?}\n{timer:?}");
 }
 
 #[test]
