@@ -142,10 +142,12 @@ fn emulator_idle_rtt_is_within_1_ms_of_configured() {
         }
         let t = Instant::now();
         thread::sleep(ms(20));
-        timer.push(t.elapsed() - ms(20));
+        timer.push(t.elapsed().saturating_sub(ms(20)));
     }
     drop(pairs);
-    echoes.into_iter().for_each(|e| e.join().unwrap());
+    for echo in echoes {
+        echo.join().unwrap();
+    }
     for r in rtts.iter_mut().chain([&mut timer]) {
         r.sort();
     }
