@@ -160,7 +160,16 @@ fn emulator_idle_rtt_is_within_1_ms_of_configured() {
         "idle RTT, configured 100 ms: min {:?} lower quartile {:?} median {:?} max {:?}; \
          0 ms beside it: lower quartile {:?} median {:?}; a timed sleep's lateness: lower quartile \
          {:?} median {:?}; the emulator's own lateness {:.3} / {:.3} ms at the lower quartile / median",
-        far[0], far[10], far[20], far[39], near[10], near[20], timer[10], timer[20], late(10), late(20)
+        far[0],
+        far[10],
+        far[20],
+        far[39],
+        near[10],
+        near[20],
+        timer[10],
+        timer[20],
+        late(10),
+        late(20)
     );
     // Never early; late by the emulator's own doing well under 1 ms. (Judged alone, the 100 ms
     // link's quartiles carried the machine's wake-ups: a CI run on this 2-core VM saw its lower
