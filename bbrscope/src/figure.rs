@@ -47,10 +47,10 @@ fn png(svg: &str) -> Result<Vec<u8>> {
 /// A plotting area: its left and top edges, width and height, in SVG units.
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct Area {
-    pub x: f64,
-    pub y: f64,
-    pub w: f64,
-    pub h: f64,
+    pub(crate) x: f64,
+    pub(crate) y: f64,
+    pub(crate) w: f64,
+    pub(crate) h: f64,
 }
 
 impl Area {

@@ -22,69 +22,69 @@ const MIN_SENDING_SAMPLES: u32 = 5;
 /// the next sample found.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct Restart {
-    pub before: u32,
-    pub after: u32,
+    pub(crate) before: u32,
+    pub(crate) after: u32,
 }
 
 /// One flow, as the findings need it.
 #[derive(Clone, Debug, PartialEq)]
 pub(crate) struct FlowFacts {
-    pub dst: IpAddr,
+    pub(crate) dst: IpAddr,
     /// The flow's network namespace (inode); `None` where the observer could not tell.
-    pub netns: Option<u32>,
+    pub(crate) netns: Option<u32>,
     /// The algorithm it started on.
-    pub cc: String,
+    pub(crate) cc: String,
     /// Seen from its start to its close: its byte count is the whole flow's.
-    pub whole: bool,
+    pub(crate) whole: bool,
     /// Data bytes this host sent and the peer acknowledged (SYN and FIN excluded).
-    pub sent: u64,
-    pub mss: Option<u32>,
-    pub min_rtt_us: Option<u32>,
+    pub(crate) sent: u64,
+    pub(crate) mss: Option<u32>,
+    pub(crate) min_rtt_us: Option<u32>,
     /// The smoothed RTT the flow ended with.
-    pub srtt_us: Option<u32>,
+    pub(crate) srtt_us: Option<u32>,
     /// The peer's receive window at the first sample (from the handshake, for a flow seen from
     /// its start): what the first flight may fill, whatever the congestion window.
-    pub peer_wnd_first: Option<u32>,
+    pub(crate) peer_wnd_first: Option<u32>,
     /// Time with data outstanding (the kernel's busy chrono), µs.
-    pub busy_us: Option<u64>,
-    pub sndbuf_limited_us: Option<u64>,
-    pub rwnd_limited_us: Option<u64>,
+    pub(crate) busy_us: Option<u64>,
+    pub(crate) sndbuf_limited_us: Option<u64>,
+    pub(crate) rwnd_limited_us: Option<u64>,
     /// Of the samples with data in flight, the share in which the send buffer held the flow
     /// back: at least half full, none of it unsent, the window not full, and the writer waiting
     /// for space (`SOCK_NOSPACE`, where known). `None` for a flow that never had more to send than the buffer holds
     /// (twice its largest size), or with fewer than 5 such samples.
-    pub buffer_bound_share: Option<f64>,
+    pub(crate) buffer_bound_share: Option<f64>,
     /// The samples behind that share: with data in flight, and of them bound by the buffer.
-    pub sending_samples: u32,
-    pub bound_samples: u32,
+    pub(crate) sending_samples: u32,
+    pub(crate) bound_samples: u32,
     /// The application set the send (receive) buffer's size itself (SO_SNDBUF, SO_RCVBUF), as
     /// the socket's lock flag said in the last sample that read it: tcp_wmem (tcp_rmem) no
     /// longer sizes it.
-    pub sndbuf_locked: bool,
-    pub rcvbuf_locked: bool,
+    pub(crate) sndbuf_locked: bool,
+    pub(crate) rcvbuf_locked: bool,
     /// The largest send buffer (`sk_sndbuf`) a sample saw: the kernel sizes it to about two
     /// congestion windows, up to tcp_wmem's maximum.
-    pub sndbuf_max: Option<u32>,
+    pub(crate) sndbuf_max: Option<u32>,
     /// Of the samples with data in flight (at least 5): the median of the bytes written and not
     /// yet sent, and of the time they wait to be sent at the flow's delivery rate then, ms.
-    pub unsent_median: Option<f64>,
-    pub unsent_wait_ms_median: Option<f64>,
+    pub(crate) unsent_median: Option<f64>,
+    pub(crate) unsent_wait_ms_median: Option<f64>,
     /// The highest delivery rate of a sample that was not application-limited, bits/s.
-    pub delivery_max_bps: Option<u64>,
+    pub(crate) delivery_max_bps: Option<u64>,
     /// The highest pacing rate a sample saw, bits/s.
-    pub pacing_max_bps: Option<u64>,
+    pub(crate) pacing_max_bps: Option<u64>,
     /// Silences longer than the retransmission timeout followed by new data: a keep-alive
     /// connection between responses.
-    pub idle_gaps: u32,
-    pub restarts: Vec<Restart>,
+    pub(crate) idle_gaps: u32,
+    pub(crate) restarts: Vec<Restart>,
     /// The receive side, as the flow's last sample had it: data bytes received, the receive
     /// buffer, the most the application read in one of the receiver's round trips (which
     /// only grows), the receiver's RTT estimate and the largest window it may advertise.
-    pub received: u64,
-    pub rcvbuf: Option<u32>,
-    pub rcv_space: Option<u32>,
-    pub rcv_rtt_us: Option<u32>,
-    pub window_clamp: Option<u32>,
+    pub(crate) received: u64,
+    pub(crate) rcvbuf: Option<u32>,
+    pub(crate) rcv_space: Option<u32>,
+    pub(crate) rcv_rtt_us: Option<u32>,
+    pub(crate) window_clamp: Option<u32>,
 }
 
 impl FlowFacts {
@@ -134,7 +134,7 @@ struct Partial {
 #[derive(Default)]
 pub(crate) struct Collector {
     open: IdMap<Partial>,
-    pub done: Vec<FlowFacts>,
+    pub(crate) done: Vec<FlowFacts>,
 }
 
 impl Collector {

@@ -15,23 +15,23 @@ pub(crate) const KERNEL_IW: u32 = 10;
 /// them (also shown by `status`).
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub(crate) struct Knobs {
-    pub tcp_wmem: Option<[u64; 3]>,
-    pub tcp_rmem: Option<[u64; 3]>,
-    pub tcp_slow_start_after_idle: Option<bool>,
+    pub(crate) tcp_wmem: Option<[u64; 3]>,
+    pub(crate) tcp_rmem: Option<[u64; 3]>,
+    pub(crate) tcp_slow_start_after_idle: Option<bool>,
     /// Bytes left unsent below which a writer is woken (the kernel's default, 4294967295, is
     /// "off").
-    pub tcp_notsent_lowat: Option<u64>,
+    pub(crate) tcp_notsent_lowat: Option<u64>,
     /// Routes with their own initial window.
-    pub initcwnd_routes: Vec<InitcwndRoute>,
+    pub(crate) initcwnd_routes: Vec<InitcwndRoute>,
     /// Every unicast route's prefix: the route a client is reached by is the most specific one.
     #[serde(skip)]
-    pub routes: Vec<IpNet>,
+    pub(crate) routes: Vec<IpNet>,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub(crate) struct InitcwndRoute {
-    pub prefix: IpNet,
-    pub initcwnd: u32,
+    pub(crate) prefix: IpNet,
+    pub(crate) initcwnd: u32,
 }
 
 impl Knobs {
@@ -91,32 +91,32 @@ impl Knobs {
 #[derive(Clone, Debug, Default, Serialize)]
 pub(crate) struct Settings {
     /// `ip netns` name, `this namespace`, `pid N (comm)` or `ino:N`.
-    pub netns: String,
+    pub(crate) netns: String,
     /// Its inode, as the flows' `netns` field gives it (`None`: the observer could not tell).
-    pub netns_ino: Option<u32>,
+    pub(crate) netns_ino: Option<u32>,
     #[serde(flatten)]
-    pub knobs: Knobs,
+    pub(crate) knobs: Knobs,
     /// The `bbrscope apply` options that name the namespace (" --netns NAME", or "" for
     /// bbrscope's own), for the commands a change gives.
     #[serde(skip)]
-    pub scope: String,
+    pub(crate) scope: String,
     /// The namespace was gone when its settings were to be read: its findings give no command,
     /// since one without its `--netns` would change another namespace.
     #[serde(skip)]
-    pub gone: bool,
+    pub(crate) gone: bool,
     /// The device each BBR flow's peer is reached through and the qdisc that sends its packets,
     /// by peer address, as the namespace routes it now.
     #[serde(skip)]
-    pub egress: BTreeMap<IpAddr, Egress>,
+    pub(crate) egress: BTreeMap<IpAddr, Egress>,
 }
 
 /// A device and what sends its packets.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) struct Egress {
-    pub ifname: String,
+    pub(crate) ifname: String,
     /// `noqueue`, `fq_codel`, `mq (fq)`, ...
-    pub qdisc: String,
-    pub fq: bool,
+    pub(crate) qdisc: String,
+    pub(crate) fq: bool,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
@@ -159,23 +159,23 @@ pub(crate) enum Status {
 
 #[derive(Clone, Debug, Serialize)]
 pub(crate) struct Finding {
-    pub check: Check,
-    pub status: Status,
-    pub netns: String,
-    pub netns_ino: Option<u32>,
-    pub group: String,
+    pub(crate) check: Check,
+    pub(crate) status: Status,
+    pub(crate) netns: String,
+    pub(crate) netns_ino: Option<u32>,
+    pub(crate) group: String,
     /// Flows the check examined, and of those the ones held back.
-    pub flows: usize,
-    pub affected: usize,
+    pub(crate) flows: usize,
+    pub(crate) affected: usize,
     /// The numbers behind `evidence`, by name (for scripts).
-    pub numbers: BTreeMap<&'static str, f64>,
+    pub(crate) numbers: BTreeMap<&'static str, f64>,
     /// What was measured, in a sentence.
-    pub evidence: String,
+    pub(crate) evidence: String,
     /// What to change, where there is something to change.
-    pub change: Option<String>,
+    pub(crate) change: Option<String>,
     /// Why a finding shows no change where it would otherwise give one.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub withheld: Option<String>,
+    pub(crate) withheld: Option<String>,
 }
 
 impl Finding {

@@ -34,14 +34,14 @@ use findings::{Egress, Finding, InitcwndRoute, Knobs, Settings, Status};
 #[derive(Debug, Serialize)]
 pub(crate) struct Advice {
     /// How long flows were watched, seconds (for a recording: from its first record to its last).
-    pub window_s: f64,
+    pub(crate) window_s: f64,
     /// The recording weighed (`--from`); `None` for flows watched live.
-    pub recording: Option<String>,
+    pub(crate) recording: Option<String>,
     /// Flows seen (ended in the window, or open at its end).
-    pub flows: usize,
-    pub findings: Vec<Finding>,
+    pub(crate) flows: usize,
+    pub(crate) findings: Vec<Finding>,
     /// The settings the flows were weighed against, per namespace.
-    pub settings: Vec<Settings>,
+    pub(crate) settings: Vec<Settings>,
 }
 
 /// Watches flows for `duration` (or until a signal) and weighs them.

@@ -99,18 +99,18 @@ impl Machine for Live {
 #[derive(Default)]
 pub(crate) struct Fake {
     /// (namespace inode, key) → value.
-    pub sysctls: std::collections::HashMap<(u64, String), String>,
+    pub(crate) sysctls: std::collections::HashMap<(u64, String), String>,
     /// (namespace inode, key) → why it cannot be written.
-    pub read_only: std::collections::HashMap<(u64, String), String>,
+    pub(crate) read_only: std::collections::HashMap<(u64, String), String>,
     /// (namespace inode, route).
-    pub routes: Vec<(u64, Route)>,
-    pub qdiscs: Vec<RootQdisc>,
-    pub programs: Vec<(u32, String)>,
-    pub experiments: Vec<Running>,
+    pub(crate) routes: Vec<(u64, Route)>,
+    pub(crate) qdiscs: Vec<RootQdisc>,
+    pub(crate) programs: Vec<(u32, String)>,
+    pub(crate) experiments: Vec<Running>,
     /// (cgroup, programs attached there, whether it takes more, programs of its parents).
-    pub cgroups: Vec<(std::path::PathBuf, Vec<Attached>, bool, Vec<Attached>)>,
-    pub pins: Vec<std::path::PathBuf>,
-    pub bpffs: bool,
+    pub(crate) cgroups: Vec<(std::path::PathBuf, Vec<Attached>, bool, Vec<Attached>)>,
+    pub(crate) pins: Vec<std::path::PathBuf>,
+    pub(crate) bpffs: bool,
 }
 
 #[cfg(test)]

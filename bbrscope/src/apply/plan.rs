@@ -31,20 +31,20 @@ pub(crate) enum Level {
 
 #[derive(Clone, Debug, Serialize)]
 pub(crate) struct Check {
-    pub level: Level,
-    pub topic: &'static str,
-    pub text: String,
+    pub(crate) level: Level,
+    pub(crate) topic: &'static str,
+    pub(crate) text: String,
 }
 
 #[derive(Clone, Debug, Serialize)]
 pub(crate) struct Plan {
-    pub scope: Scope,
+    pub(crate) scope: Scope,
     /// The algorithm this run sets (None: only settings beside it).
-    pub algorithm: Option<String>,
+    pub(crate) algorithm: Option<String>,
     /// The settings beside the algorithm this run sets in this scope.
-    pub settings: Vec<Setting>,
-    pub checks: Vec<Check>,
-    pub changes: Vec<Change>,
+    pub(crate) settings: Vec<Setting>,
+    pub(crate) checks: Vec<Check>,
+    pub(crate) changes: Vec<Change>,
 }
 
 /// A setting beside the algorithm: a TCP sysctl of a namespace, or a route's initial window.
@@ -83,29 +83,29 @@ impl Plan {
 /// What the user asked for, beyond the scope.
 #[derive(Clone, Debug)]
 pub(crate) struct Options {
-    pub algorithm: Option<String>,
+    pub(crate) algorithm: Option<String>,
     /// `--sysctl`: tunable settings (see [`sysctl::TUNABLE`]), checked and in their recorded form.
-    pub sysctls: Vec<(String, String)>,
+    pub(crate) sysctls: Vec<(String, String)>,
     /// `--initcwnd`/`--initrwnd`: route scopes only.
-    pub windows: Vec<(Window, u32)>,
+    pub(crate) windows: Vec<(Window, u32)>,
     /// Write the boot-time configuration (system scope only).
-    pub persist: bool,
+    pub(crate) persist: bool,
     /// Add the algorithm to the host's allowed list when a namespace needs it.
-    pub allow: bool,
+    pub(crate) allow: bool,
     /// Make this the default qdisc and re-apply it where the kernel default is in place.
-    pub qdisc: Option<String>,
+    pub(crate) qdisc: Option<String>,
     /// Where /etc, /run, /usr/lib and /var/lib are (/ except in tests).
-    pub root: PathBuf,
+    pub(crate) root: PathBuf,
 }
 
 /// Facts shared by every scope of one run, and the machine the plan reads the rest from.
 pub(crate) struct Host {
-    pub kernel: Kernel,
-    pub state: State,
+    pub(crate) kernel: Kernel,
+    pub(crate) state: State,
     /// Effective capabilities of bbrscope.
-    pub caps: u64,
-    pub own_netns: Netns,
-    pub machine: Box<dyn Machine>,
+    pub(crate) caps: u64,
+    pub(crate) own_netns: Netns,
+    pub(crate) machine: Box<dyn Machine>,
 }
 
 const CAP_NET_ADMIN: u32 = 12;

@@ -19,20 +19,20 @@ use crate::sys::{netns, signal};
 /// What the user asked to undo.
 pub(crate) struct Request<'a> {
     /// The scope options (none with `all`).
-    pub scope: Spec<'a>,
+    pub(crate) scope: Spec<'a>,
     /// Every scope bbrscope has changed.
-    pub all: bool,
+    pub(crate) all: bool,
     /// Restore recorded values even where someone changed them since bbrscope did.
-    pub force: bool,
-    pub root: &'a Path,
+    pub(crate) force: bool,
+    pub(crate) root: &'a Path,
 }
 
 /// One recorded change and what undoing it did.
 #[derive(Serialize)]
 pub(crate) struct Step {
-    pub change: String,
+    pub(crate) change: String,
     #[serde(flatten)]
-    pub result: StepResult,
+    pub(crate) result: StepResult,
 }
 
 #[derive(Serialize)]
@@ -45,9 +45,9 @@ pub(crate) enum StepResult {
 /// What the revert did.
 pub(crate) struct Reverted {
     /// Each selected scope and its steps (none: nothing was recorded for the request).
-    pub scopes: Vec<(Scope, Vec<Step>)>,
+    pub(crate) scopes: Vec<(Scope, Vec<Step>)>,
     /// Changes that could not be undone; they stay recorded for another `revert`.
-    pub failures: usize,
+    pub(crate) failures: usize,
 }
 
 impl Reverted {

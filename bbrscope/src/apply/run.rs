@@ -114,20 +114,20 @@ pub(crate) fn rollback(done: &[Change], root: &Path) -> Vec<anyhow::Error> {
 #[derive(Clone, Debug, Serialize)]
 pub(crate) struct Verification {
     /// New connections and the algorithm each got (none when the run set no algorithm).
-    pub probes: Vec<Probe>,
+    pub(crate) probes: Vec<Probe>,
     /// Each other setting as the kernel gives it now.
-    pub settings: Vec<ReadBack>,
+    pub(crate) settings: Vec<ReadBack>,
     /// The connection the change is about got the algorithm, and every setting reads as set.
-    pub ok: bool,
+    pub(crate) ok: bool,
 }
 
 /// A setting read back where it was set.
 #[derive(Clone, Debug, Serialize)]
 pub(crate) struct ReadBack {
-    pub setting: String,
+    pub(crate) setting: String,
     /// What the kernel says, in words.
-    pub reads: String,
-    pub ok: bool,
+    pub(crate) reads: String,
+    pub(crate) ok: bool,
 }
 
 impl Verification {

@@ -57,9 +57,9 @@ impl Scope {
 /// The scope options as given on the command line.
 #[derive(Clone, Debug, Default)]
 pub(crate) struct Spec<'a> {
-    pub netns: Option<&'a str>,
-    pub cgroup: Option<&'a Path>,
-    pub route: Option<&'a str>,
+    pub(crate) netns: Option<&'a str>,
+    pub(crate) cgroup: Option<&'a Path>,
+    pub(crate) route: Option<&'a str>,
 }
 
 impl Spec<'_> {

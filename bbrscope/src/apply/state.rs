@@ -24,13 +24,13 @@ use crate::sys::sysctl;
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub(crate) struct Entry {
-    pub scope: Scope,
+    pub(crate) scope: Scope,
     /// The algorithm set there (None: only settings beside it, `--sysctl` or a route's window).
-    pub algorithm: Option<String>,
+    pub(crate) algorithm: Option<String>,
     /// Seconds since the epoch of the latest apply.
-    pub applied_at: u64,
+    pub(crate) applied_at: u64,
     /// In the order they were made; undone in reverse.
-    pub changes: Vec<Change>,
+    pub(crate) changes: Vec<Change>,
 }
 
 impl Entry {
@@ -42,13 +42,13 @@ impl Entry {
 
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub(crate) struct State {
-    pub entries: Vec<Entry>,
+    pub(crate) entries: Vec<Entry>,
     /// The changes of a run in progress, or of one killed before it finished.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub pending: Option<Entry>,
+    pub(crate) pending: Option<Entry>,
     /// The scope a revert in progress is undoing, or one killed before it finished.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub reverting: Option<Entry>,
+    pub(crate) reverting: Option<Entry>,
 }
 
 impl State {

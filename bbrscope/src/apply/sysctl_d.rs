@@ -19,8 +19,8 @@ pub(crate) const SYSCTL_CONF: &str = "etc/sysctl.conf";
 /// One configuration file, named by its path on the system (not below the root).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) struct ConfFile {
-    pub path: PathBuf,
-    pub text: String,
+    pub(crate) path: PathBuf,
+    pub(crate) text: String,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]

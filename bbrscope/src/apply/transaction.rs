@@ -21,19 +21,19 @@ use crate::{
 
 /// What the user asked for.
 pub(crate) struct Request<'a> {
-    pub scope: Spec<'a>,
-    pub options: Options,
+    pub(crate) scope: Spec<'a>,
+    pub(crate) options: Options,
     /// Check and plan only; change nothing (and take no lock: it only reads).
-    pub dry_run: bool,
+    pub(crate) dry_run: bool,
 }
 
 /// One scope's plan and what became of it.
 #[derive(Serialize)]
 pub(crate) struct ScopeReport {
     #[serde(flatten)]
-    pub plan: Plan,
-    pub outcome: Option<Outcome>,
-    pub verification: Option<Verification>,
+    pub(crate) plan: Plan,
+    pub(crate) outcome: Option<Outcome>,
+    pub(crate) verification: Option<Verification>,
 }
 
 /// How the transaction ended.
@@ -52,10 +52,10 @@ pub(crate) enum Ending {
 
 pub(crate) struct Transaction {
     /// The scopes' reports (up to the one that failed, when one did).
-    pub reports: Vec<ScopeReport>,
-    pub ending: Ending,
+    pub(crate) reports: Vec<ScopeReport>,
+    pub(crate) ending: Ending,
     /// What this run changed and how to undo it, in words (None when nothing changed).
-    pub made: Option<String>,
+    pub(crate) made: Option<String>,
 }
 
 /// Runs one apply. `Err` only before anything changed (bad scope, unknown algorithm, a busy

@@ -17,9 +17,9 @@ use crate::sys::{self, sockopt};
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub(crate) struct Probe {
     /// The connecting side's algorithm (the side the change is about).
-    pub algorithm: String,
+    pub(crate) algorithm: String,
     /// How it was obtained, in words.
-    pub how: String,
+    pub(crate) how: String,
 }
 
 /// A loopback connection in the calling thread's namespace. A namespace whose loopback is down

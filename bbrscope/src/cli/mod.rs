@@ -102,7 +102,7 @@ pub struct CompletionsArgs {
 
 /// Which flows to watch. All given filters must match; they run in the kernel.
 #[derive(Debug, Args, Clone)]
-pub struct FilterArgs {
+pub(crate) struct FilterArgs {
     /// Only flows with this local or remote port (1-65535)
     #[arg(long, value_name = "PORT", value_parser = parse_port)]
     pub(crate) port: Option<u16>,
@@ -160,7 +160,7 @@ fn parse_netns(s: &str) -> Result<u32, String> {
 }
 
 #[derive(Debug, Args, Clone)]
-pub struct ObserveArgs {
+pub(crate) struct ObserveArgs {
     #[command(flatten)]
     pub(crate) filter: FilterArgs,
     /// Sample period per flow, in milliseconds (1-60000, no unit); losses and state changes are

@@ -21,17 +21,17 @@ use serde::Serialize;
 /// The emulated path and the run length: everything that defines one measurement.
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub(crate) struct Conditions {
-    pub rate_bps: u64,
+    pub(crate) rate_bps: u64,
     #[serde(serialize_with = "as_us", rename = "rtt_us")]
-    pub rtt: Duration,
+    pub(crate) rtt: Duration,
     /// Random loss in the data direction, as a fraction.
-    pub loss: f64,
+    pub(crate) loss: f64,
     /// Mean loss-burst length in packets (Gilbert–Elliott), when losses are bursty.
-    pub loss_burst: Option<f64>,
-    pub buffer_bytes: u64,
+    pub(crate) loss_burst: Option<f64>,
+    pub(crate) buffer_bytes: u64,
     #[serde(serialize_with = "as_secs", rename = "duration_s")]
-    pub duration: Duration,
-    pub seed: u64,
+    pub(crate) duration: Duration,
+    pub(crate) seed: u64,
 }
 
 impl Conditions {

@@ -29,11 +29,11 @@ const BBR_CLEAN: (f64, f64) = (0.9, 1.0);
 /// The emulated path, in SI units.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub(crate) struct Path {
-    pub rate_bps: f64,
-    pub rtt_s: f64,
-    pub loss: f64,
-    pub buffer_bytes: f64,
-    pub mss: f64,
+    pub(crate) rate_bps: f64,
+    pub(crate) rtt_s: f64,
+    pub(crate) loss: f64,
+    pub(crate) buffer_bytes: f64,
+    pub(crate) mss: f64,
 }
 
 impl Path {
@@ -80,12 +80,12 @@ pub(crate) fn sawtooth_utilisation(buffer_bdp: f64, beta: f64) -> f64 {
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub(crate) struct Prediction {
     /// Which model, in words.
-    pub model: &'static str,
-    pub goodput_bps: Option<f64>,
+    pub(crate) model: &'static str,
+    pub(crate) goodput_bps: Option<f64>,
     /// Low and high end of the model's goodput (a point model gives the same number twice).
-    pub goodput_range_bps: Option<(f64, f64)>,
+    pub(crate) goodput_range_bps: Option<(f64, f64)>,
     /// Smoothed RTT the model expects, low to high, in microseconds.
-    pub srtt_range_us: (f64, f64),
+    pub(crate) srtt_range_us: (f64, f64),
 }
 
 /// The prediction for algorithm `cc` on `path`. BBR is modelled as BBRv1 (mainline Linux);

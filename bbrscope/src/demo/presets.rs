@@ -29,17 +29,17 @@ pub(crate) enum Headline {
 
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct Preset {
-    pub name: &'static str,
-    pub rate_bps: u64,
-    pub rtt: Duration,
-    pub loss: f64,
-    pub buffer: Buffer,
-    pub duration: Duration,
-    pub headline: Headline,
+    pub(crate) name: &'static str,
+    pub(crate) rate_bps: u64,
+    pub(crate) rtt: Duration,
+    pub(crate) loss: f64,
+    pub(crate) buffer: Buffer,
+    pub(crate) duration: Duration,
+    pub(crate) headline: Headline,
     /// Where the setup comes from, and what this emulation assumes or changes.
-    pub source: &'static str,
+    pub(crate) source: &'static str,
     /// What the source reported.
-    pub published: &'static str,
+    pub(crate) published: &'static str,
 }
 
 impl PresetName {

@@ -15,12 +15,12 @@ const PLAIN_EVERY: u32 = 10;
 
 /// One flow's live state.
 pub(crate) struct Row<'a> {
-    pub cc: &'a str,
+    pub(crate) cc: &'a str,
     /// Bytes the receiver has read since the start.
-    pub received: u64,
-    pub cwnd: Option<u32>,
-    pub srtt_us: Option<u32>,
-    pub retransmits: Option<u32>,
+    pub(crate) received: u64,
+    pub(crate) cwnd: Option<u32>,
+    pub(crate) srtt_us: Option<u32>,
+    pub(crate) retransmits: Option<u32>,
 }
 
 pub(crate) struct Progress {

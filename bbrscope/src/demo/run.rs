@@ -35,20 +35,20 @@ pub(crate) const SAMPLE_PERIOD: Duration = Duration::from_millis(50);
 
 /// What one flow did in one round.
 pub(crate) struct FlowRun {
-    pub cc: String,
+    pub(crate) cc: String,
     /// Bytes the receiver read per second of the run, times 8.
-    pub goodput_bps: f64,
-    pub tcp: TcpStats,
+    pub(crate) goodput_bps: f64,
+    pub(crate) tcp: TcpStats,
     /// The observer's samples of the sender (CLOCK_MONOTONIC timestamps).
-    pub series: Vec<Point>,
+    pub(crate) series: Vec<Point>,
     /// Bytes the receiver had read, every [`RECEIVED_PERIOD`] from the start (seconds, bytes).
-    pub received: Vec<(f64, u64)>,
+    pub(crate) received: Vec<(f64, u64)>,
     /// When the flows started sending (CLOCK_MONOTONIC ns).
-    pub start_ns: u64,
+    pub(crate) start_ns: u64,
     /// How long the flows ran: the configured duration, or less when the run was stopped early.
-    pub elapsed: Duration,
+    pub(crate) elapsed: Duration,
     /// What the emulator did on this flow's link (shared by all flows of a shared round).
-    pub link: LinkCounters,
+    pub(crate) link: LinkCounters,
 }
 
 /// Why a round ended before its time.
@@ -110,13 +110,13 @@ fn flow_of<'t>(table: &'t FlowTable, flow: &BulkFlow) -> Option<&'t Flow> {
 
 /// One round: which flows, over which path, for how long.
 pub(crate) struct RoundSpec<'a> {
-    pub cond: &'a Conditions,
-    pub algos: &'a [String],
-    pub repeat: u32,
+    pub(crate) cond: &'a Conditions,
+    pub(crate) algos: &'a [String],
+    pub(crate) repeat: u32,
     /// All flows through one link, competing for its bottleneck; otherwise each flow has its
     /// own identical link, so the algorithms are compared without meeting.
-    pub shared: bool,
-    pub label: &'a str,
+    pub(crate) shared: bool,
+    pub(crate) label: &'a str,
 }
 
 /// How often each flow's received bytes are recorded (goodput and shares over time).
@@ -325,19 +325,19 @@ pub(crate) fn demo_port() -> u16 {
 
 /// A whole demo: its rounds (all algorithms at once, or one after the other), repeated.
 pub(crate) struct Rounds<'a> {
-    pub cond: &'a Conditions,
-    pub algos: &'a [String],
-    pub repeat: u32,
-    pub sequential: bool,
-    pub headless: bool,
+    pub(crate) cond: &'a Conditions,
+    pub(crate) algos: &'a [String],
+    pub(crate) repeat: u32,
+    pub(crate) sequential: bool,
+    pub(crate) headless: bool,
     /// The path in words, for the display's title.
-    pub title: &'a str,
+    pub(crate) title: &'a str,
 }
 
 /// Every flow's run, and why the demo ended early (with how long its last round ran).
 pub(crate) struct Ran {
-    pub runs: Vec<FlowRun>,
-    pub stopped: Option<(Stop, Duration)>,
+    pub(crate) runs: Vec<FlowRun>,
+    pub(crate) stopped: Option<(Stop, Duration)>,
 }
 
 /// Runs every round under one observer and one display; `warn` gets a line for each observer

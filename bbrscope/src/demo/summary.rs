@@ -24,22 +24,22 @@ const DEFAULT_MSS: u32 = 1448;
 /// What was measured of a flow: one run's values, or their combination over repetitions.
 #[derive(Clone, Debug, Serialize)]
 pub(crate) struct Measured {
-    pub goodput_bps: f64,
-    pub retransmits: u32,
+    pub(crate) goodput_bps: f64,
+    pub(crate) retransmits: u32,
     /// srtt's median and 95th percentile over the run's time ([`quantile::over_time`]).
-    pub srtt_p50_us: Option<f64>,
-    pub srtt_p95_us: Option<f64>,
-    pub cwnd_min: Option<u32>,
-    pub cwnd_max: Option<u32>,
+    pub(crate) srtt_p50_us: Option<f64>,
+    pub(crate) srtt_p95_us: Option<f64>,
+    pub(crate) cwnd_min: Option<u32>,
+    pub(crate) cwnd_max: Option<u32>,
     /// 10th and 90th percentile of cwnd over the second half of the run (after start-up).
-    pub cwnd_band: Option<(u32, u32)>,
+    pub(crate) cwnd_band: Option<(u32, u32)>,
     /// Each multiplicative decrease: the new ssthresh over the highest cwnd sampled since the
     /// previous one (CUBIC: ~0.7). See [`reductions`].
-    pub cwnd_reductions: Vec<f64>,
+    pub(crate) cwnd_reductions: Vec<f64>,
     /// When each of `cwnd_reductions` happened, in seconds since its flow started: a cut in the
     /// first round trips (BBR's STARTUP overflowing a shallow buffer) is not the same finding as a
     /// sawtooth in the steady state.
-    pub cwnd_reductions_at_s: Vec<f64>,
+    pub(crate) cwnd_reductions_at_s: Vec<f64>,
 }
 
 impl Measured {
@@ -65,10 +65,10 @@ impl Measured {
 #[derive(Clone, Debug, Serialize)]
 pub(crate) struct RunStats {
     #[serde(flatten)]
-    pub measured: Measured,
-    pub samples: usize,
-    pub mss: u32,
-    pub emulator: LinkCounters,
+    pub(crate) measured: Measured,
+    pub(crate) samples: usize,
+    pub(crate) mss: u32,
+    pub(crate) emulator: LinkCounters,
 }
 
 impl RunStats {
@@ -141,16 +141,16 @@ fn median(values: impl Iterator<Item = f64>) -> Option<f64> {
 /// One algorithm over all repetitions (medians where there were several).
 #[derive(Clone, Debug, Serialize)]
 pub(crate) struct AlgoResult {
-    pub cc: String,
+    pub(crate) cc: String,
     #[serde(flatten)]
-    pub measured: Measured,
-    pub predicted_goodput_bps: Option<f64>,
-    pub predicted_goodput_range_bps: Option<(f64, f64)>,
-    pub predicted_srtt_range_us: (f64, f64),
-    pub model: &'static str,
+    pub(crate) measured: Measured,
+    pub(crate) predicted_goodput_bps: Option<f64>,
+    pub(crate) predicted_goodput_range_bps: Option<(f64, f64)>,
+    pub(crate) predicted_srtt_range_us: (f64, f64),
+    pub(crate) model: &'static str,
     /// The emulator's counters for this algorithm's link, summed over repetitions.
-    pub emulator: LinkCounters,
-    pub runs: Vec<RunStats>,
+    pub(crate) emulator: LinkCounters,
+    pub(crate) runs: Vec<RunStats>,
 }
 
 impl AlgoResult {
@@ -177,38 +177,38 @@ impl AlgoResult {
 /// BBR against CUBIC, measured and modelled.
 #[derive(Clone, Debug, Serialize)]
 pub(crate) struct Ratios {
-    pub goodput_bbr_over_cubic: f64,
-    pub predicted_goodput_bbr_over_cubic: Option<(f64, f64)>,
-    pub srtt_p50_cubic_over_bbr: Option<f64>,
-    pub predicted_srtt_cubic_over_bbr: (f64, f64),
+    pub(crate) goodput_bbr_over_cubic: f64,
+    pub(crate) predicted_goodput_bbr_over_cubic: Option<(f64, f64)>,
+    pub(crate) srtt_p50_cubic_over_bbr: Option<f64>,
+    pub(crate) predicted_srtt_cubic_over_bbr: (f64, f64),
 }
 
 #[derive(Clone, Debug, Serialize)]
 pub(crate) struct PresetInfo {
-    pub name: &'static str,
+    pub(crate) name: &'static str,
     /// Some of the preset's path values were overridden on the command line.
-    pub modified: bool,
-    pub source: &'static str,
-    pub published: &'static str,
+    pub(crate) modified: bool,
+    pub(crate) source: &'static str,
+    pub(crate) published: &'static str,
 }
 
 #[derive(Clone, Debug, Serialize)]
 pub(crate) struct RunConditions {
     #[serde(flatten)]
-    pub path: Conditions,
-    pub buffer_bdp: f64,
-    pub repeat: u32,
+    pub(crate) path: Conditions,
+    pub(crate) buffer_bdp: f64,
+    pub(crate) repeat: u32,
     /// Algorithms one after the other rather than at the same time.
-    pub sequential: bool,
+    pub(crate) sequential: bool,
 }
 
 /// A demo stopped before its time (q, Ctrl-C, a signal): the numbers cover what ran.
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub(crate) struct StoppedEarly {
     /// "q", "Ctrl-C", "SIGINT", "SIGTERM".
-    pub by: String,
+    pub(crate) by: String,
     /// How long the round that was stopped had run, of `conditions.duration_s`.
-    pub after_s: f64,
+    pub(crate) after_s: f64,
 }
 
 /// The widest line [`Summary::to_table`] prints: fits an 80-column terminal's wider cousins
@@ -218,17 +218,17 @@ pub(crate) const TABLE_WIDTH: usize = 100;
 #[derive(Clone, Debug, Serialize)]
 pub(crate) struct Summary {
     #[serde(rename = "type")]
-    pub kind: &'static str,
-    pub preset: PresetInfo,
-    pub conditions: RunConditions,
+    pub(crate) kind: &'static str,
+    pub(crate) preset: PresetInfo,
+    pub(crate) conditions: RunConditions,
     /// Present only when the demo was stopped early.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub stopped_early: Option<StoppedEarly>,
-    pub results: Vec<AlgoResult>,
-    pub ratio: Option<Ratios>,
+    pub(crate) stopped_early: Option<StoppedEarly>,
+    pub(crate) results: Vec<AlgoResult>,
+    pub(crate) ratio: Option<Ratios>,
     /// Which BBR produced the numbers, when one of the algorithms is BBR.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub bbr: Option<BbrImpl>,
+    pub(crate) bbr: Option<BbrImpl>,
     #[serde(skip)]
     headline: Headline,
 }

@@ -29,17 +29,17 @@ const CHUNK: usize = 256 << 10;
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct TcpStats {
     /// Segments retransmitted over the connection's life (`tcpi_total_retrans`).
-    pub retransmits: u32,
+    pub(crate) retransmits: u32,
     /// Segments with data sent, retransmissions included (`tcpi_data_segs_out`).
-    pub data_segs_out: u32,
-    pub mss: u32,
+    pub(crate) data_segs_out: u32,
+    pub(crate) mss: u32,
 }
 
 /// One bulk flow over one emulated link.
 pub(crate) struct BulkFlow {
-    pub cc: String,
+    pub(crate) cc: String,
     /// The sender's address, as the observer reports it.
-    pub local: SocketAddr,
+    pub(crate) local: SocketAddr,
     stream: Arc<TcpStream>,
     received: Arc<AtomicU64>,
     stop: Arc<AtomicBool>,

@@ -194,7 +194,7 @@ impl Default for Options {
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
-pub enum MetricKind {
+pub(crate) enum MetricKind {
     Completion,
     Goodput,
     Srtt,
@@ -204,14 +204,14 @@ pub enum MetricKind {
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
-pub enum Status {
+pub(crate) enum Status {
     Ok,
     /// Fewer flows in an arm than the cell needs: nothing is claimed.
     TooFewFlows,
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize)]
-pub struct Metric {
+pub(crate) struct Metric {
     /// Stable name, e.g. `completion_p95_256k_4m`, `goodput_p50`, `retrans_rate`.
     pub(crate) key: String,
     pub(crate) kind: MetricKind,
@@ -292,7 +292,7 @@ impl Verdict {
 }
 
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
-pub struct ArmStats {
+pub(crate) struct ArmStats {
     pub(crate) flows: usize,
     pub(crate) bytes: u64,
 }
@@ -337,13 +337,13 @@ impl GroupResult {
 
 /// Destination prefixes left out of the report for want of flows.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
-pub struct Sparse {
+pub(crate) struct Sparse {
     pub(crate) groups: usize,
     pub(crate) flows: usize,
 }
 
 #[derive(Clone, Debug, Serialize)]
-pub struct ArmInfo {
+pub(crate) struct ArmInfo {
     /// The algorithm.
     pub(crate) cc: String,
     pub(crate) flows: usize,
@@ -352,7 +352,7 @@ pub struct ArmInfo {
 
 /// Whether each flow ran its arm's algorithm for its whole life.
 #[derive(Clone, Debug, Default, PartialEq, Serialize)]
-pub struct Integrity {
+pub(crate) struct Integrity {
     /// Flows per arm left out: they ran another algorithm than their arm's, or more than one
     /// (the application set its own with setsockopt(TCP_CONGESTION)).
     pub(crate) excluded: [usize; 2],
@@ -371,7 +371,7 @@ pub struct Integrity {
 
 /// Overrides concentrated in one response size.
 #[derive(Clone, Debug, PartialEq, Serialize)]
-pub struct Concentrated {
+pub(crate) struct Concentrated {
     pub(crate) bucket: Bucket,
     /// Flows of that size left out, and all flows of that size.
     pub(crate) excluded: usize,
@@ -649,8 +649,8 @@ impl Analysis {
 /// One arm's flows of one stratum, as a fleet's sums give them: the moments and the bytes.
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
 pub(crate) struct CellTotals {
-    pub sums: CellSums,
-    pub bytes: u64,
+    pub(crate) sums: CellSums,
+    pub(crate) bytes: u64,
 }
 
 /// The analysis of a per-connection experiment known only by its sums per stratum and arm (a
@@ -941,11 +941,11 @@ pub(crate) mod tests {
     /// A client population for synthetic experiments.
     pub(crate) struct Population {
         /// First three octets of the clients' /24.
-        pub net: [u8; 3],
-        pub rtt_ms: f64,
+        pub(crate) net: [u8; 3],
+        pub(crate) rtt_ms: f64,
         /// Completion time multiplier per arm (1.0 = the population's own).
-        pub slowdown: [f64; 2],
-        pub flows_per_arm: usize,
+        pub(crate) slowdown: [f64; 2],
+        pub(crate) flows_per_arm: usize,
     }
 
     /// A population of `flows_per_arm` flows per arm from `net`, `rtt_ms` away, each arm's

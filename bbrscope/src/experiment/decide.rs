@@ -175,10 +175,10 @@ impl PrimaryMetric {
 /// n, Σ ln T, Σ (ln T)² and Σ T, T floored as [`Moments`] floors it. Sums of hosts add.
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
 pub(crate) struct CellSums {
-    pub n: usize,
-    pub ln: f64,
-    pub ln_squares: f64,
-    pub seconds: f64,
+    pub(crate) n: usize,
+    pub(crate) ln: f64,
+    pub(crate) ln_squares: f64,
+    pub(crate) seconds: f64,
 }
 
 /// Whether a stratum counts: [`MIN_CELL`] flows in each arm.
@@ -195,7 +195,7 @@ pub(crate) type Key = (usize, Bucket);
 pub(crate) struct Strata {
     cells: std::collections::BTreeMap<Key, [Moments; 2]>,
     /// Flows per arm added.
-    pub flows: [usize; 2],
+    pub(crate) flows: [usize; 2],
     /// How the estimate weighs the strata.
     metric: PrimaryMetric,
 }
@@ -338,16 +338,16 @@ pub(crate) struct LeftOut {
 pub(crate) struct Estimate {
     /// ln(B/A): the mean over strata, weighted by the run's [`PrimaryMetric`], of the log ratio of
     /// geometric means.
-    pub log_ratio: f64,
+    pub(crate) log_ratio: f64,
     /// Its variance.
-    pub var: f64,
+    pub(crate) var: f64,
     /// Flows per arm in the strata that count.
-    pub flows: [usize; 2],
-    pub strata: usize,
+    pub(crate) flows: [usize; 2],
+    pub(crate) strata: usize,
     /// Share of the group's completion time in the strata that count (0..1).
-    pub coverage: f64,
+    pub(crate) coverage: f64,
     /// Mean completion time of the flows that count, both arms: the scale of an absolute change.
-    pub mean_s: f64,
+    pub(crate) mean_s: f64,
 }
 
 /// Half-width of the normal-mixture confidence sequence at level `1 − alpha` for an estimator of

@@ -41,25 +41,25 @@ use crate::{
 /// Where to read, and which experiment.
 pub(crate) struct Source {
     /// `http://HOST:PORT[/PREFIX]`.
-    pub url: String,
-    pub id: String,
+    pub(crate) url: String,
+    pub(crate) id: String,
     /// More label matchers for the hosts (`job="edge"`), or none.
-    pub hosts: Option<String>,
+    pub(crate) hosts: Option<String>,
     /// A host whose experiment ended (its guardrail stopped it, its time was up, it was ended)
     /// within this long counts with its last sums (`--lookback`).
-    pub lookback: Duration,
+    pub(crate) lookback: Duration,
 }
 
 /// The hosts an answer pooled: all of them, and those whose experiment has ended (their last
 /// sums, within the lookback); and the flows per arm running now on those still serving it.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub(crate) struct Hosts {
-    pub all: usize,
-    pub ended: usize,
+    pub(crate) all: usize,
+    pub(crate) ended: usize,
     /// `bbrscope_experiment_in_flight_flows` added across the hosts serving it: flows a host adds
     /// to its sums only once they finish, so the answer does not hold them yet (a slow arm's
     /// slowest among them), and the report says how many.
-    pub running: [usize; 2],
+    pub(crate) running: [usize; 2],
 }
 
 /// Connecting, and each read, give up after this.

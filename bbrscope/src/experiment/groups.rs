@@ -18,7 +18,7 @@ const KIB: u64 = 1024;
 /// Response-size bucket of a flow (by the bytes it delivered). Boundaries in KiB/MiB: a response
 /// of exactly 16 KiB is in `16–256 KB`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize)]
-pub enum Bucket {
+pub(crate) enum Bucket {
     #[serde(rename = "<16K")]
     Under16K,
     #[serde(rename = "16K-256K")]
@@ -176,12 +176,12 @@ pub enum GroupKind {
 /// A set of flows to compare the arms on.
 #[derive(Clone, Debug)]
 pub(crate) struct Group {
-    pub kind: GroupKind,
-    pub label: String,
+    pub(crate) kind: GroupKind,
+    pub(crate) label: String,
     /// The prefixes that make the group (prefix and list groups): what `apply --route` takes.
-    pub nets: Vec<IpNet>,
+    pub(crate) nets: Vec<IpNet>,
     /// Indices into the observations.
-    pub members: Vec<usize>,
+    pub(crate) members: Vec<usize>,
 }
 
 /// The groups of `obs`: all flows, then the RTT bands, the destination prefixes (most flows

@@ -30,33 +30,33 @@ pub(crate) fn check_plot_path(p: &Path) -> Result<()> {
 
 #[derive(Default)]
 pub(crate) struct Output {
-    pub json: bool,
-    pub plot: Option<PathBuf>,
-    pub recommend: bool,
+    pub(crate) json: bool,
+    pub(crate) plot: Option<PathBuf>,
+    pub(crate) recommend: bool,
     /// Why the run ended early (a signal, q, the guardrail).
-    pub stopped_by: Option<String>,
+    pub(crate) stopped_by: Option<String>,
     /// The guardrail's stop, when it ended the run.
-    pub guard: Option<GuardDecision>,
+    pub(crate) guard: Option<GuardDecision>,
     /// The client groups the guardrail sent back to their status quo while the run went on.
-    pub switched_back: Vec<SwitchedBack>,
+    pub(crate) switched_back: Vec<SwitchedBack>,
     /// `--analyze`: what the live guardrail would have done on the recording.
-    pub replay: Option<guardrail::Replay>,
+    pub(crate) replay: Option<guardrail::Replay>,
     /// `--analyze-prometheus`: whose sums were judged.
-    pub fleet: Option<Fleet>,
+    pub(crate) fleet: Option<Fleet>,
 }
 
 /// The hosts a fleet's answer rests on.
 #[derive(Clone, Debug, Serialize)]
 pub(crate) struct Fleet {
-    pub id: String,
+    pub(crate) id: String,
     /// Hosts whose sums were read: serving them, or ended within the lookback.
-    pub hosts: usize,
+    pub(crate) hosts: usize,
     /// Of those, the hosts whose experiment has ended (their last sums).
-    pub ended: usize,
-    pub prometheus: String,
+    pub(crate) ended: usize,
+    pub(crate) prometheus: String,
     /// Flows per arm running now on the hosts serving it: not in the sums (nor the answer) until
     /// they finish.
-    pub running: InFlight,
+    pub(crate) running: InFlight,
 }
 
 impl Fleet {

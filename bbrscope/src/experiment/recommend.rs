@@ -18,7 +18,7 @@ use super::{
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
-pub enum Scope {
+pub(crate) enum Scope {
     System,
     Routes,
     Cgroup,

@@ -222,13 +222,13 @@ impl Design {
 
 /// Flows per arm still running at the end.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
-pub struct InFlight {
+pub(crate) struct InFlight {
     pub(crate) a: usize,
     pub(crate) b: usize,
 }
 
 #[derive(Clone, Debug, Serialize)]
-pub struct DecisionRule {
+pub(crate) struct DecisionRule {
     /// The primary metric (`--metric`): `time_weighted` or `per_response`.
     pub(crate) metric: PrimaryMetric,
     pub(crate) alpha: f64,
@@ -238,7 +238,7 @@ pub struct DecisionRule {
 }
 
 #[derive(Clone, Debug, Serialize)]
-pub struct ArmReport {
+pub(crate) struct ArmReport {
     /// `a` or `b`, as in the stream's `arm` field.
     pub(crate) label: &'static str,
     /// The algorithm.
@@ -248,7 +248,7 @@ pub struct ArmReport {
 }
 
 #[derive(Clone, Debug, Serialize)]
-pub struct GroupReport {
+pub(crate) struct GroupReport {
     #[serde(flatten)]
     pub(crate) result: GroupResult,
     pub(crate) conclusion: String,

@@ -14,20 +14,20 @@ use crate::observe::kernel::loader::ExperimentSpec;
 
 pub(crate) struct Request {
     /// `--delta` and `--min-effect-ms`.
-    pub rule: Rule,
+    pub(crate) rule: Rule,
     /// `--prefix-list`'s groups, read and checked; `None` without it (an analysed recording then
     /// keeps its own).
-    pub prefix_lists: Option<Vec<PrefixList>>,
+    pub(crate) prefix_lists: Option<Vec<PrefixList>>,
     /// `--guardrail-pct`.
-    pub guardrail_pct: f64,
+    pub(crate) guardrail_pct: f64,
     /// `--metric`; `None` without it (a run then answers in its design's, an analysed recording
     /// in its own).
-    pub metric: Option<PrimaryMetric>,
+    pub(crate) metric: Option<PrimaryMetric>,
     /// `--json`, `--plot`, `--recommend`.
-    pub json: bool,
-    pub plot: Option<PathBuf>,
-    pub recommend: bool,
-    pub mode: Mode,
+    pub(crate) json: bool,
+    pub(crate) plot: Option<PathBuf>,
+    pub(crate) recommend: bool,
+    pub(crate) mode: Mode,
 }
 
 pub(crate) enum Mode {
@@ -43,30 +43,30 @@ pub(crate) enum Mode {
 
 /// `--watch`: how often, and where its judgments are served (`--metrics-listen`).
 pub(crate) struct Looks {
-    pub every: std::time::Duration,
-    pub serve: Option<std::net::SocketAddr>,
+    pub(crate) every: std::time::Duration,
+    pub(crate) serve: Option<std::net::SocketAddr>,
 }
 
 pub(crate) struct Run {
     /// What the kernel side is told: the arms, the split and the scope.
-    pub spec: ExperimentSpec,
+    pub(crate) spec: ExperimentSpec,
     /// How connections get their arms (`--design`): a switchback's blocks, whose arm new
     /// connections get follows (the spec's split is then the mixed blocks' split); the client's
     /// hashed arm; or each connection's own draw.
-    pub design: Design,
+    pub(crate) design: Design,
     /// `--duration` (ten minutes without it), and `--flows`.
-    pub duration: Duration,
-    pub flows: Option<u64>,
+    pub(crate) duration: Duration,
+    pub(crate) flows: Option<u64>,
     /// Off with `--no-guardrail`.
-    pub guardrail: bool,
-    pub record: Option<PathBuf>,
-    pub headless: bool,
+    pub(crate) guardrail: bool,
+    pub(crate) record: Option<PathBuf>,
+    pub(crate) headless: bool,
     /// `--metrics-listen`: the run's sums served to Prometheus.
-    pub metrics: Option<Serve>,
+    pub(crate) metrics: Option<Serve>,
 }
 
 /// Where an experiment serves its sums, and under which id.
 pub(crate) struct Serve {
-    pub listen: std::net::SocketAddr,
-    pub id: String,
+    pub(crate) listen: std::net::SocketAddr,
+    pub(crate) id: String,
 }

@@ -55,28 +55,28 @@ pub(crate) const DRAIN: Duration = Duration::from_secs(10);
 /// What a live experiment starts from.
 pub(crate) struct Watch {
     /// The kernel's assignment, already on ([`start_assigning`]).
-    pub assigning: Assigning,
+    pub(crate) assigning: Assigning,
     /// No live display (else the dashboard on a terminal, progress lines elsewhere).
-    pub headless: bool,
-    pub state: LiveExperiment,
-    pub setup: Setup,
+    pub(crate) headless: bool,
+    pub(crate) state: LiveExperiment,
+    pub(crate) setup: Setup,
     /// Stop after this many finished flows of the experiment.
-    pub flows: Option<u64>,
+    pub(crate) flows: Option<u64>,
     /// `--record`: every record of the arms' flows.
-    pub recorder: Option<JsonSink<File>>,
+    pub(crate) recorder: Option<JsonSink<File>>,
     /// `--metrics-listen`: the sums a scrape reads, filled as flows finish.
-    pub sums: Option<Sums>,
+    pub(crate) sums: Option<Sums>,
 }
 
 /// How it went.
 pub(crate) struct Watched {
-    pub obs: Vec<Observation>,
+    pub(crate) obs: Vec<Observation>,
     /// Why it ended before its time or flow count, if it did.
-    pub stopped_by: Option<String>,
+    pub(crate) stopped_by: Option<String>,
     /// The guardrail's decision that stopped it.
-    pub guard: Option<GuardDecision>,
+    pub(crate) guard: Option<GuardDecision>,
     /// The client groups it sent back to their status quo while the run went on.
-    pub switched_back: Vec<SwitchedBack>,
+    pub(crate) switched_back: Vec<SwitchedBack>,
 }
 
 /// Runs the experiment `live` carries until `duration`, its flow count, a signal, q in the

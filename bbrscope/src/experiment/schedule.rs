@@ -59,7 +59,7 @@ impl Schedule {
     }
 
     /// The round block `k` belongs to (three blocks each).
-    pub fn round_of(k: i64) -> i64 {
+    pub(crate) fn round_of(k: i64) -> i64 {
         k.div_euclid(3)
     }
 
@@ -76,7 +76,7 @@ impl Schedule {
     }
 
     /// Whether a flow that started at `ts` is in its block's burn-in.
-    pub fn in_burn_in(&self, ts: f64) -> bool {
+    pub(crate) fn in_burn_in(&self, ts: f64) -> bool {
         ts - self.start_of(self.block_of(ts)) < self.burn_in_s
     }
 }

@@ -52,7 +52,7 @@ pub enum Design {
 
 impl Design {
     /// A switchback's schedule, `None` in the other designs.
-    pub fn schedule(&self) -> Option<super::schedule::Schedule> {
+    pub(crate) fn schedule(&self) -> Option<super::schedule::Schedule> {
         match *self {
             Design::Switchback(s) => Some(s),
             Design::PerConnection | Design::Client { .. } => None,

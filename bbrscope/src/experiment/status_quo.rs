@@ -17,9 +17,9 @@ use crate::sys::{netns, route, sysctl};
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) struct StatusQuo {
     /// The one algorithm, when there is one.
-    pub algorithm: Option<String>,
+    pub(crate) algorithm: Option<String>,
     /// Every algorithm found (namespace defaults and route congctls), for the report.
-    pub found: BTreeSet<String>,
+    pub(crate) found: BTreeSet<String>,
 }
 
 impl StatusQuo {

@@ -95,15 +95,15 @@ struct ListLabels {
 
 /// What the info series says of the run.
 struct About<'a> {
-    pub id: &'a str,
-    pub names: [String; 2],
-    pub split_pct: u32,
-    pub design: &'a Design,
-    pub metric: PrimaryMetric,
-    pub rule: &'a Rule,
-    pub rtt_bands_ms: &'a [f64],
+    pub(crate) id: &'a str,
+    pub(crate) names: [String; 2],
+    pub(crate) split_pct: u32,
+    pub(crate) design: &'a Design,
+    pub(crate) metric: PrimaryMetric,
+    pub(crate) rule: &'a Rule,
+    pub(crate) rtt_bands_ms: &'a [f64],
     /// The labels of the `--prefix-list` groups.
-    pub lists: Vec<String>,
+    pub(crate) lists: Vec<String>,
 }
 
 impl<'a> About<'a> {

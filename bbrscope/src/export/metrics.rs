@@ -46,8 +46,8 @@ pub(crate) const MAX_SCOPE_LABELS: usize = 32;
 /// Which opt-in labels the flow metrics carry.
 #[derive(Clone, Copy, Debug, Default)]
 pub(crate) struct ScopeOptions {
-    pub cgroup: bool,
-    pub netns: bool,
+    pub(crate) cgroup: bool,
+    pub(crate) netns: bool,
 }
 
 /// A label whose values are capped: the first `max` distinct values are kept as they are, the
@@ -90,17 +90,17 @@ const CA_STATES: [&str; 5] = ["open", "disorder", "cwr", "recovery", "loss"];
 
 #[derive(Clone, Debug, Default, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub(crate) struct CcLabels {
-    pub cc: String,
+    pub(crate) cc: String,
     #[prometheus(flatten)]
-    pub scope: ScopeLabels,
+    pub(crate) scope: ScopeLabels,
 }
 
 /// The opt-in `cgroup` and `netns` labels of the flow metrics: absent (not even empty) unless
 /// `--by-cgroup` / `--by-netns` asked for them.
 #[derive(Clone, Debug, Default, Hash, PartialEq, Eq)]
 pub(crate) struct ScopeLabels {
-    pub cgroup: Option<String>,
-    pub netns: Option<String>,
+    pub(crate) cgroup: Option<String>,
+    pub(crate) netns: Option<String>,
 }
 
 impl EncodeLabelSet for ScopeLabels {
@@ -117,39 +117,39 @@ impl EncodeLabelSet for ScopeLabels {
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub(crate) struct CcStateLabels {
     #[prometheus(flatten)]
-    pub cc: CcLabels,
-    pub state: String,
+    pub(crate) cc: CcLabels,
+    pub(crate) state: String,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub(crate) struct CcModeLabels {
     #[prometheus(flatten)]
-    pub cc: CcLabels,
-    pub mode: String,
+    pub(crate) cc: CcLabels,
+    pub(crate) mode: String,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub(crate) struct CcSizeLabels {
     #[prometheus(flatten)]
-    pub cc: CcLabels,
-    pub size_bucket: String,
+    pub(crate) cc: CcLabels,
+    pub(crate) size_bucket: String,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub(crate) struct NetnsCcLabels {
-    pub netns: String,
-    pub cc: String,
+    pub(crate) netns: String,
+    pub(crate) cc: String,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub(crate) struct ObserverLabels {
-    pub observer: String,
+    pub(crate) observer: String,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub(crate) struct BuildLabels {
-    pub version: String,
-    pub commit: String,
+    pub(crate) version: String,
+    pub(crate) commit: String,
 }
 
 type HistFamily<L> = Family<L, Histogram, fn() -> Histogram>;

@@ -69,9 +69,9 @@ pub(crate) enum Verdict {
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub(crate) struct LossSplit {
     /// Retransmitted / sent segments at the RTT's low: loss no full queue explains.
-    pub random: f64,
+    pub(crate) random: f64,
     /// The rest of the loss.
-    pub queue: f64,
+    pub(crate) queue: f64,
 }
 
 impl LossSplit {
@@ -83,8 +83,8 @@ impl LossSplit {
 /// The smoothed RTT (median of the window) and the minimum it is judged against.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct Rtt {
-    pub srtt_us: Option<u32>,
-    pub min_rtt_us: Option<u32>,
+    pub(crate) srtt_us: Option<u32>,
+    pub(crate) min_rtt_us: Option<u32>,
 }
 
 impl Rtt {

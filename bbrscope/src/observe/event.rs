@@ -102,7 +102,7 @@ pub(crate) fn tcp_state_name(v: u8) -> Option<&'static str> {
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub struct Bbr {
+pub(crate) struct Bbr {
     /// Shared with the layout's mode names: a sample, and each copy of it, costs no allocation.
     pub(crate) mode: Option<Arc<str>>,
     pub(crate) bw_bps: Option<u64>,
@@ -114,7 +114,7 @@ pub struct Bbr {
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub struct Cubic {
+pub(crate) struct Cubic {
     /// W_max: cwnd (packets) before the last reduction.
     pub(crate) w_max: Option<u32>,
 }
@@ -219,7 +219,7 @@ pub struct CongStateEvent {
 
 /// Who owns a flow (sock_ops path). See docs/stream.md for which parts are exact.
 #[derive(Clone, Debug, Default, PartialEq)]
-pub struct Owner {
+pub(crate) struct Owner {
     /// "connect" (active open) or "accept".
     pub(crate) side: Option<&'static str>,
     /// The process that called connect(), or listen() on the accepting socket.
@@ -257,7 +257,7 @@ pub struct OpenEvent {
 /// How a flow ended, from the TCP state it closed from and the socket's error.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
-pub enum EndReason {
+pub(crate) enum EndReason {
     /// An orderly close: FIN both ways.
     Fin,
     /// The peer reset the connection.
@@ -427,7 +427,7 @@ fn open(head: Head, o: &bbrscope_common::Owner, summary_only: bool) -> Box<OpenE
 
 /// Decodes records using the layout the programs were loaded with.
 pub(crate) struct Decoder<'a> {
-    pub layout: &'a Layout,
+    pub(crate) layout: &'a Layout,
 }
 
 impl Decoder<'_> {

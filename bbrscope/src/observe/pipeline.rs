@@ -24,13 +24,13 @@ use crate::observe::{
 pub(crate) struct Retention {
     /// Closed flows are kept this long, so that late events (the summary after the final
     /// sample) still find their flow, and a dashboard lists them dimmed.
-    pub closed: Duration,
+    pub(crate) closed: Duration,
     /// Flows silent this long are forgotten (their close may have been lost); `None`: kept until
     /// they end.
-    pub silent: Option<Duration>,
+    pub(crate) silent: Option<Duration>,
     /// A flow whose summary arrived stays until `closed` has passed (a dashboard lists it);
     /// otherwise it is removed as soon as its sink has seen the summary.
-    pub keep_ended: bool,
+    pub(crate) keep_ended: bool,
 }
 
 impl Retention {
@@ -134,10 +134,10 @@ pub(crate) trait Sink {
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct Settings {
     /// Stop after this long (default: until a signal).
-    pub duration: Option<Duration>,
+    pub(crate) duration: Option<Duration>,
     /// How often [`Sink::stats`] is called; `None`: never.
-    pub stats: Option<Duration>,
-    pub retention: Retention,
+    pub(crate) stats: Option<Duration>,
+    pub(crate) retention: Retention,
 }
 
 /// How often the flow table is pruned.

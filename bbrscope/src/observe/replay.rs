@@ -217,7 +217,7 @@ pub(crate) struct Reader<R> {
     buf: Vec<u8>,
     /// A line longer than this after records were read ends the input ([`MAX_SKIPPED_LINE`]).
     skip_limit: u64,
-    pub skipped: Skipped,
+    pub(crate) skipped: Skipped,
 }
 
 impl<R: BufRead> Reader<R> {

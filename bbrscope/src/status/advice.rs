@@ -25,46 +25,46 @@ pub(crate) const ADVICE: &str = "/var/lib/bbrscope/advice.json";
 #[derive(Debug, Serialize, Deserialize)]
 pub(crate) struct Kept {
     /// When it was given, Unix seconds.
-    pub at: u64,
+    pub(crate) at: u64,
     /// How long flows were watched, seconds; the recording weighed, if it came from one.
-    pub window_s: f64,
-    pub recording: Option<String>,
-    pub flows: usize,
-    pub findings: Vec<KeptFinding>,
-    pub settings: Vec<KeptSettings>,
+    pub(crate) window_s: f64,
+    pub(crate) recording: Option<String>,
+    pub(crate) flows: usize,
+    pub(crate) findings: Vec<KeptFinding>,
+    pub(crate) settings: Vec<KeptSettings>,
 }
 
 #[derive(Debug, Serialize, Deserialize)]
 pub(crate) struct KeptFinding {
     /// The check's title, e.g. "window restart after idle".
-    pub check: String,
+    pub(crate) check: String,
     /// `found`, `none`, `too_few` or `not_weighed`.
-    pub status: String,
-    pub netns: String,
-    pub group: String,
-    pub evidence: String,
-    pub change: Option<String>,
+    pub(crate) status: String,
+    pub(crate) netns: String,
+    pub(crate) group: String,
+    pub(crate) evidence: String,
+    pub(crate) change: Option<String>,
     /// Why no change is shown where the check would give one (its namespace is gone).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub withheld: Option<String>,
+    pub(crate) withheld: Option<String>,
 }
 
 #[derive(Debug, Serialize, Deserialize)]
 pub(crate) struct KeptSettings {
-    pub netns: String,
-    pub netns_ino: Option<u32>,
-    pub knobs: Knobs,
+    pub(crate) netns: String,
+    pub(crate) netns_ino: Option<u32>,
+    pub(crate) knobs: Knobs,
 }
 
 /// The kept advice as `status` shows it.
 #[derive(Debug, Serialize)]
 pub(crate) struct Shown {
     #[serde(flatten)]
-    pub kept: Kept,
-    pub age_s: u64,
+    pub(crate) kept: Kept,
+    pub(crate) age_s: u64,
     /// Per namespace, each setting that is not what the advice weighed ("NETNS: tcp_wmem A ->
     /// B"), or that the namespace is gone.
-    pub changed_since: Vec<String>,
+    pub(crate) changed_since: Vec<String>,
 }
 
 fn path() -> PathBuf {

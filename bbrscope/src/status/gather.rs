@@ -28,78 +28,78 @@ use crate::{
 
 #[derive(Serialize)]
 pub(crate) struct RouteCc {
-    pub route: String,
-    pub congctl: String,
-    pub by_bbrscope: bool,
+    pub(crate) route: String,
+    pub(crate) congctl: String,
+    pub(crate) by_bbrscope: bool,
 }
 
 #[derive(Serialize)]
 pub(crate) struct Namespace {
-    pub namespace: String,
-    pub initial: bool,
-    pub default: String,
-    pub allowed: Vec<String>,
-    pub default_qdisc: Option<String>,
-    pub qdiscs: Vec<RootQdisc>,
-    pub routes_with_congctl: Vec<RouteCc>,
+    pub(crate) namespace: String,
+    pub(crate) initial: bool,
+    pub(crate) default: String,
+    pub(crate) allowed: Vec<String>,
+    pub(crate) default_qdisc: Option<String>,
+    pub(crate) qdiscs: Vec<RootQdisc>,
+    pub(crate) routes_with_congctl: Vec<RouteCc>,
     /// The settings beyond the algorithm `bbrscope advise` weighs flows against.
-    pub tuning: crate::advise::findings::Knobs,
+    pub(crate) tuning: crate::advise::findings::Knobs,
     /// Live TCP connections per algorithm (a sock_diag snapshot, as `ss -ti` sees them).
-    pub flows: BTreeMap<String, u64>,
+    pub(crate) flows: BTreeMap<String, u64>,
     /// Why `flows` could not be read (e.g. no tcp_diag module), when it could not.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub flows_unknown: Option<String>,
+    pub(crate) flows_unknown: Option<String>,
 }
 
 #[derive(Serialize)]
 pub(crate) struct Boot {
     /// What the next boot sets net.ipv4.tcp_congestion_control to.
-    pub value: Option<String>,
+    pub(crate) value: Option<String>,
     /// Where that comes from (None: no file sets it, the kernel's built-in default applies).
-    pub file: Option<String>,
-    pub bbrscope_dropin: bool,
+    pub(crate) file: Option<String>,
+    pub(crate) bbrscope_dropin: bool,
 }
 
 #[derive(Serialize)]
 pub(crate) struct Recorded {
-    pub scope: Scope,
+    pub(crate) scope: Scope,
     /// The algorithm bbrscope set there (null: only other settings).
-    pub algorithm: Option<String>,
-    pub applied_at: u64,
+    pub(crate) algorithm: Option<String>,
+    pub(crate) applied_at: u64,
     /// What holds now, in words.
-    pub now: String,
-    pub changes: Vec<String>,
+    pub(crate) now: String,
+    pub(crate) changes: Vec<String>,
 }
 
 /// Which observer `stream`/`top` use on this machine, checked by loading the program.
 #[derive(Serialize)]
 pub(crate) struct ObserverStatus {
     /// "sockops", "tracepoint", or null when it could not be checked.
-    pub path: Option<&'static str>,
+    pub(crate) path: Option<&'static str>,
     /// Why not sockops, or why it could not be checked.
-    pub note: Option<String>,
+    pub(crate) note: Option<String>,
 }
 
 #[derive(Serialize)]
 pub(crate) struct Status {
-    pub available: Vec<String>,
+    pub(crate) available: Vec<String>,
     /// Which BBR the kernel runs (v1 mainline, or Google's v2/v3), told from its BTF layout.
-    pub bbr: BbrImpl,
-    pub observer: ObserverStatus,
-    pub system: Namespace,
-    pub boot: Boot,
-    pub namespaces: Vec<Namespace>,
-    pub bbrscope: Vec<Recorded>,
+    pub(crate) bbr: BbrImpl,
+    pub(crate) observer: ObserverStatus,
+    pub(crate) system: Namespace,
+    pub(crate) boot: Boot,
+    pub(crate) namespaces: Vec<Namespace>,
+    pub(crate) bbrscope: Vec<Recorded>,
     /// The `bbrscope experiment`s running now (each holds its lock), oldest first: several run
     /// side by side on disjoint scopes. They attach nothing that outlives them, so there is
     /// nothing else of them to list.
-    pub experiments: Vec<lock::Running>,
+    pub(crate) experiments: Vec<lock::Running>,
     /// The first of `experiments`, or null: what scripts written before experiments could run
     /// side by side read.
-    pub experiment: Option<lock::Running>,
+    pub(crate) experiment: Option<lock::Running>,
     /// The last `bbrscope advise`'s findings, and the settings changed since, or null.
-    pub advice: Option<advice::Shown>,
-    pub warnings: Vec<String>,
+    pub(crate) advice: Option<advice::Shown>,
+    pub(crate) warnings: Vec<String>,
 }
 
 fn namespace(ns: &Netns, state: &State) -> Result<Namespace> {

@@ -25,9 +25,9 @@ fn bpf(cmd: i32, attr: &mut [u64; 8]) -> io::Result<i64> {
 /// What BPF_PROG_QUERY answered.
 pub(crate) struct Query {
     /// How many programs are attached (may exceed the ids filled in).
-    pub count: usize,
+    pub(crate) count: usize,
     /// The attach flags of the target's own programs (BPF_F_ALLOW_MULTI …).
-    pub attach_flags: u32,
+    pub(crate) attach_flags: u32,
 }
 
 /// BPF_PROG_QUERY: the programs of `attach_type` attached to `target` (with `query_flags`),

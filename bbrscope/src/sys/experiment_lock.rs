@@ -42,36 +42,36 @@ const REGISTER_WAIT: Duration = Duration::from_secs(5);
 /// A running experiment as `bbrscope status` lists it.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub(crate) struct Running {
-    pub pid: u32,
+    pub(crate) pid: u32,
     /// Arm A's and arm B's algorithm.
-    pub arms: [String; 2],
+    pub(crate) arms: [String; 2],
     /// How connections get their arms, in words (`per connection`, `switchback: 15s blocks,
     /// --seed 7`); empty in a lock written before designs were named.
     #[serde(default)]
-    pub design: String,
+    pub(crate) design: String,
     /// Percent of the experiment's connections given arm B (of its clients, `by_client`).
-    pub split_pct: u32,
+    pub(crate) split_pct: u32,
     /// The split is of client addresses, not connections (the client design).
     #[serde(default)]
-    pub by_client: bool,
+    pub(crate) by_client: bool,
     /// Percent of connections in scope that join it.
-    pub sample_pct: u32,
+    pub(crate) sample_pct: u32,
     /// Which connections are in it, in words (`port 443`, `every new connection`).
-    pub scope: String,
+    pub(crate) scope: String,
     /// Unix time it started, seconds.
-    pub started_at: u64,
+    pub(crate) started_at: u64,
     /// When it ends by itself, in words (`after 10:00`, `after 1,000 flows`).
-    pub ends: String,
-    pub guardrail: bool,
+    pub(crate) ends: String,
+    pub(crate) guardrail: bool,
     /// Where its flows are recorded (`--record`).
-    pub record: Option<String>,
+    pub(crate) record: Option<String>,
     /// Its `--id` (the name its sums carry on Prometheus); empty in a lock written before ids.
     #[serde(default)]
-    pub id: String,
+    pub(crate) id: String,
     /// The connections it may set, to compare with another's; `None` in a lock written before
     /// experiments could run side by side (then it overlaps every other).
     #[serde(default)]
-    pub claim: Option<Claim>,
+    pub(crate) claim: Option<Claim>,
 }
 
 /// The connections an experiment may give an algorithm: new connections on `port` (any when
@@ -79,9 +79,9 @@ pub(crate) struct Running {
 /// (any when empty). Two claims are disjoint when one of these sets them apart.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub(crate) struct Claim {
-    pub port: Option<u16>,
-    pub cgroup: Option<PathBuf>,
-    pub dst: Vec<IpNet>,
+    pub(crate) port: Option<u16>,
+    pub(crate) cgroup: Option<PathBuf>,
+    pub(crate) dst: Vec<IpNet>,
 }
 
 impl Claim {

@@ -10,7 +10,7 @@ use std::{
 use super::kconfig;
 
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Hz {
+pub(crate) struct Hz {
     pub(crate) hz: u32,
     /// Where it came from: a configuration file's path, or `measured`.
     pub(crate) source: String,

@@ -28,8 +28,8 @@ const HDR: usize = 16;
 
 /// One reply message: its type and the bytes after the netlink header.
 pub(crate) struct Message {
-    pub kind: u16,
-    pub data: Vec<u8>,
+    pub(crate) kind: u16,
+    pub(crate) data: Vec<u8>,
 }
 
 pub(crate) struct Netlink {

@@ -28,9 +28,9 @@ const NAMED_DIR: &str = "/run/netns";
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub(crate) struct Netns {
     /// What the user sees: an `ip netns` name, "pid N (comm)", a path, or "this namespace".
-    pub label: String,
-    pub path: PathBuf,
-    pub ino: u64,
+    pub(crate) label: String,
+    pub(crate) path: PathBuf,
+    pub(crate) ino: u64,
 }
 
 impl std::fmt::Display for Netns {

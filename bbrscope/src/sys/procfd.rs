@@ -15,8 +15,8 @@ use crate::sys::name::Name;
 /// A process holding a socket.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) struct Holder {
-    pub pid: u32,
-    pub comm: Name,
+    pub(crate) pid: u32,
+    pub(crate) comm: Name,
 }
 
 /// The process holding each of `inodes` (those no process holds are absent), from one pass over

@@ -118,10 +118,10 @@ pub fn roots() -> Result<Vec<RootQdisc>> {
 /// hardware queues (mq, mqprio, taprio), the qdiscs of the queues.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) struct DeviceQdisc {
-    pub ifname: String,
-    pub root: String,
+    pub(crate) ifname: String,
+    pub(crate) root: String,
     /// The per-queue qdiscs' kinds under a multi-queue root (deduplicated); empty otherwise.
-    pub queues: Vec<String>,
+    pub(crate) queues: Vec<String>,
 }
 
 impl DeviceQdisc {

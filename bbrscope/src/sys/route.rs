@@ -35,9 +35,9 @@ const RTMSG_LEN: usize = 12;
 /// Enough to find a route again: the kernel matches a replace on these.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub(crate) struct RouteKey {
-    pub prefix: IpNet,
-    pub table: u32,
-    pub metric: Option<u32>,
+    pub(crate) prefix: IpNet,
+    pub(crate) table: u32,
+    pub(crate) metric: Option<u32>,
 }
 
 impl std::fmt::Display for RouteKey {
@@ -87,13 +87,13 @@ impl Window {
 /// A route as dumped, kept raw so it can be sent back unchanged but for its metrics.
 #[derive(Clone, Debug)]
 pub(crate) struct Route {
-    pub key: RouteKey,
-    pub cc: Option<String>,
+    pub(crate) key: RouteKey,
+    pub(crate) cc: Option<String>,
     /// The route's initial congestion window (`initcwnd`), packets; `None`: the kernel's 10.
-    pub initcwnd: Option<u32>,
+    pub(crate) initcwnd: Option<u32>,
     /// The route's initial receive window (`initrwnd`), packets; `None`: the kernel's choice.
-    pub initrwnd: Option<u32>,
-    pub gateway: Option<IpAddr>,
+    pub(crate) initrwnd: Option<u32>,
+    pub(crate) gateway: Option<IpAddr>,
     header: Vec<u8>,
     attrs: Vec<(u16, Vec<u8>)>,
 }

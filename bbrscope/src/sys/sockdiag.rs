@@ -38,32 +38,32 @@ pub(crate) use super::sockopt::TcpInfo;
 /// BBR's own report (`struct tcp_bbr_info`): bandwidth in bytes/s, gains in 1/256.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct BbrInfo {
-    pub bw_bytes_per_s: u64,
-    pub min_rtt_us: u32,
-    pub pacing_gain: u32,
-    pub cwnd_gain: u32,
+    pub(crate) bw_bytes_per_s: u64,
+    pub(crate) min_rtt_us: u32,
+    pub(crate) pacing_gain: u32,
+    pub(crate) cwnd_gain: u32,
 }
 
 /// One socket of a dump.
 #[derive(Clone, Debug)]
 pub(crate) struct Socket {
-    pub family: u8,
+    pub(crate) family: u8,
     /// `struct inet_diag_sockid` as the kernel wrote it (ports, addresses, interface, cookie):
     /// what a later [`lookup`] of this one socket sends back.
-    pub id: [u8; SOCKID_LEN],
+    pub(crate) id: [u8; SOCKID_LEN],
     /// `enum tcp_state`.
-    pub state: u8,
-    pub src: SocketAddr,
-    pub dst: SocketAddr,
+    pub(crate) state: u8,
+    pub(crate) src: SocketAddr,
+    pub(crate) dst: SocketAddr,
     /// The socket cookie (the same one BPF programs get from bpf_get_socket_cookie).
-    pub cookie: u64,
-    pub cc: Option<String>,
-    pub info: Option<TcpInfo>,
-    pub bbr: Option<BbrInfo>,
+    pub(crate) cookie: u64,
+    pub(crate) cc: Option<String>,
+    pub(crate) info: Option<TcpInfo>,
+    pub(crate) bbr: Option<BbrInfo>,
     /// The socket holds a value in the socket-storage map the dump asked about.
-    pub in_storage: bool,
+    pub(crate) in_storage: bool,
     /// The socket's inode, as `/proc/PID/fd` links name it (0 once no file refers to it).
-    pub inode: u64,
+    pub(crate) inode: u64,
 }
 
 /// Every TCP socket in `states` (a bit mask of `1 << tcp_state`) of both address families; with

@@ -327,7 +327,7 @@ pub(crate) fn play_summary(table: &mut FlowTable, s: &Summary) {
 
 /// What a dashboard waits for beside the flows: its terminal's input and its frame clock.
 pub(crate) struct Screen {
-    pub dash: Dashboard,
+    pub(crate) dash: Dashboard,
     frame: Interval,
 }
 

@@ -25,34 +25,34 @@ pub(crate) const INCUMBENTS: [u32; 2] = [1, 3];
 /// One configuration of the shared bottleneck.
 #[derive(Clone, Copy, Debug, PartialEq, Serialize)]
 pub(crate) struct Scenario {
-    pub buffer_bytes: u64,
-    pub incumbents: u32,
+    pub(crate) buffer_bytes: u64,
+    pub(crate) incumbents: u32,
 }
 
 /// What to run: `challenger` against `incumbent` flows in every scenario, `repeat` times.
 pub(crate) struct Setup<'a> {
     /// The path; its buffer is replaced by each scenario's.
-    pub cond: &'a Conditions,
-    pub challenger: &'a str,
-    pub incumbent: &'a str,
-    pub scenarios: &'a [Scenario],
-    pub repeat: u32,
-    pub headless: bool,
+    pub(crate) cond: &'a Conditions,
+    pub(crate) challenger: &'a str,
+    pub(crate) incumbent: &'a str,
+    pub(crate) scenarios: &'a [Scenario],
+    pub(crate) repeat: u32,
+    pub(crate) headless: bool,
     /// The path in words, for the display's title.
-    pub title: &'a str,
+    pub(crate) title: &'a str,
 }
 
 /// One scenario's round: its flows, the challenger first.
 pub(crate) struct Round {
-    pub scenario: Scenario,
-    pub repeat: u32,
-    pub flows: Vec<FlowRun>,
+    pub(crate) scenario: Scenario,
+    pub(crate) repeat: u32,
+    pub(crate) flows: Vec<FlowRun>,
 }
 
 pub(crate) struct Ran {
-    pub rounds: Vec<Round>,
+    pub(crate) rounds: Vec<Round>,
     /// Why the demo ended early, and how long its last round ran.
-    pub stopped: Option<(Stop, Duration)>,
+    pub(crate) stopped: Option<(Stop, Duration)>,
 }
 
 impl Setup<'_> {

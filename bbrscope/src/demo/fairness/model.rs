@@ -30,9 +30,9 @@ const PAPER_MEDIAN_ERROR: f64 = 0.05;
 /// The bottleneck the flows share.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub(crate) struct Bottleneck {
-    pub rate_bps: f64,
-    pub rtt_s: f64,
-    pub buffer_bytes: f64,
+    pub(crate) rate_bps: f64,
+    pub(crate) rtt_s: f64,
+    pub(crate) buffer_bytes: f64,
 }
 
 impl Bottleneck {
@@ -48,11 +48,11 @@ impl Bottleneck {
 #[derive(Clone, Debug, Serialize, PartialEq)]
 pub(crate) struct Share {
     /// The BBR flows' fraction of the bottleneck's goodput.
-    pub bbr: f64,
+    pub(crate) bbr: f64,
     /// The paper's median error around it, clipped to 0..1.
-    pub band: (f64, f64),
+    pub(crate) band: (f64, f64),
     /// False where the buffer is under one BDP: the model's full-queue assumption fails there.
-    pub in_scope: bool,
+    pub(crate) in_scope: bool,
 }
 
 /// The model's BBR share for `bbr_flows` BBR flows over `window_s` seconds of competition.

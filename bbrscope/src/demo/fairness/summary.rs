@@ -30,57 +30,57 @@ const LOSS_BASED: [&str; 2] = ["cubic", "reno"];
 /// One algorithm's side of a round.
 #[derive(Clone, Debug, Serialize)]
 pub(crate) struct Side {
-    pub cc: String,
-    pub flows: u32,
+    pub(crate) cc: String,
+    pub(crate) flows: u32,
     /// Fraction of all the flows' goodput over the measured window.
-    pub share: f64,
-    pub goodput_bps: f64,
+    pub(crate) share: f64,
+    pub(crate) goodput_bps: f64,
     /// Median srtt over the window (over time, median across this side's flows), and that
     /// over the path's propagation RTT.
-    pub srtt_p50_us: Option<f64>,
-    pub rtt_inflation: Option<f64>,
+    pub(crate) srtt_p50_us: Option<f64>,
+    pub(crate) rtt_inflation: Option<f64>,
     /// Retransmitted over sent data segments, whole run (TCP_INFO of each sender).
-    pub retransmitted: f64,
+    pub(crate) retransmitted: f64,
 }
 
 /// One scenario's round, measured.
 #[derive(Clone, Debug, Serialize)]
 pub(crate) struct RoundResult {
-    pub buffer_bytes: u64,
-    pub buffer_bdp: f64,
-    pub incumbents: u32,
-    pub repeat: u32,
+    pub(crate) buffer_bytes: u64,
+    pub(crate) buffer_bdp: f64,
+    pub(crate) incumbents: u32,
+    pub(crate) repeat: u32,
     /// The measured window, seconds since the flows started.
-    pub window_s: (f64, f64),
-    pub challenger: Side,
-    pub incumbent: Side,
+    pub(crate) window_s: (f64, f64),
+    pub(crate) challenger: Side,
+    pub(crate) incumbent: Side,
     /// Jain's index over every flow's goodput in the window: 1 is equal shares, 1/n is one
     /// flow taking everything.
-    pub jain_index: f64,
+    pub(crate) jain_index: f64,
     /// All flows' goodput over the window, as a fraction of the link rate.
-    pub link_used: f64,
+    pub(crate) link_used: f64,
     /// The challenger's share in each second (seconds since start, share), start-up included.
-    pub challenger_share_per_s: Vec<(f64, f64)>,
+    pub(crate) challenger_share_per_s: Vec<(f64, f64)>,
     /// The model's challenger share, where it applies (BBRv1 against loss-based flows).
-    pub model: Option<model::Share>,
+    pub(crate) model: Option<model::Share>,
     /// Whether the measured challenger share is inside the model's band.
-    pub in_model_band: Option<bool>,
+    pub(crate) in_model_band: Option<bool>,
 }
 
 #[derive(Serialize)]
 pub(crate) struct Summary {
     #[serde(rename = "type")]
-    pub kind: &'static str,
-    pub challenger: String,
-    pub incumbent: String,
-    pub path: Conditions,
+    pub(crate) kind: &'static str,
+    pub(crate) challenger: String,
+    pub(crate) incumbent: String,
+    pub(crate) path: Conditions,
     /// Which BBR produced these numbers.
-    pub bbr: BbrImpl,
+    pub(crate) bbr: BbrImpl,
     /// Why there is no model column, when there is none.
-    pub model_note: Option<String>,
-    pub rounds: Vec<RoundResult>,
+    pub(crate) model_note: Option<String>,
+    pub(crate) rounds: Vec<RoundResult>,
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub stopped_early: Option<StoppedEarly>,
+    pub(crate) stopped_early: Option<StoppedEarly>,
 }
 
 impl Summary {

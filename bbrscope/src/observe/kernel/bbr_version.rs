@@ -34,9 +34,9 @@ impl Version {
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub(crate) struct BbrImpl {
     /// Null when it cannot be told (not loaded, no BTF, or a layout none of the known ones).
-    pub version: Option<Version>,
+    pub(crate) version: Option<Version>,
     /// The evidence, or why there is none, in words.
-    pub how: String,
+    pub(crate) how: String,
 }
 
 impl BbrImpl {

@@ -17,11 +17,11 @@ pub(crate) const SLAB: &str = "/sys/kernel/slab";
 
 #[derive(Debug, Clone)]
 pub(crate) struct Member {
-    pub name: String,
-    pub ty: u32,
-    pub bit_offset: u32,
+    pub(crate) name: String,
+    pub(crate) ty: u32,
+    pub(crate) bit_offset: u32,
     /// Non-zero for bitfields.
-    pub bitfield_size: u32,
+    pub(crate) bitfield_size: u32,
 }
 
 #[derive(Debug, Clone)]

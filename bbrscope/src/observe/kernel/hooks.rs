@@ -17,10 +17,10 @@ const HOOKS: &[(&str, Option<&str>)] = &[
 
 #[derive(Debug, PartialEq, Eq)]
 pub(crate) struct HookPlan {
-    pub attach: Vec<&'static str>,
+    pub(crate) attach: Vec<&'static str>,
     /// `config_flags` the programs need for this kernel's tracepoints.
-    pub flags: u32,
-    pub degraded: Vec<String>,
+    pub(crate) flags: u32,
+    pub(crate) degraded: Vec<String>,
 }
 
 /// `arity(name)` is the tracepoint's argument count, `None` if the kernel lacks it.

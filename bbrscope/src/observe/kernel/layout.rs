@@ -116,8 +116,8 @@ pub const FIELDS: &[(Field, &str, &str)] = &[
 /// How to get a value out of the bytes the kernel copied: shift and width in bits.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct Extract {
-    pub shift: u32,
-    pub bits: u32,
+    pub(crate) shift: u32,
+    pub(crate) bits: u32,
 }
 
 impl Extract {
@@ -174,7 +174,7 @@ pub struct BbrLayout {
 
 /// CUBIC's private state (`struct bictcp`): the window before the last reduction (W_max).
 #[derive(Clone, Debug)]
-pub struct CubicLayout {
+pub(crate) struct CubicLayout {
     pub(crate) last_max_cwnd: Option<PrivField>,
 }
 

@@ -159,7 +159,7 @@ pub enum PathChoice {
 
 /// The path in use, as `stats` and `status` name it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum ObserverPath {
+pub(crate) enum ObserverPath {
     Sockops,
     Tracepoint,
     FloorSockops,
@@ -736,7 +736,7 @@ const HZ_UNKNOWN: &str = "this kernel's tick rate is unknown (no CONFIG_HZ in /p
 /// The clock the sock_ops program paces samples by (`stats.sample_clock`). Every choice samples
 /// at the same interval; they differ in what each ACK pays to read them.
 #[derive(Clone, Debug, PartialEq)]
-pub enum SampleClock {
+pub(crate) enum SampleClock {
     /// The tick counter: one load once JITed (the verifier inlines bpf_jiffies64 on 64-bit).
     Jiffies(hz::Hz),
     /// CLOCK_MONOTONIC_COARSE: a helper call and a few loads.

@@ -12,11 +12,11 @@ use ratatui::{
 use crate::tui::theme::Theme;
 
 pub(super) struct Series {
-    pub name: String,
-    pub style: Style,
-    pub points: Vec<(f64, f64)>,
+    pub(crate) name: String,
+    pub(crate) style: Style,
+    pub(crate) points: Vec<(f64, f64)>,
     /// Drawn as dots (events) rather than a line.
-    pub scatter: bool,
+    pub(crate) scatter: bool,
 }
 
 impl Series {
