@@ -1,18 +1,21 @@
-//! What `apply`'s plan reads from the machine, as one trait. The live machine ([`Live`]) answers
-//! through sys/, entering the namespace asked about; unit tests answer with a fake, so the
-//! plan's rules (the allowed list outside the initial namespace, unwritable settings, routes that
-//! override the default, qdiscs, other programs on a cgroup) are tested without root or a kernel.
+//! What `apply` reads from the machine, as one trait: the scopes the options name, and what the
+//! plan reads of each. The live machine ([`Live`]) answers through sys/, entering the namespace
+//! asked about; unit tests answer with a fake, so the scope rules (one scope per namespace and
+//! prefix) and the plan's (the allowed list outside the initial namespace, unwritable settings,
+//! routes that override the default, qdiscs, other programs on a cgroup) are tested without root
+//! or a kernel.
 //! The plan reads nothing else: the kernel's algorithms ([`super::algo::Kernel`]) and the record
 //! ([`super::state::State`]) are read once into [`super::plan::Host`], and files under the run's
 //! root.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use anyhow::Result;
 use ipnet::IpNet;
 
 use super::cgroup::{self, Attached};
 use crate::sys::{
+    cgroup as cgroupfs,
     experiment_lock::{self, Running},
     netns::{self, Netns},
     qdisc::{self, RootQdisc},
@@ -21,6 +24,15 @@ use crate::sys::{
 };
 
 pub(crate) trait Machine {
+    /// bbrscope's own network namespace.
+    fn own_netns(&self) -> Result<Netns>;
+    /// The namespace `--netns NAME` names (a usage error when there is none).
+    fn named_netns(&self, name: &str) -> Result<Netns>;
+    /// Every network namespace besides bbrscope's own (`--netns all`).
+    fn other_netns(&self) -> Result<Vec<Netns>>;
+    /// The cgroup `--cgroup PATH` names: its path in the hierarchy and its id (a usage error when
+    /// there is none).
+    fn cgroup(&self, path: &Path) -> Result<(PathBuf, u64)>;
     /// A sysctl's value in `netns`; `None`: that namespace has no such key.
     fn sysctl(&self, netns: &Netns, key: &str) -> Result<Option<String>>;
     /// Why `key` cannot be written in `netns`; `None` when it can.
@@ -47,6 +59,22 @@ pub(crate) trait Machine {
 pub(crate) struct Live;
 
 impl Machine for Live {
+    fn own_netns(&self) -> Result<Netns> {
+        netns::current()
+    }
+
+    fn named_netns(&self, name: &str) -> Result<Netns> {
+        netns::resolve(name)
+    }
+
+    fn other_netns(&self) -> Result<Vec<Netns>> {
+        netns::all()
+    }
+
+    fn cgroup(&self, path: &Path) -> Result<(PathBuf, u64)> {
+        let cg = cgroupfs::resolve(path)?;
+        Ok((cg.path, cg.id))
+    }
     fn sysctl(&self, netns: &Netns, key: &str) -> Result<Option<String>> {
         netns::run(netns, || sysctl::read(key))
     }
@@ -98,6 +126,8 @@ impl Machine for Live {
 #[cfg(test)]
 #[derive(Default)]
 pub(crate) struct Fake {
+    /// bbrscope's own namespace, then the others.
+    pub(crate) namespaces: Vec<Netns>,
     /// (namespace inode, key) → value.
     pub(crate) sysctls: std::collections::HashMap<(u64, String), String>,
     /// (namespace inode, key) → why it cannot be written.
@@ -124,6 +154,27 @@ impl Fake {
 
 #[cfg(test)]
 impl Machine for Fake {
+    fn own_netns(&self) -> Result<Netns> {
+        self.namespaces.first().cloned().ok_or_else(|| anyhow::anyhow!("no namespace"))
+    }
+
+    fn named_netns(&self, name: &str) -> Result<Netns> {
+        match self.namespaces.iter().find(|n| n.label == name) {
+            Some(n) => Ok(n.clone()),
+            None => crate::error::usage!("no network namespace named {name}"),
+        }
+    }
+
+    fn other_netns(&self) -> Result<Vec<Netns>> {
+        Ok(self.namespaces.iter().skip(1).cloned().collect())
+    }
+
+    fn cgroup(&self, path: &Path) -> Result<(PathBuf, u64)> {
+        match self.cgroups.iter().position(|(p, ..)| p == path) {
+            Some(i) => Ok((path.to_path_buf(), 1000 + i as u64)),
+            None => crate::error::usage!("no cgroup {}", path.display()),
+        }
+    }
     fn sysctl(&self, netns: &Netns, key: &str) -> Result<Option<String>> {
         Ok(self.sysctls.get(&(netns.ino, key.to_string())).cloned())
     }

@@ -8,8 +8,8 @@ use anyhow::Result;
 use ipnet::IpNet;
 use serde::{Deserialize, Serialize};
 
-use crate::sys::netns::{self, Netns};
-use crate::{error::usage, sys::cgroup};
+use super::machine::Machine;
+use crate::{error::usage, sys::netns::Netns};
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "type", rename_all = "snake_case")]
@@ -79,24 +79,24 @@ impl Spec<'_> {
     }
 }
 
-/// Resolves and validates the options into scopes (several for `--netns all`). Every bad input
-/// is a usage error, found before anything is read or changed.
-pub(crate) fn resolve(spec: &Spec) -> Result<Vec<Scope>> {
+/// Resolves and validates the options into scopes (several for `--netns all`) on `machine`.
+/// Every bad input is a usage error, found before anything is read or changed.
+pub(crate) fn resolve(spec: &Spec, machine: &dyn Machine) -> Result<Vec<Scope>> {
     spec.cgroup_alone()?;
     if let Some(path) = spec.cgroup {
-        let cg = cgroup::resolve(path)?;
-        return Ok(vec![Scope::Cgroup { path: cg.path, ino: cg.id }]);
+        let (path, ino) = machine.cgroup(path)?;
+        return Ok(vec![Scope::Cgroup { path, ino }]);
     }
     let prefixes = spec.route.map(parse_prefixes).transpose()?;
     let namespaces = match spec.netns {
         None => None,
-        Some("all") => Some(netns::all()?),
-        Some(name) => Some(vec![netns::resolve(name)?]),
+        Some("all") => Some(machine.other_netns()?),
+        Some(name) => Some(vec![machine.named_netns(name)?]),
     };
     Ok(match (namespaces, prefixes) {
-        (None, None) => vec![Scope::System { netns: netns::current()? }],
+        (None, None) => vec![Scope::System { netns: machine.own_netns()? }],
         (None, Some(prefixes)) => {
-            let netns = netns::current()?;
+            let netns = machine.own_netns()?;
             prefixes.into_iter().map(|prefix| Scope::Route { netns: netns.clone(), prefix }).collect()
         }
         (Some(list), None) => list.into_iter().map(|netns| Scope::Netns { netns }).collect(),
@@ -132,7 +132,7 @@ pub(crate) fn parse_prefix(s: &str) -> Result<IpNet> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::error::UsageError;
+    use crate::{apply::machine::Fake, error::UsageError};
 
     #[test]
     fn a_route_list_is_one_scope_per_prefix() {
@@ -156,9 +156,57 @@ mod tests {
         assert!(parse_prefix("203.0.113.7/24").unwrap_err().to_string().contains("203.0.113.0/24"));
     }
 
+    /// bbrscope's own namespace (inode 1) and two others, `red` (2) and `blue` (3); one cgroup.
+    fn machine() -> Fake {
+        let ns = |label: &str, ino| Netns { label: label.into(), path: format!("/run/netns/{label}").into(), ino };
+        Fake {
+            namespaces: vec![ns("this namespace", 1), ns("red", 2), ns("blue", 3)],
+            cgroups: vec![("/sys/fs/cgroup/web".into(), Vec::new(), true, Vec::new())],
+            ..Fake::default()
+        }
+    }
+
+    /// The scopes `spec` resolves to, in words with their namespaces' inodes.
+    fn scopes(spec: &Spec) -> Vec<String> {
+        let said = |s: &Scope| format!("{s} @{}", s.netns().map_or(0, |n| n.ino));
+        resolve(spec, &machine()).unwrap().iter().map(said).collect()
+    }
+
     #[test]
-    fn cgroup_excludes_other_scopes() {
-        let spec = Spec { cgroup: Some(Path::new("/sys/fs/cgroup")), netns: Some("x"), route: None };
-        assert!(resolve(&spec).unwrap_err().downcast_ref::<UsageError>().is_some());
+    fn options_resolve_to_one_scope_per_namespace_and_prefix() {
+        assert_eq!(scopes(&Spec::default()), ["system @1"]);
+        assert_eq!(scopes(&Spec { netns: Some("blue"), ..Spec::default() }), ["netns blue @3"]);
+        assert_eq!(scopes(&Spec { netns: Some("all"), ..Spec::default() }), ["netns red @2", "netns blue @3"]);
+        let route = Some("203.0.113.0/24,2001:db8::/32");
+        assert_eq!(scopes(&Spec { route, ..Spec::default() }), ["route 203.0.113.0/24 @1", "route 2001:db8::/32 @1"]);
+        assert_eq!(
+            scopes(&Spec { netns: Some("all"), route, ..Spec::default() }),
+            [
+                "route 203.0.113.0/24 in netns red @2",
+                "route 2001:db8::/32 in netns red @2",
+                "route 203.0.113.0/24 in netns blue @3",
+                "route 2001:db8::/32 in netns blue @3",
+            ]
+        );
+        let cgroup = Spec { cgroup: Some(Path::new("/sys/fs/cgroup/web")), ..Spec::default() };
+        assert_eq!(
+            resolve(&cgroup, &machine()).unwrap(),
+            [Scope::Cgroup { path: "/sys/fs/cgroup/web".into(), ino: 1000 }]
+        );
+    }
+
+    /// A cgroup with another scope option, or a bad prefix, is refused before the machine is
+    /// asked anything (an unknown namespace would be its usage error).
+    #[test]
+    fn bad_options_are_usage_errors_before_the_machine_is_read() {
+        let nothing = Fake::default();
+        for spec in [
+            Spec { cgroup: Some(Path::new("/sys/fs/cgroup")), netns: Some("x"), route: None },
+            Spec { cgroup: Some(Path::new("/sys/fs/cgroup")), netns: None, route: Some("203.0.113.0/24") },
+            Spec { route: Some("203.0.113.7/24"), netns: Some("red"), cgroup: None },
+        ] {
+            let e = resolve(&spec, &nothing).unwrap_err();
+            assert!(e.downcast_ref::<UsageError>().is_some(), "{spec:?}: {e}");
+        }
     }
 }

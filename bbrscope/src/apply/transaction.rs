@@ -9,6 +9,7 @@ use super::{
     algo::Kernel,
     files,
     lock::Lock,
+    machine::Live,
     plan::{self, Host, Options, Plan},
     run::{self, Outcome, Verification},
     scope::{self, Scope, Spec},
@@ -62,7 +63,7 @@ pub(crate) struct Transaction {
 /// lock); everything after is in the [`Transaction`]. `note` gets a line for the user when an
 /// earlier interrupted run is reconciled or a namespace vanishes while being checked.
 pub(crate) fn apply(req: &Request, note: &mut dyn FnMut(&str)) -> Result<Transaction> {
-    let scopes = scope::resolve(&req.scope)?;
+    let scopes = scope::resolve(&req.scope, &Live)?;
     if scopes.is_empty() {
         usage!("no network namespaces found besides bbrscope's own");
     }
