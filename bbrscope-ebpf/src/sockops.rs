@@ -62,6 +62,7 @@ use aya_ebpf::{
     },
     programs::SockOpsContext,
 };
+use aya_log_ebpf::{debug, warn};
 use bbrscope_common::{
     CC_NAME_LEN, FlowClose, FlowOpen, Owner, assign_mode, client_gets_b, config_flags, counter, experiment_flags, hold,
     kind, status_quo,
@@ -206,7 +207,7 @@ pub(crate) fn bbrscope_sockops(ctx: SockOpsContext) -> u32 {
             BPF_SOCK_OPS_STATE_CB => on_state(&ctx, ops, sk),
             BPF_SOCK_OPS_TCP_CONNECT_CB => on_connect(&ctx, ops, sk),
             BPF_SOCK_OPS_ACTIVE_ESTABLISHED_CB | BPF_SOCK_OPS_PASSIVE_ESTABLISHED_CB => on_established(&ctx, ops, sk),
-            BPF_SOCK_OPS_TCP_LISTEN_CB => on_listen(sk),
+            BPF_SOCK_OPS_TCP_LISTEN_CB => on_listen(&ctx, sk),
             _ => {}
         }
     }
@@ -569,6 +570,7 @@ fn socket_ino(sk: u64) -> u32 {
 fn on_connect(ctx: &SockOpsContext, ops: &bpf_sock_ops, sk: *mut bpf_sock) {
     let Some(s) = storage(sk, true) else {
         count(counter::STORAGE_FAILED);
+        warn!(ctx, "no socket storage at connect(): the connection is not observed");
         return;
     };
     reset(s, sk);
@@ -581,9 +583,10 @@ fn on_connect(ctx: &SockOpsContext, ops: &bpf_sock_ops, sk: *mut bpf_sock) {
 
 /// listen(): remember the owner; accepted sockets inherit this storage (`BPF_F_CLONE`).
 #[inline(always)]
-fn on_listen(sk: *mut bpf_sock) {
+fn on_listen(ctx: &SockOpsContext, sk: *mut bpf_sock) {
     let Some(s) = storage(sk, true) else {
         count(counter::STORAGE_FAILED);
+        warn!(ctx, "no socket storage at listen(): its accepted connections have no owner");
         return;
     };
     reset(s, sk);
@@ -595,6 +598,7 @@ fn on_listen(sk: *mut bpf_sock) {
 fn on_established(ctx: &SockOpsContext, ops: &bpf_sock_ops, sk: *mut bpf_sock) {
     let Some(s) = storage(sk, true) else {
         count(counter::STORAGE_FAILED);
+        warn!(ctx, "no socket storage at the handshake's end: the connection is not observed");
         return;
     };
     if s.listener != 0 || s.sk == 0 {
@@ -747,6 +751,7 @@ fn assign_arm(ctx: &SockOpsContext, ops: &bpf_sock_ops, s: &mut SockFlow) {
             unsafe { bpf_setsockopt(ctx.ops.cast::<c_void>(), SOL_TCP, TCP_BPF_IW, (&raw mut iw).cast::<c_void>(), 4) };
         if err != 0 {
             count(counter::ARM_FAILED);
+            warn!(ctx, "experiment: arm {} refused (TCP_BPF_IW {}: error {})", arm, iw, err);
             return;
         }
     }
@@ -768,6 +773,10 @@ fn assign_arm(ctx: &SockOpsContext, ops: &bpf_sock_ops, s: &mut SockFlow) {
             if read_before { status_quo::KNOWN | is_before(&before, 0) | is_before(&before, 1) << 1 } else { 0 };
     } else {
         count(counter::ARM_FAILED);
+        warn!(
+            ctx,
+            "experiment: arm {} refused (TCP_CONGESTION: error {}); the connection keeps its algorithm", arm, err
+        );
     }
 }
 
@@ -868,6 +877,7 @@ fn admit(ctx: &SockOpsContext, s: &mut SockFlow) {
         return;
     }
     s.flow.status = Status::Passed as u8;
+    debug!(ctx, "watching flow: cookie {}", cookie);
 }
 
 /// Sends the flow's OPEN record unless userspace has had one of its records already: called

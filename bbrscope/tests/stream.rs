@@ -619,6 +619,55 @@ fn ring_overflow_is_counted_and_reported_not_silent() {
     assert!(records.iter().any(|r| r["type"] == "stats" && r["drops_per_s"].as_f64().unwrap() > 0.0));
 }
 
+/// `--kernel-log debug` names every flow the sock_ops program starts to watch by the socket's
+/// own cookie (getsockopt SO_COOKIE on both ends of each connection here, the truth no bbrscope
+/// code computes): exactly those of the port, each once. `warn` sends none of them, and without
+/// the flag the programs send nothing at all.
+#[test]
+fn the_kernel_log_names_each_watched_flow_by_its_cookie_and_is_off_by_default() {
+    use std::io::{Read as _, Write as _};
+    require_root();
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port().to_string();
+    let base = ["--observer", "sockops", "--port", &port];
+    let mut streams = [
+        Stream::start(&[&base[..], &["--kernel-log", "debug"]].concat()),
+        Stream::start(&[&base[..], &["--kernel-log", "warn"]].concat()),
+        Stream::start(&base),
+    ];
+    let mut cookies = std::collections::BTreeSet::new();
+    let mut conns = Vec::new();
+    for _ in 0..4 {
+        let mut c = std::net::TcpStream::connect(listener.local_addr().unwrap()).unwrap();
+        let (mut s, _) = listener.accept().unwrap();
+        c.write_all(b"ping").unwrap();
+        s.read_exact(&mut [0u8; 4]).unwrap();
+        s.write_all(&[7u8; 64 << 10]).unwrap();
+        c.read_exact(&mut vec![0u8; 64 << 10]).unwrap();
+        for end in [&c, &s] {
+            cookies.insert(rustix::net::sockopt::socket_cookie(end).unwrap());
+        }
+        conns.push((c, s));
+    }
+    let last = conns.last().unwrap().0.local_addr().unwrap().to_string();
+    drop(conns);
+    // The summary of the last server end (its peer the last client) comes after every flow's
+    // start, and the log is read before each batch of records.
+    for s in &mut streams {
+        s.wait_for(Duration::from_secs(10), |r| r["type"] == "flow_summary" && r["dst"] == last.as_str());
+    }
+    let [debug, warn, off] = streams.map(|s| s.stop().2);
+    let watched: Vec<u64> = debug
+        .lines()
+        .filter_map(|l| l.strip_prefix("bbrscope: kernel debug: watching flow: cookie "))
+        .map(|c| c.parse().unwrap())
+        .collect();
+    assert_eq!(watched.iter().copied().collect::<std::collections::BTreeSet<_>>(), cookies, "{debug}");
+    assert_eq!(watched.len(), cookies.len(), "each once: {debug}");
+    assert!(!warn.contains("kernel debug"), "{warn}");
+    assert!(!off.contains("bbrscope: kernel"), "{off}");
+}
+
 #[test]
 fn receivers_are_reported_only_when_asked() {
     require_root();

@@ -156,6 +156,8 @@ pub struct ExperimentArgs {
     /// view; a progress line every 10 s on stderr when stdout is not a terminal)
     #[arg(long, conflicts_with = "analyze")]
     pub(crate) headless: bool,
+    #[command(flatten)]
+    pub(crate) kernel_log: super::KernelLogArg,
 }
 
 /// An experiment's id as its series carry it: 1 to 64 letters, digits and `_.:-` (a label
@@ -273,6 +275,7 @@ impl ExperimentArgs {
             record: self.record.clone(),
             headless: self.headless,
             metrics: self.metrics()?,
+            kernel_log: self.kernel_log.level(),
         })
     }
 

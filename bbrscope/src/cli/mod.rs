@@ -194,6 +194,36 @@ pub(crate) struct ObserveArgs {
     /// kernels or setups without it), or `auto` (sockops where it loads; `stats` names the one used)
     #[arg(long, value_name = "PATH", default_value = "auto")]
     pub(crate) observer: PathChoice,
+    #[command(flatten)]
+    pub(crate) kernel_log: KernelLogArg,
+}
+
+/// `--kernel-log`, shared by every command that loads the observer.
+#[derive(Debug, Args, Clone, Copy)]
+pub(crate) struct KernelLogArg {
+    /// Print the kernel programs' rare events on stderr, each with its details: `warn` (an
+    /// experiment's arm the kernel refused, socket storage it could not allocate; each is
+    /// counted in `stats` either way) or `debug` (also every flow the sockops observer starts to
+    /// watch, by cookie). Off by default, and then left out of the loaded programs by the
+    /// kernel's verifier
+    #[arg(long = "kernel-log", value_name = "LEVEL")]
+    pub(crate) level: Option<KernelLog>,
+}
+
+impl KernelLogArg {
+    /// The level the kernel programs are loaded with (0: off).
+    pub(crate) fn level(self) -> u8 {
+        self.level.map_or(0, |l| match l {
+            KernelLog::Warn => aya_log::Level::Warn as u8,
+            KernelLog::Debug => aya_log::Level::Debug as u8,
+        })
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub(crate) enum KernelLog {
+    Warn,
+    Debug,
 }
 
 impl ObserveArgs {
@@ -216,6 +246,7 @@ impl ObserveArgs {
             bpf_stats: self.bpf_stats,
             path: self.observer,
             owner: OwnerFilter { comm: f.comm.clone(), pid: f.pid, netns: f.netns },
+            kernel_log: self.kernel_log.level(),
             ..Options::default()
         })
     }

@@ -74,6 +74,7 @@ async fn experiment(request: &Request, run: &Run) -> Result<()> {
     let opts = Options {
         filter: FilterSpec { port: spec.port, cgroup: spec.cgroup.clone(), ..FilterSpec::default() },
         experiment: Some(spec.clone()),
+        kernel_log: run.kernel_log,
         ..Options::default()
     };
     let mut live = Live::start("bbrscope experiment", &opts)?;

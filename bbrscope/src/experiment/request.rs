@@ -63,6 +63,8 @@ pub(crate) struct Run {
     pub(crate) headless: bool,
     /// `--metrics-listen`: the run's sums served to Prometheus.
     pub(crate) metrics: Option<Serve>,
+    /// `--kernel-log`: the level the kernel programs log at (0: none).
+    pub(crate) kernel_log: u8,
 }
 
 /// Where an experiment serves its sums, and under which id.

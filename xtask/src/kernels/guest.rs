@@ -1267,7 +1267,12 @@ fn hide(dir: &str) -> Result<()> {
 fn port_filter(rep: &mut Report) -> Result<()> {
     // The kernel's own BTF given as a file: bbrscope's check that a `--btf` file describes the
     // running kernel must accept it on every kernel of the matrix.
-    let stream = Stream::start("port", &["--port", "5004", "--interval", "100", "--btf", "/sys/kernel/btf/vmlinux"])?;
+    // With the kernel programs' log on: every kernel of the matrix must verify the programs with
+    // their log calls live, not only with them removed as dead code (the default).
+    let stream = Stream::start(
+        "port",
+        &["--port", "5004", "--interval", "100", "--btf", "/sys/kernel/btf/vmlinux", "--kernel-log", "debug"],
+    )?;
     let a = thread::spawn(|| bulk(v4(5004), "cubic", 1.5));
     let b = bulk(v4(5005), "cubic", 1.5)?;
     let a = a.join().map_err(|_| anyhow::anyhow!("flow panicked"))??;
@@ -1287,6 +1292,21 @@ fn port_filter(rep: &mut Report) -> Result<()> {
             b.sock.local
         ),
     );
+    if out.observer().as_deref() == Some("sockops") {
+        let named = |s: &Sock| {
+            let line = format!("bbrscope: kernel debug: watching flow: cookie {}", s.cookie.unwrap_or_default());
+            out.stderr.iter().filter(|l| **l == line).count()
+        };
+        let (a_lines, b_lines) = (named(&a.sock), named(&b.sock));
+        rep.test(
+            "auto/kernel_log",
+            a_lines == 1 && b_lines == 0,
+            format!(
+                "--kernel-log debug: the :5004 flow (cookie {:?}) named {a_lines} time(s), the filtered :5005 flow {b_lines}",
+                a.sock.cookie
+            ),
+        );
+    }
     Ok(())
 }
 

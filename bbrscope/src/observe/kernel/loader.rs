@@ -63,6 +63,8 @@ pub struct Options {
     pub owner: crate::observe::filter::OwnerFilter,
     /// `bbrscope experiment`: assign new connections in scope to two algorithms at random.
     pub experiment: Option<ExperimentSpec>,
+    /// `--kernel-log`: the most verbose aya-log level the programs send (0: none).
+    pub kernel_log: u8,
 }
 
 /// One arm: an algorithm, and optionally the connection's initial congestion window, which
@@ -193,6 +195,7 @@ impl Default for Options {
             path: PathChoice::Auto,
             owner: crate::observe::filter::OwnerFilter::default(),
             experiment: None,
+            kernel_log: 0,
         }
     }
 }
@@ -210,6 +213,8 @@ pub struct Observer {
     per_ack_program: &'static str,
     /// An experiment's assignment, until the experiment takes it ([`Observer::take_assignment`]).
     assignment: Option<Assignment>,
+    /// `--kernel-log`'s reader, drained with the records.
+    kernel_log: Option<aya_log::EbpfLogger<super::log::Lines>>,
 }
 
 impl Observer {
@@ -292,6 +297,7 @@ impl Observer {
         };
         let mut ebpf = EbpfLoader::new()
             .override_global("CONFIG", &config, true)
+            .override_global(aya_log::LEVEL, &opts.kernel_log, true)
             .map_max_entries("FLOWS", opts.max_flows)
             .map_max_entries("EVENTS", opts.ring_bytes)
             .load(OBJECT)
@@ -352,19 +358,37 @@ impl Observer {
             Some(_) if path == ObserverPath::Sockops => Some(Assignment::take(&mut ebpf)?),
             _ => None,
         };
+        let kernel_log = match opts.kernel_log {
+            0 => None,
+            _ => super::log::reader(&mut ebpf).map_err(|why| degraded.push(why)).ok(),
+        };
         let ring = RingBuf::try_from(ebpf.take_map("EVENTS").context("EVENTS map missing")?)?;
         let counters = PerCpuArray::try_from(ebpf.take_map("COUNTERS").context("COUNTERS map missing")?)?;
         // SAFETY: the ring buffer owns its map fd and keeps it open, unchanged, for as long as
         // the AsyncFd owns the ring buffer.
         let ring = unsafe { AsyncFd::register_with_interest(ring, tokio::io::Interest::READABLE) }
             .map_err(|e| e.into_parts().1)?;
-        Ok(Observer { ebpf, ring, counters, layout, degraded, path, sample_clock, per_ack_program, assignment })
+        Ok(Observer {
+            ebpf,
+            ring,
+            counters,
+            layout,
+            degraded,
+            path,
+            sample_clock,
+            per_ack_program,
+            assignment,
+            kernel_log,
+        })
     }
 
     /// Waits until records are available (or `DRAIN_PERIOD` has passed: the programs wake
     /// userspace only once `1/WAKE_FRACTION` of the ring is used), then passes each to `f` until
     /// the ring is empty or `MAX_BATCH` records have been passed.
     pub(crate) async fn drain(&mut self, mut f: impl FnMut(&[u8])) -> Result<usize> {
+        if let Some(log) = &mut self.kernel_log {
+            log.flush();
+        }
         let mut each = |ring: &mut RingBuf<MapData>| {
             let mut n = 0;
             while n < MAX_BATCH {
@@ -469,7 +493,10 @@ pub(crate) fn probe() -> std::result::Result<(ObserverPath, Option<String>), Str
     };
     let why = (|| -> Result<()> {
         crate::sys::cgroup::cgroup2_mount().context("no cgroup v2 hierarchy is mounted")?;
-        let mut ebpf = EbpfLoader::new().override_global("CONFIG", &config, true).load(OBJECT)?;
+        let mut ebpf = EbpfLoader::new()
+            .override_global("CONFIG", &config, true)
+            .override_global(aya_log::LEVEL, &0u8, true)
+            .load(OBJECT)?;
         let prog: &mut SockOps = ebpf.program_mut(SOCKOPS_PROGRAM).context("program missing")?.try_into()?;
         prog.load().context("loading the sock_ops program")?;
         Ok(())

@@ -7,3 +7,4 @@ pub mod existing;
 pub(crate) mod hooks;
 pub mod layout;
 pub mod loader;
+pub(crate) mod log;
