@@ -447,6 +447,8 @@ fn bad_input_is_refused_before_anything_is_attached() {
         // The default burn-in (3 s) with a short block: named as the default.
         (&["--arms", "cubic,bbr", "--design", "switchback", "--block", "4s"], "3s is the default burn-in"),
         (&["--arms", "cubic,bbr", "--design", "everyone"], "invalid value 'everyone'"),
+        (&["--analyze", BAD_LIST, "--kernel-log", "warn"], "--kernel-log is a live run's"),
+        (&["--arms", "cubic,bbr", "--kernel-log", "all"], "invalid value 'all'"),
         (&["--analyze", BAD_LIST, "--design", "switchback"], "cannot be used with"),
         // A quantile's bounds take each flow as a draw of its own, and need the flows themselves.
         (&["--arms", "cubic,bbr", "--metric", "p95"], "--metric p95 needs --design per-connection"),

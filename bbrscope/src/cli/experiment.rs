@@ -213,6 +213,11 @@ impl ExperimentArgs {
     pub(crate) fn request(&self) -> Result<Request> {
         let rule = self.rule()?;
         let prefix_lists = self.prefix_lists()?;
+        if self.kernel_log.level.is_some() && (!self.analyze.is_empty() || self.analyze_prometheus.is_some()) {
+            usage!(
+                "--kernel-log is a live run's (it reads the kernel programs bbrscope loads): drop it, or drop --analyze"
+            );
+        }
         let mode = match self.analyze.as_slice() {
             [] if self.analyze_prometheus.is_some() => Mode::Fleet {
                 source: self.fleet()?,
