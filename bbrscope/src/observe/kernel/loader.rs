@@ -298,6 +298,7 @@ impl Observer {
         let mut ebpf = EbpfLoader::new()
             .override_global("CONFIG", &config, true)
             .override_global(aya_log::LEVEL, &opts.kernel_log, true)
+            .map_max_entries(super::log::RING, super::log::ring_bytes(opts.kernel_log))
             .map_max_entries("FLOWS", opts.max_flows)
             .map_max_entries("EVENTS", opts.ring_bytes)
             .load(OBJECT)
@@ -496,6 +497,7 @@ pub(crate) fn probe() -> std::result::Result<(ObserverPath, Option<String>), Str
         let mut ebpf = EbpfLoader::new()
             .override_global("CONFIG", &config, true)
             .override_global(aya_log::LEVEL, &0u8, true)
+            .map_max_entries(super::log::RING, super::log::ring_bytes(0))
             .load(OBJECT)?;
         let prog: &mut SockOps = ebpf.program_mut(SOCKOPS_PROGRAM).context("program missing")?.try_into()?;
         prog.load().context("loading the sock_ops program")?;
