@@ -135,6 +135,8 @@ pub(crate) fn main() -> Result<()> {
     if let Err(e) = apply(&mut rep) {
         rep.test("apply/run", false, format!("{e:#}"));
     }
+    // After apply, which loaded the module and reverted (so no socket uses it).
+    rep.check("experiment/refused_arm", refused_arm());
     if let Err(e) = fq_pacing(&mut rep) {
         rep.test("advise/fq_pacing", false, format!("{e:#}"));
     }
@@ -252,6 +254,59 @@ fn experiment(port: u16, flags: &[&str], sources: &[IpAddr]) -> Result<Experimen
         ccs,
         ok: status.success(),
     })
+}
+
+/// The experiment's rare event, seen through `--kernel-log warn`: arm B is `MODULE_ALGO`, whose
+/// module is removed once the experiment runs, so the kernel refuses it (the BPF path never
+/// loads a module) and those connections keep the status quo. One warning per refused
+/// connection: as many as the accepted connections that are on neither arm, and at least one.
+fn refused_arm() -> Result<(bool, String)> {
+    use std::io::BufRead as _;
+    const PORT: u16 = 5031;
+    const CONNECTIONS: usize = 10;
+    let listener = TcpListener::bind(v4(PORT))?;
+    let arms = ["reno", MODULE_ALGO];
+    let mut child = Command::new(BBRSCOPE)
+        .args(["experiment", "--arms", &arms.join(","), "--port", &PORT.to_string(), "--split", "90"])
+        .args(["--kernel-log", "warn", "--duration", "8s", "--headless", "--no-guardrail"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()?;
+    let mut err = std::io::BufReader::new(child.stderr.take().context("stderr")?);
+    let mut said = String::new();
+    while !said.contains("experiment running") {
+        if err.read_line(&mut said)? == 0 {
+            let _ = child.kill();
+            bail!("bbrscope experiment did not start: {said}");
+        }
+    }
+    let module = format!("tcp_{MODULE_ALGO}\0");
+    // SAFETY: delete_module(2) with a NUL-terminated name that outlives the call; O_NONBLOCK
+    // fails at once (EBUSY) rather than waiting if a socket still uses the module.
+    let removed = unsafe { libc::syscall(libc::SYS_delete_module, module.as_ptr(), libc::O_NONBLOCK) } == 0;
+    let removed_err = std::io::Error::last_os_error();
+    let ccs: Vec<String> = (0..CONNECTIONS)
+        .map(|_| {
+            let _client = TcpStream::connect(v4(PORT))?;
+            let (server, _) = listener.accept()?;
+            Ok(socket_cc(&server))
+        })
+        .collect::<Result<_>>()?;
+    let status = child.wait()?;
+    let mut rest = String::new();
+    let _ = err.read_to_string(&mut rest);
+    let warned = rest.lines().filter(|l| l.starts_with("bbrscope: kernel warn: experiment: arm 1 refused")).count();
+    let off_arm = ccs.iter().filter(|cc| !arms.contains(&cc.as_str())).count();
+    let pass = removed && status.success() && warned == off_arm && off_arm > 0;
+    Ok((
+        pass,
+        format!(
+            "module removed: {}; algorithms of the {CONNECTIONS} connections {ccs:?}; {off_arm} on neither arm, \
+             {warned} kernel warnings; exit {status}",
+            if removed { "yes".to_string() } else { format!("no ({removed_err})") }
+        ),
+    ))
 }
 
 fn v4(port: u16) -> SocketAddr {
