@@ -41,7 +41,7 @@ static NOTE_CLOSED_STDOUT: extern "C" fn() = note_closed_stdout;
 /// renumbered option, or one the administrator set with its `MIMALLOC_*` environment variable,
 /// is left alone.
 #[cfg(target_env = "musl")]
-pub(crate) fn allocator_settings() {
+pub fn allocator_settings() {
     const ARENA_EAGER_COMMIT: libmimalloc_sys::mi_option_t = 4;
     const PURGE_DELAY: libmimalloc_sys::mi_option_t = 15;
     for (option, default, want) in [(ARENA_EAGER_COMMIT, 2, 0), (PURGE_DELAY, 1000, 0)] {
