@@ -268,6 +268,9 @@ fn refused_arm() -> Result<(bool, String)> {
     let arms = ["reno", MODULE_ALGO];
     let mut child = Command::new(BBRSCOPE)
         .args(["experiment", "--arms", &arms.join(","), "--port", &PORT.to_string(), "--split", "90"])
+        // Each connection its own draw (the default switchback gives a whole block one arm: a
+        // run inside an A block refuses nothing).
+        .args(["--design", "per-connection"])
         .args(["--kernel-log", "warn", "--duration", "8s", "--headless", "--no-guardrail"])
         .stdin(Stdio::null())
         .stdout(Stdio::null())
