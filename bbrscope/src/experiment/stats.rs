@@ -238,7 +238,30 @@ pub(crate) fn t_two_sided_tail(t: f64, df: f64) -> f64 {
 }
 
 /// The `t > 0` with `P(|T| > t) = p` for Student's t with `df` degrees of freedom, by bisection.
+/// Remembered per (p, df): an analysis asks for the same few (its α, clusters − 1) for every
+/// group at every look, and one answer costs 200 evaluations of the incomplete beta function
+/// (a sixth of a re-drawn recording's analysis time before it was remembered).
 pub(crate) fn t_two_sided_quantile(p: f64, df: f64) -> f64 {
+    use std::{cell::RefCell, collections::HashMap};
+    thread_local! {
+        static KNOWN: RefCell<HashMap<(u64, u64), f64>> = RefCell::new(HashMap::new());
+    }
+    let key = (p.to_bits(), df.to_bits());
+    if let Some(t) = KNOWN.with_borrow(|known| known.get(&key).copied()) {
+        return t;
+    }
+    let t = t_by_bisection(p, df);
+    KNOWN.with_borrow_mut(|known| {
+        // Bounded: a caller that varied df continuously would otherwise grow it for ever.
+        if known.len() >= 4096 {
+            known.clear();
+        }
+        known.insert(key, t);
+    });
+    t
+}
+
+fn t_by_bisection(p: f64, df: f64) -> f64 {
     let (mut lo, mut hi) = (0.0, 1e6);
     for _ in 0..200 {
         let mid = f64::midpoint(lo, hi);
