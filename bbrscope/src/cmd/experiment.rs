@@ -51,10 +51,7 @@ pub async fn run(args: ExperimentArgs) -> Result<()> {
 /// the report.
 async fn experiment(request: &Request, run: &Run) -> Result<()> {
     let spec = &run.spec;
-    let limit = match run.flows {
-        Some(n) => Limit::Flows(n),
-        None => Limit::Time(run.duration),
-    };
+    let limit = run.flows.map_or(Limit::Time(run.duration), Limit::Flows);
     let setup = Setup {
         arms: Some(spec.arms.each_ref().map(ToString::to_string)),
         split_pct: spec.split_pct,
@@ -81,14 +78,9 @@ async fn experiment(request: &Request, run: &Run) -> Result<()> {
     for note in live.degraded() {
         crate::output::errln!("bbrscope: warning: {note}");
     }
-    let (recorder, mut record_end) = match &run.record {
-        Some(p) => {
-            let f = record::create(p, &setup)?;
-            let end = f.try_clone().with_context(|| format!("creating {}", p.display()))?;
-            (Some(JsonSink::new(f, Clock::new())), Some(end))
-        }
-        None => (None, None),
-    };
+    // One clock for the recording and the live observations: a flow's end is the same instant in both.
+    let clock = Clock::new();
+    let (recorder, mut record_end) = recorder(run.record.as_deref(), &setup, clock)?.unzip();
     let assigning = crate::experiment::run::start_assigning(&mut live, run.design, &setup.prefix_lists)?;
     crate::output::errln!(
         "bbrscope: experiment running: {} (arm A) vs {} (arm B), {}, {}% of connections in scope; {} ends it",
@@ -99,14 +91,30 @@ async fn experiment(request: &Request, run: &Run) -> Result<()> {
         if std::io::stdout().is_terminal() && !run.headless { "q in the dashboard" } else { "Ctrl-C" }
     );
     let (sums, _served) = sums::serve(listener, &setup)?.unzip();
-    let watch =
-        Watch { assigning, headless: run.headless, state, setup: setup.clone(), flows: run.flows, recorder, sums };
+    let watch = Watch {
+        assigning,
+        headless: run.headless,
+        state,
+        setup: setup.clone(),
+        flows: run.flows,
+        recorder,
+        sums,
+        clock,
+    };
     let Watched { obs, stopped_by, guard, switched_back } =
         crate::experiment::run::run(live, &mut signals, watch, run.duration).await?;
     if let (Some(p), Some(f)) = (&run.record, record_end.as_mut()) {
         record::end(f, p, &obs, stopped_by.as_deref(), guard.as_ref())?;
     }
     finish(request, &obs, &setup, Ended { stopped_by, guard, switched_back }, false)
+}
+
+/// `--record FILE`: its sink, and the file again for the record's end.
+fn recorder(path: Option<&Path>, setup: &Setup, clock: Clock) -> Result<Option<(JsonSink<File>, File)>> {
+    let Some(p) = path else { return Ok(None) };
+    let f = record::create(p, setup)?;
+    let end = f.try_clone().with_context(|| format!("creating {}", p.display()))?;
+    Ok(Some((JsonSink::new(f, clock), end)))
 }
 
 /// `--analyze FILE...`: the report of a recorded run, or of several recordings of one experiment

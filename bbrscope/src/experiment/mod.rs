@@ -48,7 +48,7 @@ use std::net::IpAddr;
 use serde::Deserialize as _;
 use serde_json::Value;
 
-use crate::observe::schema::SummaryLine;
+use crate::observe::{clock::Clock, schema::SummaryLine};
 
 /// Arms are set up in the kernel, which is configured with them: their type lives with the
 /// loader's experiment settings.
@@ -122,20 +122,22 @@ fn handshake_s(accepted: bool, srtt_first_us: Option<u64>, min_rtt_us: Option<u3
 }
 
 impl Observation {
-    /// A closed flow of the live flow table that the kernel put in an arm.
-    pub(crate) fn from_flow(flow: &crate::observe::flow::Flow) -> Option<Self> {
+    /// A closed flow of the live flow table that the kernel put in an arm; its end in Unix time
+    /// by `clock`, the `--record` file's (a switchback places the flow by it: live and recorded,
+    /// in the same block).
+    pub(crate) fn from_flow(flow: &crate::observe::flow::Flow, clock: &Clock) -> Option<Self> {
         let end = flow.life.end.as_ref()?;
-        Self::of_flow(flow, end.head.ts_ns, Some(u64::from(end.srtt_first_us)), false)
+        Self::of_flow(flow, end.head.ts_ns, Some(u64::from(end.srtt_first_us)), false, clock)
     }
 
     /// A flow of an arm still running at `now_ns` (CLOCK_MONOTONIC, the kernel's clock): a
     /// censored observation, its elapsed time and the bytes acked so far (its summary has not
     /// come, so its first RTT is not known: the handshake is the path's minimum RTT).
-    pub(crate) fn in_flight(flow: &crate::observe::flow::Flow, now_ns: u64) -> Option<Self> {
+    pub(crate) fn in_flight(flow: &crate::observe::flow::Flow, now_ns: u64, clock: &Clock) -> Option<Self> {
         if flow.life.end.is_some() {
             return None;
         }
-        Self::of_flow(flow, now_ns, None, true)
+        Self::of_flow(flow, now_ns, None, true, clock)
     }
 
     fn of_flow(
@@ -143,6 +145,7 @@ impl Observation {
         end_ns: u64,
         srtt_first_us: Option<u64>,
         censored: bool,
+        clock: &Clock,
     ) -> Option<Self> {
         let owner = flow.life.owner.as_ref()?;
         let arm = match owner.arm? {
@@ -169,9 +172,7 @@ impl Observation {
             bytes: acked.saturating_sub(syn_fin),
             duration_s: duration_ns as f64 / 1e9,
             handshake_s: handshake_s(accepted, srtt_first_us, min_rtt_us, u64::from(flow.life.retrans_at_open)),
-            end_ts: Some(
-                std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0.0, |d| d.as_secs_f64()),
-            ),
+            end_ts: Some(clock.unix_secs(end_ns)),
             goodput_bps: (duration_ns > 0)
                 .then(|| (u128::from(acked) * 8_000_000_000 / u128::from(duration_ns)) as u64),
             srtt_median_us: flow.life.srtt_median_us().or(m.and_then(|m| m.srtt_us)),

@@ -66,6 +66,8 @@ pub(crate) struct Watch {
     pub(crate) recorder: Option<JsonSink<File>>,
     /// `--metrics-listen`: the sums a scrape reads, filled as flows finish.
     pub(crate) sums: Option<Sums>,
+    /// The kernel's clock in Unix time, as the recorder has it.
+    pub(crate) clock: Clock,
 }
 
 /// How it went.
@@ -112,6 +114,7 @@ pub(crate) async fn run(mut live: Live, signals: &mut Signals, watch: Watch, dur
         guard: None,
         switched_back: Vec::new(),
         sums: watch.sums,
+        clock: watch.clock,
     };
     // The dashboard draws the loop's table: then it keeps each flow's history, and a finished
     // flow listed for a while.
@@ -181,7 +184,9 @@ async fn drain(
     }
     let now = Clock::monotonic_ns();
     let Draining { exp, open } = draining;
-    exp.obs.extend(table.iter().filter(|f| open.contains(&f.id)).filter_map(|f| Observation::in_flight(f, now)));
+    exp.obs.extend(
+        table.iter().filter(|f| open.contains(&f.id)).filter_map(|f| Observation::in_flight(f, now, &exp.clock)),
+    );
     Ok(())
 }
 
@@ -238,6 +243,7 @@ struct Experiment {
     guard: Option<GuardDecision>,
     /// The client groups the guardrail sent back so far.
     switched_back: Vec<SwitchedBack>,
+    clock: Clock,
     sums: Option<Sums>,
 }
 
@@ -340,7 +346,7 @@ impl Experiment {
             rec.event(ev, change, table)?;
         }
         if change == Change::Ended
-            && let Some(o) = table.get(ev.head().flow).and_then(Observation::from_flow)
+            && let Some(o) = table.get(ev.head().flow).and_then(|f| Observation::from_flow(f, &self.clock))
         {
             self.shown.state().flow_finished(o.arm);
             if let Some(sums) = &self.sums {
