@@ -237,6 +237,10 @@ fn recap(out: &str) -> HashMap<String, (u32, u32)> {
     hosts
 }
 
+/// The playbooks' per-connection design (each connection draws its arm): an answer from the
+/// first flows, where a switchback needs its rounds.
+const PER_CONNECTION: [&str; 2] = ["-e", "bbrscope_design=per-connection"];
+
 fn host_cc_is_untouched(before: &str) {
     assert_eq!(tcp_congestion_control(), before, "the initial namespace's default changed");
 }
@@ -255,8 +259,10 @@ fn a_fleet_experiment_ends_in_the_apply_its_answer_supports_or_in_none() {
     assert_eq!(lab.defaults(), [BEFORE, BEFORE], "{out}");
     assert!(!lab.records.path().join("host0.ndjson").exists(), "{out}");
 
-    // BBR against reno on lossy paths: applied on both hosts.
-    let (ok, out) = lab.play("fleet-experiment.yml", "reno,bbr", "t_fleet_b", &[]);
+    // BBR against reno on lossy paths, everyone on each (the default switchback, in short
+    // blocks): applied on both hosts.
+    let blocks = ["-e", "bbrscope_design_args='--block 1s --burn-in 0.3s'"];
+    let (ok, out) = lab.play("fleet-experiment.yml", "reno,bbr", "t_fleet_b", &blocks);
     assert!(ok, "{out}");
     assert!(out.contains("on 2 hosts, all flows: b_better") && out.contains("Applying bbr"), "{out}");
     assert_eq!(lab.defaults(), [ROLLOUT, ROLLOUT], "{out}");
@@ -267,7 +273,7 @@ fn a_fleet_experiment_ends_in_the_apply_its_answer_supports_or_in_none() {
     assert_eq!(lab.defaults(), [BEFORE, BEFORE]);
 
     // reno against BBR: A better, nothing applied, and the play says so.
-    let (ok, out) = lab.play("fleet-experiment.yml", "bbr,reno", "t_fleet_a", &[]);
+    let (ok, out) = lab.play("fleet-experiment.yml", "bbr,reno", "t_fleet_a", &PER_CONNECTION);
     assert!(ok, "{out}");
     assert!(out.contains("on 2 hosts, all flows: a_better") && out.contains("Nothing is applied"), "{out}");
     assert_eq!(lab.defaults(), [BEFORE, BEFORE], "{out}");
@@ -296,7 +302,7 @@ fn the_canary_rollout_reaches_the_rest_only_when_the_canary_finds_b_better() {
     assert_eq!(lab.defaults(), [BEFORE, BEFORE], "{out}");
     assert_eq!(lab.recorded(), 0, "nothing recorded: {out}");
 
-    let (ok, out) = lab.play("canary-rollout.yml", "reno,bbr", "t_canary_b", &[]);
+    let (ok, out) = lab.play("canary-rollout.yml", "reno,bbr", "t_canary_b", &PER_CONNECTION);
     assert!(ok, "{out}");
     assert!(out.contains("on 1 host, all flows: b_better"), "{out}");
     assert!(out.contains("Show bbrscope status"), "the handler ran after the change: {out}");
@@ -304,12 +310,12 @@ fn the_canary_rollout_reaches_the_rest_only_when_the_canary_finds_b_better() {
     assert_eq!(lab.recorded(), 2, "{out}");
     assert_eq!(running(), 0, "the experiment ended with the play: {out}");
     // Again: the rest has it already.
-    let (ok, out) = lab.play("canary-rollout.yml", "reno,bbr", "t_canary_again", &[]);
+    let (ok, out) = lab.play("canary-rollout.yml", "reno,bbr", "t_canary_again", &PER_CONNECTION);
     assert!(ok, "{out}");
     assert_eq!(recap(&out).get("rest1"), Some(&(0, 0)), "{out}");
     lab.revert();
 
-    let (ok, out) = lab.play("canary-rollout.yml", "bbr,reno", "t_canary_a", &[]);
+    let (ok, out) = lab.play("canary-rollout.yml", "bbr,reno", "t_canary_a", &PER_CONNECTION);
     assert!(!ok, "the play fails on a canary that did not find B better: {out}");
     assert!(out.contains("the canary did not find reno better for all flows (a_better"), "{out}");
     // The rest was never applied to (its only task would have been the apply).

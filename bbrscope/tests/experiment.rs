@@ -1106,11 +1106,14 @@ fn flows_still_running_at_the_end_are_counted_per_arm_as_in_flight() {
 
 /// `--design switchback`: the kernel gives every new connection the block's arm, block by block
 /// as the schedule says, switching on the wall clock. A client opens a short connection every
-/// 100 ms for 14 s (seven blocks of 2 s, each kind at least once in full); the server's own log
-/// of each connection's algorithm and accept time, against the test's own copy of the schedule
-/// (its seed given): every connection accepted in an A block, away from its boundaries (the
-/// switch and the accept are not the same instant), ran A's algorithm, every one in a B block
-/// B's, and the mixed blocks had both. The recording keeps the schedule.
+/// 100 ms for 30 s (thirty blocks of 1 s: at least nine rounds); the server's own log of each
+/// connection's algorithm and accept time, against the test's own copy of the schedule (its seed
+/// given): every connection accepted in an A block, away from its boundaries (the switch and the
+/// accept are not the same instant), ran A's algorithm, every one in a B block B's, and the
+/// mixed blocks had both. The recording keeps the schedule. A real Prometheus scrapes the run's
+/// sums (`--metrics-listen`): the fleet's answer from them (`--analyze-prometheus`) is the
+/// recording's (`--analyze`), every estimate and interval end to 1e-9, the per-connection
+/// contrast and the flows the schedule left out alike.
 #[test]
 fn a_switchback_gives_every_connection_its_blocks_arm() {
     use bbrscope::experiment::schedule::{Kind, Schedule};
@@ -1124,14 +1127,30 @@ fn a_switchback_gives_every_connection_its_blocks_arm() {
     let arms: Vec<&str> = ["cubic", "reno", "bbr"].into_iter().filter(|cc| *cc != status_quo).take(2).collect();
     let server_log = serve_logging_cc(listener);
     const SEED: u64 = 20_261_129;
-    let schedule = Schedule { block_s: 2.0, burn_in_s: 0.5, seed: SEED };
+    let schedule = Schedule { block_s: 1.0, burn_in_s: 0.3, seed: SEED };
     let dir = tempfile::tempdir().unwrap();
     let record = dir.path().join("exp.ndjson");
     let seed = SEED.to_string();
-    let flags =
-        ["--design", "switchback", "--block", "2s", "--burn-in", "0.5s", "--seed", &seed, "--no-guardrail", "--record"];
-    let (child, log) = start_logged(&arms.join(","), port, &[&flags[..], &[record.to_str().unwrap()]].concat());
-    load_paced(&p, 1, &[2_000], Instant::now() + Duration::from_secs(14), Duration::from_millis(100));
+    let sums_port = prometheus::free_port().to_string();
+    let flags = ["--design", "switchback", "--block", "1s", "--burn-in", "0.3s", "--seed", &seed, "--no-guardrail"];
+    let more = ["--metrics-listen", &sums_port, "--id", "t_switch", "--record", record.to_str().unwrap()];
+    let (child, log) = start_logged(&arms.join(","), port, &[&flags[..], &more[..]].concat());
+    let prom = prometheus::Prometheus::start(&[served_at(&log)]);
+    load_paced(&p, 1, &[2_000], Instant::now() + Duration::from_secs(30), Duration::from_millis(100));
+    // The fleet's answer once Prometheus holds every flow the server accepted.
+    let accepted = server_log.lock().unwrap().len() as f64;
+    let until = Instant::now() + Duration::from_secs(30);
+    while prom.query("sum(bbrscope_experiment_flows_total{id=\"t_switch\"})").first().map(prometheus::value)
+        != Some(accepted)
+    {
+        assert!(Instant::now() < until, "Prometheus never held the {accepted} flows: {}", prom.log());
+        thread::sleep(Duration::from_millis(250));
+    }
+    let url = format!("http://{}", prom.addr);
+    let out =
+        bbrscope().args(["experiment", "--analyze-prometheus", &url, "--id", "t_switch", "--json"]).output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let fleet: Value = serde_json::from_slice(&out.stdout).unwrap();
     let report = report_of(child);
     assert_eq!(report["stopped_by"], "stopped by Ctrl-C");
     // The server's log against the schedule.
@@ -1162,9 +1181,28 @@ fn a_switchback_gives_every_connection_its_blocks_arm() {
     let header: Value =
         serde_json::from_str(std::fs::read_to_string(&record).unwrap().lines().next().unwrap()).unwrap();
     assert_eq!(header["design"], "switchback", "{header}");
-    assert_eq!(header["schedule"], serde_json::json!({"block_s": 2.0, "burn_in_s": 0.5, "seed": SEED}), "{header}");
+    assert_eq!(header["schedule"], serde_json::json!({"block_s": 1.0, "burn_in_s": 0.3, "seed": SEED}), "{header}");
     let said = log.lock().unwrap().clone();
     assert!(said.contains("; switchback: block "), "{said}");
+    let out = bbrscope().args(["experiment", "--analyze", record.to_str().unwrap(), "--json"]).output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let offline: Value = serde_json::from_slice(&out.stdout).unwrap();
+    fleet_is_offline(&fleet, &offline, 2);
+    for g in fleet["groups"].as_array().unwrap() {
+        let (f, o) = (&g["switchback"], &group(&offline, g["label"].as_str().unwrap())["switchback"]);
+        assert!(f["rounds"].as_u64().unwrap() >= 8, "{f}");
+        for k in ["rounds", "left_out"] {
+            assert_eq!(f[k], o[k], "{k}");
+        }
+        for k in ["counted", "overran", "fits"] {
+            assert_eq!(f["carryover"][k], o["carryover"][k], "carryover {k}");
+        }
+        for k in ["effect_pct", "low_pct", "high_pct"] {
+            let (x, y) = (f["per_connection"][k].as_f64().unwrap(), o["per_connection"][k].as_f64().unwrap());
+            assert!((x - y).abs() <= 1e-9 * y.abs().max(1.0), "per connection {k}: fleet {x}, --analyze {y}");
+        }
+    }
+    assert_eq!(fleet["design"], offline["design"]);
     drop(p);
 }
 

@@ -653,18 +653,18 @@ pub(crate) struct CellTotals {
     pub(crate) bytes: u64,
 }
 
-/// The analysis of a per-connection experiment known only by its sums per stratum and arm (a
-/// fleet's, added across hosts), with `overridden` flows per arm left out of them: all flows and
-/// each RTT band, judged as [`analyze`] judges them, at the same α (the destination prefixes'
-/// share kept for them, though sums have none: a host's `--analyze` and its fleet's answer at
-/// the same level).
+/// The analysis of an experiment known only by its sums per stratum and arm (a fleet's, added
+/// across hosts), with `overridden` flows per arm left out of them: all flows and each RTT band,
+/// judged as [`analyze`] judges them, at the same α (the destination prefixes' share kept for
+/// them, though sums have none: a host's `--analyze` and its fleet's answer at the same level).
+/// A switchback's answers come from its `tallies` per RTT band, added across hosts.
 pub(crate) fn of_sums(
     cells: &BTreeMap<decide::Key, [CellTotals; 2]>,
     overridden: [usize; 2],
+    tallies: &BTreeMap<usize, switchback::Tally>,
     opts: &Options,
 ) -> Analysis {
     let names = opts.arms.clone().unwrap_or_default();
-    let metric = opts.metric();
     let arms_of = |band: Option<usize>| {
         let mut s = [ArmStats::default(); 2];
         for (_, arms) in cells.iter().filter(|((b, _), _)| band.is_none_or(|x| x == *b)) {
@@ -680,34 +680,7 @@ pub(crate) fn of_sums(
     let groups: Vec<GroupResult> = std::iter::once(None)
         .chain(bands)
         .filter(|band| arms_of(*band) != [ArmStats::default(); 2] || band.is_none())
-        .map(|band| {
-            let strata = Strata::of_sums(
-                metric,
-                cells
-                    .iter()
-                    .filter(|((b, _), _)| band.is_none_or(|x| x == *b))
-                    .map(|(key, arms)| (*key, arms.map(|c| c.sums))),
-            );
-            let answer = decide::answer(strata.estimate(), alpha, &opts.rule);
-            let (kind, label) = match band {
-                None => (GroupKind::All, "all flows".to_string()),
-                Some(b) => (GroupKind::Rtt, crate::units::band_label(b, &opts.rtt_bands_ms)),
-            };
-            GroupResult {
-                kind,
-                label,
-                prefixes: Vec::new(),
-                arms: arms_of(band),
-                verdict: Verdict::of(answer.outcome),
-                answer,
-                left_out: strata.left_out(&opts.rtt_bands_ms),
-                metrics: Vec::new(),
-                members: Vec::new(),
-                design: None,
-                switchback: None,
-                clients: None,
-            }
-        })
+        .map(|band| sums_group(band, cells, tallies, alpha, opts, arms_of(band)))
         .collect();
     let all = arms_of(None);
     let total = all[0].flows + all[1].flows + overridden[0] + overridden[1];
@@ -725,14 +698,71 @@ pub(crate) fn of_sums(
     };
     Analysis {
         groups_judged: groups.iter().filter(|g| g.answer.outcome != Outcome::TooFewFlows).count(),
+        // A switchback draws arms in its mixed blocks alone: the split is checked there.
         sample_ratio: sample_ratio(
-            [all[0].flows + overridden[0], all[1].flows + overridden[1]],
+            match opts.design {
+                Design::Switchback(s) => switchback::Tally::sum(tallies.values(), &s).mixed(),
+                Design::PerConnection | Design::Client { .. } => {
+                    [all[0].flows + overridden[0], all[1].flows + overridden[1]]
+                }
+            },
             opts.split_b,
             opts.srm_alpha,
         ),
         integrity,
         groups,
         ..Analysis::of_run(names, all, opts)
+    }
+}
+
+/// One group of [`of_sums`] (all flows, or RTT band `band`) at level `alpha`, its flows per arm
+/// `arms`: a per-connection answer from the strata's sums, a switchback's from its tallies.
+fn sums_group(
+    band: Option<usize>,
+    cells: &BTreeMap<decide::Key, [CellTotals; 2]>,
+    tallies: &BTreeMap<usize, switchback::Tally>,
+    alpha: f64,
+    opts: &Options,
+    arms: [ArmStats; 2],
+) -> GroupResult {
+    let metric = opts.metric();
+    let (kind, label) = match band {
+        None => (GroupKind::All, "all flows".to_string()),
+        Some(b) => (GroupKind::Rtt, crate::units::band_label(b, &opts.rtt_bands_ms)),
+    };
+    let (answer, left_out, switchback) = match opts.design {
+        Design::Switchback(s) => {
+            let tally = match band {
+                None => switchback::Tally::sum(tallies.values(), &s),
+                Some(b) => tallies.get(&b).cloned().unwrap_or_default(),
+            };
+            let (answer, group) = switchback::judge(&tally.estimates(metric), alpha, &opts.rule);
+            (answer, Vec::new(), Some(group))
+        }
+        Design::PerConnection | Design::Client { .. } => {
+            let strata = Strata::of_sums(
+                metric,
+                cells
+                    .iter()
+                    .filter(|((b, _), _)| band.is_none_or(|x| x == *b))
+                    .map(|(key, arms)| (*key, arms.map(|c| c.sums))),
+            );
+            (decide::answer(strata.estimate(), alpha, &opts.rule), strata.left_out(&opts.rtt_bands_ms), None)
+        }
+    };
+    GroupResult {
+        kind,
+        label,
+        prefixes: Vec::new(),
+        arms,
+        verdict: Verdict::of(answer.outcome),
+        answer,
+        left_out,
+        metrics: Vec::new(),
+        members: Vec::new(),
+        design: switchback.as_ref().map(|_| "switchback"),
+        switchback,
+        clients: None,
     }
 }
 
@@ -1235,7 +1265,7 @@ pub(crate) mod tests {
                     add_to_cells(&mut both, &o, &opts.rtt_bands_ms);
                 }
             }
-            [&both, &groups[0], &groups[1]].map(|cells| all(&of_sums(cells, [0, 0], &opts)))
+            [&both, &groups[0], &groups[1]].map(|cells| all(&of_sums(cells, [0, 0], &BTreeMap::new(), &opts)))
         };
         let called = |v: Verdict| matches!(v, Verdict::ABetter | Verdict::BBetter);
         let a_a: Vec<[Verdict; 3]> = (0..200).map(|seed| fleet(1.0, seed)).collect();
@@ -1276,7 +1306,7 @@ pub(crate) mod tests {
                 }
                 add_to_cells(&mut cells, o, &opts.rtt_bands_ms);
             }
-            let (want, got) = (analyze(&obs, &opts), of_sums(&cells, overridden, &opts));
+            let (want, got) = (analyze(&obs, &opts), of_sums(&cells, overridden, &BTreeMap::new(), &opts));
             assert_eq!(got.integrity.excluded, want.integrity.excluded);
             assert_eq!((got.arms[0].flows, got.arms[1].bytes), (want.arms[0].flows, want.arms[1].bytes));
             let judged: Vec<&GroupResult> =
@@ -1298,6 +1328,71 @@ pub(crate) mod tests {
             let better = if far > 1.0 { Some(0) } else { None };
             assert_eq!(far_band.verdict.better_arm(), better, "{far}: {:?}", far_band.verdict);
         }
+    }
+
+    /// A switchback known only by its hosts' sums (three hosts on one schedule, each with its
+    /// share of a shared bottleneck's flows, their tallies per RTT band added as Prometheus adds
+    /// them) is judged as the analysis of all the flows judges it: every estimate and interval
+    /// end of all flows and each band, the per-connection and interference contrasts beside
+    /// them, the flows the schedule left out, whether the blocks fit.
+    #[test]
+    fn a_switchback_known_by_its_hosts_sums_is_judged_as_its_flows_are() {
+        use crate::experiment::switchback::{
+            self, Tally,
+            tests::{Assign, Bottleneck, schedule, shared},
+        };
+        let names = ["cubic".to_string(), "bbr".to_string()];
+        let s = schedule(5);
+        let opts = Options {
+            arms: Some(names.clone()),
+            secondary: false,
+            design: Design::Switchback(s),
+            ..Options::default()
+        };
+        let link = Bottleneck { b: 0.8, beside_a: 0.5, beside_b: 0.0 };
+        let obs = shared(31, 12, 4.0, link, Assign::Switchback(s));
+        let mut cells: BTreeMap<decide::Key, [CellTotals; 2]> = BTreeMap::new();
+        let mut hosts: [BTreeMap<usize, Vec<usize>>; 3] = Default::default();
+        for (i, o) in obs.iter().enumerate() {
+            add_to_cells(&mut cells, o, &opts.rtt_bands_ms);
+            let band = crate::units::band_of(o.min_rtt_us, &opts.rtt_bands_ms);
+            hosts[i % 3].entry(band).or_default().push(i);
+        }
+        let mut tallies: BTreeMap<usize, Tally> = BTreeMap::new();
+        for band in hosts.iter().flat_map(|h| h.keys().copied()).collect::<BTreeSet<_>>() {
+            let per_host: Vec<Tally> = hosts
+                .iter()
+                .map(|h| switchback::tally(&obs, h.get(&band).map_or(&[][..], Vec::as_slice), &s, &opts.rtt_bands_ms))
+                .collect();
+            tallies.insert(band, Tally::sum(&per_host, &s));
+        }
+        let (want, got) = (analyze(&obs, &opts), of_sums(&cells, [0, 0], &tallies, &opts));
+        let judged: Vec<&GroupResult> =
+            want.groups.iter().filter(|g| matches!(g.kind, GroupKind::All | GroupKind::Rtt)).collect();
+        assert_eq!(got.groups.len(), judged.len());
+        assert_eq!(got.sample_ratio, want.sample_ratio);
+        let close = |x: Option<f64>, y: Option<f64>, what: &str| {
+            let (x, y) = (x.unwrap(), y.unwrap());
+            assert!((x - y).abs() <= 1e-9 * y.abs().max(1.0), "{what}: {x} vs {y}");
+        };
+        for (g, w) in got.groups.iter().zip(judged) {
+            assert_eq!((&g.label, g.verdict, g.arms, g.design), (&w.label, w.verdict, w.arms, Some("switchback")));
+            let (gs, ws) = (g.switchback.as_ref().unwrap(), w.switchback.as_ref().unwrap());
+            for (x, y, what) in
+                [(&g.answer, &w.answer, "everyone"), (&gs.per_connection, &ws.per_connection, "per connection")]
+            {
+                close(x.effect_pct, y.effect_pct, what);
+                close(x.low_pct, y.low_pct, what);
+                close(x.high_pct, y.high_pct, what);
+            }
+            close(gs.interference.effect_pct, ws.interference.effect_pct, "interference");
+            assert_eq!((gs.rounds, gs.left_out, gs.more_rounds), (ws.rounds, ws.left_out, ws.more_rounds));
+            let (gc, wc) = (gs.carryover, ws.carryover);
+            assert_eq!((gc.counted, gc.overran, gc.fits, gc.p99_s), (wc.counted, wc.overran, wc.fits, None));
+        }
+        let all = &got.groups[0];
+        assert!(all.switchback.as_ref().unwrap().rounds >= 8, "{:?}", all.switchback);
+        assert!(all.answer.effect_pct.unwrap() < 0.0, "{:?}", all.answer);
     }
 
     #[test]

@@ -1,8 +1,9 @@
 //! `--analyze-prometheus URL --id NAME`: one experiment's answer across every host whose sums a
 //! Prometheus holds (`--metrics-listen` on each host, [`super::sums`]). The sums are added per arm
 //! and stratum by Prometheus itself (`sum by`), then judged by [`analysis::of_sums`] with the
-//! estimate, α and rule of a single host's `--analyze` (docs/experiment-method.md, "Sums for a
-//! fleet").
+//! estimate, α and rule of a single host's `--analyze`; a switchback's per slot (round, block,
+//! arm, stratum) into the [`Tally`] a host's own analysis builds from its flows
+//! (docs/experiment-method.md, "Sums for a fleet").
 //!
 //! Read through Prometheus's HTTP API (`/api/v1/query`, an instant query: the hosts serving the
 //! experiment now), over plain HTTP/1.0: a URL of a Prometheus, Thanos Query or Mimir's Prometheus
@@ -30,8 +31,10 @@ use super::{
     guardrail::RTT_BANDS_MS,
     record,
     report::Report,
+    schedule::Schedule,
     setup::Design,
     sums::band_key,
+    switchback::{Carryover, Part, Slot, Tally},
 };
 use crate::{
     error::usage,
@@ -62,6 +65,9 @@ pub(crate) struct Hosts {
     pub(crate) running: [usize; 2],
 }
 
+/// An instant query's answer: each series' labels and value.
+type Series = Vec<(BTreeMap<String, String>, f64)>;
+
 /// Connecting, and each read, give up after this.
 const TIMEOUT: Duration = Duration::from_secs(10);
 /// A query's answer larger than this is not the few hundred series asked for.
@@ -81,8 +87,10 @@ pub(crate) fn analyze(source: &Source, rule: Rule, metric: Option<PrimaryMetric>
     // give one cell's n from one scrape and its Σ ln T from the next.
     let at = crate::observe::clock::unix_now();
     let query = |promql: &str| query(source, promql, at);
-    let info =
-        query(&format!("count by (design, arm_a, arm_b, split_pct, metric) ({})", last("bbrscope_experiment_info")))?;
+    let info = query(&format!(
+        "count by (design, arm_a, arm_b, split_pct, metric, seed, block_s, burn_in_s) ({})",
+        last("bbrscope_experiment_info")
+    ))?;
     let [(labels, hosts)] = &info[..] else {
         if info.is_empty() {
             bail!(
@@ -99,14 +107,7 @@ pub(crate) fn analyze(source: &Source, rule: Rule, metric: Option<PrimaryMetric>
     let serving = query(&format!("count(bbrscope_experiment_info{sel})"))?.first().map_or(0.0, |(_, v)| *v);
     let mut hosts = Hosts { all: *hosts as usize, ended: (*hosts - serving).max(0.0) as usize, running: [0, 0] };
     let label = |k: &str| labels.get(k).cloned().unwrap_or_default();
-    if label("design") != record::design_key(&Design::PerConnection) {
-        usage!(
-            "experiment {} is a {} design: the fleet analysis answers per-connection designs (a switchback's rounds \
-             and a client design's clients are not in the sums yet)",
-            source.id,
-            label("design")
-        );
-    }
+    let design = design_of(&label)?;
     let declared = record::metric_of(&label("metric"));
     let opts = Options {
         arms: Some([label("arm_a"), label("arm_b")]),
@@ -114,7 +115,7 @@ pub(crate) fn analyze(source: &Source, rule: Rule, metric: Option<PrimaryMetric>
         rule,
         metric: metric.or(declared),
         secondary: false,
-        design: Design::PerConnection,
+        design,
         ..Options::default()
     };
     // Each of the five sums of every cell, added across hosts by Prometheus (one query per sum:
@@ -141,14 +142,93 @@ pub(crate) fn analyze(source: &Source, rule: Rule, metric: Option<PrimaryMetric>
             }
         }
     }
+    let tallies = match design {
+        Design::Switchback(schedule) => switchback_tallies(&query, &last, &schedule)?,
+        Design::PerConnection | Design::Client { .. } => BTreeMap::new(),
+    };
     let overridden = per_arm(query(&format!("sum by (arm) ({})", last("bbrscope_experiment_overridden_flows_total")))?);
     // Running now: the hosts still serving it (an ended host's last gauge is no flow of now).
     hosts.running = per_arm(query(&format!("sum by (arm) (bbrscope_experiment_in_flight_flows{sel})"))?);
-    Ok((analysis::of_sums(&cells, overridden, &opts), hosts))
+    Ok((analysis::of_sums(&cells, overridden, &tallies, &opts), hosts))
+}
+
+/// The design the hosts' info series declare: a per-connection A/B, or a switchback with its
+/// schedule (every host runs the same blocks: the seed and lengths are in the info's labels).
+fn design_of(label: &dyn Fn(&str) -> String) -> Result<Design> {
+    let schedule = || -> Option<Schedule> {
+        Some(Schedule {
+            block_s: label("block_s").parse().ok()?,
+            burn_in_s: label("burn_in_s").parse().ok()?,
+            seed: label("seed").parse().ok()?,
+        })
+    };
+    let name = label("design");
+    if name == record::CLIENT {
+        usage!(
+            "this experiment is a client design: the fleet analysis answers per-connection and switchback designs \
+             (a client design's variance needs its clients, which are not in the sums)"
+        );
+    }
+    let sb = (name == record::SWITCHBACK).then(schedule).flatten();
+    match record::design(Some(&name), sb, None) {
+        Some(d) => Ok(d),
+        None => bail!("the hosts' info series name a design that cannot be read: {name:?}"),
+    }
+}
+
+/// A switchback's tallies per RTT band, added across the hosts (every host's blocks are the same
+/// blocks: rounds add as they are).
+fn switchback_tallies(
+    query: &dyn Fn(&str) -> Result<Series>,
+    last: &dyn Fn(&str) -> String,
+    schedule: &Schedule,
+) -> Result<BTreeMap<usize, Tally>> {
+    let mut tallies: BTreeMap<usize, Tally> = BTreeMap::new();
+    for name in ["flows_total", "completion_ln_seconds", "completion_seconds_total"] {
+        let series = query(&format!(
+            "sum by (round, block, arm, rtt_band, size) ({})",
+            last(&format!("bbrscope_experiment_switchback_{name}"))
+        ))?;
+        for (l, v) in series {
+            let Some(((band, size), _)) = cell_of(&l) else { continue };
+            let Some(part) =
+                Part::of_keys(l.get("block").map_or("", String::as_str), l.get("arm").map_or("", String::as_str))
+            else {
+                continue;
+            };
+            let Some(round) = l.get("round").and_then(|r| r.parse().ok()) else { continue };
+            let m = tallies.entry(band).or_default().slots.entry(Slot { round, part, band, size }).or_default();
+            match name {
+                "flows_total" => m.n = v as usize,
+                "completion_ln_seconds" => m.ln = v,
+                _ => m.seconds = v,
+            }
+        }
+    }
+    let left_out =
+        query(&format!("sum by (reason, rtt_band) ({})", last("bbrscope_experiment_switchback_left_out_flows_total")))?;
+    for (l, v) in left_out {
+        let Some(band) = band_of_label(&l) else { continue };
+        let t = tallies.entry(band).or_default();
+        match l.get("reason").map(String::as_str) {
+            Some("burn_in") => t.burn_in = v as usize,
+            Some("mismatched") => t.mismatched = v as usize,
+            _ => {}
+        }
+    }
+    let overran =
+        query(&format!("sum by (rtt_band) ({})", last("bbrscope_experiment_switchback_overran_flows_total")))?;
+    let overran: BTreeMap<usize, usize> =
+        overran.iter().filter_map(|(l, v)| Some((band_of_label(l)?, *v as usize))).collect();
+    for (band, t) in &mut tallies {
+        let counted = t.slots.values().map(|m| m.n).sum();
+        t.carryover = Carryover::of_counts(counted, overran.get(band).copied().unwrap_or(0), None, schedule);
+    }
+    Ok(tallies)
 }
 
 /// A `sum by (arm)` query's answer as counts for arms A and B (0 where it has none).
-fn per_arm(series: Vec<(BTreeMap<String, String>, f64)>) -> [usize; 2] {
+fn per_arm(series: Series) -> [usize; 2] {
     let mut counts = [0, 0];
     for (l, v) in series {
         if let Some(arm) = arm_of(&l) {
@@ -269,9 +349,14 @@ impl Judgments {
 /// A series' stratum and arm, from its labels.
 fn cell_of(l: &BTreeMap<String, String>) -> Option<(Key, usize)> {
     let arm = arm_of(l)?;
-    let band = (0..RTT_BANDS_MS.len() + 2).find(|&b| Some(&band_key(b, &RTT_BANDS_MS)) == l.get("rtt_band"))?;
+    let band = band_of_label(l)?;
     let size = Bucket::ALL.into_iter().find(|b| Some(b.key()) == l.get("size").map(String::as_str))?;
     Some(((band, size), arm))
+}
+
+/// A series' RTT band, from its `rtt_band` label.
+fn band_of_label(l: &BTreeMap<String, String>) -> Option<usize> {
+    (0..RTT_BANDS_MS.len() + 2).find(|&b| Some(&band_key(b, &RTT_BANDS_MS)) == l.get("rtt_band"))
 }
 
 fn arm_of(l: &BTreeMap<String, String>) -> Option<usize> {
@@ -283,7 +368,7 @@ fn arm_of(l: &BTreeMap<String, String>) -> Option<usize> {
 }
 
 /// An instant query's vector at `at` (Unix seconds): each series' labels and value.
-fn query(source: &Source, promql: &str, at: f64) -> Result<Vec<(BTreeMap<String, String>, f64)>> {
+fn query(source: &Source, promql: &str, at: f64) -> Result<Series> {
     let body = get(&source.url, &format!("/api/v1/query?query={}&time={at:.3}", urlencode(promql)))
         .with_context(|| format!("querying the Prometheus at {}", source.url))?;
     let v: Value = serde_json::from_str(&body)

@@ -98,8 +98,8 @@ fn metric(name: Option<&str>) -> Result<Option<PrimaryMetric>, ()> {
 }
 
 const PER_CONNECTION: &str = "per_connection";
-const SWITCHBACK: &str = "switchback";
-const CLIENT: &str = "client";
+pub(super) const SWITCHBACK: &str = "switchback";
+pub(super) const CLIENT: &str = "client";
 
 /// A design's name in a header (and in an experiment's series).
 pub(super) fn design_key(design: &Design) -> &'static str {
@@ -113,7 +113,7 @@ pub(super) fn design_key(design: &Design) -> &'static str {
 /// The design a header names; `None` when it makes no sense (a switchback without its
 /// schedule, or with one `--design switchback` would have refused; a client design without its
 /// salt; a salt or a schedule where the design has none).
-fn design(name: Option<&str>, schedule: Option<Schedule>, salt: Option<u64>) -> Option<Design> {
+pub(super) fn design(name: Option<&str>, schedule: Option<Schedule>, salt: Option<u64>) -> Option<Design> {
     match (name, schedule, salt) {
         (None | Some(PER_CONNECTION), None, None) => Some(Design::PerConnection),
         (Some(CLIENT), None, Some(salt)) => Some(Design::Client { salt }),

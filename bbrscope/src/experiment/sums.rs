@@ -8,6 +8,8 @@
 //! Bounded by construction: 2 arms x 5 bands x 4 sizes, five series each, plus two per arm
 //! (overridden flows, flows in flight), one per band and one per `--prefix-list` group (the
 //! guardrail's hold) and one info series: at most 210 series per experiment, one more per group.
+//! A switchback adds its slots ([`switchback::Tally`]): at most 240 series a round, growing with
+//! the run (docs/experiment-method.md states the numbers).
 
 use anyhow::Result;
 use prometheus_client::{
@@ -24,7 +26,9 @@ use super::{
     guardrail::{Held, RTT_BANDS_MS},
     record,
     request::Serve,
+    schedule::Schedule,
     setup::{Design, Setup},
+    switchback::{self, Carryover, Place},
 };
 use crate::{
     scrape::{FloatCounter, FloatGauge, Served},
@@ -41,6 +45,8 @@ struct InfoLabels {
     split_pct: String,
     metric: String,
     seed: String,
+    block_s: String,
+    burn_in_s: String,
     delta: String,
     alpha: String,
 }
@@ -62,6 +68,34 @@ struct CellLabels {
     size: &'static str,
 }
 
+/// A switchback's slot: a stratum of one part of a round ([`switchback::Slot`]).
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct SlotLabels {
+    #[prometheus(flatten)]
+    cell: CellLabels,
+    round: String,
+    block: &'static str,
+}
+
+/// Why a switchback left flows out, by band.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct LeftOutLabels {
+    id: String,
+    reason: &'static str,
+    rtt_band: String,
+}
+
+/// A switchback's series: the finest cut its estimates need, each a sum over flows
+/// ([`switchback::Tally`]).
+struct SwitchbackSums {
+    schedule: Schedule,
+    flows: Family<SlotLabels, Counter>,
+    ln_sum: Family<SlotLabels, FloatGauge>,
+    seconds: Family<SlotLabels, FloatCounter>,
+    left_out: Family<LeftOutLabels, Counter>,
+    overran: Family<BandLabels, Counter>,
+}
+
 /// The experiment's run so far, as the series a scrape reads.
 pub(crate) struct Sums {
     id: String,
@@ -77,6 +111,7 @@ pub(crate) struct Sums {
     held: Family<BandLabels, Gauge>,
     lists: Vec<String>,
     held_lists: Family<ListLabels, Gauge>,
+    switchback: Option<SwitchbackSums>,
 }
 
 /// A band of clients the guardrail watches.
@@ -139,6 +174,17 @@ impl Sums {
             held: Family::default(),
             lists: about.lists.clone(),
             held_lists: Family::default(),
+            switchback: match about.design {
+                Design::Switchback(schedule) => Some(SwitchbackSums {
+                    schedule: *schedule,
+                    flows: Family::default(),
+                    ln_sum: Family::default(),
+                    seconds: Family::default(),
+                    left_out: Family::default(),
+                    overran: Family::default(),
+                }),
+                Design::PerConnection | Design::Client { .. } => None,
+            },
         };
         // Zero from the start, so that a rate or a panel has a series before the first.
         for arm in 0..2 {
@@ -158,10 +204,10 @@ impl Sums {
 
     /// The info series: what a fleet must agree on to pool the sums.
     fn info(&self, about: &About) -> Family<InfoLabels, Gauge> {
-        let seed = match about.design {
-            Design::PerConnection => String::new(),
-            Design::Switchback(sb) => sb.seed.to_string(),
-            Design::Client { salt } => salt.to_string(),
+        let (seed, block_s, burn_in_s) = match about.design {
+            Design::PerConnection => Default::default(),
+            Design::Switchback(sb) => (sb.seed.to_string(), sb.block_s.to_string(), sb.burn_in_s.to_string()),
+            Design::Client { salt } => (salt.to_string(), String::new(), String::new()),
         };
         let info: Family<InfoLabels, Gauge> = Family::default();
         info.get_or_create(&InfoLabels {
@@ -172,6 +218,8 @@ impl Sums {
             split_pct: about.split_pct.to_string(),
             metric: record::metric_key(about.metric),
             seed,
+            block_s,
+            burn_in_s,
             delta: about.rule.delta.to_string(),
             alpha: about.rule.alpha.to_string(),
         })
@@ -229,6 +277,35 @@ impl Sums {
             "1 while the guardrail holds a --prefix-list group at its status quo (no arm for its new connections), else 0",
             self.held_lists.clone(),
         );
+        let Some(sb) = &self.switchback else { return };
+        registry.register(
+            "bbrscope_experiment_switchback_flows",
+            "A switchback's counted flows (started past their block's burn-in, on their block's arm) by round, block \
+             (a, b, mixed), arm, RTT band and response size",
+            sb.flows.clone(),
+        );
+        registry.register(
+            "bbrscope_experiment_switchback_completion_ln_seconds",
+            "Sum over those flows of ln(T / 1 s), T the completion time as the client feels it",
+            sb.ln_sum.clone(),
+        );
+        registry.register_with_unit(
+            "bbrscope_experiment_switchback_completion",
+            "Sum over those flows of T, the completion time as the client feels it",
+            prometheus_client::registry::Unit::Seconds,
+            sb.seconds.clone(),
+        );
+        registry.register(
+            "bbrscope_experiment_switchback_left_out_flows",
+            "A switchback's flows left out, by reason (burn_in: started in a block's burn-in; mismatched: on another \
+             arm than their block's) and RTT band",
+            sb.left_out.clone(),
+        );
+        registry.register(
+            "bbrscope_experiment_switchback_overran_flows",
+            "Counted flows still running once the next block's counted flows began, by RTT band",
+            sb.overran.clone(),
+        );
     }
 
     fn arm(&self, arm: usize) -> ArmLabels {
@@ -273,6 +350,35 @@ impl Sums {
         self.ln_squares.get_or_create(&cell).inc_by(t.ln() * t.ln());
         self.seconds.get_or_create(&cell).inc_by(t);
         self.bytes.get_or_create(&cell).inc_by(o.bytes);
+        if let Some(sb) = &self.switchback {
+            sb.add(o, cell, &self.id, &self.rtt_bands_ms);
+        }
+    }
+}
+
+impl SwitchbackSums {
+    /// A flow that ran its arm, in its stratum `cell`: counted in its slot, or left out.
+    fn add(&self, o: &Observation, cell: CellLabels, id: &str, rtt_bands_ms: &[f64]) {
+        let s = &self.schedule;
+        let rtt_band = cell.rtt_band.clone();
+        let reason = match switchback::place(o, s) {
+            Place::BurnIn => "burn_in",
+            Place::Mismatched => "mismatched",
+            Place::Counted(round, kind) => {
+                let slot = switchback::slot(o, round, kind, rtt_bands_ms);
+                let m = switchback::moments(o);
+                let labels = SlotLabels { cell, round: round.to_string(), block: slot.part.keys().0 };
+                self.flows.get_or_create(&labels).inc();
+                self.ln_sum.get_or_create(&labels).inc_by(m.ln);
+                self.seconds.get_or_create(&labels).inc_by(m.seconds);
+                let k = o.start_ts().map_or(0, |ts| s.block_of(ts));
+                if Carryover::overran(o, k, s) {
+                    self.overran.get_or_create(&BandLabels { id: id.to_string(), rtt_band }).inc();
+                }
+                return;
+            }
+        };
+        self.left_out.get_or_create(&LeftOutLabels { id: id.to_string(), reason, rtt_band }).inc();
     }
 }
 
@@ -388,6 +494,63 @@ mod tests {
         assert!(text.contains("bbrscope_experiment_guardrail_held{id=\"t1\",rtt_band=\"ge150ms\"} 1"), "{text}");
         assert!(text.contains("bbrscope_experiment_guardrail_held{id=\"t1\",rtt_band=\"lt10ms\"} 0"), "{text}");
         assert!(text.contains(&list_held("mobile-a", 0)) && text.contains(&list_held("mobile-b", 1)), "{text}");
+    }
+
+    /// A switchback's series: each slot's counted flows and sums are its tally's, the left-out
+    /// flows are counted by reason, the info series names the schedule.
+    #[test]
+    fn a_switchbacks_series_are_its_tallys_slots() {
+        use crate::experiment::switchback::tests::{Assign, Bottleneck, schedule, shared};
+        let s = schedule(9);
+        let obs = shared(4, 9, 3.0, Bottleneck { b: 1.0, beside_a: 0.0, beside_b: 0.0 }, Assign::Switchback(s));
+        let mut registry = Registry::default();
+        let design = Design::Switchback(s);
+        let about = About {
+            id: "t2",
+            names: ["cubic".into(), "bbr".into()],
+            split_pct: 50,
+            design: &design,
+            metric: PrimaryMetric::PerResponse,
+            rule: &Rule::default(),
+            rtt_bands_ms: &RTT_BANDS_MS,
+            lists: Vec::new(),
+        };
+        let sums = Sums::new(&mut registry, &about);
+        for o in &obs {
+            sums.add(o);
+        }
+        let text = crate::scrape::render(&registry);
+        assert!(text.contains(",seed=\"9\",block_s=\"20\",burn_in_s=\"4\","), "{text}");
+        let tally = switchback::tally(&obs, &(0..obs.len()).collect::<Vec<_>>(), &s, &RTT_BANDS_MS);
+        assert!(tally.slots.len() > 20 && tally.burn_in > 0, "{tally:?}");
+        let value = |line: String| -> f64 {
+            text.lines()
+                .find_map(|l| l.strip_prefix(&line))
+                .unwrap_or_else(|| panic!("no {line} in {text}"))
+                .parse()
+                .unwrap()
+        };
+        for (slot, m) in &tally.slots {
+            let (block, arm) = slot.part.keys();
+            let cc = ["cubic", "bbr"][usize::from(arm == "b")];
+            let labels = format!(
+                "{{id=\"t2\",arm=\"{arm}\",cc=\"{cc}\",rtt_band=\"{}\",size=\"{}\",round=\"{}\",block=\"{block}\"}} ",
+                band_key(slot.band, &RTT_BANDS_MS),
+                slot.size.key(),
+                slot.round
+            );
+            assert_eq!(value(format!("bbrscope_experiment_switchback_flows_total{labels}")), m.n as f64);
+            let ln = value(format!("bbrscope_experiment_switchback_completion_ln_seconds{labels}"));
+            assert!((ln - m.ln).abs() <= 1e-9 * m.ln.abs().max(1.0), "{labels}: {ln} vs {}", m.ln);
+        }
+        let left: f64 = text
+            .lines()
+            .filter(|l| {
+                l.starts_with("bbrscope_experiment_switchback_left_out_flows_total{id=\"t2\",reason=\"burn_in\"")
+            })
+            .map(|l| l.rsplit(' ').next().unwrap().parse::<f64>().unwrap())
+            .sum();
+        assert_eq!(left, tally.burn_in as f64);
     }
 
     #[test]

@@ -62,13 +62,84 @@ pub(crate) fn place(o: &Observation, s: &Schedule) -> Place {
     }
 }
 
-/// The cells of a round: the A block, the B block, the mixed block's A flows and its B flows.
-const A_BLOCK: usize = 0;
-const B_BLOCK: usize = 1;
-const MIXED_A: usize = 2;
-const MIXED_B: usize = 3;
+/// The part of a round a counted flow is in: the A block, the B block, the mixed block's A flows
+/// or its B flows.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub(crate) enum Part {
+    ABlock,
+    BBlock,
+    MixedA,
+    MixedB,
+}
 
-/// One cell of a round: its flows, their residuals' weighted sum and their weights' (a flow
+impl Part {
+    const ALL: [Part; 4] = [Part::ABlock, Part::BBlock, Part::MixedA, Part::MixedB];
+
+    /// Where a counted flow of arm `arm` that started in a block of `kind` goes.
+    pub(crate) fn of(kind: Kind, arm: usize) -> Part {
+        match (kind, arm) {
+            (Kind::A, _) => Part::ABlock,
+            (Kind::B, _) => Part::BBlock,
+            (Kind::Mixed, 0) => Part::MixedA,
+            (Kind::Mixed, _) => Part::MixedB,
+        }
+    }
+
+    /// The block's kind and the arm, as a fleet's series label them (`block`, `arm`).
+    pub(crate) fn keys(self) -> (&'static str, &'static str) {
+        match self {
+            Part::ABlock => ("a", "a"),
+            Part::BBlock => ("b", "b"),
+            Part::MixedA => ("mixed", "a"),
+            Part::MixedB => ("mixed", "b"),
+        }
+    }
+
+    /// The part a fleet's series labels (`block`, `arm`) name.
+    pub(crate) fn of_keys(block: &str, arm: &str) -> Option<Part> {
+        Part::ALL.into_iter().find(|p| p.keys() == (block, arm))
+    }
+}
+
+/// Where in the schedule and in which stratum (RTT band, response size) counted flows are: the
+/// finest cut the estimates need.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub(crate) struct Slot {
+    pub(crate) round: i64,
+    pub(crate) part: Part,
+    pub(crate) band: usize,
+    pub(crate) size: Bucket,
+}
+
+/// The counted flows of a slot: how many, Σ ln T, Σ T (T their completion time, floored).
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub(crate) struct Moments {
+    pub(crate) n: usize,
+    pub(crate) ln: f64,
+    pub(crate) seconds: f64,
+}
+
+impl Moments {
+    fn add(&mut self, m: Moments) {
+        self.n += m.n;
+        self.ln += m.ln;
+        self.seconds += m.seconds;
+    }
+}
+
+/// A group's flows as the switchback's estimates need them: the counted flows' moments per slot,
+/// and what the schedule left out. Every field is a sum over flows, so the tallies of a fleet's
+/// hosts (which share the schedule) add into the fleet's, and one host's [`Tally::estimates`]
+/// and a fleet's are the same computation.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub(crate) struct Tally {
+    pub(crate) slots: BTreeMap<Slot, Moments>,
+    pub(crate) burn_in: usize,
+    pub(crate) mismatched: usize,
+    pub(crate) carryover: Carryover,
+}
+
+/// One part of a round: its flows, their residuals' weighted sum and their weights' (a flow
 /// weighs 1 per response, its stratum's mean completion time when time-weighted), their
 /// completion time.
 #[derive(Clone, Copy, Debug, Default)]
@@ -143,17 +214,28 @@ pub(crate) struct Carryover {
 impl Carryover {
     /// The carryover of the counted flows `counted` (each with its block) under `s`.
     fn of(counted: &[(&Observation, i64)], s: &Schedule) -> Carryover {
-        let overran =
-            counted.iter().filter(|(o, k)| o.end_ts.is_some_and(|end| end > s.start_of(k + 1) + s.burn_in_s)).count();
+        let overran = counted.iter().filter(|(o, k)| Carryover::overran(o, *k, s)).count();
         let mut times: Vec<f64> = counted.iter().map(|(o, _)| o.duration_s).collect();
         times.sort_by(f64::total_cmp);
         let p99_s = (!times.is_empty()).then(|| times[((times.len() - 1) as f64 * 0.99).round() as usize]);
-        let fits = overran as f64 <= OVERRUN_SHARE * counted.len() as f64;
+        Carryover::of_counts(counted.len(), overran, p99_s, s)
+    }
+
+    /// Whether `o`, counted in block `k`, was still running once the next block's counted flows
+    /// began.
+    pub(crate) fn overran(o: &Observation, k: i64, s: &Schedule) -> bool {
+        o.end_ts.is_some_and(|end| end > s.start_of(k + 1) + s.burn_in_s)
+    }
+
+    /// The carryover of `counted` flows of which `overran` overran, their time's 99th
+    /// percentile `p99_s` where known (a fleet's sums have none: no suggestion then).
+    pub(crate) fn of_counts(counted: usize, overran: usize, p99_s: Option<f64>, s: &Schedule) -> Carryover {
+        let fits = overran as f64 <= OVERRUN_SHARE * counted as f64;
         let suggest = p99_s.filter(|_| !fits).map(|p99| {
             let burn_in = p99.ceil().max(1.0);
             [(5.0 * burn_in).max(s.block_s), burn_in]
         });
-        Carryover { counted: counted.len(), overran, p99_s, fits, suggest }
+        Carryover { counted, overran, p99_s, fits, suggest }
     }
 }
 
@@ -165,8 +247,12 @@ pub(crate) fn estimate(
     rtt_bands_ms: &[f64],
     metric: PrimaryMetric,
 ) -> Estimates {
-    let mut out = Estimates::default();
-    let mut counted = Vec::new();
+    tally(obs, members, s, rtt_bands_ms).estimates(metric)
+}
+
+/// Where the flows `members` of `obs` stand in schedule `s`, summed per slot.
+pub(crate) fn tally(obs: &[Observation], members: &[usize], s: &Schedule, rtt_bands_ms: &[f64]) -> Tally {
+    let mut out = Tally::default();
     let mut blocks = Vec::new();
     for &i in members {
         let o = &obs[i];
@@ -175,49 +261,85 @@ pub(crate) fn estimate(
             Place::Mismatched => out.mismatched += 1,
             Place::Counted(round, kind) => {
                 blocks.push((o, o.start_ts().map_or(0, |ts| s.block_of(ts))));
-                let cell = match (kind, o.arm) {
-                    (Kind::A, _) => A_BLOCK,
-                    (Kind::B, _) => B_BLOCK,
-                    (Kind::Mixed, 0) => MIXED_A,
-                    (Kind::Mixed, _) => MIXED_B,
-                };
-                let t = o.client_s().max(FLOOR_S);
-                counted.push((round, cell, (band_of(o.min_rtt_us, rtt_bands_ms), Bucket::of(o.bytes)), t));
+                out.slots.entry(slot(o, round, kind, rtt_bands_ms)).or_default().add(moments(o));
             }
         }
     }
-    // Per stratum: flows, the sum of their log times, their time.
-    let mut strata: BTreeMap<(usize, Bucket), (usize, f64, f64)> = BTreeMap::new();
-    for &(_, _, key, t) in &counted {
-        let m = strata.entry(key).or_default();
-        m.0 += 1;
-        m.1 += t.ln();
-        m.2 += t;
-    }
-    let mut rounds: BTreeMap<i64, [Cell; 4]> = BTreeMap::new();
-    for &(round, cell, key, t) in &counted {
-        let (n, sum, time_s) = strata[&key];
-        // Time-weighted, a stratum's flows together weigh its share of the time, as the
-        // per-connection estimate's strata do: each flow its stratum's mean time.
-        let v = match metric {
-            PrimaryMetric::TimeWeighted => time_s / n as f64,
-            // A quantile metric is the per-connection design's: per response here.
-            PrimaryMetric::PerResponse | PrimaryMetric::P50 | PrimaryMetric::P95 | PrimaryMetric::P99 => 1.0,
-        };
-        let c = &mut rounds.entry(round).or_default()[cell];
-        c.n += 1;
-        c.weight += v;
-        c.sum += v * (t.ln() - sum / n as f64);
-        c.time_s += t;
-    }
-    let contrast = |from: usize, to: usize| contrast(&rounds, from, to, strata.len());
-    out.everyone = contrast(A_BLOCK, B_BLOCK);
-    out.per_connection = contrast(MIXED_A, MIXED_B);
-    out.interference = contrast(A_BLOCK, MIXED_A);
-    out.rounds = paired(&rounds, A_BLOCK, B_BLOCK).count();
-    out.interference_rounds = paired(&rounds, A_BLOCK, MIXED_A).count();
     out.carryover = Carryover::of(&blocks, s);
     out
+}
+
+/// The slot of `o`, counted in `round` in a block of `kind`.
+pub(crate) fn slot(o: &Observation, round: i64, kind: Kind, rtt_bands_ms: &[f64]) -> Slot {
+    Slot { round, part: Part::of(kind, o.arm), band: band_of(o.min_rtt_us, rtt_bands_ms), size: Bucket::of(o.bytes) }
+}
+
+/// One flow's moments.
+pub(crate) fn moments(o: &Observation) -> Moments {
+    let t = o.client_s().max(FLOOR_S);
+    Moments { n: 1, ln: t.ln(), seconds: t }
+}
+
+impl Tally {
+    /// The tallies `parts` (of disjoint groups, or of hosts running the same schedule `s`) as
+    /// one. The carryover's percentile is not a sum: the whole has none.
+    pub(crate) fn sum<'a>(parts: impl IntoIterator<Item = &'a Tally>, s: &Schedule) -> Tally {
+        let mut out = Tally::default();
+        let mut overran = 0;
+        for t in parts {
+            for (slot, m) in &t.slots {
+                out.slots.entry(*slot).or_default().add(*m);
+            }
+            out.burn_in += t.burn_in;
+            out.mismatched += t.mismatched;
+            overran += t.carryover.overran;
+        }
+        let counted = out.slots.values().map(|m| m.n).sum();
+        out.carryover = Carryover::of_counts(counted, overran, None, s);
+        out
+    }
+
+    /// Counted flows of the mixed blocks per arm: the only ones that drew their arm.
+    pub(crate) fn mixed(&self) -> [usize; 2] {
+        [Part::MixedA, Part::MixedB].map(|p| self.slots.iter().filter(|(s, _)| s.part == p).map(|(_, m)| m.n).sum())
+    }
+
+    /// The three estimates. Residuals are each flow's `ln T` minus its stratum's mean over the
+    /// counted flows; a slot's residuals sum to its Σ ln T minus its flows times that mean.
+    pub(crate) fn estimates(&self, metric: PrimaryMetric) -> Estimates {
+        // Per stratum: flows, the sum of their log times, their time.
+        let mut strata: BTreeMap<(usize, Bucket), Moments> = BTreeMap::new();
+        for (slot, m) in &self.slots {
+            strata.entry((slot.band, slot.size)).or_default().add(*m);
+        }
+        let mut rounds: BTreeMap<i64, [Cell; 4]> = BTreeMap::new();
+        for (slot, m) in &self.slots {
+            let st = strata[&(slot.band, slot.size)];
+            // Time-weighted, a stratum's flows together weigh its share of the time, as the
+            // per-connection estimate's strata do: each flow its stratum's mean time.
+            let v = match metric {
+                PrimaryMetric::TimeWeighted => st.seconds / st.n as f64,
+                // A quantile metric is the per-connection design's: per response here.
+                PrimaryMetric::PerResponse | PrimaryMetric::P50 | PrimaryMetric::P95 | PrimaryMetric::P99 => 1.0,
+            };
+            let c = &mut rounds.entry(slot.round).or_default()[slot.part as usize];
+            c.n += m.n;
+            c.weight += v * m.n as f64;
+            c.sum += v * (m.ln - m.n as f64 * st.ln / st.n as f64);
+            c.time_s += m.seconds;
+        }
+        let contrast = |from: Part, to: Part| contrast(&rounds, from as usize, to as usize, strata.len());
+        Estimates {
+            everyone: contrast(Part::ABlock, Part::BBlock),
+            per_connection: contrast(Part::MixedA, Part::MixedB),
+            interference: contrast(Part::ABlock, Part::MixedA),
+            rounds: paired(&rounds, Part::ABlock as usize, Part::BBlock as usize).count(),
+            interference_rounds: paired(&rounds, Part::ABlock as usize, Part::MixedA as usize).count(),
+            burn_in: self.burn_in,
+            mismatched: self.mismatched,
+            carryover: self.carryover,
+        }
+    }
 }
 
 /// Cells `from` and `to` of each round that has flows in both.

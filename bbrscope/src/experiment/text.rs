@@ -262,23 +262,26 @@ impl GroupReport {
     }
 }
 
-/// Whether the blocks fit the traffic, in words (none before a counted flow).
+/// Whether the blocks fit the traffic, in words (none before a counted flow). A fleet's sums
+/// have no percentile of the flows' time: its words go without one, and without a suggestion.
 fn carryover_lines(c: &Carryover) -> Vec<String> {
-    let Some(p99) = c.p99_s else { return Vec::new() };
-    let share = format!("{:.1}%", 100.0 * c.overran as f64 / c.counted.max(1) as f64);
-    let text = match c.suggest {
-        None => format!(
-            "blocks fit this traffic: {share} of counted flows ran past the next block's burn-in (99th percentile of \
-             their time {} s)",
-            fmt_num(p99)
-        ),
-        Some([block, burn_in]) => format!(
+    if c.counted == 0 {
+        return Vec::new();
+    }
+    let share = format!("{:.1}%", 100.0 * c.overran as f64 / c.counted as f64);
+    let p99 = c.p99_s.map_or(String::new(), |p99| format!(" (99th percentile of their time {} s)", fmt_num(p99)));
+    let text = match (c.fits, c.suggest) {
+        (true, _) => {
+            format!("blocks fit this traffic: {share} of counted flows ran past the next block's burn-in{p99}")
+        }
+        (false, suggest) => format!(
             "blocks too short for this traffic: {share} of counted flows ran past the next block's burn-in, sharing \
-             the path with its flows on their own arm (99th percentile of their time {} s), which pulls the \
-             everyone-switched estimate toward B beside A; --block {}s --burn-in {}s would fit",
-            fmt_num(p99),
-            fmt_num(block),
-            fmt_num(burn_in)
+             the path with its flows on their own arm{p99}, which pulls the everyone-switched estimate toward B \
+             beside A; {}",
+            suggest.map_or(
+                "each host's own report says which --block and --burn-in would fit".into(),
+                |[block, burn_in]| { format!("--block {}s --burn-in {}s would fit", fmt_num(block), fmt_num(burn_in)) }
+            )
         ),
     };
     wrap(&text, 96, "  ")
