@@ -208,27 +208,11 @@ struct Experimented {
 /// `bbrscope experiment --port PORT FLAGS` for 12 s (headless, no guardrail), while one
 /// connection from each of `sources` in turn, 100 ms apart, reaches the port.
 fn experiment(port: u16, flags: &[&str], sources: &[IpAddr]) -> Result<Experimented> {
-    use std::io::BufRead as _;
     let listener = TcpListener::bind(v4(port))?;
     let status_quo = socket_cc(&listener);
     let arms: Vec<&str> = ["reno", "bbr", "cubic"].into_iter().filter(|cc| *cc != status_quo).take(2).collect();
-    let mut child = Command::new(BBRSCOPE)
-        .args(["experiment", "--arms", &arms.join(","), "--port", &port.to_string()])
-        .args(flags)
-        .args(["--duration", "12s", "--headless", "--no-guardrail"])
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()?;
-    let mut err = std::io::BufReader::new(child.stderr.take().context("stderr")?);
-    // Warnings about this kernel (printed once the programs are attached) come first.
-    let mut said = String::new();
-    while !said.contains("experiment running") {
-        if err.read_line(&mut said)? == 0 {
-            let _ = child.kill();
-            bail!("bbrscope experiment did not start: {said}");
-        }
-    }
+    let args = ["--arms", &arms.join(","), "--port", &port.to_string(), "--duration", "12s"];
+    let (mut child, mut err) = start_experiment(&[&args[..], flags].concat())?;
     let to = v4(port);
     let from = sources.to_vec();
     let client = thread::spawn(move || {
@@ -256,27 +240,20 @@ fn experiment(port: u16, flags: &[&str], sources: &[IpAddr]) -> Result<Experimen
     })
 }
 
-/// The experiment's rare event, seen through `--kernel-log warn`: arm B is `MODULE_ALGO`, whose
-/// module is removed once the experiment runs, so the kernel refuses it (the BPF path never
-/// loads a module) and those connections keep the status quo. One warning per refused
-/// connection: as many as the accepted connections that are on neither arm, and at least one.
-fn refused_arm() -> Result<(bool, String)> {
+/// `bbrscope experiment ARGS --headless --no-guardrail`, once it says it runs: the child, and
+/// its stderr to read the rest from.
+fn start_experiment(args: &[&str]) -> Result<(std::process::Child, std::io::BufReader<std::process::ChildStderr>)> {
     use std::io::BufRead as _;
-    const PORT: u16 = 5031;
-    const CONNECTIONS: usize = 10;
-    let listener = TcpListener::bind(v4(PORT))?;
-    let arms = ["reno", MODULE_ALGO];
     let mut child = Command::new(BBRSCOPE)
-        .args(["experiment", "--arms", &arms.join(","), "--port", &PORT.to_string(), "--split", "90"])
-        // Each connection its own draw (the default switchback gives a whole block one arm: a
-        // run inside an A block refuses nothing).
-        .args(["--design", "per-connection"])
-        .args(["--kernel-log", "warn", "--duration", "8s", "--headless", "--no-guardrail"])
+        .arg("experiment")
+        .args(args)
+        .args(["--headless", "--no-guardrail"])
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
         .spawn()?;
     let mut err = std::io::BufReader::new(child.stderr.take().context("stderr")?);
+    // Warnings about this kernel (printed once the programs are attached) come first.
     let mut said = String::new();
     while !said.contains("experiment running") {
         if err.read_line(&mut said)? == 0 {
@@ -284,6 +261,34 @@ fn refused_arm() -> Result<(bool, String)> {
             bail!("bbrscope experiment did not start: {said}");
         }
     }
+    Ok((child, err))
+}
+
+/// The experiment's rare event, seen through `--kernel-log warn`: arm B is `MODULE_ALGO`, whose
+/// module is removed once the experiment runs, so the kernel refuses it (the BPF path never
+/// loads a module) and those connections keep the status quo. One warning per refused
+/// connection: as many as the accepted connections that are on neither arm, and at least one.
+fn refused_arm() -> Result<(bool, String)> {
+    const PORT: u16 = 5031;
+    const CONNECTIONS: usize = 10;
+    let listener = TcpListener::bind(v4(PORT))?;
+    let arms = ["reno", MODULE_ALGO];
+    let (mut child, mut err) = start_experiment(&[
+        "--arms",
+        &arms.join(","),
+        "--port",
+        &PORT.to_string(),
+        "--split",
+        "90",
+        // Each connection its own draw (the default switchback gives a whole block one arm: a
+        // run inside an A block refuses nothing).
+        "--design",
+        "per-connection",
+        "--kernel-log",
+        "warn",
+        "--duration",
+        "8s",
+    ])?;
     let module = format!("tcp_{MODULE_ALGO}\0");
     // SAFETY: delete_module(2) with a NUL-terminated name that outlives the call; O_NONBLOCK
     // fails at once (EBUSY) rather than waiting if a socket still uses the module.
