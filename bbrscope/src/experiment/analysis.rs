@@ -1330,6 +1330,77 @@ pub(crate) mod tests {
         }
     }
 
+    /// A host's flows `obs` added to a fleet's sums as its `--metrics-listen` serves them and
+    /// Prometheus adds them: its cells, and its switchback tallies per RTT band under `s`.
+    fn add_host(
+        cells: &mut BTreeMap<decide::Key, [CellTotals; 2]>,
+        tallies: &mut BTreeMap<usize, switchback::Tally>,
+        obs: &[Observation],
+        s: &crate::experiment::schedule::Schedule,
+        bands: &[f64],
+    ) {
+        let mut members: BTreeMap<usize, Vec<usize>> = BTreeMap::new();
+        for (i, o) in obs.iter().enumerate() {
+            add_to_cells(cells, o, bands);
+            members.entry(crate::units::band_of(o.min_rtt_us, bands)).or_default().push(i);
+        }
+        for (band, m) in members {
+            let t = switchback::tally(obs, &m, s, bands);
+            let fleet = tallies.entry(band).or_default();
+            let added = switchback::Tally::sum([&*fleet, &t], s);
+            *fleet = added;
+        }
+    }
+
+    /// A switchback across a fleet, judged from its hosts' sums added: twelve hosts on one
+    /// schedule (a seed of the fleet's, re-drawn for each fleet), each with its own traffic over a
+    /// shared bottleneck of its own; two host groups of six. 200 A/A fleets: "all flows" called
+    /// different (B better would be an apply) at most 5%, either host group at most 10% (two
+    /// looks). B 30% slower for everyone on one group's hosts: that group's answer finds it with
+    /// its sign, never the other sign; the other group calls nothing beyond 5%.
+    #[test]
+    fn a_switchback_fleet_a_a_rarely_calls_a_difference_and_a_host_groups_harm_is_found_with_its_sign() {
+        use crate::experiment::switchback::tests::{Assign, Bottleneck, schedule, shared};
+        let all = |a: &Analysis| a.groups.iter().find(|g| g.kind == GroupKind::All).unwrap().verdict;
+        let fleet = |slower: f64, seed: u64| {
+            let s = schedule(seed);
+            let opts = Options {
+                arms: Some(["cubic".into(), "bbr".into()]),
+                secondary: false,
+                design: Design::Switchback(s),
+                ..Options::default()
+            };
+            let mut sums: [(BTreeMap<_, _>, BTreeMap<_, _>); 3] = Default::default();
+            for host in 0..12u64 {
+                let group = usize::from(host >= 6);
+                let link = Bottleneck { b: if group == 0 { slower } else { 1.0 }, beside_a: 0.0, beside_b: 0.0 };
+                let obs = shared(seed * 100 + host, 10, 0.5, link, Assign::Switchback(s));
+                for i in [0, 1 + group] {
+                    let (cells, tallies) = &mut sums[i];
+                    add_host(cells, tallies, &obs, &s, &opts.rtt_bands_ms);
+                }
+            }
+            sums.each_ref().map(|(cells, tallies)| all(&of_sums(cells, [0, 0], tallies, &opts)))
+        };
+        let called = |v: Verdict| matches!(v, Verdict::ABetter | Verdict::BBetter);
+        let a_a: Vec<[Verdict; 3]> = (0..200).map(|seed| fleet(1.0, seed)).collect();
+        let fleet_calls = a_a.iter().filter(|v| called(v[0])).count();
+        let group_calls = a_a.iter().filter(|v| called(v[1]) || called(v[2])).count();
+        assert!(fleet_calls <= 10, "A/A: the fleet called a difference in {fleet_calls} of 200");
+        assert!(group_calls <= 20, "A/A: a host group called one in {group_calls} of 200 (two looks each)");
+        let planted: Vec<[Verdict; 3]> = (0..50).map(|seed| fleet(1.3, 1_000 + seed)).collect();
+        let found = planted.iter().filter(|v| v[1] == Verdict::ABetter).count();
+        let wrong = planted.iter().filter(|v| v[1] == Verdict::BBetter).count();
+        let other = planted.iter().filter(|v| called(v[2])).count();
+        assert_eq!(wrong, 0, "the harmed group's answer had the wrong sign");
+        assert!(found >= 40, "B 30% slower on one group: found in {found} of 50");
+        assert!(other <= 3, "the other group called a difference in {other} of 50");
+        eprintln!(
+            "switchback fleet A/A: all flows {fleet_calls}/200, a host group {group_calls}/200; planted x1.3 on one \
+             group: found {found}/50 (wrong sign {wrong}), the other group {other}/50"
+        );
+    }
+
     /// A switchback known only by its hosts' sums (three hosts on one schedule, each with its
     /// share of a shared bottleneck's flows, their tallies per RTT band added as Prometheus adds
     /// them) is judged as the analysis of all the flows judges it: every estimate and interval
@@ -1337,10 +1408,7 @@ pub(crate) mod tests {
     /// them, the flows the schedule left out, whether the blocks fit.
     #[test]
     fn a_switchback_known_by_its_hosts_sums_is_judged_as_its_flows_are() {
-        use crate::experiment::switchback::{
-            self, Tally,
-            tests::{Assign, Bottleneck, schedule, shared},
-        };
+        use crate::experiment::switchback::tests::{Assign, Bottleneck, schedule, shared};
         let names = ["cubic".to_string(), "bbr".to_string()];
         let s = schedule(5);
         let opts = Options {
@@ -1351,20 +1419,10 @@ pub(crate) mod tests {
         };
         let link = Bottleneck { b: 0.8, beside_a: 0.5, beside_b: 0.0 };
         let obs = shared(31, 12, 4.0, link, Assign::Switchback(s));
-        let mut cells: BTreeMap<decide::Key, [CellTotals; 2]> = BTreeMap::new();
-        let mut hosts: [BTreeMap<usize, Vec<usize>>; 3] = Default::default();
-        for (i, o) in obs.iter().enumerate() {
-            add_to_cells(&mut cells, o, &opts.rtt_bands_ms);
-            let band = crate::units::band_of(o.min_rtt_us, &opts.rtt_bands_ms);
-            hosts[i % 3].entry(band).or_default().push(i);
-        }
-        let mut tallies: BTreeMap<usize, Tally> = BTreeMap::new();
-        for band in hosts.iter().flat_map(|h| h.keys().copied()).collect::<BTreeSet<_>>() {
-            let per_host: Vec<Tally> = hosts
-                .iter()
-                .map(|h| switchback::tally(&obs, h.get(&band).map_or(&[][..], Vec::as_slice), &s, &opts.rtt_bands_ms))
-                .collect();
-            tallies.insert(band, Tally::sum(&per_host, &s));
+        let (mut cells, mut tallies) = (BTreeMap::new(), BTreeMap::new());
+        for host in 0..3 {
+            let theirs: Vec<Observation> = obs.iter().skip(host).step_by(3).cloned().collect();
+            add_host(&mut cells, &mut tallies, &theirs, &s, &opts.rtt_bands_ms);
         }
         let (want, got) = (analyze(&obs, &opts), of_sums(&cells, [0, 0], &tallies, &opts));
         let judged: Vec<&GroupResult> =
