@@ -109,9 +109,10 @@ pub struct ExperimentArgs {
     #[arg(long, value_name = "FILE")]
     pub(crate) record: Option<PathBuf>,
     /// Serve the experiment's sums at /metrics for Prometheus while it runs: per arm, RTT band
-    /// and response size, the flows that ran their arm, Σ ln T, Σ (ln T)² and Σ T (sums that
-    /// pool across hosts); an address and port, or a port alone on loopback (e.g. 9581). With
-    /// --analyze-prometheus --watch: the watch's judgments, for a dashboard
+    /// and response size, the flows that ran their arm, Σ ln T, Σ (ln T)² and Σ T, and a
+    /// switchback's per round and block (sums that pool across hosts given the same --seed); an
+    /// address and port, or a port alone on loopback (e.g. 9581). With --analyze-prometheus
+    /// --watch: the watch's judgments, for a dashboard
     #[arg(long, value_name = "ADDR:PORT", value_parser = super::parse_listen, conflicts_with = "analyze")]
     pub(crate) metrics_listen: Option<SocketAddr>,
     /// The experiment's id in those series, the same on every host of one fleet experiment:
@@ -121,7 +122,7 @@ pub struct ExperimentArgs {
     pub(crate) id: Option<String>,
     /// Judge a running experiment across every host whose --metrics-listen sums this Prometheus
     /// scrapes (http://HOST:PORT; Thanos and Mimir serve the same API), with --id; per-connection
-    /// designs, all flows and each RTT band; no root needed
+    /// and switchback designs, all flows and each RTT band; no root needed
     #[arg(long, value_name = "URL", requires = "id", conflicts_with_all = ["analyze", "port", "cgroup", "dst", "duration", "flows", "record", "design", "block", "burn_in", "seed", "plot", "recommend", "headless"])]
     pub(crate) analyze_prometheus: Option<String>,
     /// With --analyze-prometheus: more label matchers for the hosts to pool, e.g. 'job="edge",dc="fra"'
