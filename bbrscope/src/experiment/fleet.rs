@@ -102,7 +102,12 @@ pub(crate) fn analyze(source: &Source, rule: Rule, metric: Option<PrimaryMetric>
             );
         }
         let seen: Vec<String> = info.iter().map(|(l, _)| format!("{l:?}")).collect();
-        bail!("the hosts of experiment {} disagree on its design or arms: {}", source.id, seen.join("; "));
+        usage!(
+            "the hosts of experiment {} disagree on its design, arms or schedule: {}; start every host with the same \
+             --arms, --split, --design and --seed (fleet-experiment.yml does), or give each run its own --id",
+            source.id,
+            seen.join("; ")
+        );
     };
     let serving = query(&format!("count(bbrscope_experiment_info{sel})"))?.first().map_or(0.0, |(_, v)| *v);
     let mut hosts = Hosts { all: *hosts as usize, ended: (*hosts - serving).max(0.0) as usize, running: [0, 0] };
