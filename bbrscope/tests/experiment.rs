@@ -1151,8 +1151,14 @@ fn a_switchback_gives_every_connection_its_blocks_arm() {
         bbrscope().args(["experiment", "--analyze-prometheus", &url, "--id", "t_switch", "--json"]).output().unwrap();
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let fleet: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let text = bbrscope().args(["experiment", "--analyze-prometheus", &url, "--id", "t_switch"]).output().unwrap();
+    let text = String::from_utf8_lossy(&text.stdout).into_owned();
     let report = report_of(child);
     assert_eq!(report["stopped_by"], "stopped by Ctrl-C");
+    // The fleet's words for the schedule: its blocks, and whether they fit (no percentile: the
+    // sums have none).
+    assert!(text.contains(&format!("design: switchback, blocks of 1 s (burn-in 0.3 s, seed {SEED})")), "{text}");
+    assert!(text.contains("blocks fit this traffic: ") && !text.contains("99th percentile"), "{text}");
     // The server's log against the schedule.
     let margin = 0.15;
     let (mut checked, mut mixed) = ([0; 2], Vec::new());
@@ -2327,6 +2333,25 @@ fn three_instances_on_prometheus_answer_as_their_recordings_pooled() {
         .unwrap();
     assert_eq!(out.status.code(), Some(1), "{}", String::from_utf8_lossy(&out.stdout));
     assert!(String::from_utf8_lossy(&out.stderr).contains("no host serves experiment t_three"));
+    // A host serving the same id with another split does not pool with their last sums: refused
+    // as bad input (exit 2) naming both, before any answer.
+    let scope = ["--port".to_string(), servers[0].port().to_string()];
+    let sums = targets[0].to_string();
+    let (child, said) = beside("cubic,bbr", &scope, &["--split", "30", "--metrics-listen", &sums, "--id", "t_three"]);
+    assert!(said.contains("experiment running"), "{said}");
+    let other_split = "bbrscope_experiment_info{id=\"t_three\",split_pct=\"30\"}";
+    let until = Instant::now() + Duration::from_secs(30);
+    while prom.query(other_split).is_empty() {
+        assert!(Instant::now() < until, "Prometheus never scraped the other split: {}", prom.log());
+        thread::sleep(Duration::from_millis(250));
+    }
+    let out =
+        bbrscope().args(["experiment", "--analyze-prometheus", &url, "--id", "t_three", "--json"]).output().unwrap();
+    let _ = report_of(child);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(err.contains("disagree on its design, arms or schedule") && err.contains("\"split_pct\": \"30\""), "{err}");
+    assert!(out.stdout.is_empty(), "{}", String::from_utf8_lossy(&out.stdout));
     // A recording of another experiment (another split) does not pool with them.
     let other = dir.path().join("other.ndjson");
     let text = std::fs::read_to_string(files[0]).unwrap().replacen("\"split_pct\":50", "\"split_pct\":30", 1);
