@@ -1242,6 +1242,30 @@ pub(crate) mod tests {
         c.bytes += o.bytes;
     }
 
+    /// A fleet's judgments ("all flows", host group 1, host group 2) by `fleet(slowdown of B on
+    /// group 1's hosts, seed)`: 200 A/A fleets call a difference for all flows at most 5%, for
+    /// either group at most 10% (two looks); B 30% slower on group 1, 50 fleets: found with its
+    /// sign at least 40 times, never the wrong sign, the other group at most 3 calls.
+    fn fleet_error_rate_and_power(name: &str, fleet: impl Fn(f64, u64) -> [Verdict; 3]) {
+        let called = |v: Verdict| matches!(v, Verdict::ABetter | Verdict::BBetter);
+        let a_a: Vec<[Verdict; 3]> = (0..200).map(|seed| fleet(1.0, seed)).collect();
+        let fleet_calls = a_a.iter().filter(|v| called(v[0])).count();
+        let group_calls = a_a.iter().filter(|v| called(v[1]) || called(v[2])).count();
+        assert!(fleet_calls <= 10, "A/A: the fleet called a difference in {fleet_calls} of 200");
+        assert!(group_calls <= 20, "A/A: a host group called one in {group_calls} of 200 (two looks each)");
+        let planted: Vec<[Verdict; 3]> = (0..50).map(|seed| fleet(1.3, 1_000 + seed)).collect();
+        let found = planted.iter().filter(|v| v[1] == Verdict::ABetter).count();
+        let wrong = planted.iter().filter(|v| v[1] == Verdict::BBetter).count();
+        let other = planted.iter().filter(|v| called(v[2])).count();
+        assert_eq!(wrong, 0, "the harmed group's answer had the wrong sign");
+        assert!(found >= 40, "B 30% slower on one group: found in {found} of 50");
+        assert!(other <= 3, "the other group called a difference in {other} of 50");
+        eprintln!(
+            "{name} A/A: all flows {fleet_calls}/200, a host group {group_calls}/200; planted x1.3 on one group: \
+             found {found}/50 (wrong sign {wrong}), the other group {other}/50"
+        );
+    }
+
     /// A fleet, judged from its hosts' sums added (what `--analyze-prometheus` reads): twelve
     /// hosts, each with its own clients (RTTs from 20 to 185 ms), two host groups of six (as
     /// `--hosts 'dc="fra"'` selects them). 200 A/A fleets, arms re-drawn: "all flows" called
@@ -1267,23 +1291,7 @@ pub(crate) mod tests {
             }
             [&both, &groups[0], &groups[1]].map(|cells| all(&of_sums(cells, [0, 0], &BTreeMap::new(), &opts)))
         };
-        let called = |v: Verdict| matches!(v, Verdict::ABetter | Verdict::BBetter);
-        let a_a: Vec<[Verdict; 3]> = (0..200).map(|seed| fleet(1.0, seed)).collect();
-        let fleet_calls = a_a.iter().filter(|v| called(v[0])).count();
-        let group_calls = a_a.iter().filter(|v| called(v[1]) || called(v[2])).count();
-        assert!(fleet_calls <= 10, "A/A: the fleet called a difference in {fleet_calls} of 200");
-        assert!(group_calls <= 20, "A/A: a host group called one in {group_calls} of 200 (two looks each)");
-        let planted: Vec<[Verdict; 3]> = (0..50).map(|seed| fleet(1.3, 1_000 + seed)).collect();
-        let found = planted.iter().filter(|v| v[1] == Verdict::ABetter).count();
-        let wrong = planted.iter().filter(|v| v[1] == Verdict::BBetter).count();
-        let other = planted.iter().filter(|v| called(v[2])).count();
-        assert_eq!(wrong, 0, "the harmed group's answer had the wrong sign");
-        assert!(found >= 40, "B 30% slower on one group: found in {found} of 50");
-        assert!(other <= 3, "the other group called a difference in {other} of 50");
-        eprintln!(
-            "fleet A/A: all flows {fleet_calls}/200, a host group {group_calls}/200; planted x1.3 on one group: \
-             found {found}/50 (wrong sign {wrong}), the other group {other}/50"
-        );
+        fleet_error_rate_and_power("fleet", fleet);
     }
 
     /// The analysis of sums (a fleet's) answers all flows and each RTT band as the analysis of
@@ -1382,23 +1390,7 @@ pub(crate) mod tests {
             }
             sums.each_ref().map(|(cells, tallies)| all(&of_sums(cells, [0, 0], tallies, &opts)))
         };
-        let called = |v: Verdict| matches!(v, Verdict::ABetter | Verdict::BBetter);
-        let a_a: Vec<[Verdict; 3]> = (0..200).map(|seed| fleet(1.0, seed)).collect();
-        let fleet_calls = a_a.iter().filter(|v| called(v[0])).count();
-        let group_calls = a_a.iter().filter(|v| called(v[1]) || called(v[2])).count();
-        assert!(fleet_calls <= 10, "A/A: the fleet called a difference in {fleet_calls} of 200");
-        assert!(group_calls <= 20, "A/A: a host group called one in {group_calls} of 200 (two looks each)");
-        let planted: Vec<[Verdict; 3]> = (0..50).map(|seed| fleet(1.3, 1_000 + seed)).collect();
-        let found = planted.iter().filter(|v| v[1] == Verdict::ABetter).count();
-        let wrong = planted.iter().filter(|v| v[1] == Verdict::BBetter).count();
-        let other = planted.iter().filter(|v| called(v[2])).count();
-        assert_eq!(wrong, 0, "the harmed group's answer had the wrong sign");
-        assert!(found >= 40, "B 30% slower on one group: found in {found} of 50");
-        assert!(other <= 3, "the other group called a difference in {other} of 50");
-        eprintln!(
-            "switchback fleet A/A: all flows {fleet_calls}/200, a host group {group_calls}/200; planted x1.3 on one \
-             group: found {found}/50 (wrong sign {wrong}), the other group {other}/50"
-        );
+        fleet_error_rate_and_power("switchback fleet", fleet);
     }
 
     /// A switchback known only by its hosts' sums (three hosts on one schedule, each with its
