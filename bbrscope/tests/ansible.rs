@@ -246,9 +246,12 @@ fn host_cc_is_untouched(before: &str) {
 }
 
 /// fleet-experiment.yml on two experiment hosts. Arms reno,bbr: the fleet finds B better and the
-/// play applies bbr on both; arms bbr,reno: A better, nothing applied, the play still succeeds and
-/// says why; --check: nothing started or applied. Each time the experiments are over when the
-/// play ends, and their recordings, pooled, answer as the fleet did.
+/// play applies bbr on both; arms bbr,cubic: B (cubic) slower for the clients it moved off their
+/// status quo (reno) beyond the fleet guardrail's margin, the fleet's guardrail stops the run
+/// though no host's own does (their margin set out of reach, as a host with too few flows of its
+/// own would be), nothing applied, the play succeeds and says why (canary-rollout.yml's test has
+/// the fleet's "A better"); --check: nothing started or applied. Each time the experiments are
+/// over when the play ends, and their recordings, pooled, answer as the fleet did.
 #[test]
 fn a_fleet_experiment_ends_in_the_apply_its_answer_supports_or_in_none() {
     let host_cc = tcp_congestion_control();
@@ -272,10 +275,15 @@ fn a_fleet_experiment_ends_in_the_apply_its_answer_supports_or_in_none() {
     lab.revert();
     assert_eq!(lab.defaults(), [BEFORE, BEFORE]);
 
-    // reno against BBR: A better, nothing applied, and the play says so.
-    let (ok, out) = lab.play("fleet-experiment.yml", "bbr,reno", "t_fleet_a", &PER_CONNECTION);
+    // cubic against BBR, both moving clients off reno: the fleet's guardrail stops it. Its first
+    // look comes before the flows, the next 30 s later, when the guardrail's stop and the
+    // verdict are both long due (a look that stops says so whatever the verdict).
+    let guard = ["-e", "bbrscope_design_args='--guardrail-pct 1000'", "-e", "bbrscope_look_seconds=30"];
+    let (ok, out) =
+        lab.play("fleet-experiment.yml", "bbr,cubic", "t_fleet_guard", &[&PER_CONNECTION[..], &guard].concat());
     assert!(ok, "{out}");
-    assert!(out.contains("on 2 hosts, all flows: a_better") && out.contains("Nothing is applied"), "{out}");
+    assert!(out.contains("on 2 hosts, all flows: stopped by the fleet guardrail"), "{out}");
+    assert!(out.contains("cubic (arm B) slower") && out.contains("Nothing is applied"), "{out}");
     assert_eq!(lab.defaults(), [BEFORE, BEFORE], "{out}");
     assert_eq!(lab.recorded(), 0, "{out}");
     assert_eq!(running(), 0, "the experiments ended with the play: {out}");

@@ -72,7 +72,18 @@ fn every_connection_gets_an_arm_and_the_arms_algorithm() {
     let (child, stderr) = start_logged(
         "cubic,bbr",
         to.port(),
-        &["--no-guardrail", "--record", record.to_str().unwrap(), "--metrics-listen", &sums_port, "--id", "t_every"],
+        // The guardrail watches (its sums served, for the fleet's guardrail and its panel) with a
+        // margin no loopback difference reaches: no group held, every connection gets an arm.
+        &[
+            "--guardrail-pct",
+            "1000",
+            "--record",
+            record.to_str().unwrap(),
+            "--metrics-listen",
+            &sums_port,
+            "--id",
+            "t_every",
+        ],
     );
     // A real Prometheus scrapes the experiment's sums while it runs, and the fleet watch's
     // judgments (below).
@@ -2240,14 +2251,13 @@ fn the_experiment_lock_is_roots_alone() {
     let _ = std::fs::remove_file(&target);
 }
 
-/// `bbrscope experiment --arms ARMS --duration 5m --json --design per-connection --no-guardrail
-/// SCOPE... EXTRA...` started beside those running ([`start_experiment`] would wait for them to
+/// `bbrscope experiment --arms ARMS --duration 5m --json --design per-connection SCOPE...
+/// EXTRA...` started beside those running ([`start_experiment`] would wait for them to
 /// end), and its first line on stderr; the rest of stderr is drained.
 fn beside(arms: &str, scope: &[String], extra: &[&str]) -> (std::process::Child, String) {
     let (child, mut err) = spawn_piped(
         bbrscope()
             .args(["experiment", "--arms", arms, "--duration", "5m", "--json", "--design", "per-connection"])
-            .args(["--no-guardrail"])
             .args(scope)
             .args(extra),
     );
@@ -2323,9 +2333,20 @@ fn three_instances_on_prometheus_answer_as_their_recordings_pooled() {
     let ended: Value = serde_json::from_slice(&out.unwrap().stdout).unwrap();
     assert_eq!((&ended["fleet"]["hosts"], &ended["fleet"]["ended"]), (&3.into(), &3.into()), "{}", ended["fleet"]);
     fleet_is_offline(&ended, &offline, 2);
+    // The guardrail's rule on the three hosts' watches added up decides as the replay of the
+    // pooled recordings does at its last look (nothing sent back before it: the same flows,
+    // groups and words; the host default here, bbr, is arm B: A's watch).
+    let replay = &offline["guardrail_replay"];
+    let guard = &ended["fleet"]["guardrail"];
+    assert_eq!(replay["switched_back"], serde_json::json!([]), "{replay}");
+    for key in ["stop", "reason", "group", "worse_arm"] {
+        assert_eq!(guard[key], replay["decision"][key], "{key}: fleet {guard}, pooled recordings {replay}");
+    }
     let text = bbrscope().args(["experiment", "--analyze-prometheus", &url, "--id", "t_three"]).output().unwrap();
     let text = String::from_utf8_lossy(&text.stdout).into_owned();
     assert!(text.starts_with("fleet: experiment t_three on 3 hosts (3 of them ended), their sums"), "{text}");
+    let said = format!("\nfleet guardrail, on every host's flows together: {}", guard["reason"].as_str().unwrap());
+    assert!(text.contains(&said), "{text}");
     // Outside the lookback they are gone.
     let out = bbrscope()
         .args(["experiment", "--analyze-prometheus", &url, "--id", "t_three", "--lookback", "1s"])
@@ -2337,7 +2358,8 @@ fn three_instances_on_prometheus_answer_as_their_recordings_pooled() {
     // as bad input (exit 2) naming both, before any answer.
     let scope = ["--port".to_string(), servers[0].port().to_string()];
     let sums = targets[0].to_string();
-    let (child, said) = beside("cubic,bbr", &scope, &["--split", "30", "--metrics-listen", &sums, "--id", "t_three"]);
+    let (child, said) =
+        beside("cubic,bbr", &scope, &["--split", "30", "--metrics-listen", &sums, "--id", "t_three", "--no-guardrail"]);
     assert!(said.contains("experiment running"), "{said}");
     let other_split = "bbrscope_experiment_info{id=\"t_three\",split_pct=\"30\"}";
     let until = Instant::now() + Duration::from_secs(30);
@@ -2376,11 +2398,11 @@ fn experiments_on_disjoint_scopes_run_side_by_side_and_an_overlapping_one_is_ref
     let (to_one, to_two) = (one.local_addr().unwrap(), two.local_addr().unwrap());
     let (log_one, log_two) = (serve_logging_cc(one), serve_logging_cc(two));
     let first = start_experiment("cubic,bbr", to_one.port(), &["--no-guardrail"]);
-    let (second, said) = beside("reno,cubic", &["--port".into(), to_two.port().to_string()], &[]);
+    let (second, said) = beside("reno,cubic", &["--port".into(), to_two.port().to_string()], &["--no-guardrail"]);
     assert!(said.contains("experiment running"), "the second, on another port: {said}");
     let port_one = format!("port {}", to_one.port());
     for scope in [vec!["--port".to_string(), to_one.port().to_string()], vec![]] {
-        let (mut refused, said) = beside("cubic,bbr", &scope, &[]);
+        let (mut refused, said) = beside("cubic,bbr", &scope, &["--no-guardrail"]);
         let code = wait_timeout(&mut refused, Duration::from_secs(20)).and_then(|s| s.code());
         assert_eq!(code, Some(2), "{scope:?} overlaps the first: {said}");
         assert!(

@@ -89,7 +89,8 @@ pub struct ExperimentArgs {
     /// connection had before its arm, read by the kernel) and is slower than the other by more
     /// than this many percent for the clients of an RTT band or a --prefix-list group, with an
     /// always-valid 95% interval above zero (checked every 2 s), sends that group back to its
-    /// status quo; a harm that is everyone's stops the run (exit status 3)
+    /// status quo; a harm that is everyone's stops the run (exit status 3). With
+    /// --analyze-prometheus: the same rule on every host's flows together
     #[arg(long, value_name = "PCT", default_value_t = 20.0)]
     pub(crate) guardrail_pct: f64,
     /// The smallest change in completion time that matters, percent: within it the arms are
@@ -122,7 +123,8 @@ pub struct ExperimentArgs {
     pub(crate) id: Option<String>,
     /// Judge a running experiment across every host whose --metrics-listen sums this Prometheus
     /// scrapes (http://HOST:PORT; Thanos and Mimir serve the same API), with --id; per-connection
-    /// and switchback designs, all flows and each RTT band; no root needed
+    /// and switchback designs, all flows and each RTT band, and the guardrail on every host's
+    /// flows together (exit status 3 when it says stop: end the run on every host); no root needed
     #[arg(long, value_name = "URL", requires = "id", conflicts_with_all = ["analyze", "port", "cgroup", "dst", "duration", "flows", "record", "design", "block", "burn_in", "seed", "plot", "recommend", "headless"])]
     pub(crate) analyze_prometheus: Option<String>,
     /// With --analyze-prometheus: more label matchers for the hosts to pool, e.g. 'job="edge",dc="fra"'

@@ -66,7 +66,7 @@ pub enum Command {
                       however often it is looked at; docs/experiment-method.md in the source has the method and its \
                       measured error rates).\n\nExit status: 0 ran its course, or ended by q, Ctrl-C or SIGTERM; 1 an \
                       error; 2 bad input, or the service set its own algorithm (nothing concluded); 3 stopped by the \
-                      guardrail."
+                      guardrail (--analyze-prometheus: the guardrail on every host's flows together says stop)."
     )]
     Experiment(experiment::ExperimentArgs),
     /// Which settings beyond the algorithm hold this host's flows back (initial window, send and receive buffers, unsent queue, restart after idle, pacing), from flows watched for --duration (root)

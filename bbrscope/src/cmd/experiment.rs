@@ -166,25 +166,33 @@ fn pooled(files: &[PathBuf]) -> Result<record::Capture> {
 
 /// `--analyze-prometheus`: the report of a running experiment across the hosts whose sums one
 /// Prometheus holds.
+/// Exits 3 when the guardrail's rule on every host's flows together says stop (as a host's run
+/// does when its own guardrail stops it), 2 when a service set its own algorithm.
 fn fleet(request: &Request, source: &Source) -> Result<()> {
-    let (a, hosts) = fleet::analyze(source, request.rule, request.metric)?;
-    let rep = report::build(&a, &Context::default());
-    let fleet = fleet_of(source, hosts);
+    let look = fleet::analyze(source, request.rule, request.metric, request.guardrail_pct)?;
+    let rep = report::build(&look.analysis, &Context::default());
+    let fleet = fleet_of(source, look);
+    let stop = fleet.guardrail.as_ref().is_some_and(|g| g.stop);
     print::show(&rep, &Output { json: request.json, fleet: Some(fleet), ..Output::default() })?;
+    if stop {
+        return Err(Exit(3).into());
+    }
     if rep.integrity.overridden {
         return Err(Exit(2).into());
     }
     Ok(())
 }
 
-/// What the fleet report says of the hosts it read.
-fn fleet_of(source: &Source, hosts: fleet::Hosts) -> print::Fleet {
+/// What the fleet report says of the hosts it read, and its guardrail.
+fn fleet_of(source: &Source, look: fleet::Look) -> print::Fleet {
+    let hosts = look.hosts;
     print::Fleet {
         id: source.id.clone(),
         hosts: hosts.all,
         ended: hosts.ended,
         prometheus: source.url.clone(),
         running: InFlight { a: hosts.running[0], b: hosts.running[1] },
+        guardrail: look.guard,
     }
 }
 
@@ -196,13 +204,13 @@ async fn watch(request: &Request, source: &Source, w: &Looks) -> Result<()> {
     let mut signals = Signals::catch()?;
     loop {
         let now = crate::units::fmt_utc_time(crate::observe::clock::unix_now());
-        match fleet::analyze(source, request.rule, request.metric) {
-            Ok((a, hosts)) => {
-                let rep = report::build(&a, &Context::default());
+        match fleet::analyze(source, request.rule, request.metric, request.guardrail_pct) {
+            Ok(look) => {
+                let rep = report::build(&look.analysis, &Context::default());
                 if let Some((j, _)) = &judged {
-                    j.record(&rep, hosts.all);
+                    j.record(&rep, look.hosts.all, look.guard.as_ref());
                 }
-                let fleet = fleet_of(source, hosts);
+                let fleet = fleet_of(source, look);
                 print::look(&rep, &fleet, &now, request.json)?;
             }
             Err(e) => crate::output::errln!("bbrscope: {now}: {e:#}"),

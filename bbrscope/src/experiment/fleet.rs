@@ -26,9 +26,10 @@ use serde_json::Value;
 
 use super::{
     analysis::{self, Analysis, CellTotals, Options, Verdict},
-    decide::{Key, PrimaryMetric, Rule},
+    decide::{CellSums, Key, PrimaryMetric, Rule},
     groups::Bucket,
-    guardrail::RTT_BANDS_MS,
+    groups::PrefixList,
+    guardrail::{GuardDecision, GuardSums, Held, RTT_BANDS_MS, StopRule, Watch},
     record,
     report::Report,
     schedule::Schedule,
@@ -65,8 +66,19 @@ pub(crate) struct Hosts {
     pub(crate) running: [usize; 2],
 }
 
+/// One look at the fleet: the answer, the hosts it pooled, and the guardrail's decision on every
+/// host's flows together (none when no host watches one: `--no-guardrail`).
+pub(crate) struct Look {
+    pub(crate) analysis: Analysis,
+    pub(crate) hosts: Hosts,
+    pub(crate) guard: Option<GuardDecision>,
+}
+
+/// A series' labels.
+type Labels = BTreeMap<String, String>;
+
 /// An instant query's answer: each series' labels and value.
-type Series = Vec<(BTreeMap<String, String>, f64)>;
+pub(super) type Series = Vec<(Labels, f64)>;
 
 /// Connecting, and each read, give up after this.
 const TIMEOUT: Duration = Duration::from_secs(10);
@@ -74,10 +86,11 @@ const TIMEOUT: Duration = Duration::from_secs(10);
 const MAX_BODY: u64 = 16 << 20;
 
 /// The experiment `source` names, across its hosts, judged with `rule` (and `metric`, else the
-/// one the hosts declared). Each host's last sums within the lookback: a host whose experiment
-/// ended (Prometheus marks its series stale as the scrapes fail) still counts with the flows it
-/// had, so a guardrail's stop on one host does not take that host's evidence out of the pool.
-pub(crate) fn analyze(source: &Source, rule: Rule, metric: Option<PrimaryMetric>) -> Result<(Analysis, Hosts)> {
+/// one the hosts declared), its guardrail with margin `guardrail_pct`. Each host's last sums
+/// within the lookback: a host whose experiment ended (Prometheus marks its series stale as the
+/// scrapes fail) still counts with the flows it had, so a guardrail's stop on one host does not
+/// take that host's evidence out of the pool.
+pub(crate) fn analyze(source: &Source, rule: Rule, metric: Option<PrimaryMetric>, guardrail_pct: f64) -> Result<Look> {
     let sel = match &source.hosts {
         Some(h) => format!("{{id=\"{}\",{h}}}", source.id),
         None => format!("{{id=\"{}\"}}", source.id),
@@ -123,30 +136,7 @@ pub(crate) fn analyze(source: &Source, rule: Rule, metric: Option<PrimaryMetric>
         design,
         ..Options::default()
     };
-    // Each of the five sums of every cell, added across hosts by Prometheus (one query per sum:
-    // last_over_time drops the series' name).
-    let mut cells: BTreeMap<Key, [CellTotals; 2]> = BTreeMap::new();
-    let names = [
-        "flows_total",
-        "completion_ln_seconds",
-        "completion_ln_seconds_squared_total",
-        "completion_seconds_total",
-        "acked_bytes_total",
-    ];
-    for name in names {
-        let sums = query(&format!("sum by (arm, rtt_band, size) ({})", last(&format!("bbrscope_experiment_{name}"))))?;
-        for (l, v) in sums {
-            let Some((key, arm)) = cell_of(&l) else { continue };
-            let c = &mut cells.entry(key).or_default()[arm];
-            match name {
-                "flows_total" => c.sums.n = v as usize,
-                "completion_ln_seconds" => c.sums.ln = v,
-                "completion_ln_seconds_squared_total" => c.sums.ln_squares = v,
-                "completion_seconds_total" => c.sums.seconds = v,
-                _ => c.bytes = v as u64,
-            }
-        }
-    }
+    let cells = cells(&query, &last)?;
     let tallies = match design {
         Design::Switchback(schedule) => switchback_tallies(&query, &last, &schedule)?,
         Design::PerConnection | Design::Client { .. } => BTreeMap::new(),
@@ -154,7 +144,103 @@ pub(crate) fn analyze(source: &Source, rule: Rule, metric: Option<PrimaryMetric>
     let overridden = per_arm(query(&format!("sum by (arm) ({})", last("bbrscope_experiment_overridden_flows_total")))?);
     // Running now: the hosts still serving it (an ended host's last gauge is no flow of now).
     hosts.running = per_arm(query(&format!("sum by (arm) (bbrscope_experiment_in_flight_flows{sel})"))?);
-    Ok((analysis::of_sums(&cells, overridden, &tallies, &opts), hosts))
+    let names = [label("arm_a"), label("arm_b")];
+    let stop_rule = StopRule { margin_pct: guardrail_pct, alpha: rule.alpha, ..StopRule::default() };
+    let guard = guardrail(&query, &last, names, stop_rule)?;
+    Ok(Look { analysis: analysis::of_sums(&cells, overridden, &tallies, &opts), hosts, guard })
+}
+
+/// The guardrail's rule on every host's watch added together: the decision a host's own
+/// guardrail would take on the fleet's flows (no group is held: a fleet has no way to send a band
+/// back on its hosts, each host's own guardrail does that). `None` when no host watches one.
+pub(super) fn guardrail(
+    query: &dyn Fn(&str) -> Result<Series>,
+    last: &dyn Fn(&str) -> String,
+    names: [String; 2],
+    rule: StopRule,
+) -> Result<Option<GuardDecision>> {
+    let counted =
+        query(&format!("sum by (arm, status_quo) ({})", last("bbrscope_experiment_guardrail_counted_flows_total")))?;
+    if counted.is_empty() {
+        return Ok(None);
+    }
+    let mut sums = GuardSums { per_connection: true, ..GuardSums::default() };
+    let run_status_quo = counted_flows(&counted, &mut sums);
+    // The groups' order is their labels' (a host's is its file's): the same decisions unless
+    // groups overlap and more than one trips at a look.
+    let lists: std::collections::BTreeSet<String> =
+        query(&format!("max by (prefix_list) ({})", last("bbrscope_experiment_guardrail_held_prefix_list")))?
+            .into_iter()
+            .filter_map(|(l, _)| l.get("prefix_list").cloned())
+            .collect();
+    let lists: Vec<String> = lists.into_iter().collect();
+    let by = "watched, arm, rtt_band, size, prefix_lists";
+    for (name, l, v) in sums_by(query, last, "bbrscope_experiment_guardrail_", by, &CELL_SUMS)? {
+        let Some((key, arm)) = cell_of(&l) else { continue };
+        let Some(watched) = l.get("watched").and_then(|w| arm_key(w)) else { continue };
+        let mask = l.get("prefix_lists").map_or(0u128, |groups| {
+            groups.split(',').filter_map(|g| lists.iter().position(|x| x == g)).fold(0, |m, i| m | 1 << i)
+        });
+        set_sum(&mut sums.cells.entry((watched, key.0, mask)).or_default().entry(key).or_default()[arm], name, v);
+    }
+    let rule = StopRule {
+        status_quo: run_status_quo,
+        prefix_lists: lists.into_iter().map(PrefixList::named).collect(),
+        ..rule
+    };
+    Ok(Some(Watch::of_sums(names, rule, Held::default(), &sums).check()))
+}
+
+/// Each of the five sums of every cell, added across hosts by Prometheus (one query per sum:
+/// last_over_time drops the series' name).
+fn cells(
+    query: &dyn Fn(&str) -> Result<Series>,
+    last: &dyn Fn(&str) -> String,
+) -> Result<BTreeMap<Key, [CellTotals; 2]>> {
+    let mut cells: BTreeMap<Key, [CellTotals; 2]> = BTreeMap::new();
+    let names = [&CELL_SUMS[..], &["acked_bytes_total"]].concat();
+    for (name, l, v) in sums_by(query, last, "bbrscope_experiment_", "arm, rtt_band, size", &names)? {
+        let Some((key, arm)) = cell_of(&l) else { continue };
+        let c = &mut cells.entry(key).or_default()[arm];
+        if !set_sum(&mut c.sums, name, v) {
+            c.bytes = v as u64;
+        }
+    }
+    Ok(cells)
+}
+
+/// The series of a stratum's four sums, less their prefix.
+const CELL_SUMS: [&str; 4] =
+    ["flows_total", "completion_ln_seconds", "completion_ln_seconds_squared_total", "completion_seconds_total"];
+
+/// Sets the sum `name` (a series' name less its prefix) of `c` to `v`; false for another name.
+fn set_sum(c: &mut CellSums, name: &str, v: f64) -> bool {
+    match name {
+        "flows_total" => c.n = v as usize,
+        "completion_ln_seconds" => c.ln = v,
+        "completion_ln_seconds_squared_total" => c.ln_squares = v,
+        "completion_seconds_total" => c.seconds = v,
+        _ => return false,
+    }
+    true
+}
+
+/// The series `PREFIX+NAME` for each of `names`, each added across hosts by Prometheus `by` the
+/// labels given (one query per series: last_over_time drops the series' name): every answer's
+/// series, with the name it was read as.
+fn sums_by<'n>(
+    query: &dyn Fn(&str) -> Result<Series>,
+    last: &dyn Fn(&str) -> String,
+    prefix: &str,
+    by: &str,
+    names: &[&'n str],
+) -> Result<Vec<(&'n str, Labels, f64)>> {
+    let mut out = Vec::new();
+    for &name in names {
+        let series = query(&format!("sum by ({by}) ({})", last(&format!("{prefix}{name}"))))?;
+        out.extend(series.into_iter().map(|(l, v)| (name, l, v)));
+    }
+    Ok(out)
 }
 
 /// The design the hosts' info series declare: a per-connection A/B, or a switchback with its
@@ -189,25 +275,21 @@ fn switchback_tallies(
     schedule: &Schedule,
 ) -> Result<BTreeMap<usize, Tally>> {
     let mut tallies: BTreeMap<usize, Tally> = BTreeMap::new();
-    for name in ["flows_total", "completion_ln_seconds", "completion_seconds_total"] {
-        let series = query(&format!(
-            "sum by (round, block, arm, rtt_band, size) ({})",
-            last(&format!("bbrscope_experiment_switchback_{name}"))
-        ))?;
-        for (l, v) in series {
-            let Some(((band, size), _)) = cell_of(&l) else { continue };
-            let Some(part) =
-                Part::of_keys(l.get("block").map_or("", String::as_str), l.get("arm").map_or("", String::as_str))
-            else {
-                continue;
-            };
-            let Some(round) = l.get("round").and_then(|r| r.parse().ok()) else { continue };
-            let m = tallies.entry(band).or_default().slots.entry(Slot { round, part, band, size }).or_default();
-            match name {
-                "flows_total" => m.n = v as usize,
-                "completion_ln_seconds" => m.ln = v,
-                _ => m.seconds = v,
-            }
+    let names = ["flows_total", "completion_ln_seconds", "completion_seconds_total"];
+    let by = "round, block, arm, rtt_band, size";
+    for (name, l, v) in sums_by(query, last, "bbrscope_experiment_switchback_", by, &names)? {
+        let Some(((band, size), _)) = cell_of(&l) else { continue };
+        let Some(part) =
+            Part::of_keys(l.get("block").map_or("", String::as_str), l.get("arm").map_or("", String::as_str))
+        else {
+            continue;
+        };
+        let Some(round) = l.get("round").and_then(|r| r.parse().ok()) else { continue };
+        let m = tallies.entry(band).or_default().slots.entry(Slot { round, part, band, size }).or_default();
+        match name {
+            "flows_total" => m.n = v as usize,
+            "completion_ln_seconds" => m.ln = v,
+            _ => m.seconds = v,
         }
     }
     let left_out =
@@ -232,6 +314,25 @@ fn switchback_tallies(
     Ok(tallies)
 }
 
+/// The guardrail's counted flows per arm (`sum by (arm, status_quo)`) into `sums`, and the run's
+/// status quo where the kernel did not say each connection's, when the hosts agree on one (the
+/// words of a decision name it).
+fn counted_flows(counted: &Series, sums: &mut GuardSums) -> Option<String> {
+    let mut run_status_quo = std::collections::BTreeSet::new();
+    for (l, v) in counted {
+        let Some(arm) = arm_of(l) else { continue };
+        sums.flows[arm] += *v as usize;
+        if let Some(sq) = l.get("status_quo").filter(|sq| *sq != "connection" && *v > 0.0) {
+            sums.per_connection = false;
+            run_status_quo.insert(sq.as_str());
+        }
+    }
+    match run_status_quo.into_iter().collect::<Vec<_>>()[..] {
+        [one] if one != "unknown" => Some(one.to_string()),
+        _ => None,
+    }
+}
+
 /// A `sum by (arm)` query's answer as counts for arms A and B (0 where it has none).
 fn per_arm(series: Series) -> [usize; 2] {
     let mut counts = [0, 0];
@@ -253,6 +354,8 @@ pub(crate) struct Judgments {
     flows: Family<GroupArmLabels, Gauge>,
     hosts: Family<IdLabels, Gauge>,
     looks: Family<IdLabels, Counter>,
+    guard_stop: Family<IdLabels, Gauge>,
+    guard_groups: Family<IdLabels, Gauge>,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -291,6 +394,8 @@ impl Judgments {
             flows: Family::default(),
             hosts: Family::default(),
             looks: Family::default(),
+            guard_stop: Family::default(),
+            guard_groups: Family::default(),
         };
         registry.register(
             "bbrscope_fleet_completion_change_ratio",
@@ -311,6 +416,17 @@ impl Judgments {
             j.hosts.clone(),
         );
         registry.register("bbrscope_fleet_looks", "Looks the watch has taken", j.looks.clone());
+        registry.register(
+            "bbrscope_fleet_guardrail_stop",
+            "1 when the guardrail's rule on every host's flows together says stop (end the experiment on every \
+             host), else 0; absent while no host watches a guardrail",
+            j.guard_stop.clone(),
+        );
+        registry.register(
+            "bbrscope_fleet_guardrail_harmed_groups",
+            "Client groups the guardrail's rule on every host's flows together would send back to their status quo",
+            j.guard_groups.clone(),
+        );
         j
     }
 
@@ -326,8 +442,8 @@ impl Judgments {
         Ok(Some((j, served)))
     }
 
-    /// The judgments of one look: `rep` across `hosts` hosts.
-    pub(crate) fn record(&self, rep: &Report, hosts: usize) {
+    /// The judgments of one look: `rep` across `hosts` hosts, and the fleet guardrail's `guard`.
+    pub(crate) fn record(&self, rep: &Report, hosts: usize, guard: Option<&GuardDecision>) {
         let id = || self.id.clone();
         for g in &rep.groups {
             let a = &g.result.answer;
@@ -347,6 +463,10 @@ impl Judgments {
             }
         }
         self.hosts.get_or_create(&IdLabels { id: id() }).set(hosts as i64);
+        if let Some(g) = guard {
+            self.guard_stop.get_or_create(&IdLabels { id: id() }).set(i64::from(g.stop));
+            self.guard_groups.get_or_create(&IdLabels { id: id() }).set(g.switched_back.len() as i64);
+        }
         self.looks.get_or_create(&IdLabels { id: id() }).inc();
     }
 }
@@ -365,7 +485,12 @@ fn band_of_label(l: &BTreeMap<String, String>) -> Option<usize> {
 }
 
 fn arm_of(l: &BTreeMap<String, String>) -> Option<usize> {
-    match l.get("arm")?.as_str() {
+    arm_key(l.get("arm")?)
+}
+
+/// An arm's label value (`a`, `b`) as its index.
+fn arm_key(v: &str) -> Option<usize> {
+    match v {
         "a" => Some(0),
         "b" => Some(1),
         _ => None,

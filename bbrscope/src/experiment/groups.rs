@@ -85,6 +85,11 @@ const _: () = assert!(PREFIX_LIST_MAX_GROUPS <= 128);
 const LABEL_MAX_CHARS: usize = 64;
 
 impl PrefixList {
+    /// A group known by its label alone (a fleet's, from the series its hosts serve).
+    pub(crate) fn named(label: String) -> PrefixList {
+        PrefixList { label, nets: Vec::new(), by_len: BTreeMap::new() }
+    }
+
     /// Reads a prefix-list file: one `LABEL CIDR [CIDR...]` per line (CIDRs separated by spaces or
     /// commas); lines with the same label add to it; `#` starts a comment; a line of CIDRs only is
     /// a group of its own named by its first CIDR. Errors name the line.

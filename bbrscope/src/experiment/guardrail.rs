@@ -38,7 +38,7 @@ use serde::Serialize;
 use super::{
     Observation,
     analysis::ran_its_arm,
-    decide::{Strata, cs_half_width},
+    decide::{CellSums, Key, PrimaryMetric, Strata, cs_half_width},
     format::{fmt_count, fmt_pct, pct_of_log as pct},
     groups::PrefixList,
     schedule::{Kind, Schedule},
@@ -85,6 +85,55 @@ impl StopRule {
     pub fn under(design: &Design) -> StopRule {
         StopRule { switchback: design.schedule(), ..StopRule::default() }
     }
+
+    /// Whether the guardrail of arms `names` counts the finished flow `o`, and where: not when it
+    /// did not run its arm's algorithm, nor under a switchback when it did not start in a mixed
+    /// block. One rule for a host's watch and the sums it serves a fleet.
+    pub(crate) fn admit(&self, o: &Observation, names: &[String; 2]) -> Option<Admitted> {
+        if !ran_its_arm(o, names) {
+            return None;
+        }
+        if let Some(s) = &self.switchback
+            && o.start_ts().is_none_or(|t| s.kind(s.block_of(t)) != Kind::Mixed)
+        {
+            return None;
+        }
+        let (moves, known) = match o.status_quo {
+            Some(sq) => (sq.map(|is| !is), true),
+            None => (super::status_quo::moved(names, self.status_quo.as_deref()), false),
+        };
+        let lists = self
+            .prefix_lists
+            .iter()
+            .enumerate()
+            .fold(0u128, |m, (i, l)| if l.contains(o.peer) { m | 1 << i } else { m });
+        Some(Admitted { moves, band: band_of(o.min_rtt_us, &self.rtt_bands_ms), lists, known })
+    }
+}
+
+/// Where the guardrail counts a finished flow ([`StopRule::admit`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Admitted {
+    /// The arms that moved its connection off its status quo: it is in their watches (its
+    /// time on its own arm against the other arm's flows there).
+    pub(crate) moves: [bool; 2],
+    /// Its band of minimum RTT ([`band_of`]'s numbering).
+    pub(crate) band: usize,
+    /// The `--prefix-list` groups it is in (bit `i`: group `i`).
+    pub(crate) lists: u128,
+    /// Whether the kernel said its connection's status quo (else the run's stood in).
+    pub(crate) known: bool,
+}
+
+/// A watch as sums that add across hosts (`experiment/sums.rs` serves them, the fleet analysis
+/// adds them): per watched arm, band and prefix-list groups (bits), each stratum's flows per arm.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub(crate) struct GuardSums {
+    pub(crate) cells: BTreeMap<(usize, usize, u128), BTreeMap<Key, [CellSums; 2]>>,
+    /// Flows counted, per arm (in a watch or not).
+    pub(crate) flows: [usize; 2],
+    /// Whether the kernel said every counted flow's status quo.
+    pub(crate) per_connection: bool,
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, serde::Deserialize)]
@@ -207,35 +256,29 @@ impl Watch {
         Watch { names, rule, cells: [BTreeMap::new(), BTreeMap::new()], flows: [0, 0], per_connection: true, held }
     }
 
-    /// A finished flow; one that did not run its arm's algorithm, or under a switchback one that
-    /// did not start in a mixed block, is not counted.
+    /// A finished flow, where [`StopRule::admit`] counts it.
     pub(crate) fn add(&mut self, o: &Observation) {
-        if !ran_its_arm(o, &self.names) {
-            return;
-        }
-        if let Some(s) = &self.rule.switchback
-            && o.start_ts().is_none_or(|t| s.kind(s.block_of(t)) != Kind::Mixed)
-        {
-            return;
-        }
-        let moves = match o.status_quo {
-            Some(sq) => sq.map(|is| !is),
-            None => {
-                self.per_connection = false;
-                super::status_quo::moved(&self.names, self.rule.status_quo.as_deref())
-            }
-        };
-        let band = band_of(o.min_rtt_us, &self.rule.rtt_bands_ms);
-        let lists = self
-            .rule
-            .prefix_lists
-            .iter()
-            .enumerate()
-            .fold(0u128, |m, (i, l)| if l.contains(o.peer) { m | 1 << i } else { m });
-        for arm in [0, 1].into_iter().filter(|&arm| moves[arm]) {
-            self.cells[arm].entry((band, lists)).or_default().add(o, &self.rule.rtt_bands_ms);
+        let Some(a) = self.rule.admit(o, &self.names) else { return };
+        self.per_connection &= a.known;
+        for arm in [0, 1].into_iter().filter(|&arm| a.moves[arm]) {
+            self.cells[arm].entry((a.band, a.lists)).or_default().add(o, &self.rule.rtt_bands_ms);
         }
         self.flows[o.arm] += 1;
+    }
+
+    /// The watch whose flows' sums are `sums` (what hosts serve, added across them): the same
+    /// decisions as adding each flow.
+    pub(crate) fn of_sums(names: [String; 2], rule: StopRule, held: Held, sums: &GuardSums) -> Self {
+        let mut w = Watch::new(names, rule, held);
+        for (&(arm, band, lists), strata) in &sums.cells {
+            let cell = Strata::of_sums(PrimaryMetric::default(), strata.iter().map(|(k, s)| (*k, *s)));
+            if let Some(cells) = w.cells.get_mut(arm) {
+                cells.insert((band, lists), cell);
+            }
+        }
+        w.flows = sums.flows;
+        w.per_connection = sums.per_connection;
+        w
     }
 
     /// The arms watched: those that moved some connection added (before any, those the run's

@@ -57,6 +57,8 @@ pub(crate) struct Fleet {
     /// Flows per arm running now on the hosts serving it: not in the sums (nor the answer) until
     /// they finish.
     pub(crate) running: InFlight,
+    /// The guardrail's rule on every host's flows together (null when no host watches one).
+    pub(crate) guardrail: Option<GuardDecision>,
 }
 
 impl Fleet {
@@ -74,6 +76,31 @@ impl Fleet {
             return String::new();
         }
         format!("; {} A / {} B flows running now, in the answer once they finish", fmt_count(a), fmt_count(b))
+    }
+
+    /// The fleet guardrail's decision, in lines: a stop, or where the watch stands and the groups
+    /// it would send back (a fleet cannot: each host's own guardrail holds its own).
+    fn guardrail_lines(&self, rep: &Report) -> Vec<String> {
+        let Some(g) = &self.guardrail else {
+            return vec!["fleet guardrail: not watched (the hosts run with --no-guardrail)".into()];
+        };
+        if g.stop {
+            return vec![format!(
+                "fleet guardrail: STOP, on every host's flows together: {}; end the experiment on every host \
+                 (fleet-experiment.yml does)",
+                g.reason
+            )];
+        }
+        let mut lines = vec![format!("fleet guardrail, on every host's flows together: {}", g.reason)];
+        for b in &g.switched_back {
+            lines.push(format!(
+                "fleet guardrail: {} would go back to their status quo ({}); the fleet holds no group, each host's own \
+                 guardrail judges its own flows",
+                b.group,
+                harm_words(b, rep)
+            ));
+        }
+        lines
     }
 }
 
@@ -132,6 +159,9 @@ pub(crate) fn show(rep: &Report, out: &Output) -> Result<()> {
                 f.prometheus,
                 f.running_words()
             )?;
+            for line in f.guardrail_lines(rep) {
+                outln!("{line}")?;
+            }
         }
         if let Some(why) = &out.stopped_by {
             outln!("{why}")?;
@@ -196,21 +226,29 @@ pub(crate) fn look(rep: &Report, fleet: &Fleet, now: &str, json: bool) -> Result
         for g in &rep.groups {
             outln!("  {}", g.conclusion)?;
         }
+        for line in fleet.guardrail_lines(rep) {
+            outln!("  {line}")?;
+        }
         Ok(())
     })
 }
 
-/// One group the guardrail sent back, in words: which, when, and the numbers that did it.
-fn switched_back_line(g: &SwitchedBack, rep: &Report) -> String {
+/// The harm that sends a group back: `BBR (arm B) slower by +31% [+12%, +52%]`.
+fn harm_words(g: &SwitchedBack, rep: &Report) -> String {
     let [pct, lo, hi] = g.worse_pct.map(fmt_pct);
     let arm = format!("{} (arm {})", rep.arms[g.worse_arm].arm, ["A", "B"][g.worse_arm]);
     // Sent back as the carrier of a harm to all flows, its own interval may hold zero: the
     // sentence says what was shown, and for whom.
-    let why = if g.worse_pct[1] > 0.0 {
+    if g.worse_pct[1] > 0.0 {
         format!("{arm} slower by {pct} [{lo}, {hi}]")
     } else {
         format!("{arm} slower for all flows, a harm these clients carry ({pct} [{lo}, {hi}] for them alone)")
-    };
+    }
+}
+
+/// One group the guardrail sent back, in words: which, when, and the numbers that did it.
+fn switched_back_line(g: &SwitchedBack, rep: &Report) -> String {
+    let why = harm_words(g, rep);
     format!(
         "guardrail: {} sent back to their status quo{}: {why}; its new connections got no arm from then on",
         g.group,

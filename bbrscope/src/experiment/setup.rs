@@ -65,7 +65,7 @@ impl Setup {
         self.arms.clone().unwrap_or_else(|| analysis::arm_names(obs))
     }
 
-    fn stop_rule(&self, pct: f64) -> StopRule {
+    pub(super) fn stop_rule(&self, pct: f64) -> StopRule {
         StopRule {
             margin_pct: pct,
             alpha: self.rule.alpha,

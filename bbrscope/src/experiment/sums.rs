@@ -23,7 +23,7 @@ use super::{
     analysis::ran_its_arm,
     decide::{FLOOR_S, PrimaryMetric, Rule},
     groups::Bucket,
-    guardrail::{Held, RTT_BANDS_MS},
+    guardrail::{Held, RTT_BANDS_MS, StopRule},
     record,
     request::Serve,
     schedule::Schedule,
@@ -77,6 +77,37 @@ struct SlotLabels {
     block: &'static str,
 }
 
+/// A stratum of a guardrail's watch: the arm whose watch it is (the flow's connection was moved
+/// off its status quo by that arm) and the `--prefix-list` groups of the flow's client (their
+/// labels, comma-separated; empty for none).
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct WatchLabels {
+    #[prometheus(flatten)]
+    cell: CellLabels,
+    watched: &'static str,
+    prefix_lists: String,
+}
+
+/// The flows of an arm the guardrail counted, by where their status quo came from: the kernel's
+/// per-connection reading (`connection`), else the run's (its algorithm's name, or `unknown`).
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct CountedLabels {
+    #[prometheus(flatten)]
+    arm: ArmLabels,
+    status_quo: String,
+}
+
+/// The guardrail's watch as sums ([`super::guardrail::GuardSums`]): what a fleet needs to judge
+/// the host's rule on every host's flows together.
+struct WatchSums {
+    rule: StopRule,
+    flows: Family<WatchLabels, Counter>,
+    ln_sum: Family<WatchLabels, FloatGauge>,
+    ln_squares: Family<WatchLabels, FloatCounter>,
+    seconds: Family<WatchLabels, FloatCounter>,
+    counted: Family<CountedLabels, Counter>,
+}
+
 /// Why a switchback left flows out, by band.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct LeftOutLabels {
@@ -112,6 +143,8 @@ pub(crate) struct Sums {
     lists: Vec<String>,
     held_lists: Family<ListLabels, Gauge>,
     switchback: Option<SwitchbackSums>,
+    /// The guardrail's watch (none with `--no-guardrail`).
+    watch: Option<WatchSums>,
 }
 
 /// A band of clients the guardrail watches.
@@ -139,6 +172,8 @@ struct About<'a> {
     pub(crate) rtt_bands_ms: &'a [f64],
     /// The labels of the `--prefix-list` groups.
     pub(crate) lists: Vec<String>,
+    /// The guardrail's rule (none with `--no-guardrail`).
+    pub(crate) guard: Option<StopRule>,
 }
 
 impl<'a> About<'a> {
@@ -153,6 +188,7 @@ impl<'a> About<'a> {
             rule: &setup.rule,
             rtt_bands_ms: &RTT_BANDS_MS,
             lists: setup.prefix_lists.iter().map(|l| l.label.clone()).collect(),
+            guard: setup.guardrail_pct.map(|pct| setup.stop_rule(pct)),
         }
     }
 }
@@ -185,6 +221,14 @@ impl Sums {
                 }),
                 Design::PerConnection | Design::Client { .. } => None,
             },
+            watch: about.guard.clone().map(|rule| WatchSums {
+                rule,
+                flows: Family::default(),
+                ln_sum: Family::default(),
+                ln_squares: Family::default(),
+                seconds: Family::default(),
+                counted: Family::default(),
+            }),
         };
         // Zero from the start, so that a rate or a panel has a series before the first.
         for arm in 0..2 {
@@ -192,6 +236,13 @@ impl Sums {
         }
         s.in_flight([0, 0]);
         s.hold(Held::default());
+        // A watch with no flow yet is told from no watch (`--no-guardrail`) by these.
+        if let Some(w) = &s.watch {
+            for arm in 0..2 {
+                let labels = CountedLabels { arm: s.arm(arm), status_quo: "connection".into() };
+                w.counted.get_or_create(&labels).inc_by(0);
+            }
+        }
         registry.register(
             "bbrscope_experiment_info",
             "A running experiment: its id, design, arms, split, primary metric, seed (switchback) or salt (client), \
@@ -277,35 +328,12 @@ impl Sums {
             "1 while the guardrail holds a --prefix-list group at its status quo (no arm for its new connections), else 0",
             self.held_lists.clone(),
         );
-        let Some(sb) = &self.switchback else { return };
-        registry.register(
-            "bbrscope_experiment_switchback_flows",
-            "A switchback's counted flows (started past their block's burn-in, on their block's arm) by round, block \
-             (a, b, mixed), arm, RTT band and response size",
-            sb.flows.clone(),
-        );
-        registry.register(
-            "bbrscope_experiment_switchback_completion_ln_seconds",
-            "Sum over those flows of ln(T / 1 s), T the completion time as the client feels it",
-            sb.ln_sum.clone(),
-        );
-        registry.register_with_unit(
-            "bbrscope_experiment_switchback_completion",
-            "Sum over those flows of T, the completion time as the client feels it",
-            prometheus_client::registry::Unit::Seconds,
-            sb.seconds.clone(),
-        );
-        registry.register(
-            "bbrscope_experiment_switchback_left_out_flows",
-            "A switchback's flows left out, by reason (burn_in: started in a block's burn-in; mismatched: on another \
-             arm than their block's) and RTT band",
-            sb.left_out.clone(),
-        );
-        registry.register(
-            "bbrscope_experiment_switchback_overran_flows",
-            "Counted flows still running once the next block's counted flows began, by RTT band",
-            sb.overran.clone(),
-        );
+        if let Some(w) = &self.watch {
+            w.register(registry);
+        }
+        if let Some(sb) = &self.switchback {
+            sb.register(registry);
+        }
     }
 
     fn arm(&self, arm: usize) -> ArmLabels {
@@ -350,13 +378,103 @@ impl Sums {
         self.ln_squares.get_or_create(&cell).inc_by(t.ln() * t.ln());
         self.seconds.get_or_create(&cell).inc_by(t);
         self.bytes.get_or_create(&cell).inc_by(o.bytes);
+        if let Some(w) = &self.watch {
+            w.add(o, &cell, &self.names, &self.lists);
+        }
         if let Some(sb) = &self.switchback {
             sb.add(o, cell, &self.id, &self.rtt_bands_ms);
         }
     }
 }
 
+impl WatchSums {
+    fn register(&self, registry: &mut Registry) {
+        registry.register(
+            "bbrscope_experiment_guardrail_flows",
+            "Finished flows the guardrail counted, in the watch of each arm that moved their connection off its \
+             status quo (watched), by arm, RTT band, response size and --prefix-list groups",
+            self.flows.clone(),
+        );
+        registry.register(
+            "bbrscope_experiment_guardrail_completion_ln_seconds",
+            "Sum over those flows of ln(T / 1 s), T the completion time as the client feels it",
+            self.ln_sum.clone(),
+        );
+        registry.register(
+            "bbrscope_experiment_guardrail_completion_ln_seconds_squared",
+            "Sum over those flows of ln(T / 1 s) squared",
+            self.ln_squares.clone(),
+        );
+        registry.register_with_unit(
+            "bbrscope_experiment_guardrail_completion",
+            "Sum over those flows of T",
+            prometheus_client::registry::Unit::Seconds,
+            self.seconds.clone(),
+        );
+        registry.register(
+            "bbrscope_experiment_guardrail_counted_flows",
+            "Finished flows the guardrail counted, by arm and where their status quo came from (connection: the \
+             kernel's reading of each; else the run's algorithm, or unknown)",
+            self.counted.clone(),
+        );
+    }
+
+    /// A finished flow in its stratum `cell`, where the guardrail counts it
+    /// ([`StopRule::admit`]); the run's `--prefix-list` labels are `lists`.
+    fn add(&self, o: &Observation, cell: &CellLabels, names: &[String; 2], lists: &[String]) {
+        let Some(a) = self.rule.admit(o, names) else { return };
+        let status_quo = match (a.known, &self.rule.status_quo) {
+            (true, _) => "connection".to_string(),
+            (false, Some(sq)) => sq.clone(),
+            (false, None) => "unknown".to_string(),
+        };
+        self.counted.get_or_create(&CountedLabels { arm: cell.arm.clone(), status_quo }).inc();
+        let groups: Vec<&str> =
+            lists.iter().enumerate().filter(|(i, _)| a.lists & 1 << i != 0).map(|(_, l)| l.as_str()).collect();
+        let t = o.client_s().max(FLOOR_S);
+        for watched in [0, 1].into_iter().filter(|&w| a.moves[w]) {
+            let labels =
+                WatchLabels { cell: cell.clone(), watched: ["a", "b"][watched], prefix_lists: groups.join(",") };
+            self.flows.get_or_create(&labels).inc();
+            self.ln_sum.get_or_create(&labels).inc_by(t.ln());
+            self.ln_squares.get_or_create(&labels).inc_by(t.ln() * t.ln());
+            self.seconds.get_or_create(&labels).inc_by(t);
+        }
+    }
+}
+
 impl SwitchbackSums {
+    fn register(&self, registry: &mut Registry) {
+        registry.register(
+            "bbrscope_experiment_switchback_flows",
+            "A switchback's counted flows (started past their block's burn-in, on their block's arm) by round, block \
+             (a, b, mixed), arm, RTT band and response size",
+            self.flows.clone(),
+        );
+        registry.register(
+            "bbrscope_experiment_switchback_completion_ln_seconds",
+            "Sum over those flows of ln(T / 1 s), T the completion time as the client feels it",
+            self.ln_sum.clone(),
+        );
+        registry.register_with_unit(
+            "bbrscope_experiment_switchback_completion",
+            "Sum over those flows of T, the completion time as the client feels it",
+            prometheus_client::registry::Unit::Seconds,
+            self.seconds.clone(),
+        );
+        registry.register(
+            "bbrscope_experiment_switchback_left_out_flows",
+            "A switchback's flows left out, by reason (burn_in: started in a block's burn-in; mismatched: on another \
+             arm than their block's) and RTT band",
+            self.left_out.clone(),
+        );
+        registry.register(
+            "bbrscope_experiment_switchback_overran_flows",
+            "Counted flows still running once the next block's counted flows began, by RTT band",
+            self.overran.clone(),
+        );
+    }
+
     /// A flow that ran its arm, in its stratum `cell`: counted in its slot, or left out.
     fn add(&self, o: &Observation, cell: CellLabels, id: &str, rtt_bands_ms: &[f64]) {
         let s = &self.schedule;
@@ -420,7 +538,10 @@ pub(super) fn band_key(band: usize, edges_ms: &[f64]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::experiment::analysis::tests::{pop, synth};
+    use crate::experiment::{
+        analysis::tests::{pop, synth},
+        fleet,
+    };
 
     /// The series of a synthetic run: each cell's sums are its flows', computed here from the
     /// observations; overridden flows are counted apart and left out.
@@ -439,6 +560,7 @@ mod tests {
             rule: &Rule::default(),
             rtt_bands_ms: &[10.0, 50.0, 150.0],
             lists: vec!["mobile-a".into(), "mobile-b".into()],
+            guard: None,
         };
         let sums = Sums::new(&mut registry, &about);
         for o in &obs {
@@ -514,6 +636,7 @@ mod tests {
             rule: &Rule::default(),
             rtt_bands_ms: &RTT_BANDS_MS,
             lists: Vec::new(),
+            guard: None,
         };
         let sums = Sums::new(&mut registry, &about);
         for o in &obs {
@@ -551,6 +674,129 @@ mod tests {
             .map(|l| l.rsplit(' ').next().unwrap().parse::<f64>().unwrap())
             .sum();
         assert_eq!(left, tally.burn_in as f64);
+    }
+
+    /// What a Prometheus scraping `hosts` (their expositions) answers to `OP by (LABELS) (NAME)`:
+    /// each series' value aggregated by those labels (an empty label value is no label, as
+    /// Prometheus has it).
+    fn prometheus_of(hosts: Vec<String>) -> impl Fn(&str) -> Result<fleet::Series> {
+        move |promql: &str| {
+            let (op, rest) = promql.split_once(" by (").unwrap();
+            let (by, name) = rest.split_once(") (").unwrap();
+            let (name, by) = (name.trim_end_matches(')'), by.split(", ").collect::<Vec<_>>());
+            let mut out: std::collections::BTreeMap<std::collections::BTreeMap<String, String>, f64> =
+                std::collections::BTreeMap::new();
+            for line in hosts.iter().flat_map(|h| h.lines()).filter(|l| !l.starts_with('#')) {
+                let (series, value) = line.rsplit_once(' ').unwrap();
+                let (series_name, labels) = series.split_once('{').unwrap_or((series, "}"));
+                if series_name != name {
+                    continue;
+                }
+                let mut l = std::collections::BTreeMap::new();
+                for pair in labels.trim_end_matches('}').split("\",").filter(|p| !p.is_empty()) {
+                    let (k, v) = pair.split_once("=\"").unwrap();
+                    let v = v.trim_end_matches('"');
+                    if by.contains(&k) && !v.is_empty() {
+                        l.insert(k.to_string(), v.to_string());
+                    }
+                }
+                let v: f64 = value.parse().unwrap();
+                let e = out.entry(l).or_insert(if op == "max" { f64::MIN } else { 0.0 });
+                *e = if op == "max" { e.max(v) } else { *e + v };
+            }
+            Ok(out.into_iter().collect())
+        }
+    }
+
+    /// The guardrail's watch served by each host and added across them judges as a host's own
+    /// guardrail judges all the fleet's flows: the same decision (stop, groups sent back, their
+    /// numbers to 1e-9, the words) for a group the arm harms, everyone harmed, an A/A, both arms
+    /// watched, and a switchback's mixed blocks; flows whose status quo the kernel read and
+    /// flows that had the run's.
+    #[test]
+    fn a_fleets_guardrail_on_its_hosts_sums_is_the_rule_on_all_their_flows() {
+        use crate::experiment::{
+            guardrail::{GuardDecision, StopRule, guardrail},
+            switchback::tests::{Assign, Bottleneck, schedule, shared},
+        };
+        let names = ["cubic".to_string(), "bbr".to_string()];
+        let lists =
+            super::super::groups::PrefixList::parse("mobile-a 203.0.113.0/24\nmobile-b 198.51.100.0/24").unwrap();
+        let three = |harm: [f64; 3], seed| {
+            let pops = [
+                pop([203, 0, 113], 80.0, [1.0, harm[0]], 300),
+                pop([198, 51, 100], 80.0, [1.0, harm[1]], 300),
+                pop([10, 0, 0], 2.0, [1.0, harm[2]], 300),
+            ];
+            // Every other connection's status quo read by the kernel (cubic), the others the run's.
+            synth(&pops, seed)
+                .into_iter()
+                .enumerate()
+                .map(|(i, o)| Observation { status_quo: (i % 2 == 0).then_some([true, false]), ..o })
+                .collect::<Vec<_>>()
+        };
+        let sq = |sq: Option<&str>| StopRule {
+            status_quo: sq.map(str::to_string),
+            prefix_lists: lists.clone(),
+            ..StopRule::default()
+        };
+        let s = schedule(9);
+        let mixed = shared(4, 12, 3.0, Bottleneck { b: 1.6, beside_a: 0.0, beside_b: 0.0 }, Assign::Switchback(s));
+        let cases: Vec<(&str, Vec<Observation>, StopRule, Design)> = vec![
+            ("one group harmed", three([1.5, 1.0, 1.0], 3), sq(Some("cubic")), Design::PerConnection),
+            ("everyone harmed", three([1.6, 1.6, 1.6], 4), sq(Some("cubic")), Design::PerConnection),
+            ("A/A", three([1.0, 1.0, 1.0], 5), sq(Some("cubic")), Design::PerConnection),
+            ("both arms watched", three([0.5, 1.0, 1.0], 6), sq(None), Design::PerConnection),
+            ("switchback", mixed, StopRule { switchback: Some(s), ..sq(Some("cubic")) }, Design::Switchback(s)),
+        ];
+        let mut decided = Vec::new();
+        for (case, obs, rule, design) in cases {
+            let hosts: Vec<String> = (0..3)
+                .map(|h| {
+                    let mut registry = Registry::default();
+                    let about = About {
+                        id: "g",
+                        names: names.clone(),
+                        split_pct: 50,
+                        design: &design,
+                        metric: PrimaryMetric::PerResponse,
+                        rule: &Rule::default(),
+                        rtt_bands_ms: &RTT_BANDS_MS,
+                        lists: lists.iter().map(|l| l.label.clone()).collect(),
+                        guard: Some(rule.clone()),
+                    };
+                    let sums = Sums::new(&mut registry, &about);
+                    for o in obs.iter().skip(h).step_by(3) {
+                        sums.add(o);
+                    }
+                    crate::scrape::render(&registry)
+                })
+                .collect();
+            let fleet_rule = StopRule { margin_pct: rule.margin_pct, alpha: rule.alpha, ..StopRule::default() };
+            let fleet = fleet::guardrail(&prometheus_of(hosts), &|n: &str| n.to_string(), names.clone(), fleet_rule)
+                .unwrap()
+                .unwrap();
+            let all = guardrail(&obs, &rule, &names, Held::default());
+            let close = |a: &[f64; 3], b: &[f64; 3]| a.iter().zip(b).all(|(x, y)| (x - y).abs() <= 1e-9);
+            let same = |a: &GuardDecision, b: &GuardDecision| {
+                (a.stop, &a.group, a.worse_arm, &a.reason) == (b.stop, &b.group, b.worse_arm, &b.reason)
+                    && a.worse_pct.zip(b.worse_pct).is_none_or(|(x, y)| close(&x, &y))
+                    && a.switched_back.len() == b.switched_back.len()
+                    && a.switched_back.iter().zip(&b.switched_back).all(|(x, y)| {
+                        (x.band, x.list, &x.group, x.worse_arm, &x.reason)
+                            == (y.band, y.list, &y.group, y.worse_arm, &y.reason)
+                            && close(&x.worse_pct, &y.worse_pct)
+                    })
+            };
+            assert!(same(&fleet, &all), "{case}:\nfleet {fleet:#?}\nall flows {all:#?}");
+            decided.push((case, fleet.stop, fleet.switched_back.len()));
+        }
+        // The scenarios are what they say: a group sent back, a stop, nothing, and the rest.
+        assert_eq!(decided[0], ("one group harmed", false, 1), "{decided:?}");
+        assert!(decided[1].1, "{decided:?}");
+        assert_eq!(decided[2], ("A/A", false, 0), "{decided:?}");
+        assert_eq!(decided[3], ("both arms watched", false, 1), "{decided:?}");
+        assert!(decided[4].1, "{decided:?}");
     }
 
     #[test]
