@@ -842,6 +842,48 @@ mod tests {
         assert!(stops as f64 / runs as f64 <= 0.05, "{stops}/{runs}");
     }
 
+    /// A fleet of 12 hosts, each with few flows of its own (B watched, looks every 2 s): the
+    /// guardrail on all the fleet's flows together (what `--analyze-prometheus` judges, the same
+    /// decision as on the hosts' sums: `sums::tests::a_fleets_guardrail_on_its_hosts_sums_is_the_
+    /// rule_on_all_their_flows`) acts (stops, or sends a group back) in at most 5% of 200 A/A
+    /// fleets, and finds B 1.5x slower everywhere in nearly every fleet; each host's guardrail on
+    /// its own flows finds it in fewer than half the hosts (measured: fleet 0/200 A/A, 50/50
+    /// harmed; some host alone in 6/200 A/A fleets, 177 of 600 harmed hosts).
+    #[test]
+    fn a_fleets_guardrail_keeps_its_a_a_rate_and_sees_a_harm_its_hosts_alone_miss() {
+        let rule = with_status_quo("cubic");
+        let acts = |r: &Replay| r.stopped_at_s.is_some() || !r.switched_back.is_empty();
+        // Per fleet: whether its guardrail acted, in how many hosts their own did.
+        let fleet = |slowdown: f64, seed: u64| -> (bool, usize) {
+            let hosts: Vec<Vec<Observation>> = (0..12)
+                .map(|h| {
+                    let pops = [
+                        pop([203, 0, 113], 80.0, [1.0, slowdown], 30),
+                        pop([10, 0, h as u8], 2.0, [1.0, slowdown], 30),
+                    ];
+                    synth(&pops, seed * 100 + h)
+                })
+                .collect();
+            let alone = hosts.iter().filter(|obs| acts(&replay(obs, &rule, &names(), 2.0))).count();
+            (acts(&replay(&hosts.concat(), &rule, &names(), 2.0)), alone)
+        };
+        let runs = 200;
+        let a_a: Vec<(bool, usize)> = (0..runs).map(|run| fleet(1.0, 7_000 + run)).collect();
+        let fleet_acted = a_a.iter().filter(|(f, _)| *f).count();
+        let some_host = a_a.iter().filter(|(_, n)| *n > 0).count();
+        let harm: Vec<(bool, usize)> = (0..50).map(|run| fleet(1.5, 9_000 + run)).collect();
+        let found = harm.iter().filter(|(f, _)| *f).count();
+        let hosts_found: usize = harm.iter().map(|(_, n)| n).sum();
+        crate::output::errln!(
+            "fleet guardrail, 12 hosts: A/A acted in {fleet_acted}/{runs} fleets (some host alone in \
+             {some_host}/{runs}); B x1.5 found in {found}/50 fleets (hosts alone: {hosts_found} of 600)"
+        );
+        assert!(fleet_acted * 20 <= runs as usize, "{fleet_acted}/{runs}");
+        assert!(found >= 45, "{found}/50");
+        // Each host alone holds a twelfth of the evidence: fewer than half of them see it.
+        assert!(hosts_found <= 300, "hosts alone found {hosts_found} of 600");
+    }
+
     /// B 30% worse for the far clients only, near clients alike (the live test's shape): over
     /// 100 runs, looks every 2 s, "all flows" often shows the harm before the far group alone
     /// does, and then the far group goes back and the near one goes on. No run stops, the far
