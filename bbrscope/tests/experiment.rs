@@ -243,7 +243,9 @@ fn every_connection_gets_an_arm_and_the_arms_algorithm() {
             "bbrscope_experiment_completion_seconds_total",
         ];
         for (name, want) in names.iter().zip(want) {
-            let line = format!("{name}{labels} ");
+            // Served with the clients' --prefix-list groups (none: an empty label, which
+            // Prometheus holds as no label).
+            let line = format!("{name}{},prefix_lists=\"\"}} ", labels.trim_end_matches('}'));
             // What Prometheus holds is what was served.
             let held = prom.query(&format!("{name}{labels}"));
             assert!(

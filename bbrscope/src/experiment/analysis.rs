@@ -653,19 +653,31 @@ pub(crate) struct CellTotals {
     pub(crate) bytes: u64,
 }
 
-/// The analysis of an experiment known only by its sums per stratum and arm (a fleet's, added
-/// across hosts), with `overridden` flows per arm left out of them: all flows and each RTT band,
-/// judged as [`analyze`] judges them, at the same α (the destination prefixes' share kept for
-/// them, though sums have none: a host's `--analyze` and its fleet's answer at the same level).
-/// A switchback's answers come from its `tallies` per RTT band, added across hosts.
-pub(crate) fn of_sums(
-    cells: &BTreeMap<decide::Key, [CellTotals; 2]>,
-    overridden: [usize; 2],
-    tallies: &BTreeMap<usize, switchback::Tally>,
-    opts: &Options,
-) -> Analysis {
+/// The flows of some clients known only by their sums: per stratum and arm, and a switchback's
+/// tallies per RTT band.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct Pool {
+    pub(crate) cells: BTreeMap<decide::Key, [CellTotals; 2]>,
+    pub(crate) tallies: BTreeMap<usize, switchback::Tally>,
+}
+
+/// An experiment's sums (a fleet's, added across hosts): all flows', and each `--prefix-list`
+/// group's (by its label, in `opts.prefix_lists`' order).
+#[derive(Clone, Debug, Default)]
+pub(crate) struct Pools {
+    pub(crate) all: Pool,
+    pub(crate) lists: Vec<Pool>,
+}
+
+/// The analysis of an experiment known only by its sums (`pools`), with `overridden` flows per
+/// arm left out of them: all flows, each RTT band and each prefix-list group, judged as
+/// [`analyze`] judges them, at the same α (the destination prefixes' share kept for them, though
+/// sums have none: a host's `--analyze` and its fleet's answer at the same level). A
+/// switchback's answers come from its tallies, added across hosts.
+pub(crate) fn of_sums(pools: &Pools, overridden: [usize; 2], opts: &Options) -> Analysis {
+    let (cells, tallies) = (&pools.all.cells, &pools.all.tallies);
     let names = opts.arms.clone().unwrap_or_default();
-    let arms_of = |band: Option<usize>| {
+    let arms_of = |cells: &BTreeMap<decide::Key, [CellTotals; 2]>, band: Option<usize>| {
         let mut s = [ArmStats::default(); 2];
         for (_, arms) in cells.iter().filter(|((b, _), _)| band.is_none_or(|x| x == *b)) {
             for (stats, cell) in s.iter_mut().zip(arms) {
@@ -677,12 +689,25 @@ pub(crate) fn of_sums(
     };
     let alpha = AlphaSplit::new(opts).declared;
     let bands = (1..=opts.rtt_bands_ms.len() + 1).filter(|_| opts.by_rtt).map(Some);
-    let groups: Vec<GroupResult> = std::iter::once(None)
+    let mut groups: Vec<GroupResult> = std::iter::once(None)
         .chain(bands)
-        .filter(|band| arms_of(*band) != [ArmStats::default(); 2] || band.is_none())
-        .map(|band| sums_group(band, cells, tallies, alpha, opts, arms_of(band)))
+        .filter(|band| arms_of(cells, *band) != [ArmStats::default(); 2] || band.is_none())
+        .map(|band| {
+            let (kind, label) = match band {
+                None => (GroupKind::All, "all flows".to_string()),
+                Some(b) => (GroupKind::Rtt, crate::units::band_label(b, &opts.rtt_bands_ms)),
+            };
+            sums_group((kind, label), band, &pools.all, alpha, opts, arms_of(cells, band))
+        })
         .collect();
-    let all = arms_of(None);
+    // The prefix-list groups with flows, as a host's analysis shows them.
+    for (list, pool) in opts.prefix_lists.iter().zip(&pools.lists) {
+        let arms = arms_of(&pool.cells, None);
+        if arms != [ArmStats::default(); 2] {
+            groups.push(sums_group((GroupKind::List, list.label.clone()), None, pool, alpha, opts, arms));
+        }
+    }
+    let all = arms_of(cells, None);
     let total = all[0].flows + all[1].flows + overridden[0] + overridden[1];
     let share = if total == 0 { 0.0 } else { (overridden[0] + overridden[1]) as f64 / total as f64 };
     let integrity = Integrity {
@@ -715,21 +740,19 @@ pub(crate) fn of_sums(
     }
 }
 
-/// One group of [`of_sums`] (all flows, or RTT band `band`) at level `alpha`, its flows per arm
+/// One group of [`of_sums`] (`kind` and `label`: all flows, an RTT band, a prefix-list group) at
+/// level `alpha`, from `pool`'s sums of RTT band `band` (or all of them), its flows per arm
 /// `arms`: a per-connection answer from the strata's sums, a switchback's from its tallies.
 fn sums_group(
+    (kind, label): (GroupKind, String),
     band: Option<usize>,
-    cells: &BTreeMap<decide::Key, [CellTotals; 2]>,
-    tallies: &BTreeMap<usize, switchback::Tally>,
+    pool: &Pool,
     alpha: f64,
     opts: &Options,
     arms: [ArmStats; 2],
 ) -> GroupResult {
     let metric = opts.metric();
-    let (kind, label) = match band {
-        None => (GroupKind::All, "all flows".to_string()),
-        Some(b) => (GroupKind::Rtt, crate::units::band_label(b, &opts.rtt_bands_ms)),
-    };
+    let (cells, tallies) = (&pool.cells, &pool.tallies);
     let (answer, left_out, switchback) = match opts.design {
         Design::Switchback(s) => {
             let tally = match band {
@@ -1289,7 +1312,7 @@ pub(crate) mod tests {
                     add_to_cells(&mut both, &o, &opts.rtt_bands_ms);
                 }
             }
-            [&both, &groups[0], &groups[1]].map(|cells| all(&of_sums(cells, [0, 0], &BTreeMap::new(), &opts)))
+            [&both, &groups[0], &groups[1]].map(|cells| all(&of_sums(&pools(cells, &BTreeMap::new()), [0, 0], &opts)))
         };
         fleet_error_rate_and_power("fleet", fleet);
     }
@@ -1314,7 +1337,7 @@ pub(crate) mod tests {
                 }
                 add_to_cells(&mut cells, o, &opts.rtt_bands_ms);
             }
-            let (want, got) = (analyze(&obs, &opts), of_sums(&cells, overridden, &BTreeMap::new(), &opts));
+            let (want, got) = (analyze(&obs, &opts), of_sums(&pools(&cells, &BTreeMap::new()), overridden, &opts));
             assert_eq!(got.integrity.excluded, want.integrity.excluded);
             assert_eq!((got.arms[0].flows, got.arms[1].bytes), (want.arms[0].flows, want.arms[1].bytes));
             let judged: Vec<&GroupResult> =
@@ -1340,6 +1363,11 @@ pub(crate) mod tests {
 
     /// A host's flows `obs` added to a fleet's sums as its `--metrics-listen` serves them and
     /// Prometheus adds them: its cells, and its switchback tallies per RTT band under `s`.
+    /// Sums of all flows, no prefix-list group.
+    fn pools(cells: &BTreeMap<decide::Key, [CellTotals; 2]>, tallies: &BTreeMap<usize, switchback::Tally>) -> Pools {
+        Pools { all: Pool { cells: cells.clone(), tallies: tallies.clone() }, lists: Vec::new() }
+    }
+
     fn add_host(
         cells: &mut BTreeMap<decide::Key, [CellTotals; 2]>,
         tallies: &mut BTreeMap<usize, switchback::Tally>,
@@ -1388,7 +1416,7 @@ pub(crate) mod tests {
                     add_host(cells, tallies, &obs, &s, &opts.rtt_bands_ms);
                 }
             }
-            sums.each_ref().map(|(cells, tallies)| all(&of_sums(cells, [0, 0], tallies, &opts)))
+            sums.each_ref().map(|(cells, tallies)| all(&of_sums(&pools(cells, tallies), [0, 0], &opts)))
         };
         fleet_error_rate_and_power("switchback fleet", fleet);
     }
@@ -1416,7 +1444,7 @@ pub(crate) mod tests {
             let theirs: Vec<Observation> = obs.iter().skip(host).step_by(3).cloned().collect();
             add_host(&mut cells, &mut tallies, &theirs, &s, &opts.rtt_bands_ms);
         }
-        let (want, got) = (analyze(&obs, &opts), of_sums(&cells, [0, 0], &tallies, &opts));
+        let (want, got) = (analyze(&obs, &opts), of_sums(&pools(&cells, &tallies), [0, 0], &opts));
         let judged: Vec<&GroupResult> =
             want.groups.iter().filter(|g| matches!(g.kind, GroupKind::All | GroupKind::Rtt)).collect();
         assert_eq!(got.groups.len(), judged.len());

@@ -25,7 +25,7 @@ use prometheus_client::{
 use serde_json::Value;
 
 use super::{
-    analysis::{self, Analysis, CellTotals, Options, Verdict},
+    analysis::{self, Analysis, CellTotals, Options, Pool, Pools, Verdict},
     decide::{CellSums, Key, PrimaryMetric, Rule},
     groups::Bucket,
     groups::PrefixList,
@@ -43,6 +43,7 @@ use crate::{
 };
 
 /// Where to read, and which experiment.
+#[derive(Debug)]
 pub(crate) struct Source {
     /// `http://HOST:PORT[/PREFIX]`.
     pub(crate) url: String,
@@ -100,6 +101,19 @@ pub(crate) fn analyze(source: &Source, rule: Rule, metric: Option<PrimaryMetric>
     // give one cell's n from one scrape and its Σ ln T from the next.
     let at = crate::observe::clock::unix_now();
     let query = |promql: &str| query(source, promql, at);
+    let now = |name: &str| format!("{name}{sel}");
+    judge(&query, &last, &now, source, (rule, metric, guardrail_pct))
+}
+
+/// [`analyze`] through `query`, each series read by `last` (its last value within the lookback)
+/// or `now` (its value now, from the hosts serving it).
+pub(super) fn judge(
+    query: &dyn Fn(&str) -> Result<Series>,
+    last: &dyn Fn(&str) -> String,
+    now: &dyn Fn(&str) -> String,
+    source: &Source,
+    (rule, metric, guardrail_pct): (Rule, Option<PrimaryMetric>, f64),
+) -> Result<Look> {
     let info = query(&format!(
         "count by (design, arm_a, arm_b, split_pct, metric, seed, block_s, burn_in_s) ({})",
         last("bbrscope_experiment_info")
@@ -122,11 +136,12 @@ pub(crate) fn analyze(source: &Source, rule: Rule, metric: Option<PrimaryMetric>
             seen.join("; ")
         );
     };
-    let serving = query(&format!("count(bbrscope_experiment_info{sel})"))?.first().map_or(0.0, |(_, v)| *v);
+    let serving = query(&format!("count({})", now("bbrscope_experiment_info")))?.first().map_or(0.0, |(_, v)| *v);
     let mut hosts = Hosts { all: *hosts as usize, ended: (*hosts - serving).max(0.0) as usize, running: [0, 0] };
     let label = |k: &str| labels.get(k).cloned().unwrap_or_default();
     let design = design_of(&label)?;
     let declared = record::metric_of(&label("metric"));
+    let lists = list_labels(query, last)?;
     let opts = Options {
         arms: Some([label("arm_a"), label("arm_b")]),
         split_b: label("split_pct").parse::<f64>().unwrap_or(50.0) / 100.0,
@@ -134,20 +149,75 @@ pub(crate) fn analyze(source: &Source, rule: Rule, metric: Option<PrimaryMetric>
         metric: metric.or(declared),
         secondary: false,
         design,
+        prefix_lists: lists.iter().cloned().map(PrefixList::named).collect(),
         ..Options::default()
     };
-    let cells = cells(&query, &last)?;
-    let tallies = match design {
-        Design::Switchback(schedule) => switchback_tallies(&query, &last, &schedule)?,
-        Design::PerConnection | Design::Client { .. } => BTreeMap::new(),
+    let mut by_lists: BTreeMap<u128, Pool> = BTreeMap::new();
+    for (mask, cells) in cells(query, last, &lists)? {
+        by_lists.entry(mask).or_default().cells = cells;
+    }
+    if let Design::Switchback(schedule) = design {
+        for (mask, tallies) in switchback_tallies(query, last, &schedule, &lists)? {
+            by_lists.entry(mask).or_default().tallies = tallies;
+        }
+    }
+    let pools = Pools {
+        all: merged(by_lists.values(), &design),
+        lists: (0..lists.len())
+            .map(|g| merged(by_lists.iter().filter(|(m, _)| *m & 1 << g != 0).map(|(_, p)| p), &design))
+            .collect(),
     };
     let overridden = per_arm(query(&format!("sum by (arm) ({})", last("bbrscope_experiment_overridden_flows_total")))?);
     // Running now: the hosts still serving it (an ended host's last gauge is no flow of now).
-    hosts.running = per_arm(query(&format!("sum by (arm) (bbrscope_experiment_in_flight_flows{sel})"))?);
+    hosts.running = per_arm(query(&format!("sum by (arm) ({})", now("bbrscope_experiment_in_flight_flows")))?);
     let names = [label("arm_a"), label("arm_b")];
     let stop_rule = StopRule { margin_pct: guardrail_pct, alpha: rule.alpha, ..StopRule::default() };
-    let guard = guardrail(&query, &last, names, stop_rule)?;
-    Ok(Look { analysis: analysis::of_sums(&cells, overridden, &tallies, &opts), hosts, guard })
+    let guard = guardrail(query, last, names, stop_rule, &lists)?;
+    Ok(Look { analysis: analysis::of_sums(&pools, overridden, &opts), hosts, guard })
+}
+
+/// The labels of the hosts' `--prefix-list` groups (each host serves its hold per group), in
+/// their order: a fleet's groups are judged in it (a host judges its file's order, which gives
+/// the same answers; its guardrail's decisions differ only when groups overlap and more than one
+/// trips at one look).
+fn list_labels(query: &dyn Fn(&str) -> Result<Series>, last: &dyn Fn(&str) -> String) -> Result<Vec<String>> {
+    let lists: std::collections::BTreeSet<String> =
+        query(&format!("max by (prefix_list) ({})", last("bbrscope_experiment_guardrail_held_prefix_list")))?
+            .into_iter()
+            .filter_map(|(l, _)| l.get("prefix_list").cloned())
+            .collect();
+    Ok(lists.into_iter().collect())
+}
+
+/// A series' `prefix_lists` label as the bits of the groups it names (`lists`' places).
+fn mask_of(l: &Labels, lists: &[String]) -> u128 {
+    l.get("prefix_lists").map_or(0, |groups| {
+        groups.split(',').filter_map(|g| lists.iter().position(|x| x == g)).fold(0, |m, i| m | 1 << i)
+    })
+}
+
+/// The sums of disjoint sets of clients as one.
+fn merged<'a>(pools: impl Iterator<Item = &'a Pool>, design: &Design) -> Pool {
+    let mut out = Pool::default();
+    let mut tallies: BTreeMap<usize, Vec<&Tally>> = BTreeMap::new();
+    for p in pools {
+        for (key, arms) in &p.cells {
+            for (into, c) in out.cells.entry(*key).or_default().iter_mut().zip(arms) {
+                into.sums.n += c.sums.n;
+                into.sums.ln += c.sums.ln;
+                into.sums.ln_squares += c.sums.ln_squares;
+                into.sums.seconds += c.sums.seconds;
+                into.bytes += c.bytes;
+            }
+        }
+        for (band, t) in &p.tallies {
+            tallies.entry(*band).or_default().push(t);
+        }
+    }
+    if let Design::Switchback(s) = design {
+        out.tallies = tallies.into_iter().map(|(band, parts)| (band, Tally::sum(parts, s))).collect();
+    }
+    out
 }
 
 /// The guardrail's rule on every host's watch added together: the decision a host's own
@@ -158,6 +228,7 @@ pub(super) fn guardrail(
     last: &dyn Fn(&str) -> String,
     names: [String; 2],
     rule: StopRule,
+    lists: &[String],
 ) -> Result<Option<GuardDecision>> {
     let counted =
         query(&format!("sum by (arm, status_quo) ({})", last("bbrscope_experiment_guardrail_counted_flows_total")))?;
@@ -166,26 +237,16 @@ pub(super) fn guardrail(
     }
     let mut sums = GuardSums { per_connection: true, ..GuardSums::default() };
     let run_status_quo = counted_flows(&counted, &mut sums);
-    // The groups' order is their labels' (a host's is its file's): the same decisions unless
-    // groups overlap and more than one trips at a look.
-    let lists: std::collections::BTreeSet<String> =
-        query(&format!("max by (prefix_list) ({})", last("bbrscope_experiment_guardrail_held_prefix_list")))?
-            .into_iter()
-            .filter_map(|(l, _)| l.get("prefix_list").cloned())
-            .collect();
-    let lists: Vec<String> = lists.into_iter().collect();
     let by = "watched, arm, rtt_band, size, prefix_lists";
     for (name, l, v) in sums_by(query, last, "bbrscope_experiment_guardrail_", by, &CELL_SUMS)? {
         let Some((key, arm)) = cell_of(&l) else { continue };
         let Some(watched) = l.get("watched").and_then(|w| arm_key(w)) else { continue };
-        let mask = l.get("prefix_lists").map_or(0u128, |groups| {
-            groups.split(',').filter_map(|g| lists.iter().position(|x| x == g)).fold(0, |m, i| m | 1 << i)
-        });
+        let mask = mask_of(&l, lists);
         set_sum(&mut sums.cells.entry((watched, key.0, mask)).or_default().entry(key).or_default()[arm], name, v);
     }
     let rule = StopRule {
         status_quo: run_status_quo,
-        prefix_lists: lists.into_iter().map(PrefixList::named).collect(),
+        prefix_lists: lists.iter().cloned().map(PrefixList::named).collect(),
         ..rule
     };
     Ok(Some(Watch::of_sums(names, rule, Held::default(), &sums).check()))
@@ -196,12 +257,13 @@ pub(super) fn guardrail(
 fn cells(
     query: &dyn Fn(&str) -> Result<Series>,
     last: &dyn Fn(&str) -> String,
-) -> Result<BTreeMap<Key, [CellTotals; 2]>> {
-    let mut cells: BTreeMap<Key, [CellTotals; 2]> = BTreeMap::new();
+    lists: &[String],
+) -> Result<BTreeMap<u128, BTreeMap<Key, [CellTotals; 2]>>> {
+    let mut cells: BTreeMap<u128, BTreeMap<Key, [CellTotals; 2]>> = BTreeMap::new();
     let names = [&CELL_SUMS[..], &["acked_bytes_total"]].concat();
-    for (name, l, v) in sums_by(query, last, "bbrscope_experiment_", "arm, rtt_band, size", &names)? {
+    for (name, l, v) in sums_by(query, last, "bbrscope_experiment_", "arm, rtt_band, size, prefix_lists", &names)? {
         let Some((key, arm)) = cell_of(&l) else { continue };
-        let c = &mut cells.entry(key).or_default()[arm];
+        let c = &mut cells.entry(mask_of(&l, lists)).or_default().entry(key).or_default()[arm];
         if !set_sum(&mut c.sums, name, v) {
             c.bytes = v as u64;
         }
@@ -273,11 +335,13 @@ fn switchback_tallies(
     query: &dyn Fn(&str) -> Result<Series>,
     last: &dyn Fn(&str) -> String,
     schedule: &Schedule,
-) -> Result<BTreeMap<usize, Tally>> {
-    let mut tallies: BTreeMap<usize, Tally> = BTreeMap::new();
+    lists: &[String],
+) -> Result<BTreeMap<u128, BTreeMap<usize, Tally>>> {
+    let mut by_lists: BTreeMap<u128, BTreeMap<usize, Tally>> = BTreeMap::new();
     let names = ["flows_total", "completion_ln_seconds", "completion_seconds_total"];
-    let by = "round, block, arm, rtt_band, size";
+    let by = "round, block, arm, rtt_band, size, prefix_lists";
     for (name, l, v) in sums_by(query, last, "bbrscope_experiment_switchback_", by, &names)? {
+        let tallies = by_lists.entry(mask_of(&l, lists)).or_default();
         let Some(((band, size), _)) = cell_of(&l) else { continue };
         let Some(part) =
             Part::of_keys(l.get("block").map_or("", String::as_str), l.get("arm").map_or("", String::as_str))
@@ -292,26 +356,33 @@ fn switchback_tallies(
             _ => m.seconds = v,
         }
     }
-    let left_out =
-        query(&format!("sum by (reason, rtt_band) ({})", last("bbrscope_experiment_switchback_left_out_flows_total")))?;
+    let left_out = query(&format!(
+        "sum by (reason, rtt_band, prefix_lists) ({})",
+        last("bbrscope_experiment_switchback_left_out_flows_total")
+    ))?;
     for (l, v) in left_out {
         let Some(band) = band_of_label(&l) else { continue };
-        let t = tallies.entry(band).or_default();
+        let t = by_lists.entry(mask_of(&l, lists)).or_default().entry(band).or_default();
         match l.get("reason").map(String::as_str) {
             Some("burn_in") => t.burn_in = v as usize,
             Some("mismatched") => t.mismatched = v as usize,
             _ => {}
         }
     }
-    let overran =
-        query(&format!("sum by (rtt_band) ({})", last("bbrscope_experiment_switchback_overran_flows_total")))?;
-    let overran: BTreeMap<usize, usize> =
-        overran.iter().filter_map(|(l, v)| Some((band_of_label(l)?, *v as usize))).collect();
-    for (band, t) in &mut tallies {
-        let counted = t.slots.values().map(|m| m.n).sum();
-        t.carryover = Carryover::of_counts(counted, overran.get(band).copied().unwrap_or(0), None, schedule);
+    let overran = query(&format!(
+        "sum by (rtt_band, prefix_lists) ({})",
+        last("bbrscope_experiment_switchback_overran_flows_total")
+    ))?;
+    let overran: BTreeMap<(u128, usize), usize> =
+        overran.iter().filter_map(|(l, v)| Some(((mask_of(l, lists), band_of_label(l)?), *v as usize))).collect();
+    for (mask, tallies) in &mut by_lists {
+        for (band, t) in tallies {
+            let counted = t.slots.values().map(|m| m.n).sum();
+            let overran = overran.get(&(*mask, *band)).copied().unwrap_or(0);
+            t.carryover = Carryover::of_counts(counted, overran, None, schedule);
+        }
     }
-    Ok(tallies)
+    Ok(by_lists)
 }
 
 /// The guardrail's counted flows per arm (`sum by (arm, status_quo)`) into `sums`, and the run's

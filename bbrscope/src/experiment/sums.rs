@@ -5,9 +5,10 @@
 //! per-connection stratified estimate and its variance of every RTT band and of all flows follow
 //! from them, pooled over any set of hosts (docs/experiment-method.md, "Sums for a fleet").
 //!
-//! Bounded by construction: 2 arms x 5 bands x 4 sizes, five series each, plus two per arm
+//! Bounded by construction: 2 arms x 5 bands x 4 sizes (x the combinations of `--prefix-list`
+//! groups clients fall in, when there is a list), five series each, plus two per arm
 //! (overridden flows, flows in flight), one per band and one per `--prefix-list` group (the
-//! guardrail's hold) and one info series: at most 210 series per experiment, one more per group.
+//! guardrail's hold) and one info series: at most 210 series per experiment without a list.
 //! A switchback adds its slots ([`switchback::Tally`]): at most 240 series a round, growing with
 //! the run (docs/experiment-method.md states the numbers).
 
@@ -22,7 +23,7 @@ use super::{
     Observation,
     analysis::ran_its_arm,
     decide::{FLOOR_S, PrimaryMetric, Rule},
-    groups::Bucket,
+    groups::{Bucket, PrefixList},
     guardrail::{Held, RTT_BANDS_MS, StopRule},
     record,
     request::Serve,
@@ -59,13 +60,15 @@ struct ArmLabels {
     cc: String,
 }
 
-/// A stratum of an arm.
+/// A stratum of an arm, among the clients of some `--prefix-list` groups (their labels,
+/// comma-separated; empty for none): a group's answer is the sum of the cells that name it.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct CellLabels {
     #[prometheus(flatten)]
     arm: ArmLabels,
     rtt_band: String,
     size: &'static str,
+    prefix_lists: String,
 }
 
 /// A switchback's slot: a stratum of one part of a round ([`switchback::Slot`]).
@@ -78,14 +81,12 @@ struct SlotLabels {
 }
 
 /// A stratum of a guardrail's watch: the arm whose watch it is (the flow's connection was moved
-/// off its status quo by that arm) and the `--prefix-list` groups of the flow's client (their
-/// labels, comma-separated; empty for none).
+/// off its status quo by that arm).
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct WatchLabels {
     #[prometheus(flatten)]
     cell: CellLabels,
     watched: &'static str,
-    prefix_lists: String,
 }
 
 /// The flows of an arm the guardrail counted, by where their status quo came from: the kernel's
@@ -108,12 +109,21 @@ struct WatchSums {
     counted: Family<CountedLabels, Counter>,
 }
 
-/// Why a switchback left flows out, by band.
+/// Why a switchback left flows out, by band and `--prefix-list` groups.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct LeftOutLabels {
     id: String,
     reason: &'static str,
     rtt_band: String,
+    prefix_lists: String,
+}
+
+/// A switchback's flows that overran their block, by band and `--prefix-list` groups.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct OverranLabels {
+    id: String,
+    rtt_band: String,
+    prefix_lists: String,
 }
 
 /// A switchback's series: the finest cut its estimates need, each a sum over flows
@@ -124,7 +134,7 @@ struct SwitchbackSums {
     ln_sum: Family<SlotLabels, FloatGauge>,
     seconds: Family<SlotLabels, FloatCounter>,
     left_out: Family<LeftOutLabels, Counter>,
-    overran: Family<BandLabels, Counter>,
+    overran: Family<OverranLabels, Counter>,
 }
 
 /// The experiment's run so far, as the series a scrape reads.
@@ -140,7 +150,7 @@ pub(crate) struct Sums {
     overridden: Family<ArmLabels, Counter>,
     in_flight: Family<ArmLabels, Gauge>,
     held: Family<BandLabels, Gauge>,
-    lists: Vec<String>,
+    lists: Vec<PrefixList>,
     held_lists: Family<ListLabels, Gauge>,
     switchback: Option<SwitchbackSums>,
     /// The guardrail's watch (none with `--no-guardrail`).
@@ -170,8 +180,8 @@ struct About<'a> {
     pub(crate) metric: PrimaryMetric,
     pub(crate) rule: &'a Rule,
     pub(crate) rtt_bands_ms: &'a [f64],
-    /// The labels of the `--prefix-list` groups.
-    pub(crate) lists: Vec<String>,
+    /// The `--prefix-list` groups.
+    pub(crate) lists: Vec<PrefixList>,
     /// The guardrail's rule (none with `--no-guardrail`).
     pub(crate) guard: Option<StopRule>,
 }
@@ -187,7 +197,7 @@ impl<'a> About<'a> {
             metric: setup.metric.unwrap_or_else(|| PrimaryMetric::default_for(&setup.design)),
             rule: &setup.rule,
             rtt_bands_ms: &RTT_BANDS_MS,
-            lists: setup.prefix_lists.iter().map(|l| l.label.clone()).collect(),
+            lists: setup.prefix_lists.clone(),
             guard: setup.guardrail_pct.map(|pct| setup.stop_rule(pct)),
         }
     }
@@ -347,8 +357,8 @@ impl Sums {
             let labels = BandLabels { id: self.id.clone(), rtt_band: band_key(band, &self.rtt_bands_ms) };
             self.held.get_or_create(&labels).set(i64::from(held.bands & 1 << band != 0));
         }
-        for (g, label) in self.lists.iter().enumerate() {
-            let labels = ListLabels { id: self.id.clone(), prefix_list: label.clone() };
+        for (g, list) in self.lists.iter().enumerate() {
+            let labels = ListLabels { id: self.id.clone(), prefix_list: list.label.clone() };
             self.held_lists.get_or_create(&labels).set(i64::from(held.lists & 1 << g != 0));
         }
     }
@@ -371,7 +381,13 @@ impl Sums {
             return;
         }
         let band = band_of(o.min_rtt_us, &self.rtt_bands_ms);
-        let cell = CellLabels { arm, rtt_band: band_key(band, &self.rtt_bands_ms), size: Bucket::of(o.bytes).key() };
+        let groups: Vec<&str> = self.lists.iter().filter(|l| l.contains(o.peer)).map(|l| l.label.as_str()).collect();
+        let cell = CellLabels {
+            arm,
+            rtt_band: band_key(band, &self.rtt_bands_ms),
+            size: Bucket::of(o.bytes).key(),
+            prefix_lists: groups.join(","),
+        };
         let t = o.client_s().max(FLOOR_S);
         self.flows.get_or_create(&cell).inc();
         self.ln_sum.get_or_create(&cell).inc_by(t.ln());
@@ -379,7 +395,7 @@ impl Sums {
         self.seconds.get_or_create(&cell).inc_by(t);
         self.bytes.get_or_create(&cell).inc_by(o.bytes);
         if let Some(w) = &self.watch {
-            w.add(o, &cell, &self.names, &self.lists);
+            w.add(o, &cell, &self.names);
         }
         if let Some(sb) = &self.switchback {
             sb.add(o, cell, &self.id, &self.rtt_bands_ms);
@@ -420,8 +436,9 @@ impl WatchSums {
     }
 
     /// A finished flow in its stratum `cell`, where the guardrail counts it
-    /// ([`StopRule::admit`]); the run's `--prefix-list` labels are `lists`.
-    fn add(&self, o: &Observation, cell: &CellLabels, names: &[String; 2], lists: &[String]) {
+    /// ([`StopRule::admit`]: its prefix-list groups are the cell's, the rule's lists being the
+    /// run's).
+    fn add(&self, o: &Observation, cell: &CellLabels, names: &[String; 2]) {
         let Some(a) = self.rule.admit(o, names) else { return };
         let status_quo = match (a.known, &self.rule.status_quo) {
             (true, _) => "connection".to_string(),
@@ -429,12 +446,9 @@ impl WatchSums {
             (false, None) => "unknown".to_string(),
         };
         self.counted.get_or_create(&CountedLabels { arm: cell.arm.clone(), status_quo }).inc();
-        let groups: Vec<&str> =
-            lists.iter().enumerate().filter(|(i, _)| a.lists & 1 << i != 0).map(|(_, l)| l.as_str()).collect();
         let t = o.client_s().max(FLOOR_S);
         for watched in [0, 1].into_iter().filter(|&w| a.moves[w]) {
-            let labels =
-                WatchLabels { cell: cell.clone(), watched: ["a", "b"][watched], prefix_lists: groups.join(",") };
+            let labels = WatchLabels { cell: cell.clone(), watched: ["a", "b"][watched] };
             self.flows.get_or_create(&labels).inc();
             self.ln_sum.get_or_create(&labels).inc_by(t.ln());
             self.ln_squares.get_or_create(&labels).inc_by(t.ln() * t.ln());
@@ -478,7 +492,7 @@ impl SwitchbackSums {
     /// A flow that ran its arm, in its stratum `cell`: counted in its slot, or left out.
     fn add(&self, o: &Observation, cell: CellLabels, id: &str, rtt_bands_ms: &[f64]) {
         let s = &self.schedule;
-        let rtt_band = cell.rtt_band.clone();
+        let (rtt_band, prefix_lists) = (cell.rtt_band.clone(), cell.prefix_lists.clone());
         let reason = match switchback::place(o, s) {
             Place::BurnIn => "burn_in",
             Place::Mismatched => "mismatched",
@@ -491,12 +505,12 @@ impl SwitchbackSums {
                 self.seconds.get_or_create(&labels).inc_by(m.seconds);
                 let k = o.start_ts().map_or(0, |ts| s.block_of(ts));
                 if Carryover::overran(o, k, s) {
-                    self.overran.get_or_create(&BandLabels { id: id.to_string(), rtt_band }).inc();
+                    self.overran.get_or_create(&OverranLabels { id: id.to_string(), rtt_band, prefix_lists }).inc();
                 }
                 return;
             }
         };
-        self.left_out.get_or_create(&LeftOutLabels { id: id.to_string(), reason, rtt_band }).inc();
+        self.left_out.get_or_create(&LeftOutLabels { id: id.to_string(), reason, rtt_band, prefix_lists }).inc();
     }
 }
 
@@ -559,7 +573,8 @@ mod tests {
             metric: PrimaryMetric::TimeWeighted,
             rule: &Rule::default(),
             rtt_bands_ms: &[10.0, 50.0, 150.0],
-            lists: vec!["mobile-a".into(), "mobile-b".into()],
+            lists: super::super::groups::PrefixList::parse("mobile-a 203.0.113.0/24\nmobile-b 198.51.100.0/24")
+                .unwrap(),
             guard: None,
         };
         let sums = Sums::new(&mut registry, &about);
@@ -580,7 +595,8 @@ mod tests {
             .filter(|o| o.arm == 1 && o.min_rtt_us == Some(80_000) && o.bytes < 16 * 1024)
             .map(Observation::client_s)
             .collect();
-        let labels = "{id=\"t1\",arm=\"b\",cc=\"bbr\",rtt_band=\"50_150ms\",size=\"lt16k\"}";
+        // Its clients are in the first prefix-list group.
+        let labels = "{id=\"t1\",arm=\"b\",cc=\"bbr\",rtt_band=\"50_150ms\",size=\"lt16k\",prefix_lists=\"mobile-a\"}";
         let value = |name: &str| -> f64 {
             let line = text
                 .lines()
@@ -657,7 +673,7 @@ mod tests {
             let (block, arm) = slot.part.keys();
             let cc = ["cubic", "bbr"][usize::from(arm == "b")];
             let labels = format!(
-                "{{id=\"t2\",arm=\"{arm}\",cc=\"{cc}\",rtt_band=\"{}\",size=\"{}\",round=\"{}\",block=\"{block}\"}} ",
+                "{{id=\"t2\",arm=\"{arm}\",cc=\"{cc}\",rtt_band=\"{}\",size=\"{}\",prefix_lists=\"\",round=\"{}\",block=\"{block}\"}} ",
                 band_key(slot.band, &RTT_BANDS_MS),
                 slot.size.key(),
                 slot.round
@@ -676,14 +692,52 @@ mod tests {
         assert_eq!(left, tally.burn_in as f64);
     }
 
-    /// What a Prometheus scraping `hosts` (their expositions) answers to `OP by (LABELS) (NAME)`:
-    /// each series' value aggregated by those labels (an empty label value is no label, as
-    /// Prometheus has it).
+    /// What three hosts serve of experiment `g` (arms cubic, bbr), each given every third flow
+    /// of `obs`.
+    fn expositions(
+        obs: &[Observation],
+        design: &Design,
+        lists: &[PrefixList],
+        guard: Option<&StopRule>,
+    ) -> Vec<String> {
+        (0..3)
+            .map(|h| {
+                let mut registry = Registry::default();
+                let about = About {
+                    id: "g",
+                    names: ["cubic".into(), "bbr".into()],
+                    split_pct: 50,
+                    design,
+                    metric: PrimaryMetric::PerResponse,
+                    rule: &Rule::default(),
+                    rtt_bands_ms: &RTT_BANDS_MS,
+                    lists: lists.to_vec(),
+                    guard: guard.cloned(),
+                };
+                let sums = Sums::new(&mut registry, &about);
+                for o in obs.iter().skip(h).step_by(3) {
+                    sums.add(o);
+                }
+                crate::scrape::render(&registry)
+            })
+            .collect()
+    }
+
+    /// What a Prometheus scraping `hosts` (their expositions) answers to `OP by (LABELS) (NAME)`
+    /// or `OP(NAME)` (`sum`, `max`, `count`): each series' value aggregated by those labels (an
+    /// empty label value is no label, as Prometheus has it).
     fn prometheus_of(hosts: Vec<String>) -> impl Fn(&str) -> Result<fleet::Series> {
         move |promql: &str| {
-            let (op, rest) = promql.split_once(" by (").unwrap();
-            let (by, name) = rest.split_once(") (").unwrap();
-            let (name, by) = (name.trim_end_matches(')'), by.split(", ").collect::<Vec<_>>());
+            let (op, by, name) = match promql.split_once(" by (") {
+                Some((op, rest)) => {
+                    let (by, name) = rest.split_once(") (").unwrap();
+                    (op, by.split(", ").collect::<Vec<_>>(), name.trim_end_matches(')'))
+                }
+                None => {
+                    let (op, name) = promql.split_once('(').unwrap();
+                    (op, Vec::new(), name.trim_end_matches(')'))
+                }
+            };
             let mut out: std::collections::BTreeMap<std::collections::BTreeMap<String, String>, f64> =
                 std::collections::BTreeMap::new();
             for line in hosts.iter().flat_map(|h| h.lines()).filter(|l| !l.starts_with('#')) {
@@ -702,7 +756,11 @@ mod tests {
                 }
                 let v: f64 = value.parse().unwrap();
                 let e = out.entry(l).or_insert(if op == "max" { f64::MIN } else { 0.0 });
-                *e = if op == "max" { e.max(v) } else { *e + v };
+                *e = match op {
+                    "max" => e.max(v),
+                    "count" => *e + 1.0,
+                    _ => *e + v,
+                };
             }
             Ok(out.into_iter().collect())
         }
@@ -751,31 +809,13 @@ mod tests {
         ];
         let mut decided = Vec::new();
         for (case, obs, rule, design) in cases {
-            let hosts: Vec<String> = (0..3)
-                .map(|h| {
-                    let mut registry = Registry::default();
-                    let about = About {
-                        id: "g",
-                        names: names.clone(),
-                        split_pct: 50,
-                        design: &design,
-                        metric: PrimaryMetric::PerResponse,
-                        rule: &Rule::default(),
-                        rtt_bands_ms: &RTT_BANDS_MS,
-                        lists: lists.iter().map(|l| l.label.clone()).collect(),
-                        guard: Some(rule.clone()),
-                    };
-                    let sums = Sums::new(&mut registry, &about);
-                    for o in obs.iter().skip(h).step_by(3) {
-                        sums.add(o);
-                    }
-                    crate::scrape::render(&registry)
-                })
-                .collect();
+            let hosts = expositions(&obs, &design, &lists, Some(&rule));
             let fleet_rule = StopRule { margin_pct: rule.margin_pct, alpha: rule.alpha, ..StopRule::default() };
-            let fleet = fleet::guardrail(&prometheus_of(hosts), &|n: &str| n.to_string(), names.clone(), fleet_rule)
-                .unwrap()
-                .unwrap();
+            let labels: Vec<String> = lists.iter().map(|l| l.label.clone()).collect();
+            let fleet =
+                fleet::guardrail(&prometheus_of(hosts), &|n: &str| n.to_string(), names.clone(), fleet_rule, &labels)
+                    .unwrap()
+                    .unwrap();
             let all = guardrail(&obs, &rule, &names, Held::default());
             let close = |a: &[f64; 3], b: &[f64; 3]| a.iter().zip(b).all(|(x, y)| (x - y).abs() <= 1e-9);
             let same = |a: &GuardDecision, b: &GuardDecision| {
@@ -797,6 +837,67 @@ mod tests {
         assert_eq!(decided[2], ("A/A", false, 0), "{decided:?}");
         assert_eq!(decided[3], ("both arms watched", false, 1), "{decided:?}");
         assert!(decided[4].1, "{decided:?}");
+    }
+
+    /// A fleet's `--prefix-list` groups (two, overlapping) are answered from its hosts' sums as
+    /// a host's analysis of all the fleet's flows answers them, and so are all flows and each
+    /// band: verdict, flows per arm, estimate and interval ends to 1e-9, for a per-connection A/B
+    /// (B slower for the far clients) and a switchback on a shared bottleneck.
+    #[test]
+    fn a_fleets_prefix_list_groups_are_answered_as_the_analysis_of_all_their_flows() {
+        use crate::experiment::{
+            analysis::{Options, analyze},
+            fleet::{Source, judge},
+            groups::GroupKind,
+            switchback::tests::{Assign, Bottleneck, schedule, shared},
+        };
+        let names = ["cubic".to_string(), "bbr".to_string()];
+        let lists = PrefixList::parse("far 203.0.113.0/24\nmobile 198.51.100.0/24 203.0.113.128/25").unwrap();
+        let s = schedule(3);
+        let ab = synth(&[pop([203, 0, 113], 80.0, [1.0, 1.5], 200), pop([198, 51, 100], 30.0, [1.0, 1.0], 200)], 8);
+        let link = Bottleneck { b: 0.8, beside_a: 0.5, beside_b: 0.0 };
+        let cases =
+            [(ab, Design::PerConnection), (shared(41, 12, 4.0, link, Assign::Switchback(s)), Design::Switchback(s))];
+        for (obs, design) in cases {
+            let hosts = expositions(&obs, &design, &lists, None);
+            let source = Source {
+                url: "http://fleet".into(),
+                id: "g".into(),
+                hosts: None,
+                lookback: std::time::Duration::from_secs(3600),
+            };
+            let same = |n: &str| n.to_string();
+            let look = judge(&prometheus_of(hosts), &same, &same, &source, (Rule::default(), None, 20.0)).unwrap();
+            let opts = Options {
+                arms: Some(names.clone()),
+                secondary: false,
+                design,
+                metric: Some(PrimaryMetric::PerResponse),
+                prefix_lists: lists.clone(),
+                ..Options::default()
+            };
+            let want = analyze(&obs, &opts);
+            let judged: Vec<_> = want
+                .groups
+                .iter()
+                .filter(|g| matches!(g.kind, GroupKind::All | GroupKind::Rtt | GroupKind::List))
+                .collect();
+            let got = &look.analysis.groups;
+            assert_eq!(got.iter().filter(|g| g.kind == GroupKind::List).count(), 2, "{design:?}: {got:#?}");
+            assert_eq!(got.len(), judged.len(), "{design:?}");
+            for (g, w) in got.iter().zip(judged) {
+                assert_eq!((&g.label, g.verdict, g.arms), (&w.label, w.verdict, w.arms), "{design:?}");
+                assert_eq!(g.answer.level, w.answer.level, "{}", g.label);
+                for (x, y) in [
+                    (g.answer.effect_pct, w.answer.effect_pct),
+                    (g.answer.low_pct, w.answer.low_pct),
+                    (g.answer.high_pct, w.answer.high_pct),
+                ] {
+                    let (x, y) = (x.unwrap(), y.unwrap());
+                    assert!((x - y).abs() <= 1e-9 * y.abs().max(1.0), "{design:?} {}: {x} vs {y}", g.label);
+                }
+            }
+        }
     }
 
     #[test]
