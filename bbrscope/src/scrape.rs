@@ -10,7 +10,7 @@ use std::{
         Arc, Weak,
         atomic::{AtomicBool, Ordering},
     },
-    time::Duration,
+    time::{Duration, Instant},
 };
 
 use prometheus_client::registry::Registry;
@@ -70,15 +70,80 @@ pub(crate) fn serve(
     use anyhow::Context as _;
     let at = listener.local_addr().context("--metrics-listen: the socket's address")?;
     let listener = TcpListener::from_std(listener).context("--metrics-listen: serving")?;
-    Ok((at, Served(tokio::spawn(accept(listener, Arc::new(registry))))))
+    let scrapes = Arc::new(Scrapes::default());
+    Ok((at, Served { task: tokio::spawn(accept(listener, Arc::new(registry), scrapes.clone())), scrapes }))
 }
 
 /// The task serving a registry: ends when dropped, with the command.
-pub(crate) struct Served(JoinHandle<()>);
+pub(crate) struct Served {
+    task: JoinHandle<()>,
+    scrapes: Arc<Scrapes>,
+}
 
 impl Drop for Served {
     fn drop(&mut self) {
-        self.0.abort();
+        self.task.abort();
+    }
+}
+
+impl Served {
+    /// How long [`Served::linger`] would wait now: twice the gap between the last two scrapes
+    /// (at most `max`), when something scrapes at a cadence; `None` when nothing has scraped
+    /// twice.
+    pub(crate) fn lingers(&self, max: Duration) -> Option<Duration> {
+        self.scrapes.seen().gap.map(|gap| (2 * gap).min(max))
+    }
+
+    /// Waits for one more scrape of what is served now, at most [`Served::lingers`]: values set
+    /// last (a run's end) then reach the scraper before the socket closes. Whether one came.
+    pub(crate) async fn linger(&self, max: Duration) -> bool {
+        let Some(wait) = self.lingers(max) else { return false };
+        let count = self.scrapes.seen().count;
+        let deadline = tokio::time::Instant::now() + wait;
+        loop {
+            // Registered before the count is read: a scrape between the two still wakes it.
+            let next = self.scrapes.next.notified();
+            if self.scrapes.seen().count > count {
+                return true;
+            }
+            tokio::select! {
+                () = next => {}
+                () = tokio::time::sleep_until(deadline) => return false,
+            }
+        }
+    }
+}
+
+/// The scrapes a registry answered: how many, and the gap between the last two (a scraper's
+/// cadence).
+#[derive(Default)]
+pub(crate) struct Scrapes {
+    seen: std::sync::Mutex<Seen>,
+    next: tokio::sync::Notify,
+}
+
+#[derive(Clone, Copy, Default)]
+struct Seen {
+    count: u64,
+    last: Option<Instant>,
+    gap: Option<Duration>,
+}
+
+impl Scrapes {
+    fn seen(&self) -> Seen {
+        *self.seen.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// A scrape answered whole.
+    fn note(&self) {
+        let now = Instant::now();
+        {
+            let mut seen = self.seen.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+            seen.gap = seen.last.map(|last| now - last).or(seen.gap);
+            seen.last = Some(now);
+            seen.count += 1;
+        }
+        self.next.notify_waiters();
     }
 }
 
@@ -127,8 +192,9 @@ fn request_in(answering: bool, waiting: &[u8]) -> bool {
 }
 
 /// Accepts scrapes on `listener` and serves each from a task of its own, for as long as the
-/// task running this is not aborted (the connections' tasks end with the runtime).
-pub(crate) async fn accept(listener: TcpListener, registry: Arc<Registry>) {
+/// task running this is not aborted (the connections' tasks end with the runtime); each scrape
+/// answered whole is noted in `scrapes`.
+pub(crate) async fn accept(listener: TcpListener, registry: Arc<Registry>, scrapes: Arc<Scrapes>) {
     // The connections being served, oldest first.
     let mut held: VecDeque<Held> = VecDeque::with_capacity(MAX_CONNECTIONS);
     // Room for a peek at a request head, or for reading one before a 503.
@@ -149,7 +215,8 @@ pub(crate) async fn accept(listener: TcpListener, registry: Arc<Registry>) {
                 }
                 let conn = Arc::new(Conn { stream, answering: AtomicBool::new(false) });
                 let weak = Arc::downgrade(&conn);
-                held.push_back(Held { task: tokio::spawn(answer(conn, registry.clone())), conn: weak });
+                let task = tokio::spawn(answer(conn, registry.clone(), scrapes.clone()));
+                held.push_back(Held { task, conn: weak });
             }
             // E.g. out of file descriptors: the client's loss, and a pause, not a spin.
             Err(_) => tokio::time::sleep(ACCEPT_BACKOFF).await,
@@ -167,7 +234,7 @@ fn refuse(stream: &TcpStream, busy: &[u8], scratch: &mut [u8]) {
 }
 
 /// Serves one connection: reads the request head, answers, closes.
-async fn answer(conn: Arc<Conn>, registry: Arc<Registry>) {
+async fn answer(conn: Arc<Conn>, registry: Arc<Registry>, scrapes: Arc<Scrapes>) {
     let s = &conn.stream;
     let mut head = Vec::with_capacity(1024);
     let mut buf = [0u8; 1024];
@@ -199,8 +266,9 @@ async fn answer(conn: Arc<Conn>, registry: Arc<Registry>) {
     // Between the read of the head's end and this, the accept loop cannot look: it runs on the
     // same thread (the runtime has one).
     conn.answering.store(true, Ordering::Relaxed);
+    let scrape = head.starts_with(b"GET /metrics");
     // The scraper may have gone, or not read within the deadline; nothing to tell anyone then.
-    let _ = tokio::time::timeout(RESPONSE_DEADLINE, async {
+    let sent = tokio::time::timeout(RESPONSE_DEADLINE, async {
         let mut left = &response[..];
         while !left.is_empty() {
             s.writable().await?;
@@ -213,6 +281,9 @@ async fn answer(conn: Arc<Conn>, registry: Arc<Registry>) {
         Ok(())
     })
     .await;
+    if scrape && matches!(sent, Ok(Ok(()))) {
+        scrapes.note();
+    }
     let _ = rustix::net::shutdown(s, Shutdown::Write);
 }
 
@@ -280,6 +351,47 @@ mod tests {
         assert!(head.ends_with("\r\n\r\n"), "{head}");
         assert!(String::from_utf8(respond(b"GET /x HTTP/1.1\r\n\r\n", &reg)).unwrap().contains(" 404 "));
         assert!(String::from_utf8(respond(b"POST /metrics HTTP/1.1\r\n\r\n", &reg)).unwrap().contains(" 405 "));
+    }
+
+    /// A served registry lingers for one more scrape only once something has scraped twice: then
+    /// until the next scrape (whole), or twice the last gap.
+    #[test]
+    fn a_run_lingers_for_its_scrapers_next_look_and_no_longer() {
+        let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+        rt.block_on(async {
+            let (at, served) = serve(bind("127.0.0.1:0".parse().unwrap()).unwrap(), Registry::default()).unwrap();
+            let scrape = move || {
+                tokio::task::spawn_blocking(move || {
+                    use std::io::{Read as _, Write as _};
+                    let mut s = std::net::TcpStream::connect(at).unwrap();
+                    s.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n").unwrap();
+                    s.read_to_end(&mut Vec::new()).unwrap();
+                })
+            };
+            let max = Duration::from_secs(60);
+            // Nothing scraped yet, then once: no cadence, no wait.
+            assert_eq!(served.lingers(max), None);
+            assert!(!served.linger(max).await);
+            scrape().await.unwrap();
+            assert_eq!(served.lingers(max), None);
+            tokio::time::sleep(Duration::from_millis(300)).await;
+            scrape().await.unwrap();
+            let wait = served.lingers(max).unwrap();
+            assert!(wait >= Duration::from_millis(600) && wait < Duration::from_secs(10), "{wait:?}");
+            // The next scrape ends the wait at once.
+            let started = Instant::now();
+            let next = tokio::spawn(async move {
+                tokio::time::sleep(Duration::from_millis(100)).await;
+                scrape().await.unwrap();
+            });
+            assert!(served.linger(max).await);
+            assert!(started.elapsed() < wait, "{:?}", started.elapsed());
+            next.await.unwrap();
+            // None comes: it gives up after twice the gap (capped by `max`).
+            let started = Instant::now();
+            assert!(!served.linger(Duration::from_millis(50)).await);
+            assert!(started.elapsed() >= Duration::from_millis(50) && started.elapsed() < wait);
+        });
     }
 
     #[test]

@@ -90,7 +90,7 @@ async fn experiment(request: &Request, run: &Run) -> Result<()> {
         spec.sample_pct,
         if std::io::stdout().is_terminal() && !run.headless { "q in the dashboard" } else { "Ctrl-C" }
     );
-    let (sums, _served) = sums::serve(listener, &setup)?.unzip();
+    let (sums, served) = sums::serve(listener, &setup)?.unzip();
     let watch = Watch {
         assigning,
         headless: run.headless,
@@ -103,6 +103,7 @@ async fn experiment(request: &Request, run: &Run) -> Result<()> {
     };
     let Watched { obs, stopped_by, guard, switched_back } =
         crate::experiment::run::run(live, &mut signals, watch, run.duration).await?;
+    sums::last_scrape(served.as_ref(), &mut signals).await;
     if let (Some(p), Some(f)) = (&run.record, record_end.as_mut()) {
         record::end(f, p, &obs, stopped_by.as_deref(), guard.as_ref())?;
     }

@@ -50,7 +50,7 @@ pub async fn run(args: ExportArgs) -> Result<()> {
     crate::output::errln!("bbrscope: serving metrics at http://{bound}/metrics ({} observer)", live.path().as_str());
 
     // The scrapes are served by a task of their own, from the registry the loop's sink counts into.
-    let server = tokio::spawn(scrape::accept(listener, registry));
+    let server = tokio::spawn(scrape::accept(listener, registry, std::sync::Arc::default()));
     let settings = Settings { duration: args.duration, stats: Some(TICK), retention: Retention::WATCH };
     let result =
         pipeline::run(&mut live, &mut signals, &mut FlowTable::new(0), &mut metrics, &mut NoSide, settings).await;

@@ -184,9 +184,19 @@ async fn drain(
     }
     let now = Clock::monotonic_ns();
     let Draining { exp, open } = draining;
-    exp.obs.extend(
-        table.iter().filter(|f| open.contains(&f.id)).filter_map(|f| Observation::in_flight(f, now, &exp.clock)),
-    );
+    let running: Vec<Observation> = table
+        .iter()
+        .filter(|f| open.contains(&f.id))
+        .filter_map(|f| Observation::in_flight(f, now, &exp.clock))
+        .collect();
+    // The sums count them as the report does (censored, their elapsed time), and none runs now.
+    if let Some(sums) = &exp.sums {
+        for o in &running {
+            sums.add(o);
+        }
+        sums.in_flight([0, 0]);
+    }
+    exp.obs.extend(running);
     Ok(())
 }
 

@@ -32,6 +32,7 @@ use super::{
     switchback::{self, Carryover, Place},
 };
 use crate::{
+    observe::pipeline::Signals,
     scrape::{FloatCounter, FloatGauge, Served},
     units::{band_edges, band_of},
 };
@@ -324,8 +325,9 @@ impl Sums {
         );
         registry.register(
             "bbrscope_experiment_in_flight_flows",
-            "Flows of an arm open now (started, not finished): not in the sums until they finish, and counted as \
-             censored at the run's end",
+            "Flows of an arm open now (started, not finished): not in the sums until they finish; those still \
+             running at the run's end are added to the sums as censored (their elapsed time), as its report counts \
+             them",
             self.in_flight.clone(),
         );
         registry.register(
@@ -537,6 +539,25 @@ pub(crate) fn serve(bound: Option<Bound>, setup: &Setup) -> Result<Option<(Sums,
     crate::output::errln!("bbrscope: the experiment's sums for Prometheus: http://{at}/metrics (id {id})");
     Ok(Some((sums, served)))
 }
+
+/// Keeps serving a run's last sums (its flows still running at the end, counted as censored
+/// as its report counts them) until one more scrape reads them, or twice the scraper's cadence
+/// (at most [`LINGER_MAX`]), or a signal: a fleet's analysis then holds what the host's own
+/// report holds. Nothing to wait for when nothing has scraped twice.
+pub(crate) async fn last_scrape(served: Option<&Served>, signals: &mut Signals) {
+    let Some((served, wait)) = served.and_then(|s| Some((s, s.lingers(LINGER_MAX)?))) else { return };
+    crate::output::errln!(
+        "bbrscope: serving the run's last sums until Prometheus reads them (at most {:.0} s; Ctrl-C ends it)",
+        wait.as_secs_f64().ceil()
+    );
+    tokio::select! {
+        _ = served.linger(LINGER_MAX) => {}
+        _ = signals.recv() => {}
+    }
+}
+
+/// The longest a run waits after its end for its last sums to be scraped.
+const LINGER_MAX: std::time::Duration = std::time::Duration::from_secs(60);
 
 /// A band as a label value: `lt10ms`, `10_50ms`, `ge150ms`, `unknown` ([`band_of`]'s numbering).
 pub(super) fn band_key(band: usize, edges_ms: &[f64]) -> String {
