@@ -69,12 +69,18 @@ fn every_connection_gets_an_arm_and_the_arms_algorithm() {
     std::os::unix::fs::chown(&record, Some(65534), Some(65534)).unwrap();
     std::fs::set_permissions(&record, std::os::unix::fs::PermissionsExt::from_mode(0o666)).unwrap();
     let sums_port = prometheus::free_port().to_string();
+    // A --prefix-list group (every client here is in it): answered by the fleet too, and its
+    // hold has a dashboard panel.
+    let lists = tempfile::NamedTempFile::new().unwrap();
+    std::fs::write(lists.path(), "loopback 127.0.0.0/8\n").unwrap();
     let (child, stderr) = start_logged(
         "cubic,bbr",
         to.port(),
         // The guardrail watches (its sums served, for the fleet's guardrail and its panel) with a
         // margin no loopback difference reaches: no group held, every connection gets an arm.
         &[
+            "--prefix-list",
+            lists.path().to_str().unwrap(),
             "--guardrail-pct",
             "1000",
             "--record",
@@ -243,9 +249,9 @@ fn every_connection_gets_an_arm_and_the_arms_algorithm() {
             "bbrscope_experiment_completion_seconds_total",
         ];
         for (name, want) in names.iter().zip(want) {
-            // Served with the clients' --prefix-list groups (none: an empty label, which
-            // Prometheus holds as no label).
-            let line = format!("{name}{},prefix_lists=\"\"}} ", labels.trim_end_matches('}'));
+            // Served with the clients' --prefix-list groups (a label Prometheus keeps, which the
+            // query below leaves free).
+            let line = format!("{name}{},prefix_lists=\"loopback\"}} ", labels.trim_end_matches('}'));
             // What Prometheus holds is what was served.
             let held = prom.query(&format!("{name}{labels}"));
             assert!(
@@ -271,7 +277,8 @@ fn every_connection_gets_an_arm_and_the_arms_algorithm() {
         text.starts_with(&format!("fleet: experiment t_every on 1 host, their sums from the Prometheus at {url}")),
         "{text}"
     );
-    fleet_is_offline(&fleet, &offline, 2);
+    // All flows, the loopback band and the prefix-list group.
+    fleet_is_offline(&fleet, &offline, 3);
 }
 
 /// The fleet's report (`--analyze-prometheus --json`) judges `groups` groups, each as `offline`
@@ -2279,13 +2286,17 @@ fn beside(arms: &str, scope: &[String], extra: &[&str]) -> (std::process::Child,
 /// One experiment on three scopes at once, as on three hosts (#40): three instances on three
 /// ports, the same `--id`, each recording and serving its sums; one real Prometheus scrapes all
 /// three while real connections run. `--analyze-prometheus` answers what `--analyze` of the three
-/// recordings pooled answers: every group's verdict and flows, estimate and interval ends to
-/// 1e-9. Recordings of another experiment are not pooled with them.
+/// recordings pooled answers: every group's (all flows, the band, a `--prefix-list` group)
+/// verdict and flows, estimate and interval ends to 1e-9, and the guardrail's decision.
+/// Recordings of another experiment are not pooled with them.
 #[test]
 fn three_instances_on_prometheus_answer_as_their_recordings_pooled() {
     require_root();
     let _turn = turn();
     let dir = tempfile::tempdir().unwrap();
+    // One --prefix-list group on every host: the fleet answers it from the hosts' sums.
+    let lists = dir.path().join("lists");
+    std::fs::write(&lists, "loopback 127.0.0.0/8\n").unwrap();
     let (mut runs, mut targets, mut servers) = (Vec::new(), Vec::new(), Vec::new());
     for i in 0..3 {
         let listener = TcpListener::bind("127.0.0.1:0").unwrap();
@@ -2297,7 +2308,16 @@ fn three_instances_on_prometheus_answer_as_their_recordings_pooled() {
         let (child, said) = beside(
             "cubic,bbr",
             &scope,
-            &["--record", record.to_str().unwrap(), "--metrics-listen", &sums.to_string(), "--id", "t_three"],
+            &[
+                "--record",
+                record.to_str().unwrap(),
+                "--metrics-listen",
+                &sums.to_string(),
+                "--id",
+                "t_three",
+                "--prefix-list",
+                lists.to_str().unwrap(),
+            ],
         );
         assert!(said.contains("experiment running"), "instance {i}: {said}");
         runs.push((child, record));
@@ -2329,7 +2349,8 @@ fn three_instances_on_prometheus_answer_as_their_recordings_pooled() {
     let offline: Value = serde_json::from_slice(&out.stdout).unwrap();
     let flows: u64 = offline["arms"].as_array().unwrap().iter().map(|a| a["flows"].as_u64().unwrap()).sum();
     assert_eq!(flows, (3 * N) as u64, "the pool counts every instance's flows: {}", offline["arms"]);
-    fleet_is_offline(&fleet, &offline, 2);
+    // All flows, the loopback band and the prefix-list group.
+    fleet_is_offline(&fleet, &offline, 3);
     // Ended, the three still count with their last sums (Prometheus has marked their series
     // stale): the same answer, and the report says they ended.
     let until = Instant::now() + Duration::from_secs(30);
@@ -2340,7 +2361,7 @@ fn three_instances_on_prometheus_answer_as_their_recordings_pooled() {
     let out = bbrscope().args(["experiment", "--analyze-prometheus", &url, "--id", "t_three", "--json"]).output();
     let ended: Value = serde_json::from_slice(&out.unwrap().stdout).unwrap();
     assert_eq!((&ended["fleet"]["hosts"], &ended["fleet"]["ended"]), (&3.into(), &3.into()), "{}", ended["fleet"]);
-    fleet_is_offline(&ended, &offline, 2);
+    fleet_is_offline(&ended, &offline, 3);
     // The guardrail's rule on the three hosts' watches added up decides as the replay of the
     // pooled recordings does at its last look (nothing sent back before it: the same flows,
     // groups and words; the host default here, bbr, is arm B: A's watch).
