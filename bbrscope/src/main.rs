@@ -51,7 +51,7 @@ fn main() -> ExitCode {
             Some(Command::Top(args)) => cmd::top::run(args).await,
             Some(Command::Replay(args)) => cmd::replay::run(args).await,
             Some(Command::Demo(args)) => cmd::demo::run(args).await,
-            Some(Command::Experiment(args)) => cmd::experiment::run(args).await,
+            Some(Command::Experiment(args)) => cmd::experiment::run(*args).await,
             Some(Command::Apply(args)) => cmd::apply::run(args),
             Some(Command::Status(args)) => cmd::status::run(args),
             Some(Command::Advise(args)) => cmd::advise::run(args).await,

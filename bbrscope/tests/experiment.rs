@@ -498,6 +498,8 @@ fn bad_input_is_refused_before_anything_is_attached() {
             "a quantile is not a sum",
         ),
         (&["--analyze-prometheus", "http://127.0.0.1:1", "--id", "q", "--metric", "p50"], "a quantile is not one"),
+        (&["--analyze-prometheus", "http://127.0.0.1:1", "--id", "q", "--by-host", "arm"], "--by-host 'arm': a label"),
+        (&["--analyze-prometheus", "http://127.0.0.1:1", "--id", "q", "--by-host", "a-b"], "--by-host 'a-b': a label"),
         (&["--analyze", SWITCHBACK_HEADER, "--metric", "p95"], "this recording's is a switchback"),
     ];
     std::fs::write(
@@ -2351,6 +2353,22 @@ fn three_instances_on_prometheus_answer_as_their_recordings_pooled() {
     assert_eq!(flows, (3 * N) as u64, "the pool counts every instance's flows: {}", offline["arms"]);
     // All flows, the loopback band and the prefix-list group.
     fleet_is_offline(&fleet, &offline, 3);
+    // Each host a group of its own (--by-host instance): its answer is its own recording's.
+    let out = bbrscope()
+        .args(["experiment", "--analyze-prometheus", &url, "--id", "t_three", "--json", "--by-host", "instance"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let by_host: Value = serde_json::from_slice(&out.stdout).unwrap();
+    for (target, (_, record)) in targets.iter().zip(&records) {
+        let out = bbrscope().args(["experiment", "--json", "--analyze"]).arg(record).output().unwrap();
+        let alone: Value = serde_json::from_slice(&out.stdout).unwrap();
+        let g = group(&by_host, &format!("hosts instance=\"{target}\""));
+        let o = group(&alone, "all flows");
+        assert_eq!((&g["kind"], &g["arms"]), (&"hosts".into(), &o["arms"]), "{target}");
+        let (f, w) = (g["answer"]["effect_pct"].as_f64().unwrap(), o["answer"]["effect_pct"].as_f64().unwrap());
+        assert!((f - w).abs() <= 1e-9 * w.abs().max(1.0), "{target}: fleet {f}, its recording {w}");
+    }
     // Ended, the three still count with their last sums (Prometheus has marked their series
     // stale): the same answer, and the report says they ended.
     let until = Instant::now() + Duration::from_secs(30);

@@ -130,6 +130,10 @@ pub struct ExperimentArgs {
     /// With --analyze-prometheus: more label matchers for the hosts to pool, e.g. 'job="edge",dc="fra"'
     #[arg(long, value_name = "MATCHERS", requires = "analyze_prometheus")]
     pub(crate) hosts: Option<String>,
+    /// With --analyze-prometheus: also answer each group of hosts that share a value of this
+    /// label of their series (a target label Prometheus adds, e.g. dc, or instance for each host)
+    #[arg(long, value_name = "LABEL", requires = "analyze_prometheus")]
+    pub(crate) by_host: Option<String>,
     /// With --analyze-prometheus: a host whose experiment ended (stopped by its guardrail, its
     /// time up, ended) within TIME counts with its last sums; give each run its own --id
     #[arg(long, value_name = "TIME", value_parser = parse_span, default_value = "1h", requires = "analyze_prometheus")]
@@ -180,6 +184,22 @@ fn parse_span(s: &str) -> Result<Duration, String> {
 
 /// Ten minutes, unless `--duration` or `--flows` says otherwise.
 const DEFAULT_DURATION: Duration = Duration::from_secs(600);
+/// The labels of the experiment's own series: a host group cannot be one of them.
+const OWN_LABELS: [&str; 12] = [
+    "id",
+    "arm",
+    "cc",
+    "rtt_band",
+    "size",
+    "prefix_lists",
+    "prefix_list",
+    "round",
+    "block",
+    "reason",
+    "watched",
+    "status_quo",
+];
+
 /// A switchback's blocks and their burn-in, unless `--block` and `--burn-in` say otherwise.
 const DEFAULT_BLOCK: Duration = Duration::from_secs(15);
 const DEFAULT_BURN_IN: Duration = Duration::from_secs(3);
@@ -299,7 +319,7 @@ impl ExperimentArgs {
         Ok(Some(Serve { listen, id }))
     }
 
-    /// `--analyze-prometheus`, `--id` and `--hosts`, checked.
+    /// `--analyze-prometheus`, `--id`, `--hosts` and `--by-host`, checked.
     fn fleet(&self) -> Result<Source> {
         if let Some(q) = self.quantile_metric() {
             usage!(
@@ -322,11 +342,24 @@ impl ExperimentArgs {
         {
             usage!("--hosts '{h}': label matchers without braces, e.g. 'job=\"edge\",dc=~\"fra|ams\"'");
         }
+        if let Some(by) = &self.by_host
+            && (by.is_empty()
+                || by.starts_with(|c: char| c.is_ascii_digit())
+                || !by.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
+                || OWN_LABELS.contains(&by.as_str()))
+        {
+            usage!(
+                "--by-host '{by}': a label of the hosts' series (letters, digits and _, e.g. dc or instance), not one \
+                 of the experiment's own ({})",
+                OWN_LABELS.join(", ")
+            );
+        }
         Ok(Source {
             url: url.trim_end_matches('/').to_string(),
             id,
             hosts: self.hosts.clone(),
             lookback: self.lookback,
+            by: self.by_host.clone(),
         })
     }
 

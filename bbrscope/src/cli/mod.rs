@@ -68,7 +68,7 @@ pub enum Command {
                       error; 2 bad input, or the service set its own algorithm (nothing concluded); 3 stopped by the \
                       guardrail (--analyze-prometheus: the guardrail on every host's flows together says stop)."
     )]
-    Experiment(experiment::ExperimentArgs),
+    Experiment(Box<experiment::ExperimentArgs>),
     /// Which settings beyond the algorithm hold this host's flows back (initial window, send and receive buffers, unsent queue, restart after idle, pacing), from flows watched for --duration (root)
     #[command(allow_negative_numbers = true)]
     Advise(advise::AdviseArgs),

@@ -661,12 +661,14 @@ pub(crate) struct Pool {
     pub(crate) tallies: BTreeMap<usize, switchback::Tally>,
 }
 
-/// An experiment's sums (a fleet's, added across hosts): all flows', and each `--prefix-list`
-/// group's (by its label, in `opts.prefix_lists`' order).
+/// An experiment's sums (a fleet's, added across hosts): all flows', each `--prefix-list`
+/// group's (by its label, in `opts.prefix_lists`' order), and each host group's (`--by-host`:
+/// its label, e.g. `hosts dc="fra"`, in the order given).
 #[derive(Clone, Debug, Default)]
 pub(crate) struct Pools {
     pub(crate) all: Pool,
     pub(crate) lists: Vec<Pool>,
+    pub(crate) hosts: Vec<(String, Pool)>,
 }
 
 /// The analysis of an experiment known only by its sums (`pools`), with `overridden` flows per
@@ -706,6 +708,16 @@ pub(crate) fn of_sums(pools: &Pools, overridden: [usize; 2], opts: &Options) -> 
         if arms != [ArmStats::default(); 2] {
             groups.push(sums_group((GroupKind::List, list.label.clone()), None, pool, alpha, opts, arms));
         }
+    }
+    // Host groups take the share a host keeps for its destination prefixes (a fleet's sums have
+    // none), split as it splits it: the j-th at share·6/(π²j²), so the declared groups' levels
+    // are a host's whatever the host groups.
+    let share = AlphaSplit::new(opts).prefixes;
+    for (j, (label, pool)) in pools.hosts.iter().enumerate() {
+        let j = (j + 1) as f64;
+        let alpha = share * 6.0 / (std::f64::consts::PI * std::f64::consts::PI * j * j);
+        let arms = arms_of(&pool.cells, None);
+        groups.push(sums_group((GroupKind::Hosts, label.clone()), None, pool, alpha, opts, arms));
     }
     let all = arms_of(cells, None);
     let total = all[0].flows + all[1].flows + overridden[0] + overridden[1];
@@ -1365,7 +1377,7 @@ pub(crate) mod tests {
     /// Prometheus adds them: its cells, and its switchback tallies per RTT band under `s`.
     /// Sums of all flows, no prefix-list group.
     fn pools(cells: &BTreeMap<decide::Key, [CellTotals; 2]>, tallies: &BTreeMap<usize, switchback::Tally>) -> Pools {
-        Pools { all: Pool { cells: cells.clone(), tallies: tallies.clone() }, lists: Vec::new() }
+        Pools { all: Pool { cells: cells.clone(), tallies: tallies.clone() }, ..Pools::default() }
     }
 
     fn add_host(

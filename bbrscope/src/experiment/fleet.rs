@@ -53,6 +53,31 @@ pub(crate) struct Source {
     /// A host whose experiment ended (its guardrail stopped it, its time was up, it was ended)
     /// within this long counts with its last sums (`--lookback`).
     pub(crate) lookback: Duration,
+    /// `--by-host LABEL`: a group of hosts per value of this label of their series, answered
+    /// beside the fleet's.
+    pub(crate) by: Option<String>,
+}
+
+/// How a look splits the sums it reads: by the clients' prefix-list groups (`lists`, the
+/// labels in their order) and, with `--by-host`, by a label of the hosts' series.
+struct Split<'a> {
+    lists: &'a [String],
+    by: Option<&'a str>,
+}
+
+/// A share of the sums: the clients' prefix-list groups (bits) and the hosts' label value.
+type Share = (u128, String);
+
+impl Split<'_> {
+    /// The labels a query keeps beside its own: `prefix_lists`, and the host label.
+    fn labels(&self) -> String {
+        self.by.map_or_else(|| "prefix_lists".to_string(), |by| format!("prefix_lists, {by}"))
+    }
+
+    /// The share a series belongs to.
+    fn part(&self, l: &Labels) -> Share {
+        (mask_of(l, self.lists), self.by.and_then(|by| l.get(by)).cloned().unwrap_or_default())
+    }
 }
 
 /// The hosts an answer pooled: all of them, and those whose experiment has ended (their last
@@ -152,20 +177,28 @@ pub(super) fn judge(
         prefix_lists: lists.iter().cloned().map(PrefixList::named).collect(),
         ..Options::default()
     };
-    let mut by_lists: BTreeMap<u128, Pool> = BTreeMap::new();
-    for (mask, cells) in cells(query, last, &lists)? {
-        by_lists.entry(mask).or_default().cells = cells;
+    let split = Split { lists: &lists, by: source.by.as_deref() };
+    let mut parts: BTreeMap<Share, Pool> = BTreeMap::new();
+    for (part, cells) in cells(query, last, &split)? {
+        parts.entry(part).or_default().cells = cells;
     }
     if let Design::Switchback(schedule) = design {
-        for (mask, tallies) in switchback_tallies(query, last, &schedule, &lists)? {
-            by_lists.entry(mask).or_default().tallies = tallies;
+        for (part, tallies) in switchback_tallies(query, last, &schedule, &split)? {
+            parts.entry(part).or_default().tallies = tallies;
         }
     }
+    let pool_of =
+        |keep: &dyn Fn(&Share) -> bool| merged(parts.iter().filter(|(p, _)| keep(p)).map(|(_, p)| p), &design);
+    let values: std::collections::BTreeSet<&String> = parts.keys().map(|(_, v)| v).collect();
     let pools = Pools {
-        all: merged(by_lists.values(), &design),
-        lists: (0..lists.len())
-            .map(|g| merged(by_lists.iter().filter(|(m, _)| *m & 1 << g != 0).map(|(_, p)| p), &design))
-            .collect(),
+        all: pool_of(&|_| true),
+        lists: (0..lists.len()).map(|g| pool_of(&|(m, _)| m & 1 << g != 0)).collect(),
+        hosts: match &source.by {
+            Some(by) => {
+                values.into_iter().map(|v| (format!("hosts {by}=\"{v}\""), pool_of(&|(_, x)| x == v))).collect()
+            }
+            None => Vec::new(),
+        },
     };
     let overridden = per_arm(query(&format!("sum by (arm) ({})", last("bbrscope_experiment_overridden_flows_total")))?);
     // Running now: the hosts still serving it (an ended host's last gauge is no flow of now).
@@ -257,13 +290,14 @@ pub(super) fn guardrail(
 fn cells(
     query: &dyn Fn(&str) -> Result<Series>,
     last: &dyn Fn(&str) -> String,
-    lists: &[String],
-) -> Result<BTreeMap<u128, BTreeMap<Key, [CellTotals; 2]>>> {
-    let mut cells: BTreeMap<u128, BTreeMap<Key, [CellTotals; 2]>> = BTreeMap::new();
+    split: &Split,
+) -> Result<BTreeMap<Share, BTreeMap<Key, [CellTotals; 2]>>> {
+    let mut cells: BTreeMap<Share, BTreeMap<Key, [CellTotals; 2]>> = BTreeMap::new();
     let names = [&CELL_SUMS[..], &["acked_bytes_total"]].concat();
-    for (name, l, v) in sums_by(query, last, "bbrscope_experiment_", "arm, rtt_band, size, prefix_lists", &names)? {
+    let by = format!("arm, rtt_band, size, {}", split.labels());
+    for (name, l, v) in sums_by(query, last, "bbrscope_experiment_", &by, &names)? {
         let Some((key, arm)) = cell_of(&l) else { continue };
-        let c = &mut cells.entry(mask_of(&l, lists)).or_default().entry(key).or_default()[arm];
+        let c = &mut cells.entry(split.part(&l)).or_default().entry(key).or_default()[arm];
         if !set_sum(&mut c.sums, name, v) {
             c.bytes = v as u64;
         }
@@ -335,13 +369,13 @@ fn switchback_tallies(
     query: &dyn Fn(&str) -> Result<Series>,
     last: &dyn Fn(&str) -> String,
     schedule: &Schedule,
-    lists: &[String],
-) -> Result<BTreeMap<u128, BTreeMap<usize, Tally>>> {
-    let mut by_lists: BTreeMap<u128, BTreeMap<usize, Tally>> = BTreeMap::new();
+    split: &Split,
+) -> Result<BTreeMap<Share, BTreeMap<usize, Tally>>> {
+    let mut parts: BTreeMap<Share, BTreeMap<usize, Tally>> = BTreeMap::new();
     let names = ["flows_total", "completion_ln_seconds", "completion_seconds_total"];
-    let by = "round, block, arm, rtt_band, size, prefix_lists";
-    for (name, l, v) in sums_by(query, last, "bbrscope_experiment_switchback_", by, &names)? {
-        let tallies = by_lists.entry(mask_of(&l, lists)).or_default();
+    let by = format!("round, block, arm, rtt_band, size, {}", split.labels());
+    for (name, l, v) in sums_by(query, last, "bbrscope_experiment_switchback_", &by, &names)? {
+        let tallies = parts.entry(split.part(&l)).or_default();
         let Some(((band, size), _)) = cell_of(&l) else { continue };
         let Some(part) =
             Part::of_keys(l.get("block").map_or("", String::as_str), l.get("arm").map_or("", String::as_str))
@@ -357,12 +391,13 @@ fn switchback_tallies(
         }
     }
     let left_out = query(&format!(
-        "sum by (reason, rtt_band, prefix_lists) ({})",
+        "sum by (reason, rtt_band, {}) ({})",
+        split.labels(),
         last("bbrscope_experiment_switchback_left_out_flows_total")
     ))?;
     for (l, v) in left_out {
         let Some(band) = band_of_label(&l) else { continue };
-        let t = by_lists.entry(mask_of(&l, lists)).or_default().entry(band).or_default();
+        let t = parts.entry(split.part(&l)).or_default().entry(band).or_default();
         match l.get("reason").map(String::as_str) {
             Some("burn_in") => t.burn_in = v as usize,
             Some("mismatched") => t.mismatched = v as usize,
@@ -370,19 +405,20 @@ fn switchback_tallies(
         }
     }
     let overran = query(&format!(
-        "sum by (rtt_band, prefix_lists) ({})",
+        "sum by (rtt_band, {}) ({})",
+        split.labels(),
         last("bbrscope_experiment_switchback_overran_flows_total")
     ))?;
-    let overran: BTreeMap<(u128, usize), usize> =
-        overran.iter().filter_map(|(l, v)| Some(((mask_of(l, lists), band_of_label(l)?), *v as usize))).collect();
-    for (mask, tallies) in &mut by_lists {
+    let overran: BTreeMap<(Share, usize), usize> =
+        overran.iter().filter_map(|(l, v)| Some(((split.part(l), band_of_label(l)?), *v as usize))).collect();
+    for (part, tallies) in &mut parts {
         for (band, t) in tallies {
             let counted = t.slots.values().map(|m| m.n).sum();
-            let overran = overran.get(&(*mask, *band)).copied().unwrap_or(0);
+            let overran = overran.get(&(part.clone(), *band)).copied().unwrap_or(0);
             t.carryover = Carryover::of_counts(counted, overran, None, schedule);
         }
     }
-    Ok(by_lists)
+    Ok(parts)
 }
 
 /// The guardrail's counted flows per arm (`sum by (arm, status_quo)`) into `sums`, and the run's

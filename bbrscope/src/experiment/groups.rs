@@ -176,6 +176,8 @@ pub enum GroupKind {
     Prefix,
     /// A user-given prefix list.
     List,
+    /// A fleet's hosts that share a value of a Prometheus label (`--by-host`).
+    Hosts,
 }
 
 /// A set of flows to compare the arms on.

@@ -325,6 +325,11 @@ impl<'a> Winner<'a> {
                     "{} is faster for {}, which is not a prefix: name the clients' prefixes with --prefix-list FILE",
                     self.cc, g.label
                 )),
+                GroupKind::Hosts => self.notes.push(format!(
+                    "{} is faster for {}: apply it on those hosts (fleet-experiment.yml applies on all of them only for \
+                     all flows)",
+                    self.cc, g.label
+                )),
             }
         }
         if !commands.is_empty() && !scope.dst.is_empty() && (scope.port.is_some() || scope.cgroup.is_some()) {

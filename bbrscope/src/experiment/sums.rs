@@ -886,6 +886,7 @@ mod tests {
                 id: "g".into(),
                 hosts: None,
                 lookback: std::time::Duration::from_secs(3600),
+                by: None,
             };
             let same = |n: &str| n.to_string();
             let look = judge(&prometheus_of(hosts), &same, &same, &source, (Rule::default(), None, 20.0)).unwrap();
@@ -918,6 +919,90 @@ mod tests {
                     assert!((x - y).abs() <= 1e-9 * y.abs().max(1.0), "{design:?} {}: {x} vs {y}", g.label);
                 }
             }
+        }
+    }
+
+    /// A host's exposition as Prometheus stores it: each series with the target's label `k="v"`.
+    fn with_target_label(text: &str, k: &str, v: &str) -> String {
+        text.lines()
+            .map(|l| match l.split_once('{') {
+                _ if l.starts_with('#') => l.to_string(),
+                Some((name, rest)) => format!("{name}{{{k}=\"{v}\",{rest}"),
+                None => l.replacen(' ', &format!("{{{k}=\"{v}\"}} "), 1),
+            })
+            .collect::<Vec<_>>()
+            .join("\n")
+    }
+
+    /// `--by-host dc`: each group of hosts is answered from its hosts' sums alone (estimate and
+    /// flows of the analysis of its flows), at the level a host keeps for its destination
+    /// prefixes, split as it splits it (α/2·6/π² for the first, a quarter of that for the
+    /// second), and the fleet's own groups keep their levels and answers. B 1.5x slower on one
+    /// group's hosts: that group, and only it, finds A better.
+    #[test]
+    fn a_fleets_host_groups_are_each_answered_from_their_hosts_sums() {
+        use crate::experiment::{
+            analysis::{Options, analyze},
+            fleet::{Source, judge},
+            groups::GroupKind,
+        };
+        let hosts: Vec<(Vec<Observation>, &str)> = (0..4u8)
+            .map(|h| {
+                let (dc, b) = if h < 2 { ("fra", 1.5) } else { ("ams", 1.0) };
+                (
+                    synth(
+                        &[pop([203, 0, h], 80.0, [1.0, b], 150), pop([10, 0, h], 5.0, [1.0, b], 150)],
+                        60 + u64::from(h),
+                    ),
+                    dc,
+                )
+            })
+            .collect();
+        let served: Vec<String> = hosts
+            .iter()
+            .map(|(obs, dc)| {
+                let text = expositions(obs, &Design::PerConnection, &[], None).concat();
+                with_target_label(&text, "dc", dc)
+            })
+            .collect();
+        let source = Source {
+            url: "http://fleet".into(),
+            id: "g".into(),
+            hosts: None,
+            lookback: std::time::Duration::from_secs(3600),
+            by: Some("dc".into()),
+        };
+        let same = |n: &str| n.to_string();
+        let look = judge(&prometheus_of(served), &same, &same, &source, (Rule::default(), None, 20.0)).unwrap();
+        let opts = Options {
+            arms: Some(["cubic".into(), "bbr".into()]),
+            secondary: false,
+            metric: Some(PrimaryMetric::PerResponse),
+            ..Options::default()
+        };
+        let all_of = |dc: Option<&str>| -> Vec<Observation> {
+            hosts.iter().filter(|(_, d)| dc.is_none_or(|x| x == *d)).flat_map(|(o, _)| o.clone()).collect()
+        };
+        let got = &look.analysis.groups;
+        let share = Rule::default().alpha / 2.0 * 6.0 / (std::f64::consts::PI * std::f64::consts::PI);
+        for (j, dc) in ["ams", "fra"].into_iter().enumerate() {
+            let g = got.iter().find(|g| g.label == format!("hosts dc=\"{dc}\"")).unwrap_or_else(|| panic!("{got:#?}"));
+            assert_eq!(g.kind, GroupKind::Hosts);
+            let w = &analyze(&all_of(Some(dc)), &opts).groups[0];
+            assert_eq!(g.arms, w.arms, "{dc}");
+            let (x, y) = (g.answer.effect_pct.unwrap(), w.answer.effect_pct.unwrap());
+            assert!((x - y).abs() <= 1e-9 * y.abs().max(1.0), "{dc}: {x} vs {y}");
+            let level = 1.0 - share / ((j + 1) * (j + 1)) as f64;
+            assert!((g.answer.level - level).abs() < 1e-12, "{dc}: level {} vs {level}", g.answer.level);
+            assert_eq!(g.verdict.better_arm() == Some(0), dc == "fra", "{dc}: {:?}", g.verdict);
+        }
+        // The fleet's own groups: the analysis of all the flows, at their own levels.
+        let want = analyze(&all_of(None), &opts);
+        for g in got.iter().filter(|g| matches!(g.kind, GroupKind::All | GroupKind::Rtt)) {
+            let w = want.groups.iter().find(|w| w.label == g.label).unwrap();
+            assert_eq!((g.verdict, g.arms, g.answer.level), (w.verdict, w.arms, w.answer.level), "{}", g.label);
+            let (x, y) = (g.answer.low_pct.unwrap(), w.answer.low_pct.unwrap());
+            assert!((x - y).abs() <= 1e-9 * y.abs().max(1.0), "{}: {x} vs {y}", g.label);
         }
     }
 

@@ -293,6 +293,7 @@ fn kind_name(k: GroupKind) -> &'static str {
         GroupKind::Rtt => "RTT band",
         GroupKind::Prefix => "prefix",
         GroupKind::List => "prefix list",
+        GroupKind::Hosts => "hosts",
     }
 }
 
