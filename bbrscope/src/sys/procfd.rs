@@ -236,6 +236,12 @@ mod tests {
     fn process_names_are_read_once_a_second() {
         let mut child = std::process::Command::new("sleep").arg("30").spawn().unwrap();
         let pid = child.id();
+        // The child's name is the forking thread's until its exec has set it (seen: this test's
+        // thread name, read the moment spawn returned, in one run of a busy suite).
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while comm(pid).is_some_and(|n| n != "sleep") && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(1));
+        }
         let mut r = Resolver::default();
         let t0 = Instant::now();
         assert_eq!(r.comm_at(pid, t0).map(|n| n.to_string()).as_deref(), Some("sleep"));
