@@ -245,7 +245,8 @@ fn host_cc_is_untouched(before: &str) {
     assert_eq!(tcp_congestion_control(), before, "the initial namespace's default changed");
 }
 
-/// fleet-experiment.yml on two experiment hosts. Arms reno,bbr: the fleet finds B better and the
+/// fleet-experiment.yml on two experiment hosts. Arms reno,bbr on a host-level switchback (each
+/// host's recording names its own salt, from its inventory name): the fleet finds B better and the
 /// play applies bbr on both; arms bbr,cubic: B (cubic) slower for the clients it moved off their
 /// status quo (reno) beyond the fleet guardrail's margin, the fleet's guardrail stops the run
 /// though no host's own does (their margin set out of reach, as a host with too few flows of its
@@ -262,14 +263,20 @@ fn a_fleet_experiment_ends_in_the_apply_its_answer_supports_or_in_none() {
     assert_eq!(lab.defaults(), [BEFORE, BEFORE], "{out}");
     assert!(!lab.records.path().join("host0.ndjson").exists(), "{out}");
 
-    // BBR against reno on lossy paths, everyone on each (the default switchback, in short
-    // blocks): applied on both hosts.
-    let blocks = ["-e", "bbrscope_design_args='--block 1s --burn-in 0.3s'"];
+    // BBR against reno on lossy paths, all of each host on each (a host-level switchback, in
+    // short blocks, each host its own order from its inventory name): applied on both hosts.
+    let blocks = ["-e", "bbrscope_design=host-switchback", "-e", "bbrscope_design_args='--block 1s --burn-in 0.3s'"];
     let (ok, out) = lab.play("fleet-experiment.yml", "reno,bbr", "t_fleet_b", &blocks);
     assert!(ok, "{out}");
     assert!(out.contains("on 2 hosts, all flows: b_better") && out.contains("Applying bbr"), "{out}");
     assert_eq!(lab.defaults(), [ROLLOUT, ROLLOUT], "{out}");
     assert_eq!(lab.recorded(), 2, "{out}");
+    for host in ["host0", "host1"] {
+        let text = std::fs::read_to_string(lab.records.path().join(format!("{host}.ndjson"))).unwrap();
+        let header: Value = serde_json::from_str(text.lines().next().unwrap()).unwrap();
+        let salt = bbrscope::experiment::schedule::Schedule::host_salt(host);
+        assert_eq!((&header["design"], &header["schedule"]["host"]), (&"host_switchback".into(), &salt.into()));
+    }
     assert_eq!(running(), 0, "the experiments ended with the play: {out}");
     assert_eq!(lab.pooled(), "b_better", "the hosts' recordings pooled answer as the fleet did");
     lab.revert();

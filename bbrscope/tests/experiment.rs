@@ -473,6 +473,9 @@ fn bad_input_is_refused_before_anything_is_attached() {
         // The default burn-in (3 s) with a short block: named as the default.
         (&["--arms", "cubic,bbr", "--design", "switchback", "--block", "4s"], "3s is the default burn-in"),
         (&["--arms", "cubic,bbr", "--design", "everyone"], "invalid value 'everyone'"),
+        (&["--arms", "cubic,bbr", "--host-id", "edge-1"], "--host-id names a host of --design host-switchback"),
+        (&["--arms", "cubic,bbr", "--design", "host-switchback", "--host-id", ""], "--host-id '': a name of 1 to"),
+        (&["--arms", "cubic,bbr", "--design", "host-switchback", "--block", "4s"], "3s is the default burn-in"),
         (&["--analyze", BAD_LIST, "--kernel-log", "warn"], "--kernel-log is a live run's"),
         (&["--arms", "cubic,bbr", "--kernel-log", "all"], "invalid value 'all'"),
         (&["--analyze", BAD_LIST, "--design", "switchback"], "cannot be used with"),
@@ -1155,7 +1158,7 @@ fn a_switchback_gives_every_connection_its_blocks_arm() {
     let arms: Vec<&str> = ["cubic", "reno", "bbr"].into_iter().filter(|cc| *cc != status_quo).take(2).collect();
     let server_log = serve_logging_cc(listener);
     const SEED: u64 = 20_261_129;
-    let schedule = Schedule { block_s: 1.0, burn_in_s: 0.3, seed: SEED };
+    let schedule = Schedule { block_s: 1.0, burn_in_s: 0.3, seed: SEED, host: None };
     let dir = tempfile::tempdir().unwrap();
     let record = dir.path().join("exp.ndjson");
     let seed = SEED.to_string();
@@ -1238,6 +1241,121 @@ fn a_switchback_gives_every_connection_its_blocks_arm() {
     }
     assert_eq!(fleet["design"], offline["design"]);
     drop(p);
+}
+
+/// `--design host-switchback`: one experiment on two instances, as on two hosts (`--host-id
+/// edge-1` and `edge-2`, one seed), each giving every new connection the arm of its own host's
+/// block. A client opens a connection to each every 100 ms for 30 s (1 s blocks); each server's
+/// own log of each connection's algorithm, against the test's copy of that host's schedule
+/// (the seed and the host's name): every connection accepted in an A or B block, away from its
+/// edges, ran that block's arm, and the two hosts were in different kinds of block at once. A
+/// real Prometheus scrapes both: the fleet's answer is what `--analyze` of the two recordings
+/// pooled says (each flow placed in its own host's blocks), every estimate and interval end to
+/// 1e-9, and both name the design.
+#[test]
+fn a_host_level_switchback_gives_each_host_its_own_blocks() {
+    use bbrscope::experiment::schedule::{Kind, Schedule};
+    require_root();
+    let _turn = turn();
+    const SEED: u64 = 20_261_130;
+    // Neither is this machine's default: a connection the switch missed shows.
+    let arms = ["cubic", "reno"];
+    let dir = tempfile::tempdir().unwrap();
+    let seed = SEED.to_string();
+    let (mut runs, mut targets, mut hosts) = (Vec::new(), Vec::new(), Vec::new());
+    for host in ["edge-1", "edge-2"] {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let to = listener.local_addr().unwrap();
+        let log = serve_logging_cc(listener);
+        let record = dir.path().join(format!("{host}.ndjson"));
+        let sums = format!("127.0.0.1:{}", prometheus::free_port());
+        let flags = ["--design", "host-switchback", "--host-id", host, "--block", "1s", "--burn-in", "0.3s"];
+        let more = ["--seed", &seed, "--no-guardrail", "--record", record.to_str().unwrap(), "--metrics-listen", &sums];
+        let scope = ["--port".to_string(), to.port().to_string()];
+        let (child, said) = beside(&arms.join(","), &scope, &[&flags[..], &more[..], &["--id", "t_hosts"]].concat());
+        assert!(said.contains("experiment running"), "{host}: {said}");
+        runs.push((child, record));
+        targets.push(sums.parse().unwrap());
+        hosts.push((host, to, log));
+    }
+    let prom = prometheus::Prometheus::start(&targets);
+    let until = Instant::now() + Duration::from_secs(30);
+    while Instant::now() < until {
+        for (_, to, _) in &hosts {
+            assert_eq!(fetch(*to, 2_000).1, 2_000);
+        }
+        thread::sleep(Duration::from_millis(100));
+    }
+    let accepted: usize = hosts.iter().map(|(_, _, log)| log.lock().unwrap().len()).sum();
+    let until = Instant::now() + Duration::from_secs(30);
+    while prom.query("sum(bbrscope_experiment_flows_total{id=\"t_hosts\"})").first().map(prometheus::value)
+        != Some(accepted as f64)
+    {
+        assert!(Instant::now() < until, "Prometheus never held the {accepted} flows: {}", prom.log());
+        thread::sleep(Duration::from_millis(250));
+    }
+    let url = format!("http://{}", prom.addr);
+    let fleet = bbrscope().args(["experiment", "--analyze-prometheus", &url, "--id", "t_hosts", "--json"]).output();
+    let fleet: Value = serde_json::from_slice(&fleet.unwrap().stdout).unwrap();
+    let text = bbrscope().args(["experiment", "--analyze-prometheus", &url, "--id", "t_hosts"]).output().unwrap();
+    let text = String::from_utf8_lossy(&text.stdout).into_owned();
+    let files: Vec<_> = runs
+        .into_iter()
+        .map(|(child, record)| {
+            report_of(child);
+            record
+        })
+        .collect();
+    // Each server's log against its own host's schedule.
+    let schedules = hosts.iter().map(|(host, _, _)| Schedule {
+        block_s: 1.0,
+        burn_in_s: 0.3,
+        seed: SEED,
+        host: Some(Schedule::host_salt(host)),
+    });
+    let mut arm_of_block = [std::collections::BTreeMap::new(), std::collections::BTreeMap::new()];
+    for (((host, _, log), schedule), blocks) in hosts.iter().zip(schedules).zip(&mut arm_of_block) {
+        let mut checked = [0; 2];
+        for (peer, cc, at) in log.lock().unwrap().iter() {
+            let k = schedule.block_of(*at);
+            if *at - schedule.start_of(k) < 0.15 || schedule.start_of(k + 1) - *at < 0.15 {
+                continue;
+            }
+            let arm = match schedule.kind(k) {
+                Kind::A => 0,
+                Kind::B => 1,
+                Kind::Mixed => continue,
+            };
+            assert_eq!(cc, arms[arm], "{host}: {peer} at {at:.3} in block {k} ({:?})", schedule.kind(k));
+            checked[arm] += 1;
+            blocks.insert(k, arm);
+        }
+        assert!(checked[0] >= 10 && checked[1] >= 10, "{host}: {checked:?} connections checked in A and B blocks");
+    }
+    // Blocks where one host gave every connection A's algorithm and the other B's.
+    let [one, two] = &arm_of_block;
+    let apart = one.iter().filter(|(k, arm)| two.get(k).is_some_and(|other| other != *arm)).count();
+    assert!(apart >= 2, "the two hosts never ran opposite arms at once: {one:?} {two:?}");
+    let out = bbrscope().args(["experiment", "--json", "--analyze"]).args(&files).output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let offline: Value = serde_json::from_slice(&out.stdout).unwrap();
+    fleet_is_offline(&fleet, &offline, 2);
+    for g in fleet["groups"].as_array().unwrap() {
+        let o = group(&offline, g["label"].as_str().unwrap());
+        assert!(g["switchback"]["rounds"].as_u64().unwrap() >= 8, "{g}");
+        assert_eq!(
+            (&g["switchback"]["rounds"], &g["switchback"]["left_out"]),
+            (&o["switchback"]["rounds"], &o["switchback"]["left_out"])
+        );
+        assert_eq!((&g["design"], &o["design"]), (&"host_switchback".into(), &"host_switchback".into()));
+    }
+    assert_eq!(fleet["design"], offline["design"]);
+    let said = format!("design: host switchback, blocks of 1 s (burn-in 0.3 s, seed {SEED}), ");
+    assert!(
+        text.contains(&said) && text.contains("each host against A for all of it (each host its own order"),
+        "{text}"
+    );
+    assert!(text.contains("all of each host switched") && !text.contains("everyone"), "{text}");
 }
 
 /// `--design client`: every connection of a client address gets its client's arm, from a hash
@@ -1669,7 +1787,7 @@ fn a_switchback_on_recorded_traffic_keeps_its_error_rate_and_finds_a_planted_cha
     assert!(obs.len() > 2_000 && span > 250.0, "{} flows over {span} s", obs.len());
     let mut rng = bbrscope::rng::Rng::new(3);
     let r = redraw(&obs, 200, |draw| {
-        let s = Schedule { block_s: 5.0, burn_in_s: 1.0, seed: 1_000 + draw };
+        let s = Schedule { block_s: 5.0, burn_in_s: 1.0, seed: 1_000 + draw, host: None };
         (Design::Switchback(s), switchback_arms(&obs, &s, &mut rng))
     });
     eprintln!("switchback on recorded traffic ({} flows, {span:.0} s, 5 s blocks): {}", obs.len(), r.rates());
@@ -1704,7 +1822,7 @@ fn a_switchback_on_heavy_tailed_recorded_traffic_keeps_its_error_rate() {
     let (obs, span) = fixture("client-a-a.ndjson.gz");
     let mut rng = bbrscope::rng::Rng::new(5);
     let r = redraw(&obs, 200, |draw| {
-        let s = Schedule { block_s: 15.0, burn_in_s: 3.0, seed: 2_000 + draw };
+        let s = Schedule { block_s: 15.0, burn_in_s: 3.0, seed: 2_000 + draw, host: None };
         (Design::Switchback(s), switchback_arms(&obs, &s, &mut rng))
     });
     eprintln!(
@@ -2269,12 +2387,15 @@ fn the_experiment_lock_is_roots_alone() {
 }
 
 /// `bbrscope experiment --arms ARMS --duration 5m --json --design per-connection SCOPE...
-/// EXTRA...` started beside those running ([`start_experiment`] would wait for them to
-/// end), and its first line on stderr; the rest of stderr is drained.
+/// EXTRA...` (EXTRA's `--design` where it has one) started beside those running
+/// ([`start_experiment`] would wait for them to end), and its first line on stderr; the rest of
+/// stderr is drained.
 fn beside(arms: &str, scope: &[String], extra: &[&str]) -> (std::process::Child, String) {
+    let design: &[&str] = if extra.contains(&"--design") { &[] } else { &["--design", "per-connection"] };
     let (child, mut err) = spawn_piped(
         bbrscope()
-            .args(["experiment", "--arms", arms, "--duration", "5m", "--json", "--design", "per-connection"])
+            .args(["experiment", "--arms", arms, "--duration", "5m", "--json"])
+            .args(design)
             .args(scope)
             .args(extra),
     );

@@ -42,10 +42,17 @@ pub struct ExperimentArgs {
     /// A, every connection B, or each draws: what would happen if everyone switched; the
     /// default, so that a recommendation rests on it), client (every connection of a client
     /// address on one arm, from a hash salted with --seed: B for whole clients against A for
-    /// whole clients, where each client's bottleneck is its own link) or per-connection (each
-    /// draws one, so B runs beside A on the same bottlenecks: quicker, but it answers "B beside A")
+    /// whole clients, where each client's bottleneck is its own link), host-switchback (a
+    /// fleet's switchback in which each host runs its own randomized order of the rounds, salted
+    /// with --host-id: what one host's uplink does if all of it switches, with the fleet's peaks
+    /// falling on every kind of block alike) or per-connection (each draws one, so B runs beside
+    /// A on the same bottlenecks: quicker, but it answers "B beside A")
     #[arg(long, value_name = "DESIGN", value_enum, default_value_t = DesignArg::Switchback)]
     pub(crate) design: DesignArg,
+    /// With --design host-switchback: this host's name in the fleet, which salts its order of
+    /// the rounds (default: the hostname; give each host its own)
+    #[arg(long, value_name = "NAME")]
+    pub(crate) host_id: Option<String>,
     /// The primary metric, declared up front: time-weighted (strata weighted by the completion
     /// time spent in them: where the time goes, larger responses and far clients; the
     /// per-connection design's default) or per-response (strata weighted by their responses:
@@ -125,7 +132,7 @@ pub struct ExperimentArgs {
     /// scrapes (http://HOST:PORT; Thanos and Mimir serve the same API), with --id; per-connection
     /// and switchback designs, all flows and each RTT band, and the guardrail on every host's
     /// flows together (exit status 3 when it says stop: end the run on every host); no root needed
-    #[arg(long, value_name = "URL", requires = "id", conflicts_with_all = ["analyze", "port", "cgroup", "dst", "duration", "flows", "record", "design", "block", "burn_in", "seed", "plot", "recommend", "headless"])]
+    #[arg(long, value_name = "URL", requires = "id", conflicts_with_all = ["analyze", "port", "cgroup", "dst", "duration", "flows", "record", "design", "host_id", "block", "burn_in", "seed", "plot", "recommend", "headless"])]
     pub(crate) analyze_prometheus: Option<String>,
     /// With --analyze-prometheus: more label matchers for the hosts to pool, e.g. 'job="edge",dc="fra"'
     #[arg(long, value_name = "MATCHERS", requires = "analyze_prometheus")]
@@ -148,7 +155,7 @@ pub struct ExperimentArgs {
     /// experiment on several hosts or scopes) are pooled, as --analyze-prometheus pools their
     /// sums. (A `bbrscope stream` capture taken beside an experiment has no arms: record with
     /// --record.)
-    #[arg(long, value_name = "FILE", num_args = 1.., conflicts_with_all = ["port", "cgroup", "dst", "duration", "flows", "record", "design", "block", "burn_in", "seed"])]
+    #[arg(long, value_name = "FILE", num_args = 1.., conflicts_with_all = ["port", "cgroup", "dst", "duration", "flows", "record", "design", "host_id", "block", "burn_in", "seed"])]
     pub(crate) analyze: Vec<PathBuf>,
     /// The report as one JSON object on stdout
     #[arg(long)]
@@ -226,6 +233,8 @@ pub(crate) enum DesignArg {
     PerConnection,
     /// Blocks of time: everyone on A, everyone on B, each its own draw: B for everyone
     Switchback,
+    /// A switchback whose order of blocks each host draws for itself: B for all of a host
+    HostSwitchback,
     /// Every connection of a client address on its client's hashed arm: B for whole clients
     Client,
 }
@@ -465,10 +474,17 @@ impl ExperimentArgs {
         };
         let name = match self.design {
             DesignArg::Switchback => "switchback",
+            DesignArg::HostSwitchback => "host-switchback",
             DesignArg::Client => "client",
             DesignArg::PerConnection => "per-connection",
         };
-        if self.design != DesignArg::Switchback {
+        if self.host_id.is_some() && self.design != DesignArg::HostSwitchback {
+            usage!(
+                "--host-id names a host of --design host-switchback, and --design {name} draws no host's blocks: drop \
+                 --host-id, or give --design host-switchback"
+            );
+        }
+        if !matches!(self.design, DesignArg::Switchback | DesignArg::HostSwitchback) {
             for (given, flag) in [(self.block.is_some(), "--block"), (self.burn_in.is_some(), "--burn-in")] {
                 if given {
                     usage!("{flag} is a switchback's, and --design {name} has no blocks: drop one of them");
@@ -485,7 +501,7 @@ impl ExperimentArgs {
                 return Ok(Design::PerConnection);
             }
             DesignArg::Client => return Ok(Design::Client { salt: seed()? }),
-            DesignArg::Switchback => {}
+            DesignArg::Switchback | DesignArg::HostSwitchback => {}
         }
         let block = self.block.unwrap_or(DEFAULT_BLOCK);
         if block < Duration::from_secs(1) {
@@ -500,11 +516,32 @@ impl ExperimentArgs {
                 if self.burn_in.is_none() { ": 3s is the default burn-in, give a shorter one" } else { "" }
             );
         }
+        let host = match self.design {
+            DesignArg::HostSwitchback => Some(Schedule::host_salt(&self.host_name()?)),
+            _ => None,
+        };
         Ok(Design::Switchback(Schedule {
             block_s: block.as_secs_f64(),
             burn_in_s: burn_in.as_secs_f64(),
             seed: seed()?,
+            host,
         }))
+    }
+
+    /// A host-level switchback's name for this host: `--host-id`, else the hostname. A fleet's
+    /// hosts must have different names (two of the same name run the same blocks).
+    fn host_name(&self) -> Result<String> {
+        let name = match &self.host_id {
+            Some(id) => id.clone(),
+            None => std::fs::read_to_string("/proc/sys/kernel/hostname")
+                .context("reading this host's name for --design host-switchback (give --host-id NAME)")?
+                .trim()
+                .to_string(),
+        };
+        if name.is_empty() || name.len() > 255 || name.chars().any(char::is_control) {
+            usage!("--host-id '{}': a name of 1 to 255 printable characters, e.g. web-3", name.escape_debug());
+        }
+        Ok(name)
     }
 }
 

@@ -564,11 +564,7 @@ pub fn analyze(obs: &[Observation], opts: &Options) -> Analysis {
                 left_out,
                 metrics,
                 members: g.members,
-                design: match opts.design {
-                    Design::PerConnection => None,
-                    Design::Switchback(_) => Some("switchback"),
-                    Design::Client { .. } => Some("client"),
-                },
+                design: answered_by(&opts.design),
                 switchback,
                 clients,
             }
@@ -752,6 +748,12 @@ pub(crate) fn of_sums(pools: &Pools, overridden: [usize; 2], opts: &Options) -> 
     }
 }
 
+/// The design a group's answer names (`None`: the per-connection A/B, whose reports have no
+/// design per group, as before there were others).
+fn answered_by(design: &Design) -> Option<&'static str> {
+    (*design != Design::PerConnection).then(|| super::record::design_key(design))
+}
+
 /// One group of [`of_sums`] (`kind` and `label`: all flows, an RTT band, a prefix-list group) at
 /// level `alpha`, from `pool`'s sums of RTT band `band` (or all of them), its flows per arm
 /// `arms`: a per-connection answer from the strata's sums, a switchback's from its tallies.
@@ -795,7 +797,7 @@ fn sums_group(
         left_out,
         metrics: Vec::new(),
         members: Vec::new(),
-        design: switchback.as_ref().map(|_| "switchback"),
+        design: answered_by(&opts.design),
         switchback,
         clients: None,
     }
@@ -999,6 +1001,20 @@ fn retrans_metric(obs: &[Observation], members: &[usize], opts: &Options) -> Met
 }
 #[cfg(test)]
 pub(crate) mod tests {
+    /// `g` answers as `w`: the same group, verdict, flows per arm and level, the estimate and
+    /// interval ends to 1e-9 (a fleet's sums against the analysis of the flows themselves).
+    pub(crate) fn assert_same_answer(g: &super::GroupResult, w: &super::GroupResult) {
+        assert_eq!((&g.label, g.verdict, g.arms, g.answer.level), (&w.label, w.verdict, w.arms, w.answer.level));
+        for (x, y) in [
+            (g.answer.effect_pct, w.answer.effect_pct),
+            (g.answer.low_pct, w.answer.low_pct),
+            (g.answer.high_pct, w.answer.high_pct),
+        ] {
+            let (x, y) = (x.unwrap(), y.unwrap());
+            assert!((x - y).abs() <= 1e-9 * y.abs().max(1.0), "{}: {x} vs {y}", g.label);
+        }
+    }
+
     use std::net::{IpAddr, Ipv4Addr};
 
     use super::*;
@@ -1064,6 +1080,7 @@ pub(crate) mod tests {
                         cgroup: Some("/system.slice/nginx.service".into()),
                         censored: false,
                         status_quo: None,
+                        host: None,
                     });
                 }
             }
@@ -1356,16 +1373,7 @@ pub(crate) mod tests {
                 want.groups.iter().filter(|g| matches!(g.kind, GroupKind::All | GroupKind::Rtt)).collect();
             assert_eq!(got.groups.len(), judged.len());
             for (g, w) in got.groups.iter().zip(judged) {
-                assert_eq!((&g.label, g.verdict, g.arms), (&w.label, w.verdict, w.arms));
-                for (x, y) in [
-                    (g.answer.effect_pct, w.answer.effect_pct),
-                    (g.answer.low_pct, w.answer.low_pct),
-                    (g.answer.high_pct, w.answer.high_pct),
-                ] {
-                    let (x, y) = (x.unwrap(), y.unwrap());
-                    assert!((x - y).abs() <= 1e-9 * y.abs().max(1.0), "{}: {x} vs {y}", g.label);
-                }
-                assert_eq!(g.answer.level, w.answer.level);
+                assert_same_answer(g, w);
             }
             let far_band = got.groups.iter().find(|g| g.label == "RTT ≥150 ms").unwrap();
             let better = if far > 1.0 { Some(0) } else { None };

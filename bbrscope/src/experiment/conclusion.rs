@@ -125,6 +125,11 @@ fn flows_counted(g: &GroupResult) -> String {
 fn whose(a: &Analysis, g: &GroupResult) -> String {
     let names = [&a.arms[0].cc, &a.arms[1].cc];
     match (&g.switchback, &g.clients) {
+        (Some(_), _) if host_level(a) => format!(
+            "{} for all of each host against {} for all of it: completion time",
+            shout(names[1]),
+            shout(names[0])
+        ),
         (Some(_), _) => {
             format!("{} for everyone against {} for everyone: completion time", shout(names[1]), shout(names[0]))
         }
@@ -256,12 +261,19 @@ pub(crate) fn interference(a: &Analysis, g: &GroupResult) -> Option<String> {
         ),
         _ => format!("not measured yet ({} of the {MIN_ROUNDS} rounds needed)", i.rounds),
     };
+    let switched = if host_level(a) { "all of each host switched" } else { "everyone switched" };
     Some(format!(
-        "interference for {}: {shown}: a per-connection A/B here says {}, everyone switched {}",
+        "interference for {}: {shown}: a per-connection A/B here says {}, {switched} {}",
         g.label,
         said(&sb.per_connection),
         said(&g.answer)
     ))
+}
+
+/// Whether the analysis is of a host-level switchback: each host its own order of the rounds,
+/// so its answer is all of a host switched, not everyone at once.
+fn host_level(a: &Analysis) -> bool {
+    a.design.schedule().is_some_and(|s| s.host.is_some())
 }
 
 #[cfg(test)]

@@ -340,23 +340,26 @@ fn sums_by<'n>(
 }
 
 /// The design the hosts' info series declare: a per-connection A/B, or a switchback with its
-/// schedule (every host runs the same blocks: the seed and lengths are in the info's labels).
+/// schedule (every host runs the same blocks: the seed and lengths are in the info's labels; a
+/// host-level switchback's hosts each their own order of the same rounds, the fleet's design
+/// [`Design::of_fleet`]: the fleet adds rounds, it never places a flow in a host's blocks).
 fn design_of(label: &dyn Fn(&str) -> String) -> Result<Design> {
+    let name = label("design");
     let schedule = || -> Option<Schedule> {
         Some(Schedule {
             block_s: label("block_s").parse().ok()?,
             burn_in_s: label("burn_in_s").parse().ok()?,
             seed: label("seed").parse().ok()?,
+            host: (name == record::HOST_SWITCHBACK).then_some(0),
         })
     };
-    let name = label("design");
     if name == record::CLIENT {
         usage!(
             "this experiment is a client design: the fleet analysis answers per-connection and switchback designs \
              (a client design's variance needs its clients, which are not in the sums)"
         );
     }
-    let sb = (name == record::SWITCHBACK).then(schedule).flatten();
+    let sb = [record::SWITCHBACK, record::HOST_SWITCHBACK].contains(&name.as_str()).then(schedule).flatten();
     match record::design(Some(&name), sb, None) {
         Some(d) => Ok(d),
         None => bail!("the hosts' info series name a design that cannot be read: {name:?}"),

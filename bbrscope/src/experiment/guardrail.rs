@@ -94,7 +94,7 @@ impl StopRule {
             return None;
         }
         if let Some(s) = &self.switchback
-            && o.start_ts().is_none_or(|t| s.kind(s.block_of(t)) != Kind::Mixed)
+            && o.start_ts().is_none_or(|t| s.of(o).kind(s.block_of(t)) != Kind::Mixed)
         {
             return None;
         }

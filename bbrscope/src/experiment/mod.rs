@@ -96,6 +96,10 @@ pub struct Observation {
     /// its algorithm then): the guardrail watches only the arms that moved it. `None` where the
     /// kernel did not say (recordings made before it did): the run's status quo stands in.
     pub status_quo: Option<[bool; 2]>,
+    /// The host salt of the schedule that gave the flow its arm, where recordings of a
+    /// host-level switchback pool (each host ran its own blocks, [`schedule::Schedule::host`]);
+    /// `None` elsewhere: the run's own schedule placed it.
+    pub host: Option<u64>,
 }
 
 /// A record read as a `flow_summary`; `None` for another type or one that does not parse.
@@ -183,6 +187,7 @@ impl Observation {
             cgroup: None,
             censored,
             status_quo: owner.status_quo,
+            host: None,
         })
     }
 
@@ -227,6 +232,7 @@ impl Observation {
             cgroup: owner.cgroup.as_deref().map(str::to_string),
             censored: false,
             status_quo: owner.status_quo.as_deref().and_then(crate::observe::schema::status_quo_of),
+            host: None,
         })
     }
 

@@ -236,7 +236,7 @@ mod tests {
     /// left in it and the round counted from the start.
     #[test]
     fn a_switchback_names_its_block() {
-        let schedule = Schedule { block_s: 15.0, burn_in_s: 3.0, seed: 9 };
+        let schedule = Schedule { block_s: 15.0, burn_in_s: 3.0, seed: 9, host: None };
         let spec = ExperimentSpec {
             arms: ["cubic", "reno"].map(|a| Arm::parse(a).unwrap()),
             split_pct: 30,

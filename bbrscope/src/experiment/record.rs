@@ -99,12 +99,14 @@ fn metric(name: Option<&str>) -> Result<Option<PrimaryMetric>, ()> {
 
 const PER_CONNECTION: &str = "per_connection";
 pub(super) const SWITCHBACK: &str = "switchback";
+pub(super) const HOST_SWITCHBACK: &str = "host_switchback";
 pub(super) const CLIENT: &str = "client";
 
 /// A design's name in a header (and in an experiment's series).
 pub(super) fn design_key(design: &Design) -> &'static str {
     match design {
         Design::PerConnection => PER_CONNECTION,
+        Design::Switchback(s) if s.host.is_some() => HOST_SWITCHBACK,
         Design::Switchback(_) => SWITCHBACK,
         Design::Client { .. } => CLIENT,
     }
@@ -112,13 +114,18 @@ pub(super) fn design_key(design: &Design) -> &'static str {
 
 /// The design a header names; `None` when it makes no sense (a switchback without its
 /// schedule, or with one `--design switchback` would have refused; a client design without its
-/// salt; a salt or a schedule where the design has none).
+/// salt; a salt or a schedule where the design has none; a host-level switchback without its
+/// host's salt, or a synchronized one with one).
 pub(super) fn design(name: Option<&str>, schedule: Option<Schedule>, salt: Option<u64>) -> Option<Design> {
     match (name, schedule, salt) {
         (None | Some(PER_CONNECTION), None, None) => Some(Design::PerConnection),
         (Some(CLIENT), None, Some(salt)) => Some(Design::Client { salt }),
-        (Some(SWITCHBACK), Some(s), None)
-            if s.block_s.is_finite() && s.block_s >= 1.0 && s.burn_in_s >= 0.0 && s.burn_in_s * 2.0 < s.block_s =>
+        (Some(name @ (SWITCHBACK | HOST_SWITCHBACK)), Some(s), None)
+            if s.block_s.is_finite()
+                && s.block_s >= 1.0
+                && s.burn_in_s >= 0.0
+                && s.burn_in_s * 2.0 < s.block_s
+                && (name == HOST_SWITCHBACK) == s.host.is_some() =>
         {
             Some(Design::Switchback(s))
         }
@@ -202,6 +209,7 @@ impl InFlight {
             cgroup: self.cgroup,
             censored: true,
             status_quo: self.status_quo.as_deref().and_then(schema::status_quo_of),
+            host: None,
         })
     }
 }
@@ -388,13 +396,18 @@ pub fn read(input: impl BufRead, is_file: bool) -> Result<Capture> {
 
 /// Recordings of one experiment (on several hosts, or scopes of one) as one capture, each with
 /// the name it is known by: the first's setup, every one's flows. They pool only when they ran
-/// one experiment (arms, split, design, metric; exit 2 naming what differs). The pool's end is
-/// each one's stop, named; the guardrail's replay judges the pooled flows.
+/// one experiment (arms, split, design, metric; exit 2 naming what differs; a host-level
+/// switchback's hosts each ran their own blocks of it, and each flow keeps its host's salt to
+/// be placed in them). The pool's end is each one's stop, named; the guardrail's replay judges
+/// the pooled flows.
 pub(crate) fn pool(captures: Vec<(String, Capture)>) -> Result<Capture> {
     let many = captures.len() > 1;
     let mut stops = Vec::new();
     let mut pool: Option<(String, Capture)> = None;
-    for (name, capture) in captures {
+    for (name, mut capture) in captures {
+        if let Design::Switchback(Schedule { host: Some(salt), .. }) = capture.setup.design {
+            capture.obs.iter_mut().for_each(|o| o.host = Some(salt));
+        }
         if let Some(stop) = &capture.stopped_by {
             stops.push(format!("{name}: {stop}"));
         }
@@ -406,7 +419,7 @@ pub(crate) fn pool(captures: Vec<(String, Capture)>) -> Result<Capture> {
         let differs = [
             ("arms", a.arms != b.arms),
             ("split", a.split_pct != b.split_pct),
-            ("design", a.design != b.design),
+            ("design", a.design.of_fleet() != b.design.of_fleet()),
             ("metric", a.metric != b.metric),
         ];
         if let Some((what, _)) = differs.iter().find(|(_, d)| *d) {
@@ -466,6 +479,27 @@ mod tests {
         assert!(err.contains("b: its split differs from a's"), "{err}");
     }
 
+    /// Recordings of a host-level switchback on several hosts pool: each flow keeps its host's
+    /// salt, to be placed in its own host's blocks. One of the synchronized schedule (the same
+    /// seed) is another experiment, refused naming the design.
+    #[test]
+    fn a_host_level_switchbacks_recordings_pool_each_flow_with_its_hosts_blocks() {
+        let fleet = Schedule { block_s: 15.0, burn_in_s: 3.0, seed: 4, host: None };
+        let capture = |host: Option<&str>| {
+            let schedule = Schedule { host: host.map(Schedule::host_salt), ..fleet };
+            let setup = Setup { design: Design::Switchback(schedule), ..Setup::default() };
+            let summary: serde_json::Value = serde_json::from_str(SUMMARY).unwrap();
+            let obs = vec![Observation::from_summary(&summary).unwrap(); 2];
+            Capture { obs, setup, ..Capture::default() }
+        };
+        let pooled = pool(vec![("a".into(), capture(Some("edge-1"))), ("b".into(), capture(Some("edge-2")))]).unwrap();
+        let salts: Vec<Option<u64>> = pooled.obs.iter().map(|o| o.host).collect();
+        let [one, two] = ["edge-1", "edge-2"].map(|h| Some(Schedule::host_salt(h)));
+        assert_eq!(salts, [one, one, two, two]);
+        let err = pool(vec![("a".into(), capture(Some("edge-1"))), ("b".into(), capture(None))]).err().unwrap();
+        assert!(err.to_string().contains("b: its design differs from a's"), "{err}");
+    }
+
     #[test]
     fn reads_header_flows_and_end_forgivingly() {
         let mut text = String::new();
@@ -515,10 +549,14 @@ mod tests {
             end(&mut f, &path, &[], None, None).unwrap();
             read(std::io::BufReader::new(File::open(&path).unwrap()), true).unwrap()
         };
-        let schedule = Schedule { block_s: 2.5, burn_in_s: 0.1 + 0.2, seed: u64::MAX - 6 };
+        let schedule = Schedule { block_s: 2.5, burn_in_s: 0.1 + 0.2, seed: u64::MAX - 6, host: None };
         let c = round_trip("sb.ndjson", Design::Switchback(schedule));
         assert_eq!(c.setup.design, Design::Switchback(schedule));
         assert_eq!(c.skipped.lines, 0);
+        // A host-level switchback's host salt too: its blocks are this host's own.
+        let host = Schedule { host: Some(Schedule::host_salt("edge-7")), ..schedule };
+        let c = round_trip("hs.ndjson", Design::Switchback(host));
+        assert_eq!(c.setup.design, Design::Switchback(host));
         let c = round_trip("pc.ndjson", Design::PerConnection);
         assert_eq!(c.setup.design, Design::PerConnection);
         // A client design's salt to the bit: the clients' arms are found again from it.
@@ -533,6 +571,8 @@ mod tests {
             r#","design":"switchback""#,
             r#","design":"switchback","schedule":{"block_s":2.0,"burn_in_s":1.0,"seed":1}"#,
             r#","design":"per_connection","schedule":{"block_s":2.0,"burn_in_s":0.5,"seed":1}"#,
+            r#","design":"host_switchback","schedule":{"block_s":2.0,"burn_in_s":0.5,"seed":1}"#,
+            r#","design":"switchback","schedule":{"block_s":2.0,"burn_in_s":0.5,"seed":1,"host":5}"#,
             r#","design":"everyone_at_once""#,
             r#","design":"client""#,
             r#","design":"client","schedule":{"block_s":2.0,"burn_in_s":0.5,"seed":1},"salt":3"#,
@@ -559,7 +599,7 @@ mod tests {
             let text = std::fs::read_to_string(&path).unwrap();
             (read(text.as_bytes(), true).unwrap(), text)
         };
-        let schedule = Schedule { block_s: 15.0, burn_in_s: 3.0, seed: 1 };
+        let schedule = Schedule { block_s: 15.0, burn_in_s: 3.0, seed: 1, host: None };
         for (design, asked, named) in [
             (Design::PerConnection, Some(PrimaryMetric::PerResponse), PrimaryMetric::PerResponse),
             (Design::PerConnection, None, PrimaryMetric::TimeWeighted),

@@ -5,7 +5,7 @@
 //!
 //! JSON shape (numbers are JSON numbers; `null` where there is no value):
 //! ```text
-//! { "design": {"name": "per_connection" | "switchback" | "client", "answers": "B beside A: ...",
+//! { "design": {"name": "per_connection" | "switchback" | "host_switchback" | "client", "answers": "B beside A: ...",
 //!              (switchback:) "block_s": 20.0, "burn_in_s": 4.0, "seed": 7, "rounds": 30,
 //!              (client:) "salt": 7},
 //!   "arms": [ {"label": "a", "arm": "cubic", "flows": 1204, "bytes": 123456789},
@@ -142,7 +142,7 @@ pub struct Report {
 /// The experiment's design: the per-connection A/B, or the switchback with its schedule.
 #[derive(Clone, Copy, Debug, PartialEq, Serialize)]
 pub(crate) struct Design {
-    /// `per_connection` or `switchback`.
+    /// `per_connection`, `switchback`, `host_switchback` or `client`.
     pub(crate) name: &'static str,
     /// The question its answers are to, in a sentence.
     pub(crate) answers: &'static str,
@@ -186,6 +186,18 @@ impl Design {
         salt: None,
     };
 
+    /// A switchback in which each host of a fleet draws its own order of the rounds
+    /// (docs/experiment-method.md, "Host-level switchback").
+    const HOST_SWITCHBACK: Design = Design {
+        name: "host_switchback",
+        answers: "B for all of a host against A for all of it: blocks of time where every new connection of the \
+                  host ran A, or every one B, each host in its own randomized order, compared round by round and \
+                  added across the hosts; what one host's uplink does if all of it switches while the rest of the \
+                  fleet is on a mix, not what the whole fleet does if it switches at once",
+        schedule: None,
+        salt: None,
+    };
+
     /// Every connection of a client address on its client's hashed arm
     /// (docs/experiment-method.md, "Client-clustered").
     const CLIENT: Design = Design {
@@ -214,7 +226,7 @@ impl Design {
                         .and_then(|g| g.switchback.as_ref())
                         .map_or(0, |sb| sb.rounds),
                 }),
-                ..Design::SWITCHBACK
+                ..if s.host.is_some() { Design::HOST_SWITCHBACK } else { Design::SWITCHBACK }
             },
         }
     }
@@ -325,12 +337,18 @@ fn method(a: &Analysis) -> String {
             "B's effect on completion time as the client feels it (handshake included), the mean over strata (RTT \
              band x response size), weighted {weighted}, of the log ratio of the arms' geometric means"
         ),
-        SetupDesign::Switchback(_) => format!(
-            "everyone on B against everyone on A (switchback): each flow's log completion time as the client feels \
+        SetupDesign::Switchback(s) => format!(
+            "{}: each flow's log completion time as the client feels \
              it (handshake included, attributed to the block it started in, burn-in left out) less its stratum's \
              (RTT band x response size) pooled mean; per round the B block's mean minus the A block's, {} within \
              its block; rounds weighted n_A*n_B/(n_A+n_B), their cluster-robust \
              variance times R/(R-1) widened to Student's t with R-1 degrees of freedom, from {} rounds on",
+            if s.host.is_some() {
+                "all of a host on B against all of it on A (host switchback: each host its own order of the rounds, \
+                 a round's blocks added across the hosts)"
+            } else {
+                "everyone on B against everyone on A (switchback)"
+            },
             match a.metric {
                 PrimaryMetric::TimeWeighted => "each flow weighted by its stratum's mean time (time-weighted)",
                 PrimaryMetric::PerResponse | PrimaryMetric::P50 | PrimaryMetric::P95 | PrimaryMetric::P99 => {

@@ -51,6 +51,15 @@ pub enum Design {
 }
 
 impl Design {
+    /// The design every host of a fleet runs: a host-level switchback's without this host's
+    /// salt (each host draws its own blocks of the same schedule), the others as they are.
+    pub(crate) fn of_fleet(self) -> Design {
+        match self {
+            Design::Switchback(s) => Design::Switchback(super::schedule::Schedule { host: s.host.map(|_| 0), ..s }),
+            d => d,
+        }
+    }
+
     /// A switchback's schedule, `None` in the other designs.
     pub(crate) fn schedule(&self) -> Option<super::schedule::Schedule> {
         match *self {

@@ -721,27 +721,95 @@ mod tests {
         lists: &[PrefixList],
         guard: Option<&StopRule>,
     ) -> Vec<String> {
-        (0..3)
-            .map(|h| {
-                let mut registry = Registry::default();
-                let about = About {
-                    id: "g",
-                    names: ["cubic".into(), "bbr".into()],
-                    split_pct: 50,
-                    design,
-                    metric: PrimaryMetric::PerResponse,
-                    rule: &Rule::default(),
-                    rtt_bands_ms: &RTT_BANDS_MS,
-                    lists: lists.to_vec(),
-                    guard: guard.cloned(),
-                };
-                let sums = Sums::new(&mut registry, &about);
-                for o in obs.iter().skip(h).step_by(3) {
-                    sums.add(o);
-                }
-                crate::scrape::render(&registry)
-            })
-            .collect()
+        (0..3).map(|h| exposition(obs.iter().skip(h).step_by(3), design, lists, guard)).collect()
+    }
+
+    /// What a host serves of experiment `g` (arms cubic, bbr) that ran `design` and saw `obs`.
+    fn exposition<'a>(
+        obs: impl Iterator<Item = &'a Observation>,
+        design: &Design,
+        lists: &[PrefixList],
+        guard: Option<&StopRule>,
+    ) -> String {
+        let mut registry = Registry::default();
+        let about = About {
+            id: "g",
+            names: ["cubic".into(), "bbr".into()],
+            split_pct: 50,
+            design,
+            metric: PrimaryMetric::PerResponse,
+            rule: &Rule::default(),
+            rtt_bands_ms: &RTT_BANDS_MS,
+            lists: lists.to_vec(),
+            guard: guard.cloned(),
+        };
+        let sums = Sums::new(&mut registry, &about);
+        obs.for_each(|o| sums.add(o));
+        crate::scrape::render(&registry)
+    }
+
+    /// The fleet's look at experiment `g` served by `hosts` (their expositions), with
+    /// `--by-host` `by`: the default rule and guardrail margin.
+    fn fleet_look(hosts: Vec<String>, by: Option<&str>) -> fleet::Look {
+        let source = fleet::Source {
+            url: "http://fleet".into(),
+            id: "g".into(),
+            hosts: None,
+            lookback: std::time::Duration::from_secs(3600),
+            by: by.map(str::to_string),
+        };
+        let same = |n: &str| n.to_string();
+        fleet::judge(&prometheus_of(hosts), &same, &same, &source, (Rule::default(), None, 20.0)).unwrap()
+    }
+
+    /// A host-level switchback on three hosts, each its own uplink and its own order of the
+    /// rounds: the fleet's answer from the sums each host serves is the analysis of the three
+    /// hosts' flows pooled (each placed in its own host's blocks, as pooled recordings are),
+    /// every group's verdict, flows, estimate and interval ends to 1e-9, and it names the design.
+    /// The three orders differ, and a pool that placed every flow in one schedule would not give
+    /// that answer.
+    #[test]
+    fn a_host_level_switchbacks_fleet_answer_is_its_hosts_flows_pooled() {
+        use crate::experiment::{
+            analysis::{Options, analyze, tests::assert_same_answer},
+            schedule::Schedule,
+            switchback::tests::{Assign, Bottleneck, schedule, shared},
+        };
+        let link = Bottleneck { b: 0.8, beside_a: 0.3, beside_b: 0.0 };
+        let fleet = schedule(17);
+        let (mut pooled, mut served) = (Vec::new(), Vec::new());
+        for h in 0..3 {
+            let s = Schedule { host: Some(Schedule::host_salt(&format!("edge-{h}"))), ..fleet };
+            let obs = shared(90 + h, 12, 3.0, link, Assign::Switchback(s));
+            served.push(exposition(obs.iter(), &Design::Switchback(s), &[], None));
+            pooled.extend(obs.into_iter().map(|o| Observation { host: s.host, ..o }));
+        }
+        let info = served[0].lines().find(|l| l.starts_with("bbrscope_experiment_info{")).unwrap().to_string();
+        assert!(info.contains("design=\"host_switchback\"") && info.contains("seed=\"17\""), "{info}");
+        let look = fleet_look(served, None);
+        let design = Design::Switchback(Schedule { host: Some(0), ..fleet });
+        assert_eq!(look.analysis.design, design);
+        let opts = Options {
+            arms: Some(["cubic".into(), "bbr".into()]),
+            secondary: false,
+            design,
+            metric: Some(PrimaryMetric::PerResponse),
+            ..Options::default()
+        };
+        let want = analyze(&pooled, &opts);
+        let got = &look.analysis.groups;
+        assert!(got.len() >= 2, "{got:#?}");
+        for g in got {
+            let w = want.groups.iter().find(|w| w.label == g.label).unwrap();
+            assert_same_answer(g, w);
+            assert_eq!((g.design, w.design), (Some("host_switchback"), Some("host_switchback")), "{}", g.label);
+            let (sg, sw) = (g.switchback.as_ref().unwrap(), w.switchback.as_ref().unwrap());
+            assert_eq!((sg.rounds, sg.left_out), (sw.rounds, sw.left_out), "{}", g.label);
+        }
+        // Placed in one schedule (the fleet's seed alone), the same flows answer otherwise.
+        let unsalted: Vec<Observation> = pooled.iter().map(|o| Observation { host: None, ..o.clone() }).collect();
+        let wrong = analyze(&unsalted, &Options { design: Design::Switchback(fleet), ..opts });
+        assert_ne!(wrong.groups[0].switchback.as_ref().unwrap().left_out, got[0].switchback.as_ref().unwrap().left_out);
     }
 
     /// What a Prometheus scraping `hosts` (their expositions) answers to `OP by (LABELS) (NAME)`
@@ -867,8 +935,7 @@ mod tests {
     #[test]
     fn a_fleets_prefix_list_groups_are_answered_as_the_analysis_of_all_their_flows() {
         use crate::experiment::{
-            analysis::{Options, analyze},
-            fleet::{Source, judge},
+            analysis::{Options, analyze, tests::assert_same_answer},
             groups::GroupKind,
             switchback::tests::{Assign, Bottleneck, schedule, shared},
         };
@@ -880,16 +947,7 @@ mod tests {
         let cases =
             [(ab, Design::PerConnection), (shared(41, 12, 4.0, link, Assign::Switchback(s)), Design::Switchback(s))];
         for (obs, design) in cases {
-            let hosts = expositions(&obs, &design, &lists, None);
-            let source = Source {
-                url: "http://fleet".into(),
-                id: "g".into(),
-                hosts: None,
-                lookback: std::time::Duration::from_secs(3600),
-                by: None,
-            };
-            let same = |n: &str| n.to_string();
-            let look = judge(&prometheus_of(hosts), &same, &same, &source, (Rule::default(), None, 20.0)).unwrap();
+            let look = fleet_look(expositions(&obs, &design, &lists, None), None);
             let opts = Options {
                 arms: Some(names.clone()),
                 secondary: false,
@@ -908,16 +966,7 @@ mod tests {
             assert_eq!(got.iter().filter(|g| g.kind == GroupKind::List).count(), 2, "{design:?}: {got:#?}");
             assert_eq!(got.len(), judged.len(), "{design:?}");
             for (g, w) in got.iter().zip(judged) {
-                assert_eq!((&g.label, g.verdict, g.arms), (&w.label, w.verdict, w.arms), "{design:?}");
-                assert_eq!(g.answer.level, w.answer.level, "{}", g.label);
-                for (x, y) in [
-                    (g.answer.effect_pct, w.answer.effect_pct),
-                    (g.answer.low_pct, w.answer.low_pct),
-                    (g.answer.high_pct, w.answer.high_pct),
-                ] {
-                    let (x, y) = (x.unwrap(), y.unwrap());
-                    assert!((x - y).abs() <= 1e-9 * y.abs().max(1.0), "{design:?} {}: {x} vs {y}", g.label);
-                }
+                assert_same_answer(g, w);
             }
         }
     }
@@ -943,7 +992,6 @@ mod tests {
     fn a_fleets_host_groups_are_each_answered_from_their_hosts_sums() {
         use crate::experiment::{
             analysis::{Options, analyze},
-            fleet::{Source, judge},
             groups::GroupKind,
         };
         let hosts: Vec<(Vec<Observation>, &str)> = (0..4u8)
@@ -965,15 +1013,7 @@ mod tests {
                 with_target_label(&text, "dc", dc)
             })
             .collect();
-        let source = Source {
-            url: "http://fleet".into(),
-            id: "g".into(),
-            hosts: None,
-            lookback: std::time::Duration::from_secs(3600),
-            by: Some("dc".into()),
-        };
-        let same = |n: &str| n.to_string();
-        let look = judge(&prometheus_of(served), &same, &same, &source, (Rule::default(), None, 20.0)).unwrap();
+        let look = fleet_look(served, Some("dc"));
         let opts = Options {
             arms: Some(["cubic".into(), "bbr".into()]),
             secondary: false,

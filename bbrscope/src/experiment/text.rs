@@ -102,7 +102,7 @@ impl Report {
             "  split: {:.1}% of {} in B, {:.1}% requested (chi-square p = {}): {}",
             sr.observed_b * 100.0,
             match self.design.name {
-                "switchback" => "mixed-block flows",
+                "switchback" | "host_switchback" => "mixed-block flows",
                 "client" => "clients",
                 _ => "flows",
             },
@@ -174,10 +174,16 @@ impl Report {
             );
             return;
         };
+        let answers = match self.design.name {
+            "host_switchback" => {
+                "B for all of\n    each host against A for all of it (each host its own order of the rounds)"
+            }
+            _ => "B for everyone\n    against A for everyone",
+        };
         let _ = writeln!(
             s,
-            "  design: switchback, blocks of {} s (burn-in {} s, seed {}), {} rounds: answers B for everyone\n    \
-             against A for everyone",
+            "  design: {}, blocks of {} s (burn-in {} s, seed {}), {} rounds: answers {answers}",
+            self.design.name.replace('_', " "),
             fmt_num(sch.block_s),
             fmt_num(sch.burn_in_s),
             sch.seed,
