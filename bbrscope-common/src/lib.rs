@@ -224,6 +224,18 @@ pub const fn splitmix64(x: u64) -> u64 {
     z ^ (z >> 31)
 }
 
+/// FNV-1a (64-bit) of `bytes`: a stable digest of a name or a list that is the same on every
+/// machine and in every version (userspace only: a host's salt, a prefix list's fingerprint).
+pub const fn fnv1a64(bytes: &[u8]) -> u64 {
+    let mut h = 0xcbf2_9ce4_8422_2325_u64;
+    let mut i = 0;
+    while i < bytes.len() {
+        h = (h ^ bytes[i] as u64).wrapping_mul(0x100_0000_01b3);
+        i += 1;
+    }
+    h
+}
+
 /// A client address's hash under `salt`: the address as IPv6 (IPv4 as IPv4-mapped, as the
 /// kernel programs compare addresses), its two halves folded in turn through [`splitmix64`].
 /// Computed by the sock_ops program to give a client its arm and by the analysis to check it

@@ -2540,7 +2540,10 @@ fn three_instances_on_prometheus_answer_as_their_recordings_pooled() {
     let _ = report_of(child);
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(2), "{err}");
-    assert!(err.contains("disagree on its design, arms or schedule") && err.contains("\"split_pct\": \"30\""), "{err}");
+    assert!(
+        err.contains("disagree on its design, arms, schedule or prefix lists") && err.contains("\"split_pct\": \"30\""),
+        "{err}"
+    );
     assert!(out.stdout.is_empty(), "{}", String::from_utf8_lossy(&out.stdout));
     // A recording of another experiment (another split) does not pool with them.
     let other = dir.path().join("other.ndjson");

@@ -140,7 +140,7 @@ pub(super) fn judge(
     (rule, metric, guardrail_pct): (Rule, Option<PrimaryMetric>, f64),
 ) -> Result<Look> {
     let info = query(&format!(
-        "count by (design, arm_a, arm_b, split_pct, metric, seed, block_s, burn_in_s) ({})",
+        "count by (design, arm_a, arm_b, split_pct, metric, seed, block_s, burn_in_s, prefix_lists) ({})",
         last("bbrscope_experiment_info")
     ))?;
     let [(labels, hosts)] = &info[..] else {
@@ -155,8 +155,9 @@ pub(super) fn judge(
         }
         let seen: Vec<String> = info.iter().map(|(l, _)| format!("{l:?}")).collect();
         usage!(
-            "the hosts of experiment {} disagree on its design, arms or schedule: {}; start every host with the same \
-             --arms, --split, --design and --seed (fleet-experiment.yml does), or give each run its own --id",
+            "the hosts of experiment {} disagree on its design, arms, schedule or prefix lists: {}; start every host \
+             with the same --arms, --split, --design, --seed and --prefix-list (fleet-experiment.yml does), or give \
+             each run its own --id",
             source.id,
             seen.join("; ")
         );

@@ -76,6 +76,20 @@ pub struct PrefixList {
 /// and becomes a verdict and possibly a command, one route per prefix: a list past these is not
 /// something to decide per group.
 pub(crate) const PREFIX_LIST_MAX_BYTES: u64 = 4 << 20;
+
+/// A fingerprint of `lists` (their labels and prefixes, in order) for the experiment's info
+/// series: hosts whose groups differ would pool clients of different groups under one label, so
+/// a fleet refuses to pool them. 16 hex digits; empty without lists.
+pub(crate) fn fingerprint(lists: &[PrefixList]) -> String {
+    if lists.is_empty() {
+        return String::new();
+    }
+    let text: String = lists
+        .iter()
+        .map(|l| format!("{} {}\n", l.label, l.nets.iter().map(ToString::to_string).collect::<Vec<_>>().join(" ")))
+        .collect();
+    format!("{:016x}", bbrscope_common::fnv1a64(text.as_bytes()))
+}
 pub(crate) const PREFIX_LIST_MAX_GROUPS: usize = 100;
 /// The kernel holds every one of them when the guardrail sends their groups back.
 pub(crate) const PREFIX_LIST_MAX_PREFIXES: usize = bbrscope_common::hold::MAX_PREFIXES as usize;

@@ -249,11 +249,27 @@ pub(crate) struct Watch {
     /// Groups sent back before: left out of "all flows", which then speaks for the clients
     /// still in the experiment.
     held: Held,
+    /// Whether the groups it trips on go back (a host's: its kernel holds them), or are only
+    /// named (a fleet's, from its hosts' sums: nothing reaches the hosts' kernels from there).
+    holds: bool,
 }
 
 impl Watch {
     pub(crate) fn new(names: [String; 2], rule: StopRule, held: Held) -> Self {
-        Watch { names, rule, cells: [BTreeMap::new(), BTreeMap::new()], flows: [0, 0], per_connection: true, held }
+        Watch {
+            names,
+            rule,
+            cells: [BTreeMap::new(), BTreeMap::new()],
+            flows: [0, 0],
+            per_connection: true,
+            held,
+            holds: true,
+        }
+    }
+
+    /// `host`'s words where the groups it trips on go back, `fleet`'s where they are only named.
+    fn back<'a>(&self, host: &'a str, fleet: &'a str) -> &'a str {
+        if self.holds { host } else { fleet }
     }
 
     /// A finished flow, where [`StopRule::admit`] counts it.
@@ -278,6 +294,7 @@ impl Watch {
         }
         w.flows = sums.flows;
         w.per_connection = sums.per_connection;
+        w.holds = false;
         w
     }
 
@@ -395,7 +412,9 @@ impl Watch {
             let strata = self.of(unit, out);
             let label = self.label(unit);
             judged += usize::from(strata.iter().any(|s| s.estimate().is_some()));
-            if let Some((arm, worse, reason)) = self.trips([&strata[0], &strata[1]], &label, alpha, "sends back") {
+            if let Some((arm, worse, reason)) =
+                self.trips([&strata[0], &strata[1]], &label, alpha, self.back("sends back", "would send back"))
+            {
                 switched_back.push(SwitchedBack::of(unit, label, arm, worse, reason));
                 out = out.with(unit);
             }
@@ -419,8 +438,11 @@ impl Watch {
         let everyone_out = !has_flows(&self.rest(out));
         let rest = self.rest(if everyone_out { Held::default() } else { out });
         let rest = [&rest[0], &rest[1]];
-        let label =
-            if out == Held::default() || everyone_out { "all flows" } else { "all flows of the groups not sent back" };
+        let label = if out == Held::default() || everyone_out {
+            "all flows"
+        } else {
+            self.back("all flows of the groups not sent back", "all flows of the groups it would not send back")
+        };
         *judged += usize::from(rest.iter().any(|s| s.estimate().is_some()));
         if let Some((arm, worse, reason)) = self.trips(rest, label, alpha, "stops") {
             // The harm to all flows is one group's (or a few): those go back, the rest goes on.
@@ -434,8 +456,12 @@ impl Watch {
                     switched_back: std::mem::take(switched_back),
                 });
             };
-            let action = "sends back the client groups that carry the harm to all flows (and stops the run only \
-                          when the others still show it) of";
+            let action = self.back(
+                "sends back the client groups that carry the harm to all flows (and stops the run only when the \
+                 others still show it) of",
+                "would send back the client groups that carry the harm to all flows (and stop the run only when the \
+                 others still show it) of",
+            );
             let (_, _, all) = self.trips(rest, label, alpha, action).unwrap_or((arm, worse, reason));
             switched_back.extend(carriers.into_iter().map(|(unit, group, worse_pct)| {
                 let reason = format!(
@@ -457,7 +483,11 @@ impl Watch {
             let arms: Vec<usize> = switched_back.iter().map(|g| g.worse_arm).collect();
             return Some(GuardDecision {
                 stop: true,
-                reason: format!("every client group with flows went back to its status quo ({})", groups.join(", ")),
+                reason: format!(
+                    "every client group with flows {} its status quo ({})",
+                    self.back("went back to", "would go back to"),
+                    groups.join(", ")
+                ),
                 group: Some("all flows".into()),
                 worse_arm: arms.first().copied().filter(|a| arms.iter().all(|x| x == a)),
                 worse_pct: None,
@@ -490,9 +520,10 @@ impl Watch {
         } else {
             let groups: Vec<&str> = switched_back.iter().map(|g| g.group.as_str()).collect();
             format!(
-                "{} sent back to the status quo, the rest within the guardrail ({arms}; {judged} client groups \
-                 checked, {a} / {b} flows)",
-                groups.join(", ")
+                "{} {} the status quo, the rest within the guardrail ({arms}; {judged} client groups checked, {a} / \
+                 {b} flows)",
+                groups.join(", "),
+                self.back("sent back to", "would go back to")
             )
         }
     }

@@ -95,8 +95,7 @@ impl Schedule {
     /// a name gives the same salt on every machine and in every version, and an analysis of the
     /// host's recording needs nothing but its header.
     pub fn host_salt(id: &str) -> u64 {
-        let fnv = id.bytes().fold(0xcbf2_9ce4_8422_2325_u64, |h, b| (h ^ u64::from(b)).wrapping_mul(0x100_0000_01b3));
-        splitmix64(fnv)
+        splitmix64(bbrscope_common::fnv1a64(id.as_bytes()))
     }
 
     /// The schedule that placed `o`: its own host's when it came from a pooled recording of a

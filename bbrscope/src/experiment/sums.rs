@@ -51,6 +51,8 @@ struct InfoLabels {
     burn_in_s: String,
     delta: String,
     alpha: String,
+    /// The `--prefix-list` groups' fingerprint ([`super::groups::fingerprint`]; empty: none).
+    prefix_lists: String,
 }
 
 /// An arm.
@@ -257,7 +259,7 @@ impl Sums {
         registry.register(
             "bbrscope_experiment_info",
             "A running experiment: its id, design, arms, split, primary metric, seed (switchback) or salt (client), \
-             and its rule's delta and alpha",
+             its rule's delta and alpha, and its prefix lists' fingerprint",
             s.info(about),
         );
         s.register(registry);
@@ -284,6 +286,7 @@ impl Sums {
             burn_in_s,
             delta: about.rule.delta.to_string(),
             alpha: about.rule.alpha.to_string(),
+            prefix_lists: super::groups::fingerprint(&about.lists),
         })
         .set(1);
         info
@@ -751,6 +754,11 @@ mod tests {
     /// The fleet's look at experiment `g` served by `hosts` (their expositions), with
     /// `--by-host` `by`: the default rule and guardrail margin.
     fn fleet_look(hosts: Vec<String>, by: Option<&str>) -> fleet::Look {
+        try_fleet_look(hosts, by).unwrap()
+    }
+
+    /// [`fleet_look`], its error kept.
+    fn try_fleet_look(hosts: Vec<String>, by: Option<&str>) -> Result<fleet::Look> {
         let source = fleet::Source {
             url: "http://fleet".into(),
             id: "g".into(),
@@ -759,7 +767,25 @@ mod tests {
             by: by.map(str::to_string),
         };
         let same = |n: &str| n.to_string();
-        fleet::judge(&prometheus_of(hosts), &same, &same, &source, (Rule::default(), None, 20.0)).unwrap()
+        fleet::judge(&prometheus_of(hosts), &same, &same, &source, (Rule::default(), None, 20.0))
+    }
+
+    /// Hosts whose `--prefix-list` groups differ (one host's "mobile" another range) would pool
+    /// clients of different groups under one label: the fleet refuses them as bad input, naming
+    /// each one's fingerprint. The same lists pool.
+    #[test]
+    fn hosts_with_other_prefix_lists_are_not_pooled() {
+        let obs = synth(&[pop([203, 0, 113], 80.0, [1.0, 1.0], 100)], 3);
+        let mine = PrefixList::parse("mobile 203.0.113.0/24").unwrap();
+        let other = PrefixList::parse("mobile 198.51.100.0/24").unwrap();
+        let serve = |lists: &[PrefixList]| exposition(obs.iter(), &Design::PerConnection, lists, None);
+        let err = try_fleet_look(vec![serve(&mine), serve(&other)], None).err().unwrap();
+        let said = err.to_string();
+        assert!(err.downcast_ref::<crate::error::UsageError>().is_some(), "{said}");
+        let (a, b) = (super::super::groups::fingerprint(&mine), super::super::groups::fingerprint(&other));
+        assert!(a != b && said.contains(&a) && said.contains(&b), "{said}");
+        assert!(said.contains("disagree on its design, arms, schedule or prefix lists"), "{said}");
+        assert_eq!(try_fleet_look(vec![serve(&mine), serve(&mine)], None).unwrap().hosts.all, 2);
     }
 
     /// A host-level switchback on three hosts, each its own uplink and its own order of the
@@ -907,13 +933,30 @@ mod tests {
                     .unwrap();
             let all = guardrail(&obs, &rule, &names, Held::default());
             let close = |a: &[f64; 3], b: &[f64; 3]| a.iter().zip(b).all(|(x, y)| (x - y).abs() <= 1e-9);
+            // The fleet's words where a host's say a group went back: it only names them.
+            let as_a_fleet = |host: &str| {
+                host.replace("sends back the client groups", "would send back the client groups")
+                    .replace("(and stops the run only", "(and stop the run only")
+                    .replace("the guardrail sends back", "the guardrail would send back")
+                    .replace("groups not sent back", "groups it would not send back")
+                    .replace("sent back to the status quo", "would go back to the status quo")
+                    .replace("went back to its status quo", "would go back to its status quo")
+            };
+            let said = |d: &GuardDecision| {
+                std::iter::once(d.reason.clone())
+                    .chain(d.switched_back.iter().map(|b| b.reason.clone()))
+                    .collect::<Vec<_>>()
+            };
+            for words in said(&fleet) {
+                assert!(!["sent back", "sends back", "went back"].iter().any(|w| words.contains(w)), "{case}: {words}");
+            }
             let same = |a: &GuardDecision, b: &GuardDecision| {
-                (a.stop, &a.group, a.worse_arm, &a.reason) == (b.stop, &b.group, b.worse_arm, &b.reason)
+                (a.stop, &a.group, a.worse_arm, &a.reason) == (b.stop, &b.group, b.worse_arm, &as_a_fleet(&b.reason))
                     && a.worse_pct.zip(b.worse_pct).is_none_or(|(x, y)| close(&x, &y))
                     && a.switched_back.len() == b.switched_back.len()
                     && a.switched_back.iter().zip(&b.switched_back).all(|(x, y)| {
                         (x.band, x.list, &x.group, x.worse_arm, &x.reason)
-                            == (y.band, y.list, &y.group, y.worse_arm, &y.reason)
+                            == (y.band, y.list, &y.group, y.worse_arm, &as_a_fleet(&y.reason))
                             && close(&x.worse_pct, &y.worse_pct)
                     })
             };
