@@ -503,6 +503,15 @@ fn bad_input_is_refused_before_anything_is_attached() {
         (&["--analyze-prometheus", "http://127.0.0.1:1", "--id", "q", "--metric", "p50"], "a quantile is not one"),
         (&["--analyze-prometheus", "http://127.0.0.1:1", "--id", "q", "--by-host", "arm"], "--by-host 'arm': a label"),
         (&["--analyze-prometheus", "http://127.0.0.1:1", "--id", "q", "--by-host", "a-b"], "--by-host 'a-b': a label"),
+        (
+            &["--analyze-prometheus", "http://127.0.0.1:1", "--id", "q", "--prometheus-header", "Bearer secret"],
+            "--prometheus-header a line with no ':': not a header line",
+        ),
+        (
+            &["--analyze-prometheus", "http://127.0.0.1:1", "--id", "q", "--prometheus-header", "@/nonexistent/h"],
+            "--prometheus-header @/nonexistent/h: No such file",
+        ),
+        (&["--arms", "cubic,bbr", "--prometheus-header", "X-A: b"], "--analyze-prometheus"),
         (&["--analyze", SWITCHBACK_HEADER, "--metric", "p95"], "this recording's is a switchback"),
     ];
     std::fs::write(

@@ -141,6 +141,11 @@ pub struct ExperimentArgs {
     /// label of their series (a target label Prometheus adds, e.g. dc, or instance for each host)
     #[arg(long, value_name = "LABEL", requires = "analyze_prometheus")]
     pub(crate) by_host: Option<String>,
+    /// With --analyze-prometheus: a header line every query sends, 'NAME: VALUE' (e.g.
+    /// 'X-Scope-OrgID: edge' for a Mimir tenant), or @FILE for the lines of a file (a token kept
+    /// out of the process list: 'Authorization: Bearer ...'); repeatable
+    #[arg(long, value_name = "HEADER", requires = "analyze_prometheus")]
+    pub(crate) prometheus_header: Vec<String>,
     /// With --analyze-prometheus: a host whose experiment ended (stopped by its guardrail, its
     /// time up, ended) within TIME counts with its last sums; give each run its own --id
     #[arg(long, value_name = "TIME", value_parser = parse_span, default_value = "1h", requires = "analyze_prometheus")]
@@ -369,7 +374,40 @@ impl ExperimentArgs {
             hosts: self.hosts.clone(),
             lookback: self.lookback,
             by: self.by_host.clone(),
+            headers: self.prometheus_headers()?,
         })
+    }
+
+    /// `--prometheus-header`s as the lines each query sends: `NAME: VALUE` each, or the lines of
+    /// `@FILE` (blank lines skipped); a name of token characters, nothing that would end the line.
+    fn prometheus_headers(&self) -> Result<Vec<String>> {
+        let mut lines = Vec::new();
+        for given in &self.prometheus_header {
+            match given.strip_prefix('@') {
+                Some(path) => {
+                    let text = std::fs::read_to_string(path)
+                        .map_err(|e| crate::error::UsageError::new(format!("--prometheus-header @{path}: {e}")))?;
+                    lines.extend(text.lines().map(str::trim).filter(|l| !l.is_empty()).map(str::to_string));
+                }
+                None => lines.push(given.trim().to_string()),
+            }
+        }
+        for line in &lines {
+            let name = line.split_once(':').map(|(n, _)| n);
+            let token = |c: char| c.is_ascii_alphanumeric() || "!#$%&'*+-.^_`|~".contains(c);
+            if !name.is_some_and(|n| !n.is_empty() && n.chars().all(token)) || line.chars().any(char::is_control) {
+                // Named by its name alone: the value may be a secret.
+                let shown = match name {
+                    Some(n) => format!("'{}: …'", n.escape_debug()),
+                    None => "a line with no ':'".into(),
+                };
+                usage!(
+                    "--prometheus-header {shown}: not a header line NAME: VALUE (e.g. 'X-Scope-OrgID: edge'), nor @FILE \
+                     of them"
+                );
+            }
+        }
+        Ok(lines)
     }
 
     /// `--delta` and `--min-effect-ms` as the decision's rule.

@@ -56,6 +56,8 @@ pub(crate) struct Source {
     /// `--by-host LABEL`: a group of hosts per value of this label of their series, answered
     /// beside the fleet's.
     pub(crate) by: Option<String>,
+    /// Header lines every query sends (`--prometheus-header`: a tenant, a token), checked.
+    pub(crate) headers: Vec<String>,
 }
 
 /// How a look splits the sums it reads: by the clients' prefix-list groups (`lists`, the
@@ -610,7 +612,7 @@ fn arm_key(v: &str) -> Option<usize> {
 
 /// An instant query's vector at `at` (Unix seconds): each series' labels and value.
 fn query(source: &Source, promql: &str, at: f64) -> Result<Series> {
-    let body = get(&source.url, &format!("/api/v1/query?query={}&time={at:.3}", urlencode(promql)))
+    let body = get(&source.url, &format!("/api/v1/query?query={}&time={at:.3}", urlencode(promql)), &source.headers)
         .with_context(|| format!("querying the Prometheus at {}", source.url))?;
     let v: Value = serde_json::from_str(&body)
         .with_context(|| format!("the Prometheus at {} answered with no JSON: {}", source.url, first_line(&body)))?;
@@ -631,8 +633,8 @@ fn query(source: &Source, promql: &str, at: f64) -> Result<Series> {
 }
 
 /// GET `target` from `url` (`http://HOST:PORT[/PREFIX]`) over HTTP/1.0, so that the body ends
-/// with the connection: the body of a 200.
-fn get(url: &str, target: &str) -> Result<String> {
+/// with the connection, sending `headers` (whole lines, `Name: value`): the body of a 200.
+fn get(url: &str, target: &str, headers: &[String]) -> Result<String> {
     let Some(rest) = url.strip_prefix("http://") else {
         bail!("{url}: only http:// URLs are read (e.g. http://127.0.0.1:9090)");
     };
@@ -645,7 +647,8 @@ fn get(url: &str, target: &str) -> Result<String> {
     let mut s = TcpStream::connect_timeout(&addr, TIMEOUT).with_context(|| format!("connecting to {addr}"))?;
     s.set_read_timeout(Some(TIMEOUT))?;
     let path = format!("/{}{target}", prefix.trim_end_matches('/')).replace("//", "/");
-    write!(s, "GET {path} HTTP/1.0\r\nHost: {host}\r\nAccept: application/json\r\n\r\n")?;
+    let extra: String = headers.iter().map(|h| format!("{h}\r\n")).collect();
+    write!(s, "GET {path} HTTP/1.0\r\nHost: {host}\r\nAccept: application/json\r\n{extra}\r\n")?;
     let mut resp = Vec::new();
     s.take(MAX_BODY).read_to_end(&mut resp)?;
     let resp = String::from_utf8_lossy(&resp);
@@ -690,5 +693,46 @@ mod tests {
         assert_eq!(cell_of(&l(&[("arm", "c"), ("rtt_band", "unknown"), ("size", "lt16k")])), None);
         assert_eq!(cell_of(&l(&[("arm", "a"), ("rtt_band", "20_30ms"), ("size", "lt16k")])), None);
         assert_eq!(urlencode("sum by (arm) (x{id=\"a b\"})"), "sum%20by%20%28arm%29%20%28x%7Bid%3D%22a%20b%22%7D%29");
+    }
+
+    /// Every query carries the `--prometheus-header` lines (a Mimir tenant, a token) as given,
+    /// beside its own; the answer is read as without them.
+    #[test]
+    fn a_query_sends_the_headers_it_was_given() {
+        use std::io::BufRead as _;
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let url = format!("http://{}/prom", listener.local_addr().unwrap());
+        let server = std::thread::spawn(move || {
+            let (mut c, _) = listener.accept().unwrap();
+            let mut lines = Vec::new();
+            let mut r = std::io::BufReader::new(c.try_clone().unwrap());
+            loop {
+                let mut line = String::new();
+                r.read_line(&mut line).unwrap();
+                if line == "\r\n" {
+                    break;
+                }
+                lines.push(line.trim_end().to_string());
+            }
+            let body = r#"{"status":"success","data":{"resultType":"vector","result":[{"metric":{"arm":"a"},"value":[1,"7"]}]}}"#;
+            write!(c, "HTTP/1.0 200 OK\r\n\r\n{body}").unwrap();
+            lines
+        });
+        let source = Source {
+            url,
+            id: "g".into(),
+            hosts: None,
+            lookback: Duration::from_secs(60),
+            by: None,
+            headers: vec!["X-Scope-OrgID: edge".into(), "Authorization: Bearer t0ken".into()],
+        };
+        let got = query(&source, "up", 1.0).unwrap();
+        assert_eq!(got.len(), 1);
+        assert_eq!((got[0].0.get("arm").map(String::as_str), got[0].1), (Some("a"), 7.0));
+        let lines = server.join().unwrap();
+        assert!(lines[0].starts_with("GET /prom/api/v1/query?query=up&time=1.000 HTTP/1.0"), "{lines:?}");
+        for h in &source.headers {
+            assert!(lines.contains(h), "{h} not in {lines:?}");
+        }
     }
 }

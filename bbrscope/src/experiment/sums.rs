@@ -765,6 +765,7 @@ mod tests {
             hosts: None,
             lookback: std::time::Duration::from_secs(3600),
             by: by.map(str::to_string),
+            headers: Vec::new(),
         };
         let same = |n: &str| n.to_string();
         fleet::judge(&prometheus_of(hosts), &same, &same, &source, (Rule::default(), None, 20.0))
