@@ -1282,7 +1282,8 @@ fn a_host_level_switchback_gives_each_host_its_own_blocks() {
         let more = ["--seed", &seed, "--no-guardrail", "--record", record.to_str().unwrap(), "--metrics-listen", &sums];
         let scope = ["--port".to_string(), to.port().to_string()];
         let (child, said) = beside(&arms.join(","), &scope, &[&flags[..], &more[..], &["--id", "t_hosts"]].concat());
-        assert!(said.contains("experiment running"), "{host}: {said}");
+        let salt = format!("this host's own seeded order (--seed {SEED}, host salt {})", Schedule::host_salt(host));
+        assert!(said.contains("experiment running") && said.contains(&salt), "{host}: {said}");
         runs.push((child, record));
         targets.push(sums.parse().unwrap());
         hosts.push((host, to, log));

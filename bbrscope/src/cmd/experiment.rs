@@ -235,9 +235,15 @@ fn assignment_words(spec: &ExperimentSpec, design: Design) -> String {
             )
         }
         Design::Switchback(s) => format!(
-            "switchback: blocks of {}s (the first {}s of each left out) where everyone runs A, everyone B, or \
-             {}% to B, in a seeded order (--seed {})",
-            s.block_s, s.burn_in_s, spec.split_pct, s.seed
+            "{}switchback: blocks of {}s (the first {}s of each left out) where everyone runs A, everyone B, or \
+             {}% to B, in {} (--seed {}{})",
+            if s.host.is_some() { "host-level " } else { "" },
+            s.block_s,
+            s.burn_in_s,
+            spec.split_pct,
+            if s.host.is_some() { "this host's own seeded order" } else { "a seeded order" },
+            s.seed,
+            s.host.map_or_else(String::new, |h| format!(", host salt {h}"))
         ),
     }
 }
