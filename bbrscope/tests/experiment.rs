@@ -1296,6 +1296,15 @@ fn a_host_level_switchback_gives_each_host_its_own_blocks() {
         }
         thread::sleep(Duration::from_millis(100));
     }
+    // `status` names each run's design with its host's salt.
+    let status = bbrscope().args(["status", "--json"]).output().unwrap();
+    let status: Value = serde_json::from_slice(&status.stdout).unwrap();
+    for (host, _, _) in &hosts {
+        let design =
+            format!("host-level switchback: 1s blocks, --seed {SEED}, host salt {}", Schedule::host_salt(host));
+        let listed = status["experiments"].as_array().unwrap().iter().any(|e| e["design"] == design.as_str());
+        assert!(listed, "{host}: {}", status["experiments"]);
+    }
     let accepted: usize = hosts.iter().map(|(_, _, log)| log.lock().unwrap().len()).sum();
     let until = Instant::now() + Duration::from_secs(30);
     while prom.query("sum(bbrscope_experiment_flows_total{id=\"t_hosts\"})").first().map(prometheus::value)

@@ -257,7 +257,10 @@ fn running(run: &Run, state: &LiveExperiment) -> lock::Running {
         design: match run.design {
             Design::PerConnection => "per connection".into(),
             Design::Client { salt } => format!("client: every connection of a client on one arm, --seed {salt}"),
-            Design::Switchback(s) => format!("switchback: {}s blocks, --seed {}", s.block_s, s.seed),
+            Design::Switchback(s) => match s.host {
+                Some(h) => format!("host-level switchback: {}s blocks, --seed {}, host salt {h}", s.block_s, s.seed),
+                None => format!("switchback: {}s blocks, --seed {}", s.block_s, s.seed),
+            },
         },
         split_pct: spec.split_pct,
         by_client: matches!(run.design, Design::Client { .. }),
