@@ -149,16 +149,19 @@ impl LiveExperiment {
             return format!("{}% {of}to B", self.split_pct);
         };
         let k = s.block_of(self.now);
+        // A host-level switchback's block is this host's alone.
+        let (design, everyone) =
+            if s.host.is_some() { ("host-level switchback", "everyone here on") } else { ("switchback", "everyone") };
         let what = match s.kind(k) {
-            Kind::A => format!("A (everyone {})", self.arms[0]),
-            Kind::B => format!("B (everyone {})", self.arms[1]),
+            Kind::A => format!("A ({everyone} {})", self.arms[0]),
+            Kind::B => format!("B ({everyone} {})", self.arms[1]),
             Kind::Mixed => format!("mixed ({}% to B)", self.split_pct),
         };
         let burn_in = if s.in_burn_in(self.now) { ", burn-in" } else { "" };
         let left = (s.start_of(k + 1) - self.now).ceil();
         // Rounds counted from the one the experiment started in.
         let round = Schedule::round_of(k) - Schedule::round_of(s.block_of(self.now - self.elapsed.as_secs_f64())) + 1;
-        format!("switchback: block {what}{burn_in}, {left} s left; round {round}")
+        format!("{design}: block {what}{burn_in}, {left} s left; round {round}")
     }
 
     /// The guardrail's state in words.
@@ -259,6 +262,13 @@ mod tests {
         x.now = schedule.start_of(mixed) + 1.0;
         x.elapsed = Duration::from_secs_f64(x.now - start);
         assert_eq!(x.assignment(), "switchback: block mixed (30% to B), burn-in, 14 s left; round 3");
+        // A host-level switchback's blocks are this host's own, and its line says so.
+        let host = Schedule { host: Some(Schedule::host_salt("edge-1")), ..schedule };
+        x.schedule = Some(host);
+        let b = (3 * 1_002..3 * 1_003).find(|&k| host.kind(k) == Kind::B).unwrap();
+        x.now = host.start_of(b) + 6.0;
+        x.elapsed = Duration::from_secs_f64(x.now - start);
+        assert_eq!(x.assignment(), "host-level switchback: block B (everyone here on reno), 9 s left; round 3");
         // Per connection: the split, and the progress line as before.
         x.schedule = None;
         assert_eq!(x.assignment(), "30% to B");
