@@ -62,7 +62,8 @@ pub struct ExperimentArgs {
     /// --analyze: instead of the recording's
     #[arg(long, value_name = "METRIC", value_enum)]
     pub(crate) metric: Option<MetricArg>,
-    /// The switchback's blocks: how long each lasts (at least 1s; default 15s)
+    /// The switchback's blocks: how long each lasts (at least 1s; default 15s). The report says
+    /// whether they fit the traffic and names the shortest blocks that would have
     #[arg(long, value_name = "TIME", value_parser = parse_span)]
     pub(crate) block: Option<Duration>,
     /// The switchback's burn-in: the start of each block whose new flows are left out of the

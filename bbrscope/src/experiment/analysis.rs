@@ -734,7 +734,7 @@ pub(crate) fn of_sums(pools: &Pools, overridden: [usize; 2], opts: &Options) -> 
         // A switchback draws arms in its mixed blocks alone: the split is checked there.
         sample_ratio: sample_ratio(
             match opts.design {
-                Design::Switchback(s) => switchback::Tally::sum(tallies.values(), &s).mixed(),
+                Design::Switchback(_) => switchback::Tally::sum(tallies.values()).mixed(),
                 Design::PerConnection | Design::Client { .. } => {
                     [all[0].flows + overridden[0], all[1].flows + overridden[1]]
                 }
@@ -768,9 +768,9 @@ fn sums_group(
     let metric = opts.metric();
     let (cells, tallies) = (&pool.cells, &pool.tallies);
     let (answer, left_out, switchback) = match opts.design {
-        Design::Switchback(s) => {
+        Design::Switchback(_) => {
             let tally = match band {
-                None => switchback::Tally::sum(tallies.values(), &s),
+                None => switchback::Tally::sum(tallies.values()),
                 Some(b) => tallies.get(&b).cloned().unwrap_or_default(),
             };
             let (answer, group) = switchback::judge(&tally.estimates(metric), alpha, &opts.rule);
@@ -1403,7 +1403,7 @@ pub(crate) mod tests {
         for (band, m) in members {
             let t = switchback::tally(obs, &m, s, bands);
             let fleet = tallies.entry(band).or_default();
-            let added = switchback::Tally::sum([&*fleet, &t], s);
+            let added = switchback::Tally::sum([&*fleet, &t]);
             *fleet = added;
         }
     }

@@ -185,8 +185,8 @@ pub(super) fn judge(
     for (part, cells) in cells(query, last, &split)? {
         parts.entry(part).or_default().cells = cells;
     }
-    if let Design::Switchback(schedule) = design {
-        for (part, tallies) in switchback_tallies(query, last, &schedule, &split)? {
+    if let Design::Switchback(_) = design {
+        for (part, tallies) in switchback_tallies(query, last, &split)? {
             parts.entry(part).or_default().tallies = tallies;
         }
     }
@@ -250,8 +250,8 @@ fn merged<'a>(pools: impl Iterator<Item = &'a Pool>, design: &Design) -> Pool {
             tallies.entry(*band).or_default().push(t);
         }
     }
-    if let Design::Switchback(s) = design {
-        out.tallies = tallies.into_iter().map(|(band, parts)| (band, Tally::sum(parts, s))).collect();
+    if let Design::Switchback(_) = design {
+        out.tallies = tallies.into_iter().map(|(band, parts)| (band, Tally::sum(parts))).collect();
     }
     out
 }
@@ -374,7 +374,6 @@ fn design_of(label: &dyn Fn(&str) -> String) -> Result<Design> {
 fn switchback_tallies(
     query: &dyn Fn(&str) -> Result<Series>,
     last: &dyn Fn(&str) -> String,
-    schedule: &Schedule,
     split: &Split,
 ) -> Result<BTreeMap<Share, BTreeMap<usize, Tally>>> {
     let mut parts: BTreeMap<Share, BTreeMap<usize, Tally>> = BTreeMap::new();
@@ -421,7 +420,7 @@ fn switchback_tallies(
         for (band, t) in tallies {
             let counted = t.slots.values().map(|m| m.n).sum();
             let overran = overran.get(&(part.clone(), *band)).copied().unwrap_or(0);
-            t.carryover = Carryover::of_counts(counted, overran, None, schedule);
+            t.carryover = Carryover::of_counts(counted, overran, None);
         }
     }
     Ok(parts)

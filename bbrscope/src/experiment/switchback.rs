@@ -194,7 +194,7 @@ pub(crate) const OVERRUN_SHARE: f64 = 0.02;
 /// the carryover the burn-in is there to keep out, which pulls the everyone-switched estimate
 /// toward the per-connection one. The schedule is fixed before the run (every host of a fleet
 /// computes it from the seed), so it cannot follow the traffic; the report says whether it fit,
-/// and what would.
+/// and the shortest blocks that would have (shorter blocks: more rounds, a narrower interval).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Serialize)]
 pub(crate) struct Carryover {
     /// Counted flows, and those of them still running past the next block's burn-in.
@@ -205,20 +205,53 @@ pub(crate) struct Carryover {
     pub(crate) p99_s: Option<f64>,
     /// At most [`OVERRUN_SHARE`] overran.
     pub(crate) fits: bool,
-    /// When they do not fit: a block and a burn-in that would, seconds (the burn-in the 99th
-    /// percentile rounded up to a whole second, the block five burn-ins and never shorter than
-    /// the run's).
+    /// The shortest of [`CANDIDATE_BLOCKS_S`] (a fifth of it the burn-in), seconds, whose
+    /// blocks these flows would have fit: when the run's do not fit, a longer one; when they do,
+    /// a shorter one if any (more rounds from the same run). `None` when none would, or when
+    /// the flows are not at hand (a fleet's sums).
     pub(crate) suggest: Option<[f64; 2]>,
 }
 
+/// The block lengths a suggestion is drawn from, seconds, each with a fifth of it as its
+/// burn-in (the defaults' proportion, 15 s and 3 s): from a block that holds a second to five
+/// minutes, past which a run of the default ten minutes has fewer than [`MIN_ROUNDS`] rounds.
+const CANDIDATE_BLOCKS_S: [f64; 15] =
+    [1.0, 2.0, 3.0, 5.0, 10.0, 15.0, 20.0, 30.0, 45.0, 60.0, 90.0, 120.0, 180.0, 240.0, 300.0];
+
+/// Fewer flows than this counted under a candidate, and its share says too little to suggest it.
+const MIN_FIT_FLOWS: usize = 50;
+
 impl Carryover {
-    /// The carryover of the counted flows `counted` (each with its block) under `s`.
-    fn of(counted: &[(&Observation, i64)], s: &Schedule) -> Carryover {
+    /// The carryover of the counted flows `counted` (each with its block) under `s`, and the
+    /// shortest candidate blocks the group's flows `all` (whatever their block or arm) fit.
+    fn of(counted: &[(&Observation, i64)], all: &[&Observation], s: &Schedule) -> Carryover {
         let overran = counted.iter().filter(|(o, k)| Carryover::overran(o, *k, s)).count();
         let mut times: Vec<f64> = counted.iter().map(|(o, _)| o.duration_s).collect();
         times.sort_by(f64::total_cmp);
         let p99_s = (!times.is_empty()).then(|| times[((times.len() - 1) as f64 * 0.99).round() as usize]);
-        Carryover::of_counts(counted.len(), overran, p99_s, s)
+        let c = Carryover::of_counts(counted.len(), overran, p99_s);
+        Carryover { suggest: Carryover::shortest_fit(all, s.block_s, c.fits), ..c }
+    }
+
+    /// The shortest candidate blocks (and a fifth of each as burn-in) that `flows` would have
+    /// fit, longer than `block_s` when the run's blocks did not fit (`fits` false), shorter when
+    /// they did. Arm-blind: whether a flow would overrun depends on when it started and how
+    /// long it ran, which the suggestion takes as they were.
+    fn shortest_fit(flows: &[&Observation], block_s: f64, fits: bool) -> Option<[f64; 2]> {
+        CANDIDATE_BLOCKS_S
+            .into_iter()
+            .filter(|&b| if fits { b < block_s } else { b > block_s })
+            .map(|b| Schedule { block_s: b, burn_in_s: b / 5.0, seed: 0, host: None })
+            .find(|c| {
+                let (mut counted, mut overran) = (0, 0);
+                for o in flows {
+                    let Some(ts) = o.start_ts().filter(|&ts| !c.in_burn_in(ts)) else { continue };
+                    counted += 1;
+                    overran += usize::from(Carryover::overran(o, c.block_of(ts), c));
+                }
+                counted >= MIN_FIT_FLOWS && overran as f64 <= OVERRUN_SHARE * counted as f64
+            })
+            .map(|c| [c.block_s, c.burn_in_s])
     }
 
     /// Whether `o`, counted in block `k`, was still running once the next block's counted flows
@@ -228,14 +261,11 @@ impl Carryover {
     }
 
     /// The carryover of `counted` flows of which `overran` overran, their time's 99th
-    /// percentile `p99_s` where known (a fleet's sums have none: no suggestion then).
-    pub(crate) fn of_counts(counted: usize, overran: usize, p99_s: Option<f64>, s: &Schedule) -> Carryover {
+    /// percentile `p99_s` where known (a fleet's sums have none), with no suggestion (it needs
+    /// the flows).
+    pub(crate) fn of_counts(counted: usize, overran: usize, p99_s: Option<f64>) -> Carryover {
         let fits = overran as f64 <= OVERRUN_SHARE * counted as f64;
-        let suggest = p99_s.filter(|_| !fits).map(|p99| {
-            let burn_in = p99.ceil().max(1.0);
-            [(5.0 * burn_in).max(s.block_s), burn_in]
-        });
-        Carryover { counted, overran, p99_s, fits, suggest }
+        Carryover { counted, overran, p99_s, fits, suggest: None }
     }
 }
 
@@ -265,7 +295,8 @@ pub(crate) fn tally(obs: &[Observation], members: &[usize], s: &Schedule, rtt_ba
             }
         }
     }
-    out.carryover = Carryover::of(&blocks, s);
+    let all: Vec<&Observation> = members.iter().map(|&i| &obs[i]).collect();
+    out.carryover = Carryover::of(&blocks, &all, s);
     out
 }
 
@@ -281,9 +312,9 @@ pub(crate) fn moments(o: &Observation) -> Moments {
 }
 
 impl Tally {
-    /// The tallies `parts` (of disjoint groups, or of hosts running the same schedule `s`) as
-    /// one. The carryover's percentile is not a sum: the whole has none.
-    pub(crate) fn sum<'a>(parts: impl IntoIterator<Item = &'a Tally>, s: &Schedule) -> Tally {
+    /// The tallies `parts` (of disjoint groups, or of hosts running the same schedule) as one.
+    /// The carryover's percentile and suggestion are not sums: the whole has neither.
+    pub(crate) fn sum<'a>(parts: impl IntoIterator<Item = &'a Tally>) -> Tally {
         let mut out = Tally::default();
         let mut overran = 0;
         for t in parts {
@@ -295,7 +326,7 @@ impl Tally {
             overran += t.carryover.overran;
         }
         let counted = out.slots.values().map(|m| m.n).sum();
-        out.carryover = Carryover::of_counts(counted, overran, None, s);
+        out.carryover = Carryover::of_counts(counted, overran, None);
         out
     }
 
@@ -654,9 +685,12 @@ pub(crate) mod tests {
             .collect()
     }
 
-    /// Short flows fit 20 s blocks with a 4 s burn-in; when 10% of them take 12 s, half of those
-    /// (the ones starting in the block's last 8 s) run past the next block's burn-in: 5% of the
-    /// counted flows, too many, and a 12 s burn-in in 60 s blocks would fit. The report says both.
+    /// Short flows (0.5 s, one every 0.1 s) fit 20 s blocks with a 4 s burn-in, and 2 s blocks
+    /// would have (the shortest that do: in 1 s blocks, those started in the last 0.3 s run past
+    /// the next one's 0.2 s burn-in, two of every eight counted). When 10% of them take 12 s, half of those (the ones starting in the
+    /// block's last 8 s) run past the next block's burn-in: 5% of the counted flows, too many;
+    /// 30 s blocks (6 s burn-in) would still see a quarter of them overrun (2.5%), 45 s blocks
+    /// (9 s) a twelfth (0.8%): 45 s would have fit. The report says both.
     #[test]
     fn the_report_says_whether_the_blocks_fit_the_traffic() {
         let s = schedule(5);
@@ -664,12 +698,12 @@ pub(crate) mod tests {
             estimate(obs, &(0..obs.len()).collect::<Vec<_>>(), &s, &BANDS, PrimaryMetric::PerResponse).carryover
         };
         let short = carryover(&steady(0.0));
-        assert!(short.fits && short.overran == 0 && short.suggest.is_none(), "{short:?}");
-        assert_eq!(short.p99_s, Some(0.5));
+        assert!(short.fits && short.overran == 0, "{short:?}");
+        assert_eq!((short.p99_s, short.suggest), (Some(0.5), Some([2.0, 0.4])));
         let long = carryover(&steady(0.1));
         let share = long.overran as f64 / long.counted as f64;
         assert!(!long.fits && (0.04..0.06).contains(&share), "{long:?} ({share})");
-        assert_eq!((long.p99_s, long.suggest), (Some(12.0), Some([60.0, 12.0])));
+        assert_eq!((long.p99_s, long.suggest), (Some(12.0), Some([45.0, 9.0])));
         // Those flows started in the last 8 s of their block: placed, counted, never at a switch.
         assert_eq!(long.counted, 18_000 - 18_000 / 5);
     }

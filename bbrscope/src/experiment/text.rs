@@ -268,27 +268,32 @@ impl GroupReport {
     }
 }
 
-/// Whether the blocks fit the traffic, in words (none before a counted flow). A fleet's sums
-/// have no percentile of the flows' time: its words go without one, and without a suggestion.
+/// Whether the blocks fit the traffic, in words (none before a counted flow), and the shortest
+/// that would have: longer ones when these did not fit, shorter ones (more rounds) when they did.
+/// A fleet's sums have no percentile of the flows' time and no flows to try blocks on: its words
+/// go without either.
 fn carryover_lines(c: &Carryover) -> Vec<String> {
     if c.counted == 0 {
         return Vec::new();
     }
     let share = format!("{:.1}%", 100.0 * c.overran as f64 / c.counted as f64);
     let p99 = c.p99_s.map_or(String::new(), |p99| format!(" (99th percentile of their time {} s)", fmt_num(p99)));
-    let text = match (c.fits, c.suggest) {
-        (true, _) => {
-            format!("blocks fit this traffic: {share} of counted flows ran past the next block's burn-in{p99}")
-        }
-        (false, suggest) => format!(
+    let blocks = |[block, burn_in]: [f64; 2]| format!("--block {}s --burn-in {}s", fmt_num(block), fmt_num(burn_in));
+    let text = if c.fits {
+        let shorter =
+            c.suggest.map_or(String::new(), |b| format!("; {} would have fit too, with more rounds", blocks(b)));
+        format!("blocks fit this traffic: {share} of counted flows ran past the next block's burn-in{p99}{shorter}")
+    } else {
+        format!(
             "blocks too short for this traffic: {share} of counted flows ran past the next block's burn-in, sharing \
              the path with its flows on their own arm{p99}, which pulls the everyone-switched estimate toward B \
              beside A; {}",
-            suggest.map_or(
-                "each host's own report says which --block and --burn-in would fit".into(),
-                |[block, burn_in]| { format!("--block {}s --burn-in {}s would fit", fmt_num(block), fmt_num(burn_in)) }
-            )
-        ),
+            match (c.suggest, c.p99_s) {
+                (Some(b), _) => format!("{} would have fit", blocks(b)),
+                (None, Some(_)) => "no block of up to 5 minutes would have: its longest responses outlast any".into(),
+                (None, None) => "each host's own report says which --block and --burn-in would fit".into(),
+            }
+        )
     };
     wrap(&text, 96, "  ")
 }
@@ -311,8 +316,9 @@ mod tests {
         report::{build, tests::everything},
     };
 
-    /// The blocks' fit in words: what fits says so; what does not says what it does to the
-    /// estimate and what would fit, within the report's width.
+    /// The blocks' fit in words: what fits says so, and which shorter blocks would have; what
+    /// does not says what it does to the estimate and what would have fit (or that nothing
+    /// would, or, for a fleet, where to look), within the report's width.
     #[test]
     fn the_blocks_fit_or_what_would() {
         use crate::experiment::switchback::Carryover;
@@ -322,12 +328,24 @@ mod tests {
             "blocks fit this traffic: 0.4% of counted flows ran past the next block's burn-in (99th\n  \
              percentile of their time 1.25 s)"
         );
+        let shorter = Carryover { suggest: Some([5.0, 1.0]), ..fits };
+        // The words whatever the wrapping.
+        let words =
+            |c: &Carryover| super::carryover_lines(c).join(" ").split_whitespace().collect::<Vec<_>>().join(" ");
+        let text = words(&shorter);
+        assert!(text.ends_with("1.25 s); --block 5s --burn-in 1s would have fit too, with more rounds"), "{text}");
         let short =
-            Carryover { counted: 1000, overran: 50, p99_s: Some(12.0), fits: false, suggest: Some([60.0, 12.0]) };
-        let text = super::carryover_lines(&short).join(" ");
+            Carryover { counted: 1000, overran: 50, p99_s: Some(12.0), fits: false, suggest: Some([45.0, 9.0]) };
+        let text = words(&short);
         assert!(text.starts_with("blocks too short for this traffic: 5.0% of counted flows ran past"), "{text}");
-        assert!(text.ends_with("toward B beside A; --block 60s --burn-in 12s would fit"), "{text}");
-        assert!(super::carryover_lines(&short).iter().all(|l| l.chars().count() <= 98));
+        assert!(text.ends_with("toward B beside A; --block 45s --burn-in 9s would have fit"), "{text}");
+        let none = words(&Carryover { suggest: None, ..short });
+        assert!(none.ends_with("no block of up to 5 minutes would have: its longest responses outlast any"), "{none}");
+        let fleet = words(&Carryover { suggest: None, p99_s: None, ..short });
+        assert!(fleet.ends_with("each host's own report says which --block and --burn-in would fit"), "{fleet}");
+        for c in [fits, shorter, short] {
+            assert!(super::carryover_lines(&c).iter().all(|l| l.chars().count() <= 98));
+        }
         assert!(super::carryover_lines(&Carryover::default()).is_empty());
     }
 
