@@ -687,8 +687,9 @@ pub(crate) mod tests {
 
     /// Short flows (0.5 s, one every 0.1 s) fit 20 s blocks with a 4 s burn-in, and 2 s blocks
     /// would have (the shortest that do: in 1 s blocks, those started in the last 0.3 s run past
-    /// the next one's 0.2 s burn-in, two of every eight counted). When 10% of them take 12 s, half of those (the ones starting in the
-    /// block's last 8 s) run past the next block's burn-in: 5% of the counted flows, too many;
+    /// the next one's 0.2 s burn-in, two of every eight counted). When 10% of them take 12 s,
+    /// half of those (the ones starting in the block's last 8 s) run past the next block's
+    /// burn-in: 5% of the counted flows, too many;
     /// 30 s blocks (6 s burn-in) would still see a quarter of them overrun (2.5%), 45 s blocks
     /// (9 s) a twelfth (0.8%): 45 s would have fit. The report says both.
     #[test]
