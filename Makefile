@@ -30,16 +30,19 @@ test:
 	$(STEP) sh -c 'cd bbrscope-ebpf && cargo clippy --target bpfel-unknown-none -Z build-std=core --release --lib --bins -- -D warnings'
 	# The root-free tests (bbrscope/tests/library; apply/'s rules, unit tests), as nobody: none may come to need root.
 	$(STEP) scripts/test-library.sh
+	# The unit tests and the black-box tests, built first (the matrix below builds beside them).
+	$(STEP) cargo test --all-targets --no-run
 	# Unit tests and the black-box tests, as root (they load BPF programs, make namespaces); this
 	# runs the library's tests again, a few seconds. The default members: the eBPF crate only
 	# builds for the BPF target (via bbrscope's build script).
-	$(STEP) cargo test --all-targets -- --test-threads=2
-	# bbrscope on Debian's kernels 5.10 to 7.x under QEMU (docs/kernel-matrix.md; a few minutes).
-	$(STEP) cargo xtask kernels
-	# The same checks on arm64 guests (Debian's arm64 kernels on qemu-system-aarch64, bbrscope
-	# cross-built static): the oldest and the newest series here, to keep CI within its hour;
-	# `cargo xtask kernels --arch aarch64` runs all five.
-	$(STEP) cargo xtask kernels --arch aarch64 --kernel 5.10 --kernel 7
+	# Beside them, the kernel matrix: bbrscope on Debian's kernels 5.10 to 7.x under QEMU
+	# (docs/kernel-matrix.md), then the same checks on arm64 guests (Debian's arm64 kernels on
+	# qemu-system-aarch64, bbrscope cross-built static): the oldest and the newest series here, to
+	# keep CI within its hour; `cargo xtask kernels --arch aarch64` runs all five. The script says
+	# which tests wait for the matrix and why.
+	$(STEP) scripts/beside-matrix.sh \
+	    'cargo xtask kernels && cargo xtask kernels --arch aarch64 --kernel 5.10 --kernel 7' \
+	    cargo test --all-targets -- --test-threads=2
 	@scripts/step.sh end
 
 bench: setup

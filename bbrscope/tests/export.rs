@@ -52,6 +52,7 @@ struct Machine;
 impl Machine {
     /// Waits until the machine is free or held by the same kind of use (a build never shares).
     fn take(kind: Use) -> Machine {
+        after_the_kernel_matrix();
         let mut held = MACHINE.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         while !(held.1 == 0 || (held.0 == Some(kind) && kind != Use::Build)) {
             held = FREED.wait(held).unwrap_or_else(std::sync::PoisonError::into_inner);
@@ -69,6 +70,16 @@ impl Drop for Machine {
             held.0 = None;
         }
         FREED.notify_all();
+    }
+}
+
+/// Waits for the kernel matrix `make test` runs beside the first test binaries
+/// (scripts/beside-matrix.sh holds this lock while its QEMU guests keep both cores busy): the
+/// uses above need the machine whole. Without that script (`cargo test` alone) there is no lock.
+fn after_the_kernel_matrix() {
+    if let Ok(lock) = std::fs::File::open(target_dir().join("tmp/kernel-matrix.lock")) {
+        // Shared: taken and given back at once; it only waits while the script holds it.
+        lock.lock_shared().expect("waiting for the kernel matrix's lock");
     }
 }
 
