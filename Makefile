@@ -2,8 +2,8 @@
 # `run` only what building needs, `test` the test tools too.
 #   make run [ARGS="stream --duration 10"]   build and run bbrscope (as root)
 #   make test                                 the whole test suite (as root: it loads BPF programs),
-#                                             then the kernel matrix (cargo xtask kernels, QEMU,
-#                                             x86_64 and arm64 guests)
+#                                             with the kernel matrix beside it (cargo xtask kernels,
+#                                             QEMU, x86_64 and arm64 guests)
 ARGS ?= top
 
 .PHONY: run test setup bench

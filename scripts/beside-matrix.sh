@@ -45,7 +45,8 @@ if [ $rc -ne 0 ]; then
 fi
 wait "$matrix"
 mrc=$?
-echo "beside-matrix: the kernel matrix ended after $(($(now) - t0)) s (exit $mrc); its output:"
+# Its log's last write is when it ended (it may have ended long before CMD did).
+echo "beside-matrix: the kernel matrix took $(($(stat -c %Y "$log") - t0)) s (exit $mrc); its output:"
 cat "$log"
 if [ $mrc -ne 0 ]; then
     echo "beside-matrix: the kernel matrix FAILED (exit $mrc)"
