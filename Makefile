@@ -37,11 +37,11 @@ test:
 	# builds for the BPF target (via bbrscope's build script).
 	# Beside them, the kernel matrix: bbrscope on Debian's kernels 5.10 to 7.x under QEMU
 	# (docs/kernel-matrix.md), then the same checks on arm64 guests (Debian's arm64 kernels on
-	# qemu-system-aarch64, bbrscope cross-built static): the oldest and the newest series here, to
-	# keep CI within its hour; `cargo xtask kernels --arch aarch64` runs all five. The script says
-	# which tests wait for the matrix and why.
+	# qemu-system-aarch64, bbrscope cross-built static): all five series, now that the matrix's
+	# time is hidden beside the tests (until 2026-12-01 only 5.10 and 7, to keep CI within its
+	# hour). The script says which tests wait for the matrix and why.
 	$(STEP) scripts/beside-matrix.sh \
-	    'cargo xtask kernels && cargo xtask kernels --arch aarch64 --kernel 5.10 --kernel 7' \
+	    'cargo xtask kernels && cargo xtask kernels --arch aarch64' \
 	    cargo test --all-targets -- --test-threads=2
 	@scripts/step.sh end
 
