@@ -8,18 +8,20 @@
 # beside it.
 # Test binaries that need the machine whole (bbrscope/tests/export.rs: its load tests, release
 # builds and guest boots) or the matrix's own work directories (xtask/tests/kernel_break.rs)
-# wait for it first: the matrix holds target/tmp/kernel-matrix.lock exclusively from before CMD
-# starts until it ends, and they take it shared.
-# The matrix's output is kept in target/kernel-matrix.log and printed when it ends. Exit status:
+# wait for it first: the matrix holds tmp/kernel-matrix.lock in cargo's target directory
+# exclusively from before CMD starts until it ends, and they take it shared.
+# The matrix's output is kept in kernel-matrix.log there and printed when it ends. Exit status:
 # CMD's if it failed, else the matrix's. If CMD fails, the matrix is stopped: the run has failed.
 set -u
 cd "$(dirname "$0")/.."
 [ $# -ge 2 ] || { echo "usage: scripts/beside-matrix.sh 'MATRIX COMMANDS' CMD ARGS..." >&2; exit 2; }
 matrix_commands=$1
 shift
-mkdir -p target/tmp
-lock=target/tmp/kernel-matrix.lock
-log=target/kernel-matrix.log
+# Where cargo builds (the tests find the lock there: CARGO_TARGET_TMPDIR is its tmp/).
+target=${CARGO_TARGET_DIR:-target}
+mkdir -p "$target/tmp"
+lock=$target/tmp/kernel-matrix.lock
+log=$target/kernel-matrix.log
 now() { date +%s; }
 
 t0=$(now)
