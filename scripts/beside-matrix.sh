@@ -2,10 +2,10 @@
 # Runs a test command with the kernel matrix beside it (issue #42: the suite's own time).
 #   scripts/beside-matrix.sh 'MATRIX COMMANDS' CMD ARGS...
 # The matrix (cargo xtask kernels: Debian's kernels under QEMU TCG) keeps both cores busy for
-# ~9 minutes and touches nothing of the host's network, while the first test binaries mostly
-# wait on traffic they pace (demo.rs used 11% of a core over its 346 s here). So the matrix
-# (MATRIX COMMANDS, run by sh) starts first, at a lower priority than the tests, and CMD runs
-# beside it.
+# ~20 minutes (two static builds, ten guests) and touches nothing of the host's network, while
+# the first test binaries mostly wait on traffic they pace (demo.rs used 11% of a core over its
+# 346 s here). So the matrix (MATRIX COMMANDS, run by sh) starts first, at a lower priority than
+# the tests, and CMD runs beside it.
 # Test binaries that need the machine whole (bbrscope/tests/export.rs: its load tests, release
 # builds and guest boots) or the matrix's own work directories (xtask/tests/kernel_break.rs)
 # wait for it first: the matrix holds tmp/kernel-matrix.lock in cargo's target directory
