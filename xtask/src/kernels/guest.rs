@@ -1699,6 +1699,11 @@ fn scopes(rep: &mut Report) -> Result<()> {
         format!("ip route: {shown:?}; a connection over it got {got}; {}", last_lines(&text, 2)),
     );
     acceptor.join().map_err(|_| anyhow::anyhow!("acceptor panicked"))??;
+    // The veth first, which `ip link del` removes before it returns: deleting the namespace alone
+    // leaves vb0 here until the kernel's cleanup work runs, and the system check after this one
+    // once read its qdisc in `status` before `apply` and not after `revert` (arm64 6.12.117 under
+    // TCG, 2026-12-01: `revert/status` failed on a first boot).
+    ip(&["link", "del", "vb0"])?;
     ip(&["netns", "del", NS_PEER])?;
     Ok(())
 }
