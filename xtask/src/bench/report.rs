@@ -47,8 +47,9 @@ pub(super) const LONG_RUNS_PER_SEGMENT: f64 = 1.1;
 /// ... and its time per segment received at most this multiple of bpftrace's `tcp_probe.bt` on
 /// the same traffic (the tracepoint rows of the same run).
 pub(super) const LONG_VS_BPFTRACE: f64 = 0.5;
-/// Short flows: bbrscope's userspace under this share of one core at this rate.
-pub(super) const SHORT_CPU: f64 = 0.05;
+/// Short flows: `stream`'s own CPU at most this share of one core at this rate (#42: back to
+/// where it was before the fields and callbacks added since 2026-11-23; the first target was 5%).
+pub(super) const SHORT_CPU: f64 = 0.02;
 pub(super) const SHORT_RATE: f64 = 5000.0;
 
 fn cost_targets(c: &CostResult, out: &mut Vec<Target>) {
@@ -203,12 +204,12 @@ fn short_targets(r: &[ShortResult], out: &mut Vec<Target>) {
         let cpu = s.cpu_cores.unwrap_or(f64::NAN);
         out.push(Target {
             target: format!(
-                "short flows, {label}: bbrscope's userspace < {} of a core at {} flows/s",
+                "short flows, {label}: bbrscope's userspace ≤ {} of a core at {} flows/s",
                 cores(SHORT_CPU),
                 SHORT_RATE
             ),
             result: format!("{} at {:.0} flows/s", cores(cpu), s.flows_per_s),
-            met: Some(cpu < SHORT_CPU && s.flows_per_s >= SHORT_RATE * 0.95),
+            met: Some(cpu <= SHORT_CPU && s.flows_per_s >= SHORT_RATE * 0.95),
         });
     }
 }
