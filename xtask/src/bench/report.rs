@@ -208,7 +208,8 @@ fn short_targets(r: &[ShortResult], out: &mut Vec<Target>) {
                 cores(SHORT_CPU),
                 SHORT_RATE
             ),
-            result: format!("{} at {:.0} flows/s", cores(cpu), s.flows_per_s),
+            // Two decimals: one would show 2.04% as "2.0%" beside a "no".
+            result: format!("{:.2}% at {:.0} flows/s", cpu * 100.0, s.flows_per_s),
             met: Some(cpu <= SHORT_CPU && s.flows_per_s >= SHORT_RATE * 0.95),
         });
     }
