@@ -5,9 +5,10 @@
 //! lines wait in memory, up to a bound, and the ring goes on being read.
 //!
 //! Buffers change hands rather than bytes: the sink's filled buffer goes to the writer thread and
-//! an emptied one comes back for the next lines. At 5,000 short flows a second, copying each
-//! 64 KiB piece and waking the writer for it were about a tenth of `stream`'s CPU (bench/README.md):
-//! now the sink hands over one buffer per batch of records (about 20 a second), whatever its size.
+//! an emptied one comes back for the next lines, one hand-over per batch of records (about 20 a
+//! second) whatever its size, and the bound is in bytes. At 5,000 short flows a second, copying
+//! each 64 KiB piece and waking the writer for it were a tenth of `stream`'s profile; in CPU
+//! measured alternately the change saved only ~0.03% of a core (bench/README.md).
 
 use std::{
     io::{self, Write},
